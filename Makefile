@@ -1,0 +1,29 @@
+# Two commands on a fresh machine:  make run  (server + demo fleet)  and  make test  (the whole suite).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+## make run: serve the demo fleet on the embedded SQLite store (var/demo.db), real clock.
+run: $(STAMP)
+	mkdir -p var
+	$(BIN)/forewarn serve --fleet demo --db var/demo.db $(ARGS)
+
+## make test: install test dependencies and run the whole suite (PostgreSQL at 127.0.0.1:5432, database test).
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make bench: IMDS GET throughput against nginx serving the same bytes (installs nginx and wrk with apt).
+bench: $(STAMP)
+	$(BIN)/python bench/imds_vs_nginx.py
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .hypothesis

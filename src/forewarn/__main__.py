@@ -1,0 +1,3 @@
+from forewarn.cli.main import main
+
+main()

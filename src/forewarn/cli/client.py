@@ -1,0 +1,42 @@
+"""A small client of the control API, used by the CLI."""
+
+from __future__ import annotations
+
+import httpx
+
+
+class ClientError(Exception):
+    """The server refused a request, or could not be reached; the message is for the user as it is."""
+
+
+class ControlClient:
+    def __init__(self, base_url: str, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs):
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ClientError(
+                f"cannot reach forewarn at {self.base_url} ({error.__class__.__name__}). Is `forewarn serve` running? "
+                "Point the CLI at it with --server URL or FOREWARN_SERVER."
+            ) from None
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                message = f"{error['message']} ({error['code']}, HTTP {response.status_code})"
+            except (ValueError, KeyError, TypeError):
+                message = f"HTTP {response.status_code}: {response.text[:500]}"
+            raise ClientError(message)
+        if not response.content:
+            return None
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def get(self, path: str, **kwargs):
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, body: dict | None = None):
+        return self.request("POST", path, json=body or {})

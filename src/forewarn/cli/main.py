@@ -1,0 +1,321 @@
+"""The ``forewarn`` command: run the server, and drive it (schedule, approve, cancel, move time)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from datetime import datetime
+
+import click
+
+from forewarn import __version__
+from forewarn.cli.client import ClientError, ControlClient
+from forewarn.core.clock import MODES
+from forewarn.core.durations import format_duration, parse_duration
+from forewarn.core.errors import CoreError
+from forewarn.core.model import EventType, parse_enum
+
+DEFAULT_SERVER = "http://127.0.0.1:8170"
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+
+
+def _client(ctx: click.Context) -> ControlClient:
+    return ControlClient(ctx.find_root().params["server"])
+
+
+def _fail(message: str) -> None:
+    click.echo(f"forewarn: {message}", err=True)
+    sys.exit(1)
+
+
+def _run(action):
+    try:
+        return action()
+    except (ClientError, CoreError) as error:
+        _fail(str(error))
+
+
+def _emit(data, as_json: bool, render) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        render(data)
+
+
+@click.group(context_settings=CONTEXT, epilog="""\b
+Start a server with the demo fleet on a hand-moved clock, then drive it from another shell:
+  forewarn serve --fleet demo --db demo.db --clock manual
+  forewarn schedule --type Freeze --vm WestNO_0,WestNO_1
+  curl -s -H Metadata:true 'http://127.0.0.10:8169/metadata/scheduledevents?api-version=2020-07-01'
+  forewarn clock next          # NotBefore passes: the event is Started
+  forewarn clock next          # the impact window ends: the event leaves the document
+  forewarn events --all
+Docs: docs/ in the source tree (control.md lists every command and endpoint).""")
+@click.option("--server", envvar="FOREWARN_SERVER", default=DEFAULT_SERVER, show_default=True,
+              help="Control API of the server to drive (env FOREWARN_SERVER).")
+@click.version_option(__version__, prog_name="forewarn")
+def cli(server: str) -> None:
+    """forewarn: cloud maintenance notifications (Azure Scheduled Events), self-hosted, on a clock you control."""
+
+
+# ------------------------------------------------------------------------------------------------------ serve
+def _per_type(values: tuple[str, ...], option: str) -> dict:
+    result = {}
+    for value in values:
+        name, sep, duration = value.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected TYPE=DURATION, e.g. Freeze=5m; got {value!r}", param_hint=option)
+        try:
+            result[parse_enum(EventType, name, "event type")] = parse_duration(duration)
+        except CoreError as error:
+            raise click.BadParameter(str(error), param_hint=option) from None
+    return result
+
+
+@cli.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn serve --fleet demo                          # demo fleet, real clock, forewarn.db
+  forewarn serve --fleet fleet.yaml --clock manual --start 2026-04-20T22:00:00Z --db :memory:
+  forewarn serve --fleet fleet.yaml --speed 60          # a wall second is a simulated minute
+  forewarn serve --db postgresql://127.0.0.1/test       # PostgreSQL; the fleet is already stored there
+A database remembers its fleet, events, incarnations and clock; restart with the same --db to continue.""")
+@click.option("--fleet", "fleet_source", metavar="FILE|demo", help="Fleet file (YAML), or 'demo' for the built-in demo fleet. "
+              "Needed the first time a database is used.")
+@click.option("--db", default="forewarn.db", show_default=True,
+              help="SQLite file, ':memory:', or a postgresql:// URL.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
+@click.option("--port", default=8170, show_default=True, help="Control API port.")
+@click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
+@click.option("--imds-port", default=8169, show_default=True, help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
+@click.option("--clock", "clock_mode", type=click.Choice(MODES), default="real", show_default=True,
+              help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`.")
+@click.option("--speed", default=1.0, show_default=True, help="Real clock rate: 60 makes a wall second a simulated minute.")
+@click.option("--start", metavar="TIME", help="Simulated start time of a new database (ISO 8601); default: now.")
+@click.option("--seed", help="Seed of the EventIds of a new database; the same seed and commands give the same ids.")
+@click.option("--notice", multiple=True, metavar="TYPE=DURATION", help="Default notice per event type, e.g. Freeze=15m.")
+@click.option("--impact-window", multiple=True, metavar="TYPE=DURATION",
+              help="How long events of a type stay Started, e.g. Reboot=10m.")
+@click.option("--unknown-event-ids", type=click.Choice(["reject", "accept"]), default="reject", show_default=True,
+              help="What an IMDS POST naming an EventId the VM cannot see gets: 400, or 200 and ignored.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+def serve(fleet_source, db, host, port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
+          unknown_event_ids, log_level) -> None:
+    """Run the server: control API and Azure IMDS, on one store and one clock."""
+    from forewarn.core.rules import Rules
+    from forewarn.fleetfile import FleetFileError, load_fleet
+    from forewarn.service.runtime import FleetMismatch, Maintenance
+    from forewarn.service.server import Listeners, serve as run_server
+    from forewarn.store import StoreError, open_store
+    from forewarn.surfaces.azure_imds import ImdsSettings
+    from forewarn.surfaces.control import parse_time
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    rules = Rules().with_overrides(_per_type(notice, "--notice"), _per_type(impact_window, "--impact-window"))
+    try:
+        fleet = load_fleet(fleet_source) if fleet_source else None
+        start_time = parse_time(start) if start else None
+        store = open_store(db)
+        service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules)
+    except (FleetFileError, StoreError, FleetMismatch, CoreError) as error:
+        _fail(str(error))
+    listeners = Listeners(control=(host, port), imds=(imds_host, imds_port))
+    try:
+        asyncio.run(run_server(service, listeners, ImdsSettings(unknown_event_ids=unknown_event_ids)))
+    except OSError as error:
+        _fail(f"cannot listen: {error.strerror or error}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+
+
+# --------------------------------------------------------------------------------------------------- events
+def _short_time(text: str | None) -> str:
+    if not text:
+        return "-"
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _print_events(events: list[dict]) -> None:
+    if not events:
+        click.echo("no events")
+        return
+    rows = [("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES")]
+    for e in events:
+        rows.append((e["event_id"], e["status"], e["type"], e["source"], _short_time(e["not_before"]), ",".join(e["resources"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+
+
+def _split(values: tuple[str, ...]) -> list[str]:
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+@cli.command(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn schedule --type Freeze --vm WestNO_0,WestNO_1           # one event, both VMs (same host and scope)
+  forewarn schedule --type Reboot --host host-02 --notice 5m       # one event per scope on host-02
+  forewarn schedule --type Redeploy --vm standalone-01 --source User --notice PT10M
+Defaults per type: notice Freeze/Reboot 15m, Redeploy 10m, Preempt 30s, Terminate 10m;
+DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
+@click.option("--type", "event_type", required=True, help="Freeze, Reboot, Redeploy, Preempt or Terminate.")
+@click.option("--vm", "vms", multiple=True, metavar="A,B", help="VMs to affect (comma-separated or repeated).")
+@click.option("--host", "hosts", multiple=True, metavar="H", help="Hosts: every VM on them is affected.")
+@click.option("--notice", help="Time until NotBefore: 30s, 15m, PT15M. Default per type.")
+@click.option("--not-before", metavar="TIME", help="Explicit NotBefore (ISO 8601) instead of --notice.")
+@click.option("--duration", type=int, help="DurationInSeconds shown to the VMs (-1: unknown).")
+@click.option("--source", default="Platform", show_default=True, help="Platform or User.")
+@click.option("--description", help="Description shown to the VMs (default depends on type and source).")
+@click.option("--impact-window", help="How long the event stays Started before it completes. Default per type.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def schedule(ctx, event_type, vms, hosts, notice, not_before, duration, source, description, impact_window, as_json):
+    """Schedule maintenance on VMs or hosts: events appear in the VMs' scheduled-events documents."""
+    body = {"type": event_type, "vms": _split(vms), "hosts": _split(hosts), "source": source}
+    for key, value in (("notice", notice), ("not_before", not_before), ("duration_seconds", duration),
+                       ("description", description), ("impact_window", impact_window)):
+        if value is not None:
+            body[key] = value
+    events = _run(lambda: _client(ctx).post("/v1/events", body))
+    _emit(events, as_json, _print_events)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--all", "include_all", is_flag=True, help="Include Completed and Canceled events (history).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def events(ctx, include_all, as_json):
+    """List events: the live ones (Scheduled, Started), or all of them with --all."""
+    found = _run(lambda: _client(ctx).get("/v1/events", params={"all": str(include_all).lower()}))
+    _emit(found, as_json, _print_events)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("event_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def show(ctx, event_id, as_json):
+    """Show one event and its journal (what happened to it, when, and why)."""
+    client = _client(ctx)
+    event = _run(lambda: client.get(f"/v1/events/{event_id}"))
+    journal = _run(lambda: client.get(f"/v1/events/{event_id}/journal"))
+
+    def render(data):
+        event = data["event"]
+        for key, value in event.items():
+            click.echo(f"{key:>22}: {value}")
+        click.echo("journal:")
+        for entry in data["journal"]:
+            click.echo(f"  {entry['at']}  {entry['what']:<10} {entry.get('reason', '')}")
+
+    _emit({"event": event, "journal": journal}, as_json, render)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("event_ids", nargs=-1, required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def approve(ctx, event_ids, as_json):
+    """Approve events (as an IMDS POST StartRequests would). The operation starts when all its events are approved."""
+    found = _run(lambda: _client(ctx).post("/v1/approvals", {"event_ids": list(event_ids)}))
+    _emit(found, as_json, _print_events)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("event_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def cancel(ctx, event_id, as_json):
+    """Cancel a Scheduled event: it leaves the document with no impact. Started events cannot be canceled."""
+    found = _run(lambda: _client(ctx).post(f"/v1/events/{event_id}/cancel"))
+    _emit([found], as_json, _print_events)
+
+
+# ---------------------------------------------------------------------------------------------------- clock
+def _print_clock(clock: dict) -> None:
+    speed = f" x{clock['speed']:g}" if clock["mode"] == "real" and clock["speed"] != 1 else ""
+    click.echo(f"{clock['now']}  ({clock['mode']}{speed} clock; next deadline: {clock['next_deadline'] or 'none'})")
+
+
+@cli.group(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn clock show
+  forewarn clock advance 10m        # also 30s, 1h30m, PT15M
+  forewarn clock set 2026-04-20T22:30:00Z
+  forewarn clock next               # jump to the next NotBefore or end of an impact window""")
+def clock():
+    """Show or move simulated time (moving needs a server started with --clock manual)."""
+
+
+def _clock_command(name: str, path: str, make_body=None, argument: str | None = None, help_text: str = ""):
+    params = [click.Option(["--json", "as_json"], is_flag=True, help="Print JSON.")]
+    if argument:
+        params.insert(0, click.Argument([argument]))
+
+    @click.pass_context
+    def command(ctx, as_json, **kwargs):
+        client = _client(ctx)
+        if make_body is None and path == "/v1/clock":
+            result = _run(lambda: client.get(path))
+        else:
+            result = _run(lambda: client.post(path, make_body(**kwargs) if make_body else {}))
+        _emit(result, as_json, _print_clock)
+
+    clock.add_command(click.Command(name, callback=command, params=params, help=help_text, context_settings=CONTEXT))
+
+
+def _advance_body(duration: str) -> dict:
+    try:
+        parse_duration(duration)
+    except CoreError as error:
+        raise click.BadParameter(str(error), param_hint="DURATION") from None
+    return {"by": duration}
+
+
+_clock_command("show", "/v1/clock", help_text="Show simulated time and the next deadline.")
+_clock_command("advance", "/v1/clock/advance", _advance_body, "duration",
+               "Move time forward by DURATION, applying every deadline on the way in order.")
+_clock_command("set", "/v1/clock/set", lambda time: {"to": time}, "time", "Move time forward to TIME (ISO 8601).")
+_clock_command("next", "/v1/clock/next", help_text="Jump to the next deadline and apply it.")
+
+
+# ---------------------------------------------------------------------------------------------------- fleet
+@cli.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_context
+def fleet(ctx, as_json):
+    """List the fleet's VMs: host, broadcast scope and where their metadata endpoint answers."""
+    found = _run(lambda: _client(ctx).get("/v1/fleet"))
+
+    def render(data):
+        rows = [("VM", "HOST", "SCOPE", "FD", "UD", "IMDS ADDRESS", "IMDS PORT")]
+        for vm in data["vms"]:
+            rows.append((vm["name"], vm["host"], vm["scope"], str(vm["fault_domain"]), str(vm["update_domain"]),
+                         vm["imds_address"] or "-", str(vm["imds_port"] or "-")))
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        for row in rows:
+            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+    _emit(found, as_json, render)
+
+
+@cli.command(context_settings=CONTEXT)
+@click.argument("vm")
+@click.option("--api-version", default="2020-07-01", show_default=True)
+@click.pass_context
+def document(ctx, vm, api_version):
+    """Print the scheduled-events document VM sees right now (the exact bytes its IMDS serves)."""
+    found = _run(lambda: _client(ctx).get(f"/v1/vms/{vm}/scheduledevents", params={"api-version": api_version}))
+    click.echo(json.dumps(found, indent=2))
+
+
+def main() -> None:
+    cli(prog_name="forewarn")
+
+
+__all__ = ["cli", "main", "format_duration"]

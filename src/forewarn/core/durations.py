@@ -1,0 +1,66 @@
+"""Parsing of the duration spellings users type: ``30s``, ``15m``, ``1h30m``, ``2d``, ``PT15M``, ``P1DT2H``, ``90``."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from forewarn.core.errors import Invalid
+
+_SHORT = re.compile(r"(?P<value>\d+(?:\.\d+)?)(?P<unit>ms|d|h|m|s)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_ISO = re.compile(
+    r"P(?:(?P<days>\d+(?:\.\d+)?)D)?"
+    r"(?:T(?:(?P<hours>\d+(?:\.\d+)?)H)?(?:(?P<minutes>\d+(?:\.\d+)?)M)?(?:(?P<seconds>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a duration; a bare number means seconds. Raises :class:`Invalid` with the accepted forms."""
+    raw = str(text).strip()
+    if not raw:
+        raise Invalid("empty duration; use forms like 30s, 15m, 1h30m, 2d or PT15M")
+    if re.fullmatch(r"\d+(?:\.\d+)?", raw):
+        return timedelta(seconds=float(raw))
+    upper = raw.upper()
+    if upper.startswith("P"):
+        match = _ISO.fullmatch(upper)
+        if match and upper not in ("P", "PT") and not upper.endswith("T"):
+            parts = {k: float(v) for k, v in match.groupdict().items() if v}
+            return timedelta(
+                days=parts.get("days", 0),
+                hours=parts.get("hours", 0),
+                minutes=parts.get("minutes", 0),
+                seconds=parts.get("seconds", 0),
+            )
+        raise Invalid(f"invalid ISO 8601 duration {raw!r}; examples: PT15M, PT30S, P1DT2H")
+    position = 0
+    total = 0.0
+    lowered = raw.lower()
+    for match in _SHORT.finditer(lowered):
+        if match.start() != position:
+            break
+        total += float(match.group("value")) * _UNIT_SECONDS[match.group("unit")]
+        position = match.end()
+    if position != len(lowered) or position == 0:
+        raise Invalid(f"invalid duration {raw!r}; use forms like 30s, 15m, 1h30m, 2d or PT15M")
+    return timedelta(seconds=total)
+
+
+def format_duration(delta: timedelta) -> str:
+    """The short spelling of a duration, e.g. ``15m`` or ``1h30m5s``; the inverse of :func:`parse_duration`."""
+    seconds = delta.total_seconds()
+    if seconds == 0:
+        return "0s"
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    whole = int(seconds)
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if whole >= size:
+            parts.append(f"{whole // size}{unit}")
+            whole %= size
+    fraction = seconds - int(seconds)
+    if whole or fraction or not parts:
+        parts.append(f"{whole + fraction:g}s")
+    return sign + "".join(parts)

@@ -1,0 +1,113 @@
+"""The fleet: hosts, VMs and the broadcast scopes that decide who sees which scheduled event.
+
+A *scope* is what Azure calls the Fabric Controller tenant: a standalone VM, an availability set, or one placement
+group of a scale set. Every VM of a scope sees the same document, with the scope's own DocumentIncarnation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+from forewarn.core.errors import NotFound
+
+
+@dataclass(frozen=True)
+class VM:
+    name: str
+    host: str
+    subscription_id: str
+    resource_group: str
+    location: str
+    zone: str
+    size: str
+    fault_domain: int
+    update_domain: int
+    spot: bool
+    vm_id: str
+    availability_set: str | None = None
+    scale_set: str | None = None
+    instance_id: str | None = None
+    placement_group: int | None = None
+    os_type: str = "Linux"
+    tags: dict[str, str] = field(default_factory=dict)
+    imds_address: str | None = None
+    imds_port: int | None = None
+
+    @property
+    def scope(self) -> str:
+        """The broadcast scope id; readable on purpose, it shows up in logs and the control API."""
+        base = f"{self.subscription_id}/{self.resource_group}"
+        if self.scale_set is not None:
+            return f"vmss:{base}/{self.scale_set}/pg{self.placement_group or 0}"
+        if self.availability_set is not None:
+            return f"avset:{base}/{self.availability_set}"
+        return f"vm:{base}/{self.name}"
+
+    @property
+    def resource_id(self) -> str:
+        base = f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}/providers/Microsoft.Compute"
+        if self.scale_set is not None:
+            return f"{base}/virtualMachineScaleSets/{self.scale_set}/virtualMachines/{self.instance_id}"
+        return f"{base}/virtualMachines/{self.name}"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+
+
+class Fleet:
+    """An immutable, indexed view of hosts and VMs. VM names are unique across the whole fleet."""
+
+    def __init__(self, hosts: Iterable[Host], vms: Iterable[VM], default_vm: str | None = None):
+        self.hosts: dict[str, Host] = {h.name: h for h in hosts}
+        self.vms: dict[str, VM] = {}
+        for vm in vms:
+            if vm.name in self.vms:
+                raise ValueError(f"duplicate VM name {vm.name!r}")
+            if vm.host not in self.hosts:
+                self.hosts[vm.host] = Host(vm.host)
+            self.vms[vm.name] = vm
+        if default_vm is not None and default_vm not in self.vms:
+            raise ValueError(f"default_vm {default_vm!r} is not a VM of the fleet")
+        self.default_vm = default_vm
+        self.vms_by_host: dict[str, list[VM]] = {name: [] for name in self.hosts}
+        self.vms_by_scope: dict[str, list[VM]] = {}
+        for vm in self.vms.values():
+            self.vms_by_host[vm.host].append(vm)
+            self.vms_by_scope.setdefault(vm.scope, []).append(vm)
+
+    def vm(self, name: str) -> VM:
+        try:
+            return self.vms[name]
+        except KeyError:
+            raise NotFound(f"no VM named {name!r} in the fleet") from None
+
+    def host_vms(self, name: str) -> list[VM]:
+        if name not in self.hosts:
+            raise NotFound(f"no host named {name!r} in the fleet")
+        return self.vms_by_host[name]
+
+    @property
+    def scopes(self) -> list[str]:
+        return list(self.vms_by_scope)
+
+    def to_records(self) -> dict:
+        """Plain data for the store; :meth:`from_records` is its inverse."""
+        return {
+            "hosts": [h.name for h in self.hosts.values()],
+            "vms": [asdict(vm) for vm in self.vms.values()],
+            "default_vm": self.default_vm,
+        }
+
+    @classmethod
+    def from_records(cls, records: dict) -> Fleet:
+        return cls(
+            hosts=[Host(name) for name in records["hosts"]],
+            vms=[VM(**vm) for vm in records["vms"]],
+            default_vm=records.get("default_vm"),
+        )
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Fleet) and self.to_records() == other.to_records()

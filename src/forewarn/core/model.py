@@ -1,0 +1,91 @@
+"""The records the engine works on: event types, states and the event itself."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+
+class EventType(str, enum.Enum):
+    FREEZE = "Freeze"
+    REBOOT = "Reboot"
+    REDEPLOY = "Redeploy"
+    PREEMPT = "Preempt"
+    TERMINATE = "Terminate"
+
+
+class EventSource(str, enum.Enum):
+    PLATFORM = "Platform"
+    USER = "User"
+
+
+class EventStatus(str, enum.Enum):
+    SCHEDULED = "Scheduled"
+    STARTED = "Started"
+    COMPLETED = "Completed"
+    CANCELED = "Canceled"
+
+    @property
+    def live(self) -> bool:
+        """Live events are the ones IMDS shows; Completed and Canceled leave the document for history."""
+        return self in (EventStatus.SCHEDULED, EventStatus.STARTED)
+
+
+# The only moves an event may make. Nothing goes backwards and terminal states stay terminal.
+ALLOWED_TRANSITIONS = {
+    EventStatus.SCHEDULED: {EventStatus.STARTED, EventStatus.CANCELED},
+    EventStatus.STARTED: {EventStatus.COMPLETED},
+    EventStatus.COMPLETED: set(),
+    EventStatus.CANCELED: set(),
+}
+
+
+def parse_enum(enum_type: type[enum.Enum], text: str, what: str):
+    """Case-insensitive lookup of an enum value, with an error that lists the accepted spellings."""
+    from forewarn.core.errors import Invalid
+
+    for member in enum_type:
+        if member.value.lower() == str(text).lower():
+            return member
+    accepted = ", ".join(member.value for member in enum_type)
+    raise Invalid(f"unknown {what} {text!r}; expected one of {accepted}")
+
+
+@dataclass(frozen=True)
+class Event:
+    """What one broadcast scope is told about one operation.
+
+    ``resources`` are VM names in the order the platform lists them. ``approvals`` are who approved it (VM names, or
+    ``control`` for the operator); approval is not visible in IMDS but decides when the operation starts.
+    """
+
+    event_id: str
+    seq: int
+    operation_id: str
+    scope: str
+    event_type: EventType
+    source: EventSource
+    resources: tuple[str, ...]
+    description: str
+    duration_seconds: int
+    not_before: datetime
+    impact_window: timedelta
+    status: EventStatus
+    created_at: datetime
+    started_at: datetime | None = None
+    ends_at: datetime | None = None
+    ended_at: datetime | None = None
+    approvals: tuple[str, ...] = field(default_factory=tuple)
+
+    def moved_to(self, status: EventStatus, now: datetime) -> Event:
+        if status not in ALLOWED_TRANSITIONS[self.status]:
+            raise AssertionError(f"illegal transition {self.status.value} -> {status.value} for {self.event_id}")
+        if status is EventStatus.STARTED:
+            return replace(self, status=status, started_at=now, ends_at=now + self.impact_window)
+        return replace(self, status=status, ended_at=now)
+
+    def approved_by(self, who: str) -> Event:
+        if who in self.approvals:
+            return self
+        return replace(self, approvals=self.approvals + (who,))

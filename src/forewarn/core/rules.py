@@ -1,0 +1,79 @@
+"""Platform rules: notice per event type, impact windows, default descriptions and durations.
+
+Defaults follow the seeds (000, 001): Freeze and Reboot 15 minutes of notice, Redeploy 10 minutes, Preempt 30 seconds,
+Terminate 5 to 15 minutes (default 10 here until scale-set profiles set it). Impact windows follow the median timings
+of Microsoft's mock server (reference azure-mock.md 1.2): Freeze 5 minutes, the others 10 minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from forewarn.core.model import EventSource, EventType
+
+DEFAULT_NOTICE = {
+    EventType.FREEZE: timedelta(minutes=15),
+    EventType.REBOOT: timedelta(minutes=15),
+    EventType.REDEPLOY: timedelta(minutes=10),
+    EventType.PREEMPT: timedelta(seconds=30),
+    EventType.TERMINATE: timedelta(minutes=10),
+}
+
+DEFAULT_IMPACT_WINDOW = {
+    EventType.FREEZE: timedelta(minutes=5),
+    EventType.REBOOT: timedelta(minutes=10),
+    EventType.REDEPLOY: timedelta(minutes=10),
+    EventType.PREEMPT: timedelta(minutes=5),
+    EventType.TERMINATE: timedelta(minutes=10),
+}
+
+# DurationInSeconds: -1 means unknown; the live-migration Freeze of the seeds' example flow lasts 5 seconds.
+DEFAULT_DURATION_SECONDS = {
+    EventType.FREEZE: 5,
+    EventType.REBOOT: -1,
+    EventType.REDEPLOY: -1,
+    EventType.PREEMPT: -1,
+    EventType.TERMINATE: -1,
+}
+
+# Descriptions seen on real VMs and in the seeds; user Reboot and Preempt events were seen with "".
+DEFAULT_DESCRIPTIONS = {
+    (EventType.FREEZE, EventSource.PLATFORM): (
+        "Virtual machine is being paused because of a memory-preserving Live Migration operation."
+    ),
+    (EventType.REBOOT, EventSource.PLATFORM): "Host server is undergoing maintenance.",
+    (EventType.REDEPLOY, EventSource.PLATFORM): "Host server is undergoing maintenance.",
+    (EventType.REBOOT, EventSource.USER): "Virtual machine is going to be restarted as requested by authorized user.",
+    (EventType.REDEPLOY, EventSource.USER): (
+        "Virtual machine is going to be redeployed as requested by authorized user."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Rules:
+    notice: dict[EventType, timedelta] = field(default_factory=lambda: dict(DEFAULT_NOTICE))
+    impact_window: dict[EventType, timedelta] = field(default_factory=lambda: dict(DEFAULT_IMPACT_WINDOW))
+    duration_seconds: dict[EventType, int] = field(default_factory=lambda: dict(DEFAULT_DURATION_SECONDS))
+
+    def description(self, event_type: EventType, source: EventSource) -> str:
+        return DEFAULT_DESCRIPTIONS.get((event_type, source), "")
+
+    def with_overrides(
+        self,
+        notice: dict[EventType, timedelta] | None = None,
+        impact_window: dict[EventType, timedelta] | None = None,
+    ) -> Rules:
+        return Rules(
+            notice={**self.notice, **(notice or {})},
+            impact_window={**self.impact_window, **(impact_window or {})},
+            duration_seconds=dict(self.duration_seconds),
+        )
+
+
+def whole_second_ceiling(moment: datetime) -> datetime:
+    """NotBefore is shown to the second; rounding up keeps the promise that nothing starts before the shown time."""
+    if moment.microsecond == 0:
+        return moment
+    return moment.replace(microsecond=0) + timedelta(seconds=1)

@@ -1,0 +1,212 @@
+"""The service around the core: one command at a time, committed before anyone hears of it.
+
+``Maintenance`` owns the engine, the store and the clock. Every command runs the engine, commits the changes it
+returned in one transaction, then tells the listeners (read models such as the IMDS document cache, and the log).
+If the commit fails, the engine is rebuilt from the store, so memory never holds a change the database lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Callable, Iterable
+
+from forewarn.core.clock import MANUAL, Clock
+from forewarn.core.engine import Change, Engine, EventChanged, ScheduleRequest
+from forewarn.core.errors import Conflict
+from forewarn.core.fleet import Fleet
+from forewarn.core.model import Event
+from forewarn.core.rules import Rules
+from forewarn.store import SQLStore, StoredState
+
+log = logging.getLogger("forewarn.events")
+
+Listener = Callable[[list[Change]], None]
+
+
+class FleetMismatch(Exception):
+    """The database already holds a different fleet than the one given."""
+
+
+@dataclass(frozen=True)
+class ClockView:
+    mode: str
+    speed: float
+    now: datetime
+    next_deadline: datetime | None
+
+
+class Maintenance:
+    def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
+        self.store = store
+        self.engine = engine
+        self.clock = clock
+        self.wall = wall
+        self._listeners: list[Listener] = []
+        self._lock = threading.RLock()
+        self._due_wall = float("inf")
+        self._refresh_due()
+
+    # -------------------------------------------------------------------------------------------- opening
+    @classmethod
+    def open(
+        cls,
+        store: SQLStore,
+        fleet: Fleet | None,
+        clock_mode: str = "real",
+        speed: float = 1.0,
+        start: datetime | None = None,
+        seed: str | None = None,
+        rules: Rules | None = None,
+        wall: Callable[[], float] = time.time,
+    ) -> Maintenance:
+        """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down."""
+        state = store.load()
+        now_wall = wall()
+        if state is None:
+            if fleet is None:
+                raise FleetMismatch("the database is empty; give a fleet file (--fleet FILE, or --fleet demo)")
+            clock = Clock.start(clock_mode, speed, now_wall, start)
+            seed = seed or secrets.token_hex(8)
+            store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
+            state = store.load()
+        else:
+            stored_fleet = Fleet.from_records(state.fleet_records)
+            if fleet is not None and fleet != stored_fleet:
+                raise FleetMismatch(
+                    "the database already holds a different fleet; use a new database, or start without --fleet to "
+                    "keep the stored one"
+                )
+        service = cls(store, cls._engine_from(state, rules), state.clock, wall)
+        reconfigured = state.clock.reconfigured(clock_mode, speed, now_wall)
+        if reconfigured != state.clock:
+            service.clock = reconfigured
+            store.commit([], service.engine.now, reconfigured)
+        service.catch_up()
+        return service
+
+    @staticmethod
+    def _engine_from(state: StoredState, rules: Rules | None) -> Engine:
+        return Engine(
+            Fleet.from_records(state.fleet_records),
+            state.seed,
+            state.now,
+            rules,
+            state.events,
+            state.incarnations,
+        )
+
+    # ----------------------------------------------------------------------------------------------- core
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
+        with self._lock:
+            try:
+                changes = command(self.engine)
+                self.store.commit(changes, self.engine.now, clock)
+            except Exception as error:
+                if not _is_refusal(error):
+                    # The engine may hold changes the database refused: rebuild it from what was committed.
+                    state = self.store.load()
+                    self.engine = self._engine_from(state, self.engine.rules)
+                    self.clock = state.clock
+                    for listener in self._listeners:
+                        listener([])
+                raise
+            if clock is not None:
+                self.clock = clock
+            self._refresh_due()
+        self._announce(changes)
+        return changes
+
+    def _announce(self, changes: list[Change]) -> None:
+        for change in changes:
+            if isinstance(change, EventChanged):
+                event = change.event
+                log.info(
+                    "event %s %s %s [%s] in %s: %s (%s)",
+                    event.event_id,
+                    event.event_type.value,
+                    event.status.value,
+                    ", ".join(event.resources),
+                    event.scope,
+                    change.what,
+                    change.reason,
+                )
+        for listener in self._listeners:
+            listener(changes)
+
+    def _refresh_due(self) -> None:
+        due = self.engine.next_deadline()
+        when = None if due is None else self.clock.wall_when(due)
+        self._due_wall = float("inf") if when is None else when
+
+    @property
+    def due_wall(self) -> float:
+        """Wall time at which the next deadline falls due (infinity for a manual clock or no deadline)."""
+        return self._due_wall
+
+    def catch_up(self) -> list[Change]:
+        """Bring the engine to the clock's time (real clocks; manual ones move only by command).
+
+        Deadlines that fell due are applied and committed. Time that passes with nothing due needs no commit: a real
+        clock's time is derived from its stored anchor, so the engine just follows it in memory.
+        """
+        if self.clock.mode == MANUAL:
+            return []
+        now = self.clock.now(self.wall())
+        with self._lock:
+            due = self.engine.next_deadline()
+            if due is None or now < due:
+                if now > self.engine.now:
+                    self.engine.advance(now)
+                return []
+        return self._run(lambda engine: engine.advance(max(now, engine.now)))
+
+    def now(self) -> datetime:
+        return max(self.clock.now(self.wall()), self.engine.now)
+
+    # ------------------------------------------------------------------------------------------ commands
+    def schedule(self, request: ScheduleRequest) -> list[Event]:
+        self.catch_up()
+        changes = self._run(lambda engine: engine.schedule(request))
+        return [c.event for c in changes if isinstance(c, EventChanged)]
+
+    def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
+        self.catch_up()
+        ids = list(event_ids)
+        return self._run(lambda engine: engine.approve(ids, by))
+
+    def cancel(self, event_id: str) -> Event:
+        self.catch_up()
+        changes = self._run(lambda engine: engine.cancel(event_id))
+        return next(c.event for c in changes if isinstance(c, EventChanged))
+
+    def advance_clock(self, delta: timedelta) -> list[Change]:
+        if delta < timedelta(0):
+            raise Conflict("time cannot go backwards; advance by a positive duration")
+        return self.set_clock(self.clock.anchor_sim + delta)
+
+    def set_clock(self, moment: datetime) -> list[Change]:
+        clock = self.clock.moved_to(moment, self.wall())
+        return self._run(lambda engine: engine.advance(moment), clock)
+
+    def step_clock(self) -> list[Change]:
+        """Manual clocks: jump to the next deadline (or stay, when nothing is pending)."""
+        due = self.engine.next_deadline()
+        return self.set_clock(due if due is not None else self.clock.anchor_sim)
+
+    def clock_view(self) -> ClockView:
+        return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
+
+
+def _is_refusal(error: Exception) -> bool:
+    """Refused commands raise before the engine changes anything; only storage failures need a rebuild."""
+    from forewarn.core.errors import CoreError
+
+    return isinstance(error, CoreError)

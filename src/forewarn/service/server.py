@@ -1,0 +1,163 @@
+"""Assembling and running the server: one process, one event loop, every surface on its own listeners.
+
+The control API listens on ``--host``/``--port``; Azure IMDS on ``--imds-host``/``--imds-port``, plus a listener on
+each VM's own ``imds.port`` and on each VM's loopback ``imds.address`` (so that ``http://127.0.0.10:8169`` is
+WestNO_0's metadata endpoint). One ASGI app dispatches on the listener a request arrived on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import socket
+import time
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from forewarn.service.runtime import Maintenance
+from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
+from forewarn.surfaces.callers import CallerResolver
+from forewarn.surfaces.control import create_control_app
+
+log = logging.getLogger("forewarn.server")
+
+
+@dataclass
+class Listeners:
+    control: tuple[str, int]
+    imds: tuple[str, int]
+    vm_ports: dict[int, str] = field(default_factory=dict)
+    vm_addresses: dict[str, str] = field(default_factory=dict)
+
+
+class Dispatcher:
+    """Routes each request to the surface that owns the listener it arrived on."""
+
+    def __init__(self, service: Maintenance, control_port: int, control, imds):
+        self.service = service
+        self.control_port = control_port
+        self.control = control
+        self.imds = imds
+        self._timer: asyncio.Task | None = None
+        self._wake = asyncio.Event()
+        service.subscribe(lambda changes: self._wake.set())
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope.get("server", (None, None))[1] == self.control_port:
+            await self.control(scope, receive, send)
+        else:
+            await self.imds(scope, receive, send)
+
+    async def _lifespan(self, receive, send):
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self._timer = asyncio.create_task(self._run_deadlines())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self._timer:
+                    self._timer.cancel()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _run_deadlines(self):
+        """For real clocks: wake when the next deadline falls due (or when a command changes the deadlines)."""
+        while True:
+            delay = min(max(self.service.due_wall - time.time(), 0.0), 3600.0)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                continue
+            except asyncio.TimeoutError:
+                pass
+            try:
+                self.service.catch_up()
+            except Exception:  # a store failure must not stop the timer; the service already rebuilt its engine
+                log.exception("applying due deadlines failed; retrying in 1 s")
+                await asyncio.sleep(1)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
+
+
+def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings()):
+    """The dispatcher and the bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
+    fleet = service.engine.fleet
+    sockets = [_listen(*listeners.control), _listen(*listeners.imds)]
+    for vm in fleet.vms.values():
+        if vm.imds_port is not None and vm.imds_port not in (listeners.imds[1], listeners.control[1]):
+            try:
+                sockets.append(_listen(listeners.imds[0], vm.imds_port))
+                listeners.vm_ports[vm.imds_port] = vm.name
+            except OSError as error:
+                log.warning("VM %s: cannot listen on port %s (%s); skipped", vm.name, vm.imds_port, error.strerror)
+        if vm.imds_address is not None and vm.imds_address != listeners.imds[0]:
+            address = ipaddress.ip_address(vm.imds_address)
+            if address.is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
+                try:
+                    sockets.append(_listen(vm.imds_address, listeners.imds[1]))
+                    listeners.vm_addresses[vm.imds_address] = vm.name
+                except OSError as error:
+                    log.warning("VM %s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
+    resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
+    imds = AzureImds(service, resolver, imds_settings)
+    control = create_control_app(service, imds_document=lambda scope, version: imds.document(scope, version)[0])
+    return Dispatcher(service, listeners.control[1], control, imds), sockets, imds
+
+
+async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings, announce=print) -> None:
+    app, sockets, _ = build(service, listeners, imds_settings)
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        access_log=False,
+        server_header=False,
+        log_config=None,
+        timeout_keep_alive=30,
+    )
+    server = uvicorn.Server(config)
+    announce(describe(service, listeners))
+    await server.serve(sockets=sockets)
+
+
+def describe(service: Maintenance, listeners: Listeners) -> str:
+    control = f"http://{listeners.control[0]}:{listeners.control[1]}"
+    imds = f"http://{listeners.imds[0]}:{listeners.imds[1]}"
+    fleet = service.engine.fleet
+    clock = service.clock
+    lines = [
+        f"forewarn serving {len(fleet.vms)} VMs on {len(fleet.hosts)} hosts ({len(fleet.scopes)} scopes), "
+        f"store {service.store.description}, clock {clock.mode}"
+        + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
+        + f", simulated time {service.now().isoformat()}",
+        f"  control API   {control}   (OpenAPI: {control}/openapi.json; CLI: export FOREWARN_SERVER={control})",
+        f"  Azure IMDS    {imds}/metadata/scheduledevents"
+        + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
+    ]
+    reachable = []
+    for vm in fleet.vms.values():
+        where = []
+        if vm.imds_address in listeners.vm_addresses:
+            where.append(f"http://{vm.imds_address}:{listeners.imds[1]}")
+        if vm.imds_port in listeners.vm_ports:
+            where.append(f"http://{listeners.imds[0]}:{vm.imds_port}")
+        if where:
+            reachable.append(f"    {vm.name:<20} {'  or  '.join(where)}")
+    lines.extend(reachable[:20])
+    if len(reachable) > 20:
+        lines.append(f"    ... and {len(reachable) - 20} more VMs (forewarn fleet lists them all)")
+    lines.append(
+        f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'"
+    )
+    return "\n".join(lines)

@@ -1,0 +1,180 @@
+"""The narrow storage interface, and the SQL both databases share.
+
+A store keeps: the fleet, the id seed, the clock setting, the simulated time of the last applied command, every
+event at its latest state, each scope's DocumentIncarnation, and a journal of every change. ``commit`` writes the
+changes of one command in one transaction; nothing is reported to a client before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Sequence
+
+from forewarn.core.clock import Clock
+from forewarn.core.engine import Change, EventChanged, IncarnationChanged, TimeMoved
+from forewarn.core.model import Event
+from forewarn.store.codec import decode_clock, decode_event, encode_clock, encode_event
+
+SCHEMA_VERSION = "1"
+
+
+class StoreError(Exception):
+    """The database refused or failed; the message says which database and why."""
+
+
+@dataclass
+class StoredState:
+    fleet_records: dict
+    seed: str
+    clock: Clock
+    now: datetime
+    events: list[Event]
+    incarnations: dict[str, int]
+
+
+@dataclass
+class JournalEntry:
+    seq: int
+    at: str
+    kind: str
+    event_id: str | None
+    detail: dict
+
+
+class SQLStore:
+    """Shared SQL; subclasses supply the connection, the parameter marker and the DDL differences."""
+
+    name = "sql"
+    marker = "?"
+    journal_id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
+
+    def __init__(self, connection: Any, description: str):
+        self.connection = connection
+        self.description = description
+
+    # -------------------------------------------------------------------------------------------- set-up
+    def _ddl(self) -> list[str]:
+        return [
+            "CREATE TABLE IF NOT EXISTS forewarn_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+            "scope TEXT NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_scopes (scope TEXT PRIMARY KEY, incarnation BIGINT NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
+            "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
+        ]
+
+    def _sql(self, text: str) -> str:
+        return text.replace("?", self.marker)
+
+    def _execute(self, cursor, text: str, params: Sequence = ()) -> None:
+        cursor.execute(self._sql(text), params)
+
+    def migrate(self) -> None:
+        with self._transaction() as cursor:
+            for statement in self._ddl():
+                cursor.execute(statement)
+            self._execute(
+                cursor,
+                "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                ("schema_version", SCHEMA_VERSION),
+            )
+
+    # --------------------------------------------------------------------------------------------- reads
+    def _meta(self, cursor) -> dict[str, str]:
+        self._execute(cursor, "SELECT key, value FROM forewarn_meta")
+        return dict(cursor.fetchall())
+
+    def load(self) -> StoredState | None:
+        """The stored state, or None for a store that was never initialized."""
+        with self._transaction() as cursor:
+            meta = self._meta(cursor)
+            if "fleet" not in meta:
+                return None
+            self._execute(cursor, "SELECT data FROM forewarn_events ORDER BY seq")
+            events = [decode_event(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT scope, incarnation FROM forewarn_scopes")
+            incarnations = {scope: int(value) for scope, value in cursor.fetchall()}
+        return StoredState(
+            fleet_records=json.loads(meta["fleet"]),
+            seed=meta["seed"],
+            clock=decode_clock(meta["clock"]),
+            now=datetime.fromisoformat(meta["now"]),
+            events=events,
+            incarnations=incarnations,
+        )
+
+    def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
+        with self._transaction() as cursor:
+            if event_id is None:
+                self._execute(
+                    cursor, "SELECT seq, at, kind, event_id, detail FROM forewarn_journal ORDER BY seq DESC LIMIT ?", (limit,)
+                )
+            else:
+                self._execute(
+                    cursor,
+                    "SELECT seq, at, kind, event_id, detail FROM forewarn_journal WHERE event_id = ? "
+                    "ORDER BY seq DESC LIMIT ?",
+                    (event_id, limit),
+                )
+            rows = cursor.fetchall()
+        return [JournalEntry(int(r[0]), r[1], r[2], r[3], json.loads(r[4])) for r in reversed(rows)]
+
+    # -------------------------------------------------------------------------------------------- writes
+    def initialize(self, fleet_records: dict, seed: str, clock: Clock, now: datetime) -> None:
+        with self._transaction() as cursor:
+            for key, value in (
+                ("fleet", json.dumps(fleet_records, sort_keys=True)),
+                ("seed", seed),
+                ("clock", encode_clock(clock)),
+                ("now", now.isoformat()),
+            ):
+                self._put_meta(cursor, key, value)
+
+    def _put_meta(self, cursor, key: str, value: str) -> None:
+        self._execute(
+            cursor,
+            "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def commit(self, changes: Sequence[Change], now: datetime, clock: Clock | None = None) -> None:
+        """Write one command's changes atomically, with the simulated time it left the engine at."""
+        with self._transaction() as cursor:
+            for change in changes:
+                if isinstance(change, EventChanged):
+                    event = change.event
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
+                        "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
+                        (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
+                    )
+                    self._journal(cursor, now, change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
+                elif isinstance(change, IncarnationChanged):
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
+                        "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
+                        (change.scope, change.incarnation),
+                    )
+                elif isinstance(change, TimeMoved):
+                    pass  # recorded once below, as "now"
+            self._put_meta(cursor, "now", now.isoformat())
+            if clock is not None:
+                self._put_meta(cursor, "clock", encode_clock(clock))
+
+    def _journal(self, cursor, now: datetime, kind: str, event_id: str | None, detail: dict) -> None:
+        self._execute(
+            cursor,
+            "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)",
+            (now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)),
+        )
+
+    # ---------------------------------------------------------------------------------------- per-database
+    def _transaction(self):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.connection.close()

@@ -1,0 +1,76 @@
+"""Plain-data encoding of core records for the store (JSON text in one column, same for every database)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from forewarn.core.clock import Clock
+from forewarn.core.model import Event, EventSource, EventStatus, EventType
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+def encode_event(event: Event) -> str:
+    return json.dumps(
+        {
+            "event_id": event.event_id,
+            "seq": event.seq,
+            "operation_id": event.operation_id,
+            "scope": event.scope,
+            "event_type": event.event_type.value,
+            "source": event.source.value,
+            "resources": list(event.resources),
+            "description": event.description,
+            "duration_seconds": event.duration_seconds,
+            "not_before": _time(event.not_before),
+            "impact_window": event.impact_window.total_seconds(),
+            "status": event.status.value,
+            "created_at": _time(event.created_at),
+            "started_at": _time(event.started_at),
+            "ends_at": _time(event.ends_at),
+            "ended_at": _time(event.ended_at),
+            "approvals": list(event.approvals),
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_event(text: str) -> Event:
+    data = json.loads(text)
+    return Event(
+        event_id=data["event_id"],
+        seq=data["seq"],
+        operation_id=data["operation_id"],
+        scope=data["scope"],
+        event_type=EventType(data["event_type"]),
+        source=EventSource(data["source"]),
+        resources=tuple(data["resources"]),
+        description=data["description"],
+        duration_seconds=data["duration_seconds"],
+        not_before=_parse_time(data["not_before"]),
+        impact_window=timedelta(seconds=data["impact_window"]),
+        status=EventStatus(data["status"]),
+        created_at=_parse_time(data["created_at"]),
+        started_at=_parse_time(data["started_at"]),
+        ends_at=_parse_time(data["ends_at"]),
+        ended_at=_parse_time(data["ended_at"]),
+        approvals=tuple(data["approvals"]),
+    )
+
+
+def encode_clock(clock: Clock) -> str:
+    return json.dumps(
+        {"mode": clock.mode, "speed": clock.speed, "anchor_wall": clock.anchor_wall, "anchor_sim": _time(clock.anchor_sim)}
+    )
+
+
+def decode_clock(text: str) -> Clock:
+    data = json.loads(text)
+    return Clock(data["mode"], data["speed"], data["anchor_wall"], _parse_time(data["anchor_sim"]))

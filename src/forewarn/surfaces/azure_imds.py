@@ -1,0 +1,279 @@
+"""Azure Instance Metadata Service: ``/metadata/scheduledevents``, ``/metadata/instance``, ``/metadata/versions``.
+
+A raw ASGI app, because a GET is the hot path: it resolves the caller's scope, checks headers and api-version, and
+sends bytes rendered once per (scope, DocumentIncarnation, api-version). Rendering happens on the first read after a
+change; nothing is encoded or queried per request.
+
+Wire rules (reference azure-mock.md sections 4 and 6): field order as IMDS sends it, NotBefore in RFC 1123 GMT and
+``""`` once Started, uppercase EventIds, fields and event types gated by api-version, ``Metadata: true`` required,
+``X-Forwarded-For`` and duplicate query parameters refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from email.utils import format_datetime
+from urllib.parse import parse_qsl
+
+from forewarn.core.errors import NotFound
+from forewarn.core.model import Event, EventStatus, EventType
+from forewarn.service.runtime import Maintenance
+from forewarn.surfaces import azure_instance
+from forewarn.surfaces.asgi import TEXT, header_values, read_body, respond
+from forewarn.surfaces.callers import CallerResolver, UnknownCaller
+
+log = logging.getLogger("forewarn.imds")
+
+# Scheduled events have their own api-version set, separate from the instance endpoint's (azure-docs#46856).
+SCHEDULED_EVENTS_VERSIONS = ("2017-03-01", "2017-08-01", "2017-11-01", "2019-01-01", "2019-04-01", "2019-08-01", "2020-07-01")
+PREVIEW_VERSION = "2017-03-01"
+# Which versions scheduledevents lists in its error is not documented; its three newest is our assumption.
+NEWEST_SCHEDULED_EVENTS_VERSIONS = ["2020-07-01", "2019-08-01", "2019-04-01"]
+
+# Event types and fields by the version that introduced them (001 release notes).
+TYPE_SINCE = {EventType.PREEMPT: "2017-11-01", EventType.TERMINATE: "2019-01-01"}
+DESCRIPTION_SINCE = "2019-04-01"
+EVENT_SOURCE_SINCE = "2019-08-01"
+DURATION_SINCE = "2020-07-01"
+
+
+def _error(message: str, **extra) -> bytes:
+    return json.dumps({"error": message, **extra}).encode()
+
+
+# Seen on real VMs (azure-docs#91624), spacing included.
+MISSING_METADATA_HEADER = b'{ "error": "Bad request: . Required metadata header not specified" }'
+BAD_API_VERSION = (
+    "Bad request. api-version is invalid or was not specified in the request. For more information refer to "
+    "aka.ms/azureimds"
+)
+# Documented as rejected; the bodies are not documented, these are our wording.
+FORWARDED_REFUSED = _error("Bad request. Requests with an X-Forwarded-For header are not allowed")
+DUPLICATE_PARAMETER = _error("Bad request. Requests with duplicate query parameter names are not allowed")
+NOT_FOUND = _error("Not found")
+METHOD_NOT_ALLOWED = _error("Method not allowed")
+BAD_START_REQUESTS = _error(
+    'Bad request. The body must be JSON of the form {"StartRequests": [{"EventId": "<EventId>"}]}'
+)
+
+
+@dataclass(frozen=True)
+class ImdsSettings:
+    # What a POST naming an EventId this VM cannot see gets: "reject" (400, nothing approved) or "accept" (200, ignored).
+    unknown_event_ids: str = "reject"
+
+
+class AzureImds:
+    def __init__(self, service: Maintenance, resolver: CallerResolver, settings: ImdsSettings = ImdsSettings()):
+        self.service = service
+        self.resolver = resolver
+        self.settings = settings
+        self._documents: dict[str, dict[str, tuple[bytes, bytes]]] = {}
+        self._instance: dict[tuple[str, str], dict] = {}
+        self._queries: dict[bytes, dict | bytes] = {}
+        service.subscribe(self._on_change)
+
+    # ------------------------------------------------------------------------------------------ read model
+    def _on_change(self, changes) -> None:
+        if not changes:  # the service rebuilt its engine: forget everything
+            self._documents.clear()
+            return
+        for change in changes:
+            scope = getattr(change, "scope", None)
+            if scope is not None and hasattr(change, "incarnation"):
+                self._documents.pop(scope, None)
+
+    def document(self, scope: str, version: str) -> tuple[bytes, bytes]:
+        """The rendered document and its ETag; rendered once per change of the scope."""
+        per_scope = self._documents.setdefault(scope, {})
+        found = per_scope.get(version)
+        if found is None:
+            engine = self.service.engine
+            body = render_document(engine.incarnation(scope), engine.live_events(scope), version)
+            found = (body, b'"' + hashlib.blake2b(body, digest_size=8).hexdigest().encode() + b'"')
+            per_scope[version] = found
+        return found
+
+    # ---------------------------------------------------------------------------------------------- ASGI
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            return
+        path = scope["path"]
+        if path == "/metadata/scheduledevents":
+            await self._scheduled_events(scope, receive, send)
+        elif path == "/metadata/instance" or path.startswith("/metadata/instance/"):
+            await self._instance_metadata(scope, send)
+        elif path == "/metadata/versions":
+            await self._versions(scope, send)
+        else:
+            await respond(send, 404, NOT_FOUND)
+
+    def _query(self, scope) -> dict | bytes:
+        """The query parameters, or an error body; cached, since clients repeat the same query every second."""
+        raw = scope["query_string"]
+        found = self._queries.get(raw)
+        if found is None:
+            pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+            names = [name for name, _ in pairs]
+            found = DUPLICATE_PARAMETER if len(set(names)) != len(names) else dict(pairs)
+            if len(self._queries) < 4096:
+                self._queries[raw] = found
+        return found
+
+    def _refusal(self, scope, query, versions, newest) -> bytes | None:
+        """The common checks of every IMDS request; the error body to send, or None."""
+        headers = scope["headers"]
+        metadata = None
+        for key, value in headers:
+            if key == b"x-forwarded-for":
+                return FORWARDED_REFUSED
+            if key == b"metadata":
+                metadata = value
+        if isinstance(query, bytes):
+            return query
+        version = query.get("api-version")
+        # The 2017-03-01 preview did not enforce the header; 2017-08-01 enforced it for every request.
+        if (metadata is None or metadata.lower() != b"true") and not (version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS):
+            return MISSING_METADATA_HEADER
+        if versions is not None and version not in versions:
+            return _error(BAD_API_VERSION, **{"newest-versions": newest})
+        return None
+
+    async def _scheduled_events(self, scope, receive, send) -> None:
+        method = scope["method"]
+        if method not in ("GET", "POST"):
+            await respond(send, 405, METHOD_NOT_ALLOWED, extra=[(b"allow", b"GET, POST")])
+            return
+        query = self._query(scope)
+        refusal = self._refusal(scope, query, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
+        if refusal is not None:
+            await respond(send, 400, refusal)
+            return
+        try:
+            vm = self.resolver.resolve(scope)
+        except UnknownCaller as error:
+            await respond(send, 400, _error(f"Bad request. {error}"))
+            return
+        if method == "POST":
+            await self._approve(vm, scope, receive, send)
+            return
+        service = self.service
+        if service.wall() >= service.due_wall:
+            service.catch_up()
+        body, etag = self.document(vm.scope, query["api-version"])
+        for value in header_values(scope, b"if-none-match"):
+            if etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")) or value.strip() == b"*":
+                await respond(send, 304, b"", extra=[(b"etag", etag)])
+                return
+        await respond(send, 200, body, extra=[(b"etag", etag)])
+
+    async def _approve(self, vm, scope, receive, send) -> None:
+        body = await read_body(receive)
+        event_ids = parse_start_requests(body)
+        if event_ids is None:
+            await respond(send, 400, BAD_START_REQUESTS)
+            return
+        visible = []
+        for event_id in event_ids:
+            event = self.service.engine.events.get(event_id)
+            if event is None or event.scope != vm.scope:
+                if self.settings.unknown_event_ids == "reject":
+                    log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
+                    await respond(send, 400, _error(f"Bad request. EventId {event_id} is not a scheduled event of this VM"))
+                    return
+                log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
+                continue
+            visible.append(event_id)
+        try:
+            self.service.approve(visible, by=vm.name)
+        except NotFound as error:  # the event vanished between the check and the command
+            await respond(send, 400, _error(f"Bad request. {error}"))
+            return
+        await respond(send, 200, b"")
+
+    async def _instance_metadata(self, scope, send) -> None:
+        if scope["method"] != "GET":
+            await respond(send, 405, METHOD_NOT_ALLOWED, extra=[(b"allow", b"GET")])
+            return
+        query = self._query(scope)
+        versions = azure_instance.INSTANCE_API_VERSIONS
+        refusal = self._refusal(scope, query, versions, list(versions[:3]))
+        if refusal is not None:
+            await respond(send, 400, refusal)
+            return
+        try:
+            vm = self.resolver.resolve(scope)
+        except UnknownCaller as error:
+            await respond(send, 400, _error(f"Bad request. {error}"))
+            return
+        status, body, content_type = azure_instance.answer(
+            vm, query["api-version"], scope["path"][len("/metadata/instance"):], query.get("format")
+        )
+        await respond(send, status, body, content_type)
+
+    async def _versions(self, scope, send) -> None:
+        if scope["method"] != "GET":
+            await respond(send, 405, METHOD_NOT_ALLOWED, extra=[(b"allow", b"GET")])
+            return
+        query = self._query(scope)
+        refusal = self._refusal(scope, query, None, None)
+        if refusal is not None:
+            await respond(send, 400, refusal)
+            return
+        await respond(send, 200, json.dumps(azure_instance.versions_document()).encode())
+
+
+# ----------------------------------------------------------------------------------------------- wire format
+def not_before_text(event: Event) -> str:
+    """RFC 1123 in GMT while Scheduled (``Mon, 20 Apr 2026 22:26:58 GMT``); empty once Started."""
+    if event.status is EventStatus.SCHEDULED:
+        return format_datetime(event.not_before, usegmt=True)
+    return ""
+
+
+def render_document(incarnation: int, events: list[Event], version: str) -> bytes:
+    rendered = []
+    for event in events:
+        since = TYPE_SINCE.get(event.event_type)
+        if since is not None and version < since:
+            continue  # e.g. Terminate does not exist for 2017-08-01 clients (drainsafe#4)
+        resources = list(event.resources)
+        if version == PREVIEW_VERSION:
+            resources = ["_" + name for name in resources]  # dropped in 2017-08-01
+        item = {
+            "EventId": event.event_id,
+            "EventStatus": event.status.value,
+            "EventType": event.event_type.value,
+            "ResourceType": "VirtualMachine",
+            "Resources": resources,
+            "NotBefore": not_before_text(event),
+        }
+        if version >= DESCRIPTION_SINCE:
+            item["Description"] = event.description
+        if version >= EVENT_SOURCE_SINCE:
+            item["EventSource"] = event.source.value
+        if version >= DURATION_SINCE:
+            item["DurationInSeconds"] = event.duration_seconds
+        rendered.append(item)
+    return json.dumps({"DocumentIncarnation": incarnation, "Events": rendered}, separators=(",", ":")).encode()
+
+
+def parse_start_requests(body: bytes | None) -> list[str] | None:
+    """The EventIds of a ``{"StartRequests": [{"EventId": ...}]}`` body (uppercased), or None when malformed."""
+    if not body:
+        return None
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("StartRequests"), list):
+        return None
+    event_ids = []
+    for item in data["StartRequests"]:
+        if not isinstance(item, dict) or not isinstance(item.get("EventId"), str) or not item["EventId"].strip():
+            return None
+        event_ids.append(item["EventId"].strip().upper())
+    return event_ids

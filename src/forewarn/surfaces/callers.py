@@ -1,0 +1,47 @@
+"""Which VM is asking: the metadata endpoints answer as the VM behind the connection.
+
+In order: the connection arrived on a VM's own port (``imds.port``); the caller's address is a VM's
+``imds.address`` (network namespaces, or clients that bind their source address); the address the caller dialled is
+a VM's ``imds.address`` (loopback: a VM's client dials ``http://127.0.0.10:PORT``); the fleet's ``default_vm``.
+"""
+
+from __future__ import annotations
+
+from forewarn.core.fleet import VM, Fleet
+
+
+class UnknownCaller(Exception):
+    pass
+
+
+class CallerResolver:
+    def __init__(self, fleet: Fleet, shared_ports: set[int]):
+        self._by_port = {vm.imds_port: vm for vm in fleet.vms.values() if vm.imds_port is not None}
+        # A VM port that is also the shared listening port identifies nobody by itself.
+        for port in shared_ports:
+            self._by_port.pop(port, None)
+        self._by_address = {vm.imds_address: vm for vm in fleet.vms.values() if vm.imds_address is not None}
+        self._default = fleet.vms[fleet.default_vm] if fleet.default_vm else None
+        self._cache: dict[tuple, VM] = {}
+
+    def resolve(self, scope) -> VM:
+        server = scope.get("server") or ("", 0)
+        client = scope.get("client") or ("", 0)
+        key = (server[0], server[1], client[0])
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        found = (
+            self._by_port.get(server[1])
+            or self._by_address.get(client[0])
+            or self._by_address.get(server[0])
+            or self._default
+        )
+        if found is None:
+            raise UnknownCaller(
+                f"no VM of the fleet is reached at {server[0]}:{server[1]} from {client[0]}; give VMs an imds address "
+                "or port in the fleet file, or set default_vm"
+            )
+        if len(self._cache) < 65536:
+            self._cache[key] = found
+        return found

@@ -1,0 +1,277 @@
+"""The control API (JSON, described by the OpenAPI document at ``/openapi.json``): fleet, events and clock.
+
+This is forewarn's own surface, not a cloud's: the CLI speaks it, and tests and scenarios drive the engine through it.
+Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Literal
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from forewarn import __version__
+from forewarn.core.durations import parse_duration
+from forewarn.core.engine import ScheduleRequest
+from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
+from forewarn.core.model import Event, EventSource, EventType, parse_enum
+from forewarn.service.runtime import Maintenance
+from forewarn.store import StoreError
+from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
+
+
+def iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601 (``2026-04-20T22:26:58Z``); a time without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise Invalid(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:26:58Z") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+class EventOut(BaseModel):
+    event_id: str
+    status: str
+    type: str
+    source: str
+    resources: list[str]
+    scope: str
+    not_before: str
+    description: str
+    duration_seconds: int
+    impact_window_seconds: float
+    created_at: str
+    started_at: str | None
+    ends_at: str | None
+    ended_at: str | None
+    approvals: list[str]
+    operation_id: str
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        return cls(
+            event_id=event.event_id,
+            status=event.status.value,
+            type=event.event_type.value,
+            source=event.source.value,
+            resources=list(event.resources),
+            scope=event.scope,
+            not_before=iso(event.not_before),
+            description=event.description,
+            duration_seconds=event.duration_seconds,
+            impact_window_seconds=event.impact_window.total_seconds(),
+            created_at=iso(event.created_at),
+            started_at=iso(event.started_at),
+            ends_at=iso(event.ends_at),
+            ended_at=iso(event.ended_at),
+            approvals=list(event.approvals),
+            operation_id=event.operation_id,
+        )
+
+
+class ScheduleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(description="Freeze, Reboot, Redeploy, Preempt or Terminate", examples=["Freeze"])
+    vms: list[str] = Field(default_factory=list, description="VM names")
+    hosts: list[str] = Field(default_factory=list, description="host names: every VM on them is affected")
+    source: str = Field(default="Platform", description="Platform or User")
+    notice: str | None = Field(default=None, description="time until NotBefore: 30s, 15m, PT15M (default per type)")
+    not_before: str | None = Field(default=None, description="explicit NotBefore, ISO 8601 (instead of notice)")
+    duration_seconds: int | None = Field(default=None, description="DurationInSeconds; -1 means unknown")
+    description: str | None = None
+    impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
+
+
+class ApproveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_ids: list[str]
+    by: str = "control"
+
+
+class AdvanceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    by: str = Field(description="a duration: 30s, 10m, 1h, PT15M", examples=["10m"])
+
+
+class SetIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: str = Field(description="ISO 8601 time", examples=["2026-04-20T22:26:58Z"])
+
+
+class ClockOut(BaseModel):
+    mode: Literal["manual", "real"]
+    speed: float
+    now: str
+    next_deadline: str | None
+
+
+class ErrorOut(BaseModel):
+    error: dict[str, str]
+
+
+ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+def create_control_app(service: Maintenance, imds_document=None) -> FastAPI:
+    app = FastAPI(
+        title="forewarn control API",
+        version=__version__,
+        description="Build fleets, inject maintenance and move time. The CLI (`forewarn --help`) speaks this API.",
+    )
+
+    @app.exception_handler(CoreError)
+    async def core_error(request: Request, error: CoreError):
+        status = 404 if isinstance(error, NotFound) else 409 if isinstance(error, Conflict) else 400
+        return _error(status, type(error).__name__, str(error))
+
+    @app.exception_handler(StoreError)
+    async def store_error(request: Request, error: StoreError):
+        return _error(503, "StoreUnavailable", f"nothing was changed: {error}")
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in problem['loc'] if p != 'body') or 'body'}: {problem['msg']}"
+            for problem in error.errors()
+        )
+        return _error(400, "Invalid", problems)
+
+    @app.get("/healthz", tags=["service"])
+    async def health() -> dict:
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/v1/events", tags=["events"], response_model=list[EventOut])
+    async def list_events(all: bool = Query(False, description="include Completed and Canceled events")):
+        service.catch_up()
+        events = sorted(service.engine.events.values(), key=lambda e: e.seq)
+        return [EventOut.of(e) for e in events if all or e.status.live]
+
+    @app.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)
+    async def schedule(body: ScheduleIn):
+        request = ScheduleRequest(
+            event_type=parse_enum(EventType, body.type, "event type"),
+            vms=tuple(body.vms),
+            hosts=tuple(body.hosts),
+            source=parse_enum(EventSource, body.source, "event source"),
+            notice=None if body.notice is None else parse_duration(body.notice),
+            not_before=None if body.not_before is None else parse_time(body.not_before),
+            duration_seconds=body.duration_seconds,
+            description=body.description,
+            impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+        )
+        return [EventOut.of(e) for e in service.schedule(request)]
+
+    @app.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
+    async def get_event(event_id: str):
+        service.catch_up()
+        return EventOut.of(service.engine.event(event_id))
+
+    @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
+    async def event_journal(event_id: str):
+        event = service.engine.event(event_id)
+        return [
+            {"at": entry.at, "what": entry.kind, **entry.detail}
+            for entry in service.store.journal(event.event_id)
+        ]
+
+    @app.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
+    async def approve(body: ApproveIn):
+        ids = [event_id.upper() for event_id in body.event_ids]
+        service.approve(ids, by=body.by)
+        return [EventOut.of(service.engine.event(event_id)) for event_id in ids]
+
+    @app.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
+    async def approve_one(event_id: str):
+        service.approve([event_id.upper()], by="control")
+        return EventOut.of(service.engine.event(event_id))
+
+    @app.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
+    async def cancel(event_id: str):
+        return EventOut.of(service.cancel(event_id.upper()))
+
+    def clock_out() -> ClockOut:
+        view = service.clock_view()
+        return ClockOut(mode=view.mode, speed=view.speed, now=iso(view.now), next_deadline=iso(view.next_deadline))
+
+    @app.get("/v1/clock", tags=["clock"], response_model=ClockOut)
+    async def get_clock():
+        service.catch_up()
+        return clock_out()
+
+    @app.post("/v1/clock/advance", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    async def advance(body: AdvanceIn):
+        service.advance_clock(parse_duration(body.by))
+        return clock_out()
+
+    @app.post("/v1/clock/set", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    async def set_clock(body: SetIn):
+        service.set_clock(parse_time(body.to))
+        return clock_out()
+
+    @app.post("/v1/clock/next", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    async def next_deadline():
+        service.step_clock()
+        return clock_out()
+
+    @app.get("/v1/fleet", tags=["fleet"])
+    async def fleet():
+        engine = service.engine
+        return {
+            "default_vm": engine.fleet.default_vm,
+            "hosts": [
+                {"name": name, "vms": [vm.name for vm in engine.fleet.vms_by_host[name]]} for name in engine.fleet.hosts
+            ],
+            "scopes": [
+                {"scope": scope, "incarnation": engine.incarnation(scope), "vms": [vm.name for vm in vms]}
+                for scope, vms in engine.fleet.vms_by_scope.items()
+            ],
+            "vms": [
+                {
+                    "name": vm.name,
+                    "host": vm.host,
+                    "scope": vm.scope,
+                    "subscription_id": vm.subscription_id,
+                    "resource_group": vm.resource_group,
+                    "availability_set": vm.availability_set,
+                    "scale_set": vm.scale_set,
+                    "location": vm.location,
+                    "zone": vm.zone,
+                    "size": vm.size,
+                    "fault_domain": vm.fault_domain,
+                    "update_domain": vm.update_domain,
+                    "spot": vm.spot,
+                    "vm_id": vm.vm_id,
+                    "imds_address": vm.imds_address,
+                    "imds_port": vm.imds_port,
+                }
+                for vm in engine.fleet.vms.values()
+            ],
+        }
+
+    if imds_document is not None:
+
+        @app.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
+        async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
+            """The scheduled-events document this VM's IMDS serves right now (same bytes)."""
+            vm = service.engine.fleet.vm(name)
+            if api_version not in SCHEDULED_EVENTS_VERSIONS:
+                raise Invalid(f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}")
+            service.catch_up()
+            body = imds_document(vm.scope, api_version)
+            return Response(body, media_type="application/json")
+
+    return app

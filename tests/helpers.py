@@ -1,0 +1,129 @@
+"""Shared test helpers: small fleets, and a real server process on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import requests
+
+from forewarn.fleetfile import parse_fleet
+
+ROOT = Path(__file__).resolve().parent.parent
+T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
+
+SMALL_FLEET = """
+hosts: [{name: host-01}, {name: host-02}, {name: host-03}]
+vms:
+  - {name: WestNO_0, host: host-01, availability_set: westno}
+  - {name: WestNO_1, host: host-01, availability_set: westno}
+  - {name: WestNO_2, host: host-02, availability_set: westno}
+  - {name: solo, host: host-02}
+  - {name: other-tenant, host: host-02, subscription: 22222222-2222-2222-2222-222222222222}
+scale_sets:
+  - {name: myvmss, instances: 3, hosts: [host-03]}
+"""
+
+
+def small_fleet():
+    return parse_fleet(SMALL_FLEET, "small.yaml")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """A real ``forewarn serve`` process on loopback ports."""
+
+    def __init__(self, tmp_path: Path, fleet_text: str | None = SMALL_FLEET, db: str | None = None,
+                 clock: str = "manual", start: datetime = T0, extra: list[str] | None = None):
+        self.tmp_path = tmp_path
+        self.port = free_port()
+        self.imds_port = free_port()
+        self.db = db or str(tmp_path / "forewarn.db")
+        self.args = ["--db", self.db, "--port", str(self.port), "--imds-port", str(self.imds_port),
+                     "--clock", clock, "--start", start.isoformat(), "--seed", "test"] + (extra or [])
+        if fleet_text is not None:
+            fleet_file = tmp_path / "fleet.yaml"
+            fleet_file.write_text(fleet_text)
+            self.args += ["--fleet", str(fleet_file)]
+        self.process: subprocess.Popen | None = None
+        self.log_path = tmp_path / "server.log"
+
+    @property
+    def control(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def imds(self) -> str:
+        return f"http://127.0.0.1:{self.imds_port}"
+
+    def start(self) -> Server:
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+        self.log = open(self.log_path, "ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "forewarn", "serve", *self.args], stdout=self.log, stderr=subprocess.STDOUT, env=env
+        )
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_path.read_text()}")
+            try:
+                if requests.get(f"{self.control}/healthz", timeout=1).ok:
+                    return self
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError(f"server did not start:\n{self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """kill -9: no shutdown, no flush."""
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if getattr(self, "log", None):
+            self.log.close()
+
+    # control API shortcuts
+    def post(self, path: str, body: dict | None = None, expect: int | None = None):
+        response = requests.post(f"{self.control}{path}", json=body or {}, timeout=10)
+        if expect is not None:
+            assert response.status_code == expect, response.text
+        return response
+
+    def get(self, path: str, **params):
+        response = requests.get(f"{self.control}{path}", params=params, timeout=10)
+        response.raise_for_status()
+        return response.json()
+
+    def schedule(self, **body) -> list[dict]:
+        response = self.post("/v1/events", body)
+        assert response.status_code == 201, response.text
+        return response.json()
+
+    def advance(self, by: str) -> dict:
+        return self.post("/v1/clock/advance", {"by": by}, expect=200).json()
+
+    def scheduled_events(self, base: str | None = None, version: str = "2020-07-01", **headers):
+        return requests.get(
+            f"{base or self.imds}/metadata/scheduledevents",
+            params={"api-version": version},
+            headers={"Metadata": "true", **headers},
+            timeout=10,
+        )

@@ -1,0 +1,119 @@
+"""The store interface, against SQLite and PostgreSQL alike, and the service on top of it."""
+
+from datetime import timedelta
+
+import pytest
+
+from forewarn.core.engine import ScheduleRequest
+from forewarn.core.errors import Conflict
+from forewarn.core.model import EventStatus, EventType
+from forewarn.service.runtime import FleetMismatch, Maintenance
+from forewarn.store import open_store
+from helpers import T0, parse_fleet, small_fleet
+
+
+class FakeWall:
+    def __init__(self, start: float):
+        self.value = start
+
+    def __call__(self) -> float:
+        return self.value
+
+
+def open_manual(url, fleet=None):
+    return Maintenance.open(open_store(url), fleet, "manual", 1.0, T0, "seed")
+
+
+def test_round_trip_and_restart(store_url):
+    service = open_manual(store_url, small_fleet())
+    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1")))
+    service.approve([event.event_id], by="WestNO_0")
+    service.advance_clock(timedelta(minutes=1))
+    service.store.close()
+
+    again = open_manual(store_url)  # no fleet: the stored one is used
+    assert again.engine.fleet == small_fleet()
+    restored = again.engine.event(event.event_id)
+    assert restored.status is EventStatus.STARTED and restored.approvals == ("WestNO_0",)
+    assert again.engine.incarnation(event.scope) == 3
+    assert again.now() == T0 + timedelta(minutes=1)
+    again.advance_clock(timedelta(minutes=5))
+    assert again.engine.event(event.event_id).status is EventStatus.COMPLETED
+    assert [entry.kind for entry in again.store.journal(event.event_id)] == ["scheduled", "approved", "started", "completed"]
+    again.store.close()
+
+
+def test_refuses_a_different_fleet(store_url):
+    open_manual(store_url, small_fleet()).store.close()
+    other = parse_fleet("vms: [{name: lonely}]")
+    with pytest.raises(FleetMismatch):
+        open_manual(store_url, other)
+
+
+def test_empty_store_needs_a_fleet(store_url):
+    with pytest.raises(FleetMismatch, match="give a fleet file"):
+        open_manual(store_url)
+
+
+def test_deadlines_passed_while_down_are_applied_in_order_at_start(store_url):
+    wall = FakeWall(1_000_000.0)
+    service = Maintenance.open(open_store(store_url), small_fleet(), "real", 1.0, T0, "seed", wall=wall)
+    [first] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",), notice=timedelta(minutes=1)))
+    wall.value += 30
+    [second] = service.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(minutes=1)))
+    service.store.close()
+
+    wall.value += 3600  # down for an hour
+    again = Maintenance.open(open_store(store_url), None, "real", 1.0, None, None, wall=wall)
+    for event_id in (first.event_id, second.event_id):
+        assert again.engine.event(event_id).status is EventStatus.COMPLETED
+    kinds = [(entry.event_id, entry.kind, entry.at) for entry in again.store.journal()]
+    ordered = [(event_id, kind) for event_id, kind, _ in kinds]
+    assert ordered == [
+        (first.event_id, "scheduled"), (second.event_id, "scheduled"),
+        (first.event_id, "started"), (second.event_id, "started"),
+        (first.event_id, "completed"), (second.event_id, "completed"),
+    ]
+    assert [at for *_, at in kinds] == sorted(at for *_, at in kinds)
+    # 1 -> 2 (first) -> 3 (second) -> 4, 5 (starts) -> 6, 7 (completions), one step per instant
+    assert again.engine.incarnation(first.scope) == 7
+    again.store.close()
+
+
+def test_sped_up_clock_continues_across_restart(store_url):
+    wall = FakeWall(2_000_000.0)
+    service = Maintenance.open(open_store(store_url), small_fleet(), "real", 60.0, T0, "seed", wall=wall)
+    wall.value += 10
+    assert service.now() == T0 + timedelta(minutes=10)
+    service.store.close()
+    wall.value += 5
+    again = Maintenance.open(open_store(store_url), None, "real", 60.0, None, None, wall=wall)
+    assert again.now() == T0 + timedelta(minutes=15)
+    # A new speed continues from the same simulated time.
+    again.store.close()
+    slower = Maintenance.open(open_store(store_url), None, "real", 1.0, None, None, wall=wall)
+    wall.value += 60
+    assert slower.now() == T0 + timedelta(minutes=16)
+    slower.store.close()
+
+
+def test_manual_clock_cannot_go_backwards(store_url):
+    service = open_manual(store_url, small_fleet())
+    with pytest.raises(Conflict):
+        service.set_clock(T0 - timedelta(seconds=1))
+    service.store.close()
+
+
+def test_failed_commit_leaves_memory_as_the_database(tmp_path):
+    service = open_manual(str(tmp_path / "s.db"), small_fleet())
+    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk on fire")
+
+    service.store.commit = broken
+    with pytest.raises(RuntimeError):
+        service.approve([event.event_id], by="solo")
+    del service.store.commit
+    assert service.engine.event(event.event_id).approvals == ()
+    assert service.engine.incarnation(event.scope) == 2

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
 
 SMALL_FLEET = """
+default_vm: solo
 hosts: [{name: host-01}, {name: host-02}, {name: host-03}]
 vms:
   - {name: WestNO_0, host: host-01, availability_set: westno}

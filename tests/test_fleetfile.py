@@ -1,0 +1,88 @@
+"""Fleet files: defaults, scopes, and errors that name the file, the line and the problem."""
+
+import pytest
+
+from forewarn.fleetfile import FleetFileError, load_fleet, parse_fleet
+
+
+def test_issue_example_and_defaults():
+    fleet = parse_fleet("""
+hosts:
+  - name: host-01
+  - name: host-02
+vms:
+  - name: WestNO_0
+    host: host-01
+    availability_set: westno
+    imds: {address: 127.0.0.10, port: 9010}
+scale_sets:
+  - name: myvmss
+    instances: 3
+    hosts: [host-02]
+""")
+    vm = fleet.vm("WestNO_0")
+    assert (vm.subscription_id, vm.resource_group, vm.location, vm.size, vm.spot) == (
+        "00000000-0000-0000-0000-000000000000", "forewarn-rg", "eastus", "Standard_D2s_v3", False)
+    assert (vm.imds_address, vm.imds_port) == ("127.0.0.10", 9010)
+    assert [v.name for v in fleet.vms.values()] == ["WestNO_0", "myvmss_0", "myvmss_1", "myvmss_2"]
+    assert fleet.vm("myvmss_2").scope == fleet.vm("myvmss_0").scope
+    assert fleet.vm("myvmss_1").update_domain == 1 and fleet.vm("myvmss_1").instance_id == "1"
+    assert fleet.default_vm is None
+
+
+def test_placement_groups_split_large_scale_sets():
+    fleet = parse_fleet("scale_sets: [{name: big, instances: 250, placement_group_size: 100}]")
+    scopes = {fleet.vm(f"big_{i}").scope for i in (0, 99, 100, 199, 200)}
+    assert len(scopes) == 3 and fleet.vm("big_99").scope != fleet.vm("big_100").scope
+
+
+def test_availability_set_domains_and_subscriptions():
+    fleet = parse_fleet("""
+availability_sets: [{name: a, fault_domains: 2, update_domains: 3}]
+vms:
+  - {name: a0, availability_set: a}
+  - {name: a1, availability_set: a}
+  - {name: a2, availability_set: a}
+  - {name: b0, availability_set: a, subscription: 11111111-1111-1111-1111-111111111111}
+""")
+    assert [(fleet.vm(n).fault_domain, fleet.vm(n).update_domain) for n in ("a0", "a1", "a2")] == [(0, 0), (1, 1), (0, 2)]
+    assert fleet.vm("b0").scope != fleet.vm("a0").scope  # same name, another subscription: another set
+    assert fleet.vm("a0").host == "a0-host"
+    assert parse_fleet("vms: [{name: only}]").default_vm == "only"
+
+
+def test_demo_fleet_has_what_the_readme_promises():
+    fleet = load_fleet("demo")
+    subscriptions = {vm.subscription_id for vm in fleet.vms_by_host["host-02"]}
+    assert len(subscriptions) == 2
+    kinds = {scope.split(":")[0] for scope in fleet.scopes}
+    assert kinds == {"vm", "avset", "vmss"}
+    assert fleet.default_vm == "standalone-01"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("vms:\n  - name: a\n    hots: h\n", "f.yaml:3: vms[0].hots: unknown key 'hots'"),
+        ("vms:\n  - name: a\n    spot: maybe\n", "f.yaml:3: vms[0].spot: Input should be a valid boolean"),
+        ("hosts: [{name: h}]\nvms:\n  - {name: a, host: x}\n", "f.yaml:3: vms[0].host: host 'x' is not declared"),
+        ("vms:\n  - {name: a}\n  - {name: a}\n", "duplicate VM name 'a'"),
+        ("vms:\n  - name: a\n    imds: {address: 999.1.1.1}\n", "f.yaml:3: vms[0].imds.address"),
+        ("vms:\n  - {name: a, imds: {port: 9}}\n  - {name: b, imds: {port: 9}}\n", "share imds port 9"),
+        ("scale_sets:\n  - name: s\n    instances: -1\n", "f.yaml:3: scale_sets[0].instances"),
+        ("vms: [\n", "f.yaml:2: not valid YAML"),
+        ("default_vm: nobody\nvms: [{name: a}]\n", "f.yaml:1: default_vm: 'nobody' is not a VM of this fleet"),
+        ("hosts: [{name: h}, {name: h}]\n", "f.yaml:1: hosts[1].name: duplicate host 'h'"),
+        ("- a\n- b\n", "f.yaml:1: a fleet file is a mapping"),
+        ("vms:\n  - name: a\n    name: b\n", "f.yaml:3: duplicate key 'name'"),
+    ],
+)
+def test_errors_name_file_line_and_problem(text, message):
+    with pytest.raises(FleetFileError) as error:
+        parse_fleet(text, "f.yaml")
+    assert message in str(error.value)
+
+
+def test_missing_file():
+    with pytest.raises(FleetFileError, match="nope.yaml: cannot read the fleet file"):
+        load_fleet("nope.yaml")

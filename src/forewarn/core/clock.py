@@ -31,7 +31,11 @@ class Clock:
     @classmethod
     def start(cls, mode: str, speed: float, wall: float, sim_start: datetime | None = None) -> Clock:
         cls._check(mode, speed)
-        return cls(mode, float(speed), wall, sim_start or utc_from_epoch(wall).replace(microsecond=0))
+        if sim_start is None:
+            sim_start = utc_from_epoch(wall)
+            if mode == MANUAL:  # a hand-moved clock reads better on whole seconds; a real one must match the wall
+                sim_start = sim_start.replace(microsecond=0)
+        return cls(mode, float(speed), wall, sim_start)
 
     @staticmethod
     def _check(mode: str, speed: float) -> None:

@@ -140,7 +140,7 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         f"forewarn serving {len(fleet.vms)} VMs on {len(fleet.hosts)} hosts ({len(fleet.scopes)} scopes), "
         f"store {service.store.description}, clock {clock.mode}"
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
-        + f", simulated time {service.now().isoformat()}",
+        + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
         f"  control API   {control}   (OpenAPI: {control}/openapi.json; CLI: export FOREWARN_SERVER={control})",
         f"  Azure IMDS    {imds}/metadata/scheduledevents"
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),

@@ -254,3 +254,32 @@ def test_control_api_errors(server):
     cancel = server.post(f"/v1/events/{event['event_id']}/cancel")
     assert cancel.status_code == 409 and "Started" in cancel.json()["error"]["message"]
     assert requests.get(f"{server.control}/openapi.json").json()["info"]["title"] == "forewarn control API"
+
+
+def test_caller_found_by_its_source_address(server):
+    """A client whose own address is a VM's imds.address (network namespaces, bound sockets) is that VM, whatever
+    address it dialled."""
+    import http.client
+
+    server.schedule(type="Freeze", vms=["other-tenant"])
+    connection = http.client.HTTPConnection("127.0.0.1", server.imds_port, source_address=("127.0.0.12", 0), timeout=10)
+    connection.request("GET", "/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"})
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    connection.close()
+    assert body["Events"][0]["Resources"] == ["other-tenant"]
+
+
+def test_postgresql_store_survives_kill_9(tmp_path, postgres_url):
+    server = Server(tmp_path, db=postgres_url).start()
+    try:
+        [event] = server.schedule(type="Reboot", vms=["solo"], notice="1m")
+        server.post(f"/v1/events/{event['event_id']}/approve", expect=200)
+        server.kill()
+        server.start()
+        doc = server.scheduled_events().json()
+        assert doc["DocumentIncarnation"] == 3 and doc["Events"][0]["EventStatus"] == "Started"
+        server.advance("10m")
+        assert server.scheduled_events().json() == {"DocumentIncarnation": 4, "Events": []}
+    finally:
+        server.stop()

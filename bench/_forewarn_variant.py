@@ -3,6 +3,9 @@
     FOREWARN_BENCH_LOOP=uvloop   asyncio.run() gets a uvloop loop (forewarn's CLI calls asyncio.run itself, so
                                  uvicorn's own loop="auto" choice never applies to it)
     FOREWARN_BENCH_HTTP=h11      uvicorn's http="auto" resolves to h11 instead of httptools
+    FOREWARN_BENCH_NODELAY=1     the listening sockets are created with proto=IPPROTO_TCP, so that asyncio's
+                                 selector transport sets TCP_NODELAY on accepted connections (it only does so
+                                 when sock.proto == IPPROTO_TCP; forewarn.service.server._listen passes proto 0)
 
 Everything after the script name is forewarn's own command line, e.g. ``serve --fleet f.yaml ...``.
 """
@@ -11,7 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import sys
+
+
+def _listen_tcp(host: str, port: int) -> socket.socket:
+    """forewarn.service.server._listen, but with an explicit IPPROTO_TCP."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock
 
 
 def main() -> None:
@@ -30,6 +45,11 @@ def main() -> None:
         uvicorn.config.HTTP_PROTOCOLS["auto"] = uvicorn.config.HTTP_PROTOCOLS[http]
     elif http not in ("", "auto"):
         sys.exit(f"_forewarn_variant: unknown FOREWARN_BENCH_HTTP {http!r}")
+
+    if os.environ.get("FOREWARN_BENCH_NODELAY", "") not in ("", "0"):
+        import forewarn.service.server
+
+        forewarn.service.server._listen = _listen_tcp
 
     from forewarn.cli.main import main as forewarn_main
 

@@ -48,6 +48,7 @@ VENV_BIN = Path(sys.executable).parent if (Path(sys.executable).parent / "forewa
 PATH = "/metadata/scheduledevents"
 QUERY = "api-version=2020-07-01"
 TARGET_RATIO = 0.5
+VARIANT_OPTIONS = {"nodelay", "uvloop", "h11"}
 START = "2026-04-20T22:00:00Z"
 
 
@@ -207,9 +208,9 @@ def http(method: str, url: str, body=None, headers: dict | None = None, timeout:
         request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return response.status, response.read(), dict(response.headers)
+            return response.status, response.read(), {k.lower(): v for k, v in response.headers.items()}
     except urllib.error.HTTPError as error:
-        return error.code, error.read(), dict(error.headers)
+        return error.code, error.read(), {k.lower(): v for k, v in error.headers.items()}
 
 
 def control(base: str, method: str, path: str, body=None, expect: int = 200):
@@ -301,6 +302,62 @@ def loaded_modules(pid: int) -> dict[str, bool]:
     }
 
 
+def accepted_nodelay(pid: int, url: str) -> bool | None:
+    """Whether the server sets TCP_NODELAY on the connections it accepts (None: could not tell).
+
+    Opens one keep-alive connection, finds the server's end of it in /proc/PID/fd, takes a copy of that descriptor
+    with pidfd_getfd(2) (Linux 5.6+, needs ptrace rights over the server: we started it, as the same user) and
+    reads the option. Nagle's algorithm on the server's side, with the client's delayed ACKs, holds a response
+    written in two pieces (uvicorn writes headers, then body) for ~40 ms.
+    """
+    import ctypes
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=5)
+    pidfd = copy = None
+    try:
+        connection.request("GET", f"{parts.path}?{parts.query}", headers={"Metadata": "true"})
+        connection.getresponse().read()
+        client_port = connection.sock.getsockname()[1]
+        inode = None
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                rows = Path(table).read_text().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                fields = row.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                if local_port == parts.port and remote_port == client_port:
+                    inode = fields[9]
+        if inode is None:
+            return None
+        for entry in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(entry)
+            except OSError:
+                continue
+            if target == f"socket:[{inode}]":
+                libc = ctypes.CDLL(None, use_errno=True)
+                pidfd = os.pidfd_open(pid)
+                copy = libc.syscall(438, pidfd, int(entry.name), 0)  # SYS_pidfd_getfd on x86_64 and arm64
+                if copy < 0:
+                    return None
+                with socket.socket(fileno=os.dup(copy)) as sock:
+                    return bool(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        return None
+    except (OSError, AttributeError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+        for fd in (copy, pidfd):
+            if fd is not None and fd >= 0:
+                os.close(fd)
+
+
 def pinned(cpu: int | None, argv: list[str]) -> list[str]:
     return argv if cpu is None else ["taskset", "-c", str(cpu), *argv]
 
@@ -312,26 +369,26 @@ class Forewarn:
     proc: Proc
     control: str
     imds_url: str
-    loop: str
-    http: str
+    options: set[str]
     events: dict = field(default_factory=dict)
 
 
-def start_forewarn(label: str, fleet_file: Path, tmp: Path, cpu: int | None, loop: str = "", http_impl: str = "") -> Forewarn:
+def start_forewarn(label: str, fleet_file: Path, tmp: Path, cpu: int | None, options: set[str]) -> Forewarn:
     port, imds_port = free_port(), free_port()
     serve_args = [
         "serve", "--fleet", str(fleet_file), "--db", ":memory:", "--clock", "manual", "--start", START,
         "--seed", "bench", "--port", str(port), "--imds-port", str(imds_port), "--log-level", "warning",
     ]
     env = dict(os.environ)
-    if loop or http_impl:  # a variant: the same CLI, started through bench/_forewarn_variant.py
+    if options:  # a variant: the same CLI, started through bench/_forewarn_variant.py
         argv = [str(VENV_BIN / "python"), str(BENCH / "_forewarn_variant.py"), *serve_args]
-        env["FOREWARN_BENCH_LOOP"] = loop
-        env["FOREWARN_BENCH_HTTP"] = http_impl
+        env["FOREWARN_BENCH_LOOP"] = "uvloop" if "uvloop" in options else ""
+        env["FOREWARN_BENCH_HTTP"] = "h11" if "h11" in options else ""
+        env["FOREWARN_BENCH_NODELAY"] = "1" if "nodelay" in options else ""
     else:
         argv = [str(VENV_BIN / "forewarn"), *serve_args]
     proc = Proc(label, pinned(cpu, argv), tmp / f"{label}.log", env)
-    server = Forewarn(label, proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{imds_port}{PATH}?{QUERY}", loop, http_impl)
+    server = Forewarn(label, proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{imds_port}{PATH}?{QUERY}", options)
     deadline = time.monotonic() + 180
     while True:
         if not proc.alive():
@@ -558,9 +615,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds; medians are reported (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
-    parser.add_argument("--variants", default="uvloop",
-                        help="comma-separated extra forewarn rows, not the shipped configuration: uvloop, h11, "
-                             "uvloop+h11; 'none' for none (default: uvloop)")
+    parser.add_argument("--variants", default="nodelay,uvloop",
+                        help="comma-separated extra forewarn rows, not the shipped configuration, each a '+'-joined "
+                             "set of: nodelay (TCP_NODELAY on accepted sockets), uvloop (uvloop event loop), h11 "
+                             "(uvicorn's h11 parser instead of httptools); 'none' for none (default: nodelay,uvloop)")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary directory (fleet, logs, nginx.conf)")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS.relative_to(ROOT)})")
     args = parser.parse_args()
@@ -569,8 +627,8 @@ def main() -> int:
 
     variants = [] if args.variants.strip() in ("", "none") else [v.strip() for v in args.variants.split(",")]
     for variant in variants:
-        if variant not in ("uvloop", "h11", "uvloop+h11"):
-            parser.error(f"unknown variant {variant!r}")
+        if not variant or not set(variant.split("+")) <= VARIANT_OPTIONS:
+            parser.error(f"unknown variant {variant!r}; use a '+'-joined set of {', '.join(sorted(VARIANT_OPTIONS))}")
 
     # SIGTERM (e.g. from a CI timeout) cleans up like Ctrl-C does.
     def on_sigterm(signum, frame):
@@ -622,12 +680,10 @@ def run(args: argparse.Namespace, variants: list[str], procs: list[Proc], tmp: P
 
     # -------------------------------------------------------------------- forewarn (shipped), then variants
     servers: list[Forewarn] = []
-    labels = [("forewarn", "", "")] + [
-        (f"forewarn+{v}", "uvloop" if "uvloop" in v else "", "h11" if "h11" in v else "") for v in variants
-    ]
-    for label, loop, http_impl in labels:
+    for variant in [""] + variants:
+        label = f"forewarn+{variant}" if variant else "forewarn"
         started = time.monotonic()
-        server = start_forewarn(label, fleet_file, tmp, server_cpu, loop, http_impl)
+        server = start_forewarn(label, fleet_file, tmp, server_cpu, set(variant.split("+")) - {""})
         procs.append(server.proc)
         ready = time.monotonic() - started
         server.events = populate(server, plan, args.events)
@@ -645,7 +701,7 @@ def run(args: argparse.Namespace, variants: list[str], procs: list[Proc], tmp: P
     document = json.loads(body)
     doc_statuses = sorted({e["EventStatus"] for e in document["Events"]})
     say(f"document of {plan.default_vm}: {len(body)} bytes, DocumentIncarnation {document['DocumentIncarnation']}, "
-        f"{len(document['Events'])} events ({', '.join(doc_statuses) or 'none'}); Content-Type {headers.get('Content-Type')}")
+        f"{len(document['Events'])} events ({', '.join(doc_statuses) or 'none'}); Content-Type {headers.get('content-type')}")
     if not document["Events"]:
         raise BenchError("the default VM's document has no events")
 
@@ -661,10 +717,12 @@ def run(args: argparse.Namespace, variants: list[str], procs: list[Proc], tmp: P
     say(f"checked: all {len(targets)} servers answer 200 with the identical {len(body)}-byte body")
 
     modules = {s.label: loaded_modules(s.proc.pid) for s in servers}
+    nodelay = {s.label: accepted_nodelay(s.proc.pid, s.imds_url) for s in servers}
     for s in servers:
         m = modules[s.label]
+        nd = {True: "on", False: "OFF", None: "unknown"}[nodelay[s.label]]
         say(f"  {s.label}: uvicorn HTTP parser {'httptools' if m.get('httptools') else 'h11'}, event loop "
-            f"{'uvloop' if m.get('uvloop') else 'asyncio (uvloop not loaded)'}")
+            f"{'uvloop' if m.get('uvloop') else 'asyncio (uvloop not loaded)'}, TCP_NODELAY on accepted sockets {nd}")
 
     # -------------------------------------------------------------------- load
     wrk_settings = f"wrk -t{args.threads} -c{args.connections} -d{args.duration:g}s --latency -H 'Metadata: true'"
@@ -737,7 +795,8 @@ def run(args: argparse.Namespace, variants: list[str], procs: list[Proc], tmp: P
         "document": {"bytes": len(body), "events": len(document["Events"]), "statuses": doc_statuses,
                      "incarnation": document["DocumentIncarnation"]},
         "uvicorn": {s.label: {"http": "httptools" if modules[s.label].get("httptools") else "h11",
-                              "loop": "uvloop" if modules[s.label].get("uvloop") else "asyncio"} for s in servers},
+                              "loop": "uvloop" if modules[s.label].get("uvloop") else "asyncio",
+                              "tcp_nodelay": nodelay[s.label]} for s in servers},
         "summary": summary,
         "ratio": ratio,
         "target_ratio": TARGET_RATIO,

@@ -6,6 +6,7 @@
     FOREWARN_BENCH_NODELAY=1     the listening sockets are created with proto=IPPROTO_TCP, so that asyncio's
                                  selector transport sets TCP_NODELAY on accepted connections (it only does so
                                  when sock.proto == IPPROTO_TCP; forewarn.service.server._listen passes proto 0)
+    FOREWARN_BENCH_NOPROXY=1     uvicorn.Config(proxy_headers=False): no ProxyHeadersMiddleware around the app
 
 Everything after the script name is forewarn's own command line, e.g. ``serve --fleet f.yaml ...``.
 """
@@ -50,6 +51,16 @@ def main() -> None:
         import forewarn.service.server
 
         forewarn.service.server._listen = _listen_tcp
+
+    if os.environ.get("FOREWARN_BENCH_NOPROXY", "") not in ("", "0"):
+        import functools
+
+        import forewarn.service.server
+        import uvicorn
+
+        forewarn.service.server.uvicorn = type(
+            "uvicorn", (), {"Config": functools.partial(uvicorn.Config, proxy_headers=False), "Server": uvicorn.Server}
+        )
 
     from forewarn.cli.main import main as forewarn_main
 

@@ -48,7 +48,7 @@ VENV_BIN = Path(sys.executable).parent if (Path(sys.executable).parent / "forewa
 PATH = "/metadata/scheduledevents"
 QUERY = "api-version=2020-07-01"
 TARGET_RATIO = 0.5
-VARIANT_OPTIONS = {"nodelay", "uvloop", "h11"}
+VARIANT_OPTIONS = {"nodelay", "uvloop", "h11", "noproxy"}
 START = "2026-04-20T22:00:00Z"
 
 
@@ -385,6 +385,7 @@ def start_forewarn(label: str, fleet_file: Path, tmp: Path, cpu: int | None, opt
         env["FOREWARN_BENCH_LOOP"] = "uvloop" if "uvloop" in options else ""
         env["FOREWARN_BENCH_HTTP"] = "h11" if "h11" in options else ""
         env["FOREWARN_BENCH_NODELAY"] = "1" if "nodelay" in options else ""
+        env["FOREWARN_BENCH_NOPROXY"] = "1" if "noproxy" in options else ""
     else:
         argv = [str(VENV_BIN / "forewarn"), *serve_args]
     proc = Proc(label, pinned(cpu, argv), tmp / f"{label}.log", env)
@@ -618,7 +619,8 @@ def main() -> int:
     parser.add_argument("--variants", default="nodelay,uvloop",
                         help="comma-separated extra forewarn rows, not the shipped configuration, each a '+'-joined "
                              "set of: nodelay (TCP_NODELAY on accepted sockets), uvloop (uvloop event loop), h11 "
-                             "(uvicorn's h11 parser instead of httptools); 'none' for none (default: nodelay,uvloop)")
+                             "(uvicorn's h11 parser instead of httptools), noproxy (uvicorn proxy_headers=False); 'none' for none "
+                             "(default: nodelay,uvloop)")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary directory (fleet, logs, nginx.conf)")
     parser.add_argument("--results", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS.relative_to(ROOT)})")
     args = parser.parse_args()

@@ -408,14 +408,15 @@ def test_text_listing_of_2017_04_02_compute_matches_the_real_one(vm):
 
 # ---------------------------------------------------------------------------------------------------- errors
 
-def test_bad_api_version_error_is_the_documented_body():
-    assert ai.BAD_API_VERSION_ERROR == {
-        "error": "Bad request. api-version is invalid or was not specified in the request. For more information "
-        "refer to aka.ms/azureimds",
-        "newest-versions": ["2025-04-07", "2024-07-17", "2024-03-15"],
-    }
-    assert ai.MISSING_METADATA_HEADER_ERROR == {"error": "Bad request: . Required metadata header not specified"}
-    for body in (ai.LEAF_REQUIRES_TEXT_ERROR, ai.BAD_FORMAT_ERROR, ai.NOT_FOUND_ERROR):
+BAD_API_VERSION_ERROR = {
+    "error": "Bad request. api-version is invalid or was not specified in the request. For more information "
+    "refer to aka.ms/azureimds",
+    "newest-versions": ["2025-04-07", "2024-07-17", "2024-03-15"],
+}
+
+
+def test_error_bodies_have_the_imds_shape():
+    for body in (ai.LEAF_REQUIRES_TEXT_ERROR, ai.BAD_FORMAT_ERROR):
         assert list(body) == ["error"] and isinstance(body["error"], str)
 
 
@@ -452,10 +453,10 @@ def test_answer_non_leaf_as_text_lists_children(vm):
 
 def test_answer_errors(vm):
     assert ai.answer(vm, NEWEST, "/compute/nope", "text")[0] == 404
-    assert json.loads(ai.answer(vm, NEWEST, "/compute/nope", None)[1]) == ai.NOT_FOUND_ERROR
+    assert json.loads(ai.answer(vm, NEWEST, "/compute/nope", None)[1]) == {"error": "Not found"}
     assert ai.answer(vm, "2017-08-01", "/compute/vmScaleSetName", "text")[0] == 404  # not in that version
     status, body, _ = ai.answer(vm, "2019-04-01", "/compute/name", "text")  # a scheduled-events version
-    assert status == 400 and json.loads(body) == ai.BAD_API_VERSION_ERROR
+    assert status == 400 and json.loads(body) == BAD_API_VERSION_ERROR
     status, body, _ = ai.answer(vm, NEWEST, "/compute/name", "xml")
     assert status == 400 and json.loads(body) == ai.BAD_FORMAT_ERROR
 

@@ -14,7 +14,7 @@ import click
 from forewarn import __version__
 from forewarn.cli.client import ClientError, ControlClient
 from forewarn.core.clock import MODES
-from forewarn.core.durations import format_duration, parse_duration
+from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
 from forewarn.core.model import EventType, parse_enum
 
@@ -252,36 +252,51 @@ def clock():
     """Show or move simulated time (moving needs a server started with --clock manual)."""
 
 
-def _clock_command(name: str, path: str, make_body=None, argument: str | None = None, help_text: str = ""):
-    params = [click.Option(["--json", "as_json"], is_flag=True, help="Print JSON.")]
-    if argument:
-        params.insert(0, click.Argument([argument]))
-
-    @click.pass_context
-    def command(ctx, as_json, **kwargs):
-        client = _client(ctx)
-        if make_body is None and path == "/v1/clock":
-            result = _run(lambda: client.get(path))
-        else:
-            result = _run(lambda: client.post(path, make_body(**kwargs) if make_body else {}))
-        _emit(result, as_json, _print_clock)
-
-    clock.add_command(click.Command(name, callback=command, params=params, help=help_text, context_settings=CONTEXT))
+def _clock_call(ctx: click.Context, as_json: bool, path: str, body: dict | None = None) -> None:
+    client = _client(ctx)
+    result = _run(lambda: client.get(path) if body is None else client.post(path, body))
+    _emit(result, as_json, _print_clock)
 
 
-def _advance_body(duration: str) -> dict:
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+@clock.command(name="show", context_settings=CONTEXT)
+@JSON_OPTION
+@click.pass_context
+def clock_show(ctx, as_json):
+    """Show simulated time and the next deadline."""
+    _clock_call(ctx, as_json, "/v1/clock")
+
+
+@clock.command(name="advance", context_settings=CONTEXT)
+@click.argument("duration")
+@JSON_OPTION
+@click.pass_context
+def clock_advance(ctx, duration, as_json):
+    """Move time forward by DURATION (30s, 10m, 1h30m, PT15M), applying every deadline on the way in order."""
     try:
         parse_duration(duration)
     except CoreError as error:
         raise click.BadParameter(str(error), param_hint="DURATION") from None
-    return {"by": duration}
+    _clock_call(ctx, as_json, "/v1/clock/advance", {"by": duration})
 
 
-_clock_command("show", "/v1/clock", help_text="Show simulated time and the next deadline.")
-_clock_command("advance", "/v1/clock/advance", _advance_body, "duration",
-               "Move time forward by DURATION, applying every deadline on the way in order.")
-_clock_command("set", "/v1/clock/set", lambda time: {"to": time}, "time", "Move time forward to TIME (ISO 8601).")
-_clock_command("next", "/v1/clock/next", help_text="Jump to the next deadline and apply it.")
+@clock.command(name="set", context_settings=CONTEXT)
+@click.argument("time")
+@JSON_OPTION
+@click.pass_context
+def clock_set(ctx, time, as_json):
+    """Move time forward to TIME (ISO 8601, e.g. 2026-04-20T22:30:00Z)."""
+    _clock_call(ctx, as_json, "/v1/clock/set", {"to": time})
+
+
+@clock.command(name="next", context_settings=CONTEXT)
+@JSON_OPTION
+@click.pass_context
+def clock_next(ctx, as_json):
+    """Jump to the next deadline (a NotBefore or the end of an impact window) and apply it."""
+    _clock_call(ctx, as_json, "/v1/clock/next", {})
 
 
 # ---------------------------------------------------------------------------------------------------- fleet
@@ -316,6 +331,3 @@ def document(ctx, vm, api_version):
 
 def main() -> None:
     cli(prog_name="forewarn")
-
-
-__all__ = ["cli", "main", "format_duration"]

@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from forewarn.core.errors import Invalid
+
 
 class EventType(str, enum.Enum):
     FREEZE = "Freeze"
@@ -43,8 +45,6 @@ ALLOWED_TRANSITIONS = {
 
 def parse_enum(enum_type: type[enum.Enum], text: str, what: str):
     """Case-insensitive lookup of an enum value, with an error that lists the accepted spellings."""
-    from forewarn.core.errors import Invalid
-
     for member in enum_type:
         if member.value.lower() == str(text).lower():
             return member

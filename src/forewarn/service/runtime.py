@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.core.engine import Change, Engine, EventChanged, ScheduleRequest
-from forewarn.core.errors import Conflict
+from forewarn.core.errors import Conflict, CoreError
 from forewarn.core.fleet import Fleet
 from forewarn.core.model import Event
 from forewarn.core.rules import Rules
@@ -110,8 +110,9 @@ class Maintenance:
                 changes = command(self.engine)
                 self.store.commit(changes, self.engine.now, clock)
             except Exception as error:
-                if not _is_refusal(error):
-                    # The engine may hold changes the database refused: rebuild it from what was committed.
+                # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
+                # the engine holding changes the database does not have: rebuild it from what was committed.
+                if not isinstance(error, CoreError):
                     state = self.store.load()
                     self.engine = self._engine_from(state, self.engine.rules)
                     self.clock = state.clock
@@ -203,10 +204,3 @@ class Maintenance:
 
     def clock_view(self) -> ClockView:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
-
-
-def _is_refusal(error: Exception) -> bool:
-    """Refused commands raise before the engine changes anything; only storage failures need a rebuild."""
-    from forewarn.core.errors import CoreError
-
-    return isinstance(error, CoreError)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from forewarn.core.clock import Clock
-from forewarn.core.engine import Change, EventChanged, IncarnationChanged, TimeMoved
+from forewarn.core.engine import Change, EventChanged, IncarnationChanged
 from forewarn.core.model import Event
 from forewarn.store.codec import decode_clock, decode_event, encode_clock, encode_event
 
@@ -140,7 +140,8 @@ class SQLStore:
         )
 
     def commit(self, changes: Sequence[Change], now: datetime, clock: Clock | None = None) -> None:
-        """Write one command's changes atomically, with the simulated time it left the engine at."""
+        """Write one command's changes atomically, with the simulated time it left the engine at (TimeMoved
+        changes need no row of their own: ``now`` is that time)."""
         with self._transaction() as cursor:
             for change in changes:
                 if isinstance(change, EventChanged):
@@ -159,8 +160,6 @@ class SQLStore:
                         "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
                         (change.scope, change.incarnation),
                     )
-                elif isinstance(change, TimeMoved):
-                    pass  # recorded once below, as "now"
             self._put_meta(cursor, "now", now.isoformat())
             if clock is not None:
                 self._put_meta(cursor, "clock", encode_clock(clock))

@@ -18,11 +18,21 @@ from dataclasses import dataclass
 from email.utils import format_datetime
 from urllib.parse import parse_qsl
 
+from forewarn.core.engine import IncarnationChanged
 from forewarn.core.errors import NotFound
 from forewarn.core.model import Event, EventStatus, EventType
 from forewarn.service.runtime import Maintenance
 from forewarn.surfaces import azure_instance
-from forewarn.surfaces.asgi import TEXT, header_values, read_body, respond
+from forewarn.surfaces.asgi import header_values, read_body, respond
+from forewarn.surfaces.azure_errors import (
+    DUPLICATE_PARAMETER,
+    FORWARDED_REFUSED,
+    METHOD_NOT_ALLOWED,
+    MISSING_METADATA_HEADER,
+    NOT_FOUND,
+    bad_api_version,
+    error_body,
+)
 from forewarn.surfaces.callers import CallerResolver, UnknownCaller
 
 log = logging.getLogger("forewarn.imds")
@@ -40,22 +50,7 @@ EVENT_SOURCE_SINCE = "2019-08-01"
 DURATION_SINCE = "2020-07-01"
 
 
-def _error(message: str, **extra) -> bytes:
-    return json.dumps({"error": message, **extra}).encode()
-
-
-# Seen on real VMs (azure-docs#91624), spacing included.
-MISSING_METADATA_HEADER = b'{ "error": "Bad request: . Required metadata header not specified" }'
-BAD_API_VERSION = (
-    "Bad request. api-version is invalid or was not specified in the request. For more information refer to "
-    "aka.ms/azureimds"
-)
-# Documented as rejected; the bodies are not documented, these are our wording.
-FORWARDED_REFUSED = _error("Bad request. Requests with an X-Forwarded-For header are not allowed")
-DUPLICATE_PARAMETER = _error("Bad request. Requests with duplicate query parameter names are not allowed")
-NOT_FOUND = _error("Not found")
-METHOD_NOT_ALLOWED = _error("Method not allowed")
-BAD_START_REQUESTS = _error(
+BAD_START_REQUESTS = error_body(
     'Bad request. The body must be JSON of the form {"StartRequests": [{"EventId": "<EventId>"}]}'
 )
 
@@ -72,7 +67,7 @@ class AzureImds:
         self.resolver = resolver
         self.settings = settings
         self._documents: dict[str, dict[str, tuple[bytes, bytes]]] = {}
-        self._instance: dict[tuple[str, str], dict] = {}
+        self._instance_answers: dict[tuple, tuple[int, bytes, bytes]] = {}
         self._queries: dict[bytes, dict | bytes] = {}
         service.subscribe(self._on_change)
 
@@ -82,9 +77,8 @@ class AzureImds:
             self._documents.clear()
             return
         for change in changes:
-            scope = getattr(change, "scope", None)
-            if scope is not None and hasattr(change, "incarnation"):
-                self._documents.pop(scope, None)
+            if isinstance(change, IncarnationChanged):
+                self._documents.pop(change.scope, None)
 
     def document(self, scope: str, version: str) -> tuple[bytes, bytes]:
         """The rendered document and its ETag; rendered once per change of the scope."""
@@ -139,7 +133,7 @@ class AzureImds:
         if (metadata is None or metadata.lower() != b"true") and not (version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS):
             return MISSING_METADATA_HEADER
         if versions is not None and version not in versions:
-            return _error(BAD_API_VERSION, **{"newest-versions": newest})
+            return bad_api_version(newest)
         return None
 
     async def _scheduled_events(self, scope, receive, send) -> None:
@@ -155,7 +149,7 @@ class AzureImds:
         try:
             vm = self.resolver.resolve(scope)
         except UnknownCaller as error:
-            await respond(send, 400, _error(f"Bad request. {error}"))
+            await respond(send, 400, error_body(f"Bad request. {error}"))
             return
         if method == "POST":
             await self._approve(vm, scope, receive, send)
@@ -182,7 +176,7 @@ class AzureImds:
             if event is None or event.scope != vm.scope:
                 if self.settings.unknown_event_ids == "reject":
                     log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
-                    await respond(send, 400, _error(f"Bad request. EventId {event_id} is not a scheduled event of this VM"))
+                    await respond(send, 400, error_body(f"Bad request. EventId {event_id} is not a scheduled event of this VM"))
                     return
                 log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
                 continue
@@ -190,7 +184,7 @@ class AzureImds:
         try:
             self.service.approve(visible, by=vm.name)
         except NotFound as error:  # the event vanished between the check and the command
-            await respond(send, 400, _error(f"Bad request. {error}"))
+            await respond(send, 400, error_body(f"Bad request. {error}"))
             return
         await respond(send, 200, b"")
 
@@ -207,12 +201,15 @@ class AzureImds:
         try:
             vm = self.resolver.resolve(scope)
         except UnknownCaller as error:
-            await respond(send, 400, _error(f"Bad request. {error}"))
+            await respond(send, 400, error_body(f"Bad request. {error}"))
             return
-        status, body, content_type = azure_instance.answer(
-            vm, query["api-version"], scope["path"][len("/metadata/instance"):], query.get("format")
-        )
-        await respond(send, status, body, content_type)
+        key = (vm.name, query["api-version"], scope["path"], query.get("format"))
+        found = self._instance_answers.get(key)
+        if found is None:
+            found = azure_instance.answer(vm, key[1], key[2][len("/metadata/instance"):], key[3])
+            if len(self._instance_answers) < 65536:
+                self._instance_answers[key] = found
+        await respond(send, *found)
 
     async def _versions(self, scope, send) -> None:
         if scope["method"] != "GET":

@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from forewarn.core.fleet import VM
 from forewarn.surfaces.asgi import JSON, TEXT
+from forewarn.surfaces.azure_errors import NOT_FOUND, bad_api_version
 
 # ------------------------------------------------------------------------------------------------ versions
 
@@ -58,14 +59,6 @@ def versions_document() -> dict:
 # ------------------------------------------------------------------------------------------------ error bodies
 # Bodies only; the status is in each comment. Do not mutate them, they are shared.
 
-# 400. [doc] "Versioning", verbatim, with the three newest versions. Older pages listed 2018-era versions.
-BAD_API_VERSION_ERROR: Final[dict] = {
-    "error": "Bad request. api-version is invalid or was not specified in the request. For more information refer "
-    "to aka.ms/azureimds",
-    "newest-versions": list(INSTANCE_API_VERSIONS[:3]),
-}
-# 400. Seen on real VMs (MicrosoftDocs/azure-docs#91624), spacing included; the [doc] FAQ paraphrases it.
-MISSING_METADATA_HEADER_ERROR: Final[dict] = {"error": "Bad request: . Required metadata header not specified"}
 # 400 when a leaf is asked for as JSON (format=json or no format). Status: [doc] "Errors and debugging" and
 # azure-docs#15283 (both format=json and a missing format fail on compute/vmId). Body: not documented; our choice.
 LEAF_REQUIRES_TEXT_ERROR: Final[dict] = {
@@ -76,9 +69,7 @@ LEAF_REQUIRES_TEXT_ERROR: Final[dict] = {
 BAD_FORMAT_ERROR: Final[dict] = {
     "error": "Bad request. format must be json or text. For more information refer to aka.ms/azureimds"
 }
-# 404 for a route parameter that names nothing ([doc] "Errors and debugging"). Body: not documented; our choice,
-# the same wording as the adapter's other 404s.
-NOT_FOUND_ERROR: Final[dict] = {"error": "Not found"}
+# 404 for a route parameter that names nothing ([doc] "Errors and debugging"): azure_errors.NOT_FOUND.
 # Not an error: format=text on the root or any non-leaf node answers 200 with the child keys (see text_format).
 # A real 2017-04-02 VM answered /metadata/instance?format=text with "compute/" and "network/" [capture].
 
@@ -135,7 +126,7 @@ def _fields(**values: Any) -> dict:
 def instance_document(vm: VM, api_version: str) -> dict:
     """The full ``/metadata/instance`` document of ``vm`` as IMDS renders it for ``api_version``.
 
-    Raises ValueError for an api-version IMDS does not serve (the adapter answers those with BAD_API_VERSION_ERROR).
+    Raises ValueError for an api-version IMDS does not serve (the adapter refuses those before calling).
     """
     if api_version not in _VERSION_SET:
         raise ValueError(f"unsupported IMDS api-version {api_version!r}")
@@ -419,35 +410,19 @@ def _listed(name: str, child: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------ one request
 
-_ANSWERS: dict[tuple, tuple[VM, tuple[int, bytes, bytes]]] = {}
-_ANSWERS_LIMIT = 4096
-
-
 def answer(vm: VM, api_version: str, subpath: str, fmt: str | None) -> tuple[int, bytes, bytes]:
     """``GET /metadata/instance{subpath}?api-version=...&format=...`` for ``vm``: (status, body, content type).
 
-    The adapter has already checked the Metadata header, X-Forwarded-For and duplicate parameters. Answers are
-    cached per (VM, api-version, path, format); a changed VM record with the same name is rendered again.
+    The adapter has already checked the Metadata header, X-Forwarded-For, duplicate parameters and the api-version,
+    and caches what this returns (the fleet's VMs do not change while the server runs).
     """
-    key = (vm.name, api_version, subpath, fmt)
-    found = _ANSWERS.get(key)
-    if found is not None and found[0] == vm:
-        return found[1]
-    result = _answer(vm, api_version, subpath, fmt)
-    if len(_ANSWERS) >= _ANSWERS_LIMIT:
-        _ANSWERS.clear()
-    _ANSWERS[key] = (vm, result)
-    return result
-
-
-def _answer(vm: VM, api_version: str, subpath: str, fmt: str | None) -> tuple[int, bytes, bytes]:
     if api_version not in _VERSION_SET:
-        return 400, _encode(BAD_API_VERSION_ERROR), JSON
+        return 400, bad_api_version(list(INSTANCE_API_VERSIONS[:3])), JSON
     if fmt not in (None, "json", "text"):
         return 400, _encode(BAD_FORMAT_ERROR), JSON
     node = leaf(instance_document(vm, api_version), subpath.split("/"))
     if node is None:
-        return 404, _encode(NOT_FOUND_ERROR), JSON
+        return 404, NOT_FOUND, JSON
     if fmt == "text":
         return 200, text_format(node).encode(), TEXT
     if is_leaf(node):

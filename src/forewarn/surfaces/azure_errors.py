@@ -23,6 +23,8 @@ DUPLICATE_PARAMETER = error_body("Bad request. Requests with duplicate query par
 # 404 and 405 are documented statuses; the bodies are ours.
 NOT_FOUND = error_body("Not found")
 METHOD_NOT_ALLOWED = error_body("Method not allowed")
+# 500 is documented as "service error, retry"; the body is ours.
+SERVICE_ERROR = error_body("Internal server error. Retry the request.")
 
 
 def bad_api_version(newest: list[str]) -> bytes:

@@ -22,6 +22,7 @@ from forewarn.core.engine import IncarnationChanged
 from forewarn.core.errors import NotFound
 from forewarn.core.model import Event, EventStatus, EventType
 from forewarn.service.runtime import Maintenance
+from forewarn.store import StoreError
 from forewarn.surfaces import azure_instance
 from forewarn.surfaces.asgi import header_values, read_body, respond
 from forewarn.surfaces.azure_errors import (
@@ -30,6 +31,7 @@ from forewarn.surfaces.azure_errors import (
     METHOD_NOT_ALLOWED,
     MISSING_METADATA_HEADER,
     NOT_FOUND,
+    SERVICE_ERROR,
     bad_api_version,
     error_body,
 )
@@ -96,14 +98,20 @@ class AzureImds:
         if scope["type"] == "lifespan":
             return
         path = scope["path"]
-        if path == "/metadata/scheduledevents":
-            await self._scheduled_events(scope, receive, send)
-        elif path == "/metadata/instance" or path.startswith("/metadata/instance/"):
-            await self._instance_metadata(scope, send)
-        elif path == "/metadata/versions":
-            await self._versions(scope, send)
-        else:
-            await respond(send, 404, NOT_FOUND)
+        try:
+            if path == "/metadata/scheduledevents":
+                await self._scheduled_events(scope, receive, send)
+            elif path == "/metadata/instance" or path.startswith("/metadata/instance/"):
+                await self._instance_metadata(scope, send)
+            elif path == "/metadata/versions":
+                await self._versions(scope, send)
+            else:
+                await respond(send, 404, NOT_FOUND)
+        except StoreError as error:
+            # Nothing was changed (the service rebuilt its engine from the database). Real IMDS answers its own
+            # failures with 500, which clients retry.
+            log.error("%s %s: %s", scope["method"], path, error)
+            await respond(send, 500, SERVICE_ERROR)
 
     def _query(self, scope) -> dict | bytes:
         """The query parameters, or an error body; cached, since clients repeat the same query every second."""
@@ -156,7 +164,10 @@ class AzureImds:
             return
         service = self.service
         if service.wall() >= service.due_wall:
-            service.catch_up()
+            try:
+                service.catch_up()
+            except StoreError as error:  # serve the last committed document; the timer retries the deadline
+                log.error("applying a due deadline failed: %s", error)
         body, etag = self.document(vm.scope, query["api-version"])
         for value in header_values(scope, b"if-none-match"):
             if etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")) or value.strip() == b"*":

@@ -124,13 +124,22 @@ def serve(fleet_source, db, host, port, imds_host, imds_port, clock_mode, speed,
         _fail(str(error))
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port))
     try:
-        asyncio.run(run_server(service, listeners, ImdsSettings(unknown_event_ids=unknown_event_ids)))
+        _event_loop_runner()(run_server(service, listeners, ImdsSettings(unknown_event_ids=unknown_event_ids)))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:
         pass
     finally:
         store.close()
+
+
+def _event_loop_runner():
+    """uvloop when installed (uvicorn[standard] brings it): the IMDS hot path is much faster on it."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
 
 
 # --------------------------------------------------------------------------------------------------- events

@@ -83,7 +83,9 @@ class Dispatcher:
 
 def _listen(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # An explicit IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only when the listening socket says
+    # so, and without it small responses wait for delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
     sock.listen(1024)
@@ -125,6 +127,8 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
         server_header=False,
         log_config=None,
         timeout_keep_alive=30,
+        # The caller's own address identifies a VM: never let X-Forwarded-For rewrite it (IMDS refuses the header).
+        proxy_headers=False,
     )
     server = uvicorn.Server(config)
     announce(describe(service, listeners))

@@ -1,8 +1,6 @@
 """When the database fails: IMDS answers 500 (what real IMDS does for its own failures) and nothing changes."""
 
-import asyncio
-
-import httpx
+import json
 
 from forewarn.core.engine import ScheduleRequest
 from forewarn.core.model import EventType
@@ -10,6 +8,7 @@ from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError, open_store
 from forewarn.surfaces.azure_imds import AzureImds
 from forewarn.surfaces.callers import CallerResolver
+from forewarn.surfaces.http import Request
 from helpers import T0, small_fleet
 
 
@@ -23,18 +22,14 @@ def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
 
     service.store.commit = broken
 
-    async def run():
-        transport = httpx.ASGITransport(app=imds)
-        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8169") as client:
-            url = "/metadata/scheduledevents?api-version=2020-07-01"
-            posted = await client.post(url, headers={"Metadata": "true"},
-                                       json={"StartRequests": [{"EventId": event.event_id}]})
-            fetched = await client.get(url, headers={"Metadata": "true"})
-            return posted, fetched
-
-    posted, fetched = asyncio.run(run())
-    assert posted.status_code == 500 and posted.json() == {"error": "Internal server error. Retry the request."}
-    assert fetched.status_code == 200
-    assert fetched.json()["Events"][0]["EventStatus"] == "Scheduled"
-    assert fetched.json()["DocumentIncarnation"] == 2
+    url_query = b"api-version=2020-07-01"
+    headers = [(b"metadata", b"true")]
+    local, peer = ("127.0.0.1", 8169), ("127.0.0.1", 50000)
+    body = json.dumps({"StartRequests": [{"EventId": event.event_id}]}).encode()
+    posted = imds.handle(Request("POST", "/metadata/scheduledevents", url_query, headers, body, local, peer))
+    fetched = imds.handle(Request("GET", "/metadata/scheduledevents", url_query, headers, b"", local, peer))
+    assert posted[:2] == (500, b'{"error": "Internal server error. Retry the request."}')
+    assert fetched[0] == 200
+    document = json.loads(fetched[1])
+    assert document["Events"][0]["EventStatus"] == "Scheduled" and document["DocumentIncarnation"] == 2
     assert service.engine.event(event.event_id).approvals == ()

@@ -1,8 +1,8 @@
 """Assembling and running the server: one process, one event loop, every surface on its own listeners.
 
-The control API listens on ``--host``/``--port``; Azure IMDS on ``--imds-host``/``--imds-port``, plus a listener on
-each VM's own ``imds.port`` and on each VM's loopback ``imds.address`` (so that ``http://127.0.0.10:8169`` is
-WestNO_0's metadata endpoint). One ASGI app dispatches on the listener a request arrived on.
+The control API listens on ``--host``/``--port`` (uvicorn). Azure IMDS listens on ``--imds-host``/``--imds-port``,
+plus on each VM's own ``imds.port`` and on each VM's loopback ``imds.address`` (so that ``http://127.0.0.10:8169``
+is WestNO_0's metadata endpoint), served by the lean HTTP/1.1 server of ``http1.py``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from forewarn.service.http1 import Http1Server
 from forewarn.service.runtime import Maintenance
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
@@ -32,40 +33,15 @@ class Listeners:
     vm_addresses: dict[str, str] = field(default_factory=dict)
 
 
-class Dispatcher:
-    """Routes each request to the surface that owns the listener it arrived on."""
+class DeadlineTimer:
+    """For real clocks: wakes when the next deadline falls due, or when a command changes the deadlines."""
 
-    def __init__(self, service: Maintenance, control_port: int, control, imds):
+    def __init__(self, service: Maintenance):
         self.service = service
-        self.control_port = control_port
-        self.control = control
-        self.imds = imds
-        self._timer: asyncio.Task | None = None
         self._wake = asyncio.Event()
         service.subscribe(lambda changes: self._wake.set())
 
-    async def __call__(self, scope, receive, send):
-        if scope["type"] == "lifespan":
-            await self._lifespan(receive, send)
-        elif scope.get("server", (None, None))[1] == self.control_port:
-            await self.control(scope, receive, send)
-        else:
-            await self.imds(scope, receive, send)
-
-    async def _lifespan(self, receive, send):
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                self._timer = asyncio.create_task(self._run_deadlines())
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                if self._timer:
-                    self._timer.cancel()
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-
-    async def _run_deadlines(self):
-        """For real clocks: wake when the next deadline falls due (or when a command changes the deadlines)."""
+    async def run(self) -> None:
         while True:
             delay = min(max(self.service.due_wall - time.time(), 0.0), 3600.0)
             self._wake.clear()
@@ -93,14 +69,23 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings()):
-    """The dispatcher and the bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
+@dataclass
+class Built:
+    control_app: object
+    control_socket: socket.socket
+    imds: AzureImds
+    imds_sockets: list[socket.socket]
+
+
+def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings()) -> Built:
+    """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
-    sockets = [_listen(*listeners.control), _listen(*listeners.imds)]
+    control_socket = _listen(*listeners.control)
+    imds_sockets = [_listen(*listeners.imds)]
     for vm in fleet.vms.values():
         if vm.imds_port is not None and vm.imds_port not in (listeners.imds[1], listeners.control[1]):
             try:
-                sockets.append(_listen(listeners.imds[0], vm.imds_port))
+                imds_sockets.append(_listen(listeners.imds[0], vm.imds_port))
                 listeners.vm_ports[vm.imds_port] = vm.name
             except OSError as error:
                 log.warning("VM %s: cannot listen on port %s (%s); skipped", vm.name, vm.imds_port, error.strerror)
@@ -108,31 +93,37 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
             address = ipaddress.ip_address(vm.imds_address)
             if address.is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
                 try:
-                    sockets.append(_listen(vm.imds_address, listeners.imds[1]))
+                    imds_sockets.append(_listen(vm.imds_address, listeners.imds[1]))
                     listeners.vm_addresses[vm.imds_address] = vm.name
                 except OSError as error:
                     log.warning("VM %s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
-    control = create_control_app(service, imds_document=lambda scope, version: imds.document(scope, version)[0])
-    return Dispatcher(service, listeners.control[1], control, imds), sockets, imds
+    control_app = create_control_app(service, imds_document=imds.document)
+    return Built(control_app, control_socket, imds, imds_sockets)
 
 
 async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings, announce=print) -> None:
-    app, sockets, _ = build(service, listeners, imds_settings)
+    """Run until SIGINT or SIGTERM: the control API on uvicorn, the metadata listeners on the lean HTTP/1.1 server."""
+    built = build(service, listeners, imds_settings)
+    metadata = Http1Server(built.imds.handle)
+    await metadata.start(built.imds_sockets)
+    timer = asyncio.create_task(DeadlineTimer(service).run())
     config = uvicorn.Config(
-        app,
-        lifespan="on",
+        built.control_app,
+        lifespan="off",
         access_log=False,
         server_header=False,
         log_config=None,
         timeout_keep_alive=30,
-        # The caller's own address identifies a VM: never let X-Forwarded-For rewrite it (IMDS refuses the header).
         proxy_headers=False,
     )
-    server = uvicorn.Server(config)
     announce(describe(service, listeners))
-    await server.serve(sockets=sockets)
+    try:
+        await uvicorn.Server(config).serve(sockets=[built.control_socket])
+    finally:
+        timer.cancel()
+        await metadata.close()
 
 
 def describe(service: Maintenance, listeners: Listeners) -> str:

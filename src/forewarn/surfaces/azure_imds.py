@@ -1,8 +1,8 @@
 """Azure Instance Metadata Service: ``/metadata/scheduledevents``, ``/metadata/instance``, ``/metadata/versions``.
 
-A raw ASGI app, because a GET is the hot path: it resolves the caller's scope, checks headers and api-version, and
-sends bytes rendered once per (scope, DocumentIncarnation, api-version). Rendering happens on the first read after a
-change; nothing is encoded or queried per request.
+A synchronous handler served by ``service/http1.py``, because a GET is the hot path: it resolves the caller's scope,
+checks headers and api-version, and returns a response rendered once per (scope, DocumentIncarnation, api-version).
+Rendering happens on the first read after a change; nothing is encoded or queried per request.
 
 Wire rules (reference azure-mock.md sections 4 and 6): field order as IMDS sends it, NotBefore in RFC 1123 GMT and
 ``""`` once Started, uppercase EventIds, fields and event types gated by api-version, ``Metadata: true`` required,
@@ -24,7 +24,7 @@ from forewarn.core.model import Event, EventStatus, EventType
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
 from forewarn.surfaces import azure_instance
-from forewarn.surfaces.asgi import header_values, read_body, respond
+from forewarn.surfaces.http import JSON, Request, Response
 from forewarn.surfaces.azure_errors import (
     DUPLICATE_PARAMETER,
     FORWARDED_REFUSED,
@@ -63,13 +63,23 @@ class ImdsSettings:
     unknown_event_ids: str = "reject"
 
 
+def _json(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Response:
+    return (status, body, JSON, extra)
+
+
+ALLOW_GET_POST = (b"allow", b"GET, POST")
+ALLOW_GET = (b"allow", b"GET")
+
+
 class AzureImds:
+    """The Azure metadata endpoints as a synchronous handler: :class:`Request` in, :data:`Response` out."""
+
     def __init__(self, service: Maintenance, resolver: CallerResolver, settings: ImdsSettings = ImdsSettings()):
         self.service = service
         self.resolver = resolver
         self.settings = settings
-        self._documents: dict[str, dict[str, tuple[bytes, bytes]]] = {}
-        self._instance_answers: dict[tuple, tuple[int, bytes, bytes]] = {}
+        self._documents: dict[str, dict[str, Response]] = {}
+        self._instance_answers: dict[tuple, Response] = {}
         self._queries: dict[bytes, dict | bytes] = {}
         service.subscribe(self._on_change)
 
@@ -82,40 +92,41 @@ class AzureImds:
             if isinstance(change, IncarnationChanged):
                 self._documents.pop(change.scope, None)
 
-    def document(self, scope: str, version: str) -> tuple[bytes, bytes]:
-        """The rendered document and its ETag; rendered once per change of the scope."""
+    def _rendered(self, scope: str, version: str) -> Response:
+        """The 200 response for a scope's document: rendered, with its ETag, once per change of the scope."""
         per_scope = self._documents.setdefault(scope, {})
         found = per_scope.get(version)
         if found is None:
             engine = self.service.engine
             body = render_document(engine.incarnation(scope), engine.live_events(scope), version)
-            found = (body, b'"' + hashlib.blake2b(body, digest_size=8).hexdigest().encode() + b'"')
+            etag = b'"' + hashlib.blake2b(body, digest_size=8).hexdigest().encode() + b'"'
+            found = _json(200, body, (b"etag", etag))
             per_scope[version] = found
         return found
 
-    # ---------------------------------------------------------------------------------------------- ASGI
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "lifespan":
-            return
-        path = scope["path"]
+    def document(self, scope: str, version: str) -> bytes:
+        """The bytes of a scope's document for an api-version, as a VM of that scope gets them."""
+        return self._rendered(scope, version)[1]
+
+    # ------------------------------------------------------------------------------------------- requests
+    def handle(self, request: Request) -> Response:
+        path = request.path
         try:
             if path == "/metadata/scheduledevents":
-                await self._scheduled_events(scope, receive, send)
-            elif path == "/metadata/instance" or path.startswith("/metadata/instance/"):
-                await self._instance_metadata(scope, send)
-            elif path == "/metadata/versions":
-                await self._versions(scope, send)
-            else:
-                await respond(send, 404, NOT_FOUND)
+                return self._scheduled_events(request)
+            if path == "/metadata/instance" or path.startswith("/metadata/instance/"):
+                return self._instance_metadata(request)
+            if path == "/metadata/versions":
+                return self._versions(request)
+            return _json(404, NOT_FOUND)
         except StoreError as error:
             # Nothing was changed (the service rebuilt its engine from the database). Real IMDS answers its own
             # failures with 500, which clients retry.
-            log.error("%s %s: %s", scope["method"], path, error)
-            await respond(send, 500, SERVICE_ERROR)
+            log.error("%s %s: %s", request.method, path, error)
+            return _json(500, SERVICE_ERROR)
 
-    def _query(self, scope) -> dict | bytes:
+    def _query(self, raw: bytes) -> dict | bytes:
         """The query parameters, or an error body; cached, since clients repeat the same query every second."""
-        raw = scope["query_string"]
         found = self._queries.get(raw)
         if found is None:
             pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
@@ -125,11 +136,10 @@ class AzureImds:
                 self._queries[raw] = found
         return found
 
-    def _refusal(self, scope, query, versions, newest) -> bytes | None:
+    def _refusal(self, request: Request, query, versions, newest) -> bytes | None:
         """The common checks of every IMDS request; the error body to send, or None."""
-        headers = scope["headers"]
         metadata = None
-        for key, value in headers:
+        for key, value in request.headers:
             if key == b"x-forwarded-for":
                 return FORWARDED_REFUSED
             if key == b"metadata":
@@ -138,100 +148,89 @@ class AzureImds:
             return query
         version = query.get("api-version")
         # The 2017-03-01 preview did not enforce the header; 2017-08-01 enforced it for every request.
-        if (metadata is None or metadata.lower() != b"true") and not (version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS):
+        preview = version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS
+        if (metadata is None or metadata.lower() != b"true") and not preview:
             return MISSING_METADATA_HEADER
         if versions is not None and version not in versions:
             return bad_api_version(newest)
         return None
 
-    async def _scheduled_events(self, scope, receive, send) -> None:
-        method = scope["method"]
-        if method not in ("GET", "POST"):
-            await respond(send, 405, METHOD_NOT_ALLOWED, extra=[(b"allow", b"GET, POST")])
-            return
-        query = self._query(scope)
-        refusal = self._refusal(scope, query, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
+    def _scheduled_events(self, request: Request) -> Response:
+        method = request.method
+        if method != "GET" and method != "POST":
+            return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
+        query = self._query(request.query)
+        refusal = self._refusal(request, query, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
         if refusal is not None:
-            await respond(send, 400, refusal)
-            return
+            return _json(400, refusal)
         try:
-            vm = self.resolver.resolve(scope)
+            vm = self.resolver.resolve(request.local, request.peer)
         except UnknownCaller as error:
-            await respond(send, 400, error_body(f"Bad request. {error}"))
-            return
+            return _json(400, error_body(f"Bad request. {error}"))
         if method == "POST":
-            await self._approve(vm, scope, receive, send)
-            return
+            return self._approve(vm, request.body)
         service = self.service
         if service.wall() >= service.due_wall:
             try:
                 service.catch_up()
             except StoreError as error:  # serve the last committed document; the timer retries the deadline
                 log.error("applying a due deadline failed: %s", error)
-        body, etag = self.document(vm.scope, query["api-version"])
-        for value in header_values(scope, b"if-none-match"):
-            if etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")) or value.strip() == b"*":
-                await respond(send, 304, b"", extra=[(b"etag", etag)])
-                return
-        await respond(send, 200, body, extra=[(b"etag", etag)])
+        response = self._rendered(vm.scope, query["api-version"])
+        for key, value in request.headers:
+            if key == b"if-none-match":
+                etag = response[3][0][1]
+                if value.strip() == b"*" or etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")):
+                    return (304, b"", JSON, response[3])
+        return response
 
-    async def _approve(self, vm, scope, receive, send) -> None:
-        body = await read_body(receive)
+    def _approve(self, vm, body: bytes) -> Response:
         event_ids = parse_start_requests(body)
         if event_ids is None:
-            await respond(send, 400, BAD_START_REQUESTS)
-            return
+            return _json(400, BAD_START_REQUESTS)
         visible = []
         for event_id in event_ids:
             event = self.service.engine.events.get(event_id)
             if event is None or event.scope != vm.scope:
                 if self.settings.unknown_event_ids == "reject":
                     log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
-                    await respond(send, 400, error_body(f"Bad request. EventId {event_id} is not a scheduled event of this VM"))
-                    return
+                    return _json(400, error_body(f"Bad request. EventId {event_id} is not a scheduled event of this VM"))
                 log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
                 continue
             visible.append(event_id)
         try:
             self.service.approve(visible, by=vm.name)
         except NotFound as error:  # the event vanished between the check and the command
-            await respond(send, 400, error_body(f"Bad request. {error}"))
-            return
-        await respond(send, 200, b"")
+            return _json(400, error_body(f"Bad request. {error}"))
+        return _json(200, b"")
 
-    async def _instance_metadata(self, scope, send) -> None:
-        if scope["method"] != "GET":
-            await respond(send, 405, METHOD_NOT_ALLOWED, extra=[(b"allow", b"GET")])
-            return
-        query = self._query(scope)
+    def _instance_metadata(self, request: Request) -> Response:
+        if request.method != "GET":
+            return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
+        query = self._query(request.query)
         versions = azure_instance.INSTANCE_API_VERSIONS
-        refusal = self._refusal(scope, query, versions, list(versions[:3]))
+        refusal = self._refusal(request, query, versions, list(versions[:3]))
         if refusal is not None:
-            await respond(send, 400, refusal)
-            return
+            return _json(400, refusal)
         try:
-            vm = self.resolver.resolve(scope)
+            vm = self.resolver.resolve(request.local, request.peer)
         except UnknownCaller as error:
-            await respond(send, 400, error_body(f"Bad request. {error}"))
-            return
-        key = (vm.name, query["api-version"], scope["path"], query.get("format"))
+            return _json(400, error_body(f"Bad request. {error}"))
+        key = (vm.name, query["api-version"], request.path, query.get("format"))
         found = self._instance_answers.get(key)
         if found is None:
-            found = azure_instance.answer(vm, key[1], key[2][len("/metadata/instance"):], key[3])
+            status, body, content_type = azure_instance.answer(vm, key[1], key[2][len("/metadata/instance"):], key[3])
+            found = (status, body, content_type, ())
             if len(self._instance_answers) < 65536:
                 self._instance_answers[key] = found
-        await respond(send, *found)
+        return found
 
-    async def _versions(self, scope, send) -> None:
-        if scope["method"] != "GET":
-            await respond(send, 405, METHOD_NOT_ALLOWED, extra=[(b"allow", b"GET")])
-            return
-        query = self._query(scope)
-        refusal = self._refusal(scope, query, None, None)
+    def _versions(self, request: Request) -> Response:
+        if request.method != "GET":
+            return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
+        refusal = self._refusal(request, self._query(request.query), None, None)
         if refusal is not None:
-            await respond(send, 400, refusal)
-            return
-        await respond(send, 200, json.dumps(azure_instance.versions_document()).encode())
+            return _json(400, refusal)
+        return _json(200, json.dumps(azure_instance.versions_document()).encode())
 
 
 # ----------------------------------------------------------------------------------------------- wire format

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from forewarn.core.fleet import VM
-from forewarn.surfaces.asgi import JSON, TEXT
+from forewarn.surfaces.http import JSON, TEXT
 from forewarn.surfaces.azure_errors import NOT_FOUND, bad_api_version
 
 # ------------------------------------------------------------------------------------------------ versions

@@ -24,22 +24,21 @@ class CallerResolver:
         self._default = fleet.vms[fleet.default_vm] if fleet.default_vm else None
         self._cache: dict[tuple, VM] = {}
 
-    def resolve(self, scope) -> VM:
-        server = scope.get("server") or ("", 0)
-        client = scope.get("client") or ("", 0)
-        key = (server[0], server[1], client[0])
+    def resolve(self, local: tuple[str, int], peer: tuple[str, int]) -> VM:
+        """The VM behind a connection that arrived on ``local`` from ``peer``."""
+        key = (local[0], local[1], peer[0])
         found = self._cache.get(key)
         if found is not None:
             return found
         found = (
-            self._by_port.get(server[1])
-            or self._by_address.get(client[0])
-            or self._by_address.get(server[0])
+            self._by_port.get(local[1])
+            or self._by_address.get(peer[0])
+            or self._by_address.get(local[0])
             or self._default
         )
         if found is None:
             raise UnknownCaller(
-                f"no VM of the fleet is reached at {server[0]}:{server[1]} from {client[0]}; give VMs an imds address "
+                f"no VM of the fleet is reached at {local[0]}:{local[1]} from {peer[0]}; give VMs an imds address "
                 "or port in the fleet file, or set default_vm"
             )
         if len(self._cache) < 65536:

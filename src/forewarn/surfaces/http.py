@@ -1,0 +1,26 @@
+"""The contract between the metadata surfaces and the HTTP server that runs them (``service/http1.py``).
+
+A surface is a synchronous function of a :class:`Request` returning a :data:`Response`; it never sees sockets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+JSON = b"application/json; charset=utf-8"
+TEXT = b"text/plain; charset=utf-8"
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    method: str
+    path: str
+    query: bytes
+    headers: list[tuple[bytes, bytes]]  # names lowercased, in the order received
+    body: bytes
+    local: tuple[str, int]  # the address and port the connection arrived on
+    peer: tuple[str, int]  # the caller's address and port
+
+
+# (status, body, content type, extra headers): hashable, so the server can cache the wire bytes of a response.
+Response = tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]

@@ -1,0 +1,103 @@
+"""The lean HTTP/1.1 server of the metadata endpoints, spoken to over raw sockets."""
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+
+from forewarn.service.http1 import MAX_BODY, Http1Server
+from forewarn.surfaces.http import TEXT, Request
+
+
+def echo(request: Request):
+    body = f"{request.method} {request.path} {request.query.decode()} {len(request.body)} {request.peer[0]}".encode()
+    if request.path == "/boom":
+        raise RuntimeError("handler bug")
+    return (200, body, TEXT, ((b"x-seen", b"yes"),))
+
+
+@pytest.fixture
+def address():
+    loop = asyncio.new_event_loop()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    sock.setblocking(False)
+    server = Http1Server(echo, idle_timeout=1.0)
+    ready = threading.Event()
+
+    def run():
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(server.start([sock]))
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    ready.wait(5)
+    yield sock.getsockname()
+    asyncio.run_coroutine_threadsafe(server.close(), loop).result(5)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+
+
+def exchange(address, raw: bytes, wait_close: bool = True) -> bytes:
+    with socket.create_connection(address, timeout=5) as client:
+        client.sendall(raw)
+        if not wait_close:
+            time.sleep(0.2)
+            return client.recv(65536)
+        chunks = []
+        while chunk := client.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_keep_alive_and_pipelining_answer_in_order(address):
+    raw = b"".join(b"GET /r%d?x=%d HTTP/1.1\r\nHost: a\r\n\r\n" % (i, i) for i in range(3))
+    answer = exchange(address, raw + b"GET /last HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+    assert answer.count(b"HTTP/1.1 200 OK\r\n") == 4
+    bodies = [part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0] for part in answer.split(b"HTTP/1.1 200 OK")[1:]]
+    assert bodies == [b"GET /r0 x=0 0 127.0.0.1", b"GET /r1 x=1 0 127.0.0.1", b"GET /r2 x=2 0 127.0.0.1",
+                      b"GET /last  0 127.0.0.1"]
+    assert b"x-seen: yes\r\n" in answer and b"date: " in answer and b"connection: close\r\n" in answer
+
+
+def test_http_1_0_closes_after_the_answer(address):
+    answer = exchange(address, b"GET /old HTTP/1.0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n") and answer.endswith(b"GET /old  0 127.0.0.1")
+
+
+def test_body_expect_continue_and_percent_decoding(address):
+    body = b'{"StartRequests": []}'
+    raw = (b"POST /a%%20b HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: %d\r\nConnection: close"
+           b"\r\n\r\n" % len(body)) + body
+    answer = exchange(address, raw)
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert answer.endswith(b"POST /a b  %d 127.0.0.1" % len(body))
+
+
+def test_too_large_body_is_413(address):
+    answer = exchange(address, b"POST / HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+    assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n")
+
+
+def test_malformed_request_is_400_and_closed(address):
+    assert exchange(address, b"NONSENSE\r\n\r\n").startswith(b"HTTP/1.1 400 Bad Request\r\n")
+
+
+def test_handler_failure_is_a_500_not_a_dropped_connection(address):
+    answer = exchange(address, b"GET /boom HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 500 Internal Server Error\r\n")
+
+
+def test_idle_connections_are_closed(address):
+    with socket.create_connection(address, timeout=5) as client:
+        client.sendall(b"GET / HTTP/1.1\r\n\r\n")
+        assert client.recv(65536).startswith(b"HTTP/1.1 200 OK")
+        client.settimeout(5)
+        started = time.monotonic()
+        assert client.recv(65536) == b""  # closed by the server after the 1 s idle timeout (swept each second)
+        assert time.monotonic() - started < 4

@@ -21,6 +21,7 @@ from forewarn.core.model import EventType, parse_enum
 DEFAULT_SERVER = "http://127.0.0.1:8170"
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 def _client(ctx: click.Context) -> ControlClient:
@@ -181,7 +182,7 @@ DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
 @click.option("--source", default="Platform", show_default=True, help="Platform or User.")
 @click.option("--description", help="Description shown to the VMs (default depends on type and source).")
 @click.option("--impact-window", help="How long the event stays Started before it completes. Default per type.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON_OPTION
 @click.pass_context
 def schedule(ctx, event_type, vms, hosts, notice, not_before, duration, source, description, impact_window, as_json):
     """Schedule maintenance on VMs or hosts: events appear in the VMs' scheduled-events documents."""
@@ -196,7 +197,7 @@ def schedule(ctx, event_type, vms, hosts, notice, not_before, duration, source, 
 
 @cli.command(context_settings=CONTEXT)
 @click.option("--all", "include_all", is_flag=True, help="Include Completed and Canceled events (history).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON_OPTION
 @click.pass_context
 def events(ctx, include_all, as_json):
     """List events: the live ones (Scheduled, Started), or all of them with --all."""
@@ -206,7 +207,7 @@ def events(ctx, include_all, as_json):
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("event_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON_OPTION
 @click.pass_context
 def show(ctx, event_id, as_json):
     """Show one event and its journal (what happened to it, when, and why)."""
@@ -227,7 +228,7 @@ def show(ctx, event_id, as_json):
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("event_ids", nargs=-1, required=True)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON_OPTION
 @click.pass_context
 def approve(ctx, event_ids, as_json):
     """Approve events (as an IMDS POST StartRequests would). The operation starts when all its events are approved."""
@@ -237,7 +238,7 @@ def approve(ctx, event_ids, as_json):
 
 @cli.command(context_settings=CONTEXT)
 @click.argument("event_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON_OPTION
 @click.pass_context
 def cancel(ctx, event_id, as_json):
     """Cancel a Scheduled event: it leaves the document with no impact. Started events cannot be canceled."""
@@ -266,8 +267,6 @@ def _clock_call(ctx: click.Context, as_json: bool, path: str, body: dict | None 
     result = _run(lambda: client.get(path) if body is None else client.post(path, body))
     _emit(result, as_json, _print_clock)
 
-
-JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
 @clock.command(name="show", context_settings=CONTEXT)
@@ -310,7 +309,7 @@ def clock_next(ctx, as_json):
 
 # ---------------------------------------------------------------------------------------------------- fleet
 @cli.command(context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@JSON_OPTION
 @click.pass_context
 def fleet(ctx, as_json):
     """List the fleet's VMs: host, broadcast scope and where their metadata endpoint answers."""

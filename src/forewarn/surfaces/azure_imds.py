@@ -20,6 +20,7 @@ from urllib.parse import parse_qsl
 
 from forewarn.core.engine import IncarnationChanged
 from forewarn.core.errors import NotFound
+from forewarn.core.fleet import VM
 from forewarn.core.model import Event, EventStatus, EventType
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
@@ -71,6 +72,13 @@ ALLOW_GET_POST = (b"allow", b"GET, POST")
 ALLOW_GET = (b"allow", b"GET")
 
 
+class _Refused(Exception):
+    """Raised by the common checks; carries the 400 that answers the request."""
+
+    def __init__(self, response: Response):
+        self.response = response
+
+
 class AzureImds:
     """The Azure metadata endpoints as a synchronous handler: :class:`Request` in, :data:`Response` out."""
 
@@ -119,6 +127,8 @@ class AzureImds:
             if path == "/metadata/versions":
                 return self._versions(request)
             return _json(404, NOT_FOUND)
+        except _Refused as refused:
+            return refused.response
         except StoreError as error:
             # Nothing was changed (the service rebuilt its engine from the database). Real IMDS answers its own
             # failures with 500, which clients retry.
@@ -155,18 +165,22 @@ class AzureImds:
             return bad_api_version(newest)
         return None
 
+    def _admit(self, request: Request, versions, newest) -> tuple[VM, dict]:
+        """The caller's VM and the query parameters; raises :class:`_Refused` with the 400 that refuses them."""
+        query = self._query(request.query)
+        refusal = self._refusal(request, query, versions, newest)
+        if refusal is not None:
+            raise _Refused(_json(400, refusal))
+        try:
+            return self.resolver.resolve(request.local, request.peer), query
+        except UnknownCaller as error:
+            raise _Refused(_json(400, error_body(f"Bad request. {error}"))) from None
+
     def _scheduled_events(self, request: Request) -> Response:
         method = request.method
         if method != "GET" and method != "POST":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
-        query = self._query(request.query)
-        refusal = self._refusal(request, query, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
-        if refusal is not None:
-            return _json(400, refusal)
-        try:
-            vm = self.resolver.resolve(request.local, request.peer)
-        except UnknownCaller as error:
-            return _json(400, error_body(f"Bad request. {error}"))
+        vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
         if method == "POST":
             return self._approve(vm, request.body)
         service = self.service
@@ -206,15 +220,8 @@ class AzureImds:
     def _instance_metadata(self, request: Request) -> Response:
         if request.method != "GET":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
-        query = self._query(request.query)
         versions = azure_instance.INSTANCE_API_VERSIONS
-        refusal = self._refusal(request, query, versions, list(versions[:3]))
-        if refusal is not None:
-            return _json(400, refusal)
-        try:
-            vm = self.resolver.resolve(request.local, request.peer)
-        except UnknownCaller as error:
-            return _json(400, error_body(f"Bad request. {error}"))
+        vm, query = self._admit(request, versions, list(versions[:3]))
         key = (vm.name, query["api-version"], request.path, query.get("format"))
         found = self._instance_answers.get(key)
         if found is None:

@@ -45,22 +45,3 @@ def parse_duration(text: str) -> timedelta:
     if position != len(lowered) or position == 0:
         raise Invalid(f"invalid duration {raw!r}; use forms like 30s, 15m, 1h30m, 2d or PT15M")
     return timedelta(seconds=total)
-
-
-def format_duration(delta: timedelta) -> str:
-    """The short spelling of a duration, e.g. ``15m`` or ``1h30m5s``; the inverse of :func:`parse_duration`."""
-    seconds = delta.total_seconds()
-    if seconds == 0:
-        return "0s"
-    sign = "-" if seconds < 0 else ""
-    seconds = abs(seconds)
-    whole = int(seconds)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if whole >= size:
-            parts.append(f"{whole // size}{unit}")
-            whole %= size
-    fraction = seconds - int(seconds)
-    if whole or fraction or not parts:
-        parts.append(f"{whole + fraction:g}s")
-    return sign + "".join(parts)

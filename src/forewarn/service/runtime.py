@@ -75,6 +75,8 @@ class Maintenance:
             store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
             state = store.load()
         else:
+            if start is not None or seed is not None:
+                log.warning("--start and --seed apply to a new database only; this one keeps its time and seed")
             stored_fleet = Fleet.from_records(state.fleet_records)
             if fleet is not None and fleet != stored_fleet:
                 raise FleetMismatch(

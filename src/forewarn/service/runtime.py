@@ -8,6 +8,7 @@ If the commit fails, the engine is rebuilt from the store, so memory never holds
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 import threading
 import time
@@ -115,17 +116,27 @@ class Maintenance:
                 # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
                 # the engine holding changes the database does not have: rebuild it from what was committed.
                 if not isinstance(error, CoreError):
-                    state = self.store.load()
-                    self.engine = self._engine_from(state, self.engine.rules)
-                    self.clock = state.clock
-                    for listener in self._listeners:
-                        listener([])
+                    self._rebuild(error)
                 raise
             if clock is not None:
                 self.clock = clock
             self._refresh_due()
         self._announce(changes)
         return changes
+
+    def _rebuild(self, cause: Exception) -> None:
+        try:
+            state = self.store.load()
+        except Exception as error:
+            # Memory may hold changes the database lacks and cannot be brought back in line: serving on would show
+            # clients uncommitted state. Stop; a restart loads what was committed.
+            log.critical("commit failed (%s) and reloading from the database failed (%s); exiting", cause, error)
+            logging.shutdown()
+            os._exit(70)
+        self.engine = self._engine_from(state, self.engine.rules)
+        self.clock = state.clock
+        for listener in self._listeners:
+            listener([])
 
     def _announce(self, changes: list[Change]) -> None:
         for change in changes:

@@ -27,6 +27,7 @@ vms:
   - {name: WestNO_2, host: host-02, availability_set: westno}
   - {name: solo, host: host-02}
   - {name: other-tenant, host: host-02, subscription: 22222222-2222-2222-2222-222222222222}
+  - {name: spotty, host: host-03, spot: true}
 scale_sets:
   - {name: myvmss, instances: 3, hosts: [host-03]}
 """

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from forewarn.core.engine import Engine, EventChanged, ScheduleRequest
 from forewarn.core.errors import CoreError
 from forewarn.core.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType
+from forewarn.core.vms import NotificationProfile, Power
 from helpers import T0, small_fleet
 
 FLEET = small_fleet()
@@ -26,7 +27,26 @@ schedule = st.tuples(
 approve = st.tuples(st.just("approve"), st.integers(min_value=0, max_value=30), st.sampled_from(VM_NAMES + ["control"]))
 cancel = st.tuples(st.just("cancel"), st.integers(min_value=0, max_value=30))
 advance = st.tuples(st.just("advance"), st.integers(min_value=0, max_value=1500))
-commands = st.lists(st.one_of(schedule, approve, cancel, advance), min_size=1, max_size=40)
+user_operation = st.tuples(
+    st.sampled_from(["restart", "redeploy", "reimage", "delete", "evict"]),
+    st.lists(st.sampled_from(VM_NAMES), min_size=1, max_size=2),
+)
+platform_operation = st.tuples(st.sampled_from(["hardware_failure", "predicted_failure"]), st.sampled_from(HOSTS))
+policy = st.tuples(
+    st.just("policy"),
+    st.sampled_from(["westno", "solo", "myvmss"]),
+    st.booleans(),
+    st.booleans(),
+    st.sampled_from([None, 5, 10, 15]),
+)
+update_instances = st.tuples(st.just("update_instances"))
+scale_in = st.tuples(st.just("scale_in"), st.integers(min_value=1, max_value=2))
+commands = st.lists(
+    st.one_of(schedule, approve, cancel, advance, user_operation, platform_operation, policy, update_instances,
+              scale_in),
+    min_size=1,
+    max_size=40,
+)
 
 
 def snapshot(engine: Engine) -> dict:
@@ -56,6 +76,24 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
             engine.cancel(created[command[1] % len(created)])
         elif kind == "advance":
             engine.advance(engine.now + timedelta(seconds=command[1]))
+        elif kind in ("restart", "redeploy", "reimage", "delete", "evict"):
+            changes = getattr(engine, kind)(command[1])
+            created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id
+                           not in created)
+        elif kind in ("hardware_failure", "predicted_failure"):
+            changes = getattr(engine, kind)([command[1]])
+            created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id
+                           not in created)
+        elif kind == "policy":
+            _, owner, reboot, redeploy, minutes = command
+            terminate = None if minutes is None else NotificationProfile(True, timedelta(minutes=minutes))
+            engine.update_policy(owner, reboot, redeploy, terminate if owner == "myvmss" else None)
+        elif kind == "update_instances":
+            engine.update_instances("myvmss")
+        elif kind == "scale_in":
+            changes = engine.scale_in("myvmss", command[1])
+            created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id
+                           not in created)
     except CoreError:
         pass
 
@@ -136,8 +174,30 @@ def test_replay_and_restore_give_the_same_documents(sequence, cut):
     created_second: list[str] = []
     for index, command in enumerate(sequence):
         if index == cut:
-            second = Engine(FLEET, "prop", second.now, events=second.events.values(), incarnations=second.incarnations)
+            second = Engine(FLEET, "prop", second.now, events=second.events.values(), incarnations=second.incarnations,
+                            vm_states=second.vm_states.values(), policies=second.policies.values(), created_at=T0)
         apply(first, command, created_first)
         apply(second, command, created_second)
         assert snapshot(first) == snapshot(second)
+        assert first.vm_states == second.vm_states
     assert created_first == created_second
+
+
+@settings(max_examples=200, deadline=None)
+@given(commands)
+def test_deleted_vms_stay_deleted_and_impacts_end_with_their_events(sequence):
+    engine = Engine(FLEET, "prop", T0)
+    created: list[str] = []
+    deleted: set[str] = set()
+    for command in sequence:
+        apply(engine, command, created)
+        now_deleted = {name for name, state in engine.vm_states.items() if state.deleted}
+        assert deleted <= now_deleted
+        deleted = now_deleted
+        for state in engine.vm_states.values():
+            if state.impacted_by in engine.events:
+                event = engine.events[state.impacted_by]
+                assert event.status is EventStatus.STARTED or state.deleted
+                assert state.impact_until is None or state.impact_until <= event.ends_at
+            if state.power is Power.RUNNING:
+                assert state.impact_until is None

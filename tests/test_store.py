@@ -67,7 +67,7 @@ def test_deadlines_passed_while_down_are_applied_in_order_at_start(store_url):
     again = Maintenance.open(open_store(store_url), None, "real", 1.0, None, None, wall=wall)
     for event_id in (first.event_id, second.event_id):
         assert again.engine.event(event_id).status is EventStatus.COMPLETED
-    kinds = [(entry.event_id, entry.kind, entry.at) for entry in again.store.journal()]
+    kinds = [(entry.event_id, entry.kind, entry.at) for entry in again.store.journal() if entry.event_id]
     ordered = [(event_id, kind) for event_id, kind, _ in kinds]
     assert ordered == [
         (first.event_id, "scheduled"), (second.event_id, "scheduled"),

@@ -14,17 +14,27 @@ the scope's Events array (a command, or the deadlines due at one instant), and o
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
 from typing import Iterable, Union
 
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.fleet import VM, Fleet
 from forewarn.core.ids import derived_guid
-from forewarn.core.model import Event, EventSource, EventStatus, EventType
+from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.core.rules import Rules, whole_second_ceiling
+from forewarn.core.vms import (
+    IMPACT_OF_TYPE,
+    NotificationProfile,
+    Policy,
+    Power,
+    VmState,
+    check_os_image_profile,
+    check_terminate_profile,
+)
 
 INITIAL_INCARNATION = 1
+_FAR_FUTURE = datetime.max.replace(tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True)
@@ -47,27 +57,50 @@ class TimeMoved:
     now: datetime
 
 
-Change = Union[EventChanged, IncarnationChanged, TimeMoved]
+@dataclass(frozen=True)
+class VmChanged:
+    """A VM's running state changed; ``what`` is impacted, recovered or deleted."""
+
+    state: VmState
+    what: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class PolicyChanged:
+    policy: Policy
+
+
+Change = Union[EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged]
 
 
 @dataclass(frozen=True)
 class ScheduleRequest:
+    """Maintenance on VMs: named ones, those on named hosts, or those of one update or fault domain of a set."""
+
     event_type: EventType
     vms: tuple[str, ...] = ()
     hosts: tuple[str, ...] = ()
+    group: str | None = None  # a scale set or availability set, with update_domain or fault_domain
+    update_domain: int | None = None
+    fault_domain: int | None = None
     source: EventSource = EventSource.PLATFORM
     notice: timedelta | None = None
     not_before: datetime | None = None
     duration_seconds: int | None = None
     description: str | None = None
     impact_window: timedelta | None = None
+    impact: Impact | None = None  # what the event does to its VMs; by default the type's impact
+    start_now: bool = False  # no Scheduled state: hardware failure, automatically approved user operations
+    per_vm: bool = False  # one event per VM, all in one operation (a batch of deletes)
+    reason: str = ""
 
 
 @dataclass(order=True, frozen=True)
 class _Deadline:
     at: datetime
     order: int
-    kind: str  # "start" (operation id) or "complete" (event id)
+    kind: str  # "start" (operation id), "complete" (event id) or "recover" (VM name)
     target: str
 
 
@@ -80,11 +113,26 @@ class Engine:
         rules: Rules | None = None,
         events: Iterable[Event] = (),
         incarnations: dict[str, int] | None = None,
+        vm_states: Iterable[VmState] = (),
+        policies: Iterable[Policy] = (),
+        created_at: datetime | None = None,
     ):
         self.fleet = fleet
         self.seed = seed
         self.rules = rules or Rules()
         self.now = now
+        created_at = created_at or now
+        self.policies: dict[str, Policy] = {owner: Policy(owner) for owner in fleet.vms_by_owner}
+        self.policies.update(fleet.policies)
+        self.policies.update({policy.owner: policy for policy in policies})
+        self.vm_states: dict[str, VmState] = {}
+        for vm in fleet.vms.values():
+            policy = self.policies[vm.policy_owner]
+            self.vm_states[vm.name] = VmState(
+                vm.name, Power.RUNNING, vm.host, created_at,
+                terminate=policy.terminate, os_image=policy.os_image, model_version=policy.model_version,
+            )
+        self.vm_states.update({state.name: state for state in vm_states})
         self.events: dict[str, Event] = {}
         self.operations: dict[str, list[str]] = {}
         self.incarnations: dict[str, int] = dict(incarnations or {})
@@ -99,6 +147,9 @@ class Engine:
                 self._push(event.not_before, "start", event.operation_id)
             elif event.status is EventStatus.STARTED:
                 self._push(event.ends_at, "complete", event.event_id)
+        for state in self.vm_states.values():
+            if state.impact_until is not None:
+                self._push(state.impact_until, "recover", state.name)
 
     # ----------------------------------------------------------------------------------------------- queries
     def incarnation(self, scope: str) -> int:
@@ -125,6 +176,13 @@ class Engine:
     # ---------------------------------------------------------------------------------------------- commands
     def schedule(self, request: ScheduleRequest) -> list[Change]:
         """Create events for the VMs named and the VMs on the hosts named: one per (host, scope), grouped per host."""
+        touched: set[str] = set()
+        changes = self._create(request, touched)
+        return changes + self._bump(touched)
+
+    def _create(self, request: ScheduleRequest, touched: set[str]) -> list[Change]:
+        """The events of one request, without the incarnation step: a command that creates several batches (a
+        restart of VMs with different policies, deletes with different timeouts) is still one step."""
         targets = self._targets(request)
         if request.not_before is not None and request.notice is not None:
             raise Invalid("give either a notice or a NotBefore time, not both")
@@ -132,6 +190,8 @@ class Engine:
             not_before = whole_second_ceiling(request.not_before)
             if not_before < self.now:
                 raise Invalid(f"NotBefore {not_before.isoformat()} is in the past (now {self.now.isoformat()})")
+        elif request.start_now:
+            not_before = self.now
         else:
             notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
             if notice < timedelta(0):
@@ -156,13 +216,17 @@ class Engine:
         )
 
         changes: list[Change] = []
-        touched: set[str] = set()
-        by_host: dict[str, dict[str, list[VM]]] = {}
+        # The VMs of one scope on one host share an event; each host is one operation. A batch of per-VM events
+        # (deletes) is one operation, so that its events start together (seed 002).
+        operations: dict[str, dict[str, list[VM]]] = {}
         for vm in targets:
-            by_host.setdefault(vm.host, {}).setdefault(vm.scope, []).append(vm)
-        for host, scopes in by_host.items():
+            host = "batch" if request.per_vm else self.vm_states[vm.name].host
+            group = vm.name if request.per_vm else vm.scope
+            operations.setdefault(host, {}).setdefault(group, []).append(vm)
+        for host, groups in operations.items():
             operation_id = derived_guid(self.seed, "operation", self.next_seq)
-            for scope, vms in scopes.items():
+            for vms in groups.values():
+                scope = vms[0].scope
                 seq = self.next_seq
                 self.next_seq += 1
                 event = Event(
@@ -179,12 +243,18 @@ class Engine:
                     impact_window=impact_window,
                     status=EventStatus.SCHEDULED,
                     created_at=self.now,
+                    impact=request.impact,
                 )
                 self._index(event)
                 touched.add(scope)
-                changes.append(EventChanged(event, "scheduled", f"on host {host}"))
-            self._push(not_before, "start", operation_id)
-        return changes + self._bump(touched)
+                if not request.start_now:
+                    where = "in one batch" if request.per_vm else f"on host {host}"
+                    changes.append(EventChanged(event, "scheduled", _joined(request.reason, where)))
+            if request.start_now:
+                changes += self._start_operation(operation_id, request.reason or "started at once", touched)
+            else:
+                self._push(not_before, "start", operation_id)
+        return changes
 
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         """Approve events. Approving a Started, Completed or Canceled event changes nothing (and is not an error)."""
@@ -219,6 +289,174 @@ class Engine:
             changes += self._start_operation(event.operation_id, "approved", touched)
         return changes + self._bump(touched)
 
+    # ------------------------------------------------------------------------------- user-initiated operations
+    def restart(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:
+        """A user restarts VMs: a User Reboot, started at once where the owner's policy approves it automatically."""
+        return self._user_maintenance(EventType.REBOOT, vms, notice, "auto_approve_reboot", "restart requested")
+
+    def redeploy(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:
+        return self._user_maintenance(EventType.REDEPLOY, vms, notice, "auto_approve_redeploy", "redeploy requested")
+
+    def _user_maintenance(self, event_type: EventType, vms, notice, policy_field: str, reason: str) -> list[Change]:
+        names = list(vms)
+        targets = self._targets(ScheduleRequest(event_type, vms=tuple(names)))
+        approved = [vm.name for vm in targets if getattr(self.policies[vm.policy_owner], policy_field)]
+        waiting = [vm.name for vm in targets if vm.name not in approved]
+        changes: list[Change] = []
+        touched: set[str] = set()
+        if approved:  # seed 000: "the event goes straight to Started, skipping Scheduled"
+            changes += self._create(ScheduleRequest(
+                event_type, vms=tuple(approved), source=EventSource.USER, start_now=True,
+                reason=f"{reason}; automatically approved by scheduledEventsPolicy",
+            ), touched)
+        if waiting:
+            changes += self._create(ScheduleRequest(
+                event_type, vms=tuple(waiting), source=EventSource.USER, notice=notice, reason=reason,
+            ), touched)
+        return changes + self._bump(touched)
+
+    def reimage(self, vms: Iterable[str]) -> list[Change]:
+        """Scale-set instances whose model enables OS image notifications get a Reboot event announcing the reimage
+        (notice: the profile's notBeforeTimeout); other VMs are reimaged at once, unannounced."""
+        targets = self._targets(ScheduleRequest(EventType.REBOOT, vms=tuple(vms)))
+        announced = [vm.name for vm in targets if self.vm_states[vm.name].os_image.enable]
+        changes: list[Change] = []
+        touched: set[str] = set()
+        for name in announced:
+            changes += self._create(ScheduleRequest(
+                EventType.REBOOT, vms=(name,), source=EventSource.USER, impact=Impact.REIMAGE,
+                notice=self.vm_states[name].os_image.not_before_timeout, reason="reimage requested",
+            ), touched)
+        for vm in targets:
+            if vm.name not in announced:
+                changes += self._impact(vm.name, Impact.REIMAGE, "reimage (not announced)", -1, _FAR_FUTURE)
+        return changes + self._bump(touched)
+
+    def delete(self, vms: Iterable[str], source: EventSource = EventSource.USER, reason: str = "delete requested"
+               ) -> list[Change]:
+        """Deleting VMs. Instances whose model enables terminate notifications get one Terminate event each, all in
+        one batch that starts when every event is approved or the timeout passes (seed 002); the rest go at once."""
+        targets = self._targets(ScheduleRequest(EventType.TERMINATE, vms=tuple(vms)))
+        for vm in targets:
+            if self._being_deleted(vm.name):
+                raise Conflict(f"{vm.name} is already being deleted (its Terminate event is live)")
+        announced = [vm for vm in targets if self.vm_states[vm.name].terminate.enable and not vm.spot]
+        changes: list[Change] = []
+        by_timeout: dict[timedelta, list[str]] = {}
+        for vm in announced:
+            by_timeout.setdefault(self.vm_states[vm.name].terminate.not_before_timeout, []).append(vm.name)
+        touched: set[str] = set()
+        for timeout, names in by_timeout.items():
+            changes += self._create(ScheduleRequest(
+                EventType.TERMINATE, vms=tuple(names), source=source, notice=timeout, per_vm=True, reason=reason,
+            ), touched)
+        for vm in targets:
+            if vm not in announced:
+                changes += self._impact(vm.name, Impact.DELETE, f"{reason} (not announced)", -1, self.now)
+        return changes + self._bump(touched)
+
+    def scale_in(self, scale_set: str, count: int) -> list[Change]:
+        """Remove ``count`` instances, highest instance ids first (the "Default" scale-in policy's last step)."""
+        owner = self.fleet.owner(scale_set)
+        if not owner.startswith("vmss:"):
+            raise Invalid(f"{scale_set} is not a scale set")
+        running = [vm for vm in self.fleet.vms_by_owner[owner] if not self.vm_states[vm.name].deleted
+                   and not self._being_deleted(vm.name)]
+        if count < 1 or count > len(running):
+            raise Invalid(f"{scale_set} has {len(running)} instances to scale in; asked to remove {count}")
+        victims = sorted(running, key=lambda vm: int(vm.instance_id or 0))[-count:]
+        return self.delete([vm.name for vm in victims], EventSource.PLATFORM, "scale-in")
+
+    def _being_deleted(self, name: str) -> bool:
+        return any(
+            e.event_type is EventType.TERMINATE and e.status.live and name in e.resources
+            for e in self.events.values()
+        )
+
+    # ------------------------------------------------------------------------------------ policies and models
+    def policy(self, owner_name: str) -> Policy:
+        return self.policies[self.fleet.owner(owner_name)]
+
+    def update_policy(
+        self,
+        owner_name: str,
+        auto_approve_reboot: bool | None = None,
+        auto_approve_redeploy: bool | None = None,
+        terminate: NotificationProfile | None = None,
+        os_image: NotificationProfile | None = None,
+    ) -> list[Change]:
+        """Change a scheduledEventsPolicy or a scale set's notification profiles. Profile changes make a new model
+        version; instances follow it only when updated to the latest model (``update_instances``)."""
+        owner = self.fleet.owner(owner_name)
+        policy = self.policies[owner]
+        members = self.fleet.vms_by_owner[owner]
+        if (terminate is not None or os_image is not None) and not owner.startswith("vmss:"):
+            raise Invalid("terminate and OS image notification profiles belong to scale sets")
+        if terminate is not None:
+            check_terminate_profile(terminate, spot=any(vm.spot for vm in members))
+        if os_image is not None:
+            check_os_image_profile(os_image, members[0].size)
+        new_model = (terminate is not None and terminate != policy.terminate) or (
+            os_image is not None and os_image != policy.os_image
+        )
+        updated = Policy(
+            owner,
+            policy.auto_approve_reboot if auto_approve_reboot is None else auto_approve_reboot,
+            policy.auto_approve_redeploy if auto_approve_redeploy is None else auto_approve_redeploy,
+            policy.terminate if terminate is None else terminate,
+            policy.os_image if os_image is None else os_image,
+            policy.model_version + 1 if new_model else policy.model_version,
+        )
+        if updated == policy:
+            return []
+        self.policies[owner] = updated
+        return [PolicyChanged(updated)]
+
+    def update_instances(self, scale_set: str, vms: Iterable[str] = ()) -> list[Change]:
+        """Bring instances (all when none are named) to the scale set's latest model, with its profiles."""
+        owner = self.fleet.owner(scale_set)
+        if not owner.startswith("vmss:"):
+            raise Invalid(f"{scale_set} is not a scale set")
+        policy = self.policies[owner]
+        members = {vm.name: vm for vm in self.fleet.vms_by_owner[owner]}
+        names = list(vms) or list(members)
+        for name in names:
+            if name not in members:
+                raise NotFound(f"{name} is not an instance of {scale_set}")
+        changes: list[Change] = []
+        for name in names:
+            state = self.vm_states[name]
+            if state.deleted or state.model_version == policy.model_version:
+                continue
+            state = replace(state, terminate=policy.terminate, os_image=policy.os_image,
+                            model_version=policy.model_version)
+            self.vm_states[name] = state
+            changes.append(VmChanged(state, "updated", f"to model version {policy.model_version}"))
+        return changes
+
+    # ------------------------------------------------------------------------------- platform's exceptional cases
+    def hardware_failure(self, hosts: Iterable[str], event_type: EventType | None = None) -> list[Change]:
+        """The host failed: no notice, the events appear as Started (seed 000)."""
+        return self.schedule(ScheduleRequest(
+            event_type or self.rules.hardware_failure_type, hosts=tuple(hosts), start_now=True,
+            description="Host server is undergoing an emergency repair.", reason="hardware failure",
+        ))
+
+    def predicted_failure(self, hosts: Iterable[str], notice: timedelta | None = None) -> list[Change]:
+        """Degraded hardware: a Redeploy with NotBefore days ahead; approving it brings the move forward."""
+        return self.schedule(ScheduleRequest(
+            EventType.REDEPLOY, hosts=tuple(hosts), notice=notice or self.rules.predicted_failure_notice,
+            reason="predicted hardware failure",
+        ))
+
+    def evict(self, vms: Iterable[str]) -> list[Change]:
+        """Spot eviction: Preempt with 30 s notice (best effort), then the VM is deleted."""
+        names = list(vms)
+        for name in names:
+            if not self.fleet.vm(name).spot:
+                raise Invalid(f"{name} is not a Spot VM; only Spot VMs are evicted")
+        return self.schedule(ScheduleRequest(EventType.PREEMPT, vms=tuple(names), reason="Spot eviction"))
+
     def advance(self, to: datetime) -> list[Change]:
         """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""
         if to < self.now:
@@ -235,6 +473,8 @@ class Engine:
                     continue
                 if deadline.kind == "start":
                     changes += self._start_operation(deadline.target, "NotBefore passed", touched)
+                elif deadline.kind == "recover":
+                    changes += self._recover(deadline.target)
                 else:
                     changes += self._complete(deadline.target, touched)
             changes += self._bump(touched)
@@ -244,19 +484,51 @@ class Engine:
 
     # ------------------------------------------------------------------------------------------------ helpers
     def _targets(self, request: ScheduleRequest) -> list[VM]:
-        if not request.vms and not request.hosts:
-            raise Invalid("name at least one VM or host")
+        if not request.vms and not request.hosts and request.group is None:
+            raise Invalid("name at least one VM, host, or a scale set or availability set with a domain")
         seen: dict[str, VM] = {}
         for name in request.vms:
             vm = self.fleet.vm(name)
+            if self.vm_states[vm.name].deleted:
+                raise Conflict(f"VM {vm.name} is deleted")
             seen.setdefault(vm.name, vm)
         for host in request.hosts:
-            vms = self.fleet.host_vms(host)
+            vms = self.vms_on_host(host)
             if not vms:
                 raise Invalid(f"host {host!r} runs no VM")
             for vm in vms:
                 seen.setdefault(vm.name, vm)
+        if request.group is not None:
+            for vm in self._domain(request.group, request.update_domain, request.fault_domain):
+                seen.setdefault(vm.name, vm)
         return list(seen.values())
+
+    def _domain(self, group: str, update_domain: int | None, fault_domain: int | None) -> list[VM]:
+        owner = self.fleet.owner(group)
+        if owner.startswith("vm:"):
+            raise Invalid(f"{group} is a VM; update and fault domains belong to scale sets and availability sets")
+        if (update_domain is None) == (fault_domain is None):
+            raise Invalid("give either an update domain or a fault domain of the set")
+        vms = [
+            vm
+            for vm in self.fleet.vms_by_owner[owner]
+            if not self.vm_states[vm.name].deleted
+            and (vm.update_domain == update_domain if update_domain is not None else vm.fault_domain == fault_domain)
+        ]
+        if not vms:
+            which = f"update domain {update_domain}" if update_domain is not None else f"fault domain {fault_domain}"
+            raise Invalid(f"{which} of {group} has no running VM")
+        return vms
+
+    def vms_on_host(self, host: str) -> list[VM]:
+        """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
+        if host not in self.fleet.hosts:
+            raise NotFound(f"no host named {host!r} in the fleet")
+        return [
+            self.fleet.vms[state.name]
+            for state in self.vm_states.values()
+            if state.host == host and not state.deleted
+        ]
 
     def _index(self, event: Event) -> None:
         self.events[event.event_id] = event
@@ -276,6 +548,8 @@ class Engine:
     def _is_stale(self, deadline: _Deadline) -> bool:
         if deadline.kind == "start":
             return not self._scheduled_in(deadline.target)
+        if deadline.kind == "recover":
+            return self.vm_states[deadline.target].impact_until != deadline.at
         return self.events[deadline.target].status is not EventStatus.STARTED
 
     def _scheduled_in(self, operation_id: str) -> list[Event]:
@@ -292,13 +566,57 @@ class Engine:
             self._push(event.ends_at, "complete", event.event_id)
             touched.add(event.scope)
             changes.append(EventChanged(event, "started", reason))
+            impact = self.impact_of(event)
+            for name in event.resources:
+                changes += self._impact(name, impact, event.event_id, event.duration_seconds, event.ends_at)
         return changes
+
+    def impact_of(self, event: Event) -> Impact:
+        return event.impact or IMPACT_OF_TYPE[event.event_type]
+
+    def _impact(self, name: str, impact: Impact, cause: str, duration_seconds: int, latest: datetime) -> list[Change]:
+        """An impact begins on one VM; it recovers after the event's DurationInSeconds (or the rule's default for
+        the impact), and at the latest when the event completes."""
+        state = self.vm_states[name]
+        if state.deleted:
+            return []
+        length = timedelta(seconds=duration_seconds) if duration_seconds > 0 else self.rules.impact_duration[impact]
+        until = min(self.now + length, latest)
+        new_host = self._other_host(state.host) if impact is Impact.REDEPLOY else None
+        state = state.impacted(impact, cause, self.now, until, new_host)
+        self.vm_states[name] = state
+        if impact is Impact.DELETE:
+            return [VmChanged(state, "deleted", f"{impact.value} by {cause}")]
+        self._push(until, "recover", name)
+        detail = f" to host {new_host}" if new_host else ""
+        return [VmChanged(state, "impacted", f"{impact.value}{detail} by {cause}")]
+
+    def _recover(self, name: str) -> list[Change]:
+        state = self.vm_states[name]
+        if state.deleted or state.impact_until is None:
+            return []
+        cause = state.impacted_by
+        state = state.recovered(self.now)
+        self.vm_states[name] = state
+        return [VmChanged(state, "recovered", f"running again after {cause}")]
+
+    def _other_host(self, current: str) -> str:
+        """Where a redeployed VM goes: the next host of the fleet after its own (a spare host in a one-host fleet)."""
+        hosts = list(self.fleet.hosts)
+        if len(hosts) == 1:
+            return f"{current}-spare"
+        index = hosts.index(current) if current in hosts else -1
+        return hosts[(index + 1) % len(hosts)]
 
     def _complete(self, event_id: str, touched: set[str]) -> list[Change]:
         event = self.events[event_id].moved_to(EventStatus.COMPLETED, self.now)
         self._index(event)
         touched.add(event.scope)
-        return [EventChanged(event, "completed", "impact window over")]
+        changes: list[Change] = [EventChanged(event, "completed", "impact window over")]
+        for name in event.resources:  # after completion the VM runs again (seed 000)
+            if self.vm_states[name].impacted_by == event.event_id:
+                changes += self._recover(name)
+        return changes
 
     def _bump(self, scopes: set[str]) -> list[Change]:
         changes: list[Change] = []
@@ -306,3 +624,7 @@ class Engine:
             self.incarnations[scope] = self.incarnation(scope) + 1
             changes.append(IncarnationChanged(scope, self.incarnations[scope]))
         return changes
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
 
-from forewarn.core.errors import NotFound
+from forewarn.core.errors import Invalid, NotFound
+from forewarn.core.vms import policies_from_records, policy_records
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,16 @@ class VM:
         return f"vm:{base}/{self.name}"
 
     @property
+    def policy_owner(self) -> str:
+        """Who sets this VM's scheduled-events policy: its scale set or availability set, or the VM itself."""
+        base = f"{self.subscription_id}/{self.resource_group}"
+        if self.scale_set is not None:
+            return f"vmss:{base}/{self.scale_set}"
+        if self.availability_set is not None:
+            return f"avset:{base}/{self.availability_set}"
+        return f"vm:{base}/{self.name}"
+
+    @property
     def resource_id(self) -> str:
         base = f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}/providers/Microsoft.Compute"
         if self.scale_set is not None:
@@ -60,7 +71,9 @@ class Host:
 class Fleet:
     """An immutable, indexed view of hosts and VMs. VM names are unique across the whole fleet."""
 
-    def __init__(self, hosts: Iterable[Host], vms: Iterable[VM], default_vm: str | None = None):
+    def __init__(
+        self, hosts: Iterable[Host], vms: Iterable[VM], default_vm: str | None = None, policies: Iterable = ()
+    ):
         self.hosts: dict[str, Host] = {h.name: h for h in hosts}
         self.vms: dict[str, VM] = {}
         for vm in vms:
@@ -72,11 +85,14 @@ class Fleet:
         if default_vm is not None and default_vm not in self.vms:
             raise ValueError(f"default_vm {default_vm!r} is not a VM of the fleet")
         self.default_vm = default_vm
+        self.policies = {policy.owner: policy for policy in policies}  # as deployed; the engine keeps them current
         self.vms_by_host: dict[str, list[VM]] = {name: [] for name in self.hosts}
         self.vms_by_scope: dict[str, list[VM]] = {}
+        self.vms_by_owner: dict[str, list[VM]] = {}
         for vm in self.vms.values():
             self.vms_by_host[vm.host].append(vm)
             self.vms_by_scope.setdefault(vm.scope, []).append(vm)
+            self.vms_by_owner.setdefault(vm.policy_owner, []).append(vm)
 
     def vm(self, name: str) -> VM:
         try:
@@ -89,6 +105,22 @@ class Fleet:
             raise NotFound(f"no host named {name!r} in the fleet")
         return self.vms_by_host[name]
 
+    def owner(self, name: str) -> str:
+        """The policy owner called ``name``: a scale set, an availability set or a standalone VM, by its name or
+        by its full key (``vmss:SUBSCRIPTION/GROUP/NAME``) when the name alone is ambiguous."""
+        if name in self.vms_by_owner:
+            return name
+        vm = self.vms.get(name)
+        if vm is not None and vm.policy_owner.rsplit("/", 1)[-1] != name:
+            kind = "scale set" if vm.scale_set else "availability set"
+            raise Invalid(f"{name} is in {kind} {vm.scale_set or vm.availability_set}, which decides for all its VMs")
+        found = sorted({owner for owner in self.vms_by_owner if owner.rsplit("/", 1)[-1] == name})
+        if not found:
+            raise NotFound(f"no scale set, availability set or VM named {name!r} in the fleet")
+        if len(found) > 1:
+            raise NotFound(f"{name!r} is ambiguous; use one of {', '.join(found)}")
+        return found[0]
+
     @property
     def scopes(self) -> list[str]:
         return list(self.vms_by_scope)
@@ -99,6 +131,7 @@ class Fleet:
             "hosts": [h.name for h in self.hosts.values()],
             "vms": [asdict(vm) for vm in self.vms.values()],
             "default_vm": self.default_vm,
+            "policies": policy_records(self.policies.values()),
         }
 
     @classmethod
@@ -107,6 +140,7 @@ class Fleet:
             hosts=[Host(name) for name in records["hosts"]],
             vms=[VM(**vm) for vm in records["vms"]],
             default_vm=records.get("default_vm"),
+            policies=policies_from_records(records.get("policies", [])),
         )
 
     def __eq__(self, other: object) -> bool:

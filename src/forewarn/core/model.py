@@ -22,6 +22,17 @@ class EventSource(str, enum.Enum):
     USER = "User"
 
 
+class Impact(str, enum.Enum):
+    """What an event does to its VMs when it starts. Usually follows from the type; a reimage announced as a
+    Reboot (OS image notifications) is the exception."""
+
+    FREEZE = "freeze"
+    REBOOT = "reboot"
+    REDEPLOY = "redeploy"
+    REIMAGE = "reimage"
+    DELETE = "delete"
+
+
 class EventStatus(str, enum.Enum):
     SCHEDULED = "Scheduled"
     STARTED = "Started"
@@ -77,6 +88,7 @@ class Event:
     ends_at: datetime | None = None
     ended_at: datetime | None = None
     approvals: tuple[str, ...] = field(default_factory=tuple)
+    impact: Impact | None = None  # None: the impact of the event's type
 
     def moved_to(self, status: EventStatus, now: datetime) -> Event:
         if status not in ALLOWED_TRANSITIONS[self.status]:

@@ -7,10 +7,10 @@ of Microsoft's mock server (reference azure-mock.md 1.2): Freeze 5 minutes, the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from forewarn.core.model import EventSource, EventType
+from forewarn.core.model import EventSource, EventType, Impact
 
 DEFAULT_NOTICE = {
     EventType.FREEZE: timedelta(minutes=15),
@@ -26,6 +26,16 @@ DEFAULT_IMPACT_WINDOW = {
     EventType.REDEPLOY: timedelta(minutes=10),
     EventType.PREEMPT: timedelta(minutes=5),
     EventType.TERMINATE: timedelta(minutes=10),
+}
+
+# How long a VM is down when an event's DurationInSeconds does not say (it is -1, unknown): our choices, shorter
+# than the impact windows so that the VM runs again before the event completes.
+DEFAULT_IMPACT_DURATION = {
+    Impact.FREEZE: timedelta(seconds=5),
+    Impact.REBOOT: timedelta(seconds=90),
+    Impact.REDEPLOY: timedelta(minutes=3),
+    Impact.REIMAGE: timedelta(minutes=2),
+    Impact.DELETE: timedelta(0),
 }
 
 # DurationInSeconds: -1 means unknown; the live-migration Freeze of the seeds' example flow lasts 5 seconds.
@@ -56,6 +66,9 @@ class Rules:
     notice: dict[EventType, timedelta] = field(default_factory=lambda: dict(DEFAULT_NOTICE))
     impact_window: dict[EventType, timedelta] = field(default_factory=lambda: dict(DEFAULT_IMPACT_WINDOW))
     duration_seconds: dict[EventType, int] = field(default_factory=lambda: dict(DEFAULT_DURATION_SECONDS))
+    impact_duration: dict[Impact, timedelta] = field(default_factory=lambda: dict(DEFAULT_IMPACT_DURATION))
+    hardware_failure_type: EventType = EventType.REDEPLOY  # seed 000 says Redeploy; seed 001 says Reboot
+    predicted_failure_notice: timedelta = timedelta(days=7)  # seed 000: "Azure tries to give seven days"
 
     def description(self, event_type: EventType, source: EventSource) -> str:
         return DEFAULT_DESCRIPTIONS.get((event_type, source), "")
@@ -65,10 +78,10 @@ class Rules:
         notice: dict[EventType, timedelta] | None = None,
         impact_window: dict[EventType, timedelta] | None = None,
     ) -> Rules:
-        return Rules(
+        return replace(
+            self,
             notice={**self.notice, **(notice or {})},
             impact_window={**self.impact_window, **(impact_window or {})},
-            duration_seconds=dict(self.duration_seconds),
         )
 
 

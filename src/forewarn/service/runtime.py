@@ -101,6 +101,9 @@ class Maintenance:
             rules,
             state.events,
             state.incarnations,
+            state.vm_states,
+            state.policies,
+            state.created_at,
         )
 
     # ----------------------------------------------------------------------------------------------- core

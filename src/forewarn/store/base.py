@@ -13,9 +13,19 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from forewarn.core.clock import Clock
-from forewarn.core.engine import Change, EventChanged, IncarnationChanged
+from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, VmChanged
 from forewarn.core.model import Event
-from forewarn.store.codec import decode_clock, decode_event, encode_clock, encode_event
+from forewarn.core.vms import Policy, VmState
+from forewarn.store.codec import (
+    decode_clock,
+    decode_event,
+    decode_policy,
+    decode_vm_state,
+    encode_clock,
+    encode_event,
+    encode_policy,
+    encode_vm_state,
+)
 
 SCHEMA_VERSION = "1"
 
@@ -30,8 +40,11 @@ class StoredState:
     seed: str
     clock: Clock
     now: datetime
+    created_at: datetime
     events: list[Event]
     incarnations: dict[str, int]
+    vm_states: list[VmState]
+    policies: list[Policy]
 
 
 @dataclass
@@ -61,6 +74,8 @@ class SQLStore:
             "CREATE TABLE IF NOT EXISTS forewarn_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
             "scope TEXT NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_scopes (scope TEXT PRIMARY KEY, incarnation BIGINT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_vms (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_policies (owner TEXT PRIMARY KEY, data TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
             "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
         ]
@@ -96,13 +111,20 @@ class SQLStore:
             events = [decode_event(row[0]) for row in cursor.fetchall()]
             self._execute(cursor, "SELECT scope, incarnation FROM forewarn_scopes")
             incarnations = {scope: int(value) for scope, value in cursor.fetchall()}
+            self._execute(cursor, "SELECT data FROM forewarn_vms")
+            vm_states = [decode_vm_state(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT data FROM forewarn_policies")
+            policies = [decode_policy(row[0]) for row in cursor.fetchall()]
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
             clock=decode_clock(meta["clock"]),
             now=datetime.fromisoformat(meta["now"]),
+            created_at=datetime.fromisoformat(meta.get("created_at", meta["now"])),
             events=events,
             incarnations=incarnations,
+            vm_states=vm_states,
+            policies=policies,
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -129,6 +151,7 @@ class SQLStore:
                 ("seed", seed),
                 ("clock", encode_clock(clock)),
                 ("now", now.isoformat()),
+                ("created_at", now.isoformat()),
             ):
                 self._put_meta(cursor, key, value)
 
@@ -153,6 +176,23 @@ class SQLStore:
                         (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
                     )
                     self._journal(cursor, now, change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
+                elif isinstance(change, VmChanged):
+                    state = change.state
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) "
+                        "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+                        (state.name, encode_vm_state(state)),
+                    )
+                    self._journal(cursor, now, f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
+                elif isinstance(change, PolicyChanged):
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) "
+                        "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
+                        (change.policy.owner, encode_policy(change.policy)),
+                    )
+                    self._journal(cursor, now, "policy", None, {"owner": change.policy.owner})
                 elif isinstance(change, IncarnationChanged):
                     self._execute(
                         cursor,

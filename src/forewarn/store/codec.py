@@ -6,7 +6,8 @@ import json
 from datetime import datetime, timedelta
 
 from forewarn.core.clock import Clock
-from forewarn.core.model import Event, EventSource, EventStatus, EventType
+from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
+from forewarn.core.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
 
 
 def _time(value: datetime | None) -> str | None:
@@ -37,6 +38,7 @@ def encode_event(event: Event) -> str:
             "ends_at": _time(event.ends_at),
             "ended_at": _time(event.ended_at),
             "approvals": list(event.approvals),
+            "impact": None if event.impact is None else event.impact.value,
         },
         separators=(",", ":"),
     )
@@ -62,6 +64,7 @@ def decode_event(text: str) -> Event:
         ends_at=_parse_time(data["ends_at"]),
         ended_at=_parse_time(data["ended_at"]),
         approvals=tuple(data["approvals"]),
+        impact=None if data.get("impact") is None else Impact(data["impact"]),
     )
 
 
@@ -74,3 +77,51 @@ def encode_clock(clock: Clock) -> str:
 def decode_clock(text: str) -> Clock:
     data = json.loads(text)
     return Clock(data["mode"], data["speed"], data["anchor_wall"], _parse_time(data["anchor_sim"]))
+
+
+def encode_vm_state(state: VmState) -> str:
+    return json.dumps(
+        {
+            "name": state.name,
+            "power": state.power.value,
+            "host": state.host,
+            "booted_at": _time(state.booted_at),
+            "temp_disk_generation": state.temp_disk_generation,
+            "os_disk_generation": state.os_disk_generation,
+            "memory_generation": state.memory_generation,
+            "impacted_by": state.impacted_by,
+            "impact_until": _time(state.impact_until),
+            "terminate": [state.terminate.enable, state.terminate.not_before_timeout.total_seconds()],
+            "os_image": [state.os_image.enable, state.os_image.not_before_timeout.total_seconds()],
+            "model_version": state.model_version,
+            "deleted_at": _time(state.deleted_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_vm_state(text: str) -> VmState:
+    data = json.loads(text)
+    return VmState(
+        name=data["name"],
+        power=Power(data["power"]),
+        host=data["host"],
+        booted_at=_parse_time(data["booted_at"]),
+        temp_disk_generation=data["temp_disk_generation"],
+        os_disk_generation=data["os_disk_generation"],
+        memory_generation=data["memory_generation"],
+        impacted_by=data["impacted_by"],
+        impact_until=_parse_time(data["impact_until"]),
+        terminate=NotificationProfile(data["terminate"][0], timedelta(seconds=data["terminate"][1])),
+        os_image=NotificationProfile(data["os_image"][0], timedelta(seconds=data["os_image"][1])),
+        model_version=data["model_version"],
+        deleted_at=_parse_time(data["deleted_at"]),
+    )
+
+
+def encode_policy(policy: Policy) -> str:
+    return json.dumps(policy_records([policy])[0], separators=(",", ":"))
+
+
+def decode_policy(text: str) -> Policy:
+    return policies_from_records([json.loads(text)])[0]

@@ -127,3 +127,27 @@ def test_server_refuses_bad_fleet_file_with_file_and_line(tmp_path):
                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
     assert run.returncode == 1
     assert f"{fleet}:5: vms[0].host: host 'h2' is not declared under hosts" in run.stderr
+
+
+def test_cli_platform_commands(server):
+    vms = forewarn(server, "vm", "list").stdout
+    assert "solo" in vms and "running" in vms
+    shown = json.loads(forewarn(server, "policy", "set", "solo", "--auto-approve-reboot", "--json").stdout)
+    assert shown["auto_approve_reboot"] is True
+    restarted = json.loads(forewarn(server, "vm", "restart", "solo", "--json").stdout)
+    assert restarted["events"][0]["status"] == "Started" and restarted["vms"][0]["power"] == "rebooting"
+    bad = forewarn(server, "policy", "set", "myvmss", "--terminate-notification", "PT1M", check=False)
+    assert bad.returncode == 1 and "between PT5M and PT15M" in bad.stderr
+    forewarn(server, "policy", "set", "myvmss", "--terminate-notification", "PT5M")
+    assert "(not latest)" in forewarn(server, "vm", "show", "myvmss_0").stdout
+    forewarn(server, "vmss", "update-instances", "myvmss")
+    scaled = json.loads(forewarn(server, "vmss", "scale-in", "myvmss", "--json").stdout)
+    assert scaled["events"][0]["type"] == "Terminate" and scaled["events"][0]["resources"] == ["myvmss_2"]
+    failed = forewarn(server, "platform", "hardware-failure", "host-01").stdout
+    assert "Started" in failed and "Redeploy" in failed
+    predicted = json.loads(forewarn(server, "platform", "predicted-failure", "host-02", "--notice", "2d", "--json").stdout)
+    assert predicted["events"][0]["not_before"] == "2026-04-22T22:11:58Z"
+    assert "Preempt" in forewarn(server, "platform", "evict", "spotty").stdout
+    domain = json.loads(forewarn(server, "schedule", "--type", "Freeze", "--set", "myvmss", "--update-domain", "0",
+                                 "--json").stdout)
+    assert domain[0]["resources"] == ["myvmss_0"]

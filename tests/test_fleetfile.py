@@ -86,3 +86,49 @@ def test_errors_name_file_line_and_problem(text, message):
 def test_missing_file():
     with pytest.raises(FleetFileError, match="nope.yaml: cannot read the fleet file"):
         load_fleet("nope.yaml")
+
+
+def test_policies_and_profiles():
+    fleet = parse_fleet("""
+availability_sets:
+  - name: a
+    scheduled_events_policy: {user_initiated_redeploy: {automatically_approve: true}}
+vms:
+  - {name: a0, availability_set: a}
+  - name: solo
+    scheduled_events_policy: {user_initiated_reboot: {automatically_approve: true}}
+scale_sets:
+  - name: s
+    instances: 2
+    scheduled_events_profile:
+      terminate_notification_profile: {enable: true, not_before_timeout: PT7M}
+      os_image_notification_profile: {enable: true, not_before_timeout: PT15M}
+""")
+    a = fleet.policies[fleet.vm("a0").policy_owner]
+    assert (a.auto_approve_reboot, a.auto_approve_redeploy) == (False, True)
+    assert fleet.policies[fleet.vm("solo").policy_owner].auto_approve_reboot
+    s = fleet.policies[fleet.vm("s_1").policy_owner]
+    assert s.terminate.enable and s.terminate.not_before_timeout.total_seconds() == 420 and s.os_image.enable
+    assert load_fleet("demo").policies  # the demo scale set announces deletes
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("scale_sets:\n  - name: s\n    instances: 1\n    spot: true\n    scheduled_events_profile:\n"
+         "      terminate_notification_profile: {enable: true}\n", "f.yaml:5: scale_sets[0].scheduled_events_profile: "
+                                                                   "terminate notifications cannot be enabled on Spot"),
+        ("scale_sets:\n  - name: s\n    instances: 1\n    scheduled_events_profile:\n"
+         "      terminate_notification_profile: {enable: true, not_before_timeout: PT30M}\n", "between PT5M and PT15M"),
+        ("scale_sets:\n  - name: s\n    instances: 1\n    size: Standard_M64\n    scheduled_events_profile:\n"
+         "      os_image_notification_profile: {enable: true}\n", "not supported for size Standard_M64"),
+        ("availability_sets: [{name: a}]\nvms:\n  - name: v\n    availability_set: a\n    scheduled_events_policy: {}\n",
+         "f.yaml:5: vms[0].scheduled_events_policy: VM v is in availability set a; set the policy there"),
+        ("vms:\n  - name: v\n    scheduled_events_policy: {user_initiated_reboot: {automatically: true}}\n",
+         "unknown key 'automatically'"),
+    ],
+)
+def test_policy_errors(text, message):
+    with pytest.raises(FleetFileError) as error:
+        parse_fleet(text, "f.yaml")
+    assert message in str(error.value)

@@ -14,8 +14,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import CoreError
 from forewarn.core.fleet import VM, Fleet, Host
 from forewarn.core.ids import derived_guid
+from forewarn.core.vms import NotificationProfile, Policy, check_os_image_profile, check_terminate_profile
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 DEMO_FLEET = "demo"
@@ -53,6 +56,31 @@ class Defaults(Placement):
     zone: str | None = None
 
 
+class AutomaticApproval(_Strict):
+    automatically_approve: bool = False
+
+
+class ScheduledEventsPolicySpec(_Strict):
+    """scheduledEventsPolicy: user-initiated operations approved automatically (seed 000)."""
+
+    user_initiated_reboot: AutomaticApproval = Field(default_factory=AutomaticApproval)
+    user_initiated_redeploy: AutomaticApproval = Field(default_factory=AutomaticApproval)
+
+
+class NotificationProfileSpec(_Strict):
+    enable: bool = False
+    not_before_timeout: str = "PT5M"
+
+
+class ScheduledEventsProfileSpec(_Strict):
+    """scheduledEventsProfile of a scale set's model (seed 002 and 000)."""
+
+    terminate_notification_profile: NotificationProfileSpec = Field(default_factory=NotificationProfileSpec)
+    os_image_notification_profile: NotificationProfileSpec = Field(
+        default_factory=lambda: NotificationProfileSpec(not_before_timeout="PT15M")
+    )
+
+
 class HostSpec(_Strict):
     name: str = Field(min_length=1)
 
@@ -63,6 +91,7 @@ class AvailabilitySetSpec(_Strict):
     resource_group: str | None = None
     fault_domains: int = Field(default=2, ge=1, le=3)
     update_domains: int = Field(default=5, ge=1, le=20)
+    scheduled_events_policy: ScheduledEventsPolicySpec | None = None
 
 
 class VMSpec(Placement):
@@ -76,6 +105,7 @@ class VMSpec(Placement):
     vm_id: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
     imds: Imds | None = None
+    scheduled_events_policy: ScheduledEventsPolicySpec | None = None  # standalone VMs only
 
 
 class ScaleSetSpec(Placement):
@@ -89,6 +119,8 @@ class ScaleSetSpec(Placement):
     update_domains: int = Field(default=5, ge=1, le=20)
     tags: dict[str, str] = Field(default_factory=dict)
     imds: Imds | None = None  # the first instance's address or port; later instances count up from it
+    scheduled_events_policy: ScheduledEventsPolicySpec | None = None
+    scheduled_events_profile: ScheduledEventsProfileSpec | None = None
 
 
 class FleetSpec(_Strict):
@@ -108,7 +140,7 @@ _SCALARS = yaml.SafeLoader("")  # only its constructor is used: YAML scalars to 
 
 def _to_python(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> Any:
     """Plain Python data from a composed YAML node, recording the line of every path on the way."""
-    lines[path] = node.start_mark.line + 1
+    lines.setdefault(path, node.start_mark.line + 1)  # a key's line when the caller recorded it
     if isinstance(node, yaml.MappingNode):
         result: dict = {}
         for key_node, value_node in node.value:
@@ -117,6 +149,7 @@ def _to_python(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> Any:
             key = key_node.value
             if key in result:
                 raise FleetFileError(f"{{file}}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
+            lines[path + (key,)] = key_node.start_mark.line + 1
             result[key] = _to_python(value_node, path + (key,), lines)
         return result
     if isinstance(node, yaml.SequenceNode):
@@ -306,7 +339,56 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
             if vm.imds_port in ports:
                 raise FleetFileError(f"{filename}: VMs {ports[vm.imds_port]!r} and {vm.name!r} share imds port {vm.imds_port}")
             ports[vm.imds_port] = vm.name
+    policies = _policies(spec, vms, fail)
     if spec.default_vm is not None and spec.default_vm not in names:
         fail(("default_vm",), f"{spec.default_vm!r} is not a VM of this fleet")
     default_vm = spec.default_vm or (vms[0].name if len(vms) == 1 else None)
-    return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm)
+    return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies)
+
+
+def _policies(spec: FleetSpec, vms: list[VM], fail) -> list[Policy]:
+    """The policies and profiles the file sets, checked like the management API checks them."""
+    owners: dict[tuple[str, str], str] = {}  # (kind, name) -> owner key
+    members: dict[str, list[VM]] = {}
+    for vm in vms:
+        kind, name = ("vmss", vm.scale_set) if vm.scale_set else (
+            ("avset", vm.availability_set) if vm.availability_set else ("vm", vm.name))
+        owners.setdefault((kind, name), vm.policy_owner)
+        members.setdefault(vm.policy_owner, []).append(vm)
+    found: list[Policy] = []
+
+    def policy(path, kind, name, spec_policy, spec_profile=None):
+        owner = owners.get((kind, name))
+        if owner is None or (spec_policy is None and spec_profile is None):
+            return
+        terminate = os_image = NotificationProfile()
+        try:
+            if spec_profile is not None:
+                terminate = _profile(spec_profile.terminate_notification_profile)
+                os_image = _profile(spec_profile.os_image_notification_profile)
+                check_terminate_profile(terminate, spot=any(vm.spot for vm in members[owner]))
+                check_os_image_profile(os_image, members[owner][0].size)
+        except CoreError as error:
+            fail(path + ("scheduled_events_profile",), str(error))
+        found.append(Policy(
+            owner,
+            auto_approve_reboot=bool(spec_policy and spec_policy.user_initiated_reboot.automatically_approve),
+            auto_approve_redeploy=bool(spec_policy and spec_policy.user_initiated_redeploy.automatically_approve),
+            terminate=terminate,
+            os_image=os_image,
+        ))
+
+    for index, item in enumerate(spec.vms):
+        if item.scheduled_events_policy is not None and item.availability_set is not None:
+            fail(("vms", index, "scheduled_events_policy"),
+                 f"VM {item.name} is in availability set {item.availability_set}; set the policy there")
+        policy(("vms", index), "vm", item.name, item.scheduled_events_policy)
+    for index, item in enumerate(spec.availability_sets):
+        policy(("availability_sets", index), "avset", item.name, item.scheduled_events_policy)
+    for index, item in enumerate(spec.scale_sets):
+        policy(("scale_sets", index), "vmss", item.name, item.scheduled_events_policy, item.scheduled_events_profile)
+    return found
+
+
+def _profile(spec: NotificationProfileSpec) -> NotificationProfile:
+    return NotificationProfile(spec.enable, parse_duration(spec.not_before_timeout))

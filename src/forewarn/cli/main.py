@@ -171,11 +171,15 @@ Examples:
   forewarn schedule --type Freeze --vm WestNO_0,WestNO_1           # one event, both VMs (same host and scope)
   forewarn schedule --type Reboot --host host-02 --notice 5m       # one event per scope on host-02
   forewarn schedule --type Redeploy --vm standalone-01 --source User --notice PT10M
+  forewarn schedule --type Reboot --set myvmss --update-domain 1    # one update domain of a scale set
 Defaults per type: notice Freeze/Reboot 15m, Redeploy 10m, Preempt 30s, Terminate 10m;
 DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
 @click.option("--type", "event_type", required=True, help="Freeze, Reboot, Redeploy, Preempt or Terminate.")
 @click.option("--vm", "vms", multiple=True, metavar="A,B", help="VMs to affect (comma-separated or repeated).")
 @click.option("--host", "hosts", multiple=True, metavar="H", help="Hosts: every VM on them is affected.")
+@click.option("--set", "group", metavar="NAME", help="A scale set or availability set, with --update-domain or --fault-domain.")
+@click.option("--update-domain", type=int, help="With --set: the VMs of this update domain.")
+@click.option("--fault-domain", type=int, help="With --set: the VMs of this fault domain.")
 @click.option("--notice", help="Time until NotBefore: 30s, 15m, PT15M. Default per type.")
 @click.option("--not-before", metavar="TIME", help="Explicit NotBefore (ISO 8601) instead of --notice.")
 @click.option("--duration", type=int, help="DurationInSeconds shown to the VMs (-1: unknown).")
@@ -184,11 +188,13 @@ DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
 @click.option("--impact-window", help="How long the event stays Started before it completes. Default per type.")
 @JSON_OPTION
 @click.pass_context
-def schedule(ctx, event_type, vms, hosts, notice, not_before, duration, source, description, impact_window, as_json):
-    """Schedule maintenance on VMs or hosts: events appear in the VMs' scheduled-events documents."""
+def schedule(ctx, event_type, vms, hosts, group, update_domain, fault_domain, notice, not_before, duration, source,
+             description, impact_window, as_json):
+    """Schedule maintenance on VMs, hosts, or a domain of a set: events appear in the VMs' documents."""
     body = {"type": event_type, "vms": _split(vms), "hosts": _split(hosts), "source": source}
     for key, value in (("notice", notice), ("not_before", not_before), ("duration_seconds", duration),
-                       ("description", description), ("impact_window", impact_window)):
+                       ("description", description), ("impact_window", impact_window), ("group", group),
+                       ("update_domain", update_domain), ("fault_domain", fault_domain)):
         if value is not None:
             body[key] = value
     events = _run(lambda: _client(ctx).post("/v1/events", body))
@@ -335,6 +341,208 @@ def document(ctx, vm, api_version):
     """Print the scheduled-events document VM sees right now (the exact bytes its IMDS serves)."""
     found = _run(lambda: _client(ctx).get(f"/v1/vms/{vm}/scheduledevents", params={"api-version": api_version}))
     click.echo(json.dumps(found, indent=2))
+
+
+# ------------------------------------------------------------------------------------- VMs and the platform
+def _print_vms(vms: list[dict]) -> None:
+    rows = [("VM", "POWER", "HOST", "BOOTED (UTC)", "IMPACTED BY", "MODEL")]
+    for vm in vms:
+        model = f"{vm['model_version']}" + ("" if vm["latest_model"] else " (not latest)")
+        rows.append((vm["name"], vm["power"], vm["host"], _short_time(vm["booted_at"]), vm["impacted_by"] or "-", model))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _print_outcome(outcome: dict) -> None:
+    if outcome["events"]:
+        _print_events(outcome["events"])
+    if outcome["vms"]:
+        _print_vms(outcome["vms"])
+    if not outcome["events"] and not outcome["vms"]:
+        click.echo("nothing changed")
+
+
+@cli.group(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn vm list
+  forewarn vm restart standalone-01          # a User Reboot; Started at once under automaticallyApprove
+  forewarn vm redeploy WestNO_0 --notice 2m
+  forewarn vm delete myvmss_2                # a Terminate event if the instance's model enables it
+  forewarn vm reimage myvmss_0               # announced as a Reboot with OS image notifications""")
+def vm():
+    """VMs: their running state, and the operations a user starts on them."""
+
+
+@vm.command(name="list", context_settings=CONTEXT)
+@JSON_OPTION
+@click.pass_context
+def vm_list(ctx, as_json):
+    """Every VM's power state, host, boot time and model version."""
+    _emit(_run(lambda: _client(ctx).get("/v1/vms")), as_json, _print_vms)
+
+
+@vm.command(name="show", context_settings=CONTEXT)
+@click.argument("name")
+@JSON_OPTION
+@click.pass_context
+def vm_show(ctx, name, as_json):
+    """One VM's running state."""
+    _emit(_run(lambda: _client(ctx).get(f"/v1/vms/{name}")), as_json, lambda data: _print_vms([data]))
+
+
+def _vm_operation(action: str, help_text: str, with_notice: bool):
+    params = [click.Argument(["names"], nargs=-1, required=True), click.Option(["--json", "as_json"], is_flag=True,
+                                                                              help="Print JSON.")]
+    if with_notice:
+        params.append(click.Option(["--notice"], help="Time until NotBefore (default per type)."))
+
+    @click.pass_context
+    def command(ctx, names, as_json, notice=None):
+        body = {"vms": _split(names)}
+        if notice is not None:
+            body["notice"] = notice
+        _emit(_run(lambda: _client(ctx).post(f"/v1/vms/{action}", body)), as_json, _print_outcome)
+
+    vm.add_command(click.Command(action, callback=command, params=params, help=help_text, context_settings=CONTEXT))
+
+
+_vm_operation("restart", "Restart VMs: a User Reboot event.", True)
+_vm_operation("redeploy", "Redeploy VMs to other hosts: a User Redeploy event.", True)
+_vm_operation("reimage", "Reimage VMs (announced only with OS image notifications).", False)
+_vm_operation("delete", "Delete VMs (announced by Terminate only with terminate notifications).", False)
+
+
+@cli.group(context_settings=CONTEXT)
+def vmss():
+    """Scale sets: scale in, and update instances to the latest model."""
+
+
+@vmss.command(name="scale-in", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("--count", type=int, default=1, show_default=True, help="How many instances to remove.")
+@JSON_OPTION
+@click.pass_context
+def vmss_scale_in(ctx, name, count, as_json):
+    """Remove instances, highest instance ids first (Terminate events if the profile is on)."""
+    _emit(_run(lambda: _client(ctx).post(f"/v1/scale-sets/{name}/scale-in", {"count": count})), as_json,
+          _print_outcome)
+
+
+@vmss.command(name="update-instances", context_settings=CONTEXT)
+@click.argument("name")
+@click.argument("instances", nargs=-1)
+@JSON_OPTION
+@click.pass_context
+def vmss_update_instances(ctx, name, instances, as_json):
+    """Bring instances (all when none are named) to the latest model, so that profile changes apply to them."""
+    _emit(_run(lambda: _client(ctx).post(f"/v1/scale-sets/{name}/update-instances", {"vms": list(instances)})),
+          as_json, _print_outcome)
+
+
+def _print_policy(policy: dict) -> None:
+    for key, value in policy.items():
+        click.echo(f"{key:>24}: {value}")
+
+
+@cli.group(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn policy show westno
+  forewarn policy set westno --auto-approve-reboot
+  forewarn policy set myvmss --terminate-notification PT10M
+  forewarn vmss update-instances myvmss        # instances follow the new profile from now on
+  forewarn policy set myvmss --terminate-notification off""")
+def policy():
+    """scheduledEventsPolicy and scale-set notification profiles."""
+
+
+@policy.command(name="show", context_settings=CONTEXT)
+@click.argument("owner")
+@JSON_OPTION
+@click.pass_context
+def policy_show(ctx, owner, as_json):
+    """The policy of a scale set, an availability set or a standalone VM."""
+    _emit(_run(lambda: _client(ctx).get(f"/v1/policies/{owner}")), as_json, _print_policy)
+
+
+def _profile_option(value: str | None) -> dict | None:
+    if value is None:
+        return None
+    if value.lower() == "off":
+        return {"enable": False}
+    return {"enable": True, "not_before_timeout": value}
+
+
+@policy.command(name="set", context_settings=CONTEXT)
+@click.argument("owner")
+@click.option("--auto-approve-reboot/--no-auto-approve-reboot", default=None,
+              help="userInitiatedReboot.automaticallyApprove")
+@click.option("--auto-approve-redeploy/--no-auto-approve-redeploy", default=None,
+              help="userInitiatedRedeploy.automaticallyApprove")
+@click.option("--terminate-notification", metavar="PT5M..PT15M|off", help="Scale sets: terminate notifications.")
+@click.option("--os-image-notification", metavar="PT15M|off", help="Scale sets: OS image notifications.")
+@JSON_OPTION
+@click.pass_context
+def policy_set(ctx, owner, auto_approve_reboot, auto_approve_redeploy, terminate_notification, os_image_notification,
+               as_json):
+    """Change a policy or a notification profile."""
+    body = {}
+    if auto_approve_reboot is not None:
+        body["auto_approve_reboot"] = auto_approve_reboot
+    if auto_approve_redeploy is not None:
+        body["auto_approve_redeploy"] = auto_approve_redeploy
+    for key, value in (("terminate_notification", terminate_notification),
+                       ("os_image_notification", os_image_notification)):
+        if value is not None:
+            body[key] = _profile_option(value)
+    if not body:
+        raise click.UsageError("nothing to change; see forewarn policy set --help")
+    _emit(_run(lambda: _client(ctx).request("PATCH", f"/v1/policies/{owner}", json=body)), as_json, _print_policy)
+
+
+@cli.group(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn platform hardware-failure host-02                  # events appear as Started, no notice
+  forewarn platform hardware-failure host-02 --type Reboot
+  forewarn platform predicted-failure host-01 --notice 3d     # a Redeploy days ahead
+  forewarn platform evict spot-worker-01                      # Preempt, 30 s""")
+def platform():
+    """The platform's exceptional cases (seed 000)."""
+
+
+@platform.command(name="hardware-failure", context_settings=CONTEXT)
+@click.argument("hosts", nargs=-1, required=True)
+@click.option("--type", "event_type", help="Redeploy (default) or Reboot: the docs disagree.")
+@JSON_OPTION
+@click.pass_context
+def platform_hardware_failure(ctx, hosts, event_type, as_json):
+    """Hosts fail: the notice is bypassed and their VMs' events appear as Started."""
+    body = {"hosts": _split(hosts)}
+    if event_type:
+        body["type"] = event_type
+    _emit(_run(lambda: _client(ctx).post("/v1/platform/hardware-failure", body)), as_json, _print_outcome)
+
+
+@platform.command(name="predicted-failure", context_settings=CONTEXT)
+@click.argument("hosts", nargs=-1, required=True)
+@click.option("--notice", help="Time until NotBefore (default 7d).")
+@JSON_OPTION
+@click.pass_context
+def platform_predicted_failure(ctx, hosts, notice, as_json):
+    """Degraded hosts: a Redeploy with NotBefore days ahead; approving brings it forward."""
+    body = {"hosts": _split(hosts)}
+    if notice:
+        body["notice"] = notice
+    _emit(_run(lambda: _client(ctx).post("/v1/platform/predicted-failure", body)), as_json, _print_outcome)
+
+
+@platform.command(name="evict", context_settings=CONTEXT)
+@click.argument("vms", nargs=-1, required=True)
+@JSON_OPTION
+@click.pass_context
+def platform_evict(ctx, vms, as_json):
+    """Evict Spot VMs: Preempt with 30 s notice, then deleted."""
+    _emit(_run(lambda: _client(ctx).post("/v1/platform/evict", {"vms": _split(vms)})), as_json, _print_outcome)
 
 
 def main() -> None:

@@ -189,19 +189,21 @@ class Maintenance:
         return max(self.clock.now(self.wall()), self.engine.now)
 
     # ------------------------------------------------------------------------------------------ commands
-    def schedule(self, request: ScheduleRequest) -> list[Event]:
+    def perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
+        """Run one engine command at the current time, committed before this returns."""
         self.catch_up()
-        changes = self._run(lambda engine: engine.schedule(request))
+        return self._run(command)
+
+    def schedule(self, request: ScheduleRequest) -> list[Event]:
+        changes = self.perform(lambda engine: engine.schedule(request))
         return [c.event for c in changes if isinstance(c, EventChanged)]
 
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
-        self.catch_up()
         ids = list(event_ids)
-        return self._run(lambda engine: engine.approve(ids, by))
+        return self.perform(lambda engine: engine.approve(ids, by))
 
     def cancel(self, event_id: str) -> Event:
-        self.catch_up()
-        changes = self._run(lambda engine: engine.cancel(event_id))
+        changes = self.perform(lambda engine: engine.cancel(event_id))
         return next(c.event for c in changes if isinstance(c, EventChanged))
 
     def advance_clock(self, delta: timedelta) -> list[Change]:

@@ -21,62 +21,9 @@ from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.model import Event, EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
+from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
-
-
-def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 (``2026-04-20T22:26:58Z``); a time without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise Invalid(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:26:58Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
-
-
-class EventOut(BaseModel):
-    event_id: str
-    status: str
-    type: str
-    source: str
-    resources: list[str]
-    scope: str
-    not_before: str
-    description: str
-    duration_seconds: int
-    impact_window_seconds: float
-    created_at: str
-    started_at: str | None
-    ends_at: str | None
-    ended_at: str | None
-    approvals: list[str]
-    operation_id: str
-
-    @classmethod
-    def of(cls, event: Event) -> EventOut:
-        return cls(
-            event_id=event.event_id,
-            status=event.status.value,
-            type=event.event_type.value,
-            source=event.source.value,
-            resources=list(event.resources),
-            scope=event.scope,
-            not_before=iso(event.not_before),
-            description=event.description,
-            duration_seconds=event.duration_seconds,
-            impact_window_seconds=event.impact_window.total_seconds(),
-            created_at=iso(event.created_at),
-            started_at=iso(event.started_at),
-            ends_at=iso(event.ends_at),
-            ended_at=iso(event.ended_at),
-            approvals=list(event.approvals),
-            operation_id=event.operation_id,
-        )
+from forewarn.surfaces.control_platform import platform_router
 
 
 class ScheduleIn(BaseModel):
@@ -90,6 +37,9 @@ class ScheduleIn(BaseModel):
     duration_seconds: int | None = Field(default=None, description="DurationInSeconds; -1 means unknown")
     description: str | None = None
     impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
+    group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
+    update_domain: int | None = Field(default=None, description="with group: the VMs of this update domain")
+    fault_domain: int | None = Field(default=None, description="with group: the VMs of this fault domain")
 
 
 class ApproveIn(BaseModel):
@@ -113,13 +63,6 @@ class ClockOut(BaseModel):
     speed: float
     now: str
     next_deadline: str | None
-
-
-class ErrorOut(BaseModel):
-    error: dict[str, str]
-
-
-ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
@@ -172,6 +115,9 @@ def create_control_app(service: Maintenance, imds_document=None) -> FastAPI:
             duration_seconds=body.duration_seconds,
             description=body.description,
             impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            group=body.group,
+            update_domain=body.update_domain,
+            fault_domain=body.fault_domain,
         )
         return [EventOut.of(e) for e in service.schedule(request)]
 
@@ -261,6 +207,8 @@ def create_control_app(service: Maintenance, imds_document=None) -> FastAPI:
                 for vm in engine.fleet.vms.values()
             ],
         }
+
+    app.include_router(platform_router(service))
 
     if imds_document is not None:
 

@@ -8,13 +8,17 @@ import time
 import pytest
 
 from forewarn.service.http1 import MAX_BODY, Http1Server
-from forewarn.surfaces.http import TEXT, Request
+from forewarn.surfaces.http import DROP, TEXT, Later, Request
 
 
 def echo(request: Request):
     body = f"{request.method} {request.path} {request.query.decode()} {len(request.body)} {request.peer[0]}".encode()
     if request.path == "/boom":
         raise RuntimeError("handler bug")
+    if request.path == "/drop":
+        return (DROP, b"", TEXT, ())
+    if request.path == "/slow":
+        return Later(0.3, lambda: (200, body + b" late", TEXT, ()))
     return (200, body, TEXT, ((b"x-seen", b"yes"),))
 
 
@@ -101,3 +105,19 @@ def test_idle_connections_are_closed(address):
         started = time.monotonic()
         assert client.recv(65536) == b""  # closed by the server after the 1 s idle timeout (swept each second)
         assert time.monotonic() - started < 4
+
+
+def test_a_delayed_answer_keeps_the_order_of_pipelined_requests(address):
+    started = time.monotonic()
+    answer = exchange(address, b"GET /slow HTTP/1.1\r\n\r\nGET /fast HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert time.monotonic() - started >= 0.3
+    assert answer.index(b"GET /slow  0 127.0.0.1 late") < answer.index(b"GET /fast  0 127.0.0.1")
+
+
+def test_a_dropped_request_gets_no_answer(address):
+    with socket.create_connection(address, timeout=5) as client:
+        client.sendall(b"GET /drop HTTP/1.1\r\n\r\n")
+        try:
+            assert client.recv(65536) == b""
+        except ConnectionResetError:
+            pass  # an abort may arrive as a reset: either way, no answer

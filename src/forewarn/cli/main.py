@@ -7,7 +7,8 @@ import json
 import logging
 import os
 import sys
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 
 import click
 
@@ -64,6 +65,15 @@ def cli(server: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ serve
+def _seconds(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value).total_seconds()
+    except CoreError as error:
+        raise click.BadParameter(str(error), param_hint=option) from None
+
+
 def _per_type(values: tuple[str, ...], option: str) -> dict:
     result = {}
     for value in values:
@@ -100,22 +110,48 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--notice", multiple=True, metavar="TYPE=DURATION", help="Default notice per event type, e.g. Freeze=15m.")
 @click.option("--impact-window", multiple=True, metavar="TYPE=DURATION",
               help="How long events of a type stay Started, e.g. Reboot=10m.")
-@click.option("--unknown-event-ids", type=click.Choice(["reject", "accept"]), default="reject", show_default=True,
+@click.option("--imds-profile", type=click.Choice(["strict", "lenient", "realistic"]), default="strict",
+              show_default=True, help="strict: every request rule of real IMDS; lenient: what Microsoft's mock "
+              "accepts; realistic: strict plus rate limit, enabling by first request, first-call delay, down VMs "
+              "unreachable. The options below override single settings.")
+@click.option("--unknown-event-ids", type=click.Choice(["reject", "accept"]),
               help="What an IMDS POST naming an EventId the VM cannot see gets: 400, or 200 and ignored.")
+@click.option("--rate-limit", type=float, metavar="N", help="Requests per second per VM before 429 (0: none).")
+@click.option("--first-call-delay", metavar="DURATION", help="Wall time the enabling request waits (real: up to 2m).")
+@click.option("--require-enabling/--no-require-enabling", default=None,
+              help="Scopes get notice only after their first request, and lose it after --disable-after idle.")
+@click.option("--disable-after", metavar="DURATION", help="Idle time after which a scope is disabled (24h).")
+@click.option("--while-down", type=click.Choice(["answer", "drop"]),
+              help="Requests of VMs that are down (rebooting, redeploying, deleted): answered, or dropped.")
+@click.option("--hardware-failure-type", type=click.Choice(["Redeploy", "Reboot"]),
+              help="EventType of hardware-failure events; the docs disagree (default Redeploy, seed 000).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
-          unknown_event_ids, log_level) -> None:
+          imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
+          hardware_failure_type, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
     from forewarn.service.runtime import FleetMismatch, Maintenance
     from forewarn.service.server import Listeners, serve as run_server
     from forewarn.store import StoreError, open_store
-    from forewarn.surfaces.azure_imds import ImdsSettings
+    from forewarn.surfaces.azure_imds import PROFILES
     from forewarn.surfaces.control import parse_time
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    rules = Rules().with_overrides(_per_type(notice, "--notice"), _per_type(impact_window, "--impact-window"))
+    settings = PROFILES[imds_profile]
+    overrides = {"unknown_event_ids": unknown_event_ids, "rate_limit": rate_limit, "while_down": while_down,
+                 "first_call_delay": _seconds(first_call_delay, "--first-call-delay")}
+    settings = replace(settings, **{key: value for key, value in overrides.items() if value is not None})
+    enabling = imds_profile == "realistic" if require_enabling is None else require_enabling
+    extra_rules = {"enabling_required": enabling}
+    if disable_after is not None:
+        extra_rules["disable_after"] = timedelta(seconds=_seconds(disable_after, "--disable-after"))
+    if hardware_failure_type is not None:
+        extra_rules["hardware_failure_type"] = EventType(hardware_failure_type)
+    rules = Rules().with_overrides(
+        _per_type(notice, "--notice"), _per_type(impact_window, "--impact-window"), **extra_rules
+    )
     try:
         fleet = load_fleet(fleet_source) if fleet_source else None
         start_time = parse_time(start) if start else None
@@ -125,7 +161,7 @@ def serve(fleet_source, db, host, port, imds_host, imds_port, clock_mode, speed,
         _fail(str(error))
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port))
     try:
-        _event_loop_runner()(run_server(service, listeners, ImdsSettings(unknown_event_ids=unknown_event_ids)))
+        _event_loop_runner()(run_server(service, listeners, settings))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:

@@ -71,7 +71,15 @@ class PolicyChanged:
     policy: Policy
 
 
-Change = Union[EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged]
+@dataclass(frozen=True)
+class ScopeEnabled:
+    """A VM of the scope asked for its scheduled events: the service is on for the scope (seed 001)."""
+
+    scope: str
+    at: datetime
+
+
+Change = Union[EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged, ScopeEnabled]
 
 
 @dataclass(frozen=True)
@@ -116,11 +124,13 @@ class Engine:
         vm_states: Iterable[VmState] = (),
         policies: Iterable[Policy] = (),
         created_at: datetime | None = None,
+        enabled: dict[str, datetime] | None = None,
     ):
         self.fleet = fleet
         self.seed = seed
         self.rules = rules or Rules()
         self.now = now
+        self.last_seen: dict[str, datetime] = dict(enabled or {})  # scope -> its VMs' latest request
         created_at = created_at or now
         self.policies: dict[str, Policy] = {owner: Policy(owner) for owner in fleet.vms_by_owner}
         self.policies.update(fleet.policies)
@@ -184,6 +194,17 @@ class Engine:
         """The events of one request, without the incarnation step: a command that creates several batches (a
         restart of VMs with different policies, deletes with different timeouts) is still one step."""
         targets = self._targets(request)
+        if self.rules.enabling_required and not request.start_now:
+            unwarned = [vm.name for vm in targets if not self.is_enabled(vm.scope)]
+            if unwarned:
+                warned = [vm.name for vm in targets if vm.name not in unwarned]
+                changes = self._create(replace(
+                    request, vms=tuple(unwarned), hosts=(), group=None, start_now=True, not_before=None, notice=None,
+                    reason=_joined(request.reason, "no notice: Scheduled Events not enabled for the VM"),
+                ), touched)
+                if warned:
+                    changes += self._create(replace(request, vms=tuple(warned), hosts=(), group=None), touched)
+                return changes
         if request.not_before is not None and request.notice is not None:
             raise Invalid("give either a notice or a NotBefore time, not both")
         if request.not_before is not None:
@@ -288,6 +309,18 @@ class Engine:
         if self._all_approved(event.operation_id) and self._scheduled_in(event.operation_id):
             changes += self._start_operation(event.operation_id, "approved", touched)
         return changes + self._bump(touched)
+
+    # ------------------------------------------------------------------------------------- enabling (seed 001)
+    def is_enabled(self, scope: str) -> bool:
+        seen = self.last_seen.get(scope)
+        return seen is not None and self.now - seen <= self.rules.disable_after
+
+    def request_seen(self, scope: str) -> list[Change]:
+        """A VM of the scope asked for its events. Enabling (first request, or the first after 24 idle hours) is a
+        change to commit; a request on an enabled scope only moves the idle timer, in memory."""
+        enabled = self.is_enabled(scope)
+        self.last_seen[scope] = self.now
+        return [] if enabled else [ScopeEnabled(scope, self.now)]
 
     # ------------------------------------------------------------------------------- user-initiated operations
     def restart(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:

@@ -69,6 +69,11 @@ class Rules:
     impact_duration: dict[Impact, timedelta] = field(default_factory=lambda: dict(DEFAULT_IMPACT_DURATION))
     hardware_failure_type: EventType = EventType.REDEPLOY  # seed 000 says Redeploy; seed 001 says Reboot
     predicted_failure_notice: timedelta = timedelta(days=7)  # seed 000: "Azure tries to give seven days"
+    # Seed 001: Scheduled Events are enabled for a VM by its first request and disabled after 24 hours without
+    # one. While a scope is not enabled its VMs get no notice: their events start at once. Off by default, so
+    # that a test need not poll before it schedules; the realistic IMDS profile turns it on.
+    enabling_required: bool = False
+    disable_after: timedelta = timedelta(hours=24)
 
     def description(self, event_type: EventType, source: EventSource) -> str:
         return DEFAULT_DESCRIPTIONS.get((event_type, source), "")
@@ -77,11 +82,13 @@ class Rules:
         self,
         notice: dict[EventType, timedelta] | None = None,
         impact_window: dict[EventType, timedelta] | None = None,
+        **fields,
     ) -> Rules:
         return replace(
             self,
             notice={**self.notice, **(notice or {})},
             impact_window={**self.impact_window, **(impact_window or {})},
+            **fields,
         )
 
 

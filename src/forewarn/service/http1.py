@@ -22,14 +22,14 @@ from urllib.parse import unquote
 
 import httptools
 
-from forewarn.surfaces.http import JSON, Request, Response
+from forewarn.surfaces.http import DROP, JSON, Later, Request, Response
 
 log = logging.getLogger("forewarn.http")
 
 MAX_BODY = 1 << 20
 
 
-Handler = Callable[[Request], Response]
+Handler = Callable[[Request], "Response | Later"]
 
 _REASONS = {
     100: b"Continue", 200: b"OK", 304: b"Not Modified", 400: b"Bad Request", 404: b"Not Found",
@@ -84,7 +84,7 @@ class _Shared:
 class _Connection(asyncio.Protocol):
     __slots__ = (
         "shared", "transport", "parser", "local", "peer", "url", "headers", "body", "too_large", "last_active",
-        "paused", "closing",
+        "paused", "closing", "waiting",
     )
 
     def __init__(self, shared: _Shared):
@@ -97,6 +97,7 @@ class _Connection(asyncio.Protocol):
         self.too_large = False
         self.paused = False
         self.closing = False
+        self.waiting: list[tuple[Request, bool]] | None = None  # requests behind a delayed answer, in order
         self.last_active = time.monotonic()
 
     # ------------------------------------------------------------------------------------------ transport
@@ -125,7 +126,7 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and not self.closing:
+        if self.transport is not None and not self.closing and self.waiting is None:
             self.transport.resume_reading()
 
     # ---------------------------------------------------------------------------------------- parser hooks
@@ -179,12 +180,48 @@ class _Connection(asyncio.Protocol):
             self.local,
             self.peer,
         )
+        keep_alive = self.parser.should_keep_alive()
+        if self.waiting is not None:  # answers go out in request order
+            self.waiting.append((request, keep_alive))
+            return
+        self._dispatch(request, keep_alive)
+
+    def _dispatch(self, request: Request, keep_alive: bool) -> None:
+        answer = self._call(lambda: self.shared.handler(request), request)
+        if isinstance(answer, Later):
+            self.waiting = []
+            self.transport.pause_reading()
+            asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
+            return
+        self._write(answer, keep_alive)
+
+    def _answer_later(self, later: Later, request: Request, keep_alive: bool) -> None:
+        if self.transport is None or self.closing:
+            return
+        waiting, self.waiting = self.waiting or [], None
+        self._write(self._call(later.produce, request), keep_alive)
+        for queued, queued_keep_alive in waiting:
+            if self.transport is None or self.closing:
+                return
+            if self.waiting is not None:
+                self.waiting.append((queued, queued_keep_alive))
+            else:
+                self._dispatch(queued, queued_keep_alive)
+        if self.waiting is None and self.transport is not None and not self.closing and not self.paused:
+            self.transport.resume_reading()
+
+    def _call(self, produce, request: Request):
         try:
-            response = self.shared.handler(request)
+            return produce()
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
-            response = (500, b'{"error": "Internal server error"}', JSON, ())
-        keep_alive = self.parser.should_keep_alive()
+            return (500, b'{"error": "Internal server error"}', JSON, ())
+
+    def _write(self, response: Response, keep_alive: bool) -> None:
+        if response[0] == DROP:
+            self.closing = True
+            self.transport.abort()
+            return
         head, rest = self.shared.encode(response)
         if keep_alive:
             self.transport.write(b"".join((head, self.shared.date.line(), rest)))

@@ -104,6 +104,7 @@ class Maintenance:
             state.vm_states,
             state.policies,
             state.created_at,
+            state.enabled,
         )
 
     # ----------------------------------------------------------------------------------------------- core
@@ -201,6 +202,18 @@ class Maintenance:
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         ids = list(event_ids)
         return self.perform(lambda engine: engine.approve(ids, by))
+
+    def request_seen(self, scope: str) -> None:
+        """A VM asked for its scheduled events (only tracked when enabling is required)."""
+        if not self.engine.rules.enabling_required:
+            return
+        self.catch_up()
+        with self._lock:
+            enabled = self.engine.is_enabled(scope)
+            if enabled:
+                self.engine.last_seen[scope] = self.engine.now
+                return
+        self._run(lambda engine: engine.request_seen(scope))
 
     def cancel(self, event_id: str) -> Event:
         changes = self.perform(lambda engine: engine.cancel(event_id))

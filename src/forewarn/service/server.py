@@ -99,7 +99,7 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
                     log.warning("VM %s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
-    control_app = create_control_app(service, imds_document=imds.document)
+    control_app = create_control_app(service, imds=imds)
     return Built(control_app, control_socket, imds, imds_sockets)
 
 

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from forewarn.core.clock import Clock
-from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, VmChanged
+from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.core.model import Event
 from forewarn.core.vms import Policy, VmState
 from forewarn.store.codec import (
@@ -45,6 +45,7 @@ class StoredState:
     incarnations: dict[str, int]
     vm_states: list[VmState]
     policies: list[Policy]
+    enabled: dict[str, datetime]  # scope -> when its Scheduled Events were last enabled
 
 
 @dataclass
@@ -76,6 +77,7 @@ class SQLStore:
             "CREATE TABLE IF NOT EXISTS forewarn_scopes (scope TEXT PRIMARY KEY, incarnation BIGINT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_vms (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_policies (owner TEXT PRIMARY KEY, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_enabled (scope TEXT PRIMARY KEY, at TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
             "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
         ]
@@ -115,6 +117,8 @@ class SQLStore:
             vm_states = [decode_vm_state(row[0]) for row in cursor.fetchall()]
             self._execute(cursor, "SELECT data FROM forewarn_policies")
             policies = [decode_policy(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT scope, at FROM forewarn_enabled")
+            enabled = {scope: datetime.fromisoformat(at) for scope, at in cursor.fetchall()}
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
@@ -125,6 +129,7 @@ class SQLStore:
             incarnations=incarnations,
             vm_states=vm_states,
             policies=policies,
+            enabled=enabled,
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -193,6 +198,14 @@ class SQLStore:
                         (change.policy.owner, encode_policy(change.policy)),
                     )
                     self._journal(cursor, now, "policy", None, {"owner": change.policy.owner})
+                elif isinstance(change, ScopeEnabled):
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) "
+                        "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
+                        (change.scope, change.at.isoformat()),
+                    )
+                    self._journal(cursor, now, "enabled", None, {"scope": change.scope})
                 elif isinstance(change, IncarnationChanged):
                     self._execute(
                         cursor,

@@ -25,6 +25,11 @@ NOT_FOUND = error_body("Not found")
 METHOD_NOT_ALLOWED = error_body("Method not allowed")
 # 500 is documented as "service error, retry"; the body is ours.
 SERVICE_ERROR = error_body("Internal server error. Retry the request.")
+# 429 above about 5 requests a second per VM, and 410 while IMDS updates ("retry for up to 70 seconds"): documented
+# statuses, bodies ours.
+TOO_MANY_REQUESTS = error_body("Too many requests. Retry after some time.")
+GONE = error_body("Gone. The metadata service is being updated; retry for up to 70 seconds.")
+FAULT_BODIES = {410: GONE, 429: TOO_MANY_REQUESTS, 500: SERVICE_ERROR}
 
 
 def bad_api_version(newest: list[str]) -> bytes:

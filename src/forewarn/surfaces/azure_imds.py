@@ -14,25 +14,30 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
+from datetime import datetime
 from email.utils import format_datetime
 from urllib.parse import parse_qsl
 
 from forewarn.core.engine import IncarnationChanged
-from forewarn.core.errors import NotFound
+from forewarn.core.errors import Invalid, NotFound
 from forewarn.core.fleet import VM
+from forewarn.core.vms import Power
 from forewarn.core.model import Event, EventStatus, EventType
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
 from forewarn.surfaces import azure_instance
-from forewarn.surfaces.http import JSON, Request, Response
+from forewarn.surfaces.http import DROP, JSON, Later, Request, Response
 from forewarn.surfaces.azure_errors import (
     DUPLICATE_PARAMETER,
     FORWARDED_REFUSED,
     METHOD_NOT_ALLOWED,
     MISSING_METADATA_HEADER,
     NOT_FOUND,
+    FAULT_BODIES,
     SERVICE_ERROR,
+    TOO_MANY_REQUESTS,
     bad_api_version,
     error_body,
 )
@@ -60,8 +65,60 @@ BAD_START_REQUESTS = error_body(
 
 @dataclass(frozen=True)
 class ImdsSettings:
-    # What a POST naming an EventId this VM cannot see gets: "reject" (400, nothing approved) or "accept" (200, ignored).
+    """How closely the endpoint behaves like the real one. See PROFILES for the named sets."""
+
+    # What a POST naming an EventId this VM cannot see gets: "reject" (400, nothing approved) or "accept" (200).
     unknown_event_ids: str = "reject"
+    # Lenient: no Metadata header needed, a missing or unknown api-version means the newest, X-Forwarded-For and
+    # duplicate parameters pass (what Microsoft's mock server accepts).
+    lenient: bool = False
+    # Requests per second per VM before 429 (real IMDS: about 5); 0 for no limit.
+    rate_limit: float = 0.0
+    # Wall seconds the request that enables Scheduled Events for a scope waits (real: "up to two minutes").
+    first_call_delay: float = 0.0
+    # "answer": a VM that is down (rebooting, redeploying, reimaging, deleted) still gets answers; "drop": its
+    # connections are dropped unanswered, as a real VM that is down cannot ask.
+    while_down: str = "answer"
+
+
+PROFILES = {
+    "lenient": ImdsSettings(unknown_event_ids="accept", lenient=True),
+    "strict": ImdsSettings(),
+    "realistic": ImdsSettings(rate_limit=5.0, first_call_delay=60.0, while_down="drop"),
+}
+# The realistic profile also makes the engine require enabling (a scope's first request); see Rules.
+
+
+@dataclass
+class Fault:
+    """An injected failure: the VMs named (all when empty) get ``status`` (410, 429 or 500) for ``requests``
+    requests or until ``until`` (simulated time), whichever ends first; or their answers wait ``delay`` seconds."""
+
+    fault_id: int
+    status: int
+    vms: frozenset[str]
+    requests: int | None
+    until: datetime | None
+    delay: float = 0.0
+
+    def applies(self, vm: str, now: datetime) -> bool:
+        if self.vms and vm not in self.vms:
+            return False
+        if self.until is not None and now >= self.until:
+            return False
+        return self.requests is None or self.requests > 0
+
+
+# A frozen VM is paused for seconds; it is not down. Every other state but running is.
+_ANSWERING = (Power.RUNNING, Power.FROZEN)
+
+
+class _TokenBucket:
+    __slots__ = ("tokens", "stamp")
+
+    def __init__(self, capacity: float, now: float):
+        self.tokens = capacity
+        self.stamp = now
 
 
 def _json(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Response:
@@ -89,6 +146,9 @@ class AzureImds:
         self._documents: dict[str, dict[str, Response]] = {}
         self._instance_answers: dict[tuple, Response] = {}
         self._queries: dict[bytes, dict | bytes] = {}
+        self._buckets: dict[str, _TokenBucket] = {}
+        self.faults: list[Fault] = []
+        self._next_fault = 1
         service.subscribe(self._on_change)
 
     # ------------------------------------------------------------------------------------------ read model
@@ -117,7 +177,7 @@ class AzureImds:
         return self._rendered(scope, version)[1]
 
     # ------------------------------------------------------------------------------------------- requests
-    def handle(self, request: Request) -> Response:
+    def handle(self, request: Request) -> Response | Later:
         path = request.path
         try:
             if path == "/metadata/scheduledevents":
@@ -141,13 +201,18 @@ class AzureImds:
         if found is None:
             pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
             names = [name for name, _ in pairs]
-            found = DUPLICATE_PARAMETER if len(set(names)) != len(names) else dict(pairs)
+            duplicated = len(set(names)) != len(names) and not self.settings.lenient
+            found = DUPLICATE_PARAMETER if duplicated else dict(pairs)
             if len(self._queries) < 4096:
                 self._queries[raw] = found
         return found
 
     def _refusal(self, request: Request, query, versions, newest) -> bytes | None:
         """The common checks of every IMDS request; the error body to send, or None."""
+        if self.settings.lenient:
+            if versions is not None and query.get("api-version") not in versions:
+                query["api-version"] = versions[-1] if versions is SCHEDULED_EVENTS_VERSIONS else versions[0]
+            return None
         metadata = None
         for key, value in request.headers:
             if key == b"x-forwarded-for":
@@ -172,16 +237,87 @@ class AzureImds:
         if refusal is not None:
             raise _Refused(_json(400, refusal))
         try:
-            return self.resolver.resolve(request.local, request.peer), query
+            vm = self.resolver.resolve(request.local, request.peer)
         except UnknownCaller as error:
             raise _Refused(_json(400, error_body(f"Bad request. {error}"))) from None
+        self._gate(vm)
+        return vm, query
 
-    def _scheduled_events(self, request: Request) -> Response:
+    def _gate(self, vm: VM) -> None:
+        """What stands between a VM and its answer beyond the request itself: the VM being down, the rate limit,
+        injected faults. Raises :class:`_Refused` with the answer (or the dropped connection)."""
+        settings = self.settings
+        if settings.while_down == "drop" and self.service.engine.vm_states[vm.name].power not in _ANSWERING:
+            raise _Refused((DROP, b"", JSON, ()))
+        if settings.rate_limit > 0:
+            now = time.monotonic()
+            bucket = self._buckets.get(vm.name)
+            if bucket is None:
+                bucket = self._buckets[vm.name] = _TokenBucket(settings.rate_limit, now)
+            bucket.tokens = min(settings.rate_limit, bucket.tokens + (now - bucket.stamp) * settings.rate_limit)
+            bucket.stamp = now
+            if bucket.tokens < 1:
+                raise _Refused(_json(429, TOO_MANY_REQUESTS))
+            bucket.tokens -= 1
+        if self.faults:
+            fault = self._take_fault(vm, failing=True)
+            if fault is not None:
+                raise _Refused(_json(fault.status, FAULT_BODIES[fault.status]))
+
+    def delay_for(self, vm: VM) -> float:
+        """Injected latency for this VM's next answer, in wall seconds."""
+        fault = self._take_fault(vm, failing=False) if self.faults else None
+        return 0.0 if fault is None else fault.delay
+
+    def _take_fault(self, vm: VM, failing: bool) -> Fault | None:
+        """The first fault of the kind asked (failing, or slowing) that applies to this request; it counts it."""
+        now = self.service.now()
+        found = None
+        for fault in self.faults:
+            if bool(fault.status) == failing and fault.applies(vm.name, now):
+                found = fault
+                break
+        if found is not None and found.requests is not None:
+            found.requests -= 1
+        self.faults = [f for f in self.faults if f.requests != 0 and (f.until is None or now < f.until)]
+        return found
+
+    # --------------------------------------------------------------------------------------- fault injection
+    def inject(self, status: int, vms: list[str], requests: int | None, until: datetime | None, delay: float) -> Fault:
+        for name in vms:
+            self.service.engine.fleet.vm(name)  # unknown names are refused
+        if status not in (0, 410, 429, 500):
+            raise Invalid(f"faults answer 410, 429 or 500 (or 0 with a delay), not {status}")
+        if status == 0 and delay <= 0:
+            raise Invalid("a fault needs a status or a delay")
+        if requests is not None and requests < 1:
+            raise Invalid("requests must be at least 1")
+        fault = Fault(self._next_fault, status, frozenset(vms), requests, until, delay)
+        self._next_fault += 1
+        self.faults.append(fault)
+        log.info("fault %s injected: %s", fault.fault_id, fault)
+        return fault
+
+    def clear_faults(self) -> int:
+        count, self.faults = len(self.faults), []
+        return count
+
+    def _scheduled_events(self, request: Request) -> Response | Later:
         method = request.method
         if method != "GET" and method != "POST":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
         vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
-        if method == "POST":
+        first_call = False
+        if self.service.engine.rules.enabling_required:
+            first_call = not self.service.engine.is_enabled(vm.scope)
+            self.service.request_seen(vm.scope)
+        delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
+        if delay > 0:
+            return Later(delay, lambda: self._scheduled_events_answer(vm, query, request))
+        return self._scheduled_events_answer(vm, query, request)
+
+    def _scheduled_events_answer(self, vm: VM, query: dict, request: Request) -> Response:
+        if request.method == "POST":
             return self._approve(vm, request.body)
         service = self.service
         if service.wall() >= service.due_wall:
@@ -217,7 +353,7 @@ class AzureImds:
             return _json(400, error_body(f"Bad request. {error}"))
         return _json(200, b"")
 
-    def _instance_metadata(self, request: Request) -> Response:
+    def _instance_metadata(self, request: Request) -> Response | Later:
         if request.method != "GET":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
         versions = azure_instance.INSTANCE_API_VERSIONS
@@ -229,7 +365,8 @@ class AzureImds:
             found = (status, body, content_type, ())
             if len(self._instance_answers) < 65536:
                 self._instance_answers[key] = found
-        return found
+        delay = self.delay_for(vm)
+        return Later(delay, lambda: found) if delay > 0 else found
 
     def _versions(self, request: Request) -> Response:
         if request.method != "GET":

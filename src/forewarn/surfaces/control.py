@@ -23,6 +23,7 @@ from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
 from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
+from forewarn.surfaces.control_imds import imds_router
 from forewarn.surfaces.control_platform import platform_router
 
 
@@ -69,7 +70,7 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-def create_control_app(service: Maintenance, imds_document=None) -> FastAPI:
+def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     app = FastAPI(
         title="forewarn control API",
         version=__version__,
@@ -210,7 +211,8 @@ def create_control_app(service: Maintenance, imds_document=None) -> FastAPI:
 
     app.include_router(platform_router(service))
 
-    if imds_document is not None:
+    if imds is not None:
+        app.include_router(imds_router(imds))
 
         @app.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
         async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
@@ -219,7 +221,7 @@ def create_control_app(service: Maintenance, imds_document=None) -> FastAPI:
             if api_version not in SCHEDULED_EVENTS_VERSIONS:
                 raise Invalid(f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}")
             service.catch_up()
-            body = imds_document(vm.scope, api_version)
+            body = imds.document(vm.scope, api_version)
             return Response(body, media_type="application/json")
 
     return app

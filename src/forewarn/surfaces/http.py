@@ -6,6 +6,7 @@ A surface is a synchronous function of a :class:`Request` returning a :data:`Res
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 JSON = b"application/json; charset=utf-8"
 TEXT = b"text/plain; charset=utf-8"
@@ -24,3 +25,15 @@ class Request:
 
 # (status, body, content type, extra headers): hashable, so the server can cache the wire bytes of a response.
 Response = tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]
+
+# A Response with this status is not answered: the connection is dropped, as when the VM behind it is down.
+DROP = 0
+
+
+@dataclass(frozen=True)
+class Later:
+    """Answer after a wall-clock delay (IMDS's first-call delay, injected slowness); ``produce`` runs then, so the
+    answer shows the state at that moment. The connection answers its later requests after this one."""
+
+    seconds: float
+    produce: Callable[[], Response]

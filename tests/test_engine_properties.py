@@ -23,6 +23,7 @@ schedule = st.tuples(
     st.integers(min_value=0, max_value=1200),
     st.sampled_from(list(EventSource)),
     st.integers(min_value=0, max_value=900),
+    st.integers(min_value=0, max_value=3),
 )
 approve = st.tuples(st.just("approve"), st.integers(min_value=0, max_value=30), st.sampled_from(VM_NAMES + ["control"]))
 cancel = st.tuples(st.just("cancel"), st.integers(min_value=0, max_value=30))
@@ -64,10 +65,10 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
     kind = command[0]
     try:
         if kind == "schedule":
-            _, event_type, vms, hosts, notice, source, window = command
+            _, event_type, vms, hosts, notice, source, window, extra = command
             changes = engine.schedule(ScheduleRequest(
                 event_type, vms=tuple(vms), hosts=tuple(hosts), notice=timedelta(seconds=notice), source=source,
-                impact_window=timedelta(seconds=window),
+                impact_window=timedelta(seconds=window), extra_impacts=extra,
             ))
             created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged))
         elif kind == "approve" and created:

@@ -227,3 +227,19 @@ def test_the_vm_runs_again_when_its_event_completes():
     changes = e.advance(T0 + timedelta(minutes=10))
     assert e.vm_states["solo"].power is Power.RUNNING
     assert [c.what for c in changes if isinstance(c, VmChanged)] == ["recovered"]
+
+
+def test_more_short_impacts_while_started_and_none_after():
+    e = engine()
+    [event] = events(e.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(0),
+                                                impact_window=timedelta(minutes=9), extra_impacts=2)))
+    e.advance(T0)
+    e.advance(T0 + timedelta(minutes=2))
+    assert e.vm_states["solo"].power is Power.RUNNING  # the reboot is over
+    changes = e.advance(T0 + timedelta(minutes=3, seconds=10))  # a 5-second freeze at 3 minutes
+    assert [c.what for c in changes if isinstance(c, VmChanged)] == ["impacted", "recovered"]
+    e.advance(T0 + timedelta(minutes=6))
+    assert e.event(event.event_id).status is EventStatus.STARTED
+    e.advance(T0 + timedelta(minutes=9))
+    assert e.event(event.event_id).status is EventStatus.COMPLETED and e.vm_states["solo"].power is Power.RUNNING
+    assert e.next_deadline() is None

@@ -222,15 +222,17 @@ DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
 @click.option("--source", default="Platform", show_default=True, help="Platform or User.")
 @click.option("--description", help="Description shown to the VMs (default depends on type and source).")
 @click.option("--impact-window", help="How long the event stays Started before it completes. Default per type.")
+@click.option("--extra-impacts", type=int, help="Short freezes while Started, beyond the announced impact (seed 000).")
 @JSON_OPTION
 @click.pass_context
 def schedule(ctx, event_type, vms, hosts, group, update_domain, fault_domain, notice, not_before, duration, source,
-             description, impact_window, as_json):
+             description, impact_window, extra_impacts, as_json):
     """Schedule maintenance on VMs, hosts, or a domain of a set: events appear in the VMs' documents."""
     body = {"type": event_type, "vms": _split(vms), "hosts": _split(hosts), "source": source}
     for key, value in (("notice", notice), ("not_before", not_before), ("duration_seconds", duration),
                        ("description", description), ("impact_window", impact_window), ("group", group),
-                       ("update_domain", update_domain), ("fault_domain", fault_domain)):
+                       ("update_domain", update_domain), ("fault_domain", fault_domain),
+                       ("extra_impacts", extra_impacts)):
         if value is not None:
             body[key] = value
     events = _run(lambda: _client(ctx).post("/v1/events", body))

@@ -101,6 +101,7 @@ class ScheduleRequest:
     impact: Impact | None = None  # what the event does to its VMs; by default the type's impact
     start_now: bool = False  # no Scheduled state: hardware failure, automatically approved user operations
     per_vm: bool = False  # one event per VM, all in one operation (a batch of deletes)
+    extra_impacts: int = 0  # short freezes while Started, beyond the announced impact (seed 000)
     reason: str = ""
 
 
@@ -108,7 +109,7 @@ class ScheduleRequest:
 class _Deadline:
     at: datetime
     order: int
-    kind: str  # "start" (operation id), "complete" (event id) or "recover" (VM name)
+    kind: str  # "start" (operation id), "complete" (event id), "recover" (VM name), "extra" (event id/index)
     target: str
 
 
@@ -157,6 +158,7 @@ class Engine:
                 self._push(event.not_before, "start", event.operation_id)
             elif event.status is EventStatus.STARTED:
                 self._push(event.ends_at, "complete", event.event_id)
+                self._push_extra_impacts(event)
         for state in self.vm_states.values():
             if state.impact_until is not None:
                 self._push(state.impact_until, "recover", state.name)
@@ -230,6 +232,8 @@ class Engine:
         )
         if duration < -1:
             raise Invalid("DurationInSeconds must be -1 (unknown), 0 or positive")
+        if not 0 <= request.extra_impacts <= 100:
+            raise Invalid("extra impacts must be between 0 and 100")
         description = (
             self.rules.description(request.event_type, request.source)
             if request.description is None
@@ -265,6 +269,7 @@ class Engine:
                     status=EventStatus.SCHEDULED,
                     created_at=self.now,
                     impact=request.impact,
+                    extra_impacts=request.extra_impacts,
                 )
                 self._index(event)
                 touched.add(scope)
@@ -508,6 +513,8 @@ class Engine:
                     changes += self._start_operation(deadline.target, "NotBefore passed", touched)
                 elif deadline.kind == "recover":
                     changes += self._recover(deadline.target)
+                elif deadline.kind == "extra":
+                    changes += self._extra_impact(deadline.target)
                 else:
                     changes += self._complete(deadline.target, touched)
             changes += self._bump(touched)
@@ -583,7 +590,7 @@ class Engine:
             return not self._scheduled_in(deadline.target)
         if deadline.kind == "recover":
             return self.vm_states[deadline.target].impact_until != deadline.at
-        return self.events[deadline.target].status is not EventStatus.STARTED
+        return self.events[deadline.target.split("/")[0]].status is not EventStatus.STARTED
 
     def _scheduled_in(self, operation_id: str) -> list[Event]:
         return [e for e in self.operation_events(operation_id) if e.status is EventStatus.SCHEDULED]
@@ -602,6 +609,21 @@ class Engine:
             impact = self.impact_of(event)
             for name in event.resources:
                 changes += self._impact(name, impact, event.event_id, event.duration_seconds, event.ends_at)
+            self._push_extra_impacts(event)
+        return changes
+
+    def _push_extra_impacts(self, event: Event) -> None:
+        for index, at in enumerate(event.extra_impact_times()):
+            if at > self.now or (at == self.now and event.started_at == self.now):
+                self._push(at, "extra", f"{event.event_id}/{index}")
+
+    def _extra_impact(self, target: str) -> list[Change]:
+        """A short freeze while the event is Started, for VMs that are running at that moment."""
+        event = self.events[target.split("/")[0]]
+        changes: list[Change] = []
+        for name in event.resources:
+            if self.vm_states[name].power is Power.RUNNING:
+                changes += self._impact(name, Impact.FREEZE, f"{event.event_id} (extra impact)", -1, event.ends_at)
         return changes
 
     def impact_of(self, event: Event) -> Impact:

@@ -89,6 +89,15 @@ class Event:
     ended_at: datetime | None = None
     approvals: tuple[str, ...] = field(default_factory=tuple)
     impact: Impact | None = None  # None: the impact of the event's type
+    # Seed 000: "while Started, more short impacts than the event announced may occur". This many short freezes
+    # happen at even intervals of the impact window; they never happen after Completed.
+    extra_impacts: int = 0
+
+    def extra_impact_times(self) -> list[datetime]:
+        if not self.extra_impacts or self.started_at is None:
+            return []
+        step = self.impact_window / (self.extra_impacts + 1)
+        return [self.started_at + step * (index + 1) for index in range(self.extra_impacts)]
 
     def moved_to(self, status: EventStatus, now: datetime) -> Event:
         if status not in ALLOWED_TRANSITIONS[self.status]:

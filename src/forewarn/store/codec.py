@@ -39,6 +39,7 @@ def encode_event(event: Event) -> str:
             "ended_at": _time(event.ended_at),
             "approvals": list(event.approvals),
             "impact": None if event.impact is None else event.impact.value,
+            "extra_impacts": event.extra_impacts,
         },
         separators=(",", ":"),
     )
@@ -65,6 +66,7 @@ def decode_event(text: str) -> Event:
         ended_at=_parse_time(data["ended_at"]),
         approvals=tuple(data["approvals"]),
         impact=None if data.get("impact") is None else Impact(data["impact"]),
+        extra_impacts=data.get("extra_impacts", 0),
     )
 
 

@@ -38,6 +38,7 @@ class ScheduleIn(BaseModel):
     duration_seconds: int | None = Field(default=None, description="DurationInSeconds; -1 means unknown")
     description: str | None = None
     impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
+    extra_impacts: int = Field(default=0, ge=0, le=100, description="short freezes while Started (seed 000)")
     group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
     update_domain: int | None = Field(default=None, description="with group: the VMs of this update domain")
     fault_domain: int | None = Field(default=None, description="with group: the VMs of this fault domain")
@@ -116,6 +117,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
             duration_seconds=body.duration_seconds,
             description=body.description,
             impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            extra_impacts=body.extra_impacts,
             group=body.group,
             update_domain=body.update_domain,
             fault_domain=body.fault_domain,

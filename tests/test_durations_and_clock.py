@@ -49,3 +49,9 @@ def test_manual_clock_moves_only_when_told():
         Clock.start("sundial", 1, 0.0)
     with pytest.raises(Invalid):
         Clock.start("real", 0, 0.0)
+
+
+@pytest.mark.parametrize("text", ["PT99999999999999999999M", "3651d", "99999999999999999999999"])
+def test_absurd_durations_are_refused_not_crashes(text):
+    with pytest.raises(Invalid, match="too long"):
+        parse_duration(text)

@@ -69,3 +69,23 @@ def test_domain_maintenance_through_schedule(server):
     [event] = server.schedule(type="Reboot", group="myvmss", update_domain=2)
     assert event["resources"] == ["myvmss_2"]
     assert server.post("/v1/events", {"type": "Reboot", "group": "nope", "update_domain": 1}).status_code == 404
+
+
+def test_arm_api_served_by_the_real_server(server):
+    """Seed 002's PUT, as written, then an instance delete: the Terminate event reaches the scale set's VMs."""
+    base = f"{server.arm}/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/providers/" \
+           "Microsoft.Compute/virtualMachineScaleSets/myvmss"
+    put = requests.put(f"{base}?api-version=2019-03-01", json={"properties": {"virtualMachineProfile": {
+        "scheduledEventsProfile": {"terminateNotificationProfile": {"notBeforeTimeout": "PT5M", "enable": True}}}}})
+    assert put.status_code == 200, put.text
+    upgrade = requests.post(f"{base}/manualupgrade?api-version=2019-03-01", json={"instanceIds": ["0", "1", "2"]})
+    assert upgrade.status_code in (200, 202), upgrade.text
+    deleted = requests.post(f"{base}/delete?api-version=2019-03-01", json={"instanceIds": ["1"]})
+    assert deleted.status_code == 202 and "Azure-AsyncOperation" in deleted.headers
+    [event] = [e for e in server.get("/v1/events") if e["type"] == "Terminate"]
+    assert event["resources"] == ["myvmss_1"] and event["not_before"] == "2026-04-20T22:16:58Z"
+    status = requests.get(deleted.headers["Azure-AsyncOperation"]).json()
+    assert status["status"] == "InProgress"
+    missing = requests.get(f"{base}?api-version=2019-03-01".replace("myvmss", "nope"))
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "ResourceNotFound"
+    assert requests.get(base).json()["error"]["code"] == "MissingApiVersionParameter"

@@ -100,6 +100,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="SQLite file, ':memory:', or a postgresql:// URL.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
 @click.option("--port", default=8170, show_default=True, help="Control API port.")
+@click.option("--arm-port", default=8171, show_default=True,
+              help="Azure Resource Manager–shaped management API port, on --host (0: off).")
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
 @click.option("--imds-port", default=8169, show_default=True, help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
 @click.option("--clock", "clock_mode", type=click.Choice(MODES), default="real", show_default=True,
@@ -126,7 +128,7 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--hardware-failure-type", type=click.Choice(["Redeploy", "Reboot"]),
               help="EventType of hardware-failure events; the docs disagree (default Redeploy, seed 000).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
-def serve(fleet_source, db, host, port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
+def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
@@ -159,7 +161,7 @@ def serve(fleet_source, db, host, port, imds_host, imds_port, clock_mode, speed,
         service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules)
     except (FleetFileError, StoreError, FleetMismatch, CoreError) as error:
         _fail(str(error))
-    listeners = Listeners(control=(host, port), imds=(imds_host, imds_port))
+    listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None)
     try:
         _event_loop_runner()(run_server(service, listeners, settings))
     except OSError as error:

@@ -15,8 +15,22 @@ _ISO = re.compile(
 )
 
 
+MAX_DURATION = timedelta(days=3650)
+
+
 def parse_duration(text: str) -> timedelta:
-    """Parse a duration; a bare number means seconds. Raises :class:`Invalid` with the accepted forms."""
+    """Parse a duration; a bare number means seconds. Raises :class:`Invalid` with the accepted forms, also for
+    durations beyond ten years (nothing in a maintenance schedule is that long, and larger ones overflow)."""
+    try:
+        duration = _parse(text)
+    except OverflowError:
+        duration = None
+    if duration is None or duration > MAX_DURATION:
+        raise Invalid(f"duration {str(text).strip()!r} is too long; at most {MAX_DURATION.days} days")
+    return duration
+
+
+def _parse(text: str) -> timedelta:
     raw = str(text).strip()
     if not raw:
         raise Invalid("empty duration; use forms like 30s, 15m, 1h30m, 2d or PT15M")

@@ -148,6 +148,7 @@ class Engine:
         self.operations: dict[str, list[str]] = {}
         self.incarnations: dict[str, int] = dict(incarnations or {})
         self._live_by_scope: dict[str, dict[str, None]] = {}
+        self._by_seq: dict[int, str] = {}
         self._deadlines: list[_Deadline] = []
         self._deadline_order = 0
         self.next_seq = 1
@@ -176,6 +177,11 @@ class Engine:
         if found is None:
             raise NotFound(f"no event with EventId {event_id}")
         return found
+
+    def event_by_seq(self, seq: int) -> Event | None:
+        """The event created as number ``seq`` (events are numbered in creation order)."""
+        event_id = self._by_seq.get(seq)
+        return None if event_id is None else self.events[event_id]
 
     def next_deadline(self) -> datetime | None:
         while self._deadlines and self._is_stale(self._deadlines[0]):
@@ -379,6 +385,7 @@ class Engine:
             if self._being_deleted(vm.name):
                 raise Conflict(f"{vm.name} is already being deleted (its Terminate event is live)")
         announced = [vm for vm in targets if self.vm_states[vm.name].terminate.enable and not vm.spot]
+        announced_names = {vm.name for vm in announced}
         changes: list[Change] = []
         by_timeout: dict[timedelta, list[str]] = {}
         for vm in announced:
@@ -389,7 +396,7 @@ class Engine:
                 EventType.TERMINATE, vms=tuple(names), source=source, notice=timeout, per_vm=True, reason=reason,
             ), touched)
         for vm in targets:
-            if vm not in announced:
+            if vm.name not in announced_names:
                 changes += self._impact(vm.name, Impact.DELETE, f"{reason} (not announced)", -1, self.now)
         return changes + self._bump(touched)
 
@@ -572,6 +579,7 @@ class Engine:
 
     def _index(self, event: Event) -> None:
         self.events[event.event_id] = event
+        self._by_seq[event.seq] = event.event_id
         members = self.operations.setdefault(event.operation_id, [])
         if event.event_id not in members:
             members.append(event.event_id)

@@ -18,6 +18,7 @@ import uvicorn
 
 from forewarn.service.http1 import Http1Server
 from forewarn.service.runtime import Maintenance
+from forewarn.surfaces.azure_arm import create_arm_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
 from forewarn.surfaces.control import create_control_app
@@ -29,6 +30,7 @@ log = logging.getLogger("forewarn.server")
 class Listeners:
     control: tuple[str, int]
     imds: tuple[str, int]
+    arm: tuple[str, int] | None = None
     vm_ports: dict[int, str] = field(default_factory=dict)
     vm_addresses: dict[str, str] = field(default_factory=dict)
 
@@ -71,19 +73,34 @@ def _listen(host: str, port: int) -> socket.socket:
 
 @dataclass
 class Built:
-    control_app: object
-    control_socket: socket.socket
+    management_app: object  # the control API and the ARM-shaped API, by the port a request arrived on
+    management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
+
+
+class ByPort:
+    """One ASGI app per listening port, for the surfaces uvicorn serves."""
+
+    def __init__(self, apps: dict[int, object]):
+        self.apps = apps
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return
+        await self.apps[scope["server"][1]](scope, receive, send)
 
 
 def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings()) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
-    control_socket = _listen(*listeners.control)
+    management_sockets = [_listen(*listeners.control)]
+    if listeners.arm is not None:
+        management_sockets.append(_listen(*listeners.arm))
     imds_sockets = [_listen(*listeners.imds)]
     for vm in fleet.vms.values():
-        if vm.imds_port is not None and vm.imds_port not in (listeners.imds[1], listeners.control[1]):
+        taken = (listeners.imds[1], listeners.control[1], listeners.arm[1] if listeners.arm else None)
+        if vm.imds_port is not None and vm.imds_port not in taken:
             try:
                 imds_sockets.append(_listen(listeners.imds[0], vm.imds_port))
                 listeners.vm_ports[vm.imds_port] = vm.name
@@ -99,18 +116,21 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
                     log.warning("VM %s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
-    control_app = create_control_app(service, imds=imds)
-    return Built(control_app, control_socket, imds, imds_sockets)
+    apps = {listeners.control[1]: create_control_app(service, imds=imds)}
+    if listeners.arm is not None:
+        apps[listeners.arm[1]] = create_arm_app(service)
+    return Built(ByPort(apps), management_sockets, imds, imds_sockets)
 
 
 async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings, announce=print) -> None:
-    """Run until SIGINT or SIGTERM: the control API on uvicorn, the metadata listeners on the lean HTTP/1.1 server."""
+    """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
+    server."""
     built = build(service, listeners, imds_settings)
     metadata = Http1Server(built.imds.handle)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
     config = uvicorn.Config(
-        built.control_app,
+        built.management_app,
         lifespan="off",
         access_log=False,
         server_header=False,
@@ -120,7 +140,7 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
     )
     announce(describe(service, listeners))
     try:
-        await uvicorn.Server(config).serve(sockets=[built.control_socket])
+        await uvicorn.Server(config).serve(sockets=built.management_sockets)
     finally:
         timer.cancel()
         await metadata.close()
@@ -137,6 +157,8 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
         f"  control API   {control}   (OpenAPI: {control}/openapi.json; CLI: export FOREWARN_SERVER={control})",
+        *([f"  Azure ARM     http://{listeners.arm[0]}:{listeners.arm[1]}   (management.azure.com paths; "
+           "docs/azure-arm.md)"] if listeners.arm else []),
         f"  Azure IMDS    {imds}/metadata/scheduledevents"
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
     ]

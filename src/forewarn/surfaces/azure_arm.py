@@ -60,6 +60,8 @@ _API_VERSION = re.compile(r"^(\d{4}-\d{2}-\d{2})(-[a-z]+)?$", re.IGNORECASE)
 
 TERMINATE_DEFAULT_TIMEOUT = timedelta(minutes=5)  # compute API: "the default value is 5 minutes (PT5M)"
 
+_CANONICAL_TYPES = {"virtualmachines": "virtualMachines", "availabilitysets": "availabilitySets",
+                    "virtualmachinescalesets": "virtualMachineScaleSets"}
 _VM_ACTIONS = ("restart", "redeploy", "reimage")
 _VMSS_ACTIONS = ("restart", "redeploy", "reimage", "delete", "manualupgrade")
 
@@ -237,7 +239,7 @@ def _iso_duration(value: Any, path: str) -> timedelta:
                        f"The value '{value}' of '{path}' is not an ISO 8601 duration such as PT5M or PT15M.", path)
     try:
         return parse_duration(value)
-    except Invalid:
+    except (Invalid, ValueError):
         raise ArmError(400, "InvalidParameter",
                        f"The value '{value}' of '{path}' is not an ISO 8601 duration such as PT5M or PT15M.",
                        path) from None
@@ -398,12 +400,10 @@ class _Fleet:
         self.vms: dict[tuple[str, str, str], VM] = {}
         self.avsets: dict[tuple[str, str, str], list[VM]] = {}
         self.scale_sets: dict[tuple[str, str, str], list[VM]] = {}
-        self.locations: set[str] = set()
         for vm in vms:
             sub, group = vm.subscription_id.lower(), vm.resource_group.lower()
             self.subscriptions.setdefault(sub, vm.subscription_id)
             self.groups.setdefault((sub, group), vm.resource_group)
-            self.locations.add(vm.location)
             if vm.scale_set is not None:
                 self.scale_sets.setdefault((sub, group, vm.scale_set.lower()), []).append(vm)
                 continue
@@ -419,6 +419,8 @@ class ArmApi:
         self.service = service
         self.retry_after = retry_after
         self.fleet = _Fleet(service.engine.fleet.vms.values())
+        self._cache_engine: Engine | None = None
+        self._marked_cache: dict[str, tuple[int, frozenset[str]]] = {}
 
     @property
     def engine(self) -> Engine:
@@ -472,7 +474,7 @@ class ArmApi:
         if lrest[1] != COMPUTE.lower():
             raise ArmError(404, "InvalidResourceNamespace", f"The resource namespace '{rest[1]}' is invalid.")
         kind, names, lnames = lrest[2], rest[3:], lrest[3:]
-        context = _Context(request, api, sub, group, rest[2])
+        context = _Context(request, api, sub, group, _CANONICAL_TYPES.get(kind, rest[2]))
         if kind == "virtualmachines":
             return await self.virtual_machines(context, method, names, lnames)
         if kind == "availabilitysets":
@@ -627,9 +629,11 @@ class ArmApi:
                 return Response(status_code=204)
             raise _not_found(f"{ctx.kind}/{names[0]}/virtualMachines", names[2], ctx.group_text)
         if len(names) == 3:
-            self._allow(method, ("GET", "DELETE"))
+            self._allow(method, ("GET", "DELETE", "PUT", "PATCH"))
             if method == "DELETE":
                 return self.act(ctx, "delete", [vm], vm.location)
+            if method in ("PUT", "PATCH"):
+                await self.update_instance(ctx, vm)
             return _json(200, self._instance_body(vm, ctx.api, ctx.expand_instance_view))
         if len(names) == 4 and lnames[3] == "instanceview":
             self._allow(method, ("GET",))
@@ -639,6 +643,19 @@ class ArmApi:
             await _body(ctx.request, required=False)
             return self.act(ctx, lnames[3], [vm], vm.location)
         raise ArmError(404, "NotFound", f"No ARM route matches {ctx.request.scope['path']!r}.")
+
+    async def update_instance(self, ctx: _Context, vm: VM) -> None:
+        """An instance can be PUT back as it is (a GET-modify-PUT round trip); its policy is its scale set's."""
+        body = await _body(ctx.request, required=True)
+        self._check_fixed(body, vm.location, None, [vm.zone] if vm.zone else [])
+        properties = _object(_member(body, "properties"), "properties")
+        if not _policy_patch(properties, "properties", "VirtualMachineScaleSetVMProperties", ctx.api).empty:
+            raise ArmError(
+                400, "InvalidParameter",
+                f"Virtual machine '{vm.name}' is an instance of scale set '{vm.scale_set}', which imposes one "
+                "scheduledEventsPolicy on all its instances; set it on the scale set instead.",
+                "properties.scheduledEventsPolicy",
+            )
 
     async def update_vmss(self, ctx: _Context, members: list[VM]) -> Response:
         body = await _body(ctx.request, required=True)
@@ -818,8 +835,8 @@ class ArmApi:
         events = []
         if operation is not None:
             for seq in operation.seqs:
-                event = engine.events.get(derived_guid(engine.seed, "event", seq))
-                if event is None or event.seq != seq:
+                event = engine.event_by_seq(seq)
+                if event is None:
                     operation = None
                     break
                 events.append(event)
@@ -861,12 +878,30 @@ class ArmApi:
         return not self.engine.vm_states[vm.name].deleted
 
     def _live_terminate(self, vm: VM):
+        if not self._marked(vm):
+            return []
         return [e for e in self.engine.live_events(vm.scope)
                 if e.event_type is EventType.TERMINATE and vm.name in e.resources]
 
     def _marked(self, vm: VM) -> bool:
         """Marked for deletion: a live Terminate event names it (it is deleted when the event starts)."""
-        return bool(self._live_terminate(vm))
+        return vm.name in self._marked_in(vm.scope)
+
+    def _marked_in(self, scope: str) -> frozenset[str]:
+        """The VMs of a scope that live Terminate events name, cached per (engine, scope, incarnation): the
+        incarnation moves whenever the scope's live events change, so a big scale set is scanned once per change."""
+        engine = self.engine
+        if self._cache_engine is not engine:  # a rebuilt engine (failed commit) starts a fresh cache
+            self._cache_engine = engine
+            self._marked_cache = {}
+        incarnation = engine.incarnation(scope)
+        hit = self._marked_cache.get(scope)
+        if hit is None or hit[0] != incarnation:
+            names = frozenset(name for event in engine.live_events(scope)
+                              if event.event_type is EventType.TERMINATE for name in event.resources)
+            hit = (incarnation, names)
+            self._marked_cache[scope] = hit
+        return hit[1]
 
     def _provisioning(self, vm: VM, state: VmState) -> str:
         if self._marked(vm):
@@ -1021,7 +1056,7 @@ class _Context:
     api: ApiVersion
     sub: str
     group: str  # the fleet's spelling
-    kind: str  # the resource type as the request spelled it
+    kind: str  # the resource type, as ARM spells it
     group_text: str = ""
 
     def __post_init__(self):

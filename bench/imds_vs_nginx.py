@@ -409,6 +409,7 @@ def populate(server: Forewarn, plan: FleetPlan, wanted: int) -> dict:
     web = plan.scale_sets["web"]["instances"]
     avset_names = list(plan.avsets)[1:]
     used_hosts = {default_set[2][1]}
+    gone: set[str] = set()
     kinds = ["host", "freeze_pair", "user_reboot", "preempt", "terminate", "redeploy", "host_freeze"]
     weights = [2, 4, 4, 3, 3, 2, 1]
     turn = 0
@@ -432,9 +433,13 @@ def populate(server: Forewarn, plan: FleetPlan, wanted: int) -> dict:
             body = {"type": "Terminate", "vms": [f"web_{rng.randrange(web)}"]}
         else:
             body = {"type": "Redeploy", "source": "User", "vms": [rng.choice(standalone)]}
+        if gone.intersection(body.get("vms", ())):
+            continue  # a started Preempt or Terminate deleted it: the engine refuses events for deleted VMs
         events = schedule(body)
         if turn % 3 == 0:
             approve(events)
+            if body["type"] in ("Preempt", "Terminate"):
+                gone.update(body["vms"])
 
     live = control(server.control, "GET", "/v1/events")
 

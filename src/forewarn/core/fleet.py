@@ -7,6 +7,7 @@ group of a scale set. Every VM of a scope sees the same document, with the scope
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from typing import Iterable
 
 from forewarn.core.errors import Invalid, NotFound
@@ -35,7 +36,7 @@ class VM:
     imds_address: str | None = None
     imds_port: int | None = None
 
-    @property
+    @cached_property  # read on every metadata request
     def scope(self) -> str:
         """The broadcast scope id; readable on purpose, it shows up in logs and the control API."""
         base = f"{self.subscription_id}/{self.resource_group}"
@@ -45,7 +46,7 @@ class VM:
             return f"avset:{base}/{self.availability_set}"
         return f"vm:{base}/{self.name}"
 
-    @property
+    @cached_property
     def policy_owner(self) -> str:
         """Who sets this VM's scheduled-events policy: its scale set or availability set, or the VM itself."""
         base = f"{self.subscription_id}/{self.resource_group}"

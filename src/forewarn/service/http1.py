@@ -37,6 +37,7 @@ _REASONS = {
     503: b"Service Unavailable",
 }
 _PLAIN = b"text/plain; charset=utf-8"
+_HANDLER_FAILED: Response = (500, b'{"error": "Internal server error"}', JSON, ())
 
 
 class _HttpDate:
@@ -187,8 +188,12 @@ class _Connection(asyncio.Protocol):
         self._dispatch(request, keep_alive)
 
     def _dispatch(self, request: Request, keep_alive: bool) -> None:
-        answer = self._call(lambda: self.shared.handler(request), request)
-        if isinstance(answer, Later):
+        try:
+            answer = self.shared.handler(request)
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            answer = _HANDLER_FAILED
+        if answer.__class__ is Later:
             self.waiting = []
             self.transport.pause_reading()
             asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
@@ -199,7 +204,12 @@ class _Connection(asyncio.Protocol):
         if self.transport is None or self.closing:
             return
         waiting, self.waiting = self.waiting or [], None
-        self._write(self._call(later.produce, request), keep_alive)
+        try:
+            answer = later.produce()
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            answer = _HANDLER_FAILED
+        self._write(answer, keep_alive)
         for queued, queued_keep_alive in waiting:
             if self.transport is None or self.closing:
                 return
@@ -209,13 +219,6 @@ class _Connection(asyncio.Protocol):
                 self._dispatch(queued, queued_keep_alive)
         if self.waiting is None and self.transport is not None and not self.closing and not self.paused:
             self.transport.resume_reading()
-
-    def _call(self, produce, request: Request):
-        try:
-            return produce()
-        except Exception:
-            log.exception("%s %s failed", request.method, request.path)
-            return (500, b'{"error": "Internal server error"}', JSON, ())
 
     def _write(self, response: Response, keep_alive: bool) -> None:
         if response[0] == DROP:

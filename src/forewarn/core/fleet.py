@@ -38,13 +38,11 @@ class VM:
 
     @cached_property  # read on every metadata request
     def scope(self) -> str:
-        """The broadcast scope id; readable on purpose, it shows up in logs and the control API."""
-        base = f"{self.subscription_id}/{self.resource_group}"
+        """The broadcast scope id: the policy owner, narrowed to one placement group for a scale set. Readable on
+        purpose: it shows up in logs and the control API."""
         if self.scale_set is not None:
-            return f"vmss:{base}/{self.scale_set}/pg{self.placement_group or 0}"
-        if self.availability_set is not None:
-            return f"avset:{base}/{self.availability_set}"
-        return f"vm:{base}/{self.name}"
+            return f"{self.policy_owner}/pg{self.placement_group or 0}"
+        return self.policy_owner
 
     @cached_property
     def policy_owner(self) -> str:

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from forewarn.core.engine import Engine, EventChanged, ScheduleRequest
 from forewarn.core.errors import CoreError
+from forewarn.core.rules import Rules
 from forewarn.core.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType
 from forewarn.core.vms import NotificationProfile, Power
 from helpers import T0, small_fleet
@@ -202,3 +203,60 @@ def test_deleted_vms_stay_deleted_and_impacts_end_with_their_events(sequence):
                 assert state.impact_until is None or state.impact_until <= event.ends_at
             if state.power is Power.RUNNING:
                 assert state.impact_until is None
+
+
+def state_of(engine: Engine) -> tuple:
+    """Everything a command may change."""
+    return (dict(engine.events), dict(engine.incarnations), dict(engine.vm_states), dict(engine.policies),
+            engine.next_seq, engine.now, dict(engine.last_seen), engine.next_deadline())
+
+
+bad_schedule = st.tuples(
+    st.just("schedule"),
+    st.sampled_from(list(EventType)),
+    st.lists(st.sampled_from(VM_NAMES + ["ghost"]), min_size=0, max_size=3),
+    st.lists(st.sampled_from(HOSTS + ["nowhere"]), min_size=0, max_size=1),
+    st.integers(min_value=-60, max_value=600),
+    st.sampled_from(list(EventSource)),
+    st.integers(min_value=-60, max_value=600),
+    st.integers(min_value=-1, max_value=101),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(commands, st.lists(st.one_of(bad_schedule, user_operation, approve, cancel, policy, scale_in), max_size=10),
+       st.booleans())
+def test_a_refused_command_changes_nothing(sequence, probes, enabling):
+    rules = Rules().with_overrides(enabling_required=enabling)
+    engine = Engine(FLEET, "prop", T0, rules)
+    created: list[str] = []
+    for command in sequence:
+        apply(engine, command, created)
+    for probe in probes:
+        before = state_of(engine)
+        try:
+            apply_strict(engine, probe, created)
+        except CoreError:
+            assert state_of(engine) == before
+
+
+def apply_strict(engine: Engine, command: tuple, created: list[str]) -> None:
+    """Like :func:`apply`, but lets CoreError through."""
+    if command[0] == "schedule":
+        _, event_type, vms, hosts, notice, source, window, extra = command
+        engine.schedule(ScheduleRequest(
+            event_type, vms=tuple(vms), hosts=tuple(hosts), notice=timedelta(seconds=notice), source=source,
+            impact_window=timedelta(seconds=window), extra_impacts=extra,
+        ))
+    elif command[0] == "approve":
+        engine.approve([created[command[1] % len(created)] if created else "ghost"], by=command[2])
+    elif command[0] == "cancel":
+        engine.cancel(created[command[1] % len(created)] if created else "ghost")
+    elif command[0] == "policy":
+        _, owner, reboot, redeploy, minutes = command
+        terminate = None if minutes is None else NotificationProfile(True, timedelta(minutes=minutes))
+        engine.update_policy(owner, reboot, redeploy, terminate)
+    elif command[0] == "scale_in":
+        engine.scale_in("myvmss", command[1])
+    else:
+        getattr(engine, command[0])(command[1])

@@ -202,6 +202,7 @@ class Engine:
         """The events of one request, without the incarnation step: a command that creates several batches (a
         restart of VMs with different policies, deletes with different timeouts) is still one step."""
         targets = self._targets(request)
+        not_before, impact_window, duration, description = self._checked(request)  # before anything changes
         if self.rules.enabling_required and not request.start_now:
             unwarned = [vm.name for vm in targets if not self.is_enabled(vm.scope)]
             if unwarned:
@@ -213,39 +214,6 @@ class Engine:
                 if warned:
                     changes += self._create(replace(request, vms=tuple(warned), hosts=(), group=None), touched)
                 return changes
-        if request.not_before is not None and request.notice is not None:
-            raise Invalid("give either a notice or a NotBefore time, not both")
-        if request.not_before is not None:
-            not_before = whole_second_ceiling(request.not_before)
-            if not_before < self.now:
-                raise Invalid(f"NotBefore {not_before.isoformat()} is in the past (now {self.now.isoformat()})")
-        elif request.start_now:
-            not_before = self.now
-        else:
-            notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
-            if notice < timedelta(0):
-                raise Invalid("notice cannot be negative")
-            not_before = whole_second_ceiling(self.now + notice)
-        impact_window = (
-            self.rules.impact_window[request.event_type] if request.impact_window is None else request.impact_window
-        )
-        if impact_window < timedelta(0):
-            raise Invalid("impact window cannot be negative")
-        duration = (
-            self.rules.duration_seconds[request.event_type]
-            if request.duration_seconds is None
-            else request.duration_seconds
-        )
-        if duration < -1:
-            raise Invalid("DurationInSeconds must be -1 (unknown), 0 or positive")
-        if not 0 <= request.extra_impacts <= 100:
-            raise Invalid("extra impacts must be between 0 and 100")
-        description = (
-            self.rules.description(request.event_type, request.source)
-            if request.description is None
-            else request.description
-        )
-
         changes: list[Change] = []
         # The VMs of one scope on one host share an event; each host is one operation. A batch of per-VM events
         # (deletes) is one operation, so that its events start together (seed 002).
@@ -287,6 +255,42 @@ class Engine:
             else:
                 self._push(not_before, "start", operation_id)
         return changes
+
+    def _checked(self, request: ScheduleRequest) -> tuple[datetime, timedelta, int, str]:
+        """NotBefore, impact window, DurationInSeconds and Description of a request, or the reason it is refused."""
+        if request.not_before is not None and request.notice is not None:
+            raise Invalid("give either a notice or a NotBefore time, not both")
+        if request.not_before is not None:
+            not_before = whole_second_ceiling(request.not_before)
+            if not_before < self.now:
+                raise Invalid(f"NotBefore {not_before.isoformat()} is in the past (now {self.now.isoformat()})")
+        elif request.start_now:
+            not_before = self.now
+        else:
+            notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
+            if notice < timedelta(0):
+                raise Invalid("notice cannot be negative")
+            not_before = whole_second_ceiling(self.now + notice)
+        impact_window = (
+            self.rules.impact_window[request.event_type] if request.impact_window is None else request.impact_window
+        )
+        if impact_window < timedelta(0):
+            raise Invalid("impact window cannot be negative")
+        duration = (
+            self.rules.duration_seconds[request.event_type]
+            if request.duration_seconds is None
+            else request.duration_seconds
+        )
+        if duration < -1:
+            raise Invalid("DurationInSeconds must be -1 (unknown), 0 or positive")
+        if not 0 <= request.extra_impacts <= 100:
+            raise Invalid("extra impacts must be between 0 and 100")
+        description = (
+            self.rules.description(request.event_type, request.source)
+            if request.description is None
+            else request.description
+        )
+        return not_before, impact_window, duration, description
 
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         """Approve events. Approving a Started, Completed or Canceled event changes nothing (and is not an error)."""
@@ -342,6 +346,8 @@ class Engine:
         return self._user_maintenance(EventType.REDEPLOY, vms, notice, "auto_approve_redeploy", "redeploy requested")
 
     def _user_maintenance(self, event_type: EventType, vms, notice, policy_field: str, reason: str) -> list[Change]:
+        if notice is not None and notice < timedelta(0):
+            raise Invalid("notice cannot be negative")
         names = list(vms)
         targets = self._targets(ScheduleRequest(event_type, vms=tuple(names)))
         approved = [vm.name for vm in targets if getattr(self.policies[vm.policy_owner], policy_field)]

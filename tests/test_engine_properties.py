@@ -43,9 +43,10 @@ policy = st.tuples(
 )
 update_instances = st.tuples(st.just("update_instances"))
 scale_in = st.tuples(st.just("scale_in"), st.integers(min_value=1, max_value=2))
+seen = st.tuples(st.just("seen"), st.sampled_from(VM_NAMES))  # a VM's request enables its scope (when required)
 commands = st.lists(
     st.one_of(schedule, approve, cancel, advance, user_operation, platform_operation, policy, update_instances,
-              scale_in),
+              scale_in, seen),
     min_size=1,
     max_size=40,
 )
@@ -92,6 +93,8 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
             engine.update_policy(owner, reboot, redeploy, terminate if owner == "myvmss" else None)
         elif kind == "update_instances":
             engine.update_instances("myvmss")
+        elif kind == "seen":
+            engine.request_seen(FLEET.vm(command[1]).scope)
         elif kind == "scale_in":
             changes = engine.scale_in("myvmss", command[1])
             created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id

@@ -243,3 +243,17 @@ def test_more_short_impacts_while_started_and_none_after():
     e.advance(T0 + timedelta(minutes=9))
     assert e.event(event.event_id).status is EventStatus.COMPLETED and e.vm_states["solo"].power is Power.RUNNING
     assert e.next_deadline() is None
+
+
+def test_a_refused_request_changes_nothing_even_when_enabling_splits_it():
+    from forewarn.core.rules import Rules
+
+    e = Engine(small_fleet(), seed="test", now=T0, rules=Rules().with_overrides(enabling_required=True))
+    e.request_seen(e.fleet.vm("solo").scope)
+    with pytest.raises(Invalid, match="notice cannot be negative"):
+        e.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo", "WestNO_0"), notice=timedelta(seconds=-1)))
+    assert e.events == {} and e.vm_states["WestNO_0"].power is Power.RUNNING
+    # Valid, the same request gives notice to the enabled scope only.
+    changes = events(e.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo", "WestNO_0"))))
+    assert sorted((ev.resources[0], ev.status) for ev in changes) == [
+        ("WestNO_0", EventStatus.STARTED), ("solo", EventStatus.SCHEDULED)]

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from forewarn.core.durations import parse_duration
+from forewarn.core.ec2 import Ec2Instance
 from forewarn.core.errors import CoreError
 from forewarn.core.fleet import VM, Fleet, Host
 from forewarn.core.ids import derived_guid
@@ -54,6 +55,23 @@ class Placement(_Strict):
 
 class Defaults(Placement):
     zone: str | None = None
+    aws_account_id: str | None = Field(default=None, pattern=r"^\d{12}$")
+    availability_zone: str | None = None  # EC2 instances
+
+
+class Ec2Spec(_Strict):
+    id: str | None = Field(default=None, pattern=r"^i-[0-9a-f]{17}$")
+    name: str | None = None  # the Name tag; the id is derived from it when no id is given
+    instance_type: str = "m5.large"
+    root_device: Literal["ebs", "instance-store"] = "ebs"
+    availability_zone: str | None = None
+    host: str | None = None
+    dedicated_host: str | None = Field(default=None, pattern=r"^h-[0-9a-f]{17}$")
+    spot: bool = False
+    auto_scaling_group: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    ami_id: str = Field(default="ami-0abcdef1234567890", pattern=r"^ami-[0-9a-f]{8,17}$")
+    imds: Imds | None = None
 
 
 class AutomaticApproval(_Strict):
@@ -130,6 +148,7 @@ class FleetSpec(_Strict):
     availability_sets: list[AvailabilitySetSpec] = Field(default_factory=list)
     vms: list[VMSpec] = Field(default_factory=list)
     scale_sets: list[ScaleSetSpec] = Field(default_factory=list)
+    ec2_instances: list[Ec2Spec] = Field(default_factory=list)
 
 
 # ------------------------------------------------------------------------------------------------ YAML with lines
@@ -340,10 +359,53 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
                 raise FleetFileError(f"{filename}: VMs {ports[vm.imds_port]!r} and {vm.name!r} share imds port {vm.imds_port}")
             ports[vm.imds_port] = vm.name
     policies = _policies(spec, vms, fail)
+    instances = _ec2_instances(spec, check_host, fail, addresses, ports, names)
     if spec.default_vm is not None and spec.default_vm not in names:
-        fail(("default_vm",), f"{spec.default_vm!r} is not a VM of this fleet")
-    default_vm = spec.default_vm or (vms[0].name if len(vms) == 1 else None)
-    return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies)
+        fail(("default_vm",), f"{spec.default_vm!r} is not a VM or EC2 instance of this fleet")
+    machines = [vm.name for vm in vms] + [instance.instance_id for instance in instances]
+    default_vm = spec.default_vm or (machines[0] if len(machines) == 1 else None)
+    return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies, ec2=instances)
+
+
+def _ec2_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: dict, names: dict) -> list[Ec2Instance]:
+    defaults = spec.defaults
+    found: list[Ec2Instance] = []
+    for index, item in enumerate(spec.ec2_instances):
+        path = ("ec2_instances", index)
+        if item.id is None and item.name is None:
+            fail(path, "give the instance an id (i- and 17 hex digits) or a name")
+        instance_id = item.id or f"i-{derived_guid('ec2-instance', item.name).replace('-', '').lower()[:17]}"
+        if instance_id in names:
+            fail(path, f"duplicate instance {instance_id}")
+        names[instance_id] = 1
+        if item.host is not None:
+            check_host(item.host, path + ("host",))
+        tags = dict(item.tags)
+        if item.name is not None:
+            tags.setdefault("Name", item.name)
+        if item.imds is not None:
+            for what, key, seen in (("address", item.imds.address, addresses), ("port", item.imds.port, ports)):
+                if key is not None and key in seen:
+                    fail(path + ("imds", what), f"imds {what} {key} is already {seen[key]!r}'s")
+                if key is not None:
+                    seen[key] = instance_id
+        found.append(Ec2Instance(
+            instance_id=instance_id,
+            instance_type=item.instance_type,
+            root_device=item.root_device,
+            availability_zone=item.availability_zone or defaults.availability_zone or "us-east-1a",
+            host=item.host or f"{instance_id}-host",
+            account_id=defaults.aws_account_id or "123456789012",
+            spot=item.spot,
+            auto_scaling_group=item.auto_scaling_group,
+            dedicated_host=item.dedicated_host,
+            tags=tags,
+            ami_id=item.ami_id,
+            private_ip=f"10.0.{index // 240}.{10 + index % 240}",
+            imds_address=item.imds.address if item.imds else None,
+            imds_port=item.imds.port if item.imds else None,
+        ))
+    return found
 
 
 def _policies(spec: FleetSpec, vms: list[VM], fail) -> list[Policy]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Iterable, Union
 
+from forewarn.core.ec2 import Ec2Event, Ec2State
+from forewarn.core.ec2_engine import Ec2Commands, Ec2EventChanged, Ec2StateChanged
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.fleet import VM, Fleet
 from forewarn.core.ids import derived_guid
@@ -34,6 +36,7 @@ from forewarn.core.vms import (
 )
 
 INITIAL_INCARNATION = 1
+_EC2_KINDS = ("ec2-start", "ec2-end", "spot")
 _FAR_FUTURE = datetime.max.replace(tzinfo=timezone.utc)
 
 
@@ -79,7 +82,10 @@ class ScopeEnabled:
     at: datetime
 
 
-Change = Union[EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged, ScopeEnabled]
+Change = Union[
+    EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged, ScopeEnabled, Ec2EventChanged,
+    Ec2StateChanged,
+]
 
 
 @dataclass(frozen=True)
@@ -109,11 +115,13 @@ class ScheduleRequest:
 class _Deadline:
     at: datetime
     order: int
-    kind: str  # "start" (operation id), "complete" (event id), "recover" (VM name), "extra" (event id/index)
+    # "start" (operation id), "complete" (event id), "recover" (VM name), "extra" (event id/index); EC2: "ec2-start",
+    # "ec2-end" (EC2 event id), "spot" (instance id)
+    kind: str
     target: str
 
 
-class Engine:
+class Engine(Ec2Commands):
     def __init__(
         self,
         fleet: Fleet,
@@ -126,6 +134,8 @@ class Engine:
         policies: Iterable[Policy] = (),
         created_at: datetime | None = None,
         enabled: dict[str, datetime] | None = None,
+        ec2_events: Iterable[Ec2Event] = (),
+        ec2_states: Iterable[Ec2State] = (),
     ):
         self.fleet = fleet
         self.seed = seed
@@ -163,6 +173,7 @@ class Engine:
         for state in self.vm_states.values():
             if state.impact_until is not None:
                 self._push(state.impact_until, "recover", state.name)
+        self._init_ec2(ec2_events, ec2_states, created_at)
 
     # ----------------------------------------------------------------------------------------------- queries
     def incarnation(self, scope: str) -> int:
@@ -528,6 +539,8 @@ class Engine:
                     changes += self._recover(deadline.target)
                 elif deadline.kind == "extra":
                     changes += self._extra_impact(deadline.target)
+                elif deadline.kind in _EC2_KINDS:
+                    changes += self._ec2_due(deadline.kind, deadline.target)
                 else:
                     changes += self._complete(deadline.target, touched)
             changes += self._bump(touched)
@@ -600,6 +613,8 @@ class Engine:
         heapq.heappush(self._deadlines, _Deadline(at, self._deadline_order, kind, target))
 
     def _is_stale(self, deadline: _Deadline) -> bool:
+        if deadline.kind in _EC2_KINDS:
+            return self._ec2_stale(deadline.kind, deadline.target, deadline.at)
         if deadline.kind == "start":
             return not self._scheduled_in(deadline.target)
         if deadline.kind == "recover":

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Iterable
 
+from forewarn.core.ec2 import Ec2Instance
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.core.vms import policies_from_records, policy_records
 
@@ -71,7 +72,12 @@ class Fleet:
     """An immutable, indexed view of hosts and VMs. VM names are unique across the whole fleet."""
 
     def __init__(
-        self, hosts: Iterable[Host], vms: Iterable[VM], default_vm: str | None = None, policies: Iterable = ()
+        self,
+        hosts: Iterable[Host],
+        vms: Iterable[VM],
+        default_vm: str | None = None,
+        policies: Iterable = (),
+        ec2: Iterable[Ec2Instance] = (),
     ):
         self.hosts: dict[str, Host] = {h.name: h for h in hosts}
         self.vms: dict[str, VM] = {}
@@ -81,8 +87,15 @@ class Fleet:
             if vm.host not in self.hosts:
                 self.hosts[vm.host] = Host(vm.host)
             self.vms[vm.name] = vm
-        if default_vm is not None and default_vm not in self.vms:
-            raise ValueError(f"default_vm {default_vm!r} is not a VM of the fleet")
+        self.ec2: dict[str, Ec2Instance] = {}
+        for instance in ec2:
+            if instance.instance_id in self.ec2 or instance.instance_id in self.vms:
+                raise ValueError(f"duplicate instance {instance.instance_id!r}")
+            if instance.host not in self.hosts:
+                self.hosts[instance.host] = Host(instance.host)
+            self.ec2[instance.instance_id] = instance
+        if default_vm is not None and default_vm not in self.vms and default_vm not in self.ec2:
+            raise ValueError(f"default_vm {default_vm!r} is not a VM or instance of the fleet")
         self.default_vm = default_vm
         self.policies = {policy.owner: policy for policy in policies}  # as deployed; the engine keeps them current
         self.vms_by_host: dict[str, list[VM]] = {name: [] for name in self.hosts}
@@ -98,6 +111,12 @@ class Fleet:
             return self.vms[name]
         except KeyError:
             raise NotFound(f"no VM named {name!r} in the fleet") from None
+
+    def instance(self, instance_id: str) -> Ec2Instance:
+        try:
+            return self.ec2[instance_id]
+        except KeyError:
+            raise NotFound(f"The instance ID '{instance_id}' does not exist") from None
 
     def host_vms(self, name: str) -> list[VM]:
         if name not in self.hosts:
@@ -131,6 +150,7 @@ class Fleet:
             "vms": [asdict(vm) for vm in self.vms.values()],
             "default_vm": self.default_vm,
             "policies": policy_records(self.policies.values()),
+            "ec2": [asdict(instance) for instance in self.ec2.values()],
         }
 
     @classmethod
@@ -140,6 +160,7 @@ class Fleet:
             vms=[VM(**vm) for vm in records["vms"]],
             default_vm=records.get("default_vm"),
             policies=policies_from_records(records.get("policies", [])),
+            ec2=[Ec2Instance(**instance) for instance in records.get("ec2", [])],
         )
 
     def __eq__(self, other: object) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from forewarn.core.ec2 import Ec2Rules
 from forewarn.core.model import EventSource, EventType, Impact
 
 DEFAULT_NOTICE = {
@@ -74,6 +75,7 @@ class Rules:
     # that a test need not poll before it schedules; the realistic IMDS profile turns it on.
     enabling_required: bool = False
     disable_after: timedelta = timedelta(hours=24)
+    ec2: Ec2Rules = field(default_factory=Ec2Rules)
 
     def description(self, event_type: EventType, source: EventSource) -> str:
         return DEFAULT_DESCRIPTIONS.get((event_type, source), "")

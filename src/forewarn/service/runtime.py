@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
 from forewarn.core.clock import MANUAL, Clock
+from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
 from forewarn.core.engine import Change, Engine, EventChanged, ScheduleRequest
 from forewarn.core.errors import Conflict, CoreError
 from forewarn.core.fleet import Fleet
@@ -105,6 +106,8 @@ class Maintenance:
             state.policies,
             state.created_at,
             state.enabled,
+            state.ec2_events,
+            state.ec2_states,
         )
 
     # ----------------------------------------------------------------------------------------------- core
@@ -144,7 +147,13 @@ class Maintenance:
 
     def _announce(self, changes: list[Change]) -> None:
         for change in changes:
-            if isinstance(change, EventChanged):
+            if isinstance(change, Ec2EventChanged):
+                event = change.event
+                log.info("event %s %s of %s: %s (%s)", event.event_id, event.code.value, event.instance_id,
+                         change.what, change.reason)
+            elif isinstance(change, Ec2StateChanged):
+                log.info("instance %s %s: %s", change.state.instance_id, change.what, change.reason)
+            elif isinstance(change, EventChanged):
                 event = change.event
                 log.info(
                     "event %s %s %s [%s] in %s: %s (%s)",

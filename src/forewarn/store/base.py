@@ -13,15 +13,21 @@ from datetime import datetime
 from typing import Any, Sequence
 
 from forewarn.core.clock import Clock
+from forewarn.core.ec2 import Ec2Event, Ec2State
+from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
 from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.core.model import Event
 from forewarn.core.vms import Policy, VmState
 from forewarn.store.codec import (
     decode_clock,
+    decode_ec2_event,
+    decode_ec2_state,
     decode_event,
     decode_policy,
     decode_vm_state,
     encode_clock,
+    encode_ec2_event,
+    encode_ec2_state,
     encode_event,
     encode_policy,
     encode_vm_state,
@@ -46,6 +52,8 @@ class StoredState:
     vm_states: list[VmState]
     policies: list[Policy]
     enabled: dict[str, datetime]  # scope -> when its Scheduled Events were last enabled
+    ec2_events: list[Ec2Event]
+    ec2_states: list[Ec2State]  # instances whose state changed, and replacements Auto Scaling launched
 
 
 @dataclass
@@ -78,6 +86,9 @@ class SQLStore:
             "CREATE TABLE IF NOT EXISTS forewarn_vms (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_policies (owner TEXT PRIMARY KEY, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_enabled (scope TEXT PRIMARY KEY, at TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_ec2_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+            "instance_id TEXT NOT NULL, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_ec2_instances (instance_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
             "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
         ]
@@ -119,6 +130,10 @@ class SQLStore:
             policies = [decode_policy(row[0]) for row in cursor.fetchall()]
             self._execute(cursor, "SELECT scope, at FROM forewarn_enabled")
             enabled = {scope: datetime.fromisoformat(at) for scope, at in cursor.fetchall()}
+            self._execute(cursor, "SELECT data FROM forewarn_ec2_events ORDER BY seq")
+            ec2_events = [decode_ec2_event(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT data FROM forewarn_ec2_instances")
+            ec2_states = [decode_ec2_state(row[0]) for row in cursor.fetchall()]
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
@@ -130,6 +145,8 @@ class SQLStore:
             vm_states=vm_states,
             policies=policies,
             enabled=enabled,
+            ec2_events=ec2_events,
+            ec2_states=ec2_states,
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -206,6 +223,26 @@ class SQLStore:
                         (change.scope, change.at.isoformat()),
                     )
                     self._journal(cursor, now, "enabled", None, {"scope": change.scope})
+                elif isinstance(change, Ec2EventChanged):
+                    event = change.event
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_ec2_events (event_id, seq, instance_id, data) VALUES (?, ?, ?, ?) "
+                        "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
+                        (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
+                    )
+                    self._journal(cursor, now, f"ec2 {change.what}", event.event_id,
+                                  {"instance": event.instance_id, "reason": change.reason})
+                elif isinstance(change, Ec2StateChanged):
+                    state = change.state
+                    self._execute(
+                        cursor,
+                        "INSERT INTO forewarn_ec2_instances (instance_id, data) VALUES (?, ?) "
+                        "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
+                        (state.instance_id, encode_ec2_state(state)),
+                    )
+                    self._journal(cursor, now, f"instance {change.what}", None,
+                                  {"instance": state.instance_id, "reason": change.reason})
                 elif isinstance(change, IncarnationChanged):
                     self._execute(
                         cursor,

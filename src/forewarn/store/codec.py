@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta
 
 from forewarn.core.clock import Clock
+from forewarn.core.ec2 import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState
 from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.core.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
 
@@ -127,3 +128,62 @@ def encode_policy(policy: Policy) -> str:
 
 def decode_policy(text: str) -> Policy:
     return policies_from_records([json.loads(text)])[0]
+
+
+def encode_ec2_event(event: Ec2Event) -> str:
+    return json.dumps(
+        {
+            "event_id": event.event_id,
+            "seq": event.seq,
+            "instance_id": event.instance_id,
+            "code": event.code.value,
+            "description": event.description,
+            "not_before": _time(event.not_before),
+            "not_after": _time(event.not_after),
+            "not_before_deadline": _time(event.not_before_deadline),
+            "state": event.state.value,
+            "created_at": _time(event.created_at),
+            "started_at": _time(event.started_at),
+            "ends_at": _time(event.ends_at),
+            "ended_at": _time(event.ended_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_ec2_event(text: str) -> Ec2Event:
+    data = json.loads(text)
+    return Ec2Event(
+        event_id=data["event_id"],
+        seq=data["seq"],
+        instance_id=data["instance_id"],
+        code=Ec2Code(data["code"]),
+        description=data["description"],
+        not_before=_parse_time(data["not_before"]),
+        not_after=_parse_time(data["not_after"]),
+        not_before_deadline=_parse_time(data["not_before_deadline"]),
+        state=Ec2EventState(data["state"]),
+        created_at=_parse_time(data["created_at"]),
+        started_at=_parse_time(data["started_at"]),
+        ends_at=_parse_time(data["ends_at"]),
+        ended_at=_parse_time(data["ended_at"]),
+    )
+
+
+_EC2_TIMES = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at")
+
+
+def encode_ec2_state(state: Ec2State) -> str:
+    data = {key: getattr(state, key) for key in Ec2State.__dataclass_fields__}
+    data["state"] = state.state.value
+    for key in _EC2_TIMES:
+        data[key] = _time(data[key])
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_ec2_state(text: str) -> Ec2State:
+    data = json.loads(text)
+    data["state"] = InstanceState(data["state"])
+    for key in _EC2_TIMES:
+        data[key] = _parse_time(data[key])
+    return Ec2State(**data)

@@ -1,0 +1,176 @@
+"""EC2 scheduled events in the engine (seed 004): codes and their impacts, lifecycle, rescheduling rules, Auto
+Scaling replacement, Spot interruptions; and their storage."""
+
+from datetime import timedelta
+
+import pytest
+
+from forewarn.core.ec2 import Ec2Code, Ec2EventState, InstanceState
+from forewarn.core.ec2_engine import Ec2EventChanged, Ec2Request, RescheduleRefused
+from forewarn.core.engine import Engine
+from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.fleetfile import parse_fleet
+from forewarn.service.runtime import Maintenance
+from forewarn.store import open_store
+from helpers import T0
+
+EBS = "i-0aaaaaaaaaaaaaaa1"
+STORE = "i-0bbbbbbbbbbbbbbb2"
+ASG = "i-0ccccccccccccccc3"
+SPOT = "i-0ddddddddddddddd4"
+FLEET = f"""
+hosts: [{{name: h1}}, {{name: h2}}, {{name: h3}}]
+ec2_instances:
+  - {{id: {EBS}, host: h1, name: db}}
+  - {{id: {STORE}, host: h1, root_device: instance-store}}
+  - {{id: {ASG}, host: h2, auto_scaling_group: web-asg}}
+  - {{id: {SPOT}, host: h3, spot: true}}
+"""
+
+
+def engine() -> Engine:
+    return Engine(parse_fleet(FLEET), seed="test", now=T0)
+
+
+def schedule(e, code, *instances, **fields):
+    changes = e.schedule_ec2(Ec2Request(Ec2Code(code), tuple(instances), **fields))
+    return [c.event for c in changes if isinstance(c, Ec2EventChanged)]
+
+
+def test_event_shape_and_defaults():
+    e = engine()
+    [event] = schedule(e, "system-reboot", EBS)
+    assert event.event_id.startswith("instance-event-") and len(event.event_id) == len("instance-event-") + 17
+    assert event.not_before == T0 + timedelta(days=14)
+    assert event.not_after == event.not_before + timedelta(hours=2)
+    assert event.not_before_deadline == event.not_before + timedelta(days=21)
+    assert event.description == "The instance is scheduled for a reboot" and event.state is Ec2EventState.ACTIVE
+    [stop] = schedule(e, "instance-stop", EBS, notice=timedelta(hours=1))
+    assert stop.not_after is None and stop.not_before_deadline is None
+    with pytest.raises(Invalid, match="EBS root"):
+        schedule(e, "instance-stop", STORE)
+    with pytest.raises(NotFound, match="The instance ID 'i-0eeeeeeeeeeeeeee5' does not exist"):
+        schedule(e, "system-reboot", "i-0eeeeeeeeeeeeeee5")
+    with pytest.raises(Invalid):
+        schedule(e, "system-reboot", "i-bad")
+
+
+def test_system_reboot_migrates_and_completes_with_the_prefix():
+    e = engine()
+    [event] = schedule(e, "system-reboot", EBS, notice=timedelta(minutes=10))
+    e.advance(T0 + timedelta(minutes=10))
+    state = e.ec2_states[EBS]
+    assert state.host == "h2" and state.impacted_by == event.event_id and state.state is InstanceState.RUNNING
+    assert e.ec2_events[event.event_id].state is Ec2EventState.ACTIVE  # active while in progress
+    e.advance(T0 + timedelta(minutes=15))
+    done = e.ec2_events[event.event_id]
+    assert done.state is Ec2EventState.COMPLETED and done.shown_description.startswith("[Completed] ")
+    assert e.ec2_states[EBS].booted_at == T0 + timedelta(minutes=15)
+
+
+def test_instance_reboot_stays_on_its_host_and_maintenance_does_not_reboot():
+    e = engine()
+    schedule(e, "instance-reboot", EBS, notice=timedelta(0))
+    schedule(e, "system-maintenance", STORE, notice=timedelta(0))
+    e.advance(T0 + timedelta(minutes=5))
+    assert e.ec2_states[EBS].host == "h1" and e.ec2_states[EBS].booted_at == T0 + timedelta(seconds=30)
+    assert e.ec2_states[STORE].booted_at == T0  # network or power maintenance: no reboot
+
+
+def test_retirement_stops_ebs_and_terminates_instance_store():
+    e = engine()
+    schedule(e, "instance-retirement", EBS, STORE, notice=timedelta(0))
+    e.advance(T0)
+    assert e.ec2_states[EBS].state is InstanceState.STOPPED
+    assert e.ec2_states[STORE].state is InstanceState.TERMINATED
+    with pytest.raises(Conflict, match="terminated"):
+        schedule(e, "system-reboot", STORE)
+
+
+def test_stop_moves_to_a_new_host_when_started_again():
+    e = engine()
+    schedule(e, "instance-stop", EBS, notice=timedelta(0))
+    e.advance(T0 + timedelta(minutes=1))
+    assert e.ec2_states[EBS].state is InstanceState.STOPPED and e.ec2_states[EBS].host == "h1"
+    e.start_instance(EBS)
+    assert e.ec2_states[EBS].state is InstanceState.RUNNING and e.ec2_states[EBS].host == "h2"
+    with pytest.raises(Conflict):
+        e.start_instance(EBS)
+
+
+def test_auto_scaling_group_replaces_an_impacted_instance():
+    e = engine()
+    schedule(e, "instance-retirement", ASG, notice=timedelta(0))
+    e.advance(T0)
+    assert e.ec2_states[ASG].state is InstanceState.TERMINATED
+    assert e.ec2_states[ASG].lifecycle_state == "Terminated"
+    [replacement] = [s for s in e.ec2_states.values() if s.origin == ASG]
+    assert replacement.state is InstanceState.RUNNING
+    assert e.ec2_instances[replacement.instance_id].auto_scaling_group == "web-asg"
+
+
+def test_cancel_only_before_it_starts():
+    e = engine()
+    [event] = schedule(e, "system-reboot", EBS, notice=timedelta(hours=1))
+    e.cancel_ec2(event.event_id)
+    assert e.ec2_events[event.event_id].shown_description.startswith("[Canceled] ")
+    e.advance(T0 + timedelta(hours=2))
+    assert e.ec2_states[EBS].impacted_by is None
+    [started] = schedule(e, "instance-reboot", EBS, notice=timedelta(0))
+    e.advance(e.now)
+    with pytest.raises(Conflict):
+        e.cancel_ec2(started.event_id)
+
+
+def test_reschedule_rules():
+    e = engine()
+    [event] = schedule(e, "system-reboot", EBS, notice=timedelta(days=1))
+    changes = e.reschedule_ec2(EBS, event.event_id, T0 + timedelta(days=3))
+    moved = changes[0].event
+    assert moved.not_before == T0 + timedelta(days=3) and moved.not_after == moved.not_before + timedelta(hours=2)
+    e.advance(T0 + timedelta(days=1, minutes=1))
+    assert e.ec2_states[EBS].impacted_by is None  # the old start passed: nothing happened
+    for when, message in ((T0 + timedelta(minutes=30), "at least 60 minutes"),
+                          (moved.not_before_deadline + timedelta(seconds=1), "after the event's deadline")):
+        with pytest.raises(RescheduleRefused, match=message):
+            e.reschedule_ec2(EBS, event.event_id, when)
+    [stop] = schedule(e, "instance-stop", EBS, notice=timedelta(days=2))
+    with pytest.raises(RescheduleRefused, match="no deadline"):
+        e.reschedule_ec2(EBS, stop.event_id, e.now + timedelta(days=1))
+    [soon] = schedule(e, "instance-reboot", STORE, notice=timedelta(minutes=4))
+    with pytest.raises(RescheduleRefused, match="within 5 minutes"):
+        e.reschedule_ec2(STORE, soon.event_id, e.now + timedelta(hours=2))
+    with pytest.raises(NotFound):
+        e.reschedule_ec2(STORE, event.event_id, e.now + timedelta(hours=2))  # another instance's event
+
+
+def test_spot_interruption_two_minutes_ahead():
+    e = engine()
+    e.interrupt_spot([SPOT], "stop")
+    state = e.ec2_states[SPOT]
+    assert (state.spot_action, state.spot_action_time) == ("stop", T0 + timedelta(minutes=2))
+    e.advance(T0 + timedelta(minutes=2))
+    assert e.ec2_states[SPOT].state is InstanceState.STOPPED
+    with pytest.raises(Invalid, match="not a Spot instance"):
+        e.interrupt_spot([EBS], "terminate")
+    e.recommend_rebalance([SPOT])
+    assert e.ec2_states[SPOT].rebalance_at == e.now
+
+
+@pytest.mark.parametrize("url_kind", ["sqlite", "postgresql"])
+def test_ec2_state_survives_a_restart(tmp_path, url_kind, request):
+    url = str(tmp_path / "s.db") if url_kind == "sqlite" else request.getfixturevalue("postgres_url")
+    service = Maintenance.open(open_store(url), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
+    service.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.INSTANCE_RETIREMENT, (ASG,),
+                                                                  notice=timedelta(minutes=1))))
+    [event] = service.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,),
+                                                                            notice=timedelta(hours=1))))
+    service.advance_clock(timedelta(minutes=2))
+    service.store.close()
+    again = Maintenance.open(open_store(url), None, "manual", 1.0, None, None)
+    assert again.engine.ec2_states[ASG].state is InstanceState.TERMINATED
+    [replacement] = [s for s in again.engine.ec2_states.values() if s.origin == ASG]
+    assert replacement.instance_id in again.engine.ec2_instances
+    again.advance_clock(timedelta(hours=1))
+    assert again.engine.ec2_states[EBS].impacted_by == event.event.event_id
+    again.store.close()

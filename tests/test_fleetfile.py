@@ -71,7 +71,7 @@ def test_demo_fleet_has_what_the_readme_promises():
         ("vms:\n  - {name: a, imds: {port: 9}}\n  - {name: b, imds: {port: 9}}\n", "share imds port 9"),
         ("scale_sets:\n  - name: s\n    instances: -1\n", "f.yaml:3: scale_sets[0].instances"),
         ("vms: [\n", "f.yaml:2: not valid YAML"),
-        ("default_vm: nobody\nvms: [{name: a}]\n", "f.yaml:1: default_vm: 'nobody' is not a VM of this fleet"),
+        ("default_vm: nobody\nvms: [{name: a}]\n", "f.yaml:1: default_vm: 'nobody' is not a VM or EC2 instance of this fleet"),
         ("hosts: [{name: h}, {name: h}]\n", "f.yaml:1: hosts[1].name: duplicate host 'h'"),
         ("- a\n- b\n", "f.yaml:1: a fleet file is a mapping"),
         ("vms:\n  - name: a\n    name: b\n", "f.yaml:3: duplicate key 'name'"),

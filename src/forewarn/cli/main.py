@@ -210,9 +210,13 @@ Examples:
   forewarn schedule --type Reboot --host host-02 --notice 5m       # one event per scope on host-02
   forewarn schedule --type Redeploy --vm standalone-01 --source User --notice PT10M
   forewarn schedule --type Reboot --set myvmss --update-domain 1    # one update domain of a scale set
+  forewarn schedule --code system-reboot --instance i-0aaaaaaaaaaaaaaa1 --notice 1h   # EC2
 Defaults per type: notice Freeze/Reboot 15m, Redeploy 10m, Preempt 30s, Terminate 10m;
 DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
-@click.option("--type", "event_type", required=True, help="Freeze, Reboot, Redeploy, Preempt or Terminate.")
+@click.option("--type", "event_type", help="Azure: Freeze, Reboot, Redeploy, Preempt or Terminate.")
+@click.option("--code", help="EC2: instance-reboot, system-reboot, system-maintenance, instance-retirement, "
+              "instance-stop (with --instance).")
+@click.option("--instance", "instances", multiple=True, metavar="I-ID", help="EC2 instances (with --code).")
 @click.option("--vm", "vms", multiple=True, metavar="A,B", help="VMs to affect (comma-separated or repeated).")
 @click.option("--host", "hosts", multiple=True, metavar="H", help="Hosts: every VM on them is affected.")
 @click.option("--set", "group", metavar="NAME", help="A scale set or availability set, with --update-domain or --fault-domain.")
@@ -227,9 +231,19 @@ DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
 @click.option("--extra-impacts", type=int, help="Short freezes while Started, beyond the announced impact (seed 000).")
 @JSON_OPTION
 @click.pass_context
-def schedule(ctx, event_type, vms, hosts, group, update_domain, fault_domain, notice, not_before, duration, source,
-             description, impact_window, extra_impacts, as_json):
-    """Schedule maintenance on VMs, hosts, or a domain of a set: events appear in the VMs' documents."""
+def schedule(ctx, event_type, code, instances, vms, hosts, group, update_domain, fault_domain, notice, not_before,
+             duration, source, description, impact_window, extra_impacts, as_json):
+    """Schedule maintenance: Azure events on VMs, hosts or a domain of a set (--type), or EC2 events on instances
+    (--code --instance)."""
+    if (event_type is None) == (code is None):
+        raise click.UsageError("give --type (Azure) or --code (EC2)")
+    if code is not None:
+        body = {"code": code, "instances": _split(instances)}
+        for key, value in (("notice", notice), ("not_before", not_before), ("description", description)):
+            if value is not None:
+                body[key] = value
+        _emit(_run(lambda: _client(ctx).post("/v1/ec2/events", body)), as_json, _print_ec2_events)
+        return
     body = {"type": event_type, "vms": _split(vms), "hosts": _split(hosts), "source": source}
     for key, value in (("notice", notice), ("not_before", not_before), ("duration_seconds", duration),
                        ("description", description), ("impact_window", impact_window), ("group", group),
@@ -583,6 +597,117 @@ def platform_predicted_failure(ctx, hosts, notice, as_json):
 def platform_evict(ctx, vms, as_json):
     """Evict Spot VMs: Preempt with 30 s notice, then deleted."""
     _emit(_run(lambda: _client(ctx).post("/v1/platform/evict", {"vms": _split(vms)})), as_json, _print_outcome)
+
+
+# ---------------------------------------------------------------------------------------------------- EC2
+def _print_ec2_events(events: list[dict]) -> None:
+    if not events:
+        click.echo("no events")
+        return
+    rows = [("EVENT ID", "INSTANCE", "CODE", "STATE", "NOT BEFORE (UTC)", "NOT AFTER", "DEADLINE")]
+    for e in events:
+        rows.append((e["event_id"], e["instance_id"], e["code"], e["state"], _short_time(e["not_before"]),
+                     _short_time(e["not_after"]), _short_time(e["not_before_deadline"])))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _print_instances(instances: list[dict]) -> None:
+    rows = [("INSTANCE", "NAME", "STATE", "HOST", "TYPE", "ZONE", "IMPACTED BY", "LIFECYCLE")]
+    for i in instances:
+        rows.append((i["instance_id"], i["name"], i["state"], i["host"], i["instance_type"], i["availability_zone"],
+                     i["impacted_by"] or "-", i["lifecycle_state"]))
+    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def _print_ec2_outcome(outcome: dict) -> None:
+    if outcome["events"]:
+        _print_ec2_events(outcome["events"])
+    if outcome["instances"]:
+        _print_instances(outcome["instances"])
+
+
+@cli.group(context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn schedule --code system-reboot --instance i-0aaaaaaaaaaaaaaa1 --notice 1h
+  forewarn ec2 events --all
+  forewarn ec2 reschedule instance-event-0123456789abcdef0 2026-05-01T10:00:00Z
+  forewarn ec2 interrupt i-0ddddddddddddddd4 --action stop     # Spot: two-minute warning, then stopped
+  forewarn ec2 start i-0aaaaaaaaaaaaaaa1                      # after instance-stop: a new host""")
+def ec2():
+    """EC2 instances and their scheduled events."""
+
+
+@ec2.command(name="instances", context_settings=CONTEXT)
+@JSON_OPTION
+@click.pass_context
+def ec2_instances(ctx, as_json):
+    """Every instance's state, host and lifecycle (Auto Scaling replacements included)."""
+    _emit(_run(lambda: _client(ctx).get("/v1/ec2/instances")), as_json, _print_instances)
+
+
+@ec2.command(name="events", context_settings=CONTEXT)
+@click.option("--all", "include_all", is_flag=True, help="Include completed and canceled events.")
+@JSON_OPTION
+@click.pass_context
+def ec2_events(ctx, include_all, as_json):
+    """Active EC2 events, or all with --all."""
+    _emit(_run(lambda: _client(ctx).get("/v1/ec2/events", params={"all": str(include_all).lower()})), as_json,
+          _print_ec2_events)
+
+
+@ec2.command(name="cancel", context_settings=CONTEXT)
+@click.argument("event_id")
+@JSON_OPTION
+@click.pass_context
+def ec2_cancel(ctx, event_id, as_json):
+    """Cancel an event that has not started ([Canceled] in the history)."""
+    _emit([_run(lambda: _client(ctx).post(f"/v1/ec2/events/{event_id}/cancel"))], as_json, _print_ec2_events)
+
+
+@ec2.command(name="reschedule", context_settings=CONTEXT)
+@click.argument("event_id")
+@click.argument("not_before")
+@JSON_OPTION
+@click.pass_context
+def ec2_reschedule(ctx, event_id, not_before, as_json):
+    """Move an event's start, with ModifyInstanceEventStartTime's rules."""
+    _emit([_run(lambda: _client(ctx).post(f"/v1/ec2/events/{event_id}/reschedule", {"not_before": not_before}))],
+          as_json, _print_ec2_events)
+
+
+@ec2.command(name="start", context_settings=CONTEXT)
+@click.argument("instance_id")
+@JSON_OPTION
+@click.pass_context
+def ec2_start(ctx, instance_id, as_json):
+    """Start a stopped instance."""
+    _emit(_run(lambda: _client(ctx).post(f"/v1/ec2/instances/{instance_id}/start")), as_json, _print_ec2_outcome)
+
+
+@ec2.command(name="interrupt", context_settings=CONTEXT)
+@click.argument("instances", nargs=-1, required=True)
+@click.option("--action", type=click.Choice(["terminate", "stop", "hibernate"]), default="terminate",
+              show_default=True)
+@JSON_OPTION
+@click.pass_context
+def ec2_interrupt(ctx, instances, action, as_json):
+    """Spot interruption notice: spot/instance-action now, the action two minutes later."""
+    body = {"instances": _split(instances), "action": action}
+    _emit(_run(lambda: _client(ctx).post("/v1/ec2/spot/interrupt", body)), as_json, _print_ec2_outcome)
+
+
+@ec2.command(name="rebalance", context_settings=CONTEXT)
+@click.argument("instances", nargs=-1, required=True)
+@JSON_OPTION
+@click.pass_context
+def ec2_rebalance(ctx, instances, as_json):
+    """Rebalance recommendation for Spot instances."""
+    _emit(_run(lambda: _client(ctx).post("/v1/ec2/spot/rebalance", {"instances": _split(instances)})), as_json,
+          _print_ec2_outcome)
 
 
 def main() -> None:

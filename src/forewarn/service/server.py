@@ -98,14 +98,14 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     if listeners.arm is not None:
         management_sockets.append(_listen(*listeners.arm))
     imds_sockets = [_listen(*listeners.imds)]
-    for vm in fleet.vms.values():
+    for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
         taken = (listeners.imds[1], listeners.control[1], listeners.arm[1] if listeners.arm else None)
         if vm.imds_port is not None and vm.imds_port not in taken:
             try:
                 imds_sockets.append(_listen(listeners.imds[0], vm.imds_port))
                 listeners.vm_ports[vm.imds_port] = vm.name
             except OSError as error:
-                log.warning("VM %s: cannot listen on port %s (%s); skipped", vm.name, vm.imds_port, error.strerror)
+                log.warning("%s: cannot listen on port %s (%s); skipped", vm.name, vm.imds_port, error.strerror)
         if vm.imds_address is not None and vm.imds_address != listeners.imds[0]:
             address = ipaddress.ip_address(vm.imds_address)
             if address.is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
@@ -113,7 +113,7 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
                     imds_sockets.append(_listen(vm.imds_address, listeners.imds[1]))
                     listeners.vm_addresses[vm.imds_address] = vm.name
                 except OSError as error:
-                    log.warning("VM %s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
+                    log.warning("%s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
     apps = {listeners.control[1]: create_control_app(service, imds=imds)}
@@ -163,7 +163,7 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
     ]
     reachable = []
-    for vm in fleet.vms.values():
+    for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
         where = []
         if vm.imds_address in listeners.vm_addresses:
             where.append(f"http://{vm.imds_address}:{listeners.imds[1]}")

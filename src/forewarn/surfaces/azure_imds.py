@@ -240,6 +240,8 @@ class AzureImds:
             vm = self.resolver.resolve(request.local, request.peer)
         except UnknownCaller as error:
             raise _Refused(_json(400, error_body(f"Bad request. {error}"))) from None
+        if not isinstance(vm, VM):  # an EC2 instance: Azure's paths do not exist on its metadata service
+            raise _Refused(_json(404, NOT_FOUND))
         self._gate(vm)
         return vm, query
 

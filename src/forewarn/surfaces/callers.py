@@ -1,4 +1,4 @@
-"""Which VM is asking: the metadata endpoints answer as the VM behind the connection.
+"""Which machine is asking: the metadata endpoints answer as the VM (Azure) or instance (EC2) behind the connection.
 
 In order: the connection arrived on a VM's own port (``imds.port``); the caller's address is a VM's
 ``imds.address`` (network namespaces, or clients that bind their source address); the address the caller dialled is
@@ -7,7 +7,12 @@ a VM's ``imds.address`` (loopback: a VM's client dials ``http://127.0.0.10:PORT`
 
 from __future__ import annotations
 
+from typing import Union
+
+from forewarn.core.ec2 import Ec2Instance
 from forewarn.core.fleet import VM, Fleet
+
+Machine = Union[VM, Ec2Instance]
 
 
 class UnknownCaller(Exception):
@@ -16,16 +21,18 @@ class UnknownCaller(Exception):
 
 class CallerResolver:
     def __init__(self, fleet: Fleet, shared_ports: set[int]):
-        self._by_port = {vm.imds_port: vm for vm in fleet.vms.values() if vm.imds_port is not None}
+        machines = [*fleet.vms.values(), *fleet.ec2.values()]
+        self._by_port = {m.imds_port: m for m in machines if m.imds_port is not None}
         # A VM port that is also the shared listening port identifies nobody by itself.
         for port in shared_ports:
             self._by_port.pop(port, None)
-        self._by_address = {vm.imds_address: vm for vm in fleet.vms.values() if vm.imds_address is not None}
-        self._default = fleet.vms[fleet.default_vm] if fleet.default_vm else None
-        self._cache: dict[tuple, VM] = {}
+        self._by_address = {m.imds_address: m for m in machines if m.imds_address is not None}
+        default = fleet.default_vm
+        self._default = fleet.vms.get(default) or fleet.ec2.get(default) if default else None
+        self._cache: dict[tuple, Machine] = {}
 
-    def resolve(self, local: tuple[str, int], peer: tuple[str, int]) -> VM:
-        """The VM behind a connection that arrived on ``local`` from ``peer``."""
+    def resolve(self, local: tuple[str, int], peer: tuple[str, int]) -> Machine:
+        """The VM or EC2 instance behind a connection that arrived on ``local`` from ``peer``."""
         key = (local[0], local[1], peer[0])
         found = self._cache.get(key)
         if found is not None:

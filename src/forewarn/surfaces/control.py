@@ -23,6 +23,7 @@ from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
 from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
+from forewarn.surfaces.control_ec2 import ec2_router
 from forewarn.surfaces.control_imds import imds_router
 from forewarn.surfaces.control_platform import platform_router
 
@@ -212,6 +213,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         }
 
     app.include_router(platform_router(service))
+    app.include_router(ec2_router(service))
 
     if imds is not None:
         app.include_router(imds_router(imds))

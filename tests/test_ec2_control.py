@@ -1,0 +1,72 @@
+"""EC2 events through the control API and the CLI, on a real server."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from helpers import ROOT, Server
+
+EBS = "i-0aaaaaaaaaaaaaaa1"
+SPOT = "i-0ddddddddddddddd4"
+FLEET = f"""
+default_vm: solo
+hosts: [{{name: h1}}, {{name: h2}}]
+vms: [{{name: solo, host: h1}}]
+ec2_instances:
+  - {{id: {EBS}, host: h1, name: db}}
+  - {{id: {SPOT}, host: h2, spot: true, auto_scaling_group: workers}}
+"""
+
+
+@pytest.fixture
+def server(tmp_path):
+    server = Server(tmp_path, FLEET).start()
+    yield server
+    server.stop()
+
+
+def forewarn(server, *args, check=True):
+    run = subprocess.run([sys.executable, "-m", "forewarn", "--server", server.control, *args],
+                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    if check:
+        assert run.returncode == 0, run.stderr
+    return run
+
+
+def test_ec2_lifecycle_from_the_cli(server):
+    [event] = json.loads(forewarn(server, "schedule", "--code", "instance-stop", "--instance", EBS, "--notice", "2h",
+                                  "--json").stdout)
+    assert event["code"] == "instance-stop" and event["not_after"] is None and event["state"] == "active"
+    [reboot] = json.loads(forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "1d",
+                                   "--json").stdout)
+    moved = json.loads(forewarn(server, "ec2", "reschedule", reboot["event_id"], "2026-04-23T10:00:00Z",
+                                "--json").stdout)
+    assert moved[0]["not_before"] == "2026-04-23T10:00:00Z"
+    refused = forewarn(server, "ec2", "reschedule", event["event_id"], "2026-04-21T10:00:00Z", check=False)
+    assert refused.returncode == 1 and "no deadline" in refused.stderr
+    server.advance("2h1m")  # stopped at NotBefore; the event completes a minute later
+    instances = {i["instance_id"]: i for i in json.loads(forewarn(server, "ec2", "instances", "--json").stdout)}
+    assert instances[EBS]["state"] == "stopped"
+    started = json.loads(forewarn(server, "ec2", "start", EBS, "--json").stdout)
+    assert started["instances"][0]["host"] == "h2"  # instance-stop: a new host on the next start
+    canceled = json.loads(forewarn(server, "ec2", "cancel", reboot["event_id"], "--json").stdout)
+    assert canceled[0]["description"].startswith("[Canceled] ")
+    history = json.loads(forewarn(server, "ec2", "events", "--all", "--json").stdout)
+    assert [e["state"] for e in history] == ["completed", "canceled"]
+
+
+def test_spot_interruption_and_auto_scaling_replacement(server):
+    outcome = json.loads(forewarn(server, "ec2", "interrupt", SPOT, "--action", "terminate", "--json").stdout)
+    assert outcome["instances"][0]["spot_action_time"] == "2026-04-20T22:13:58Z"
+    server.advance("2m")
+    instances = json.loads(forewarn(server, "ec2", "instances", "--json").stdout)
+    by_id = {i["instance_id"]: i for i in instances}
+    assert by_id[SPOT]["state"] == "terminated" and by_id[SPOT]["lifecycle_state"] == "Terminated"
+    [replacement] = [i for i in instances if i["replaces"] == SPOT]
+    assert replacement["state"] == "running" and replacement["auto_scaling_group"] == "workers"
+    bad = forewarn(server, "ec2", "interrupt", EBS, check=False)
+    assert bad.returncode == 1 and "not a Spot instance" in bad.stderr
+    assert forewarn(server, "schedule", "--code", "system-reboot", "--instance", "i-bad", check=False).returncode == 1
+    assert forewarn(server, "schedule", "--type", "Freeze", "--code", "system-reboot", check=False).returncode == 2

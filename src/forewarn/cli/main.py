@@ -127,16 +127,21 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="Requests of VMs that are down (rebooting, redeploying, deleted): answered, or dropped.")
 @click.option("--hardware-failure-type", type=click.Choice(["Redeploy", "Reboot"]),
               help="EventType of hardware-failure events; the docs disagree (default Redeploy, seed 000).")
+@click.option("--health-webhook", multiple=True, metavar="URL",
+              help="Deliver AWS Health events (EventBridge format) for EC2 events to this URL; repeatable.")
+@click.option("--health-entity", type=click.Choice(["arn", "instance-id"]), default="arn", show_default=True,
+              help="What affectedEntities and resources carry: the instance ARN (current docs) or its id (older).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
-          hardware_failure_type, log_level) -> None:
+          hardware_failure_type, health_webhook, health_entity, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
     from forewarn.service.runtime import FleetMismatch, Maintenance
     from forewarn.service.server import Listeners, serve as run_server
     from forewarn.store import StoreError, open_store
+    from forewarn.surfaces.aws_health import HealthSettings, health_outbox
     from forewarn.surfaces.azure_imds import PROFILES
     from forewarn.surfaces.control import parse_time
 
@@ -158,7 +163,9 @@ def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mo
         fleet = load_fleet(fleet_source) if fleet_source else None
         start_time = parse_time(start) if start else None
         store = open_store(db)
-        service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules)
+        health = HealthSettings(targets=tuple(health_webhook), entity=health_entity)
+        outboxes = [health_outbox(health)] if health.targets else []
+        service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules, outboxes=outboxes)
     except (FleetFileError, StoreError, FleetMismatch, CoreError) as error:
         _fail(str(error))
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None)

@@ -23,7 +23,7 @@ from forewarn.core.errors import Conflict, CoreError
 from forewarn.core.fleet import Fleet
 from forewarn.core.model import Event
 from forewarn.core.rules import Rules
-from forewarn.store import SQLStore, StoredState
+from forewarn.store import Outgoing, SQLStore, StoredState
 
 log = logging.getLogger("forewarn.events")
 
@@ -49,6 +49,8 @@ class Maintenance:
         self.clock = clock
         self.wall = wall
         self._listeners: list[Listener] = []
+        # Functions of a command's changes that give the messages to deliver, committed with the changes.
+        self._outboxes: list[Callable[[list[Change], Engine], list[Outgoing]]] = []
         self._lock = threading.RLock()
         self._due_wall = float("inf")
         self._refresh_due()
@@ -65,6 +67,7 @@ class Maintenance:
         seed: str | None = None,
         rules: Rules | None = None,
         wall: Callable[[], float] = time.time,
+        outboxes: Iterable[Callable[[list[Change], Engine], list[Outgoing]]] = (),
     ) -> Maintenance:
         """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down."""
         state = store.load()
@@ -86,6 +89,8 @@ class Maintenance:
                     "keep the stored one"
                 )
         service = cls(store, cls._engine_from(state, rules), state.clock, wall)
+        for derive in outboxes:  # before catching up, so that what happened while down is delivered too
+            service.add_outbox(derive)
         reconfigured = state.clock.reconfigured(clock_mode, speed, now_wall)
         if reconfigured != state.clock:
             service.clock = reconfigured
@@ -114,11 +119,17 @@ class Maintenance:
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def add_outbox(self, derive: Callable[[list[Change], Engine], list[Outgoing]]) -> None:
+        """Deliveries derived from each command's changes are committed in the same transaction (at least once,
+        durable: ``service/outbox.py`` sends them)."""
+        self._outboxes.append(derive)
+
     def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
         with self._lock:
             try:
                 changes = command(self.engine)
-                self.store.commit(changes, self.engine.now, clock)
+                outgoing = [item for derive in self._outboxes for item in derive(changes, self.engine)]
+                self.store.commit(changes, self.engine.now, clock, outgoing)
             except Exception as error:
                 # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
                 # the engine holding changes the database does not have: rebuild it from what was committed.

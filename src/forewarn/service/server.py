@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from forewarn.service.http1 import Http1Server
+from forewarn.service.outbox import OutboxSender
 from forewarn.service.runtime import Maintenance
 from forewarn.surfaces.azure_arm import create_arm_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
@@ -129,6 +130,7 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
     metadata = Http1Server(built.imds.handle)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
+    sender = asyncio.create_task(OutboxSender(service).run())
     config = uvicorn.Config(
         built.management_app,
         lifespan="off",
@@ -143,6 +145,7 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
         await uvicorn.Server(config).serve(sockets=built.management_sockets)
     finally:
         timer.cancel()
+        sender.cancel()
         await metadata.close()
 
 

@@ -56,6 +56,25 @@ class StoredState:
     ec2_states: list[Ec2State]  # instances whose state changed, and replacements Auto Scaling launched
 
 
+@dataclass(frozen=True)
+class Outgoing:
+    """A message a command causes to be delivered (e.g. an AWS Health event to a webhook)."""
+
+    target: str
+    payload: str
+    expires_at: datetime  # simulated time after which it is given up
+
+
+@dataclass(frozen=True)
+class Delivery:
+    delivery_id: int
+    target: str
+    payload: str
+    attempts: int
+    next_at: datetime
+    expires_at: datetime
+
+
 @dataclass
 class JournalEntry:
     seq: int
@@ -89,6 +108,10 @@ class SQLStore:
             "CREATE TABLE IF NOT EXISTS forewarn_ec2_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
             "instance_id TEXT NOT NULL, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_ec2_instances (instance_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS forewarn_outbox (id {self.journal_id_type}, target TEXT NOT NULL, "
+            "payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, next_at TEXT NOT NULL, "
+            "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL)",
+            "CREATE INDEX IF NOT EXISTS forewarn_outbox_due ON forewarn_outbox (status, next_at)",
             f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
             "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
         ]
@@ -184,10 +207,19 @@ class SQLStore:
             (key, value),
         )
 
-    def commit(self, changes: Sequence[Change], now: datetime, clock: Clock | None = None) -> None:
+    def commit(
+        self, changes: Sequence[Change], now: datetime, clock: Clock | None = None, outbox: Sequence[Outgoing] = ()
+    ) -> None:
         """Write one command's changes atomically, with the simulated time it left the engine at (TimeMoved
-        changes need no row of their own: ``now`` is that time)."""
+        changes need no row of their own: ``now`` is that time), and the deliveries they cause (outbox)."""
         with self._transaction() as cursor:
+            for item in outbox:
+                self._execute(
+                    cursor,
+                    "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at) "
+                    "VALUES (?, ?, 'pending', 0, ?, ?, ?)",
+                    (item.target, item.payload, now.isoformat(), item.expires_at.isoformat(), now.isoformat()),
+                )
             for change in changes:
                 if isinstance(change, EventChanged):
                     event = change.event
@@ -260,6 +292,50 @@ class SQLStore:
             "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)",
             (now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)),
         )
+
+    # ------------------------------------------------------------------------------------------------ outbox
+    def due_deliveries(self, now: datetime, limit: int = 100) -> list[Delivery]:
+        """Pending deliveries whose next attempt is due at simulated time ``now``, oldest first."""
+        with self._transaction() as cursor:
+            self._execute(
+                cursor,
+                "SELECT id, target, payload, attempts, next_at, expires_at FROM forewarn_outbox "
+                "WHERE status = 'pending' AND next_at <= ? ORDER BY next_at, id LIMIT ?",
+                (now.isoformat(), limit),
+            )
+            rows = cursor.fetchall()
+        return [Delivery(int(r[0]), r[1], r[2], int(r[3]), datetime.fromisoformat(r[4]),
+                         datetime.fromisoformat(r[5])) for r in rows]
+
+    def next_delivery_at(self) -> datetime | None:
+        with self._transaction() as cursor:
+            self._execute(cursor, "SELECT MIN(next_at) FROM forewarn_outbox WHERE status = 'pending'")
+            row = cursor.fetchone()
+        return None if row is None or row[0] is None else datetime.fromisoformat(row[0])
+
+    def record_attempt(self, delivery_id: int, status: str, attempts: int, next_at: datetime, error: str | None
+                       ) -> None:
+        with self._transaction() as cursor:
+            self._execute(
+                cursor,
+                "UPDATE forewarn_outbox SET status = ?, attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
+                (status, attempts, next_at.isoformat(), error, delivery_id),
+            )
+
+    def deliveries(self, limit: int = 1000) -> list[dict]:
+        with self._transaction() as cursor:
+            self._execute(
+                cursor,
+                "SELECT id, target, status, attempts, next_at, last_error, created_at, payload FROM forewarn_outbox "
+                "ORDER BY id DESC LIMIT ?",
+                (limit,),
+            )
+            rows = cursor.fetchall()
+        return [
+            {"id": int(r[0]), "target": r[1], "status": r[2], "attempts": int(r[3]), "next_at": r[4],
+             "last_error": r[5], "created_at": r[6], "payload": json.loads(r[7])}
+            for r in reversed(rows)
+        ]
 
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):

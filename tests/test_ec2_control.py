@@ -70,3 +70,32 @@ def test_spot_interruption_and_auto_scaling_replacement(server):
     assert bad.returncode == 1 and "not a Spot instance" in bad.stderr
     assert forewarn(server, "schedule", "--code", "system-reboot", "--instance", "i-bad", check=False).returncode == 1
     assert forewarn(server, "schedule", "--type", "Freeze", "--code", "system-reboot", check=False).returncode == 2
+
+
+def test_ec2_metadata_over_http_with_imdsv2(tmp_path):
+    import requests
+
+    fleet = FLEET.replace(f"{{id: {EBS}, host: h1, name: db}}", f"{{id: {EBS}, host: h1, name: db, "
+                                                                     "imds: {address: 127.0.0.60}}")
+    server = Server(tmp_path, fleet, extra=["--ec2-imds-tokens", "required"]).start()
+    try:
+        base = f"http://127.0.0.60:{server.imds_port}"
+        assert requests.get(f"{base}/latest/meta-data/instance-id").status_code == 401
+        token = requests.put(f"{base}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "60"})
+        assert token.status_code == 200 and token.headers["X-aws-ec2-metadata-token-ttl-seconds"] == "60"
+        headers = {"X-aws-ec2-metadata-token": token.text}
+        assert requests.get(f"{base}/latest/meta-data/instance-id", headers=headers).text == EBS
+        url = f"{base}/latest/meta-data/events/maintenance/scheduled"
+        assert requests.get(url, headers=headers).text == "[ ]"
+        forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "2h")
+        [event] = requests.get(url, headers=headers).json()
+        assert (event["Code"], event["State"], event["NotBefore"]) == ("system-reboot", "active",
+                                                                      "21 Apr 2026 00:11:58 GMT")
+        assert requests.put(f"{base}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "0"}
+                            ).status_code == 400
+        # The Azure paths are not an EC2 instance's.
+        assert requests.get(f"{base}/metadata/scheduledevents?api-version=2020-07-01",
+                            headers={"Metadata": "true"}).status_code == 404
+        assert requests.get(f"{server.imds}/latest/meta-data/instance-id").status_code == 404  # solo is Azure
+    finally:
+        server.stop()

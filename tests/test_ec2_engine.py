@@ -174,3 +174,63 @@ def test_ec2_state_survives_a_restart(tmp_path, url_kind, request):
     again.advance_clock(timedelta(hours=1))
     assert again.engine.ec2_states[EBS].impacted_by == event.event.event_id
     again.store.close()
+
+
+# ------------------------------------------------------------------------------------------------- event windows
+from forewarn.core.ec2_windows import TimeRange  # noqa: E402
+
+
+def window_of(changes):
+    return changes[0].window
+
+
+def test_window_validation():
+    e = engine()
+    with pytest.raises(Invalid, match="at least 2 hours"):
+        e.create_window("w", (TimeRange("monday", 2, "monday", 3), TimeRange("tuesday", 2, "tuesday", 8)))
+    with pytest.raises(Invalid, match="at least 4 hours"):
+        e.create_window("w", (TimeRange("monday", 2, "monday", 5),))
+    with pytest.raises(Invalid, match="only the hour and the day"):
+        e.create_window("w", cron="0 1-5 * * 1")
+    with pytest.raises(Invalid, match="not both"):
+        e.create_window("w", (TimeRange("monday", 2, "monday", 8),), cron="* 0-4 * * 1")
+    with pytest.raises(Invalid, match="needs time ranges or a cron"):
+        e.create_window("w")
+    wrap = window_of(e.create_window("w", (TimeRange("saturday", 22, "sunday", 2),)))  # across the week's end
+    assert wrap.intervals() == [(6 * 24 + 22, 4)]
+    cron = window_of(e.create_window("c", cron="* 21-23 * * 2,3"))
+    assert cron.intervals() == [(2 * 24 + 21, 2), (3 * 24 + 21, 2)]
+
+
+def test_association_rules():
+    e = engine()
+    first = window_of(e.create_window("a", (TimeRange("monday", 2, "monday", 8),)))
+    second = window_of(e.create_window("b", cron="* 0-4 * * 1,5"))
+    e.associate_window(first.window_id, instance_ids=(EBS,))
+    with pytest.raises(Invalid, match="one window only"):
+        e.associate_window(second.window_id, instance_ids=(EBS,))
+    with pytest.raises(Invalid, match="one kind of target"):
+        e.associate_window(first.window_id, instance_tags=(("team", "db"),))
+    with pytest.raises(Invalid, match="associated targets"):
+        e.delete_window(first.window_id)
+    e.delete_window(first.window_id, force=True)
+    with pytest.raises(NotFound):
+        e.ec2_window(first.window_id)
+    with pytest.raises(NotFound):
+        e.associate_window(second.window_id, instance_ids=("i-0eeeeeeeeeeeeeee5",))
+
+
+def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
+    e = engine()  # T0 is Monday 20 April 2026, 22:11:58 UTC
+    window = window_of(e.create_window("nights", (TimeRange("wednesday", 2, "wednesday", 6),)))
+    e.associate_window(window.window_id, instance_tags=(("Name", "db"),))
+    [event] = schedule(e, "system-reboot", EBS, notice=timedelta(hours=1))
+    assert (event.not_before.isoformat(), event.not_after.isoformat()) == (
+        "2026-04-22T02:00:00+00:00", "2026-04-22T04:00:00+00:00")
+    assert event.not_before_deadline == event.not_before + timedelta(days=21)
+    [network] = schedule(e, "system-maintenance", EBS, notice=timedelta(hours=1))
+    assert network.not_before == T0 + timedelta(hours=1)  # windows do not apply to network maintenance
+    [stop] = schedule(e, "instance-stop", EBS, notice=timedelta(days=1, hours=5))  # Wednesday 03:11: inside
+    assert stop.not_before == T0 + timedelta(days=1, hours=5) and stop.not_after is None
+    e.modify_window(window.window_id, cron="* 10-14 * * 4")
+    assert e.ec2_events[event.event_id].not_before == event.not_before  # changing a window moves nothing

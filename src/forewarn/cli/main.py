@@ -127,6 +127,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="Requests of VMs that are down (rebooting, redeploying, deleted): answered, or dropped.")
 @click.option("--hardware-failure-type", type=click.Choice(["Redeploy", "Reboot"]),
               help="EventType of hardware-failure events; the docs disagree (default Redeploy, seed 000).")
+@click.option("--ec2-imds-tokens", type=click.Choice(["optional", "required"]), default="optional",
+              show_default=True, help="EC2 IMDSv2: required rejects IMDSv1 requests with 401 (HttpTokens=required).")
 @click.option("--health-webhook", multiple=True, metavar="URL",
               help="Deliver AWS Health events (EventBridge format) for EC2 events to this URL; repeatable.")
 @click.option("--health-entity", type=click.Choice(["arn", "instance-id"]), default="arn", show_default=True,
@@ -134,7 +136,7 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
-          hardware_failure_type, health_webhook, health_entity, log_level) -> None:
+          hardware_failure_type, ec2_imds_tokens, health_webhook, health_entity, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
@@ -143,6 +145,7 @@ def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mo
     from forewarn.store import StoreError, open_store
     from forewarn.surfaces.aws_health import HealthSettings, health_outbox
     from forewarn.surfaces.azure_imds import PROFILES
+    from forewarn.surfaces.ec2_imds import Ec2ImdsSettings
     from forewarn.surfaces.control import parse_time
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -170,7 +173,8 @@ def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mo
         _fail(str(error))
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None)
     try:
-        _event_loop_runner()(run_server(service, listeners, settings))
+        ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
+        _event_loop_runner()(run_server(service, listeners, settings, ec2_settings))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:

@@ -19,6 +19,15 @@ from forewarn.core.ec2 import (
     InstanceState,
     check_code_applies,
 )
+from forewarn.core.ec2_windows import (
+    MAX_WINDOWS,
+    PLACED_CODES,
+    TARGET_LIMITS,
+    EventWindow,
+    TimeRange,
+    check_time_ranges,
+    cron_intervals,
+)
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.rules import whole_second_ceiling
@@ -45,7 +54,15 @@ class Ec2StateChanged:
     reason: str
 
 
-Ec2Change = Union[Ec2EventChanged, Ec2StateChanged]
+@dataclass(frozen=True)
+class Ec2WindowChanged:
+    """``what``: created, modified, associated, disassociated, deleted (then ``window.state`` is deleted)."""
+
+    window: EventWindow
+    what: str
+
+
+Ec2Change = Union[Ec2EventChanged, Ec2StateChanged, Ec2WindowChanged]
 
 
 @dataclass(frozen=True)
@@ -69,7 +86,9 @@ class Ec2Commands:
     """Methods of :class:`Engine` for EC2. State: ``ec2_instances`` (deployed and launched), ``ec2_states``,
     ``ec2_events`` and the per-instance event order."""
 
-    def _init_ec2(self: Engine, events: Iterable[Ec2Event], states: Iterable[Ec2State], created_at: datetime) -> None:
+    def _init_ec2(self: Engine, events: Iterable[Ec2Event], states: Iterable[Ec2State], created_at: datetime,
+                  windows: Iterable[EventWindow] = ()) -> None:
+        self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in windows if w.state != "deleted"}
         self.ec2_instances: dict[str, Ec2Instance] = dict(self.fleet.ec2)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
@@ -141,6 +160,11 @@ class Ec2Commands:
                 raise Invalid(f"the {what} must be positive")
         changes: list = []
         for instance in instances:
+            start, end = not_before, None if window is None else not_before + window
+            event_window = self._event_window_of(instance)
+            if event_window is not None and request.code in PLACED_CODES and request.not_before is None:
+                start, end = event_window.place(not_before, window)  # the platform picks a time in the window
+                end = None if window is None else end
             seq = self.next_seq
             self.next_seq += 1
             event = Ec2Event(
@@ -149,15 +173,16 @@ class Ec2Commands:
                 instance_id=instance.instance_id,
                 code=request.code,
                 description=request.description if request.description is not None else DESCRIPTIONS[request.code],
-                not_before=not_before,
-                not_after=None if window is None else not_before + window,
-                not_before_deadline=None if deadline is None else not_before + deadline,
+                not_before=start,
+                not_after=end,
+                not_before_deadline=None if deadline is None else start + deadline,
                 state=Ec2EventState.ACTIVE,
                 created_at=self.now,
             )
             self._index_ec2(event)
-            self._push(not_before, "ec2-start", event.event_id)
-            changes.append(Ec2EventChanged(event, "scheduled", f"for {instance.instance_id}"))
+            self._push(start, "ec2-start", event.event_id)
+            placed = f" in event window {event_window.window_id}" if start != not_before else ""
+            changes.append(Ec2EventChanged(event, "scheduled", f"for {instance.instance_id}{placed}"))
         return changes
 
     def cancel_ec2(self: Engine, event_id: str, reason: str = "canceled by the operator") -> list:
@@ -241,6 +266,110 @@ class Ec2Commands:
             self.ec2_states[instance.instance_id] = state
             changes.append(Ec2StateChanged(state, "rebalance", "rebalance recommendation"))
         return changes
+
+    # ------------------------------------------------------------------------------------------ event windows
+    def _event_window_of(self: Engine, instance: Ec2Instance) -> EventWindow | None:
+        for window in self.ec2_windows.values():
+            if window.covers(instance.instance_id, instance.tags, instance.dedicated_host):
+                return window
+        return None
+
+    def ec2_window(self: Engine, window_id: str) -> EventWindow:
+        found = self.ec2_windows.get(window_id)
+        if found is None:
+            raise WindowNotFound(f"The event window ID '{window_id}' does not exist")
+        return found
+
+    @staticmethod
+    def _check_schedule(time_ranges: tuple[TimeRange, ...] | None, cron: str | None) -> None:
+        if time_ranges and cron is not None:
+            raise WindowCombination("an event window has time ranges or a cron expression, not both")
+        if time_ranges:
+            check_time_ranges(time_ranges)
+        elif cron is not None:
+            cron_intervals(cron)
+
+    def create_window(self: Engine, name: str, time_ranges: tuple[TimeRange, ...] = (), cron: str | None = None,
+                      tags: tuple[tuple[str, str], ...] = ()) -> list:
+        if not time_ranges and cron is None:
+            raise Invalid("an event window needs time ranges or a cron expression")
+        self._check_schedule(time_ranges, cron)
+        if len(self.ec2_windows) >= MAX_WINDOWS:
+            raise Invalid(f"at most {MAX_WINDOWS} event windows per Region")
+        window = EventWindow(f"iew-{hex17(self.seed, 'window', self.next_seq)}", name, tuple(time_ranges), cron,
+                             tags=tuple(tags))
+        self.next_seq += 1
+        self.ec2_windows[window.window_id] = window
+        return [Ec2WindowChanged(window, "created")]
+
+    def modify_window(self: Engine, window_id: str, name: str | None = None,
+                      time_ranges: tuple[TimeRange, ...] | None = None, cron: str | None = None) -> list:
+        """A new schedule replaces the old one; events already scheduled do not move (ref 2.4)."""
+        window = self.ec2_window(window_id)
+        self._check_schedule(time_ranges, cron)
+        if time_ranges:
+            window = replace(window, time_ranges=tuple(time_ranges), cron=None)
+        elif cron is not None:
+            window = replace(window, time_ranges=(), cron=cron)
+        if name is not None:
+            window = replace(window, name=name)
+        self.ec2_windows[window_id] = window
+        return [Ec2WindowChanged(window, "modified")]
+
+    def delete_window(self: Engine, window_id: str, force: bool = False) -> list:
+        window = self.ec2_window(window_id)
+        if window.target_kind is not None and not force:
+            raise Invalid(f"event window {window_id} has associated targets; delete it with ForceDelete")
+        del self.ec2_windows[window_id]
+        return [Ec2WindowChanged(replace(window, state="deleted"), "deleted")]
+
+    def associate_window(self: Engine, window_id: str, instance_ids: tuple[str, ...] = (),
+                         instance_tags: tuple[tuple[str, str], ...] = (),
+                         dedicated_host_ids: tuple[str, ...] = ()) -> list:
+        window = self.ec2_window(window_id)
+        given = {kind: values for kind, values in (("instance_ids", tuple(instance_ids)),
+                                                   ("instance_tags", tuple(instance_tags)),
+                                                   ("dedicated_host_ids", tuple(dedicated_host_ids))) if values}
+        if len(given) != 1:
+            raise WindowCombination("associate exactly one kind of target: instance ids, instance tags or "
+                                    "Dedicated Host ids")
+        [(kind, values)] = given.items()
+        if window.target_kind not in (None, kind):
+            raise WindowCombination(f"event window {window_id} already has targets of another kind; a window has "
+                                    "one kind of target")
+        if kind == "instance_ids":
+            for instance_id in values:
+                if self.ec2_instance(instance_id).dedicated_host is not None:
+                    raise Invalid(f"instance {instance_id} is on a Dedicated Host; associate the host instead")
+        if kind == "dedicated_host_ids":
+            hosts = {i.dedicated_host for i in self.ec2_instances.values()}
+            for host in values:
+                if host not in hosts:
+                    raise NotFound(f"The host ID '{host}' does not exist")
+        for other in self.ec2_windows.values():
+            taken = set(getattr(other, kind)) & set(values)
+            if other.window_id != window_id and taken:
+                raise Invalid(f"{sorted(taken)[0]} is already associated with event window {other.window_id}; a "
+                              "target belongs to one window only")
+        merged = tuple(dict.fromkeys(getattr(window, kind) + values))
+        if len(merged) > TARGET_LIMITS[kind]:
+            raise Invalid(f"an event window has at most {TARGET_LIMITS[kind]} {kind.replace('_', ' ')}")
+        window = replace(window, **{kind: merged})
+        self.ec2_windows[window_id] = window
+        return [Ec2WindowChanged(window, "associated")]
+
+    def disassociate_window(self: Engine, window_id: str, instance_ids: tuple[str, ...] = (),
+                            instance_tags: tuple[tuple[str, str], ...] = (),
+                            dedicated_host_ids: tuple[str, ...] = ()) -> list:
+        window = self.ec2_window(window_id)
+        window = replace(
+            window,
+            instance_ids=tuple(i for i in window.instance_ids if i not in instance_ids),
+            instance_tags=tuple(t for t in window.instance_tags if t not in tuple(instance_tags)),
+            dedicated_host_ids=tuple(h for h in window.dedicated_host_ids if h not in dedicated_host_ids),
+        )
+        self.ec2_windows[window_id] = window
+        return [Ec2WindowChanged(window, "disassociated")]
 
     # ---------------------------------------------------------------------------------------------- deadlines
     def _ec2_stale(self: Engine, kind: str, target: str, at: datetime) -> bool:
@@ -346,3 +475,11 @@ class Ec2Commands:
 
 class RescheduleRefused(Invalid):
     """ModifyInstanceEventStartTime's own refusal (InvalidInstanceEventStartTime on the wire)."""
+
+
+class WindowNotFound(NotFound):
+    """InvalidInstanceEventWindowId.NotFound on the wire."""
+
+
+class WindowCombination(Invalid):
+    """InvalidParameterCombination on the wire."""

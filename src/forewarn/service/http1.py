@@ -22,7 +22,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from forewarn.surfaces.http import DROP, JSON, Later, Request, Response
+from forewarn.surfaces.http import DROP, JSON, Fresh, Later, Request, Response
 
 log = logging.getLogger("forewarn.http")
 
@@ -32,8 +32,8 @@ MAX_BODY = 1 << 20
 Handler = Callable[[Request], "Response | Later"]
 
 _REASONS = {
-    100: b"Continue", 200: b"OK", 304: b"Not Modified", 400: b"Bad Request", 404: b"Not Found",
-    405: b"Method Not Allowed", 413: b"Payload Too Large", 429: b"Too Many Requests", 500: b"Internal Server Error",
+    100: b"Continue", 200: b"OK", 304: b"Not Modified", 400: b"Bad Request", 401: b"Unauthorized",
+    403: b"Forbidden", 404: b"Not Found", 405: b"Method Not Allowed", 413: b"Payload Too Large", 429: b"Too Many Requests", 500: b"Internal Server Error",
     503: b"Service Unavailable",
 }
 _PLAIN = b"text/plain; charset=utf-8"
@@ -77,7 +77,7 @@ class _Shared:
                 rest.append(b"content-length: %d\r\n" % len(body))
             rest.extend(name + b": " + value + b"\r\n" for name, value in extra)
             found = (head, b"".join(rest) + b"\r\n" + (body if status != 304 else b""))
-            if len(self.wire) < 65536:
+            if len(self.wire) < 65536 and type(response) is not Fresh:
                 self.wire[response] = found
         return found
 

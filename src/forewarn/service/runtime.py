@@ -113,6 +113,7 @@ class Maintenance:
             state.enabled,
             state.ec2_events,
             state.ec2_states,
+            state.ec2_windows,
         )
 
     # ----------------------------------------------------------------------------------------------- core

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 import socket
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from forewarn.service.runtime import Maintenance
 from forewarn.surfaces.azure_arm import create_arm_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
+from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings
+from forewarn.surfaces.http import Request
 from forewarn.surfaces.control import create_control_app
 
 log = logging.getLogger("forewarn.server")
@@ -72,12 +75,30 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
+_EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
+
+
+class MetadataRouter:
+    """One metadata address for both clouds, as on a real VM: Azure's paths start with /metadata, EC2's with
+    /latest, a dated version or /1.0."""
+
+    def __init__(self, azure: AzureImds, ec2: Ec2Imds):
+        self.azure = azure
+        self.ec2 = ec2
+
+    def handle(self, request: Request):
+        if _EC2_PATH.match(request.path):
+            return self.ec2.handle(request)
+        return self.azure.handle(request)
+
+
 @dataclass
 class Built:
     management_app: object  # the control API and the ARM-shaped API, by the port a request arrived on
     management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
+    metadata: MetadataRouter
 
 
 class ByPort:
@@ -92,7 +113,8 @@ class ByPort:
         await self.apps[scope["server"][1]](scope, receive, send)
 
 
-def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings()) -> Built:
+def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings(),
+          ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings()) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
     management_sockets = [_listen(*listeners.control)]
@@ -120,14 +142,16 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     apps = {listeners.control[1]: create_control_app(service, imds=imds)}
     if listeners.arm is not None:
         apps[listeners.arm[1]] = create_arm_app(service)
-    return Built(ByPort(apps), management_sockets, imds, imds_sockets)
+    return Built(ByPort(apps), management_sockets, imds, imds_sockets,
+                 MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)))
 
 
-async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings, announce=print) -> None:
+async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings,
+                ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), announce=print) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
     server."""
-    built = build(service, listeners, imds_settings)
-    metadata = Http1Server(built.imds.handle)
+    built = build(service, listeners, imds_settings, ec2_settings)
+    metadata = Http1Server(built.metadata.handle)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
     sender = asyncio.create_task(OutboxSender(service).run())
@@ -177,6 +201,8 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
     lines.extend(reachable[:20])
     if len(reachable) > 20:
         lines.append(f"    ... and {len(reachable) - 20} more VMs (forewarn fleet lists them all)")
+    if fleet.ec2:
+        lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
     lines.append(
         f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'"
     )

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 from forewarn.core.clock import Clock
 from forewarn.core.ec2 import Ec2Event, Ec2State
-from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
+from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged, Ec2WindowChanged
+from forewarn.core.ec2_windows import EventWindow
 from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.core.model import Event
 from forewarn.core.vms import Policy, VmState
@@ -25,12 +26,14 @@ from forewarn.store.codec import (
     decode_event,
     decode_policy,
     decode_vm_state,
+    decode_window,
     encode_clock,
     encode_ec2_event,
     encode_ec2_state,
     encode_event,
     encode_policy,
     encode_vm_state,
+    encode_window,
 )
 
 SCHEMA_VERSION = "1"
@@ -54,6 +57,7 @@ class StoredState:
     enabled: dict[str, datetime]  # scope -> when its Scheduled Events were last enabled
     ec2_events: list[Ec2Event]
     ec2_states: list[Ec2State]  # instances whose state changed, and replacements Auto Scaling launched
+    ec2_windows: list[EventWindow]
 
 
 @dataclass(frozen=True)
@@ -108,6 +112,7 @@ class SQLStore:
             "CREATE TABLE IF NOT EXISTS forewarn_ec2_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
             "instance_id TEXT NOT NULL, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_ec2_instances (instance_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_ec2_windows (window_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_outbox (id {self.journal_id_type}, target TEXT NOT NULL, "
             "payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, next_at TEXT NOT NULL, "
             "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL)",
@@ -157,6 +162,8 @@ class SQLStore:
             ec2_events = [decode_ec2_event(row[0]) for row in cursor.fetchall()]
             self._execute(cursor, "SELECT data FROM forewarn_ec2_instances")
             ec2_states = [decode_ec2_state(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT data FROM forewarn_ec2_windows")
+            ec2_windows = [decode_window(row[0]) for row in cursor.fetchall()]
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
@@ -170,6 +177,7 @@ class SQLStore:
             enabled=enabled,
             ec2_events=ec2_events,
             ec2_states=ec2_states,
+            ec2_windows=ec2_windows,
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -275,6 +283,18 @@ class SQLStore:
                     )
                     self._journal(cursor, now, f"instance {change.what}", None,
                                   {"instance": state.instance_id, "reason": change.reason})
+                elif isinstance(change, Ec2WindowChanged):
+                    window = change.window
+                    if window.state == "deleted":
+                        self._execute(cursor, "DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
+                    else:
+                        self._execute(
+                            cursor,
+                            "INSERT INTO forewarn_ec2_windows (window_id, data) VALUES (?, ?) "
+                            "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
+                            (window.window_id, encode_window(window)),
+                        )
+                    self._journal(cursor, now, f"window {change.what}", None, {"window": window.window_id})
                 elif isinstance(change, IncarnationChanged):
                     self._execute(
                         cursor,

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 from forewarn.core.clock import Clock
 from forewarn.core.ec2 import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState
+from forewarn.core.ec2_windows import EventWindow, TimeRange
 from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.core.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
 
@@ -187,3 +188,19 @@ def decode_ec2_state(text: str) -> Ec2State:
     for key in _EC2_TIMES:
         data[key] = _parse_time(data[key])
     return Ec2State(**data)
+
+
+def encode_window(window: EventWindow) -> str:
+    data = {key: getattr(window, key) for key in EventWindow.__dataclass_fields__}
+    data["time_ranges"] = [list(vars(r).values()) for r in window.time_ranges]
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_window(text: str) -> EventWindow:
+    data = json.loads(text)
+    data["time_ranges"] = tuple(TimeRange(*r) for r in data["time_ranges"])
+    for key in ("instance_ids", "dedicated_host_ids"):
+        data[key] = tuple(data[key])
+    for key in ("instance_tags", "tags"):
+        data[key] = tuple(tuple(pair) for pair in data[key])
+    return EventWindow(**data)

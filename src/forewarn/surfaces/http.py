@@ -26,6 +26,10 @@ class Request:
 # (status, body, content type, extra headers): hashable, so the server can cache the wire bytes of a response.
 Response = tuple[int, bytes, bytes, tuple[tuple[bytes, bytes], ...]]
 
+class Fresh(tuple):
+    """A Response that is unique to its request (a new token, say): the server must not cache its wire bytes."""
+
+
 # A Response with this status is not answered: the connection is dropped, as when the VM behind it is down.
 DROP = 0
 

@@ -1,0 +1,520 @@
+"""Amazon EC2 instance metadata service (IMDSv1 and IMDSv2) for the simulated EC2 instances.
+
+A synchronous handler served by ``service/http1.py``, like :class:`~forewarn.surfaces.azure_imds.AzureImds`: paths
+``/``, ``/latest...`` and ``/<version>...``. A GET resolves the caller, checks its token (a dict lookup), and returns
+the response rendered once per (instance, path) since the instance's last change; nothing is encoded per request.
+
+Wire rules (reference aws.md 1.2-1.4, the AWS user guide's "Retrieve instance metadata"): everything is
+``text/plain``; listings are newline-separated with sub-trees ending in ``/`` and no final newline; maintenance
+events are JSON in the real IMDS pretty-printed style (``[ {`` / two-space indent / ``"Key" : "value"``); error
+pages are the real XHTML pages. Every choice is listed, with its source, in docs/aws-imds.md.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Callable, Union
+
+from forewarn.core.ec2 import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState
+from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
+from forewarn.service.runtime import Maintenance
+from forewarn.store import StoreError
+from forewarn.surfaces.callers import CallerResolver, UnknownCaller
+from forewarn.surfaces.http import DROP, Fresh, Request, Response
+
+log = logging.getLogger("forewarn.ec2imds")
+
+TEXT = b"text/plain"  # "All instance metadata is returned as text (HTTP content type text/plain)" (AWS user guide)
+HTML = b"text/html"  # error pages (as the AWS-behaviour mocks send them)
+SERVER = (b"server", b"EC2ws")  # what real IMDS sends (kubernetes-sigs/cluster-api-provider-aws#1609)
+_PLAIN_HEADERS = (SERVER,)
+
+TOKEN_PATH = "/latest/api/token"
+TOKEN_HEADER = b"x-aws-ec2-metadata-token"
+TTL_HEADER = b"x-aws-ec2-metadata-token-ttl-seconds"
+MAX_TTL = 21600
+# Tokens kept in memory before expired ones are swept (and, if still over, the oldest dropped).
+MAX_TOKENS = 100_000
+# Rendered answers kept per instance; beyond this, answers are rendered per request (bounds memory under scans).
+MAX_PATHS_PER_INSTANCE = 4096
+
+# The versions the AWS user guide's example lists ("Get the available versions of the instance metadata").
+VERSIONS = (
+    "1.0", "2007-01-19", "2007-03-01", "2007-08-29", "2007-10-10", "2007-12-15", "2008-02-01", "2008-09-01",
+    "2009-04-04", "2011-01-01", "2011-05-01", "2012-01-12", "2014-02-25", "2014-11-05", "2015-10-20", "2016-04-19",
+    "2016-06-30", "2016-09-02", "2018-03-28", "2018-08-17", "2018-09-24", "2019-10-01", "2020-10-27", "2021-01-03",
+    "2021-03-23", "latest",
+)
+_DATED = frozenset(VERSIONS[:-1])
+_VERSIONS_AND_LATEST = frozenset(VERSIONS)
+
+
+def error_page(title: str) -> bytes:
+    """The XHTML page real IMDS answers errors with (reference aws.md 1.2), byte for byte, no final newline."""
+    return (
+        '<?xml version="1.0" encoding="iso-8859-1"?>\n'
+        '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN"\n'
+        '\t"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n'
+        '<html xmlns="http://www.w3.org/1999/xhtml" xml:lang="en" lang="en">\n'
+        " <head>\n"
+        f"  <title>{title}</title>\n"
+        " </head>\n"
+        " <body>\n"
+        f"  <h1>{title}</h1>\n"
+        " </body>\n"
+        "</html>"
+    ).encode("latin-1")
+
+
+NOT_FOUND_PAGE = error_page("404 - Not Found")
+BAD_REQUEST_PAGE = error_page("400 - Missing or Invalid Parameters")
+UNAUTHORIZED_PAGE = error_page("401 - Unauthorized")
+FORBIDDEN_PAGE = error_page("403 - Forbidden")
+METHOD_NOT_ALLOWED_PAGE = error_page("405 - Method Not Allowed")
+
+NOT_FOUND: Response = (404, NOT_FOUND_PAGE, HTML, _PLAIN_HEADERS)
+BAD_REQUEST: Response = (400, BAD_REQUEST_PAGE, HTML, _PLAIN_HEADERS)
+UNAUTHORIZED: Response = (401, UNAUTHORIZED_PAGE, HTML, _PLAIN_HEADERS)
+FORBIDDEN: Response = (403, FORBIDDEN_PAGE, HTML, _PLAIN_HEADERS)
+ALLOW_METADATA = b"GET, HEAD, OPTIONS"
+ALLOW_TOKEN = b"OPTIONS, PUT"  # real IMDS's answer to OPTIONS /latest/api/token (cluster-api-provider-aws#1609)
+METHOD_NOT_ALLOWED: Response = (405, METHOD_NOT_ALLOWED_PAGE, HTML, (SERVER, (b"allow", ALLOW_METADATA)))
+TOKEN_METHOD_NOT_ALLOWED: Response = (405, METHOD_NOT_ALLOWED_PAGE, HTML, (SERVER, (b"allow", ALLOW_TOKEN)))
+OPTIONS_METADATA: Response = (200, b"", TEXT, (SERVER, (b"allow", ALLOW_METADATA)))
+OPTIONS_TOKEN: Response = (200, b"", TEXT, (SERVER, (b"allow", ALLOW_TOKEN)))
+_DROPPED: Response = (DROP, b"", TEXT, ())
+
+
+@dataclass(frozen=True)
+class Ec2ImdsSettings:
+    """How the EC2 metadata service behaves; the instance metadata options of real EC2, for the whole fleet."""
+
+    # HttpTokens: "optional" (IMDSv1 and v2; a token that is sent must be valid) or "required" (IMDSv2 only).
+    tokens: str = "optional"
+    # HttpEndpoint: "disabled" answers every request 403, as real IMDS does when it is turned off.
+    endpoint: str = "enabled"
+    # InstanceMetadataTags: whether meta-data/tags/instance exists (real default: disabled; ours: enabled, since a
+    # fleet file's tags are there to be read).
+    instance_tags: bool = True
+    # Whether maintenance events carry NotBeforeDeadline (never seen in real IMDS samples; reference 1.2).
+    not_before_deadline: bool = False
+    # "answer": an instance that is stopped, terminated or in the middle of a reboot still gets answers; "drop": its
+    # connections are dropped unanswered, as a real instance that is down cannot ask.
+    while_down: str = "answer"
+
+    def __post_init__(self) -> None:
+        for name, value, allowed in (
+            ("tokens", self.tokens, ("optional", "required")),
+            ("endpoint", self.endpoint, ("enabled", "disabled")),
+            ("while_down", self.while_down, ("answer", "drop")),
+        ):
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {value!r}")
+
+
+# A node of an instance's metadata tree: a directory (name -> node, in listing order), a value, or a value rendered
+# on first request.
+Node = Union[dict, str, Callable[[], str]]
+
+
+class Ec2Imds:
+    """The EC2 metadata endpoints as a synchronous handler: :class:`Request` in, :data:`Response` out."""
+
+    def __init__(self, service: Maintenance, resolver: CallerResolver, settings: Ec2ImdsSettings = Ec2ImdsSettings()):
+        self.service = service
+        self.resolver = resolver
+        self.settings = settings
+        self._required = settings.tokens == "required"
+        self._disabled = settings.endpoint == "disabled"
+        self._drop_down = settings.while_down == "drop"
+        self._answers: dict[str, dict[str, Response]] = {}  # instance id -> path -> response
+        self._trees: dict[str, dict] = {}  # instance id -> its version-level tree
+        self._tokens: dict[bytes, tuple[str, float]] = {}  # token -> (instance id, wall time it expires)
+        service.subscribe(self._on_change)
+
+    # ------------------------------------------------------------------------------------------ read model
+    def _on_change(self, changes) -> None:
+        if not changes:  # the service rebuilt its engine: forget everything
+            self._answers.clear()
+            self._trees.clear()
+            return
+        for change in changes:
+            if isinstance(change, Ec2EventChanged):
+                instance_id = change.event.instance_id
+            elif isinstance(change, Ec2StateChanged):
+                instance_id = change.state.instance_id
+            else:
+                continue
+            self._answers.pop(instance_id, None)
+            self._trees.pop(instance_id, None)
+
+    def answer(self, instance_id: str, path: str) -> Response:
+        """The GET response for an instance and a path, rendered once per change of the instance."""
+        per_instance = self._answers.get(instance_id)
+        if per_instance is None:
+            per_instance = self._answers[instance_id] = {}
+        found = per_instance.get(path)
+        if found is None:
+            found = self._render(instance_id, path)
+            if len(per_instance) < MAX_PATHS_PER_INSTANCE:
+                per_instance[path] = found
+        return found
+
+    def document(self, instance_id: str, path: str) -> bytes:
+        """The bytes an instance gets for a path (``/latest/meta-data/events/maintenance/scheduled``)."""
+        return self.answer(instance_id, path)[1]
+
+    # ------------------------------------------------------------------------------------------- requests
+    def handle(self, request: Request) -> Response:
+        method = request.method
+        if method == "GET" or method == "HEAD":
+            if self._disabled:
+                return FORBIDDEN
+            path = request.path
+            if path == TOKEN_PATH:
+                return TOKEN_METHOD_NOT_ALLOWED
+            token = None
+            for key, value in request.headers:
+                if key == TOKEN_HEADER:
+                    token = value
+                    break
+            instance = self._caller(request)
+            if instance is None:
+                return NOT_FOUND
+            instance_id = instance.instance_id
+            if token:  # an empty header counts as no token
+                held = self._tokens.get(token)
+                if held is None or held[0] != instance_id or self.service.wall() >= held[1]:
+                    return UNAUTHORIZED
+            elif self._required:
+                return UNAUTHORIZED
+            service = self.service
+            if service.wall() >= service.due_wall:
+                try:
+                    service.catch_up()
+                except StoreError as error:  # serve the last committed state; the timer retries the deadline
+                    log.error("applying a due deadline failed: %s", error)
+            if self._drop_down and self._is_down(instance_id):
+                return _DROPPED
+            found = self.answer(instance_id, path)
+            if method == "HEAD":
+                return (found[0], b"", found[2], found[3])
+            return found
+        if self._disabled:
+            return FORBIDDEN
+        if method == "PUT":
+            return self._put(request)
+        if method == "OPTIONS":
+            return OPTIONS_TOKEN if request.path == TOKEN_PATH else OPTIONS_METADATA
+        return TOKEN_METHOD_NOT_ALLOWED if request.path == TOKEN_PATH else METHOD_NOT_ALLOWED
+
+    def _caller(self, request: Request) -> Ec2Instance | None:
+        """The EC2 instance asking, or None (unknown callers and Azure VMs get a 404)."""
+        try:
+            machine = self.resolver.resolve(request.local, request.peer)
+        except UnknownCaller:
+            return None
+        return machine if machine.__class__ is Ec2Instance else None
+
+    def _is_down(self, instance_id: str) -> bool:
+        state = self.service.engine.ec2_states.get(instance_id)
+        return state is not None and (state.state is not InstanceState.RUNNING or state.impacted_by is not None)
+
+    # ------------------------------------------------------------------------------------------------ IMDSv2
+    def _put(self, request: Request) -> Response:
+        path = request.path
+        if path != TOKEN_PATH:
+            version = path.split("/", 2)[1] if path.startswith("/") else ""
+            # "PUT requests to any version-specific path, for example /2021-03-23/api/token, will result in the
+            # metadata service returning 403 Forbidden errors" (AWS user guide).
+            return FORBIDDEN if version in _DATED else METHOD_NOT_ALLOWED
+        ttl_value = None
+        for key, value in request.headers:
+            if key == b"x-forwarded-for":
+                return FORBIDDEN  # IMDSv2 refuses token requests that went through a proxy
+            if key == TTL_HEADER and ttl_value is None:
+                ttl_value = value
+        instance = self._caller(request)
+        if instance is None:
+            return NOT_FOUND
+        ttl = parse_ttl(ttl_value)
+        if ttl is None:
+            return BAD_REQUEST
+        token = self._issue(instance.instance_id, ttl)
+        return Fresh((200, token, TEXT, (SERVER, (TTL_HEADER, str(ttl).encode()))))
+
+    def _issue(self, instance_id: str, ttl: int) -> bytes:
+        now = self.service.wall()
+        tokens = self._tokens
+        if len(tokens) >= MAX_TOKENS:
+            for key in [key for key, (_, expires) in tokens.items() if now >= expires]:
+                del tokens[key]
+            if len(tokens) >= MAX_TOKENS:  # all alive: drop the oldest half
+                for key in list(tokens)[: MAX_TOKENS // 2]:
+                    del tokens[key]
+        token = base64.b64encode(secrets.token_bytes(42))
+        tokens[token] = (instance_id, now + ttl)
+        log.debug("token for %s, %s s", instance_id, ttl)
+        return token
+
+    # ------------------------------------------------------------------------------------------------ paths
+    def _render(self, instance_id: str, path: str) -> Response:
+        if path == "/":
+            return _text("\n".join(VERSIONS))
+        parts = path.split("/")  # "/latest/meta-data/" -> ["", "latest", "meta-data", ""]
+        if len(parts) < 2 or parts[0] != "" or parts[1] not in _VERSIONS_AND_LATEST:
+            return NOT_FOUND
+        rest = parts[2:]
+        directory = bool(rest) and rest[-1] == ""
+        if directory:
+            rest.pop()
+        node: Node = self._tree(instance_id)
+        for name in rest:
+            if not isinstance(node, dict) or name not in node:
+                return NOT_FOUND
+            node = node[name]
+        if isinstance(node, dict):
+            if not rest:  # the version level lists "dynamic" and "meta-data" without slashes, as real IMDS does
+                return _text("\n".join(node))
+            return _text("\n".join(name + "/" if isinstance(child, dict) else name for name, child in node.items()))
+        if directory:
+            return NOT_FOUND  # "a URI ending with / ... returns a list of available resources, or 404"
+        return _text(node() if callable(node) else node)
+
+    def _tree(self, instance_id: str) -> dict:
+        found = self._trees.get(instance_id)
+        if found is None:
+            engine = self.service.engine
+            instance = engine.ec2_instances[instance_id]
+            state = engine.ec2_states[instance_id]
+            found = self._trees[instance_id] = {
+                "dynamic": dynamic_tree(instance, state),
+                "meta-data": self._meta_data(instance, state),
+            }
+        return found
+
+    def _meta_data(self, instance: Ec2Instance, state: Ec2State) -> dict:
+        instance_id = instance.instance_id
+        service = self.service
+        deadline = self.settings.not_before_deadline
+
+        def scheduled() -> str:
+            active = [e for e in service.engine.ec2_events_of(instance_id) if e.state is Ec2EventState.ACTIVE]
+            return render_events(active, deadline)
+
+        def history() -> str:
+            ended = [e for e in service.engine.ec2_events_of(instance_id) if e.state is not Ec2EventState.ACTIVE]
+            return render_events(ended, deadline)
+
+        hostname = local_hostname(instance)
+        tree: dict = {
+            "ami-id": instance.ami_id,
+            "ami-launch-index": "0",
+        }
+        if instance.auto_scaling_group is not None:
+            tree["autoscaling"] = {"target-lifecycle-state": state.lifecycle_state}
+        recommendations: dict = {}
+        if state.rebalance_at is not None:
+            recommendations["rebalance"] = json.dumps({"noticeTime": iso_z(state.rebalance_at)})
+        tree["events"] = {
+            "maintenance": {"history": history, "scheduled": scheduled},
+            "recommendations": recommendations,
+        }
+        tree["hostname"] = hostname
+        tree["instance-action"] = "none"
+        tree["instance-id"] = instance_id
+        tree["instance-life-cycle"] = "spot" if instance.spot else "on-demand"
+        tree["instance-type"] = instance.instance_type
+        tree["local-hostname"] = hostname
+        tree["local-ipv4"] = instance.private_ip
+        tree["mac"] = mac_address(instance_id)
+        placement = {
+            "availability-zone": instance.availability_zone,
+            "availability-zone-id": availability_zone_id(instance.availability_zone),
+        }
+        if instance.dedicated_host is not None:
+            placement["host-id"] = instance.dedicated_host
+        placement["region"] = instance.region
+        tree["placement"] = placement
+        domain, partition = services_of(instance.region)
+        tree["services"] = {"domain": domain, "partition": partition}
+        spot = spot_tree(state)
+        if spot:
+            tree["spot"] = spot
+        if self.settings.instance_tags:
+            tree["tags"] = {"instance": {key: value for key, value in instance.tags.items() if tag_addressable(key)}}
+        return tree
+
+
+def _text(value: str) -> Response:
+    return (200, value.encode(), TEXT, _PLAIN_HEADERS)
+
+
+def parse_ttl(value: bytes | None) -> int | None:
+    """The token TTL in seconds (1 to 21600), or None when missing or invalid."""
+    if value is None:
+        return None
+    value = value.strip()
+    if not value.isdigit() or len(value) > 6:
+        return None
+    ttl = int(value)
+    return ttl if 1 <= ttl <= MAX_TTL else None
+
+
+# ----------------------------------------------------------------------------------------------- wire format
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def imds_time(moment: datetime) -> str:
+    """``1 Jan 2021 02:00:00 GMT``: the day is not zero-padded (reference 1.2; NTH #147)."""
+    m = moment.astimezone(timezone.utc)
+    return f"{m.day} {_MONTHS[m.month - 1]} {m.year} {m.hour:02d}:{m.minute:02d}:{m.second:02d} GMT"
+
+
+def iso_z(moment: datetime) -> str:
+    """``2017-09-18T08:22:00Z`` (spot and rebalance notices, the identity document)."""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pretty_json(value) -> str:
+    """JSON as real IMDS prints it (Jackson's default pretty printer): ``[ {``, objects indented two spaces per
+    level, ``"Key" : value``, arrays inline (``}, {``), ``[ ]`` and ``{ }`` when empty, no final newline."""
+    return _pretty(value, 0)
+
+
+def _pretty(value, depth: int) -> str:
+    if isinstance(value, dict):
+        if not value:
+            return "{ }"
+        inner = "\n" + "  " * (depth + 1)
+        entries = ",".join(
+            inner + json.dumps(key, ensure_ascii=False) + " : " + _pretty(item, depth + 1)
+            for key, item in value.items()
+        )
+        return "{" + entries + "\n" + "  " * depth + "}"
+    if isinstance(value, list):
+        if not value:
+            return "[ ]"
+        return "[ " + ", ".join(_pretty(item, depth) for item in value) + " ]"
+    return json.dumps(value, ensure_ascii=False)
+
+
+def event_item(event: Ec2Event, with_deadline: bool = False) -> dict:
+    """One maintenance event in the real key order: NotBefore, then Code, Description, EventId, NotAfter
+    (omitted when there is none), [NotBeforeDeadline,] State."""
+    item = {
+        "NotBefore": imds_time(event.not_before),
+        "Code": event.code.value,
+        "Description": event.shown_description,
+        "EventId": event.event_id,
+    }
+    if event.not_after is not None:
+        item["NotAfter"] = imds_time(event.not_after)
+    if with_deadline and event.not_before_deadline is not None:
+        item["NotBeforeDeadline"] = imds_time(event.not_before_deadline)
+    item["State"] = event.state.value
+    return item
+
+
+def render_events(events: list[Ec2Event], with_deadline: bool = False) -> str:
+    return pretty_json([event_item(event, with_deadline) for event in events])
+
+
+def spot_tree(state: Ec2State) -> dict:
+    """``spot/`` exists only while a Spot interruption is pending or has happened on this boot: after the instance is
+    started again (a stop or hibernate interruption), the notice is gone."""
+    if state.spot_action is None or state.spot_action_time is None or state.booted_at > state.spot_action_time:
+        return {}
+    at = iso_z(state.spot_action_time)
+    tree = {"instance-action": json.dumps({"action": state.spot_action, "time": at})}
+    if state.spot_action == "terminate":
+        tree["termination-time"] = at
+    return tree
+
+
+def dynamic_tree(instance: Ec2Instance, state: Ec2State) -> dict:
+    return {
+        "fws": {"instance-monitoring": "disabled"},
+        "instance-identity": {"document": lambda: identity_document(instance, state)},
+    }
+
+
+_ARM = re.compile(r"^[a-z]+\d+g")  # Graviton families: t4g, m6g, c7gn, r8g, x2gd, im4gn, is4gen, g5g...
+
+
+def architecture(instance_type: str) -> str:
+    return "arm64" if _ARM.match(instance_type) else "x86_64"
+
+
+def identity_document(instance: Ec2Instance, state: Ec2State) -> str:
+    """``dynamic/instance-identity/document``, in the real key order and style (no signature is offered)."""
+    return pretty_json({
+        "accountId": instance.account_id,
+        "architecture": architecture(instance.instance_type),
+        "availabilityZone": instance.availability_zone,
+        "billingProducts": None,
+        "devpayProductCodes": None,
+        "marketplaceProductCodes": None,
+        "imageId": instance.ami_id,
+        "instanceId": instance.instance_id,
+        "instanceType": instance.instance_type,
+        "kernelId": None,
+        "pendingTime": iso_z(state.launched_at),
+        "privateIp": instance.private_ip,
+        "ramdiskId": None,
+        "region": instance.region,
+        "version": "2017-09-30",
+    })
+
+
+def local_hostname(instance: Ec2Instance) -> str:
+    """``ip-10-0-0-10.ec2.internal`` in us-east-1, ``ip-10-0-0-10.<region>.compute.internal`` elsewhere."""
+    name = "ip-" + instance.private_ip.replace(".", "-")
+    region = instance.region
+    return f"{name}.ec2.internal" if region == "us-east-1" else f"{name}.{region}.compute.internal"
+
+
+def mac_address(instance_id: str) -> str:
+    """A stable, locally administered MAC derived from the instance id (real: ``02:29:96:8f:6a:2d``)."""
+    digest = hashlib.blake2b(instance_id.encode(), digest_size=5).hexdigest()
+    return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
+
+
+_REGION_WORDS = {
+    "east": "e", "west": "w", "north": "n", "south": "s", "central": "c", "northeast": "ne", "northwest": "nw",
+    "southeast": "se", "southwest": "sw", "gov": "g", "iso": "i", "isob": "ib",
+}
+
+
+def availability_zone_id(zone: str) -> str:
+    """``use1-az1`` for us-east-1a: the region's short code and the zone letter's position. Real zone ids map to
+    letters per account; the letter order is our choice."""
+    region = zone[:-1] if zone[-1:].isalpha() else zone
+    letter = zone[-1:] if zone[-1:].isalpha() else "a"
+    words = region.split("-")
+    if len(words) < 3 or not words[-1].isdigit():
+        return f"{region}-az{ord(letter) - ord('a') + 1}"
+    short = words[0] + "".join(_REGION_WORDS.get(word, word[:1]) for word in words[1:-1]) + words[-1]
+    return f"{short}-az{ord(letter) - ord('a') + 1}"
+
+
+def services_of(region: str) -> tuple[str, str]:
+    """``services/domain`` and ``services/partition`` for a region."""
+    if region.startswith("cn-"):
+        return "amazonaws.com.cn", "aws-cn"
+    if region.startswith("us-gov-"):
+        return "amazonaws.com", "aws-us-gov"
+    return "amazonaws.com", "aws"
+
+
+def tag_addressable(key: str) -> bool:
+    """Tags IMDS can show: a key with ``/`` or a space cannot be a path segment (real EC2 refuses to enable
+    instance metadata tags on such instances); ``.`` and ``..`` would be path navigation."""
+    return bool(key) and "/" not in key and " " not in key and key not in (".", "..")

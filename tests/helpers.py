@@ -52,9 +52,10 @@ class Server:
         self.port = free_port()
         self.imds_port = free_port()
         self.arm_port = free_port()
+        self.ec2_port = free_port()
         self.db = db or str(tmp_path / "forewarn.db")
         self.args = ["--db", self.db, "--port", str(self.port), "--imds-port", str(self.imds_port),
-                     "--arm-port", str(self.arm_port),
+                     "--arm-port", str(self.arm_port), "--ec2-port", str(self.ec2_port),
                      "--clock", clock, "--start", start.isoformat(), "--seed", "test"] + (extra or [])
         if fleet_text is not None:
             fleet_file = tmp_path / "fleet.yaml"
@@ -70,6 +71,10 @@ class Server:
     @property
     def arm(self) -> str:
         return f"http://127.0.0.1:{self.arm_port}"
+
+    @property
+    def ec2(self) -> str:
+        return f"http://127.0.0.1:{self.ec2_port}"
 
     @property
     def imds(self) -> str:

@@ -99,3 +99,17 @@ def test_ec2_metadata_over_http_with_imdsv2(tmp_path):
         assert requests.get(f"{server.imds}/latest/meta-data/instance-id").status_code == 404  # solo is Azure
     finally:
         server.stop()
+
+
+def test_boto3_against_the_real_server(server):
+    import boto3
+
+    client = boto3.client("ec2", endpoint_url=server.ec2, region_name="us-east-1", aws_access_key_id="x",
+                          aws_secret_access_key="y")
+    forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "1d")
+    statuses = client.describe_instance_status(InstanceIds=[EBS])["InstanceStatuses"]
+    [event] = statuses[0]["Events"]
+    assert event["Code"] == "system-reboot" and event["NotBefore"].isoformat() == "2026-04-21T22:11:58+00:00"
+    moved = client.modify_instance_event_start_time(InstanceId=EBS, InstanceEventId=event["InstanceEventId"],
+                                                    NotBefore="2026-04-22T10:00:00Z")["Event"]
+    assert moved["NotBefore"].isoformat() == "2026-04-22T10:00:00+00:00"

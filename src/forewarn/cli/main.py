@@ -102,6 +102,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--port", default=8170, show_default=True, help="Control API port.")
 @click.option("--arm-port", default=8171, show_default=True,
               help="Azure Resource Manager–shaped management API port, on --host (0: off).")
+@click.option("--ec2-port", default=8172, show_default=True,
+              help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).")
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
 @click.option("--imds-port", default=8169, show_default=True, help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
 @click.option("--clock", "clock_mode", type=click.Choice(MODES), default="real", show_default=True,
@@ -134,7 +136,7 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--health-entity", type=click.Choice(["arn", "instance-id"]), default="arn", show_default=True,
               help="What affectedEntities and resources carry: the instance ARN (current docs) or its id (older).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
-def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
+def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, ec2_imds_tokens, health_webhook, health_entity, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
@@ -171,7 +173,8 @@ def serve(fleet_source, db, host, port, arm_port, imds_host, imds_port, clock_mo
         service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules, outboxes=outboxes)
     except (FleetFileError, StoreError, FleetMismatch, CoreError) as error:
         _fail(str(error))
-    listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None)
+    listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None,
+                          ec2_api=(host, ec2_port) if ec2_port else None)
     try:
         ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
         _event_loop_runner()(run_server(service, listeners, settings, ec2_settings))

@@ -124,6 +124,7 @@ class Ec2State:
     spot_action_time: datetime | None = None
     rebalance_at: datetime | None = None
     move_on_start: bool = False  # instance-stop: the next start moves it to a new host
+    terminated_at: datetime | None = None
 
     @property
     def gone(self) -> bool:

@@ -425,11 +425,12 @@ class Ec2Commands:
         instance = self.ec2_instances[state.instance_id]
         if instance.auto_scaling_group is not None:
             state = replace(state, state=InstanceState.TERMINATED, impacted_by=None, impact_until=None,
-                            lifecycle_state="Terminated")
+                            lifecycle_state="Terminated", terminated_at=self.now)
             self.ec2_states[state.instance_id] = state
             return [Ec2StateChanged(state, "terminated", f"by {cause}; replaced by its Auto Scaling group")] + \
                 self._launch_replacement(instance, cause)
-        state = replace(state, state=to, impacted_by=None, impact_until=None, move_on_start=move_on_start)
+        state = replace(state, state=to, impacted_by=None, impact_until=None, move_on_start=move_on_start,
+                        terminated_at=self.now if to is InstanceState.TERMINATED else None)
         self.ec2_states[state.instance_id] = state
         return [Ec2StateChanged(state, to.value, f"by {cause}")]
 

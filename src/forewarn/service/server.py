@@ -23,6 +23,7 @@ from forewarn.service.runtime import Maintenance
 from forewarn.surfaces.azure_arm import create_arm_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
+from forewarn.surfaces.ec2_api import create_ec2_app
 from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings
 from forewarn.surfaces.http import Request
 from forewarn.surfaces.control import create_control_app
@@ -35,6 +36,7 @@ class Listeners:
     control: tuple[str, int]
     imds: tuple[str, int]
     arm: tuple[str, int] | None = None
+    ec2_api: tuple[str, int] | None = None
     vm_ports: dict[int, str] = field(default_factory=dict)
     vm_addresses: dict[str, str] = field(default_factory=dict)
 
@@ -118,11 +120,13 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
     management_sockets = [_listen(*listeners.control)]
-    if listeners.arm is not None:
-        management_sockets.append(_listen(*listeners.arm))
+    for extra in (listeners.arm, listeners.ec2_api):
+        if extra is not None:
+            management_sockets.append(_listen(*extra))
     imds_sockets = [_listen(*listeners.imds)]
     for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
-        taken = (listeners.imds[1], listeners.control[1], listeners.arm[1] if listeners.arm else None)
+        taken = (listeners.imds[1], listeners.control[1], listeners.arm[1] if listeners.arm else None,
+                 listeners.ec2_api[1] if listeners.ec2_api else None)
         if vm.imds_port is not None and vm.imds_port not in taken:
             try:
                 imds_sockets.append(_listen(listeners.imds[0], vm.imds_port))
@@ -142,6 +146,8 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     apps = {listeners.control[1]: create_control_app(service, imds=imds)}
     if listeners.arm is not None:
         apps[listeners.arm[1]] = create_arm_app(service)
+    if listeners.ec2_api is not None:
+        apps[listeners.ec2_api[1]] = create_ec2_app(service)
     return Built(ByPort(apps), management_sockets, imds, imds_sockets,
                  MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)))
 
@@ -201,6 +207,9 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
     lines.extend(reachable[:20])
     if len(reachable) > 20:
         lines.append(f"    ... and {len(reachable) - 20} more VMs (forewarn fleet lists them all)")
+    if listeners.ec2_api:
+        lines.append(f"  EC2 API       http://{listeners.ec2_api[0]}:{listeners.ec2_api[1]}   (boto3/aws CLI "
+                     "endpoint_url; docs/aws-api.md)")
     if fleet.ec2:
         lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
     lines.append(

@@ -171,7 +171,7 @@ def decode_ec2_event(text: str) -> Ec2Event:
     )
 
 
-_EC2_TIMES = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at")
+_EC2_TIMES = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at", "terminated_at")
 
 
 def encode_ec2_state(state: Ec2State) -> str:
@@ -186,7 +186,7 @@ def decode_ec2_state(text: str) -> Ec2State:
     data = json.loads(text)
     data["state"] = InstanceState(data["state"])
     for key in _EC2_TIMES:
-        data[key] = _parse_time(data[key])
+        data[key] = _parse_time(data.get(key))
     return Ec2State(**data)
 
 

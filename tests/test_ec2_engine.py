@@ -234,3 +234,26 @@ def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
     assert stop.not_before == T0 + timedelta(days=1, hours=5) and stop.not_after is None
     e.modify_window(window.window_id, cron="* 10-14 * * 4")
     assert e.ec2_events[event.event_id].not_before == event.not_before  # changing a window moves nothing
+
+
+def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
+    from forewarn.core.ec2_engine import NotificationAttributes
+    from forewarn.surfaces.aws_health import health_event
+
+    e = engine()
+    e.register_notification_attributes(keys=("Name",))
+    instance = e.ec2_instances[EBS]
+    assert e.notification_attributes.tags_of(instance) == {"Name": "db"}
+    [event] = schedule(e, "system-reboot", EBS)
+    message = health_event(event, instance, "scheduled", e.now, "s", "instance-id",
+                           e.notification_attributes.tags_of(instance))
+    assert message["detail"]["affectedEntities"][0]["tags"] == {"Name": "db"}
+    with pytest.raises(Invalid):
+        e.register_notification_attributes(include_all=True, keys=("x",))
+    e.deregister_notification_attributes()
+    assert e.notification_attributes == NotificationAttributes()
+    service = Maintenance.open(open_store(str(tmp_path / "n.db")), parse_fleet(FLEET), "manual", 1.0, T0, "s")
+    service.perform(lambda engine: engine.register_notification_attributes(include_all=True))
+    service.store.close()
+    again = Maintenance.open(open_store(str(tmp_path / "n.db")), None, "manual", 1.0, None, None)
+    assert again.engine.notification_attributes.include_all

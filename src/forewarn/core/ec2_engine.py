@@ -62,7 +62,26 @@ class Ec2WindowChanged:
     what: str
 
 
-Ec2Change = Union[Ec2EventChanged, Ec2StateChanged, Ec2WindowChanged]
+@dataclass(frozen=True)
+class NotificationAttributes:
+    """Which instance tags scheduled-event notifications carry (Register/DeregisterInstanceEventNotification-
+    Attributes; per Region in AWS, for the whole fleet here)."""
+
+    include_all: bool = False
+    keys: tuple[str, ...] = ()
+
+    def tags_of(self, instance: Ec2Instance) -> dict[str, str]:
+        if self.include_all:
+            return dict(instance.tags)
+        return {key: value for key, value in instance.tags.items() if key in self.keys}
+
+
+@dataclass(frozen=True)
+class Ec2NotificationAttributesChanged:
+    attributes: NotificationAttributes
+
+
+Ec2Change = Union[Ec2EventChanged, Ec2StateChanged, Ec2WindowChanged, Ec2NotificationAttributesChanged]
 
 
 @dataclass(frozen=True)
@@ -87,8 +106,9 @@ class Ec2Commands:
     ``ec2_events`` and the per-instance event order."""
 
     def _init_ec2(self: Engine, events: Iterable[Ec2Event], states: Iterable[Ec2State], created_at: datetime,
-                  windows: Iterable[EventWindow] = ()) -> None:
+                  windows: Iterable[EventWindow] = (), attributes: NotificationAttributes | None = None) -> None:
         self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in windows if w.state != "deleted"}
+        self.notification_attributes = attributes or NotificationAttributes()
         self.ec2_instances: dict[str, Ec2Instance] = dict(self.fleet.ec2)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
@@ -370,6 +390,33 @@ class Ec2Commands:
         )
         self.ec2_windows[window_id] = window
         return [Ec2WindowChanged(window, "disassociated")]
+
+    # ------------------------------------------------------------------------------ notification attributes
+    def register_notification_attributes(self: Engine, include_all: bool = False, keys: Iterable[str] = ()) -> list:
+        keys = tuple(keys)
+        if include_all and keys:
+            raise Invalid("give IncludeAllTagsOfInstance or tag keys, not both")
+        if not include_all and not keys:
+            raise Invalid("give IncludeAllTagsOfInstance=true or at least one tag key")
+        current = self.notification_attributes
+        updated = NotificationAttributes(True, ()) if include_all else NotificationAttributes(
+            current.include_all, tuple(dict.fromkeys(current.keys + keys)))
+        self.notification_attributes = updated
+        return [Ec2NotificationAttributesChanged(updated)]
+
+    def deregister_notification_attributes(self: Engine, include_all: bool = False, keys: Iterable[str] = ()
+                                           ) -> list:
+        """``include_all=False`` with no keys deregisters everything (reference 2.5)."""
+        keys = tuple(keys)
+        current = self.notification_attributes
+        if include_all:
+            updated = NotificationAttributes(False, current.keys)
+        elif not keys:
+            updated = NotificationAttributes()
+        else:
+            updated = NotificationAttributes(current.include_all, tuple(k for k in current.keys if k not in keys))
+        self.notification_attributes = updated
+        return [Ec2NotificationAttributesChanged(updated)]
 
     # ---------------------------------------------------------------------------------------------- deadlines
     def _ec2_stale(self: Engine, kind: str, target: str, at: datetime) -> bool:

@@ -19,7 +19,14 @@ from datetime import datetime, timedelta, timezone
 from typing import Iterable, Union
 
 from forewarn.core.ec2 import Ec2Event, Ec2State
-from forewarn.core.ec2_engine import Ec2Commands, Ec2EventChanged, Ec2StateChanged, Ec2WindowChanged
+from forewarn.core.ec2_engine import (
+    Ec2Commands,
+    Ec2EventChanged,
+    Ec2NotificationAttributesChanged,
+    Ec2StateChanged,
+    Ec2WindowChanged,
+    NotificationAttributes,
+)
 from forewarn.core.ec2_windows import EventWindow
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.fleet import VM, Fleet
@@ -85,7 +92,7 @@ class ScopeEnabled:
 
 Change = Union[
     EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged, ScopeEnabled, Ec2EventChanged,
-    Ec2StateChanged, Ec2WindowChanged,
+    Ec2StateChanged, Ec2WindowChanged, Ec2NotificationAttributesChanged,
 ]
 
 
@@ -138,6 +145,7 @@ class Engine(Ec2Commands):
         ec2_events: Iterable[Ec2Event] = (),
         ec2_states: Iterable[Ec2State] = (),
         ec2_windows: Iterable[EventWindow] = (),
+        notification_attributes: NotificationAttributes | None = None,
     ):
         self.fleet = fleet
         self.seed = seed
@@ -175,7 +183,7 @@ class Engine(Ec2Commands):
         for state in self.vm_states.values():
             if state.impact_until is not None:
                 self._push(state.impact_until, "recover", state.name)
-        self._init_ec2(ec2_events, ec2_states, created_at, ec2_windows)
+        self._init_ec2(ec2_events, ec2_states, created_at, ec2_windows, notification_attributes)
 
     # ----------------------------------------------------------------------------------------------- queries
     def incarnation(self, scope: str) -> int:

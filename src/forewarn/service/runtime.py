@@ -114,6 +114,7 @@ class Maintenance:
             state.ec2_events,
             state.ec2_states,
             state.ec2_windows,
+            state.notification_attributes,
         )
 
     # ----------------------------------------------------------------------------------------------- core

@@ -14,7 +14,13 @@ from typing import Any, Sequence
 
 from forewarn.core.clock import Clock
 from forewarn.core.ec2 import Ec2Event, Ec2State
-from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged, Ec2WindowChanged
+from forewarn.core.ec2_engine import (
+    Ec2EventChanged,
+    Ec2NotificationAttributesChanged,
+    Ec2StateChanged,
+    Ec2WindowChanged,
+    NotificationAttributes,
+)
 from forewarn.core.ec2_windows import EventWindow
 from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.core.model import Event
@@ -58,6 +64,7 @@ class StoredState:
     ec2_events: list[Ec2Event]
     ec2_states: list[Ec2State]  # instances whose state changed, and replacements Auto Scaling launched
     ec2_windows: list[EventWindow]
+    notification_attributes: NotificationAttributes | None
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,13 @@ class JournalEntry:
     kind: str
     event_id: str | None
     detail: dict
+
+
+def _attributes(text: str | None) -> NotificationAttributes | None:
+    if text is None:
+        return None
+    data = json.loads(text)
+    return NotificationAttributes(data["include_all"], tuple(data["keys"]))
 
 
 class SQLStore:
@@ -178,6 +192,7 @@ class SQLStore:
             ec2_events=ec2_events,
             ec2_states=ec2_states,
             ec2_windows=ec2_windows,
+            notification_attributes=_attributes(meta.get("ec2_notification_attributes")),
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -283,6 +298,11 @@ class SQLStore:
                     )
                     self._journal(cursor, now, f"instance {change.what}", None,
                                   {"instance": state.instance_id, "reason": change.reason})
+                elif isinstance(change, Ec2NotificationAttributesChanged):
+                    attributes = change.attributes
+                    self._put_meta(cursor, "ec2_notification_attributes",
+                                   json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)}))
+                    self._journal(cursor, now, "notification attributes", None, {})
                 elif isinstance(change, Ec2WindowChanged):
                     window = change.window
                     if window.state == "deleted":

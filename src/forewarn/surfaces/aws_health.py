@@ -49,7 +49,8 @@ def _rfc1123(moment: datetime) -> str:
     return format_datetime(moment, usegmt=True)
 
 
-def health_event(event: Ec2Event, instance: Ec2Instance, what: str, now: datetime, seed: str, entity: str) -> dict:
+def health_event(event: Ec2Event, instance: Ec2Instance, what: str, now: datetime, seed: str, entity: str,
+                 tags: dict[str, str] | None = None) -> dict:
     code = type_code(event, instance)
     status = STATUS_CODES[what]
     entity_value = instance.arn if entity == "arn" else instance.instance_id
@@ -68,7 +69,8 @@ def health_event(event: Ec2Event, instance: Ec2Instance, what: str, now: datetim
         "eventRegion": instance.region,
         "eventDescription": [{"language": "en_US", "latestDescription": event.shown_description}],
         "affectedEntities": [{"entityValue": entity_value, "lastUpdatedTime": _rfc1123(now),
-                              "status": "RESOLVED" if status == "closed" else "PENDING"}],
+                              "status": "RESOLVED" if status == "closed" else "PENDING",
+                              **({"tags": tags} if tags else {})}],
         "affectedAccount": instance.account_id,
         "page": "1",
         "totalPages": "1",
@@ -98,8 +100,10 @@ def health_outbox(settings: HealthSettings):
             if not isinstance(change, Ec2EventChanged) or change.what not in STATUS_CODES:
                 continue
             event = change.event
-            payload = json.dumps(health_event(event, engine.ec2_instances[event.instance_id], change.what,
-                                              engine.now, engine.seed, settings.entity))
+            instance = engine.ec2_instances[event.instance_id]
+            tags = engine.notification_attributes.tags_of(instance)  # registered tags only (reference 2.5)
+            payload = json.dumps(health_event(event, instance, change.what, engine.now, engine.seed,
+                                              settings.entity, tags))
             items.extend(Outgoing(target, payload, engine.now + settings.retry_for) for target in settings.targets)
         return items
 

@@ -257,3 +257,16 @@ def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "n.db")), None, "manual", 1.0, None, None)
     assert again.engine.notification_attributes.include_all
+
+
+def test_ids_that_are_not_events_are_never_reused_after_a_restart(tmp_path):
+    """Windows and replacement instances take sequence numbers too; a restart must not hand them out again."""
+    path = str(tmp_path / "seq.db")
+    service = Maintenance.open(open_store(path), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
+    [first] = service.perform(lambda e: e.create_window("a", (TimeRange("monday", 2, "monday", 8),)))
+    service.store.close()
+    again = Maintenance.open(open_store(path), None, "manual", 1.0, None, None)
+    [second] = again.perform(lambda e: e.create_window("b", (TimeRange("monday", 2, "monday", 8),)))
+    assert first.window.window_id != second.window.window_id
+    assert len(again.engine.ec2_windows) == 2
+    again.store.close()

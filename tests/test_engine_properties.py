@@ -180,7 +180,8 @@ def test_replay_and_restore_give_the_same_documents(sequence, cut):
     for index, command in enumerate(sequence):
         if index == cut:
             second = Engine(FLEET, "prop", second.now, events=second.events.values(), incarnations=second.incarnations,
-                            vm_states=second.vm_states.values(), policies=second.policies.values(), created_at=T0)
+                            vm_states=second.vm_states.values(), policies=second.policies.values(), created_at=T0,
+                            next_seq=second.next_seq)
         apply(first, command, created_first)
         apply(second, command, created_second)
         assert snapshot(first) == snapshot(second)

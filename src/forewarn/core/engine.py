@@ -146,6 +146,7 @@ class Engine(Ec2Commands):
         ec2_states: Iterable[Ec2State] = (),
         ec2_windows: Iterable[EventWindow] = (),
         notification_attributes: NotificationAttributes | None = None,
+        next_seq: int = 1,
     ):
         self.fleet = fleet
         self.seed = seed
@@ -184,6 +185,9 @@ class Engine(Ec2Commands):
             if state.impact_until is not None:
                 self._push(state.impact_until, "recover", state.name)
         self._init_ec2(ec2_events, ec2_states, created_at, ec2_windows, notification_attributes)
+        # Sequence numbers also name things that are not events (windows, replacement instances): the stored
+        # counter, not only the highest event, says which are taken.
+        self.next_seq = max(self.next_seq, next_seq)
 
     # ----------------------------------------------------------------------------------------------- queries
     def incarnation(self, scope: str) -> int:

@@ -115,6 +115,7 @@ class Maintenance:
             state.ec2_states,
             state.ec2_windows,
             state.notification_attributes,
+            state.next_seq,
         )
 
     # ----------------------------------------------------------------------------------------------- core
@@ -131,7 +132,7 @@ class Maintenance:
             try:
                 changes = command(self.engine)
                 outgoing = [item for derive in self._outboxes for item in derive(changes, self.engine)]
-                self.store.commit(changes, self.engine.now, clock, outgoing)
+                self.store.commit(changes, self.engine.now, clock, outgoing, self.engine.next_seq)
             except Exception as error:
                 # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
                 # the engine holding changes the database does not have: rebuild it from what was committed.

@@ -65,6 +65,7 @@ class StoredState:
     ec2_states: list[Ec2State]  # instances whose state changed, and replacements Auto Scaling launched
     ec2_windows: list[EventWindow]
     notification_attributes: NotificationAttributes | None
+    next_seq: int
 
 
 @dataclass(frozen=True)
@@ -193,6 +194,7 @@ class SQLStore:
             ec2_states=ec2_states,
             ec2_windows=ec2_windows,
             notification_attributes=_attributes(meta.get("ec2_notification_attributes")),
+            next_seq=int(meta.get("next_seq", "1")),
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -231,7 +233,12 @@ class SQLStore:
         )
 
     def commit(
-        self, changes: Sequence[Change], now: datetime, clock: Clock | None = None, outbox: Sequence[Outgoing] = ()
+        self,
+        changes: Sequence[Change],
+        now: datetime,
+        clock: Clock | None = None,
+        outbox: Sequence[Outgoing] = (),
+        next_seq: int | None = None,
     ) -> None:
         """Write one command's changes atomically, with the simulated time it left the engine at (TimeMoved
         changes need no row of their own: ``now`` is that time), and the deliveries they cause (outbox)."""
@@ -323,6 +330,8 @@ class SQLStore:
                         (change.scope, change.incarnation),
                     )
             self._put_meta(cursor, "now", now.isoformat())
+            if next_seq is not None:
+                self._put_meta(cursor, "next_seq", str(next_seq))
             if clock is not None:
                 self._put_meta(cursor, "clock", encode_clock(clock))
 

@@ -185,7 +185,8 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
     fleet = service.engine.fleet
     clock = service.clock
     lines = [
-        f"forewarn serving {len(fleet.vms)} VMs on {len(fleet.hosts)} hosts ({len(fleet.scopes)} scopes), "
+        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes) and {len(fleet.ec2)} EC2 "
+        f"instances on {len(fleet.hosts)} hosts, "
         f"store {service.store.description}, clock {clock.mode}"
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",

@@ -21,9 +21,11 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## make bench: IMDS GET throughput against nginx serving the same bytes (installs nginx and wrk with apt).
+## make bench: IMDS GET against nginx serving the same bytes (installs nginx and wrk with apt), and
+## DescribeInstanceStatus over 1,000 instances against moto (installs moto into the venv).
 bench: $(STAMP)
 	$(BIN)/python bench/imds_vs_nginx.py
+	$(BIN)/python bench/ec2_vs_moto.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import re
@@ -22,10 +23,12 @@ import pytest
 
 from forewarn.core.ec2 import Ec2Code
 from forewarn.core.ec2_engine import Ec2EventChanged, Ec2Request
+from forewarn.core.ec2_windows import TimeRange
 from forewarn.fleetfile import parse_fleet
 from forewarn.service.runtime import Maintenance
 from forewarn.store import open_store
-from forewarn.surfaces.ec2_api import NAMESPACE, availability_zone_id, create_ec2_app
+from forewarn.core.ec2 import availability_zone_id
+from forewarn.surfaces.ec2_api import NAMESPACE, create_ec2_app
 from helpers import T0, free_port
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
@@ -689,3 +692,742 @@ def test_aws_cli(ec2, tmp_path):
     refused = aws(ec2, tmp_path, "modify-instance-event-start-time", "--instance-id", EBS, "--instance-event-id",
                   event.event_id, "--not-before", "2026-04-20T22:30:00Z")
     assert refused.returncode != 0 and "(InvalidInstanceEventStartTime)" in refused.stderr
+
+
+# =================================================================================================== event windows
+HOSTED = "i-0a000000000000001"  # on a Dedicated Host
+TAGGED = "i-0a000000000000002"  # env=prod, team=web
+HOST = "h-0123456789abcdef0"
+WINDOW_FLEET = FLEET + f"""  - {{id: {HOSTED}, host: h1, dedicated_host: {HOST}}}
+  - {{id: {TAGGED}, host: h2, tags: {{env: prod, team: web}}}}
+"""
+WINDOW_ID = re.compile(r"^iew-[0-9a-f]{17}$")
+SATURDAY = dict(TimeRange_1_StartWeekDay="saturday", TimeRange_1_StartHour=2, TimeRange_1_EndWeekDay="saturday",
+                TimeRange_1_EndHour=8)
+US_EAST_1 = {"Authorization": "AWS4-HMAC-SHA256 Credential=x/20260420/us-east-1/ec2/aws4_request, "
+                              "SignedHeaders=host, Signature=0"}
+
+
+@pytest.fixture
+def wwire(tmp_path):
+    service = open_service(tmp_path / "windows.db", WINDOW_FLEET)
+    yield Wire(service)
+    service.store.close()
+
+
+def window_of(response: httpx.Response, action: str) -> ET.Element:
+    assert response.status_code == 200, response.text
+    root = ET.fromstring(response.content)
+    assert root.tag == f"{{{NAMESPACE}}}{action}Response"
+    assert names(root) == ["requestId", "instanceEventWindow"] and UUID.match(q(root, "requestId").text)
+    return q(root, "instanceEventWindow")
+
+
+def targets(window: ET.Element) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    target = q(window, "associationTarget")
+    assert names(target) == ["instanceIdSet", "tagSet", "dedicatedHostIdSet"]  # always all three
+    return ([item.text for item in q(target, "instanceIdSet")],
+            [(q(item, "key").text, q(item, "value").text) for item in q(target, "tagSet")],
+            [item.text for item in q(target, "dedicatedHostIdSet")])
+
+
+def create(wire: Wire, name: str = "w", **params) -> str:
+    """A new window: Saturdays 02:00-08:00 unless the parameters give a cron expression."""
+    schedule = {} if "CronExpression" in params else SATURDAY
+    window = window_of(wire.call("CreateInstanceEventWindow", Name=name, **schedule, **params),
+                       "CreateInstanceEventWindow")
+    return q(window, "instanceEventWindowId").text
+
+
+def described(wire: Wire, **params) -> list[ET.Element]:
+    response = wire.call("DescribeInstanceEventWindows", **params)
+    assert response.status_code == 200, response.text
+    return list(q(ET.fromstring(response.content), "instanceEventWindowSet"))
+
+
+def described_ids(wire: Wire, *filters, **params) -> list[str]:
+    for n, (name, *values) in enumerate(filters, 1):
+        params[f"Filter_{n}_Name"] = name
+        for m, value in enumerate(values, 1):
+            params[f"Filter_{n}_Value_{m}"] = value
+    return [q(item, "instanceEventWindowId").text for item in described(wire, **params)]
+
+
+def test_create_instance_event_window_wire_shape(wwire, tmp_path):
+    response = wwire.call("CreateInstanceEventWindow", Name="nightly", TimeRange_1_StartWeekDay="monday",
+                          TimeRange_1_StartHour=2, TimeRange_1_EndWeekDay="wednesday", TimeRange_1_EndHour=8,
+                          TimeRange_2_StartWeekDay="thursday", TimeRange_2_StartHour=2,
+                          TimeRange_2_EndWeekDay="friday", TimeRange_2_EndHour=8,
+                          TagSpecification_1_ResourceType="instance-event-window",
+                          TagSpecification_1_Tag_1_Key="K1", TagSpecification_1_Tag_1_Value="V1",
+                          TagSpecification_1_Tag_2_Key="empty")
+    assert response.headers["content-type"] == "text/xml;charset=UTF-8"
+    window = window_of(response, "CreateInstanceEventWindow")
+    assert names(window) == ["instanceEventWindowId", "timeRangeSet", "name", "associationTarget", "state", "tagSet"]
+    window_id = q(window, "instanceEventWindowId").text
+    assert WINDOW_ID.match(window_id)
+    assert [[child.text for child in item] for item in q(window, "timeRangeSet")] == [
+        ["monday", "2", "wednesday", "8"], ["thursday", "2", "friday", "8"]]
+    assert [names(item) for item in q(window, "timeRangeSet")] == [
+        ["startWeekDay", "startHour", "endWeekDay", "endHour"]] * 2
+    assert q(window, "name").text == "nightly" and q(window, "state").text == "creating"
+    assert targets(window) == ([], [], [])
+    assert [(q(i, "key").text, q(i, "value").text) for i in q(window, "tagSet")] == [("K1", "V1"), ("empty", None)]
+    stored = wwire.service.engine.ec2_windows[window_id]
+    assert stored.time_ranges == (TimeRange("monday", 2, "wednesday", 8), TimeRange("thursday", 2, "friday", 8))
+    assert stored.tags == (("K1", "V1"), ("empty", ""))
+    assert window_id in {w.window_id for w in wwire.service.store.load().ec2_windows}  # committed
+    # A cron window: no timeRangeSet; the name may be left out.
+    cron = window_of(wwire.call("CreateInstanceEventWindow", CronExpression="* 21-23 * * 2,3"),
+                     "CreateInstanceEventWindow")
+    assert names(cron) == ["instanceEventWindowId", "cronExpression", "associationTarget", "state", "tagSet"]
+    assert q(cron, "cronExpression").text == "* 21-23 * * 2,3" and list(q(cron, "tagSet")) == []
+
+
+def test_create_instance_event_window_refusals(wwire):
+    def refused(**params):
+        return error(wwire.call("CreateInstanceEventWindow", **params))
+
+    assert refused(Name="w") == ("MissingParameter", "The request must contain the parameter TimeRange or "
+                                                     "CronExpression")
+    assert refused(CronExpression="* 0-4 * * 1", **SATURDAY) == (
+        "InvalidParameterCombination", "The parameter TimeRange cannot be used with the parameter CronExpression")
+    partial = {key: value for key, value in SATURDAY.items() if key != "TimeRange_1_EndHour"}
+    assert refused(**partial) == ("MissingParameter", "The request must contain the parameter TimeRange.1.EndHour")
+    assert refused(**{**SATURDAY, "TimeRange_1_StartWeekDay": "Saturday"}) == (
+        "InvalidParameterValue", "Value (Saturday) for parameter TimeRange.1.StartWeekDay is invalid. Expecting one "
+        "of sunday, monday, tuesday, wednesday, thursday, friday, saturday.")
+    assert refused(**{**SATURDAY, "TimeRange_1_EndHour": "24"})[0] == "InvalidParameterValue"
+    assert refused(**{**SATURDAY, "TimeRange_1_EndHour": "eight"})[0] == "InvalidParameterValue"
+    assert refused(**{**SATURDAY, "TimeRange_1_EndHour": "3"}) == (
+        "InvalidParameterValue", "each time range of an event window must be at least 2 hours")
+    assert refused(**{**SATURDAY, "TimeRange_1_EndHour": "5"}) == (
+        "InvalidParameterValue", "the time ranges of an event window must add up to at least 4 hours")
+    assert refused(CronExpression="0 0-4 * * 1")[0] == "InvalidParameterValue"  # minutes must be *
+    assert refused(CronExpression="* 21-23 * * 2") == (
+        "InvalidParameterValue", "Invalid cron expression '* 21-23 * * 2': the window must add up to at least 4 hours")
+    assert refused(TagSpecification_1_ResourceType="instance", TagSpecification_1_Tag_1_Key="k", **SATURDAY) == (
+        "InvalidParameterValue", "'instance' is not a valid taggable resource type for this operation.")
+    assert refused(TagSpecification_1_Tag_1_Key="k", **SATURDAY) == (
+        "MissingParameter", "The request must contain the parameter TagSpecification.1.ResourceType")
+    assert refused(TagSpecification_1_ResourceType="instance-event-window", TagSpecification_1_Tag_1_Key="aws:x",
+                   **SATURDAY) == ("InvalidParameterValue",
+                                   "Tag keys starting with 'aws:' are reserved for internal use")
+    assert refused(TagSpecification_1_ResourceType="instance-event-window", TagSpecification_1_Tag_1_Value="v",
+                   **SATURDAY)[0] == "MissingParameter"
+    assert refused(TimeRanges_1_StartHour=2, **SATURDAY) == (
+        "UnknownParameter", "The parameter TimeRanges.1.StartHour is not recognized")
+    assert error(wwire.call("CreateInstanceEventWindow", DryRun="true", **SATURDAY), 412)[0] == "DryRunOperation"
+    assert wwire.service.engine.ec2_windows == {}  # nothing was created
+    for n in range(200):
+        wwire.service.perform(lambda engine: engine.create_window(f"w{n}", (TimeRange("sunday", 0, "sunday", 4),)))
+    assert refused(**SATURDAY) == ("InvalidParameterValue", "at most 200 event windows per Region")
+
+
+def test_associate_and_disassociate_on_the_wire(wwire):
+    window_id = create(wwire)
+    other = create(wwire, "other")
+
+    def associate(**target):
+        return wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=window_id, **target)
+
+    window = window_of(associate(AssociationTarget_InstanceId_1=EBS, AssociationTarget_InstanceId_2=STORE,
+                                 AssociationTarget_InstanceId_3=EBS), "AssociateInstanceEventWindow")
+    assert q(window, "state").text == "creating" and targets(window) == ([EBS, STORE], [], [])
+    assert names(window) == ["instanceEventWindowId", "timeRangeSet", "name", "associationTarget", "state", "tagSet"]
+    # One kind of target per window; a target in one window only; instances on a Dedicated Host go by their host.
+    assert error(associate(AssociationTarget_InstanceTag_1_Key="env", AssociationTarget_InstanceTag_1_Value="prod")) \
+        == ("InvalidParameterCombination", f"event window {window_id} already has targets of another kind; a window "
+            "has one kind of target")
+    assert error(associate(AssociationTarget_InstanceId_1=ASG, AssociationTarget_DedicatedHostId_1=HOST))[0] == \
+        "InvalidParameterCombination"
+    assert error(wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=other,
+                            AssociationTarget_InstanceId_1=EBS)) == (
+        "InvalidParameterValue", f"{EBS} is already associated with event window {window_id}; a target belongs to one "
+        "window only")
+    assert error(associate(AssociationTarget_InstanceId_1=HOSTED)) == (
+        "InvalidParameterValue", f"instance {HOSTED} is on a Dedicated Host; associate the host instead")
+    assert error(associate(AssociationTarget_InstanceId_1="i-0eeeeeeeeeeeeeee5")) == (
+        "InvalidInstanceID.NotFound", "The instance ID 'i-0eeeeeeeeeeeeeee5' does not exist")
+    assert error(associate(AssociationTarget_InstanceId_1="web-1")) == ("InvalidInstanceID.Malformed",
+                                                                        'Invalid id: "web-1"')
+    assert error(wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=window_id, headers=US_EAST_1,
+                            AssociationTarget_InstanceId_1=WEST))[0] == "InvalidInstanceID.NotFound"  # other region
+    assert error(wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=other,
+                            AssociationTarget_DedicatedHostId_1="h-0fffffffffffffff0")) == (
+        "InvalidHostID.NotFound", "The host ID 'h-0fffffffffffffff0' does not exist")
+    assert error(associate()) == ("MissingParameter", "The request must contain the parameter AssociationTarget")
+    assert error(wwire.call("AssociateInstanceEventWindow", AssociationTarget_InstanceId_1=EBS)) == (
+        "MissingParameter", "The request must contain the parameter InstanceEventWindowId")
+    assert error(wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId="iew-0123456789abcdef0",
+                            AssociationTarget_InstanceId_1=EBS)) == (
+        "InvalidInstanceEventWindowId.NotFound", "The event window ID 'iew-0123456789abcdef0' does not exist")
+    assert error(associate(AssociationTarget_InstanceTag_1_Value="prod")) == (
+        "MissingParameter", "The request must contain the parameter AssociationTarget.InstanceTag.1.Key")
+    assert error(associate(AssociationTarget_InstanceId_1=ASG, DryRun="true"), 412)[0] == "DryRunOperation"
+    assert wwire.service.engine.ec2_windows[window_id].instance_ids == (EBS, STORE)  # refusals changed nothing
+    # Tags (the request's InstanceTag is the answer's tagSet) and hosts, on the other window.
+    tagged = window_of(wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=other,
+                                  AssociationTarget_InstanceTag_1_Key="env",
+                                  AssociationTarget_InstanceTag_1_Value="prod",
+                                  AssociationTarget_InstanceTag_2_Key="team",
+                                  AssociationTarget_InstanceTag_2_Value="web"), "AssociateInstanceEventWindow")
+    assert targets(tagged) == ([], [("env", "prod"), ("team", "web")], [])
+    untagged = window_of(wwire.call("DisassociateInstanceEventWindow", InstanceEventWindowId=other,
+                                    AssociationTarget_InstanceTag_1_Key="env",
+                                    AssociationTarget_InstanceTag_1_Value="prod"), "DisassociateInstanceEventWindow")
+    assert targets(untagged) == ([], [("team", "web")], []) and q(untagged, "state").text == "creating"
+    window = window_of(wwire.call("DisassociateInstanceEventWindow", InstanceEventWindowId=window_id,
+                                  AssociationTarget_InstanceId_1=EBS), "DisassociateInstanceEventWindow")
+    assert targets(window) == ([STORE], [], [])
+    assert error(wwire.call("DisassociateInstanceEventWindow", InstanceEventWindowId=window_id)) == (
+        "MissingParameter", "The request must contain the parameter AssociationTarget")
+    assert error(wwire.call("DisassociateInstanceEventWindow", InstanceEventWindowId=window_id,
+                            AssociationTarget_InstanceId_1=STORE, DryRun="true"), 412)[0] == "DryRunOperation"
+    third = create(wwire, "hosts")
+    hosted = window_of(wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=third,
+                                  AssociationTarget_DedicatedHostId_1=HOST), "AssociateInstanceEventWindow")
+    assert targets(hosted) == ([], [], [HOST])
+
+
+def test_modify_and_delete_on_the_wire(wwire):
+    window_id = create(wwire)
+    modified = window_of(wwire.call("ModifyInstanceEventWindow", InstanceEventWindowId=window_id, Name="n2",
+                                    CronExpression="* 0-4,20-23 * * 1,5"), "ModifyInstanceEventWindow")
+    assert names(modified) == ["instanceEventWindowId", "name", "cronExpression", "associationTarget", "state",
+                               "tagSet"]  # the cron replaced the time ranges
+    assert (q(modified, "name").text, q(modified, "state").text) == ("n2", "creating")
+    back = window_of(wwire.call("ModifyInstanceEventWindow", InstanceEventWindowId=window_id, **SATURDAY),
+                     "ModifyInstanceEventWindow")
+    assert q(back, "cronExpression") is None and q(back, "name").text == "n2"  # the name stays
+    assert error(wwire.call("ModifyInstanceEventWindow", InstanceEventWindowId=window_id, CronExpression="* 0-4 * * *",
+                            **SATURDAY))[0] == "InvalidParameterCombination"
+    assert error(wwire.call("ModifyInstanceEventWindow", InstanceEventWindowId=window_id,
+                            CronExpression="* 0-1 * * *"))[0] == "InvalidParameterValue"
+    assert error(wwire.call("ModifyInstanceEventWindow", Name="x")) == (
+        "MissingParameter", "The request must contain the parameter InstanceEventWindowId")
+    assert error(wwire.call("ModifyInstanceEventWindow", InstanceEventWindowId="iew-00000000000000000", Name="x")) \
+        == ("InvalidInstanceEventWindowId.NotFound", "The event window ID 'iew-00000000000000000' does not exist")
+    assert error(wwire.call("ModifyInstanceEventWindow", InstanceEventWindowId=window_id, Name="dry", DryRun="true"),
+                 412)[0] == "DryRunOperation"
+    assert wwire.service.engine.ec2_windows[window_id].name == "n2"
+    # Delete: with targets only with ForceDelete; the answer says deleting; then the window is gone.
+    wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=window_id, AssociationTarget_InstanceId_1=EBS)
+    assert error(wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id)) == (
+        "InvalidParameterValue", f"event window {window_id} has associated targets; delete it with ForceDelete")
+    assert error(wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id, ForceDelete="true",
+                            DryRun="true"), 412)[0] == "DryRunOperation"
+    response = wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id, ForceDelete="true")
+    assert response.status_code == 200, response.text
+    root = ET.fromstring(response.content)
+    assert names(root) == ["requestId", "instanceEventWindowState"]
+    assert names(q(root, "instanceEventWindowState")) == ["instanceEventWindowId", "state"]
+    assert [c.text for c in q(root, "instanceEventWindowState")] == [window_id, "deleting"]
+    assert window_id not in wwire.service.engine.ec2_windows
+    assert window_id not in {w.window_id for w in wwire.service.store.load().ec2_windows}
+    assert error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowId_1=window_id))[0] == \
+        "InvalidInstanceEventWindowId.NotFound"
+    assert error(wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id))[0] == \
+        "InvalidInstanceEventWindowId.NotFound"
+    assert error(wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id, ForceDelete="yes"))[0] == \
+        "InvalidParameterValue"
+
+
+def test_describe_instance_event_windows_and_filters(wwire):
+    by_id = create(wwire, "by-id", TagSpecification_1_ResourceType="instance-event-window",
+                   TagSpecification_1_Tag_1_Key="Owner", TagSpecification_1_Tag_1_Value="CMX")
+    by_tag = create(wwire, "by-tag", CronExpression="* 21-23 * * 2,3")
+    by_host = create(wwire, "by-host", TagSpecification_1_ResourceType="instance-event-window",
+                     TagSpecification_1_Tag_1_Key="Owner", TagSpecification_1_Tag_1_Value="ops")
+    for window_id, target in ((by_id, {"AssociationTarget_InstanceId_1": TAGGED}),
+                              (by_tag, {"AssociationTarget_InstanceTag_1_Key": "env",
+                                        "AssociationTarget_InstanceTag_1_Value": "prod"}),
+                              (by_host, {"AssociationTarget_DedicatedHostId_1": HOST})):
+        assert wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=window_id, **target).status_code == 200
+    everything = sorted([by_id, by_tag, by_host])
+    items = described(wwire)
+    assert [q(item, "instanceEventWindowId").text for item in items] == everything  # sorted by ID
+    shown = {q(item, "instanceEventWindowId").text: item for item in items}
+    assert {q(item, "state").text for item in items} == {"active"}
+    assert names(shown[by_tag]) == ["instanceEventWindowId", "name", "cronExpression", "associationTarget", "state",
+                                    "tagSet"]
+    assert targets(shown[by_tag]) == ([], [("env", "prod")], []) and list(q(shown[by_tag], "tagSet")) == []
+    root = ET.fromstring(wwire.call("DescribeInstanceEventWindows").content)
+    assert names(root) == ["requestId", "instanceEventWindowSet"]  # one page: no nextToken
+    # By ID.
+    assert described_ids(wwire, InstanceEventWindowId_1=by_host, InstanceEventWindowId_2=by_id,
+                         InstanceEventWindowId_3=by_host) == sorted([by_id, by_host])
+    assert error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowId_1="iew-00000000000000000")) == (
+        "InvalidInstanceEventWindowId.NotFound", "The event window ID 'iew-00000000000000000' does not exist")
+    assert error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowId_1="iew-00000000000000000",
+                            InstanceEventWindowId_2=by_id, InstanceEventWindowId_3="nope")) == (
+        "InvalidInstanceEventWindowId.NotFound", "The event window IDs 'iew-00000000000000000, nope' do not exist")
+    # Filters.
+    assert described_ids(wwire, ("dedicated-host-id", HOST)) == [by_host]
+    assert described_ids(wwire, ("event-window-name", "by-id", "by-tag")) == sorted([by_id, by_tag])
+    assert described_ids(wwire, ("event-window-name", "by-*")) == everything
+    assert described_ids(wwire, ("instance-id", TAGGED)) == [by_id]  # direct association wins
+    assert described_ids(wwire, ("instance-id", HOSTED)) == [by_host]  # indirect: through its Dedicated Host
+    assert described_ids(wwire, ("instance-id", EBS)) == []
+    assert described_ids(wwire, ("instance-id", "i-0a00000000000000?")) == sorted([by_id, by_host])
+    assert described_ids(wwire, ("instance-tag", "env=prod")) == [by_tag]
+    assert described_ids(wwire, ("instance-tag-key", "env")) == [by_tag]
+    assert described_ids(wwire, ("instance-tag-value", "prod")) == [by_tag]
+    assert described_ids(wwire, ("tag:Owner", "CMX")) == [by_id]
+    assert described_ids(wwire, ("tag:Owner", "CMX", "ops")) == sorted([by_id, by_host])
+    assert described_ids(wwire, ("tag-key", "Owner"), ("tag-value", "ops")) == [by_host]  # AND between filters
+    assert described_ids(wwire, ("tag-value", "CMX"), InstanceEventWindowId_1=by_host) == []
+    # Once the window taking TAGGED by ID lets it go, TAGGED falls back to the window of its tag.
+    wwire.call("DisassociateInstanceEventWindow", InstanceEventWindowId=by_id, AssociationTarget_InstanceId_1=TAGGED)
+    assert described_ids(wwire, ("instance-id", TAGGED)) == [by_tag]
+    for name in ("tag:", "instance-state-name", "Tag-Key"):
+        assert error(wwire.call("DescribeInstanceEventWindows", Filter_1_Name=name, Filter_1_Value_1="x")) == (
+            "InvalidParameterValue", f"The filter '{name}' is invalid")
+    assert error(wwire.call("DescribeInstanceEventWindows", DryRun="true"), 412)[0] == "DryRunOperation"
+    assert error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowIds_1=by_id))[0] == "UnknownParameter"
+
+
+def test_describe_instance_event_windows_paging(wwire):
+    for n in range(45):
+        wwire.service.perform(lambda engine: engine.create_window(f"w{n:02}", (TimeRange("sunday", 0, "sunday", 4),)))
+    everything = sorted(wwire.service.engine.ec2_windows)
+    for value, message in (("19", "Value ( 19 ) for parameter maxResults is invalid. Expecting a value from 20 to "
+                                  "500."),
+                           ("501", "Value ( 501 ) for parameter maxResults is invalid. Expecting a value from 20 to "
+                                   "500."),
+                           ("x", "Value (x) for parameter maxResults is invalid. Expecting an integer.")):
+        assert error(wwire.call("DescribeInstanceEventWindows", MaxResults=value)) == ("InvalidParameterValue", message)
+    assert error(wwire.call("DescribeInstanceEventWindows", MaxResults=20, InstanceEventWindowId_1=everything[0])) == (
+        "InvalidParameterCombination",
+        "The parameter instanceEventWindowIdSet cannot be used with the parameter maxResults")
+    seen, token, pages = [], None, []
+    while True:
+        params = {"MaxResults": 20} if token is None else {"MaxResults": 20, "NextToken": token}
+        root = ET.fromstring(wwire.call("DescribeInstanceEventWindows", **params).content)
+        page = [q(item, "instanceEventWindowId").text for item in q(root, "instanceEventWindowSet")]
+        pages.append(len(page))
+        seen += page
+        token = q(root, "nextToken").text if q(root, "nextToken") is not None else None
+        if token is None:
+            break
+    assert pages == [20, 20, 5] and seen == everything
+    first = ET.fromstring(wwire.call("DescribeInstanceEventWindows", MaxResults=20).content)
+    token = q(first, "nextToken").text
+    assert q(ET.fromstring(wwire.call("DescribeInstanceEventWindows", MaxResults=20).content), "nextToken").text == \
+        token  # stable
+    assert error(wwire.call("DescribeInstanceEventWindows", MaxResults=20, NextToken=token + "x")) == (
+        "InvalidNextToken", "The specified NextToken is not valid.")
+    assert error(wwire.call("DescribeInstanceEventWindows", NextToken=token, Filter_1_Name="event-window-name",
+                            Filter_1_Value_1="w*"))[0] == "InvalidNextToken"  # another query's token
+    status_token = q(ET.fromstring(wwire.call(MaxResults=5).content), "nextToken").text
+    assert error(wwire.call("DescribeInstanceEventWindows", NextToken=status_token))[0] == "InvalidNextToken"
+    # A filtered query pages over what matches.
+    assert described_ids(wwire, ("event-window-name", "w4*"), MaxResults=500) == \
+        sorted(w for w in everything if wwire.service.engine.ec2_windows[w].name.startswith("w4"))
+
+
+# -------------------------------------------------------------------------------------- notification attributes
+def attributes_of(response: httpx.Response, action: str) -> tuple[list[str], str]:
+    assert response.status_code == 200, response.text
+    root = ET.fromstring(response.content)
+    assert root.tag == f"{{{NAMESPACE}}}{action}Response" and names(root) == ["requestId", "instanceTagAttribute"]
+    attribute = q(root, "instanceTagAttribute")
+    assert names(attribute) == ["instanceTagKeySet", "includeAllTagsOfInstance"]
+    return [item.text for item in q(attribute, "instanceTagKeySet")], q(attribute, "includeAllTagsOfInstance").text
+
+
+def test_event_notification_attributes_on_the_wire(wwire):
+    describe = "DescribeInstanceEventNotificationAttributes"
+    register = "RegisterInstanceEventNotificationAttributes"
+    deregister = "DeregisterInstanceEventNotificationAttributes"
+    assert attributes_of(wwire.call(describe), describe) == ([], "false")
+    assert "<instanceTagKeySet/>" in wwire.call(describe).text
+    assert attributes_of(wwire.call(register, InstanceTagAttribute_InstanceTagKey_1="owner",
+                                    InstanceTagAttribute_InstanceTagKey_2="project",
+                                    InstanceTagAttribute_IncludeAllTagsOfInstance="false"), register) == \
+        (["owner", "project"], "false")
+    assert attributes_of(wwire.call(register, InstanceTagAttribute_InstanceTagKey_1="team"), register) == \
+        (["owner", "project", "team"], "false")
+    assert attributes_of(wwire.call(describe), describe) == (["owner", "project", "team"], "false")
+    assert attributes_of(wwire.call(deregister, InstanceTagAttribute_InstanceTagKey_1="project"), deregister) == \
+        (["owner", "team"], "false")
+    assert wwire.service.store.load().notification_attributes.keys == ("owner", "team")  # committed
+    assert error(wwire.call(register, InstanceTagAttribute_IncludeAllTagsOfInstance="true",
+                            InstanceTagAttribute_InstanceTagKey_1="x")) == (
+        "InvalidParameterCombination",
+        "The parameter IncludeAllTagsOfInstance=true cannot be used with the parameter InstanceTagKey")
+    assert error(wwire.call(register)) == ("MissingParameter",
+                                           "The request must contain the parameter InstanceTagAttribute")
+    assert error(wwire.call(register, InstanceTagAttribute_IncludeAllTagsOfInstance="false"))[0] == \
+        "InvalidParameterValue"
+    assert error(wwire.call(register, InstanceTagAttribute_InstanceTagKey_1=""))[0] == "InvalidParameterValue"
+    assert error(wwire.call(register, InstanceTagAttribute_IncludeAllTagsOfInstance="maybe"))[0] == \
+        "InvalidParameterValue"
+    assert error(wwire.call(deregister)) == ("MissingParameter",
+                                             "The request must contain the parameter InstanceTagAttribute")
+    assert error(wwire.call(register, InstanceTagKey_1="x")) == (
+        "UnknownParameter", "The parameter InstanceTagKey.1 is not recognized")
+    for action, params in ((register, {"InstanceTagAttribute_InstanceTagKey_1": "x"}),
+                           (deregister, {"InstanceTagAttribute_IncludeAllTagsOfInstance": "false"}), (describe, {})):
+        assert error(wwire.call(action, DryRun="true", **params), 412)[0] == "DryRunOperation"
+    assert attributes_of(wwire.call(describe), describe) == (["owner", "team"], "false")  # dry runs changed nothing
+    assert attributes_of(wwire.call(register, InstanceTagAttribute_IncludeAllTagsOfInstance="true"), register) == \
+        ([], "true")
+    assert attributes_of(wwire.call(deregister, InstanceTagAttribute_IncludeAllTagsOfInstance="true"), deregister) \
+        == ([], "false")
+    wwire.call(register, InstanceTagAttribute_InstanceTagKey_1="a", InstanceTagAttribute_InstanceTagKey_2="b")
+    # IncludeAllTagsOfInstance=false deregisters every key (reference 2.5).
+    assert attributes_of(wwire.call(deregister, InstanceTagAttribute_IncludeAllTagsOfInstance="false"), deregister) \
+        == ([], "false")
+
+
+# ---------------------------------------------------------------------------------------- windows through boto3
+@pytest.fixture
+def wec2(tmp_path):
+    import boto3  # noqa: F401
+
+    service = open_service(tmp_path / "boto-windows.db", WINDOW_FLEET)
+    server = Ec2Server(service).start()
+    yield server
+    server.stop()
+    service.store.close()
+
+
+def test_boto3_window_places_a_scheduled_reboot(wec2):
+    client = wec2.client()
+    created = client.create_instance_event_window(
+        Name="weekend", TimeRanges=[{"StartWeekDay": "saturday", "StartHour": 2, "EndWeekDay": "saturday",
+                                     "EndHour": 8}],
+        TagSpecifications=[{"ResourceType": "instance-event-window", "Tags": [{"Key": "K1", "Value": "V1"}]}],
+    )["InstanceEventWindow"]
+    window_id = created["InstanceEventWindowId"]
+    assert created == {"InstanceEventWindowId": window_id, "Name": "weekend", "State": "creating",
+                       "TimeRanges": [{"StartWeekDay": "saturday", "StartHour": 2, "EndWeekDay": "saturday",
+                                       "EndHour": 8}],
+                       "AssociationTarget": {"InstanceIds": [], "Tags": [], "DedicatedHostIds": []},
+                       "Tags": [{"Key": "K1", "Value": "V1"}]}
+    associated = client.associate_instance_event_window(InstanceEventWindowId=window_id,
+                                                        AssociationTarget={"InstanceIds": [EBS]})
+    assert associated["InstanceEventWindow"]["AssociationTarget"] == {"InstanceIds": [EBS], "Tags": [],
+                                                                      "DedicatedHostIds": []}
+    assert associated["InstanceEventWindow"]["State"] == "creating"
+    wec2.service.perform(lambda e: e.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,),
+                                                             notice=timedelta(hours=1))))
+    [event] = statuses(client, InstanceIds=[EBS])[EBS]["Events"]
+    assert T0.weekday() == 0  # Monday 2026-04-20 22:11:58: the next window opens Saturday 02:00
+    assert event["NotBefore"] == datetime(2026, 4, 25, 2, tzinfo=timezone.utc)
+    assert event["NotBefore"].weekday() == 5 and 2 <= event["NotBefore"].hour < 8
+    assert event["NotAfter"] == datetime(2026, 4, 25, 4, tzinfo=timezone.utc)  # within the window's 08:00
+    [shown] = client.describe_instance_event_windows(InstanceEventWindowIds=[window_id])["InstanceEventWindows"]
+    assert shown["State"] == "active" and shown["AssociationTarget"]["InstanceIds"] == [EBS]
+
+
+def test_boto3_event_window_actions_and_errors(wec2):
+    from botocore.exceptions import ParamValidationError
+
+    client = wec2.client()
+    cron = client.create_instance_event_window(Name="cron", CronExpression="* 21-23 * * 2,3")["InstanceEventWindow"]
+    assert cron["CronExpression"] == "* 21-23 * * 2,3" and "TimeRanges" not in cron
+    window_id = cron["InstanceEventWindowId"]
+    modified = client.modify_instance_event_window(InstanceEventWindowId=window_id, Name="n2",
+                                                   CronExpression="* 0-4,20-23 * * 1,5")["InstanceEventWindow"]
+    assert (modified["Name"], modified["CronExpression"], modified["State"]) == ("n2", "* 0-4,20-23 * * 1,5",
+                                                                                 "creating")
+    tagged = client.associate_instance_event_window(
+        InstanceEventWindowId=window_id, AssociationTarget={"InstanceTags": [{"Key": "env", "Value": "prod"}]})
+    assert tagged["InstanceEventWindow"]["AssociationTarget"] == {
+        "InstanceIds": [], "Tags": [{"Key": "env", "Value": "prod"}], "DedicatedHostIds": []}
+    hosts = client.create_instance_event_window(Name="hosts", CronExpression="* 0-4 * * 0,6")["InstanceEventWindow"]
+    client.associate_instance_event_window(InstanceEventWindowId=hosts["InstanceEventWindowId"],
+                                           AssociationTarget={"DedicatedHostIds": [HOST]})
+
+    def code(call, **kwargs):
+        return client_error(call, **kwargs)["Error"]
+
+    assert code(client.describe_instance_event_windows, InstanceEventWindowIds=["iew-00000000000000000"]) == {
+        "Code": "InvalidInstanceEventWindowId.NotFound",
+        "Message": "The event window ID 'iew-00000000000000000' does not exist"}
+    assert code(client.associate_instance_event_window, InstanceEventWindowId=window_id,
+                AssociationTarget={"InstanceIds": [EBS]})["Code"] == "InvalidParameterCombination"
+    assert code(client.create_instance_event_window, Name="x", CronExpression="* 0-4 * * 1",
+                TimeRanges=[{"StartWeekDay": "monday", "StartHour": 0, "EndWeekDay": "monday", "EndHour": 4}]
+                )["Code"] == "InvalidParameterCombination"
+    assert code(client.associate_instance_event_window, InstanceEventWindowId=hosts["InstanceEventWindowId"],
+                AssociationTarget={"DedicatedHostIds": ["h-0fffffffffffffff0"]}) == {
+        "Code": "InvalidHostID.NotFound", "Message": "The host ID 'h-0fffffffffffffff0' does not exist"}
+    empty = client.create_instance_event_window(Name="e", CronExpression="* 0-4 * * 2")["InstanceEventWindow"]
+    assert code(client.associate_instance_event_window, InstanceEventWindowId=empty["InstanceEventWindowId"],
+                AssociationTarget={"InstanceIds": ["i-0eeeeeeeeeeeeeee5"]}) == {
+        "Code": "InvalidInstanceID.NotFound", "Message": "The instance ID 'i-0eeeeeeeeeeeeeee5' does not exist"}
+    assert code(client.associate_instance_event_window, InstanceEventWindowId=empty["InstanceEventWindowId"],
+                AssociationTarget={"InstanceIds": [WEST]})["Code"] == "InvalidInstanceID.NotFound"  # us-west-2
+    assert code(client.create_instance_event_window, Name="x", CronExpression="* 0-1 * * *")["Code"] == \
+        "InvalidParameterValue"
+    assert code(client.delete_instance_event_window, InstanceEventWindowId=window_id)["Code"] == \
+        "InvalidParameterValue"  # targets: ForceDelete needed
+    with pytest.raises(ParamValidationError):  # botocore checks MaxResults' range itself
+        client.describe_instance_event_windows(MaxResults=19)
+    for call, kwargs in ((client.create_instance_event_window, {"CronExpression": "* 0-4 * * 1,2"}),
+                         (client.modify_instance_event_window, {"InstanceEventWindowId": window_id, "Name": "x"}),
+                         (client.delete_instance_event_window, {"InstanceEventWindowId": window_id}),
+                         (client.describe_instance_event_windows, {}),
+                         (client.associate_instance_event_window,
+                          {"InstanceEventWindowId": window_id,
+                           "AssociationTarget": {"InstanceTags": [{"Key": "team", "Value": "web"}]}}),
+                         (client.disassociate_instance_event_window,
+                          {"InstanceEventWindowId": window_id,
+                           "AssociationTarget": {"InstanceTags": [{"Key": "env", "Value": "prod"}]}})):
+        error = client_error(call, DryRun=True, **kwargs)
+        assert error["Error"]["Code"] == "DryRunOperation" and error["ResponseMetadata"]["HTTPStatusCode"] == 412
+    # Filters and paging through boto3.
+    found = client.describe_instance_event_windows(Filters=[{"Name": "instance-id", "Values": [TAGGED, HOSTED]}])
+    assert sorted(w["InstanceEventWindowId"] for w in found["InstanceEventWindows"]) == \
+        sorted([window_id, hosts["InstanceEventWindowId"]])
+    for n in range(30):
+        client.create_instance_event_window(Name=f"bulk{n}", CronExpression="* 0-4 * * 1,2")
+    pages = list(client.get_paginator("describe_instance_event_windows").paginate(PaginationConfig={"PageSize": 20}))
+    assert [len(page["InstanceEventWindows"]) for page in pages] == [20, 13]
+    listed = [w["InstanceEventWindowId"] for page in pages for w in page["InstanceEventWindows"]]
+    assert listed == sorted(wec2.service.engine.ec2_windows)
+    # Disassociate, then delete: deleting, and gone.
+    untied = client.disassociate_instance_event_window(
+        InstanceEventWindowId=window_id, AssociationTarget={"InstanceTags": [{"Key": "env", "Value": "prod"}]})
+    assert untied["InstanceEventWindow"]["AssociationTarget"] == {"InstanceIds": [], "Tags": [],
+                                                                  "DedicatedHostIds": []}
+    deleted = client.delete_instance_event_window(InstanceEventWindowId=window_id)
+    assert deleted["InstanceEventWindowState"] == {"InstanceEventWindowId": window_id, "State": "deleting"}
+    assert code(client.describe_instance_event_windows, InstanceEventWindowIds=[window_id])["Code"] == \
+        "InvalidInstanceEventWindowId.NotFound"
+    forced = client.delete_instance_event_window(InstanceEventWindowId=hosts["InstanceEventWindowId"],
+                                                 ForceDelete=True)
+    assert forced["InstanceEventWindowState"]["State"] == "deleting"
+
+
+def test_boto3_event_notification_attributes(wec2):
+    client = wec2.client()
+    assert client.describe_instance_event_notification_attributes()["InstanceTagAttribute"] == {
+        "InstanceTagKeys": [], "IncludeAllTagsOfInstance": False}
+    registered = client.register_instance_event_notification_attributes(
+        InstanceTagAttribute={"IncludeAllTagsOfInstance": False, "InstanceTagKeys": ["owner", "project"]})
+    assert registered["InstanceTagAttribute"] == {"InstanceTagKeys": ["owner", "project"],
+                                                  "IncludeAllTagsOfInstance": False}
+    assert wec2.service.engine.notification_attributes.keys == ("owner", "project")
+    error = client_error(client.register_instance_event_notification_attributes,
+                         InstanceTagAttribute={"IncludeAllTagsOfInstance": True, "InstanceTagKeys": ["x"]})
+    assert error["Error"]["Code"] == "InvalidParameterCombination"
+    assert client_error(client.register_instance_event_notification_attributes,
+                        InstanceTagAttribute={"IncludeAllTagsOfInstance": False})["Error"]["Code"] == \
+        "InvalidParameterValue"
+    assert client_error(client.register_instance_event_notification_attributes, InstanceTagAttribute={})["Error"][
+        "Code"] == "MissingParameter"
+    for call, kwargs in ((client.register_instance_event_notification_attributes,
+                          {"InstanceTagAttribute": {"InstanceTagKeys": ["x"]}}),
+                         (client.deregister_instance_event_notification_attributes,
+                          {"InstanceTagAttribute": {"IncludeAllTagsOfInstance": False}}),
+                         (client.describe_instance_event_notification_attributes, {})):
+        assert client_error(call, DryRun=True, **kwargs)["Error"]["Code"] == "DryRunOperation"
+    everything = client.register_instance_event_notification_attributes(
+        InstanceTagAttribute={"IncludeAllTagsOfInstance": True})
+    assert everything["InstanceTagAttribute"] == {"InstanceTagKeys": [], "IncludeAllTagsOfInstance": True}
+    also = client.register_instance_event_notification_attributes(InstanceTagAttribute={"InstanceTagKeys": ["team"]})
+    assert also["InstanceTagAttribute"] == {"InstanceTagKeys": ["team"], "IncludeAllTagsOfInstance": True}
+    less = client.deregister_instance_event_notification_attributes(
+        InstanceTagAttribute={"IncludeAllTagsOfInstance": True})  # all tags no longer; the key stays registered
+    assert less["InstanceTagAttribute"] == {"InstanceTagKeys": ["team"], "IncludeAllTagsOfInstance": False}
+    client.deregister_instance_event_notification_attributes(InstanceTagAttribute={"InstanceTagKeys": ["team"]})
+    client.register_instance_event_notification_attributes(InstanceTagAttribute={"InstanceTagKeys": ["a", "b"]})
+    fewer = client.deregister_instance_event_notification_attributes(InstanceTagAttribute={"InstanceTagKeys": ["a"]})
+    assert fewer["InstanceTagAttribute"]["InstanceTagKeys"] == ["b"]
+    none = client.deregister_instance_event_notification_attributes(
+        InstanceTagAttribute={"IncludeAllTagsOfInstance": False})
+    assert none["InstanceTagAttribute"] == {"InstanceTagKeys": [], "IncludeAllTagsOfInstance": False}
+
+
+def test_aws_cli_create_instance_event_window(wec2, tmp_path):
+    done = aws(wec2, tmp_path, "create-instance-event-window", "--name", "cli-window", "--time-ranges",
+               "StartWeekDay=monday,StartHour=2,EndWeekDay=wednesday,EndHour=8",
+               "--tag-specifications", "ResourceType=instance-event-window,Tags=[{Key=K1,Value=V1}]")
+    assert done.returncode == 0, done.stderr
+    window = json.loads(done.stdout)["InstanceEventWindow"]
+    assert WINDOW_ID.match(window["InstanceEventWindowId"])
+    assert window == {"InstanceEventWindowId": window["InstanceEventWindowId"], "Name": "cli-window",
+                      "State": "creating", "TimeRanges": [{"StartWeekDay": "monday", "StartHour": 2,
+                                                           "EndWeekDay": "wednesday", "EndHour": 8}],
+                      "AssociationTarget": {"InstanceIds": [], "Tags": [], "DedicatedHostIds": []},
+                      "Tags": [{"Key": "K1", "Value": "V1"}]}
+    assert wec2.service.engine.ec2_windows[window["InstanceEventWindowId"]].name == "cli-window"
+    refused = aws(wec2, tmp_path, "create-instance-event-window", "--cron-expression", "* 0-1 * * *")
+    assert refused.returncode != 0 and "(InvalidParameterValue)" in refused.stderr
+
+
+# ------------------------------------------------------------------------------------------------ SigV4 checking
+KEYS = {"AKIAFOREWARNTEST0001": "the-right-secret", "AKIAFOREWARNTEST0002": "another-secret"}
+
+
+class SignedServer(Ec2Server):
+    def __init__(self, service: Maintenance, credentials: dict[str, str]):
+        super().__init__(service)
+        import uvicorn
+
+        config = uvicorn.Config(create_ec2_app(service, credentials), host="127.0.0.1", port=self.port,
+                                log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def client(self, region: str = "us-east-1", key: str = "AKIAFOREWARNTEST0001",
+               secret: str = "the-right-secret"):
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client("ec2", endpoint_url=self.url, region_name=region, aws_access_key_id=key,
+                            aws_secret_access_key=secret, config=Config(retries={"max_attempts": 1}))
+
+
+def signed_server(tmp_path, wall=time.time) -> tuple[SignedServer, Maintenance]:
+    service = Maintenance.open(open_store(str(tmp_path / "signed.db")), parse_fleet(FLEET), "manual", 1.0, T0,
+                               "seed", wall=wall)
+    return SignedServer(service, KEYS).start(), service
+
+
+@pytest.fixture
+def signed(tmp_path):
+    import boto3  # noqa: F401
+
+    server, service = signed_server(tmp_path)
+    yield server
+    server.stop()
+    service.store.close()
+
+
+def test_sigv4_right_key_wrong_secret_unknown_key(signed):
+    schedule(signed.service, "system-reboot", EBS)
+    assert sorted(statuses(signed.client())) == EAST  # the right key: served, region from the scope
+    assert sorted(statuses(signed.client("us-west-2", "AKIAFOREWARNTEST0002", "another-secret"))) == [WEST]
+    created = signed.client().create_instance_event_window(Name="signed", CronExpression="* 0-4 * * 1,2")
+    assert created["InstanceEventWindow"]["State"] == "creating"
+    wrong = client_error(signed.client(secret="not-the-secret").describe_instance_status)
+    assert wrong["Error"] == {"Code": "SignatureDoesNotMatch", "Message": (
+        "The request signature we calculated does not match the signature you provided. Check your AWS Secret "
+        "Access Key and signing method. Consult the service documentation for details.")}
+    assert wrong["ResponseMetadata"]["HTTPStatusCode"] == 403
+    unknown = client_error(signed.client(key="AKIAUNKNOWNKEY000000").create_instance_event_window,
+                           Name="x", CronExpression="* 0-4 * * 1,2")
+    assert unknown["Error"] == {"Code": "AuthFailure",
+                                "Message": "AWS was not able to validate the provided access credentials"}
+    assert unknown["ResponseMetadata"]["HTTPStatusCode"] == 401
+    assert len(signed.service.engine.ec2_windows) == 1  # refused requests changed nothing
+
+
+def test_sigv4_on_the_wire(signed):
+    """Requests built by hand and signed with botocore: tampering, missing or malformed signatures, presigned URLs."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    body = "Action=DescribeInstanceStatus&Version=2016-11-15&InstanceId.1=" + EBS
+
+    def sign(data: str = body, key: str = "AKIAFOREWARNTEST0001", secret: str = "the-right-secret",
+             service: str = "ec2") -> AWSRequest:
+        request = AWSRequest("POST", signed.url + "/", data=data, headers={
+            "Content-Type": "application/x-www-form-urlencoded; charset=utf-8", "User-Agent": "forewarn-test"})
+        SigV4Auth(Credentials(key, secret), service, "us-east-1").add_auth(request)
+        return request
+
+    def send(request: AWSRequest, content=None, **headers) -> httpx.Response:
+        sent = dict(request.headers.items())
+        sent.update(headers)
+        return httpx.post(request.url, content=request.body if content is None else content,
+                          headers={k: v for k, v in sent.items() if v is not None})
+
+    assert send(sign()).status_code == 200
+    # The body or a signed header changed on the way: the signature no longer matches.
+    assert error(send(sign(), content=body.replace(EBS, STORE).encode()), 403)[0] == "SignatureDoesNotMatch"
+    assert error(send(sign(), **{"Content-Type": "application/x-www-form-urlencoded"}), 403)[0] == \
+        "SignatureDoesNotMatch"
+    assert error(send(sign(service="s3")), 403)[0] == "SignatureDoesNotMatch"  # scoped to another service
+    # An SDK that signs User-Agent (botocore does not) and sends X-Amz-Content-SHA256.
+    request = AWSRequest("POST", signed.url + "/", data=body, headers={
+        "Content-Type": "application/x-www-form-urlencoded; charset=utf-8", "User-Agent": "other-sdk/1.0",
+        "X-Amz-Content-SHA256": hashlib.sha256(body.encode()).hexdigest()})
+
+    class SignsEverything(SigV4Auth):
+        def headers_to_sign(self, request):
+            headers = super().headers_to_sign(request)
+            headers["user-agent"] = request.headers["User-Agent"]
+            return headers
+
+    SignsEverything(Credentials("AKIAFOREWARNTEST0001", "the-right-secret"), "ec2", "us-east-1").add_auth(request)
+    assert "user-agent" in request.headers["Authorization"]
+    assert send(request).status_code == 200
+    assert error(send(request, **{"X-Amz-Content-SHA256": "0" * 64}), 403)[0] == "SignatureDoesNotMatch"
+    # Unsigned, malformed, or another signature version.
+    assert error(httpx.post(signed.url + "/", content=body)) == (
+        "MissingParameter", "The request must contain the parameter AWSAccessKeyId")
+    code, message = error(send(sign(), Authorization="AWS4-HMAC-SHA256 Credential=AKIAFOREWARNTEST0001/20260420/"
+                                                     "us-east-1/ec2/aws4_request"))
+    assert code == "IncompleteSignature" and "Authorization header requires 'Signature' parameter." in message
+    assert error(send(sign(), Authorization="AWS3 x"))[0] == "IncompleteSignature"
+    assert error(send(sign(), **{"X-Amz-Date": None}))[0] == "IncompleteSignature"
+    sigv2 = httpx.get(signed.url + "/", params={"Action": "DescribeInstanceStatus", "Version": "2016-11-15",
+                                                "AWSAccessKeyId": "AKIAFOREWARNTEST0001", "Signature": "x",
+                                                "SignatureVersion": "2"})
+    assert error(sigv2)[0] == "IncompleteSignature"
+    # Presigned URLs (query-string SigV4): good, altered, unknown key.
+    client = signed.client()
+    url = client.generate_presigned_url("describe_instance_status", Params={"InstanceIds": [EBS]}, HttpMethod="GET")
+    presigned = httpx.get(url)
+    assert presigned.status_code == 200 and EBS in presigned.text
+    assert error(httpx.get(url.replace(EBS, STORE)), 403)[0] == "SignatureDoesNotMatch"
+    assert error(httpx.post(url), 403)[0] == "SignatureDoesNotMatch"  # signed for GET
+    stranger = signed.client(key="AKIAUNKNOWNKEY000000").generate_presigned_url(
+        "describe_instance_status", Params={}, HttpMethod="GET")
+    assert error(httpx.get(stranger), 401)[0] == "AuthFailure"
+
+
+def test_sigv4_request_expired_against_the_wall_clock(tmp_path):
+    """Timestamps are compared with the wall clock (the simulated clock is elsewhere): 15 minutes of skew."""
+    server, service = signed_server(tmp_path, wall=lambda: time.time() + 3600)  # the client is an hour behind
+    try:
+        expired = client_error(server.client().describe_instance_status)
+        assert expired["Error"] == {"Code": "RequestExpired", "Message": "Request has expired."}
+        assert expired["ResponseMetadata"]["HTTPStatusCode"] == 400
+        url = server.client().generate_presigned_url("describe_instance_status", Params={}, HttpMethod="GET",
+                                                     ExpiresIn=60)
+        assert error(httpx.get(url))[0] == "RequestExpired"
+        # A presigned URL is good until it expires, however long ago it was signed.
+        url = server.client().generate_presigned_url("describe_instance_status", Params={}, HttpMethod="GET",
+                                                     ExpiresIn=7200)
+        assert httpx.get(url).status_code == 200
+    finally:
+        server.stop()
+        service.store.close()
+    (tmp_path / "near").mkdir()
+    server, service = signed_server(tmp_path / "near", wall=lambda: time.time() + 600)
+    try:
+        assert server.client().describe_instance_status()["InstanceStatuses"]  # 10 minutes: within the skew
+    finally:
+        server.stop()
+        service.store.close()
+    (tmp_path / "ahead").mkdir()
+    server, service = signed_server(tmp_path / "ahead", wall=lambda: time.time() - 3600)  # the client is ahead
+    try:
+        assert client_error(server.client().describe_instance_status)["Error"]["Code"] == "RequestExpired"
+        url = server.client().generate_presigned_url("describe_instance_status", Params={}, HttpMethod="GET",
+                                                     ExpiresIn=7200)
+        assert error(httpx.get(url))[0] == "RequestExpired"  # signed in the future
+    finally:
+        server.stop()
+        service.store.close()
+
+
+def test_credentials_need_botocore(tmp_path, monkeypatch):
+    service = open_service(tmp_path / "nobotocore.db")
+    try:
+        create_ec2_app(service)  # no credentials: botocore is not needed
+        for name in ("botocore.auth", "botocore.awsrequest", "botocore.compat", "botocore.credentials"):
+            monkeypatch.setitem(sys.modules, name, None)  # importing it fails, as if it were not installed
+        with pytest.raises(RuntimeError, match="needs botocore"):
+            create_ec2_app(service, KEYS)
+        create_ec2_app(service)
+    finally:
+        service.store.close()

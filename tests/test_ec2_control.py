@@ -113,3 +113,24 @@ def test_boto3_against_the_real_server(server):
     moved = client.modify_instance_event_start_time(InstanceId=EBS, InstanceEventId=event["InstanceEventId"],
                                                     NotBefore="2026-04-22T10:00:00Z")["Event"]
     assert moved["NotBefore"].isoformat() == "2026-04-22T10:00:00+00:00"
+
+
+def test_strict_sigv4_on_the_real_server(tmp_path):
+    import boto3
+    from botocore.exceptions import ClientError
+
+    server = Server(tmp_path, FLEET, extra=["--ec2-credential", "AKIDEXAMPLE:s3cr3t"]).start()
+    try:
+        def client(key, secret):
+            return boto3.client("ec2", endpoint_url=server.ec2, region_name="us-east-1", aws_access_key_id=key,
+                                aws_secret_access_key=secret)
+
+        assert client("AKIDEXAMPLE", "s3cr3t").describe_instance_status(InstanceIds=[EBS])["InstanceStatuses"]
+        with pytest.raises(ClientError) as wrong:
+            client("AKIDEXAMPLE", "nope").describe_instance_status()
+        assert wrong.value.response["Error"]["Code"] == "SignatureDoesNotMatch"
+        with pytest.raises(ClientError) as unknown:
+            client("AKIDOTHER", "s3cr3t").describe_instance_status()
+        assert unknown.value.response["Error"]["Code"] == "AuthFailure"
+    finally:
+        server.stop()

@@ -14,13 +14,8 @@ from forewarn.fleetfile import parse_fleet
 from forewarn.service.runtime import Maintenance
 from forewarn.store import open_store
 from forewarn.surfaces.callers import CallerResolver
-from forewarn.surfaces.ec2_imds import (
-    Ec2Imds,
-    Ec2ImdsSettings,
-    availability_zone_id,
-    imds_time,
-    pretty_json,
-)
+from forewarn.core.ec2 import availability_zone_id
+from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
 from forewarn.surfaces.http import DROP, Request
 from helpers import T0
 

@@ -65,6 +65,16 @@ def cli(server: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ serve
+def _key_pairs(values: tuple[str, ...]) -> dict[str, str] | None:
+    pairs = {}
+    for value in values:
+        key, sep, secret = value.partition(":")
+        if not sep or not key or not secret:
+            raise click.BadParameter(f"expected KEY_ID:SECRET, got {value!r}", param_hint="--ec2-credential")
+        pairs[key] = secret
+    return pairs or None
+
+
 def _seconds(value: str | None, option: str) -> float | None:
     if value is None:
         return None
@@ -131,6 +141,9 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="EventType of hardware-failure events; the docs disagree (default Redeploy, seed 000).")
 @click.option("--ec2-imds-tokens", type=click.Choice(["optional", "required"]), default="optional",
               show_default=True, help="EC2 IMDSv2: required rejects IMDSv1 requests with 401 (HttpTokens=required).")
+@click.option("--ec2-credential", multiple=True, metavar="KEY_ID:SECRET",
+              help="Verify SigV4 signatures on the EC2 API with these key pairs (repeatable); default: any "
+              "credentials are accepted.")
 @click.option("--health-webhook", multiple=True, metavar="URL",
               help="Deliver AWS Health events (EventBridge format) for EC2 events to this URL; repeatable.")
 @click.option("--health-entity", type=click.Choice(["arn", "instance-id"]), default="arn", show_default=True,
@@ -138,7 +151,7 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
-          hardware_failure_type, ec2_imds_tokens, health_webhook, health_entity, log_level) -> None:
+          hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
@@ -177,7 +190,7 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
                           ec2_api=(host, ec2_port) if ec2_port else None)
     try:
         ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
-        _event_loop_runner()(run_server(service, listeners, settings, ec2_settings))
+        _event_loop_runner()(run_server(service, listeners, settings, ec2_settings, _key_pairs(ec2_credential)))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import re
+from functools import lru_cache
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -47,6 +48,31 @@ class InstanceState(str, enum.Enum):
 
 
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{17}$")
+
+
+_DIRECTIONS = {"east": "e", "west": "w", "north": "n", "south": "s", "central": "c", "northeast": "ne",
+               "northwest": "nw", "southeast": "se", "southwest": "sw", "gov": "g", "iso": "i", "isob": "ib"}
+
+
+def _region_code(region: str) -> str:
+    """us-east-1 → use1, ap-southeast-2 → apse2, us-gov-west-1 → usgw1 (the prefixes of real zone IDs)."""
+    parts = region.split("-")
+    return parts[0] + "".join(_DIRECTIONS.get(part, part[:1]) for part in parts[1:-1]) + parts[-1]
+
+
+@lru_cache(maxsize=4096)  # read for every instance of every DescribeInstanceStatus page
+def availability_zone_id(zone: str) -> str:
+    """A zone ID derived from the zone name: the zone's letter gives its number (us-east-1a → use1-az1).
+
+    Real accounts map names to IDs in a per-account shuffle (the docs' us-east-1a is use1-az4); without an account to
+    copy from, the identity order is the choice. Local Zones: us-west-2-lax-1a → usw2-lax1-az1."""
+    match = re.match(r"^([a-z]+(?:-[a-z]+)+-\d+)(?:-([a-z]+)-(\d+))?([a-z])$", zone)
+    if match is None:
+        return f"{zone}-az1"
+    region, local, local_number, letter = match.groups()
+    base = _region_code(region) + (f"-{local}{local_number}" if local else "")
+    return f"{base}-az{ord(letter) - ord('a') + 1}"
+
 
 
 @dataclass(frozen=True)

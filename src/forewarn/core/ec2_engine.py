@@ -289,9 +289,17 @@ class Ec2Commands:
 
     # ------------------------------------------------------------------------------------------ event windows
     def _event_window_of(self: Engine, instance: Ec2Instance) -> EventWindow | None:
-        for window in self.ec2_windows.values():
-            if window.covers(instance.instance_id, instance.tags, instance.dedicated_host):
-                return window
+        """The window that applies: one naming the instance, else one naming its Dedicated Host, else one
+        matching its tags (the order DescribeInstanceEventWindows' instance-id filter follows)."""
+        windows = self.ec2_windows.values()
+        for matches in (
+            lambda w: instance.instance_id in w.instance_ids,
+            lambda w: instance.dedicated_host is not None and instance.dedicated_host in w.dedicated_host_ids,
+            lambda w: any(instance.tags.get(key) == value for key, value in w.instance_tags),
+        ):
+            for window in windows:
+                if matches(window):
+                    return window
         return None
 
     def ec2_window(self: Engine, window_id: str) -> EventWindow:
@@ -408,6 +416,8 @@ class Ec2Commands:
                                            ) -> list:
         """``include_all=False`` with no keys deregisters everything (reference 2.5)."""
         keys = tuple(keys)
+        if include_all and keys:
+            raise Invalid("give IncludeAllTagsOfInstance or tag keys, not both")
         current = self.notification_attributes
         if include_all:
             updated = NotificationAttributes(False, current.keys)

@@ -62,13 +62,6 @@ class EventWindow:
                 return kind
         return None
 
-    def covers(self, instance_id: str, tags: dict[str, str], dedicated_host: str | None) -> bool:
-        return (
-            instance_id in self.instance_ids
-            or any(tags.get(key) == value for key, value in self.instance_tags)
-            or (dedicated_host is not None and dedicated_host in self.dedicated_host_ids)
-        )
-
     def place(self, earliest: datetime, length: timedelta | None) -> tuple[datetime, datetime]:
         """The first period of the window that ends after ``earliest``: NotBefore is the later of the period's start
         and ``earliest``; NotAfter is the earlier of NotBefore + ``length`` and the period's end."""

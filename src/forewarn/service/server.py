@@ -116,7 +116,7 @@ class ByPort:
 
 
 def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings(),
-          ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings()) -> Built:
+          ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
     management_sockets = [_listen(*listeners.control)]
@@ -147,16 +147,17 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     if listeners.arm is not None:
         apps[listeners.arm[1]] = create_arm_app(service)
     if listeners.ec2_api is not None:
-        apps[listeners.ec2_api[1]] = create_ec2_app(service)
+        apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials)
     return Built(ByPort(apps), management_sockets, imds, imds_sockets,
                  MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)))
 
 
 async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings,
-                ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), announce=print) -> None:
+                ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None,
+                announce=print) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
     server."""
-    built = build(service, listeners, imds_settings, ec2_settings)
+    built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials)
     metadata = Http1Server(built.metadata.handle)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())

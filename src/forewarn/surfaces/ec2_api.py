@@ -1,13 +1,16 @@
 """The Amazon EC2 Query API, the actions about scheduled events: ``DescribeInstanceStatus`` and
-``ModifyInstanceEventStartTime`` (seed 004; reference aws.md 2.1-2.3 and 2.6).
+``ModifyInstanceEventStartTime`` (seed 004; reference aws.md 2.1-2.3 and 2.6), the six event-window actions
+(``Create/Describe/Modify/Delete/Associate/DisassociateInstanceEventWindow``, reference 2.4) and the three event
+notification attribute actions (``Register/Deregister/DescribeInstanceEventNotificationAttributes``, reference 2.5).
+With credentials configured, every request's SigV4 signature is verified (botocore recomputes it).
 
 Served on its own listener as an EC2 endpoint, so boto3 and the aws CLI work against it unmodified
 (``endpoint_url="http://127.0.0.1:PORT"``). The wire is EC2's query protocol: ``POST /`` with a form-encoded body
 (``Action=...&Version=2016-11-15&...``) or ``GET`` with the same parameters in the query string; answers are XML in the
 ``http://ec2.amazonaws.com/doc/2016-11-15/`` namespace, errors ``<Response><Errors><Error>`` with ``RequestID``.
 
-Reads take the engine's state as it is (after applying deadlines that fell due); the one write,
-ModifyInstanceEventStartTime, goes through :meth:`Maintenance.perform`, so it is committed before the answer leaves.
+Reads take the engine's state as it is (after applying deadlines that fell due); every write goes through
+:meth:`Maintenance.perform`, so it is committed before the answer leaves.
 docs/aws-api.md describes every parameter, filter, error and choice.
 """
 
@@ -23,16 +26,34 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from email.utils import parsedate_to_datetime
 from typing import Callable, Iterable
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from forewarn.core.ec2 import Ec2Code, Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState
-from forewarn.core.ec2_engine import Ec2EventChanged, RescheduleRefused
+from forewarn.core.ec2 import (
+    Ec2Code,
+    Ec2Event,
+    Ec2EventState,
+    Ec2Instance,
+    Ec2State,
+    InstanceState,
+    availability_zone_id,
+)
+from forewarn.core.ec2_engine import (
+    Ec2EventChanged,
+    Ec2NotificationAttributesChanged,
+    Ec2WindowChanged,
+    NotificationAttributes,
+    RescheduleRefused,
+    WindowCombination,
+    WindowNotFound,
+)
+from forewarn.core.ec2_windows import WEEKDAYS, EventWindow, TimeRange
 from forewarn.core.engine import Engine
 from forewarn.core.errors import Conflict, CoreError, NotFound
 from forewarn.service.runtime import Maintenance
@@ -155,29 +176,6 @@ OK = Summary("ok", "passed")
 NOT_APPLICABLE = Summary("not-applicable")
 
 
-_DIRECTIONS = {"east": "e", "west": "w", "north": "n", "south": "s", "central": "c", "northeast": "ne",
-               "northwest": "nw", "southeast": "se", "southwest": "sw", "gov": "g", "iso": "i", "isob": "ib"}
-
-
-def _region_code(region: str) -> str:
-    """us-east-1 → use1, ap-southeast-2 → apse2, us-gov-west-1 → usgw1 (the prefixes of real zone IDs)."""
-    parts = region.split("-")
-    return parts[0] + "".join(_DIRECTIONS.get(part, part[:1]) for part in parts[1:-1]) + parts[-1]
-
-
-def availability_zone_id(zone: str) -> str:
-    """A zone ID derived from the zone name: the zone's letter gives its number (us-east-1a → use1-az1).
-
-    Real accounts map names to IDs in a per-account shuffle (the docs' us-east-1a is use1-az4); without an account to
-    copy from, the identity order is the choice. Local Zones: us-west-2-lax-1a → usw2-lax1-az1."""
-    match = re.match(r"^([a-z]+(?:-[a-z]+)+-\d+)(?:-([a-z]+)-(\d+))?([a-z])$", zone)
-    if match is None:
-        return f"{zone}-az1"
-    region, local, local_number, letter = match.groups()
-    base = _region_code(region) + (f"-{local}{local_number}" if local else "")
-    return f"{base}-az{ord(letter) - ord('a') + 1}"
-
-
 # ---------------------------------------------------------------------------------------------------------- views
 @dataclass
 class InstanceView:
@@ -246,12 +244,16 @@ def _parse_time(text: str) -> datetime | None:
 class Filter:
     """One ``Filter.N``: its values are OR-ed. A value may use ``*`` (any characters) and ``?`` (one character);
     a backslash makes the next character literal. A timestamp filter's value without wildcards is compared as an
-    instant, so ``2026-05-04T22:12:00Z`` matches ``2026-05-04T22:12:00.000Z``."""
+    instant, so ``2026-05-04T22:12:00Z`` matches ``2026-05-04T22:12:00.000Z``. ``strings`` gives the strings of a
+    resource the filter compares with (default: DescribeInstanceStatus's ``FILTERS``)."""
 
-    def __init__(self, name: str, values: list[str]):
+    def __init__(self, name: str, values: list[str], strings: Callable[[object], Iterable[str]] | None = None):
         self.name = name
         self.values = values
-        self.strings, timestamps = FILTERS[name]
+        if strings is None:
+            self.strings, timestamps = FILTERS[name]
+        else:
+            self.strings, timestamps = strings, False
         self.literals: set[str] = set()
         self.patterns: list[list] = []
         for value in values:
@@ -290,11 +292,15 @@ class Filter:
             pattern.append("\\")
         return pattern, wild
 
-    def matches(self, view: InstanceView) -> bool:
-        for text in self.strings(view):
-            if text in self.literals or any(_wildcard_match(p, text) for p in self.patterns):
-                return True
-        return False
+    def matches(self, view) -> bool:
+        return any(self.matches_text(text) for text in self.strings(view))
+
+    def matches_text(self, text: str) -> bool:
+        return text in self.literals or any(_wildcard_match(p, text) for p in self.patterns)
+
+    @property
+    def wild(self) -> bool:
+        return bool(self.patterns)
 
 
 _ONE, _ANY = object(), object()  # ? and *
@@ -381,24 +387,301 @@ _DESCRIBE_PARAMS = frozenset({"DryRun", "MaxResults", "NextToken", "IncludeAllIn
 _MODIFY_PARAMS = frozenset({"DryRun", "InstanceId", "InstanceEventId", "NotBefore"})
 
 
-def _indexed(params: Params, pattern: re.Pattern) -> list[tuple[tuple[int, ...], str]]:
+def _indexed(params: Params, pattern: re.Pattern) -> list[tuple[tuple[int | str, ...], str]]:
     found = []
     for name, value in params.values.items():
         match = pattern.match(name)
         if match:
-            found.append((tuple(int(g) for g in match.groups()), value))
+            found.append((tuple(int(g) if g.isdigit() else g for g in match.groups()), value))
     return sorted(found)
+
+
+# ------------------------------------------------------------------------------------------------- event windows
+WINDOW_NOT_FOUND = "InvalidInstanceEventWindowId.NotFound"  # the spelling of most emulators; docs/aws-api.md
+MIN_WINDOW_RESULTS, MAX_WINDOW_RESULTS = 20, 500
+DEFAULT_WINDOW_PAGE = 500  # a request without MaxResults (there are at most 200 windows: one page)
+WINDOW_RESOURCE_TYPE = "instance-event-window"
+MAX_TAGS = 50
+MAX_TAG_KEY, MAX_TAG_VALUE = 127, 256
+
+_N = r"([1-9]\d{0,5})"
+_WINDOW_ID_N = re.compile(rf"^InstanceEventWindowId\.{_N}$")
+_TIME_RANGE = re.compile(rf"^TimeRange\.{_N}\.(StartWeekDay|StartHour|EndWeekDay|EndHour)$")
+_TAG_SPEC_TYPE = re.compile(rf"^TagSpecification\.{_N}\.ResourceType$")
+_TAG_SPEC_TAG = re.compile(rf"^TagSpecification\.{_N}\.Tag\.{_N}\.(Key|Value)$")
+_TARGET_INSTANCE = re.compile(rf"^AssociationTarget\.InstanceId\.{_N}$")
+_TARGET_HOST = re.compile(rf"^AssociationTarget\.DedicatedHostId\.{_N}$")
+_TARGET_TAG = re.compile(rf"^AssociationTarget\.InstanceTag\.{_N}\.(Key|Value)$")
+_TAG_KEY_N = re.compile(rf"^InstanceTagAttribute\.InstanceTagKey\.{_N}$")
+_TIME_FIELDS = ("StartWeekDay", "StartHour", "EndWeekDay", "EndHour")
+
+# DescribeInstanceEventWindows's filters (besides instance-id and tag:<key>, built per request) → a window's strings.
+WINDOW_FILTERS: dict[str, Callable[[EventWindow], Iterable[str]]] = {
+    "dedicated-host-id": lambda w: w.dedicated_host_ids,
+    "event-window-name": lambda w: (w.name,),
+    "instance-tag": lambda w: [f"{key}={value}" for key, value in w.instance_tags],
+    "instance-tag-key": lambda w: [key for key, _ in w.instance_tags],
+    "instance-tag-value": lambda w: [value for _, value in w.instance_tags],
+    "tag-key": lambda w: [key for key, _ in w.tags],
+    "tag-value": lambda w: [value for _, value in w.tags],
+}
+
+
+def _items(values: Iterable[str], tag: str) -> str:
+    """``<tag><item>a</item>...</tag>``, or ``<tag/>`` when empty."""
+    inner = "".join(f"<item>{_text(value)}</item>" for value in values)
+    return f"<{tag}>{inner}</{tag}>" if inner else f"<{tag}/>"
+
+
+def _tag_set(tags: Iterable[tuple[str, str]]) -> str:
+    inner = "".join(f"<item><key>{_text(k)}</key><value>{_text(v)}</value></item>" for k, v in tags)
+    return f"<tagSet>{inner}</tagSet>" if inner else "<tagSet/>"
+
+
+def _window_xml(window: EventWindow, tag: str, state: str) -> str:
+    """An InstanceEventWindow, its elements in the botocore shape's order. The association target always carries its
+    three lists; ``timeRangeSet``, ``name`` and ``cronExpression`` only when the window has them."""
+    parts = [f"<{tag}><instanceEventWindowId>{window.window_id}</instanceEventWindowId>"]
+    if window.time_ranges:
+        parts.append("<timeRangeSet>" + "".join(
+            f"<item><startWeekDay>{r.start_weekday}</startWeekDay><startHour>{r.start_hour}</startHour>"
+            f"<endWeekDay>{r.end_weekday}</endWeekDay><endHour>{r.end_hour}</endHour></item>"
+            for r in window.time_ranges) + "</timeRangeSet>")
+    if window.name:
+        parts.append(f"<name>{_text(window.name)}</name>")
+    if window.cron is not None:
+        parts.append(f"<cronExpression>{_text(window.cron)}</cronExpression>")
+    parts.append(f"<associationTarget>{_items(window.instance_ids, 'instanceIdSet')}{_tag_set(window.instance_tags)}"
+                 f"{_items(window.dedicated_host_ids, 'dedicatedHostIdSet')}</associationTarget>")
+    parts.append(f"<state>{state}</state>{_tag_set(window.tags)}</{tag}>")
+    return "".join(parts)
+
+
+def _attributes_xml(attributes: NotificationAttributes) -> str:
+    return (f"<instanceTagAttribute>{_items(attributes.keys, 'instanceTagKeySet')}"
+            f"<includeAllTagsOfInstance>{'true' if attributes.include_all else 'false'}</includeAllTagsOfInstance>"
+            "</instanceTagAttribute>")
+
+
+def _check_tag(key: str, value: str, where: str) -> None:
+    if key.startswith("aws:"):
+        raise Ec2Error("InvalidParameterValue", "Tag keys starting with 'aws:' are reserved for internal use")
+    if len(key) > MAX_TAG_KEY:
+        raise _bad_value(f"{where}.Key", key, f"Tag keys accept at most {MAX_TAG_KEY} characters.")
+    if len(value) > MAX_TAG_VALUE:
+        raise _bad_value(f"{where}.Value", value, f"Tag values accept at most {MAX_TAG_VALUE} characters.")
+
+
+def _window_ids_not_found(window_ids: list[str]) -> Ec2Error:
+    if len(window_ids) == 1:
+        return Ec2Error(WINDOW_NOT_FOUND, f"The event window ID '{window_ids[0]}' does not exist")
+    return Ec2Error(WINDOW_NOT_FOUND, f"The event window IDs '{', '.join(window_ids)}' do not exist")
+
+
+# ------------------------------------------------------------------------------------------ SigV4 verification
+MAX_SKEW = timedelta(minutes=15)  # RequestExpired past this (AWS common errors: "more than 15 minutes")
+MAX_PRESIGNED_EXPIRES = 7 * 24 * 3600
+SIGV4_TIME = "%Y%m%dT%H%M%SZ"
+AUTH_FAILURE = "AWS was not able to validate the provided access credentials"
+SIGNATURE_MISMATCH = ("The request signature we calculated does not match the signature you provided. Check your AWS "
+                      "Secret Access Key and signing method. Consult the service documentation for details.")
+
+
+def _incomplete(message: str) -> Ec2Error:
+    return Ec2Error("IncompleteSignature", message)
+
+
+def _mismatch() -> Ec2Error:
+    return Ec2Error("SignatureDoesNotMatch", SIGNATURE_MISMATCH, 403)
+
+
+@dataclass(frozen=True)
+class Received:
+    """What a signature covers, as the request arrived."""
+
+    method: str
+    scheme: str
+    raw_path: str  # percent-encoded, as sent
+    query: list[tuple[str, str]]  # decoded (no '+' → space: SigV4 encodes spaces as %20)
+    headers: list[tuple[str, str]]  # names lower-case, in order, repeats kept
+    body: bytes
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers:
+            if key == name:
+                return value
+        return None
+
+
+class SigV4Verifier:
+    """Checks AWS4-HMAC-SHA256 signatures (the ``Authorization`` header, or a presigned URL's ``X-Amz-*`` query
+    parameters) against ``credentials`` (access key ID → secret access key). botocore's signer recomputes the
+    signature from the request as received; only the choice of signed headers (the ones the client named) is ours.
+    botocore is imported here, so that it is needed only when credentials are configured."""
+
+    def __init__(self, credentials: dict[str, str], wall: Callable[[], float]):
+        try:
+            from botocore.auth import SigV4Auth
+            from botocore.awsrequest import AWSRequest
+            from botocore.compat import HTTPHeaders
+            from botocore.credentials import Credentials
+        except ImportError as error:
+            raise RuntimeError(
+                "verifying EC2 API signatures (credentials configured) needs botocore, which is not installed: "
+                "pip install botocore (or boto3), or serve the EC2 API without credentials") from error
+        for key, secret in credentials.items():
+            if not isinstance(key, str) or not isinstance(secret, str) or not key or not secret:
+                raise ValueError("EC2 API credentials map non-empty access key IDs to non-empty secret access keys")
+        self.credentials = dict(credentials)
+        self.wall = wall
+        self._request_class = AWSRequest
+        self._credentials_class = Credentials
+
+        class Recompute(SigV4Auth):
+            """botocore's SigV4, over exactly the headers the client signed (botocore's own list leaves out some,
+            such as User-Agent, that other SDKs sign)."""
+
+            def __init__(self, credentials, service_name, region_name, signed):
+                super().__init__(credentials, service_name, region_name)
+                self._signed = signed
+
+            def headers_to_sign(self, request):
+                headers = HTTPHeaders()
+                for name, value in self._signed:
+                    headers[name] = value
+                return headers
+
+        self._signer_class = Recompute
+
+    # --------------------------------------------------------------------------------------------------------
+    def verify(self, received: Received) -> None:
+        authorization = received.header("authorization")
+        query = dict(received.query)
+        if authorization is not None:
+            self._verify_header(received, authorization)
+        elif "X-Amz-Algorithm" in query or "X-Amz-Signature" in query:
+            self._verify_presigned(received, query)
+        elif "Signature" in query and "AWSAccessKeyId" in query:
+            raise _incomplete("Signature Version 2 is not supported by this endpoint; sign requests with "
+                              "AWS4-HMAC-SHA256 (Signature Version 4).")
+        else:
+            raise _missing("AWSAccessKeyId")
+
+    def _verify_header(self, received: Received, authorization: str) -> None:
+        algorithm, _, rest = authorization.strip().partition(" ")
+        if algorithm != "AWS4-HMAC-SHA256":
+            raise _incomplete(f"Unsupported AWS 'algorithm': '{_text(algorithm)}'; use AWS4-HMAC-SHA256.")
+        fields: dict[str, str] = {}
+        for part in rest.split(","):
+            name, equals, value = part.strip().partition("=")
+            if equals:
+                fields[name] = value.strip()
+        missing = [f"Authorization header requires '{name}' parameter." for name in
+                   ("Credential", "Signature", "SignedHeaders") if not fields.get(name)]
+        if missing:
+            raise _incomplete(" ".join(missing) + f" Authorization={authorization}")
+        stamp = received.header("x-amz-date")
+        if stamp is None and received.header("date") is not None:
+            try:
+                stamp = parsedate_to_datetime(received.header("date")).astimezone(timezone.utc).strftime(SIGV4_TIME)
+            except (TypeError, ValueError):
+                stamp = None
+        if stamp is None:
+            raise _incomplete("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. "
+                              f"Authorization={authorization}")
+        self._check(received, received.query, fields["Credential"], fields["SignedHeaders"], fields["Signature"],
+                    stamp, expires=None)
+
+    def _verify_presigned(self, received: Received, query: dict[str, str]) -> None:
+        names = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
+                 "X-Amz-Signature")
+        missing = [name for name in names if not query.get(name)]
+        if missing:
+            raise _incomplete("A presigned request requires the query parameters " + ", ".join(names) +
+                              "; missing: " + ", ".join(missing) + ".")
+        if query["X-Amz-Algorithm"] != "AWS4-HMAC-SHA256":
+            raise _incomplete(f"Unsupported AWS 'algorithm': '{_text(query['X-Amz-Algorithm'])}'; "
+                              "use AWS4-HMAC-SHA256.")
+        try:
+            expires = int(query["X-Amz-Expires"])
+        except ValueError:
+            expires = -1
+        if not 1 <= expires <= MAX_PRESIGNED_EXPIRES:
+            raise _incomplete(f"X-Amz-Expires must be a number of seconds from 1 to {MAX_PRESIGNED_EXPIRES}.")
+        signed_query = [(name, value) for name, value in received.query if name != "X-Amz-Signature"]
+        self._check(received, signed_query, query["X-Amz-Credential"], query["X-Amz-SignedHeaders"],
+                    query["X-Amz-Signature"], query["X-Amz-Date"], expires=expires)
+
+    def _check(self, received: Received, query: list[tuple[str, str]], credential: str, signed_headers: str,
+               signature: str, stamp: str, expires: int | None) -> None:
+        parts = credential.split("/")
+        if len(parts) != 5 or parts[4] != "aws4_request" or not all(parts):
+            raise _incomplete(f"Credential should be of the form ACCESS_KEY/DATE/REGION/SERVICE/aws4_request; "
+                              f"got '{_text(credential)}'.")
+        access_key, _date, region, service, _ = parts
+        secret = self.credentials.get(access_key)
+        if secret is None:
+            raise Ec2Error("AuthFailure", AUTH_FAILURE, 401)
+        try:
+            signed_at = datetime.strptime(stamp, SIGV4_TIME).replace(tzinfo=timezone.utc)
+        except ValueError:
+            raise _incomplete(f"Invalid date '{_text(stamp)}': X-Amz-Date must be YYYYMMDD'T'HHMMSS'Z'.") from None
+        names = [name.strip().lower() for name in signed_headers.split(";") if name.strip()]
+        signed = [(name, value) for name, value in received.headers if name in names]
+        if "host" not in names or {name for name, _ in signed} != set(names):
+            raise _mismatch()  # a signed header did not arrive (or the host was not signed): it cannot match
+        content_hash = received.header("x-amz-content-sha256")
+        if content_hash is not None and content_hash != hashlib.sha256(received.body).hexdigest():
+            raise _mismatch()  # the body is not the one the client hashed and signed
+        request = self._request_class(method=received.method, url=f"{received.scheme}://signed{received.raw_path}",
+                                      data=received.body, params=list(query))
+        if content_hash is not None:
+            request.headers["X-Amz-Content-SHA256"] = content_hash
+        request.context["timestamp"] = stamp
+        signer = self._signer_class(self._credentials_class(access_key, secret), service, region, signed)
+        expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
+        if service != "ec2" or not hmac.compare_digest(expected, signature.strip().lower()):
+            raise _mismatch()
+        # Against the wall clock (the simulated clock may be anywhere): a signed request within 15 minutes either way;
+        # a presigned URL until it expires, and not signed more than 15 minutes ahead.
+        now = datetime.fromtimestamp(self.wall(), timezone.utc)
+        late = now > signed_at + (MAX_SKEW if expires is None else timedelta(seconds=expires))
+        if late or signed_at - now > MAX_SKEW:
+            raise Ec2Error("RequestExpired", "Request has expired.")
+
+
+def _received(request: Request, body: bytes) -> Received:
+    raw_path = request.scope.get("raw_path") or request.scope.get("path", "/").encode()
+    raw_path = raw_path.decode("latin-1").split("?", 1)[0] or "/"
+    query = []
+    source = request.scope.get("query_string", b"").decode("latin-1")
+    for pair in source.split("&") if source else ():
+        name, _, value = pair.partition("=")
+        query.append((unquote(name), unquote(value)))
+    headers = [(name.decode("latin-1").lower(), value.decode("latin-1")) for name, value in request.headers.raw]
+    return Received(request.method, request.scope.get("scheme", "http"), raw_path, query, headers, body)
 
 
 # ------------------------------------------------------------------------------------------------------- the API
 class Ec2Api:
-    def __init__(self, service: Maintenance):
+    def __init__(self, service: Maintenance, credentials: dict[str, str] | None = None):
         self.service = service
+        # None: signatures are not verified (any credentials, or none, are accepted).
+        self.verifier = None if credentials is None else SigV4Verifier(credentials, lambda: self.service.wall())
         self._order_key: tuple[int, int] | None = None
         self._order: list[str] = []
         self._actions: dict[str, Callable[[Params, str], Response]] = {
             "DescribeInstanceStatus": self.describe_instance_status,
             "ModifyInstanceEventStartTime": self.modify_instance_event_start_time,
+            "CreateInstanceEventWindow": self.create_instance_event_window,
+            "DescribeInstanceEventWindows": self.describe_instance_event_windows,
+            "ModifyInstanceEventWindow": self.modify_instance_event_window,
+            "DeleteInstanceEventWindow": self.delete_instance_event_window,
+            "AssociateInstanceEventWindow": self.associate_instance_event_window,
+            "DisassociateInstanceEventWindow": self.disassociate_instance_event_window,
+            "RegisterInstanceEventNotificationAttributes": self.register_notification_attributes,
+            "DeregisterInstanceEventNotificationAttributes": self.deregister_notification_attributes,
+            "DescribeInstanceEventNotificationAttributes": self.describe_notification_attributes,
         }
 
     @property
@@ -412,6 +695,9 @@ class Ec2Api:
             if request.method not in ("GET", "POST", "HEAD"):
                 raise Ec2Error("MethodNotAllowed", f"The HTTP method {request.method} is not supported; use POST or GET.",
                                405)
+            if self.verifier is not None:
+                body = await request.body() if request.method == "POST" else b""
+                self.verifier.verify(_received(request, body))
             params = await _read_params(request)
             return self.dispatch(params, request_id)
         except Ec2Error as error:
@@ -585,7 +871,11 @@ class Ec2Api:
         body.append("</DescribeInstanceStatusResponse>")
         return _xml_response("".join(body), request_id)
 
-    def _filters(self, params: Params) -> list[Filter]:
+    def _filters(self, params: Params, make: Callable[[str, list[str]], Filter | None] | None = None
+                 ) -> list[Filter]:
+        """The request's filters; ``make`` builds one from its name and values (None: not a filter of the action)."""
+        if make is None:
+            make = lambda name, values: Filter(name, values) if name in FILTERS else None  # noqa: E731
         names = {index[0]: value for index, value in _indexed(params, _FILTER_NAME)}
         values: dict[int, list[str]] = {}
         for (number, _), value in _indexed(params, _FILTER_VALUE):
@@ -596,9 +886,10 @@ class Ec2Api:
         filters = []
         for number in sorted(names):
             name = names[number]
-            if name not in FILTERS:
+            made = make(name, values.get(number, []))
+            if made is None:
                 raise Ec2Error("InvalidParameterValue", f"The filter '{name}' is invalid")
-            filters.append(Filter(name, values.get(number, [])))
+            filters.append(made)
         return filters
 
     # ---------------------------------------------------------------------------- ModifyInstanceEventStartTime
@@ -642,9 +933,358 @@ class Ec2Api:
             f"{_event_xml(event, 'event')}</ModifyInstanceEventStartTimeResponse>", request_id)
 
 
-def create_ec2_app(service: Maintenance) -> Starlette:
-    """The EC2 Query API over ``service``, as an ASGI app (serve it as an EC2 endpoint)."""
-    api = Ec2Api(service)
+    # ------------------------------------------------------------------------------------------- event windows
+    def _window_command(self, command: Callable[[Engine], list]) -> EventWindow:
+        """Run a window command; the engine's refusals in EC2's codes."""
+        try:
+            changes = self.service.perform(command)
+        except WindowNotFound as error:
+            raise Ec2Error(WINDOW_NOT_FOUND, str(error)) from None
+        except WindowCombination as error:
+            raise Ec2Error("InvalidParameterCombination", str(error)) from None
+        except NotFound as error:
+            message = str(error)
+            code = "InvalidHostID.NotFound" if message.startswith("The host ID") else "InvalidInstanceID.NotFound"
+            raise Ec2Error(code, message) from None
+        except Conflict as error:
+            raise Ec2Error("IncorrectState", str(error)) from None
+        except CoreError as error:
+            raise Ec2Error("InvalidParameterValue", str(error)) from None
+        return next(change.window for change in changes if isinstance(change, Ec2WindowChanged))
+
+    @staticmethod
+    def _window_answer(action: str, window: EventWindow, request_id: str, state: str) -> Response:
+        return _xml_response(f'<{action}Response xmlns="{NAMESPACE}"><requestId>{request_id}</requestId>'
+                             f"{_window_xml(window, 'instanceEventWindow', state)}</{action}Response>", request_id)
+
+    @staticmethod
+    def _window_id(params: Params) -> str:
+        value = params.get("InstanceEventWindowId")
+        if value is None or not value.strip():
+            raise _missing("InstanceEventWindowId")
+        return value.strip()
+
+    @staticmethod
+    def _schedule(params: Params) -> tuple[tuple[TimeRange, ...], str | None]:
+        """``TimeRange.N.*`` and ``CronExpression`` (empty: not given); both: InvalidParameterCombination."""
+        fields: dict[int, dict[str, str]] = {}
+        for (number, field), value in _indexed(params, _TIME_RANGE):
+            fields.setdefault(number, {})[field] = value.strip()
+        ranges = []
+        for number in sorted(fields):
+            given = fields[number]
+            for field in _TIME_FIELDS:
+                if not given.get(field):
+                    raise _missing(f"TimeRange.{number}.{field}")
+            for field in ("StartWeekDay", "EndWeekDay"):
+                if given[field] not in WEEKDAYS:
+                    raise _bad_value(f"TimeRange.{number}.{field}", given[field],
+                                     f"Expecting one of {', '.join(WEEKDAYS)}.")
+            hours = {}
+            for field in ("StartHour", "EndHour"):
+                try:
+                    hours[field] = int(given[field])
+                except ValueError:
+                    raise _bad_value(f"TimeRange.{number}.{field}", given[field], "Expecting an integer.") from None
+                if not 0 <= hours[field] <= 23:
+                    raise _bad_value(f"TimeRange.{number}.{field}", given[field], "Expecting a value from 0 to 23.")
+            ranges.append(TimeRange(given["StartWeekDay"], hours["StartHour"], given["EndWeekDay"], hours["EndHour"]))
+        cron = params.get("CronExpression")
+        cron = cron.strip() if cron is not None and cron.strip() else None
+        if ranges and cron is not None:
+            raise Ec2Error("InvalidParameterCombination",
+                           "The parameter TimeRange cannot be used with the parameter CronExpression")
+        return tuple(ranges), cron
+
+    @staticmethod
+    def _tag_specifications(params: Params) -> tuple[tuple[str, str], ...]:
+        types = {number: value.strip() for (number,), value in _indexed(params, _TAG_SPEC_TYPE)}
+        given: dict[int, dict[int, dict[str, str]]] = {}
+        for (number, index, field), value in _indexed(params, _TAG_SPEC_TAG):
+            given.setdefault(number, {}).setdefault(index, {})[field] = value
+        tags: dict[str, str] = {}
+        for number in sorted(set(types) | set(given)):
+            resource_type = types.get(number)
+            if not resource_type:
+                raise _missing(f"TagSpecification.{number}.ResourceType")
+            if resource_type != WINDOW_RESOURCE_TYPE:
+                raise Ec2Error("InvalidParameterValue",
+                               f"'{resource_type}' is not a valid taggable resource type for this operation.")
+            for index in sorted(given.get(number, {})):
+                where = f"TagSpecification.{number}.Tag.{index}"
+                key, value = given[number][index].get("Key"), given[number][index].get("Value", "")
+                if not key:
+                    raise _missing(f"{where}.Key")
+                _check_tag(key, value, where)
+                if key in tags:
+                    raise Ec2Error("InvalidParameterValue", f"The tag key '{key}' is given more than once.")
+                tags[key] = value
+        if len(tags) > MAX_TAGS:
+            raise Ec2Error("TagLimitExceeded", f"The maximum number of tags ({MAX_TAGS}) per resource has been "
+                           "exceeded.")
+        return tuple(tags.items())
+
+    @staticmethod
+    def _targets(params: Params) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...]]:
+        """``AssociationTarget``: (instance IDs, instance tags, Dedicated Host IDs), each without repeats."""
+        instance_ids = tuple(dict.fromkeys(value.strip() for _, value in _indexed(params, _TARGET_INSTANCE)))
+        for instance_id in instance_ids:
+            if not WELL_FORMED_ID.match(instance_id):
+                raise Ec2Error("InvalidInstanceID.Malformed", f'Invalid id: "{instance_id}"')
+        hosts = tuple(dict.fromkeys(value.strip() for _, value in _indexed(params, _TARGET_HOST)))
+        given: dict[int, dict[str, str]] = {}
+        for (number, field), value in _indexed(params, _TARGET_TAG):
+            given.setdefault(number, {})[field] = value
+        tags = []
+        for number in sorted(given):
+            key = given[number].get("Key")
+            if not key:
+                raise _missing(f"AssociationTarget.InstanceTag.{number}.Key")
+            tags.append((key, given[number].get("Value", "")))
+        if not (instance_ids or hosts or tags):
+            raise _missing("AssociationTarget")
+        return instance_ids, tuple(dict.fromkeys(tags)), hosts
+
+    # ------------------------------------------------------------------------------- CreateInstanceEventWindow
+    def create_instance_event_window(self, params: Params, request_id: str) -> Response:
+        params.check_known(lambda name: name in ("DryRun", "Name", "CronExpression") or bool(
+            _TIME_RANGE.match(name) or _TAG_SPEC_TYPE.match(name) or _TAG_SPEC_TAG.match(name)))
+        name = params.get("Name") or ""
+        ranges, cron = self._schedule(params)
+        if not ranges and cron is None:
+            raise _missing("TimeRange or CronExpression")
+        tags = self._tag_specifications(params)
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        window = self._window_command(lambda engine: engine.create_window(name, ranges, cron, tags))
+        return self._window_answer("CreateInstanceEventWindow", window, request_id, "creating")
+
+    # -------------------------------------------------------------------------------- ModifyInstanceEventWindow
+    def modify_instance_event_window(self, params: Params, request_id: str) -> Response:
+        params.check_known(lambda name: name in ("DryRun", "Name", "CronExpression", "InstanceEventWindowId") or
+                           bool(_TIME_RANGE.match(name)))
+        window_id = self._window_id(params)
+        name = params.get("Name")
+        ranges, cron = self._schedule(params)
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        window = self._window_command(lambda engine: engine.modify_window(
+            window_id, name=name, time_ranges=ranges or None, cron=cron))
+        return self._window_answer("ModifyInstanceEventWindow", window, request_id, "creating")
+
+    # -------------------------------------------------------------------------------- DeleteInstanceEventWindow
+    def delete_instance_event_window(self, params: Params, request_id: str) -> Response:
+        params.check_known(lambda name: name in ("DryRun", "ForceDelete", "InstanceEventWindowId"))
+        window_id = self._window_id(params)
+        force = params.boolean("ForceDelete")
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        window = self._window_command(lambda engine: engine.delete_window(window_id, force))
+        return _xml_response(
+            f'<DeleteInstanceEventWindowResponse xmlns="{NAMESPACE}"><requestId>{request_id}</requestId>'
+            f"<instanceEventWindowState><instanceEventWindowId>{window.window_id}</instanceEventWindowId>"
+            "<state>deleting</state></instanceEventWindowState></DeleteInstanceEventWindowResponse>", request_id)
+
+    # ------------------------------------------------------------------ Associate/DisassociateInstanceEventWindow
+    def associate_instance_event_window(self, params: Params, request_id: str) -> Response:
+        return self._association(params, request_id, "AssociateInstanceEventWindow")
+
+    def disassociate_instance_event_window(self, params: Params, request_id: str) -> Response:
+        return self._association(params, request_id, "DisassociateInstanceEventWindow")
+
+    def _association(self, params: Params, request_id: str, action: str) -> Response:
+        params.check_known(lambda name: name in ("DryRun", "InstanceEventWindowId") or bool(
+            _TARGET_INSTANCE.match(name) or _TARGET_HOST.match(name) or _TARGET_TAG.match(name)))
+        window_id = self._window_id(params)
+        instance_ids, tags, hosts = self._targets(params)
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        self.service.catch_up()
+        if window_id not in self.engine.ec2_windows:
+            raise _window_ids_not_found([window_id])
+        if action == "AssociateInstanceEventWindow":
+            now = self.service.now()
+            unknown = [iid for iid in instance_ids if not self._visible(iid, params.region, now)]
+            if unknown:
+                raise _not_found(unknown)
+            command = lambda engine: engine.associate_window(window_id, instance_ids, tags, hosts)  # noqa: E731
+        else:
+            command = lambda engine: engine.disassociate_window(window_id, instance_ids, tags, hosts)  # noqa: E731
+        return self._window_answer(action, self._window_command(command), request_id, "creating")
+
+    # ----------------------------------------------------------------------------- DescribeInstanceEventWindows
+    def describe_instance_event_windows(self, params: Params, request_id: str) -> Response:
+        params.check_known(lambda name: name in ("DryRun", "MaxResults", "NextToken") or bool(
+            _WINDOW_ID_N.match(name) or _FILTER_NAME.match(name) or _FILTER_VALUE.match(name)))
+        ids = list(dict.fromkeys(value.strip() for _, value in _indexed(params, _WINDOW_ID_N)))
+        filters = self._filters(params, self._window_filter)
+        limit = DEFAULT_WINDOW_PAGE
+        max_text = params.get("MaxResults")
+        if max_text is not None:
+            if ids:
+                raise Ec2Error("InvalidParameterCombination",
+                               "The parameter instanceEventWindowIdSet cannot be used with the parameter maxResults")
+            try:
+                limit = int(max_text.strip())
+            except ValueError:
+                raise _bad_value("maxResults", max_text, "Expecting an integer.") from None
+            if not MIN_WINDOW_RESULTS <= limit <= MAX_WINDOW_RESULTS:
+                raise _bad_value("maxResults", f" {limit} ",
+                                 f"Expecting a value from {MIN_WINDOW_RESULTS} to {MAX_WINDOW_RESULTS}.")
+        digest = self._digest("windows", sorted((f.name, sorted(f.values)) for f in filters),
+                              sorted(ids) if ids else None)
+        token = params.get("NextToken")
+        after = self._after(token, digest) if token else ""
+        if params.boolean("DryRun"):
+            raise _dry_run()
+
+        self.service.catch_up()
+        windows = self.engine.ec2_windows
+        if ids:
+            unknown = [window_id for window_id in ids if window_id not in windows]
+            if unknown:
+                raise _window_ids_not_found(unknown)
+            candidates = sorted(ids)
+        else:
+            candidates = sorted(windows)
+        predicates = [self._window_predicate(f) for f in filters]
+        items: list[str] = []
+        next_token = None
+        for index in range(bisect.bisect_right(candidates, after) if after else 0, len(candidates)):
+            window = windows[candidates[index]]
+            if not all(predicate(window) for predicate in predicates):
+                continue
+            items.append(_window_xml(window, "item", window.state))
+            if len(items) == limit:
+                if index + 1 < len(candidates):
+                    next_token = self._token(window.window_id, digest)
+                break
+        body = [f'<DescribeInstanceEventWindowsResponse xmlns="{NAMESPACE}"><requestId>{request_id}</requestId>']
+        body.append("<instanceEventWindowSet>" + "".join(items) + "</instanceEventWindowSet>" if items
+                    else "<instanceEventWindowSet/>")
+        if next_token is not None:
+            body.append(f"<nextToken>{next_token}</nextToken>")
+        body.append("</DescribeInstanceEventWindowsResponse>")
+        return _xml_response("".join(body), request_id)
+
+    @staticmethod
+    def _window_filter(name: str, values: list[str]) -> Filter | None:
+        if name in WINDOW_FILTERS:
+            return Filter(name, values, WINDOW_FILTERS[name])
+        if name == "instance-id":
+            return Filter(name, values, lambda window: ())  # matched by _window_predicate
+        if name.startswith("tag:") and len(name) > 4:
+            key = name[4:]
+            return Filter(name, values, lambda window: [value for k, value in window.tags if k == key])
+        return None
+
+    def _window_predicate(self, found: Filter) -> Callable[[EventWindow], bool]:
+        if found.name != "instance-id":
+            return found.matches
+        selected = self._windows_of_instances(found)
+        return lambda window: window.window_id in selected
+
+    def _windows_of_instances(self, found: Filter) -> set[str]:
+        """The windows of the instances an ``instance-id`` filter names: the windows an instance is associated with
+        by its ID; an instance associated with none by ID falls back to the windows that take it in through its
+        tags or its Dedicated Host (reference 2.4)."""
+        windows = list(self.engine.ec2_windows.values())
+        direct: dict[str, set[str]] = {}
+        for window in windows:
+            for instance_id in window.instance_ids:
+                direct.setdefault(instance_id, set()).add(window.window_id)
+        candidates = set(direct) | set(self.engine.ec2_instances) if found.wild else found.literals
+        selected: set[str] = set()
+        for instance_id in candidates:
+            if not found.matches_text(instance_id):
+                continue
+            if instance_id in direct:
+                selected |= direct[instance_id]
+                continue
+            instance = self.engine.ec2_instances.get(instance_id)
+            if instance is None:
+                continue
+            for window in windows:
+                if any(instance.tags.get(key) == value for key, value in window.instance_tags) or (
+                        instance.dedicated_host is not None and instance.dedicated_host in window.dedicated_host_ids):
+                    selected.add(window.window_id)
+        return selected
+
+    def _digest(self, *parts) -> str:
+        canonical = json.dumps(parts, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------------- event notification attributes
+    @staticmethod
+    def _tag_attribute(params: Params) -> tuple[bool, tuple[str, ...]]:
+        """``InstanceTagAttribute``: (IncludeAllTagsOfInstance, the InstanceTagKey.N). Both true and keys:
+        InvalidParameterCombination; neither given: MissingParameter."""
+        params.check_known(lambda name: name in ("DryRun", "InstanceTagAttribute.IncludeAllTagsOfInstance") or bool(
+            _TAG_KEY_N.match(name)))
+        include_given = params.get("InstanceTagAttribute.IncludeAllTagsOfInstance") is not None
+        include_all = params.boolean("InstanceTagAttribute.IncludeAllTagsOfInstance")
+        keys = tuple(dict.fromkeys(value for _, value in _indexed(params, _TAG_KEY_N)))
+        if not include_given and not keys:
+            raise _missing("InstanceTagAttribute")
+        for (number,), key in _indexed(params, _TAG_KEY_N):
+            if not key:
+                raise _bad_value(f"InstanceTagAttribute.InstanceTagKey.{number}", key, "A tag key cannot be empty.")
+            if len(key) > MAX_TAG_KEY:
+                raise _bad_value(f"InstanceTagAttribute.InstanceTagKey.{number}", key,
+                                 f"Tag keys accept at most {MAX_TAG_KEY} characters.")
+        if include_all and keys:
+            raise Ec2Error("InvalidParameterCombination", "The parameter IncludeAllTagsOfInstance=true cannot be used "
+                           "with the parameter InstanceTagKey")
+        return include_all, keys
+
+    def _attributes_command(self, action: str, command: Callable[[Engine], list], request_id: str) -> Response:
+        try:
+            changes = self.service.perform(command)
+        except CoreError as error:
+            raise Ec2Error("InvalidParameterValue", str(error)) from None
+        attributes = next(change.attributes for change in changes
+                          if isinstance(change, Ec2NotificationAttributesChanged))
+        return self._attributes_answer(action, attributes, request_id)
+
+    @staticmethod
+    def _attributes_answer(action: str, attributes: NotificationAttributes, request_id: str) -> Response:
+        return _xml_response(f'<{action}Response xmlns="{NAMESPACE}"><requestId>{request_id}</requestId>'
+                             f"{_attributes_xml(attributes)}</{action}Response>", request_id)
+
+    def register_notification_attributes(self, params: Params, request_id: str) -> Response:
+        include_all, keys = self._tag_attribute(params)
+        if not include_all and not keys:
+            raise Ec2Error("InvalidParameterValue", "Nothing to register: give IncludeAllTagsOfInstance=true or at "
+                           "least one InstanceTagKey")
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        return self._attributes_command(
+            "RegisterInstanceEventNotificationAttributes",
+            lambda engine: engine.register_notification_attributes(include_all=include_all, keys=keys), request_id)
+
+    def deregister_notification_attributes(self, params: Params, request_id: str) -> Response:
+        include_all, keys = self._tag_attribute(params)
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        return self._attributes_command(
+            "DeregisterInstanceEventNotificationAttributes",
+            lambda engine: engine.deregister_notification_attributes(include_all=include_all, keys=keys), request_id)
+
+    def describe_notification_attributes(self, params: Params, request_id: str) -> Response:
+        params.check_known(lambda name: name == "DryRun")
+        if params.boolean("DryRun"):
+            raise _dry_run()
+        self.service.catch_up()
+        return self._attributes_answer("DescribeInstanceEventNotificationAttributes",
+                                       self.engine.notification_attributes, request_id)
+
+
+def create_ec2_app(service: Maintenance, credentials: dict[str, str] | None = None) -> Starlette:
+    """The EC2 Query API over ``service``, as an ASGI app (serve it as an EC2 endpoint).
+
+    ``credentials`` (access key ID → secret access key): verify every request's SigV4 signature against them
+    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none."""
+    api = Ec2Api(service, credentials)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # other methods are answered in EC2's shape
     app = Starlette(routes=[Route("/{path:path}", api.endpoint, methods=methods)])
     app.state.ec2 = api

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Callable, Union
 
-from forewarn.core.ec2 import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState
+from forewarn.core.ec2 import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState, availability_zone_id
 from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
@@ -485,24 +485,6 @@ def mac_address(instance_id: str) -> str:
     """A stable, locally administered MAC derived from the instance id (real: ``02:29:96:8f:6a:2d``)."""
     digest = hashlib.blake2b(instance_id.encode(), digest_size=5).hexdigest()
     return "02:" + ":".join(digest[i:i + 2] for i in range(0, 10, 2))
-
-
-_REGION_WORDS = {
-    "east": "e", "west": "w", "north": "n", "south": "s", "central": "c", "northeast": "ne", "northwest": "nw",
-    "southeast": "se", "southwest": "sw", "gov": "g", "iso": "i", "isob": "ib",
-}
-
-
-def availability_zone_id(zone: str) -> str:
-    """``use1-az1`` for us-east-1a: the region's short code and the zone letter's position. Real zone ids map to
-    letters per account; the letter order is our choice."""
-    region = zone[:-1] if zone[-1:].isalpha() else zone
-    letter = zone[-1:] if zone[-1:].isalpha() else "a"
-    words = region.split("-")
-    if len(words) < 3 or not words[-1].isdigit():
-        return f"{region}-az{ord(letter) - ord('a') + 1}"
-    short = words[0] + "".join(_REGION_WORDS.get(word, word[:1]) for word in words[1:-1]) + words[-1]
-    return f"{short}-az{ord(letter) - ord('a') + 1}"
 
 
 def services_of(region: str) -> tuple[str, str]:

@@ -140,3 +140,12 @@ class Server:
             headers={"Metadata": "true", **headers},
             timeout=10,
         )
+
+
+def forewarn(server, *args, check=True):
+    """Run the forewarn CLI against a test server, as a user would."""
+    run = subprocess.run([sys.executable, "-m", "forewarn", "--server", server.control, *args],
+                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    if check:
+        assert run.returncode == 0, run.stderr
+    return run

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import ROOT, Server
+from helpers import ROOT, Server, forewarn
 
 SAMPLE = Path(__file__).parent / "samples" / "azure_scheduled_events_sample.py"
 
@@ -43,14 +43,6 @@ def test_seed_python_sample_unmodified_but_its_url(server, tmp_path):
     assert status[reboot["event_id"]] == ("Started", ["solo"])
     assert status[freeze["event_id"]] == ("Started", ["solo"])
     assert status[redeploy["event_id"]] == ("Scheduled", [])
-
-
-def forewarn(server, *args, check=True):
-    run = subprocess.run([sys.executable, "-m", "forewarn", "--server", server.control, *args],
-                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
-    if check:
-        assert run.returncode == 0, run.stderr
-    return run
 
 
 def test_cli_drives_the_whole_lifecycle(server):

@@ -1,12 +1,10 @@
 """EC2 events through the control API and the CLI, on a real server."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from helpers import ROOT, Server
+from helpers import Server, forewarn
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 SPOT = "i-0ddddddddddddddd4"
@@ -25,14 +23,6 @@ def server(tmp_path):
     server = Server(tmp_path, FLEET).start()
     yield server
     server.stop()
-
-
-def forewarn(server, *args, check=True):
-    run = subprocess.run([sys.executable, "-m", "forewarn", "--server", server.control, *args],
-                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
-    if check:
-        assert run.returncode == 0, run.stderr
-    return run
 
 
 def test_ec2_lifecycle_from_the_cli(server):

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from helpers import ROOT, Server, forewarn
 

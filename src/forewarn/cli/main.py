@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import sys
 from dataclasses import replace
 from datetime import datetime, timedelta

@@ -6,7 +6,6 @@ Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 40
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from typing import Literal
 
 from fastapi import FastAPI, Query, Request
@@ -18,7 +17,7 @@ from forewarn import __version__
 from forewarn.core.durations import parse_duration
 from forewarn.core.engine import ScheduleRequest
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
-from forewarn.core.model import Event, EventSource, EventType, parse_enum
+from forewarn.core.model import EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
 from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time

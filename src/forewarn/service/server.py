@@ -96,7 +96,7 @@ class MetadataRouter:
 
 @dataclass
 class Built:
-    management_app: object  # the control API and the ARM-shaped API, by the port a request arrived on
+    management_app: object  # the control, ARM and EC2 APIs, by the port a request arrived on
     management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
@@ -124,23 +124,22 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
         if extra is not None:
             management_sockets.append(_listen(*extra))
     imds_sockets = [_listen(*listeners.imds)]
-    for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
-        taken = (listeners.imds[1], listeners.control[1], listeners.arm[1] if listeners.arm else None,
-                 listeners.ec2_api[1] if listeners.ec2_api else None)
-        if vm.imds_port is not None and vm.imds_port not in taken:
+    taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
+    for machine in [*fleet.vms.values(), *fleet.ec2.values()]:  # Azure VMs and EC2 instances alike
+        name, port, address = machine.name, machine.imds_port, machine.imds_address
+        if port is not None and port not in taken:
             try:
-                imds_sockets.append(_listen(listeners.imds[0], vm.imds_port))
-                listeners.vm_ports[vm.imds_port] = vm.name
+                imds_sockets.append(_listen(listeners.imds[0], port))
+                listeners.vm_ports[port] = name
             except OSError as error:
-                log.warning("%s: cannot listen on port %s (%s); skipped", vm.name, vm.imds_port, error.strerror)
-        if vm.imds_address is not None and vm.imds_address != listeners.imds[0]:
-            address = ipaddress.ip_address(vm.imds_address)
-            if address.is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
+                log.warning("%s: cannot listen on port %s (%s); skipped", name, port, error.strerror)
+        if address is not None and address != listeners.imds[0]:
+            if ipaddress.ip_address(address).is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
                 try:
-                    imds_sockets.append(_listen(vm.imds_address, listeners.imds[1]))
-                    listeners.vm_addresses[vm.imds_address] = vm.name
+                    imds_sockets.append(_listen(address, listeners.imds[1]))
+                    listeners.vm_addresses[address] = name
                 except OSError as error:
-                    log.warning("%s: cannot listen on %s (%s); skipped", vm.name, vm.imds_address, error.strerror)
+                    log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
     apps = {listeners.control[1]: create_control_app(service, imds=imds)}

@@ -738,3 +738,8 @@ def ec2_rebalance(ctx, instances, as_json):
 
 def main() -> None:
     cli(prog_name="forewarn")
+
+
+from forewarn.scenarios.cli import scenario as scenario_group  # noqa: E402
+
+cli.add_command(scenario_group)

@@ -1,0 +1,97 @@
+"""The runner's client: forewarn's control API (JSON), and the EC2 Query API for what only it can do (event
+windows). The runner drives a server only through these; it never imports the engine."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from typing import Any
+
+import httpx
+
+EC2_API_VERSION = "2016-11-15"
+SCHEDULED_EVENTS_VERSION = "2020-07-01"
+
+
+class ApiError(Exception):
+    """A refused request: HTTP status, error code (Invalid, NotFound, Conflict, or an EC2 code) and message."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(f"{message} ({code}, HTTP {status})")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class Unreachable(Exception):
+    """The server could not be reached."""
+
+
+class Api:
+    def __init__(self, control: str, ec2: str | None = None, timeout: float = 30.0):
+        self.control = control.rstrip("/")
+        self.ec2 = ec2.rstrip("/") if ec2 else None
+        self._http = httpx.Client(timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _send(self, method: str, url: str, **kwargs) -> httpx.Response:
+        try:
+            return self._http.request(method, url, **kwargs)
+        except httpx.TransportError as error:
+            raise Unreachable(f"cannot reach {url} ({error.__class__.__name__})") from None
+
+    def request(self, method: str, path: str, body: dict | None = None, **params) -> Any:
+        kwargs: dict = {"params": params} if params else {}
+        if body is not None:
+            kwargs["json"] = body
+        response = self._send(method, f"{self.control}{path}", **kwargs)
+        if response.status_code >= 400:
+            try:
+                error = response.json()["error"]
+                raise ApiError(response.status_code, error["code"], error["message"])
+            except (ValueError, KeyError, TypeError):
+                raise ApiError(response.status_code, f"HTTP{response.status_code}", response.text[:500]) from None
+        return response.json() if response.content else None
+
+    def get(self, path: str, **params) -> Any:
+        return self.request("GET", path, **params)
+
+    def post(self, path: str, body: dict | None = None) -> Any:
+        return self.request("POST", path, body if body is not None else {})
+
+    def patch(self, path: str, body: dict) -> Any:
+        return self.request("PATCH", path, body)
+
+    def document(self, vm: str) -> str:
+        """The exact bytes the VM's IMDS serves now (GET /v1/vms/{vm}/scheduledevents)."""
+        response = self._send("GET", f"{self.control}/v1/vms/{vm}/scheduledevents",
+                              params={"api-version": SCHEDULED_EVENTS_VERSION})
+        if response.status_code >= 400:
+            raise ApiError(response.status_code, "HTTP", response.text[:500])
+        return response.text
+
+    def ec2_query(self, params: dict[str, str]) -> tuple[str, list[str]]:
+        """POST an EC2 Query API form; the answer's XML and the ids it names (windows, events)."""
+        if self.ec2 is None:
+            raise ApiError(0, "NoEc2Api", "no EC2 API URL (give --ec2-url)")
+        form = {"Version": EC2_API_VERSION, **params}
+        response = self._send("POST", f"{self.ec2}/", data=form)
+        try:
+            root = ET.fromstring(response.content)
+        except ET.ParseError:
+            raise ApiError(response.status_code, f"HTTP{response.status_code}", response.text[:500]) from None
+        if response.status_code >= 400 or root.tag == "Response":
+            code = root.findtext(".//Error/Code") or f"HTTP{response.status_code}"
+            raise ApiError(response.status_code, code, root.findtext(".//Error/Message") or response.text[:500])
+        ids: list[str] = []
+        for element in root.iter():
+            tag = element.tag.rsplit("}", 1)[-1]
+            if tag in ("instanceEventWindowId", "instanceEventId") and element.text and element.text not in ids:
+                ids.append(element.text)
+        return response.text, ids
+
+
+def parse_document(text: str) -> dict:
+    return json.loads(text)

@@ -1,0 +1,163 @@
+"""``forewarn scenario``: list, show, validate and run scenarios (registered on the main CLI)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from forewarn.scenarios.spec import DEFAULT_TIMING, TIMINGS, ScenarioError, load_library, load_scenario
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+DEFAULT_EC2_URL = "http://127.0.0.1:8172"
+
+
+def _fail(message: str) -> None:
+    click.echo(f"forewarn: {message}", err=True)
+    sys.exit(1)
+
+
+@click.group(name="scenario", context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn scenario list
+  forewarn scenario show two-vm-live-migration
+  forewarn scenario run two-vm-live-migration                 # private server, manual clock, realistic timing
+  forewarn scenario run canceled-maintenance --timing fast --speed 5   # real clock, 5x
+  forewarn scenario run my-scenario.yaml --server http://127.0.0.1:8170 --out my.json
+  forewarn scenario validate my-scenario.yaml
+Format and the shipped scenarios: docs/scenarios.md.""")
+def scenario() -> None:
+    """Maintenance scenarios: steps at simulated times, what the VMs' documents must show (YAML files)."""
+
+
+@scenario.command(name="list", context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_command(as_json: bool) -> None:
+    """The shipped scenarios."""
+    try:
+        scenarios = load_library()
+    except ScenarioError as error:
+        _fail(str(error))
+    if as_json:
+        click.echo(json.dumps([s.summary() for s in scenarios], indent=2))
+        return
+    width = max(len(s.name) for s in scenarios)
+    for s in scenarios:
+        click.echo(f"{s.name:<{width}}  {s.title}")
+
+
+@scenario.command(name="show", context_settings=CONTEXT)
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print the scenario as JSON (with its summary).")
+def show_command(name: str, as_json: bool) -> None:
+    """Print a scenario file as it is (NAME of a shipped scenario, or a path): a start for your own."""
+    try:
+        found = load_scenario(name)
+    except ScenarioError as error:
+        _fail(str(error))
+    if as_json:
+        click.echo(json.dumps({**found.summary(), "scenario": found.data}, indent=2))
+        return
+    click.echo(found.text.rstrip("\n"))
+
+
+@scenario.command(name="validate", context_settings=CONTEXT)
+@click.argument("files", nargs=-1, required=True)
+def validate_command(files: tuple[str, ...]) -> None:
+    """Check scenario files (both timings); problems are printed as FILE:LINE: WHERE: PROBLEM."""
+    failed = False
+    for name in files:
+        try:
+            found = load_scenario(name)
+        except ScenarioError as error:
+            failed = True
+            click.echo(str(error), err=True)
+            continue
+        click.echo(f"{found.path}: ok ({found.name}: {len(found.data['steps'])} steps, "
+                   f"{len(found.data.get('expect') or [])} checks)")
+    if failed:
+        sys.exit(1)
+
+
+@scenario.command(name="run", context_settings=CONTEXT, epilog="""\b
+Without --server a private `forewarn serve` is started for the run (in-memory database, the scenario's fleet and
+start time, free loopback ports, fixed --seed) and stopped afterwards. On a manual clock the runner walks the clock
+through every deadline; with --speed the clock is real and the runner polls every VM's document every 100 ms.
+Exit status 1 when an expectation fails or the run cannot go on.""")
+@click.argument("name")
+@click.option("--timing", type=click.Choice(TIMINGS), default=DEFAULT_TIMING, show_default=True,
+              help="realistic: the reference's median timings; fast: seconds instead of minutes.")
+@click.option("--manual", "manual", is_flag=True,
+              help="Manual clock: the runner moves it (default for a private server; with --server, the default is "
+              "the server's own clock).")
+@click.option("--speed", type=float, help="Real clock at this rate (private server: --clock real --speed X).")
+@click.option("--server", "server_url", metavar="URL",
+              help="Run on this server (its control API) instead of a private one. FOREWARN_SERVER is not used.")
+@click.option("--ec2-url", default=DEFAULT_EC2_URL, show_default=True, metavar="URL",
+              help="With --server: its EC2 Query API (for event windows).")
+@click.option("--out", "out", metavar="FILE",
+              help="Timeline JSON file (default NAME-timeline.json here; - for stdout).")
+@click.option("--seed", help="EventId seed of the private server (default: forewarn-scenario).")
+@click.option("--max-moves", type=int, default=1000, show_default=True, help="Manual clock: most clock moves.")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Real clock: wall seconds to wait, after the last step, for the events to end.")
+@click.option("--quiet", "-q", is_flag=True, help="No live timeline; only the result.")
+@click.pass_context
+def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed, max_moves, timeout, quiet):
+    """Run a scenario (NAME of a shipped scenario, or a path) and check its expectations."""
+    from forewarn.scenarios.runner import RunOptions, run_scenario
+    from forewarn.scenarios.server import DEFAULT_SEED, ServerError
+
+    if manual and speed is not None:
+        raise click.UsageError("give --manual or --speed, not both")
+    if speed is not None and speed <= 0:
+        raise click.BadParameter("must be positive", param_hint="--speed")
+    root = ctx.find_root()
+    if server_url is None and root.get_parameter_source("server") is click.core.ParameterSource.COMMANDLINE:
+        server_url = root.params["server"]
+    try:
+        resolved = load_scenario(name).resolve(timing)
+    except ScenarioError as error:
+        _fail(str(error))
+    to_stdout = out == "-"
+    out_path = None if to_stdout else Path(out or f"{resolved.name}-timeline.json")
+
+    def emit(line: str) -> None:
+        if not quiet:
+            click.echo(line, err=to_stdout)
+
+    mode = "real" if speed is not None else "manual" if manual or not server_url else "auto"
+    where = f"server {server_url}" if server_url else f"a private server (seed {seed or DEFAULT_SEED})"
+    emit(f"scenario {resolved.name}: {resolved.title}")
+    clock = "the server's clock" if mode == "auto" else f"{mode} clock" + (f" x{speed:g}" if speed else "")
+    emit(f"{timing} timing, {clock}, on {where}")
+    options = RunOptions(mode=mode, speed=speed or 1.0, max_moves=max_moves, timeout=timeout)
+    try:
+        timeline = run_scenario(resolved, server=server_url, ec2_url=ec2_url if server_url else None,
+                                options=options, seed=seed, emit=emit)
+    except ServerError as error:
+        _fail(str(error))
+    report = click.echo if not to_stdout else (lambda line: click.echo(line, err=True))
+    results = timeline["expectations"]
+    if results:
+        report("expectations:")
+        for result in results:
+            report(f"  {'ok  ' if result['passed'] else 'FAIL'}  {result['what']}"
+                   + ("" if result["passed"] else f"\n        {result['detail']}"))
+    failed = [r for r in results if not r["passed"]]
+    if timeline["aborted"]:
+        report(f"aborted: {timeline['aborted']}")
+    elif failed:
+        report(f"FAILED: {len(failed)} of {len(results)} checks")
+    else:
+        report(f"passed: {len(results)} checks")
+    text = json.dumps(timeline, indent=2)
+    if to_stdout:
+        click.echo(text)
+    else:
+        out_path.write_text(text + "\n")
+        report(f"timeline: {out_path}")
+    if not timeline["passed"]:
+        sys.exit(1)

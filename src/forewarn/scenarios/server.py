@@ -1,0 +1,128 @@
+"""A private ``forewarn serve`` for one scenario run: in-memory database, free loopback ports, fixed seed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+from forewarn.scenarios.spec import Scenario
+
+DEFAULT_SEED = "forewarn-scenario"
+
+
+class ServerError(Exception):
+    """The private server did not start; the message carries the end of its log."""
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+class PrivateServer:
+    """``forewarn serve`` as a subprocess with the scenario's fleet: ``--db :memory:``, a manual clock (or a real
+    one at ``speed``), the scenario's start time and server settings. Use as a context manager."""
+
+    def __init__(self, scenario: Scenario, clock: str = "manual", speed: float = 1.0, seed: str = DEFAULT_SEED,
+                 startup_timeout: float = 30.0):
+        self.scenario = scenario
+        self.clock = clock
+        self.speed = speed
+        self.seed = seed
+        self.startup_timeout = startup_timeout
+        self.port, self.imds_port, self.ec2_port = free_ports(3)
+        self.process: subprocess.Popen | None = None
+        self.workdir: Path | None = None
+
+    @property
+    def control(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ec2(self) -> str:
+        return f"http://127.0.0.1:{self.ec2_port}"
+
+    @property
+    def imds(self) -> str:
+        return f"http://127.0.0.1:{self.imds_port}"
+
+    def args(self, fleet_file: Path) -> list[str]:
+        args = ["serve", "--fleet", str(fleet_file), "--db", ":memory:", "--host", "127.0.0.1",
+                "--port", str(self.port), "--imds-host", "127.0.0.1", "--imds-port", str(self.imds_port),
+                "--arm-port", "0", "--ec2-port", str(self.ec2_port), "--clock", self.clock, "--seed", self.seed,
+                "--log-level", "warning"]
+        if self.clock == "real":
+            args += ["--speed", f"{self.speed:g}"]
+        if self.scenario.start is not None:
+            args += ["--start", self.scenario.start.isoformat().replace("+00:00", "Z")]
+        return args + self.scenario.server_args()
+
+    def start(self) -> PrivateServer:
+        self.workdir = Path(tempfile.mkdtemp(prefix=f"forewarn-scenario-{self.scenario.name}-"))
+        fleet_file = self.workdir / "fleet.yaml"
+        fleet_file.write_text(self.scenario.fleet_text)
+        log_path = self.workdir / "server.log"
+        package_root = str(Path(__file__).resolve().parent.parent.parent)  # the directory holding `forewarn`
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+        with open(log_path, "ab") as log:
+            self.process = subprocess.Popen([sys.executable, "-m", "forewarn", *self.args(fleet_file)],
+                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                            env=env)
+        deadline = time.monotonic() + self.startup_timeout
+        with httpx.Client(timeout=1.0) as client:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    message = self._log_tail(log_path)
+                    self.stop()
+                    raise ServerError(f"the private server exited with status {self.process.returncode}:\n{message}")
+                try:
+                    if client.get(f"{self.control}/healthz").status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.03)
+        message = self._log_tail(log_path)
+        self.stop()
+        raise ServerError(f"the private server did not answer within {self.startup_timeout:g} s:\n{message}")
+
+    @staticmethod
+    def _log_tail(path: Path) -> str:
+        try:
+            return "\n".join(path.read_text(errors="replace").strip().splitlines()[-20:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+    def __enter__(self) -> PrivateServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,742 @@
+"""Scenario files (YAML): reading, validating, and resolving them for one timing.
+
+A scenario names a fleet, the steps to take at given simulated times (through the control API, or the EC2 Query
+API), which VMs to observe, and what their timeline must show. The format is documented in docs/scenarios.md.
+Every problem is reported as ``FILE:LINE: WHERE: PROBLEM``, e.g.
+``my.yaml:12: steps[2].do: unknown action 'aprove'; expected one of approve, cancel, ...``.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import CoreError
+
+TIMINGS = ("fast", "realistic")
+DEFAULT_TIMING = "realistic"
+LIBRARY_DIR = "library"
+NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+START_PLUS = re.compile(r"^start\s*\+\s*(?P<duration>\S.*)$")
+EVENT_TYPES = ("Freeze", "Reboot", "Redeploy", "Preempt", "Terminate")
+
+
+class ScenarioError(Exception):
+    """A scenario file was refused; the message names the file, the line, where and the problem (one per line)."""
+
+
+# ------------------------------------------------------------------------------------------------------ actions
+@dataclass(frozen=True)
+class Action:
+    """What a step's ``do`` can be: the keys its ``with`` takes, which are required, and which name fleet members."""
+
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
+    any_keys: bool = False  # ec2-api: Query parameters are free-form
+    summary: str = ""
+
+
+_SCHEDULE_KEYS = ("vms", "hosts", "source", "notice", "not_before", "duration_seconds", "description",
+                  "impact_window", "extra_impacts", "group", "update_domain", "fault_domain")
+_EC2_SCHEDULE_KEYS = ("notice", "not_before", "window", "no_not_after", "deadline", "no_deadline", "description")
+
+ACTIONS: dict[str, Action] = {
+    "schedule": Action(("type",), _SCHEDULE_KEYS, summary="POST /v1/events: Azure maintenance (one event per host "
+                                                          "and scope)"),
+    "approve": Action((), ("event", "vm"), summary="POST /v1/approvals, as `as` (a VM: only events it sees; "
+                                                    "default control)"),
+    "cancel": Action(("event",), ("vm",), summary="POST /v1/events/{id}/cancel, for each event in order"),
+    "restart": Action(("vms",), ("notice",), summary="POST /v1/vms/restart: a User Reboot"),
+    "redeploy": Action(("vms",), ("notice",), summary="POST /v1/vms/redeploy: a User Redeploy"),
+    "reimage": Action(("vms",), (), summary="POST /v1/vms/reimage"),
+    "delete": Action(("vms",), (), summary="POST /v1/vms/delete"),
+    "policy": Action(("owner",), ("auto_approve_reboot", "auto_approve_redeploy", "terminate_notification",
+                                  "os_image_notification"), summary="PATCH /v1/policies/{owner}"),
+    "scale-in": Action(("scale_set",), ("count",), summary="POST /v1/scale-sets/{scale_set}/scale-in"),
+    "update-instances": Action(("scale_set",), ("vms",), summary="POST /v1/scale-sets/{scale_set}/update-instances"),
+    "hardware-failure": Action(("hosts",), ("type",), summary="POST /v1/platform/hardware-failure"),
+    "predicted-failure": Action(("hosts",), ("notice",), summary="POST /v1/platform/predicted-failure"),
+    "evict": Action(("vms",), (), summary="POST /v1/platform/evict: Spot Preempt"),
+    "ec2-schedule": Action(("code", "instances"), _EC2_SCHEDULE_KEYS, summary="POST /v1/ec2/events"),
+    "ec2-cancel": Action(("event",), (), summary="POST /v1/ec2/events/{id}/cancel"),
+    "ec2-reschedule": Action(("event", "not_before"), (), summary="POST /v1/ec2/events/{id}/reschedule"),
+    "ec2-start": Action(("instance",), (), summary="POST /v1/ec2/instances/{instance}/start"),
+    "ec2-interrupt": Action(("instances",), ("action",), summary="POST /v1/ec2/spot/interrupt"),
+    "ec2-rebalance": Action(("instances",), (), summary="POST /v1/ec2/spot/rebalance"),
+    "ec2-api": Action(("Action",), (), any_keys=True, summary="the EC2 Query API (form POST to --ec2-url)"),
+}
+
+# ``with`` keys whose values are fleet members, checked against the fleet when the file is read.
+_MEMBER_KEYS = {"vms": "vm", "vm": "vm", "hosts": "host", "instances": "instance", "instance": "instance"}
+_LIST_KEYS = ("vms", "hosts", "instances")
+TIME_KEYS = ("not_before", "NotBefore", "not_after")  # values: ISO 8601, or start+DURATION
+
+STEP_KEYS = ("at", "after", "do", "id", "as", "with", "fails", "note", "only")
+TOP_KEYS = ("name", "title", "description", "source", "start", "fleet", "timing", "server", "observe", "steps",
+            "expect")
+SERVER_KEYS = ("notice", "impact_window", "hardware_failure_type")
+
+EXPECT_CHECKS = {
+    "vm": ("documents", "never", "event_ids", "min_notice", "max_notice", "power", "moved", "rebooted"),
+    "instance": ("states", "not_befores", "moved", "rebooted", "replaced"),
+    "event": ("status", "journal", "approved_by", "count", "not_before", "not_after"),
+}
+EXPECT_COMMON = ("note", "only")
+DOCUMENT_KEYS = ("incarnation", "events", "at")
+
+
+# ---------------------------------------------------------------------------------------------- resolved forms
+@dataclass(frozen=True)
+class Step:
+    index: int
+    time: timedelta  # from the start of the run
+    do: str
+    id: str | None
+    actor: str | None  # `as`
+    params: dict  # timing resolved; `$step` references and start+D times are resolved when the step runs
+    fails: str | None
+    note: str | None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    index: int
+    kind: str  # vm, instance or event
+    target: str  # a VM name, an instance id, or `$step`
+    checks: dict
+    vm: str | None = None  # event expectations: only the step's events whose Resources include this VM
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A scenario resolved for one timing: what the runner executes."""
+
+    name: str
+    title: str
+    description: str
+    source: str
+    path: str
+    timing: str
+    start: datetime | None
+    fleet_text: str  # the fleet file a private server is started with
+    vms: tuple[str, ...]
+    instances: tuple[str, ...]
+    observe: tuple[str, ...]
+    observe_all: bool  # no `observe:` given: every VM and instance, replacements included
+    server: dict  # notice / impact_window: {TYPE: duration}; hardware_failure_type
+    steps: tuple[Step, ...]
+    expectations: tuple[Expectation, ...]
+
+    def server_args(self) -> list[str]:
+        """``forewarn serve`` options a private server gets for this scenario's timing."""
+        args: list[str] = []
+        for option, key in (("--notice", "notice"), ("--impact-window", "impact_window")):
+            for event_type, duration in (self.server.get(key) or {}).items():
+                args += [option, f"{event_type}={duration}"]
+        if self.server.get("hardware_failure_type"):
+            args += ["--hardware-failure-type", str(self.server["hardware_failure_type"])]
+        return args
+
+
+@dataclass
+class ScenarioFile:
+    """A validated scenario file, for both timings."""
+
+    name: str
+    title: str
+    description: str
+    source: str
+    path: str
+    text: str
+    data: dict
+    fleet_text: str
+    vms: tuple[str, ...]
+    instances: tuple[str, ...]
+    lines: dict = field(repr=False, default_factory=dict)
+
+    def resolve(self, timing: str = DEFAULT_TIMING) -> Scenario:
+        if timing not in TIMINGS:
+            raise ScenarioError(f"unknown timing {timing!r}; expected one of {', '.join(TIMINGS)}")
+        return _resolve(self, timing)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "title": self.title, "description": self.description, "source": self.source,
+                "file": self.path}
+
+
+# ------------------------------------------------------------------------------------------------ YAML with lines
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SCALARS = yaml.SafeLoader("")
+
+
+class _Problem(Exception):
+    def __init__(self, line: int, message: str):
+        super().__init__(message)
+        self.line = line
+
+
+def _to_python(node: yaml.Node, path: tuple, lines: dict, nodes: dict) -> Any:
+    lines.setdefault(path, node.start_mark.line + 1)
+    nodes[path] = node
+    if isinstance(node, yaml.MappingNode):
+        result: dict = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _Problem(key_node.start_mark.line + 1, "keys must be plain words")
+            key = key_node.value
+            if key in result:
+                raise _Problem(key_node.start_mark.line + 1, f"duplicate key {key!r}")
+            lines[path + (key,)] = key_node.start_mark.line + 1
+            result[key] = _to_python(value_node, path + (key,), lines, nodes)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(item, path + (index,), lines, nodes) for index, item in enumerate(node.value)]
+    value = _SCALARS.construct_object(node)
+    if isinstance(value, datetime):  # YAML timestamps: keep them as the ISO text the API takes
+        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+def where(path: tuple) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+class _Report:
+    """Collects problems with their lines, and raises them all at once."""
+
+    def __init__(self, filename: str, lines: dict):
+        self.filename = filename
+        self.lines = lines
+        self.problems: list[str] = []
+
+    def line_of(self, path: tuple) -> int:
+        while path and path not in self.lines:
+            path = path[:-1]
+        return self.lines.get(path, 1)
+
+    def add(self, path: tuple, message: str) -> None:
+        text = f"{self.filename}:{self.line_of(path)}: {where(path)}: {message}"
+        if text not in self.problems:
+            self.problems.append(text)
+
+    def raw(self, text: str) -> None:
+        self.problems.append(text)
+
+    def check(self) -> None:
+        if self.problems:
+            raise ScenarioError("\n".join(self.problems))
+
+
+# ---------------------------------------------------------------------------------------------------- library
+def library_path() -> Path:
+    return Path(str(resources.files("forewarn.scenarios").joinpath(LIBRARY_DIR)))
+
+
+def shipped_names() -> list[str]:
+    return sorted(path.stem for path in library_path().glob("*.yaml"))
+
+
+def find_scenario(name_or_path: str) -> Path:
+    """A shipped scenario's name, or a path to a scenario file."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists() or "/" in name_or_path:
+        if not candidate.is_file():
+            raise ScenarioError(f"{name_or_path}: no such scenario file")
+        return candidate
+    shipped = library_path() / f"{name_or_path}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise ScenarioError(f"unknown scenario {name_or_path!r}; shipped scenarios: {', '.join(shipped_names())} "
+                        "(or give the path of a scenario file)")
+
+
+def load_scenario(name_or_path: str | Path) -> ScenarioFile:
+    path = find_scenario(str(name_or_path))
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ScenarioError(f"{path}: cannot read the scenario file: {error.strerror}") from None
+    return parse_scenario(text, str(path), base_dir=path.parent)
+
+
+def load_library() -> list[ScenarioFile]:
+    return [load_scenario(library_path() / f"{name}.yaml") for name in shipped_names()]
+
+
+# ---------------------------------------------------------------------------------------------------- parsing
+def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | None = None) -> ScenarioFile:
+    lines: dict = {}
+    nodes: dict = {}
+    try:
+        node = yaml.compose(text, Loader=_LOADER)
+        data = {} if node is None else _to_python(node, (), lines, nodes)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        raise ScenarioError(f"{filename}:{mark.line + 1 if mark else 1}: not valid YAML: "
+                            f"{error.problem or error}") from None
+    except _Problem as problem:
+        raise ScenarioError(f"{filename}:{problem.line}: {problem}") from None
+    report = _Report(filename, lines)
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{filename}:1: a scenario file is a mapping with keys name, description, fleet, "
+                            "steps, ...")
+    for key in data:
+        if key not in TOP_KEYS:
+            report.add((key,), f"unknown key {key!r}; expected {', '.join(TOP_KEYS)}")
+    for key in ("name", "description", "fleet", "steps"):
+        if key not in data:
+            report.add((), f"missing key {key!r}")
+    name = data.get("name")
+    if "name" in data and (not isinstance(name, str) or not NAME.match(name)):
+        report.add(("name",), "a name is lowercase letters, digits, '-', '_' and '.'")
+    for key in ("title", "description", "source"):
+        if key in data and not isinstance(data[key], str):
+            report.add((key,), "expected text")
+    if "start" in data:
+        try:
+            _parse_time(str(data["start"]))
+        except ValueError as error:
+            report.add(("start",), str(error))
+
+    timing_names = _check_timing(data.get("timing"), report)
+    fleet_text, vms, hosts, instances = _check_fleet(data, nodes, text, filename, base_dir, report)
+    _check_server(data.get("server"), timing_names, report)
+    step_ids = _check_steps(data.get("steps"), timing_names, vms, hosts, instances, report)
+    _check_observe(data.get("observe"), vms, instances, report)
+    _check_expect(data.get("expect"), timing_names, step_ids, vms, instances, report)
+    report.check()
+    scenario = ScenarioFile(
+        name=name, title=(data.get("title") or name).strip(), description=data["description"].strip(),
+        source=(data.get("source") or "").strip(), path=filename, text=text, data=data, fleet_text=fleet_text,
+        vms=tuple(vms), instances=tuple(instances), lines=lines,
+    )
+    for timing in TIMINGS:  # every value must resolve, and the steps must be in time order, in both timings
+        _resolve(scenario, timing, report)
+    report.check()
+    return scenario
+
+
+def _check_timing(timing: Any, report: _Report) -> set[str]:
+    if timing is None:
+        return set()
+    if not isinstance(timing, dict):
+        report.add(("timing",), "expected a mapping of names to {fast: ..., realistic: ...}")
+        return set()
+    for key, value in timing.items():
+        if not isinstance(key, str) or not IDENT.match(key):
+            report.add(("timing", key), "a timing name is a letter followed by letters, digits, '-' or '_'")
+        if not _is_choice(value):
+            report.add(("timing", key), "expected {fast: VALUE, realistic: VALUE}")
+    return {key for key in timing if isinstance(key, str)}
+
+
+def _is_choice(value: Any) -> bool:
+    return isinstance(value, dict) and set(value) == set(TIMINGS)
+
+
+def _check_fleet(data: dict, nodes: dict, text: str, filename: str, base_dir: Path | None,
+                 report: _Report) -> tuple[str, list[str], list[str], list[str]]:
+    """The fleet's text (as the server will read it) and its members; fleet-file errors with this file's lines."""
+    from forewarn.fleetfile import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
+
+    fleet = data.get("fleet")
+    if fleet is None:
+        return "", [], [], []
+    offset, label = 0, None
+    if fleet == "demo":
+        fleet_text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
+        label = "demo-fleet.yaml"
+    elif isinstance(fleet, str):
+        path = Path(fleet) if Path(fleet).is_absolute() or base_dir is None else base_dir / fleet
+        try:
+            fleet_text = path.read_text()
+        except OSError as error:
+            report.add(("fleet",), f"cannot read the fleet file {str(path)!r}: {error.strerror}")
+            return "", [], [], []
+        label = str(path)
+    elif isinstance(fleet, dict):
+        node = nodes[("fleet",)]
+        start, end = node.start_mark, node.end_mark
+        fleet_text = textwrap.dedent(" " * start.column + text[start.index:end.index])
+        offset = start.line
+    else:
+        report.add(("fleet",), "expected `demo`, the path of a fleet file, or a fleet (mapping) inline")
+        return "", [], [], []
+    token = "\x00fleet"
+    try:
+        parsed = parse_fleet(fleet_text, token)
+    except FleetFileError as error:
+        for problem in str(error).splitlines():
+            match = re.match(re.escape(token) + r":(\d+): (.*)$", problem)
+            if match is None:
+                report.raw(f"{filename}:{report.line_of(('fleet',))}: fleet: {problem.replace(token, 'fleet')}")
+            elif label is None:
+                report.raw(f"{filename}:{int(match.group(1)) + offset}: fleet.{match.group(2)}")
+            else:
+                report.raw(f"{filename}:{report.line_of(('fleet',))}: fleet: {label}:{match.group(1)}: "
+                           f"{match.group(2)}")
+        return "", [], [], []
+    return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2)
+
+
+def _check_server(server: Any, timing_names: set[str], report: _Report) -> None:
+    if server is None:
+        return
+    if not isinstance(server, dict):
+        report.add(("server",), f"expected a mapping with keys {', '.join(SERVER_KEYS)}")
+        return
+    for key, value in server.items():
+        path = ("server", key)
+        if key not in SERVER_KEYS:
+            report.add(path, f"unknown key {key!r}; expected {', '.join(SERVER_KEYS)}")
+        elif key == "hardware_failure_type":
+            if value not in ("Redeploy", "Reboot"):
+                report.add(path, "expected Redeploy or Reboot")
+        elif not isinstance(value, dict):
+            report.add(path, "expected a mapping of event types to durations, e.g. {Reboot: 10s}")
+        else:
+            for event_type in value:
+                if event_type not in EVENT_TYPES:
+                    report.add(path + (event_type,), f"unknown event type; expected {', '.join(EVENT_TYPES)}")
+            _check_refs(value, path, timing_names, set(), report)
+
+
+def _check_refs(value: Any, path: tuple, timing_names: set[str], step_ids: set[str], report: _Report) -> None:
+    """Every `$name` is a timing or an earlier step's id."""
+    if isinstance(value, str) and value.startswith("$"):
+        ref = value[1:]
+        if ref not in timing_names and ref not in step_ids:
+            known = sorted(timing_names | step_ids)
+            report.add(path, f"unknown reference {value!r}: not a timing name nor the id of an earlier step"
+                       + (f" (known: {', '.join('$' + k for k in known)})" if known else ""))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_refs(item, path + (key,), timing_names, step_ids, report)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_refs(item, path + (index,), timing_names, step_ids, report)
+
+
+def _check_steps(steps: Any, timing_names: set[str], vms: list[str], hosts: list[str], instances: list[str],
+                 report: _Report) -> set[str]:
+    ids: set[str] = set()
+    if steps is None:
+        return ids
+    if not isinstance(steps, list) or not steps:
+        report.add(("steps",), "expected a list of steps (at least one)")
+        return ids
+    members = {"vm": set(vms), "host": set(hosts), "instance": set(instances)}
+    for index, step in enumerate(steps):
+        path = ("steps", index)
+        if not isinstance(step, dict):
+            report.add(path, "a step is a mapping: {at: 0s, do: schedule, with: {...}}")
+            continue
+        for key in step:
+            if key not in STEP_KEYS:
+                report.add(path + (key,), f"unknown key {key!r}; a step takes {', '.join(STEP_KEYS)}")
+        if ("at" in step) == ("after" in step):
+            report.add(path, "give exactly one of `at` (time from the start) and `after` (time after the "
+                       "previous step)")
+        for key in ("at", "after"):
+            if key in step:
+                _check_refs(step[key], path + (key,), timing_names, set(), report)
+        if "only" in step and step["only"] not in TIMINGS:
+            report.add(path + ("only",), f"expected one of {', '.join(TIMINGS)}")
+        do = step.get("do")
+        action = ACTIONS.get(do) if isinstance(do, str) else None
+        if "do" not in step:
+            report.add(path, "missing key 'do' (the action)")
+        elif action is None:
+            report.add(path + ("do",), f"unknown action {do!r}; expected one of {', '.join(ACTIONS)}")
+        params = step.get("with", {})
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            report.add(path + ("with",), "expected a mapping of the action's parameters")
+            params = {}
+        if action is not None:
+            for key in action.required:
+                if key not in params:
+                    report.add(path + ("with",), f"{do} needs `{key}`")
+            if not action.any_keys:
+                allowed = action.required + action.optional
+                for key in params:
+                    if key not in allowed:
+                        report.add(path + ("with", key), f"{do} takes no {key!r}; it takes "
+                                   f"{', '.join(allowed) or 'nothing'}")
+            for key, kind in _MEMBER_KEYS.items():
+                if key in params and not action.any_keys:
+                    names = params[key] if isinstance(params[key], list) else [params[key]]
+                    for name in names:
+                        if isinstance(name, str) and not name.startswith("$") and name not in members[kind]:
+                            report.add(path + ("with", key), f"{name!r} is not a {kind} of the fleet")
+            if do == "approve" and "event" not in params and step.get("as") in (None, "control"):
+                report.add(path, "approve needs `with: {event: $STEP}`, or `as: VM` to approve what that VM sees")
+        if "as" in step and action is not None:
+            if do != "approve":
+                report.add(path + ("as",), "only approve takes `as` (who approves)")
+            elif step["as"] != "control" and step["as"] not in members["vm"]:
+                report.add(path + ("as",), f"{step['as']!r} is not a VM of the fleet (or `control`)")
+        if "fails" in step and (not isinstance(step["fails"], str) or not step["fails"]):
+            report.add(path + ("fails",), "expected the error code the step must fail with, e.g. Conflict")
+        for key in TIME_KEYS:
+            value = params.get(key)
+            if isinstance(value, str) and not value.startswith("$"):
+                try:
+                    _parse_time_expression(value)
+                except ValueError as error:
+                    report.add(path + ("with", key), str(error))
+        _check_refs(params, path + ("with",), timing_names, ids, report)
+        if "id" in step:
+            step_id = step["id"]
+            if not isinstance(step_id, str) or not IDENT.match(step_id):
+                report.add(path + ("id",), "an id is a letter followed by letters, digits, '-' or '_'")
+            elif step_id in ids or step_id in timing_names:
+                report.add(path + ("id",), f"id {step_id!r} is already used (ids and timing names are shared)")
+            else:
+                ids.add(step_id)
+    return ids
+
+
+def _check_observe(observe: Any, vms: list[str], instances: list[str], report: _Report) -> None:
+    if observe is None:
+        return
+    if not isinstance(observe, list) or not all(isinstance(item, str) for item in observe):
+        report.add(("observe",), "expected a list of VM names and EC2 instance ids")
+        return
+    for index, name in enumerate(observe):
+        if name not in vms and name not in instances:
+            report.add(("observe", index), f"{name!r} is not a VM or an EC2 instance of the fleet")
+
+
+def _check_expect(expect: Any, timing_names: set[str], step_ids: set[str], vms: list[str], instances: list[str],
+                  report: _Report) -> None:
+    if expect is None:
+        return
+    if not isinstance(expect, list):
+        report.add(("expect",), "expected a list of checks")
+        return
+    for index, item in enumerate(expect):
+        path = ("expect", index)
+        if not isinstance(item, dict):
+            report.add(path, "a check is a mapping, e.g. {vm: NAME, never: [Scheduled]}")
+            continue
+        kinds = ["event"] if "event" in item else [kind for kind in EXPECT_CHECKS if kind in item]
+        if len(kinds) != 1:
+            report.add(path, "give exactly one of `vm`, `instance` and `event` (what the check is about)")
+            continue
+        kind = kinds[0]
+        target = item[kind]
+        allowed = EXPECT_CHECKS[kind] + EXPECT_COMMON + (("vm",) if kind == "event" else ())
+        for key in item:
+            if key != kind and key not in allowed:
+                report.add(path + (key,), f"a {kind} check takes {', '.join(EXPECT_CHECKS[kind])}, not {key!r}")
+        if not any(key in item for key in EXPECT_CHECKS[kind]):
+            report.add(path, f"nothing to check; give one of {', '.join(EXPECT_CHECKS[kind])}")
+        if "only" in item and item["only"] not in TIMINGS:
+            report.add(path + ("only",), f"expected one of {', '.join(TIMINGS)}")
+        if kind == "vm" and target not in vms:
+            report.add(path + ("vm",), f"{target!r} is not a VM of the fleet")
+        if kind == "instance" and target not in instances:
+            report.add(path + ("instance",), f"{target!r} is not an EC2 instance of the fleet")
+        if kind == "event":
+            if not (isinstance(target, str) and target.startswith("$") and target[1:] in step_ids):
+                report.add(path + ("event",), "expected `$ID`, the id of a step that creates events")
+            if "vm" in item and item["vm"] not in vms:
+                report.add(path + ("vm",), f"{item['vm']!r} is not a VM of the fleet")
+        checks = {key: value for key, value in item.items() if key in EXPECT_CHECKS[kind]}
+        _check_refs(checks, path, timing_names, set(), report)
+        if "documents" in checks:
+            documents = checks["documents"]
+            if not isinstance(documents, list):
+                report.add(path + ("documents",), "expected a list of {incarnation, events, at}")
+            else:
+                for number, document in enumerate(documents):
+                    if not isinstance(document, dict):
+                        report.add(path + ("documents", number), "expected {incarnation: N, events: [...]}")
+                        continue
+                    for key in document:
+                        if key not in DOCUMENT_KEYS:
+                            report.add(path + ("documents", number, key),
+                                       f"unknown key {key!r}; expected {', '.join(DOCUMENT_KEYS)}")
+                    if "events" in document and not isinstance(document["events"], list):
+                        report.add(path + ("documents", number, "events"),
+                                   "expected a list: 'Status Type' strings or mappings of document fields")
+        for key in ("never", "power", "states", "not_befores", "journal", "approved_by"):
+            if key in checks and not isinstance(checks[key], list):
+                report.add(path + (key,), "expected a list")
+        for key in ("moved", "rebooted", "replaced"):
+            if key in checks and not isinstance(checks[key], bool):
+                report.add(path + (key,), "expected true or false")
+        for key in ("event_ids", "count"):
+            if key in checks and (not isinstance(checks[key], int) or isinstance(checks[key], bool)):
+                report.add(path + (key,), "expected a number")
+
+
+# -------------------------------------------------------------------------------------------------- resolving
+def _parse_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:11:58Z") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
+def _parse_time_expression(text: str) -> tuple[str, Any]:
+    """``start+DURATION`` → ("start", timedelta); ISO 8601 → ("at", datetime)."""
+    match = START_PLUS.match(text.strip())
+    if match:
+        try:
+            return "start", parse_duration(match.group("duration"))
+        except CoreError as error:
+            raise ValueError(str(error)) from None
+    try:
+        return "at", _parse_time(text)
+    except ValueError:
+        raise ValueError(f"invalid time {text!r}; use ISO 8601 (2026-04-20T22:26:58Z) or start+DURATION "
+                         "(start+15m)") from None
+
+
+def time_value(text: str, start: datetime) -> datetime:
+    kind, value = _parse_time_expression(text)
+    return start + value if kind == "start" else value
+
+
+def duration_value(value: Any) -> timedelta:
+    try:
+        return parse_duration(str(value))
+    except CoreError as error:
+        raise ValueError(str(error)) from None
+
+
+def _choose(value: Any, timing: str, timings: dict) -> Any:
+    if isinstance(value, str) and value.startswith("$") and value[1:] in timings:
+        return _choose(timings[value[1:]][timing], timing, timings)
+    if _is_choice(value):
+        return _choose(value[timing], timing, timings)
+    if isinstance(value, dict):
+        return {key: _choose(item, timing, timings) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_choose(item, timing, timings) for item in value]
+    return value
+
+
+def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None) -> Scenario:
+    report = report or _Report(scenario.path, scenario.lines)
+    data = scenario.data
+    timings = {key: value for key, value in (data.get("timing") or {}).items() if _is_choice(value)}
+    steps: list[Step] = []
+    previous = timedelta(0)
+    for index, raw in enumerate(data["steps"]):
+        path = ("steps", index)
+        key = "at" if "at" in raw else "after"
+        try:
+            offset = duration_value(_choose(raw[key], timing, timings))
+        except ValueError as error:
+            report.add(path + (key,), f"{error} ({timing} timing)")
+            continue
+        moment = offset if key == "at" else previous + offset
+        if moment < previous:
+            report.add(path + (key,), f"{_clock(moment)} is before the previous step ({_clock(previous)}) in the "
+                       f"{timing} timing; steps run in order")
+        previous = max(previous, moment)
+        if raw.get("only", timing) != timing:
+            continue
+        params = _choose(raw.get("with") or {}, timing, timings)
+        for name in _LIST_KEYS:
+            if isinstance(params.get(name), str) and not params[name].startswith("$"):
+                params[name] = [part.strip() for part in params[name].split(",") if part.strip()]
+        steps.append(Step(index=index, time=moment, do=raw["do"], id=raw.get("id"), actor=raw.get("as"),
+                          params=params, fails=raw.get("fails"), note=raw.get("note")))
+    expectations: list[Expectation] = []
+    for index, raw in enumerate(data.get("expect") or []):
+        if raw.get("only", timing) != timing:
+            continue
+        kind = "event" if "event" in raw else next(kind for kind in EXPECT_CHECKS if kind in raw)
+        checks = _choose({key: value for key, value in raw.items() if key in EXPECT_CHECKS[kind]}, timing, timings)
+        for key in ("min_notice", "max_notice"):
+            if key in checks:
+                try:
+                    duration_value(checks[key])
+                except ValueError as error:
+                    report.add(("expect", index, key), f"{error} ({timing} timing)")
+        times = [((key,), checks[key]) for key in ("not_before", "not_after") if key in checks]
+        if isinstance(checks.get("not_befores"), list):
+            times += [(("not_befores", number), value) for number, value in enumerate(checks["not_befores"])]
+        for where_, value in times:
+            try:
+                _parse_time_expression(str(value))
+            except ValueError as error:
+                report.add(("expect", index) + where_, f"{error} ({timing} timing)")
+        for number, document in enumerate(checks.get("documents") or []):
+            if isinstance(document, dict) and "at" in document:
+                try:
+                    duration_value(document["at"])
+                except ValueError as error:
+                    report.add(("expect", index, "documents", number, "at"), f"{error} ({timing} timing)")
+        expectations.append(Expectation(index=index, kind=kind, target=raw[kind], checks=checks,
+                                        vm=raw.get("vm") if kind == "event" else None, note=raw.get("note")))
+    server = _choose(data.get("server") or {}, timing, timings)
+    for key in ("notice", "impact_window"):
+        for event_type, value in (server.get(key) or {}).items():
+            try:
+                duration_value(value)
+            except ValueError as error:
+                report.add(("server", key, event_type), f"{error} ({timing} timing)")
+    report.check()
+    observe = data.get("observe")
+    return Scenario(
+        name=scenario.name, title=scenario.title, description=scenario.description, source=scenario.source,
+        path=scenario.path, timing=timing,
+        start=_parse_time(str(data["start"])) if data.get("start") else None,
+        fleet_text=server_fleet(scenario.fleet_text), vms=scenario.vms, instances=scenario.instances,
+        observe=tuple(observe) if observe else scenario.vms + scenario.instances, observe_all=not observe,
+        server=server, steps=tuple(steps), expectations=tuple(expectations),
+    )
+
+
+def server_fleet(fleet_text: str) -> str:
+    """The fleet a private server gets: the same, without per-VM IMDS ports (the runner reads documents through
+    the control API, and fixed ports would keep two private servers, or `make run`, from running side by side)."""
+    data = yaml.safe_load(fleet_text) or {}
+    if not isinstance(data, dict):
+        return fleet_text
+    for key in ("vms", "scale_sets", "ec2_instances"):
+        for member in data.get(key) or []:
+            imds = member.get("imds") if isinstance(member, dict) else None
+            if isinstance(imds, dict):
+                imds.pop("port", None)
+                if not imds:
+                    member.pop("imds")
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def _clock(delta: timedelta) -> str:
+    return format_offset(delta.total_seconds())
+
+
+def format_offset(seconds: float) -> str:
+    """+HH:MM:SS from the start (+Nd HH:MM:SS beyond a day)."""
+    sign = "-" if seconds < 0 else "+"
+    whole = int(round(abs(seconds)))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = f"{hours:02d}:{minutes:02d}:{secs:02d}"
+    return f"{sign}{days}d {text}" if days else f"{sign}{text}"

@@ -743,3 +743,6 @@ def main() -> None:
 from forewarn.scenarios.cli import scenario as scenario_group  # noqa: E402
 
 cli.add_command(scenario_group)
+from forewarn.recording.cli import COMMANDS as recording_commands  # noqa: E402
+
+for _command in recording_commands: cli.add_command(_command)

@@ -1,0 +1,93 @@
+"""The recording file: ``{"format": "forewarn-recording/1", "url", "api_version", "started_at",
+"interval_seconds", "entries": [{"offset_seconds", "at", "status", "body"}]}`` (docs/recordings.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+FORMAT = "forewarn-recording/1"
+
+
+class RecordingError(Exception):
+    """A recording file that cannot be read."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One distinct answer: ``offset_seconds`` after the recording started, at wall time ``at`` (ISO, UTC).
+    ``status`` is the HTTP status (0: no answer, the connection failed); ``body`` the exact bytes, as text."""
+
+    offset_seconds: float
+    at: str
+    status: int
+    body: str
+
+    def events(self) -> list | None:
+        """The document's Events when it is a 200 scheduled-events document, else None."""
+        if self.status != 200:
+            return None
+        try:
+            data = json.loads(self.body)
+        except ValueError:
+            return None
+        events = data.get("Events") if isinstance(data, dict) else None
+        return events if isinstance(events, list) else None
+
+
+@dataclass
+class Recording:
+    url: str
+    api_version: str
+    started_at: str
+    interval_seconds: float
+    entries: list[Entry] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "url": self.url,
+            "api_version": self.api_version,
+            "started_at": self.started_at,
+            "interval_seconds": self.interval_seconds,
+            "entries": [asdict(entry) for entry in self.entries],
+        }
+
+    @classmethod
+    def from_json(cls, data) -> Recording:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise RecordingError(f"not a {FORMAT} file (its format is {data.get('format') if isinstance(data, dict) else None!r})")
+        try:
+            entries = [
+                Entry(float(e["offset_seconds"]), str(e["at"]), int(e["status"]), str(e["body"]))
+                for e in data["entries"]
+            ]
+            recording = cls(str(data["url"]), str(data["api_version"]), str(data["started_at"]),
+                            float(data["interval_seconds"]), entries)
+        except (KeyError, TypeError, ValueError) as error:
+            raise RecordingError(f"malformed recording: {error!r}") from None
+        if not entries:
+            raise RecordingError("the recording has no entries")
+        if any(b.offset_seconds < a.offset_seconds for a, b in zip(entries, entries[1:])):
+            raise RecordingError("entries are not in offset order")
+        return recording
+
+
+def save_recording(recording: Recording, path: str | Path) -> None:
+    """Write atomically (a temporary file renamed), so an interrupted recorder leaves a whole file."""
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(recording.to_json(), indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def load_recording(path: str | Path) -> Recording:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise RecordingError(f"cannot read {path}: {error.strerror}") from None
+    except ValueError as error:
+        raise RecordingError(f"{path} is not JSON: {error}") from None
+    return Recording.from_json(data)

@@ -740,9 +740,9 @@ def main() -> None:
     cli(prog_name="forewarn")
 
 
+# Commands defined in their own packages; they use this module's helpers, so they are imported last.
+from forewarn.recording.cli import COMMANDS as recording_commands  # noqa: E402
 from forewarn.scenarios.cli import scenario as scenario_group  # noqa: E402
 
-cli.add_command(scenario_group)
-from forewarn.recording.cli import COMMANDS as recording_commands  # noqa: E402
-
-for _command in recording_commands: cli.add_command(_command)
+for _command in (scenario_group, *recording_commands):
+    cli.add_command(_command)

@@ -19,12 +19,8 @@ from forewarn.recording.model import (
     save_recording,
 )
 from forewarn.recording.recorder import http_fetch, record, scheduled_events_url
-from forewarn.recording.replay import (
-    Replay,
-    ReplayHandler,
-    listening_socket,
-    serve_replay,
-)
+from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
+from forewarn.service.http1 import listening_socket
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 

@@ -14,25 +14,18 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from urllib.parse import parse_qsl
 
 from forewarn.recording.model import Entry, Recording
 from forewarn.service.http1 import Http1Server
-from forewarn.surfaces.azure_errors import (
-    DUPLICATE_PARAMETER,
-    FORWARDED_REFUSED,
-    METHOD_NOT_ALLOWED,
-    MISSING_METADATA_HEADER,
-    NOT_FOUND,
-    bad_api_version,
-)
+from forewarn.surfaces.azure_errors import METHOD_NOT_ALLOWED, NOT_FOUND
 from forewarn.surfaces.azure_imds import (
     ALLOW_GET_POST,
     BAD_START_REQUESTS,
     NEWEST_SCHEDULED_EVENTS_VERSIONS,
-    PREVIEW_VERSION,
     SCHEDULED_EVENTS_VERSIONS,
+    parse_query,
     parse_start_requests,
+    refusal,
 )
 from forewarn.surfaces.http import DROP, JSON, Request, Response
 
@@ -102,9 +95,11 @@ class ReplayHandler:
             return _json(404, NOT_FOUND)
         if request.method not in ("GET", "POST"):
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
-        refusal = _refusal(request)
-        if refusal is not None:
-            return _json(400, refusal)
+        # forewarn's strict IMDS checks, the same function its own endpoint uses.
+        refused = refusal(request, parse_query(request.query), SCHEDULED_EVENTS_VERSIONS,
+                          NEWEST_SCHEDULED_EVENTS_VERSIONS)
+        if refused is not None:
+            return _json(400, refused)
         offset = self.offset()
         entry = self.replay.entry_at(offset)
         if request.method == "POST":
@@ -132,37 +127,6 @@ class ReplayHandler:
             except Exception:  # a full disk must not turn an approval into a 500
                 log.exception("logging an approval failed")
         return _json(200, b"")
-
-
-def _refusal(request: Request) -> bytes | None:
-    """forewarn's strict IMDS checks, in the order its handler makes them: X-Forwarded-For, duplicate query
-    parameters, Metadata header (not needed by the 2017-03-01 preview), api-version."""
-    metadata = None
-    for name, value in request.headers:
-        if name == b"x-forwarded-for":
-            return FORWARDED_REFUSED
-        if name == b"metadata":
-            metadata = value
-    pairs = parse_qsl(request.query.decode("latin-1"), keep_blank_values=True)
-    names = [name for name, _ in pairs]
-    version = dict(pairs).get("api-version")
-    if len(set(names)) != len(names):
-        return DUPLICATE_PARAMETER
-    if (metadata is None or metadata.lower() != b"true") and version != PREVIEW_VERSION:
-        return MISSING_METADATA_HEADER
-    if version not in SCHEDULED_EVENTS_VERSIONS:
-        return bad_api_version(NEWEST_SCHEDULED_EVENTS_VERSIONS)
-    return None
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(128)
-    sock.setblocking(False)
-    return sock
 
 
 async def serve_replay(handler: ReplayHandler, sock: socket.socket, stop: asyncio.Event | None = None) -> None:

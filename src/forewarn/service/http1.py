@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from email.utils import formatdate
 from typing import Callable
@@ -284,3 +285,15 @@ class Http1Server:
                 connection._close()
         for server in self._servers:
             await server.wait_closed()
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening, non-blocking TCP socket. An explicit IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted
+    connections only when the listening socket says so, and without it small answers wait for delayed ACKs."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    sock.setblocking(False)
+    return sock

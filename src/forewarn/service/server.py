@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
-from forewarn.service.http1 import Http1Server
+from forewarn.service.http1 import Http1Server, listening_socket
 from forewarn.service.outbox import OutboxSender
 from forewarn.service.runtime import Maintenance
 from forewarn.surfaces.azure_arm import create_arm_app
@@ -65,18 +65,6 @@ class DeadlineTimer:
                 await asyncio.sleep(1)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # An explicit IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted connections only when the listening socket says
-    # so, and without it small responses wait for delayed ACKs.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    sock.setblocking(False)
-    return sock
-
-
 _EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
 
 
@@ -119,24 +107,24 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
           ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
-    management_sockets = [_listen(*listeners.control)]
+    management_sockets = [listening_socket(*listeners.control)]
     for extra in (listeners.arm, listeners.ec2_api):
         if extra is not None:
-            management_sockets.append(_listen(*extra))
-    imds_sockets = [_listen(*listeners.imds)]
+            management_sockets.append(listening_socket(*extra))
+    imds_sockets = [listening_socket(*listeners.imds)]
     taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
     for machine in [*fleet.vms.values(), *fleet.ec2.values()]:  # Azure VMs and EC2 instances alike
         name, port, address = machine.name, machine.imds_port, machine.imds_address
         if port is not None and port not in taken:
             try:
-                imds_sockets.append(_listen(listeners.imds[0], port))
+                imds_sockets.append(listening_socket(listeners.imds[0], port))
                 listeners.vm_ports[port] = name
             except OSError as error:
                 log.warning("%s: cannot listen on port %s (%s); skipped", name, port, error.strerror)
         if address is not None and address != listeners.imds[0]:
             if ipaddress.ip_address(address).is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
                 try:
-                    imds_sockets.append(_listen(address, listeners.imds[1]))
+                    imds_sockets.append(listening_socket(address, listeners.imds[1]))
                     listeners.vm_addresses[address] = name
                 except OSError as error:
                     log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)

@@ -199,10 +199,7 @@ class AzureImds:
         """The query parameters, or an error body; cached, since clients repeat the same query every second."""
         found = self._queries.get(raw)
         if found is None:
-            pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
-            names = [name for name, _ in pairs]
-            duplicated = len(set(names)) != len(names) and not self.settings.lenient
-            found = DUPLICATE_PARAMETER if duplicated else dict(pairs)
+            found = parse_query(raw, allow_duplicates=self.settings.lenient)
             if len(self._queries) < 4096:
                 self._queries[raw] = found
         return found
@@ -213,22 +210,7 @@ class AzureImds:
             if versions is not None and query.get("api-version") not in versions:
                 query["api-version"] = versions[-1] if versions is SCHEDULED_EVENTS_VERSIONS else versions[0]
             return None
-        metadata = None
-        for key, value in request.headers:
-            if key == b"x-forwarded-for":
-                return FORWARDED_REFUSED
-            if key == b"metadata":
-                metadata = value
-        if isinstance(query, bytes):
-            return query
-        version = query.get("api-version")
-        # The 2017-03-01 preview did not enforce the header; 2017-08-01 enforced it for every request.
-        preview = version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS
-        if (metadata is None or metadata.lower() != b"true") and not preview:
-            return MISSING_METADATA_HEADER
-        if versions is not None and version not in versions:
-            return bad_api_version(newest)
-        return None
+        return refusal(request, query, versions, newest)
 
     def _admit(self, request: Request, versions, newest) -> tuple[VM, dict]:
         """The caller's VM and the query parameters; raises :class:`_Refused` with the 400 that refuses them."""
@@ -377,6 +359,37 @@ class AzureImds:
         if refusal is not None:
             return _json(400, refusal)
         return _json(200, json.dumps(azure_instance.versions_document()).encode())
+
+
+# ------------------------------------------------------------------------------------------- request checks
+def parse_query(raw: bytes, allow_duplicates: bool = False) -> dict | bytes:
+    """The query parameters of a request, or the error body refusing duplicate names."""
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names) and not allow_duplicates:
+        return DUPLICATE_PARAMETER
+    return dict(pairs)
+
+
+def refusal(request: Request, query: dict | bytes, versions, newest) -> bytes | None:
+    """Real IMDS's checks of a request, in this order: X-Forwarded-For, duplicate query parameters, the Metadata
+    header, the api-version (``versions`` None: none needed). The error body to send, or None."""
+    metadata = None
+    for key, value in request.headers:
+        if key == b"x-forwarded-for":
+            return FORWARDED_REFUSED
+        if key == b"metadata":
+            metadata = value
+    if isinstance(query, bytes):
+        return query
+    version = query.get("api-version")
+    # The 2017-03-01 preview did not enforce the header; 2017-08-01 enforced it for every request.
+    preview = version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS
+    if (metadata is None or metadata.lower() != b"true") and not preview:
+        return MISSING_METADATA_HEADER
+    if versions is not None and version not in versions:
+        return bad_api_version(newest)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------- wire format

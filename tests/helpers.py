@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 import requests
 
 from forewarn.fleetfile import parse_fleet
+from forewarn.scenarios.server import launch_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
@@ -81,21 +80,8 @@ class Server:
         return f"http://127.0.0.1:{self.imds_port}"
 
     def start(self) -> Server:
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-        self.log = open(self.log_path, "ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "forewarn", "serve", *self.args], stdout=self.log, stderr=subprocess.STDOUT, env=env
-        )
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log_path.read_text()}")
-            try:
-                if requests.get(f"{self.control}/healthz", timeout=1).ok:
-                    return self
-            except requests.ConnectionError:
-                time.sleep(0.05)
-        raise RuntimeError(f"server did not start:\n{self.log_path.read_text()}")
+        self.process = launch_serve(self.args, self.log_path, self.control)
+        return self
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush."""
@@ -110,8 +96,6 @@ class Server:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:
                 self.kill()
-        if getattr(self, "log", None):
-            self.log.close()
 
     # control API shortcuts
     def post(self, path: str, body: dict | None = None, expect: int | None = None):

@@ -22,6 +22,38 @@ class ServerError(Exception):
     """The private server did not start; the message carries the end of its log."""
 
 
+def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: float = 30.0) -> subprocess.Popen:
+    """Start ``forewarn serve ARGS`` as a subprocess logging to ``log_path`` (appended), and return once its control
+    API answers ``/healthz``. Raises :class:`ServerError` with the end of the log if it exits or stays silent."""
+    package_root = str(Path(__file__).resolve().parent.parent.parent)  # the directory holding `forewarn`
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen([sys.executable, "-m", "forewarn", "serve", *args], stdout=log,
+                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=1.0) as client:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ServerError(f"the server exited with status {process.returncode}:\n{_log_tail(log_path)}")
+            try:
+                if client.get(f"{control_url}/healthz").status_code == 200:
+                    return process
+            except httpx.TransportError:
+                pass
+            time.sleep(0.03)
+    process.terminate()
+    process.wait(10)
+    raise ServerError(f"the server did not answer within {timeout:g} s:\n{_log_tail(log_path)}")
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").strip().splitlines()[-20:])
+    except OSError:
+        return ""
+
+
 def free_ports(count: int) -> list[int]:
     sockets = []
     try:
@@ -63,7 +95,7 @@ class PrivateServer:
         return f"http://127.0.0.1:{self.imds_port}"
 
     def args(self, fleet_file: Path) -> list[str]:
-        args = ["serve", "--fleet", str(fleet_file), "--db", ":memory:", "--host", "127.0.0.1",
+        args = ["--fleet", str(fleet_file), "--db", ":memory:", "--host", "127.0.0.1",
                 "--port", str(self.port), "--imds-host", "127.0.0.1", "--imds-port", str(self.imds_port),
                 "--arm-port", "0", "--ec2-port", str(self.ec2_port), "--clock", self.clock, "--seed", self.seed,
                 "--log-level", "warning"]
@@ -77,37 +109,13 @@ class PrivateServer:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"forewarn-scenario-{self.scenario.name}-"))
         fleet_file = self.workdir / "fleet.yaml"
         fleet_file.write_text(self.scenario.fleet_text)
-        log_path = self.workdir / "server.log"
-        package_root = str(Path(__file__).resolve().parent.parent.parent)  # the directory holding `forewarn`
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
-        with open(log_path, "ab") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "forewarn", *self.args(fleet_file)],
-                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env)
-        deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=1.0) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    message = self._log_tail(log_path)
-                    self.stop()
-                    raise ServerError(f"the private server exited with status {self.process.returncode}:\n{message}")
-                try:
-                    if client.get(f"{self.control}/healthz").status_code == 200:
-                        return self
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.03)
-        message = self._log_tail(log_path)
-        self.stop()
-        raise ServerError(f"the private server did not answer within {self.startup_timeout:g} s:\n{message}")
-
-    @staticmethod
-    def _log_tail(path: Path) -> str:
         try:
-            return "\n".join(path.read_text(errors="replace").strip().splitlines()[-20:])
-        except OSError:
-            return ""
+            self.process = launch_serve(self.args(fleet_file), self.workdir / "server.log", self.control,
+                                        self.startup_timeout)
+        except ServerError as error:
+            self.stop()
+            raise ServerError(str(error).replace("the server", "the private server", 1)) from None
+        return self
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -25,11 +25,9 @@ import os
 import platform
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -37,8 +35,8 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 # Shared with the IMDS benchmark beside this file: process handling, CPU accounting, small HTTP helpers.
-from imds_vs_nginx import (ROOT, VENV_BIN, BenchError, Proc, control, cpu_jiffies, cpu_seconds, free_port, pinned,
-                           say, steal_share)
+from imds_vs_nginx import (ROOT, VENV_BIN, BenchError, Proc, control, cpu_jiffies, cpu_seconds, free_port, guarded,
+                           pinned, say, steal_share)
 
 RESULTS = ROOT / "bench" / "results" / "ec2_vs_moto.json"
 PYTHON = VENV_BIN / "python"
@@ -296,29 +294,7 @@ def main() -> int:
     if args.rounds < 2 or args.raw_rounds < 0 or args.raw_rounds == 1 or args.warmup < 0:
         parser.error("--rounds must be at least 2, --raw-rounds 0 or at least 2, --warmup at least 0")
 
-    def on_sigterm(signum, frame):  # e.g. a CI timeout: clean up as on Ctrl-C
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    procs: list[Proc] = []
-    tmp = Path(tempfile.mkdtemp(prefix="forewarn-bench-ec2-"))
-    try:
-        return run(args, procs, tmp)
-    except KeyboardInterrupt:
-        say("\ninterrupted: stopping servers")
-        return 130
-    except BenchError as error:
-        say(f"\nbench failed: {error}")
-        return 1
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not leave servers behind
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        for proc in reversed(procs):
-            proc.stop()
-        if args.keep_tmp:
-            say(f"# kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+    return guarded(run, args, "forewarn-bench-ec2-")
 
 
 def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:

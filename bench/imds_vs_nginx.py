@@ -585,12 +585,19 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    def on_sigterm(signum, frame):  # e.g. a CI timeout: clean up as on Ctrl-C
+    return guarded(run, args, "forewarn-bench-")
+
+
+def guarded(run, args: argparse.Namespace, prefix: str) -> int:
+    """``run(args, procs, tmp)`` with a temp dir, and every server it started stopped on any way out (SIGTERM, e.g. a
+    CI timeout, is treated as Ctrl-C); the exit status: run's, 130 when interrupted, 1 when the bench failed."""
+
+    def on_sigterm(signum, frame):
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, on_sigterm)
     procs: list[Proc] = []
-    tmp = Path(tempfile.mkdtemp(prefix="forewarn-bench-"))
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         return run(args, procs, tmp)
     except KeyboardInterrupt:

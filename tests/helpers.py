@@ -97,6 +97,12 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.kill()
 
+    def __enter__(self) -> Server:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     # control API shortcuts
     def post(self, path: str, body: dict | None = None, expect: int | None = None):
         response = requests.post(f"{self.control}{path}", json=body or {}, timeout=10)

@@ -359,3 +359,36 @@ def test_the_runner_is_a_client_it_never_imports_the_engine():
                             env={"PYTHONPATH": str(ROOT / "src")})
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------------------------------- random maintenance
+def test_generated_scenarios_are_reproducible_and_every_step_runs(tmp_path):
+    """Two seeds over a small generated fleet at a high rate (evictions, redeploys and host failures mixed): the
+    files are the same for the same seed, and every step succeeds on a real private server."""
+    fleet = tmp_path / "fleet.yaml"
+    cli("fleet", "generate", "--vms", "120", "--vms-per-host", "3", "--spot-share", "0.5", "--seed", "g",
+        "--out", str(fleet))
+    for seed in ("1", "2"):
+        out = tmp_path / f"random-{seed}.yaml"
+        args = ("scenario", "generate", "--fleet", str(fleet), "--seed", seed, "--per-hour", "30", "--observe", "3", "--duration",
+                "4h", "--start", "2026-04-20T00:00:00Z")
+        cli(*args, "--out", str(out))
+        again = tmp_path / f"again-{seed}.yaml"
+        cli(*args, "--out", str(again))
+        assert again.read_text() == out.read_text()  # same seed, same file
+        scenario = load_scenario(str(out))
+        assert scenario.data["fleet"] == "fleet.yaml"  # relative to the scenario file
+        kinds = {step["do"] for step in scenario.data["steps"]}
+        assert {"schedule", "evict", "restart"} <= kinds
+        timeline = run_scenario(scenario.resolve("realistic"), options=RunOptions(max_moves=20_000))
+        assert timeline["aborted"] is None and timeline["settled"], failures(timeline)
+        assert not [action for action in timeline["actions"] if "error" in action]
+        assert len(timeline["actions"]) == len(scenario.data["steps"])
+    assert (tmp_path / "random-1.yaml").read_text() != (tmp_path / "random-2.yaml").read_text()
+
+
+def test_generate_refuses_what_cannot_be(tmp_path):
+    result = cli("scenario", "generate", "--fleet", "demo", "--per-hour", "0", check=False)
+    assert result.returncode == 1 and "--per-hour" in result.stderr
+    result = cli("scenario", "generate", "--fleet", str(tmp_path / "none.yaml"), check=False)
+    assert result.returncode == 1 and "cannot read the fleet file" in result.stderr

@@ -394,11 +394,17 @@ def clock_next(ctx, as_json):
 
 
 # ---------------------------------------------------------------------------------------------------- fleet
-@cli.command(context_settings=CONTEXT)
+@cli.group(context_settings=CONTEXT, invoke_without_command=True, epilog="""\b
+Examples:
+  forewarn fleet                                   # the served fleet's VMs
+  forewarn fleet generate --vms 100000 --out big.yaml
+  forewarn serve --fleet big.yaml --db big.db --clock manual""")
 @JSON_OPTION
 @click.pass_context
 def fleet(ctx, as_json):
-    """List the fleet's VMs: host, broadcast scope and where their metadata endpoint answers."""
+    """List the fleet's VMs: host, broadcast scope and where their metadata endpoint answers (or generate one)."""
+    if ctx.invoked_subcommand is not None:
+        return
     found = _run(lambda: _client(ctx).get("/v1/fleet"))
 
     def render(data):
@@ -411,6 +417,35 @@ def fleet(ctx, as_json):
             click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
     _emit(found, as_json, render)
+
+
+@fleet.command(name="generate", context_settings=CONTEXT)
+@click.option("--vms", type=int, required=True, help="How many Azure VMs.")
+@click.option("--vms-per-host", type=int, default=10, show_default=True)
+@click.option("--subscriptions", type=int, default=0, help="How many subscriptions (default: one per 10,000 VMs).")
+@click.option("--scale-set-share", type=float, default=0.6, show_default=True, help="Share of VMs in scale sets.")
+@click.option("--availability-set-share", type=float, default=0.3, show_default=True,
+              help="Share of VMs in availability sets; the rest are standalone.")
+@click.option("--spot-share", type=float, default=0.05, show_default=True, help="Share of standalone VMs on Spot.")
+@click.option("--seed", default="forewarn", show_default=True, help="The same seed writes the same file.")
+@click.option("--out", "out", type=click.Path(dir_okay=False, writable=True), default="-", show_default=True,
+              help="File to write ('-': stdout).")
+def fleet_generate(vms, vms_per_host, subscriptions, scale_set_share, availability_set_share, spot_share, seed, out):
+    """Write a large fleet file (scale sets, availability sets, standalone and Spot VMs over shared hosts), for
+    waves and benchmarks. Reproducible from its seed."""
+    from forewarn.fleetgen import FleetShape, fleet_yaml
+
+    shape = FleetShape(vms, vms_per_host, subscriptions, scale_set_share, availability_set_share, spot_share, seed)
+    try:
+        text = fleet_yaml(shape)
+    except ValueError as error:
+        _fail(str(error))
+    if out == "-":
+        click.echo(text, nl=False)
+        return
+    with open(out, "w") as handle:
+        handle.write(text)
+    click.echo(f"wrote {out}: {text.splitlines()[0].split(': ', 1)[1]}", err=True)
 
 
 @cli.command(context_settings=CONTEXT)
@@ -742,7 +777,8 @@ def main() -> None:
 
 # Commands defined in their own packages; they use this module's helpers, so they are imported last.
 from forewarn.recording.cli import COMMANDS as recording_commands  # noqa: E402
+from forewarn.cli.waves import wave as wave_group  # noqa: E402
 from forewarn.scenarios.cli import scenario as scenario_group  # noqa: E402
 
-for _command in (scenario_group, *recording_commands):
+for _command in (scenario_group, wave_group, *recording_commands):
     cli.add_command(_command)

@@ -31,8 +31,9 @@ from forewarn.core.ec2_windows import EventWindow
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.fleet import VM, Fleet
 from forewarn.core.ids import derived_guid
-from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
+from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact, ScheduleRequest
 from forewarn.core.rules import Rules, whole_second_ceiling
+from forewarn.core.waves import Wave, WaveChanged, WaveCommands
 from forewarn.core.vms import (
     IMPACT_OF_TYPE,
     NotificationProfile,
@@ -92,31 +93,8 @@ class ScopeEnabled:
 
 Change = Union[
     EventChanged, IncarnationChanged, TimeMoved, VmChanged, PolicyChanged, ScopeEnabled, Ec2EventChanged,
-    Ec2StateChanged, Ec2WindowChanged, Ec2NotificationAttributesChanged,
+    Ec2StateChanged, Ec2WindowChanged, Ec2NotificationAttributesChanged, WaveChanged,
 ]
-
-
-@dataclass(frozen=True)
-class ScheduleRequest:
-    """Maintenance on VMs: named ones, those on named hosts, or those of one update or fault domain of a set."""
-
-    event_type: EventType
-    vms: tuple[str, ...] = ()
-    hosts: tuple[str, ...] = ()
-    group: str | None = None  # a scale set or availability set, with update_domain or fault_domain
-    update_domain: int | None = None
-    fault_domain: int | None = None
-    source: EventSource = EventSource.PLATFORM
-    notice: timedelta | None = None
-    not_before: datetime | None = None
-    duration_seconds: int | None = None
-    description: str | None = None
-    impact_window: timedelta | None = None
-    impact: Impact | None = None  # what the event does to its VMs; by default the type's impact
-    start_now: bool = False  # no Scheduled state: hardware failure, automatically approved user operations
-    per_vm: bool = False  # one event per VM, all in one operation (a batch of deletes)
-    extra_impacts: int = 0  # short freezes while Started, beyond the announced impact (seed 000)
-    reason: str = ""
 
 
 @dataclass(order=True, frozen=True)
@@ -129,7 +107,7 @@ class _Deadline:
     target: str
 
 
-class Engine(Ec2Commands):
+class Engine(Ec2Commands, WaveCommands):
     def __init__(
         self,
         fleet: Fleet,
@@ -147,6 +125,7 @@ class Engine(Ec2Commands):
         ec2_windows: Iterable[EventWindow] = (),
         notification_attributes: NotificationAttributes | None = None,
         next_seq: int = 1,
+        waves: Iterable[Wave] = (),
     ):
         self.fleet = fleet
         self.seed = seed
@@ -165,6 +144,11 @@ class Engine(Ec2Commands):
                 terminate=policy.terminate, os_image=policy.os_image, model_version=policy.model_version,
             )
         self.vm_states.update({state.name: state for state in vm_states})
+        # host -> the VMs running on it now, in fleet order (redeploys move VMs, deletes remove them)
+        self._host_members: dict[str, dict[str, None]] = {host: {} for host in fleet.hosts}
+        for state in self.vm_states.values():
+            if not state.deleted:
+                self._host_members.setdefault(state.host, {})[state.name] = None
         self.events: dict[str, Event] = {}
         self.operations: dict[str, list[str]] = {}
         self.incarnations: dict[str, int] = dict(incarnations or {})
@@ -185,6 +169,7 @@ class Engine(Ec2Commands):
             if state.impact_until is not None:
                 self._push(state.impact_until, "recover", state.name)
         self._init_ec2(ec2_events, ec2_states, created_at, ec2_windows, notification_attributes)
+        self._init_waves(waves)
         # Sequence numbers also name things that are not events (windows, replacement instances): the stored
         # counter, not only the highest event, says which are taken.
         self.next_seq = max(self.next_seq, next_seq)
@@ -341,14 +326,19 @@ class Engine(Ec2Commands):
         event = self.event(event_id)
         if event.status is not EventStatus.SCHEDULED:
             raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
+        touched: set[str] = set()
+        changes = self._cancel_one(event, reason, touched)
+        return changes + self._bump(touched)
+
+    def _cancel_one(self, event: Event, reason: str, touched: set[str]) -> list[Change]:
         event = event.moved_to(EventStatus.CANCELED, self.now)
         self._index(event)
         changes: list[Change] = [EventChanged(event, "canceled", reason)]
-        touched = {event.scope}
+        touched.add(event.scope)
         # The rest of the operation no longer waits for this event's approval.
         if self._all_approved(event.operation_id) and self._scheduled_in(event.operation_id):
             changes += self._start_operation(event.operation_id, "approved", touched)
-        return changes + self._bump(touched)
+        return changes + self._wave_event_ended(event, touched)
 
     # ------------------------------------------------------------------------------------- enabling (seed 001)
     def is_enabled(self, scope: str) -> bool:
@@ -604,11 +594,7 @@ class Engine(Ec2Commands):
         """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
         if host not in self.fleet.hosts:
             raise NotFound(f"no host named {host!r} in the fleet")
-        return [
-            self.fleet.vms[state.name]
-            for state in self.vm_states.values()
-            if state.host == host and not state.deleted
-        ]
+        return [self.fleet.vms[name] for name in self._host_members.get(host, ())]
 
     def _index(self, event: Event) -> None:
         self.events[event.event_id] = event
@@ -681,8 +667,13 @@ class Engine(Ec2Commands):
         length = timedelta(seconds=duration_seconds) if duration_seconds > 0 else self.rules.impact_duration[impact]
         until = min(self.now + length, latest)
         new_host = self._other_host(state.host) if impact is Impact.REDEPLOY else None
+        old_host = state.host
         state = state.impacted(impact, cause, self.now, until, new_host)
         self.vm_states[name] = state
+        if state.deleted or state.host != old_host:
+            self._host_members[old_host].pop(name, None)
+            if not state.deleted:
+                self._host_members.setdefault(state.host, {})[name] = None
         if impact is Impact.DELETE:
             return [VmChanged(state, "deleted", f"{impact.value} by {cause}")]
         self._push(until, "recover", name)
@@ -714,7 +705,7 @@ class Engine(Ec2Commands):
         for name in event.resources:  # after completion the VM runs again (seed 000)
             if self.vm_states[name].impacted_by == event.event_id:
                 changes += self._recover(name)
-        return changes
+        return changes + self._wave_event_ended(event, touched)
 
     def _bump(self, scopes: set[str]) -> list[Change]:
         changes: list[Change] = []

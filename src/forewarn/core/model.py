@@ -110,3 +110,26 @@ class Event:
         if who in self.approvals:
             return self
         return replace(self, approvals=self.approvals + (who,))
+
+
+@dataclass(frozen=True)
+class ScheduleRequest:
+    """Maintenance on VMs: named ones, those on named hosts, or those of one update or fault domain of a set."""
+
+    event_type: EventType
+    vms: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+    group: str | None = None  # a scale set or availability set, with update_domain or fault_domain
+    update_domain: int | None = None
+    fault_domain: int | None = None
+    source: EventSource = EventSource.PLATFORM
+    notice: timedelta | None = None
+    not_before: datetime | None = None
+    duration_seconds: int | None = None
+    description: str | None = None
+    impact_window: timedelta | None = None
+    impact: Impact | None = None  # what the event does to its VMs; by default the type's impact
+    start_now: bool = False  # no Scheduled state: hardware failure, automatically approved user operations
+    per_vm: bool = False  # one event per VM, all in one operation (a batch of deletes)
+    extra_impacts: int = 0  # short freezes while Started, beyond the announced impact (seed 000)
+    reason: str = ""

@@ -161,3 +161,43 @@ def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed
         report(f"timeline: {out_path}")
     if not timeline["passed"]:
         sys.exit(1)
+
+
+@scenario.command(name="generate", context_settings=CONTEXT, epilog="""\b
+Examples:
+  forewarn scenario generate --fleet demo --seed 7 --out random.yaml && forewarn scenario run random.yaml
+  forewarn fleet generate --vms 5000 --out big.yaml
+  forewarn scenario generate --fleet big.yaml --duration 7d --per-hour 20 --seed 1 --out week.yaml
+The mix of operations and their timings: docs/scenarios.md ("Random maintenance").""")
+@click.option("--fleet", "fleet_source", required=True, metavar="FILE|demo", help="The fleet to maintain.")
+@click.option("--seed", default="forewarn", show_default=True, help="The same seed writes the same scenario.")
+@click.option("--duration", default="24h", show_default=True, help="Simulated time the operations spread over.")
+@click.option("--per-hour", type=float, default=2.0, show_default=True, help="Operations per hour, on average.")
+@click.option("--start", help="ISO 8601 start of the simulated clock (default: the server's time).")
+@click.option("--observe", type=int, default=20, show_default=True,
+              help="How many of the VMs operated on to record in the timeline.")
+@click.option("--out", "out", default="-", show_default=True, metavar="FILE", help="Where to write ('-': stdout).")
+def generate_command(fleet_source, seed, duration, per_hour, start, observe, out):
+    """Write a scenario of random maintenance (a realistic mix of types and timings) over a fleet, reproducible
+    from its seed."""
+    import yaml
+
+    from forewarn.core.durations import parse_duration
+    from forewarn.core.errors import CoreError
+    from forewarn.fleetfile import FleetFileError, load_fleet
+    from forewarn.scenarios.generate import Generation, fleet_reference, generate_scenario
+    from forewarn.surfaces.control_models import parse_time
+
+    try:
+        fleet = load_fleet(fleet_source)
+        generation = Generation(seed=seed, duration=parse_duration(duration), per_hour=per_hour,
+                                start=parse_time(start) if start else None, observe=observe)
+        scenario = generate_scenario(fleet, fleet_reference(fleet_source, out), generation)
+    except (FleetFileError, CoreError, ValueError) as error:
+        _fail(str(error))
+    text = yaml.safe_dump(scenario, sort_keys=False, width=120, default_flow_style=None)
+    if out == "-":
+        click.echo(text, nl=False)
+        return
+    Path(out).write_text(text)
+    click.echo(f"wrote {out}: {scenario['description']}", err=True)

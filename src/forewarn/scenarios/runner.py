@@ -173,6 +173,8 @@ class Runner:
         since = self.start
         if any(parse_iso(e["created_at"]) >= since for e in self.api.get("/v1/events")):
             return False
+        if any(wave["status"] == "running" for wave in self.api.get("/v1/waves")):
+            return False
         if any(vm.get("impact_until") for vm in self._vm_impacts):
             return False
         if self.scenario.instances or self.watch_ec2:
@@ -351,6 +353,14 @@ class Runner:
         outcome = self.api.post(f"/v1/platform/{step.do}", params)
         return outcome, [e["event_id"] for e in outcome["events"]]
 
+    def _wave(self, step, params):
+        outcome = self.api.post("/v1/waves", params)
+        return outcome, [outcome["wave"]["wave_id"]]
+
+    def _cancel_wave(self, step, params):
+        ids = _flat(params["wave"])
+        return [self.api.post(f"/v1/waves/{wave_id}/cancel") for wave_id in ids], ids
+
     def _ec2_schedule(self, step, params):
         events = self.api.post("/v1/ec2/events", params)
         return events, [e["event_id"] for e in events]
@@ -470,6 +480,8 @@ ACTION_HANDLERS: dict[str, Callable] = {
     "ec2-interrupt": Runner._ec2_spot,
     "ec2-rebalance": Runner._ec2_spot,
     "ec2-api": Runner._ec2_api,
+    "wave": Runner._wave,
+    "cancel-wave": Runner._cancel_wave,
 }
 
 

@@ -73,11 +73,15 @@ ACTIONS: dict[str, Action] = {
     "ec2-interrupt": Action(("instances",), ("action",), summary="POST /v1/ec2/spot/interrupt"),
     "ec2-rebalance": Action(("instances",), (), summary="POST /v1/ec2/spot/rebalance"),
     "ec2-api": Action(("Action",), (), any_keys=True, summary="the EC2 Query API (form POST to --ec2-url)"),
+    "wave": Action((), ("type", "by", "concurrency", "groups", "source", "notice", "duration_seconds",
+                        "impact_window", "description", "name"),
+                   summary="POST /v1/waves: roll maintenance by update domain, fault domain or host"),
+    "cancel-wave": Action(("wave",), (), summary="POST /v1/waves/{wave}/cancel"),
 }
 
 # ``with`` keys whose values are fleet members, checked against the fleet when the file is read.
 _MEMBER_KEYS = {"vms": "vm", "vm": "vm", "hosts": "host", "instances": "instance", "instance": "instance"}
-_LIST_KEYS = ("vms", "hosts", "instances")
+_LIST_KEYS = ("vms", "hosts", "instances", "groups")
 TIME_KEYS = ("not_before", "NotBefore", "not_after")  # values: ISO 8601, or start+DURATION
 
 STEP_KEYS = ("at", "after", "do", "id", "as", "with", "fails", "note", "only")

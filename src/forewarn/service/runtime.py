@@ -116,6 +116,7 @@ class Maintenance:
             state.ec2_windows,
             state.notification_attributes,
             state.next_seq,
+            state.waves,
         )
 
     # ----------------------------------------------------------------------------------------------- core

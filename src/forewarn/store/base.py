@@ -25,6 +25,7 @@ from forewarn.core.ec2_windows import EventWindow
 from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.core.model import Event
 from forewarn.core.vms import Policy, VmState
+from forewarn.core.waves import Wave, WaveChanged
 from forewarn.store.codec import (
     decode_clock,
     decode_ec2_event,
@@ -32,6 +33,7 @@ from forewarn.store.codec import (
     decode_event,
     decode_policy,
     decode_vm_state,
+    decode_wave,
     decode_window,
     encode_clock,
     encode_ec2_event,
@@ -39,6 +41,8 @@ from forewarn.store.codec import (
     encode_event,
     encode_policy,
     encode_vm_state,
+    encode_wave_plan,
+    encode_wave_progress,
     encode_window,
 )
 
@@ -66,6 +70,7 @@ class StoredState:
     ec2_windows: list[EventWindow]
     notification_attributes: NotificationAttributes | None
     next_seq: int
+    waves: list[Wave]
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,8 @@ class SQLStore:
             "instance_id TEXT NOT NULL, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_ec2_instances (instance_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_ec2_windows (window_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_waves (wave_id TEXT PRIMARY KEY, plan TEXT NOT NULL, "
+            "progress TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_outbox (id {self.journal_id_type}, target TEXT NOT NULL, "
             "payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, next_at TEXT NOT NULL, "
             "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL)",
@@ -179,6 +186,8 @@ class SQLStore:
             ec2_states = [decode_ec2_state(row[0]) for row in cursor.fetchall()]
             self._execute(cursor, "SELECT data FROM forewarn_ec2_windows")
             ec2_windows = [decode_window(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT plan, progress FROM forewarn_waves ORDER BY wave_id")
+            waves = [decode_wave(plan, progress) for plan, progress in cursor.fetchall()]
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
@@ -195,6 +204,7 @@ class SQLStore:
             ec2_windows=ec2_windows,
             notification_attributes=_attributes(meta.get("ec2_notification_attributes")),
             next_seq=int(meta.get("next_seq", "1")),
+            waves=waves,
         )
 
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
@@ -250,8 +260,20 @@ class SQLStore:
                     "VALUES (?, ?, 'pending', 0, ?, ?, ?)",
                     (item.target, item.payload, now.isoformat(), item.expires_at.isoformat(), now.isoformat()),
                 )
+            waves: dict[str, Wave] = {}  # a wave's latest progress in this command; its steps go to the journal
             for change in changes:
-                if isinstance(change, EventChanged):
+                if isinstance(change, WaveChanged):
+                    wave = change.wave
+                    if change.what == "started":
+                        self._execute(
+                            cursor,
+                            "INSERT INTO forewarn_waves (wave_id, plan, progress) VALUES (?, ?, '{}')",
+                            (wave.wave_id, encode_wave_plan(wave)),
+                        )
+                    waves[wave.wave_id] = wave
+                    self._journal(cursor, now, f"wave {change.what}", None,
+                                  {"wave": wave.wave_id, "reason": change.reason})
+                elif isinstance(change, EventChanged):
                     event = change.event
                     self._execute(
                         cursor,
@@ -329,6 +351,9 @@ class SQLStore:
                         "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
                         (change.scope, change.incarnation),
                     )
+            for wave in waves.values():
+                self._execute(cursor, "UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
+                              (encode_wave_progress(wave), wave.wave_id))
             self._put_meta(cursor, "now", now.isoformat())
             if next_seq is not None:
                 self._put_meta(cursor, "next_seq", str(next_seq))

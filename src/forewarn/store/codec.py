@@ -9,6 +9,7 @@ from forewarn.core.clock import Clock
 from forewarn.core.ec2 import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState
 from forewarn.core.ec2_windows import EventWindow, TimeRange
 from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
+from forewarn.core.waves import UnitRun, Wave, WaveOrder, WaveSpec, WaveStatus
 from forewarn.core.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
 
 
@@ -204,3 +205,75 @@ def decode_window(text: str) -> EventWindow:
     for key in ("instance_tags", "tags"):
         data[key] = tuple(tuple(pair) for pair in data[key])
     return EventWindow(**data)
+
+
+# Waves: the plan (targets, units: up to one per host of the fleet) is written once, the progress on every change, so
+# that a 10,000-unit wave does not rewrite its unit list 10,000 times.
+def encode_wave_plan(wave: Wave) -> str:
+    spec = wave.spec
+    return json.dumps(
+        {
+            "wave_id": wave.wave_id,
+            "event_type": spec.event_type.value,
+            "order": spec.order.value,
+            "concurrency": spec.concurrency,
+            "groups": list(spec.groups),
+            "source": spec.source.value,
+            "notice": None if spec.notice is None else spec.notice.total_seconds(),
+            "duration_seconds": spec.duration_seconds,
+            "impact_window": None if spec.impact_window is None else spec.impact_window.total_seconds(),
+            "description": spec.description,
+            "name": spec.name,
+            "owners": list(wave.owners),
+            "units": list(wave.units),
+            "created_at": _time(wave.created_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def encode_wave_progress(wave: Wave) -> str:
+    return json.dumps(
+        {
+            "status": wave.status.value,
+            "next_unit": wave.next_unit,
+            "in_flight": [[run.unit, list(run.operations)] for run in wave.in_flight],
+            "done": wave.done,
+            "skipped": list(wave.skipped),
+            "finished_at": _time(wave.finished_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_wave(plan_text: str, progress_text: str) -> Wave:
+    plan, progress = json.loads(plan_text), json.loads(progress_text)
+
+    def seconds(value: float | None) -> timedelta | None:
+        return None if value is None else timedelta(seconds=value)
+
+    spec = WaveSpec(
+        event_type=EventType(plan["event_type"]),
+        order=WaveOrder(plan["order"]),
+        concurrency=plan["concurrency"],
+        groups=tuple(plan["groups"]),
+        source=EventSource(plan["source"]),
+        notice=seconds(plan["notice"]),
+        duration_seconds=plan["duration_seconds"],
+        impact_window=seconds(plan["impact_window"]),
+        description=plan["description"],
+        name=plan["name"],
+    )
+    return Wave(
+        wave_id=plan["wave_id"],
+        spec=spec,
+        owners=tuple(plan["owners"]),
+        units=tuple(plan["units"]),
+        created_at=datetime.fromisoformat(plan["created_at"]),
+        status=WaveStatus(progress["status"]),
+        next_unit=progress["next_unit"],
+        in_flight=tuple(UnitRun(unit, tuple(operations)) for unit, operations in progress["in_flight"]),
+        done=progress["done"],
+        skipped=tuple(progress["skipped"]),
+        finished_at=_parse_time(progress["finished_at"]),
+    )

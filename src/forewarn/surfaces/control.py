@@ -25,6 +25,7 @@ from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
 from forewarn.surfaces.control_ec2 import ec2_router
 from forewarn.surfaces.control_imds import imds_router
 from forewarn.surfaces.control_platform import platform_router
+from forewarn.surfaces.control_waves import waves_router
 
 
 class ScheduleIn(BaseModel):
@@ -129,6 +130,14 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         service.catch_up()
         return EventOut.of(service.engine.event(event_id))
 
+    @app.get("/v1/journal", tags=["events"])
+    async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
+        """Every change the server committed (events, VMs, policies, waves, ...), latest ``limit``."""
+        return [
+            {"seq": entry.seq, "at": entry.at, "what": entry.kind, "event_id": entry.event_id, **entry.detail}
+            for entry in service.store.journal(limit=limit)
+        ]
+
     @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
     async def event_journal(event_id: str):
         event = service.engine.event(event_id)
@@ -213,6 +222,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     app.include_router(platform_router(service))
     app.include_router(ec2_router(service))
+    app.include_router(waves_router(service))
 
     if imds is not None:
         app.include_router(imds_router(imds))

@@ -1,0 +1,286 @@
+"""Waves: maintenance rolled over a fleet by update domain, fault domain or host, with a concurrency limit."""
+
+import json
+from datetime import timedelta
+
+import pytest
+import requests
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from forewarn.core.engine import Engine, EventChanged
+from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.model import EventStatus, EventType
+from forewarn.core.waves import WaveChanged, WaveOrder, WaveSpec, WaveStatus
+from forewarn.fleetfile import parse_fleet
+from forewarn.fleetgen import FleetShape, fleet_yaml, generate_fleet
+from forewarn.service.runtime import Maintenance
+from forewarn.store import open_store
+from helpers import T0, Server, forewarn
+
+# Four hosts; an availability set with 3 update domains and 2 fault domains; a scale set of 4 over two hosts.
+FLEET = """
+hosts: [{name: h1}, {name: h2}, {name: h3}, {name: h4}]
+availability_sets: [{name: web, fault_domains: 2, update_domains: 3}]
+vms:
+  - {name: web-0, host: h1, availability_set: web}
+  - {name: web-1, host: h2, availability_set: web}
+  - {name: web-2, host: h3, availability_set: web}
+  - {name: web-3, host: h1, availability_set: web}
+  - {name: solo, host: h4}
+scale_sets:
+  - {name: pool, instances: 4, hosts: [h2, h3], update_domains: 2, fault_domains: 2}
+"""
+
+
+def engine(text: str = FLEET) -> Engine:
+    return Engine(parse_fleet(text), seed="test", now=T0)
+
+
+def run_to_end(e: Engine, wave_id: str, limit: int = 10_000) -> list:
+    """Move the clock deadline by deadline until the wave ends; every change on the way."""
+    changes = []
+    for _ in range(limit):
+        if e.wave(wave_id).status is not WaveStatus.RUNNING:
+            return changes
+        changes += e.advance(e.next_deadline())
+    raise AssertionError("the wave did not end")
+
+
+def scheduled_units(changes) -> list[str]:
+    return [c.reason.split(":")[0] for c in changes if isinstance(c, WaveChanged) and c.what == "unit-scheduled"]
+
+
+def test_update_domains_go_one_at_a_time_and_the_next_is_scheduled_when_one_completes():
+    e = engine()
+    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+    wave = next(c.wave for c in changes if isinstance(c, WaveChanged))
+    assert wave.units == ("0", "1", "2")
+    first = [c.event for c in changes if isinstance(c, EventChanged)]
+    assert [ev.resources for ev in first] == [("web-0", "web-3")]  # UD 0 (round robin of 3), both on h1
+    assert {ev.status for ev in first} == {EventStatus.SCHEDULED}
+    # Nothing of UD 1 until UD 0 has completed: when its events complete, UD 1's are Scheduled at that instant.
+    completion = first[0].not_before + first[0].impact_window
+    e.advance(completion - timedelta(seconds=1))
+    assert len(e.events) == 1
+    step = e.advance(completion)
+    completed = [c.event for c in step if isinstance(c, EventChanged) and c.what == "completed"]
+    scheduled = [c.event for c in step if isinstance(c, EventChanged) and c.what == "scheduled"]
+    assert len(completed) == 1 and [ev.resources for ev in scheduled] == [("web-1",)]
+    assert scheduled[0].created_at == completion
+    # One document change for the scope at that instant: the old event leaves, the new one is Scheduled.
+    assert e.incarnation(scheduled[0].scope) == 1 + 1 + 1 + 1  # scheduled, started, (completed + next scheduled)
+    rest = run_to_end(e, wave.wave_id)
+    assert scheduled_units(rest) == ["update domain 2"]
+    done = e.wave(wave.wave_id)
+    assert (done.status, done.done, done.skipped, done.in_flight) == (WaveStatus.COMPLETED, 3, (), ())
+
+
+def test_no_two_units_overlap_with_concurrency_one():
+    e = engine()
+    [started] = [c for c in e.start_wave(WaveSpec(EventType.REBOOT, WaveOrder.FAULT_DOMAIN))
+                 if isinstance(c, WaveChanged) and c.what == "started"]
+    run_to_end(e, started.wave.wave_id)
+    by_unit: dict[int, list] = {}
+    fleet = e.fleet
+    for event in e.events.values():
+        domains = {fleet.vms[name].fault_domain for name in event.resources}
+        assert len(domains) == 1  # an event never mixes fault domains
+        by_unit.setdefault(domains.pop(), []).append(event)
+    spans = sorted((min(ev.created_at for ev in evs), max(ev.ended_at for ev in evs)) for evs in by_unit.values())
+    assert len(spans) == 2
+    assert spans[0][1] <= spans[1][0]  # the second fault domain is created after the first one ended
+
+
+def test_concurrency_limits_the_hosts_in_flight_and_every_vm_is_covered_once():
+    e = engine()
+    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=2))
+    wave = e.waves[next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))]
+    assert wave.units == ("h1", "h2", "h3", "h4")
+    assert [e.wave(wave.wave_id).units[run.unit] for run in e.wave(wave.wave_id).in_flight] == ["h1", "h2"]
+    max_in_flight = 0
+    while e.wave(wave.wave_id).status is WaveStatus.RUNNING:
+        max_in_flight = max(max_in_flight, len(e.wave(wave.wave_id).in_flight))
+        e.advance(e.next_deadline())
+    assert max_in_flight == 2
+    covered = sorted(name for ev in e.events.values() for name in ev.resources)
+    assert covered == sorted(e.fleet.vms)
+    assert all(ev.status is EventStatus.COMPLETED for ev in e.events.values())
+
+
+def test_approval_brings_a_unit_forward_and_the_next_follows():
+    e = engine()
+    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("pool",)))
+    [event, *_] = [c.event for c in changes if isinstance(c, EventChanged)]
+    e.approve([ev.event_id for ev in e.live_events(event.scope)], by="control")
+    step = e.advance(T0 + event.impact_window)
+    assert [c.event.resources for c in step if isinstance(c, EventChanged) and c.what == "scheduled"] == [
+        ("pool_1", "pool_3")]
+
+
+def test_cancel_stops_the_wave_and_cancels_only_scheduled_events():
+    e = engine()
+    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+    wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+    result = e.cancel_wave(wave_id)
+    assert {c.event.status for c in result if isinstance(c, EventChanged)} == {EventStatus.CANCELED}
+    wave = e.wave(wave_id)
+    assert wave.status is WaveStatus.CANCELED and wave.in_flight == () and wave.next_unit == 1
+    assert e.next_deadline() is None  # nothing else will be scheduled
+    with pytest.raises(Conflict):
+        e.cancel_wave(wave_id)
+
+
+def test_a_canceled_event_ends_its_unit_and_a_deleted_domain_is_skipped():
+    e = engine()
+    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+    wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+    e.delete(["web-1"])  # UD 1 of web has only web-1
+    assert e.vm_states["web-1"].deleted
+    for event in [c.event for c in changes if isinstance(c, EventChanged)]:
+        e.cancel(event.event_id)  # the operator cancels UD 0's events: the unit is over
+    wave = e.wave(wave_id)
+    assert wave.skipped == (1,)  # UD 1: web-1 was deleted
+    assert [wave.units[run.unit] for run in wave.in_flight] == ["2"]
+
+
+def test_refusals_change_nothing():
+    e = engine()
+    for spec, error in (
+        (WaveSpec(EventType.PREEMPT), Invalid),
+        (WaveSpec(EventType.FREEZE, concurrency=0), Invalid),
+        (WaveSpec(EventType.FREEZE, groups=("nope",)), NotFound),
+        (WaveSpec(EventType.FREEZE, notice=timedelta(seconds=-1)), Invalid),
+    ):
+        with pytest.raises(error):
+            e.start_wave(spec)
+    assert e.waves == {} and e.events == {} and e.next_seq == 1
+
+
+def test_redeployed_vms_are_taken_on_their_new_host():
+    e = engine()
+    e.hardware_failure(["h4"])  # solo is redeployed to the next host, h1
+    assert [vm.name for vm in e.vms_on_host("h1")] == ["web-0", "web-3", "solo"]
+    assert e.vms_on_host("h4") == []
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(vms=st.integers(5, 300), concurrency=st.integers(1, 6),
+       order=st.sampled_from(list(WaveOrder)), seed=st.text("abc", min_size=1, max_size=4),
+       approve=st.booleans())
+def test_property_every_vm_once_never_more_units_than_the_limit_and_state_survives_a_rebuild(
+        vms, concurrency, order, seed, approve):
+    fleet = parse_fleet(fleet_yaml(FleetShape(vms=vms, vms_per_host=4, seed=seed)))
+    e = Engine(fleet, seed="p", now=T0)
+    changes = e.start_wave(WaveSpec(EventType.FREEZE, order, concurrency=concurrency))
+    wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+    rounds = 0
+    while e.wave(wave_id).status is WaveStatus.RUNNING:
+        wave = e.wave(wave_id)
+        assert len(wave.in_flight) <= concurrency
+        if approve and rounds % 2:
+            e.approve([ev.event_id for ev in e.events.values() if ev.status is EventStatus.SCHEDULED], by="control")
+        if rounds == 3:  # rebuilt from what a store keeps: same progress
+            e = Engine(fleet, "p", e.now, events=list(e.events.values()), incarnations=e.incarnations,
+                       vm_states=list(e.vm_states.values()), created_at=T0, next_seq=e.next_seq,
+                       waves=list(e.waves.values()))
+        e.advance(e.next_deadline())
+        rounds += 1
+    covered = [name for ev in e.events.values() for name in ev.resources]
+    assert sorted(covered) == sorted(fleet.vms)  # every VM exactly once
+    attribute = {WaveOrder.UPDATE_DOMAIN: "update_domain", WaveOrder.FAULT_DOMAIN: "fault_domain"}.get(order)
+    for ev in e.events.values():
+        if attribute:
+            assert len({getattr(fleet.vms[n], attribute) for n in ev.resources}) == 1
+        else:
+            assert len({fleet.vms[n].host for n in ev.resources}) == 1
+
+
+# ------------------------------------------------------------------------------------------ generated fleets
+def test_generated_fleet_is_reproducible_and_has_the_mix_asked():
+    shape = FleetShape(vms=2_000, seed="s1")
+    assert fleet_yaml(shape) == fleet_yaml(FleetShape(vms=2_000, seed="s1"))
+    assert fleet_yaml(shape) != fleet_yaml(FleetShape(vms=2_000, seed="s2"))
+    fleet = parse_fleet(fleet_yaml(shape))
+    assert len(fleet.vms) == 2_000 and len(fleet.hosts) == 200
+    in_scale_sets = sum(1 for vm in fleet.vms.values() if vm.scale_set)
+    in_sets = sum(1 for vm in fleet.vms.values() if vm.availability_set)
+    assert (in_scale_sets, in_sets) == (1_200, 600)
+    assert any(vm.spot for vm in fleet.vms.values())
+    per_host = [len(vms) for vms in fleet.vms_by_host.values()]
+    assert max(per_host) - min(per_host) <= 1  # tenants share hosts evenly
+
+
+@pytest.mark.parametrize("shape, message", [
+    (FleetShape(vms=0), "--vms"),
+    (FleetShape(vms=10, vms_per_host=0), "--vms-per-host"),
+    (FleetShape(vms=10, scale_set_share=0.8, availability_set_share=0.5), "shares"),
+])
+def test_generator_refuses_impossible_shapes(shape, message):
+    with pytest.raises(ValueError, match=message):
+        generate_fleet(shape)
+
+
+# --------------------------------------------------------------------------------------- store, API and CLI
+def test_a_wave_survives_a_restart_mid_way(store_url):
+    fleet = parse_fleet(FLEET)
+    service = Maintenance.open(open_store(store_url), fleet, "manual", 1.0, T0, "seed")
+    changes = service.perform(lambda e: e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=1)))
+    wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+    service.step_clock()  # h1 Started
+    service.step_clock()  # h1 completed (the freeze recovers first), ...
+    service.step_clock()
+    before = service.engine.wave(wave_id)
+    service.store.close()
+
+    again = Maintenance.open(open_store(store_url), None, "manual")
+    assert again.engine.wave(wave_id) == before
+    while again.engine.wave(wave_id).status is WaveStatus.RUNNING:
+        again.step_clock()
+    assert again.engine.wave(wave_id).done == 4
+    kinds = [entry.kind for entry in again.store.journal() if entry.kind.startswith("wave")]
+    assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
+    assert kinds.count("wave unit-completed") == 4
+    again.store.close()
+
+
+def test_api_and_cli_start_follow_list_show_and_cancel(tmp_path):
+    with Server(tmp_path, FLEET) as server:
+        response = server.post("/v1/waves", {"type": "Reboot", "by": "fault-domain", "groups": ["web"],
+                                             "notice": "5m", "name": "patch"})
+        assert response.status_code == 201, response.text
+        body = response.json()
+        assert body["scheduled"] == 2 and body["wave"]["in_flight"][0]["unit"] == "0"
+        wave_id = body["wave"]["wave_id"]
+        for bad, status in (({"by": "rack"}, 400), ({"concurrency": 0}, 400), ({"groups": ["nope"]}, 404),
+                            ({"type": "Terminate"}, 400)):
+            assert server.post("/v1/waves", bad).status_code == status, bad
+        assert requests.get(f"{server.control}/v1/waves/wave-999", timeout=10).status_code == 404
+
+        canceled = server.post(f"/v1/waves/{wave_id}/cancel", {}).json()
+        assert canceled["canceled"] == 2 and canceled["wave"]["status"] == "canceled"
+        assert server.post(f"/v1/waves/{wave_id}/cancel", {}).status_code == 409
+
+        result = forewarn(server, "wave", "start", "--by", "host", "--concurrency", "2", "--follow", "--json")
+        assert result.returncode == 0, result.stderr
+        assert "4/4 units" in result.stderr
+        followed = json.loads(result.stdout)
+        assert followed["status"] == "completed" and followed["done"] == 4
+
+        listing = forewarn(server, "wave", "list")
+        assert listing.returncode == 0 and "canceled" in listing.stdout and "completed" in listing.stdout
+        shown = forewarn(server, "wave", "show", followed["wave_id"])
+        assert "4 done" in shown.stdout
+        missing = forewarn(server, "wave", "show", "wave-999", check=False)
+        assert missing.returncode == 1 and "no wave" in missing.stderr
+
+
+def test_cli_fleet_generate_writes_a_file_serve_accepts(tmp_path):
+    out = tmp_path / "big.yaml"
+    with Server(tmp_path, FLEET) as server:
+        result = forewarn(server, "fleet", "generate", "--vms", "1200", "--out", str(out), "--seed", "x")
+        assert result.returncode == 0, result.stderr
+        assert "120 hosts" in result.stderr
+        bad = forewarn(server, "fleet", "generate", "--vms", "0", check=False)
+        assert bad.returncode == 1 and "--vms" in bad.stderr
+    assert len(parse_fleet(out.read_text()).vms) == 1200

@@ -22,10 +22,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## make bench: IMDS GET against nginx serving the same bytes (installs nginx and wrk with apt), and
-## DescribeInstanceStatus over 1,000 instances against moto (installs moto into the venv).
+## DescribeInstanceStatus over 1,000 instances against moto (installs moto into the venv), and a wave over
+## 10,000 to 100,000 VMs on the manual clock.
 bench: $(STAMP)
 	$(BIN)/python bench/imds_vs_nginx.py
 	$(BIN)/python bench/ec2_vs_moto.py
+	$(BIN)/python bench/wave.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

@@ -79,6 +79,7 @@ class Maintenance:
             seed = seed or secrets.token_hex(8)
             store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
             state = store.load()
+            served = fleet
         else:
             if start is not None or seed is not None:
                 log.warning("--start and --seed apply to a new database only; this one keeps its time and seed")
@@ -88,7 +89,9 @@ class Maintenance:
                     "the database already holds a different fleet; use a new database, or start without --fleet to "
                     "keep the stored one"
                 )
-        service = cls(store, cls._engine_from(state, rules), state.clock, wall)
+            served = stored_fleet
+        # One Fleet object in memory (6 KB a VM on a 100,000-VM fleet), not one more built from the records.
+        service = cls(store, cls._engine_from(state, rules, served), state.clock, wall)
         for derive in outboxes:  # before catching up, so that what happened while down is delivered too
             service.add_outbox(derive)
         reconfigured = state.clock.reconfigured(clock_mode, speed, now_wall)
@@ -99,9 +102,9 @@ class Maintenance:
         return service
 
     @staticmethod
-    def _engine_from(state: StoredState, rules: Rules | None) -> Engine:
+    def _engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
         return Engine(
-            Fleet.from_records(state.fleet_records),
+            fleet or Fleet.from_records(state.fleet_records),
             state.seed,
             state.now,
             rules,
@@ -155,7 +158,7 @@ class Maintenance:
             log.critical("commit failed (%s) and reloading from the database failed (%s); exiting", cause, error)
             logging.shutdown()
             os._exit(70)
-        self.engine = self._engine_from(state, self.engine.rules)
+        self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
         self.clock = state.clock
         for listener in self._listeners:
             listener([])

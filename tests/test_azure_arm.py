@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
+from forewarn.core.engine import ScheduleRequest
 from forewarn.core.model import EventSource, EventStatus, EventType
 from forewarn.core.vms import Power
 from forewarn.service.runtime import Maintenance
@@ -379,11 +380,29 @@ def test_policy_needs_api_version_2024_03_01(arm):
     assert arm.service.engine.policies[owner].auto_approve_reboot  # unchanged
 
 
-def test_event_grid_publishing_is_refused_not_ignored(arm):
-    body = {"properties": {"scheduledEventsPolicy": {
-        "scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {"enable": True}}}}}
-    response = arm.call("PATCH", f"{VMSS}/web", body)
-    assert response.status_code == 400 and error_of(response)["code"] == "NotSupported"
+def test_central_publishing_opt_in_applies_to_new_events(arm):
+    """Seed 003: scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph, from api-version 2025-04-01,
+    with 2020-07-01 the only events api-version."""
+    targets = {"scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {
+        "enable": True, "scheduledEventsApiVersion": "2020-07-01"}}}
+    engine = arm.service.engine
+    owner = engine.fleet.vm("web_0").policy_owner
+    older = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2024-11-01")
+    assert older.status_code == 400 and error_of(older)["code"] == "BadRequest"
+    assert "scheduledEventsAdditionalPublishingTargets" in error_of(older)["message"]
+    wrong = {"scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {
+        "enable": True, "scheduledEventsApiVersion": "2019-08-01"}}}
+    refused = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": wrong}}, api="2025-04-01")
+    assert refused.status_code == 400 and error_of(refused)["code"] == "InvalidParameter"
+    assert not engine.policies[owner].publish_central
+
+    before = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_0",)))
+    response = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2025-04-01")
+    assert response.status_code == 200, response.text
+    assert response.json()["properties"]["scheduledEventsPolicy"]["scheduledEventsAdditionalPublishingTargets"] == \
+        targets["scheduledEventsAdditionalPublishingTargets"]
+    after = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_1",)))
+    assert [e.central for e in before] == [False] and [e.central for e in after] == [True]
 
 
 # --------------------------------------------------------------------------------------- notification profiles (002)

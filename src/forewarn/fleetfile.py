@@ -78,11 +78,23 @@ class AutomaticApproval(_Strict):
     automatically_approve: bool = False
 
 
+class CentralPublishing(_Strict):
+    enable: bool = False
+    # Seed 003: "During the preview, the only supported value is 2020-07-01".
+    scheduled_events_api_version: Literal["2020-07-01"] = "2020-07-01"
+
+
+class PublishingTargets(_Strict):
+    event_grid_and_resource_graph: CentralPublishing = Field(default_factory=CentralPublishing)
+
+
 class ScheduledEventsPolicySpec(_Strict):
-    """scheduledEventsPolicy: user-initiated operations approved automatically (seed 000)."""
+    """scheduledEventsPolicy: user-initiated operations approved automatically (seed 000), and central publishing
+    to Event Grid and Resource Graph (seed 003)."""
 
     user_initiated_reboot: AutomaticApproval = Field(default_factory=AutomaticApproval)
     user_initiated_redeploy: AutomaticApproval = Field(default_factory=AutomaticApproval)
+    scheduled_events_additional_publishing_targets: PublishingTargets = Field(default_factory=PublishingTargets)
 
 
 class NotificationProfileSpec(_Strict):
@@ -438,6 +450,8 @@ def _policies(spec: FleetSpec, vms: list[VM], fail) -> list[Policy]:
             auto_approve_redeploy=bool(spec_policy and spec_policy.user_initiated_redeploy.automatically_approve),
             terminate=terminate,
             os_image=os_image,
+            publish_central=bool(spec_policy and spec_policy.scheduled_events_additional_publishing_targets
+                                 .event_grid_and_resource_graph.enable),
         ))
 
     for index, item in enumerate(spec.vms):

@@ -254,6 +254,7 @@ class Engine(Ec2Commands, WaveCommands):
                     created_at=self.now,
                     impact=request.impact,
                     extra_impacts=request.extra_impacts,
+                    central=self.policies[vms[0].policy_owner].publish_central,
                 )
                 self._index(event)
                 touched.add(scope)
@@ -450,9 +451,11 @@ class Engine(Ec2Commands, WaveCommands):
         auto_approve_redeploy: bool | None = None,
         terminate: NotificationProfile | None = None,
         os_image: NotificationProfile | None = None,
+        publish_central: bool | None = None,
     ) -> list[Change]:
         """Change a scheduledEventsPolicy or a scale set's notification profiles. Profile changes make a new model
-        version; instances follow it only when updated to the latest model (``update_instances``)."""
+        version; instances follow it only when updated to the latest model (``update_instances``). Central
+        publishing (Event Grid and Resource Graph) applies to the events created from then on."""
         owner = self.fleet.owner(owner_name)
         policy = self.policies[owner]
         members = self.fleet.vms_by_owner[owner]
@@ -472,6 +475,7 @@ class Engine(Ec2Commands, WaveCommands):
             policy.terminate if terminate is None else terminate,
             policy.os_image if os_image is None else os_image,
             policy.model_version + 1 if new_model else policy.model_version,
+            policy.publish_central if publish_central is None else publish_central,
         )
         if updated == policy:
             return []

@@ -92,6 +92,9 @@ class Event:
     # Seed 000: "while Started, more short impacts than the event announced may occur". This many short freezes
     # happen at even intervals of the impact window; they never happen after Completed.
     extra_impacts: int = 0
+    # Published to Event Grid and Resource Graph (seed 003): its policy owner opted in when it was created. Fixed for
+    # the event's life, so that a consumer sees every transition of an event or none.
+    central: bool = False
 
     def extra_impact_times(self) -> list[datetime]:
         if not self.extra_impacts or self.started_at is None:

@@ -93,6 +93,9 @@ class Policy:
     terminate: NotificationProfile = field(default_factory=NotificationProfile)
     os_image: NotificationProfile = field(default_factory=NotificationProfile)
     model_version: int = 1
+    # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph (seed 003): the owner's events are also
+    # published centrally, to its subscription's Event Grid system topic and to Resource Graph.
+    publish_central: bool = False
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,7 @@ def policy_records(policies) -> list[dict]:
             "terminate": _profile_record(p.terminate),
             "os_image": _profile_record(p.os_image),
             "model_version": p.model_version,
+            "publish_central": p.publish_central,
         }
         for p in policies
     ]
@@ -168,6 +172,7 @@ def policies_from_records(records: list[dict]) -> list[Policy]:
             terminate=_profile_from(r["terminate"]),
             os_image=_profile_from(r["os_image"]),
             model_version=r["model_version"],
+            publish_central=r.get("publish_central", False),
         )
         for r in records
     ]

@@ -43,6 +43,7 @@ def encode_event(event: Event) -> str:
             "approvals": list(event.approvals),
             "impact": None if event.impact is None else event.impact.value,
             "extra_impacts": event.extra_impacts,
+            "central": event.central,
         },
         separators=(",", ":"),
     )
@@ -70,6 +71,7 @@ def decode_event(text: str) -> Event:
         approvals=tuple(data["approvals"]),
         impact=None if data.get("impact") is None else Impact(data["impact"]),
         extra_impacts=data.get("extra_impacts", 0),
+        central=data.get("central", False),
     )
 
 

@@ -50,6 +50,8 @@ OLDEST_API_VERSION = "2015-06-15"
 SCHEDULED_EVENTS_PROFILE_SINCE = "2019-03-01"  # seed 002; azure-rest-api-specs#6683
 OS_IMAGE_PROFILE_SINCE = "2022-11-01"  # azure-cli#24811, azure-rest-api-specs#21571
 SCHEDULED_EVENTS_POLICY_SINCE = "2024-03-01"  # azure-rest-api-specs#28214 (scale sets), #28257 (VMs)
+PUBLISHING_TARGETS_SINCE = "2025-04-01"  # seed 003: "requires ... REST API versions 2025-04-01 or newer"
+CENTRAL_EVENTS_API_VERSIONS = ("2020-07-01",)  # seed 003: "the only supported value is 2020-07-01"
 KNOWN_API_VERSIONS = (  # shown in errors, newest first
     "2025-04-01", "2024-11-01", "2024-07-01", "2024-03-01", "2023-09-01", "2023-07-01", "2023-03-01", "2022-11-01",
     "2022-08-01", "2022-03-01", "2021-11-01", "2021-07-01", "2021-04-01", "2021-03-01", "2020-12-01", "2020-06-01",
@@ -261,10 +263,11 @@ def _iso(moment: datetime) -> str:
 class PolicyPatch:
     reboot: bool | None = None
     redeploy: bool | None = None
+    central: bool | None = None  # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph.enable
 
     @property
     def empty(self) -> bool:
-        return self.reboot is None and self.redeploy is None
+        return self.reboot is None and self.redeploy is None and self.central is None
 
 
 def _policy_patch(properties: dict | None, path: str, owner_type: str, api: ApiVersion) -> PolicyPatch:
@@ -284,14 +287,21 @@ def _policy_patch(properties: dict | None, path: str, owner_type: str, api: ApiV
     redeploy = _object(_member(policy, "userInitiatedRedeploy"), f"{base}.userInitiatedRedeploy")
     targets = _object(_member(policy, "scheduledEventsAdditionalPublishingTargets"),
                       f"{base}.scheduledEventsAdditionalPublishingTargets")
+    central = None
     if targets is not None:
-        grid = _object(_member(targets, "eventGridAndResourceGraph"),
-                       f"{base}.scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph")
-        if grid is not None and _bool(_member(grid, "enable"), "...eventGridAndResourceGraph.enable"):
-            raise ArmError(400, "NotSupported",
-                           "forewarn does not emulate scheduledEventsAdditionalPublishingTargets "
-                           "(Event Grid and Resource Graph) yet; only userInitiatedReboot and userInitiatedRedeploy "
-                           "can be set.", f"{base}.scheduledEventsAdditionalPublishingTargets")
+        if not api.at_least(PUBLISHING_TARGETS_SINCE):
+            raise _missing_member("scheduledEventsAdditionalPublishingTargets", "ScheduledEventsPolicy",
+                                  f"{base}.scheduledEventsAdditionalPublishingTargets")
+        grid_path = f"{base}.scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph"
+        grid = _object(_member(targets, "eventGridAndResourceGraph"), grid_path)
+        if grid is not None:
+            central = _bool(_member(grid, "enable"), f"{grid_path}.enable")
+            version = _member(grid, "scheduledEventsApiVersion")
+            if _given(version) and version not in CENTRAL_EVENTS_API_VERSIONS:
+                raise ArmError(400, "InvalidParameter",
+                               f"The value '{version}' of '{grid_path}.scheduledEventsApiVersion' is not supported. "
+                               f"Supported values: {', '.join(CENTRAL_EVENTS_API_VERSIONS)}.",
+                               f"{grid_path}.scheduledEventsApiVersion")
     all_down = _object(_member(policy, "allInstancesDown"), f"{base}.allInstancesDown")
     if all_down is not None and _bool(_member(all_down, "automaticallyApprove"),
                                       f"{base}.allInstancesDown.automaticallyApprove") is False:
@@ -303,6 +313,7 @@ def _policy_patch(properties: dict | None, path: str, owner_type: str, api: ApiV
                                                  f"{base}.userInitiatedReboot.automaticallyApprove"),
         redeploy=None if redeploy is None else _bool(_member(redeploy, "automaticallyApprove"),
                                                      f"{base}.userInitiatedRedeploy.automaticallyApprove"),
+        central=central,
     )
 
 
@@ -323,10 +334,14 @@ def _profile_patch(raw: Any, path: str, current: NotificationProfile, default_ti
 
 
 def _policy_body(policy: Policy) -> dict:
-    return {
+    body = {
         "userInitiatedRedeploy": {"automaticallyApprove": policy.auto_approve_redeploy},
         "userInitiatedReboot": {"automaticallyApprove": policy.auto_approve_reboot},
     }
+    if policy.publish_central:
+        body["scheduledEventsAdditionalPublishingTargets"] = {"eventGridAndResourceGraph": {
+            "enable": True, "scheduledEventsApiVersion": CENTRAL_EVENTS_API_VERSIONS[0]}}
+    return body
 
 
 def _same_place(a: str, b: str) -> bool:
@@ -566,7 +581,8 @@ class ArmApi:
                     "properties.scheduledEventsPolicy",
                 )
             owner = vm.policy_owner
-            self._perform([lambda engine: engine.update_policy(owner, patch.reboot, patch.redeploy)])
+            self._perform([lambda engine: engine.update_policy(
+                owner, patch.reboot, patch.redeploy, publish_central=patch.central)])
         return _json(200, self._vm_body(vm, ctx.api, False))
 
     # ------------------------------------------------------------------------------------- availability sets
@@ -593,7 +609,8 @@ class ArmApi:
             patch = _policy_patch(properties, "properties", "AvailabilitySetProperties", ctx.api)
             if not patch.empty:
                 owner = first.policy_owner
-                self._perform([lambda engine: engine.update_policy(owner, patch.reboot, patch.redeploy)])
+                self._perform([lambda engine: engine.update_policy(
+                owner, patch.reboot, patch.redeploy, publish_central=patch.central)])
         return _json(200, self._avset_body(members, ctx.api))
 
     # ----------------------------------------------------------------------------------------------- scale sets
@@ -703,7 +720,8 @@ class ArmApi:
                                           OS_IMAGE_TIMEOUT)
         steps: list[Callable[[Engine], list[Change]]] = []
         if not patch.empty or terminate is not None or os_image is not None:
-            steps.append(lambda engine: engine.update_policy(owner, patch.reboot, patch.redeploy, terminate, os_image))
+            steps.append(lambda engine: engine.update_policy(owner, patch.reboot, patch.redeploy, terminate, os_image,
+                                                                    patch.central))
         scale_in = 0
         if capacity is not None:
             active = [vm for vm in members if self._exists(vm) and not self._marked(vm)]

@@ -147,15 +147,20 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="Deliver AWS Health events (EventBridge format) for EC2 events to this URL; repeatable.")
 @click.option("--health-entity", type=click.Choice(["arn", "instance-id"]), default="arn", show_default=True,
               help="What affectedEntities and resources carry: the instance ARN (current docs) or its id (older).")
+@click.option("--access", "access_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Bearer tokens and role assignments for the ARM port (docs/azure-central.md); without it, no "
+              "token is needed.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
-          hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, log_level) -> None:
+          hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, access_file,
+          log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
     from forewarn.service.runtime import FleetMismatch, Maintenance
-    from forewarn.service.server import Listeners, serve as run_server
+    from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
+    from forewarn.surfaces.azure_access import AccessFileError, load_access
     from forewarn.store import StoreError, open_store
     from forewarn.surfaces.aws_health import HealthSettings, health_outbox
     from forewarn.surfaces.azure_imds import PROFILES
@@ -180,16 +185,18 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         fleet = load_fleet(fleet_source) if fleet_source else None
         start_time = parse_time(start) if start else None
         store = open_store(db)
+        azure = AzureManagementSettings(access=load_access(access_file) if access_file else None)
         health = HealthSettings(targets=tuple(health_webhook), entity=health_entity)
         outboxes = [health_outbox(health)] if health.targets else []
         service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules, outboxes=outboxes)
-    except (FleetFileError, StoreError, FleetMismatch, CoreError) as error:
+    except (FleetFileError, StoreError, FleetMismatch, CoreError, AccessFileError) as error:
         _fail(str(error))
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None,
                           ec2_api=(host, ec2_port) if ec2_port else None)
     try:
         ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
-        _event_loop_runner()(run_server(service, listeners, settings, ec2_settings, _key_pairs(ec2_credential)))
+        _event_loop_runner()(run_server(service, listeners, settings, ec2_settings, _key_pairs(ec2_credential),
+                                        azure=azure))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:

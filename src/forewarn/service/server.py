@@ -20,7 +20,10 @@ import uvicorn
 from forewarn.service.http1 import Http1Server, listening_socket
 from forewarn.service.outbox import OutboxSender
 from forewarn.service.runtime import Maintenance
-from forewarn.surfaces.azure_arm import create_arm_app
+from forewarn.surfaces.azure_access import AccessControl
+from forewarn.surfaces.azure_arm import ArmApi
+from forewarn.surfaces.azure_maintenance import MaintenanceApi
+from forewarn.surfaces.azure_management import ManagementApi, create_management_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
 from forewarn.surfaces.ec2_api import create_ec2_app
@@ -85,6 +88,7 @@ class MetadataRouter:
 @dataclass
 class Built:
     management_app: object  # the control, ARM and EC2 APIs, by the port a request arrived on
+    arm: ManagementApi | None
     management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
@@ -103,8 +107,16 @@ class ByPort:
         await self.apps[scope["server"][1]](scope, receive, send)
 
 
+@dataclass(frozen=True)
+class AzureManagementSettings:
+    """The ARM port beyond Microsoft.Compute: who may call it, and the central scheduled-events surfaces."""
+
+    access: AccessControl | None = None  # None: no token needed (azure_access.py)
+
+
 def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings(),
-          ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None) -> Built:
+          ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None,
+          azure: AzureManagementSettings = AzureManagementSettings()) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
     management_sockets = [listening_socket(*listeners.control)]
@@ -131,20 +143,23 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
     apps = {listeners.control[1]: create_control_app(service, imds=imds)}
+    arm = None
     if listeners.arm is not None:
-        apps[listeners.arm[1]] = create_arm_app(service)
+        arm = ManagementApi(ArmApi(service), azure.access)
+        arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
+        apps[listeners.arm[1]] = create_management_app(arm)
     if listeners.ec2_api is not None:
         apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials)
-    return Built(ByPort(apps), management_sockets, imds, imds_sockets,
+    return Built(ByPort(apps), arm, management_sockets, imds, imds_sockets,
                  MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)))
 
 
 async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings,
                 ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None,
-                announce=print) -> None:
+                announce=print, azure: AzureManagementSettings = AzureManagementSettings()) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
     server."""
-    built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials)
+    built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure)
     metadata = Http1Server(built.metadata.handle)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())

@@ -1,0 +1,204 @@
+"""Azure central delivery, the parts on the ARM port: the Maintenance acknowledge API, access control (tokens and
+roles), and Resource Graph queries; against a real `forewarn serve` process."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+from helpers import Server
+
+SUB_A = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
+SUB_B = "0b8e7d6c-3a2f-4c1e-8d9b-5f4a3e2d1c02"
+CENTRAL = {"scheduled_events_additional_publishing_targets": {"event_grid_and_resource_graph": {"enable": True}}}
+FLEET = f"""
+defaults: {{subscription: {SUB_A}, resource_group: contoso-rg, location: westeurope}}
+hosts: [{{name: h1}}, {{name: h2}}, {{name: h3}}]
+availability_sets:
+  - {{name: db, scheduled_events_policy: {{}}}}
+vms:
+  - {{name: db-0, host: h1, availability_set: db}}
+  - {{name: db-1, host: h2, availability_set: db}}
+  - name: solo
+    host: h3
+    scheduled_events_policy: {CENTRAL}
+  - {{name: other, host: h3, subscription: {SUB_B}, resource_group: fabrikam-rg,
+      scheduled_events_policy: {CENTRAL}}}
+scale_sets:
+  - name: web
+    instances: 2
+    hosts: [h1, h2]
+    scheduled_events_policy: {CENTRAL}
+"""
+RG = f"/subscriptions/{SUB_A}/resourceGroups/contoso-rg/providers/Microsoft.Compute"
+ACK_API = "2023-10-01-preview"
+LIST_API = "2025-10-01-preview"
+
+
+def ack_url(server: Server, resource: str, event_id: str) -> str:
+    return f"{server.arm}{resource}/providers/Microsoft.Maintenance/scheduledevents/{event_id}/acknowledge"
+
+
+def list_url(server: Server, resource: str) -> str:
+    return f"{server.arm}{resource}/providers/Microsoft.Maintenance/scheduledevents"
+
+
+def status(server: Server, event_id: str) -> str:
+    return server.get(f"/v1/events/{event_id}")["status"]
+
+
+@pytest.fixture
+def server(tmp_path):
+    with Server(tmp_path, FLEET) as running:
+        yield running
+
+
+# ------------------------------------------------------------------------------------------- acknowledge API
+def test_acknowledge_starts_the_event_seen_in_imds(server):
+    [event] = server.schedule(type="Freeze", vms=["web_0"])
+    url = ack_url(server, f"{RG}/virtualMachineScaleSets/web", event["event_id"].lower())
+    response = requests.post(url, params={"api-version": ACK_API}, timeout=10)
+    assert response.status_code == 200, response.text
+    assert response.json() == {"value": "Successfully Approved"}
+    assert response.headers["x-ms-request-id"]
+    assert status(server, event["event_id"]) == "Started"
+    journal = server.get(f"/v1/events/{event['event_id']}/journal")
+    assert [entry["what"] for entry in journal][:2] == ["scheduled", "approved"]
+    assert journal[1]["reason"] == "by maintenance-rp:anonymous"
+    again = requests.post(url, params={"api-version": ACK_API}, timeout=10)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "Conflict"
+
+
+def test_acknowledge_through_a_member_vm_and_what_is_not_found(server):
+    [web] = server.schedule(type="Reboot", vms=["web_1"])
+    [db] = server.schedule(type="Reboot", vms=["db-0"])  # the set did not opt in: not published centrally
+    through_vm = ack_url(server, f"{RG}/virtualMachines/web_1", web["event_id"])
+    assert requests.post(through_vm, params={"api-version": ACK_API}, timeout=10).status_code == 200
+    for resource, event_id in ((f"{RG}/availabilitySets/db", db["event_id"]),
+                               (f"{RG}/virtualMachines/solo", web["event_id"]),  # not solo's event
+                               (f"{RG}/virtualMachines/solo", "C7061BAC-AFDC-4513-B24B-AA5F13A16123"),
+                               (f"{RG}/virtualMachines/solo", "not-a-guid")):
+        response = requests.post(ack_url(server, resource, event_id), params={"api-version": ACK_API}, timeout=10)
+        assert response.status_code == 404 and response.json()["error"]["code"] == "NotFound", resource
+    assert status(server, db["event_id"]) == "Scheduled"
+    missing = requests.post(ack_url(server, f"{RG}/virtualMachines/nope", db["event_id"]),
+                            params={"api-version": ACK_API}, timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "ResourceNotFound"
+
+
+def test_acknowledge_refuses_bad_requests_in_arm_style(server):
+    [event] = server.schedule(type="Freeze", vms=["solo"])
+    url = ack_url(server, f"{RG}/virtualMachines/solo", event["event_id"])
+    for params, code in (({}, "MissingApiVersionParameter"), ({"api-version": "2020-01-01"},
+                                                               "InvalidApiVersionParameter")):
+        response = requests.post(url, params=params, timeout=10)
+        assert response.status_code == 400 and response.json()["error"]["code"] == code
+    assert requests.get(url, params={"api-version": ACK_API}, timeout=10).status_code == 405
+    wrong_type = ack_url(server, f"{RG}/disks/solo", event["event_id"])
+    assert requests.post(wrong_type, params={"api-version": ACK_API}, timeout=10).status_code == 400
+    assert status(server, event["event_id"]) == "Scheduled"
+
+
+def test_list_acknowledge_reports_each_event(server):
+    first, second = (server.schedule(type="Freeze", vms=[name])[0] for name in ("web_0", "web_1"))
+    url = list_url(server, f"{RG}/virtualMachineScaleSets/web")
+    old = requests.post(url, params={"api-version": ACK_API}, json={"value": [first["event_id"]]}, timeout=10)
+    assert old.status_code == 400  # the list form exists from 2025-10-01-preview on
+    for body in ({}, {"value": []}, {"value": [1]}, [first["event_id"]]):
+        bad = requests.post(url, params={"api-version": LIST_API}, json=body, timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "InvalidRequestContent", body
+    unknown = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
+    mixed = requests.post(url, params={"api-version": LIST_API}, json={"value": [first["event_id"], unknown]},
+                          timeout=10)
+    assert mixed.status_code == 207
+    error = mixed.json()["error"]
+    assert error["code"] == "MultiStatusResponse"
+    assert error["details"] == [{"target": unknown, "code": "NotFound",
+                                 "message": f"The scheduled event '{unknown}' was not found."}]
+    assert status(server, first["event_id"]) == "Started"
+    assert status(server, second["event_id"]) == "Scheduled"
+    both = requests.post(url, params={"api-version": "2026-02-01-preview"}, json={"value": [second["event_id"]]},
+                         timeout=10)
+    assert both.status_code == 200 and both.json() == {"value": "Successfully Approved"}
+
+
+# ------------------------------------------------------------------------------------------ access control
+ACCESS = f"""
+principals:
+  - name: controller
+    token: controller-token
+    roles: [{{role: Scheduled Events Contributor, scope: /subscriptions/{SUB_A}}}]
+  - name: auditor
+    token: auditor-token
+    roles: [{{role: Reader, scope: /subscriptions/{SUB_A}/resourceGroups/contoso-rg}}]
+  - name: fabrikam
+    token: fabrikam-token
+    roles: [{{role: ScheduledEventContributor, scope: /subscriptions/{SUB_B}}}]
+"""
+
+
+@pytest.fixture
+def guarded(tmp_path):
+    access = tmp_path / "access.yaml"
+    access.write_text(ACCESS)
+    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as running:
+        yield running
+
+
+def bearer(token: str) -> dict:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_tokens_are_required_and_checked(guarded):
+    [event] = guarded.schedule(type="Freeze", vms=["solo"])
+    url = ack_url(guarded, f"{RG}/virtualMachines/solo", event["event_id"])
+    for headers, code in (({}, "AuthenticationFailed"), ({"Authorization": "Basic abc"}, "AuthenticationFailed"),
+                          (bearer("wrong-token"), "InvalidAuthenticationToken")):
+        response = requests.post(url, params={"api-version": ACK_API}, headers=headers, timeout=10)
+        assert response.status_code == 401 and response.json()["error"]["code"] == code
+        assert response.headers["www-authenticate"].startswith("Bearer ")
+    vm = requests.get(f"{guarded.arm}{RG}/virtualMachines/solo", params={"api-version": "2024-07-01"}, timeout=10)
+    assert vm.status_code == 401
+    assert status(guarded, event["event_id"]) == "Scheduled"
+
+
+def test_roles_decide_who_may_do_what_and_where(guarded):
+    [event] = guarded.schedule(type="Freeze", vms=["solo"])
+    url = ack_url(guarded, f"{RG}/virtualMachines/solo", event["event_id"])
+    for token in ("auditor-token", "fabrikam-token"):
+        response = requests.post(url, params={"api-version": ACK_API}, headers=bearer(token), timeout=10)
+        assert response.status_code == 403, token
+        error = response.json()["error"]
+        assert error["code"] == "AuthorizationFailed"
+        assert "does not have authorization to perform action " \
+               "'Microsoft.Maintenance/scheduledevents/acknowledge/action' over scope " \
+               f"'/subscriptions/{SUB_A}/resourceGroups/contoso-rg/providers/Microsoft.Compute/virtualMachines/solo'" \
+               in error["message"]
+    assert status(guarded, event["event_id"]) == "Scheduled"
+    done = requests.post(url, params={"api-version": ACK_API}, headers=bearer("controller-token"), timeout=10)
+    assert done.status_code == 200
+    journal = guarded.get(f"/v1/events/{event['event_id']}/journal")
+    assert journal[1]["reason"] == "by maintenance-rp:controller"
+
+    vm_url = f"{guarded.arm}{RG}/virtualMachines/solo"
+    read = requests.get(vm_url, params={"api-version": "2024-07-01"}, headers=bearer("auditor-token"), timeout=10)
+    assert read.status_code == 200
+    write = requests.patch(vm_url, params={"api-version": "2024-07-01"}, headers=bearer("auditor-token"),
+                           json={"properties": {}}, timeout=10)
+    assert write.status_code == 403 and "'Microsoft.Compute/virtualMachines/write'" in write.json()["error"]["message"]
+    restart = requests.post(f"{vm_url}/restart", params={"api-version": "2024-07-01"},
+                            headers=bearer("controller-token"), timeout=10)
+    assert restart.status_code == 403
+    assert "'Microsoft.Compute/virtualMachines/restart/action'" in restart.json()["error"]["message"]
+
+
+def test_a_bad_access_file_is_refused_at_start(tmp_path):
+    access = tmp_path / "access.yaml"
+    access.write_text("principals:\n  - {name: x, token: short-token, roles: [{role: Janitor, scope: /}]}\n")
+    server = Server(tmp_path, FLEET, extra=["--access", str(access)])
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "forewarn", "serve", *server.args], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 1 and "unknown role 'Janitor'" in run.stderr

@@ -24,6 +24,7 @@ vms:
     scheduled_events_policy: {CENTRAL}
   - {{name: other, host: h3, subscription: {SUB_B}, resource_group: fabrikam-rg,
       scheduled_events_policy: {CENTRAL}}}
+  - {{name: ops, host: h3, resource_group: ops-rg, scheduled_events_policy: {CENTRAL}}}
 scale_sets:
   - name: web
     instances: 2
@@ -134,6 +135,9 @@ principals:
   - name: fabrikam
     token: fabrikam-token
     roles: [{{role: ScheduledEventContributor, scope: /subscriptions/{SUB_B}}}]
+  - name: ops-team
+    token: ops-team-token
+    roles: [{{role: Scheduled Events Contributor, scope: /subscriptions/{SUB_A}/resourceGroups/OPS-RG}}]
 """
 
 
@@ -202,3 +206,98 @@ def test_a_bad_access_file_is_refused_at_start(tmp_path):
     run = subprocess.run([sys.executable, "-m", "forewarn", "serve", *server.args], capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 1 and "unknown role 'Janitor'" in run.stderr
+
+
+# ------------------------------------------------------------------------------------------- Resource Graph
+ARG = "/providers/Microsoft.ResourceGraph/resources"
+
+
+def arg_query(server: Server, query: str, token: str | None = None, **extra) -> requests.Response:
+    headers = bearer(token) if token else {}
+    return requests.post(f"{server.arm}{ARG}", params={"api-version": "2022-10-01"}, headers=headers,
+                         json={"query": query, **extra}, timeout=30)
+
+
+def test_resource_graph_rows_follow_the_events_of_opted_in_owners(server):
+    [web] = server.schedule(type="Freeze", vms=["web_0"])
+    server.schedule(type="Reboot", vms=["db-0"])  # not opted in: never a row
+    response = arg_query(server, 'maintenanceresources | where type == "microsoft.maintenance/scheduledevents"')
+    assert response.status_code == 200, response.text
+    assert response.headers["x-ms-user-quota-remaining"] == "14"
+    assert response.headers["x-ms-user-quota-resets-after"] == "00:00:05"
+    body = response.json()
+    assert (body["totalRecords"], body["count"], body["resultTruncated"]) == (1, 1, "false")
+    [row] = body["data"]
+    assert row["id"] == (f"/subscriptions/{SUB_A}/resourcegroups/contoso-rg/providers/microsoft.compute/"
+                         f"virtualmachinescalesets/web/providers/microsoft.maintenance/scheduledevents/"
+                         f"{web['event_id']}").lower()
+    assert row["properties"]["EventStatus"] == "Scheduled"
+    assert row["properties"]["NotBefore"].endswith(" GMT") and row["properties"]["Resources"] == ["web_0"]
+    server.post(f"/v1/events/{web['event_id']}/approve", expect=200)
+    server.advance("1h")
+    documented = ('Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
+                  '| sort by tostring(properties.EventStatus), tostring(properties.EventId) asc '
+                  '| project resourceGroup, zones, properties.EventStatus, properties.NotBefore, '
+                  'properties.Resources, properties.EventId, properties.TargetResourceId, properties.EventType, '
+                  'properties.Description')
+    [row] = arg_query(server, documented).json()["data"]
+    assert row["properties_EventStatus"] == "Completed" and row["properties_NotBefore"] == ""
+    assert row["properties_TargetResourceId"].endswith("/virtualMachineScaleSets/web")
+    counted = arg_query(server, "maintenanceresources | summarize count() by tostring(properties.EventType)")
+    assert counted.json()["data"] == [{"properties_EventType": "Freeze", "count_": 1}]
+
+
+def test_resource_graph_survives_a_restart_and_refuses_bad_requests(tmp_path):
+    with Server(tmp_path, FLEET) as first:
+        first.schedule(type="Freeze", vms=["solo"])
+    with Server(tmp_path, None, db=first.db) as again:
+        assert arg_query(again, "maintenanceresources | count").json()["data"] == [{"Count": 1}]
+        bad = arg_query(again, "maintenanceresources | where")
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "BadRequest"
+        unsupported = arg_query(again, "maintenanceresources | make-series count() on todatetime(name) step 1d")
+        assert unsupported.status_code == 400
+        no_query = requests.post(f"{again.arm}{ARG}", params={"api-version": "2021-03-01"}, json={}, timeout=10)
+        assert no_query.status_code == 400
+        missing_version = requests.post(f"{again.arm}{ARG}", json={"query": "maintenanceresources"}, timeout=10)
+        assert missing_version.status_code == 400
+        assert missing_version.json()["error"]["code"] == "MissingApiVersionParameter"
+
+
+def test_resource_graph_shows_a_principal_only_its_subscriptions(tmp_path):
+    access = tmp_path / "access.yaml"
+    access.write_text(ACCESS)
+    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as guarded:
+        guarded.schedule(type="Freeze", vms=["solo"])
+        guarded.schedule(type="Freeze", vms=["other"])  # subscription B
+        guarded.schedule(type="Freeze", vms=["ops"])  # subscription A, resource group ops-rg
+        query = "maintenanceresources | project subscriptionId, resourceGroup | sort by resourceGroup asc"
+        assert arg_query(guarded, query).status_code == 401
+        mine = arg_query(guarded, query, token="controller-token").json()["data"]
+        theirs = arg_query(guarded, query, token="fabrikam-token", subscriptions=[SUB_A, SUB_B]).json()["data"]
+        group = arg_query(guarded, query, token="ops-team-token").json()["data"]
+        assert mine == [{"subscriptionId": SUB_A, "resourceGroup": "contoso-rg"},
+                        {"subscriptionId": SUB_A, "resourceGroup": "ops-rg"}]
+        assert theirs == [{"subscriptionId": SUB_B, "resourceGroup": "fabrikam-rg"}]
+        assert group == [{"subscriptionId": SUB_A, "resourceGroup": "ops-rg"}]
+        # a Reader may query Resource Graph but not read scheduled events
+        assert arg_query(guarded, query, token="auditor-token").json()["data"] == []
+
+
+def test_the_official_resource_graph_client_runs_the_documented_query(server):
+    resourcegraph = pytest.importorskip("azure.mgmt.resourcegraph")
+    from azure.core.credentials import AccessToken
+    from azure.mgmt.resourcegraph.models import QueryRequest, QueryRequestOptions
+
+    class StaticToken:
+        def get_token(self, *scopes, **kwargs):
+            return AccessToken("any-token", 4102444800)
+
+    server.schedule(type="Freeze", vms=["web_0", "web_1"])
+    client = resourcegraph.ResourceGraphClient(StaticToken(), base_url=server.arm)
+    request = QueryRequest(subscriptions=[SUB_A], query=(
+        'Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
+        '| project properties.EventId, properties.EventStatus, properties.Resources'),
+        options=QueryRequestOptions(result_format="objectArray", top=10))
+    result = client.resources(request, enforce_https=False)  # azure-core sends tokens over https only otherwise
+    assert result.total_records == 2 and result.result_truncated == "false"
+    assert {tuple(row["properties_Resources"]) for row in result.data} == {("web_0",), ("web_1",)}

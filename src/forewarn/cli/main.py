@@ -150,17 +150,20 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--access", "access_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Bearer tokens and role assignments for the ARM port (docs/azure-central.md); without it, no "
               "token is needed.")
+@click.option("--resource-graph-retention", metavar="DURATION", default="30d", show_default=True,
+              help="How long Resource Graph keeps a scheduled event's row after its last change (live ones stay).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, access_file,
-          log_level) -> None:
+          resource_graph_retention, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
     from forewarn.service.runtime import FleetMismatch, Maintenance
     from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
     from forewarn.surfaces.azure_access import AccessFileError, load_access
+    from forewarn.surfaces.azure_resource_graph import ResourceGraphSettings
     from forewarn.store import StoreError, open_store
     from forewarn.surfaces.aws_health import HealthSettings, health_outbox
     from forewarn.surfaces.azure_imds import PROFILES
@@ -185,7 +188,10 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         fleet = load_fleet(fleet_source) if fleet_source else None
         start_time = parse_time(start) if start else None
         store = open_store(db)
-        azure = AzureManagementSettings(access=load_access(access_file) if access_file else None)
+        azure = AzureManagementSettings(
+            access=load_access(access_file) if access_file else None,
+            resource_graph=ResourceGraphSettings(retention=parse_duration(resource_graph_retention)),
+        )
         health = HealthSettings(targets=tuple(health_webhook), entity=health_entity)
         outboxes = [health_outbox(health)] if health.targets else []
         service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules, outboxes=outboxes)

@@ -23,6 +23,7 @@ from forewarn.service.runtime import Maintenance
 from forewarn.surfaces.azure_access import AccessControl
 from forewarn.surfaces.azure_arm import ArmApi
 from forewarn.surfaces.azure_maintenance import MaintenanceApi
+from forewarn.surfaces.azure_resource_graph import ResourceGraphApi, ResourceGraphSettings
 from forewarn.surfaces.azure_management import ManagementApi, create_management_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
@@ -112,6 +113,7 @@ class AzureManagementSettings:
     """The ARM port beyond Microsoft.Compute: who may call it, and the central scheduled-events surfaces."""
 
     access: AccessControl | None = None  # None: no token needed (azure_access.py)
+    resource_graph: ResourceGraphSettings = ResourceGraphSettings()
 
 
 def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings(),
@@ -147,6 +149,7 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     if listeners.arm is not None:
         arm = ManagementApi(ArmApi(service), azure.access)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
+        arm.add_provider("microsoft.resourcegraph", ResourceGraphApi(service, azure.resource_graph).handle)
         apps[listeners.arm[1]] = create_management_app(arm)
     if listeners.ec2_api is not None:
         apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials)

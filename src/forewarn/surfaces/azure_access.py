@@ -39,7 +39,7 @@ SCHEDULED_EVENTS_CONTRIBUTOR = "Scheduled Events Contributor"
 ROLES: dict[str, tuple[str, ...]] = {
     "Owner": ("*",),
     "Contributor": ("*",),
-    "Reader": ("*/read",),
+    "Reader": ("*/read",),  # but not scheduled events: NOT_ACTIONS
     # Reference 5.4: built-in role b67fe603-310e-4889-b9ee-8257d09d353d, "to read or acknowledge the scheduled
     # events"; querying them goes through Resource Graph.
     SCHEDULED_EVENTS_CONTRIBUTOR: (
@@ -49,6 +49,9 @@ ROLES: dict[str, tuple[str, ...]] = {
     ),
     "EventGrid Contributor": ("Microsoft.EventGrid/*",),
 }
+# Seed 003: "A user must have the ScheduledEventContributor role to read or acknowledge the scheduled events", so
+# Reader's */read stops short of them (Owner and Contributor, which can assign themselves any role, keep them).
+NOT_ACTIONS: dict[str, tuple[str, ...]] = {"Reader": ("Microsoft.Maintenance/scheduledevents/*",)}
 ROLE_ALIASES = {"ScheduledEventContributor": SCHEDULED_EVENTS_CONTRIBUTOR,  # the VM docs' spelling (seed 003)
                 "ScheduledEventsContributor": SCHEDULED_EVENTS_CONTRIBUTOR}
 ROLE_IDS = {  # role definition ids, shown in listings and accepted in the file
@@ -79,23 +82,26 @@ class Principal:
     def can(self, action: str, scope: str) -> bool:
         """Whether a role assigned at ``scope`` or above it allows ``action``."""
         target = _normal(scope)
-        action = action.lower()
-        for assignment in self.assignments:
-            if not _contains(assignment.scope, target):
-                continue
-            if any(fnmatch.fnmatchcase(action, pattern.lower()) for pattern in ROLES[assignment.role]):
-                return True
-        return False
+        return any(_contains(a.scope, target) and _allows(a.role, action) for a in self.assignments)
+
+    def scopes_for(self, action: str) -> list[str]:
+        """The scopes at which a role allows ``action`` ("/" for the whole tenant)."""
+        return sorted({a.scope for a in self.assignments if _allows(a.role, action)})
 
     def can_below(self, action: str, scope: str) -> bool:
         """Whether ``action`` is allowed at ``scope`` or somewhere under it (to decide if a listing can show
         anything; each item is then checked on its own)."""
         target = _normal(scope)
         return self.can(action, scope) or any(
-            _contains(target, assignment.scope)
-            and any(fnmatch.fnmatchcase(action.lower(), p.lower()) for p in ROLES[assignment.role])
-            for assignment in self.assignments
-        )
+            _contains(target, a.scope) and _allows(a.role, action) for a in self.assignments)
+
+
+def _matches(action: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(action.lower(), pattern.lower()) for pattern in patterns)
+
+
+def _allows(role: str, action: str) -> bool:
+    return _matches(action, ROLES[role]) and not _matches(action, NOT_ACTIONS.get(role, ()))
 
 
 def _normal(scope: str) -> str:

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Resource Graph queries over 1,000,000 historical scheduled events: load time and query latency.
+
+Run from the repository root:  .venv/bin/python bench/resource_graph_query.py [--rows N] [--runs N]
+
+Loads N rows (default 1,000,000) into a MaintenanceTable, spread over 20 subscriptions, 50 resource groups, the four
+statuses (mostly Completed, as history is) and the six event types, then runs each query --runs times (default 7)
+through run_query, as a caller scoped to every subscription and as one scoped to a single subscription, and prints the
+median and p95 latency. The first run of each query (translation, caches) is reported apart. Not part of the test
+suite; it takes a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from forewarn.resource_graph import MaintenanceTable, QueryRequest, run_query, scheduled_event_row
+
+SUBSCRIPTIONS = [f"{n:08x}-0000-4000-8000-000000000000" for n in range(20)]
+STATUSES = ["Completed"] * 17 + ["Canceled"] * 2 + ["Scheduled", "Started"]
+TYPES = ["Freeze", "Reboot", "Redeploy", "Preempt", "Terminate", "Freeze"]
+START = datetime(2025, 1, 1, tzinfo=UTC)
+SPACING = timedelta(seconds=20)  # between consecutive events' NotBefore; "now" is half way through the history
+
+QUERIES = {
+    "doc: all scheduled events": 'maintenanceresources | where type == "microsoft.maintenance/scheduledevents"',
+    "doc: sorted projection": (
+        'Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
+        "| sort by tostring(properties.EventStatus), tostring(properties.EventId) asc "
+        "| project resourceGroup, zones, properties.EventStatus, properties.NotBefore, properties.Resources, "
+        "properties.EventId, properties.TargetResourceId, properties.EventType, properties.Description"
+    ),
+    "summarize by EventType": "maintenanceresources | summarize count() by tostring(properties.EventType)",
+    "pending (=~ scheduled)": 'maintenanceresources | where properties.EventStatus =~ "scheduled" | project id, name',
+    "due within a day": (
+        "maintenanceresources | where isnotempty(tostring(properties.NotBefore)) "
+        "| where todatetime(properties.NotBefore) between (ago(1d) .. now()) | project id"
+    ),
+}
+
+
+def event_rows(first: int, count: int):
+    for n in range(first, first + count):
+        subscription = SUBSCRIPTIONS[n % len(SUBSCRIPTIONS)]
+        group = f"rg-{n % 50:02d}"
+        vm = f"vm-{n % 5000:04d}"
+        status = STATUSES[n % len(STATUSES)]
+        not_before = START + n * SPACING
+        yield scheduled_event_row(
+            event_id=f"{n:08X}-AFDC-4513-B24B-AA5F13A16123",
+            status=status,
+            event_type=TYPES[n % len(TYPES)],
+            source="Platform" if n % 4 else "User",
+            not_before=format_datetime(not_before, usegmt=True) if status == "Scheduled" else "",
+            duration_seconds=5 if n % 6 == 0 else -1,
+            description="Virtual machine is being paused because of a memory-preserving Live Migration operation.",
+            resources=[vm],
+            subscription_id=subscription,
+            resource_group=group,
+            location="westus2",
+            target_resource_id=f"/subscriptions/{subscription}/resourceGroups/{group}"
+                               f"/providers/Microsoft.Compute/virtualMachines/{vm}",
+            tenant_id="72f988bf-86f1-41af-91ab-2d7cd011db47",
+        )
+
+
+def timed(table: MaintenanceTable, request: QueryRequest, runs: int) -> tuple[float, list[float], int]:
+    samples = []
+    for _ in range(runs + 1):
+        started = time.perf_counter()
+        body = run_query(table, request, timeout_seconds=None)
+        samples.append(time.perf_counter() - started)
+    return samples[0], samples[1:], body["totalRecords"]
+
+
+def p95(samples: list[float]) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+
+    now = START + args.rows // 2 * SPACING
+    table = MaintenanceTable()
+    built = loaded = 0.0
+    for first in range(0, args.rows, 100_000):  # in chunks: a million row dicts at once would take ~10 GB
+        started = time.perf_counter()
+        rows = list(event_rows(first, min(100_000, args.rows - first)))
+        built += time.perf_counter() - started
+        started = time.perf_counter()
+        table.upsert(rows, changed_at=now)
+        loaded += time.perf_counter() - started
+    print(f"{len(table):,} rows: built in {built:.1f} s, upserted in {loaded:.1f} s "
+          f"({len(table) / loaded:,.0f} rows/s)")
+
+    for count in (1, 100, 10_000):  # status changes of existing events: the path the engine takes
+        samples = []
+        for run in range(5):
+            rows = [dict(row, properties=dict(row["properties"], EventStatus="Completed"))
+                    for row in event_rows(args.rows // 3 + run * count, count)]
+            started = time.perf_counter()
+            table.upsert(rows, changed_at=now)
+            samples.append(time.perf_counter() - started)
+        print(f"upsert of {count:,} existing rows: median {statistics.median(samples) * 1000:.1f} ms over 5")
+
+    print(f"\n{'query':<28} {'scope':<8} {'rows':>9} {'first ms':>9} {'median ms':>10} {'p95 ms':>8}")
+    for name, kql in QUERIES.items():
+        for scope, subscriptions in (("all", None), ("one sub", SUBSCRIPTIONS[:1])):
+            request = QueryRequest(kql, subscriptions=subscriptions, now=now)
+            first, samples, total = timed(table, request, args.runs)
+            print(f"{name:<28} {scope:<8} {total:>9,} {first * 1000:>9.0f} "
+                  f"{statistics.median(samples) * 1000:>10.0f} {p95(samples) * 1000:>8.0f}")
+
+    request = QueryRequest(QUERIES["doc: all scheduled events"], subscriptions=SUBSCRIPTIONS[:1], now=now)
+    body = run_query(table, request)
+    pages, started = 1, time.perf_counter()
+    while "$skipToken" in body and pages < 20:
+        body = run_query(table, QueryRequest(request.query, request.subscriptions, skip_token=body["$skipToken"]))
+        pages += 1
+    print(f"\npaging (one sub, 1,000 rows a page): {(time.perf_counter() - started) / (pages - 1) * 1000:.0f} ms "
+          f"a page over {pages - 1} follow-up pages")
+
+
+if __name__ == "__main__":
+    main()

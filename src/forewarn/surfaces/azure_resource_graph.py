@@ -1,0 +1,191 @@
+"""Azure Resource Graph on the ARM port: ``POST /providers/Microsoft.ResourceGraph/resources`` over the
+``maintenanceresources`` table (seed 003; reference eventgrid-arg.md 4).
+
+The table is a read model of the engine: one row per scheduled event published centrally (``Event.central``), at its
+latest status, upserted as each change is committed and rebuilt from the engine's events when the server starts. The
+query engine is ``forewarn.resource_graph`` (KQL through duckdb-kql).
+
+What is ours, where ARG is not documented: retention (``--resource-graph-retention``, default 30 days after an
+event's last change; live events are always kept), the quota (15 queries per 5 s per caller, the documented example),
+and the row a principal may see: one whose subscription it may read scheduled events in.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from starlette.responses import Response
+
+from forewarn.core.engine import Engine, EventChanged
+from forewarn.core.model import Event
+from forewarn.resource_graph import MaintenanceTable, QueryRequest, ResourceGraphError, run_query, scheduled_event_row
+from forewarn.service.runtime import Maintenance
+from forewarn.surfaces.azure_arm import ArmError, _json
+from forewarn.surfaces.azure_imds import not_before_text
+from forewarn.surfaces.azure_management import ManagementCall
+
+READ_ROWS = "Microsoft.ResourceGraph/resources/read"
+READ_EVENTS = "Microsoft.Maintenance/scheduledevents/read"
+_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
+_RESOURCE_TYPES = {"vm": ("VirtualMachine", "virtualMachines"), "avset": ("AvailabilitySet", "availabilitySets"),
+                   "vmss": ("VirtualMachineScaleSet", "virtualMachineScaleSets")}
+
+
+@dataclass(frozen=True)
+class ResourceGraphSettings:
+    retention: timedelta = timedelta(days=30)
+    quota: int = 15  # queries per window and caller (reference 4.1's example)
+    quota_window: float = 5.0  # wall seconds
+    tenant_id: str = "72f988bf-86f1-41af-91ab-2d7cd011db47"  # any GUID; rows carry it as tenantId
+
+
+class ResourceGraphApi:
+    def __init__(self, service: Maintenance, settings: ResourceGraphSettings = ResourceGraphSettings()):
+        self.service = service
+        self.settings = settings
+        self.table = MaintenanceTable()
+        self._quota: dict[str, list[float]] = {}
+        self._quota_lock = threading.Lock()
+        self._purged_at: datetime | None = None
+        self._load(service.engine)
+        service.subscribe(self._on_change)
+
+    # ----------------------------------------------------------------------------------------------- read model
+    def _row(self, engine: Engine, event: Event) -> dict:
+        vm = engine.fleet.vms[event.resources[0]]
+        kind, name = vm.policy_owner.split(":", 1)
+        resource_type, arm_type = _RESOURCE_TYPES[kind]
+        base = f"/subscriptions/{vm.subscription_id}/resourceGroups/{vm.resource_group}/providers/Microsoft.Compute"
+        owner_name = name.rsplit("/", 1)[-1]
+        return scheduled_event_row(
+            event_id=event.event_id,
+            status=event.status.value,
+            event_type=event.event_type.value,
+            source=event.source.value,
+            not_before=not_before_text(event),
+            duration_seconds=event.duration_seconds,
+            description=event.description,
+            resources=event.resources,
+            subscription_id=vm.subscription_id,
+            resource_group=vm.resource_group,
+            location=vm.location,
+            target_resource_id=f"{base}/{arm_type}/{owner_name}",
+            resource_type=resource_type,
+            tenant_id=self.settings.tenant_id,
+            zones=[vm.zone] if vm.zone else None,
+        )
+
+    def _load(self, engine: Engine) -> None:
+        rows = [self._row(engine, event) for event in engine.events.values() if event.central]
+        if rows:
+            self.table.upsert(rows, engine.now)
+
+    def _on_change(self, changes) -> None:
+        engine = self.service.engine
+        if not changes:  # the service rebuilt its engine from the database: what it holds is the truth
+            self._load(engine)
+            return
+        latest = {c.event.event_id: c.event for c in changes if isinstance(c, EventChanged) and c.event.central}
+        if latest:
+            self.table.upsert([self._row(engine, event) for event in latest.values()], engine.now)
+
+    # ------------------------------------------------------------------------------------------------- requests
+    async def handle(self, call: ManagementCall) -> Response:
+        lower = call.lower
+        if lower not in (["providers", "microsoft.resourcegraph", "resources"],):
+            raise ArmError(404, "NotFound", f"No Microsoft.ResourceGraph route matches {call.request.url.path!r}.")
+        if call.method != "POST":
+            raise ArmError(405, "MethodNotAllowed",
+                           f"The requested resource does not support http method '{call.method}'.")
+        version = call.request.query_params.get("api-version")
+        if not version:
+            raise ArmError(400, "MissingApiVersionParameter",
+                           "The api-version query parameter (?api-version=) is required for all requests.")
+        if not _API_VERSION.match(version):  # any version a client sends (reference 4.1): only its form is checked
+            raise ArmError(400, "InvalidApiVersionParameter", f"The api-version '{version}' is invalid.")
+        remaining, resets = self._spend_quota(call)
+        headers = {"x-ms-user-quota-remaining": str(max(remaining, 0)), "x-ms-user-quota-resets-after": resets}
+        if remaining < 0:
+            response = ArmError(429, "RateLimiting", "Please provide below info when asking for support: "
+                                "too many requests; retry after the quota resets.").response()
+            response.headers.update(headers)
+            return response
+        request = _query_request(await call.request.body(), self.service.now())
+        allowed = within = None
+        if call.principal is not None:
+            principal = call.principal
+            if not principal.can_below(READ_ROWS, "/"):
+                raise ArmError(403, "AuthorizationFailed",
+                               f"The client '{principal.name}' with object id '{principal.object_id}' does not have "
+                               f"authorization to perform action '{READ_ROWS}'.")
+            # Rows under the scopes where the principal may read scheduled events, and nothing else.
+            scopes = principal.scopes_for(READ_EVENTS)
+            if "/" not in scopes:
+                allowed = {scope.split("/")[2] for scope in scopes if scope.startswith("/subscriptions/")}
+                within = scopes
+        self._purge()
+        try:
+            body = run_query(self.table, request, allowed, within=within)
+        except ResourceGraphError as error:
+            return _json(error.status, error.body(), headers)
+        return _json(200, body, headers)
+
+    def _spend_quota(self, call: ManagementCall) -> tuple[int, str]:
+        """Remaining queries of the caller's window (-1: over it) and when the window resets, as ``hh:mm:ss``."""
+        who = call.principal.object_id if call.principal else (call.request.client.host if call.request.client
+                                                                else "anonymous")
+        now = time.monotonic()
+        window = self.settings.quota_window
+        with self._quota_lock:
+            recent = [moment for moment in self._quota.get(who, []) if now - moment < window]
+            recent.append(now)
+            self._quota[who] = recent
+        left = self.settings.quota - len(recent)
+        resets = max(0, int(window - (now - recent[0]) + 0.999))
+        return left, f"{resets // 3600:02d}:{resets % 3600 // 60:02d}:{resets % 60:02d}"
+
+    def _purge(self) -> None:
+        """Retention, applied at most once per simulated hour (a delete walks the table)."""
+        now = self.service.now()
+        if self._purged_at is not None and now - self._purged_at < timedelta(hours=1):
+            return
+        self._purged_at = now
+        self.table.remove_older_than(now - self.settings.retention)
+
+
+def _query_request(raw: bytes, now: datetime) -> QueryRequest:
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        raise ArmError(400, "InvalidRequestContent", "The request content was invalid and could not be deserialized."
+                       ) from None
+    if not isinstance(body, dict):
+        raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise ArmError(400, "BadRequest", "The request must contain a non-empty 'query'.")
+    subscriptions = body.get("subscriptions")
+    if subscriptions is not None and (not isinstance(subscriptions, list)
+                                      or not all(isinstance(item, str) for item in subscriptions)):
+        raise ArmError(400, "BadRequest", "'subscriptions' must be a list of subscription ids.")
+    if body.get("managementGroups"):
+        raise ArmError(400, "BadRequest", "forewarn has no management groups; query by subscriptions.")
+    if body.get("facets"):
+        raise ArmError(400, "BadRequest", "forewarn does not compute facets; send the query without 'facets'.")
+    options = body.get("options") or {}
+    if not isinstance(options, dict):
+        raise ArmError(400, "BadRequest", "'options' must be a JSON object.")
+    return QueryRequest(
+        query=query,
+        subscriptions=subscriptions,
+        top=options.get("$top"),
+        skip=options.get("$skip"),
+        skip_token=options.get("$skipToken"),
+        result_format=options.get("resultFormat", "objectArray"),
+        now=now,
+    )

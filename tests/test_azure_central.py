@@ -301,3 +301,15 @@ def test_the_official_resource_graph_client_runs_the_documented_query(server):
     result = client.resources(request, enforce_https=False)  # azure-core sends tokens over https only otherwise
     assert result.total_records == 2 and result.result_truncated == "false"
     assert {tuple(row["properties_Resources"]) for row in result.data} == {("web_0",), ("web_1",)}
+
+
+def test_opting_in_through_the_cli_publishes_the_owners_new_events(server):
+    from helpers import forewarn
+
+    [before] = server.schedule(type="Freeze", vms=["db-0"])
+    shown = forewarn(server, "policy", "set", "db", "--central", "--json")
+    assert '"publish_central": true' in shown.stdout
+    [after] = server.schedule(type="Freeze", vms=["db-1"])
+    rows = arg_query(server, "maintenanceresources | project name").json()["data"]
+    assert rows == [{"name": after["event_id"]}]
+    assert before["event_id"] != after["event_id"]

@@ -609,16 +609,21 @@ def _profile_option(value: str | None) -> dict | None:
               help="userInitiatedRedeploy.automaticallyApprove")
 @click.option("--terminate-notification", metavar="PT5M..PT15M|off", help="Scale sets: terminate notifications.")
 @click.option("--os-image-notification", metavar="PT15M|off", help="Scale sets: OS image notifications.")
+@click.option("--central/--no-central", "publish_central", default=None,
+              help="Publish this owner's new events to Event Grid and Resource Graph "
+              "(scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph).")
 @JSON_OPTION
 @click.pass_context
 def policy_set(ctx, owner, auto_approve_reboot, auto_approve_redeploy, terminate_notification, os_image_notification,
-               as_json):
+               publish_central, as_json):
     """Change a policy or a notification profile."""
     body = {}
     if auto_approve_reboot is not None:
         body["auto_approve_reboot"] = auto_approve_reboot
     if auto_approve_redeploy is not None:
         body["auto_approve_redeploy"] = auto_approve_redeploy
+    if publish_central is not None:
+        body["publish_central"] = publish_central
     for key, value in (("terminate_notification", terminate_notification),
                        ("os_image_notification", os_image_notification)):
         if value is not None:

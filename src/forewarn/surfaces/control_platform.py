@@ -66,6 +66,7 @@ class PolicyOut(BaseModel):
     terminate_notification: ProfileIO
     os_image_notification: ProfileIO
     model_version: int
+    publish_central: bool
 
     @classmethod
     def of(cls, policy: Policy) -> PolicyOut:
@@ -76,6 +77,7 @@ class PolicyOut(BaseModel):
             terminate_notification=_profile_out(policy.terminate),
             os_image_notification=_profile_out(policy.os_image),
             model_version=policy.model_version,
+            publish_central=policy.publish_central,
         )
 
 
@@ -96,6 +98,8 @@ class PolicyIn(BaseModel):
     auto_approve_redeploy: bool | None = Field(default=None, description="userInitiatedRedeploy.automaticallyApprove")
     terminate_notification: ProfileIO | None = None
     os_image_notification: ProfileIO | None = None
+    publish_central: bool | None = Field(
+        default=None, description="scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph.enable")
 
 
 class VmsIn(BaseModel):
@@ -190,7 +194,7 @@ def platform_router(service: Maintenance) -> APIRouter:
         terminate = _profile_in(body.terminate_notification)
         os_image = _profile_in(body.os_image_notification)
         service.perform(lambda engine: engine.update_policy(
-            owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image))
+            owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central))
         return PolicyOut.of(service.engine.policy(owner))
 
     @router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)

@@ -21,7 +21,7 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 from urllib.parse import quote
 
 from starlette.applications import Starlette
@@ -95,6 +95,31 @@ class ArmError(Exception):
         if self.target is not None:
             error["target"] = self.target
         return _json(self.status, {"error": error})
+
+
+async def answered(request: Request, produce: Callable[[], Awaitable[Response]]) -> Response:
+    """Every ARM answer: errors in ARM's shape (never a bare 500), and the request-id headers ARM sets."""
+    try:
+        response = await produce()
+    except ArmError as error:
+        response = error.response()
+    except _Refused as refused:
+        response = _core_error(refused.error).response()
+    except CoreError as error:
+        response = _core_error(error).response()
+    except StoreError as error:
+        response = ArmError(503, "ServiceUnavailable", f"Nothing was changed; the store failed: {error}").response()
+    except Exception:  # a bug: still answer in ARM's shape, and say so in the log
+        log.exception("ARM request %s %s failed", request.method, request.url.path)
+        response = ArmError(500, "InternalServerError", "forewarn failed to process the request; see its log.").response()
+    response.headers.setdefault("x-ms-request-id", str(uuid.uuid4()))
+    response.headers["x-ms-correlation-request-id"] = (
+        request.headers.get("x-ms-correlation-request-id") or str(uuid.uuid4())
+    )
+    client_id = request.headers.get("x-ms-client-request-id")
+    if client_id:
+        response.headers["x-ms-client-request-id"] = client_id
+    return response
 
 
 class _Refused(Exception):
@@ -443,27 +468,7 @@ class ArmApi:
 
     # ------------------------------------------------------------------------------------------------ dispatch
     async def endpoint(self, request: Request) -> Response:
-        try:
-            response = await self.dispatch(request)
-        except ArmError as error:
-            response = error.response()
-        except _Refused as refused:
-            response = _core_error(refused.error).response()
-        except CoreError as error:
-            response = _core_error(error).response()
-        except StoreError as error:
-            response = ArmError(503, "ServiceUnavailable", f"Nothing was changed; the store failed: {error}").response()
-        except Exception:  # a bug: still answer in ARM's shape, and say so in the log
-            log.exception("ARM request %s %s failed", request.method, request.url.path)
-            response = ArmError(500, "InternalServerError", "forewarn failed to process the request; see its log.").response()
-        response.headers["x-ms-request-id"] = str(uuid.uuid4())
-        response.headers["x-ms-correlation-request-id"] = (
-            request.headers.get("x-ms-correlation-request-id") or str(uuid.uuid4())
-        )
-        client_id = request.headers.get("x-ms-client-request-id")
-        if client_id:
-            response.headers["x-ms-client-request-id"] = client_id
-        return response
+        return await answered(request, lambda: self.dispatch(request))
 
     async def dispatch(self, request: Request) -> Response:
         api = _api_version(request)  # ARM checks it before anything else

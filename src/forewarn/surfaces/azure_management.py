@@ -14,8 +14,6 @@ the event's resource; a Resource Graph query filters rows by what the caller may
 
 from __future__ import annotations
 
-import logging
-import uuid
 from dataclasses import dataclass
 from typing import Awaitable, Callable
 
@@ -24,12 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from forewarn.core.errors import CoreError
-from forewarn.store import StoreError
 from forewarn.surfaces.azure_access import AccessControl, Principal
-from forewarn.surfaces.azure_arm import ArmApi, ArmError, _core_error
-
-log = logging.getLogger("forewarn.arm")
+from forewarn.surfaces.azure_arm import ArmApi, ArmError, answered
 
 METHODS = ["GET", "PUT", "PATCH", "POST", "DELETE", "HEAD", "OPTIONS"]
 
@@ -79,39 +73,21 @@ class ManagementApi:
         self.public[first_segment.lower()] = handler
 
     async def endpoint(self, request: Request) -> Response:
+        return await answered(request, lambda: self._route(request))
+
+    async def _route(self, request: Request) -> Response:
         segments = [part for part in request.scope["path"].split("/") if part]
         lower = [part.lower() for part in segments]
-        try:
-            public = self.public.get(lower[0]) if lower else None
-            if public is not None:
-                response = await public(ManagementCall(request, request.method.upper(), segments, lower, None))
-            else:
-                call = ManagementCall(request, request.method.upper(), segments, lower, self._authenticate(request))
-                namespace = _namespace(lower)
-                handler = self.providers.get(namespace or "")
-                if handler is None:
-                    if call.principal is not None:
-                        action, scope = _compute_action(call)
-                        call.authorize(action, scope)
-                    return await self.compute.endpoint(request)  # it answers errors and sets the ids itself
-                response = await handler(call)
-        except ArmError as error:
-            response = error.response()
-        except CoreError as error:
-            response = _core_error(error).response()
-        except StoreError as error:
-            response = ArmError(503, "ServiceUnavailable", f"Nothing was changed; the store failed: {error}").response()
-        except Exception:  # a bug: still answer in ARM's shape, and say so in the log
-            log.exception("ARM request %s %s failed", request.method, request.url.path)
-            response = ArmError(500, "InternalServerError", "forewarn failed to process the request; see its log."
-                                ).response()
-        response.headers.setdefault("x-ms-request-id", str(uuid.uuid4()))
-        response.headers["x-ms-correlation-request-id"] = (
-            request.headers.get("x-ms-correlation-request-id") or str(uuid.uuid4()))
-        client_id = request.headers.get("x-ms-client-request-id")
-        if client_id:
-            response.headers["x-ms-client-request-id"] = client_id
-        return response
+        public = self.public.get(lower[0]) if lower else None
+        if public is not None:
+            return await public(ManagementCall(request, request.method.upper(), segments, lower, None))
+        call = ManagementCall(request, request.method.upper(), segments, lower, self._authenticate(request))
+        handler = self.providers.get(_namespace(lower) or "")
+        if handler is not None:
+            return await handler(call)
+        if call.principal is not None:
+            call.authorize(*_compute_action(call))
+        return await self.compute.dispatch(request)
 
     def _authenticate(self, request: Request) -> Principal | None:
         if self.access is None:

@@ -19,6 +19,7 @@ from typing import Callable, Iterable
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
 from forewarn.core.engine import Change, Engine, EventChanged, ScheduleRequest
+from forewarn.core.waves import WaveChanged
 from forewarn.core.errors import Conflict, CoreError
 from forewarn.core.fleet import Fleet
 from forewarn.core.model import Event
@@ -183,6 +184,10 @@ class Maintenance:
                     change.what,
                     change.reason,
                 )
+            elif isinstance(change, WaveChanged):
+                wave = change.wave
+                log.info("%s %s: %s (%d of %d units done, %d in flight)", wave.wave_id, change.what, change.reason,
+                         wave.done + len(wave.skipped), len(wave.units), len(wave.in_flight))
         for listener in self._listeners:
             listener(changes)
 

@@ -313,3 +313,21 @@ def test_opting_in_through_the_cli_publishes_the_owners_new_events(server):
     rows = arg_query(server, "maintenanceresources | project name").json()["data"]
     assert rows == [{"name": after["event_id"]}]
     assert before["event_id"] != after["event_id"]
+
+
+def test_resource_graph_facets_count_the_result_by_an_expression(server):
+    for vms in (["web_0"], ["web_1"], ["solo"]):
+        server.schedule(type="Freeze", vms=vms)
+    server.schedule(type="Reboot", vms=["web_0"])
+    facets = [{"expression": "properties.EventType", "options": {"sortBy": "count", "sortOrder": "desc", "$top": 1}},
+              {"expression": "location", "options": {"filter": "properties.EventType == 'Reboot'"}},
+              {"expression": "nosuchcolumn"}]
+    body = arg_query(server, "maintenanceresources", facets=facets, options={"$top": 2}).json()
+    assert body["count"] == 2 and body["totalRecords"] == 4
+    by_type, by_location, broken = body["facets"]
+    assert by_type == {"expression": "properties.EventType", "resultType": "FacetResult", "totalRecords": 2,
+                       "count": 1, "data": [{"properties_EventType": "Freeze", "count": 3}]}
+    assert by_location["data"] == [{"location": "westeurope", "count": 1}]
+    assert broken["resultType"] == "FacetError" and broken["errors"][0]["code"]
+    bad = arg_query(server, "maintenanceresources", facets=[{"options": {}}])
+    assert bad.status_code == 400

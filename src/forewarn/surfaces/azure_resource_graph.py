@@ -16,7 +16,7 @@ import json
 import re
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from starlette.responses import Response
@@ -115,7 +115,7 @@ class ResourceGraphApi:
                                 "too many requests; retry after the quota resets.").response()
             response.headers.update(headers)
             return response
-        request = _query_request(await call.request.body(), self.service.now())
+        request, facets = _query_request(await call.request.body(), self.service.now())
         allowed = within = None
         if call.principal is not None:
             principal = call.principal
@@ -133,7 +133,28 @@ class ResourceGraphApi:
             body = run_query(self.table, request, allowed, within=within)
         except ResourceGraphError as error:
             return _json(error.status, error.body(), headers)
+        body["facets"] = [self._facet(request, facet, allowed, within) for facet in facets]
         return _json(200, body, headers)
+
+    def _facet(self, request: QueryRequest, facet: Facet, allowed, within) -> dict:
+        """A facet is the query's result counted by one expression (reference 4.1): ``query | summarize count()
+        by EXPRESSION``, filtered, sorted and cut to ``$top``. A facet that cannot be computed is a FacetError,
+        and the query's own answer still stands."""
+        kql = request.query
+        if facet.filter:
+            kql += f" | where {facet.filter}"
+        sort_by = "count_" if facet.sort_by == "count" else facet.sort_by  # summarize count() names it count_
+        kql += f" | summarize count() by {facet.expression} | order by {sort_by} {facet.sort_order}"
+        try:
+            counted = run_query(self.table, replace(request, query=kql, top=facet.top, skip=None, skip_token=None,
+                                                    result_format="objectArray"), allowed, within=within)
+        except ResourceGraphError as error:
+            detail = error.details[-1] if error.details else {"code": error.code, "message": error.message}
+            return {"expression": facet.expression, "resultType": "FacetError",
+                    "errors": [{"code": detail["code"], "message": detail["message"]}]}
+        data = [{("count" if key == "count_" else key): value for key, value in row.items()} for row in counted["data"]]
+        return {"expression": facet.expression, "resultType": "FacetResult", "totalRecords": counted["totalRecords"],
+                "count": counted["count"], "data": data}
 
     def _spend_quota(self, call: ManagementCall) -> tuple[int, str]:
         """Remaining queries of the caller's window (-1: over it) and when the window resets, as ``hh:mm:ss``."""
@@ -158,7 +179,42 @@ class ResourceGraphApi:
         self.table.remove_older_than(now - self.settings.retention)
 
 
-def _query_request(raw: bytes, now: datetime) -> QueryRequest:
+@dataclass(frozen=True)
+class Facet:
+    expression: str
+    sort_by: str = "count"
+    sort_order: str = "desc"
+    filter: str | None = None
+    top: int = 10
+
+
+def _facets(raw) -> list[Facet]:
+    """ARG's facet requests: ``[{"expression", "options": {"sortBy", "sortOrder", "filter", "$top"}}]``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > 10:
+        raise ArmError(400, "BadRequest", "'facets' must be a list of at most 10 facet requests.")
+    found = []
+    for item in raw:
+        options = item.get("options") or {} if isinstance(item, dict) else None
+        expression = item.get("expression") if isinstance(item, dict) else None
+        if not isinstance(expression, str) or not expression.strip() or not isinstance(options, dict):
+            raise ArmError(400, "BadRequest", "A facet needs an 'expression' (a column of the query's result) and "
+                                              "optional 'options'.")
+        sort_by = options.get("sortBy", "count")
+        sort_order = options.get("sortOrder", "desc")
+        top = options.get("$top", 10)
+        filter_ = options.get("filter")
+        if not isinstance(sort_by, str) or sort_order not in ("asc", "desc") \
+                or not isinstance(top, int) or isinstance(top, bool) or not 1 <= top <= 1000 \
+                or (filter_ is not None and not isinstance(filter_, str)):
+            raise ArmError(400, "BadRequest", "Facet options: sortBy a column or 'count', sortOrder 'asc' or 'desc', "
+                                              "$top 1 to 1000, filter a KQL predicate.")
+        found.append(Facet(expression.strip(), sort_by, sort_order, filter_, top))
+    return found
+
+
+def _query_request(raw: bytes, now: datetime) -> tuple[QueryRequest, list[Facet]]:
     try:
         body = json.loads(raw or b"null")
     except ValueError:
@@ -175,8 +231,7 @@ def _query_request(raw: bytes, now: datetime) -> QueryRequest:
         raise ArmError(400, "BadRequest", "'subscriptions' must be a list of subscription ids.")
     if body.get("managementGroups"):
         raise ArmError(400, "BadRequest", "forewarn has no management groups; query by subscriptions.")
-    if body.get("facets"):
-        raise ArmError(400, "BadRequest", "forewarn does not compute facets; send the query without 'facets'.")
+    facets = _facets(body.get("facets"))
     options = body.get("options") or {}
     if not isinstance(options, dict):
         raise ArmError(400, "BadRequest", "'options' must be a JSON object.")
@@ -188,4 +243,4 @@ def _query_request(raw: bytes, now: datetime) -> QueryRequest:
         skip_token=options.get("$skipToken"),
         result_format=options.get("resultFormat", "objectArray"),
         now=now,
-    )
+    ), facets

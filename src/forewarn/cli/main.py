@@ -152,11 +152,22 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               "token is needed.")
 @click.option("--resource-graph-retention", metavar="DURATION", default="30d", show_default=True,
               help="How long Resource Graph keeps a scheduled event's row after its last change (live ones stay).")
+@click.option("--event-grid", "event_grid_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Event Grid settings, system topics and event subscriptions to serve from the start "
+              "(docs/azure-eventgrid.md); ARM PUTs add more either way.")
+@click.option("--event-grid-dead-letters", metavar="DIR",
+              help="Where Event Grid dead letters are written, as {container}/{SUBSCRIPTION}/{Y}/{M}/{D}/{H}/{guid}.json "
+              "(default: the file's dead_letter_dir, else ./eventgrid-deadletters).")
+@click.option("--event-grid-duplicates", type=click.FloatRange(0, 1), metavar="RATE",
+              help="Share of Event Grid publications delivered twice with the same id (seed 003), e.g. 0.01.")
+@click.option("--event-grid-no-retry", metavar="CODES",
+              help="HTTP codes Event Grid does not retry but dead-letters at once (default 400,401,403,413).")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, access_file,
-          resource_graph_retention, log_level) -> None:
+          resource_graph_retention, event_grid_file, event_grid_dead_letters, event_grid_duplicates,
+          event_grid_no_retry, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet
@@ -164,6 +175,7 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
     from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
     from forewarn.surfaces.azure_access import AccessFileError, load_access
     from forewarn.surfaces.azure_resource_graph import ResourceGraphSettings
+    from forewarn.eventgrid.config import EventGridFileError
     from forewarn.store import StoreError, open_store
     from forewarn.surfaces.aws_health import HealthSettings, health_outbox
     from forewarn.surfaces.azure_imds import PROFILES
@@ -188,14 +200,19 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         fleet = load_fleet(fleet_source) if fleet_source else None
         start_time = parse_time(start) if start else None
         store = open_store(db)
+        event_grid = _event_grid(store, event_grid_file, event_grid_dead_letters, event_grid_duplicates,
+                                 event_grid_no_retry)
         azure = AzureManagementSettings(
+            event_grid=event_grid,
             access=load_access(access_file) if access_file else None,
             resource_graph=ResourceGraphSettings(retention=parse_duration(resource_graph_retention)),
         )
         health = HealthSettings(targets=tuple(health_webhook), entity=health_entity)
         outboxes = [health_outbox(health)] if health.targets else []
+        outboxes.append(event_grid.outbox)
         service = Maintenance.open(store, fleet, clock_mode, speed, start_time, seed, rules, outboxes=outboxes)
-    except (FleetFileError, StoreError, FleetMismatch, CoreError, AccessFileError) as error:
+        event_grid.attach(service)
+    except (FleetFileError, StoreError, FleetMismatch, CoreError, AccessFileError, EventGridFileError) as error:
         _fail(str(error))
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None,
                           ec2_api=(host, ec2_port) if ec2_port else None)
@@ -209,6 +226,35 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         pass
     finally:
         store.close()
+
+
+def _event_grid(store, path, dead_letters, duplicates, no_retry):
+    """The Event Grid emulation: the --event-grid file's settings and resources, with the flags over its settings."""
+    from pathlib import Path
+
+    from forewarn.eventgrid.config import EventGridFileError, load_event_grid_file
+    from forewarn.eventgrid.service import EventGrid
+    from forewarn.eventgrid.settings import EventGridSettings
+
+    declared = load_event_grid_file(path) if path else None
+    overrides: dict = {}
+    if dead_letters:
+        overrides["dead_letter_dir"] = Path(dead_letters)
+    if duplicates is not None:
+        overrides["duplicate_rate"] = duplicates
+    if no_retry is not None:
+        try:
+            overrides["non_retried_codes"] = frozenset(int(code) for code in no_retry.split(",") if code.strip())
+        except ValueError:
+            raise click.BadParameter(f"expected HTTP codes such as 400,401,403,413; got {no_retry!r}",
+                                     param_hint="--event-grid-no-retry") from None
+    try:
+        settings = replace(declared.settings if declared else EventGridSettings(), **overrides)
+    except ValueError as error:
+        raise EventGridFileError(f"Event Grid settings: {error}") from None
+    if declared is None:  # no file: the stored topics and subscriptions stay as they are
+        return EventGrid(store, settings)
+    return EventGrid(store, declared=replace(declared, settings=settings))
 
 
 def _event_loop_runner():

@@ -15,6 +15,9 @@ from forewarn.core.errors import Invalid, NotFound
 from forewarn.core.vms import policies_from_records, policy_records
 
 
+_OWNER_TYPES = {"vm": "virtualMachines", "avset": "availabilitySets", "vmss": "virtualMachineScaleSets"}
+
+
 @dataclass(frozen=True)
 class VM:
     name: str
@@ -54,6 +57,15 @@ class VM:
         if self.availability_set is not None:
             return f"avset:{base}/{self.availability_set}"
         return f"vm:{base}/{self.name}"
+
+    @property
+    def owner_resource_id(self) -> str:
+        """The ARM id of what owns this VM's scheduled-events policy (its scale set, availability set, or the VM
+        itself): where its scheduled events hang in ARM ids (seed 003)."""
+        kind, path = self.policy_owner.split(":", 1)
+        subscription, group, name = path.split("/", 2)
+        return (f"/subscriptions/{subscription}/resourceGroups/{group}/providers/Microsoft.Compute/"
+                f"{_OWNER_TYPES[kind]}/{name}")
 
     @property
     def resource_id(self) -> str:

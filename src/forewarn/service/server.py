@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from forewarn.eventgrid.service import EventGrid
 from forewarn.service.http1 import Http1Server, listening_socket
 from forewarn.service.outbox import OutboxSender
 from forewarn.service.runtime import Maintenance
@@ -114,6 +115,7 @@ class AzureManagementSettings:
 
     access: AccessControl | None = None  # None: no token needed (azure_access.py)
     resource_graph: ResourceGraphSettings = ResourceGraphSettings()
+    event_grid: EventGrid | None = None  # Microsoft.EventGrid system topics (eventgrid/service.py)
 
 
 def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings(),
@@ -150,6 +152,8 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
         arm = ManagementApi(ArmApi(service), azure.access)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
         arm.add_provider("microsoft.resourcegraph", ResourceGraphApi(service, azure.resource_graph).handle)
+        if azure.event_grid is not None:
+            azure.event_grid.register(arm)
         apps[listeners.arm[1]] = create_management_app(arm)
     if listeners.ec2_api is not None:
         apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials)
@@ -166,7 +170,11 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
     metadata = Http1Server(built.metadata.handle)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
-    sender = asyncio.create_task(OutboxSender(service).run())
+    event_grid = azure.event_grid
+    policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
+    sender = asyncio.create_task(OutboxSender(service, policies=policies).run())
+    if event_grid is not None:  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
+        event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     config = uvicorn.Config(
         built.management_app,
         lifespan="off",
@@ -197,8 +205,9 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
         f"  control API   {control}   (OpenAPI: {control}/openapi.json; CLI: export FOREWARN_SERVER={control})",
-        *([f"  Azure ARM     http://{listeners.arm[0]}:{listeners.arm[1]}   (management.azure.com paths; "
-           "docs/azure-arm.md)"] if listeners.arm else []),
+        *([f"  Azure ARM     http://{listeners.arm[0]}:{listeners.arm[1]}   (management.azure.com paths: Compute, "
+           "Resource Graph, Maintenance acknowledge, Event Grid; docs/azure-arm.md, docs/azure-central.md)"]
+          if listeners.arm else []),
         f"  Azure IMDS    {imds}/metadata/scheduledevents"
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
     ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from forewarn.store.base import Delivery, JournalEntry, Outgoing, SQLStore, StoredState, StoreError
+from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState, StoreError
 
 
 def open_store(url: str) -> SQLStore:
@@ -21,4 +21,4 @@ def open_store(url: str) -> SQLStore:
     return store
 
 
-__all__ = ["Delivery", "JournalEntry", "Outgoing", "SQLStore", "StoreError", "StoredState", "open_store"]
+__all__ = ["Attempt", "Delivery", "JournalEntry", "Outgoing", "SQLStore", "StoreError", "StoredState", "open_store"]

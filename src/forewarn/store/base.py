@@ -47,6 +47,9 @@ from forewarn.store.codec import (
 )
 
 SCHEMA_VERSION = "1"
+OUTBOX_KIND_COLUMN = "kind TEXT NOT NULL DEFAULT 'webhook'"  # which sending policy delivers a message
+OUTBOX_DETAIL_COLUMN = "detail TEXT"  # state a policy keeps beyond attempts and errors (JSON), e.g. a dead-letter reason
+DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts on
 
 
 class StoreError(Exception):
@@ -80,6 +83,9 @@ class Outgoing:
     target: str
     payload: str
     expires_at: datetime  # simulated time after which it is given up
+    kind: str = "webhook"  # the sending policy: "webhook" (a plain POST) or "eventgrid" (target: a subscription key)
+    next_at: datetime | None = None  # first attempt; None: at once
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +96,22 @@ class Delivery:
     attempts: int
     next_at: datetime
     expires_at: datetime
+    kind: str = "webhook"
+    status: str = "pending"
+    detail: str | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The outcome of one attempt at a delivery, to record (several in one transaction for a batch)."""
+
+    delivery_id: int
+    status: str
+    attempts: int
+    next_at: datetime
+    error: str | None = None
+    detail: str | None = None  # None keeps the stored detail
 
 
 @dataclass
@@ -137,8 +159,13 @@ class SQLStore:
             "progress TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_outbox (id {self.journal_id_type}, target TEXT NOT NULL, "
             "payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, next_at TEXT NOT NULL, "
-            "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL)",
+            "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL, "
+            f"{OUTBOX_KIND_COLUMN}, {OUTBOX_DETAIL_COLUMN})",
             "CREATE INDEX IF NOT EXISTS forewarn_outbox_due ON forewarn_outbox (status, next_at)",
+            # Event Grid system topics and event subscriptions (eventgrid/registry.py), as JSON records.
+            "CREATE TABLE IF NOT EXISTS forewarn_eventgrid_topics (topic_key TEXT PRIMARY KEY, data TEXT NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS forewarn_eventgrid_subscriptions (subscription_key TEXT PRIMARY KEY, "
+            "topic_key TEXT NOT NULL, data TEXT NOT NULL)",
             f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
             "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
         ]
@@ -153,6 +180,13 @@ class SQLStore:
         with self._transaction() as cursor:
             for statement in self._ddl():
                 cursor.execute(statement)
+            # Outboxes created before deliveries had a kind and a detail gain the two columns (both databases accept
+            # ADD COLUMN with a constant default; cursor.description names the columns on both).
+            cursor.execute("SELECT * FROM forewarn_outbox WHERE 1 = 0")
+            columns = {column[0].lower() for column in cursor.description}
+            for name, definition in (("kind", OUTBOX_KIND_COLUMN), ("detail", OUTBOX_DETAIL_COLUMN)):
+                if name not in columns:
+                    cursor.execute(f"ALTER TABLE forewarn_outbox ADD COLUMN {definition}")
             self._execute(
                 cursor,
                 "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
@@ -256,9 +290,10 @@ class SQLStore:
             for item in outbox:
                 self._execute(
                     cursor,
-                    "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at) "
-                    "VALUES (?, ?, 'pending', 0, ?, ?, ?)",
-                    (item.target, item.payload, now.isoformat(), item.expires_at.isoformat(), now.isoformat()),
+                    "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at, "
+                    "kind, detail) VALUES (?, ?, 'pending', 0, ?, ?, ?, ?, ?)",
+                    (item.target, item.payload, (item.next_at or now).isoformat(), item.expires_at.isoformat(),
+                     now.isoformat(), item.kind, item.detail),
                 )
             waves: dict[str, Wave] = {}  # a wave's latest progress in this command; its steps go to the journal
             for change in changes:
@@ -369,47 +404,97 @@ class SQLStore:
 
     # ------------------------------------------------------------------------------------------------ outbox
     def due_deliveries(self, now: datetime, limit: int = 100) -> list[Delivery]:
-        """Pending deliveries whose next attempt is due at simulated time ``now``, oldest first."""
+        """Deliveries the sender must act on at simulated time ``now`` (an attempt, or a dead letter to write), oldest
+        first."""
         with self._transaction() as cursor:
             self._execute(
                 cursor,
-                "SELECT id, target, payload, attempts, next_at, expires_at FROM forewarn_outbox "
-                "WHERE status = 'pending' AND next_at <= ? ORDER BY next_at, id LIMIT ?",
-                (now.isoformat(), limit),
+                "SELECT id, target, payload, attempts, next_at, expires_at, kind, status, detail, created_at "
+                "FROM forewarn_outbox WHERE status IN (?, ?) AND next_at <= ? ORDER BY next_at, id LIMIT ?",
+                (*DUE_STATUSES, now.isoformat(), limit),
             )
             rows = cursor.fetchall()
         return [Delivery(int(r[0]), r[1], r[2], int(r[3]), datetime.fromisoformat(r[4]),
-                         datetime.fromisoformat(r[5])) for r in rows]
+                         datetime.fromisoformat(r[5]), r[6], r[7], r[8], datetime.fromisoformat(r[9]))
+                for r in rows]
 
-    def next_delivery_at(self) -> datetime | None:
+    def next_delivery_at(self, after: datetime | None = None) -> datetime | None:
+        """When the next delivery falls due; with ``after``, the first one due later than that (the ones due already
+        are being sent)."""
         with self._transaction() as cursor:
-            self._execute(cursor, "SELECT MIN(next_at) FROM forewarn_outbox WHERE status = 'pending'")
+            if after is None:
+                self._execute(cursor, "SELECT MIN(next_at) FROM forewarn_outbox WHERE status IN (?, ?)", DUE_STATUSES)
+            else:
+                self._execute(cursor, "SELECT MIN(next_at) FROM forewarn_outbox WHERE status IN (?, ?) AND next_at > ?",
+                              (*DUE_STATUSES, after.isoformat()))
             row = cursor.fetchone()
         return None if row is None or row[0] is None else datetime.fromisoformat(row[0])
 
-    def record_attempt(self, delivery_id: int, status: str, attempts: int, next_at: datetime, error: str | None
-                       ) -> None:
+    def record_attempts(self, attempts: Sequence[Attempt]) -> None:
+        """Several outcomes in one transaction (a batch succeeds or fails as a unit)."""
         with self._transaction() as cursor:
-            self._execute(
-                cursor,
-                "UPDATE forewarn_outbox SET status = ?, attempts = ?, next_at = ?, last_error = ? WHERE id = ?",
-                (status, attempts, next_at.isoformat(), error, delivery_id),
-            )
+            for item in attempts:
+                self._execute(
+                    cursor,
+                    "UPDATE forewarn_outbox SET status = ?, attempts = ?, next_at = ?, last_error = ?, "
+                    "detail = COALESCE(?, detail) WHERE id = ?",
+                    (item.status, item.attempts, item.next_at.isoformat(), item.error, item.detail, item.delivery_id),
+                )
 
     def deliveries(self, limit: int = 1000) -> list[dict]:
         with self._transaction() as cursor:
             self._execute(
                 cursor,
-                "SELECT id, target, status, attempts, next_at, last_error, created_at, payload FROM forewarn_outbox "
-                "ORDER BY id DESC LIMIT ?",
+                "SELECT id, target, status, attempts, next_at, last_error, created_at, payload, kind, detail "
+                "FROM forewarn_outbox ORDER BY id DESC LIMIT ?",
                 (limit,),
             )
             rows = cursor.fetchall()
         return [
             {"id": int(r[0]), "target": r[1], "status": r[2], "attempts": int(r[3]), "next_at": r[4],
-             "last_error": r[5], "created_at": r[6], "payload": json.loads(r[7])}
+             "last_error": r[5], "created_at": r[6], "payload": json.loads(r[7]), "kind": r[8],
+             "detail": None if r[9] is None else json.loads(r[9])}
             for r in reversed(rows)
         ]
+
+    # ------------------------------------------------------------------------------------------ Event Grid
+    def eventgrid_records(self) -> tuple[list[dict], list[dict]]:
+        """The stored system topics and event subscriptions, as the JSON records eventgrid/model.py writes."""
+        with self._transaction() as cursor:
+            self._execute(cursor, "SELECT data FROM forewarn_eventgrid_topics ORDER BY topic_key")
+            topics = [json.loads(row[0]) for row in cursor.fetchall()]
+            self._execute(cursor, "SELECT data FROM forewarn_eventgrid_subscriptions ORDER BY subscription_key")
+            subscriptions = [json.loads(row[0]) for row in cursor.fetchall()]
+        return topics, subscriptions
+
+    def put_eventgrid_topic(self, topic_key: str, record: dict) -> None:
+        with self._transaction() as cursor:
+            self._execute(
+                cursor,
+                "INSERT INTO forewarn_eventgrid_topics (topic_key, data) VALUES (?, ?) "
+                "ON CONFLICT (topic_key) DO UPDATE SET data = excluded.data",
+                (topic_key, json.dumps(record, sort_keys=True)),
+            )
+
+    def delete_eventgrid_topic(self, topic_key: str) -> None:
+        """A topic and its event subscriptions, in one transaction."""
+        with self._transaction() as cursor:
+            self._execute(cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE topic_key = ?", (topic_key,))
+            self._execute(cursor, "DELETE FROM forewarn_eventgrid_topics WHERE topic_key = ?", (topic_key,))
+
+    def put_eventgrid_subscription(self, subscription_key: str, topic_key: str, record: dict) -> None:
+        with self._transaction() as cursor:
+            self._execute(
+                cursor,
+                "INSERT INTO forewarn_eventgrid_subscriptions (subscription_key, topic_key, data) VALUES (?, ?, ?) "
+                "ON CONFLICT (subscription_key) DO UPDATE SET topic_key = excluded.topic_key, data = excluded.data",
+                (subscription_key, topic_key, json.dumps(record, sort_keys=True)),
+            )
+
+    def delete_eventgrid_subscription(self, subscription_key: str) -> None:
+        with self._transaction() as cursor:
+            self._execute(cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE subscription_key = ?",
+                          (subscription_key,))
 
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):

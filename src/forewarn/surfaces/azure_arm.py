@@ -183,7 +183,9 @@ class ApiVersion:
         return self.date >= version
 
 
-def _api_version(request: Request) -> ApiVersion:
+def _api_version(request: Request, known: tuple[str, ...] = KNOWN_API_VERSIONS) -> ApiVersion:
+    """The request's api-version, well formed (a real date, an optional ``-preview``); ``known`` is what errors
+    list as supported."""
     text = request.query_params.get("api-version")
     if text is None or not text.strip():
         raise ArmError(400, "MissingApiVersionParameter",
@@ -198,7 +200,7 @@ def _api_version(request: Request) -> ApiVersion:
             pass
     if not valid:
         raise ArmError(400, "InvalidApiVersionParameter",
-                       f"The api-version '{text}' is invalid. The supported versions are '{','.join(KNOWN_API_VERSIONS)}'.")
+                       f"The api-version '{text}' is invalid. The supported versions are '{','.join(known)}'.")
     return ApiVersion(text.strip(), match.group(1))
 
 

@@ -32,8 +32,7 @@ from forewarn.surfaces.azure_management import ManagementCall
 READ_ROWS = "Microsoft.ResourceGraph/resources/read"
 READ_EVENTS = "Microsoft.Maintenance/scheduledevents/read"
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
-_RESOURCE_TYPES = {"vm": ("VirtualMachine", "virtualMachines"), "avset": ("AvailabilitySet", "availabilitySets"),
-                   "vmss": ("VirtualMachineScaleSet", "virtualMachineScaleSets")}
+_RESOURCE_TYPES = {"vm": "VirtualMachine", "avset": "AvailabilitySet", "vmss": "VirtualMachineScaleSet"}
 
 
 @dataclass(frozen=True)
@@ -58,10 +57,6 @@ class ResourceGraphApi:
     # ----------------------------------------------------------------------------------------------- read model
     def _row(self, engine: Engine, event: Event) -> dict:
         vm = engine.fleet.vms[event.resources[0]]
-        kind, name = vm.policy_owner.split(":", 1)
-        resource_type, arm_type = _RESOURCE_TYPES[kind]
-        base = f"/subscriptions/{vm.subscription_id}/resourceGroups/{vm.resource_group}/providers/Microsoft.Compute"
-        owner_name = name.rsplit("/", 1)[-1]
         return scheduled_event_row(
             event_id=event.event_id,
             status=event.status.value,
@@ -74,8 +69,8 @@ class ResourceGraphApi:
             subscription_id=vm.subscription_id,
             resource_group=vm.resource_group,
             location=vm.location,
-            target_resource_id=f"{base}/{arm_type}/{owner_name}",
-            resource_type=resource_type,
+            target_resource_id=vm.owner_resource_id,
+            resource_type=_RESOURCE_TYPES[vm.policy_owner.split(":", 1)[0]],
             tenant_id=self.settings.tenant_id,
             zones=[vm.zone] if vm.zone else None,
         )

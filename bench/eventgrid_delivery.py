@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Event Grid delivery throughput to a local webhook: events per second without batching and with it, side by side.
+
+    .venv/bin/python bench/eventgrid_delivery.py                    # 2,000 events; batches of 1, 10 and 100
+    .venv/bin/python bench/eventgrid_delivery.py --events 5000 --batches 1,50
+
+For each batch size, in a fresh SQLite file store (synchronous=FULL, as ``forewarn serve`` runs it):
+
+1. a fleet of N standalone VMs, each on its own host and opted in to central publishing, and a system topic with one
+   event subscription (``maxEventsPerBatch`` = the batch size) pointing at the webhook;
+2. one command schedules a Freeze on every host: N events, and N queued deliveries committed with them (the outbox;
+   not timed);
+3. the outbox sender (service/outbox.py with the Event Grid policy, as the server runs it) delivers them all; timed
+   from the first request to the last delivery recorded in the store.
+
+The webhook is a separate process on the lean HTTP/1.1 server forewarn's IMDS uses (service/http1.py), answering 200
+and counting events; the script checks it received every event exactly once. The figure is what one subscription
+gets from the sender: requests are sequential per subscription (one lane), and each outcome is a store transaction
+(one per request: a batch is recorded in one), so batching saves both round trips and commits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+from imds_vs_nginx import VENV_BIN, BenchError, Proc, free_port, guarded, http, say
+
+T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
+SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
+
+
+# ------------------------------------------------------------------------------------------------- the webhook
+def serve_webhook(port: int) -> None:
+    """Run as ``--webhook PORT``: 200 to every POST; GET /count answers how many events arrived."""
+    from forewarn.service.http1 import Http1Server, listening_socket
+    from forewarn.surfaces.http import JSON, Fresh
+
+    received = {"events": 0, "requests": 0}
+    ok = (200, b"", JSON, ())
+
+    def handle(request):
+        if request.method == "GET":
+            return Fresh((200, json.dumps(received).encode(), JSON, ()))
+        body = json.loads(request.body)
+        received["events"] += len(body) if isinstance(body, list) else 1
+        received["requests"] += 1
+        return ok
+
+    async def main():
+        server = Http1Server(handle)
+        await server.start([listening_socket("127.0.0.1", port)])
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
+# --------------------------------------------------------------------------------------------------- a run
+def fleet_text(events: int) -> str:
+    central = "{scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}"
+    lines = [f"defaults: {{subscription: {SUB}, resource_group: bench-rg, location: westeurope}}", "vms:"]
+    lines += [f"  - {{name: vm-{i:05d}, host: host-{i:05d}, scheduled_events_policy: {central}}}"
+              for i in range(events)]
+    return "\n".join(lines) + "\n"
+
+
+async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
+    import httpx
+
+    from forewarn.core.engine import ScheduleRequest
+    from forewarn.core.model import EventType
+    from forewarn.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
+    from forewarn.eventgrid.service import EventGrid, metric_resource_id
+    from forewarn.fleetfile import parse_fleet
+    from forewarn.service.outbox import OutboxSender
+    from forewarn.service.runtime import Maintenance
+    from forewarn.store import open_store
+
+    store = open_store(str(tmp / f"batch-{batch}.db"))
+    fleet = parse_fleet(fleet_text(events), "bench.yaml")
+    eventgrid = EventGrid(store)
+    service = Maintenance.open(store, fleet, "manual", 1.0, T0, "bench", outboxes=[eventgrid.outbox])
+    eventgrid.attach(service)
+    topic = SystemTopic(SUB, "events-rg", "maintenance", "")
+    topic = SystemTopic(SUB, "events-rg", "maintenance", metric_resource_id(topic.key))
+    eventgrid.registry.put_topic(topic)
+    destination = WebHookDestination(webhook, max_events_per_batch=batch, preferred_batch_kb=1024)
+    eventgrid.registry.put_subscription(EventSubscription(topic.id, f"bench-{batch}", destination))
+    service.schedule(ScheduleRequest(EventType.FREEZE, hosts=tuple(fleet.hosts)))
+    queued = len(store.due_deliveries(service.now(), limit=events + 1))
+    if queued != events:
+        raise BenchError(f"expected {events} queued deliveries, found {queued}")
+    sender = OutboxSender(service, policies=[eventgrid.delivery])
+    logging_off()
+    async with httpx.AsyncClient() as client:
+        started = time.perf_counter()
+        while store.next_delivery_at() is not None:
+            if await sender.send_due(client) == 0:
+                raise BenchError("deliveries are left that the sender does not send")
+        elapsed = time.perf_counter() - started
+    delivered = sum(1 for d in store.deliveries(events + 10) if d["status"] == "delivered")
+    store.close()
+    return {"batch": batch, "events": events, "delivered": delivered, "seconds": elapsed,
+            "events_per_second": events / elapsed}
+
+
+def logging_off() -> None:
+    import logging
+
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
+    port = free_port()
+    webhook = Proc("webhook", [str(VENV_BIN / "python"), __file__, "--webhook", str(port)], tmp / "webhook.log")
+    procs.append(webhook)
+    base = f"http://127.0.0.1:{port}"
+    webhook.wait_ready(f"{base}/count", 30)
+    sizes = [int(size) for size in args.batches.split(",")]
+    results = []
+    for batch in sizes:
+        before = json.loads(http("GET", f"{base}/count")[1])["events"]
+        result = asyncio.run(deliver_all(args.events, batch, f"{base}/events", tmp))
+        arrived = json.loads(http("GET", f"{base}/count")[1])["events"] - before
+        if arrived != args.events or result["delivered"] != args.events:
+            raise BenchError(f"batch {batch}: the webhook got {arrived} events, the store says {result['delivered']} "
+                             f"delivered, of {args.events}")
+        results.append(result)
+        say(f"# maxEventsPerBatch {batch}: {args.events} events in {result['seconds']:.2f} s")
+    say()
+    say(f"{'maxEventsPerBatch':>18} {'events':>8} {'seconds':>8} {'events/s':>10} {'vs unbatched':>13}")
+    unbatched = next((r for r in results if r["batch"] == 1), results[0])
+    for r in results:
+        say(f"{r['batch']:>18} {r['events']:>8} {r['seconds']:>8.2f} {r['events_per_second']:>10.0f} "
+            f"{r['events_per_second'] / unbatched['events_per_second']:>12.1f}x")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=2000)
+    parser.add_argument("--batches", default="1,10,100", help="maxEventsPerBatch values to run, comma-separated")
+    parser.add_argument("--keep-tmp", action="store_true", help="keep the temporary directory (databases, logs)")
+    parser.add_argument("--webhook", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.webhook:
+        serve_webhook(args.webhook)
+        return 0
+    return guarded(run, args, "forewarn-bench-eventgrid-")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -144,7 +144,9 @@ class Engine(Ec2Commands, WaveCommands):
                 terminate=policy.terminate, os_image=policy.os_image, model_version=policy.model_version,
             )
         self.vm_states.update({state.name: state for state in vm_states})
-        # host -> the VMs running on it now, in fleet order (redeploys move VMs, deletes remove them)
+        # host -> the VMs running on it now (redeploys move VMs, deletes remove them); read in fleet order, so that
+        # an engine rebuilt from stored state groups them exactly as the one that never stopped
+        self._fleet_position = {name: index for index, name in enumerate(fleet.vms)}
         self._host_members: dict[str, dict[str, None]] = {host: {} for host in fleet.hosts}
         for state in self.vm_states.values():
             if not state.deleted:
@@ -598,7 +600,10 @@ class Engine(Ec2Commands, WaveCommands):
         """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
         if host not in self.fleet.hosts:
             raise NotFound(f"no host named {host!r} in the fleet")
-        return [self.fleet.vms[name] for name in self._host_members.get(host, ())]
+        return [self.fleet.vms[name] for name in self.names_on_host(host)]
+
+    def names_on_host(self, host: str) -> list[str]:
+        return sorted(self._host_members.get(host, ()), key=self._fleet_position.__getitem__)
 
     def _index(self, event: Event) -> None:
         self.events[event.event_id] = event

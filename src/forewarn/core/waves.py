@@ -252,7 +252,7 @@ class WaveCommands:
     def _unit_vms(self: Engine, wave: Wave, unit: int) -> tuple[str, ...]:
         value = wave.units[unit]
         if wave.spec.order is WaveOrder.HOST:
-            names = self._host_members.get(value, {})
+            names = self.names_on_host(value)
             if wave.owners:
                 owners = set(wave.owners)
                 return tuple(name for name in names if self.fleet.vms[name].policy_owner in owners)

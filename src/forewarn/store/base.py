@@ -52,6 +52,11 @@ OUTBOX_DETAIL_COLUMN = "detail TEXT"  # state a policy keeps beyond attempts and
 DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts on
 
 
+JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)"
+META_PUT = ("INSERT INTO forewarn_meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+
+
 class StoreError(Exception):
     """The database refused or failed; the message says which database and why."""
 
@@ -270,11 +275,7 @@ class SQLStore:
                 self._put_meta(cursor, key, value)
 
     def _put_meta(self, cursor, key: str, value: str) -> None:
-        self._execute(
-            cursor,
-            "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            (key, value),
-        )
+        self._execute(cursor, META_PUT, (key, value))
 
     def commit(
         self,
@@ -286,10 +287,21 @@ class SQLStore:
     ) -> None:
         """Write one command's changes atomically, with the simulated time it left the engine at (TimeMoved
         changes need no row of their own: ``now`` is that time), and the deliveries they cause (outbox)."""
+        # Rows are queued per statement and written with one executemany each, in the order each statement first
+        # appears: a 100,000-VM wave step writes thousands of rows, and one round trip per row was most of its cost.
+        # Statements on one table keep their order (each table has one statement, or, for waves and event windows,
+        # statements whose order of first appearance is the order they must run in).
+        writes: dict[str, list[tuple]] = {}
+
+        def write(sql: str, params: tuple) -> None:
+            writes.setdefault(sql, []).append(params)
+
+        def journal(kind: str, event_id: str | None, detail: dict) -> None:
+            write(JOURNAL_INSERT, (now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)))
+
         with self._transaction() as cursor:
             for item in outbox:
-                self._execute(
-                    cursor,
+                write(
                     "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at, "
                     "kind, detail) VALUES (?, ?, 'pending', 0, ?, ?, ?, ?, ?)",
                     (item.target, item.payload, (item.next_at or now).isoformat(), item.expires_at.isoformat(),
@@ -300,107 +312,92 @@ class SQLStore:
                 if isinstance(change, WaveChanged):
                     wave = change.wave
                     if change.what == "started":
-                        self._execute(
-                            cursor,
+                        write(
                             "INSERT INTO forewarn_waves (wave_id, plan, progress) VALUES (?, ?, '{}')",
                             (wave.wave_id, encode_wave_plan(wave)),
                         )
                     waves[wave.wave_id] = wave
-                    self._journal(cursor, now, f"wave {change.what}", None,
-                                  {"wave": wave.wave_id, "reason": change.reason})
+                    journal(f"wave {change.what}", None, {"wave": wave.wave_id, "reason": change.reason})
                 elif isinstance(change, EventChanged):
                     event = change.event
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
                         "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
                         (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
                     )
-                    self._journal(cursor, now, change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
+                    journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
                 elif isinstance(change, VmChanged):
                     state = change.state
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) "
                         "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
                         (state.name, encode_vm_state(state)),
                     )
-                    self._journal(cursor, now, f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
+                    journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
                 elif isinstance(change, PolicyChanged):
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) "
                         "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
                         (change.policy.owner, encode_policy(change.policy)),
                     )
-                    self._journal(cursor, now, "policy", None, {"owner": change.policy.owner})
+                    journal("policy", None, {"owner": change.policy.owner})
                 elif isinstance(change, ScopeEnabled):
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) "
                         "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
                         (change.scope, change.at.isoformat()),
                     )
-                    self._journal(cursor, now, "enabled", None, {"scope": change.scope})
+                    journal("enabled", None, {"scope": change.scope})
                 elif isinstance(change, Ec2EventChanged):
                     event = change.event
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_ec2_events (event_id, seq, instance_id, data) VALUES (?, ?, ?, ?) "
                         "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
                         (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
                     )
-                    self._journal(cursor, now, f"ec2 {change.what}", event.event_id,
-                                  {"instance": event.instance_id, "reason": change.reason})
+                    journal(f"ec2 {change.what}", event.event_id,
+                            {"instance": event.instance_id, "reason": change.reason})
                 elif isinstance(change, Ec2StateChanged):
                     state = change.state
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_ec2_instances (instance_id, data) VALUES (?, ?) "
                         "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
                         (state.instance_id, encode_ec2_state(state)),
                     )
-                    self._journal(cursor, now, f"instance {change.what}", None,
-                                  {"instance": state.instance_id, "reason": change.reason})
+                    journal(f"instance {change.what}", None,
+                            {"instance": state.instance_id, "reason": change.reason})
                 elif isinstance(change, Ec2NotificationAttributesChanged):
                     attributes = change.attributes
-                    self._put_meta(cursor, "ec2_notification_attributes",
-                                   json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)}))
-                    self._journal(cursor, now, "notification attributes", None, {})
+                    write(META_PUT, ("ec2_notification_attributes",
+                                     json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)})))
+                    journal("notification attributes", None, {})
                 elif isinstance(change, Ec2WindowChanged):
                     window = change.window
                     if window.state == "deleted":
-                        self._execute(cursor, "DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
+                        write("DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
                     else:
-                        self._execute(
-                            cursor,
+                        write(
                             "INSERT INTO forewarn_ec2_windows (window_id, data) VALUES (?, ?) "
                             "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
                             (window.window_id, encode_window(window)),
                         )
-                    self._journal(cursor, now, f"window {change.what}", None, {"window": window.window_id})
+                    journal(f"window {change.what}", None, {"window": window.window_id})
                 elif isinstance(change, IncarnationChanged):
-                    self._execute(
-                        cursor,
+                    write(
                         "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
                         "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
                         (change.scope, change.incarnation),
                     )
             for wave in waves.values():
-                self._execute(cursor, "UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
-                              (encode_wave_progress(wave), wave.wave_id))
-            self._put_meta(cursor, "now", now.isoformat())
+                write("UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
+                      (encode_wave_progress(wave), wave.wave_id))
+            write(META_PUT, ("now", now.isoformat()))
             if next_seq is not None:
-                self._put_meta(cursor, "next_seq", str(next_seq))
+                write(META_PUT, ("next_seq", str(next_seq)))
             if clock is not None:
-                self._put_meta(cursor, "clock", encode_clock(clock))
-
-    def _journal(self, cursor, now: datetime, kind: str, event_id: str | None, detail: dict) -> None:
-        self._execute(
-            cursor,
-            "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)",
-            (now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)),
-        )
+                write(META_PUT, ("clock", encode_clock(clock)))
+            for sql, rows in writes.items():
+                cursor.executemany(self._sql(sql), rows)
 
     # ------------------------------------------------------------------------------------------------ outbox
     def due_deliveries(self, now: datetime, limit: int = 100) -> list[Delivery]:

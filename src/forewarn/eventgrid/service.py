@@ -8,7 +8,7 @@ Wiring (cli/main.py, service/server.py)::
     eventgrid.attach(service)                                 # declared topics and prevalidated subscriptions
     eventgrid.register(management)                            # ARM provider + validation URL on the ARM port
     OutboxSender(service, policies=[eventgrid.delivery])      # the one sender delivers Event Grid too
-    asyncio.create_task(eventgrid.validate_declared(arm_url)) # handshakes of declared subscriptions
+    eventgrid.start_validating(arm_url)                      # handshakes of declared subscriptions
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@ roles), and Resource Graph queries; against a real `forewarn serve` process."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import requests
 
@@ -331,3 +333,28 @@ def test_resource_graph_facets_count_the_result_by_an_expression(server):
     assert broken["resultType"] == "FacetError" and broken["errors"][0]["code"]
     bad = arg_query(server, "maintenanceresources", facets=[{"options": {}}])
     assert bad.status_code == 400
+
+
+def test_cli_graph_and_acknowledge_speak_to_the_arm_port(tmp_path):
+    from helpers import forewarn
+
+    access = tmp_path / "access.yaml"
+    access.write_text(ACCESS)
+    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as guarded:
+        [event] = guarded.schedule(type="Freeze", vms=["solo"])
+        arm = ["--arm", guarded.arm]
+        denied = forewarn(guarded, "graph", "maintenanceresources | project id", *arm, check=False)
+        assert denied.returncode == 1 and "AuthenticationFailed" in denied.stderr
+        token = ["--token", "controller-token"]
+        table = forewarn(guarded, "graph", "maintenanceresources | project name, properties.EventStatus", *arm, *token)
+        assert table.stdout.splitlines() == ["name                                  properties_EventStatus",
+                                             f"{event['event_id']}  Scheduled"]
+        rows = json.loads(forewarn(guarded, "graph", "maintenanceresources | project id", *arm, *token,
+                                   "--json").stdout)
+        acked = forewarn(guarded, "acknowledge", rows[0]["id"], *arm, *token)
+        assert acked.stdout.strip() == f"{event['event_id'].lower()}: Successfully Approved"
+        assert status(guarded, event["event_id"]) == "Started"
+        again = forewarn(guarded, "acknowledge", rows[0]["id"], "not-an-id", *arm, *token, check=False)
+        assert again.returncode == 1 and "Conflict, HTTP 409" in again.stderr and "not a scheduled event id" in again.stderr
+        unreachable = forewarn(guarded, "graph", "maintenanceresources", "--arm", "http://127.0.0.1:9", check=False)
+        assert unreachable.returncode == 1 and "--arm URL or FOREWARN_ARM" in unreachable.stderr

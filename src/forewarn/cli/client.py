@@ -10,9 +10,11 @@ class ClientError(Exception):
 
 
 class ControlClient:
-    def __init__(self, base_url: str, timeout: float = 30.0):
+    def __init__(self, base_url: str, timeout: float = 30.0, headers: dict[str, str] | None = None,
+                 pointed_by: str = "--server URL or FOREWARN_SERVER"):
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout)
+        self.pointed_by = pointed_by
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def request(self, method: str, path: str, **kwargs):
         try:
@@ -20,7 +22,7 @@ class ControlClient:
         except httpx.TransportError as error:
             raise ClientError(
                 f"cannot reach forewarn at {self.base_url} ({error.__class__.__name__}). Is `forewarn serve` running? "
-                "Point the CLI at it with --server URL or FOREWARN_SERVER."
+                f"Point the CLI at it with {self.pointed_by}."
             ) from None
         if response.status_code >= 400:
             try:

@@ -841,8 +841,9 @@ def main() -> None:
 
 # Commands defined in their own packages; they use this module's helpers, so they are imported last.
 from forewarn.recording.cli import COMMANDS as recording_commands  # noqa: E402
+from forewarn.cli.central import acknowledge as acknowledge_command, graph as graph_command  # noqa: E402
 from forewarn.cli.waves import wave as wave_group  # noqa: E402
 from forewarn.scenarios.cli import scenario as scenario_group  # noqa: E402
 
-for _command in (scenario_group, wave_group, *recording_commands):
+for _command in (scenario_group, wave_group, graph_command, acknowledge_command, *recording_commands):
     cli.add_command(_command)

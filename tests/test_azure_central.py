@@ -358,3 +358,16 @@ def test_cli_graph_and_acknowledge_speak_to_the_arm_port(tmp_path):
         assert again.returncode == 1 and "Conflict, HTTP 409" in again.stderr and "not a scheduled event id" in again.stderr
         unreachable = forewarn(guarded, "graph", "maintenanceresources", "--arm", "http://127.0.0.1:9", check=False)
         assert unreachable.returncode == 1 and "--arm URL or FOREWARN_ARM" in unreachable.stderr
+
+
+def test_resource_graph_rows_can_lag_the_events(tmp_path):
+    with Server(tmp_path, FLEET, extra=["--resource-graph-delay", "5m"]) as lagging:
+        [event] = lagging.schedule(type="Freeze", vms=["solo"], notice="30m")
+        query = "maintenanceresources | project name, status = tostring(properties.EventStatus)"
+        assert arg_query(lagging, query).json()["data"] == []
+        lagging.advance("5m")
+        assert arg_query(lagging, query).json()["data"] == [{"name": event["event_id"], "status": "Scheduled"}]
+        lagging.post(f"/v1/events/{event['event_id']}/approve", expect=200)  # Started now, visible in 5 minutes
+        assert arg_query(lagging, query).json()["data"][0]["status"] == "Scheduled"
+        lagging.advance("5m")
+        assert arg_query(lagging, query).json()["data"][0]["status"] == "Started"

@@ -978,3 +978,26 @@ def test_nothing_is_lost_while_the_consumer_is_down_across_kill_9(tmp_path):
     finally:
         server.stop()
         hook.stop()
+
+
+def test_the_fleet_file_can_declare_event_grid_too(tmp_path, webhook):
+    section = {"system_topics": [{
+        "name": "maintenance", "subscription": SUB, "resource_group": "events-rg", "event_subscriptions": [
+            {"name": "from-fleet", "skip_validation": True, "properties": {"destination": {
+                "endpointType": "WebHook", "properties": {"endpointUrl": webhook.url("/from-fleet")}}}}]}]}
+    fleet = FLEET + "event_grid: " + json.dumps(section) + "\n"
+    server = Server(tmp_path, fleet).start()
+    try:
+        server.schedule(type="Reboot", vms=["central-vm"])
+        assert wait_for(lambda: len(webhook.events("/from-fleet")) == 1)
+        assert status_of(webhook.events("/from-fleet")[0]) == "Scheduled"
+    finally:
+        server.stop()
+    file = write_event_grid_file(tmp_path, json.dumps(section))
+    both = subprocess.run([sys.executable, "-m", "forewarn", "serve", *Server(tmp_path, fleet).args,
+                           "--event-grid", str(file)], capture_output=True, text=True, timeout=60)
+    assert both.returncode == 1 and "keep one" in both.stderr
+    bad = FLEET + "event_grid: {system_topics: [{name: x}]}\n"
+    refused = subprocess.run([sys.executable, "-m", "forewarn", "serve", *Server(tmp_path, bad).args],
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1 and "event_grid" in refused.stderr

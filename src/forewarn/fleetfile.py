@@ -7,6 +7,7 @@ Every problem is reported with the file, the line and what is wrong, e.g.
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -161,6 +162,17 @@ class FleetSpec(_Strict):
     vms: list[VMSpec] = Field(default_factory=list)
     scale_sets: list[ScaleSetSpec] = Field(default_factory=list)
     ec2_instances: list[Ec2Spec] = Field(default_factory=list)
+    # Event Grid topics and subscriptions (docs/azure-eventgrid.md): not the fleet, so not in the Fleet; checked by the
+    # Event Grid surface, which owns their format.
+    event_grid: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FleetDocument:
+    """A fleet file: the fleet, and the sections other parts of forewarn read from it."""
+
+    fleet: Fleet
+    event_grid: dict[str, Any] | None = None
 
 
 # ------------------------------------------------------------------------------------------------ YAML with lines
@@ -204,18 +216,26 @@ def _where(path: tuple) -> str:
 # ---------------------------------------------------------------------------------------------------- loading
 def load_fleet(source: str | Path) -> Fleet:
     """Load a fleet file, or the built-in demo fleet when ``source`` is ``demo``."""
+    return load_fleet_document(source).fleet
+
+
+def load_fleet_document(source: str | Path) -> FleetDocument:
     if str(source) == DEMO_FLEET:
         text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
-        return parse_fleet(text, "demo-fleet.yaml")
+        return parse_fleet_document(text, "demo-fleet.yaml")
     path = Path(source)
     try:
         text = path.read_text()
     except OSError as error:
         raise FleetFileError(f"{path}: cannot read the fleet file: {error.strerror}") from None
-    return parse_fleet(text, str(path))
+    return parse_fleet_document(text, str(path))
 
 
 def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:
+    return parse_fleet_document(text, filename).fleet
+
+
+def parse_fleet_document(text: str, filename: str = "<fleet>") -> FleetDocument:
     lines: dict[tuple, int] = {}
     try:
         node = yaml.compose(text, Loader=_LOADER)
@@ -239,7 +259,7 @@ def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:
                 message = f"unknown key {path[-1]!r}"
             problems.append(f"{filename}:{_line_of(path, lines)}: {_where(path)}: {message}")
         raise FleetFileError("\n".join(problems)) from None
-    return _build(spec, filename, lines)
+    return FleetDocument(_build(spec, filename, lines), spec.event_grid)
 
 
 def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:

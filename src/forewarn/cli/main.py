@@ -172,7 +172,7 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
           event_grid_no_retry, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
-    from forewarn.fleetfile import FleetFileError, load_fleet
+    from forewarn.fleetfile import FleetFileError, load_fleet_document
     from forewarn.service.runtime import FleetMismatch, Maintenance
     from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
     from forewarn.surfaces.azure_access import AccessFileError, load_access
@@ -199,10 +199,16 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         _per_type(notice, "--notice"), _per_type(impact_window, "--impact-window"), **extra_rules
     )
     try:
-        fleet = load_fleet(fleet_source) if fleet_source else None
+        document = load_fleet_document(fleet_source) if fleet_source else None
+        fleet = document.fleet if document else None
+        declared = None
+        if document is not None and document.event_grid is not None:
+            if event_grid_file:
+                _fail("Event Grid is declared in the fleet file (event_grid:) and in --event-grid; keep one")
+            declared = (f"{fleet_source}: event_grid", document.event_grid)
         start_time = parse_time(start) if start else None
         store = open_store(db)
-        event_grid = _event_grid(store, event_grid_file, event_grid_dead_letters, event_grid_duplicates,
+        event_grid = _event_grid(store, event_grid_file, declared, event_grid_dead_letters, event_grid_duplicates,
                                  event_grid_no_retry)
         azure = AzureManagementSettings(
             event_grid=event_grid,
@@ -231,15 +237,16 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         store.close()
 
 
-def _event_grid(store, path, dead_letters, duplicates, no_retry):
-    """The Event Grid emulation: the --event-grid file's settings and resources, with the flags over its settings."""
+def _event_grid(store, path, section, dead_letters, duplicates, no_retry):
+    """The Event Grid emulation: the settings and resources of the --event-grid file or of the fleet file's
+    event_grid section (``(where, data)``), with the flags over its settings."""
     from pathlib import Path
 
-    from forewarn.eventgrid.config import EventGridFileError, load_event_grid_file
+    from forewarn.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
     from forewarn.eventgrid.service import EventGrid
     from forewarn.eventgrid.settings import EventGridSettings
 
-    declared = load_event_grid_file(path) if path else None
+    declared = load_event_grid_file(path) if path else parse_event_grid(section[1], section[0]) if section else None
     overrides: dict = {}
     if dead_letters:
         overrides["dead_letter_dir"] = Path(dead_letters)

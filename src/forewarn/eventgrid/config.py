@@ -109,9 +109,17 @@ def load_event_grid_file(path: str | Path, base: EventGridSettings = EventGridSe
     except OSError as error:
         raise EventGridFileError(f"{path}: cannot read the Event Grid file: {error.strerror}") from None
     try:
-        spec = _FileSpec.model_validate(yaml.safe_load(text) or {})
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
         raise EventGridFileError(f"{path}: not valid YAML: {error}") from None
+    return parse_event_grid(data, str(path), base)
+
+
+def parse_event_grid(data: Any, path: str, base: EventGridSettings = EventGridSettings()) -> EventGridFile:
+    """The declarations of an ``--event-grid`` file, or of a fleet file's ``event_grid:`` section (``path`` says
+    which, for the messages)."""
+    try:
+        spec = _FileSpec.model_validate(data)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise EventGridFileError(f"{path}: {problems}") from None

@@ -64,8 +64,9 @@ class MaintenanceApi:
             raise ArmError(405, "MethodNotAllowed",
                            f"The requested resource does not support http method '{call.method}'.")
         version = self._api_version(call)
-        owner, scope = self._resource(segments, lower)
-        call.authorize(ACKNOWLEDGE, scope)
+        # Authorization first, as ARM does: a caller without rights learns nothing about what exists there.
+        call.authorize(ACKNOWLEDGE, "/" + "/".join(segments[:8]))
+        owner = self._resource(segments, lower)
         self.service.catch_up()
         if len(lower) == 13:
             return self._acknowledge_one(call, owner, segments[11])
@@ -138,22 +139,21 @@ class MaintenanceApi:
         }})
 
 
-    def _resource(self, segments: list[str], lower: list[str]) -> tuple[str, str]:
-        """The policy owner key (or VM name) of ``.../{type}/{name}``, and the resource's ARM scope."""
+    def _resource(self, segments: list[str], lower: list[str]) -> str:
+        """The policy owner key of ``.../{type}/{name}``, or ``member:VM`` for a VM of a set."""
         kind = _OWNER_KINDS.get(lower[6])
         if kind is None:
             raise ArmError(400, "InvalidResourceType",
                            f"The resource type '{segments[6]}' does not support scheduled events; use "
                            "virtualMachines, virtualMachineScaleSets or availabilitySets.")
         key = f"{kind}:{segments[1]}/{segments[3]}/{segments[7]}".lower()
-        scope = "/" + "/".join(segments[:8])
         if key in self._owners:
-            return self._owners[key], scope
+            return self._owners[key]
         if kind == "vm":  # a VM of a set: its events belong to the set, and name it in Resources
             vm = self.service.engine.fleet.vms.get(segments[7])
             if vm is not None and vm.subscription_id.lower() == segments[1].lower() \
                     and vm.resource_group.lower() == segments[3].lower():
-                return f"member:{vm.name}", scope
+                return f"member:{vm.name}"
         raise ArmError(404, "ResourceNotFound",
                        f"The Resource 'Microsoft.Compute/{segments[6]}/{segments[7]}' under resource group "
                        f"'{segments[3]}' was not found.")

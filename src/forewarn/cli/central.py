@@ -11,7 +11,7 @@ import json
 import click
 
 from forewarn.cli.client import ClientError, ControlClient
-from forewarn.cli.main import CONTEXT, JSON_OPTION, _fail
+from forewarn.cli.main import CONTEXT, JSON_OPTION, _fail, _print_table
 
 ARG_API = "2022-10-01"
 ACK_API = "2023-10-01-preview"
@@ -73,10 +73,8 @@ def graph(query, subscriptions, first, arm_url, token, as_json):
         click.echo("no rows")
         return
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    table = [columns] + [[_cell(row.get(column)) for column in columns] for row in rows]
-    widths = [min(max(len(line[i]) for line in table), 80) for i in range(len(columns))]
-    for line in table:
-        click.echo("  ".join(cell[:80].ljust(width) for cell, width in zip(line, widths)).rstrip())
+    _print_table([tuple(columns)] + [tuple(_cell(row.get(column)) for column in columns) for row in rows],
+                 cell_limit=80)
 
 
 @click.command(name="acknowledge", context_settings=CONTEXT, epilog="""\b

@@ -283,6 +283,15 @@ def _short_time(text: str | None) -> str:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
 
 
+def _print_table(rows: list[tuple[str, ...]], cell_limit: int | None = None) -> None:
+    """Rows of text as aligned columns (the first row is the header); cells longer than ``cell_limit`` are cut."""
+    if cell_limit is not None:
+        rows = [tuple(cell[:cell_limit] for cell in row) for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
 def _print_events(events: list[dict]) -> None:
     if not events:
         click.echo("no events")
@@ -290,9 +299,7 @@ def _print_events(events: list[dict]) -> None:
     rows = [("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES")]
     for e in events:
         rows.append((e["event_id"], e["status"], e["type"], e["source"], _short_time(e["not_before"]), ",".join(e["resources"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[-1])
+    _print_table(rows)
 
 
 def _split(values: tuple[str, ...]) -> list[str]:
@@ -481,9 +488,7 @@ def fleet(ctx, as_json):
         for vm in data["vms"]:
             rows.append((vm["name"], vm["host"], vm["scope"], str(vm["fault_domain"]), str(vm["update_domain"]),
                          vm["imds_address"] or "-", str(vm["imds_port"] or "-")))
-        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-        for row in rows:
-            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        _print_table(rows)
 
     _emit(found, as_json, render)
 
@@ -533,9 +538,7 @@ def _print_vms(vms: list[dict]) -> None:
     for vm in vms:
         model = f"{vm['model_version']}" + ("" if vm["latest_model"] else " (not latest)")
         rows.append((vm["name"], vm["power"], vm["host"], _short_time(vm["booted_at"]), vm["impacted_by"] or "-", model))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    _print_table(rows)
 
 
 def _print_outcome(outcome: dict) -> None:
@@ -743,9 +746,7 @@ def _print_ec2_events(events: list[dict]) -> None:
     for e in events:
         rows.append((e["event_id"], e["instance_id"], e["code"], e["state"], _short_time(e["not_before"]),
                      _short_time(e["not_after"]), _short_time(e["not_before_deadline"])))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    _print_table(rows)
 
 
 def _print_instances(instances: list[dict]) -> None:
@@ -753,9 +754,7 @@ def _print_instances(instances: list[dict]) -> None:
     for i in instances:
         rows.append((i["instance_id"], i["name"], i["state"], i["host"], i["instance_type"], i["availability_zone"],
                      i["impacted_by"] or "-", i["lifecycle_state"]))
-    widths = [max(len(row[k]) for row in rows) for k in range(len(rows[0]))]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    _print_table(rows)
 
 
 def _print_ec2_outcome(outcome: dict) -> None:

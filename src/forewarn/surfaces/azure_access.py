@@ -27,9 +27,9 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -137,7 +137,6 @@ class AccessControl:
     """Principals by the hash of their token (tokens are compared in constant time, never logged)."""
 
     principals: dict[bytes, Principal]
-    mode: Literal["enforced"] = "enforced"
 
     def principal_for(self, token: str) -> Principal | None:
         digest = _digest(token)
@@ -177,12 +176,6 @@ def load_access(path: str | Path) -> AccessControl:
         digest = _digest(item.token)
         if digest in principals:
             raise AccessFileError(f"{path}: principals[{index}]: two principals share a token")
-        object_id = item.object_id or str(_uuid_of(item.name))
+        object_id = item.object_id or str(uuid.uuid5(uuid.NAMESPACE_URL, f"forewarn-principal:{item.name}"))
         principals[digest] = Principal(item.name, object_id, tuple(assignments))
     return AccessControl(principals)
-
-
-def _uuid_of(name: str):
-    import uuid
-
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"forewarn-principal:{name}")

@@ -90,7 +90,6 @@ class MetadataRouter:
 @dataclass
 class Built:
     management_app: object  # the control, ARM and EC2 APIs, by the port a request arrived on
-    arm: ManagementApi | None
     management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
@@ -147,7 +146,6 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
     apps = {listeners.control[1]: create_control_app(service, imds=imds)}
-    arm = None
     if listeners.arm is not None:
         arm = ManagementApi(ArmApi(service), azure.access)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
@@ -157,7 +155,7 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
         apps[listeners.arm[1]] = create_management_app(arm)
     if listeners.ec2_api is not None:
         apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials)
-    return Built(ByPort(apps), arm, management_sockets, imds, imds_sockets,
+    return Built(ByPort(apps), management_sockets, imds, imds_sockets,
                  MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)))
 
 

@@ -88,13 +88,6 @@ class Principal:
         """The scopes at which a role allows ``action`` ("/" for the whole tenant)."""
         return sorted({a.scope for a in self.assignments if _allows(a.role, action)})
 
-    def can_below(self, action: str, scope: str) -> bool:
-        """Whether ``action`` is allowed at ``scope`` or somewhere under it (to decide if a listing can show
-        anything; each item is then checked on its own)."""
-        target = _normal(scope)
-        return self.can(action, scope) or any(
-            _contains(target, a.scope) and _allows(a.role, action) for a in self.assignments)
-
 
 def _matches(action: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(action.lower(), pattern.lower()) for pattern in patterns)

@@ -137,7 +137,7 @@ class ResourceGraphApi:
         allowed = within = None
         if call.principal is not None:
             principal = call.principal
-            if not principal.can_below(READ_ROWS, "/"):
+            if not principal.scopes_for(READ_ROWS):  # may query Resource Graph nowhere
                 raise ArmError(403, "AuthorizationFailed",
                                f"The client '{principal.name}' with object id '{principal.object_id}' does not have "
                                f"authorization to perform action '{READ_ROWS}'.")

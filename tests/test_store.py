@@ -117,3 +117,17 @@ def test_failed_commit_leaves_memory_as_the_database(tmp_path):
     del service.store.commit
     assert service.engine.event(event.event_id).approvals == ()
     assert service.engine.incarnation(event.scope) == 2
+
+
+def test_listeners_hear_of_changes_and_of_rebuilds_but_not_of_commands_that_changed_nothing(store_url):
+    service = open_manual(store_url, small_fleet())
+    heard: list[list] = []
+    service.subscribe(heard.append)
+    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    service.approve([event.event_id], by="solo")
+    assert len(heard) == 2 and all(heard)
+    service.approve([event.event_id], by="solo")  # already Started: nothing changes
+    assert len(heard) == 2
+    service._rebuild(RuntimeError("simulated"))
+    assert heard[-1] == []
+    service.store.close()

@@ -125,6 +125,8 @@ class Maintenance:
 
     # ----------------------------------------------------------------------------------------------- core
     def subscribe(self, listener: Listener) -> None:
+        """``listener(changes)`` after each committed command that changed something; ``listener([])`` when the
+        engine was rebuilt from the database, so that whatever was derived from it is dropped."""
         self._listeners.append(listener)
 
     def add_outbox(self, derive: Callable[[list[Change], Engine], list[Outgoing]]) -> None:
@@ -165,6 +167,10 @@ class Maintenance:
             listener([])
 
     def _announce(self, changes: list[Change]) -> None:
+        if not changes:
+            # Nothing happened (an approval of a Started event, a policy set to what it was). Listeners read an
+            # empty list as "the engine was rebuilt: drop everything you derived", which is for _rebuild alone.
+            return
         for change in changes:
             if isinstance(change, Ec2EventChanged):
                 event = change.event

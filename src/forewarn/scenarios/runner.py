@@ -167,6 +167,9 @@ class Runner:
                 return False
             time.sleep(self.options.poll)
             self.observe()
+        # The clock kept moving between the last reading and the check that found everything over: read the final
+        # documents too, or the last change (an event leaving) could go unrecorded.
+        self.observe()
         return True
 
     def _settled(self) -> bool:

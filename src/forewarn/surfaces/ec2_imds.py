@@ -110,7 +110,7 @@ class Ec2ImdsSettings:
     # IMDSv2 tokens kept per instance: beyond this, the instance's own oldest token is dropped (AWS documents no
     # count, only per-instance query throttling; our choice, docs/aws-imds.md).
     tokens_per_instance: int = 5_000
-    # Tokens kept for the whole fleet (about 300 bytes each): beyond this, the oldest token of the instance holding
+    # Tokens kept for the whole fleet (about 250 bytes each): beyond this, the oldest token of the instance holding
     # the most is dropped, so one instance's flood never costs a quieter instance its token.
     tokens_total: int = 200_000
 

@@ -471,3 +471,19 @@ def test_answer_is_rendered_again_when_the_vm_record_changes(vm):
     assert ai.answer(vm, NEWEST, "/compute/tags", "text")[1] == b"Env:prod;role:api"
     retagged = make_vm(tags={"role": "db"})
     assert ai.answer(retagged, NEWEST, "/compute/tags", "text")[1] == b"role:db"
+
+
+# ---------------------------------------------------------------------------------------------------- extended
+
+def test_extended_adds_the_provisioning_object_and_nothing_else(vm):
+    """``extended=true`` (what cloud-init and azure-init send) adds the top-level ``extended`` object, whose
+    ``compute.ppsType`` cloud-init reads ("None": the VM is not pre-provisioned); the rest is the same document."""
+    plain = ai.instance_document(vm, "2021-08-01")
+    extended = ai.instance_document(vm, "2021-08-01", extended=True)
+    assert list(extended) == ["compute", "extended", "network"]  # alphabetical, as every level
+    assert extended["extended"] == {"compute": {"ppsType": "None"}}
+    assert {key: value for key, value in extended.items() if key != "extended"} == plain
+    status, body, _ = ai.answer(vm, "2021-08-01", "/extended/compute/ppsType", "text", extended=True)
+    assert (status, body) == (200, b"None")
+    assert ai.answer(vm, "2021-08-01", "/extended", "json")[0] == 404  # only when asked for
+    assert ai.answer(vm, NEWEST, "", "text", extended=True)[1] == b"compute/\nextended/\nnetwork/"

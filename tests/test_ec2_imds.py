@@ -4,6 +4,9 @@ errors."""
 
 from __future__ import annotations
 
+import base64
+import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -191,9 +194,10 @@ def test_listings(env):
     assert env.get("/latest") == env.get("/latest/") == (200, b"dynamic\nmeta-data")
     meta = env.get("/latest/meta-data/")
     assert meta == env.get("/latest/meta-data")
-    assert meta[1] == (b"ami-id\nami-launch-index\nevents/\nhostname\ninstance-action\ninstance-id\n"
-                       b"instance-life-cycle\ninstance-type\nlocal-hostname\nlocal-ipv4\nmac\nplacement/\n"
-                       b"services/\ntags/")
+    assert meta[1] == (b"ami-id\nami-launch-index\nami-manifest-path\nblock-device-mapping/\nevents/\nhostname\n"
+                       b"identity-credentials/\ninstance-action\ninstance-id\ninstance-life-cycle\ninstance-type\n"
+                       b"local-hostname\nlocal-ipv4\nmac\nnetwork/\nplacement/\nprofile\nreservation-id\n"
+                       b"security-groups\nservices/\nsystem\ntags/")
     assert env.get("/latest/meta-data/events/") == (200, b"maintenance/\nrecommendations/")
     assert env.get("/latest/meta-data/events/maintenance/") == (200, b"history\nscheduled")
     assert env.get("/latest/meta-data/events/recommendations/") == (200, b"")
@@ -201,13 +205,34 @@ def test_listings(env):
     assert env.get("/latest/dynamic/") == (200, b"fws/\ninstance-identity/")
     assert env.get("/latest/dynamic/instance-identity/") == (200, b"document")
     # An ASG instance has autoscaling/; a Spot instance has spot/ only once interrupted.
-    assert b"\nautoscaling/\nevents/\n" in env.get("/latest/meta-data/", ASG)[1]
+    assert b"\nami-manifest-path\nautoscaling/\nblock-device-mapping/\n" in env.get("/latest/meta-data/", ASG)[1]
     assert b"spot/" not in env.get("/latest/meta-data/", SPOT)[1]
 
 
-def test_dated_versions_serve_the_same_tree_and_unknown_ones_do_not(env):
+def test_dated_versions_show_the_categories_of_their_time(env):
+    """A category appears from the version that introduced it (the AWS page "Instance metadata categories")."""
     assert env.get("/2021-03-23/meta-data/instance-id") == (200, EBS.encode())
-    assert env.get("/2009-04-04/meta-data/") == env.get("/latest/meta-data/")
+    assert env.get("/2009-04-04/meta-data/") == (200, b"ami-id\nami-launch-index\nami-manifest-path\n"
+                                                      b"block-device-mapping/\nhostname\ninstance-action\n"
+                                                      b"instance-id\ninstance-type\nlocal-hostname\nlocal-ipv4\n"
+                                                      b"placement/\nprofile\nreservation-id\nsecurity-groups")
+    assert env.get("/1.0/meta-data/") == (200, b"ami-id\nami-launch-index\nami-manifest-path\nhostname\n"
+                                               b"instance-id\nlocal-ipv4\nprofile\nreservation-id\nsecurity-groups")
+    assert env.get("/1.0/") == (200, b"meta-data")  # dynamic/ is 2009-04-04
+    assert env.get("/2008-09-01/dynamic/fws/instance-monitoring")[0] == 404
+    assert env.get("/2009-04-04/dynamic/fws/instance-monitoring") == (200, b"disabled")
+    assert env.get("/2018-03-28/meta-data/events/")[0] == 404  # events/maintenance/ is 2018-08-17
+    assert env.get("/2019-10-01/meta-data/events/") == (200, b"maintenance/")  # recommendations/: 2020-10-27
+    assert env.get("/2019-10-01/meta-data/placement/") == (200, b"availability-zone\navailability-zone-id")
+    assert env.get("/2014-11-05/meta-data/services/") == (200, b"domain")  # partition is 2015-10-20
+    assert env.get("/2016-04-19/meta-data/network/interfaces/macs/" + env.get("/latest/meta-data/mac")[1].decode()
+                   + "/vpc-ipv4-cidr-blocks")[0] == 404  # 2016-06-30
+    # Tags are 2021-03-23; target-lifecycle-state (2021-07-15) and system (2022-09-24) are newer than every dated
+    # version, so only latest has them.
+    assert b"tags/" in env.get("/2021-03-23/meta-data/")[1] and b"tags/" not in env.get("/2021-01-03/meta-data/")[1]
+    assert env.get("/2021-03-23/meta-data/system")[0] == 404
+    assert env.get("/2021-03-23/meta-data/autoscaling/target-lifecycle-state", ASG)[0] == 404
+    assert env.get("/latest/meta-data/autoscaling/target-lifecycle-state", ASG) == (200, b"InService")
     assert env.get("/2030-01-01/meta-data/instance-id")[0] == 404
     assert env.get("/latest/user-data")[0] == 404  # no user data
 
@@ -232,7 +257,6 @@ def test_instance_values(env):
     assert env.get(meta + "tags/instance/Name") == (200, b"db")
     assert env.get(meta + "tags/instance/Env") == (200, b"dev")
     assert env.get(meta + "tags/instance/Missing")[0] == 404
-    assert env.get(meta + "instance-id/")[0] == 404  # a trailing slash asks for a listing
 
 
 def test_identity_document(env):
@@ -263,7 +287,7 @@ def test_spot_instance_action_and_termination_time(env):
         200, b'{"action": "terminate", "time": "2026-04-20T22:13:58Z"}')
     assert env.get("/latest/meta-data/spot/termination-time", SPOT) == (200, b"2026-04-20T22:13:58Z")
     assert env.get("/latest/meta-data/spot/", SPOT) == (200, b"instance-action\ntermination-time")
-    assert b"\nservices/\nspot/\ntags/" in env.get("/latest/meta-data/", SPOT)[1]
+    assert b"\nservices/\nspot/\nsystem\ntags/" in env.get("/latest/meta-data/", SPOT)[1]
 
 
 def test_spot_stop_has_no_termination_time_and_is_gone_after_a_restart(env):
@@ -348,7 +372,7 @@ def test_token_refusals(env):
 def test_unknown_paths_get_the_real_404_page(env):
     status, body, content_type, _ = env.request("/latest/meta-data/no-such-thing")
     assert (status, body, content_type) == (404, NOT_FOUND_PAGE, b"text/html")
-    assert env.get("/latest/meta-data//instance-id")[0] == 404
+    assert env.get("/latest/meta-data/instance-id/nope")[0] == 404  # a value has no children
 
 
 def test_azure_vms_and_unknown_callers_get_404(env):
@@ -384,3 +408,114 @@ def test_instances_that_are_down_can_be_dropped(tmp_path):
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="tokens"):
         Ec2ImdsSettings(tokens="sometimes")
+
+
+# ------------------------------------------------------------------------------------- paths as clients build them
+def test_repeated_slashes_count_as_one(env):
+    """Clients that build paths by concatenation send ``//``; real IMDS serves them."""
+    for path in ("//latest/meta-data/instance-id", "/latest//meta-data/instance-id",
+                 "/latest/meta-data//instance-id", "///latest///meta-data///instance-id"):
+        assert env.get(path) == (200, EBS.encode()), path
+    assert env.get("//latest/meta-data/placement//") == env.get("/latest/meta-data/placement/")
+    ttl = [(b"x-aws-ec2-metadata-token-ttl-seconds", b"60")]
+    status, token = env.get("//latest//api/token", method="PUT", headers=ttl)
+    assert status == 200
+    assert env.get("/latest//meta-data/ami-id", headers=[(b"x-aws-ec2-metadata-token", token)])[0] == 200
+
+
+def test_a_value_asked_with_a_trailing_slash_is_the_value(env):
+    """botocore's region lookup asks ``placement/availability-zone/``; real IMDS answers the value."""
+    assert env.get("/latest/meta-data/placement/availability-zone/", STORE) == (200, b"eu-west-1b")
+    assert env.get("/latest/meta-data/instance-id/") == (200, EBS.encode())
+    assert env.get("/latest/dynamic/instance-identity/document/") == env.get("/latest/dynamic/instance-identity/document")
+    assert env.get("/latest/meta-data/no-such-thing/")[0] == 404
+
+
+def test_categories_every_instance_has(env):
+    meta = "/latest/meta-data/"
+    mac = env.get(meta + "mac")[1].decode()
+    assert env.get(meta + "network/") == (200, b"interfaces/")
+    assert env.get(meta + "network/interfaces/") == (200, b"macs/")
+    assert env.get(meta + "network/interfaces/macs/") == (200, f"{mac}/".encode())
+    interface = meta + f"network/interfaces/macs/{mac}/"
+    assert env.get(interface)[1].split(b"\n") == [
+        b"device-number", b"interface-id", b"local-hostname", b"local-ipv4s", b"mac", b"owner-id",
+        b"security-group-ids", b"security-groups", b"subnet-id", b"subnet-ipv4-cidr-block", b"vpc-id",
+        b"vpc-ipv4-cidr-block", b"vpc-ipv4-cidr-blocks"]
+    value = {name: env.get(interface + name)[1].decode() for name in env.get(interface)[1].decode().split("\n")}
+    assert value["device-number"] == "0" and value["mac"] == mac and value["owner-id"] == "123456789012"
+    assert value["local-ipv4s"] == "10.0.0.10" and value["local-hostname"] == "ip-10-0-0-10.ec2.internal"
+    assert value["subnet-ipv4-cidr-block"] == "10.0.0.0/24"
+    assert value["vpc-ipv4-cidr-block"] == value["vpc-ipv4-cidr-blocks"] == "10.0.0.0/16"
+    assert re.fullmatch(r"eni-[0-9a-f]{17}", value["interface-id"])
+    assert re.fullmatch(r"subnet-[0-9a-f]{17}", value["subnet-id"])
+    assert re.fullmatch(r"vpc-[0-9a-f]{17}", value["vpc-id"])
+    assert re.fullmatch(r"sg-[0-9a-f]{17}", value["security-group-ids"])
+    assert value["security-groups"] == "default" == env.get(meta + "security-groups")[1].decode()
+    assert re.fullmatch(rb"r-[0-9a-f]{17}", env.get(meta + "reservation-id")[1])
+    # Instances of one account and region share the VPC (and its default security group); interfaces are their own.
+    spot_mac = env.get(meta + "mac", SPOT)[1].decode()
+    spot = meta + f"network/interfaces/macs/{spot_mac}/"
+    assert env.get(spot + "vpc-id", SPOT)[1].decode() == value["vpc-id"]
+    assert env.get(spot + "security-group-ids", SPOT)[1].decode() == value["security-group-ids"]
+    assert env.get(spot + "interface-id", SPOT)[1].decode() != value["interface-id"]
+    assert env.get(meta + "reservation-id", SPOT) != env.get(meta + "reservation-id")
+    # eu-west-1 is another VPC; the values are derived, so a restart gives the same ones.
+    store_mac = env.get(meta + "mac", STORE)[1].decode()
+    assert env.get(meta + f"network/interfaces/macs/{store_mac}/vpc-id", STORE)[1].decode() != value["vpc-id"]
+    assert env.get(meta + "ami-manifest-path") == (200, b"(unknown)")
+    assert env.get(meta + "block-device-mapping/") == (200, b"ami\nroot")
+    assert env.get(meta + "block-device-mapping/root") == (200, b"/dev/xvda")
+    assert env.get(meta + "block-device-mapping/", STORE) == (200, b"ami\nephemeral0\nroot")
+    assert env.get(meta + "profile") == (200, b"default-hvm") and env.get(meta + "system") == (200, b"nitro")
+    assert env.get(meta + "identity-credentials/ec2/") == (200, b"info\nsecurity-credentials/")
+    info = json.loads(env.get(meta + "identity-credentials/ec2/info")[1])
+    assert info == {"Code": "Success", "LastUpdated": "2026-04-20T22:11:58Z", "AccountId": "123456789012"}
+    assert env.get(meta + "identity-credentials/ec2/security-credentials/") == (200, b"ec2-instance")
+    credentials = json.loads(env.get(meta + "identity-credentials/ec2/security-credentials/ec2-instance")[1])
+    assert list(credentials) == ["Code", "LastUpdated", "Type", "AccessKeyId", "SecretAccessKey", "Token",
+                                 "Expiration"]
+    assert re.fullmatch(r"ASIA[A-Z2-7]{16}", credentials["AccessKeyId"]) and len(credentials["SecretAccessKey"]) == 40
+    assert b"not valid at AWS" in base64.b64decode(credentials["Token"])  # fake, and says so
+    assert credentials["Expiration"] == "2026-04-21T04:11:58Z"
+
+
+def test_signatures_of_the_identity_document_are_not_offered(env):
+    """forewarn cannot sign as AWS; a fake signature would fail at the verifier, so there is none (404)."""
+    for name in ("pkcs7", "signature", "rsa2048"):
+        assert env.get("/latest/dynamic/instance-identity/" + name)[0] == 404
+
+
+# ---------------------------------------------------------------------------------------------- token bounds
+def test_one_instance_flooding_tokens_never_costs_another_its_token(env):
+    """Token limits are per instance: 100,001 tokens from one instance leave another instance's token valid."""
+    header = [(b"x-aws-ec2-metadata-token", env.token(EBS))]
+    ttl = [(b"x-aws-ec2-metadata-token-ttl-seconds", b"21600")]
+    first = env.get(TOKEN, ASG, method="PUT", headers=ttl)[1]
+    for _ in range(100_000):
+        env.imds.handle(Request("PUT", TOKEN, b"", ttl, b"", ("127.0.0.1", 8169), (ADDRESS[ASG], 50000)))
+    assert env.get("/latest/meta-data/instance-id", EBS, headers=header) == (200, EBS.encode())
+    # The flooding instance loses its own oldest tokens, not its newest.
+    assert env.get("/latest/meta-data/instance-id", ASG, headers=[(b"x-aws-ec2-metadata-token", first)])[0] == 401
+    latest = env.token(ASG)
+    assert env.get("/latest/meta-data/instance-id", ASG, headers=[(b"x-aws-ec2-metadata-token", latest)])[0] == 200
+    assert env.imds.tokens_held(ASG) == Ec2ImdsSettings().tokens_per_instance
+
+
+def test_the_fleet_wide_token_bound_takes_from_the_biggest_holder(tmp_path):
+    env = Env(tmp_path, Ec2ImdsSettings(tokens_per_instance=20, tokens_total=30))
+    quiet = [env.token(EBS) for _ in range(5)]
+    for who in (ASG, SPOT, ASG, SPOT):
+        for _ in range(10):
+            env.token(who)
+    assert env.imds.tokens_held(EBS) == 5
+    assert env.imds.tokens_held(ASG) + env.imds.tokens_held(SPOT) == 25  # 30 in all
+    for token in quiet:
+        assert env.get("/latest/meta-data/instance-id", headers=[(b"x-aws-ec2-metadata-token", token)])[0] == 200
+    # Expired tokens are swept before anything alive is dropped.
+    env.wall.now += 21600
+    fresh = env.token(EBS)
+    assert env.imds.tokens_held(EBS) == 1 and env.imds.tokens_held(ASG) == 0
+    assert env.get("/latest/meta-data/instance-id", headers=[(b"x-aws-ec2-metadata-token", fresh)])[0] == 200
+    with pytest.raises(ValueError, match="tokens_per_instance"):
+        Ec2ImdsSettings(tokens_per_instance=10, tokens_total=5)

@@ -29,7 +29,7 @@ from forewarn.surfaces.azure_management import ManagementApi, create_management_
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
 from forewarn.surfaces.callers import CallerResolver
 from forewarn.surfaces.ec2_api import create_ec2_app
-from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings
+from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.surfaces.http import Request
 from forewarn.surfaces.control import create_control_app
 
@@ -82,7 +82,8 @@ class MetadataRouter:
         self.ec2 = ec2
 
     def handle(self, request: Request):
-        if _EC2_PATH.match(request.path):
+        path = request.path
+        if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
             return self.ec2.handle(request)
         return self.azure.handle(request)
 

@@ -342,10 +342,13 @@ class AzureImds:
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
         versions = azure_instance.INSTANCE_API_VERSIONS
         vm, query = self._admit(request, versions, list(versions[:3]))
-        key = (vm.name, query["api-version"], request.path, query.get("format"))
+        extended = query.get("extended")
+        key = (vm.name, query["api-version"], request.path, query.get("format"),
+               extended is not None and extended.lower() == "true")
         found = self._instance_answers.get(key)
         if found is None:
-            status, body, content_type = azure_instance.answer(vm, key[1], key[2][len("/metadata/instance"):], key[3])
+            status, body, content_type = azure_instance.answer(vm, key[1], key[2][len("/metadata/instance"):], key[3],
+                                                               key[4])
             found = (status, body, content_type, ())
             if len(self._instance_answers) < 65536:
                 self._instance_answers[key] = found

@@ -123,14 +123,29 @@ def _fields(**values: Any) -> dict:
     return dict(sorted(values.items()))
 
 
-def instance_document(vm: VM, api_version: str) -> dict:
-    """The full ``/metadata/instance`` document of ``vm`` as IMDS renders it for ``api_version``.
+def instance_document(vm: VM, api_version: str, extended: bool = False) -> dict:
+    """The full ``/metadata/instance`` document of ``vm`` as IMDS renders it for ``api_version``; with
+    ``extended`` (the ``extended=true`` query parameter), the top-level ``extended`` object too.
 
     Raises ValueError for an api-version IMDS does not serve (the adapter refuses those before calling).
     """
     if api_version not in _VERSION_SET:
         raise ValueError(f"unsupported IMDS api-version {api_version!r}")
-    return {"compute": _compute(vm, api_version), "network": _network(vm, api_version)}
+    document = {"compute": _compute(vm, api_version)}
+    if extended:
+        document["extended"] = EXTENDED
+    document["network"] = _network(vm, api_version)
+    return document
+
+
+# ``extended=true`` is not in the [doc] page nor in the IMDS Swagger; it is what provisioning agents send
+# (cloud-init asks ``/metadata/instance?api-version=2021-08-01&extended=true``; Azure/azure-init#134: it marks the
+# request as one for provisioning, so IMDS answers complete data or fails instead of answering 200 with partial
+# data). The answer gains a top-level ``extended`` object, of which cloud-init reads
+# ``extended.compute.ppsType`` (pre-provisioning: "None" once a VM is provisioned, "Running", "Savable",
+# "PreprovisionedOSDisk"). A simulated VM is never pre-provisioned, so "None". Other keys real IMDS may put there
+# (such as ``hasCustomData``, whose type is not public) are not served; this is the whole of it.
+EXTENDED: Final[dict] = {"compute": {"ppsType": "None"}}
 
 
 def _compute(vm: VM, v: str) -> dict:
@@ -410,8 +425,10 @@ def _listed(name: str, child: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------ one request
 
-def answer(vm: VM, api_version: str, subpath: str, fmt: str | None) -> tuple[int, bytes, bytes]:
-    """``GET /metadata/instance{subpath}?api-version=...&format=...`` for ``vm``: (status, body, content type).
+def answer(vm: VM, api_version: str, subpath: str, fmt: str | None,
+           extended: bool = False) -> tuple[int, bytes, bytes]:
+    """``GET /metadata/instance{subpath}?api-version=...&format=...[&extended=true]`` for ``vm``: (status, body,
+    content type).
 
     The adapter has already checked the Metadata header, X-Forwarded-For, duplicate parameters and the api-version,
     and caches what this returns (the fleet's VMs do not change while the server runs).
@@ -420,7 +437,7 @@ def answer(vm: VM, api_version: str, subpath: str, fmt: str | None) -> tuple[int
         return 400, bad_api_version(list(INSTANCE_API_VERSIONS[:3])), JSON
     if fmt not in (None, "json", "text"):
         return 400, _encode(BAD_FORMAT_ERROR), JSON
-    node = leaf(instance_document(vm, api_version), subpath.split("/"))
+    node = leaf(instance_document(vm, api_version, extended), subpath.split("/"))
     if node is None:
         return 404, NOT_FOUND, JSON
     if fmt == "text":

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import ipaddress
 import json
 import logging
 import re
 import secrets
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Callable, Union
 
 from forewarn.core.ec2 import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState, availability_zone_id
@@ -40,8 +41,6 @@ TOKEN_PATH = "/latest/api/token"
 TOKEN_HEADER = b"x-aws-ec2-metadata-token"
 TTL_HEADER = b"x-aws-ec2-metadata-token-ttl-seconds"
 MAX_TTL = 21600
-# Tokens kept in memory before expired ones are swept (and, if still over, the oldest dropped).
-MAX_TOKENS = 100_000
 # Rendered answers kept per instance; beyond this, answers are rendered per request (bounds memory under scans).
 MAX_PATHS_PER_INSTANCE = 4096
 
@@ -108,8 +107,16 @@ class Ec2ImdsSettings:
     # "answer": an instance that is stopped, terminated or in the middle of a reboot still gets answers; "drop": its
     # connections are dropped unanswered, as a real instance that is down cannot ask.
     while_down: str = "answer"
+    # IMDSv2 tokens kept per instance: beyond this, the instance's own oldest token is dropped (AWS documents no
+    # count, only per-instance query throttling; our choice, docs/aws-imds.md).
+    tokens_per_instance: int = 5_000
+    # Tokens kept for the whole fleet (about 250 bytes each): beyond this, the oldest token of the instance holding
+    # the most is dropped, so one instance's flood never costs a quieter instance its token.
+    tokens_total: int = 200_000
 
     def __post_init__(self) -> None:
+        if not 1 <= self.tokens_per_instance <= self.tokens_total:
+            raise ValueError("tokens_per_instance must be at least 1 and at most tokens_total")
         for name, value, allowed in (
             ("tokens", self.tokens, ("optional", "required")),
             ("endpoint", self.endpoint, ("enabled", "disabled")),
@@ -135,8 +142,10 @@ class Ec2Imds:
         self._disabled = settings.endpoint == "disabled"
         self._drop_down = settings.while_down == "drop"
         self._answers: dict[str, dict[str, Response]] = {}  # instance id -> path -> response
-        self._trees: dict[str, dict] = {}  # instance id -> its version-level tree
+        self._trees: dict[str, dict[str, dict]] = {}  # instance id -> version -> its version-level tree
         self._tokens: dict[bytes, tuple[str, float]] = {}  # token -> (instance id, wall time it expires)
+        self._tokens_of: dict[str, dict[bytes, float]] = {}  # instance id -> its tokens, oldest first
+        self._swept_at: dict[str | None, float] = {}  # instance id (None: the fleet) -> wall time of its last sweep
         service.subscribe(self._on_change)
 
     # ------------------------------------------------------------------------------------------ read model
@@ -173,6 +182,8 @@ class Ec2Imds:
 
     # ------------------------------------------------------------------------------------------- requests
     def handle(self, request: Request) -> Response:
+        if "//" in request.path:  # clients that build paths by concatenation; real IMDS serves them
+            request.path = collapse_slashes(request.path)
         method = request.method
         if method == "GET" or method == "HEAD":
             if self._disabled:
@@ -252,17 +263,56 @@ class Ec2Imds:
 
     def _issue(self, instance_id: str, ttl: int) -> bytes:
         now = self.service.wall()
-        tokens = self._tokens
-        if len(tokens) >= MAX_TOKENS:
-            for key in [key for key, (_, expires) in tokens.items() if now >= expires]:
-                del tokens[key]
-            if len(tokens) >= MAX_TOKENS:  # all alive: drop the oldest half
-                for key in list(tokens)[: MAX_TOKENS // 2]:
-                    del tokens[key]
+        own = self._tokens_of.get(instance_id)
+        if own is None:
+            own = self._tokens_of[instance_id] = {}
+        if len(own) >= self.settings.tokens_per_instance:
+            self._sweep(instance_id, own, now)
+            if len(own) >= self.settings.tokens_per_instance:
+                self._drop_oldest(instance_id, own)
+        if len(self._tokens) >= self.settings.tokens_total:
+            self._sweep_fleet(now)
+            if len(self._tokens) >= self.settings.tokens_total:
+                holder = max(self._tokens_of, key=lambda held_by: len(self._tokens_of[held_by]))
+                self._drop_oldest(holder, self._tokens_of[holder])
         token = base64.b64encode(secrets.token_bytes(42))
-        tokens[token] = (instance_id, now + ttl)
+        expires = now + ttl
+        self._tokens[token] = (instance_id, expires)
+        own[token] = expires
+        self._tokens_of[instance_id] = own  # a fleet sweep may have let go of the (then empty) dict
         log.debug("token for %s, %s s", instance_id, ttl)
         return token
+
+    def _sweep(self, instance_id: str, own: dict[bytes, float], now: float) -> None:
+        """Forget an instance's expired tokens; at most once a wall second per instance, so that a flood of token
+        requests from a full instance costs one dict operation each, not a scan."""
+        if now < self._swept_at.get(instance_id, 0.0) + 1.0:
+            return
+        self._swept_at[instance_id] = now
+        for token in [token for token, expires in own.items() if now >= expires]:
+            del own[token]
+            del self._tokens[token]
+
+    def _sweep_fleet(self, now: float) -> None:
+        if now < self._swept_at.get(None, 0.0) + 1.0:
+            return
+        self._swept_at[None] = now
+        for instance_id, own in list(self._tokens_of.items()):
+            self._swept_at.pop(instance_id, None)
+            self._sweep(instance_id, own, now)
+            if not own:
+                del self._tokens_of[instance_id]
+                self._swept_at.pop(instance_id, None)
+
+    def _drop_oldest(self, instance_id: str, own: dict[bytes, float]) -> None:
+        oldest = next(iter(own))
+        del own[oldest]
+        del self._tokens[oldest]
+        log.debug("%s holds too many tokens: its oldest is dropped", instance_id)
+
+    def tokens_held(self, instance_id: str) -> int:
+        """How many tokens are kept for an instance (expired ones included until they are swept)."""
+        return len(self._tokens_of.get(instance_id, ()))
 
     # ------------------------------------------------------------------------------------------------ paths
     def _render(self, instance_id: str, path: str) -> Response:
@@ -272,10 +322,9 @@ class Ec2Imds:
         if len(parts) < 2 or parts[0] != "" or parts[1] not in _VERSIONS_AND_LATEST:
             return NOT_FOUND
         rest = parts[2:]
-        directory = bool(rest) and rest[-1] == ""
-        if directory:
-            rest.pop()
-        node: Node = self._tree(instance_id)
+        if rest and rest[-1] == "":
+            rest.pop()  # a trailing slash: a directory's listing, or (as real IMDS answers it) a value
+        node: Node = self._tree(instance_id, parts[1])
         for name in rest:
             if not isinstance(node, dict) or name not in node:
                 return NOT_FOUND
@@ -284,23 +333,28 @@ class Ec2Imds:
             if not rest:  # the version level lists "dynamic" and "meta-data" without slashes, as real IMDS does
                 return _text("\n".join(node))
             return _text("\n".join(name + "/" if isinstance(child, dict) else name for name, child in node.items()))
-        if directory:
-            return NOT_FOUND  # "a URI ending with / ... returns a list of available resources, or 404"
         return _text(node() if callable(node) else node)
 
-    def _tree(self, instance_id: str) -> dict:
-        found = self._trees.get(instance_id)
+    def _tree(self, instance_id: str, version: str) -> dict:
+        per_version = self._trees.get(instance_id)
+        if per_version is None:
+            per_version = self._trees[instance_id] = {}
+        found = per_version.get(version)
         if found is None:
             engine = self.service.engine
             instance = engine.ec2_instances[instance_id]
             state = engine.ec2_states[instance_id]
-            found = self._trees[instance_id] = {
-                "dynamic": dynamic_tree(instance, state),
-                "meta-data": self._meta_data(instance, state),
-            }
+            found = {}
+            if version >= DYNAMIC_SINCE:
+                found["dynamic"] = dynamic_tree(instance, state)
+            found["meta-data"] = self._meta_data(instance, state, version)
+            per_version[version] = found
         return found
 
-    def _meta_data(self, instance: Ec2Instance, state: Ec2State) -> dict:
+    def _meta_data(self, instance: Ec2Instance, state: Ec2State, version: str) -> dict:
+        """The ``meta-data/`` tree as ``version`` shows it: a category appears from the version that introduced it
+        (the AWS page "Instance metadata categories"; version strings compare as dates, "1.0" first, "latest"
+        last). Listings are alphabetical, as real IMDS sends them."""
         instance_id = instance.instance_id
         service = self.service
         deadline = self.settings.not_before_deadline
@@ -313,44 +367,67 @@ class Ec2Imds:
             ended = [e for e in service.engine.ec2_events_of(instance_id) if e.state is not Ec2EventState.ACTIVE]
             return render_events(ended, deadline)
 
+        def since(date: str) -> bool:
+            return version >= date
+
         hostname = local_hostname(instance)
+        network = network_of(instance)
         tree: dict = {
             "ami-id": instance.ami_id,
             "ami-launch-index": "0",
+            "ami-manifest-path": "(unknown)",  # the guide: EBS-backed AMIs answer "unknown"; ours have no manifest
+            "hostname": hostname,
+            "instance-id": instance_id,
+            "local-ipv4": instance.private_ip,
+            "profile": "default-hvm",  # on every real HVM instance; undocumented, so shown in every version
+            "reservation-id": network.reservation_id,
+            "security-groups": "\n".join(network.security_group_names),
         }
-        if instance.auto_scaling_group is not None:
-            tree["autoscaling"] = {"target-lifecycle-state": state.lifecycle_state}
-        recommendations: dict = {}
-        if state.rebalance_at is not None:
-            recommendations["rebalance"] = json.dumps({"noticeTime": iso_z(state.rebalance_at)})
-        tree["events"] = {
-            "maintenance": {"history": history, "scheduled": scheduled},
-            "recommendations": recommendations,
-        }
-        tree["hostname"] = hostname
-        tree["instance-action"] = "none"
-        tree["instance-id"] = instance_id
-        tree["instance-life-cycle"] = "spot" if instance.spot else "on-demand"
-        tree["instance-type"] = instance.instance_type
-        tree["local-hostname"] = hostname
-        tree["local-ipv4"] = instance.private_ip
-        tree["mac"] = mac_address(instance_id)
-        placement = {
-            "availability-zone": instance.availability_zone,
-            "availability-zone-id": availability_zone_id(instance.availability_zone),
-        }
-        if instance.dedicated_host is not None:
-            placement["host-id"] = instance.dedicated_host
-        placement["region"] = instance.region
-        tree["placement"] = placement
-        domain, partition = services_of(instance.region)
-        tree["services"] = {"domain": domain, "partition": partition}
-        spot = spot_tree(state)
+        if since("2007-01-19"):
+            tree["local-hostname"] = hostname
+        if since("2007-08-29"):
+            tree["instance-type"] = instance.instance_type
+        if since("2007-12-15"):
+            tree["block-device-mapping"] = block_device_mapping(instance)
+        if since("2008-02-01"):
+            placement = {"availability-zone": instance.availability_zone}
+            if since("2019-10-01"):
+                placement["availability-zone-id"] = availability_zone_id(instance.availability_zone)
+            if since("2020-08-24"):
+                if instance.dedicated_host is not None:
+                    placement["host-id"] = instance.dedicated_host
+                placement["region"] = instance.region
+            tree["placement"] = placement
+        if since("2008-09-01"):
+            tree["instance-action"] = "none"
+        if since("2011-01-01"):
+            tree["mac"] = network.mac
+            tree["network"] = {"interfaces": {"macs": {network.mac: interface_tree(instance, network, version)}}}
+        if since("2014-02-25"):
+            domain, partition = services_of(instance.region)
+            tree["services"] = {"domain": domain, **({"partition": partition} if since("2015-10-20") else {})}
+        spot = spot_tree(state, version)
         if spot:
             tree["spot"] = spot
-        if self.settings.instance_tags:
+        if since("2018-05-23"):
+            tree["identity-credentials"] = identity_credentials_tree(instance, state, network)
+        if since("2018-08-17"):
+            events: dict = {"maintenance": {"history": history, "scheduled": scheduled}}
+            if since("2020-10-27"):
+                recommendations: dict = {}
+                if state.rebalance_at is not None:
+                    recommendations["rebalance"] = json.dumps({"noticeTime": iso_z(state.rebalance_at)})
+                events["recommendations"] = recommendations
+            tree["events"] = events
+        if since("2019-10-01"):
+            tree["instance-life-cycle"] = "spot" if instance.spot else "on-demand"
+        if since("2021-03-23") and self.settings.instance_tags:
             tree["tags"] = {"instance": {key: value for key, value in instance.tags.items() if tag_addressable(key)}}
-        return tree
+        if since("2021-07-15") and instance.auto_scaling_group is not None:
+            tree["autoscaling"] = {"target-lifecycle-state": state.lifecycle_state}
+        if since("2022-09-24"):
+            tree["system"] = "nitro"  # our choice: every simulated instance is a Nitro instance
+        return dict(sorted(tree.items()))
 
 
 def _text(value: str) -> Response:
@@ -427,19 +504,31 @@ def render_events(events: list[Ec2Event], with_deadline: bool = False) -> str:
     return pretty_json([event_item(event, with_deadline) for event in events])
 
 
-def spot_tree(state: Ec2State) -> dict:
+def spot_tree(state: Ec2State, version: str = "latest") -> dict:
     """``spot/`` exists only while a Spot interruption is pending or has happened on this boot: after the instance is
-    started again (a stop or hibernate interruption), the notice is gone."""
+    started again (a stop or hibernate interruption), the notice is gone. ``termination-time`` is 2014-11-05,
+    ``instance-action`` 2016-11-15 (the AWS page "Instance metadata categories")."""
     if state.spot_action is None or state.spot_action_time is None or state.booted_at > state.spot_action_time:
         return {}
     at = iso_z(state.spot_action_time)
-    tree = {"instance-action": json.dumps({"action": state.spot_action, "time": at})}
-    if state.spot_action == "terminate":
+    tree = {}
+    if version >= "2016-11-15":
+        tree["instance-action"] = json.dumps({"action": state.spot_action, "time": at})
+    if state.spot_action == "terminate" and version >= "2014-11-05":
         tree["termination-time"] = at
     return tree
 
 
+# dynamic/ and its categories (fws/instance-monitoring, instance-identity/) are 2009-04-04.
+DYNAMIC_SINCE = "2009-04-04"
+
+
 def dynamic_tree(instance: Ec2Instance, state: Ec2State) -> dict:
+    """``dynamic/``. Real IMDS lists ``document``, ``pkcs7``, ``rsa2048`` and ``signature`` under
+    ``instance-identity/``; the three signatures are AWS's own (DSA and RSA keys whose certificates AWS publishes),
+    which forewarn cannot make, and a fake one would only fail later, at the verifier, looking like tampering. So
+    they are neither listed nor served (404): a client that walks the tree never asks for them, and one that asks
+    is told plainly that there is none."""
     return {
         "fws": {"instance-monitoring": "disabled"},
         "instance-identity": {"document": lambda: identity_document(instance, state)},
@@ -472,6 +561,109 @@ def identity_document(instance: Ec2Instance, state: Ec2State) -> str:
         "region": instance.region,
         "version": "2017-09-30",
     })
+
+
+def collapse_slashes(path: str) -> str:
+    """``//latest//meta-data/`` → ``/latest/meta-data/``: real IMDS treats repeated slashes as one."""
+    return _SLASHES.sub("/", path)
+
+
+_SLASHES = re.compile(r"/{2,}")
+
+
+def _hex17(*parts: str) -> str:
+    """17 hex digits derived from ``parts``: the shape of real EC2 resource ids (``eni-0f95d3625f5c521cc``)."""
+    return hashlib.blake2b("\x00".join(parts).encode(), digest_size=9).hexdigest()[:17]
+
+
+@dataclass(frozen=True)
+class Network:
+    """The network identity of an instance's one interface, derived from the instance so that every answer agrees
+    (and stays the same across restarts): a VPC per account and region (10.x.0.0/16), a subnet per availability
+    zone and /24 (the one holding the private address), the VPC's "default" security group. Our choice: the fleet
+    file describes no network."""
+
+    mac: str
+    interface_id: str
+    reservation_id: str
+    vpc_id: str
+    vpc_cidr: str
+    subnet_id: str
+    subnet_cidr: str
+    security_group_ids: tuple[str, ...]
+    security_group_names: tuple[str, ...]
+
+
+def network_of(instance: Ec2Instance) -> Network:
+    address = ipaddress.IPv4Address(instance.private_ip)
+    vpc_cidr = str(ipaddress.IPv4Network(f"{address}/16", strict=False))
+    subnet_cidr = str(ipaddress.IPv4Network(f"{address}/24", strict=False))
+    vpc_id = "vpc-" + _hex17("vpc", instance.account_id, instance.region)
+    return Network(
+        mac=mac_address(instance.instance_id),
+        interface_id="eni-" + _hex17("eni", instance.instance_id),
+        reservation_id="r-" + _hex17("reservation", instance.instance_id),
+        vpc_id=vpc_id,
+        vpc_cidr=vpc_cidr,
+        subnet_id="subnet-" + _hex17("subnet", vpc_id, instance.availability_zone, subnet_cidr),
+        subnet_cidr=subnet_cidr,
+        security_group_ids=("sg-" + _hex17("security-group", vpc_id, "default"),),
+        security_group_names=("default",),
+    )
+
+
+def interface_tree(instance: Ec2Instance, network: Network, version: str) -> dict:
+    """``network/interfaces/macs/<mac>/``: the keys of a private interface (no public address, no IPv6, one network
+    card, so none of ``public-*``, ``ipv4-associations/``, ``ipv6s``, ``*-ipv6-cidr-blocks`` or
+    ``network-card-index``, which real IMDS also leaves out then). All are 2011-01-01 but
+    ``vpc-ipv4-cidr-blocks`` (2016-06-30)."""
+    tree = {
+        "device-number": "0",
+        "interface-id": network.interface_id,
+        "local-hostname": local_hostname(instance),
+        "local-ipv4s": instance.private_ip,
+        "mac": network.mac,
+        "owner-id": instance.account_id,
+        "security-group-ids": "\n".join(network.security_group_ids),
+        "security-groups": "\n".join(network.security_group_names),
+        "subnet-id": network.subnet_id,
+        "subnet-ipv4-cidr-block": network.subnet_cidr,
+        "vpc-id": network.vpc_id,
+        "vpc-ipv4-cidr-block": network.vpc_cidr,
+    }
+    if version >= "2016-06-30":
+        tree["vpc-ipv4-cidr-blocks"] = network.vpc_cidr
+    return tree
+
+
+def block_device_mapping(instance: Ec2Instance) -> dict:
+    """``block-device-mapping/``: an EBS root is ``/dev/xvda`` (Amazon Linux's name); an instance-store root is the
+    older ``sda1`` with its first instance-store volume as ``ephemeral0`` (our choice of names)."""
+    if instance.root_device == "ebs":
+        return {"ami": "/dev/xvda", "root": "/dev/xvda"}
+    return {"ami": "sda1", "ephemeral0": "sdb", "root": "/dev/sda1"}
+
+
+def identity_credentials_tree(instance: Ec2Instance, state: Ec2State, network: Network) -> dict:
+    """``identity-credentials/ec2/``: "[Internal use only]" credentials that identify the instance to AWS features
+    (EC2 Instance Connect) and carry no API permission. forewarn's are well formed but FAKE: the key id has the
+    ``ASIA`` shape, the secret and token are derived from the instance, and the token decodes to a sentence saying
+    what it is. They are valid nowhere. LastUpdated is the instance's boot, Expiration six hours later."""
+    seed = hashlib.blake2b(f"identity-credentials:{instance.instance_id}".encode(), digest_size=40).digest()
+    updated = state.booted_at
+    info = {"Code": "Success", "LastUpdated": iso_z(updated), "AccountId": instance.account_id}
+    token = base64.b64encode(f"forewarn simulated identity credentials of {instance.instance_id} "
+                             f"({network.interface_id}); not valid at AWS".encode()).decode()
+    credentials = {
+        "Code": "Success",
+        "LastUpdated": iso_z(updated),
+        "Type": "AWS-HMAC",
+        "AccessKeyId": "ASIA" + base64.b32encode(seed[:10]).decode()[:16],
+        "SecretAccessKey": base64.b64encode(seed[10:40]).decode(),
+        "Token": token,
+        "Expiration": iso_z(updated + timedelta(hours=6)),
+    }
+    return {"ec2": {"info": pretty_json(info), "security-credentials": {"ec2-instance": pretty_json(credentials)}}}
 
 
 def local_hostname(instance: Ec2Instance) -> str:

@@ -6,10 +6,12 @@ real HTTP clients, and (where the test must cut the network) a small TCP proxy o
   the process stays up; once the database is back, writes work again and nothing acknowledged is lost.
 - A connection lost during COMMIT: the outcome is read back from PostgreSQL, never guessed (no lost or doubled write).
 - Deadlines that fell due while the database was out of reach are applied once it is back (real clock).
+- The outbox sender outlives a store failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import socket
 import threading
@@ -20,8 +22,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import requests
 
-from forewarn.store import open_store
-from helpers import Server
+from forewarn.service.outbox import OutboxSender
+from forewarn.service.runtime import Maintenance
+from forewarn.store import StoreUnavailable, open_store
+from helpers import T0, Server, small_fleet
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -342,3 +346,30 @@ def test_deadlines_due_while_the_database_is_out_of_reach_are_applied_once_it_is
         response = server.scheduled_events()
         assert response.status_code == 200
         assert [e["EventStatus"] for e in response.json()["Events"]] in (["Started"], [])  # Completed: gone
+
+
+def test_the_outbox_sender_outlives_a_store_failure_between_its_reads(tmp_path):
+    """A store that fails after the due messages were read (while the sender works out how long to sleep) used to end
+    the sender's task for good: no delivery was ever sent again."""
+    service = Maintenance.open(open_store(str(tmp_path / "f.db")), small_fleet(), "manual", 1.0, T0, "seed")
+    reads = []
+    working = service.store.next_delivery_at
+
+    def flaky(*args, **kwargs):
+        reads.append(time.monotonic())
+        if len(reads) == 1:
+            raise StoreUnavailable("the database connection was lost; reconnecting")
+        return working(*args, **kwargs)
+
+    service.store.next_delivery_at = flaky
+
+    async def run():
+        sender = asyncio.create_task(OutboxSender(service).run())
+        deadline = time.monotonic() + 5
+        while len(reads) < 2:
+            assert not sender.done(), sender.exception()
+            assert time.monotonic() < deadline, "the sender never read the outbox again"
+            await asyncio.sleep(0.05)
+        sender.cancel()
+
+    asyncio.run(run())

@@ -169,7 +169,7 @@ class PostgresStore(SQLStore):
         StoreUnavailable."""
         lost = self._session
         since = time.monotonic()
-        log.warning("database connection lost (%s); reconnecting", str(cause).strip() or type(cause).__name__)
+        log.warning("database connection lost (%s); reconnecting", _one_line(cause))
         with contextlib.suppress(psycopg.Error):
             self.connection.close()
         self._session = None
@@ -190,7 +190,7 @@ class PostgresStore(SQLStore):
         self._next_attempt = time.monotonic() + RECONNECT_FIRST_DELAY
         threading.Thread(target=self._reconnect_in_background, args=(lost,), name="forewarn-db-reconnect",
                          daemon=True).start()
-        log.warning("database unreachable (%s); reconnecting in the background", str(error).strip())
+        log.warning("database unreachable (%s); reconnecting in the background", _one_line(error))
         raise self._unavailable()
 
     def _reconnect_in_background(self, lost: _Lost) -> None:
@@ -204,7 +204,7 @@ class PostgresStore(SQLStore):
             except psycopg.Error as error:
                 delay = min(delay * 2, RECONNECT_LONGEST_DELAY)
                 log.info("database still unreachable after %.1f s (%s); next attempt in %.1f s",
-                         time.monotonic() - lost.since, str(error).strip(), delay)
+                         time.monotonic() - lost.since, _one_line(error), delay)
                 continue
             if self._closing.is_set():
                 handed[0].close()
@@ -244,7 +244,8 @@ class PostgresStore(SQLStore):
         except psycopg.Error as error:
             if connection.closed or connection.broken:
                 self._replace(error, None)
-                raise _Reconnected(f"{self.description}: the connection broke ({error}); reconnected") from None
+                message = f"{self.description}: the connection broke ({_one_line(error)}); reconnected"
+                raise _Reconnected(message) from None
             raise StoreError(f"{self.description}: {error}".strip()) from None
 
     def _idempotent(self, operation):
@@ -301,7 +302,7 @@ class PostgresStore(SQLStore):
             row = self.connection.execute("SELECT txid_status(%s)", (transaction_id,)).fetchone()
             self.connection.rollback()
         except psycopg.Error as error:
-            return f"status unreadable: {str(error).strip()}"
+            return f"status unreadable: {_one_line(error)}"
         return row[0] or "too old to tell"
 
     def close(self) -> None:
@@ -321,6 +322,11 @@ def _stirred(connection: psycopg.Connection) -> bool:
         return bool(poller.poll(0))
     except (OSError, ValueError, psycopg.Error):
         return True
+
+
+def _one_line(error: object) -> str:
+    """libpq's messages span lines (a hint after a tab); a log line or an error body keeps one."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def _redacted(url: str) -> str:

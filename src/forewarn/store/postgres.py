@@ -26,7 +26,7 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -185,7 +185,7 @@ class PostgresStore(SQLStore):
                 time.sleep(delay)
                 delay = min(delay * 2, RECONNECT_LONGEST_DELAY)
 
-    def _lose(self, lost: _Lost, error: Exception) -> None:
+    def _lose(self, lost: _Lost, error: Exception) -> NoReturn:
         self._lost = lost
         self._next_attempt = time.monotonic() + RECONNECT_FIRST_DELAY
         threading.Thread(target=self._reconnect_in_background, args=(lost,), name="forewarn-db-reconnect",

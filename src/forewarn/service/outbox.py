@@ -22,7 +22,7 @@ from typing import Iterable, Protocol
 import httpx
 
 from forewarn.service.runtime import Maintenance
-from forewarn.store import Attempt, Delivery
+from forewarn.store import Attempt, Delivery, StoreError
 
 log = logging.getLogger("forewarn.outbox")
 
@@ -100,12 +100,17 @@ class OutboxSender:
                     self._wake.clear()
                     try:
                         self.start_due(client)
+                        sleep_for = self._sleep_for()
+                    except StoreError as error:  # the database is out of reach; deliveries go on once it is back
+                        log.warning("reading the outbox failed (%s); retrying in 1 s", error)
+                        await asyncio.sleep(1)
+                        continue
                     except Exception:  # a store failure must not stop deliveries for good
                         log.exception("reading the outbox failed; retrying in 1 s")
                         await asyncio.sleep(1)
                         continue
                     try:
-                        await asyncio.wait_for(self._wake.wait(), timeout=self._sleep_for())
+                        await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
                     except asyncio.TimeoutError:
                         pass
             finally:
@@ -149,6 +154,10 @@ class OutboxSender:
             await policy.deliver(client, deliveries)
         except asyncio.CancelledError:
             raise
+        except StoreError as error:  # an outcome not recorded stays due: the message is sent again (at least once)
+            log.warning("recording %s deliveries to %s failed (%s); retrying in %g s", lane[0], lane[1], error,
+                        FAILED_LANE_PAUSE)
+            await asyncio.sleep(FAILED_LANE_PAUSE)
         except Exception:
             log.exception("sending %s deliveries to %s failed; retrying in %g s", lane[0], lane[1], FAILED_LANE_PAUSE)
             await asyncio.sleep(FAILED_LANE_PAUSE)

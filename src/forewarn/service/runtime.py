@@ -2,7 +2,8 @@
 
 ``Maintenance`` owns the engine, the store and the clock. Every command runs the engine, commits the changes it
 returned in one transaction, then tells the listeners (read models such as the IMDS document cache, and the log).
-If the commit fails, the engine is rebuilt from the store, so memory never holds a change the database lacks.
+If the commit fails, the engine is rebuilt from the store, so memory never holds a change the database lacks. A
+database that cannot be reached refuses the command before the engine runs it (``SQLStore.ready``).
 """
 
 from __future__ import annotations
@@ -136,6 +137,8 @@ class Maintenance:
 
     def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
         with self._lock:
+            # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
+            self.store.ready()
             try:
                 changes = command(self.engine)
                 outgoing = [item for derive in self._outboxes for item in derive(changes, self.engine)]
@@ -157,7 +160,10 @@ class Maintenance:
             state = self.store.load()
         except Exception as error:
             # Memory may hold changes the database lacks and cannot be brought back in line: serving on would show
-            # clients uncommitted state. Stop; a restart loads what was committed.
+            # clients uncommitted state. Stop; a restart loads what was committed. (A connection that merely dropped
+            # does not come here: the store reconnects, and refuses commands while it cannot, before they change
+            # the engine. This is a database lost in the moment between that check and the commit, and still
+            # unreachable after the store's wait for it.)
             log.critical("commit failed (%s) and reloading from the database failed (%s); exiting", cause, error)
             logging.shutdown()
             os._exit(70)

@@ -21,6 +21,7 @@ from forewarn.eventgrid.service import EventGrid
 from forewarn.service.http1 import Http1Server, listening_socket
 from forewarn.service.outbox import OutboxSender
 from forewarn.service.runtime import Maintenance
+from forewarn.store import StoreError
 from forewarn.surfaces.azure_access import AccessControl
 from forewarn.surfaces.azure_arm import ArmApi
 from forewarn.surfaces.azure_maintenance import MaintenanceApi
@@ -65,6 +66,9 @@ class DeadlineTimer:
                 pass
             try:
                 self.service.catch_up()
+            except StoreError as error:  # the database is out of reach: the deadlines are applied once it is back
+                log.warning("applying due deadlines failed (%s); retrying in 1 s", error)
+                await asyncio.sleep(1)
             except Exception:  # a store failure must not stop the timer; the service already rebuilt its engine
                 log.exception("applying due deadlines failed; retrying in 1 s")
                 await asyncio.sleep(1)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState, StoreError
+from forewarn.store.base import (Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState, StoreError,
+                                 StoreUnavailable)
 
 
 def open_store(url: str) -> SQLStore:
@@ -21,4 +22,5 @@ def open_store(url: str) -> SQLStore:
     return store
 
 
-__all__ = ["Attempt", "Delivery", "JournalEntry", "Outgoing", "SQLStore", "StoreError", "StoredState", "open_store"]
+__all__ = ["Attempt", "Delivery", "JournalEntry", "Outgoing", "SQLStore", "StoreError", "StoredState", "StoreUnavailable",
+           "open_store"]

@@ -7,6 +7,7 @@ changes of one command in one transaction; nothing is reported to a client befor
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,6 +60,27 @@ META_PUT = ("INSERT INTO forewarn_meta (key, value) VALUES (?, ?) "
 
 class StoreError(Exception):
     """The database refused or failed; the message says which database and why."""
+
+    retry_after = 1  # seconds a client is told to wait before retrying (the surfaces' Retry-After)
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached now; nothing was changed, and the store is reconnecting."""
+
+    def __init__(self, message: str, retry_after: int = 1):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def retried_on_a_new_connection(method):
+    """Marks an operation that is safe to run twice (a read, or a write of absolute values): a store whose connection
+    broke under it may run it again on a fresh one (PostgresStore)."""
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        return self._idempotent(lambda: method(self, *args, **kwargs))
+
+    return run
 
 
 @dataclass
@@ -181,6 +203,7 @@ class SQLStore:
     def _execute(self, cursor, text: str, params: Sequence = ()) -> None:
         cursor.execute(self._sql(text), params)
 
+    @retried_on_a_new_connection
     def migrate(self) -> None:
         with self._transaction() as cursor:
             for statement in self._ddl():
@@ -203,6 +226,7 @@ class SQLStore:
         self._execute(cursor, "SELECT key, value FROM forewarn_meta")
         return dict(cursor.fetchall())
 
+    @retried_on_a_new_connection
     def load(self) -> StoredState | None:
         """The stored state, or None for a store that was never initialized."""
         with self._transaction() as cursor:
@@ -246,6 +270,7 @@ class SQLStore:
             waves=waves,
         )
 
+    @retried_on_a_new_connection
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
         with self._transaction() as cursor:
             if event_id is None:
@@ -263,6 +288,7 @@ class SQLStore:
         return [JournalEntry(int(r[0]), r[1], r[2], r[3], json.loads(r[4])) for r in reversed(rows)]
 
     # -------------------------------------------------------------------------------------------- writes
+    @retried_on_a_new_connection
     def initialize(self, fleet_records: dict, seed: str, clock: Clock, now: datetime) -> None:
         with self._transaction() as cursor:
             for key, value in (
@@ -287,6 +313,20 @@ class SQLStore:
     ) -> None:
         """Write one command's changes atomically, with the simulated time it left the engine at (TimeMoved
         changes need no row of their own: ``now`` is that time), and the deliveries they cause (outbox)."""
+        writes = self._commit_writes(changes, now, clock, outbox, next_seq)
+        with self._transaction() as cursor:
+            for sql, rows in writes.items():
+                cursor.executemany(self._sql(sql), rows)
+
+    def _commit_writes(
+        self,
+        changes: Sequence[Change],
+        now: datetime,
+        clock: Clock | None,
+        outbox: Sequence[Outgoing],
+        next_seq: int | None,
+    ) -> dict[str, list[tuple]]:
+        """One command's rows, by statement (built before the transaction starts, so a retried commit reuses them)."""
         # Rows are queued per statement and written with one executemany each, in the order each statement first
         # appears: a 100,000-VM wave step writes thousands of rows, and one round trip per row was most of its cost.
         # Statements on one table keep their order (each table has one statement, or, for waves and event windows,
@@ -299,107 +339,106 @@ class SQLStore:
         def journal(kind: str, event_id: str | None, detail: dict) -> None:
             write(JOURNAL_INSERT, (now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)))
 
-        with self._transaction() as cursor:
-            for item in outbox:
+        for item in outbox:
+            write(
+                "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at, "
+                "kind, detail) VALUES (?, ?, 'pending', 0, ?, ?, ?, ?, ?)",
+                (item.target, item.payload, (item.next_at or now).isoformat(), item.expires_at.isoformat(),
+                 now.isoformat(), item.kind, item.detail),
+            )
+        waves: dict[str, Wave] = {}  # a wave's latest progress in this command; its steps go to the journal
+        for change in changes:
+            if isinstance(change, WaveChanged):
+                wave = change.wave
+                if change.what == "started":
+                    write(
+                        "INSERT INTO forewarn_waves (wave_id, plan, progress) VALUES (?, ?, '{}')",
+                        (wave.wave_id, encode_wave_plan(wave)),
+                    )
+                waves[wave.wave_id] = wave
+                journal(f"wave {change.what}", None, {"wave": wave.wave_id, "reason": change.reason})
+            elif isinstance(change, EventChanged):
+                event = change.event
                 write(
-                    "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at, "
-                    "kind, detail) VALUES (?, ?, 'pending', 0, ?, ?, ?, ?, ?)",
-                    (item.target, item.payload, (item.next_at or now).isoformat(), item.expires_at.isoformat(),
-                     now.isoformat(), item.kind, item.detail),
+                    "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
+                    "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
+                    (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
                 )
-            waves: dict[str, Wave] = {}  # a wave's latest progress in this command; its steps go to the journal
-            for change in changes:
-                if isinstance(change, WaveChanged):
-                    wave = change.wave
-                    if change.what == "started":
-                        write(
-                            "INSERT INTO forewarn_waves (wave_id, plan, progress) VALUES (?, ?, '{}')",
-                            (wave.wave_id, encode_wave_plan(wave)),
-                        )
-                    waves[wave.wave_id] = wave
-                    journal(f"wave {change.what}", None, {"wave": wave.wave_id, "reason": change.reason})
-                elif isinstance(change, EventChanged):
-                    event = change.event
+                journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
+            elif isinstance(change, VmChanged):
+                state = change.state
+                write(
+                    "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+                    (state.name, encode_vm_state(state)),
+                )
+                journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
+            elif isinstance(change, PolicyChanged):
+                write(
+                    "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) "
+                    "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
+                    (change.policy.owner, encode_policy(change.policy)),
+                )
+                journal("policy", None, {"owner": change.policy.owner})
+            elif isinstance(change, ScopeEnabled):
+                write(
+                    "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) "
+                    "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
+                    (change.scope, change.at.isoformat()),
+                )
+                journal("enabled", None, {"scope": change.scope})
+            elif isinstance(change, Ec2EventChanged):
+                event = change.event
+                write(
+                    "INSERT INTO forewarn_ec2_events (event_id, seq, instance_id, data) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
+                    (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
+                )
+                journal(f"ec2 {change.what}", event.event_id,
+                        {"instance": event.instance_id, "reason": change.reason})
+            elif isinstance(change, Ec2StateChanged):
+                state = change.state
+                write(
+                    "INSERT INTO forewarn_ec2_instances (instance_id, data) VALUES (?, ?) "
+                    "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
+                    (state.instance_id, encode_ec2_state(state)),
+                )
+                journal(f"instance {change.what}", None,
+                        {"instance": state.instance_id, "reason": change.reason})
+            elif isinstance(change, Ec2NotificationAttributesChanged):
+                attributes = change.attributes
+                write(META_PUT, ("ec2_notification_attributes",
+                                 json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)})))
+                journal("notification attributes", None, {})
+            elif isinstance(change, Ec2WindowChanged):
+                window = change.window
+                if window.state == "deleted":
+                    write("DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
+                else:
                     write(
-                        "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
-                        "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
-                        (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
+                        "INSERT INTO forewarn_ec2_windows (window_id, data) VALUES (?, ?) "
+                        "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
+                        (window.window_id, encode_window(window)),
                     )
-                    journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
-                elif isinstance(change, VmChanged):
-                    state = change.state
-                    write(
-                        "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) "
-                        "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
-                        (state.name, encode_vm_state(state)),
-                    )
-                    journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
-                elif isinstance(change, PolicyChanged):
-                    write(
-                        "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) "
-                        "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
-                        (change.policy.owner, encode_policy(change.policy)),
-                    )
-                    journal("policy", None, {"owner": change.policy.owner})
-                elif isinstance(change, ScopeEnabled):
-                    write(
-                        "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) "
-                        "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
-                        (change.scope, change.at.isoformat()),
-                    )
-                    journal("enabled", None, {"scope": change.scope})
-                elif isinstance(change, Ec2EventChanged):
-                    event = change.event
-                    write(
-                        "INSERT INTO forewarn_ec2_events (event_id, seq, instance_id, data) VALUES (?, ?, ?, ?) "
-                        "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
-                        (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
-                    )
-                    journal(f"ec2 {change.what}", event.event_id,
-                            {"instance": event.instance_id, "reason": change.reason})
-                elif isinstance(change, Ec2StateChanged):
-                    state = change.state
-                    write(
-                        "INSERT INTO forewarn_ec2_instances (instance_id, data) VALUES (?, ?) "
-                        "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
-                        (state.instance_id, encode_ec2_state(state)),
-                    )
-                    journal(f"instance {change.what}", None,
-                            {"instance": state.instance_id, "reason": change.reason})
-                elif isinstance(change, Ec2NotificationAttributesChanged):
-                    attributes = change.attributes
-                    write(META_PUT, ("ec2_notification_attributes",
-                                     json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)})))
-                    journal("notification attributes", None, {})
-                elif isinstance(change, Ec2WindowChanged):
-                    window = change.window
-                    if window.state == "deleted":
-                        write("DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
-                    else:
-                        write(
-                            "INSERT INTO forewarn_ec2_windows (window_id, data) VALUES (?, ?) "
-                            "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
-                            (window.window_id, encode_window(window)),
-                        )
-                    journal(f"window {change.what}", None, {"window": window.window_id})
-                elif isinstance(change, IncarnationChanged):
-                    write(
-                        "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
-                        "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
-                        (change.scope, change.incarnation),
-                    )
-            for wave in waves.values():
-                write("UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
-                      (encode_wave_progress(wave), wave.wave_id))
-            write(META_PUT, ("now", now.isoformat()))
-            if next_seq is not None:
-                write(META_PUT, ("next_seq", str(next_seq)))
-            if clock is not None:
-                write(META_PUT, ("clock", encode_clock(clock)))
-            for sql, rows in writes.items():
-                cursor.executemany(self._sql(sql), rows)
+                journal(f"window {change.what}", None, {"window": window.window_id})
+            elif isinstance(change, IncarnationChanged):
+                write(
+                    "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
+                    "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
+                    (change.scope, change.incarnation),
+                )
+        for wave in waves.values():
+            write("UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
+                  (encode_wave_progress(wave), wave.wave_id))
+        write(META_PUT, ("now", now.isoformat()))
+        if next_seq is not None:
+            write(META_PUT, ("next_seq", str(next_seq)))
+        if clock is not None:
+            write(META_PUT, ("clock", encode_clock(clock)))
+        return writes
 
     # ------------------------------------------------------------------------------------------------ outbox
+    @retried_on_a_new_connection
     def due_deliveries(self, now: datetime, limit: int = 100) -> list[Delivery]:
         """Deliveries the sender must act on at simulated time ``now`` (an attempt, or a dead letter to write), oldest
         first."""
@@ -415,6 +454,7 @@ class SQLStore:
                          datetime.fromisoformat(r[5]), r[6], r[7], r[8], datetime.fromisoformat(r[9]))
                 for r in rows]
 
+    @retried_on_a_new_connection
     def next_delivery_at(self, after: datetime | None = None) -> datetime | None:
         """When the next delivery falls due; with ``after``, the first one due later than that (the ones due already
         are being sent)."""
@@ -427,6 +467,7 @@ class SQLStore:
             row = cursor.fetchone()
         return None if row is None or row[0] is None else datetime.fromisoformat(row[0])
 
+    @retried_on_a_new_connection
     def record_attempts(self, attempts: Sequence[Attempt]) -> None:
         """Several outcomes in one transaction (a batch succeeds or fails as a unit)."""
         with self._transaction() as cursor:
@@ -438,6 +479,7 @@ class SQLStore:
                     (item.status, item.attempts, item.next_at.isoformat(), item.error, item.detail, item.delivery_id),
                 )
 
+    @retried_on_a_new_connection
     def deliveries(self, limit: int = 1000) -> list[dict]:
         with self._transaction() as cursor:
             self._execute(
@@ -455,6 +497,7 @@ class SQLStore:
         ]
 
     # ------------------------------------------------------------------------------------------ Event Grid
+    @retried_on_a_new_connection
     def eventgrid_records(self) -> tuple[list[dict], list[dict]]:
         """The stored system topics and event subscriptions, as the JSON records eventgrid/model.py writes."""
         with self._transaction() as cursor:
@@ -464,6 +507,7 @@ class SQLStore:
             subscriptions = [json.loads(row[0]) for row in cursor.fetchall()]
         return topics, subscriptions
 
+    @retried_on_a_new_connection
     def put_eventgrid_topic(self, topic_key: str, record: dict) -> None:
         with self._transaction() as cursor:
             self._execute(
@@ -473,12 +517,14 @@ class SQLStore:
                 (topic_key, json.dumps(record, sort_keys=True)),
             )
 
+    @retried_on_a_new_connection
     def delete_eventgrid_topic(self, topic_key: str) -> None:
         """A topic and its event subscriptions, in one transaction."""
         with self._transaction() as cursor:
             self._execute(cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE topic_key = ?", (topic_key,))
             self._execute(cursor, "DELETE FROM forewarn_eventgrid_topics WHERE topic_key = ?", (topic_key,))
 
+    @retried_on_a_new_connection
     def put_eventgrid_subscription(self, subscription_key: str, topic_key: str, record: dict) -> None:
         with self._transaction() as cursor:
             self._execute(
@@ -488,6 +534,7 @@ class SQLStore:
                 (subscription_key, topic_key, json.dumps(record, sort_keys=True)),
             )
 
+    @retried_on_a_new_connection
     def delete_eventgrid_subscription(self, subscription_key: str) -> None:
         with self._transaction() as cursor:
             self._execute(cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE subscription_key = ?",
@@ -496,6 +543,13 @@ class SQLStore:
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):
         raise NotImplementedError
+
+    def _idempotent(self, operation):
+        return operation()
+
+    def ready(self) -> None:
+        """Raise StoreUnavailable if the database cannot take a write now: called before a command changes the
+        engine, so that a database out of reach refuses the command instead of failing its commit."""
 
     def close(self) -> None:
         self.connection.close()

@@ -1,12 +1,78 @@
-"""PostgreSQL store, for deployments that share one database. The URL is a libpq URL (``postgresql://...``)."""
+"""PostgreSQL store, for deployments that share one database. The URL is a libpq URL (``postgresql://...``).
+
+A server's connection can drop under it: the database restarts, an operator runs ``pg_terminate_backend``, the network
+breaks. The store then reconnects, so that a database that comes back is used again, and it never guesses:
+
+- **Before a command changes the engine** (``ready``), a connection the server closed is noticed (its socket turned
+  readable while idle) and replaced. If no new connection can be made, the command is refused with
+  ``StoreUnavailable`` before anything changed, and a background thread reconnects with backoff; until it succeeds,
+  every operation is refused at once, without blocking the event loop on the network.
+- **A connection lost under a commit** leaves the outcome open only if the break hit its ``COMMIT``. The store
+  reconnects (trying for up to ``RESOLVE_WITHIN`` seconds), ends the lost session on the server if it still runs (so
+  its transaction is over and holds no locks), then asks PostgreSQL for the transaction's status
+  (``txid_status``, which PostgreSQL documents for exactly this): committed, the commit succeeded; aborted, the same
+  rows are written again on the new connection.
+- **Other operations** are reads, or writes of absolute values: one lost under its connection runs once more on the
+  new connection.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import math
+import select
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import NoReturn, Sequence
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
-from forewarn.store.base import SQLStore, StoreError
+from forewarn.core.clock import Clock
+from forewarn.core.engine import Change
+from forewarn.store.base import Outgoing, SQLStore, StoreError, StoreUnavailable
+
+log = logging.getLogger("forewarn.store")
+
+# libpq settings a URL may override. The name lets operators (and tests) find forewarn's session in
+# pg_stat_activity. The time limits bound how long the event loop can wait on an unresponsive network: connecting
+# (libpq's minimum is 2 s), data left unacknowledged (TCP_USER_TIMEOUT), and an idle connection whose peer vanished
+# (keepalives: 10 s idle, then 3 probes 5 s apart).
+CONNECTION_DEFAULTS = {
+    "application_name": "forewarn",
+    "connect_timeout": "3",
+    "tcp_user_timeout": "10000",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+}
+RECONNECT_FIRST_DELAY = 0.1  # seconds before the background thread's first attempt; doubled after each failure
+RECONNECT_LONGEST_DELAY = 5.0  # the longest wait between two attempts
+RESOLVE_WITHIN = 10.0  # seconds a commit whose connection broke may wait for the database to learn its outcome
+FENCE_WAIT = 5.0  # seconds to wait for the server to end the lost session
+COMMIT_ATTEMPTS = 3  # a commit written again at most twice after losing its connection
+
+
+@dataclass(frozen=True)
+class Session:
+    """A server session: the backend's pid, and its start (a pid alone may be reused by a later session)."""
+
+    pid: int
+    started: datetime
+
+
+@dataclass(frozen=True)
+class _Lost:
+    since: float  # time.monotonic() when the connection was found lost
+    session: Session | None
+
+
+class _Reconnected(StoreUnavailable):
+    """The connection broke under an operation and a new one is ready: an idempotent operation may run again."""
 
 
 class PostgresStore(SQLStore):
@@ -15,20 +81,252 @@ class PostgresStore(SQLStore):
     journal_id_type = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
 
     def __init__(self, url: str):
+        self._url = url
+        given = conninfo_to_dict(url)
+        self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
+        description = f"postgresql:{_redacted(url)}"
         try:
-            connection = psycopg.connect(url, autocommit=False, connect_timeout=10)
+            connection, session = self._connect()
         except psycopg.Error as error:
             raise StoreError(f"cannot connect to PostgreSQL at {_redacted(url)}: {error}".strip()) from None
-        super().__init__(connection, f"postgresql:{_redacted(url)}")
+        super().__init__(connection, description)
+        self._session: Session | None = session
+        self._lost: _Lost | None = None
+        self._handover: tuple[psycopg.Connection, Session] | None = None  # from the reconnecting thread
+        self._handover_lock = threading.Lock()
+        self._next_attempt = 0.0  # time.monotonic() of the reconnecting thread's next attempt
+        self._closing = threading.Event()
+
+    # ------------------------------------------------------------------------------------------ connections
+    def _connect(self) -> tuple[psycopg.Connection, Session]:
+        connection = psycopg.connect(self._url, autocommit=False, **self._options)
+        try:
+            row = connection.execute(
+                "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+            connection.rollback()
+        except psycopg.Error:
+            connection.close()
+            raise
+        return connection, Session(int(row[0]), row[1] or datetime.fromtimestamp(0, timezone.utc))
+
+    def _fence(self, connection: psycopg.Connection, lost: Session | None) -> None:
+        """End the lost session on the server if it still runs: its transaction is then over (committed or rolled
+        back, for good) and its locks are released before anything is written again."""
+        if lost is None:
+            return
+        match = "FROM pg_stat_activity WHERE pid = %s AND backend_start = %s"
+        try:
+            connection.execute(f"SELECT pg_terminate_backend(pid) {match}", (lost.pid, lost.started))
+        except psycopg.errors.InsufficientPrivilege as error:
+            connection.rollback()
+            log.warning("cannot end the lost database session (backend %s): %s", lost.pid, error)
+            return
+        connection.rollback()
+        give_up = time.monotonic() + FENCE_WAIT
+        while True:
+            # Each look in its own transaction: pg_stat_activity is a snapshot taken once per transaction.
+            running = connection.execute(f"SELECT 1 {match}", (lost.pid, lost.started)).fetchone()
+            connection.rollback()
+            if running is None:
+                return
+            if time.monotonic() >= give_up:
+                log.warning("the lost database session (backend %s) still runs after %g s", lost.pid, FENCE_WAIT)
+                return
+            time.sleep(0.02)
+
+    def _open_replacing(self, lost: Session | None) -> tuple[psycopg.Connection, Session]:
+        connection, session = self._connect()
+        try:
+            self._fence(connection, lost)
+        except psycopg.Error:
+            connection.close()
+            raise
+        return connection, session
+
+    def _ensure(self, deadline: float | None = None) -> psycopg.Connection:
+        """A connection that was alive a moment ago, or StoreUnavailable. ``deadline`` (time.monotonic()): keep
+        trying to reconnect until then; None: one attempt."""
+        if self._lost is not None:
+            self._adopt_handover()
+        connection = self.connection
+        if connection.closed or connection.broken:
+            cause: object = "the connection was closed"
+        elif not _stirred(connection):
+            return connection  # the usual case: one poll of an idle socket, no round trip
+        else:
+            # An idle connection has nothing to read unless the server closed it (or told why it is about to).
+            try:
+                connection.execute("SELECT 1")
+                connection.rollback()
+                return connection
+            except psycopg.Error as error:
+                cause = error
+        self._replace(cause, deadline)
+        return self.connection
+
+    def _replace(self, cause: object, deadline: float | None) -> None:
+        """Reconnect in place of a lost connection, or start reconnecting in the background and raise
+        StoreUnavailable."""
+        lost = self._session
+        since = time.monotonic()
+        log.warning("database connection lost (%s); reconnecting", _one_line(cause))
+        with contextlib.suppress(psycopg.Error):
+            self.connection.close()
+        self._session = None
+        delay = RECONNECT_FIRST_DELAY
+        while True:
+            try:
+                self.connection, self._session = self._open_replacing(lost)
+                log.warning("reconnected to the database after %.1f s", time.monotonic() - since)
+                return
+            except psycopg.Error as error:
+                if deadline is None or time.monotonic() + delay > deadline:
+                    self._lose(_Lost(since, lost), error)
+                time.sleep(delay)
+                delay = min(delay * 2, RECONNECT_LONGEST_DELAY)
+
+    def _lose(self, lost: _Lost, error: Exception) -> NoReturn:
+        self._lost = lost
+        self._next_attempt = time.monotonic() + RECONNECT_FIRST_DELAY
+        threading.Thread(target=self._reconnect_in_background, args=(lost,), name="forewarn-db-reconnect",
+                         daemon=True).start()
+        log.warning("database unreachable (%s); reconnecting in the background", _one_line(error))
+        raise self._unavailable()
+
+    def _reconnect_in_background(self, lost: _Lost) -> None:
+        delay = RECONNECT_FIRST_DELAY
+        while True:
+            self._next_attempt = time.monotonic() + delay
+            if self._closing.wait(delay):
+                return
+            try:
+                handed = self._open_replacing(lost.session)
+            except psycopg.Error as error:
+                delay = min(delay * 2, RECONNECT_LONGEST_DELAY)
+                log.info("database still unreachable after %.1f s (%s); next attempt in %.1f s",
+                         time.monotonic() - lost.since, _one_line(error), delay)
+                continue
+            if self._closing.is_set():
+                handed[0].close()
+                return
+            with self._handover_lock:
+                self._handover = handed
+            log.warning("reconnected to the database after %.1f s", time.monotonic() - lost.since)
+            return
+
+    def _adopt_handover(self) -> None:
+        with self._handover_lock:
+            handed, self._handover = self._handover, None
+        if handed is None:
+            raise self._unavailable()
+        self.connection, self._session = handed
+        self._lost = None
+
+    def _unavailable(self) -> StoreUnavailable:
+        lost = self._lost
+        since = 0.0 if lost is None else time.monotonic() - lost.since
+        wait = max(self._next_attempt - time.monotonic(), 0.0)
+        return StoreUnavailable(
+            f"{self.description}: the database connection was lost {since:.1f} s ago; reconnecting (next attempt "
+            f"in {wait:.1f} s)", retry_after=max(1, math.ceil(wait)))
+
+    # ------------------------------------------------------------------------------------------ operations
+    def ready(self) -> None:
+        self._ensure()
 
     @contextlib.contextmanager
     def _transaction(self):
+        connection = self._ensure()
         try:
-            with self.connection.transaction():
-                with self.connection.cursor() as cursor:
+            with connection.transaction():
+                with connection.cursor() as cursor:
                     yield cursor
         except psycopg.Error as error:
+            if connection.closed or connection.broken:
+                self._replace(error, None)
+                message = f"{self.description}: the connection broke ({_one_line(error)}); reconnected"
+                raise _Reconnected(message) from None
             raise StoreError(f"{self.description}: {error}".strip()) from None
+
+    def _idempotent(self, operation):
+        try:
+            return operation()
+        except _Reconnected:
+            return operation()
+
+    def commit(
+        self,
+        changes: Sequence[Change],
+        now: datetime,
+        clock: Clock | None = None,
+        outbox: Sequence[Outgoing] = (),
+        next_seq: int | None = None,
+    ) -> None:
+        """As SQLStore.commit; a connection lost under it is resolved (module docstring) before this returns or
+        raises. A StoreError raised here means the changes are not in the database."""
+        writes = self._commit_writes(changes, now, clock, outbox, next_seq)
+        # The engine already holds these changes: give the database a few seconds to come back rather than fail.
+        resolve_by = time.monotonic() + RESOLVE_WITHIN
+        for attempt in range(1, COMMIT_ATTEMPTS + 1):
+            connection = self._ensure(resolve_by)
+            transaction_id = None
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT txid_current()")
+                    transaction_id = cursor.fetchone()[0]
+                    for sql, rows in writes.items():
+                        cursor.executemany(self._sql(sql), rows)
+                connection.commit()
+                return
+            except psycopg.Error as error:
+                if not (connection.closed or connection.broken):
+                    with contextlib.suppress(psycopg.Error):
+                        connection.rollback()
+                    raise StoreError(f"{self.description}: {error}".strip()) from None
+                cause = error
+            self._replace(cause, resolve_by)
+            status = "aborted" if transaction_id is None else self._status(transaction_id)
+            if status == "committed":
+                log.warning("the connection broke during a commit; transaction %s had committed", transaction_id)
+                return
+            if status != "aborted":
+                raise StoreError(f"{self.description}: the connection broke during a commit and its outcome is "
+                                 f"unknown (transaction {transaction_id}: {status})")
+            log.warning("the connection broke before a commit completed; writing it again (attempt %s of %s)",
+                        attempt + 1, COMMIT_ATTEMPTS)
+        raise StoreUnavailable(f"{self.description}: the connection broke under {COMMIT_ATTEMPTS} attempts to commit")
+
+    def _status(self, transaction_id: int) -> str:
+        """'committed', 'aborted', 'in progress', or why it is unknown."""
+        try:
+            row = self.connection.execute("SELECT txid_status(%s)", (transaction_id,)).fetchone()
+            self.connection.rollback()
+        except psycopg.Error as error:
+            return f"status unreadable: {_one_line(error)}"
+        return row[0] or "too old to tell"
+
+    def close(self) -> None:
+        self._closing.set()
+        with self._handover_lock:
+            handed, self._handover = self._handover, None
+        if handed is not None:
+            handed[0].close()
+        self.connection.close()
+
+
+def _stirred(connection: psycopg.Connection) -> bool:
+    """Whether an idle connection's socket has something to read (or an error): the server closed it."""
+    try:
+        poller = select.poll()  # not select.select: a server with many listeners can hold descriptors above 1024
+        poller.register(connection.fileno(), select.POLLIN | select.POLLPRI)
+        return bool(poller.poll(0))
+    except (OSError, ValueError, psycopg.Error):
+        return True
+
+
+def _one_line(error: object) -> str:
+    """libpq's messages span lines (a hint after a tab); a log line or an error body keeps one."""
+    return " ".join(str(error).split()) or type(error).__name__
 
 
 def _redacted(url: str) -> str:

@@ -109,6 +109,7 @@ async def answered(request: Request, produce: Callable[[], Awaitable[Response]])
         response = _core_error(error).response()
     except StoreError as error:
         response = ArmError(503, "ServiceUnavailable", f"Nothing was changed; the store failed: {error}").response()
+        response.headers["Retry-After"] = str(error.retry_after)
     except Exception:  # a bug: still answer in ARM's shape, and say so in the log
         log.exception("ARM request %s %s failed", request.method, request.url.path)
         response = ArmError(500, "InternalServerError", "forewarn failed to process the request; see its log.").response()

@@ -86,7 +86,9 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, error: StoreError):
-        return _error(503, "StoreUnavailable", f"nothing was changed: {error}")
+        response = _error(503, "StoreUnavailable", f"nothing was changed: {error}")
+        response.headers["Retry-After"] = str(error.retry_after)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError):

@@ -586,9 +586,10 @@ class Engine(Ec2Commands, WaveCommands):
         and its lifecycle; only the out-of-range value changes, and the change is recorded in ``repaired``."""
         fixed = event
         duration = event.duration_seconds
-        if isinstance(duration, bool) or not isinstance(duration, int) or not -1 <= duration <= MAX_DURATION_SECONDS:
-            fixed = replace(fixed, duration_seconds=-1 if not isinstance(duration, (int, float)) or duration < -1
-                            else MAX_DURATION_SECONDS)
+        if isinstance(duration, bool) or not isinstance(duration, int):
+            fixed = replace(fixed, duration_seconds=-1)  # not a number of seconds: unknown
+        elif not -1 <= duration <= MAX_DURATION_SECONDS:
+            fixed = replace(fixed, duration_seconds=min(max(duration, -1), MAX_DURATION_SECONDS))
         window = min(max(event.impact_window, timedelta(0)), MAX_EVENT_LENGTH)
         if window != event.impact_window:
             fixed = replace(fixed, impact_window=window)

@@ -15,6 +15,8 @@ _ISO = re.compile(
 )
 
 
+# The longest duration anyone types (ten years): nothing in a maintenance schedule is longer, and the commands hold
+# their own, shorter bounds (core/bounds.py).
 MAX_DURATION = timedelta(days=3650)
 
 
@@ -26,8 +28,22 @@ def parse_duration(text: str) -> timedelta:
     except OverflowError:
         duration = None
     if duration is None or duration > MAX_DURATION:
-        raise Invalid(f"duration {str(text).strip()!r} is too long; at most {MAX_DURATION.days} days")
+        raise Invalid(f"duration {str(text).strip()!r} is too long; at most {format_duration(MAX_DURATION)}")
     return duration
+
+
+def format_duration(value: timedelta) -> str:
+    """ISO 8601, the way forewarn writes durations back: ``PT20M``, ``P7D``, ``PT1H30M``, ``PT0.5S``, ``-PT5M``."""
+    sign = "-" if value < timedelta(0) else ""
+    value = abs(value)
+    days, rest = value.days, value.seconds
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    fraction = f"{seconds}.{value.microseconds:06d}".rstrip("0") if value.microseconds else str(seconds)
+    time = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "") + (
+        f"{fraction}S" if seconds or value.microseconds else "")
+    text = (f"{days}D" if days else "") + (f"T{time}" if time else "")
+    return f"{sign}P{text}" if text else "PT0S"
 
 
 def _parse(text: str) -> timedelta:

@@ -8,6 +8,16 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Iterable, Union
 
+from forewarn.core.bounds import (
+    MAX_EC2_DEADLINE,
+    MAX_EVENT_LENGTH,
+    MAX_NOTICE,
+    check_duration,
+    check_time,
+    clamped_time,
+    iso_time,
+)
+from forewarn.core.durations import format_duration
 from forewarn.core.ec2 import (
     DESCRIPTIONS,
     INSTANCE_ID,
@@ -115,13 +125,14 @@ class Ec2Commands:
             for iid, instance in self.fleet.ec2.items()
         }
         for state in states:
+            state = self._ec2_state_within_bounds(state)
             self.ec2_states[state.instance_id] = state
             if state.origin is not None and state.instance_id not in self.ec2_instances:
                 self.ec2_instances[state.instance_id] = self._replacement_record(state.origin, state.instance_id,
                                                                                   state.host)
         self.ec2_events: dict[str, Ec2Event] = {}
         self._ec2_by_instance: dict[str, list[str]] = {}
-        for event in sorted(events, key=lambda e: e.seq):
+        for event in sorted(map(self._ec2_event_within_bounds, events), key=lambda e: e.seq):
             self._index_ec2(event)
             self.next_seq = max(self.next_seq, event.seq + 1)
             if event.state is Ec2EventState.ACTIVE:
@@ -165,19 +176,23 @@ class Ec2Commands:
         if request.not_before is not None and request.notice is not None:
             raise Invalid("give either a notice or a NotBefore time, not both")
         if request.not_before is not None:
-            not_before = whole_second_ceiling(request.not_before)
+            not_before = whole_second_ceiling(check_time(request.not_before, "NotBefore"))
             if not_before < self.now:
-                raise Invalid(f"NotBefore {not_before.isoformat()} is in the past (now {self.now.isoformat()})")
+                raise Invalid(f"NotBefore {iso_time(not_before)} is in the past (now {iso_time(self.now)})")
+            if not_before - self.now > MAX_NOTICE:
+                raise Invalid(f"NotBefore {iso_time(not_before)} is too far ahead; at most "
+                              f"{format_duration(MAX_NOTICE)} after now ({iso_time(self.now)})")
         else:
             notice = rules.notice if request.notice is None else request.notice
-            if notice < timedelta(0):
-                raise Invalid("notice cannot be negative")
-            not_before = whole_second_ceiling(self.now + notice)
+            not_before = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
+        check_time(not_before, "NotBefore")
         window = None if request.no_not_after else (request.window or rules.window[request.code])
         deadline = None if request.no_deadline else (request.deadline or rules.deadline[request.code])
-        for value, what in ((window, "window"), (deadline, "deadline")):
+        for value, what, longest in ((window, "window", MAX_EVENT_LENGTH), (deadline, "deadline", MAX_EC2_DEADLINE)):
             if value is not None and value <= timedelta(0):
                 raise Invalid(f"the {what} must be positive")
+            if value is not None:
+                check_duration(value, f"the {what}", longest)
         changes: list = []
         for instance in instances:
             start, end = not_before, None if window is None else not_before + window
@@ -223,7 +238,7 @@ class Ec2Commands:
         if event is None or event.instance_id != instance_id:
             raise NotFound(f"The event ID '{event_id}' does not exist for instance '{instance_id}'")
         rules = self.rules.ec2
-        not_before = whole_second_ceiling(not_before)
+        not_before = whole_second_ceiling(check_time(not_before, "the new start"))
         problems = []
         if event.state is not Ec2EventState.ACTIVE or event.started_at is not None:
             problems.append("the event has already started or ended")
@@ -523,6 +538,26 @@ class Ec2Commands:
         to = {"terminate": InstanceState.TERMINATED, "stop": InstanceState.STOPPED,
               "hibernate": InstanceState.STOPPED}[state.spot_action]
         return self._ec2_down(state, to, f"Spot interruption ({state.spot_action})")
+
+    def _ec2_event_within_bounds(self: Engine, event: Ec2Event) -> Ec2Event:
+        """A stored EC2 event with its times inside the simulated range (see ``Engine._within_bounds``)."""
+        names = ("not_before", "not_after", "not_before_deadline", "created_at", "started_at", "ends_at", "ended_at")
+        fixed = replace(event, **{name: clamped_time(getattr(event, name)) for name in names
+                                  if getattr(event, name) is not None})
+        if fixed == event:
+            return event
+        what = ", ".join(f"{name} {iso_time(getattr(event, name))} → {iso_time(getattr(fixed, name))}"
+                         for name in names if getattr(event, name) != getattr(fixed, name))
+        self.repaired.append(Ec2EventChanged(fixed, "repaired", f"outside forewarn's bounds: {what}"))
+        return fixed
+
+    def _ec2_state_within_bounds(self: Engine, state: Ec2State) -> Ec2State:
+        names = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at", "terminated_at")
+        fixed = replace(state, **{name: clamped_time(getattr(state, name)) for name in names
+                                  if getattr(state, name) is not None})
+        if fixed != state:
+            self.repaired.append(Ec2StateChanged(fixed, "repaired", "times brought inside the simulated range"))
+        return fixed
 
     def _index_ec2(self: Engine, event: Ec2Event) -> None:
         self.ec2_events[event.event_id] = event

@@ -27,6 +27,18 @@ from forewarn.core.ec2_engine import (
     Ec2WindowChanged,
     NotificationAttributes,
 )
+from forewarn.core.bounds import (
+    MAX_DURATION_SECONDS,
+    MAX_EC2_DEADLINE,
+    MAX_EVENT_LENGTH,
+    MAX_NOTICE,
+    check_duration,
+    check_time,
+    check_whole_number,
+    clamped_time,
+    iso_time,
+)
+from forewarn.core.durations import format_duration
 from forewarn.core.ec2_windows import EventWindow
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.fleet import VM, Fleet
@@ -45,6 +57,7 @@ from forewarn.core.vms import (
 )
 
 INITIAL_INCARNATION = 1
+MAX_EXTRA_IMPACTS = 100
 _EC2_KINDS = ("ec2-start", "ec2-end", "spot")
 _FAR_FUTURE = datetime.max.replace(tzinfo=timezone.utc)
 
@@ -129,10 +142,13 @@ class Engine(Ec2Commands, WaveCommands):
     ):
         self.fleet = fleet
         self.seed = seed
-        self.rules = rules or Rules()
-        self.now = now
+        self.rules = check_rules(rules or Rules())
+        # What was brought inside the bounds (bounds.py) on loading a database written before them: the service
+        # logs these changes and writes them back before it serves.
+        self.repaired: list[Change] = []
+        self.now = clamped_time(now)
         self.last_seen: dict[str, datetime] = dict(enabled or {})  # scope -> its VMs' latest request
-        created_at = created_at or now
+        created_at = clamped_time(created_at or now)
         self.policies: dict[str, Policy] = {owner: Policy(owner) for owner in fleet.vms_by_owner}
         self.policies.update(fleet.policies)
         self.policies.update({policy.owner: policy for policy in policies})
@@ -151,6 +167,11 @@ class Engine(Ec2Commands, WaveCommands):
         for state in self.vm_states.values():
             if not state.deleted:
                 self._host_members.setdefault(state.host, {})[state.name] = None
+        for name, state in list(self.vm_states.items()):
+            if state.impact_until is not None and clamped_time(state.impact_until) != state.impact_until:
+                state = replace(state, impact_until=clamped_time(state.impact_until))
+                self.vm_states[name] = state
+                self.repaired.append(VmChanged(state, "repaired", "impact end brought inside the simulated range"))
         self.events: dict[str, Event] = {}
         self.operations: dict[str, list[str]] = {}
         self.incarnations: dict[str, int] = dict(incarnations or {})
@@ -159,7 +180,7 @@ class Engine(Ec2Commands, WaveCommands):
         self._deadlines: list[_Deadline] = []
         self._deadline_order = 0
         self.next_seq = 1
-        for event in sorted(events, key=lambda e: e.seq):
+        for event in sorted(map(self._within_bounds, events), key=lambda e: e.seq):
             self._index(event)
             self.next_seq = max(self.next_seq, event.seq + 1)
             if event.status is EventStatus.SCHEDULED:
@@ -274,30 +295,29 @@ class Engine(Ec2Commands, WaveCommands):
         if request.not_before is not None and request.notice is not None:
             raise Invalid("give either a notice or a NotBefore time, not both")
         if request.not_before is not None:
-            not_before = whole_second_ceiling(request.not_before)
+            not_before = whole_second_ceiling(check_time(request.not_before, "NotBefore"))
             if not_before < self.now:
-                raise Invalid(f"NotBefore {not_before.isoformat()} is in the past (now {self.now.isoformat()})")
+                raise Invalid(f"NotBefore {iso_time(not_before)} is in the past (now {iso_time(self.now)})")
+            if not_before - self.now > MAX_NOTICE:
+                raise Invalid(f"NotBefore {iso_time(not_before)} is too far ahead; at most "
+                              f"{format_duration(MAX_NOTICE)} after now ({iso_time(self.now)})")
         elif request.start_now:
             not_before = self.now
         else:
             notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
-            if notice < timedelta(0):
-                raise Invalid("notice cannot be negative")
-            not_before = whole_second_ceiling(self.now + notice)
+            not_before = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
+        check_time(not_before, "NotBefore")
         impact_window = (
             self.rules.impact_window[request.event_type] if request.impact_window is None else request.impact_window
         )
-        if impact_window < timedelta(0):
-            raise Invalid("impact window cannot be negative")
+        check_duration(impact_window, "impact window", MAX_EVENT_LENGTH)
         duration = (
             self.rules.duration_seconds[request.event_type]
             if request.duration_seconds is None
             else request.duration_seconds
         )
-        if duration < -1:
-            raise Invalid("DurationInSeconds must be -1 (unknown), 0 or positive")
-        if not 0 <= request.extra_impacts <= 100:
-            raise Invalid("extra impacts must be between 0 and 100")
+        check_whole_number(duration, "DurationInSeconds (-1: unknown)", -1, MAX_DURATION_SECONDS)
+        check_whole_number(request.extra_impacts, "extra impacts", 0, MAX_EXTRA_IMPACTS)
         description = (
             self.rules.description(request.event_type, request.source)
             if request.description is None
@@ -364,8 +384,8 @@ class Engine(Ec2Commands, WaveCommands):
         return self._user_maintenance(EventType.REDEPLOY, vms, notice, "auto_approve_redeploy", "redeploy requested")
 
     def _user_maintenance(self, event_type: EventType, vms, notice, policy_field: str, reason: str) -> list[Change]:
-        if notice is not None and notice < timedelta(0):
-            raise Invalid("notice cannot be negative")
+        if notice is not None:  # checked before the automatically approved part starts anything
+            check_duration(notice, "notice", MAX_NOTICE)
         names = list(vms)
         targets = self._targets(ScheduleRequest(event_type, vms=tuple(names)))
         approved = [vm.name for vm in targets if getattr(self.policies[vm.policy_owner], policy_field)]
@@ -431,7 +451,7 @@ class Engine(Ec2Commands, WaveCommands):
             raise Invalid(f"{scale_set} is not a scale set")
         running = [vm for vm in self.fleet.vms_by_owner[owner] if not self.vm_states[vm.name].deleted
                    and not self._being_deleted(vm.name)]
-        if count < 1 or count > len(running):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1 or count > len(running):
             raise Invalid(f"{scale_set} has {len(running)} instances to scale in; asked to remove {count}")
         victims = sorted(running, key=lambda vm: int(vm.instance_id or 0))[-count:]
         return self.delete([vm.name for vm in victims], EventSource.PLATFORM, "scale-in")
@@ -531,6 +551,7 @@ class Engine(Ec2Commands, WaveCommands):
 
     def advance(self, to: datetime) -> list[Change]:
         """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""
+        check_time(to, "the new time")
         if to < self.now:
             raise Conflict(f"time cannot go backwards: now is {self.now.isoformat()}, asked {to.isoformat()}")
         changes: list[Change] = []
@@ -559,6 +580,36 @@ class Engine(Ec2Commands, WaveCommands):
         return changes
 
     # ------------------------------------------------------------------------------------------------ helpers
+    def _within_bounds(self, event: Event) -> Event:
+        """A stored event, with what lies beyond the bounds clamped to them (a database written before they were
+        enforced: a DurationInSeconds of 10**12 used to overflow when the event started). Clamping keeps the event
+        and its lifecycle; only the out-of-range value changes, and the change is recorded in ``repaired``."""
+        fixed = event
+        duration = event.duration_seconds
+        if isinstance(duration, bool) or not isinstance(duration, int):
+            fixed = replace(fixed, duration_seconds=-1)  # not a number of seconds: unknown
+        elif not -1 <= duration <= MAX_DURATION_SECONDS:
+            fixed = replace(fixed, duration_seconds=min(max(duration, -1), MAX_DURATION_SECONDS))
+        window = min(max(event.impact_window, timedelta(0)), MAX_EVENT_LENGTH)
+        if window != event.impact_window:
+            fixed = replace(fixed, impact_window=window)
+        if not 0 <= event.extra_impacts <= MAX_EXTRA_IMPACTS:
+            fixed = replace(fixed, extra_impacts=min(max(event.extra_impacts, 0), MAX_EXTRA_IMPACTS))
+        times = {name: getattr(event, name) for name in ("not_before", "created_at", "started_at", "ended_at")}
+        fixed = replace(fixed, **{name: clamped_time(value) for name, value in times.items() if value is not None})
+        if fixed.started_at is not None and fixed.ends_at is not None:
+            fixed = replace(fixed, ends_at=min(clamped_time(fixed.ends_at), fixed.started_at + fixed.impact_window))
+        if fixed == event:
+            return event
+        what = ", ".join(
+            f"{name} {_shown(getattr(event, name))} → {_shown(getattr(fixed, name))}"
+            for name in ("duration_seconds", "impact_window", "extra_impacts", "not_before", "created_at",
+                         "started_at", "ends_at", "ended_at")
+            if getattr(event, name) != getattr(fixed, name)
+        )
+        self.repaired.append(EventChanged(fixed, "repaired", f"outside forewarn's bounds: {what}"))
+        return fixed
+
     def _targets(self, request: ScheduleRequest) -> list[VM]:
         if not request.vms and not request.hosts and request.group is None:
             raise Invalid("name at least one VM, host, or a scale set or availability set with a domain")
@@ -726,3 +777,35 @@ class Engine(Ec2Commands, WaveCommands):
 
 def _joined(*parts: str) -> str:
     return "; ".join(part for part in parts if part)
+
+
+def _shown(value) -> str:
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, datetime):
+        return iso_time(value)
+    return str(value)
+
+
+def check_rules(rules: Rules) -> Rules:
+    """The server's rules (``serve --notice``, ``--impact-window``...) within the bounds every event is held to."""
+    for event_type, notice in rules.notice.items():
+        check_duration(notice, f"the {event_type.value} notice", MAX_NOTICE)
+    for event_type, window in rules.impact_window.items():
+        check_duration(window, f"the {event_type.value} impact window", MAX_EVENT_LENGTH)
+    for impact, length in rules.impact_duration.items():
+        check_duration(length, f"the {impact.value} impact duration", MAX_EVENT_LENGTH)
+    for event_type, seconds in rules.duration_seconds.items():
+        check_whole_number(seconds, f"the {event_type.value} DurationInSeconds", -1, MAX_DURATION_SECONDS)
+    check_duration(rules.predicted_failure_notice, "the predicted failure notice", MAX_NOTICE)
+    check_duration(rules.disable_after, "the time after which Scheduled Events are disabled", MAX_NOTICE)
+    ec2 = rules.ec2
+    check_duration(ec2.notice, "the EC2 notice", MAX_NOTICE)
+    check_duration(ec2.spot_notice, "the Spot interruption notice", MAX_NOTICE)
+    for code in ec2.impact:
+        check_duration(ec2.impact[code], f"the {code.value} impact", MAX_EVENT_LENGTH)
+        if ec2.window.get(code) is not None:
+            check_duration(ec2.window[code], f"the {code.value} window", MAX_EVENT_LENGTH)
+        if ec2.deadline.get(code) is not None:
+            check_duration(ec2.deadline[code], f"the {code.value} deadline", MAX_EC2_DEADLINE)
+    return rules

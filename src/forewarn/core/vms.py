@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
+from forewarn.core.durations import format_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.model import EventType, Impact
 
@@ -65,7 +66,7 @@ def check_terminate_profile(profile: NotificationProfile, spot: bool) -> None:
     if not low <= profile.not_before_timeout <= high:
         raise Invalid(
             f"terminateNotificationProfile.notBeforeTimeout must be between PT5M and PT15M, "
-            f"got {profile.not_before_timeout}"
+            f"got {format_duration(profile.not_before_timeout)}"
         )
 
 
@@ -75,7 +76,8 @@ def check_os_image_profile(profile: NotificationProfile, size: str) -> None:
     if _UNSUPPORTED_OS_IMAGE_SIZE.match(size):
         raise Invalid(f"OS image notifications are not supported for size {size} (G, M, N and H series)")
     if profile.not_before_timeout != OS_IMAGE_TIMEOUT:
-        raise Invalid(f"osImageNotificationProfile.notBeforeTimeout must be PT15M, got {profile.not_before_timeout}")
+        raise Invalid("osImageNotificationProfile.notBeforeTimeout must be PT15M, got "
+                      f"{format_duration(profile.not_before_timeout)}")
 
 
 @dataclass(frozen=True)

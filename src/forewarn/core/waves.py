@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Iterable
 
+from forewarn.core.bounds import check_whole_number
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.model import Event, EventSource, EventStatus, EventType, ScheduleRequest
 
@@ -124,8 +125,7 @@ class WaveCommands:
     # ----------------------------------------------------------------------------------------------- commands
     def start_wave(self: Engine, spec: WaveSpec) -> list[Change]:
         """Create a wave and schedule its first units (up to the concurrency limit)."""
-        if not 1 <= spec.concurrency <= MAX_CONCURRENCY:
-            raise Invalid(f"concurrency must be between 1 and {MAX_CONCURRENCY}")
+        check_whole_number(spec.concurrency, "concurrency", 1, MAX_CONCURRENCY)
         if spec.event_type in (EventType.PREEMPT, EventType.TERMINATE):
             raise Invalid(f"a wave rolls platform maintenance; {spec.event_type.value} is not one "
                           "(Freeze, Reboot or Redeploy)")

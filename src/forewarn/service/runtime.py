@@ -21,7 +21,7 @@ from forewarn.core.clock import MANUAL, Clock
 from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
 from forewarn.core.engine import Change, Engine, EventChanged, ScheduleRequest
 from forewarn.core.waves import WaveChanged
-from forewarn.core.errors import Conflict, CoreError
+from forewarn.core.errors import CoreError
 from forewarn.core.fleet import Fleet
 from forewarn.core.model import Event
 from forewarn.core.rules import Rules
@@ -30,6 +30,16 @@ from forewarn.store import Outgoing, SQLStore, StoredState
 log = logging.getLogger("forewarn.events")
 
 Listener = Callable[[list[Change]], None]
+
+
+def _repair_line(change: Change) -> str:
+    if isinstance(change, EventChanged):
+        return f"event {change.event.event_id} repaired: {change.reason}"
+    if isinstance(change, Ec2EventChanged):
+        return f"EC2 event {change.event.event_id} repaired: {change.reason}"
+    if isinstance(change, Ec2StateChanged):
+        return f"instance {change.state.instance_id} repaired: {change.reason}"
+    return f"VM {change.state.name} repaired: {change.reason}"
 
 
 class FleetMismatch(Exception):
@@ -92,12 +102,24 @@ class Maintenance:
                     "keep the stored one"
                 )
             served = stored_fleet
+        # A database written before the bounds (core/bounds.py) were enforced may hold values beyond them. They are
+        # clamped, logged with what they name, and written back before anything else happens: refusing to start
+        # would leave the database unusable, and dropping the events would lose them.
+        stored_clock, clock_repair = state.clock.within_bounds()
+        if clock_repair:
+            log.warning("%s", clock_repair)
         # One Fleet object in memory (6 KB a VM on a 100,000-VM fleet), not one more built from the records.
-        service = cls(store, cls._engine_from(state, rules, served), state.clock, wall)
+        engine = cls._engine_from(state, rules, served)
+        for change in engine.repaired:
+            log.warning("%s", _repair_line(change))
+        if clock_repair or engine.repaired:
+            store.commit(engine.repaired, engine.now, stored_clock)
+            engine.repaired = []
+        service = cls(store, engine, stored_clock, wall)
         for derive in outboxes:  # before catching up, so that what happened while down is delivered too
             service.add_outbox(derive)
-        reconfigured = state.clock.reconfigured(clock_mode, speed, now_wall)
-        if reconfigured != state.clock:
+        reconfigured = stored_clock.reconfigured(clock_mode, speed, now_wall)
+        if reconfigured != stored_clock:
             service.clock = reconfigured
             store.commit([], service.engine.now, reconfigured)
         service.catch_up()
@@ -168,7 +190,7 @@ class Maintenance:
             logging.shutdown()
             os._exit(70)
         self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
-        self.clock = state.clock
+        self.clock = state.clock.within_bounds()[0]
         for listener in self._listeners:
             listener([])
 
@@ -264,9 +286,8 @@ class Maintenance:
         return next(c.event for c in changes if isinstance(c, EventChanged))
 
     def advance_clock(self, delta: timedelta) -> list[Change]:
-        if delta < timedelta(0):
-            raise Conflict("time cannot go backwards; advance by a positive duration")
-        return self.set_clock(self.clock.anchor_sim + delta)
+        clock = self.clock.advanced_by(delta, self.wall())
+        return self._run(lambda engine: engine.advance(clock.anchor_sim), clock)
 
     def set_clock(self, moment: datetime) -> list[Change]:
         clock = self.clock.moved_to(moment, self.wall())

@@ -14,8 +14,9 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn import __version__
+from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_duration
-from forewarn.core.engine import ScheduleRequest
+from forewarn.core.engine import MAX_EXTRA_IMPACTS, ScheduleRequest
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.model import EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
@@ -36,13 +37,17 @@ class ScheduleIn(BaseModel):
     source: str = Field(default="Platform", description="Platform or User")
     notice: str | None = Field(default=None, description="time until NotBefore: 30s, 15m, PT15M (default per type)")
     not_before: str | None = Field(default=None, description="explicit NotBefore, ISO 8601 (instead of notice)")
-    duration_seconds: int | None = Field(default=None, description="DurationInSeconds; -1 means unknown")
+    duration_seconds: int | None = Field(default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS,
+                                         description="DurationInSeconds; -1 means unknown")
     description: str | None = None
     impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
-    extra_impacts: int = Field(default=0, ge=0, le=100, description="short freezes while Started (seed 000)")
+    extra_impacts: int = Field(default=0, strict=True, ge=0, le=MAX_EXTRA_IMPACTS,
+                               description="short freezes while Started (seed 000)")
     group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
-    update_domain: int | None = Field(default=None, description="with group: the VMs of this update domain")
-    fault_domain: int | None = Field(default=None, description="with group: the VMs of this fault domain")
+    update_domain: int | None = Field(default=None, strict=True, ge=0,
+                                      description="with group: the VMs of this update domain")
+    fault_domain: int | None = Field(default=None, strict=True, ge=0,
+                                     description="with group: the VMs of this fault domain")
 
 
 class ApproveIn(BaseModel):

@@ -15,9 +15,9 @@ from forewarn.surfaces.control_models import ERRORS, iso
 
 class FaultIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    status: int = Field(default=0, description="410, 429 or 500; 0 with a delay for slowness only")
+    status: int = Field(default=0, strict=True, description="410, 429 or 500; 0 with a delay for slowness only")
     vms: list[str] = Field(default_factory=list, description="VMs affected; all when empty")
-    requests: int | None = Field(default=None, description="how many requests fail; unlimited when absent")
+    requests: int | None = Field(default=None, strict=True, description="how many requests fail; unlimited when absent")
     duration: str | None = Field(default=None, description="how long, in simulated time (30s, 5m, PT70S)")
     delay: str | None = Field(default=None, description="added latency per answer, wall time (e.g. 2s)")
 

@@ -110,7 +110,7 @@ class VmsIn(BaseModel):
 
 class CountIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    count: int = Field(ge=1)
+    count: int = Field(strict=True, ge=1)
 
 
 class InstancesIn(BaseModel):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_duration
 from forewarn.core.engine import EventChanged
 from forewarn.core.model import EventSource, EventType, parse_enum
@@ -17,13 +18,14 @@ class WaveIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     type: str = Field(default="Freeze", description="Freeze, Reboot or Redeploy")
     by: str = Field(default="update-domain", description="update-domain, fault-domain or host")
-    concurrency: int = Field(default=1, ge=1, le=MAX_CONCURRENCY,
+    concurrency: int = Field(default=1, strict=True, ge=1, le=MAX_CONCURRENCY,
                              description="units (domains or hosts) in flight at once")
     groups: list[str] = Field(default_factory=list,
                               description="scale sets, availability sets or VMs; the whole fleet when empty")
     source: str = "Platform"
     notice: str | None = Field(default=None, description="e.g. 15m; default: the type's notice")
-    duration_seconds: int | None = None
+    duration_seconds: int | None = Field(default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS,
+                                         description="DurationInSeconds; -1 means unknown")
     impact_window: str | None = None
     description: str | None = None
     name: str = Field(default="", max_length=200)

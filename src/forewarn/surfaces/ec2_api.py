@@ -584,7 +584,7 @@ class SigV4Verifier:
         if stamp is None and received.header("date") is not None:
             try:
                 stamp = parsedate_to_datetime(received.header("date")).astimezone(timezone.utc).strftime(SIGV4_TIME)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: a year-1 date east of UTC
                 stamp = None
         if stamp is None:
             raise _incomplete("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. "
@@ -645,7 +645,8 @@ class SigV4Verifier:
         # Against the wall clock (the simulated clock may be anywhere): a signed request within 15 minutes either way;
         # a presigned URL until it expires, and not signed more than 15 minutes ahead.
         now = datetime.fromtimestamp(self.wall(), timezone.utc)
-        late = now > signed_at + (MAX_SKEW if expires is None else timedelta(seconds=expires))
+        # Differences, not sums: a validly signed stamp of 9999-12-31 plus the skew would overflow a datetime.
+        late = now - signed_at > (MAX_SKEW if expires is None else timedelta(seconds=expires))
         if late or signed_at - now > MAX_SKEW:
             raise Ec2Error("RequestExpired", "Request has expired.")
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from forewarn.service.http1 import MAX_BODY, Http1Server
+from forewarn.service.http1 import MAX_BODY, Http1Server, Limits
 from forewarn.surfaces.http import DROP, TEXT, Later, Request
 
 
@@ -29,7 +29,7 @@ def address():
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     sock.setblocking(False)
-    server = Http1Server(echo, idle_timeout=1.0)
+    server = Http1Server(echo, Limits(idle_timeout=1.0))
     ready = threading.Event()
 
     def run():

@@ -118,7 +118,7 @@ def fit_to_descriptors(connections: int, share: float = 1.0) -> int:
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return connections
-    return max(16, min(connections, int((soft - RESERVED_DESCRIPTORS) * share)))
+    return min(connections, max(16, int((soft - RESERVED_DESCRIPTORS) * share)))
 
 
 class ConnectionBudget:

@@ -170,3 +170,8 @@ def test_limits_from_settings():
                       ("idle_timeout=0", "must be positive"), ("body_timeout=nan", "must be positive")):
         with pytest.raises(ValueError, match=said):
             Limits().updated([bad])
+
+
+def test_a_refused_body_gets_no_100_continue(address):
+    answer = exchange(address, b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+    assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n")

@@ -358,11 +358,14 @@ class _Connection(asyncio.Protocol):
         limits = self.shared.limits
         self.state = _BODY
         self.deadline = self.received_at + limits.body_timeout
+        expects = False
         for name, value in self.headers:
             if name == b"expect" and value.lower() == b"100-continue":
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                expects = True
             elif name == b"content-length" and value.isdigit() and int(value) > limits.max_body:
                 self._stop(413, b"request body too large")  # answer now rather than read a body we refuse
+        if expects:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         if self.body is None:

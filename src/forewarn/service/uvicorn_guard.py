@@ -58,11 +58,13 @@ class UvicornGuard:
                     connection.closing_since = now
                 elif connection.closing_since < idle_before:
                     transport.abort()  # its client does not read the last answer
-            elif connection.state:
+                continue
+            answering = connection.cycle is not None and not connection.cycle.response_complete
+            if connection.state == _BODY or (connection.state == _HEAD and not answering):
                 if connection.deadline < now:
                     connection.expire()
-            elif connection.cycle is not None and not connection.cycle.response_complete:
-                continue  # the application is answering
+            elif answering:
+                continue  # the application is answering (an earlier request, when the next one is arriving)
             elif connection.idle_since < idle_before:
                 transport.close()
 

@@ -41,7 +41,7 @@ SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 # ------------------------------------------------------------------------------------------------- the webhook
 def serve_webhook(port: int) -> None:
     """Run as ``--webhook PORT``: 200 to every POST; GET /count answers how many events arrived."""
-    from forewarn.service.http1 import Http1Server, listening_socket
+    from forewarn.service.http1 import Http1Server, Limits, listening_socket
     from forewarn.surfaces.http import JSON, Fresh
 
     received = {"events": 0, "requests": 0}
@@ -56,7 +56,7 @@ def serve_webhook(port: int) -> None:
         return ok
 
     async def main():
-        server = Http1Server(handle)
+        server = Http1Server(handle, Limits(connections_per_source=0))  # every delivery comes from one address
         await server.start([listening_socket("127.0.0.1", port)])
         await asyncio.Event().wait()
 

@@ -368,7 +368,8 @@ def start_forewarn(fleet_file: Path, tmp: Path, cpu: int | None) -> Forewarn:
     port, imds_port = free_port(), free_port()
     argv = [str(VENV_BIN / "forewarn"), "serve", "--fleet", str(fleet_file), "--db", ":memory:", "--clock", "manual",
             "--start", START, "--seed", "bench", "--port", str(port), "--imds-port", str(imds_port),
-            "--log-level", "warning"]
+            "--log-level", "warning",
+            "--imds-limit", "connections_per_source=0"]  # wrk's connections all come from one address
     proc = Proc("forewarn", pinned(cpu, argv), tmp / "forewarn.log")
     server = Forewarn(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{imds_port}{PATH}?{QUERY}")
     proc.wait_ready(server.control + "/healthz", 180)

@@ -1,13 +1,14 @@
 """The lean HTTP/1.1 server of the metadata endpoints, spoken to over raw sockets."""
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
 
 import pytest
 
-from forewarn.service.http1 import MAX_BODY, Http1Server
+from forewarn.service.http1 import MAX_BODY, Http1Server, Limits
 from forewarn.surfaces.http import DROP, TEXT, Later, Request
 
 
@@ -24,12 +25,18 @@ def echo(request: Request):
 
 @pytest.fixture
 def address():
+    with running(Limits(idle_timeout=1.0)) as bound:
+        yield bound
+
+
+@contextlib.contextmanager
+def running(limits: Limits):
     loop = asyncio.new_event_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     sock.setblocking(False)
-    server = Http1Server(echo, idle_timeout=1.0)
+    server = Http1Server(echo, limits)
     ready = threading.Event()
 
     def run():
@@ -121,3 +128,50 @@ def test_a_dropped_request_gets_no_answer(address):
             assert client.recv(65536) == b""
         except ConnectionResetError:
             pass  # an abort may arrive as a reset: either way, no answer
+
+
+def test_connections_over_the_total_cap_get_503_and_a_freed_slot_is_reused():
+    with running(Limits(connections=3, connections_per_source=0)) as address:
+        held = [socket.create_connection(address, timeout=5) for _ in range(3)]
+        try:
+            for client in held:  # all three admitted
+                client.sendall(b"GET /a HTTP/1.1\r\n\r\n")
+                assert client.recv(65536).startswith(b"HTTP/1.1 200 OK")
+            answer = exchange(address, b"GET /b HTTP/1.1\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+            assert answer.endswith(b"too many connections to this server (3)")
+            held.pop().close()
+            time.sleep(0.1)
+            assert exchange(address, b"GET /c HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 OK")
+        finally:
+            for client in held:
+                client.close()
+
+
+def test_a_refused_request_behind_a_delayed_answer_is_answered_after_it(address):
+    many = b"".join(b"X-%d: 1\r\n" % i for i in range(101))
+    answer = exchange(address, b"GET /slow HTTP/1.1\r\n\r\nGET /next HTTP/1.1\r\n" + many + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert answer.index(b"GET /slow  0 127.0.0.1 late") < answer.index(b"HTTP/1.1 431 Request Header Fields Too Large")
+    assert answer.endswith(b"more than 100 request headers")
+
+
+def test_trailers_count_against_the_header_bounds(address):
+    trailers = b"".join(b"X-%d: 1\r\n" % i for i in range(101))
+    answer = exchange(address, b"POST /t HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n" + trailers
+                      + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 431 ") and answer.endswith(b"more than 100 request headers")
+
+
+def test_limits_from_settings():
+    limits = Limits().updated(["header_timeout=2.5", "connections-per-source=0"])
+    assert (limits.header_timeout, limits.connections_per_source, limits.max_url) == (2.5, 0, 8192)
+    for bad, said in (("nope=1", "unknown limit 'nope'"), ("max_url=1.5", "max_url needs a number"),
+                      ("idle_timeout=0", "must be positive"), ("body_timeout=nan", "must be positive")):
+        with pytest.raises(ValueError, match=said):
+            Limits().updated([bad])
+
+
+def test_a_refused_body_gets_no_100_continue(address):
+    answer = exchange(address, b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+    assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n")

@@ -164,17 +164,24 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="Share of Event Grid publications delivered twice with the same id (seed 003), e.g. 0.01.")
 @click.option("--event-grid-no-retry", metavar="CODES",
               help="HTTP codes Event Grid does not retry but dead-letters at once (default 400,401,403,413).")
+@click.option("--imds-limit", "imds_limits", multiple=True, metavar="NAME=VALUE",
+              help="A bound of the metadata port's HTTP server, e.g. connections_per_source=256 for a load generator "
+              "or many simulated VMs on one address (names and defaults: docs/azure-imds.md, HTTP server limits).")
+@click.option("--api-limit", "api_limits", multiple=True, metavar="NAME=VALUE",
+              help="The same bounds for the control, ARM and EC2 API ports.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, access_file,
           resource_graph_retention, resource_graph_delay, event_grid_file, event_grid_dead_letters, event_grid_duplicates,
-          event_grid_no_retry, log_level) -> None:
+          event_grid_no_retry, imds_limits, api_limits, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet_document
     from forewarn.service.runtime import FleetMismatch, Maintenance
+    from forewarn.service.http1 import Limits
     from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
+    from forewarn.service.uvicorn_guard import MANAGEMENT_LIMITS
     from forewarn.surfaces.azure_access import AccessFileError, load_access
     from forewarn.surfaces.azure_resource_graph import ResourceGraphSettings
     from forewarn.eventgrid.config import EventGridFileError
@@ -223,12 +230,18 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         event_grid.attach(service)
     except (FleetFileError, StoreError, FleetMismatch, CoreError, AccessFileError, EventGridFileError) as error:
         _fail(str(error))
+    try:
+        metadata_limits = Limits().updated(imds_limits)
+        management_limits = MANAGEMENT_LIMITS.updated(api_limits)
+    except ValueError as error:
+        raise click.BadParameter(str(error), param_hint="--imds-limit/--api-limit")
     listeners = Listeners(control=(host, port), imds=(imds_host, imds_port), arm=(host, arm_port) if arm_port else None,
                           ec2_api=(host, ec2_port) if ec2_port else None)
     try:
         ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
         _event_loop_runner()(run_server(service, listeners, settings, ec2_settings, _key_pairs(ec2_credential),
-                                        azure=azure))
+                                        azure=azure, metadata_limits=metadata_limits,
+                                        management_limits=management_limits))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:

@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 import uvicorn
 
 from forewarn.eventgrid.service import EventGrid
-from forewarn.service.http1 import Http1Server, listening_socket
+from forewarn.service.http1 import Http1Server, Limits, listening_socket
 from forewarn.service.outbox import OutboxSender
 from forewarn.service.runtime import Maintenance
+from forewarn.service.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
 from forewarn.store import StoreError
 from forewarn.surfaces.azure_access import AccessControl
 from forewarn.surfaces.azure_arm import ArmApi
@@ -166,11 +167,12 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
 
 async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings,
                 ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None,
-                announce=print, azure: AzureManagementSettings = AzureManagementSettings()) -> None:
+                announce=print, azure: AzureManagementSettings = AzureManagementSettings(),
+                metadata_limits: Limits = Limits(), management_limits: Limits = MANAGEMENT_LIMITS) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
     server."""
     built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure)
-    metadata = Http1Server(built.metadata.handle)
+    metadata = Http1Server(built.metadata.handle, metadata_limits)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
     event_grid = azure.event_grid
@@ -178,8 +180,11 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
     sender = asyncio.create_task(OutboxSender(service, policies=policies).run())
     if event_grid is not None:  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
+    guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    sweeper = asyncio.create_task(guard.run())
     config = uvicorn.Config(
         built.management_app,
+        http=guard.protocol,
         lifespan="off",
         access_log=False,
         server_header=False,
@@ -193,6 +198,7 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
     finally:
         timer.cancel()
         sender.cancel()
+        sweeper.cancel()
         await metadata.close()
 
 

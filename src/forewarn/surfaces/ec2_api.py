@@ -58,6 +58,7 @@ from forewarn.core.engine import Engine
 from forewarn.core.errors import Conflict, CoreError, NotFound
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
+from forewarn.surfaces.browser_guard import BrowserGuard, Refusal
 
 log = logging.getLogger("forewarn.ec2api")
 
@@ -717,9 +718,20 @@ def _received(request: Request, body: bytes) -> Received:
 
 
 # ------------------------------------------------------------------------------------------------------- the API
+# The browser guard's refusals in EC2's codes: a Host it does not answer to is a bad request; a request from a web
+# page of another origin is not authorized.
+_GUARD_CODES = {"InvalidHost": "InvalidRequest", "CrossOriginRequest": "UnauthorizedOperation"}
+
+
+def _guard_error(refusal: Refusal) -> Ec2Error:
+    return Ec2Error(_GUARD_CODES.get(refusal.code, refusal.code), refusal.message, refusal.status)
+
+
 class Ec2Api:
-    def __init__(self, service: Maintenance, credentials: dict[str, str] | None = None):
+    def __init__(self, service: Maintenance, credentials: dict[str, str] | None = None,
+                 guard: BrowserGuard | None = None):
         self.service = service
+        self.guard = guard
         # None: signatures are not verified (any credentials, or none, are accepted).
         self.verifier = None if credentials is None else SigV4Verifier(credentials, lambda: self.service.wall())
         self._order_key: tuple[int, int] | None = None
@@ -746,6 +758,9 @@ class Ec2Api:
     async def endpoint(self, request: Request) -> Response:
         request_id = str(uuid.uuid4())
         try:
+            refusal = self.guard.check(request.method, request.headers) if self.guard is not None else None
+            if refusal is not None:
+                raise _guard_error(refusal)
             if request.method not in ("GET", "POST", "HEAD"):
                 raise Ec2Error("MethodNotAllowed", f"The HTTP method {request.method} is not supported; use POST or GET.",
                                405)
@@ -1333,12 +1348,14 @@ class Ec2Api:
                                        self.engine.notification_attributes, request_id)
 
 
-def create_ec2_app(service: Maintenance, credentials: dict[str, str] | None = None) -> Starlette:
+def create_ec2_app(service: Maintenance, credentials: dict[str, str] | None = None,
+                   guard: BrowserGuard | None = None) -> Starlette:
     """The EC2 Query API over ``service``, as an ASGI app (serve it as an EC2 endpoint).
 
     ``credentials`` (access key ID → secret access key): verify every request's SigV4 signature against them
-    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none."""
-    api = Ec2Api(service, credentials)
+    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none.
+    ``guard``: refuse what web pages send (browser_guard.py) before anything else."""
+    api = Ec2Api(service, credentials, guard)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # other methods are answered in EC2's shape
     app = Starlette(routes=[Route("/{path:path}", api.endpoint, methods=methods)])
     app.state.ec2 = api

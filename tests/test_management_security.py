@@ -427,3 +427,26 @@ def test_deliveries_never_reach_forewarn_itself(tmp_path):
         assert "leads to this forewarn server itself" in server.log_path.read_text()
     finally:
         server.stop()
+
+
+def test_endpoints_named_by_dns_still_receive_handshakes_and_deliveries(server, tmp_path):
+    """A webhook reached through a name (resolved and checked when sent, then sent to the checked address with the
+    original Host) gets the handshake and the events as before."""
+    from test_eventgrid import Webhook, wait_for
+
+    hook = Webhook(tmp_path).start()
+    try:
+        assert httpx.put(topic_url(server), params={"api-version": EVENTGRID_API}, json={
+            "location": "global", "properties": {"source": f"/subscriptions/{SUB}", "topicType":
+                                                 "Microsoft.ResourceNotifications.MaintenanceResources"}}
+                         ).status_code == 201
+        endpoint = f"http://localhost:{hook.port}/named"
+        made = put_subscription(server, "named", endpoint)
+        assert made.status_code == 201 and made.json()["properties"]["provisioningState"] == "Succeeded", made.text
+        [handshake] = hook.requests("/named", kind="SubscriptionValidation")
+        assert handshake["headers"]["host"] == f"localhost:{hook.port}"
+        server.schedule(type="Freeze", vms=["central-vm"])
+        assert wait_for(lambda: len(hook.events("/named")) == 1)
+        assert hook.requests("/named")[0]["headers"]["host"] == f"localhost:{hook.port}"
+    finally:
+        hook.stop()

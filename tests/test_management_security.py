@@ -450,3 +450,44 @@ def test_endpoints_named_by_dns_still_receive_handshakes_and_deliveries(server, 
         assert hook.requests("/named")[0]["headers"]["host"] == f"localhost:{hook.port}"
     finally:
         hook.stop()
+
+
+# ============================================================================================== pure: the guard
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from forewarn.surfaces.browser_guard import BrowserGuard, HostNames  # noqa: E402
+
+HEADER_TEXT = st.one_of(st.none(), st.text(max_size=40),
+                        st.sampled_from(["127.0.0.1:8170", "[::1]:8170", "localhost", "evil.example", "null",
+                                         "http://127.0.0.1:8170", "text/plain; charset=x", "same-origin"]))
+
+
+@settings(max_examples=300, deadline=200)
+@given(method=st.sampled_from(["GET", "POST", "PUT", "OPTIONS"]), host=HEADER_TEXT, origin=HEADER_TEXT,
+       site=HEADER_TEXT, content_type=HEADER_TEXT)
+def test_property_the_guard_answers_any_headers_without_failing(method, host, origin, site, content_type):
+    headers = {name: value for name, value in (("host", host), ("origin", origin), ("sec-fetch-site", site),
+                                                ("content-type", content_type)) if value is not None}
+    refusal = BrowserGuard(HostNames(), json_api=True).check(method, headers)
+    assert refusal is None or refusal.status in (400, 403, 415)
+    if origin is not None and refusal is None:  # an Origin passes only when it names the Host it came to
+        assert host is not None and origin.startswith(("http://", "https://"))
+
+
+def test_host_names_by_rule():
+    hosts = HostNames(allowed=[".lab.test", "Forewarn.Test."], own=["0.0.0.0"])
+    for name in ("localhost", "LOCALHOST.", "api.localhost", "127.0.0.1", "127.9.9.9", "::1", "10.1.2.3", "fe80::1",
+                 "forewarn.test", "lab.test", "a.b.lab.test"):
+        assert hosts.allows(name), name
+    for name in ("evil.example", "127.0.0.1.nip.io", "0x7f.1", "localhost.evil.example", "xlab.test", ""):
+        assert not hosts.allows(name), name
+    assert HostNames(allowed=["*"]).allows("anything.example")
+    guard = BrowserGuard(hosts, json_api=False)
+    assert guard.check("POST", {"host": "127.0.0.1:8172", "content-type": "application/x-www-form-urlencoded"}) is None
+    assert guard.check("GET", {"host": "localhost:8170", "origin": "http://localhost:8170"}) is None
+    assert guard.check("GET", {"host": "localhost", "origin": "http://localhost:80"}) is None
+    assert guard.check("GET", {"host": "localhost:8170", "origin": "http://localhost:8171"}).code == "CrossOriginRequest"
+    assert guard.check("GET", {"host": "localhost:8170", "origin": "https://localhost:8170"}) is None
+    assert guard.check("GET", {"origin": "http://localhost:8170"}).code == "CrossOriginRequest"  # no Host to match
+    assert guard.check("GET", {"host": "a:b:c"}).code == "InvalidHost"

@@ -25,7 +25,9 @@ JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON."
 
 
 def _client(ctx: click.Context) -> ControlClient:
-    return ControlClient(ctx.find_root().params["server"])
+    root = ctx.find_root().params
+    token = root.get("control_token")
+    return ControlClient(root["server"], headers={"Authorization": f"Bearer {token}"} if token else None)
 
 
 def _fail(message: str) -> None:
@@ -58,8 +60,10 @@ Start a server with the demo fleet on a hand-moved clock, then drive it from ano
 Docs: docs/ in the source tree (control.md lists every command and endpoint).""")
 @click.option("--server", envvar="FOREWARN_SERVER", default=DEFAULT_SERVER, show_default=True,
               help="Control API of the server to drive (env FOREWARN_SERVER).")
+@click.option("--control-token", envvar="FOREWARN_CONTROL_TOKEN", metavar="TOKEN",
+              help="The server's control token, when it has one (env FOREWARN_CONTROL_TOKEN).")
 @click.version_option(__version__, prog_name="forewarn")
-def cli(server: str) -> None:
+def cli(server: str, control_token: str | None) -> None:
     """forewarn: cloud maintenance notifications (Azure Scheduled Events), self-hosted, on a clock you control."""
 
 
@@ -169,18 +173,26 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               "or many simulated VMs on one address (names and defaults: docs/azure-imds.md, HTTP server limits).")
 @click.option("--api-limit", "api_limits", multiple=True, metavar="NAME=VALUE",
               help="The same bounds for the control, ARM and EC2 API ports.")
+@click.option("--control-token", envvar="FOREWARN_CONTROL_TOKEN", metavar="TOKEN",
+              help="Require 'Authorization: Bearer TOKEN' on the control API (env FOREWARN_CONTROL_TOKEN, which keeps "
+              "it out of the process list); needed when --host is beyond loopback.")
+@click.option("--insecure", is_flag=True,
+              help="Let the control API listen beyond loopback without --control-token (warned about loudly).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Another Host name the control, ARM and EC2 ports answer to (repeatable; .example.com: a domain "
+              "and its subdomains; *: any). Loopback names and IP addresses are always answered.")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, access_file,
           resource_graph_retention, resource_graph_delay, event_grid_file, event_grid_dead_letters, event_grid_duplicates,
-          event_grid_no_retry, imds_limits, api_limits, log_level) -> None:
+          event_grid_no_retry, imds_limits, api_limits, control_token, insecure, allowed_hosts, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet_document
     from forewarn.service.runtime import FleetMismatch, Maintenance
     from forewarn.service.http1 import Limits
-    from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
+    from forewarn.service.server import AzureManagementSettings, Listeners, PortAccess, serve as run_server
     from forewarn.service.uvicorn_guard import MANAGEMENT_LIMITS
     from forewarn.surfaces.azure_access import AccessFileError, load_access
     from forewarn.surfaces.azure_resource_graph import ResourceGraphSettings
@@ -190,8 +202,18 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
     from forewarn.surfaces.azure_imds import PROFILES
     from forewarn.surfaces.ec2_imds import Ec2ImdsSettings
     from forewarn.surfaces.control import parse_time
+    from forewarn.surfaces.control_access import exposure
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if control_token is not None and (not control_token.strip() or control_token != control_token.strip()):
+        raise click.BadParameter("expected a non-empty token without leading or trailing spaces",
+                                 param_hint="--control-token")
+    refusal, warnings = exposure(host, control_token, insecure, open_arm=bool(arm_port) and not access_file,
+                                 open_ec2=bool(ec2_port) and not ec2_credential)
+    if refusal is not None:
+        _fail(f"refusing to start: {refusal}")
+    for warning in warnings:
+        logging.getLogger("forewarn.server").warning(warning)
     settings = PROFILES[imds_profile]
     overrides = {"unknown_event_ids": unknown_event_ids, "rate_limit": rate_limit, "while_down": while_down,
                  "first_call_delay": _seconds(first_call_delay, "--first-call-delay")}
@@ -241,7 +263,8 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
         _event_loop_runner()(run_server(service, listeners, settings, ec2_settings, _key_pairs(ec2_credential),
                                         azure=azure, metadata_limits=metadata_limits,
-                                        management_limits=management_limits))
+                                        management_limits=management_limits,
+                                        access=PortAccess(tuple(allowed_hosts), control_token)))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:

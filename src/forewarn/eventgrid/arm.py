@@ -248,6 +248,7 @@ class EventGridArm:
         candidate = parse_subscription_body(body, topic.id, existing.name if existing else name, now)
         if existing is not None:
             candidate = replace(candidate, origin=existing.origin, skip_validation=existing.skip_validation)
+        await self.eventgrid.check_endpoint(candidate)  # with or without a handshake to come
         skip = call.request.headers.get(SKIP_VALIDATION_HEADER, "").lower() == "true"
         if skip or not candidate.revalidates(existing):
             stored = replace(candidate, state=SUCCEEDED)

@@ -38,6 +38,7 @@ from forewarn.eventgrid.filters import MISSING, lookup
 from forewarn.eventgrid.model import AWAITING_MANUAL_ACTION, CLOUD_EVENT_SCHEMA, FAILED, EventSubscription
 from forewarn.eventgrid.registry import EventGridRegistry
 from forewarn.eventgrid.settings import EventGridSettings
+from forewarn.service.own_listeners import OwnListeners, SelfTarget
 from forewarn.service.runtime import Maintenance
 from forewarn.store import Attempt, Delivery, SQLStore
 
@@ -122,6 +123,7 @@ class EventGridDelivery:
         self.service = service  # its clock, store and seed
         self.registry = registry
         self.settings = settings
+        self.own: OwnListeners | None = None  # this server's listeners: never a destination (EventGrid.keep_away_from)
 
     @property
     def store(self) -> SQLStore:
@@ -191,7 +193,12 @@ class EventGridDelivery:
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> Outcome:
         try:
+            if self.own is not None:
+                target = await self.own.destination(url)
+                url, headers = target.url, {**headers, **target.headers}
             response = await client.post(url, content=body, headers=headers, timeout=self.settings.delivery_timeout)
+        except SelfTarget as refused:
+            return Outcome(False, None, "Aborted", f"refused: {refused}")
         except httpx.TimeoutException:
             return Outcome(False, None, "TimedOut", f"no answer within {self.settings.delivery_timeout:g} s")
         except httpx.ConnectError as failure:

@@ -32,7 +32,9 @@ from forewarn.eventgrid.model import (
     EventSubscription,
     PendingValidation,
     SystemTopic,
+    invalid_subscription,
 )
+from forewarn.service.own_listeners import Destination, OwnListeners, SelfTarget
 from forewarn.surfaces.azure_arm import ArmError
 
 log = logging.getLogger("forewarn.eventgrid")
@@ -65,12 +67,28 @@ class Validated:
     validation: PendingValidation | None = None
 
 
+ENDPOINT_MEMBER = "properties.destination.properties.endpointUrl"
+
+
+async def checked_endpoint(url: str, own: OwnListeners | None) -> Destination:
+    """Where to send a request for the subscription endpoint ``url``; Event Grid's 400 for a subscription request
+    when it leads back to this server (service/own_listeners.py)."""
+    if own is None:
+        return Destination(url)
+    try:
+        return await own.destination(url)
+    except SelfTarget as refused:
+        raise invalid_subscription(str(refused), ENDPOINT_MEMBER) from None
+
+
 async def validate(subscription: EventSubscription, topic: SystemTopic, *, seed: str, now: datetime,
-                   public_base: str, timeout: float, window) -> Validated:
-    """Run the handshake for ``subscription``; raise the ``Url validation`` ArmError if the endpoint refuses it."""
+                   public_base: str, timeout: float, window, own: OwnListeners | None = None) -> Validated:
+    """Run the handshake for ``subscription``; raise the ``Url validation`` ArmError if the endpoint refuses it, and
+    Event Grid's InvalidRequest if it is this server's own (``own``: its listeners)."""
     url = subscription.destination.endpoint_url
+    target = await checked_endpoint(url, own)
     if subscription.schema == CLOUD_EVENT_SCHEMA:
-        await _options_handshake(url, subscription, timeout)
+        await _options_handshake(url, target, subscription, timeout)
         log.info("event subscription %s: CloudEvents handshake with %s succeeded", subscription.name, url)
         return Validated(SUCCEEDED)
     code = derived_guid(seed, "validation-code", subscription.key, now.isoformat())
@@ -86,7 +104,7 @@ async def validate(subscription: EventSubscription, topic: SystemTopic, *, seed:
     }
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
-            response = await client.post(url, content=body, headers=headers)
+            response = await client.post(target.url, content=body, headers={**headers, **target.headers})
     except httpx.HTTPError as failure:
         log.info("event subscription %s: validation POST to %s failed: %s", subscription.name, url,
                  f"{failure.__class__.__name__}: {failure}")
@@ -114,11 +132,11 @@ def _echoed(response: httpx.Response) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def _options_handshake(url: str, subscription: EventSubscription, timeout: float) -> None:
-    headers = {"webhook-request-origin": ORIGIN, "webhook-request-rate": "120"}
+async def _options_handshake(url: str, target: Destination, subscription: EventSubscription, timeout: float) -> None:
+    headers = {"webhook-request-origin": ORIGIN, "webhook-request-rate": "120", **target.headers}
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:
-            response = await client.options(url, headers=headers)
+            response = await client.options(target.url, headers=headers)
     except httpx.HTTPError as failure:
         log.info("event subscription %s: validation OPTIONS to %s failed: %s", subscription.name, url,
                  f"{failure.__class__.__name__}: {failure}")

@@ -21,11 +21,12 @@ from datetime import datetime
 from forewarn.core.ids import derived_guid
 from forewarn.eventgrid.config import EventGridFile, EventGridFileError
 from forewarn.eventgrid.delivery import EventGridDelivery
-from forewarn.eventgrid.handshake import validate
+from forewarn.eventgrid.handshake import checked_endpoint, validate
 from forewarn.eventgrid.model import SUCCEEDED, EventSubscription, SystemTopic
 from forewarn.eventgrid.publish import eventgrid_outbox
 from forewarn.eventgrid.registry import EventGridRegistry
 from forewarn.eventgrid.settings import EventGridSettings
+from forewarn.service.own_listeners import OwnListeners
 from forewarn.service.runtime import Maintenance
 from forewarn.store import SQLStore
 from forewarn.surfaces.azure_arm import ArmError
@@ -50,6 +51,7 @@ class EventGrid:
         self._to_validate: list[EventSubscription] = []
         self._validating: asyncio.Task | None = None
         self._azure_subscriptions: dict[str, str] | None = None
+        self.own: OwnListeners | None = None  # the server's listeners, once it listens (keep_away_from)
 
     # ----------------------------------------------------------------------------------------------- set-up
     def attach(self, service: Maintenance) -> None:
@@ -67,6 +69,17 @@ class EventGrid:
             for vm in self.service.engine.fleet.vms.values():
                 self._azure_subscriptions.setdefault(vm.subscription_id.lower(), vm.subscription_id)
         return self._azure_subscriptions.get(text.lower())
+
+    def keep_away_from(self, own: OwnListeners) -> None:
+        """Refuse subscriptions whose endpoint is this server, and never send a handshake or delivery to it."""
+        self.own = own
+        if self.delivery is not None:
+            self.delivery.own = own
+
+    async def check_endpoint(self, subscription: EventSubscription) -> None:
+        """Event Grid's 400 for a subscription whose endpoint leads back to this server (checked again at send
+        time)."""
+        await checked_endpoint(subscription.destination.endpoint_url, self.own)
 
     def register(self, management: ManagementApi) -> None:
         """Serve Microsoft.EventGrid and the validation URL on the ARM port (surfaces/azure_management.py)."""
@@ -140,7 +153,8 @@ class EventGrid:
         topic = self.registry.topics[subscription.topic_key]
         now = self.now()
         outcome = await validate(subscription, topic, seed=self.service.engine.seed, now=now, public_base=public_base,
-                                 timeout=self.settings.handshake_timeout, window=self.settings.validation_window)
+                                 timeout=self.settings.handshake_timeout, window=self.settings.validation_window,
+                                 own=self.own)
         if subscription.topic_key not in self.registry.topics:  # deleted while we waited for the subscriber
             raise ArmError(404, "ResourceNotFound", f"The system topic {topic.id} was deleted meanwhile.")
         stored = replace(subscription, state=outcome.state, validation=outcome.validation, failure=None)

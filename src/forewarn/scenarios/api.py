@@ -28,10 +28,13 @@ class Unreachable(Exception):
 
 
 class Api:
-    def __init__(self, control: str, ec2: str | None = None, timeout: float = 30.0):
+    def __init__(self, control: str, ec2: str | None = None, timeout: float = 30.0, token: str | None = None):
+        """``token``: the server's control token (``forewarn serve --control-token``), sent on control API requests
+        only (the EC2 port has credentials of its own)."""
         self.control = control.rstrip("/")
         self.ec2 = ec2.rstrip("/") if ec2 else None
         self._http = httpx.Client(timeout=timeout)
+        self._control_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def close(self) -> None:
         self._http.close()
@@ -44,6 +47,7 @@ class Api:
 
     def request(self, method: str, path: str, body: dict | None = None, **params) -> Any:
         kwargs: dict = {"params": params} if params else {}
+        kwargs["headers"] = self._control_headers
         if body is not None:
             kwargs["json"] = body
         response = self._send(method, f"{self.control}{path}", **kwargs)
@@ -67,7 +71,7 @@ class Api:
     def document(self, vm: str) -> str:
         """The exact bytes the VM's IMDS serves now (GET /v1/vms/{vm}/scheduledevents)."""
         response = self._send("GET", f"{self.control}/v1/vms/{vm}/scheduledevents",
-                              params={"api-version": SCHEDULED_EVENTS_VERSION})
+                              params={"api-version": SCHEDULED_EVENTS_VERSION}, headers=self._control_headers)
         if response.status_code >= 400:
             raise ApiError(response.status_code, "HTTP", response.text[:500])
         return response.text

@@ -136,7 +136,8 @@ def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed
     options = RunOptions(mode=mode, speed=speed or 1.0, max_moves=max_moves, timeout=timeout)
     try:
         timeline = run_scenario(resolved, server=server_url, ec2_url=ec2_url if server_url else None,
-                                options=options, seed=seed, emit=emit)
+                                options=options, seed=seed, emit=emit,
+                                control_token=root.params.get("control_token") if server_url else None)
     except ServerError as error:
         _fail(str(error))
     report = click.echo if not to_stdout else (lambda line: click.echo(line, err=True))

@@ -536,14 +536,15 @@ def _describe(step: Step) -> str:
 
 def run_scenario(scenario: Scenario, server: str | None = None, ec2_url: str | None = None,
                  options: RunOptions | None = None, seed: str | None = None,
-                 emit: Callable[[str], None] | None = None) -> dict:
-    """Run a resolved scenario: on ``server`` (its control API URL) when given, otherwise on a private server
-    started for the run (in-memory database, the scenario's fleet, ``seed`` for reproducible EventIds)."""
+                 emit: Callable[[str], None] | None = None, control_token: str | None = None) -> dict:
+    """Run a resolved scenario: on ``server`` (its control API URL, with its ``control_token`` if it has one) when
+    given, otherwise on a private server started for the run (in-memory database, the scenario's fleet, ``seed`` for
+    reproducible EventIds)."""
     from forewarn.scenarios.server import DEFAULT_SEED, PrivateServer
 
     options = options or RunOptions()
     if server is not None:
-        api = Api(server, ec2_url)
+        api = Api(server, ec2_url, token=control_token)
         try:
             info = {"server": server, "ec2_url": ec2_url, "private_server": False, "seed": None}
             return Runner(scenario, api, options, emit, info).run()

@@ -27,6 +27,7 @@ def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: flo
     API answers ``/healthz``. Raises :class:`ServerError` with the end of the log if it exits or stays silent."""
     package_root = str(Path(__file__).resolve().parent.parent.parent)  # the directory holding `forewarn`
     env = dict(os.environ)
+    env.pop("FOREWARN_CONTROL_TOKEN", None)  # the server's options are the caller's args, not this shell's token
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     with open(log_path, "ab") as log:
         process = subprocess.Popen([sys.executable, "-m", "forewarn", "serve", *args], stdout=log,

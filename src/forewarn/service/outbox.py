@@ -21,6 +21,7 @@ from typing import Iterable, Protocol
 
 import httpx
 
+from forewarn.service.own_listeners import OwnListeners, SelfTarget
 from forewarn.service.runtime import Maintenance
 from forewarn.store import Attempt, Delivery, StoreError
 
@@ -50,8 +51,9 @@ class WebhookPolicy:
 
     kind = "webhook"
 
-    def __init__(self, service: Maintenance):
+    def __init__(self, service: Maintenance, own: OwnListeners | None = None):
         self.service = service
+        self.own = own  # this server's listeners: never a webhook's destination
 
     async def deliver(self, client: httpx.AsyncClient, deliveries: list[Delivery]) -> None:
         for delivery in deliveries:
@@ -61,10 +63,14 @@ class WebhookPolicy:
         attempts = delivery.attempts + 1
         error = None
         try:
-            response = await client.post(delivery.target, content=delivery.payload,
-                                         headers={"content-type": "application/json"})
+            target = await self.own.destination(delivery.target) if self.own is not None else None
+            response = await client.post(target.url if target else delivery.target, content=delivery.payload,
+                                         headers={"content-type": "application/json",
+                                                  **(target.headers if target else {})})
             if not 200 <= response.status_code < 300:
                 error = f"HTTP {response.status_code}"
+        except SelfTarget as refused:
+            error = f"refused: {refused}"
         except httpx.HTTPError as failure:
             error = f"{failure.__class__.__name__}: {failure}"
         now = self.service.now()
@@ -81,10 +87,11 @@ class WebhookPolicy:
 
 
 class OutboxSender:
-    def __init__(self, service: Maintenance, timeout: float = 10.0, policies: Iterable[SendingPolicy] = ()):
+    def __init__(self, service: Maintenance, timeout: float = 10.0, policies: Iterable[SendingPolicy] = (),
+                 own: OwnListeners | None = None):
         self.service = service
         self.timeout = timeout
-        self.policies: dict[str, SendingPolicy] = {"webhook": WebhookPolicy(service)}
+        self.policies: dict[str, SendingPolicy] = {"webhook": WebhookPolicy(service, own)}
         for policy in policies:
             self.policies[policy.kind] = policy
         self._wake = asyncio.Event()

@@ -20,6 +20,7 @@ import uvicorn
 from forewarn.eventgrid.service import EventGrid
 from forewarn.service.http1 import Http1Server, Limits, listening_socket
 from forewarn.service.outbox import OutboxSender
+from forewarn.service.own_listeners import OwnListeners
 from forewarn.service.runtime import Maintenance
 from forewarn.service.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
 from forewarn.store import StoreError
@@ -29,11 +30,13 @@ from forewarn.surfaces.azure_maintenance import MaintenanceApi
 from forewarn.surfaces.azure_resource_graph import ResourceGraphApi, ResourceGraphSettings
 from forewarn.surfaces.azure_management import ManagementApi, create_management_app
 from forewarn.surfaces.azure_imds import AzureImds, ImdsSettings
+from forewarn.surfaces.browser_guard import BrowserGuard, HostNames
 from forewarn.surfaces.callers import CallerResolver
 from forewarn.surfaces.ec2_api import create_ec2_app
 from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.surfaces.http import Request
 from forewarn.surfaces.control import create_control_app
+from forewarn.surfaces.control_access import ControlGate
 
 log = logging.getLogger("forewarn.server")
 
@@ -123,9 +126,18 @@ class AzureManagementSettings:
     event_grid: EventGrid | None = None  # Microsoft.EventGrid system topics (eventgrid/service.py)
 
 
+@dataclass(frozen=True)
+class PortAccess:
+    """Who the control, ARM and EC2 ports answer: the Host names beyond the default ones (surfaces/browser_guard.py)
+    and the control API's token (surfaces/control_access.py)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    control_token: str | None = None
+
+
 def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings = ImdsSettings(),
           ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None,
-          azure: AzureManagementSettings = AzureManagementSettings()) -> Built:
+          azure: AzureManagementSettings = AzureManagementSettings(), access: PortAccess = PortAccess()) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
     management_sockets = [listening_socket(*listeners.control)]
@@ -151,16 +163,19 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
                     log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     imds = AzureImds(service, resolver, imds_settings)
-    apps = {listeners.control[1]: create_control_app(service, imds=imds)}
+    hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
+    json_guard = BrowserGuard(hosts, json_api=True)
+    apps = {listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)}
     if listeners.arm is not None:
-        arm = ManagementApi(ArmApi(service), azure.access)
+        arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
         arm.add_provider("microsoft.resourcegraph", ResourceGraphApi(service, azure.resource_graph).handle)
         if azure.event_grid is not None:
             azure.event_grid.register(arm)
         apps[listeners.arm[1]] = create_management_app(arm)
     if listeners.ec2_api is not None:
-        apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials)
+        apps[listeners.ec2_api[1]] = create_ec2_app(service, credentials=ec2_credentials,
+                                                    guard=BrowserGuard(hosts, json_api=False))
     return Built(ByPort(apps), management_sockets, imds, imds_sockets,
                  MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)))
 
@@ -168,17 +183,20 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
 async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsSettings,
                 ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(), ec2_credentials: dict[str, str] | None = None,
                 announce=print, azure: AzureManagementSettings = AzureManagementSettings(),
-                metadata_limits: Limits = Limits(), management_limits: Limits = MANAGEMENT_LIMITS) -> None:
+                metadata_limits: Limits = Limits(), management_limits: Limits = MANAGEMENT_LIMITS,
+                access: PortAccess = PortAccess()) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
     server."""
-    built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure)
+    built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure, access)
+    own = own_listeners(built, listeners)
     metadata = Http1Server(built.metadata.handle, metadata_limits)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
     event_grid = azure.event_grid
     policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
-    sender = asyncio.create_task(OutboxSender(service, policies=policies).run())
-    if event_grid is not None:  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
+    sender = asyncio.create_task(OutboxSender(service, policies=policies, own=own).run())
+    if event_grid is not None:
+        event_grid.keep_away_from(own)  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
     sweeper = asyncio.create_task(guard.run())
@@ -200,6 +218,18 @@ async def serve(service: Maintenance, listeners: Listeners, imds_settings: ImdsS
         sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
+    """Every port this server listens on, named for the messages of refused outgoing requests."""
+    roles = {port: f"the metadata endpoint of {name}" for port, name in listeners.vm_ports.items()}
+    roles[listeners.imds[1]] = "the metadata endpoint"
+    if listeners.ec2_api is not None:
+        roles[listeners.ec2_api[1]] = "the EC2 API"
+    if listeners.arm is not None:
+        roles[listeners.arm[1]] = "the ARM port"
+    roles[listeners.control[1]] = "the control API"
+    return OwnListeners.of([*built.management_sockets, *built.imds_sockets], roles)
 
 
 def describe(service: Maintenance, listeners: Listeners) -> str:

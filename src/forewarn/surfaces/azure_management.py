@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from forewarn.surfaces.azure_access import AccessControl, Principal
 from forewarn.surfaces.azure_arm import ArmApi, ArmError, answered
+from forewarn.surfaces.browser_guard import BrowserGuard
 
 METHODS = ["GET", "PUT", "PATCH", "POST", "DELETE", "HEAD", "OPTIONS"]
 
@@ -60,9 +61,10 @@ Provider = Callable[[ManagementCall], Awaitable[Response]]
 
 
 class ManagementApi:
-    def __init__(self, compute: ArmApi, access: AccessControl | None = None):
+    def __init__(self, compute: ArmApi, access: AccessControl | None = None, guard: BrowserGuard | None = None):
         self.compute = compute
         self.access = access
+        self.guard = guard  # refuses what web pages send (browser_guard.py); before any provider, public ones too
         self.providers: dict[str, Provider] = {}  # lower-case namespace -> handler
         self.public: dict[str, Provider] = {}  # first path segment -> handler, no token needed
 
@@ -76,6 +78,9 @@ class ManagementApi:
         return await answered(request, lambda: self._route(request))
 
     async def _route(self, request: Request) -> Response:
+        refusal = self.guard.check(request.method, request.headers) if self.guard is not None else None
+        if refusal is not None:
+            raise ArmError(refusal.status, refusal.code, refusal.message)
         segments = [part for part in request.scope["path"].split("/") if part]
         lower = [part.lower() for part in segments]
         public = self.public.get(lower[0]) if lower else None

@@ -58,6 +58,7 @@ from forewarn.core.engine import Engine
 from forewarn.core.errors import Conflict, CoreError, NotFound
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
+from forewarn.surfaces.browser_guard import BrowserGuard, Refusal
 
 log = logging.getLogger("forewarn.ec2api")
 
@@ -81,7 +82,6 @@ _AUTH_PARAMS = frozenset({
     "X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders", "X-Amz-Signature",
     "X-Amz-Security-Token", "X-Amz-Content-Sha256",
 })
-_CREDENTIAL_REGION = re.compile(r"Credential=[^/,\s]*/\d{8}/([^/,\s]+)/")
 
 _REBOOTS = (Ec2Code.INSTANCE_REBOOT, Ec2Code.SYSTEM_REBOOT)
 
@@ -374,10 +374,20 @@ async def _read_params(request: Request) -> Params:
                            f"The request has more than {MAX_FIELDS} parameters") from None
         for name, value in pairs:
             values.setdefault(name, value)
-    match = _CREDENTIAL_REGION.search(request.headers.get("authorization", ""))
-    if match is None and "X-Amz-Credential" in values:  # a presigned URL
-        match = _CREDENTIAL_REGION.search("Credential=" + values["X-Amz-Credential"])
-    return Params(values, match.group(1) if match else None)
+    return Params(values, _signed_region(request, values))
+
+
+def _signed_region(request: Request, values: dict[str, str]) -> str | None:
+    """The region of the credential scope the request is signed with: the ``Credential=`` component of the SigV4
+    ``Authorization`` header, or else the ``X-Amz-Credential`` parameter of query-string auth (the query string's
+    wins over the body's, so a verified presigned URL is read as verified); never any other text of the header. A
+    malformed header or scope is refused (IncompleteSignature), whether signatures are verified or not."""
+    authorization = request.headers.get("authorization")
+    if authorization is not None:
+        return parse_authorization(authorization).scope.region
+    if "X-Amz-Credential" in values:
+        return credential_scope(values["X-Amz-Credential"]).region
+    return None
 
 
 _INSTANCE_ID_N = re.compile(r"^InstanceId\.([1-9]\d{0,5})$")
@@ -496,6 +506,65 @@ def _mismatch() -> Ec2Error:
 
 
 @dataclass(frozen=True)
+class CredentialScope:
+    """``ACCESS_KEY/DATE/REGION/SERVICE/aws4_request``, the part of a SigV4 signature that names who signed, where."""
+
+    access_key: str
+    date: str
+    region: str
+    service: str
+
+
+def credential_scope(credential: str) -> CredentialScope:
+    parts = credential.split("/")
+    if len(parts) != 5 or parts[4] != "aws4_request" or not all(parts):
+        raise _incomplete(f"Credential should be of the form ACCESS_KEY/DATE/REGION/SERVICE/aws4_request; "
+                          f"got '{credential}'.")
+    return CredentialScope(*parts[:4])
+
+
+@dataclass(frozen=True)
+class SigV4Header:
+    scope: CredentialScope
+    credential: str
+    signed_headers: str
+    signature: str
+
+
+_HEADER_COMPONENTS = ("Credential", "SignedHeaders", "Signature")
+
+
+def parse_authorization(authorization: str) -> SigV4Header:
+    """``AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=...``, read strictly: exactly these three
+    components, each once, named exactly. A lenient reading would let unsigned text stand in for the signed scope
+    (a ``XCredential=`` component ahead of the real one, say), and the region is read from that scope."""
+    algorithm, _, rest = authorization.strip().partition(" ")
+    if algorithm != "AWS4-HMAC-SHA256":
+        raise _incomplete(f"Unsupported AWS 'algorithm': '{algorithm}'; use AWS4-HMAC-SHA256.")
+    fields: dict[str, str] = {}
+    for part in rest.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        name, equals, value = part.partition("=")
+        if not equals:
+            raise _incomplete(f"'{part}' not a valid key=value pair (missing equal-sign) in Authorization header: "
+                              f"'{authorization}'.")
+        if name not in _HEADER_COMPONENTS:
+            raise _incomplete(f"Authorization header has an unknown component '{name}'; a SigV4 header has exactly "
+                              f"Credential, SignedHeaders and Signature. Authorization={authorization}")
+        if name in fields:
+            raise _incomplete(f"Authorization header has '{name}' more than once. Authorization={authorization}")
+        fields[name] = value.strip()
+    missing = [f"Authorization header requires '{name}' parameter." for name in
+               ("Credential", "Signature", "SignedHeaders") if not fields.get(name)]
+    if missing:
+        raise _incomplete(" ".join(missing) + f" Authorization={authorization}")
+    return SigV4Header(credential_scope(fields["Credential"]), fields["Credential"], fields["SignedHeaders"],
+                       fields["Signature"])
+
+
+@dataclass(frozen=True)
 class Received:
     """What a signature covers, as the request arrived."""
 
@@ -568,18 +637,7 @@ class SigV4Verifier:
             raise _missing("AWSAccessKeyId")
 
     def _verify_header(self, received: Received, authorization: str) -> None:
-        algorithm, _, rest = authorization.strip().partition(" ")
-        if algorithm != "AWS4-HMAC-SHA256":
-            raise _incomplete(f"Unsupported AWS 'algorithm': '{_text(algorithm)}'; use AWS4-HMAC-SHA256.")
-        fields: dict[str, str] = {}
-        for part in rest.split(","):
-            name, equals, value = part.strip().partition("=")
-            if equals:
-                fields[name] = value.strip()
-        missing = [f"Authorization header requires '{name}' parameter." for name in
-                   ("Credential", "Signature", "SignedHeaders") if not fields.get(name)]
-        if missing:
-            raise _incomplete(" ".join(missing) + f" Authorization={authorization}")
+        header = parse_authorization(authorization)
         stamp = received.header("x-amz-date")
         if stamp is None and received.header("date") is not None:
             try:
@@ -589,8 +647,8 @@ class SigV4Verifier:
         if stamp is None:
             raise _incomplete("Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header. "
                               f"Authorization={authorization}")
-        self._check(received, received.query, fields["Credential"], fields["SignedHeaders"], fields["Signature"],
-                    stamp, expires=None)
+        self._check(received, received.query, header.credential, header.signed_headers, header.signature, stamp,
+                    expires=None)
 
     def _verify_presigned(self, received: Received, query: dict[str, str]) -> None:
         names = ("X-Amz-Algorithm", "X-Amz-Credential", "X-Amz-Date", "X-Amz-Expires", "X-Amz-SignedHeaders",
@@ -614,11 +672,8 @@ class SigV4Verifier:
 
     def _check(self, received: Received, query: list[tuple[str, str]], credential: str, signed_headers: str,
                signature: str, stamp: str, expires: int | None) -> None:
-        parts = credential.split("/")
-        if len(parts) != 5 or parts[4] != "aws4_request" or not all(parts):
-            raise _incomplete(f"Credential should be of the form ACCESS_KEY/DATE/REGION/SERVICE/aws4_request; "
-                              f"got '{_text(credential)}'.")
-        access_key, _date, region, service, _ = parts
+        scope = credential_scope(credential)
+        access_key, region, service = scope.access_key, scope.region, scope.service
         secret = self.credentials.get(access_key)
         if secret is None:
             raise Ec2Error("AuthFailure", AUTH_FAILURE, 401)
@@ -664,9 +719,20 @@ def _received(request: Request, body: bytes) -> Received:
 
 
 # ------------------------------------------------------------------------------------------------------- the API
+# The browser guard's refusals in EC2's codes: a Host it does not answer to is a bad request; a request from a web
+# page of another origin is not authorized.
+_GUARD_CODES = {"InvalidHost": "InvalidRequest", "CrossOriginRequest": "UnauthorizedOperation"}
+
+
+def _guard_error(refusal: Refusal) -> Ec2Error:
+    return Ec2Error(_GUARD_CODES.get(refusal.code, refusal.code), refusal.message, refusal.status)
+
+
 class Ec2Api:
-    def __init__(self, service: Maintenance, credentials: dict[str, str] | None = None):
+    def __init__(self, service: Maintenance, credentials: dict[str, str] | None = None,
+                 guard: BrowserGuard | None = None):
         self.service = service
+        self.guard = guard
         # None: signatures are not verified (any credentials, or none, are accepted).
         self.verifier = None if credentials is None else SigV4Verifier(credentials, lambda: self.service.wall())
         self._order_key: tuple[int, int] | None = None
@@ -693,6 +759,9 @@ class Ec2Api:
     async def endpoint(self, request: Request) -> Response:
         request_id = str(uuid.uuid4())
         try:
+            refusal = self.guard.check(request.method, request.headers) if self.guard is not None else None
+            if refusal is not None:
+                raise _guard_error(refusal)
             if request.method not in ("GET", "POST", "HEAD"):
                 raise Ec2Error("MethodNotAllowed", f"The HTTP method {request.method} is not supported; use POST or GET.",
                                405)
@@ -1280,12 +1349,14 @@ class Ec2Api:
                                        self.engine.notification_attributes, request_id)
 
 
-def create_ec2_app(service: Maintenance, credentials: dict[str, str] | None = None) -> Starlette:
+def create_ec2_app(service: Maintenance, credentials: dict[str, str] | None = None,
+                   guard: BrowserGuard | None = None) -> Starlette:
     """The EC2 Query API over ``service``, as an ASGI app (serve it as an EC2 endpoint).
 
     ``credentials`` (access key ID → secret access key): verify every request's SigV4 signature against them
-    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none."""
-    api = Ec2Api(service, credentials)
+    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none.
+    ``guard``: refuse what web pages send (browser_guard.py) before anything else."""
+    api = Ec2Api(service, credentials, guard)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # other methods are answered in EC2's shape
     app = Starlette(routes=[Route("/{path:path}", api.endpoint, methods=methods)])
     app.state.ec2 = api

@@ -13,7 +13,6 @@ and the row a principal may see: one whose subscription it may read scheduled ev
 from __future__ import annotations
 
 import heapq
-import json
 import re
 import threading
 import time
@@ -26,7 +25,7 @@ from forewarn.core.engine import Engine, EventChanged
 from forewarn.core.model import Event
 from forewarn.resource_graph import MaintenanceTable, QueryRequest, ResourceGraphError, run_query, scheduled_event_row
 from forewarn.service.runtime import Maintenance
-from forewarn.surfaces.azure_arm import ArmError, _json
+from forewarn.surfaces.azure_arm import ArmError, _json, parse_body, read_body
 from forewarn.surfaces.azure_imds import not_before_text
 from forewarn.surfaces.azure_management import ManagementCall
 
@@ -133,7 +132,7 @@ class ResourceGraphApi:
                                 "too many requests; retry after the quota resets.").response()
             response.headers.update(headers)
             return response
-        request, facets = _query_request(await call.request.body(), self.service.now())
+        request, facets = _query_request(await read_body(call.request), self.service.now())
         allowed = within = None
         if call.principal is not None:
             principal = call.principal
@@ -234,11 +233,7 @@ def _facets(raw) -> list[Facet]:
 
 
 def _query_request(raw: bytes, now: datetime) -> tuple[QueryRequest, list[Facet]]:
-    try:
-        body = json.loads(raw or b"null")
-    except ValueError:
-        raise ArmError(400, "InvalidRequestContent", "The request content was invalid and could not be deserialized."
-                       ) from None
+    body = parse_body(raw) if raw.strip() else None
     if not isinstance(body, dict):
         raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
     query = body.get("query")

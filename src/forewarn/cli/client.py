@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import httpx
 
+from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
+
 
 class ClientError(Exception):
     """The server refused a request, or could not be reached; the message is for the user as it is."""
@@ -26,7 +28,7 @@ class ControlClient:
             ) from None
         if response.status_code >= 400:
             try:
-                error = response.json()["error"]
+                error = parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)["error"]
                 message = f"{error['message']} ({error['code']}, HTTP {response.status_code})"
             except (ValueError, KeyError, TypeError):
                 message = f"HTTP {response.status_code}: {response.text[:500]}"
@@ -34,7 +36,11 @@ class ControlClient:
         if not response.content:
             return None
         if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
+            try:
+                return parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)
+            except JsonInputError as error:
+                raise ClientError(f"{self.base_url} answered HTTP {response.status_code} with JSON this client "
+                                  f"cannot use: {error}") from None
         return response.text
 
     def get(self, path: str, **kwargs):

@@ -87,6 +87,13 @@ def _seconds(value: str | None, option: str) -> float | None:
         raise click.BadParameter(str(error), param_hint=option) from None
 
 
+def _positive_seconds(value: str, option: str) -> float:
+    seconds = _seconds(value, option)
+    if not seconds or seconds <= 0:
+        raise click.BadParameter("must be longer than 0s", param_hint=option)
+    return seconds
+
+
 def _per_type(values: tuple[str, ...], option: str) -> dict:
     result = {}
     for value in values:
@@ -158,6 +165,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="How long Resource Graph keeps a scheduled event's row after its last change (live ones stay).")
 @click.option("--resource-graph-delay", metavar="DURATION", default="0s", show_default=True,
               help="How long a change takes to show in Resource Graph (Azure: 'within 5 minutes in general').")
+@click.option("--resource-graph-query-timeout", metavar="DURATION", default="30s", show_default=True,
+              help="Wall time a Resource Graph query may run before it is stopped and answered QueryTimeout.")
 @click.option("--event-grid", "event_grid_file", type=click.Path(dir_okay=False), metavar="FILE",
               help="Event Grid settings, system topics and event subscriptions to serve from the start "
               "(docs/azure-eventgrid.md); ARM PUTs add more either way.")
@@ -185,8 +194,9 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port, clock_mode, speed, start, seed, notice, impact_window,
           imds_profile, unknown_event_ids, rate_limit, first_call_delay, require_enabling, disable_after, while_down,
           hardware_failure_type, ec2_imds_tokens, ec2_credential, health_webhook, health_entity, access_file,
-          resource_graph_retention, resource_graph_delay, event_grid_file, event_grid_dead_letters, event_grid_duplicates,
-          event_grid_no_retry, imds_limits, api_limits, control_token, insecure, allowed_hosts, log_level) -> None:
+          resource_graph_retention, resource_graph_delay, resource_graph_query_timeout, event_grid_file,
+          event_grid_dead_letters, event_grid_duplicates, event_grid_no_retry, imds_limits, api_limits, control_token,
+          insecure, allowed_hosts, log_level) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet_document
@@ -243,7 +253,9 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
             event_grid=event_grid,
             access=load_access(access_file) if access_file else None,
             resource_graph=ResourceGraphSettings(retention=parse_duration(resource_graph_retention),
-                                                 delay=parse_duration(resource_graph_delay)),
+                                                 delay=parse_duration(resource_graph_delay),
+                                                 query_timeout=_positive_seconds(resource_graph_query_timeout,
+                                                                                 "--resource-graph-query-timeout")),
         )
         health = HealthSettings(targets=tuple(health_webhook), entity=health_entity)
         outboxes = [health_outbox(health)] if health.targets else []

@@ -36,6 +36,7 @@ from forewarn.eventgrid.model import (
 )
 from forewarn.service.own_listeners import Destination, OwnListeners, SelfTarget
 from forewarn.surfaces.azure_arm import ArmError
+from forewarn.untrusted_json import JsonInputError, parse_json
 
 log = logging.getLogger("forewarn.eventgrid")
 
@@ -125,8 +126,8 @@ async def validate(subscription: EventSubscription, topic: SystemTopic, *, seed:
 
 def _echoed(response: httpx.Response) -> str | None:
     try:
-        data = response.json()
-    except ValueError:
+        data = parse_json(response.content)
+    except JsonInputError:
         return None
     value = data.get("validationResponse") if isinstance(data, dict) else None  # camel case only (reference 1.2)
     return value if isinstance(value, str) else None

@@ -21,6 +21,7 @@ from forewarn.recording.model import (
 from forewarn.recording.recorder import http_fetch, record, scheduled_events_url
 from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
 from forewarn.service.http1 import listening_socket
+from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -49,8 +50,8 @@ def _describe(entry: Entry) -> str:
     if events is None:
         return f"status {entry.status}: {entry.body[:120]}"
     try:
-        incarnation = json.loads(entry.body).get("DocumentIncarnation")
-    except (ValueError, AttributeError):
+        incarnation = parse_json(entry.body, max_bytes=MAX_DOCUMENT_BYTES).get("DocumentIncarnation")
+    except (JsonInputError, AttributeError):
         incarnation = None
     shown = ", ".join(f"{e.get('EventType')} {e.get('EventStatus')} {e.get('EventId')}"
                       for e in events if isinstance(e, dict))

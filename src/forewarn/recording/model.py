@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 FORMAT = "forewarn-recording/1"
 
@@ -30,8 +33,8 @@ class Entry:
         if self.status != 200:
             return None
         try:
-            data = json.loads(self.body)
-        except ValueError:
+            data = parse_json(self.body, max_bytes=MAX_DOCUMENT_BYTES)
+        except JsonInputError:
             return None
         events = data.get("Events") if isinstance(data, dict) else None
         return events if isinstance(events, list) else None
@@ -70,6 +73,10 @@ class Recording:
             raise RecordingError(f"malformed recording: {error!r}") from None
         if not entries:
             raise RecordingError("the recording has no entries")
+        if not all(math.isfinite(e.offset_seconds) and (e.status == 0 or 100 <= e.status <= 599) for e in entries) \
+                or not math.isfinite(recording.interval_seconds):
+            raise RecordingError("malformed recording: an offset or interval is not a number, or a status is not 0 "
+                                 "or an HTTP status (100-599)")
         if any(b.offset_seconds < a.offset_seconds for a, b in zip(entries, entries[1:])):
             raise RecordingError("entries are not in offset order")
         return recording
@@ -85,9 +92,11 @@ def save_recording(recording: Recording, path: str | Path) -> None:
 
 def load_recording(path: str | Path) -> Recording:
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if os.stat(path).st_size > MAX_DOCUMENT_BYTES:
+            raise RecordingError(f"{path} is larger than {MAX_DOCUMENT_BYTES} bytes")
+        data = parse_json(Path(path).read_bytes(), max_bytes=MAX_DOCUMENT_BYTES)
     except OSError as error:
         raise RecordingError(f"cannot read {path}: {error.strerror}") from None
-    except ValueError as error:
-        raise RecordingError(f"{path} is not JSON: {error}") from None
+    except JsonInputError as error:
+        raise RecordingError(f"{path} is not a usable JSON document: {error}") from None
     return Recording.from_json(data)

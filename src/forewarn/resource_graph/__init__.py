@@ -4,8 +4,8 @@ Pure of any wire format: ``run_query`` takes a ``QueryRequest`` and returns the 
 surface serialises it and maps ``ResourceGraphError`` to its status and ``body()``.
 """
 
-from .query import QueryRequest, ResourceGraphError, run_query
+from .query import QueryLimits, QueryRequest, ResourceGraphError, run_query
 from .rows import scheduled_event_row
 from .table import MaintenanceTable
 
-__all__ = ["MaintenanceTable", "QueryRequest", "ResourceGraphError", "run_query", "scheduled_event_row"]
+__all__ = ["MaintenanceTable", "QueryLimits", "QueryRequest", "ResourceGraphError", "run_query", "scheduled_event_row"]

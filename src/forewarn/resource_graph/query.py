@@ -29,6 +29,7 @@ import json
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -103,6 +104,23 @@ _ROW_LIMITING_OPERATORS = frozenset({"TakeOperatorContext", "SampleOperatorConte
 
 
 @dataclass(frozen=True)
+class QueryLimits:
+    """How many of the costly operators one query may use. ARG's defaults ("Understanding the Azure Resource Graph
+    query language"): "a default limit of three join and three mv-expand operators in a single Resource Graph SDK
+    query" (its operator table says two mv-expand; the sentence on defaults is followed), and "three union legs".
+    A tenant can ask Microsoft for more, hence settable."""
+
+    join: int = 3
+    mv_expand: int = 3
+    union_legs: int = 3
+
+
+#: What each limit counts: a parser rule per use (a union leg is one expression after ``union``).
+_LIMITED_RULES = (("join", "JoinOperatorContext"), ("mv-expand", "MvexpandOperatorContext"),
+                  ("union leg", "UnionOperatorExpressionContext"))
+
+
+@dataclass(frozen=True)
 class QueryRequest:
     """The parts of an ARG request body that shape the answer.
 
@@ -146,6 +164,7 @@ def run_query(
     allowed: Allowed = None,
     timeout_seconds: float | None = 30.0,
     within: Sequence[str] | None = None,
+    limits: QueryLimits = QueryLimits(),
 ) -> dict[str, Any]:
     """Run one ARG query and return the response body.
 
@@ -154,7 +173,10 @@ def run_query(
     failing, so a principal learns nothing about rows it may not see. ``timeout_seconds`` interrupts runaway queries
     (a join of the table on itself can be quadratic). ``within`` narrows further, to rows whose (lower-case) id
     starts with one of these scopes (a resource group, a resource): a principal whose role is assigned below the
-    subscription sees the rows under its assignments only.
+    subscription sees the rows under its assignments only. ``limits`` caps join, mv-expand and union legs.
+
+    Thread-safe: each call reads through a cursor of its own, in one snapshot of the table (DuckDB MVCC), so it may
+    run on a worker thread while upserts commit.
     """
     if not isinstance(request.query, str) or not request.query.strip():
         raise _bad_request("InvalidParameter", "The query must be a non-empty string.")
@@ -165,15 +187,15 @@ def run_query(
     skip = _whole_number("$skip", request.skip, 0, 0, None)
     result_format = _result_format(request.result_format)
     compiled = _compile(request.query)
+    _check_limits(compiled, limits)
     digest = _digest(request.query, request.subscriptions)
     if request.skip_token is not None:
         offset = _token_offset(request.skip_token, digest)  # a token carries its own position; it wins over $skip
     else:
         offset = 0 if compiled.limits_rows else skip  # ARG ignores $skip when the query limits rows itself
-    scope = _scope(table, request.subscriptions, allowed)
     prefixes = None if within is None else [prefix.lower().rstrip("/") + "/" for prefix in within]
-    total, columns, rows = _execute(table, compiled, scope, request.now, page_size, offset, timeout_seconds,
-                                    prefixes)
+    total, columns, rows = _execute(table, compiled, (request.subscriptions, allowed), request.now, page_size, offset,
+                                    timeout_seconds, prefixes)
 
     more = offset + len(rows) < total
     # Paging is impossible when the query limits rows itself or when every column is dynamic/null (paging guide):
@@ -231,8 +253,10 @@ def _token_offset(token: str, digest: str) -> int:
     return offset
 
 
-def _scope(table: MaintenanceTable, requested: Sequence[str] | None, allowed: Allowed) -> list[str]:
-    wanted = {s.lower() for s in requested} if requested else set(table.subscriptions())
+def _scope(stored: Callable[[], list[str]], requested: Sequence[str] | None, allowed: Allowed) -> list[str]:
+    """The lower-cased subscriptions a query reads; ``stored`` lists those with rows (read in the query's snapshot,
+    so a tenant-level query and its rows agree)."""
+    wanted = {s.lower() for s in requested} if requested else set(stored())
     if allowed is None:
         return sorted(wanted)
     if callable(allowed):
@@ -249,6 +273,7 @@ class _Compiled:
     sql: str
     uses_clock: bool
     limits_rows: bool
+    operator_counts: tuple[tuple[str, int], ...] = ()  # (what, how many) for each limited operator used
 
 
 #: Any instant: the SQL reads the clock through a $kqlnow parameter bound at execution, so one translation serves
@@ -270,7 +295,8 @@ def _compile(kql: str) -> _Compiled:
         raise _parser_failure(error) from None
     except RecursionError:
         raise _invalid_query("ParserFailure", "The query is nested too deeply.") from None
-    operators, functions = _syntax(tree)
+    counted, functions = _syntax(tree)
+    operators = set(counted)
     for rule, operator in _REFUSED_OPERATORS.items():
         if rule in operators:
             raise _invalid_query("UnsupportedOperator", f"Operator '{operator}' is not supported.")
@@ -300,18 +326,29 @@ def _compile(kql: str) -> _Compiled:
         raise _invalid_query("UnsupportedQuery", "Query parameters are not supported.")
     sql = _parse_rfc1123_dynamic(str(translated))
     _check_references(sql)
-    return _Compiled(sql, _CLOCK_SLOT in translated.parameters, bool(operators & _ROW_LIMITING_OPERATORS))
+    counts = tuple((what, counted[rule]) for what, rule in _LIMITED_RULES if counted[rule])
+    return _Compiled(sql, _CLOCK_SLOT in translated.parameters, bool(operators & _ROW_LIMITING_OPERATORS), counts)
 
 
-def _syntax(tree: Any) -> tuple[set[str], set[str]]:
-    """The parser rules a query uses (operators among them) and the names of the functions it calls."""
-    rules: set[str] = set()
+def _check_limits(compiled: _Compiled, limits: QueryLimits) -> None:
+    allowed = {"join": limits.join, "mv-expand": limits.mv_expand, "union leg": limits.union_legs}
+    for what, count in compiled.operator_counts:
+        if count > allowed[what]:
+            # ARG documents the limits but not the error it answers when one is passed; the code is ours.
+            raise _invalid_query("OperatorLimitExceeded",
+                                 f"The query uses {count} '{what}' {'operators' if what != 'union leg' else 'legs'}; "
+                                 f"at most {allowed[what]} are allowed in one query.")
+
+
+def _syntax(tree: Any) -> tuple[Counter[str], set[str]]:
+    """How often the query uses each parser rule (operators among them), and the names of the functions it calls."""
+    rules: Counter[str] = Counter()
     functions: set[str] = set()
     stack = [tree]
     while stack:
         node = stack.pop()
         rule = type(node).__name__
-        rules.add(rule)
+        rules[rule] += 1
         if rule == "NamedFunctionCallExpressionContext":
             functions.add(node.getChild(0).getText().lower())
         stack.extend(getattr(node, "children", None) or ())
@@ -380,7 +417,7 @@ def _collect_references(node: Any, tables: list[dict[str, Any]], ctes: set[str])
 def _execute(
     table: MaintenanceTable,
     compiled: _Compiled,
-    scope: list[str],
+    scope: tuple[Sequence[str] | None, Allowed],
     now: datetime | None,
     page_size: int,
     offset: int,
@@ -393,18 +430,23 @@ def _execute(
         f"WITH {TABLE_NAME} AS (SELECT {visible} FROM {STORED_TABLE} "
         f"WHERE list_contains($forewarn_scope, subscription_key){narrowed}) "
     )
-    parameters: dict[str, Any] = {"forewarn_scope": scope}
+    parameters: dict[str, Any] = {}
     if prefixes is not None:
         parameters["forewarn_within"] = prefixes
     if compiled.uses_clock:
         instant = now or datetime.now(UTC)
         parameters[_CLOCK_SLOT] = instant.astimezone(UTC).replace(tzinfo=None) if instant.tzinfo else instant
     cursor = table.cursor()
+
+    def stored() -> list[str]:  # read only when the scope needs it (a tenant-level query)
+        return [key for (key,) in cursor.execute(f"SELECT DISTINCT subscription_key FROM {STORED_TABLE}").fetchall()]
+
     timer = threading.Timer(timeout_seconds, cursor.interrupt) if timeout_seconds else None
     try:
         if timer:
             timer.start()
-        cursor.execute("BEGIN TRANSACTION")  # the page and the count read one snapshot
+        cursor.execute("BEGIN TRANSACTION")  # the scope, the page and the count read one snapshot
+        parameters["forewarn_scope"] = _scope(stored, *scope)
         cursor.execute(f"{scoped}SELECT * FROM ({compiled.sql}) AS q LIMIT {page_size} OFFSET {offset}", parameters)
         columns = [(column[0], str(column[1])) for column in cursor.description]
         rows = cursor.fetchall()

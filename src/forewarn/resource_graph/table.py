@@ -133,12 +133,6 @@ class MaintenanceTable:
             ).fetchone()
         return removed
 
-    def subscriptions(self) -> list[str]:
-        """The lower-cased subscription ids that have rows: the scope of a tenant-level query."""
-        with self._lock:
-            rows = self._con.execute(f"SELECT DISTINCT subscription_key FROM {STORED_TABLE}").fetchall()
-        return sorted(key for (key,) in rows)
-
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own to the same database, for one query (query.py). The caller closes it."""
         with self._lock:

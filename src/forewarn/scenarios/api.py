@@ -3,11 +3,12 @@ windows). The runner drives a server only through these; it never imports the en
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from typing import Any
 
 import httpx
+
+from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 EC2_API_VERSION = "2016-11-15"
 SCHEDULED_EVENTS_VERSION = "2020-07-01"
@@ -53,11 +54,16 @@ class Api:
         response = self._send(method, f"{self.control}{path}", **kwargs)
         if response.status_code >= 400:
             try:
-                error = response.json()["error"]
+                error = parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)["error"]
                 raise ApiError(response.status_code, error["code"], error["message"])
             except (ValueError, KeyError, TypeError):
                 raise ApiError(response.status_code, f"HTTP{response.status_code}", response.text[:500]) from None
-        return response.json() if response.content else None
+        if not response.content:
+            return None
+        try:
+            return parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)
+        except JsonInputError as error:
+            raise ApiError(response.status_code, "BadJson", f"the answer is not usable JSON: {error}") from None
 
     def get(self, path: str, **params) -> Any:
         return self.request("GET", path, **params)
@@ -98,4 +104,4 @@ class Api:
 
 
 def parse_document(text: str) -> dict:
-    return json.loads(text)
+    return parse_json(text, max_bytes=MAX_DOCUMENT_BYTES)

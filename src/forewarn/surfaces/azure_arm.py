@@ -38,6 +38,7 @@ from forewarn.core.model import EventStatus, EventType
 from forewarn.core.vms import OS_IMAGE_TIMEOUT, NotificationProfile, Policy, Power, VmState
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
+from forewarn.untrusted_json import MAX_BODY_BYTES, JsonInputError, parse_json
 
 log = logging.getLogger("forewarn.arm")
 
@@ -245,20 +246,43 @@ def _bool(value: Any, path: str) -> bool | None:
 
 
 async def _body(request: Request, required: bool) -> dict:
-    raw = await request.body()
+    raw = await read_body(request)
     if not raw.strip():
         if required:
             raise _content_error("The request body is empty; a JSON object is expected")
         return {}
-    try:
-        parsed = json.loads(raw)
-    except UnicodeDecodeError:
-        raise _content_error("The request body is not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise _content_error(f"{error.msg}. Path '', line {error.lineno}, position {error.colno}") from None
+    parsed = parse_body(raw)
     if not isinstance(parsed, dict):
         raise _content_error(f"Expected a JSON object, got {type(parsed).__name__}. Path ''")
     return parsed
+
+
+async def read_body(request: Request) -> bytes:
+    """The request body, read no further than MAX_BODY_BYTES: a larger one is refused before it fills memory."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _too_large()
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise _too_large()
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def parse_body(raw: bytes) -> Any:
+    """A JSON request body, or ARM's InvalidRequestContent (bad JSON, too deep, not UTF-8 ...)."""
+    try:
+        return parse_json(raw)
+    except JsonInputError as error:
+        where = f". Path '', line {error.line}, position {error.column}" if error.line else ""
+        raise _content_error(f"{error.message}{where}") from None
+
+
+def _too_large() -> ArmError:
+    # ARM's own limit and code for an oversized body are not documented; 413 says what happened.
+    return ArmError(413, "RequestEntityTooLarge", f"The request content is larger than {MAX_BODY_BYTES} bytes.")
 
 
 def _iso_duration(value: Any, path: str) -> timedelta:

@@ -42,6 +42,7 @@ from forewarn.surfaces.azure_errors import (
     error_body,
 )
 from forewarn.surfaces.callers import CallerResolver, UnknownCaller
+from forewarn.untrusted_json import JsonInputError, parse_json
 
 log = logging.getLogger("forewarn.imds")
 
@@ -435,8 +436,8 @@ def parse_start_requests(body: bytes | None) -> list[str] | None:
     if not body:
         return None
     try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+        data = parse_json(body)
+    except JsonInputError:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("StartRequests"), list):
         return None

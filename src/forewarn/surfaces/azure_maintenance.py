@@ -14,14 +14,13 @@ be in Azure.
 
 from __future__ import annotations
 
-import json
 import re
 
 from starlette.responses import Response
 
 from forewarn.core.model import Event, EventStatus
 from forewarn.service.runtime import Maintenance
-from forewarn.surfaces.azure_arm import ArmError, _json
+from forewarn.surfaces.azure_arm import ArmError, _json, parse_body, read_body
 from forewarn.surfaces.azure_management import ManagementCall
 
 # Reference 5.1/5.2: the TypeSpec version, and the two the az CLI's maintenance group targets. The list form exists
@@ -105,10 +104,8 @@ class MaintenanceApi:
         return _json(200, {"value": APPROVED})
 
     async def _acknowledge_list(self, call: ManagementCall, owner: str) -> Response:
-        try:
-            body = json.loads(await call.request.body() or b"null")
-        except ValueError:
-            raise ArmError(400, "InvalidRequestContent", "The request content is not valid JSON.") from None
+        raw = await read_body(call.request)
+        body = parse_body(raw) if raw.strip() else None
         ids = body.get("value") if isinstance(body, dict) else None
         if not isinstance(ids, list) or not ids or not all(isinstance(item, str) for item in ids):
             raise ArmError(400, "InvalidRequestContent",

@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, request_response
 
 from forewarn.surfaces.azure_access import AccessControl, Principal
 from forewarn.surfaces.azure_arm import ArmApi, ArmError, answered
@@ -160,6 +160,8 @@ def _compute_action(call: ManagementCall) -> tuple[str, str]:
 
 def create_management_app(api: ManagementApi) -> Starlette:
     app = Starlette(routes=[Route("/{path:path}", api.endpoint, methods=METHODS)])
+    # Starlette's path pattern does not match a newline: a path with %0A in it would get a plain-text 404.
+    app.router.default = request_response(api.endpoint)
     app.state.management = api
     app.state.arm = api.compute
     return app

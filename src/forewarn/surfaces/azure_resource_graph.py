@@ -8,10 +8,16 @@ query engine is ``forewarn.resource_graph`` (KQL through duckdb-kql).
 What is ours, where ARG is not documented: retention (``--resource-graph-retention``, default 30 days after an
 event's last change; live events are always kept), the quota (15 queries per 5 s per caller, the documented example),
 and the row a principal may see: one whose subscription it may read scheduled events in.
+
+Queries run on worker threads, never on the event loop the metadata endpoints, the control API and the ARM port
+share: a self-join can run for its whole timeout, and every IMDS GET waited with it. Each query reads one snapshot
+of the table through its own DuckDB cursor while upserts keep committing on the loop (DuckDB MVCC); at most
+``max_concurrent_queries`` run at once, and one more is answered ARG's throttling 429 at once rather than queued.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import json
 import re
@@ -24,9 +30,16 @@ from starlette.responses import Response
 
 from forewarn.core.engine import Engine, EventChanged
 from forewarn.core.model import Event
-from forewarn.resource_graph import MaintenanceTable, QueryRequest, ResourceGraphError, run_query, scheduled_event_row
+from forewarn.resource_graph import (
+    MaintenanceTable,
+    QueryLimits,
+    QueryRequest,
+    ResourceGraphError,
+    run_query,
+    scheduled_event_row,
+)
 from forewarn.service.runtime import Maintenance
-from forewarn.surfaces.azure_arm import ArmError, _json
+from forewarn.surfaces.azure_arm import ArmError, parse_body, read_body
 from forewarn.surfaces.azure_imds import not_before_text
 from forewarn.surfaces.azure_management import ManagementCall
 
@@ -45,6 +58,9 @@ class ResourceGraphSettings:
     quota: int = 15  # queries per window and caller (reference 4.1's example)
     quota_window: float = 5.0  # wall seconds
     tenant_id: str = "72f988bf-86f1-41af-91ab-2d7cd011db47"  # any GUID; rows carry it as tenantId
+    query_timeout: float = 30.0  # wall seconds a query (with its facets, each) may run before QueryTimeout
+    max_concurrent_queries: int = 4  # running at once on worker threads; one more is answered 429
+    limits: QueryLimits = QueryLimits()  # join, mv-expand and union legs per query (ARG's defaults)
 
 
 class ResourceGraphApi:
@@ -57,6 +73,7 @@ class ResourceGraphApi:
         self._purged_at: datetime | None = None
         self._lagging: list[tuple[datetime, int, dict]] = []  # rows not visible yet, by when they will be
         self._lagging_order = 0
+        self._slots = threading.BoundedSemaphore(settings.max_concurrent_queries)
         self._load(service.engine)
         service.subscribe(self._on_change)
 
@@ -133,7 +150,7 @@ class ResourceGraphApi:
                                 "too many requests; retry after the quota resets.").response()
             response.headers.update(headers)
             return response
-        request, facets = _query_request(await call.request.body(), self.service.now())
+        request, facets = _query_request(await read_body(call.request), self.service.now())
         allowed = within = None
         if call.principal is not None:
             principal = call.principal
@@ -146,14 +163,30 @@ class ResourceGraphApi:
             if "/" not in scopes:
                 allowed = {scope.split("/")[2] for scope in scopes if scope.startswith("/subscriptions/")}
                 within = scopes
+        # Lagging rows and retention are writes: they stay on the loop, serialized with the upserts of changes.
         self._catch_up(self.service.now())
         self._purge()
+        if not self._slots.acquire(blocking=False):
+            response = ArmError(429, "RateLimiting", "Please provide below info when asking for support: too many "
+                                f"queries are running ({self.settings.max_concurrent_queries}); retry in a moment."
+                                ).response()
+            response.headers.update({**headers, "retry-after": "1"})
+            return response
+        status, content = await _off_the_loop(self._slots.release, self._answer, request, facets, allowed, within)
+        return Response(content, status_code=status, media_type="application/json; charset=utf-8", headers=headers)
+
+    def _answer(self, request: QueryRequest, facets: list[Facet], allowed, within) -> tuple[int, bytes]:
+        """The query and its facets, as the response's status and bytes. Runs on a worker thread."""
         try:
-            body = run_query(self.table, request, allowed, within=within)
+            body = self._run(request, allowed, within)
         except ResourceGraphError as error:
-            return _json(error.status, error.body(), headers)
+            return error.status, _encoded(error.body())
         body["facets"] = [self._facet(request, facet, allowed, within) for facet in facets]
-        return _json(200, body, headers)
+        return 200, _encoded(body)
+
+    def _run(self, request: QueryRequest, allowed, within) -> dict:
+        return run_query(self.table, request, allowed, timeout_seconds=self.settings.query_timeout, within=within,
+                         limits=self.settings.limits)
 
     def _facet(self, request: QueryRequest, facet: Facet, allowed, within) -> dict:
         """A facet is the query's result counted by one expression (reference 4.1): ``query | summarize count()
@@ -165,8 +198,8 @@ class ResourceGraphApi:
         sort_by = "count_" if facet.sort_by == "count" else facet.sort_by  # summarize count() names it count_
         kql += f" | summarize count() by {facet.expression} | order by {sort_by} {facet.sort_order}"
         try:
-            counted = run_query(self.table, replace(request, query=kql, top=facet.top, skip=None, skip_token=None,
-                                                    result_format="objectArray"), allowed, within=within)
+            counted = self._run(replace(request, query=kql, top=facet.top, skip=None, skip_token=None,
+                                        result_format="objectArray"), allowed, within)
         except ResourceGraphError as error:
             detail = error.details[-1] if error.details else {"code": error.code, "message": error.message}
             return {"expression": facet.expression, "resultType": "FacetError",
@@ -196,6 +229,40 @@ class ResourceGraphApi:
             return
         self._purged_at = now
         self.table.remove_older_than(now - self.settings.retention)
+
+
+async def _off_the_loop(finished, work, *args):
+    """``work(*args)`` on a thread of its own, awaited; ``finished()`` runs on that thread when it ends.
+
+    A daemon thread rather than an executor's: a query still running at shutdown must not hold the process up until
+    its timeout, and one whose caller went away still ends (and frees its slot) at its timeout."""
+    loop = asyncio.get_running_loop()
+    outcome = loop.create_future()
+
+    def settle(method, value) -> None:
+        if not outcome.done():
+            method(value)
+
+    def run() -> None:
+        try:
+            result = work(*args)
+        except BaseException as error:  # handed to the awaiting request, which answers it in ARM's shape
+            deliver = (outcome.set_exception, error)
+        else:
+            deliver = (outcome.set_result, result)
+        finally:
+            finished()
+        try:
+            loop.call_soon_threadsafe(settle, *deliver)
+        except RuntimeError:  # the loop closed: the server is stopping and nobody awaits the answer
+            pass
+
+    threading.Thread(target=run, name="resource-graph-query", daemon=True).start()
+    return await outcome
+
+
+def _encoded(body: dict) -> bytes:
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 @dataclass(frozen=True)
@@ -234,11 +301,7 @@ def _facets(raw) -> list[Facet]:
 
 
 def _query_request(raw: bytes, now: datetime) -> tuple[QueryRequest, list[Facet]]:
-    try:
-        body = json.loads(raw or b"null")
-    except ValueError:
-        raise ArmError(400, "InvalidRequestContent", "The request content was invalid and could not be deserialized."
-                       ) from None
+    body = parse_body(raw) if raw.strip() else None
     if not isinstance(body, dict):
         raise ArmError(400, "InvalidRequestContent", "The request content must be a JSON object.")
     query = body.get("query")

@@ -25,6 +25,7 @@ from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
 from forewarn.surfaces.control_ec2 import ec2_router
 from forewarn.surfaces.control_imds import imds_router
+from forewarn.surfaces.control_json import JsonBodyGuard
 from forewarn.surfaces.control_platform import platform_router
 from forewarn.surfaces.control_waves import waves_router
 
@@ -83,6 +84,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         version=__version__,
         description="Build fleets, inject maintenance and move time. The CLI (`forewarn --help`) speaks this API.",
     )
+    app.add_middleware(JsonBodyGuard)  # bounded, depth-checked JSON bodies (control_json.py)
 
     @app.exception_handler(CoreError)
     async def core_error(request: Request, error: CoreError):

@@ -33,7 +33,7 @@ from urllib.parse import parse_qsl, unquote
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, request_response
 
 from forewarn.core.ec2 import (
     Ec2Code,
@@ -1359,5 +1359,7 @@ def create_ec2_app(service: Maintenance, credentials: dict[str, str] | None = No
     api = Ec2Api(service, credentials, guard)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # other methods are answered in EC2's shape
     app = Starlette(routes=[Route("/{path:path}", api.endpoint, methods=methods)])
+    # Starlette's path pattern does not match a newline: a path with %0A in it would get a plain-text 404.
+    app.router.default = request_response(api.endpoint)
     app.state.ec2 = api
     return app

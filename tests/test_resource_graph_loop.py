@@ -1,0 +1,178 @@
+"""Resource Graph queries off the event loop: a heavy query never holds up IMDS (one process, one loop), at most a
+few run at once, ARG's documented operator limits are enforced, and upserts keep committing while queries read
+consistent snapshots. Real servers on loopback, real DuckDB."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+import requests
+
+from forewarn.resource_graph import MaintenanceTable, QueryLimits, QueryRequest, ResourceGraphError, run_query
+from helpers import Server
+from test_resource_graph_query import event
+
+SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
+ROWS = 200
+CENTRAL = "{scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}"
+FLEET = (f"default_vm: solo\ndefaults: {{subscription: {SUB}, resource_group: rg, location: westeurope}}\n"
+         "hosts: [{name: h1}, {name: h2}]\nvms:\n  - {name: solo, host: h1}\n"
+         + "".join(f"  - {{name: vm{i}, host: h{1 + i % 2}, scheduled_events_policy: {CENTRAL}}}\n"
+                   for i in range(ROWS)))
+ARG = "/providers/Microsoft.ResourceGraph/resources"
+#: 200 rows joined on a column they share, three times: 1.6 billion rows to count, far beyond the timeout.
+HEAVY = "maintenanceresources" + " | join kind=inner (maintenanceresources) on type" * 3 + " | count"
+TIMEOUT = "3s"
+
+
+def arg(server: Server, query: str, **extra) -> requests.Response:
+    return requests.post(f"{server.arm}{ARG}", params={"api-version": "2022-10-01"}, json={"query": query, **extra},
+                         timeout=60)
+
+
+def start(server: Server) -> Server:
+    server.start()
+    server.schedule(type="Freeze", vms=[f"vm{i}" for i in range(ROWS)])  # one event, one row, per VM
+    assert arg(server, "maintenanceresources | count").json()["data"] == [{"Count": ROWS}]
+    return server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    running = start(Server(tmp_path_factory.mktemp("graph"), FLEET,
+                           extra=["--resource-graph-query-timeout", TIMEOUT]))
+    yield running
+    running.stop()
+
+
+class Background(threading.Thread):
+    def __init__(self, call):
+        super().__init__(daemon=True)
+        self.call = call
+        self.answer: requests.Response | None = None
+        self.seconds = 0.0
+
+    def run(self):
+        began = time.perf_counter()
+        self.answer = self.call()
+        self.seconds = time.perf_counter() - began
+
+
+def timeout_or_answer(response: requests.Response) -> str:
+    if response.status_code == 200:
+        return "answered"
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["details"][-1]["code"] == "QueryTimeout", response.text
+    return "timed out"
+
+
+def test_imds_and_the_control_api_answer_while_a_heavy_query_runs(server):
+    query = Background(lambda: arg(server, HEAVY))
+    query.start()
+    imds = requests.Session()
+    latencies = []
+    scheduled = None
+    while query.is_alive():
+        began = time.perf_counter()
+        answer = imds.get(f"{server.imds}/metadata/scheduledevents", params={"api-version": "2020-07-01"},
+                          headers={"Metadata": "true"}, timeout=10)
+        latencies.append(time.perf_counter() - began)
+        assert answer.status_code == 200
+        if scheduled is None and len(latencies) == 20:
+            # A committed change upserts its row on the loop while the query reads its snapshot.
+            began = time.perf_counter()
+            [scheduled] = server.schedule(type="Reboot", vms=["vm0"])
+            upsert_seconds = time.perf_counter() - began
+    query.join()
+    assert timeout_or_answer(query.answer) == "timed out"
+    assert query.seconds >= 2.5  # the GETs were measured while the query ran
+    assert len(latencies) >= 50, latencies
+    assert max(latencies) < 0.1, f"slowest IMDS GET {max(latencies):.3f} s of {len(latencies)}"
+    assert scheduled is not None and upsert_seconds < 0.5, upsert_seconds
+    rows = arg(server, f"maintenanceresources | where properties.EventId == '{scheduled['event_id']}' | count")
+    assert rows.json()["data"] == [{"Count": 1}]
+
+
+def test_arg_operator_limits_are_enforced_in_args_error_shape(server):
+    light = "maintenanceresources | where name == 'none'"
+    assert arg(server, light + " | join kind=inner (maintenanceresources) on id" * 3 + " | count").status_code == 200
+    for refused, what in ((light + " | join kind=inner (maintenanceresources) on id" * 4, "join"),
+                          (light + " | mv-expand r = properties.Resources" * 4, "mv-expand"),
+                          (light + " | union (maintenanceresources), (maintenanceresources), (maintenanceresources), "
+                                   "(maintenanceresources)", "union leg")):
+        answer = arg(server, refused)
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["code"] == "BadRequest" and error["details"][0]["code"] == "InvalidQuery"
+        assert error["details"][-1]["code"] == "OperatorLimitExceeded" and f"'{what}'" in error["message"], error
+
+
+def test_queries_beyond_the_concurrency_bound_are_throttled_then_served(tmp_path):
+    with Server(tmp_path, FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]) as running:
+        start(running)
+        heavy = [Background(lambda: arg(running, HEAVY)) for _ in range(4)]
+        for query in heavy:
+            query.start()
+        throttled = None
+        for _ in range(8):  # the quota (15 per 5 s) is not what refuses these
+            answer = arg(running, "maintenanceresources | count")
+            if answer.status_code == 429:
+                throttled = answer
+                break
+            assert answer.status_code == 200, answer.text
+        assert any(query.is_alive() for query in heavy)
+        assert throttled is not None, "a fifth concurrent query was not throttled"
+        error = throttled.json()["error"]
+        assert error["code"] == "RateLimiting" and "queries are running" in error["message"]
+        assert throttled.headers["retry-after"] == "1" and "x-ms-user-quota-remaining" in throttled.headers
+        for query in heavy:
+            query.join()
+            timeout_or_answer(query.answer)
+        assert arg(running, "maintenanceresources | count").json()["data"] == [{"Count": ROWS}]
+
+
+# --------------------------------------------------------------------------------------- the query engine, direct
+def test_limits_are_settable():
+    table = MaintenanceTable()
+    table.upsert([event(1)], datetime(2025, 9, 1, tzinfo=UTC))
+    four = "maintenanceresources" + " | join kind=inner (maintenanceresources) on id" * 4 + " | count"
+    with pytest.raises(ResourceGraphError) as raised:
+        run_query(table, QueryRequest(four))
+    assert raised.value.details[-1]["code"] == "OperatorLimitExceeded"
+    assert run_query(table, QueryRequest(four), limits=QueryLimits(join=4))["data"] == [{"Count": 1}]
+
+
+def test_a_query_reads_one_snapshot_while_upserts_commit():
+    """Queries on worker threads, upserts on another: each count is of a whole table, before or after an upsert,
+    never of half of one (an upsert writes 200 rows in one transaction)."""
+    table = MaintenanceTable()
+    changed = datetime(2025, 9, 1, tzinfo=UTC)
+    table.upsert([event(n) for n in range(1000)], changed)
+    counts: list[int] = []
+    failures: list[BaseException] = []
+    writing = threading.Event()
+
+    def read():
+        writing.wait()
+        for _ in range(5):
+            try:
+                result = run_query(table, QueryRequest(
+                    "maintenanceresources | join kind=inner (maintenanceresources | project id) on id | count"))
+                counts.append(result["data"][0]["Count"])
+            except BaseException as error:  # noqa: BLE001 - any failure of a reader fails the test below
+                failures.append(error)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for reader in readers:
+        reader.start()
+    writing.set()
+    for batch in range(1, 6):
+        table.upsert([event(n) for n in range(1000 + (batch - 1) * 200, 1000 + batch * 200)], changed)
+    for reader in readers:
+        reader.join(30)
+    assert not failures, failures
+    assert len(counts) == 15 and set(counts) <= {1000 + 200 * batch for batch in range(6)}, counts
+    assert len(table) == 2000

@@ -115,9 +115,11 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).")
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
 @click.option("--imds-port", default=8169, show_default=True, help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
-@click.option("--clock", "clock_mode", type=click.Choice(MODES), default="real", show_default=True,
-              help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`.")
-@click.option("--speed", default=1.0, show_default=True, help="Real clock rate: 60 makes a wall second a simulated minute.")
+@click.option("--clock", "clock_mode", type=click.Choice(MODES),
+              help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`. "
+              "Default: the database's stored setting; real for a new database.")
+@click.option("--speed", type=float,
+              help="Real clock rate: 60 makes a wall second a simulated minute. Default: stored; 1 for a new database.")
 @click.option("--start", metavar="TIME", help="Simulated start time of a new database (ISO 8601); default: now.")
 @click.option("--seed", help="Seed of the EventIds of a new database; the same seed and commands give the same ids.")
 @click.option("--notice", multiple=True, metavar="TYPE=DURATION", help="Default notice per event type, e.g. Freeze=15m.")

@@ -37,3 +37,15 @@ def test_restart_with_clock_given_changes_it_and_says_so(tmp_path):
     with again:
         assert again.get("/v1/clock")["mode"] == "real"
     assert "clock: real, as given (--clock/--speed); the database had manual" in again.log_path.read_text()
+
+
+def test_document_prints_the_exact_bytes_imds_serves(tmp_path):
+    with Server(tmp_path) as server:
+        server.schedule(type="Freeze", vms=["solo"])
+        served = server.scheduled_events()  # the shared metadata endpoint answers as the default VM, solo
+        run = forewarn(server, "document", "solo")
+        pretty = forewarn(server, "document", "solo", "--pretty")
+    assert served.status_code == 200
+    assert run.stdout.encode() == served.content
+    assert json.loads(pretty.stdout) == json.loads(served.content)
+    assert "\n  " in pretty.stdout

@@ -17,6 +17,15 @@ class ControlClient:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def request(self, method: str, path: str, **kwargs):
+        response = self.send(method, path, **kwargs)
+        if not response.content:
+            return None
+        if response.headers.get("content-type", "").startswith("application/json"):
+            return response.json()
+        return response.text
+
+    def send(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """The response as it came (for its exact bytes); errors raise :class:`ClientError` as in ``request``."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
@@ -31,11 +40,7 @@ class ControlClient:
             except (ValueError, KeyError, TypeError):
                 message = f"HTTP {response.status_code}: {response.text[:500]}"
             raise ClientError(message)
-        if not response.content:
-            return None
-        if response.headers.get("content-type", "").startswith("application/json"):
-            return response.json()
-        return response.text
+        return response
 
     def get(self, path: str, **kwargs):
         return self.request("GET", path, **kwargs)

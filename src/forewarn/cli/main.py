@@ -527,11 +527,21 @@ def fleet_generate(vms, vms_per_host, subscriptions, scale_set_share, availabili
 @cli.command(context_settings=CONTEXT)
 @click.argument("vm")
 @click.option("--api-version", default="2020-07-01", show_default=True)
+@click.option("--pretty", is_flag=True, help="Indent the JSON for reading (no longer the served bytes).")
 @click.pass_context
-def document(ctx, vm, api_version):
-    """Print the scheduled-events document VM sees right now (the exact bytes its IMDS serves)."""
-    found = _run(lambda: _client(ctx).get(f"/v1/vms/{vm}/scheduledevents", params={"api-version": api_version}))
-    click.echo(json.dumps(found, indent=2))
+def document(ctx, vm, api_version, pretty):
+    """Print the scheduled-events document VM sees right now: the exact bytes its IMDS serves (no newline added
+    when the output is a file or a pipe), or indented with --pretty."""
+    response = _run(lambda: _client(ctx).send("GET", f"/v1/vms/{vm}/scheduledevents",
+                                              params={"api-version": api_version}))
+    if pretty:
+        click.echo(json.dumps(response.json(), indent=2))
+        return
+    out = click.get_binary_stream("stdout")
+    out.write(response.content)
+    if sys.stdout.isatty():  # a terminal's prompt would otherwise follow the JSON on the same line
+        out.write(b"\n")
+    out.flush()
 
 
 # ------------------------------------------------------------------------------------- VMs and the platform

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 
+import pytest
 import requests
 
-from helpers import Server, forewarn
+from helpers import ROOT, Server, forewarn, free_port
 
 
 def _without(args: list[str], option: str) -> list[str]:
@@ -49,3 +53,30 @@ def test_document_prints_the_exact_bytes_imds_serves(tmp_path):
     assert run.stdout.encode() == served.content
     assert json.loads(pretty.stdout) == json.loads(served.content)
     assert "\n  " in pretty.stdout
+
+
+def _serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "forewarn", "serve", "--fleet", "demo", "--db", ":memory:", *args],
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+
+
+@pytest.mark.parametrize("option, what", [("--port", "control API"), ("--imds-port", "metadata endpoint"),
+                                          ("--arm-port", "ARM API"), ("--ec2-port", "EC2 API")])
+def test_a_taken_port_is_named_with_the_option_that_sets_it(option, what):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ports = {name: str(free_port()) for name in ("--port", "--imds-port", "--arm-port", "--ec2-port")}
+        ports[option] = str(port)
+        run = _serve(*(item for pair in ports.items() for item in pair))
+    assert run.returncode == 1
+    assert "Traceback" not in run.stderr
+    message = run.stderr.strip().splitlines()[-1]
+    assert message.startswith(f"forewarn: cannot listen on 127.0.0.1:{port} for the {what} (set by ")
+    assert option in message and "Address already in use" in message
+
+
+def test_a_port_out_of_range_is_a_usage_error():
+    run = _serve("--port", "70000")
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "70000" in run.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import sys
@@ -108,13 +109,14 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--db", default="forewarn.db", show_default=True,
               help="SQLite file, ':memory:', or a postgresql:// URL.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
-@click.option("--port", default=8170, show_default=True, help="Control API port.")
-@click.option("--arm-port", default=8171, show_default=True,
+@click.option("--port", default=8170, type=click.IntRange(0, 65535), show_default=True, help="Control API port.")
+@click.option("--arm-port", default=8171, type=click.IntRange(0, 65535), show_default=True,
               help="Azure Resource Manager–shaped management API port, on --host (0: off).")
-@click.option("--ec2-port", default=8172, show_default=True,
+@click.option("--ec2-port", default=8172, type=click.IntRange(0, 65535), show_default=True,
               help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).")
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
-@click.option("--imds-port", default=8169, show_default=True, help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
+@click.option("--imds-port", default=8169, type=click.IntRange(0, 65535), show_default=True,
+              help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
 @click.option("--clock", "clock_mode", type=click.Choice(MODES),
               help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`. "
               "Default: the database's stored setting; real for a new database.")
@@ -176,7 +178,7 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
     from forewarn.core.rules import Rules
     from forewarn.fleetfile import FleetFileError, load_fleet_document
     from forewarn.service.runtime import FleetMismatch, Maintenance
-    from forewarn.service.server import AzureManagementSettings, Listeners, serve as run_server
+    from forewarn.service.server import AzureManagementSettings, ListenError, Listeners, serve as run_server
     from forewarn.surfaces.azure_access import AccessFileError, load_access
     from forewarn.surfaces.azure_resource_graph import ResourceGraphSettings
     from forewarn.eventgrid.config import EventGridFileError
@@ -231,12 +233,28 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
         ec2_settings = Ec2ImdsSettings(tokens=ec2_imds_tokens, while_down=settings.while_down)
         _event_loop_runner()(run_server(service, listeners, settings, ec2_settings, _key_pairs(ec2_credential),
                                         azure=azure))
+    except ListenError as error:
+        _fail(_listen_failure(error))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:
         pass
     finally:
         store.close()
+
+
+# Which serve options choose the address of each of the server's listeners (ListenError.role).
+_LISTEN_OPTIONS = {"control": ("control API", "--host/--port"), "imds": ("metadata endpoint", "--imds-host/--imds-port"),
+                   "arm": ("ARM API", "--host/--arm-port, 0 turns it off"),
+                   "ec2_api": ("EC2 API", "--host/--ec2-port, 0 turns it off")}
+
+
+def _listen_failure(error) -> str:
+    host, port = error.address
+    what, options = _LISTEN_OPTIONS[error.role]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    hint = "; is another forewarn serve running?" if error.errno == errno.EADDRINUSE else ""
+    return f"cannot listen on {where} for the {what} (set by {options}): {error.strerror}{hint}"
 
 
 def _event_grid(store, path, section, dead_letters, duplicates, no_retry):

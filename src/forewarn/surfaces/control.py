@@ -10,7 +10,7 @@ from typing import Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn import __version__
@@ -20,6 +20,7 @@ from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.model import EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
+from forewarn.surfaces.control_errors import error_response, install_error_handlers
 from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
 from forewarn.surfaces.control_ec2 import ec2_router
@@ -68,10 +69,6 @@ class ClockOut(BaseModel):
     next_deadline: str | None
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
-
-
 def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     app = FastAPI(
         title="forewarn control API",
@@ -79,14 +76,16 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         description="Build fleets, inject maintenance and move time. The CLI (`forewarn --help`) speaks this API.",
     )
 
+    install_error_handlers(app)
+
     @app.exception_handler(CoreError)
     async def core_error(request: Request, error: CoreError):
         status = 404 if isinstance(error, NotFound) else 409 if isinstance(error, Conflict) else 400
-        return _error(status, type(error).__name__, str(error))
+        return error_response(status, type(error).__name__, str(error))
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, error: StoreError):
-        return _error(503, "StoreUnavailable", f"nothing was changed: {error}")
+        return error_response(503, "StoreUnavailable", f"nothing was changed: {error}")
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, error: RequestValidationError):
@@ -94,7 +93,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
             f"{'.'.join(str(p) for p in problem['loc'] if p != 'body') or 'body'}: {problem['msg']}"
             for problem in error.errors()
         )
-        return _error(400, "Invalid", problems)
+        return error_response(400, "Invalid", problems)
 
     @app.get("/healthz", tags=["service"])
     async def health() -> dict:

@@ -65,8 +65,13 @@ class EventOut(BaseModel):
         )
 
 
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
 class ErrorOut(BaseModel):
-    error: dict[str, str]
+    error: ErrorBody
 
 
 ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}

@@ -6,11 +6,14 @@ import json
 import socket
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 import requests
 
-from helpers import ROOT, Server, forewarn, free_port
+from forewarn.core.engine import Engine, ScheduleRequest
+from forewarn.core.model import EventType
+from helpers import ROOT, T0, Server, forewarn, free_port, small_fleet
 
 
 def _without(args: list[str], option: str) -> list[str]:
@@ -80,3 +83,88 @@ def test_a_taken_port_is_named_with_the_option_that_sets_it(option, what):
 def test_a_port_out_of_range_is_a_usage_error():
     run = _serve("--port", "70000")
     assert run.returncode == 2 and "Traceback" not in run.stderr and "70000" in run.stderr
+
+
+def test_approve_on_shared_hardware_says_the_other_tenants_must_approve_too(tmp_path):
+    with Server(tmp_path) as server:
+        events = server.schedule(type="Reboot", hosts=["host-02"])  # WestNO_2, solo and other-tenant: three scopes
+        assert len(events) == 3
+        mine = next(event for event in events if event["resources"] == ["solo"])
+        run = forewarn(server, "approve", mine["event_id"])
+        others = [event["event_id"] for event in events if event is not mine]
+        assert f"{mine['event_id']}: approved; it starts when every tenant on its host has approved" in run.stdout
+        assert "2 approvals still outstanding of 3" in run.stdout
+        assert all(event_id in run.stdout for event_id in others)
+        assert "NotBefore" in run.stdout
+        forewarn(server, "approve", others[0])
+        last = forewarn(server, "approve", others[1])
+        assert "Started" in last.stdout and "outstanding" not in last.stdout
+
+
+def test_event_ids_can_be_given_by_an_unambiguous_prefix(tmp_path):
+    with Server(tmp_path) as server:
+        event_id = server.schedule(type="Freeze", vms=["solo"])[0]["event_id"]
+        shown = forewarn(server, "show", event_id[:8].lower())
+        assert f"event_id: {event_id}" in shown.stdout
+        forewarn(server, "approve", event_id[:6])
+        assert server.get(f"/v1/events/{event_id}")["approvals"] == ["control"]
+        other = server.schedule(type="Freeze", vms=["WestNO_0"])[0]["event_id"]
+        forewarn(server, "cancel", other[:5])
+        assert server.get(f"/v1/events/{other}")["status"] == "Canceled"
+        unknown = forewarn(server, "cancel", "FFFFFFFF-0000", check=False)
+        assert unknown.returncode == 1
+        assert "no event whose EventId is or starts with FFFFFFFF-0000" in unknown.stderr
+        short = forewarn(server, "show", event_id[:3], check=False)
+        assert short.returncode == 1 and "at least 4 characters" in short.stderr
+
+
+def test_an_ambiguous_event_id_prefix_lists_the_candidates():
+    from forewarn.core.errors import Ambiguous
+
+    engine = Engine(small_fleet(), seed="test", now=T0)
+    seen: dict[str, str] = {}
+    for _ in range(3000):  # 4 hex digits: a clash is expected after a few hundred ids (the birthday bound)
+        changes = engine.schedule(ScheduleRequest(event_type=EventType.FREEZE, vms=("solo",), notice=timedelta(hours=1)))
+        event_id = changes[0].event.event_id
+        if event_id[:4] in seen:
+            break
+        seen[event_id[:4]] = event_id
+    else:
+        pytest.fail("no two EventIds share 4 characters")
+    first = seen[event_id[:4]]
+    common = next(i for i in range(4, 36) if first[i] != event_id[i])
+    with pytest.raises(Ambiguous) as raised:
+        engine.resolve_event_id(event_id[:common].lower())
+    assert first in str(raised.value) and event_id in str(raised.value) and "give more characters" in str(raised.value)
+    assert engine.resolve_event_id(event_id[:common + 1]) == event_id
+
+
+def test_unknown_names_get_a_did_you_mean(tmp_path):
+    with Server(tmp_path) as server:
+        for args, suggestion in [
+            (("vm", "show", "sollo"), "did you mean 'solo'?"),
+            (("schedule", "--type", "Freeze", "--vm", "westno_0"), "'WestNO_0'"),
+            (("schedule", "--type", "Reboot", "--host", "host-2"), "'host-02'"),
+            (("vmss", "scale-in", "myvmms"), "did you mean 'myvmss'?"),
+            (("policy", "show", "westnoo"), "did you mean 'westno'?"),
+            (("platform", "hardware-failure", "hots-03"), "'host-03'"),
+        ]:
+            run = forewarn(server, *args, check=False)
+            assert run.returncode == 1, args
+            assert suggestion in run.stderr, (args, run.stderr)
+            assert len(run.stderr.strip().splitlines()) == 1
+        far = forewarn(server, "vm", "show", "zzzzzzzz", check=False)
+        assert "did you mean" not in far.stderr
+    scenario = subprocess.run([sys.executable, "-m", "forewarn", "scenario", "show", "user-rebot"], capture_output=True,
+                              text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    assert scenario.returncode != 0 and "did you mean 'user-reboot'" in scenario.stderr
+
+
+def test_ec2_api_messages_stay_as_aws_words_them(tmp_path):
+    """The suggestion is the control API's: the EC2 Query API keeps AWS's own message."""
+    from forewarn.core.errors import NotFound
+    from forewarn.core.fleet import Fleet
+
+    with pytest.raises(NotFound) as raised:
+        Fleet(hosts=[], vms=[]).instance("i-0123456789abcdef0")
+    assert str(raised.value) == "The instance ID 'i-0123456789abcdef0' does not exist"

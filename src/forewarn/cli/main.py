@@ -392,7 +392,8 @@ def events(ctx, include_all, as_json):
 @JSON_OPTION
 @click.pass_context
 def show(ctx, event_id, as_json):
-    """Show one event and its journal (what happened to it, when, and why)."""
+    """Show one event and its journal (what happened to it, when, and why). EVENT_ID may be an unambiguous prefix
+    (at least 4 characters)."""
     client = _client(ctx)
     event = _run(lambda: client.get(f"/v1/events/{event_id}"))
     journal = _run(lambda: client.get(f"/v1/events/{event_id}/journal"))
@@ -413,9 +414,36 @@ def show(ctx, event_id, as_json):
 @JSON_OPTION
 @click.pass_context
 def approve(ctx, event_ids, as_json):
-    """Approve events (as an IMDS POST StartRequests would). The operation starts when all its events are approved."""
-    found = _run(lambda: _client(ctx).post("/v1/approvals", {"event_ids": list(event_ids)}))
-    _emit(found, as_json, _print_events)
+    """Approve events (as an IMDS POST StartRequests would), by EventId or an unambiguous prefix of it (at least 4
+    characters). On shared hardware an event starts only when every tenant on its host has approved its own event,
+    or at NotBefore."""
+    client = _client(ctx)
+    found = _run(lambda: client.post("/v1/approvals", {"event_ids": list(event_ids)}))
+
+    def render(events):
+        _print_events(events)
+        waiting = [event for event in events if event["status"] == "Scheduled"]
+        if waiting:
+            live = _run(lambda: client.get("/v1/events"))
+            for event in waiting:
+                click.echo(_approval_outlook(event, live))
+
+    _emit(found, as_json, render)
+
+
+def _approval_outlook(event: dict, live: list[dict]) -> str:
+    """Why an approved event is still Scheduled: the other tenants on its host have not all approved theirs."""
+    operation = [other for other in live if other["operation_id"] == event["operation_id"]
+                 and other["status"] == "Scheduled"]
+    outstanding = [other for other in operation if not other["approvals"]]
+    deadline = f"at its NotBefore ({_short_time(event['not_before'])} UTC)"
+    if not outstanding:
+        return f"{event['event_id']}: approved; still Scheduled, it starts {deadline}"
+    names = "; ".join(f"{other['event_id']} ({','.join(other['resources'])})" for other in outstanding[:5])
+    more = f"; and {len(outstanding) - 5} more" if len(outstanding) > 5 else ""
+    count = f"{len(outstanding)} approval{'s' if len(outstanding) != 1 else ''}"
+    return (f"{event['event_id']}: approved; it starts when every tenant on its host has approved its own event, "
+            f"or {deadline}. {count} still outstanding of {len(operation)}: {names}{more}")
 
 
 @cli.command(context_settings=CONTEXT)
@@ -423,7 +451,8 @@ def approve(ctx, event_ids, as_json):
 @JSON_OPTION
 @click.pass_context
 def cancel(ctx, event_id, as_json):
-    """Cancel a Scheduled event: it leaves the document with no impact. Started events cannot be canceled."""
+    """Cancel a Scheduled event (EventId or an unambiguous prefix): it leaves the document with no impact. Started
+    events cannot be canceled."""
     found = _run(lambda: _client(ctx).post(f"/v1/events/{event_id}/cancel"))
     _emit([found], as_json, _print_events)
 

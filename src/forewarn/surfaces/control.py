@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn import __version__
 from forewarn.core.durations import parse_duration
 from forewarn.core.engine import ScheduleRequest
-from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
+from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
 from forewarn.core.model import EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
@@ -81,7 +81,10 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     @app.exception_handler(CoreError)
     async def core_error(request: Request, error: CoreError):
         status = 404 if isinstance(error, NotFound) else 409 if isinstance(error, Conflict) else 400
-        return error_response(status, type(error).__name__, str(error))
+        message = str(error)
+        if isinstance(error, NotFound) and error.name is not None:
+            message += did_you_mean(error.name, error.known)
+        return error_response(status, type(error).__name__, message)
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, error: StoreError):
@@ -127,7 +130,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     @app.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def get_event(event_id: str):
         service.catch_up()
-        return EventOut.of(service.engine.event(event_id))
+        return EventOut.of(service.engine.event(service.engine.resolve_event_id(event_id)))
 
     @app.get("/v1/journal", tags=["events"])
     async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
@@ -139,7 +142,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
     async def event_journal(event_id: str):
-        event = service.engine.event(event_id)
+        event = service.engine.event(service.engine.resolve_event_id(event_id))
         return [
             {"at": entry.at, "what": entry.kind, **entry.detail}
             for entry in service.store.journal(event.event_id)
@@ -147,18 +150,19 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     @app.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
     async def approve(body: ApproveIn):
-        ids = [event_id.upper() for event_id in body.event_ids]
+        ids = [service.engine.resolve_event_id(event_id) for event_id in body.event_ids]
         service.approve(ids, by=body.by)
         return [EventOut.of(service.engine.event(event_id)) for event_id in ids]
 
     @app.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def approve_one(event_id: str):
-        service.approve([event_id.upper()], by="control")
+        event_id = service.engine.resolve_event_id(event_id)
+        service.approve([event_id], by="control")
         return EventOut.of(service.engine.event(event_id))
 
     @app.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        return EventOut.of(service.cancel(event_id.upper()))
+        return EventOut.of(service.cancel(service.engine.resolve_event_id(event_id)))
 
     def clock_out() -> ClockOut:
         view = service.clock_view()

@@ -168,3 +168,33 @@ def test_ec2_api_messages_stay_as_aws_words_them(tmp_path):
     with pytest.raises(NotFound) as raised:
         Fleet(hosts=[], vms=[]).instance("i-0123456789abcdef0")
     assert str(raised.value) == "The instance ID 'i-0123456789abcdef0' does not exist"
+
+
+CENTRAL_FLEET = """
+defaults: {subscription: 6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01, resource_group: contoso-rg}
+hosts: [{name: h1}]
+vms:
+  - name: solo
+    host: h1
+    scheduled_events_policy: {scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}
+"""
+
+
+def _acknowledge(server: Server, *ids: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "forewarn", "acknowledge", "--arm", server.arm, *ids],
+                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+
+
+def test_acknowledge_takes_an_event_id_or_its_prefix(tmp_path):
+    with Server(tmp_path, CENTRAL_FLEET) as server:
+        first = server.schedule(type="Freeze", vms=["solo"])[0]["event_id"]
+        run = _acknowledge(server, first[:8].lower())
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == f"{first.lower()}: Successfully Approved"
+        assert server.get(f"/v1/events/{first}")["status"] == "Started"
+        second = server.schedule(type="Freeze", vms=["solo"], notice="1h")[0]["event_id"]
+        assert _acknowledge(server, second).returncode == 0
+        unknown = _acknowledge(server, "ABCDEF01")
+        assert unknown.returncode == 1 and "no scheduled event in Resource Graph has this EventId" in unknown.stderr
+        junk = _acknowledge(server, "not-an-id")
+        assert junk.returncode == 1 and "not an EventId" in junk.stderr

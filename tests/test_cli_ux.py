@@ -198,3 +198,22 @@ def test_acknowledge_takes_an_event_id_or_its_prefix(tmp_path):
         assert unknown.returncode == 1 and "no scheduled event in Resource Graph has this EventId" in unknown.stderr
         junk = _acknowledge(server, "not-an-id")
         assert junk.returncode == 1 and "not an EventId" in junk.stderr
+
+
+def test_clock_moves_say_what_happened(tmp_path):
+    with Server(tmp_path) as server:
+        [event] = server.schedule(type="Freeze", vms=["solo"], notice="5m")
+        step = forewarn(server, "clock", "next")
+        lines = step.stdout.splitlines()
+        assert lines[0].startswith("2026-04-20T22:16:58Z")
+        assert any(line.split()[:4] == ["started", event["event_id"], "Freeze", "solo"] for line in lines), step.stdout
+        assert any(line.split()[:3] == ["impacted", "solo", "VM"] for line in lines), step.stdout
+        moved = json.loads(forewarn(server, "clock", "advance", "1h", "--json").stdout)
+        assert moved["now"] == "2026-04-20T23:16:58Z"
+        assert {"kind": "event", "id": event["event_id"], "what": "completed", "type": "Freeze", "status": "Completed",
+                "targets": ["solo"]}.items() <= next(c for c in moved["changes"] if c["kind"] == "event").items()
+        assert moved["changes_total"] == len(moved["changes"]) >= 2
+        canceled = server.schedule(type="Reboot", vms=["WestNO_0"], notice="5m")[0]
+        server.post(f"/v1/events/{canceled['event_id']}/cancel", expect=200)
+        quiet = forewarn(server, "clock", "advance", "10m")
+        assert quiet.stdout.splitlines()[1:] == ["  nothing happened"]

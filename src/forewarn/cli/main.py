@@ -473,10 +473,26 @@ def clock():
     """Show or move simulated time (moving needs a server started with --clock manual)."""
 
 
+def _print_clock_move(moved: dict) -> None:
+    """The new time, then what the move did: one line per change, ``what  id  type  targets``."""
+    _print_clock(moved)
+    changes = moved.get("changes", [])
+    if not changes:
+        click.echo("  nothing happened")
+        return
+    kinds = {"vm": "VM", "instance": "instance", "wave": "wave"}
+    rows = [("", change["what"], change["id"], change["type"] or kinds.get(change["kind"], ""),
+             "" if change["targets"] == [change["id"]] else ",".join(change["targets"])) for change in changes]
+    _print_table(rows, cell_limit=80)
+    if moved["changes_total"] > len(changes):
+        click.echo(f"  ... and {moved['changes_total'] - len(changes)} more changes (forewarn events --all, or GET "
+                   "/v1/journal)")
+
+
 def _clock_call(ctx: click.Context, as_json: bool, path: str, body: dict | None = None) -> None:
     client = _client(ctx)
     result = _run(lambda: client.get(path) if body is None else client.post(path, body))
-    _emit(result, as_json, _print_clock)
+    _emit(result, as_json, _print_clock if body is None else _print_clock_move)
 
 
 
@@ -493,7 +509,8 @@ def clock_show(ctx, as_json):
 @JSON_OPTION
 @click.pass_context
 def clock_advance(ctx, duration, as_json):
-    """Move time forward by DURATION (30s, 10m, 1h30m, PT15M), applying every deadline on the way in order."""
+    """Move time forward by DURATION (30s, 10m, 1h30m, PT15M), applying every deadline on the way in order; prints
+    what started, completed, recovered or changed (--json: the same as data)."""
     try:
         parse_duration(duration)
     except CoreError as error:
@@ -514,7 +531,7 @@ def clock_set(ctx, time, as_json):
 @JSON_OPTION
 @click.pass_context
 def clock_next(ctx, as_json):
-    """Jump to the next deadline (a NotBefore or the end of an impact window) and apply it."""
+    """Jump to the next deadline (a NotBefore or the end of an impact window) and apply it; prints what changed."""
     _clock_call(ctx, as_json, "/v1/clock/next", {})
 
 

@@ -21,7 +21,15 @@ from forewarn.core.model import EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
 from forewarn.surfaces.control_errors import error_response, install_error_handlers
-from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
+from forewarn.surfaces.control_models import (
+    ERRORS,
+    MAX_LISTED_CHANGES,
+    ChangeOut,
+    EventOut,
+    changes_out,
+    iso,
+    parse_time,
+)
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
 from forewarn.surfaces.control_ec2 import ec2_router
 from forewarn.surfaces.control_imds import imds_router
@@ -67,6 +75,11 @@ class ClockOut(BaseModel):
     speed: float
     now: str
     next_deadline: str | None
+
+
+class ClockMoveOut(ClockOut):
+    changes: list[ChangeOut] = Field(description=f"what the move did, in order (at most {MAX_LISTED_CHANGES})")
+    changes_total: int = Field(description="how many changes there were in all (the journal has every one)")
 
 
 def create_control_app(service: Maintenance, imds=None) -> FastAPI:
@@ -173,20 +186,21 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         service.catch_up()
         return clock_out()
 
-    @app.post("/v1/clock/advance", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    def clock_moved(changes) -> ClockMoveOut:
+        listed, total = changes_out(changes)
+        return ClockMoveOut(**clock_out().model_dump(), changes=listed, changes_total=total)
+
+    @app.post("/v1/clock/advance", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def advance(body: AdvanceIn):
-        service.advance_clock(parse_duration(body.by))
-        return clock_out()
+        return clock_moved(service.advance_clock(parse_duration(body.by)))
 
-    @app.post("/v1/clock/set", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    @app.post("/v1/clock/set", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def set_clock(body: SetIn):
-        service.set_clock(parse_time(body.to))
-        return clock_out()
+        return clock_moved(service.set_clock(parse_time(body.to)))
 
-    @app.post("/v1/clock/next", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    @app.post("/v1/clock/next", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def next_deadline():
-        service.step_clock()
-        return clock_out()
+        return clock_moved(service.step_clock())
 
     @app.get("/v1/fleet", tags=["fleet"])
     async def fleet():

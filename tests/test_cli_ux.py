@@ -197,7 +197,7 @@ def test_acknowledge_takes_an_event_id_or_its_prefix(tmp_path):
         unknown = _acknowledge(server, "ABCDEF01")
         assert unknown.returncode == 1 and "no scheduled event in Resource Graph has this EventId" in unknown.stderr
         junk = _acknowledge(server, "not-an-id")
-        assert junk.returncode == 1 and "not an EventId" in junk.stderr
+        assert junk.returncode == 1 and "nor an EventId" in junk.stderr
 
 
 def test_clock_moves_say_what_happened(tmp_path):
@@ -217,3 +217,41 @@ def test_clock_moves_say_what_happened(tmp_path):
         server.post(f"/v1/events/{canceled['event_id']}/cancel", expect=200)
         quiet = forewarn(server, "clock", "advance", "10m")
         assert quiet.stdout.splitlines()[1:] == ["  nothing happened"]
+
+
+SET_FLEET = """
+defaults: {subscription: 6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01, resource_group: contoso-rg}
+hosts: [{name: h1}, {name: h2}]
+availability_sets:
+  - {name: db, scheduled_events_policy: {scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}}
+vms:
+  - {name: db-0, host: h2, availability_set: db}
+scale_sets:
+  - name: web
+    instances: 1
+    hosts: [h1]
+    scheduled_events_policy: {scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}
+"""
+
+
+def test_resource_graph_and_event_grid_agree_on_resource_type(tmp_path):
+    from forewarn.eventgrid.events import scheduled_event_emitted
+    from forewarn.eventgrid.settings import EventGridSettings
+    from forewarn.fleetfile import parse_fleet
+
+    with Server(tmp_path, SET_FLEET) as server:
+        server.schedule(type="Freeze", vms=["web_0"])
+        server.schedule(type="Freeze", vms=["db-0"])
+        page = requests.post(f"{server.arm}/providers/Microsoft.ResourceGraph/resources",
+                             params={"api-version": "2022-10-01"}, timeout=10,
+                             json={"query": "maintenanceresources | project id, properties"}).json()
+    rows = {row["properties"]["Resources"][0]: row for row in page["data"]}
+    assert "/virtualmachinescalesets/web/" in rows["web_0"]["id"]
+    assert "/availabilitysets/db/" in rows["db-0"]["id"]
+    fleet = parse_fleet(SET_FLEET, "sets.yaml")
+    engine = Engine(fleet, seed="test", now=T0)
+    [change] = engine.schedule(ScheduleRequest(event_type=EventType.FREEZE, vms=("web_0",)))[:1]
+    published = scheduled_event_emitted(change.event, fleet.vms["web_0"], "scheduled", T0, "test", EventGridSettings())
+    event_grid_type = published["data"]["resourceInfo"]["properties"]["ResourceType"]
+    assert event_grid_type == "VirtualMachine"
+    assert {row["properties"]["ResourceType"] for row in rows.values()} == {event_grid_type}

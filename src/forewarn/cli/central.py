@@ -85,8 +85,8 @@ def _arm_id_of(client: ControlClient, event_id: str) -> str:
     """The ARM id of the centrally published event whose EventId is or starts with ``event_id``, from Resource
     Graph (where a controller finds it too)."""
     if not _EVENT_ID_PREFIX.match(event_id):
-        raise ClientError("not an EventId (hex digits and hyphens, at least 4) nor a scheduled event id "
-                          "(.../providers/Microsoft.Maintenance/scheduledevents/ID)")
+        raise ClientError("not a scheduled event id (.../providers/Microsoft.Maintenance/scheduledevents/ID) nor an "
+                          "EventId or its first characters (hex digits and hyphens, at least 4)")
     # KQL string comparisons are case-insensitive, like EventIds.
     query = (f"maintenanceresources | where type == 'microsoft.maintenance/scheduledevents' "
              f"and name startswith '{event_id}' | project id, name, status = tostring(properties.EventStatus)")

@@ -1,7 +1,8 @@
 """The control API (JSON, described by the OpenAPI document at ``/openapi.json``): fleet, events and clock.
 
 This is forewarn's own surface, not a cloud's: the CLI speaks it, and tests and scenarios drive the engine through it.
-Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now).
+Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now);
+``control_errors.py`` gives Starlette's own errors (unknown route, wrong method, unparsable body) and bugs that shape.
 """
 
 from __future__ import annotations

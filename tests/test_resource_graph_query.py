@@ -113,7 +113,7 @@ def _row_arguments() -> dict:
     return {
         "event_id": "E1", "status": "Scheduled", "event_type": "Freeze", "source": "Platform", "not_before": "",
         "duration_seconds": 5, "description": "", "resources": ["vmss_1"], "subscription_id": SUB_A,
-        "resource_group": "rg", "location": "eastus", "resource_type": "VirtualMachineScaleSet",
+        "resource_group": "rg", "location": "eastus", "resource_type": "VirtualMachine",
         "target_resource_id": f"/subscriptions/{SUB_A}/resourceGroups/rg/providers/Microsoft.Compute"
                               "/virtualMachineScaleSets/vmss",
     }

@@ -7,6 +7,7 @@ convenience for people without the az CLI, not another way in: the same requests
 from __future__ import annotations
 
 import json
+import re
 
 import click
 
@@ -77,8 +78,34 @@ def graph(query, subscriptions, first, arm_url, token, as_json):
                  cell_limit=80)
 
 
+_EVENT_ID_PREFIX = re.compile(r"^[0-9A-Fa-f-]{4,36}$")
+
+
+def _arm_id_of(client: ControlClient, event_id: str) -> str:
+    """The ARM id of the centrally published event whose EventId is or starts with ``event_id``, from Resource
+    Graph (where a controller finds it too)."""
+    if not _EVENT_ID_PREFIX.match(event_id):
+        raise ClientError("not a scheduled event id (.../providers/Microsoft.Maintenance/scheduledevents/ID) nor an "
+                          "EventId or its first characters (hex digits and hyphens, at least 4)")
+    # KQL string comparisons are case-insensitive, like EventIds.
+    query = (f"maintenanceresources | where type == 'microsoft.maintenance/scheduledevents' "
+             f"and name startswith '{event_id}' | project id, name, status = tostring(properties.EventStatus)")
+    page = client.request("POST", "/providers/Microsoft.ResourceGraph/resources", params={"api-version": ARG_API},
+                          json={"query": query, "options": {"resultFormat": "objectArray", "$top": 11}})
+    rows = page["data"]
+    if not rows:
+        raise ClientError("no scheduled event in Resource Graph has this EventId (only events of owners that "
+                          "publish centrally are there: forewarn policy set OWNER --central)")
+    if len(rows) > 1:
+        shown = ", ".join(f"{row['name']} ({row['status']})" for row in rows[:10])
+        raise ClientError(f"the start of {'more than 10' if len(rows) > 10 else len(rows)} EventIds: {shown}; "
+                          "give more characters")
+    return rows[0]["id"]
+
+
 @click.command(name="acknowledge", context_settings=CONTEXT, epilog="""\b
 Examples:
+  forewarn acknowledge 6B5C9A2E                    # an EventId or its first characters: the id is looked up
   forewarn acknowledge /subscriptions/$SUB/resourcegroups/contoso-rg/providers/microsoft.compute/virtualmachinescalesets/web/providers/microsoft.maintenance/scheduledevents/$EVENT
   forewarn graph 'maintenanceresources | where properties.EventStatus == "Scheduled" | project id' --json \\
     | jq -r '.[].id' | xargs forewarn acknowledge
@@ -88,10 +115,18 @@ Docs: docs/azure-central.md ("Maintenance acknowledge API").""")
 @TOKEN_OPTION
 def acknowledge(ids, arm_url, token):
     """Acknowledge scheduled events through the Maintenance resource provider, by their full ids (the `id` column
-    of Resource Graph): each starts as if its VMs had approved it through IMDS."""
+    of Resource Graph) or by EventId or an unambiguous prefix of one (at least 4 characters; its id is looked up in
+    Resource Graph): each starts as if its VMs had approved it through IMDS."""
     client = _arm(arm_url, token)
     failed = False
     for event_id in ids:
+        if "/" not in event_id:
+            try:
+                event_id = _arm_id_of(client, event_id)
+            except ClientError as error:
+                click.echo(f"forewarn: {event_id}: {error}", err=True)
+                failed = True
+                continue
         path = event_id.rstrip("/")
         if "/providers/microsoft.maintenance/scheduledevents/" not in path.lower():
             click.echo(f"forewarn: {event_id}: not a scheduled event id (.../providers/Microsoft.Maintenance/"

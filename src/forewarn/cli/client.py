@@ -19,6 +19,19 @@ class ControlClient:
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
 
     def request(self, method: str, path: str, **kwargs):
+        response = self.send(method, path, **kwargs)
+        if not response.content:
+            return None
+        if response.headers.get("content-type", "").startswith("application/json"):
+            try:
+                return parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)
+            except JsonInputError as error:
+                raise ClientError(f"{self.base_url} answered HTTP {response.status_code} with JSON this client "
+                                  f"cannot use: {error}") from None
+        return response.text
+
+    def send(self, method: str, path: str, **kwargs) -> httpx.Response:
+        """The response as it came (for its exact bytes); errors raise :class:`ClientError` as in ``request``."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.TransportError as error:
@@ -33,15 +46,7 @@ class ControlClient:
             except (ValueError, KeyError, TypeError):
                 message = f"HTTP {response.status_code}: {response.text[:500]}"
             raise ClientError(message)
-        if not response.content:
-            return None
-        if response.headers.get("content-type", "").startswith("application/json"):
-            try:
-                return parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)
-            except JsonInputError as error:
-                raise ClientError(f"{self.base_url} answered HTTP {response.status_code} with JSON this client "
-                                  f"cannot use: {error}") from None
-        return response.text
+        return response
 
     def get(self, path: str, **kwargs):
         return self.request("GET", path, **kwargs)

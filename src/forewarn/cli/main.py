@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import sys
@@ -119,16 +120,19 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--db", default="forewarn.db", show_default=True,
               help="SQLite file, ':memory:', or a postgresql:// URL.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
-@click.option("--port", default=8170, show_default=True, help="Control API port.")
-@click.option("--arm-port", default=8171, show_default=True,
+@click.option("--port", default=8170, type=click.IntRange(0, 65535), show_default=True, help="Control API port.")
+@click.option("--arm-port", default=8171, type=click.IntRange(0, 65535), show_default=True,
               help="Azure Resource Manager–shaped management API port, on --host (0: off).")
-@click.option("--ec2-port", default=8172, show_default=True,
+@click.option("--ec2-port", default=8172, type=click.IntRange(0, 65535), show_default=True,
               help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).")
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
-@click.option("--imds-port", default=8169, show_default=True, help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
-@click.option("--clock", "clock_mode", type=click.Choice(MODES), default="real", show_default=True,
-              help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`.")
-@click.option("--speed", default=1.0, show_default=True, help="Real clock rate: 60 makes a wall second a simulated minute.")
+@click.option("--imds-port", default=8169, type=click.IntRange(0, 65535), show_default=True,
+              help="Metadata endpoint port (real IMDS: 169.254.169.254:80).")
+@click.option("--clock", "clock_mode", type=click.Choice(MODES),
+              help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`. "
+              "Default: the database's stored setting; real for a new database.")
+@click.option("--speed", type=float,
+              help="Real clock rate: 60 makes a wall second a simulated minute. Default: stored; 1 for a new database.")
 @click.option("--start", metavar="TIME", help="Simulated start time of a new database (ISO 8601); default: now.")
 @click.option("--seed", help="Seed of the EventIds of a new database; the same seed and commands give the same ids.")
 @click.option("--notice", multiple=True, metavar="TYPE=DURATION", help="Default notice per event type, e.g. Freeze=15m.")
@@ -202,7 +206,7 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
     from forewarn.fleetfile import FleetFileError, load_fleet_document
     from forewarn.service.runtime import FleetMismatch, Maintenance
     from forewarn.service.http1 import Limits
-    from forewarn.service.server import AzureManagementSettings, Listeners, PortAccess, serve as run_server
+    from forewarn.service.server import AzureManagementSettings, ListenError, Listeners, PortAccess, serve as run_server
     from forewarn.service.uvicorn_guard import MANAGEMENT_LIMITS
     from forewarn.surfaces.azure_access import AccessFileError, load_access
     from forewarn.surfaces.azure_resource_graph import ResourceGraphSettings
@@ -277,12 +281,28 @@ def serve(fleet_source, db, host, port, arm_port, ec2_port, imds_host, imds_port
                                         azure=azure, metadata_limits=metadata_limits,
                                         management_limits=management_limits,
                                         access=PortAccess(tuple(allowed_hosts), control_token)))
+    except ListenError as error:
+        _fail(_listen_failure(error))
     except OSError as error:
         _fail(f"cannot listen: {error.strerror or error}")
     except KeyboardInterrupt:
         pass
     finally:
         store.close()
+
+
+# Which serve options choose the address of each of the server's listeners (ListenError.role).
+_LISTEN_OPTIONS = {"control": ("control API", "--host/--port"), "imds": ("metadata endpoint", "--imds-host/--imds-port"),
+                   "arm": ("ARM API", "--host/--arm-port, 0 turns it off"),
+                   "ec2_api": ("EC2 API", "--host/--ec2-port, 0 turns it off")}
+
+
+def _listen_failure(error) -> str:
+    host, port = error.address
+    what, options = _LISTEN_OPTIONS[error.role]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    hint = "; is another forewarn serve running?" if error.errno == errno.EADDRINUSE else ""
+    return f"cannot listen on {where} for the {what} (set by {options}): {error.strerror}{hint}"
 
 
 def _event_grid(store, path, section, dead_letters, duplicates, no_retry):
@@ -420,7 +440,8 @@ def events(ctx, include_all, as_json):
 @JSON_OPTION
 @click.pass_context
 def show(ctx, event_id, as_json):
-    """Show one event and its journal (what happened to it, when, and why)."""
+    """Show one event and its journal (what happened to it, when, and why). EVENT_ID may be an unambiguous prefix
+    (at least 4 characters)."""
     client = _client(ctx)
     event = _run(lambda: client.get(f"/v1/events/{event_id}"))
     journal = _run(lambda: client.get(f"/v1/events/{event_id}/journal"))
@@ -441,9 +462,36 @@ def show(ctx, event_id, as_json):
 @JSON_OPTION
 @click.pass_context
 def approve(ctx, event_ids, as_json):
-    """Approve events (as an IMDS POST StartRequests would). The operation starts when all its events are approved."""
-    found = _run(lambda: _client(ctx).post("/v1/approvals", {"event_ids": list(event_ids)}))
-    _emit(found, as_json, _print_events)
+    """Approve events (as an IMDS POST StartRequests would), by EventId or an unambiguous prefix of it (at least 4
+    characters). On shared hardware an event starts only when every tenant on its host has approved its own event,
+    or at NotBefore."""
+    client = _client(ctx)
+    found = _run(lambda: client.post("/v1/approvals", {"event_ids": list(event_ids)}))
+
+    def render(events):
+        _print_events(events)
+        waiting = [event for event in events if event["status"] == "Scheduled"]
+        if waiting:
+            live = _run(lambda: client.get("/v1/events"))
+            for event in waiting:
+                click.echo(_approval_outlook(event, live))
+
+    _emit(found, as_json, render)
+
+
+def _approval_outlook(event: dict, live: list[dict]) -> str:
+    """Why an approved event is still Scheduled: the other tenants on its host have not all approved theirs."""
+    operation = [other for other in live if other["operation_id"] == event["operation_id"]
+                 and other["status"] == "Scheduled"]
+    outstanding = [other for other in operation if not other["approvals"]]
+    deadline = f"at its NotBefore ({_short_time(event['not_before'])} UTC)"
+    if not outstanding:
+        return f"{event['event_id']}: approved; still Scheduled, it starts {deadline}"
+    names = "; ".join(f"{other['event_id']} ({','.join(other['resources'])})" for other in outstanding[:5])
+    more = f"; and {len(outstanding) - 5} more" if len(outstanding) > 5 else ""
+    count = f"{len(outstanding)} approval{'s' if len(outstanding) != 1 else ''}"
+    return (f"{event['event_id']}: approved; it starts when every tenant on its host has approved its own event, "
+            f"or {deadline}. {count} still outstanding of {len(operation)}: {names}{more}")
 
 
 @cli.command(context_settings=CONTEXT)
@@ -451,7 +499,8 @@ def approve(ctx, event_ids, as_json):
 @JSON_OPTION
 @click.pass_context
 def cancel(ctx, event_id, as_json):
-    """Cancel a Scheduled event: it leaves the document with no impact. Started events cannot be canceled."""
+    """Cancel a Scheduled event (EventId or an unambiguous prefix): it leaves the document with no impact. Started
+    events cannot be canceled."""
     found = _run(lambda: _client(ctx).post(f"/v1/events/{event_id}/cancel"))
     _emit([found], as_json, _print_events)
 
@@ -472,10 +521,26 @@ def clock():
     """Show or move simulated time (moving needs a server started with --clock manual)."""
 
 
+def _print_clock_move(moved: dict) -> None:
+    """The new time, then what the move did: one line per change, ``what  id  type  targets``."""
+    _print_clock(moved)
+    changes = moved.get("changes", [])
+    if not changes:
+        click.echo("  nothing happened")
+        return
+    kinds = {"vm": "VM", "instance": "instance", "wave": "wave"}
+    rows = [("", change["what"], change["id"], change["type"] or kinds.get(change["kind"], ""),
+             "" if change["targets"] == [change["id"]] else ",".join(change["targets"])) for change in changes]
+    _print_table(rows, cell_limit=80)
+    if moved["changes_total"] > len(changes):
+        click.echo(f"  ... and {moved['changes_total'] - len(changes)} more changes (forewarn events --all, or GET "
+                   "/v1/journal)")
+
+
 def _clock_call(ctx: click.Context, as_json: bool, path: str, body: dict | None = None) -> None:
     client = _client(ctx)
     result = _run(lambda: client.get(path) if body is None else client.post(path, body))
-    _emit(result, as_json, _print_clock)
+    _emit(result, as_json, _print_clock if body is None else _print_clock_move)
 
 
 
@@ -492,7 +557,8 @@ def clock_show(ctx, as_json):
 @JSON_OPTION
 @click.pass_context
 def clock_advance(ctx, duration, as_json):
-    """Move time forward by DURATION (30s, 10m, 1h30m, PT15M), applying every deadline on the way in order."""
+    """Move time forward by DURATION (30s, 10m, 1h30m, PT15M), applying every deadline on the way in order; prints
+    what started, completed, recovered or changed (--json: the same as data)."""
     try:
         parse_duration(duration)
     except CoreError as error:
@@ -513,7 +579,7 @@ def clock_set(ctx, time, as_json):
 @JSON_OPTION
 @click.pass_context
 def clock_next(ctx, as_json):
-    """Jump to the next deadline (a NotBefore or the end of an impact window) and apply it."""
+    """Jump to the next deadline (a NotBefore or the end of an impact window) and apply it; prints what changed."""
     _clock_call(ctx, as_json, "/v1/clock/next", {})
 
 
@@ -573,11 +639,21 @@ def fleet_generate(vms, vms_per_host, subscriptions, scale_set_share, availabili
 @cli.command(context_settings=CONTEXT)
 @click.argument("vm")
 @click.option("--api-version", default="2020-07-01", show_default=True)
+@click.option("--pretty", is_flag=True, help="Indent the JSON for reading (no longer the served bytes).")
 @click.pass_context
-def document(ctx, vm, api_version):
-    """Print the scheduled-events document VM sees right now (the exact bytes its IMDS serves)."""
-    found = _run(lambda: _client(ctx).get(f"/v1/vms/{vm}/scheduledevents", params={"api-version": api_version}))
-    click.echo(json.dumps(found, indent=2))
+def document(ctx, vm, api_version, pretty):
+    """Print the scheduled-events document VM sees right now: the exact bytes its IMDS serves (no newline added
+    when the output is a file or a pipe), or indented with --pretty."""
+    response = _run(lambda: _client(ctx).send("GET", f"/v1/vms/{vm}/scheduledevents",
+                                              params={"api-version": api_version}))
+    if pretty:
+        click.echo(json.dumps(response.json(), indent=2))
+        return
+    out = click.get_binary_stream("stdout")
+    out.write(response.content)
+    if sys.stdout.isatty():  # a terminal's prompt would otherwise follow the JSON on the same line
+        out.write(b"\n")
+    out.flush()
 
 
 # ------------------------------------------------------------------------------------- VMs and the platform

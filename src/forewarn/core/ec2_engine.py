@@ -150,7 +150,8 @@ class Ec2Commands:
             raise Invalid(f"Invalid id: \"{instance_id}\"")
         found = self.ec2_instances.get(instance_id)
         if found is None:
-            raise NotFound(f"The instance ID '{instance_id}' does not exist")
+            raise NotFound(f"The instance ID '{instance_id}' does not exist", name=instance_id,
+                           known=self.ec2_instances.keys())
         return found
 
     def ec2_events_of(self: Engine, instance_id: str) -> list[Ec2Event]:
@@ -159,7 +160,7 @@ class Ec2Commands:
     def ec2_event(self: Engine, event_id: str) -> Ec2Event:
         found = self.ec2_events.get(event_id)
         if found is None:
-            raise NotFound(f"The event ID '{event_id}' does not exist")
+            raise NotFound(f"The event ID '{event_id}' does not exist", name=event_id, known=self.ec2_events.keys())
         return found
 
     # ----------------------------------------------------------------------------------------------- commands

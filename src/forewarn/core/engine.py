@@ -40,7 +40,7 @@ from forewarn.core.bounds import (
 )
 from forewarn.core.durations import format_duration
 from forewarn.core.ec2_windows import EventWindow
-from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.fleet import VM, Fleet
 from forewarn.core.ids import derived_guid
 from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact, ScheduleRequest
@@ -58,6 +58,9 @@ from forewarn.core.vms import (
 
 INITIAL_INCARNATION = 1
 MAX_EXTRA_IMPACTS = 100
+# The shortest EventId prefix the control API resolves (git's shortest abbreviation too): shorter ones are ambiguous as
+# soon as a few dozen events exist.
+MIN_EVENT_ID_PREFIX = 4
 _EC2_KINDS = ("ec2-start", "ec2-end", "spot")
 _FAR_FUTURE = datetime.max.replace(tzinfo=timezone.utc)
 
@@ -208,8 +211,25 @@ class Engine(Ec2Commands, WaveCommands):
     def event(self, event_id: str) -> Event:
         found = self.events.get(event_id.upper())
         if found is None:
-            raise NotFound(f"no event with EventId {event_id}")
+            raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self.events.keys())
         return found
+
+    def resolve_event_id(self, text: str) -> str:
+        """The EventId that ``text`` names: the whole id (any case), or an unambiguous prefix of at least
+        ``MIN_EVENT_ID_PREFIX`` characters, as short git and docker ids are."""
+        wanted = text.strip().upper()
+        if wanted in self.events:
+            return wanted
+        if len(wanted) < MIN_EVENT_ID_PREFIX:
+            raise Invalid(f"{text!r} is too short for an EventId prefix; give at least {MIN_EVENT_ID_PREFIX} characters")
+        found = [event_id for event_id in self.events if event_id.startswith(wanted)]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise NotFound(f"no event whose EventId is or starts with {text}", name=wanted, known=self.events.keys())
+        shown = [f"{event_id} ({self.events[event_id].status.value})" for event_id in found[:10]]
+        more = f" and {len(found) - 10} more" if len(found) > 10 else ""
+        raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
 
     def event_by_seq(self, seq: int) -> Event | None:
         """The event created as number ``seq`` (events are numbered in creation order)."""
@@ -514,7 +534,7 @@ class Engine(Ec2Commands, WaveCommands):
         names = list(vms) or list(members)
         for name in names:
             if name not in members:
-                raise NotFound(f"{name} is not an instance of {scale_set}")
+                raise NotFound(f"{name} is not an instance of {scale_set}", name=name, known=members.keys())
         changes: list[Change] = []
         for name in names:
             state = self.vm_states[name]
@@ -650,7 +670,7 @@ class Engine(Ec2Commands, WaveCommands):
     def vms_on_host(self, host: str) -> list[VM]:
         """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
         if host not in self.fleet.hosts:
-            raise NotFound(f"no host named {host!r} in the fleet")
+            raise NotFound(f"no host named {host!r} in the fleet", name=host, known=self.fleet.hosts.keys())
         return [self.fleet.vms[name] for name in self.names_on_host(host)]
 
     def names_on_host(self, host: str) -> list[str]:

@@ -122,17 +122,18 @@ class Fleet:
         try:
             return self.vms[name]
         except KeyError:
-            raise NotFound(f"no VM named {name!r} in the fleet") from None
+            raise NotFound(f"no VM named {name!r} in the fleet", name=name, known=self.vms.keys()) from None
 
     def instance(self, instance_id: str) -> Ec2Instance:
         try:
             return self.ec2[instance_id]
         except KeyError:
-            raise NotFound(f"The instance ID '{instance_id}' does not exist") from None
+            raise NotFound(f"The instance ID '{instance_id}' does not exist", name=instance_id,
+                           known=self.ec2.keys()) from None
 
     def host_vms(self, name: str) -> list[VM]:
         if name not in self.hosts:
-            raise NotFound(f"no host named {name!r} in the fleet")
+            raise NotFound(f"no host named {name!r} in the fleet", name=name, known=self.hosts.keys())
         return self.vms_by_host[name]
 
     def owner(self, name: str) -> str:
@@ -146,7 +147,8 @@ class Fleet:
             raise Invalid(f"{name} is in {kind} {vm.scale_set or vm.availability_set}, which decides for all its VMs")
         found = sorted({owner for owner in self.vms_by_owner if owner.rsplit("/", 1)[-1] == name})
         if not found:
-            raise NotFound(f"no scale set, availability set or VM named {name!r} in the fleet")
+            raise NotFound(f"no scale set, availability set or VM named {name!r} in the fleet", name=name,
+                           known={owner.rsplit("/", 1)[-1] for owner in self.vms_by_owner})
         if len(found) > 1:
             raise NotFound(f"{name!r} is ambiguous; use one of {', '.join(found)}")
         return found[0]

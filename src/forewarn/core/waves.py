@@ -119,7 +119,7 @@ class WaveCommands:
     def wave(self: Engine, wave_id: str) -> Wave:
         found = self.waves.get(wave_id)
         if found is None:
-            raise NotFound(f"no wave {wave_id!r}")
+            raise NotFound(f"no wave {wave_id!r}", name=wave_id, known=self.waves.keys())
         return found
 
     # ----------------------------------------------------------------------------------------------- commands

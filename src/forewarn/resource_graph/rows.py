@@ -10,7 +10,10 @@ from collections.abc import Sequence
 from typing import Any
 
 SCHEDULED_EVENTS_TYPE = "microsoft.maintenance/scheduledevents"
-RESOURCE_TYPES = ("VirtualMachine", "VirtualMachineScaleSet", "AvailabilitySet")
+# properties.ResourceType: "Currently the only possible value is VirtualMachine" (Azure: "Scheduled Events in Azure
+# Resource Graph" and "Scheduled Events in Event Grid" alike), also for an event hung under a scale set or an
+# availability set: what the event affects are the VMs in Resources, not the set.
+RESOURCE_TYPES = ("VirtualMachine",)
 
 
 def scheduled_event_row(

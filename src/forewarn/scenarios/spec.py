@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from forewarn.core.durations import parse_duration
-from forewarn.core.errors import CoreError
+from forewarn.core.errors import CoreError, did_you_mean
 
 TIMINGS = ("fast", "realistic")
 DEFAULT_TIMING = "realistic"
@@ -266,8 +266,9 @@ def find_scenario(name_or_path: str) -> Path:
     shipped = library_path() / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
-    raise ScenarioError(f"unknown scenario {name_or_path!r}; shipped scenarios: {', '.join(shipped_names())} "
-                        "(or give the path of a scenario file)")
+    names = shipped_names()
+    raise ScenarioError(f"unknown scenario {name_or_path!r}{did_you_mean(name_or_path, names) or ';'} shipped scenarios: "
+                        f"{', '.join(names)} (or give the path of a scenario file)")
 
 
 def load_scenario(name_or_path: str | Path) -> ScenarioFile:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Callable, Iterable
 
-from forewarn.core.clock import MANUAL, Clock
+from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
 from forewarn.core.engine import Change, Engine, EventChanged, ScheduleRequest
 from forewarn.core.waves import WaveChanged
@@ -40,6 +40,10 @@ def _repair_line(change: Change) -> str:
     if isinstance(change, Ec2StateChanged):
         return f"instance {change.state.instance_id} repaired: {change.reason}"
     return f"VM {change.state.name} repaired: {change.reason}"
+
+
+def _describe_clock(clock: Clock) -> str:
+    return clock.mode + (f" x{clock.speed:g}" if clock.mode == REAL and clock.speed != 1 else "")
 
 
 class FleetMismatch(Exception):
@@ -73,21 +77,25 @@ class Maintenance:
         cls,
         store: SQLStore,
         fleet: Fleet | None,
-        clock_mode: str = "real",
-        speed: float = 1.0,
+        clock_mode: str | None = None,
+        speed: float | None = None,
         start: datetime | None = None,
         seed: str | None = None,
         rules: Rules | None = None,
         wall: Callable[[], float] = time.time,
         outboxes: Iterable[Callable[[list[Change], Engine], list[Outgoing]]] = (),
     ) -> Maintenance:
-        """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down."""
+        """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down.
+
+        ``clock_mode`` and ``speed`` left None keep the stored clock setting (a new database: real, speed 1); given,
+        they reconfigure it from the same simulated time."""
         state = store.load()
         now_wall = wall()
+        created = state is None
         if state is None:
             if fleet is None:
                 raise FleetMismatch("the database is empty; give a fleet file (--fleet FILE, or --fleet demo)")
-            clock = Clock.start(clock_mode, speed, now_wall, start)
+            clock = Clock.start(clock_mode or REAL, 1.0 if speed is None else speed, now_wall, start)
             seed = seed or secrets.token_hex(8)
             store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
             state = store.load()
@@ -118,10 +126,19 @@ class Maintenance:
         service = cls(store, engine, stored_clock, wall)
         for derive in outboxes:  # before catching up, so that what happened while down is delivered too
             service.add_outbox(derive)
-        reconfigured = stored_clock.reconfigured(clock_mode, speed, now_wall)
-        if reconfigured != stored_clock:
+        stored = stored_clock
+        reconfigured = stored.reconfigured(clock_mode or stored.mode, stored.speed if speed is None else speed,
+                                           now_wall)
+        if reconfigured != stored:
             service.clock = reconfigured
             store.commit([], service.engine.now, reconfigured)
+            log.info("clock: %s, as given (--clock/--speed); the database had %s", _describe_clock(reconfigured),
+                     _describe_clock(stored))
+        elif created:
+            log.info("clock: %s (new database)", _describe_clock(stored))
+        else:
+            log.info("clock: %s, as stored in the database%s", _describe_clock(stored),
+                     "" if clock_mode or speed is not None else " (--clock/--speed change it)")
         service.catch_up()
         return service
 

@@ -51,6 +51,23 @@ class Listeners:
     vm_addresses: dict[str, str] = field(default_factory=dict)
 
 
+class ListenError(OSError):
+    """One of the server's own listeners could not be bound: which one (``role``: control, imds, arm, ec2_api) and
+    where, so that the message can name the address and the setting that chose it."""
+
+    def __init__(self, role: str, address: tuple[str, int], cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.role = role
+        self.address = address
+
+
+def _listen(role: str, address: tuple[str, int]) -> socket.socket:
+    try:
+        return listening_socket(*address)
+    except (OSError, OverflowError) as error:  # OverflowError: a port outside 0-65535
+        raise ListenError(role, address, error if isinstance(error, OSError) else OSError(None, str(error))) from None
+
+
 class DeadlineTimer:
     """For real clocks: wakes when the next deadline falls due, or when a command changes the deadlines."""
 
@@ -140,11 +157,11 @@ def build(service: Maintenance, listeners: Listeners, imds_settings: ImdsSetting
           azure: AzureManagementSettings = AzureManagementSettings(), access: PortAccess = PortAccess()) -> Built:
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
-    management_sockets = [listening_socket(*listeners.control)]
-    for extra in (listeners.arm, listeners.ec2_api):
+    management_sockets = [_listen("control", listeners.control)]
+    for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api)):
         if extra is not None:
-            management_sockets.append(listening_socket(*extra))
-    imds_sockets = [listening_socket(*listeners.imds)]
+            management_sockets.append(_listen(role, extra))
+    imds_sockets = [_listen("imds", listeners.imds)]
     taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
     for machine in [*fleet.vms.values(), *fleet.ec2.values()]:  # Azure VMs and EC2 instances alike
         name, port, address = machine.name, machine.imds_port, machine.imds_address

@@ -46,7 +46,6 @@ from forewarn.surfaces.azure_management import ManagementCall
 READ_ROWS = "Microsoft.ResourceGraph/resources/read"
 READ_EVENTS = "Microsoft.Maintenance/scheduledevents/read"
 _API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
-_RESOURCE_TYPES = {"vm": "VirtualMachine", "avset": "AvailabilitySet", "vmss": "VirtualMachineScaleSet"}
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,6 @@ class ResourceGraphApi:
             resource_group=vm.resource_group,
             location=vm.location,
             target_resource_id=vm.owner_resource_id,
-            resource_type=_RESOURCE_TYPES[vm.policy_owner.split(":", 1)[0]],
             tenant_id=self.settings.tenant_id,
             zones=[vm.zone] if vm.zone else None,
         )

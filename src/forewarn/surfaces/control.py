@@ -1,7 +1,8 @@
 """The control API (JSON, described by the OpenAPI document at ``/openapi.json``): fleet, events and clock.
 
 This is forewarn's own surface, not a cloud's: the CLI speaks it, and tests and scenarios drive the engine through it.
-Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now).
+Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now);
+``control_errors.py`` gives Starlette's own errors (unknown route, wrong method, unparsable body) and bugs that shape.
 """
 
 from __future__ import annotations
@@ -10,18 +11,27 @@ from typing import Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn import __version__
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_duration
 from forewarn.core.engine import MAX_EXTRA_IMPACTS, ScheduleRequest
-from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
+from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
 from forewarn.core.model import EventSource, EventType, parse_enum
 from forewarn.service.runtime import Maintenance
 from forewarn.store import StoreError
-from forewarn.surfaces.control_models import ERRORS, EventOut, iso, parse_time
+from forewarn.surfaces.control_errors import error_response, install_error_handlers
+from forewarn.surfaces.control_models import (
+    ERRORS,
+    MAX_LISTED_CHANGES,
+    ChangeOut,
+    EventOut,
+    changes_out,
+    iso,
+    parse_time,
+)
 from forewarn.surfaces.azure_imds import SCHEDULED_EVENTS_VERSIONS
 from forewarn.surfaces.control_ec2 import ec2_router
 from forewarn.surfaces.control_imds import imds_router
@@ -74,8 +84,9 @@ class ClockOut(BaseModel):
     next_deadline: str | None
 
 
-def _error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+class ClockMoveOut(ClockOut):
+    changes: list[ChangeOut] = Field(description=f"what the move did, in order (at most {MAX_LISTED_CHANGES})")
+    changes_total: int = Field(description="how many changes there were in all (the journal has every one)")
 
 
 def create_control_app(service: Maintenance, imds=None) -> FastAPI:
@@ -86,14 +97,19 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     )
     app.add_middleware(JsonBodyGuard)  # bounded, depth-checked JSON bodies (control_json.py)
 
+    install_error_handlers(app)
+
     @app.exception_handler(CoreError)
     async def core_error(request: Request, error: CoreError):
         status = 404 if isinstance(error, NotFound) else 409 if isinstance(error, Conflict) else 400
-        return _error(status, type(error).__name__, str(error))
+        message = str(error)
+        if isinstance(error, NotFound) and error.name is not None:
+            message += did_you_mean(error.name, error.known)
+        return error_response(status, type(error).__name__, message)
 
     @app.exception_handler(StoreError)
     async def store_error(request: Request, error: StoreError):
-        response = _error(503, "StoreUnavailable", f"nothing was changed: {error}")
+        response = error_response(503, "StoreUnavailable", f"nothing was changed: {error}")
         response.headers["Retry-After"] = str(error.retry_after)
         return response
 
@@ -103,7 +119,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
             f"{'.'.join(str(p) for p in problem['loc'] if p != 'body') or 'body'}: {problem['msg']}"
             for problem in error.errors()
         )
-        return _error(400, "Invalid", problems)
+        return error_response(400, "Invalid", problems)
 
     @app.get("/healthz", tags=["service"])
     async def health() -> dict:
@@ -137,7 +153,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     @app.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def get_event(event_id: str):
         service.catch_up()
-        return EventOut.of(service.engine.event(event_id))
+        return EventOut.of(service.engine.event(service.engine.resolve_event_id(event_id)))
 
     @app.get("/v1/journal", tags=["events"])
     async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
@@ -149,7 +165,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
     async def event_journal(event_id: str):
-        event = service.engine.event(event_id)
+        event = service.engine.event(service.engine.resolve_event_id(event_id))
         return [
             {"at": entry.at, "what": entry.kind, **entry.detail}
             for entry in service.store.journal(event.event_id)
@@ -157,18 +173,19 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     @app.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
     async def approve(body: ApproveIn):
-        ids = [event_id.upper() for event_id in body.event_ids]
+        ids = [service.engine.resolve_event_id(event_id) for event_id in body.event_ids]
         service.approve(ids, by=body.by)
         return [EventOut.of(service.engine.event(event_id)) for event_id in ids]
 
     @app.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def approve_one(event_id: str):
-        service.approve([event_id.upper()], by="control")
+        event_id = service.engine.resolve_event_id(event_id)
+        service.approve([event_id], by="control")
         return EventOut.of(service.engine.event(event_id))
 
     @app.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        return EventOut.of(service.cancel(event_id.upper()))
+        return EventOut.of(service.cancel(service.engine.resolve_event_id(event_id)))
 
     def clock_out() -> ClockOut:
         view = service.clock_view()
@@ -179,20 +196,21 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         service.catch_up()
         return clock_out()
 
-    @app.post("/v1/clock/advance", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    def clock_moved(changes) -> ClockMoveOut:
+        listed, total = changes_out(changes)
+        return ClockMoveOut(**clock_out().model_dump(), changes=listed, changes_total=total)
+
+    @app.post("/v1/clock/advance", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def advance(body: AdvanceIn):
-        service.advance_clock(parse_duration(body.by))
-        return clock_out()
+        return clock_moved(service.advance_clock(parse_duration(body.by)))
 
-    @app.post("/v1/clock/set", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    @app.post("/v1/clock/set", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def set_clock(body: SetIn):
-        service.set_clock(parse_time(body.to))
-        return clock_out()
+        return clock_moved(service.set_clock(parse_time(body.to)))
 
-    @app.post("/v1/clock/next", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    @app.post("/v1/clock/next", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def next_deadline():
-        service.step_clock()
-        return clock_out()
+        return clock_moved(service.step_clock())
 
     @app.get("/v1/fleet", tags=["fleet"])
     async def fleet():

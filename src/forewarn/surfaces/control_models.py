@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from pydantic import BaseModel
+from typing import Literal
 
+from pydantic import BaseModel, Field
+
+from forewarn.core.ec2_engine import Ec2EventChanged, Ec2StateChanged
+from forewarn.core.engine import EventChanged, VmChanged
 from forewarn.core.errors import Invalid
 from forewarn.core.model import Event
+from forewarn.core.waves import WaveChanged
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -65,8 +70,59 @@ class EventOut(BaseModel):
         )
 
 
+# A clock move reports at most this many changes one by one (a wave step can touch 100,000 events); the rest are
+# counted in ``changes_total`` and are in the journal (GET /v1/journal).
+MAX_LISTED_CHANGES = 1000
+
+
+class ChangeOut(BaseModel):
+    kind: Literal["event", "vm", "ec2_event", "instance", "wave"]
+    id: str
+    what: str = Field(description="scheduled, approved, started, completed, canceled, impacted, recovered, ...")
+    reason: str
+    type: str | None = Field(default=None, description="the event type (Azure) or code (EC2)")
+    status: str | None = None
+    targets: list[str] = Field(default_factory=list, description="VMs or the instance the change is about")
+
+
+def change_out(change) -> ChangeOut | None:
+    """What a person reading ``clock next`` wants to know of one change; None for bookkeeping (incarnations, the
+    clock itself, policies, enabling)."""
+    if isinstance(change, EventChanged):
+        event = change.event
+        return ChangeOut(kind="event", id=event.event_id, what=change.what, reason=change.reason,
+                         type=event.event_type.value, status=event.status.value, targets=list(event.resources))
+    if isinstance(change, VmChanged):
+        return ChangeOut(kind="vm", id=change.state.name, what=change.what, reason=change.reason,
+                         status=change.state.power.value, targets=[change.state.name])
+    if isinstance(change, Ec2EventChanged):
+        event = change.event
+        return ChangeOut(kind="ec2_event", id=event.event_id, what=change.what, reason=change.reason,
+                         type=event.code.value, status=event.state.value, targets=[event.instance_id])
+    if isinstance(change, Ec2StateChanged):
+        state = change.state
+        return ChangeOut(kind="instance", id=state.instance_id, what=change.what, reason=change.reason,
+                         status=state.state.value, targets=[state.instance_id])
+    if isinstance(change, WaveChanged):
+        wave = change.wave
+        return ChangeOut(kind="wave", id=wave.wave_id, what=change.what, reason=change.reason,
+                         type=wave.spec.event_type.value, status=wave.status.value)
+    return None
+
+
+def changes_out(changes) -> tuple[list[ChangeOut], int]:
+    """The changes worth reporting, the first ``MAX_LISTED_CHANGES`` of them, and how many there were."""
+    reported = [out for out in map(change_out, changes) if out is not None]
+    return reported[:MAX_LISTED_CHANGES], len(reported)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
 class ErrorOut(BaseModel):
-    error: dict[str, str]
+    error: ErrorBody
 
 
 ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}

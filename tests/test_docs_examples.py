@@ -1,0 +1,286 @@
+"""Every example in README.md and docs/ runs, as written, against a real forewarn.
+
+The rules a doc follows (docs/README.md says the same for writers):
+
+- A fenced block's language says what it is. ``sh`` blocks are commands and run; ``python`` blocks run;
+  ``yaml`` blocks are files and are parsed by the parser of their kind (fleet, scenario, access, Event Grid);
+  ``json``, ``xml`` and ``text`` blocks show data or output and are not run. A block with no language fails this
+  test: its writer must say which of these it is.
+- The ``sh`` and ``python`` blocks of one page run in order in one shell session, in an empty directory, with the
+  virtual environment's ``bin`` first on ``PATH`` (so ``forewarn``, ``aws`` and ``.venv/bin/forewarn`` work) and
+  nothing else set. A page that starts no server of its own talks to the one ``make run`` starts (the demo fleet).
+- A comment line ``# → TEXT`` right after a command is that command's expected output: each such line must match a
+  line the command printed, in order (``...`` matches anything; runs of spaces compare equal).
+- Every command must succeed (``set -e -o pipefail``), unless the block says otherwise.
+- An HTML comment right above a block can say ``<!-- file: NAME -->`` (the block is written to NAME in the page's
+  directory before the page's commands run) or ``<!-- not run: REASON -->`` (kept for the few examples that need
+  what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
+
+What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
+become free ports of this run, so that the examples can run beside another forewarn; and after a line that starts a
+server in the background (``forewarn serve ... &``) it waits until that server answers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172)
+RUN = {"sh", "python"}
+FILES = {"yaml"}
+SHOWN = {"json", "xml", "text"}
+
+FENCE = re.compile(r"^(?P<indent>[ \t]*)```(?P<lang>[\w-]*)[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.S | re.M)
+DIRECTIVE = re.compile(r"<!--\s*(?P<kind>file|not run):\s*(?P<value>.*?)\s*-->\s*$")
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int
+    lang: str
+    body: str
+    file: str | None = None
+    not_run: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+
+def blocks_of(page: Path) -> list[Block]:
+    text = page.read_text()
+    found = []
+    for match in FENCE.finditer(text):
+        line = text.count("\n", 0, match.start()) + 1
+        indent = match.group("indent")
+        body = "\n".join(row[len(indent):] if row.startswith(indent) else row
+                         for row in match.group("body").splitlines()) + "\n"
+        block = Block(page, line, match.group("lang"), body)
+        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        directive = DIRECTIVE.search(before)
+        if directive:
+            if directive.group("kind") == "file":
+                block.file = directive.group("value")
+            else:
+                block.not_run = directive.group("value")
+        found.append(block)
+    return found
+
+
+ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
+
+
+# ------------------------------------------------------------------------------------------- every block is typed
+@pytest.mark.parametrize("block", ALL_BLOCKS, ids=lambda block: block.where)
+def test_block_says_what_it_is(block: Block):
+    assert block.lang in RUN | FILES | SHOWN, (
+        f"{block.where}: a fenced block needs a language: sh or python (run), yaml (a file, parsed), "
+        f"json, xml or text (shown, not run); this one has {block.lang or 'none'!r}")
+
+
+# ----------------------------------------------------------------------------------------------- YAML files parse
+def yaml_kind(data) -> str:
+    if not isinstance(data, dict):
+        return "unknown"
+    if "steps" in data:
+        return "scenario"
+    if "principals" in data:
+        return "access"
+    if {"topics", "subscriptions"} & data.keys() and not {"vms", "hosts"} & data.keys():
+        return "event grid"
+    return "fleet"
+
+
+def parse_yaml_file(block: Block, directory: Path) -> None:
+    from forewarn.eventgrid.config import load_event_grid_file
+    from forewarn.fleetfile import load_fleet
+    from forewarn.scenarios.spec import load_scenario
+    from forewarn.surfaces.azure_access import load_access
+
+    path = directory / (block.file or "example.yaml")
+    path.write_text(block.body)
+    loader = {"scenario": load_scenario, "access": load_access, "event grid": load_event_grid_file}
+    loader.get(yaml_kind(yaml.safe_load(block.body)), load_fleet)(path)
+
+
+@pytest.mark.parametrize("block", [block for block in ALL_BLOCKS if block.lang in FILES and not block.not_run],
+                         ids=lambda block: block.where)
+def test_yaml_example_parses(block: Block, tmp_path: Path):
+    for other in ALL_BLOCKS:  # a scenario may name a fleet file another block of the page writes
+        if other.page == block.page and other.file and other is not block:
+            (tmp_path / other.file).write_text(other.body)
+    parse_yaml_file(block, tmp_path)
+
+
+# ------------------------------------------------------------------------------------------ commands run, in order
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def logical_lines(body: str) -> list[str]:
+    """Shell lines joined across backslash continuations and open quotes, so that a command is one item."""
+    lines, pending = [], ""
+    for row in body.splitlines():
+        pending = f"{pending}\n{row}" if pending else row
+        if pending.endswith("\\"):
+            continue
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # an open quote: the command goes on
+            continue
+        lines.append(pending)
+        pending = ""
+    if pending:
+        lines.append(pending)
+    return lines
+
+
+EXPECTED = re.compile(r"^#\s*→\s?(?P<text>.*)$")
+STARTS_SERVER = re.compile(r"^\s*(?:\S*/)?forewarn\s+serve\b.*&\s*(?:#.*)?$")
+
+
+def wildcard(expected: str) -> re.Pattern:
+    parts = re.split(r"\.\.\.|…", " ".join(expected.split()))
+    return re.compile(".*".join(re.escape(part) for part in parts))
+
+
+def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
+    """One bash script for a page: its sh blocks, its python blocks as heredocs, checks for expected output."""
+    out = ["set -e -o pipefail", "__pids=()",
+           "trap 'for p in \"${__pids[@]}\"; do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
+           "__ready() { for _ in $(seq 1 300); do curl -sf -o /dev/null \"http://127.0.0.1:$1/healthz\" && return 0;"
+           " sleep 0.05; done; echo \"the server on port $1 did not answer\" >&2; return 1; }",
+           "__expect() {  # output file, then the expected lines (wildcards: ...)",
+           "  \"$PYTHON\" -c 'import re,sys; from test_docs_examples import check_output; "
+           "check_output(open(sys.argv[1]).read(), sys.argv[2:])' \"$@\"; }"]
+    for block in blocks:
+        body = substitute_ports(block.body, ports)
+        out.append(f"echo '::block {block.where}' >&2")
+        if block.lang == "python":
+            out.append(f"\"$PYTHON\" - <<'__FOREWARN_PYTHON__'\n{body}__FOREWARN_PYTHON__")
+            continue
+        lines = logical_lines(body)
+        index = 0
+        while index < len(lines):
+            line = lines[index]
+            expected = []
+            while index + 1 < len(lines) and EXPECTED.match(lines[index + 1].strip()):
+                expected.append(EXPECTED.match(lines[index + 1].strip()).group("text"))
+                index += 1
+            index += 1
+            if not line.strip() or line.strip().startswith("#"):
+                continue
+            if STARTS_SERVER.match(line):
+                command = line.split("#")[0].rstrip().rstrip("&").rstrip()
+                out.append(f"{command} --port {ports[8170]} --imds-port {ports[8169]} --arm-port {ports[8171]} "
+                           f"--ec2-port {ports[8172]} >>\"$SERVER_LOG\" 2>&1 &")
+                out.append(f"__pids+=($!); __ready {ports[8170]}")
+            elif expected:
+                quoted = " ".join(shlex.quote(text) for text in expected)
+                out.append(f"{{ {line}\n}} > \"$__OUT\"; cat \"$__OUT\"; __expect \"$__OUT\" {quoted}")
+            else:
+                out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def substitute_ports(text: str, ports: dict[int, int]) -> str:
+    return re.sub(r"(?<![\d.])(8169|8170|8171|8172)(?!\d)", lambda match: str(ports[int(match.group(1))]), text)
+
+
+def check_output(output: str, expected: list[str]) -> None:
+    """Each expected line matches some printed line, in order; exits 1 saying which did not."""
+    printed = [" ".join(line.split()) for line in output.splitlines()]
+    position = 0
+    for text in expected:
+        pattern = wildcard(text)
+        for index in range(position, len(printed)):
+            if pattern.fullmatch(printed[index]):
+                position = index + 1
+                break
+        else:
+            sys.stderr.write(f"expected output not printed: {text}\n")
+            sys.exit(1)
+
+
+def runnable(page: Path) -> list[Block]:
+    return [block for block in blocks_of(page) if block.lang in RUN and not block.not_run]
+
+
+PAGES_WITH_COMMANDS = [page for page in PAGES if runnable(page)]
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
+def test_page_commands_run(page: Path, tmp_path: Path):
+    blocks = runnable(page)
+    ports = dict(zip(WELL_KNOWN_PORTS, free_ports(len(WELL_KNOWN_PORTS))))
+    for block in blocks_of(page):
+        if block.file:
+            (tmp_path / block.file).write_text(block.body)
+    bin_dir = Path(sys.executable).parent
+    (tmp_path / ".venv").symlink_to(bin_dir.parent)
+    env = {
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "HOME": str(tmp_path),
+        "PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
+        "SERVER_LOG": str(tmp_path / "server.log"),
+        "__OUT": str(tmp_path / ".output"),
+        "LANG": "C.UTF-8",
+    }
+    script = script_for(blocks, ports)
+    starts_own = any(STARTS_SERVER.match(line) for block in blocks if block.lang == "sh"
+                     for line in logical_lines(block.body))
+    if not starts_own:  # the page speaks of the server `make run` starts: the demo fleet, SQLite, real clock
+        (tmp_path / "var").mkdir()
+        prelude = (f"forewarn serve --fleet demo --db var/demo.db --port {ports[8170]} --imds-port {ports[8169]} "
+                   f"--arm-port {ports[8171]} --ec2-port {ports[8172]} >>\"$SERVER_LOG\" 2>&1 &\n"
+                   f"__pids+=($!); __ready {ports[8170]}\n")
+        script = script.replace("echo '::block", prelude + "echo '::block", 1)
+    (tmp_path / "page.sh").write_text(script)
+    with subprocess.Popen(["bash", str(tmp_path / "page.sh")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
+        try:
+            stdout, stderr = run.communicate(timeout=240)
+        finally:  # the page's background servers too, whatever happened
+            try:
+                os.killpg(run.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if run.returncode != 0:
+        log = (tmp_path / "server.log").read_text(errors="replace") if (tmp_path / "server.log").exists() else ""
+        blocks_seen = re.findall(r"::block (\S+)", stderr)
+        pytest.fail(f"{page.relative_to(ROOT)}: the example at {blocks_seen[-1] if blocks_seen else '?'} failed "
+                    f"(exit {run.returncode}).\n--- stdout (end)\n{stdout[-3000:]}\n--- stderr (end)\n"
+                    f"{stderr[-3000:]}\n--- server log (end)\n{log[-2000:]}")
+
+
+def test_examples_not_run_are_few_and_say_why():
+    skipped = [(block.where, block.not_run) for block in ALL_BLOCKS if block.not_run]
+    for where, reason in skipped:
+        print(f"not run: {where}: {reason}")
+        assert reason, f"{where}: <!-- not run: --> needs a reason"
+    assert len(skipped) <= 6, f"{len(skipped)} examples are not run; the docs should show runnable ones"

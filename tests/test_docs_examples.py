@@ -30,7 +30,8 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,6 +129,36 @@ def test_yaml_example_parses(block: Block, tmp_path: Path):
 
 
 # ------------------------------------------------------------------------------------------ commands run, in order
+FOREWARN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172}
+EXAMPLE_PORTS = tuple(range(8180, 8190))  # a page's own listeners: a replay, a webhook receiver
+PORT = re.compile(r"(?<![\w.])(8169|8170|8171|8172|818\d)(?!\w)")
+PAGE_TIMEOUT = 90  # seconds; a page takes a few, so this only ends a hang
+
+EXPECTED = re.compile(r"^#\s*→\s?(?P<text>.*)$")
+COMMAND_START = r"^\s*(?:\S*/)?forewarn\s+"
+SERVES = re.compile(COMMAND_START + r"(?:serve|replay)\b")
+STARTS_SERVER = re.compile(COMMAND_START + r"serve\b.*&\s*(?:#.*)?$")
+IN_BACKGROUND = re.compile(r"&\s*(?:#.*)?$")
+OPTION = re.compile(r"(--[\w-]+)(?:=|\s+)(\S+)")
+
+EXPECT_SCRIPT = '''\
+import re, sys
+def wildcard(expected):  # "a ... b" also matches "a b": the wildcard takes one of its spaces along
+    parts = re.split(r" ?(?:\\.\\.\\.|…)", " ".join(expected.split()))
+    return re.compile(".*".join(re.escape(part) for part in parts))
+printed = [" ".join(line.split()) for line in open(sys.argv[1], errors="replace").read().splitlines()]
+position = 0
+for text in sys.argv[2:]:
+    pattern = wildcard(text)
+    for index in range(position, len(printed)):
+        if pattern.fullmatch(printed[index]):
+            position = index + 1
+            break
+    else:
+        sys.exit(f"expected output not printed: {text}")
+'''
+
+
 def free_ports(count: int) -> list[int]:
     sockets = []
     try:
@@ -139,6 +170,15 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def page_ports() -> dict[int, int]:
+    wanted = [*FOREWARN_PORTS.values(), *EXAMPLE_PORTS]
+    return dict(zip(wanted, free_ports(len(wanted))))
+
+
+def substitute_ports(text: str, ports: dict[int, int]) -> str:
+    return PORT.sub(lambda match: str(ports[int(match.group(1))]), text)
 
 
 def logical_lines(body: str) -> list[str]:
@@ -159,24 +199,35 @@ def logical_lines(body: str) -> list[str]:
     return lines
 
 
-EXPECTED = re.compile(r"^#\s*→\s?(?P<text>.*)$")
-STARTS_SERVER = re.compile(r"^\s*(?:\S*/)?forewarn\s+serve\b.*&\s*(?:#.*)?$")
+class PageError(Exception):
+    """A page breaks a rule the harness can see before running it."""
 
 
-def wildcard(expected: str) -> re.Pattern:
-    parts = re.split(r"\.\.\.|…", " ".join(expected.split()))
-    return re.compile(".*".join(re.escape(part) for part in parts))
+def server_lines(block: Block, line: str, ports: dict[int, int]) -> list[str]:
+    """A long-running forewarn command: in the background, on this run's ports, waited for."""
+    if not IN_BACKGROUND.search(line):
+        raise PageError(f"{block.where}: `{line.strip()}` runs until stopped: start it in the background (`&`)")
+    command = IN_BACKGROUND.sub("", line).rstrip()
+    given = dict(OPTION.findall(command))
+    if STARTS_SERVER.match(line):
+        missing = " ".join(f"{option} {ports[port]}" for option, port in FOREWARN_PORTS.items() if option not in given)
+        control = given.get("--port", str(ports[8170]))
+        return [f"{command} {missing} >>\"$SERVER_LOG\" 2>&1 &", f"__pids+=($!); __ready_http {control}"]
+    if "--port" not in given:
+        raise PageError(f"{block.where}: give `{command.strip()}` its --port (8180-8189 are a page's own ports)")
+    return [f"{command} >>\"$SERVER_LOG\" 2>&1 &", f"__pids+=($!); __ready_tcp {given['--port']}"]
 
 
 def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
     """One bash script for a page: its sh blocks, its python blocks as heredocs, checks for expected output."""
     out = ["set -e -o pipefail", "__pids=()",
+           "trap 'echo \"::failed: $BASH_COMMAND\" >&2' ERR",
            "trap 'for p in \"${__pids[@]}\"; do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
-           "__ready() { for _ in $(seq 1 300); do curl -sf -o /dev/null \"http://127.0.0.1:$1/healthz\" && return 0;"
+           "__ready_http() { for _ in $(seq 1 400); do curl -sf -o /dev/null \"http://127.0.0.1:$1/healthz\" && return 0;"
            " sleep 0.05; done; echo \"the server on port $1 did not answer\" >&2; return 1; }",
-           "__expect() {  # output file, then the expected lines (wildcards: ...)",
-           "  \"$PYTHON\" -c 'import re,sys; from test_docs_examples import check_output; "
-           "check_output(open(sys.argv[1]).read(), sys.argv[2:])' \"$@\"; }"]
+           "__ready_tcp() { for _ in $(seq 1 400); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0;"
+           " sleep 0.05; done; echo \"nothing listens on port $1\" >&2; return 1; }",
+           "__expect() { \"$PYTHON\" \"$__EXPECT\" \"$@\"; }"]
     for block in blocks:
         body = substitute_ports(block.body, ports)
         out.append(f"echo '::block {block.where}' >&2")
@@ -194,84 +245,112 @@ def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
             index += 1
             if not line.strip() or line.strip().startswith("#"):
                 continue
-            if STARTS_SERVER.match(line):
-                command = line.split("#")[0].rstrip().rstrip("&").rstrip()
-                out.append(f"{command} --port {ports[8170]} --imds-port {ports[8169]} --arm-port {ports[8171]} "
-                           f"--ec2-port {ports[8172]} >>\"$SERVER_LOG\" 2>&1 &")
-                out.append(f"__pids+=($!); __ready {ports[8170]}")
+            if SERVES.match(line):
+                out.extend(server_lines(block, line, ports))
             elif expected:
                 quoted = " ".join(shlex.quote(text) for text in expected)
-                out.append(f"{{ {line}\n}} > \"$__OUT\"; cat \"$__OUT\"; __expect \"$__OUT\" {quoted}")
+                out.append(f"{{ {line}\n}} > \"$__OUT\" 2>&1; cat \"$__OUT\"; __expect \"$__OUT\" {quoted}")
             else:
                 out.append(line)
     return "\n".join(out) + "\n"
-
-
-def substitute_ports(text: str, ports: dict[int, int]) -> str:
-    return re.sub(r"(?<![\d.])(8169|8170|8171|8172)(?!\d)", lambda match: str(ports[int(match.group(1))]), text)
-
-
-def check_output(output: str, expected: list[str]) -> None:
-    """Each expected line matches some printed line, in order; exits 1 saying which did not."""
-    printed = [" ".join(line.split()) for line in output.splitlines()]
-    position = 0
-    for text in expected:
-        pattern = wildcard(text)
-        for index in range(position, len(printed)):
-            if pattern.fullmatch(printed[index]):
-                position = index + 1
-                break
-        else:
-            sys.stderr.write(f"expected output not printed: {text}\n")
-            sys.exit(1)
 
 
 def runnable(page: Path) -> list[Block]:
     return [block for block in blocks_of(page) if block.lang in RUN and not block.not_run]
 
 
+def starts_own_server(blocks: list[Block]) -> bool:
+    return any(STARTS_SERVER.match(line) for block in blocks if block.lang == "sh" for line in logical_lines(block.body))
+
+
 PAGES_WITH_COMMANDS = [page for page in PAGES if runnable(page)]
 
 
+def wait_for_health(port: int, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the make-run server exited:\n{log.read_text(errors='replace')[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"the make-run server did not answer:\n{log.read_text(errors='replace')[-2000:]}")
+
+
+@pytest.fixture(scope="module")
+def make_run_server(tmp_path_factory):
+    """The server `make run` starts (demo fleet, SQLite file, real clock), shared by the pages that start none."""
+    directory = tmp_path_factory.mktemp("make-run")
+    (directory / "var").mkdir()
+    ports = page_ports()
+    log = directory / "server.log"
+    command = [str(Path(sys.executable).parent / "forewarn"), "serve", "--fleet", "demo", "--db", "var/demo.db",
+               *[part for option, port in FOREWARN_PORTS.items() for part in (option, str(ports[port]))]]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with log.open("w") as output:
+        process = subprocess.Popen(command, cwd=directory, env=env, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for_health(ports[8170], process, log)
+        yield ports, log
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 @pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
-def test_page_commands_run(page: Path, tmp_path: Path):
+def test_page_commands_run(page: Path, tmp_path: Path, request):
     blocks = runnable(page)
-    ports = dict(zip(WELL_KNOWN_PORTS, free_ports(len(WELL_KNOWN_PORTS))))
+    if starts_own_server(blocks):
+        ports, shared_log = page_ports(), None
+    else:
+        ports, shared_log = request.getfixturevalue("make_run_server")
+    try:
+        script = script_for(blocks, ports)
+    except PageError as error:
+        pytest.fail(str(error))
     for block in blocks_of(page):
         if block.file:
             (tmp_path / block.file).write_text(block.body)
     bin_dir = Path(sys.executable).parent
     (tmp_path / ".venv").symlink_to(bin_dir.parent)
+    (tmp_path / ".expect.py").write_text(EXPECT_SCRIPT)
+    (tmp_path / ".page.sh").write_text(script)
     env = {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "HOME": str(tmp_path),
-        "PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests")]),
-        "SERVER_LOG": str(tmp_path / "server.log"),
-        "__OUT": str(tmp_path / ".output"),
         "LANG": "C.UTF-8",
+        # the CLI's own defaults are the well-known ports: they follow the substitution
+        "FOREWARN_SERVER": f"http://127.0.0.1:{ports[8170]}",
+        "FOREWARN_ARM": f"http://127.0.0.1:{ports[8171]}",
+        # without credentials the aws CLI would first ask 169.254.169.254 for some, for seconds
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT / "src"),
+        "SERVER_LOG": str(tmp_path / ".server.log"),
+        "__OUT": str(tmp_path / ".output"),
+        "__EXPECT": str(tmp_path / ".expect.py"),
     }
-    script = script_for(blocks, ports)
-    starts_own = any(STARTS_SERVER.match(line) for block in blocks if block.lang == "sh"
-                     for line in logical_lines(block.body))
-    if not starts_own:  # the page speaks of the server `make run` starts: the demo fleet, SQLite, real clock
-        (tmp_path / "var").mkdir()
-        prelude = (f"forewarn serve --fleet demo --db var/demo.db --port {ports[8170]} --imds-port {ports[8169]} "
-                   f"--arm-port {ports[8171]} --ec2-port {ports[8172]} >>\"$SERVER_LOG\" 2>&1 &\n"
-                   f"__pids+=($!); __ready {ports[8170]}\n")
-        script = script.replace("echo '::block", prelude + "echo '::block", 1)
-    (tmp_path / "page.sh").write_text(script)
-    with subprocess.Popen(["bash", str(tmp_path / "page.sh")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen(["bash", str(tmp_path / ".page.sh")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
         try:
-            stdout, stderr = run.communicate(timeout=240)
+            stdout, stderr = run.communicate(timeout=PAGE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(run.pid, signal.SIGKILL)
+            stdout, stderr = run.communicate()
+            stderr += f"\n::timeout: the page did not finish within {PAGE_TIMEOUT} s"
         finally:  # the page's background servers too, whatever happened
             try:
                 os.killpg(run.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
     if run.returncode != 0:
-        log = (tmp_path / "server.log").read_text(errors="replace") if (tmp_path / "server.log").exists() else ""
+        log_path = shared_log or tmp_path / ".server.log"
+        log = log_path.read_text(errors="replace") if log_path.exists() else ""
         blocks_seen = re.findall(r"::block (\S+)", stderr)
         pytest.fail(f"{page.relative_to(ROOT)}: the example at {blocks_seen[-1] if blocks_seen else '?'} failed "
                     f"(exit {run.returncode}).\n--- stdout (end)\n{stdout[-3000:]}\n--- stderr (end)\n"

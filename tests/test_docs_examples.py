@@ -102,8 +102,8 @@ def yaml_kind(data) -> str:
         return "scenario"
     if "principals" in data:
         return "access"
-    if {"topics", "subscriptions"} & data.keys() and not {"vms", "hosts"} & data.keys():
-        return "event grid"
+    if {"system_topics", "settings"} & data.keys() and not {"vms", "hosts", "scale_sets", "ec2_instances"} & data.keys():
+        return "event grid"  # an --event-grid file; a fleet file's event_grid: section is a fleet's
     return "fleet"
 
 
@@ -222,7 +222,7 @@ def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
     """One bash script for a page: its sh blocks, its python blocks as heredocs, checks for expected output."""
     out = ["set -e -o pipefail", "__pids=()",
            "trap 'echo \"::failed: $BASH_COMMAND\" >&2' ERR",
-           "trap 'for p in \"${__pids[@]}\"; do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
+           "trap 'for p in \"${__pids[@]}\" $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
            "__ready_http() { for _ in $(seq 1 400); do curl -sf -o /dev/null \"http://127.0.0.1:$1/healthz\" && return 0;"
            " sleep 0.05; done; echo \"the server on port $1 did not answer\" >&2; return 1; }",
            "__ready_tcp() { for _ in $(seq 1 400); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0;"
@@ -256,7 +256,8 @@ def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
 
 
 def runnable(page: Path) -> list[Block]:
-    return [block for block in blocks_of(page) if block.lang in RUN and not block.not_run]
+    """The blocks that run: sh and python, unless marked not run or written to a file (a script the page starts)."""
+    return [block for block in blocks_of(page) if block.lang in RUN and not block.not_run and not block.file]
 
 
 def starts_own_server(blocks: list[Block]) -> bool:

@@ -143,8 +143,8 @@ OPTION = re.compile(r"(--[\w-]+)(?:=|\s+)(\S+)")
 
 EXPECT_SCRIPT = '''\
 import re, sys
-def wildcard(expected):  # "a ... b" also matches "a b": the wildcard takes one of its spaces along
-    parts = re.split(r" ?(?:\\.\\.\\.|…)", " ".join(expected.split()))
+def wildcard(expected):  # "a ... b" also matches "a b", and "... b" a line that starts with b: spaces go along
+    parts = re.split(r" ?(?:\\.\\.\\.|…) ?", " ".join(expected.split()))
     return re.compile(".*".join(re.escape(part) for part in parts))
 printed = [" ".join(line.split()) for line in open(sys.argv[1], errors="replace").read().splitlines()]
 position = 0

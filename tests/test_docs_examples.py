@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -267,63 +268,59 @@ def starts_own_server(blocks: list[Block]) -> bool:
 PAGES_WITH_COMMANDS = [page for page in PAGES if runnable(page)]
 
 
-def wait_for_health(port: int, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the make-run server exited:\n{log.read_text(errors='replace')[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"the make-run server did not answer:\n{log.read_text(errors='replace')[-2000:]}")
-
-
-@pytest.fixture(scope="module")
-def make_run_server(tmp_path_factory):
+class MakeRunServer:
     """The server `make run` starts (demo fleet, SQLite file, real clock), shared by the pages that start none."""
-    directory = tmp_path_factory.mktemp("make-run")
-    (directory / "var").mkdir()
-    ports = page_ports()
-    log = directory / "server.log"
-    command = [str(Path(sys.executable).parent / "forewarn"), "serve", "--fleet", "demo", "--db", "var/demo.db",
-               *[part for option, port in FOREWARN_PORTS.items() for part in (option, str(ports[port]))]]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    with log.open("w") as output:
-        process = subprocess.Popen(command, cwd=directory, env=env, stdout=output, stderr=subprocess.STDOUT)
-    try:
-        wait_for_health(ports[8170], process, log)
-        yield ports, log
-    finally:
-        process.terminate()
+
+    def __init__(self, directory: Path):
+        (directory / "var").mkdir()
+        self.ports = page_ports()
+        self.log = directory / "server.log"
+        command = [str(Path(sys.executable).parent / "forewarn"), "serve", "--fleet", "demo", "--db", "var/demo.db",
+                   *[part for option, port in FOREWARN_PORTS.items() for part in (option, str(self.ports[port]))]]
+        with self.log.open("w") as output:
+            self.process = subprocess.Popen(command, cwd=directory, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                                            stdout=output, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[8170]}/healthz", timeout=1):
+                    return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the make-run server did not start:\n{self.log.read_text()[-2000:]}")
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.process.terminate()
         try:
-            process.wait(timeout=10)
+            self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            process.kill()
+            self.process.kill()
 
 
-@pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
-def test_page_commands_run(page: Path, tmp_path: Path, request):
+@dataclass
+class PageRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    server_log: str
+
+
+def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Path | None) -> PageRun:
+    """The page's commands, as one bash script in an empty directory (PageError: a rule broken before running)."""
     blocks = runnable(page)
-    if starts_own_server(blocks):
-        ports, shared_log = page_ports(), None
-    else:
-        ports, shared_log = request.getfixturevalue("make_run_server")
-    try:
-        script = script_for(blocks, ports)
-    except PageError as error:
-        pytest.fail(str(error))
+    script = script_for(blocks, ports)
     for block in blocks_of(page):
         if block.file:
-            (tmp_path / block.file).write_text(block.body)
+            (directory / block.file).write_text(block.body)
     bin_dir = Path(sys.executable).parent
-    (tmp_path / ".venv").symlink_to(bin_dir.parent)
-    (tmp_path / ".expect.py").write_text(EXPECT_SCRIPT)
-    (tmp_path / ".page.sh").write_text(script)
+    (directory / ".venv").symlink_to(bin_dir.parent)
+    (directory / ".expect.py").write_text(EXPECT_SCRIPT)
+    (directory / ".page.sh").write_text(script)
     env = {
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
-        "HOME": str(tmp_path),
+        "HOME": str(directory),
         "LANG": "C.UTF-8",
         # the CLI's own defaults are the well-known ports: they follow the substitution
         "FOREWARN_SERVER": f"http://127.0.0.1:{ports[8170]}",
@@ -332,11 +329,11 @@ def test_page_commands_run(page: Path, tmp_path: Path, request):
         "AWS_EC2_METADATA_DISABLED": "true",
         "PYTHON": sys.executable,
         "PYTHONPATH": str(ROOT / "src"),
-        "SERVER_LOG": str(tmp_path / ".server.log"),
-        "__OUT": str(tmp_path / ".output"),
-        "__EXPECT": str(tmp_path / ".expect.py"),
+        "SERVER_LOG": str(directory / ".server.log"),
+        "__OUT": str(directory / ".output"),
+        "__EXPECT": str(directory / ".expect.py"),
     }
-    with subprocess.Popen(["bash", str(tmp_path / ".page.sh")], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+    with subprocess.Popen(["bash", str(directory / ".page.sh")], cwd=directory, env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
         try:
             stdout, stderr = run.communicate(timeout=PAGE_TIMEOUT)
@@ -349,13 +346,69 @@ def test_page_commands_run(page: Path, tmp_path: Path, request):
                 os.killpg(run.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    log_path = shared_log or directory / ".server.log"
+    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    return PageRun(run.returncode, stdout, stderr, log)
+
+
+LANES = 3  # pages run side by side: most of a page's time is one CLI process or a server waiting for the next
+
+
+@pytest.fixture(scope="module")
+def page_runs(request, tmp_path_factory):
+    """Every selected page's run, started at once: the pages that share the make-run server one after another, in
+    page order (README first, on a fresh server), each page with a server of its own beside them."""
+    selected = [item.callspec.params["page"] for item in request.session.items
+                if getattr(item, "originalname", "") == "test_page_commands_run"]
+    futures = {page: Future() for page in selected}
+    shared = [page for page in selected if not starts_own_server(runnable(page))]
+    servers: list[MakeRunServer] = []
+
+    def run_into(page: Path, ports: dict[int, int], shared_log: Path | None) -> None:
+        try:
+            futures[page].set_result(run_page(page, tmp_path_factory.mktemp(page.stem), ports, shared_log))
+        except BaseException as error:  # noqa: BLE001 - the page's test reports it
+            futures[page].set_exception(error)
+
+    def shared_lane() -> None:
+        try:
+            servers.append(MakeRunServer(tmp_path_factory.mktemp("make-run")))
+        except BaseException as error:  # noqa: BLE001
+            for page in shared:
+                futures[page].set_exception(error)
+            return
+        for page in shared:
+            run_into(page, servers[0].ports, servers[0].log)
+
+    with ThreadPoolExecutor(max_workers=LANES) as pool:
+        if shared:
+            pool.submit(shared_lane)
+        for page in selected:
+            if page not in shared:
+                pool.submit(run_into, page, page_ports(), None)
+        try:
+            yield futures
+        finally:
+            for future in futures.values():
+                try:
+                    future.result()
+                except BaseException:  # noqa: BLE001 - already reported
+                    pass
+            for server in servers:
+                server.stop()
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
+def test_page_commands_run(page: Path, page_runs):
+    try:
+        run = page_runs[page].result(timeout=PAGE_TIMEOUT * len(page_runs))
+    except PageError as error:
+        pytest.fail(str(error))
     if run.returncode != 0:
-        log_path = shared_log or tmp_path / ".server.log"
-        log = log_path.read_text(errors="replace") if log_path.exists() else ""
-        blocks_seen = re.findall(r"::block (\S+)", stderr)
+        blocks_seen = re.findall(r"::block (\S+)", run.stderr)
         pytest.fail(f"{page.relative_to(ROOT)}: the example at {blocks_seen[-1] if blocks_seen else '?'} failed "
-                    f"(exit {run.returncode}).\n--- stdout (end)\n{stdout[-3000:]}\n--- stderr (end)\n"
-                    f"{stderr[-3000:]}\n--- server log (end)\n{log[-2000:]}")
+                    f"(exit {run.returncode}).\n--- stdout (end)\n{run.stdout[-3000:]}\n--- stderr (end)\n"
+                    f"{run.stderr[-3000:]}\n--- server log (end)\n{run.server_log[-2000:]}")
 
 
 def test_examples_not_run_are_few_and_say_why():

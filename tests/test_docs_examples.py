@@ -7,18 +7,24 @@ The rules a doc follows (docs/README.md says the same for writers):
   ``json``, ``xml`` and ``text`` blocks show data or output and are not run. A block with no language fails this
   test: its writer must say which of these it is.
 - The ``sh`` and ``python`` blocks of one page run in order in one shell session, in an empty directory, with the
-  virtual environment's ``bin`` first on ``PATH`` (so ``forewarn``, ``aws`` and ``.venv/bin/forewarn`` work) and
-  nothing else set. A page that starts no server of its own talks to the one ``make run`` starts (the demo fleet).
+  virtual environment's ``bin`` first on ``PATH`` (so ``forewarn``, ``aws``, ``python3`` and ``.venv/bin/forewarn``
+  work). A page that starts no server of its own talks to the one ``make run`` starts (the demo fleet, SQLite, real
+  clock), shared with the other such pages, which run before it in page order (README.md first).
 - A comment line ``# → TEXT`` right after a command is that command's expected output: each such line must match a
-  line the command printed, in order (``...`` matches anything; runs of spaces compare equal).
-- Every command must succeed (``set -e -o pipefail``), unless the block says otherwise.
+  line the command printed (stdout or stderr), in order. ``...`` matches anything, the spaces around it included;
+  runs of spaces compare equal.
+- Every command must succeed (``set -e -o pipefail``); a command expected to fail says so itself
+  (``forewarn cancel "$ID" || echo "exit status $?"``).
+- A command that runs until stopped (``forewarn serve``, ``forewarn replay``) is started in the background (``&``);
+  the harness waits until it answers. A ``forewarn replay`` in the background gives its ``--port``.
 - An HTML comment right above a block can say ``<!-- file: NAME -->`` (the block is written to NAME in the page's
-  directory before the page's commands run) or ``<!-- not run: REASON -->`` (kept for the few examples that need
-  what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
+  directory before the page's commands run, and is not run itself) or ``<!-- not run: REASON -->`` (kept for the
+  few examples that need what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
 
 What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
-become free ports of this run, so that the examples can run beside another forewarn; and after a line that starts a
-server in the background (``forewarn serve ... &``) it waits until that server answers.
+and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
+examples can run beside another forewarn; the CLI's defaults follow (``FOREWARN_SERVER``, ``FOREWARN_ARM``), and a
+``forewarn serve ... &`` gets the ports it does not name. Pages run side by side, a few at a time.
 """
 
 from __future__ import annotations

@@ -39,7 +39,8 @@ class ScheduleIn(BaseModel):
     duration_seconds: int | None = Field(default=None, description="DurationInSeconds; -1 means unknown")
     description: str | None = None
     impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
-    extra_impacts: int = Field(default=0, ge=0, le=100, description="short freezes while Started (seed 000)")
+    extra_impacts: int = Field(default=0, ge=0, le=100,
+                               description="short freezes while Started (Azure may impact a VM more than once)")
     group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
     update_domain: int | None = Field(default=None, description="with group: the VMs of this update domain")
     fault_domain: int | None = Field(default=None, description="with group: the VMs of this fault domain")

@@ -67,7 +67,8 @@ class Block:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(ROOT)}:{self.line}"
+        page = self.page.relative_to(ROOT) if self.page.is_relative_to(ROOT) else self.page
+        return f"{page}:{self.line}"
 
 
 def blocks_of(page: Path) -> list[Block]:
@@ -423,3 +424,43 @@ def test_examples_not_run_are_few_and_say_why():
         print(f"not run: {where}: {reason}")
         assert reason, f"{where}: <!-- not run: --> needs a reason"
     assert len(skipped) <= 6, f"{len(skipped)} examples are not run; the docs should show runnable ones"
+
+
+# ------------------------------------------------------------------------------------- the harness itself is strict
+def write_page(tmp_path: Path, body: str) -> Path:
+    page = tmp_path / "page.md"
+    page.write_text(body)
+    return page
+
+
+def test_a_wrong_expected_output_fails_the_page(tmp_path):
+    page = write_page(tmp_path, "```sh\necho hello world\n# → hello ... world\necho hello\n# → goodbye\n```\n")
+    (tmp_path / "run").mkdir()
+    run = run_page(page, tmp_path / "run", page_ports(), None)
+    assert run.returncode != 0 and "expected output not printed: goodbye" in run.stderr
+
+
+def test_a_failing_command_fails_the_page_and_an_expected_failure_does_not(tmp_path):
+    failing = write_page(tmp_path, "```sh\nfalse\necho never\n```\n")
+    (tmp_path / "a").mkdir()
+    run = run_page(failing, tmp_path / "a", page_ports(), None)
+    assert run.returncode != 0 and "never" not in run.stdout
+    said = write_page(tmp_path, "```sh\nfalse || echo \"exit status $?\"\n# → exit status 1\n```\n")
+    (tmp_path / "b").mkdir()
+    assert run_page(said, tmp_path / "b", page_ports(), None).returncode == 0
+
+
+def test_a_server_left_in_the_foreground_is_refused(tmp_path):
+    page = write_page(tmp_path, "```sh\nforewarn serve --fleet demo\n```\n")
+    with pytest.raises(PageError, match="background"):
+        script_for(runnable(page), page_ports())
+
+
+@pytest.mark.parametrize("expected, printed, matches", [
+    ("a ... b", "a b", True), ("a ... b", "a x y b", True), ("... b", "b c", False), ("... b ...", "b c", True),
+    ('{"Id":"...","S":1}', '{"Id":"X-1","S":1}', True), ("a  b", "a b", True), ("a b", "a c", False),
+])
+def test_wildcards(expected, printed, matches):
+    namespace: dict = {}
+    exec(EXPECT_SCRIPT.split("printed =")[0], namespace)  # the wildcard function the page's checks use
+    assert bool(namespace["wildcard"](expected).fullmatch(" ".join(printed.split()))) is matches

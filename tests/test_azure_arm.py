@@ -1,6 +1,6 @@
-"""The Azure Resource Manager surface (Microsoft.Compute), in-process over httpx's ASGI transport: user operations
-and their scheduled events (seed 000), policies and notification profiles (seeds 000, 002), long-running operations,
-and ARM's error shapes."""
+"""The Azure Resource Manager surface (Microsoft.Compute), in-process over httpx's ASGI transport: user operations and
+their scheduled events (Microsoft's overview), policies and notification profiles (the overview, the
+terminate-notification page), long-running operations, and ARM's error shapes."""
 
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def test_scale_set_and_availability_set_bodies(arm):
     assert [s["name"] for s in arm.call("GET", VMSS).json()["value"]] == ["web", "workers", "spotset", "bigmem"]
 
 
-# -------------------------------------------------------------------------------------- user operations (seed 000)
+# ----------------------------------------------------------------------------------------------- user operations
 def test_restart_under_automatically_approve_starts_at_once_and_the_operation_succeeds(arm):
     response = arm.call("POST", f"{VMS}/WestNO_0/restart")
     assert response.status_code == 202 and response.content == b""

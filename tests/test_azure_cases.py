@@ -1,4 +1,6 @@
-"""Every case of seeds 000, 001 and 002, end to end: a real server process on the manual clock, driven through the
+"""Every case of Microsoft's "Scheduled Events for Azure Virtual Machines", its IMDS pages and "Terminate notification
+for Azure Virtual Machine Scale Set instances", end to end: a real server process on the manual clock, driven through
+the
 Azure management API (ARM) or, for what only the platform starts, the control API; asserting the documents each VM
 of the scope sees over time through IMDS."""
 
@@ -164,7 +166,8 @@ def test_terminate_notifications_and_the_batch_rule(server):
     arm(server, "POST", "/virtualMachineScaleSets/web/delete", {"instanceIds": ["1", "2"]})
     incarnation, events = seen(server, "web_0")
     assert incarnation == 2 and events == [("Terminate", "Scheduled", ["web_1"]), ("Terminate", "Scheduled", ["web_2"])]
-    assert doc(server, "web_0", "2017-11-01")["Events"] == []  # Terminate needs 2019-01-01 (seed 002)
+    # Terminate needs 2019-01-01 (the IMDS pages' version table)
+    assert doc(server, "web_0", "2017-11-01")["Events"] == []
     first, second = ids(server, "web_1")
     approve(server, "web_2", second)  # each VM approves its own
     assert [e[1] for e in seen(server, "web_0")[1]] == ["Scheduled", "Scheduled"]  # waits for web_1's

@@ -1,4 +1,5 @@
-"""Real clients against a real server: the seed's Python sample, and the forewarn CLI."""
+"""Real clients against a real server: the Python sample of Microsoft's "Azure Metadata Service: Scheduled Events for
+Linux VMs", and the forewarn CLI."""
 
 import json
 import subprocess

@@ -1,4 +1,5 @@
-"""The EC2 Query API (DescribeInstanceStatus, ModifyInstanceEventStartTime; seed 004, reference aws.md 2.1-2.3, 2.6):
+"""The EC2 Query API (DescribeInstanceStatus, ModifyInstanceEventStartTime; the AWS page "Scheduled events for your
+instances", the EC2 API Reference):
 the wire in-process over httpx's ASGI transport (exact XML elements and error codes), then real boto3 and the aws CLI
 against a real uvicorn server on loopback."""
 
@@ -1076,7 +1077,7 @@ def test_event_notification_attributes_on_the_wire(wwire):
     assert attributes_of(wwire.call(deregister, InstanceTagAttribute_IncludeAllTagsOfInstance="true"), deregister) \
         == ([], "false")
     wwire.call(register, InstanceTagAttribute_InstanceTagKey_1="a", InstanceTagAttribute_InstanceTagKey_2="b")
-    # IncludeAllTagsOfInstance=false deregisters every key (reference 2.5).
+    # IncludeAllTagsOfInstance=false deregisters every key (the API reference).
     assert attributes_of(wwire.call(deregister, InstanceTagAttribute_IncludeAllTagsOfInstance="false"), deregister) \
         == ([], "false")
 

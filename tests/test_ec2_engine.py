@@ -1,4 +1,5 @@
-"""EC2 scheduled events in the engine (seed 004): codes and their impacts, lifecycle, rescheduling rules, Auto
+"""EC2 scheduled events in the engine (the AWS page "Scheduled events for your instances"): codes and their impacts,
+lifecycle, rescheduling rules, Auto
 Scaling replacement, Spot interruptions; and their storage."""
 
 from datetime import timedelta

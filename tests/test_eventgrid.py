@@ -389,7 +389,8 @@ def _passes(operator, key, values=(), arrays=False):
     ("IsNullOrUndefined", "data.nothing.here", [], True),
     ("IsNotNull", "data.resourceInfo.properties.Empty", [], False),
     ("IsNotNull", "data.resourceInfo", [], True),
-    # A missing key fails everything but NumberNotIn and StringNotIn (reference 2.7).
+    # A missing key fails everything but NumberNotIn and StringNotIn ("Understand event filtering for Event Grid
+    # subscriptions").
     ("StringIn", "data.nothing", ["x"], False),
     ("StringNotIn", "data.nothing", ["x"], True),
     ("NumberNotIn", "data.nothing", [1], True),
@@ -934,7 +935,7 @@ def test_duplicates_carry_the_same_id_and_access_control_applies(tmp_path, webho
         server.schedule(type="Reboot", vms=["central-vm"])
         assert wait_for(lambda: len(webhook.events("/twice")) == 2)
         first, second = webhook.events("/twice")
-        assert first == second  # "an identical payload with the same id" (seed 003)
+        assert first == second  # "an identical payload" with the same id ("Scheduled Events in Event Grid")
 
         def call(method, url, token=None, **kwargs):
             headers = {"authorization": f"Bearer {token}"} if token else {}

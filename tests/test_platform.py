@@ -1,5 +1,5 @@
 """The Azure platform behaviours of the engine: impacts on VMs, policies, terminate and OS image notifications,
-scale-in, domains, and the exceptional cases of seed 000."""
+scale-in, domains, and the exceptional cases of "Scheduled Events for Azure Virtual Machines"."""
 
 from datetime import timedelta
 
@@ -88,7 +88,8 @@ def test_freeze_pauses_for_its_duration_and_keeps_memory():
 def test_terminate_needs_the_profile_on_the_instance_model():
     e = engine()
     e.update_policy("myvmss", terminate=NotificationProfile(True, timedelta(minutes=5)))
-    # Not yet updated to the latest model: deleted at once, no Terminate (seed 002 troubleshooting).
+    # Not yet updated to the latest model: deleted at once, no Terminate (the terminate-notification page's
+    # troubleshooting).
     changes = e.delete(["myvmss_0"])
     assert events(changes) == [] and e.vm_states["myvmss_0"].deleted
     e.update_instances("myvmss")
@@ -97,7 +98,8 @@ def test_terminate_needs_the_profile_on_the_instance_model():
     assert [ev.resources for ev in terminate] == [("myvmss_1",), ("myvmss_2",)]  # one event per VM
     assert {ev.not_before for ev in terminate} == {T0 + timedelta(minutes=5)}
     assert len({ev.operation_id for ev in terminate}) == 1  # one batch
-    # An approved delete waits for the unapproved one of its batch (seed 002).
+    # An approved delete waits for the unapproved one of its batch ("Terminate notification for Azure Virtual Machine
+    # Scale Set instances").
     e.approve([terminate[1].event_id], by="myvmss_2")
     assert e.event(terminate[1].event_id).status is EventStatus.SCHEDULED
     assert not e.vm_states["myvmss_2"].deleted

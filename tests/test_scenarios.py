@@ -82,7 +82,7 @@ def test_two_vm_freeze_is_the_seed_example_flow(timing):
     assert [e["document"] for e in timeline["vms"]["WestNO_0"]] == [e["document"] for e in timeline["vms"]["WestNO_1"]]
     notice, window = (15, 5) if timing == "fast" else (900, 300)
     assert [e["offset"] for e in timeline["vms"]["WestNO_0"]] == [0, 0, notice, notice + window]
-    if timing == "realistic":  # the seed's own times: 22:11:58 + 15 minutes
+    if timing == "realistic":  # the overview's example flow: 22:11:58 + 15 minutes
         assert timeline["start"] == "2026-04-20T22:11:58Z"
         assert timeline["vms"]["WestNO_0"][1]["document"]["Events"][0]["NotBefore"] == "Mon, 20 Apr 2026 22:26:58 GMT"
     assert timeline["approvals"] == []

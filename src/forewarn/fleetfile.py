@@ -90,8 +90,9 @@ class PublishingTargets(_Strict):
 
 
 class ScheduledEventsPolicySpec(_Strict):
-    """scheduledEventsPolicy: user-initiated operations approved automatically (seed 000), and central publishing
-    to Event Grid and Resource Graph (seed 003)."""
+    """scheduledEventsPolicy: user-initiated operations approved automatically ("Scheduled Events for Azure
+    Virtual Machines"), and central
+    publishing to Event Grid and Resource Graph ("Scheduled Events in Event Grid")."""
 
     user_initiated_reboot: AutomaticApproval = Field(default_factory=AutomaticApproval)
     user_initiated_redeploy: AutomaticApproval = Field(default_factory=AutomaticApproval)
@@ -104,7 +105,8 @@ class NotificationProfileSpec(_Strict):
 
 
 class ScheduledEventsProfileSpec(_Strict):
-    """scheduledEventsProfile of a scale set's model (seed 002 and 000)."""
+    """scheduledEventsProfile of a scale set's model ("Terminate notification for Azure Virtual Machine Scale Set
+    instances")."""
 
     terminate_notification_profile: NotificationProfileSpec = Field(default_factory=NotificationProfileSpec)
     os_image_notification_profile: NotificationProfileSpec = Field(

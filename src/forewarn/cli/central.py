@@ -1,4 +1,5 @@
-"""``forewarn graph`` and ``forewarn acknowledge``: the central controller's two calls (seed 003), from the shell.
+"""``forewarn graph`` and ``forewarn acknowledge``: the central controller's two calls ("Scheduled Events in Event
+Grid"), from the shell.
 
 They speak to the ARM port as any client would (Resource Graph, the Maintenance acknowledge API); they are a
 convenience for people without the az CLI, not another way in: the same requests, the same answers.

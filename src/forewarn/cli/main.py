@@ -152,7 +152,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option("--while-down", type=click.Choice(["answer", "drop"]),
               help="Requests of VMs that are down (rebooting, redeploying, deleted): answered, or dropped.")
 @click.option("--hardware-failure-type", type=click.Choice(["Redeploy", "Reboot"]),
-              help="EventType of hardware-failure events; the docs disagree (default Redeploy, seed 000).")
+              help="EventType of hardware-failure events; Microsoft's pages disagree "
+                   "(default Redeploy, as the overview says).")
 @click.option("--ec2-imds-tokens", type=click.Choice(["optional", "required"]), default="optional",
               show_default=True, help="EC2 IMDSv2: required rejects IMDSv1 requests with 401 (HttpTokens=required).")
 @click.option("--ec2-credential", multiple=True, metavar="KEY_ID:SECRET",
@@ -178,7 +179,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
               help="Where Event Grid dead letters are written, as {container}/{SUBSCRIPTION}/{Y}/{M}/{D}/{H}/{guid}.json "
               "(default: the file's dead_letter_dir, else ./eventgrid-deadletters).")
 @click.option("--event-grid-duplicates", type=click.FloatRange(0, 1), metavar="RATE",
-              help="Share of Event Grid publications delivered twice with the same id (seed 003), e.g. 0.01.")
+              help="Share of Event Grid publications delivered twice with the same id "
+                   "(Event Grid's double notifications), e.g. 0.01.")
 @click.option("--event-grid-no-retry", metavar="CODES",
               help="HTTP codes Event Grid does not retry but dead-letters at once (default 400,401,403,413).")
 @click.option("--imds-limit", "imds_limits", multiple=True, metavar="NAME=VALUE",
@@ -398,7 +400,8 @@ DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""")
 @click.option("--source", default="Platform", show_default=True, help="Platform or User.")
 @click.option("--description", help="Description shown to the VMs (default depends on type and source).")
 @click.option("--impact-window", help="How long the event stays Started before it completes. Default per type.")
-@click.option("--extra-impacts", type=int, help="Short freezes while Started, beyond the announced impact (seed 000).")
+@click.option("--extra-impacts", type=int,
+              help="Short freezes while Started, beyond the announced impact (Azure may impact a VM more than once).")
 @JSON_OPTION
 @click.pass_context
 def schedule(ctx, event_type, code, instances, vms, hosts, group, update_domain, fault_domain, notice, not_before,
@@ -823,7 +826,7 @@ Examples:
   forewarn platform predicted-failure host-01 --notice 3d     # a Redeploy days ahead
   forewarn platform evict spot-worker-01                      # Preempt, 30 s""")
 def platform():
-    """The platform's exceptional cases (seed 000)."""
+    """The platform's exceptional cases: hardware failures, predicted failures, Spot evictions."""
 
 
 @platform.command(name="hardware-failure", context_settings=CONTEXT)

@@ -1,4 +1,5 @@
-"""Amazon EC2 scheduled events: instances, their events, and the rules of seed 004.
+"""Amazon EC2 scheduled events: instances, their events, and the rules of the AWS page "Scheduled events for your
+instances".
 
 An EC2 event belongs to one instance (there are no broadcast scopes): it is *active* from the moment it is scheduled,
 its impact happens at NotBefore (the platform's choice within NotBefore..NotAfter), and it then becomes *completed*
@@ -125,7 +126,7 @@ class Ec2Event:
 
     @property
     def shown_description(self) -> str:
-        """What IMDS and the API show: completed and canceled events carry a prefix (seed 004, reference 2.1)."""
+        """What IMDS and the API show: completed and canceled events carry a prefix (the same page)."""
         if self.state is Ec2EventState.COMPLETED:
             return "[Completed] " + self.description
         if self.state is Ec2EventState.CANCELED:
@@ -171,8 +172,8 @@ class Ec2Rules:
         Ec2Code.INSTANCE_RETIREMENT: None,
         Ec2Code.INSTANCE_STOP: None,
     })
-    # The docs' example deadline is about three weeks after NotBefore; reboot and maintenance events carry one,
-    # stop and retirement events usually do not (reference 2.3, rule 6).
+    # The docs' example deadline is about three weeks after NotBefore; reboot and maintenance events carry one, stop
+    # and retirement events usually do not (the user guide's examples).
     deadline: dict[Ec2Code, timedelta | None] = field(default_factory=lambda: {
         Ec2Code.INSTANCE_REBOOT: timedelta(days=21),
         Ec2Code.SYSTEM_REBOOT: timedelta(days=21),
@@ -190,8 +191,8 @@ class Ec2Rules:
         Ec2Code.INSTANCE_STOP: timedelta(minutes=1),
     })
     spot_notice: timedelta = timedelta(minutes=2)  # "two-minute warning"
-    # ModifyInstanceEventStartTime (reference 2.3): not within 5 minutes of the current start, at least 60 minutes
-    # from now.
+    # ModifyInstanceEventStartTime (its API reference and the user guide's limitations): not within 5 minutes of the
+    # current start, at least 60 minutes from now.
     reschedule_freeze: timedelta = timedelta(minutes=5)
     reschedule_min_lead: timedelta = timedelta(minutes=60)
 

@@ -231,7 +231,7 @@ class Ec2Commands:
         return [Ec2EventChanged(event, "canceled", reason)]
 
     def reschedule_ec2(self: Engine, instance_id: str, event_id: str, not_before: datetime) -> list:
-        """ModifyInstanceEventStartTime (reference 2.3): only events with a NotBeforeDeadline, not started and not
+        """ModifyInstanceEventStartTime (its API reference): only events with a NotBeforeDeadline, not started and not
         due within 5 minutes; the new start at least 60 minutes from now and not after the deadline. NotAfter moves
         with NotBefore (the window keeps its length; undocumented, our choice)."""
         self.ec2_instance(instance_id)
@@ -261,7 +261,8 @@ class Ec2Commands:
         return [Ec2EventChanged(event, "rescheduled", f"to {not_before.isoformat()}")]
 
     def start_instance(self: Engine, instance_id: str) -> list:
-        """Start a stopped instance; after an instance-stop event it comes up on a new host (seed 004)."""
+        """Start a stopped instance; after an instance-stop event it comes up on a new host (the AWS page
+        "Scheduled events for your instances")."""
         instance = self.ec2_instance(instance_id)
         state = self.ec2_states[instance_id]
         if state.state is not InstanceState.STOPPED:
@@ -348,7 +349,8 @@ class Ec2Commands:
 
     def modify_window(self: Engine, window_id: str, name: str | None = None,
                       time_ranges: tuple[TimeRange, ...] | None = None, cron: str | None = None) -> list:
-        """A new schedule replaces the old one; events already scheduled do not move (ref 2.4)."""
+        """A new schedule replaces the old one; events already scheduled do not move ("Define event windows
+        for scheduled events")."""
         window = self.ec2_window(window_id)
         self._check_schedule(time_ranges, cron)
         if time_ranges:
@@ -430,7 +432,7 @@ class Ec2Commands:
 
     def deregister_notification_attributes(self: Engine, include_all: bool = False, keys: Iterable[str] = ()
                                            ) -> list:
-        """``include_all=False`` with no keys deregisters everything (reference 2.5)."""
+        """``include_all=False`` with no keys deregisters everything (the API reference)."""
         keys = tuple(keys)
         if include_all and keys:
             raise Invalid("give IncludeAllTagsOfInstance or tag keys, not both")
@@ -494,7 +496,8 @@ class Ec2Commands:
         return [Ec2StateChanged(state, "impacted", f"{detail} by {event.event_id}")]
 
     def _ec2_down(self: Engine, state: Ec2State, to: InstanceState, cause: str, move_on_start: bool = False) -> list:
-        """The instance stops or terminates. In an Auto Scaling group it is replaced (seed 004's note)."""
+        """The instance stops or terminates. In an Auto Scaling group it is replaced (the AWS page "Scheduled
+        events for your instances", its note on Auto Scaling)."""
         instance = self.ec2_instances[state.instance_id]
         if instance.auto_scaling_group is not None:
             state = replace(state, state=InstanceState.TERMINATED, impacted_by=None, impact_until=None,

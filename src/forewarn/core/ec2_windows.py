@@ -1,5 +1,5 @@
 """EC2 event windows: weekly UTC periods in which new stop, reboot and retirement events of associated instances are
-placed (reference aws.md 2.4). Validation follows the documented constraints."""
+placed (the AWS page "Define event windows for scheduled events"). Validation follows the documented constraints."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@
 The engine never does I/O and never reads the wall clock; every command carries the simulated time it happens at.
 Each command returns the list of changes it caused, which the service commits to the store before anyone is told.
 
-Grouping (seed 003): the VMs of one scope on one host share one event; an *operation* is the work on one host, and
-yields one event per affected scope. An operation starts when every one of its Scheduled events is approved (shared
-hardware waits for all tenants), or when its NotBefore passes.
+Grouping ("Scheduled Events in Event Grid"): the VMs of one scope on one host share one event; an *operation* is the
+work on one host, and yields one event per affected scope. An operation starts when every one of its Scheduled events
+is approved (shared hardware waits for all tenants), or when its NotBefore passes.
 
 DocumentIncarnation: every scope starts at 1 with an empty document. It increases by one for each step that changes
 the scope's Events array (a command, or the deadlines due at one instant), and only then.
@@ -101,7 +101,8 @@ class PolicyChanged:
 
 @dataclass(frozen=True)
 class ScopeEnabled:
-    """A VM of the scope asked for its scheduled events: the service is on for the scope (seed 001)."""
+    """A VM of the scope asked for its scheduled events: the service is on for the scope ("Azure Metadata Service:
+    Scheduled Events for Windows VMs")."""
 
     scope: str
     at: datetime
@@ -269,7 +270,8 @@ class Engine(Ec2Commands, WaveCommands):
                 return changes
         changes: list[Change] = []
         # The VMs of one scope on one host share an event; each host is one operation. A batch of per-VM events
-        # (deletes) is one operation, so that its events start together (seed 002).
+        # (deletes) is one operation, so that its events start together ("Terminate notification for Azure Virtual
+        # Machine Scale Set instances").
         operations: dict[str, dict[str, list[VM]]] = {}
         for vm in targets:
             host = "batch" if request.per_vm else self.vm_states[vm.name].host
@@ -365,7 +367,8 @@ class Engine(Ec2Commands, WaveCommands):
         return changes + self._bump(touched)
 
     def cancel(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:
-        """Scheduled → Canceled, with no impact. A Started event cannot be canceled (seed 000)."""
+        """Scheduled → Canceled, with no impact. A Started event cannot be canceled ("Scheduled Events for
+        Azure Virtual Machines")."""
         event = self.event(event_id)
         if event.status is not EventStatus.SCHEDULED:
             raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
@@ -383,7 +386,7 @@ class Engine(Ec2Commands, WaveCommands):
             changes += self._start_operation(event.operation_id, "approved", touched)
         return changes + self._wave_event_ended(event, touched)
 
-    # ------------------------------------------------------------------------------------- enabling (seed 001)
+    # -------------------------------------------------------------------------- enabling (the IMDS pages)
     def is_enabled(self, scope: str) -> bool:
         seen = self.last_seen.get(scope)
         return seen is not None and self.now - seen <= self.rules.disable_after
@@ -412,7 +415,7 @@ class Engine(Ec2Commands, WaveCommands):
         waiting = [vm.name for vm in targets if vm.name not in approved]
         changes: list[Change] = []
         touched: set[str] = set()
-        if approved:  # seed 000: "the event goes straight to Started, skipping Scheduled"
+        if approved:  # "Scheduled Events for Azure Virtual Machines": auto-approved events skip Scheduled
             changes += self._create(ScheduleRequest(
                 event_type, vms=tuple(approved), source=EventSource.USER, start_now=True,
                 reason=f"{reason}; automatically approved by scheduledEventsPolicy",
@@ -443,7 +446,8 @@ class Engine(Ec2Commands, WaveCommands):
     def delete(self, vms: Iterable[str], source: EventSource = EventSource.USER, reason: str = "delete requested"
                ) -> list[Change]:
         """Deleting VMs. Instances whose model enables terminate notifications get one Terminate event each, all in
-        one batch that starts when every event is approved or the timeout passes (seed 002); the rest go at once."""
+        one batch that starts when every event is approved or the timeout passes ("Terminate notification for
+        Azure Virtual Machine Scale Set instances"); the rest go at once."""
         targets = self._targets(ScheduleRequest(EventType.TERMINATE, vms=tuple(vms)))
         for vm in targets:
             if self._being_deleted(vm.name):
@@ -548,7 +552,7 @@ class Engine(Ec2Commands, WaveCommands):
 
     # ------------------------------------------------------------------------------- platform's exceptional cases
     def hardware_failure(self, hosts: Iterable[str], event_type: EventType | None = None) -> list[Change]:
-        """The host failed: no notice, the events appear as Started (seed 000)."""
+        """The host failed: no notice, the events appear as Started ("Scheduled Events for Azure Virtual Machines")."""
         return self.schedule(ScheduleRequest(
             event_type or self.rules.hardware_failure_type, hosts=tuple(hosts), start_now=True,
             description="Host server is undergoing an emergency repair.", reason="hardware failure",
@@ -782,7 +786,7 @@ class Engine(Ec2Commands, WaveCommands):
         self._index(event)
         touched.add(event.scope)
         changes: list[Change] = [EventChanged(event, "completed", "impact window over")]
-        for name in event.resources:  # after completion the VM runs again (seed 000)
+        for name in event.resources:  # after completion the VM runs again
             if self.vm_states[name].impacted_by == event.event_id:
                 changes += self._recover(name)
         return changes + self._wave_event_ended(event, touched)

@@ -61,7 +61,7 @@ class VM:
     @property
     def owner_resource_id(self) -> str:
         """The ARM id of what owns this VM's scheduled-events policy (its scale set, availability set, or the VM
-        itself): where its scheduled events hang in ARM ids (seed 003)."""
+        itself): where its scheduled events hang in ARM ids ("Scheduled Events in Event Grid")."""
         kind, path = self.policy_owner.split(":", 1)
         subscription, group, name = path.split("/", 2)
         return (f"/subscriptions/{subscription}/resourceGroups/{group}/providers/Microsoft.Compute/"

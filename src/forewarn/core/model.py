@@ -92,8 +92,8 @@ class Event:
     # Seed 000: "while Started, more short impacts than the event announced may occur". This many short freezes
     # happen at even intervals of the impact window; they never happen after Completed.
     extra_impacts: int = 0
-    # Published to Event Grid and Resource Graph (seed 003): its policy owner opted in when it was created. Fixed for
-    # the event's life, so that a consumer sees every transition of an event or none.
+    # Published to Event Grid and Resource Graph ("Scheduled Events in Event Grid"): its policy owner opted in when it
+    # was created. Fixed for the event's life, so that a consumer sees every transition of an event or none.
     central: bool = False
 
     def extra_impact_times(self) -> list[datetime]:
@@ -134,5 +134,6 @@ class ScheduleRequest:
     impact: Impact | None = None  # what the event does to its VMs; by default the type's impact
     start_now: bool = False  # no Scheduled state: hardware failure, automatically approved user operations
     per_vm: bool = False  # one event per VM, all in one operation (a batch of deletes)
-    extra_impacts: int = 0  # short freezes while Started, beyond the announced impact (seed 000)
+    # short freezes while Started, beyond the announced impact ("Scheduled Events for Azure Virtual Machines")
+    extra_impacts: int = 0
     reason: str = ""

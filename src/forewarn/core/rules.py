@@ -1,8 +1,9 @@
 """Platform rules: notice per event type, impact windows, default descriptions and durations.
 
-Defaults follow the seeds (000, 001): Freeze and Reboot 15 minutes of notice, Redeploy 10 minutes, Preempt 30 seconds,
-Terminate 5 to 15 minutes (default 10 here until scale-set profiles set it). Impact windows follow the median timings
-of Microsoft's mock server (reference azure-mock.md 1.2): Freeze 5 minutes, the others 10 minutes.
+Defaults follow the minimum notice of Microsoft's "Azure Metadata Service: Scheduled Events for Windows VMs": Freeze
+and Reboot 15 minutes of notice, Redeploy 10 minutes, Preempt 30 seconds, Terminate 5 to 15 minutes (default 10 here
+until scale-set profiles set it). Impact windows follow the median timings of Microsoft's mock server
+(Azure-Samples/scheduled-events-mock-server): Freeze 5 minutes, the others 10 minutes.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ DEFAULT_IMPACT_DURATION = {
     Impact.DELETE: timedelta(0),
 }
 
-# DurationInSeconds: -1 means unknown; the live-migration Freeze of the seeds' example flow lasts 5 seconds.
+# DurationInSeconds: -1 means unknown; the live-migration Freeze of the example flow in Microsoft's "Scheduled Events
+# for Azure Virtual Machines" lasts 5 seconds.
 DEFAULT_DURATION_SECONDS = {
     EventType.FREEZE: 5,
     EventType.REBOOT: -1,
@@ -48,7 +50,8 @@ DEFAULT_DURATION_SECONDS = {
     EventType.TERMINATE: -1,
 }
 
-# Descriptions seen on real VMs and in the seeds; user Reboot and Preempt events were seen with "".
+# Descriptions seen on real VMs and in Microsoft's Scheduled Events pages; user Reboot and Preempt events were seen
+# with "".
 DEFAULT_DESCRIPTIONS = {
     (EventType.FREEZE, EventSource.PLATFORM): (
         "Virtual machine is being paused because of a memory-preserving Live Migration operation."
@@ -68,8 +71,10 @@ class Rules:
     impact_window: dict[EventType, timedelta] = field(default_factory=lambda: dict(DEFAULT_IMPACT_WINDOW))
     duration_seconds: dict[EventType, int] = field(default_factory=lambda: dict(DEFAULT_DURATION_SECONDS))
     impact_duration: dict[Impact, timedelta] = field(default_factory=lambda: dict(DEFAULT_IMPACT_DURATION))
-    hardware_failure_type: EventType = EventType.REDEPLOY  # seed 000 says Redeploy; seed 001 says Reboot
-    predicted_failure_notice: timedelta = timedelta(days=7)  # seed 000: "Azure tries to give seven days"
+    # "Scheduled Events for Azure Virtual Machines" says Redeploy; the IMDS pages say Reboot
+    hardware_failure_type: EventType = EventType.REDEPLOY
+    # the IMDS pages: "Azure tries to give 7 days' advance notice"
+    predicted_failure_notice: timedelta = timedelta(days=7)
     # Seed 001: Scheduled Events are enabled for a VM by its first request and disabled after 24 hours without
     # one. While a scope is not enabled its VMs get no notice: their events start at once. Off by default, so
     # that a test need not poll before it schedules; the realistic IMDS profile turns it on.

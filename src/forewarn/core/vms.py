@@ -25,7 +25,8 @@ class Power(str, enum.Enum):
     DELETED = "deleted"
 
 
-# What an event of each type does to its VMs when it starts (seed 000's "EventType" descriptions).
+# What an event of each type does to its VMs when it starts ("Scheduled Events for Azure Virtual Machines", the
+# EventType descriptions).
 IMPACT_OF_TYPE = {
     EventType.FREEZE: Impact.FREEZE,
     EventType.REBOOT: Impact.REBOOT,
@@ -51,7 +52,8 @@ class NotificationProfile:
     not_before_timeout: timedelta = timedelta(minutes=5)
 
 
-TERMINATE_TIMEOUT_RANGE = (timedelta(minutes=5), timedelta(minutes=15))  # seed 002: PT5M to PT15M
+# the terminate-notification page: PT5M to PT15M
+TERMINATE_TIMEOUT_RANGE = (timedelta(minutes=5), timedelta(minutes=15))
 OS_IMAGE_TIMEOUT = timedelta(minutes=15)  # compute API: "the value must be 15 minutes (PT15M)"
 # Seed 000: OS image notifications need sizes with memory-preserving updates; not the G, M, N and H series.
 _UNSUPPORTED_OS_IMAGE_SIZE = re.compile(r"^(Standard_|Basic_)?(G|M|N|H)", re.IGNORECASE)
@@ -61,7 +63,7 @@ def check_terminate_profile(profile: NotificationProfile, spot: bool) -> None:
     if not profile.enable:
         return
     if spot:
-        raise Invalid("terminate notifications cannot be enabled on Spot instances (seed 002)")
+        raise Invalid("terminate notifications cannot be enabled on Spot instances")
     low, high = TERMINATE_TIMEOUT_RANGE
     if not low <= profile.not_before_timeout <= high:
         raise Invalid(
@@ -86,7 +88,8 @@ class Policy:
 
     ``auto_approve_reboot``/``auto_approve_redeploy`` are ``scheduledEventsPolicy.userInitiatedReboot`` and
     ``userInitiatedRedeploy.automaticallyApprove``. The notification profiles are the scale set's *model*; each
-    instance runs the model version it was last updated to (seed 002: "update the instances to the latest model").
+    instance runs the model version it was last updated to ("Terminate notification for Azure Virtual Machine
+    Scale Set instances": "update the instances to the latest model").
     """
 
     owner: str
@@ -95,8 +98,9 @@ class Policy:
     terminate: NotificationProfile = field(default_factory=NotificationProfile)
     os_image: NotificationProfile = field(default_factory=NotificationProfile)
     model_version: int = 1
-    # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph (seed 003): the owner's events are also
-    # published centrally, to its subscription's Event Grid system topic and to Resource Graph.
+    # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph ("Scheduled Events in Event Grid"): the
+    # owner's events are also published centrally, to its subscription's Event Grid system topic and to Resource
+    # Graph.
     publish_central: bool = False
 
 

@@ -2,14 +2,15 @@
 
 A wave cuts its targets into *units*, each a set of VMs the platform takes at once: one update domain, one fault
 domain, or one host. Units go in order, at most ``concurrency`` at a time. As soon as every event of a unit is
-Completed (or Canceled), the next unit's events are Scheduled, at that very instant: the reference's note that fault
-domains are serialized, so a new Scheduled can follow right after another domain completes (azure-mock.md 4.3).
+Completed (or Canceled), the next unit's events are Scheduled, at that very instant: domains take their turns, and a
+new Scheduled follows at once when another domain completes (how long Azure waits between domains is not
+documented: at once is our choice, the hardest case).
 
 A unit's VMs are chosen when the unit is scheduled, not when the wave is created: a VM deleted or redeployed in the
 meantime is taken where it is then. A unit with nothing left to do is skipped, and said so.
 
 Cost: a wave keeps a count of the open events of each unit in flight, so an event that ends costs O(1) and a unit
-costs what its own VMs cost; nothing scans the fleet while time moves (issue 6: a 100,000-VM wave).
+costs what its own VMs cost; nothing scans the fleet while time moves (bench/wave.py: a 100,000-VM wave).
 """
 
 from __future__ import annotations

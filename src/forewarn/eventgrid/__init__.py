@@ -1,4 +1,5 @@
-"""Azure Event Grid's ``Microsoft.ResourceNotifications.MaintenanceResources`` system topic (seed 003): system topics
+"""Azure Event Grid's ``Microsoft.ResourceNotifications.MaintenanceResources`` system topic (Microsoft's "Scheduled
+Events in Event Grid"): system topics
 and event subscriptions on the ARM port, scheduled events published to them through the outbox, and delivered to
 webhooks with Event Grid's handshake, headers, batching, retries and dead letters. docs/azure-eventgrid.md.
 

@@ -1,5 +1,5 @@
 """The ``forewarn serve --event-grid FILE`` file: settings, and system topics with their event subscriptions declared
-up front (as pm7y's simulator takes them from its configuration; reference eventgrid-arg.md 6.2).
+up front (as pm7y/AzureEventGridSimulator takes them from its configuration).
 
 ```yaml
 settings:                                 # every key optional; defaults in settings.py

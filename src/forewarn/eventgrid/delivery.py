@@ -1,4 +1,5 @@
-"""Delivering queued Event Grid events to webhooks, as Event Grid does (reference eventgrid-arg.md 2.1-2.6): the
+"""Delivering queued Event Grid events to webhooks, as Event Grid does (Microsoft's "Event Grid message delivery and
+retry" and "Webhook event delivery"): the
 sending policy the outbox sender (service/outbox.py) uses for deliveries of kind ``eventgrid``.
 
 - Headers: ``aeg-event-type: Notification``, ``aeg-subscription-name`` in upper case, ``aeg-delivery-count`` from 0,
@@ -51,11 +52,11 @@ RETRY_SCHEDULE = (timedelta(seconds=10), timedelta(seconds=30), timedelta(minute
                   timedelta(hours=6))
 LATER_RETRIES = timedelta(hours=12)
 MINIMUM_RETRY = {404: timedelta(minutes=5), 408: timedelta(minutes=2), 503: timedelta(seconds=30)}
-MAX_ATTEMPTS_REASON = "MaxDeliveryAttemptsExceeded"  # the documented reason (reference 2.6)
+MAX_ATTEMPTS_REASON = "MaxDeliveryAttemptsExceeded"  # the documented reason ("Event Grid message delivery and retry")
 # While a subscription awaits its manual validation, its queued events wait this long between checks.
 AWAITING_RECHECK = timedelta(seconds=10)
 # A dead letter that cannot be written (the directory is not writable) is retried this often, for this long, as Event
-# Grid gives an unavailable dead-letter destination 4 hours (reference 2.6).
+# Grid gives an unavailable dead-letter destination 4 hours ("Event Grid message delivery and retry").
 DEAD_LETTER_RETRY = timedelta(minutes=1)
 DEAD_LETTER_GIVE_UP = timedelta(hours=4)
 
@@ -67,7 +68,7 @@ STATUS_NAMES = {400: "BadRequest", 401: "Unauthorized", 402: "PaymentRequired", 
                 414: "RequestUriTooLong", 415: "UnsupportedMediaType", 422: "UnprocessableEntity",
                 429: "TooManyRequests", 500: "InternalServerError", 501: "NotImplemented", 502: "BadGateway",
                 503: "ServiceUnavailable", 504: "GatewayTimeout", 505: "HttpVersionNotSupported"}
-# lastDeliveryOutcome, from the documented list (reference 2.6); the mapping of codes is ours.
+# lastDeliveryOutcome, from the documented list ("Event Grid message delivery and retry"); the mapping of codes is ours.
 OUTCOMES = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 408: "TimedOut",
             413: "PayloadTooLarge", 429: "Busy", 500: "Busy", 502: "Busy", 503: "Busy", 504: "Busy"}
 
@@ -275,7 +276,8 @@ class EventGridDelivery:
             self._write_dead_letters(subscription, refreshed, now)
 
     def dead_letter_path(self, subscription: EventSubscription, deliveries: list[Delivery], now: datetime) -> Path:
-        """``{dir}/{container}/{SUBSCRIPTION-NAME}/{Y}/{M}/{D}/{H}/{guid}.json``, UTC, not zero padded (reference 2.6);
+        """``{dir}/{container}/{SUBSCRIPTION-NAME}/{Y}/{M}/{D}/{H}/{guid}.json``, UTC, not zero padded ("Event
+        Grid message delivery and retry");
         the name is derived from the deliveries, so a write repeated after a crash replaces the same file."""
         assert subscription.dead_letter is not None
         moment = now.astimezone(timezone.utc)

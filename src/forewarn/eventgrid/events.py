@@ -1,7 +1,7 @@
 """The events Event Grid delivers, rendered: ``ScheduledEventEmitted`` in the Event Grid schema and as a CloudEvent,
 and the subscription validation event. Pure.
 
-Field order and values follow seed 003's sample (reference eventgrid-arg.md 3.2): ``id, topic, subject, data
+Field order and values follow the sample of Microsoft's "Scheduled Events in Event Grid": ``id, topic, subject, data
 {resourceInfo {id, name, type, location, properties {...}}, apiVersion}, eventType, dataVersion, metadataVersion,
 eventTime``, with ``eventTime`` in seven fractional digits and ``Z``. The properties are those IMDS shows (NotBefore
 in RFC 1123 GMT, "" once Started; the same function renders it) plus ``ScheduledEventApiVersion``. The CloudEvents form
@@ -23,14 +23,16 @@ from forewarn.eventgrid.model import CLOUD_EVENT_SCHEMA, EVENT_TYPE
 from forewarn.eventgrid.settings import EventGridSettings
 from forewarn.surfaces.azure_imds import not_before_text
 
-SCHEDULED_EVENT_API_VERSION = "2020-07-01"  # seed 003: "the only supported value is 2020-07-01"
+SCHEDULED_EVENT_API_VERSION = "2020-07-01"  # "Scheduled Events in Event Grid": "the only supported value is 2020-07-01"
 METADATA_VERSION = "1"
 CLOUD_EVENTS_SPEC_VERSION = "1.0"
 VALIDATION_EVENT_TYPE = "Microsoft.EventGrid.SubscriptionValidationEvent"
-VALIDATION_DATA_VERSION = "1"  # reference 2.2 sample
-VALIDATION_API_VERSION = "2018-05-01-preview"  # the apiVersion the reference's validationUrl sample carries
+VALIDATION_DATA_VERSION = "1"  # the sample of "Webhook event delivery"
+# the apiVersion of the validationUrl in the sample of "Webhook event delivery"
+VALIDATION_API_VERSION = "2018-05-01-preview"
 
-# Which transitions publish (seed 003: Scheduled, Started, Completed, Canceled; an approval changes no status).
+# Which transitions publish ("Scheduled Events in Event Grid": Scheduled, Started, Completed, Canceled; an approval
+# changes no status).
 PUBLISHED = ("scheduled", "started", "completed", "canceled")
 
 def event_time(moment: datetime) -> str:
@@ -39,7 +41,7 @@ def event_time(moment: datetime) -> str:
 
 
 def scheduled_event_id(event: Event, vm: VM) -> str:
-    """The scheduled event's ARM id, under its policy owner (seed 003 sample)."""
+    """The scheduled event's ARM id, under its policy owner (the sample of "Scheduled Events in Event Grid")."""
     return f"{vm.owner_resource_id}/providers/microsoft.maintenance/scheduledevents/{event.event_id}"
 
 
@@ -52,7 +54,8 @@ def scheduled_event_emitted(event: Event, vm: VM, what: str, now: datetime, seed
     """The Event Grid schema event for one transition (``what``) of ``event``; ``vm`` is its first resource."""
     resource_id = scheduled_event_id(event, vm)
     if settings.subject_style == "vm":
-        # The mock sample's subject: the VM's id, lower case. A scale set VM is addressed as a plain VM (seed 003).
+        # The mock sample's subject: the VM's id, lower case. A scale set VM is addressed as a plain VM ("Scheduled
+        # Events in Event Grid").
         subject = (f"/subscriptions/{vm.subscription_id}/resourcegroups/{vm.resource_group}/providers/"
                    f"microsoft.compute/virtualmachines/{vm.name}").lower()
     else:
@@ -110,7 +113,7 @@ def in_schema(event: dict, schema: str) -> dict:
 
 
 def validation_event(seed: str, topic_source: str, code: str, url: str, now: datetime) -> dict:
-    """The SubscriptionValidationEvent POSTed to a new Event Grid schema webhook (reference 2.2)."""
+    """The SubscriptionValidationEvent POSTed to a new Event Grid schema webhook ("Webhook event delivery")."""
     return {
         "id": derived_guid(seed, "validation-event", code).lower(),
         "topic": topic_source,

@@ -1,4 +1,5 @@
-"""Whether an event passes a subscription's filter (reference eventgrid-arg.md 2.7). Pure.
+"""Whether an event passes a subscription's filter (Microsoft's "Understand event filtering for Event Grid
+subscriptions"). Pure.
 
 The event is the one delivered, in the subscription's schema, so keys name its fields: ``eventType``, ``subject``,
 ``data.resourceInfo.properties.EventStatus`` for the Event Grid schema; ``type``, ``source``, ``data...`` for

@@ -1,5 +1,5 @@
-"""The endpoint validation Event Grid performs when an event subscription is created or updated (reference
-eventgrid-arg.md 2.2).
+"""The endpoint validation Event Grid performs when an event subscription is created or updated (Microsoft's
+"Webhook event delivery").
 
 - Event Grid schema: POST the SubscriptionValidationEvent (``aeg-event-type: SubscriptionValidation``). ``200`` with
   ``{"validationResponse": code}`` within the timeout validates at once. Any other 2xx answer starts the manual
@@ -129,7 +129,8 @@ def _echoed(response: httpx.Response) -> str | None:
         data = parse_json(response.content)
     except JsonInputError:
         return None
-    value = data.get("validationResponse") if isinstance(data, dict) else None  # camel case only (reference 1.2)
+    # camel case only (as pm7y/AzureEventGridSimulator checks it)
+    value = data.get("validationResponse") if isinstance(data, dict) else None
     return value if isinstance(value, str) else None
 
 

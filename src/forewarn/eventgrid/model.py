@@ -1,10 +1,11 @@
 """System topics and event subscriptions of Azure Event Grid, as records, parsed from ARM bodies and rendered back.
 
 Pure: no I/O, no clock (callers pass the time). A request body that Event Grid would refuse raises :class:`ArmError`
-with a 400 in ARM's shape, so the same parser serves ``PUT`` on the ARM port and the ``--event-grid`` file.
-Member names are matched case-insensitively, as ARM's deserializer does. Sources of each limit: reference
-eventgrid-arg.md 2.1 (delivery attributes), 2.5 (batching), 2.4 (retry policy), 2.6 (dead-lettering), 2.7 (filters),
-3.1 (system topics), and the 2025-02-15 REST spec examples (SystemTopics_Get, SystemTopicEventSubscriptions_Get and
+with a 400 in ARM's shape, so the same parser serves ``PUT`` on the ARM port and the ``--event-grid`` file. Member
+names are matched case-insensitively, as ARM's deserializer does. Sources of each limit: Microsoft's Event Grid pages
+"Delivery properties" (delivery attributes), "Event Grid message delivery and retry" (batching, retry policy,
+dead-lettering), "Understand event filtering for Event Grid subscriptions" (filters), "Scheduled Events in Event Grid"
+(system topics), and the 2025-02-15 REST spec examples (SystemTopics_Get, SystemTopicEventSubscriptions_Get and
 _GetDeliveryAttributes).
 """
 
@@ -24,7 +25,7 @@ TOPIC_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources"
 EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
 SYSTEM_TOPIC_TYPE = "Microsoft.EventGrid/systemTopics"
 EVENT_SUBSCRIPTION_TYPE = "Microsoft.EventGrid/systemTopics/eventSubscriptions"
-TOPIC_LOCATION = "global"  # reference 3.1: a subscription-scoped topic is located "global"
+TOPIC_LOCATION = "global"  # "Scheduled Events in Event Grid": the topic is created with location "global"
 
 EVENT_GRID_SCHEMA = "EventGridSchema"
 CLOUD_EVENT_SCHEMA = "CloudEventSchemaV1_0"
@@ -35,7 +36,8 @@ SUCCEEDED = "Succeeded"
 AWAITING_MANUAL_ACTION = "AwaitingManualAction"
 FAILED = "Failed"
 
-# Limits (reference 2.1, 2.4, 2.5, 2.7).
+# Limits ("Event Grid message delivery and retry"; "Understand event filtering for Event Grid subscriptions";
+# "Delivery properties").
 MAX_EVENTS_PER_BATCH = 5000
 MAX_PREFERRED_BATCH_KB = 1024
 DEFAULT_MAX_EVENTS_PER_BATCH = 1  # one event per request unless batching is asked for
@@ -148,7 +150,7 @@ def arm_time(moment: datetime) -> str:
 @dataclass(frozen=True)
 class SystemTopic:
     """A ``Microsoft.ResourceNotifications.MaintenanceResources`` system topic: one per Azure subscription, its
-    source is the subscription itself (reference 3.1)."""
+    source is the subscription itself ("Scheduled Events in Event Grid")."""
 
     subscription_id: str  # the Azure subscription, spelled as the fleet spells it
     resource_group: str
@@ -233,7 +235,8 @@ def parse_topic_body(body: dict, subscription_id: str) -> dict[str, str] | None:
 # --------------------------------------------------------------------------------------------- subscriptions
 @dataclass(frozen=True)
 class DeliveryAttribute:
-    """A custom header sent with each delivery (reference 2.1): a static value, or a dynamic one read from the event."""
+    """A custom header sent with each delivery (Event Grid's "Delivery properties"): a static value, or a dynamic
+    one read from the event."""
 
     name: str
     kind: str  # "Static" or "Dynamic"

@@ -1,14 +1,14 @@
 """Publishing scheduled events to the MaintenanceResources system topics: the outbox function registered with
 ``Maintenance`` (like ``aws_health.health_outbox``).
 
-Each transition of a centrally published event (Scheduled, Started, Completed, Canceled; seed 003) becomes one
-queued delivery per event subscription of its Azure subscription's topic that is validated, not expired, and whose
-filter passes the event as that subscription would receive it. The deliveries are committed in the transaction of
-the change that caused them, so none is lost and none is sent for a change that was not committed.
+Each transition of a centrally published event (Scheduled, Started, Completed, Canceled; "Scheduled Events in Event
+Grid") becomes one queued delivery per event subscription of its Azure subscription's topic that is validated, not
+expired, and whose filter passes the event as that subscription would receive it. The deliveries are committed in the
+transaction of the change that caused them, so none is lost and none is sent for a change that was not committed.
 
-A publication can be broadcast twice with the same id (seed 003, "Double Notifications"); which ones is decided
-from the seed and the publication's id, so a rerun duplicates the same ones, and every subscription of the topic
-receives both copies.
+A publication can be broadcast twice with the same id ("Scheduled Events in Event Grid", "Double Notifications");
+which ones is decided from the seed and the publication's id, so a rerun duplicates the same ones, and every
+subscription of the topic receives both copies.
 """
 
 from __future__ import annotations

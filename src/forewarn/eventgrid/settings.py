@@ -11,21 +11,23 @@ SUBJECT_STYLES = ("scheduled-event", "vm")
 
 @dataclass(frozen=True)
 class EventGridSettings:
-    # ---- what is published (reference 3.2, 7: the samples disagree, so these are settings)
+    # ---- what is published (the samples of "Scheduled Events in Event Grid" and Azure Resource Notifications
+    # disagree, so these are settings)
     data_version: str = "3.0"  # doc sample; the ARN "mock" sample has "1"
     api_version: str = "2024-07-01"  # data.apiVersion; the mock sample has "2020-03-01"
     subject_style: str = "scheduled-event"  # the scheduled event's ARM id (doc); "vm": the VM's id (mock sample)
     resource_type: str = "microsoft.maintenance/scheduledEvents"  # data.resourceInfo.type as the doc sample spells it
     arn_extras: bool = False  # resourceInfo.tags {} and data.operationalInfo.resourceEventTime (mock sample)
-    duplicate_rate: float = 0.0  # share of publications broadcast twice with the same id (seed 003)
+    # share of publications broadcast twice with the same id ("Scheduled Events in Event Grid")
+    duplicate_rate: float = 0.0
     duplicate_delay: timedelta = timedelta(0)  # engine time between a publication and its duplicate
-    # ---- delivery (reference 2.3, 2.4, 2.6)
+    # ---- delivery ("Event Grid message delivery and retry")
     delivery_timeout: float = 30.0  # seconds of wall time Event Grid waits for a webhook's answer
     non_retried_codes: frozenset[int] = field(default_factory=lambda: frozenset({400, 401, 403, 413}))
     dead_letter_dir: Path = Path("eventgrid-deadletters")
     dead_letter_delay: timedelta = timedelta(minutes=5)  # engine time between the last attempt and the write
-    ttl_dead_letter_reason: str = "TimeToLiveExceeded"  # undocumented upstream (reference 2.6)
-    # ---- validation handshake (reference 2.2)
+    ttl_dead_letter_reason: str = "TimeToLiveExceeded"  # undocumented by Microsoft
+    # ---- validation handshake ("Webhook event delivery")
     handshake_timeout: float = 30.0  # seconds of wall time for the subscriber's answer
     validation_window: timedelta = timedelta(minutes=5)  # engine time to GET the validationUrl
 

@@ -1,6 +1,6 @@
 """One ``maintenanceresources`` row per scheduled event, in the shape Azure Resource Graph returns it.
 
-The shape is the reference's §4.2 sample (docs: the scheduled-events Resource Graph page). Plain arguments rather than
+The shape is the sample of Microsoft's "Scheduled Events Using Azure Resource Graph". Plain arguments rather than
 engine records, so the engine, a replay or a test can build rows without this module knowing their classes.
 """
 
@@ -38,7 +38,7 @@ def scheduled_event_row(
 
     ``not_before`` is the RFC 1123 text IMDS shows (``Mon, 19 Sep 2025 18:29:47 GMT``), or ``""`` once started.
     ``target_resource_id`` is the VM, scale set or availability set the event was raised on; the row's ``id`` hangs
-    the event under it, lower-cased as in the reference sample (every fixed segment there is lower case, and ARG
+    the event under it, lower-cased as in that page's sample (every fixed segment there is lower case, and ARG
     compares ids case-insensitively anyway). ``name`` keeps the EventId as IMDS spells it.
     """
     if resource_type not in RESOURCE_TYPES:

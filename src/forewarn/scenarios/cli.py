@@ -88,7 +88,7 @@ through every deadline; with --speed the clock is real and the runner polls ever
 Exit status 1 when an expectation fails or the run cannot go on.""")
 @click.argument("name")
 @click.option("--timing", type=click.Choice(TIMINGS), default=DEFAULT_TIMING, show_default=True,
-              help="realistic: the reference's median timings; fast: seconds instead of minutes.")
+              help="realistic: the median timings of Microsoft's mock server; fast: seconds instead of minutes.")
 @click.option("--manual", "manual", is_flag=True,
               help="Manual clock: the runner moves it (default for a private server; with --server, the default is "
               "the server's own clock).")

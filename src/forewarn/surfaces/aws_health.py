@@ -1,5 +1,6 @@
 """AWS Health events for EC2 scheduled events, as EventBridge delivers them ("AWS Health Event", source
-``aws.health``, category ``scheduledChange``; reference aws.md 2.7).
+``aws.health``, category ``scheduledChange``; the AWS Health User Guide's "Monitoring AWS Health events with Amazon
+EventBridge").
 
 Each change of an EC2 event (scheduled, rescheduled, started, completed, canceled) becomes one message per
 configured webhook, committed with the change (an outbox) and sent by ``service/outbox.py`` with retries.
@@ -17,7 +18,8 @@ from forewarn.core.ec2_engine import Ec2EventChanged
 from forewarn.core.ids import derived_guid
 from forewarn.store import Outgoing
 
-# Health event type codes by EC2 event code (reference 2.1; system-reboot is reported as reboot maintenance).
+# Health event type codes by EC2 event code (aws/aws-health-tools' event list; system-reboot is reported as reboot
+# maintenance).
 TYPE_CODES = {
     Ec2Code.INSTANCE_REBOOT: "AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED",
     Ec2Code.SYSTEM_REBOOT: "AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED",
@@ -31,8 +33,8 @@ STATUS_CODES = {"scheduled": "upcoming", "rescheduled": "upcoming", "started": "
 @dataclass(frozen=True)
 class HealthSettings:
     targets: tuple[str, ...] = ()
-    # The docs disagree (reference 2.7): current AWS samples put the instance ARN in affectedEntities and
-    # resources; older samples, and the handlers tested with them (NTH), use the bare instance id.
+    # The docs disagree: current AWS samples put the instance ARN in affectedEntities and resources; older samples,
+    # and the handlers tested with them (NTH), use the bare instance id.
     entity: str = "arn"
     # How long a message is retried before it is given up (EventBridge's default retry window: 24 hours).
     retry_for: timedelta = field(default=timedelta(hours=24))
@@ -101,7 +103,8 @@ def health_outbox(settings: HealthSettings):
                 continue
             event = change.event
             instance = engine.ec2_instances[event.instance_id]
-            tags = engine.notification_attributes.tags_of(instance)  # registered tags only (reference 2.5)
+            # registered tags only ("Customize scheduled event notifications")
+            tags = engine.notification_attributes.tags_of(instance)
             payload = json.dumps(health_event(event, instance, change.what, engine.now, engine.seed,
                                               settings.entity, tags))
             items.extend(Outgoing(target, payload, engine.now + settings.retry_for) for target in settings.targets)

@@ -1,7 +1,7 @@
 """Who may call the Azure management surfaces: bearer tokens mapped to principals with role assignments.
 
 Off by default: with no access file, every management call is allowed and no token is needed (a local emulator's
-usual stance; reference eventgrid-arg.md 6.8). With ``forewarn serve --access FILE`` every call to the ARM port must
+usual stance). With ``forewarn serve --access FILE`` every call to the ARM port must
 carry ``Authorization: Bearer TOKEN`` of a configured principal, and each needs a role that allows its action at a
 scope that contains its target:
 
@@ -18,7 +18,7 @@ principals:
 
 Actions follow ARM's names (``Microsoft.Compute/virtualMachines/read``, ``.../write``, ``.../delete``,
 ``.../action``); a role is a list of action patterns where ``*`` matches any run of characters. The exact action list
-of "Scheduled Events Contributor" is not public (reference 5.4); ROLES below is our reading of "read or acknowledge the
+of "Scheduled Events Contributor" is not public; ROLES below is our reading of "read or acknowledge the
 scheduled events".
 """
 
@@ -52,7 +52,8 @@ ROLES: dict[str, tuple[str, ...]] = {
 # Seed 003: "A user must have the ScheduledEventContributor role to read or acknowledge the scheduled events", so
 # Reader's */read stops short of them (Owner and Contributor, which can assign themselves any role, keep them).
 NOT_ACTIONS: dict[str, tuple[str, ...]] = {"Reader": ("Microsoft.Maintenance/scheduledevents/*",)}
-ROLE_ALIASES = {"ScheduledEventContributor": SCHEDULED_EVENTS_CONTRIBUTOR,  # the VM docs' spelling (seed 003)
+# the spelling of "Scheduled Events in Event Grid"
+ROLE_ALIASES = {"ScheduledEventContributor": SCHEDULED_EVENTS_CONTRIBUTOR,
                 "ScheduledEventsContributor": SCHEDULED_EVENTS_CONTRIBUTOR}
 ROLE_IDS = {  # role definition ids, shown in listings and accepted in the file
     "Owner": "8e3af657-a8ff-443c-a75c-2fe8c4bcb635",

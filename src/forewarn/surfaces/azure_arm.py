@@ -1,6 +1,7 @@
 """Azure Resource Manager (``management.azure.com``), Microsoft.Compute only: the management API through which a user
 restarts, redeploys, reimages and deletes VMs, scales scale sets in, and sets the scheduled-events policies and
-notification profiles of seeds 000 and 002.
+notification profiles of Microsoft's "Scheduled Events for Azure Virtual Machines" and "Terminate notification for
+Azure Virtual Machine Scale Set instances".
 
 Every command goes through :meth:`Maintenance.perform`, so it is committed before the answer leaves. Long-running
 operations answer ``202 Accepted`` with ``Azure-AsyncOperation`` and ``Location`` URLs served here too; their status
@@ -48,11 +49,13 @@ RESOURCE_NOT_FOUND_HELP = "For more details please go to https://aka.ms/ARMResou
 # api-versions. Any well-formed version from the first ARM Compute version on is accepted (clients move to newer
 # versions faster than a list here would); members of request bodies are gated by the version that introduced them.
 OLDEST_API_VERSION = "2015-06-15"
-SCHEDULED_EVENTS_PROFILE_SINCE = "2019-03-01"  # seed 002; azure-rest-api-specs#6683
+SCHEDULED_EVENTS_PROFILE_SINCE = "2019-03-01"  # the terminate-notification page; azure-rest-api-specs#6683
 OS_IMAGE_PROFILE_SINCE = "2022-11-01"  # azure-cli#24811, azure-rest-api-specs#21571
 SCHEDULED_EVENTS_POLICY_SINCE = "2024-03-01"  # azure-rest-api-specs#28214 (scale sets), #28257 (VMs)
-PUBLISHING_TARGETS_SINCE = "2025-04-01"  # seed 003: "requires ... REST API versions 2025-04-01 or newer"
-CENTRAL_EVENTS_API_VERSIONS = ("2020-07-01",)  # seed 003: "the only supported value is 2020-07-01"
+# "Scheduled Events in Event Grid": "requires ... REST API versions 2025-04-01 or newer"
+PUBLISHING_TARGETS_SINCE = "2025-04-01"
+# "Scheduled Events in Event Grid": "the only supported value is 2020-07-01"
+CENTRAL_EVENTS_API_VERSIONS = ("2020-07-01",)
 KNOWN_API_VERSIONS = (  # shown in errors, newest first
     "2025-04-01", "2024-11-01", "2024-07-01", "2024-03-01", "2023-09-01", "2023-07-01", "2023-03-01", "2022-11-01",
     "2022-08-01", "2022-03-01", "2021-11-01", "2021-07-01", "2021-04-01", "2021-03-01", "2020-12-01", "2020-06-01",
@@ -156,7 +159,8 @@ def _content_error(detail: str) -> ArmError:
 
 
 def _missing_member(member: str, owner_type: str, path: str) -> ArmError:
-    """Newtonsoft's message for a member the api-version's model does not have (seed 002's troubleshooting)."""
+    """Newtonsoft's message for a member the api-version's model does not have (the troubleshooting of the
+    terminate-notification page)."""
     return ArmError(400, "BadRequest", f"Could not find member '{member}' on object of type '{owner_type}'. Path '{path}'.")
 
 
@@ -323,7 +327,7 @@ class PolicyPatch:
 
 
 def _policy_patch(properties: dict | None, path: str, owner_type: str, api: ApiVersion) -> PolicyPatch:
-    """``scheduledEventsPolicy`` of a request body (seed 000)."""
+    """``scheduledEventsPolicy`` of a request body."""
     if properties is None:
         return PolicyPatch()
     raw = _member(properties, "scheduledEventsPolicy")

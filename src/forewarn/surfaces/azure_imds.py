@@ -4,9 +4,10 @@ A synchronous handler served by ``service/http1.py``, because a GET is the hot p
 checks headers and api-version, and returns a response rendered once per (scope, DocumentIncarnation, api-version).
 Rendering happens on the first read after a change; nothing is encoded or queried per request.
 
-Wire rules (reference azure-mock.md sections 4 and 6): field order as IMDS sends it, NotBefore in RFC 1123 GMT and
-``""`` once Started, uppercase EventIds, fields and event types gated by api-version, ``Metadata: true`` required,
-``X-Forwarded-For`` and duplicate query parameters refused.
+Wire rules (Microsoft's "Azure Metadata Service: Scheduled Events for Windows VMs" and "Azure Instance Metadata
+Service"): field order as IMDS sends it, NotBefore in RFC 1123 GMT and ``""`` once Started, uppercase EventIds, fields
+and event types gated by api-version, ``Metadata: true`` required, ``X-Forwarded-For`` and duplicate query parameters
+refused.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The Maintenance resource provider's scheduled-events acknowledge API (seed 003; reference eventgrid-arg.md 5):
+"""The Maintenance resource provider's scheduled-events acknowledge API ("Scheduled Events in Event Grid"; the
+Maintenance REST API's "Scheduled Events - Acknowledge"):
 a central controller approves an event from outside the VM, with the same effect as the VM's IMDS POST.
 
     POST /subscriptions/{sub}/resourcegroups/{rg}/providers/Microsoft.Compute/{type}/{name}
@@ -28,7 +29,7 @@ from forewarn.surfaces.azure_management import ManagementCall
 API_VERSIONS = ("2023-10-01-preview", "2025-10-01-preview", "2026-02-01-preview")
 LIST_SINCE = "2025-10-01-preview"
 ACKNOWLEDGE = "Microsoft.Maintenance/scheduledevents/acknowledge/action"
-APPROVED = "Successfully Approved"  # the spec example's value (reference 5.1)
+APPROVED = "Successfully Approved"  # the REST spec example's value
 MAX_LIST = 100  # our limit on one list call; the real one is not documented
 
 _OWNER_KINDS = {"virtualmachines": "vm", "virtualmachinescalesets": "vmss", "availabilitysets": "avset"}

@@ -1,5 +1,6 @@
 """Azure Resource Graph on the ARM port: ``POST /providers/Microsoft.ResourceGraph/resources`` over the
-``maintenanceresources`` table (seed 003; reference eventgrid-arg.md 4).
+``maintenanceresources`` table ("Scheduled Events in Event Grid"; Microsoft's "Scheduled Events Using Azure Resource
+Graph").
 
 The table is a read model of the engine: one row per scheduled event published centrally (``Event.central``), at its
 latest status, upserted as each change is committed and rebuilt from the engine's events when the server starts. The
@@ -54,7 +55,7 @@ class ResourceGraphSettings:
     # Reference 4.1: "you should see the updated results within 5 minutes in general". 0: rows change at once; more
     # lets a controller be tested against rows that lag the events (simulated time).
     delay: timedelta = timedelta(0)
-    quota: int = 15  # queries per window and caller (reference 4.1's example)
+    quota: int = 15  # queries per window and caller (the example of Resource Graph's "Guidance for throttled requests")
     quota_window: float = 5.0  # wall seconds
     tenant_id: str = "72f988bf-86f1-41af-91ab-2d7cd011db47"  # any GUID; rows carry it as tenantId
     query_timeout: float = 30.0  # wall seconds a query (with its facets, each) may run before QueryTimeout
@@ -139,7 +140,7 @@ class ResourceGraphApi:
         if not version:
             raise ArmError(400, "MissingApiVersionParameter",
                            "The api-version query parameter (?api-version=) is required for all requests.")
-        if not _API_VERSION.match(version):  # any version a client sends (reference 4.1): only its form is checked
+        if not _API_VERSION.match(version):  # any version a client sends: only its form is checked
             raise ArmError(400, "InvalidApiVersionParameter", f"The api-version '{version}' is invalid.")
         remaining, resets = self._spend_quota(call)
         headers = {"x-ms-user-quota-remaining": str(max(remaining, 0)), "x-ms-user-quota-resets-after": resets}
@@ -187,7 +188,8 @@ class ResourceGraphApi:
                          limits=self.settings.limits)
 
     def _facet(self, request: QueryRequest, facet: Facet, allowed, within) -> dict:
-        """A facet is the query's result counted by one expression (reference 4.1): ``query | summarize count()
+        """A facet is the query's result counted by one expression (the Resource Graph REST API's facets):
+        ``query | summarize count()
         by EXPRESSION``, filtered, sorted and cut to ``$top``. A facet that cannot be computed is a FacetError,
         and the query's own answer still stands."""
         kql = request.query

@@ -53,7 +53,7 @@ class ScheduleIn(BaseModel):
     description: str | None = None
     impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
     extra_impacts: int = Field(default=0, strict=True, ge=0, le=MAX_EXTRA_IMPACTS,
-                               description="short freezes while Started (seed 000)")
+                               description="short freezes while Started (Azure may impact a VM more than once)")
     group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
     update_domain: int | None = Field(default=None, strict=True, ge=0,
                                       description="with group: the VMs of this update domain")

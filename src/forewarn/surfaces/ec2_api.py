@@ -1,8 +1,10 @@
 """The Amazon EC2 Query API, the actions about scheduled events: ``DescribeInstanceStatus`` and
-``ModifyInstanceEventStartTime`` (seed 004; reference aws.md 2.1-2.3 and 2.6), the six event-window actions
-(``Create/Describe/Modify/Delete/Associate/DisassociateInstanceEventWindow``, reference 2.4) and the three event
-notification attribute actions (``Register/Deregister/DescribeInstanceEventNotificationAttributes``, reference 2.5).
-With credentials configured, every request's SigV4 signature is verified (botocore recomputes it).
+``ModifyInstanceEventStartTime`` (the AWS page "Scheduled events for your instances"; the EC2 API Reference; "Error
+codes for the Amazon EC2 API"), the six event-window actions
+(``Create/Describe/Modify/Delete/Associate/DisassociateInstanceEventWindow``, "Define event windows for scheduled
+events") and the three event notification attribute actions
+(``Register/Deregister/DescribeInstanceEventNotificationAttributes``, "Customize scheduled event notifications"). With
+credentials configured, every request's SigV4 signature is verified (botocore recomputes it).
 
 Served on its own listener as an EC2 endpoint, so boto3 and the aws CLI work against it unmodified
 (``endpoint_url="http://127.0.0.1:PORT"``). The wire is EC2's query protocol: ``POST /`` with a form-encoded body
@@ -1257,7 +1259,7 @@ class Ec2Api:
     def _windows_of_instances(self, found: Filter) -> set[str]:
         """The windows of the instances an ``instance-id`` filter names: the windows an instance is associated with
         by its ID; an instance associated with none by ID falls back to the windows that take it in through its
-        tags or its Dedicated Host (reference 2.4)."""
+        tags or its Dedicated Host (the API reference of DescribeInstanceEventWindows)."""
         windows = list(self.engine.ec2_windows.values())
         direct: dict[str, set[str]] = {}
         for window in windows:

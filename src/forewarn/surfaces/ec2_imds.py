@@ -4,7 +4,8 @@ A synchronous handler served by ``service/http1.py``, like :class:`~forewarn.sur
 ``/``, ``/latest...`` and ``/<version>...``. A GET resolves the caller, checks its token (a dict lookup), and returns
 the response rendered once per (instance, path) since the instance's last change; nothing is encoded per request.
 
-Wire rules (reference aws.md 1.2-1.4, the AWS user guide's "Retrieve instance metadata"): everything is
+Wire rules (the AWS EC2 User Guide's "Retrieve instance metadata" and IMDSv2 pages, and the Amazon EC2 Metadata
+Mock, aws/amazon-ec2-metadata-mock): everything is
 ``text/plain``; listings are newline-separated with sub-trees ending in ``/`` and no final newline; maintenance
 events are JSON in the real IMDS pretty-printed style (``[ {`` / two-space indent / ``"Key" : "value"``); error
 pages are the real XHTML pages. Every choice is listed, with its source, in docs/aws-imds.md.
@@ -56,7 +57,8 @@ _VERSIONS_AND_LATEST = frozenset(VERSIONS)
 
 
 def error_page(title: str) -> bytes:
-    """The XHTML page real IMDS answers errors with (reference aws.md 1.2), byte for byte, no final newline."""
+    """The XHTML page real IMDS answers errors with (as aws/amazon-ec2-metadata-mock serves it), byte for byte, no
+    final newline."""
     return (
         '<?xml version="1.0" encoding="iso-8859-1"?>\n'
         '<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 Transitional//EN"\n'
@@ -102,7 +104,7 @@ class Ec2ImdsSettings:
     # InstanceMetadataTags: whether meta-data/tags/instance exists (real default: disabled; ours: enabled, since a
     # fleet file's tags are there to be read).
     instance_tags: bool = True
-    # Whether maintenance events carry NotBeforeDeadline (never seen in real IMDS samples; reference 1.2).
+    # Whether maintenance events carry NotBeforeDeadline (never seen in real IMDS samples).
     not_before_deadline: bool = False
     # "answer": an instance that is stopped, terminated or in the middle of a reboot still gets answers; "drop": its
     # connections are dropped unanswered, as a real instance that is down cannot ask.
@@ -450,7 +452,8 @@ _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
 
 
 def imds_time(moment: datetime) -> str:
-    """``1 Jan 2021 02:00:00 GMT``: the day is not zero-padded (reference 1.2; NTH #147)."""
+    """``1 Jan 2021 02:00:00 GMT``: the day is not zero-padded (the user guide's example;
+    aws-node-termination-handler#147)."""
     m = moment.astimezone(timezone.utc)
     return f"{m.day} {_MONTHS[m.month - 1]} {m.year} {m.hour:02d}:{m.minute:02d}:{m.second:02d} GMT"
 

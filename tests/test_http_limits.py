@@ -176,15 +176,20 @@ def test_a_chunked_body_over_the_limit_is_refused_while_it_arrives(server):
 
 def test_huge_headers_are_refused_early_and_memory_stays_bounded(server):
     """A request with 200 MB of headers once got 200 and left the process at 2.2 GB."""
+
+    def attempt():
+        with connect(server.imds_port) as sock:
+            send_until_answered(sock, b"GET /metadata/scheduledevents HTTP/1.1\r\nX-Big: ", b"a" * 65536,
+                                most_bytes=64 << 20, most_seconds=5)
+            status, head, body = read_answer(sock)
+        assert status == 431 and b"content-type: text/plain" in head
+        assert body == b"request headers longer than 32768 bytes"
+
+    attempt()  # the first one also pays for code paths and buffers seen once in a process's life: not what is measured
     before = vm_rss_kib(server.process.pid)
     with Prober(server.imds_port) as probe:
         for _ in probe.rounds():
-            with connect(server.imds_port) as sock:
-                send_until_answered(sock, b"GET /metadata/scheduledevents HTTP/1.1\r\nX-Big: ", b"a" * 65536,
-                                    most_bytes=64 << 20, most_seconds=5)
-                status, head, body = read_answer(sock)
-            assert status == 431 and b"content-type: text/plain" in head
-            assert body == b"request headers longer than 32768 bytes"
+            attempt()
     grown = vm_rss_kib(server.process.pid) - before
     assert grown < 16 * 1024, f"the process grew by {grown} KiB"
 
@@ -362,7 +367,7 @@ def test_uvicorn_ports_cap_connections_per_source(server):
             refused.sendall(b"GET /v1/clock HTTP/1.1\r\n\r\n")
             assert read_answer(refused)[::2] == (503, b"too many connections from 127.0.0.8 (64)")
         with connect(server.port, "127.0.0.2") as other:
-            other.sendall(b"GET /v1/clock HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            other.sendall(b"GET /v1/clock HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
             assert read_answer(other)[0] == 200
     finally:
         for sock in held:

@@ -4,6 +4,8 @@ consistent snapshots. Real servers on loopback, real DuckDB."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import threading
 import time
 from datetime import UTC, datetime
@@ -46,6 +48,19 @@ def server(tmp_path_factory):
                            extra=["--resource-graph-query-timeout", TIMEOUT]))
     yield running
     running.stop()
+
+
+def arg_from(server: Server, source: str, query: str) -> http.client.HTTPResponse:
+    """A Resource Graph query sent from the given loopback address; the answer's body is read into ``.body``."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.arm_port, timeout=60, source_address=(source, 0))
+    try:
+        connection.request("POST", f"{ARG}?api-version=2022-10-01", body=json.dumps({"query": query}),
+                           headers={"Content-Type": "application/json"})
+        answer = connection.getresponse()
+        answer.body = answer.read()
+        return answer
+    finally:
+        connection.close()
 
 
 class Background(threading.Thread):
@@ -111,27 +126,31 @@ def test_arg_operator_limits_are_enforced_in_args_error_shape(server):
 
 
 def test_queries_beyond_the_concurrency_bound_are_throttled_then_served(tmp_path):
+    """Six heavy queries at once, each running until the 3 s timeout: four run, the others are refused at once with
+    ARG's throttling answer (not queued behind them), and the server answers queries again once they are done. Each
+    comes from an address of its own: ARG's quota (15 queries per 5 s) counts per caller, and it must not be what
+    refuses them."""
     with Server(tmp_path, FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]) as running:
         start(running)
-        heavy = [Background(lambda: arg(running, HEAVY)) for _ in range(4)]
+        heavy = [Background(lambda source=f"127.0.0.{20 + index}": arg_from(running, source, HEAVY))
+                 for index in range(6)]
         for query in heavy:
             query.start()
-        throttled = None
-        for _ in range(8):  # the quota (15 per 5 s) is not what refuses these
-            answer = arg(running, "maintenanceresources | count")
-            if answer.status_code == 429:
-                throttled = answer
-                break
-            assert answer.status_code == 200, answer.text
-        assert any(query.is_alive() for query in heavy)
-        assert throttled is not None, "a fifth concurrent query was not throttled"
-        error = throttled.json()["error"]
-        assert error["code"] == "RateLimiting" and "queries are running" in error["message"]
-        assert throttled.headers["retry-after"] == "1" and "x-ms-user-quota-remaining" in throttled.headers
         for query in heavy:
             query.join()
-            timeout_or_answer(query.answer)
-        assert arg(running, "maintenanceresources | count").json()["data"] == [{"Count": ROWS}]
+        statuses = sorted(query.answer.status for query in heavy)
+        assert statuses == [400, 400, 400, 400, 429, 429], [(q.answer.status, q.answer.body[:120]) for q in heavy]
+        for query in heavy:
+            error = json.loads(query.answer.body)["error"]
+            if query.answer.status == 429:
+                assert error["code"] == "RateLimiting" and "queries are running (4)" in error["message"], error
+                assert query.answer.getheader("retry-after") == "1"
+                assert query.answer.getheader("x-ms-user-quota-remaining")
+                assert query.seconds < 2, "a refused query is answered at once, not queued"
+            else:
+                assert error["details"][-1]["code"] == "QueryTimeout", error
+        answer = arg_from(running, "127.0.0.30", "maintenanceresources | count")
+        assert answer.status == 200 and json.loads(answer.body)["data"] == [{"Count": ROWS}]
 
 
 # --------------------------------------------------------------------------------------- the query engine, direct

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ run: $(STAMP)
 ## make test: install test dependencies and run the whole suite (PostgreSQL at 127.0.0.1:5432, database test).
 test: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## make lint: ruff (lint and format) and mypy, as CI runs them (scripts/check).
+lint: $(STAMP)
+	VENV=$(VENV) scripts/check
 
 ## make bench: IMDS GET against nginx serving the same bytes (installs nginx and wrk with apt), and
 ## DescribeInstanceStatus over 1,000 instances against moto (installs moto into the venv), a wave over

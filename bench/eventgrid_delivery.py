@@ -10,10 +10,10 @@ For each batch size, in a fresh SQLite file store (synchronous=FULL, as ``forewa
    event subscription (``maxEventsPerBatch`` = the batch size) pointing at the webhook;
 2. one command schedules a Freeze on every host: N events, and N queued deliveries committed with them (the outbox;
    not timed);
-3. the outbox sender (service/outbox.py with the Event Grid policy, as the server runs it) delivers them all; timed
+3. the outbox sender (app/outbox.py with the Event Grid policy, as the server runs it) delivers them all; timed
    from the first request to the last delivery recorded in the store.
 
-The webhook is a separate process on the lean HTTP/1.1 server forewarn's IMDS uses (service/http1.py), answering 200
+The webhook is a separate process on the lean HTTP/1.1 server forewarn's IMDS uses (server/http1.py), answering 200
 and counting events; the script checks it received every event exactly once. The figure is what one subscription
 gets from the sender: requests are sequential per subscription (one lane), and each outcome is a store transaction
 (one per request: a batch is recorded in one), so batching saves both round trips and commits.
@@ -26,7 +26,7 @@ import asyncio
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -34,15 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 from imds_vs_nginx import VENV_BIN, BenchError, Proc, free_port, guarded, http, say
 
-T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
+T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 
 
 # ------------------------------------------------------------------------------------------------- the webhook
 def serve_webhook(port: int) -> None:
     """Run as ``--webhook PORT``: 200 to every POST; GET /count answers how many events arrived."""
-    from forewarn.service.http1 import Http1Server, Limits, listening_socket
-    from forewarn.surfaces.http import JSON, Fresh
+    from forewarn.net.http import JSON, Fresh
+    from forewarn.server.http1 import Http1Server, Limits, listening_socket
 
     received = {"events": 0, "requests": 0}
     ok = (200, b"", JSON, ())
@@ -67,21 +67,22 @@ def serve_webhook(port: int) -> None:
 def fleet_text(events: int) -> str:
     central = "{scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}"
     lines = [f"defaults: {{subscription: {SUB}, resource_group: bench-rg, location: westeurope}}", "vms:"]
-    lines += [f"  - {{name: vm-{i:05d}, host: host-{i:05d}, scheduled_events_policy: {central}}}"
-              for i in range(events)]
+    lines += [
+        f"  - {{name: vm-{i:05d}, host: host-{i:05d}, scheduled_events_policy: {central}}}" for i in range(events)
+    ]
     return "\n".join(lines) + "\n"
 
 
 async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     import httpx
 
-    from forewarn.core.engine import ScheduleRequest
-    from forewarn.core.model import EventType
-    from forewarn.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
-    from forewarn.eventgrid.service import EventGrid, metric_resource_id
-    from forewarn.fleetfile import parse_fleet
-    from forewarn.service.outbox import OutboxSender
-    from forewarn.service.runtime import Maintenance
+    from forewarn.app.outbox import OutboxSender
+    from forewarn.app.runtime import Maintenance
+    from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
+    from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
+    from forewarn.azure.model import EventType
+    from forewarn.engine.engine import ScheduleRequest
+    from forewarn.engine.fleetfile import parse_fleet
     from forewarn.store import open_store
 
     store = open_store(str(tmp / f"batch-{batch}.db"))
@@ -108,8 +109,13 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
         elapsed = time.perf_counter() - started
     delivered = sum(1 for d in store.deliveries(events + 10) if d["status"] == "delivered")
     store.close()
-    return {"batch": batch, "events": events, "delivered": delivered, "seconds": elapsed,
-            "events_per_second": events / elapsed}
+    return {
+        "batch": batch,
+        "events": events,
+        "delivered": delivered,
+        "seconds": elapsed,
+        "events_per_second": events / elapsed,
+    }
 
 
 def logging_off() -> None:
@@ -132,16 +138,20 @@ def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
         result = asyncio.run(deliver_all(args.events, batch, f"{base}/events", tmp))
         arrived = json.loads(http("GET", f"{base}/count")[1])["events"] - before
         if arrived != args.events or result["delivered"] != args.events:
-            raise BenchError(f"batch {batch}: the webhook got {arrived} events, the store says {result['delivered']} "
-                             f"delivered, of {args.events}")
+            raise BenchError(
+                f"batch {batch}: the webhook got {arrived} events, the store says {result['delivered']} "
+                f"delivered, of {args.events}"
+            )
         results.append(result)
         say(f"# maxEventsPerBatch {batch}: {args.events} events in {result['seconds']:.2f} s")
     say()
     say(f"{'maxEventsPerBatch':>18} {'events':>8} {'seconds':>8} {'events/s':>10} {'vs unbatched':>13}")
     unbatched = next((r for r in results if r["batch"] == 1), results[0])
     for r in results:
-        say(f"{r['batch']:>18} {r['events']:>8} {r['seconds']:>8.2f} {r['events_per_second']:>10.0f} "
-            f"{r['events_per_second'] / unbatched['events_per_second']:>12.1f}x")
+        say(
+            f"{r['batch']:>18} {r['events']:>8} {r['seconds']:>8.2f} {r['events_per_second']:>10.0f} "
+            f"{r['events_per_second'] / unbatched['events_per_second']:>12.1f}x"
+        )
     return 0
 
 

@@ -35,14 +35,16 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.client import HTTPConnection, HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "imds_vs_nginx.json"
-VENV_BIN = Path(sys.executable).parent if (Path(sys.executable).parent / "forewarn").exists() else ROOT / ".venv" / "bin"
+VENV_BIN = (
+    Path(sys.executable).parent if (Path(sys.executable).parent / "forewarn").exists() else ROOT / ".venv" / "bin"
+)
 
 PATH = "/metadata/scheduledevents"
 QUERY = "api-version=2020-07-01"
@@ -136,15 +138,25 @@ def make_fleet(total_vms: int) -> FleetPlan:
     scale_total = total_vms - avset_vms - standalone_count
 
     # (name, twelfths of the scale-set VMs, spot, zones)
-    shares = [("web", 5, False, ["1", "2", "3"]), ("batch", 3, True, []), ("api", 2, False, ["1", "2", "3"]),
-              ("cache", 1, False, ["1"]), ("jobs", 1, False, [])]
+    shares = [
+        ("web", 5, False, ["1", "2", "3"]),
+        ("batch", 3, True, []),
+        ("api", 2, False, ["1", "2", "3"]),
+        ("cache", 1, False, ["1"]),
+        ("jobs", 1, False, []),
+    ]
     sizes = [scale_total // 12 * share for _, share, _, _ in shares]
     sizes[0] += scale_total - sum(sizes)
     scale_sets: dict[str, dict] = {}
     next_host = 0
     for (name, _, spot, zones), size in zip(shares, sizes):
         span = max(1, size // per_host)
-        scale_sets[name] = {"instances": size, "hosts": hosts[next_host:next_host + span], "spot": spot, "zones": zones}
+        scale_sets[name] = {
+            "instances": size,
+            "hosts": hosts[next_host : next_host + span],
+            "spot": spot,
+            "zones": zones,
+        }
         next_host += span
     shared = hosts[next_host:] or hosts
     avsets = {
@@ -182,8 +194,10 @@ def make_fleet(total_vms: int) -> FleetPlan:
     for name, spec in scale_sets.items():
         zones = f", zones: [{', '.join(repr(z) for z in spec['zones'])}]" if spec["zones"] else ""
         spot = ", spot: true" if spec["spot"] else ""
-        lines.append(f"  - {{name: {name}, instances: {spec['instances']}, placement_group_size: 100{spot}{zones}, "
-                     f"hosts: [{', '.join(spec['hosts'])}]}}")
+        lines.append(
+            f"  - {{name: {name}, instances: {spec['instances']}, placement_group_size: 100{spot}{zones}, "
+            f"hosts: [{', '.join(spec['hosts'])}]}}"
+        )
     counts = {
         "availability_set_vms": avset_vms,
         "availability_sets": len(avsets),
@@ -224,8 +238,14 @@ class Proc:
         self.name = name
         self.log = log
         self._log_file = open(log, "wb")
-        self.popen = subprocess.Popen(argv, stdout=self._log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      cwd=str(ROOT), start_new_session=True)
+        self.popen = subprocess.Popen(
+            argv,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
         self.pid = self.popen.pid
 
     def tail(self, lines: int = 20) -> str:
@@ -243,7 +263,7 @@ class Proc:
             try:
                 if http("GET", url, headers=headers, timeout=2)[0] == 200:
                     return
-            except (urllib.error.URLError, ConnectionError, socket.timeout):
+            except (TimeoutError, urllib.error.URLError, ConnectionError):
                 pass
             if time.monotonic() > deadline:
                 raise BenchError(f"{self.name} did not answer {url} within {seconds:g} s:\n{self.tail()}")
@@ -335,7 +355,10 @@ def accepted_nodelay(pid: int, url: str) -> bool | None:
         for table in (Path("/proc/net/tcp"), Path("/proc/net/tcp6")):
             for row in table.read_text().splitlines()[1:] if table.exists() else []:
                 fields = row.split()
-                if (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)) == (parts.port, client_port):
+                if (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)) == (
+                    parts.port,
+                    client_port,
+                ):
                     inode = fields[9]
         for entry in Path(f"/proc/{pid}/fd").iterdir():
             if inode is not None and os.readlink(entry) == f"socket:[{inode}]":
@@ -366,10 +389,28 @@ class Forewarn:
 
 def start_forewarn(fleet_file: Path, tmp: Path, cpu: int | None) -> Forewarn:
     port, imds_port = free_port(), free_port()
-    argv = [str(VENV_BIN / "forewarn"), "serve", "--fleet", str(fleet_file), "--db", ":memory:", "--clock", "manual",
-            "--start", START, "--seed", "bench", "--port", str(port), "--imds-port", str(imds_port),
-            "--log-level", "warning",
-            "--imds-limit", "connections_per_source=0"]  # wrk's connections all come from one address
+    argv = [
+        str(VENV_BIN / "forewarn"),
+        "serve",
+        "--fleet",
+        str(fleet_file),
+        "--db",
+        ":memory:",
+        "--clock",
+        "manual",
+        "--start",
+        START,
+        "--seed",
+        "bench",
+        "--port",
+        str(port),
+        "--imds-port",
+        str(imds_port),
+        "--log-level",
+        "warning",
+        "--imds-limit",
+        "connections_per_source=0",
+    ]  # wrk's connections all come from one address
     proc = Proc("forewarn", pinned(cpu, argv), tmp / "forewarn.log")
     server = Forewarn(proc, f"http://127.0.0.1:{port}", f"http://127.0.0.1:{imds_port}{PATH}?{QUERY}")
     proc.wait_ready(server.control + "/healthz", 180)
@@ -428,8 +469,10 @@ def populate(server: Forewarn, plan: FleetPlan, wanted: int) -> dict:
         elif kind == "user_reboot":
             body = {"type": "Reboot", "source": "User", "vms": [rng.choice(standalone)]}
         elif kind == "preempt":
-            body = {"type": "Preempt",
-                    "vms": [rng.choice(spot_vms)] if rng.random() < 0.3 else [f"batch_{rng.randrange(batch)}"]}
+            body = {
+                "type": "Preempt",
+                "vms": [rng.choice(spot_vms)] if rng.random() < 0.3 else [f"batch_{rng.randrange(batch)}"],
+            }
         elif kind == "terminate":
             body = {"type": "Terminate", "vms": [f"web_{rng.randrange(web)}"]}
         else:
@@ -542,14 +585,38 @@ def parse_wrk(output: str) -> dict:
     }
 
 
-def run_wrk(wrk: str, url: str, args: argparse.Namespace, seconds: float, client_cpu: int | None,
-            server_pids: list[int], server_cpu: int | None) -> dict:
-    argv = pinned(client_cpu, [wrk, f"-t{args.threads}", f"-c{args.connections}", f"-d{seconds:g}s", "--latency",
-                               "-H", "Metadata: true", url])
+def run_wrk(
+    wrk: str,
+    url: str,
+    args: argparse.Namespace,
+    seconds: float,
+    client_cpu: int | None,
+    server_pids: list[int],
+    server_cpu: int | None,
+) -> dict:
+    argv = pinned(
+        client_cpu,
+        [
+            wrk,
+            f"-t{args.threads}",
+            f"-c{args.connections}",
+            f"-d{seconds:g}s",
+            "--latency",
+            "-H",
+            "Metadata: true",
+            url,
+        ],
+    )
     cpu_before, jiffies_before = cpu_seconds(server_pids), cpu_jiffies(server_cpu)
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = proc.communicate(timeout=seconds + 60)
     except BaseException:  # Ctrl-C, SIGTERM or a hung wrk: reap it before going on
@@ -581,7 +648,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="wrk threads (default 1)")
     parser.add_argument("--connections", type=int, default=32, help="wrk connections (default 32)")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (fleet, logs, nginx.conf)")
-    parser.add_argument("--results", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS.relative_to(ROOT)})")
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS.relative_to(ROOT)})"
+    )
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
@@ -638,9 +707,11 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
     fleet_file = tmp / "fleet.yaml"
     fleet_file.write_text(plan.text)
     c = plan.counts
-    say(f"fleet: {plan.vm_count} VMs on {c['hosts']} hosts: {c['availability_set_vms']} in {c['availability_sets']} "
+    say(
+        f"fleet: {plan.vm_count} VMs on {c['hosts']} hosts: {c['availability_set_vms']} in {c['availability_sets']} "
         f"availability sets, {c['standalone_vms']} standalone, {c['scale_set_vms']} in {c['scale_sets']} scale sets "
-        f"({c['placement_groups']} placement groups of 100); default_vm {plan.default_vm}")
+        f"({c['placement_groups']} placement groups of 100); default_vm {plan.default_vm}"
+    )
 
     # ---------------------------------------------------------------------- forewarn and its events
     started = time.monotonic()
@@ -648,8 +719,10 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
     procs.append(forewarn.proc)
     ready = time.monotonic() - started
     events = forewarn.events = populate(forewarn, plan, args.events)
-    say(f"forewarn: up in {ready:.1f} s (pid {forewarn.proc.pid}); {events['live']} live events {events['by_status']} "
-        f"in {events['scopes_with_events']} scopes, from {events['schedule_requests']} schedule requests")
+    say(
+        f"forewarn: up in {ready:.1f} s (pid {forewarn.proc.pid}); {events['live']} live events {events['by_status']} "
+        f"in {events['scopes_with_events']} scopes, from {events['schedule_requests']} schedule requests"
+    )
     if events["live"] < args.events:
         raise BenchError(f"only {events['live']} live events (wanted >= {args.events})")
 
@@ -658,9 +731,11 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
         raise BenchError(f"forewarn IMDS answered {status}: {body[:300]!r}")
     document = json.loads(body)
     doc_statuses = sorted({e["EventStatus"] for e in document["Events"]})
-    say(f"document of {plan.default_vm}: {len(body)} bytes, DocumentIncarnation {document['DocumentIncarnation']}, "
+    say(
+        f"document of {plan.default_vm}: {len(body)} bytes, DocumentIncarnation {document['DocumentIncarnation']}, "
         f"{len(document['Events'])} events ({', '.join(doc_statuses) or 'none'}); "
-        f"Content-Type {headers.get('content-type')}")
+        f"Content-Type {headers.get('content-type')}"
+    )
     if not document["Events"]:
         raise BenchError("the default VM's document has no events")
 
@@ -671,19 +746,25 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
     for name, url, _ in targets:
         got_status, got_body, _ = http("GET", url, headers={"Metadata": "true"})
         if got_status != 200 or got_body != body:
-            raise BenchError(f"{name} answered {got_status} with {len(got_body)} bytes, not 200 and the same {len(body)}")
+            raise BenchError(
+                f"{name} answered {got_status} with {len(got_body)} bytes, not 200 and the same {len(body)}"
+            )
     say(f"checked: both servers answer 200 with the identical {len(body)}-byte body")
 
     modules = loaded_modules(forewarn.proc.pid)
     nodelay = accepted_nodelay(forewarn.proc.pid, forewarn.imds_url)
     process = {**modules, "tcp_nodelay": nodelay}
-    say(f"  forewarn process: httptools {'loaded' if modules.get('httptools') else 'NOT loaded'}, "
+    say(
+        f"  forewarn process: httptools {'loaded' if modules.get('httptools') else 'NOT loaded'}, "
         f"uvloop {'loaded' if modules.get('uvloop') else 'NOT loaded'} (/proc/PID/maps); TCP_NODELAY on accepted "
-        f"sockets {({True: 'on', False: 'OFF', None: 'unknown'})[nodelay]}")
+        f"sockets {({True: 'on', False: 'OFF', None: 'unknown'})[nodelay]}"
+    )
 
     # ---------------------------------------------------------------------- load
-    say(f"load: wrk -t{args.threads} -c{args.connections} -d{args.duration:g}s --latency -H 'Metadata: true'; "
-        f"{args.rounds} alternating rounds after a {args.warmup:g} s warm-up each; medians")
+    say(
+        f"load: wrk -t{args.threads} -c{args.connections} -d{args.duration:g}s --latency -H 'Metadata: true'; "
+        f"{args.rounds} alternating rounds after a {args.warmup:g} s warm-up each; medians"
+    )
     pids = {name: proc.pids() for name, _, proc in targets}
     if args.warmup > 0:
         for name, url, _ in targets:
@@ -696,8 +777,10 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
             flags = f"  steal {r['server_cpu_steal']:.0%}" if (r["server_cpu_steal"] or 0) >= 0.01 else ""
             if r["non_2xx"] or r["socket_errors"]:
                 flags += f"  (non-2xx {r['non_2xx']}, socket errors {r['socket_errors']})"
-            say(f"  round {round_index + 1} {name:<8} {r['rps']:>10,.0f} req/s  p50 {fmt_ms(r['p50_ms']):>9}"
-                f"  p99 {fmt_ms(r['p99_ms']):>9}  server CPU {r['server_cpu']:.2f}{flags}")
+            say(
+                f"  round {round_index + 1} {name:<8} {r['rps']:>10,.0f} req/s  p50 {fmt_ms(r['p50_ms']):>9}"
+                f"  p99 {fmt_ms(r['p99_ms']):>9}  server CPU {r['server_cpu']:.2f}{flags}"
+            )
 
     def median(name: str, key: str):
         values = [r[key] for r in runs[name] if r[key] is not None]
@@ -719,37 +802,58 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
     say("")
     say(f"{'server':<8} {'req/s':>10} {'p50':>10} {'p99':>10} {'CPU':>5}  {'ours/nginx':>10}")
     for name, s in summary.items():
-        say(f"{name:<8} {s['rps']:>10,.0f} {fmt_ms(s['p50_ms']):>10} {fmt_ms(s['p99_ms']):>10} {s['server_cpu']:>5.2f}"
-            f"  {s['rps'] / nginx_rps:>10.3f}")
+        say(
+            f"{name:<8} {s['rps']:>10,.0f} {fmt_ms(s['p50_ms']):>10} {fmt_ms(s['p99_ms']):>10} {s['server_cpu']:>5.2f}"
+            f"  {s['rps'] / nginx_rps:>10.3f}"
+        )
     say("")
-    say(f"throughput ratio forewarn/nginx: {ratio:.3f}  (target >= {TARGET_RATIO}): "
-        + ("MET" if met else f"MISSED (forewarn would need {TARGET_RATIO * nginx_rps:,.0f} req/s)"))
+    say(
+        f"throughput ratio forewarn/nginx: {ratio:.3f}  (target >= {TARGET_RATIO}): "
+        + ("MET" if met else f"MISSED (forewarn would need {TARGET_RATIO * nginx_rps:,.0f} req/s)")
+    )
     say(f"p99: forewarn {fmt_ms(summary['forewarn']['p99_ms'])}, nginx {fmt_ms(summary['nginx']['p99_ms'])}")
-    say(f"fleet {plan.vm_count} VMs, {events['live']} live events {events['by_status']}, "
-        f"document {len(body)} bytes ({len(document['Events'])} events), {pinning}")
+    say(
+        f"fleet {plan.vm_count} VMs, {events['live']} live events {events['by_status']}, "
+        f"document {len(body)} bytes ({len(document['Events'])} events), {pinning}"
+    )
     if nodelay is False:
         say("WARNING: TCP_NODELAY is off on forewarn's accepted sockets: responses can wait ~40 ms for delayed ACKs")
     if (summary["forewarn"]["server_cpu"] or 0) < 0.5:
-        say(f"NOTE: forewarn's core was only {summary['forewarn']['server_cpu']:.0%} busy: it waited on something other "
-            "than its CPU")
+        say(
+            f"NOTE: forewarn's core was only {summary['forewarn']['server_cpu']:.0%} busy: it waited on something other "
+            "than its CPU"
+        )
     if any(s["non_2xx"] or s["socket_errors"] for s in summary.values()):
         say("WARNING: some runs had non-2xx responses or socket errors (see above)")
     say("CPU = server cores busy during the run (utime+stime / wall; 1.00 = its one core saturated)")
 
     results = {
         "benchmark": "imds_vs_nginx",
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
-                    "kernel": platform.release()},
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": {
+            "host": platform.node(),
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "kernel": platform.release(),
+        },
         "pinning": pinning,
         "tools": tools,
         "request": f"GET {PATH}?{QUERY} (Metadata: true)",
-        "wrk": {"threads": args.threads, "connections": args.connections, "duration_s": args.duration,
-                "warmup_s": args.warmup, "rounds": args.rounds},
+        "wrk": {
+            "threads": args.threads,
+            "connections": args.connections,
+            "duration_s": args.duration,
+            "warmup_s": args.warmup,
+            "rounds": args.rounds,
+        },
         "fleet": {"vms": plan.vm_count, **plan.counts, "default_vm": plan.default_vm},
         "events": events,
-        "document": {"bytes": len(body), "events": len(document["Events"]), "statuses": doc_statuses,
-                     "incarnation": document["DocumentIncarnation"]},
+        "document": {
+            "bytes": len(body),
+            "events": len(document["Events"]),
+            "statuses": doc_statuses,
+            "incarnation": document["DocumentIncarnation"],
+        },
         "forewarn_process": process,
         "summary": summary,
         "ratio": ratio,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from forewarn.resource_graph import MaintenanceTable, QueryRequest, run_query, scheduled_event_row
+from forewarn.azure.resource_graph import MaintenanceTable, QueryRequest, run_query, scheduled_event_row
 
 SUBSCRIPTIONS = [f"{n:08x}-0000-4000-8000-000000000000" for n in range(20)]
 STATUSES = ["Completed"] * 17 + ["Canceled"] * 2 + ["Scheduled", "Started"]
@@ -67,7 +67,7 @@ def event_rows(first: int, count: int):
             resource_group=group,
             location="westus2",
             target_resource_id=f"/subscriptions/{subscription}/resourceGroups/{group}"
-                               f"/providers/Microsoft.Compute/virtualMachines/{vm}",
+            f"/providers/Microsoft.Compute/virtualMachines/{vm}",
             tenant_id="72f988bf-86f1-41af-91ab-2d7cd011db47",
         )
 
@@ -102,14 +102,17 @@ def main() -> None:
         started = time.perf_counter()
         table.upsert(rows, changed_at=now)
         loaded += time.perf_counter() - started
-    print(f"{len(table):,} rows: built in {built:.1f} s, upserted in {loaded:.1f} s "
-          f"({len(table) / loaded:,.0f} rows/s)")
+    print(
+        f"{len(table):,} rows: built in {built:.1f} s, upserted in {loaded:.1f} s ({len(table) / loaded:,.0f} rows/s)"
+    )
 
     for count in (1, 100, 10_000):  # status changes of existing events: the path the engine takes
         samples = []
         for run in range(5):
-            rows = [dict(row, properties=dict(row["properties"], EventStatus="Completed"))
-                    for row in event_rows(args.rows // 3 + run * count, count)]
+            rows = [
+                dict(row, properties=dict(row["properties"], EventStatus="Completed"))
+                for row in event_rows(args.rows // 3 + run * count, count)
+            ]
             started = time.perf_counter()
             table.upsert(rows, changed_at=now)
             samples.append(time.perf_counter() - started)
@@ -120,8 +123,10 @@ def main() -> None:
         for scope, subscriptions in (("all", None), ("one sub", SUBSCRIPTIONS[:1])):
             request = QueryRequest(kql, subscriptions=subscriptions, now=now)
             first, samples, total = timed(table, request, args.runs)
-            print(f"{name:<28} {scope:<8} {total:>9,} {first * 1000:>9.0f} "
-                  f"{statistics.median(samples) * 1000:>10.0f} {p95(samples) * 1000:>8.0f}")
+            print(
+                f"{name:<28} {scope:<8} {total:>9,} {first * 1000:>9.0f} "
+                f"{statistics.median(samples) * 1000:>10.0f} {p95(samples) * 1000:>8.0f}"
+            )
 
     request = QueryRequest(QUERIES["doc: all scheduled events"], subscriptions=SUBSCRIPTIONS[:1], now=now)
     body = run_query(table, request)
@@ -129,8 +134,10 @@ def main() -> None:
     while "$skipToken" in body and pages < 20:
         body = run_query(table, QueryRequest(request.query, request.subscriptions, skip_token=body["$skipToken"]))
         pages += 1
-    print(f"\npaging (one sub, 1,000 rows a page): {(time.perf_counter() - started) / (pages - 1) * 1000:.0f} ms "
-          f"a page over {pages - 1} follow-up pages")
+    print(
+        f"\npaging (one sub, 1,000 rows a page): {(time.perf_counter() - started) / (pages - 1) * 1000:.0f} ms "
+        f"a page over {pages - 1} follow-up pages"
+    )
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
+T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 
 
 def rss_mb() -> float:
@@ -38,14 +38,14 @@ def rss_mb() -> float:
 
 
 def one(size: int) -> dict:
-    from forewarn.core.model import EventType
-    from forewarn.core.waves import WaveChanged, WaveOrder, WaveSpec, WaveStatus
-    from forewarn.fleetfile import parse_fleet
-    from forewarn.fleetgen import FleetShape, fleet_yaml
-    from forewarn.service.runtime import Maintenance
+    from forewarn.app.runtime import Maintenance
+    from forewarn.azure.imds.scheduled_events import AzureImds
+    from forewarn.azure.model import EventType
+    from forewarn.engine.fleetfile import parse_fleet
+    from forewarn.engine.fleetgen import FleetShape, fleet_yaml
+    from forewarn.net.callers import CallerResolver
     from forewarn.store import open_store
-    from forewarn.surfaces.azure_imds import AzureImds
-    from forewarn.surfaces.callers import CallerResolver
+    from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
 
     result: dict = {"vms": size}
     started = time.perf_counter()
@@ -62,8 +62,14 @@ def one(size: int) -> dict:
 
         def run_wave(concurrency: int, max_steps: int | None = None) -> tuple[float, float, int, int, float]:
             """Wall time of the whole wave and of its clock steps alone, steps, events created, simulated hours."""
-            spec = WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=concurrency,
-                            notice=timedelta(minutes=15), impact_window=timedelta(minutes=5), duration_seconds=5)
+            spec = WaveSpec(
+                EventType.FREEZE,
+                WaveOrder.HOST,
+                concurrency=concurrency,
+                notice=timedelta(minutes=15),
+                impact_window=timedelta(minutes=5),
+                duration_seconds=5,
+            )
             begin_sim = service.now()
             begin = time.perf_counter()
             changes = service.perform(lambda engine: engine.start_wave(spec))
@@ -90,9 +96,14 @@ def one(size: int) -> dict:
         before = len(service.engine.events)
         wall, _, steps, events, sim_hours = run_wave(max(1, hosts // 20))
         result.update(
-            wave_events=events - before, wave_steps=steps, wave_sim_hours=sim_hours, wave_wall_s=wall,
-            wall_per_sim_hour_s=wall / sim_hours, us_per_event=wall / max(events - before, 1) * 1e6,
-            rss_end_mb=rss_mb(), rss_peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            wave_events=events - before,
+            wave_steps=steps,
+            wave_sim_hours=sim_hours,
+            wave_wall_s=wall,
+            wall_per_sim_hour_s=wall / sim_hours,
+            us_per_event=wall / max(events - before, 1) * 1e6,
+            rss_end_mb=rss_mb(),
+            rss_peak_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             db_mb=(Path(directory) / "wave.db").stat().st_size / 2**20,
         )
         service.store.close()
@@ -111,30 +122,60 @@ def main() -> None:
     rows = []
     for size in sizes:
         print(f"{size:,} VMs ...", file=sys.stderr, flush=True)
-        run = subprocess.run([sys.executable, __file__, "--one", str(size)], capture_output=True, text=True,
-                             check=False)
+        run = subprocess.run(
+            [sys.executable, __file__, "--one", str(size)], capture_output=True, text=True, check=False
+        )
         if run.returncode != 0:
             sys.exit(f"{size} VMs failed:\n{run.stderr}")
         rows.append(json.loads(run.stdout))
     base = rows[0]
-    print(f"\nA wave on the manual clock, SQLite file store, IMDS read model subscribed ({', '.join(f'{s:,}' for s in sizes)} VMs)\n")
-    header = ("VMs", "fleet s", "open s", "probe ms/step", "wave events", "sim h", "wall s", "s per sim h",
-              "us/event", "RSS ready MB", "RSS peak MB", "DB MB")
+    print(
+        f"\nA wave on the manual clock, SQLite file store, IMDS read model subscribed ({', '.join(f'{s:,}' for s in sizes)} VMs)\n"
+    )
+    header = (
+        "VMs",
+        "fleet s",
+        "open s",
+        "probe ms/step",
+        "wave events",
+        "sim h",
+        "wall s",
+        "s per sim h",
+        "us/event",
+        "RSS ready MB",
+        "RSS peak MB",
+        "DB MB",
+    )
     print(" | ".join(header))
     print(" | ".join("---" for _ in header))
     for row in rows:
-        print(" | ".join((f"{row['vms']:,}", f"{row['fleet_s']:.1f}", f"{row['open_s']:.1f}",
-                          f"{row['probe_ms_per_step']:.1f}", f"{row['wave_events']:,}",
-                          f"{row['wave_sim_hours']:.1f}", f"{row['wave_wall_s']:.1f}",
-                          f"{row['wall_per_sim_hour_s']:.2f}", f"{row['us_per_event']:.0f}",
-                          f"{row['rss_ready_mb']:.0f}", f"{row['rss_peak_mb']:.0f}", f"{row['db_mb']:.0f}")))
+        print(
+            " | ".join(
+                (
+                    f"{row['vms']:,}",
+                    f"{row['fleet_s']:.1f}",
+                    f"{row['open_s']:.1f}",
+                    f"{row['probe_ms_per_step']:.1f}",
+                    f"{row['wave_events']:,}",
+                    f"{row['wave_sim_hours']:.1f}",
+                    f"{row['wave_wall_s']:.1f}",
+                    f"{row['wall_per_sim_hour_s']:.2f}",
+                    f"{row['us_per_event']:.0f}",
+                    f"{row['rss_ready_mb']:.0f}",
+                    f"{row['rss_peak_mb']:.0f}",
+                    f"{row['db_mb']:.0f}",
+                )
+            )
+        )
     print(f"\nGrowth against {base['vms']:,} VMs (fleet x{rows[-1]['vms'] / base['vms']:g} at the largest):")
     for row in rows[1:]:
         factor = row["vms"] / base["vms"]
-        print(f"  {row['vms']:,} VMs (x{factor:g}): probe step x{row['probe_ms_per_step'] / base['probe_ms_per_step']:.2f}"
-              f" (same work due; 1.0 = independent of the fleet), per event x{row['us_per_event'] / base['us_per_event']:.2f},"
-              f" wall per sim hour x{row['wall_per_sim_hour_s'] / base['wall_per_sim_hour_s']:.2f}"
-              f" (x{factor:g} more events per round), peak RSS x{row['rss_peak_mb'] / base['rss_peak_mb']:.2f}")
+        print(
+            f"  {row['vms']:,} VMs (x{factor:g}): probe step x{row['probe_ms_per_step'] / base['probe_ms_per_step']:.2f}"
+            f" (same work due; 1.0 = independent of the fleet), per event x{row['us_per_event'] / base['us_per_event']:.2f},"
+            f" wall per sim hour x{row['wall_per_sim_hour_s'] / base['wall_per_sim_hour_s']:.2f}"
+            f" (x{factor:g} more events per round), peak RSS x{row['rss_peak_mb'] / base['rss_peak_mb']:.2f}"
+        )
 
 
 if __name__ == "__main__":

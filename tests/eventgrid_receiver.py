@@ -21,8 +21,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-DEFAULTS = {"handshake": "sync", "allowed_origin": "eventgrid.azure.net", "fail": 0, "fail_status": 503,
-            "status": 200, "delay": 0}
+DEFAULTS = {
+    "handshake": "sync",
+    "allowed_origin": "eventgrid.azure.net",
+    "fail": 0,
+    "fail_status": 503,
+    "status": 200,
+    "delay": 0,
+}
 SETTINGS: dict[str, dict] = {}  # path -> settings
 LOCK = threading.Lock()
 
@@ -35,15 +41,22 @@ def main() -> None:
     port, log_path = int(sys.argv[1]), sys.argv[2]
     if len(sys.argv) > 3:
         DEFAULTS.update(json.loads(sys.argv[3]))
-    log = open(log_path, "a", buffering=1)  # noqa: SIM115 - open for the process's life, one line per request
+    log = open(log_path, "a", buffering=1)
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def _record(self, body: bytes, status: int) -> None:
-            line = json.dumps({"method": self.command, "path": self.path, "status": status, "time": time.time(),
-                               "headers": {k.lower(): v for k, v in self.headers.items()},
-                               "body": body.decode("utf-8", "replace")})
+            line = json.dumps(
+                {
+                    "method": self.command,
+                    "path": self.path,
+                    "status": status,
+                    "time": time.time(),
+                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                    "body": body.decode("utf-8", "replace"),
+                }
+            )
             with LOCK:
                 log.write(line + "\n")
 
@@ -102,8 +115,11 @@ def main() -> None:
                 self._record(body, 403)
                 self._answer(403)
                 return
-            answer = {"sync": {"validationResponse": code}, "wrong": {"validationResponse": "nope"},
-                      "manual": {"accepted": True}}[mode]
+            answer = {
+                "sync": {"validationResponse": code},
+                "wrong": {"validationResponse": "nope"},
+                "manual": {"accepted": True},
+            }[mode]
             self._record(body, 200)
             self._answer(200, json.dumps(answer).encode(), {"content-type": "application/json"})
 

@@ -6,16 +6,16 @@ import signal
 import socket
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
-from forewarn.fleetfile import parse_fleet
+from forewarn.engine.fleetfile import parse_fleet
 from forewarn.scenarios.server import launch_serve
 
 ROOT = Path(__file__).resolve().parent.parent
-T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=timezone.utc)
+T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 
 SMALL_FLEET = """
 default_vm: solo
@@ -45,17 +45,39 @@ def free_port() -> int:
 class Server:
     """A real ``forewarn serve`` process on loopback ports."""
 
-    def __init__(self, tmp_path: Path, fleet_text: str | None = SMALL_FLEET, db: str | None = None,
-                 clock: str = "manual", start: datetime = T0, extra: list[str] | None = None):
+    def __init__(
+        self,
+        tmp_path: Path,
+        fleet_text: str | None = SMALL_FLEET,
+        db: str | None = None,
+        clock: str = "manual",
+        start: datetime = T0,
+        extra: list[str] | None = None,
+    ):
         self.tmp_path = tmp_path
         self.port = free_port()
         self.imds_port = free_port()
         self.arm_port = free_port()
         self.ec2_port = free_port()
         self.db = db or str(tmp_path / "forewarn.db")
-        self.args = ["--db", self.db, "--port", str(self.port), "--imds-port", str(self.imds_port),
-                     "--arm-port", str(self.arm_port), "--ec2-port", str(self.ec2_port),
-                     "--clock", clock, "--start", start.isoformat(), "--seed", "test"] + (extra or [])
+        self.args = [
+            "--db",
+            self.db,
+            "--port",
+            str(self.port),
+            "--imds-port",
+            str(self.imds_port),
+            "--arm-port",
+            str(self.arm_port),
+            "--ec2-port",
+            str(self.ec2_port),
+            "--clock",
+            clock,
+            "--start",
+            start.isoformat(),
+            "--seed",
+            "test",
+        ] + (extra or [])
         if fleet_text is not None:
             fleet_file = tmp_path / "fleet.yaml"
             fleet_file.write_text(fleet_text)
@@ -134,8 +156,13 @@ class Server:
 
 def forewarn(server, *args, check=True):
     """Run the forewarn CLI against a test server, as a user would."""
-    run = subprocess.run([sys.executable, "-m", "forewarn", "--server", server.control, *args],
-                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "--server", server.control, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
     if check:
         assert run.returncode == 0, run.stderr
     return run

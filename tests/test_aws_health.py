@@ -70,12 +70,16 @@ def receiver():
 def test_health_events_through_the_lifecycle(tmp_path, receiver):
     server = Server(tmp_path, FLEET, extra=["--health-webhook", receiver.url]).start()
     try:
-        [event] = server.post("/v1/ec2/events", {"code": "instance-retirement", "instances": [EBS],
-                                                 "notice": "1h"}, expect=201).json()
+        [event] = server.post(
+            "/v1/ec2/events", {"code": "instance-retirement", "instances": [EBS], "notice": "1h"}, expect=201
+        ).json()
         assert wait_for(lambda: len(receiver.received) == 1)
         message = receiver.received[0]
         assert (message["detail-type"], message["source"], message["region"]) == (
-            "AWS Health Event", "aws.health", "eu-west-1")
+            "AWS Health Event",
+            "aws.health",
+            "eu-west-1",
+        )
         detail = message["detail"]
         assert detail["eventTypeCode"] == "AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED"
         assert detail["eventTypeCategory"] == "scheduledChange" and detail["statusCode"] == "upcoming"
@@ -84,8 +88,9 @@ def test_health_events_through_the_lifecycle(tmp_path, receiver):
         assert message["resources"] == [arn] and detail["affectedEntities"][0]["entityValue"] == arn
         server.advance("1h")
         server.advance("1m")
-        assert wait_for(lambda: [m["detail"]["statusCode"] for m in receiver.received] == ["upcoming", "open",
-                                                                                          "closed"])
+        assert wait_for(
+            lambda: [m["detail"]["statusCode"] for m in receiver.received] == ["upcoming", "open", "closed"]
+        )
         assert receiver.received[-1]["detail"]["eventDescription"][0]["latestDescription"].startswith("[Completed]")
         deliveries = requests.get(f"{server.control}/v1/deliveries").json()
         assert [d["status"] for d in deliveries] == ["delivered"] * 3

@@ -11,12 +11,12 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from forewarn.core.engine import ScheduleRequest
-from forewarn.core.model import EventSource, EventStatus, EventType
-from forewarn.core.vms import Power
-from forewarn.service.runtime import Maintenance
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.arm.compute import create_arm_app
+from forewarn.azure.model import EventSource, EventStatus, EventType
+from forewarn.azure.vms import Power
+from forewarn.engine.engine import ScheduleRequest
 from forewarn.store import open_store
-from forewarn.surfaces.azure_arm import create_arm_app
 from helpers import T0, parse_fleet
 
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
@@ -63,7 +63,9 @@ class Arm:
 
     def __init__(self, path):
         self.path = path
-        self.service = Maintenance.open(open_store(str(path)), parse_fleet(FLEET, "arm.yaml"), "manual", 1.0, T0, "seed")
+        self.service = Maintenance.open(
+            open_store(str(path)), parse_fleet(FLEET, "arm.yaml"), "manual", 1.0, T0, "seed"
+        )
         self.app = create_arm_app(self.service)
 
     def reopen(self) -> None:
@@ -72,8 +74,9 @@ class Arm:
         self.service = Maintenance.open(open_store(str(self.path)), None, "manual", 1.0, None, None)
         self.app = create_arm_app(self.service)
 
-    def call(self, method: str, path: str, body=None, content: bytes | None = None, api: str | None = API,
-             **params) -> httpx.Response:
+    def call(
+        self, method: str, path: str, body=None, content: bytes | None = None, api: str | None = API, **params
+    ) -> httpx.Response:
         if api is not None:
             params["api-version"] = api
 
@@ -130,11 +133,16 @@ def test_not_found_shapes(arm):
     assert error_of(response) == {
         "code": "ResourceNotFound",
         "message": "The Resource 'Microsoft.Compute/virtualMachines/nope' under resource group 'contoso-rg' was not "
-                   "found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
+        "found. For more details please go to https://aka.ms/ARMResourceNotFoundFix",
     }
-    response = arm.call("GET", f"/subscriptions/{SUB}/resourceGroups/other-rg/providers/Microsoft.Compute/virtualMachines/solo")
+    response = arm.call(
+        "GET", f"/subscriptions/{SUB}/resourceGroups/other-rg/providers/Microsoft.Compute/virtualMachines/solo"
+    )
     assert response.status_code == 404
-    assert error_of(response) == {"code": "ResourceGroupNotFound", "message": "Resource group 'other-rg' could not be found."}
+    assert error_of(response) == {
+        "code": "ResourceGroupNotFound",
+        "message": "Resource group 'other-rg' could not be found.",
+    }
     response = arm.call("GET", "/subscriptions/00000000-0000-0000-0000-000000000009/resourceGroups/contoso-rg")
     assert response.status_code == 404 and error_of(response)["code"] == "SubscriptionNotFound"
     # Scale-set instances are not standalone VMs (Uniform orchestration); unknown instances are not found either.
@@ -154,7 +162,9 @@ def test_paths_and_names_are_case_insensitive(arm):
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["name"] == "solo"
-    assert body["id"] == f"/subscriptions/{SUB}/resourceGroups/Contoso-RG/providers/Microsoft.Compute/virtualMachines/solo"
+    assert (
+        body["id"] == f"/subscriptions/{SUB}/resourceGroups/Contoso-RG/providers/Microsoft.Compute/virtualMachines/solo"
+    )
 
 
 def test_malformed_bodies_are_400_never_500(arm):
@@ -164,15 +174,37 @@ def test_malformed_bodies_are_400_never_500(arm):
         assert error_of(response)["code"] == "InvalidRequestContent"
     assert "could not be deserialized" in error_of(arm.call("PATCH", f"{VMS}/solo", content=b"{"))["message"]
     bad = [
-        ("PATCH", f"{AVSETS}/westno", {"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": "yes"}}}}),
+        (
+            "PATCH",
+            f"{AVSETS}/westno",
+            {"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": "yes"}}}},
+        ),
         ("PATCH", f"{AVSETS}/westno", {"properties": {"scheduledEventsPolicy": []}}),
         ("PATCH", f"{AVSETS}/westno", {"properties": 3}),
         ("PATCH", f"{VMSS}/web", {"sku": {"capacity": "two"}}),
         ("PATCH", f"{VMSS}/web", {"sku": {"capacity": -1}}),
-        ("PATCH", f"{VMSS}/web", {"properties": {"virtualMachineProfile": {"scheduledEventsProfile": {
-            "terminateNotificationProfile": {"notBeforeTimeout": 10}}}}}),
-        ("PATCH", f"{VMSS}/web", {"properties": {"virtualMachineProfile": {"scheduledEventsProfile": {
-            "terminateNotificationProfile": {"notBeforeTimeout": "ten minutes"}}}}}),
+        (
+            "PATCH",
+            f"{VMSS}/web",
+            {
+                "properties": {
+                    "virtualMachineProfile": {
+                        "scheduledEventsProfile": {"terminateNotificationProfile": {"notBeforeTimeout": 10}}
+                    }
+                }
+            },
+        ),
+        (
+            "PATCH",
+            f"{VMSS}/web",
+            {
+                "properties": {
+                    "virtualMachineProfile": {
+                        "scheduledEventsProfile": {"terminateNotificationProfile": {"notBeforeTimeout": "ten minutes"}}
+                    }
+                }
+            },
+        ),
         ("POST", f"{VMSS}/web/delete", {"instanceIds": "0"}),
         ("POST", f"{VMSS}/web/delete", {"instanceIds": [None]}),
         ("POST", f"{VMSS}/web/delete", {}),
@@ -209,7 +241,10 @@ def test_vm_body_and_instance_view(arm):
     assert properties["availabilitySet"]["id"].endswith("/providers/Microsoft.Compute/availabilitySets/westno")
     assert properties["provisioningState"] == "Succeeded"
     assert "scheduledEventsPolicy" not in properties  # the availability set holds it
-    assert [s["code"] for s in properties["instanceView"]["statuses"]] == ["ProvisioningState/succeeded", "PowerState/running"]
+    assert [s["code"] for s in properties["instanceView"]["statuses"]] == [
+        "ProvisioningState/succeeded",
+        "PowerState/running",
+    ]
     solo = arm.call("GET", f"{VMS}/solo").json()
     assert solo["zones"] == ["1"] and solo["tags"] == {"role": "api"}
     assert solo["properties"]["scheduledEventsPolicy"] == {
@@ -235,11 +270,15 @@ def test_scale_set_and_availability_set_bodies(arm):
     assert spot["properties"]["virtualMachineProfile"]["priority"] == "Spot"
     old = arm.call("GET", f"{VMSS}/web", api="2019-07-01").json()["properties"]
     assert old["virtualMachineProfile"]["scheduledEventsProfile"] == {
-        "terminateNotificationProfile": {"notBeforeTimeout": "PT5M", "enable": True}}
+        "terminateNotificationProfile": {"notBeforeTimeout": "PT5M", "enable": True}
+    }
     assert "scheduledEventsPolicy" not in old
     instances = arm.call("GET", f"{VMSS}/web/virtualMachines").json()["value"]
     assert [(i["name"], i["instanceId"], i["properties"]["latestModelApplied"]) for i in instances] == [
-        ("web_0", "0", True), ("web_1", "1", True), ("web_2", "2", True)]
+        ("web_0", "0", True),
+        ("web_1", "1", True),
+        ("web_2", "2", True),
+    ]
     avset = arm.call("GET", f"{AVSETS}/WESTNO").json()
     assert avset["name"] == "westno" and len(avset["properties"]["virtualMachines"]) == 2
     assert avset["properties"]["scheduledEventsPolicy"]["userInitiatedReboot"] == {"automaticallyApprove": True}
@@ -252,7 +291,9 @@ def test_restart_under_automatically_approve_starts_at_once_and_the_operation_su
     assert response.status_code == 202 and response.content == b""
     status_url = response.headers["Azure-AsyncOperation"]
     location = response.headers["Location"]
-    assert status_url.startswith(f"http://arm.test/subscriptions/{SUB}/providers/Microsoft.Compute/locations/westeurope/operations/")
+    assert status_url.startswith(
+        f"http://arm.test/subscriptions/{SUB}/providers/Microsoft.Compute/locations/westeurope/operations/"
+    )
     assert status_url.endswith(f"?api-version={API}")
     assert location == status_url.replace("?api-version=", "?monitor=true&api-version=")
     assert int(response.headers["Retry-After"]) >= 1
@@ -266,7 +307,11 @@ def test_restart_under_automatically_approve_starts_at_once_and_the_operation_su
 
     status = arm.follow(status_url)
     assert status.status_code == 200
-    assert status.json() == {"startTime": T0.isoformat(), "status": "InProgress", "name": status_url.split("/")[-1].split("?")[0]}
+    assert status.json() == {
+        "startTime": T0.isoformat(),
+        "status": "InProgress",
+        "name": status_url.split("/")[-1].split("?")[0],
+    }
     monitor = arm.follow(location)
     assert monitor.status_code == 202 and monitor.headers["Location"] == location
 
@@ -361,10 +406,15 @@ def test_policy_is_set_on_the_availability_set_and_refused_on_its_members(arm):
     response = arm.call("PUT", f"{VMSS}/web/virtualMachines/0", body)
     assert response.status_code == 400 and "scale set 'web'" in error_of(response)["message"]
 
-    response = arm.call("PATCH", f"{VMS}/solo", {"properties": {"scheduledEventsPolicy": {
-        "userInitiatedReboot": {"automaticallyApprove": True}}}})
+    response = arm.call(
+        "PATCH",
+        f"{VMS}/solo",
+        {"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": True}}}},
+    )
     assert response.status_code == 200
-    assert response.json()["properties"]["scheduledEventsPolicy"]["userInitiatedReboot"] == {"automaticallyApprove": True}
+    assert response.json()["properties"]["scheduledEventsPolicy"]["userInitiatedReboot"] == {
+        "automaticallyApprove": True
+    }
 
 
 def test_policy_needs_api_version_2024_03_01(arm):
@@ -374,7 +424,7 @@ def test_policy_needs_api_version_2024_03_01(arm):
     assert error_of(response) == {
         "code": "BadRequest",
         "message": "Could not find member 'scheduledEventsPolicy' on object of type 'AvailabilitySetProperties'. "
-                   "Path 'properties.scheduledEventsPolicy'.",
+        "Path 'properties.scheduledEventsPolicy'.",
     }
     owner = arm.service.engine.fleet.vm("WestNO_0").policy_owner
     assert arm.service.engine.policies[owner].auto_approve_reboot  # unchanged
@@ -383,15 +433,21 @@ def test_policy_needs_api_version_2024_03_01(arm):
 def test_central_publishing_opt_in_applies_to_new_events(arm):
     """Seed 003: scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph, from api-version 2025-04-01,
     with 2020-07-01 the only events api-version."""
-    targets = {"scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {
-        "enable": True, "scheduledEventsApiVersion": "2020-07-01"}}}
+    targets = {
+        "scheduledEventsAdditionalPublishingTargets": {
+            "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}
+        }
+    }
     engine = arm.service.engine
     owner = engine.fleet.vm("web_0").policy_owner
     older = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2024-11-01")
     assert older.status_code == 400 and error_of(older)["code"] == "BadRequest"
     assert "scheduledEventsAdditionalPublishingTargets" in error_of(older)["message"]
-    wrong = {"scheduledEventsAdditionalPublishingTargets": {"eventGridAndResourceGraph": {
-        "enable": True, "scheduledEventsApiVersion": "2019-08-01"}}}
+    wrong = {
+        "scheduledEventsAdditionalPublishingTargets": {
+            "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2019-08-01"}
+        }
+    }
     refused = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": wrong}}, api="2025-04-01")
     assert refused.status_code == 400 and error_of(refused)["code"] == "InvalidParameter"
     assert not engine.policies[owner].publish_central
@@ -399,16 +455,25 @@ def test_central_publishing_opt_in_applies_to_new_events(arm):
     before = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_0",)))
     response = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2025-04-01")
     assert response.status_code == 200, response.text
-    assert response.json()["properties"]["scheduledEventsPolicy"]["scheduledEventsAdditionalPublishingTargets"] == \
-        targets["scheduledEventsAdditionalPublishingTargets"]
+    assert (
+        response.json()["properties"]["scheduledEventsPolicy"]["scheduledEventsAdditionalPublishingTargets"]
+        == targets["scheduledEventsAdditionalPublishingTargets"]
+    )
     after = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_1",)))
     assert [e.central for e in before] == [False] and [e.central for e in after] == [True]
 
 
 # --------------------------------------------------------------------------------------- notification profiles (002)
 def terminate_profile(timeout: str, enable: bool = True) -> dict:
-    return {"properties": {"virtualMachineProfile": {"scheduledEventsProfile": {
-        "terminateNotificationProfile": {"notBeforeTimeout": timeout, "enable": enable}}}}}
+    return {
+        "properties": {
+            "virtualMachineProfile": {
+                "scheduledEventsProfile": {
+                    "terminateNotificationProfile": {"notBeforeTimeout": timeout, "enable": enable}
+                }
+            }
+        }
+    }
 
 
 def test_terminate_timeout_must_be_between_5_and_15_minutes(arm):
@@ -420,7 +485,8 @@ def test_terminate_timeout_must_be_between_5_and_15_minutes(arm):
     response = arm.call("PUT", f"{VMSS}/workers", terminate_profile("PT15M"))
     assert response.status_code == 200
     assert response.json()["properties"]["virtualMachineProfile"]["scheduledEventsProfile"][
-        "terminateNotificationProfile"] == {"notBeforeTimeout": "PT15M", "enable": True}
+        "terminateNotificationProfile"
+    ] == {"notBeforeTimeout": "PT15M", "enable": True}
 
 
 def test_scheduled_events_profile_needs_api_version_2019_03_01(arm):
@@ -431,10 +497,14 @@ def test_scheduled_events_profile_needs_api_version_2019_03_01(arm):
     error = error_of(response)
     assert error["code"] == "BadRequest"
     assert error["message"].startswith(
-        "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'.")
+        "Could not find member 'scheduledEventsProfile' on object of type 'VirtualMachineProfile'."
+    )
     assert arm.call("PUT", f"{VMSS}/workers", terminate_profile("PT5M"), api="2019-03-01").status_code == 200
-    body = {"properties": {"virtualMachineProfile": {"scheduledEventsProfile": {
-        "osImageNotificationProfile": {"enable": True}}}}}
+    body = {
+        "properties": {
+            "virtualMachineProfile": {"scheduledEventsProfile": {"osImageNotificationProfile": {"enable": True}}}
+        }
+    }
     response = arm.call("PATCH", f"{VMSS}/workers", body, api="2021-03-01")
     assert response.status_code == 400 and "'osImageNotificationProfile'" in error_of(response)["message"]
 
@@ -445,16 +515,21 @@ def test_terminate_notifications_are_refused_on_spot(arm):
 
 
 def test_os_image_notifications_refused_on_m_series_and_need_pt15m(arm):
-    body = {"properties": {"virtualMachineProfile": {"scheduledEventsProfile": {
-        "osImageNotificationProfile": {"enable": True}}}}}
+    body = {
+        "properties": {
+            "virtualMachineProfile": {"scheduledEventsProfile": {"osImageNotificationProfile": {"enable": True}}}
+        }
+    }
     response = arm.call("PATCH", f"{VMSS}/bigmem", body)
     assert response.status_code == 400 and "Standard_M8ms" in error_of(response)["message"]
     body["properties"]["virtualMachineProfile"]["scheduledEventsProfile"]["osImageNotificationProfile"][
-        "notBeforeTimeout"] = "PT10M"
+        "notBeforeTimeout"
+    ] = "PT10M"
     response = arm.call("PATCH", f"{VMSS}/workers", body)
     assert response.status_code == 400 and "PT15M" in error_of(response)["message"]
     del body["properties"]["virtualMachineProfile"]["scheduledEventsProfile"]["osImageNotificationProfile"][
-        "notBeforeTimeout"]
+        "notBeforeTimeout"
+    ]
     response = arm.call("PATCH", f"{VMSS}/workers", body)  # enable alone takes PT15M
     assert response.status_code == 200, response.text
 
@@ -507,7 +582,8 @@ def test_manual_upgrade_then_delete_announces_one_terminate_per_vm(arm):
     response = arm.call("POST", f"{VMSS}/web/delete", {"instanceIds": ["0"]})
     assert response.status_code == 400
     assert error_of(response)["message"] == (
-        "The provided instanceId 0 is not an active Virtual Machine Scale Set VM instanceId.")
+        "The provided instanceId 0 is not an active Virtual Machine Scale Set VM instanceId."
+    )
 
 
 def test_scale_in_through_capacity(arm):
@@ -539,8 +615,8 @@ def test_a_refused_step_leaves_nothing_changed(arm):
 def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, monkeypatch):
     """The policy step ran, then the engine refused the scale-in: the service rebuilds its engine from the database,
     so the uncommitted policy change is gone."""
-    from forewarn.core.engine import Engine
     from forewarn.core.errors import Invalid
+    from forewarn.engine.engine import Engine
 
     def refuse(self, scale_set, count):
         raise Invalid("no scale-in today")
@@ -552,8 +628,12 @@ def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, mon
     assert response.status_code == 400 and error_of(response)["message"] == "no scale-in today"
     owner = arm.service.engine.fleet.vm("web_0").policy_owner
     assert arm.service.engine.policies[owner].terminate.not_before_timeout == timedelta(minutes=5)
-    assert arm.call("GET", f"{VMSS}/web").json()["properties"]["virtualMachineProfile"]["scheduledEventsProfile"][
-        "terminateNotificationProfile"]["notBeforeTimeout"] == "PT5M"
+    assert (
+        arm.call("GET", f"{VMSS}/web").json()["properties"]["virtualMachineProfile"]["scheduledEventsProfile"][
+            "terminateNotificationProfile"
+        ]["notBeforeTimeout"]
+        == "PT5M"
+    )
 
 
 def test_reimage_is_announced_only_with_the_os_image_profile(arm):
@@ -575,8 +655,11 @@ def test_reimage_is_announced_only_with_the_os_image_profile(arm):
 
 
 def test_scale_set_restart_of_all_instances_is_one_command(arm):
-    arm.call("PATCH", f"{VMSS}/workers", {"properties": {"scheduledEventsPolicy": {
-        "userInitiatedReboot": {"automaticallyApprove": True}}}})
+    arm.call(
+        "PATCH",
+        f"{VMSS}/workers",
+        {"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": True}}}},
+    )
     response = arm.call("POST", f"{VMSS}/workers/restart")
     assert response.status_code == 202
     [event] = arm.live("workers_0")  # same host, same scope: one event for both

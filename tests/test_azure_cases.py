@@ -13,8 +13,16 @@ SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 OTHER = "0b8e7d6c-3a2f-4c1e-8d9b-5f4a3e2d1c02"
 RG = f"/subscriptions/{SUB}/resourceGroups/contoso-rg/providers/Microsoft.Compute"
 API = "2024-07-01"
-ADDRESSES = {"WestNO_0": "127.0.0.30", "WestNO_1": "127.0.0.31", "solo": "127.0.0.32", "tenant-b": "127.0.0.33",
-             "web_0": "127.0.0.40", "web_1": "127.0.0.41", "web_2": "127.0.0.42", "spotty": "127.0.0.35"}
+ADDRESSES = {
+    "WestNO_0": "127.0.0.30",
+    "WestNO_1": "127.0.0.31",
+    "solo": "127.0.0.32",
+    "tenant-b": "127.0.0.33",
+    "web_0": "127.0.0.40",
+    "web_1": "127.0.0.41",
+    "web_2": "127.0.0.42",
+    "spotty": "127.0.0.35",
+}
 FLEET = f"""
 defaults: {{subscription: {SUB}, resource_group: contoso-rg, location: westeurope}}
 hosts: [{{name: host-01}}, {{name: host-02}}, {{name: host-03}}, {{name: host-04}}]
@@ -38,8 +46,11 @@ def server(tmp_path):
 
 
 def doc(server, vm, version="2020-07-01"):
-    response = requests.get(f"http://{ADDRESSES[vm]}:{server.imds_port}/metadata/scheduledevents",
-                            params={"api-version": version}, headers={"Metadata": "true"})
+    response = requests.get(
+        f"http://{ADDRESSES[vm]}:{server.imds_port}/metadata/scheduledevents",
+        params={"api-version": version},
+        headers={"Metadata": "true"},
+    )
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -51,9 +62,12 @@ def seen(server, vm):
 
 
 def approve(server, vm, event_id):
-    response = requests.post(f"http://{ADDRESSES[vm]}:{server.imds_port}/metadata/scheduledevents",
-                             params={"api-version": "2020-07-01"}, headers={"Metadata": "true"},
-                             json={"StartRequests": [{"EventId": event_id}]})
+    response = requests.post(
+        f"http://{ADDRESSES[vm]}:{server.imds_port}/metadata/scheduledevents",
+        params={"api-version": "2020-07-01"},
+        headers={"Metadata": "true"},
+        json={"StartRequests": [{"EventId": event_id}]},
+    )
     assert response.status_code == 200, response.text
 
 
@@ -141,11 +155,17 @@ def test_user_restart_waits_for_approval_or_not_before(server):
 
 
 def test_automatically_approved_restart_skips_scheduled_for_the_whole_set(server):
-    arm(server, "PATCH", "/availabilitySets/westno",
-        {"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": True}}}})
-    refused = requests.patch(f"{server.arm}{RG}/virtualMachines/WestNO_0", params={"api-version": API},
-                             json={"properties": {"scheduledEventsPolicy": {
-                                 "userInitiatedReboot": {"automaticallyApprove": False}}}})
+    arm(
+        server,
+        "PATCH",
+        "/availabilitySets/westno",
+        {"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": True}}}},
+    )
+    refused = requests.patch(
+        f"{server.arm}{RG}/virtualMachines/WestNO_0",
+        params={"api-version": API},
+        json={"properties": {"scheduledEventsPolicy": {"userInitiatedReboot": {"automaticallyApprove": False}}}},
+    )
     assert refused.status_code >= 400
     arm(server, "POST", "/virtualMachines/WestNO_1/restart")
     assert seen(server, "WestNO_0") == (2, [("Reboot", "Started", ["WestNO_1"])])  # never Scheduled
@@ -155,9 +175,21 @@ def test_automatically_approved_restart_skips_scheduled_for_the_whole_set(server
 
 def enable_terminate(server, timeout="PT5M"):
     # Seed 002's REST example, as written.
-    arm(server, "PUT", "/virtualMachineScaleSets/web", {"properties": {"virtualMachineProfile": {
-        "scheduledEventsProfile": {"terminateNotificationProfile": {"notBeforeTimeout": timeout, "enable": True}}}}},
-        api="2019-03-01")
+    arm(
+        server,
+        "PUT",
+        "/virtualMachineScaleSets/web",
+        {
+            "properties": {
+                "virtualMachineProfile": {
+                    "scheduledEventsProfile": {
+                        "terminateNotificationProfile": {"notBeforeTimeout": timeout, "enable": True}
+                    }
+                }
+            }
+        },
+        api="2019-03-01",
+    )
     arm(server, "POST", "/virtualMachineScaleSets/web/manualupgrade", {"instanceIds": ["0", "1", "2"]})
 
 
@@ -196,8 +228,20 @@ def test_scale_in_by_capacity_and_only_deletes_raise_terminate(server):
 
 
 def test_os_image_notification_announces_the_reimage(server):
-    arm(server, "PATCH", "/virtualMachineScaleSets/web", {"properties": {"virtualMachineProfile": {
-        "scheduledEventsProfile": {"osImageNotificationProfile": {"enable": True, "notBeforeTimeout": "PT15M"}}}}})
+    arm(
+        server,
+        "PATCH",
+        "/virtualMachineScaleSets/web",
+        {
+            "properties": {
+                "virtualMachineProfile": {
+                    "scheduledEventsProfile": {
+                        "osImageNotificationProfile": {"enable": True, "notBeforeTimeout": "PT15M"}
+                    }
+                }
+            }
+        },
+    )
     arm(server, "POST", "/virtualMachineScaleSets/web/manualupgrade", {"instanceIds": ["0"]})
     arm(server, "POST", "/virtualMachineScaleSets/web/virtualMachines/0/reimage")
     assert seen(server, "web_1")[1] == [("Reboot", "Scheduled", ["web_0"])]

@@ -77,23 +77,28 @@ def test_acknowledge_through_a_member_vm_and_what_is_not_found(server):
     [db] = server.schedule(type="Reboot", vms=["db-0"])  # the set did not opt in: not published centrally
     through_vm = ack_url(server, f"{RG}/virtualMachines/web_1", web["event_id"])
     assert requests.post(through_vm, params={"api-version": ACK_API}, timeout=10).status_code == 200
-    for resource, event_id in ((f"{RG}/availabilitySets/db", db["event_id"]),
-                               (f"{RG}/virtualMachines/solo", web["event_id"]),  # not solo's event
-                               (f"{RG}/virtualMachines/solo", "C7061BAC-AFDC-4513-B24B-AA5F13A16123"),
-                               (f"{RG}/virtualMachines/solo", "not-a-guid")):
+    for resource, event_id in (
+        (f"{RG}/availabilitySets/db", db["event_id"]),
+        (f"{RG}/virtualMachines/solo", web["event_id"]),  # not solo's event
+        (f"{RG}/virtualMachines/solo", "C7061BAC-AFDC-4513-B24B-AA5F13A16123"),
+        (f"{RG}/virtualMachines/solo", "not-a-guid"),
+    ):
         response = requests.post(ack_url(server, resource, event_id), params={"api-version": ACK_API}, timeout=10)
         assert response.status_code == 404 and response.json()["error"]["code"] == "NotFound", resource
     assert status(server, db["event_id"]) == "Scheduled"
-    missing = requests.post(ack_url(server, f"{RG}/virtualMachines/nope", db["event_id"]),
-                            params={"api-version": ACK_API}, timeout=10)
+    missing = requests.post(
+        ack_url(server, f"{RG}/virtualMachines/nope", db["event_id"]), params={"api-version": ACK_API}, timeout=10
+    )
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "ResourceNotFound"
 
 
 def test_acknowledge_refuses_bad_requests_in_arm_style(server):
     [event] = server.schedule(type="Freeze", vms=["solo"])
     url = ack_url(server, f"{RG}/virtualMachines/solo", event["event_id"])
-    for params, code in (({}, "MissingApiVersionParameter"), ({"api-version": "2020-01-01"},
-                                                               "InvalidApiVersionParameter")):
+    for params, code in (
+        ({}, "MissingApiVersionParameter"),
+        ({"api-version": "2020-01-01"}, "InvalidApiVersionParameter"),
+    ):
         response = requests.post(url, params=params, timeout=10)
         assert response.status_code == 400 and response.json()["error"]["code"] == code
     assert requests.get(url, params={"api-version": ACK_API}, timeout=10).status_code == 405
@@ -111,17 +116,20 @@ def test_list_acknowledge_reports_each_event(server):
         bad = requests.post(url, params={"api-version": LIST_API}, json=body, timeout=10)
         assert bad.status_code == 400 and bad.json()["error"]["code"] == "InvalidRequestContent", body
     unknown = "C7061BAC-AFDC-4513-B24B-AA5F13A16123"
-    mixed = requests.post(url, params={"api-version": LIST_API}, json={"value": [first["event_id"], unknown]},
-                          timeout=10)
+    mixed = requests.post(
+        url, params={"api-version": LIST_API}, json={"value": [first["event_id"], unknown]}, timeout=10
+    )
     assert mixed.status_code == 207
     error = mixed.json()["error"]
     assert error["code"] == "MultiStatusResponse"
-    assert error["details"] == [{"target": unknown, "code": "NotFound",
-                                 "message": f"The scheduled event '{unknown}' was not found."}]
+    assert error["details"] == [
+        {"target": unknown, "code": "NotFound", "message": f"The scheduled event '{unknown}' was not found."}
+    ]
     assert status(server, first["event_id"]) == "Started"
     assert status(server, second["event_id"]) == "Scheduled"
-    both = requests.post(url, params={"api-version": "2026-02-01-preview"}, json={"value": [second["event_id"]]},
-                         timeout=10)
+    both = requests.post(
+        url, params={"api-version": "2026-02-01-preview"}, json={"value": [second["event_id"]]}, timeout=10
+    )
     assert both.status_code == 200 and both.json() == {"value": "Successfully Approved"}
 
 
@@ -158,8 +166,11 @@ def bearer(token: str) -> dict:
 def test_tokens_are_required_and_checked(guarded):
     [event] = guarded.schedule(type="Freeze", vms=["solo"])
     url = ack_url(guarded, f"{RG}/virtualMachines/solo", event["event_id"])
-    for headers, code in (({}, "AuthenticationFailed"), ({"Authorization": "Basic abc"}, "AuthenticationFailed"),
-                          (bearer("wrong-token"), "InvalidAuthenticationToken")):
+    for headers, code in (
+        ({}, "AuthenticationFailed"),
+        ({"Authorization": "Basic abc"}, "AuthenticationFailed"),
+        (bearer("wrong-token"), "InvalidAuthenticationToken"),
+    ):
         response = requests.post(url, params={"api-version": ACK_API}, headers=headers, timeout=10)
         assert response.status_code == 401 and response.json()["error"]["code"] == code
         assert response.headers["www-authenticate"].startswith("Bearer ")
@@ -176,10 +187,12 @@ def test_roles_decide_who_may_do_what_and_where(guarded):
         assert response.status_code == 403, token
         error = response.json()["error"]
         assert error["code"] == "AuthorizationFailed"
-        assert "does not have authorization to perform action " \
-               "'Microsoft.Maintenance/scheduledevents/acknowledge/action' over scope " \
-               f"'/subscriptions/{SUB_A}/resourceGroups/contoso-rg/providers/Microsoft.Compute/virtualMachines/solo'" \
-               in error["message"]
+        assert (
+            "does not have authorization to perform action "
+            "'Microsoft.Maintenance/scheduledevents/acknowledge/action' over scope "
+            f"'/subscriptions/{SUB_A}/resourceGroups/contoso-rg/providers/Microsoft.Compute/virtualMachines/solo'"
+            in error["message"]
+        )
     assert status(guarded, event["event_id"]) == "Scheduled"
     done = requests.post(url, params={"api-version": ACK_API}, headers=bearer("controller-token"), timeout=10)
     assert done.status_code == 200
@@ -189,11 +202,17 @@ def test_roles_decide_who_may_do_what_and_where(guarded):
     vm_url = f"{guarded.arm}{RG}/virtualMachines/solo"
     read = requests.get(vm_url, params={"api-version": "2024-07-01"}, headers=bearer("auditor-token"), timeout=10)
     assert read.status_code == 200
-    write = requests.patch(vm_url, params={"api-version": "2024-07-01"}, headers=bearer("auditor-token"),
-                           json={"properties": {}}, timeout=10)
+    write = requests.patch(
+        vm_url,
+        params={"api-version": "2024-07-01"},
+        headers=bearer("auditor-token"),
+        json={"properties": {}},
+        timeout=10,
+    )
     assert write.status_code == 403 and "'Microsoft.Compute/virtualMachines/write'" in write.json()["error"]["message"]
-    restart = requests.post(f"{vm_url}/restart", params={"api-version": "2024-07-01"},
-                            headers=bearer("controller-token"), timeout=10)
+    restart = requests.post(
+        f"{vm_url}/restart", params={"api-version": "2024-07-01"}, headers=bearer("controller-token"), timeout=10
+    )
     assert restart.status_code == 403
     assert "'Microsoft.Compute/virtualMachines/restart/action'" in restart.json()["error"]["message"]
 
@@ -205,8 +224,9 @@ def test_a_bad_access_file_is_refused_at_start(tmp_path):
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "forewarn", "serve", *server.args], capture_output=True, text=True,
-                         timeout=60)
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "serve", *server.args], capture_output=True, text=True, timeout=60
+    )
     assert run.returncode == 1 and "unknown role 'Janitor'" in run.stderr
 
 
@@ -216,8 +236,13 @@ ARG = "/providers/Microsoft.ResourceGraph/resources"
 
 def arg_query(server: Server, query: str, token: str | None = None, **extra) -> requests.Response:
     headers = bearer(token) if token else {}
-    return requests.post(f"{server.arm}{ARG}", params={"api-version": "2022-10-01"}, headers=headers,
-                         json={"query": query, **extra}, timeout=30)
+    return requests.post(
+        f"{server.arm}{ARG}",
+        params={"api-version": "2022-10-01"},
+        headers=headers,
+        json={"query": query, **extra},
+        timeout=30,
+    )
 
 
 def test_resource_graph_rows_follow_the_events_of_opted_in_owners(server):
@@ -230,18 +255,25 @@ def test_resource_graph_rows_follow_the_events_of_opted_in_owners(server):
     body = response.json()
     assert (body["totalRecords"], body["count"], body["resultTruncated"]) == (1, 1, "false")
     [row] = body["data"]
-    assert row["id"] == (f"/subscriptions/{SUB_A}/resourcegroups/contoso-rg/providers/microsoft.compute/"
-                         f"virtualmachinescalesets/web/providers/microsoft.maintenance/scheduledevents/"
-                         f"{web['event_id']}").lower()
+    assert (
+        row["id"]
+        == (
+            f"/subscriptions/{SUB_A}/resourcegroups/contoso-rg/providers/microsoft.compute/"
+            f"virtualmachinescalesets/web/providers/microsoft.maintenance/scheduledevents/"
+            f"{web['event_id']}"
+        ).lower()
+    )
     assert row["properties"]["EventStatus"] == "Scheduled"
     assert row["properties"]["NotBefore"].endswith(" GMT") and row["properties"]["Resources"] == ["web_0"]
     server.post(f"/v1/events/{web['event_id']}/approve", expect=200)
     server.advance("1h")
-    documented = ('Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
-                  '| sort by tostring(properties.EventStatus), tostring(properties.EventId) asc '
-                  '| project resourceGroup, zones, properties.EventStatus, properties.NotBefore, '
-                  'properties.Resources, properties.EventId, properties.TargetResourceId, properties.EventType, '
-                  'properties.Description')
+    documented = (
+        'Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
+        "| sort by tostring(properties.EventStatus), tostring(properties.EventId) asc "
+        "| project resourceGroup, zones, properties.EventStatus, properties.NotBefore, "
+        "properties.Resources, properties.EventId, properties.TargetResourceId, properties.EventType, "
+        "properties.Description"
+    )
     [row] = arg_query(server, documented).json()["data"]
     assert row["properties_EventStatus"] == "Completed" and row["properties_NotBefore"] == ""
     assert row["properties_TargetResourceId"].endswith("/virtualMachineScaleSets/web")
@@ -277,8 +309,10 @@ def test_resource_graph_shows_a_principal_only_its_subscriptions(tmp_path):
         mine = arg_query(guarded, query, token="controller-token").json()["data"]
         theirs = arg_query(guarded, query, token="fabrikam-token", subscriptions=[SUB_A, SUB_B]).json()["data"]
         group = arg_query(guarded, query, token="ops-team-token").json()["data"]
-        assert mine == [{"subscriptionId": SUB_A, "resourceGroup": "contoso-rg"},
-                        {"subscriptionId": SUB_A, "resourceGroup": "ops-rg"}]
+        assert mine == [
+            {"subscriptionId": SUB_A, "resourceGroup": "contoso-rg"},
+            {"subscriptionId": SUB_A, "resourceGroup": "ops-rg"},
+        ]
         assert theirs == [{"subscriptionId": SUB_B, "resourceGroup": "fabrikam-rg"}]
         assert group == [{"subscriptionId": SUB_A, "resourceGroup": "ops-rg"}]
         # a Reader may query Resource Graph but not read scheduled events
@@ -296,10 +330,14 @@ def test_the_official_resource_graph_client_runs_the_documented_query(server):
 
     server.schedule(type="Freeze", vms=["web_0", "web_1"])
     client = resourcegraph.ResourceGraphClient(StaticToken(), base_url=server.arm)
-    request = QueryRequest(subscriptions=[SUB_A], query=(
-        'Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
-        '| project properties.EventId, properties.EventStatus, properties.Resources'),
-        options=QueryRequestOptions(result_format="objectArray", top=10))
+    request = QueryRequest(
+        subscriptions=[SUB_A],
+        query=(
+            'Maintenanceresources | where type == "microsoft.maintenance/scheduledevents" '
+            "| project properties.EventId, properties.EventStatus, properties.Resources"
+        ),
+        options=QueryRequestOptions(result_format="objectArray", top=10),
+    )
     result = client.resources(request, enforce_https=False)  # azure-core sends tokens over https only otherwise
     assert result.total_records == 2 and result.result_truncated == "false"
     assert {tuple(row["properties_Resources"]) for row in result.data} == {("web_0",), ("web_1",)}
@@ -321,14 +359,21 @@ def test_resource_graph_facets_count_the_result_by_an_expression(server):
     for vms in (["web_0"], ["web_1"], ["solo"]):
         server.schedule(type="Freeze", vms=vms)
     server.schedule(type="Reboot", vms=["web_0"])
-    facets = [{"expression": "properties.EventType", "options": {"sortBy": "count", "sortOrder": "desc", "$top": 1}},
-              {"expression": "location", "options": {"filter": "properties.EventType == 'Reboot'"}},
-              {"expression": "nosuchcolumn"}]
+    facets = [
+        {"expression": "properties.EventType", "options": {"sortBy": "count", "sortOrder": "desc", "$top": 1}},
+        {"expression": "location", "options": {"filter": "properties.EventType == 'Reboot'"}},
+        {"expression": "nosuchcolumn"},
+    ]
     body = arg_query(server, "maintenanceresources", facets=facets, options={"$top": 2}).json()
     assert body["count"] == 2 and body["totalRecords"] == 4
     by_type, by_location, broken = body["facets"]
-    assert by_type == {"expression": "properties.EventType", "resultType": "FacetResult", "totalRecords": 2,
-                       "count": 1, "data": [{"properties_EventType": "Freeze", "count": 3}]}
+    assert by_type == {
+        "expression": "properties.EventType",
+        "resultType": "FacetResult",
+        "totalRecords": 2,
+        "count": 1,
+        "data": [{"properties_EventType": "Freeze", "count": 3}],
+    }
     assert by_location["data"] == [{"location": "westeurope", "count": 1}]
     assert broken["resultType"] == "FacetError" and broken["errors"][0]["code"]
     bad = arg_query(server, "maintenanceresources", facets=[{"options": {}}])
@@ -347,15 +392,22 @@ def test_cli_graph_and_acknowledge_speak_to_the_arm_port(tmp_path):
         assert denied.returncode == 1 and "AuthenticationFailed" in denied.stderr
         token = ["--token", "controller-token"]
         table = forewarn(guarded, "graph", "maintenanceresources | project name, properties.EventStatus", *arm, *token)
-        assert table.stdout.splitlines() == ["name                                  properties_EventStatus",
-                                             f"{event['event_id']}  Scheduled"]
-        rows = json.loads(forewarn(guarded, "graph", "maintenanceresources | project id", *arm, *token,
-                                   "--json").stdout)
+        assert table.stdout.splitlines() == [
+            "name                                  properties_EventStatus",
+            f"{event['event_id']}  Scheduled",
+        ]
+        rows = json.loads(
+            forewarn(guarded, "graph", "maintenanceresources | project id", *arm, *token, "--json").stdout
+        )
         acked = forewarn(guarded, "acknowledge", rows[0]["id"], *arm, *token)
         assert acked.stdout.strip() == f"{event['event_id'].lower()}: Successfully Approved"
         assert status(guarded, event["event_id"]) == "Started"
         again = forewarn(guarded, "acknowledge", rows[0]["id"], "not-an-id", *arm, *token, check=False)
-        assert again.returncode == 1 and "Conflict, HTTP 409" in again.stderr and "not a scheduled event id" in again.stderr
+        assert (
+            again.returncode == 1
+            and "Conflict, HTTP 409" in again.stderr
+            and "not a scheduled event id" in again.stderr
+        )
         unreachable = forewarn(guarded, "graph", "maintenanceresources", "--arm", "http://127.0.0.1:9", check=False)
         assert unreachable.returncode == 1 and "--arm URL or FOREWARN_ARM" in unreachable.stderr
 

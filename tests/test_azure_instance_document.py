@@ -1,4 +1,4 @@
-"""The rendering of Azure IMDS ``/metadata/instance`` and ``/metadata/versions`` (forewarn.surfaces.azure_instance).
+"""The rendering of Azure IMDS ``/metadata/instance`` and ``/metadata/versions`` (forewarn.azure.imds.instance).
 
 Expected key lists come from Microsoft's IMDS page (the "Version introduced" tables and the full sample response)
 and from raw documents of real VMs; each test says which.
@@ -12,19 +12,28 @@ import re
 
 import pytest
 
-from forewarn.core.fleet import VM
-from forewarn.surfaces import azure_instance as ai
+from forewarn.azure.imds import instance as ai
+from forewarn.engine.fleet import VM
 
 NEWEST = ai.INSTANCE_API_VERSIONS[0]
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 
 
 def make_vm(**overrides) -> VM:
-    fields = dict(
-        name="standalone-01", host="host-02", subscription_id=SUB, resource_group="contoso-rg",
-        location="westeurope", zone="1", size="Standard_D2s_v3", fault_domain=1, update_domain=3, spot=False,
-        vm_id="0f8fad5b-d9cb-469f-a165-70867728950e", tags={"role": "api", "Env": "prod"},
-    )
+    fields = {
+        "name": "standalone-01",
+        "host": "host-02",
+        "subscription_id": SUB,
+        "resource_group": "contoso-rg",
+        "location": "westeurope",
+        "zone": "1",
+        "size": "Standard_D2s_v3",
+        "fault_domain": 1,
+        "update_domain": 3,
+        "spot": False,
+        "vm_id": "0f8fad5b-d9cb-469f-a165-70867728950e",
+        "tags": {"role": "api", "Env": "prod"},
+    }
     fields.update(overrides)
     return VM(**fields)
 
@@ -36,8 +45,15 @@ def vm() -> VM:
 
 @pytest.fixture
 def scale_set_vm() -> VM:
-    return make_vm(name="myvmss_2", scale_set="myvmss", instance_id="2", placement_group=0, zone="3",
-                   vm_id="7c9e6679-7425-40de-944b-e07fc1f90ae7", tags={})
+    return make_vm(
+        name="myvmss_2",
+        scale_set="myvmss",
+        instance_id="2",
+        placement_group=0,
+        zone="3",
+        vm_id="7c9e6679-7425-40de-944b-e07fc1f90ae7",
+        tags={},
+    )
 
 
 def previous(version: str) -> str:
@@ -51,6 +67,7 @@ def walk(document: dict, dotted: str):
 
 
 # ---------------------------------------------------------------------------------------------------- versions
+
 
 def test_instance_api_versions_are_the_documented_list_newest_first():
     versions = ai.INSTANCE_API_VERSIONS
@@ -82,11 +99,39 @@ def test_unknown_api_version_is_refused(vm):
 
 # The compute keys of the doc's full sample response (includes/imds-full-instance-response.md, Linux tab).
 DOC_SAMPLE_COMPUTE_KEYS = [
-    "azEnvironment", "additionalCapabilities", "hostGroup", "extendedLocation", "evictionPolicy",
-    "isHostCompatibilityLayerVm", "licenseType", "location", "name", "offer", "osProfile", "osType",
-    "placementGroupId", "plan", "platformFaultDomain", "platformSubFaultDomain", "platformUpdateDomain", "priority",
-    "publicKeys", "publisher", "resourceGroupName", "resourceId", "securityProfile", "sku", "storageProfile",
-    "subscriptionId", "tags", "version", "virtualMachineScaleSet", "vmId", "vmScaleSetName", "vmSize", "zone",
+    "azEnvironment",
+    "additionalCapabilities",
+    "hostGroup",
+    "extendedLocation",
+    "evictionPolicy",
+    "isHostCompatibilityLayerVm",
+    "licenseType",
+    "location",
+    "name",
+    "offer",
+    "osProfile",
+    "osType",
+    "placementGroupId",
+    "plan",
+    "platformFaultDomain",
+    "platformSubFaultDomain",
+    "platformUpdateDomain",
+    "priority",
+    "publicKeys",
+    "publisher",
+    "resourceGroupName",
+    "resourceId",
+    "securityProfile",
+    "sku",
+    "storageProfile",
+    "subscriptionId",
+    "tags",
+    "version",
+    "virtualMachineScaleSet",
+    "vmId",
+    "vmScaleSetName",
+    "vmSize",
+    "zone",
 ]
 # The sample's three keys that were pasted in at the top by hand; everything else in it is alphabetical.
 DOC_SAMPLE_PASTED = {"additionalCapabilities", "hostGroup", "extendedLocation"}
@@ -104,12 +149,45 @@ def test_newest_compute_has_every_key_of_the_doc_sample_in_the_doc_sample_order(
 
 def test_newest_compute_keys_exactly(vm):
     assert list(ai.instance_document(vm, NEWEST)["compute"]) == [
-        "additionalCapabilities", "azEnvironment", "customData", "evictionPolicy", "extendedLocation", "host",
-        "hostGroup", "isHostCompatibilityLayerVm", "licenseType", "location", "name", "offer", "osProfile",
-        "osType", "physicalZone", "placementGroupId", "plan", "platformFaultDomain", "platformSubFaultDomain",
-        "platformUpdateDomain", "priority", "provider", "publicKeys", "publisher", "resourceGroupName",
-        "resourceId", "securityProfile", "sku", "storageProfile", "subscriptionId", "tags", "tagsList", "userData",
-        "version", "virtualMachineScaleSet", "vmId", "vmScaleSetName", "vmSize", "zone",
+        "additionalCapabilities",
+        "azEnvironment",
+        "customData",
+        "evictionPolicy",
+        "extendedLocation",
+        "host",
+        "hostGroup",
+        "isHostCompatibilityLayerVm",
+        "licenseType",
+        "location",
+        "name",
+        "offer",
+        "osProfile",
+        "osType",
+        "physicalZone",
+        "placementGroupId",
+        "plan",
+        "platformFaultDomain",
+        "platformSubFaultDomain",
+        "platformUpdateDomain",
+        "priority",
+        "provider",
+        "publicKeys",
+        "publisher",
+        "resourceGroupName",
+        "resourceId",
+        "securityProfile",
+        "sku",
+        "storageProfile",
+        "subscriptionId",
+        "tags",
+        "tagsList",
+        "userData",
+        "version",
+        "virtualMachineScaleSet",
+        "vmId",
+        "vmScaleSetName",
+        "vmSize",
+        "zone",
     ]
 
 
@@ -131,22 +209,82 @@ def test_every_object_has_its_keys_in_alphabetical_order(vm, scale_set_vm, versi
 
 
 # Key sets of real documents (raw curl output from real VMs), for the versions they were fetched with.
-REAL_2017_04_02 = ["location", "name", "offer", "osType", "platformFaultDomain", "platformUpdateDomain",
-                   "publisher", "sku", "version", "vmId", "vmSize"]
-REAL_2017_08_01 = ["location", "name", "offer", "osType", "placementGroupId", "platformFaultDomain",
-                   "platformUpdateDomain", "publisher", "resourceGroupName", "sku", "subscriptionId", "tags",
-                   "version", "vmId", "vmSize"]
-REAL_2021_05_01 = ["azEnvironment", "customData", "evictionPolicy", "extendedLocation",
-                   "isHostCompatibilityLayerVm", "licenseType", "location", "name", "offer", "osProfile", "osType",
-                   "placementGroupId", "plan", "platformFaultDomain", "platformUpdateDomain", "priority",
-                   "provider", "publicKeys", "publisher", "resourceGroupName", "resourceId", "securityProfile",
-                   "sku", "storageProfile", "subscriptionId", "tags", "tagsList", "userData", "version",
-                   "virtualMachineScaleSet", "vmId", "vmScaleSetName", "vmSize", "zone"]
+REAL_2017_04_02 = [
+    "location",
+    "name",
+    "offer",
+    "osType",
+    "platformFaultDomain",
+    "platformUpdateDomain",
+    "publisher",
+    "sku",
+    "version",
+    "vmId",
+    "vmSize",
+]
+REAL_2017_08_01 = [
+    "location",
+    "name",
+    "offer",
+    "osType",
+    "placementGroupId",
+    "platformFaultDomain",
+    "platformUpdateDomain",
+    "publisher",
+    "resourceGroupName",
+    "sku",
+    "subscriptionId",
+    "tags",
+    "version",
+    "vmId",
+    "vmSize",
+]
+REAL_2021_05_01 = [
+    "azEnvironment",
+    "customData",
+    "evictionPolicy",
+    "extendedLocation",
+    "isHostCompatibilityLayerVm",
+    "licenseType",
+    "location",
+    "name",
+    "offer",
+    "osProfile",
+    "osType",
+    "placementGroupId",
+    "plan",
+    "platformFaultDomain",
+    "platformUpdateDomain",
+    "priority",
+    "provider",
+    "publicKeys",
+    "publisher",
+    "resourceGroupName",
+    "resourceId",
+    "securityProfile",
+    "sku",
+    "storageProfile",
+    "subscriptionId",
+    "tags",
+    "tagsList",
+    "userData",
+    "version",
+    "virtualMachineScaleSet",
+    "vmId",
+    "vmScaleSetName",
+    "vmSize",
+    "zone",
+]
 
 
-@pytest.mark.parametrize("version, keys", [
-    ("2017-04-02", REAL_2017_04_02), ("2017-08-01", REAL_2017_08_01), ("2021-05-01", REAL_2021_05_01),
-])
+@pytest.mark.parametrize(
+    "version, keys",
+    [
+        ("2017-04-02", REAL_2017_04_02),
+        ("2017-08-01", REAL_2017_08_01),
+        ("2021-05-01", REAL_2021_05_01),
+    ],
+)
 def test_compute_keys_match_real_documents(vm, version, keys):
     assert list(ai.instance_document(vm, version)["compute"]) == keys
 
@@ -157,8 +295,17 @@ def test_2021_05_01_nested_objects_match_the_real_document(vm):
     assert list(compute["storageProfile"]) == ["dataDisks", "imageReference", "osDisk", "resourceDisk"]
     assert list(compute["storageProfile"]["imageReference"]) == ["id", "offer", "publisher", "sku", "version"]
     assert list(compute["storageProfile"]["osDisk"]) == [
-        "caching", "createOption", "diffDiskSettings", "diskSizeGB", "encryptionSettings", "image", "managedDisk",
-        "name", "osType", "vhd", "writeAcceleratorEnabled",
+        "caching",
+        "createOption",
+        "diffDiskSettings",
+        "diskSizeGB",
+        "encryptionSettings",
+        "image",
+        "managedDisk",
+        "name",
+        "osType",
+        "vhd",
+        "writeAcceleratorEnabled",
     ]
     assert compute["storageProfile"]["osDisk"]["encryptionSettings"] == {"enabled": "false"}
     assert compute["extendedLocation"] == {"name": "", "type": ""}
@@ -226,6 +373,7 @@ def test_preview_network_uses_the_preview_schema(vm):
 
 
 # ---------------------------------------------------------------------------------------------------- values
+
 
 @pytest.mark.parametrize("version", ai.INSTANCE_API_VERSIONS)
 def test_every_primitive_is_a_string(vm, scale_set_vm, version):
@@ -342,6 +490,7 @@ def test_document_is_deterministic_and_json_serialisable(vm):
 
 # ---------------------------------------------------------------------------------------------------- leaf
 
+
 def test_leaf_walks_keys_and_list_indexes(vm):
     document = ai.instance_document(vm, NEWEST)
     assert ai.leaf(document, ["compute", "name"]) == "standalone-01"
@@ -354,17 +503,20 @@ def test_leaf_walks_keys_and_list_indexes(vm):
     assert ai.leaf(document, ["", "compute", "", "vmId", ""]) == vm.vm_id  # empty segments are skipped
 
 
-@pytest.mark.parametrize("path", [
-    "compute/nope",
-    "compute/Name",  # case-sensitive
-    "network/interface/1",
-    "network/interface/-1",
-    "network/interface/01",
-    "network/interface/x",
-    "network/interface/0/ipv4/ipAddress/0/privateIpAddress/more",
-    "compute/0",
-    "computer",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "compute/nope",
+        "compute/Name",  # case-sensitive
+        "network/interface/1",
+        "network/interface/-1",
+        "network/interface/01",
+        "network/interface/x",
+        "network/interface/0/ipv4/ipAddress/0/privateIpAddress/more",
+        "compute/0",
+        "computer",
+    ],
+)
 def test_leaf_returns_none_for_paths_that_do_not_exist(vm, path):
     assert ai.leaf(ai.instance_document(vm, NEWEST), path.split("/")) is None
 
@@ -376,14 +528,15 @@ def test_leaf_respects_the_version(vm):
 
 # ---------------------------------------------------------------------------------------------------- text
 
+
 def test_text_format_of_leaves(vm):
     document = ai.instance_document(vm, NEWEST)
     assert ai.text_format(ai.leaf(document, ["compute", "platformFaultDomain"])) == "1"
     assert ai.text_format(ai.leaf(document, ["compute", "tags"])) == "Env:prod;role:api"
     assert ai.text_format(ai.leaf(document, ["compute", "vmScaleSetName"])) == ""
-    assert ai.text_format(
-        ai.leaf(document, "network/interface/0/ipv4/ipAddress/0/privateIpAddress".split("/"))
-    ) == str(ai.private_ipv4(vm))
+    assert ai.text_format(ai.leaf(document, "network/interface/0/ipv4/ipAddress/0/privateIpAddress".split("/"))) == str(
+        ai.private_ipv4(vm)
+    )
     assert ai.text_format(7) == "7" and ai.text_format(None) == ""
 
 
@@ -396,8 +549,9 @@ def test_text_format_of_non_leaves_lists_the_children(vm):
     assert ai.text_format(document["compute"]["tagsList"]) == "0/\n1/"
     assert ai.text_format(document["network"]["interface"][0]["ipv6"]["ipAddress"]) == ""
     lines = ai.text_format(document["compute"]).split("\n")
-    assert lines == [key + "/" if isinstance(value, (dict, list)) else key
-                     for key, value in document["compute"].items()]
+    assert lines == [
+        key + "/" if isinstance(value, (dict, list)) else key for key, value in document["compute"].items()
+    ]
     assert "plan/" in lines and "name" in lines and "tagsList/" in lines
 
 
@@ -421,6 +575,7 @@ def test_error_bodies_have_the_imds_shape():
 
 
 # ---------------------------------------------------------------------------------------------------- answer
+
 
 def test_answer_leaf_as_text(vm):
     status, body, content_type = ai.answer(vm, NEWEST, "/compute/name", "text")
@@ -474,6 +629,7 @@ def test_answer_is_rendered_again_when_the_vm_record_changes(vm):
 
 
 # ---------------------------------------------------------------------------------------------------- extended
+
 
 def test_extended_adds_the_provisioning_object_and_nothing_else(vm):
     """``extended=true`` (what cloud-init and azure-init send) adds the top-level ``extended`` object, whose

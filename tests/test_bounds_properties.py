@@ -6,11 +6,15 @@ and time can run to the end of the range with every deadline applied."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from forewarn.aws.component import Ec2Request
+from forewarn.aws.model import Ec2Code
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.model import EventType
 from forewarn.core.bounds import (
     EARLIEST_TIME,
     LATEST_TIME,
@@ -23,13 +27,10 @@ from forewarn.core.bounds import (
     MIN_CLOCK_SPEED,
 )
 from forewarn.core.clock import Clock
-from forewarn.core.ec2 import Ec2Code
-from forewarn.core.ec2_engine import Ec2Request
-from forewarn.core.engine import Engine, EventChanged, ScheduleRequest
 from forewarn.core.errors import CoreError
-from forewarn.core.model import EventType
-from forewarn.core.waves import WaveOrder, WaveSpec
-from forewarn.fleetfile import parse_fleet
+from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.fleetfile import parse_fleet
+from forewarn.waves.component import WaveOrder, WaveSpec
 from helpers import SMALL_FLEET, T0
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
@@ -38,51 +39,113 @@ VM_NAMES = sorted(FLEET.vms)
 US = timedelta(microseconds=1)
 FAR = timezone(timedelta(hours=14))  # the largest offset in use: its times near datetime.min have no UTC form
 
-BOUNDARY_DURATIONS = [timedelta(0), -US, US, MAX_NOTICE, MAX_NOTICE + US, MAX_EVENT_LENGTH, MAX_EVENT_LENGTH + US,
-                      MAX_EC2_DEADLINE + US, MAX_CLOCK_STEP, MAX_CLOCK_STEP + US, timedelta.max, timedelta.min,
-                      timedelta(seconds=10**12 // 86400 * 86400)]
+BOUNDARY_DURATIONS = [
+    timedelta(0),
+    -US,
+    US,
+    MAX_NOTICE,
+    MAX_NOTICE + US,
+    MAX_EVENT_LENGTH,
+    MAX_EVENT_LENGTH + US,
+    MAX_EC2_DEADLINE + US,
+    MAX_CLOCK_STEP,
+    MAX_CLOCK_STEP + US,
+    timedelta.max,
+    timedelta.min,
+    timedelta(seconds=10**12 // 86400 * 86400),
+]
 realistic_durations = st.timedeltas(min_value=timedelta(0), max_value=timedelta(days=3))
-durations = st.one_of(st.sampled_from(BOUNDARY_DURATIONS), st.timedeltas(), realistic_durations, realistic_durations,
-                      st.timedeltas(min_value=-timedelta(days=2), max_value=timedelta(days=400)))
-BOUNDARY_TIMES = [EARLIEST_TIME, EARLIEST_TIME - US, LATEST_TIME, LATEST_TIME + US,
-                  datetime.max.replace(tzinfo=timezone.utc), datetime.min.replace(tzinfo=timezone.utc),
-                  datetime.min.replace(tzinfo=FAR), datetime.max.replace(tzinfo=timezone(-timedelta(hours=14))),
-                  datetime(9999, 12, 31, 23, 59, 59, 500000, tzinfo=timezone.utc), datetime(2026, 4, 20, 22, 30)]
-realistic_times = st.datetimes(min_value=datetime(2026, 4, 21), max_value=datetime(2026, 6, 1),
-                               timezones=st.just(timezone.utc))
-times = st.one_of(st.sampled_from(BOUNDARY_TIMES), st.datetimes(timezones=st.just(timezone.utc)), realistic_times,
-                  realistic_times, st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2028, 1, 1),
-                                                timezones=st.just(timezone.utc)))
-numbers = st.one_of(st.none(), st.integers(min_value=-1, max_value=MAX_DURATION_SECONDS),
-                    st.sampled_from([-2, -1, 0, 1, MAX_DURATION_SECONDS, MAX_DURATION_SECONDS + 1, 10**12, True,
-                                     False, 5.0]), st.integers())
+durations = st.one_of(
+    st.sampled_from(BOUNDARY_DURATIONS),
+    st.timedeltas(),
+    realistic_durations,
+    realistic_durations,
+    st.timedeltas(min_value=-timedelta(days=2), max_value=timedelta(days=400)),
+)
+BOUNDARY_TIMES = [
+    EARLIEST_TIME,
+    EARLIEST_TIME - US,
+    LATEST_TIME,
+    LATEST_TIME + US,
+    datetime.max.replace(tzinfo=UTC),
+    datetime.min.replace(tzinfo=UTC),
+    datetime.min.replace(tzinfo=FAR),
+    datetime.max.replace(tzinfo=timezone(-timedelta(hours=14))),
+    datetime(9999, 12, 31, 23, 59, 59, 500000, tzinfo=UTC),
+    datetime(2026, 4, 20, 22, 30),
+]
+realistic_times = st.datetimes(min_value=datetime(2026, 4, 21), max_value=datetime(2026, 6, 1), timezones=st.just(UTC))
+times = st.one_of(
+    st.sampled_from(BOUNDARY_TIMES),
+    st.datetimes(timezones=st.just(UTC)),
+    realistic_times,
+    realistic_times,
+    st.datetimes(min_value=datetime(2026, 1, 1), max_value=datetime(2028, 1, 1), timezones=st.just(UTC)),
+)
+numbers = st.one_of(
+    st.none(),
+    st.integers(min_value=-1, max_value=MAX_DURATION_SECONDS),
+    st.sampled_from([-2, -1, 0, 1, MAX_DURATION_SECONDS, MAX_DURATION_SECONDS + 1, 10**12, True, False, 5.0]),
+    st.integers(),
+)
 maybe_durations = st.one_of(st.none(), durations)
 # A notice or a NotBefore (both at once is refused before anything else is looked at).
 starts = st.one_of(st.tuples(maybe_durations, st.none()), st.tuples(st.none(), times))
 
-commands = st.lists(st.one_of(
-    st.tuples(st.just("schedule"), st.sampled_from(list(EventType)), st.sampled_from(VM_NAMES), starts,
-              maybe_durations, numbers, st.one_of(st.integers(min_value=0, max_value=3), numbers)),
-    st.tuples(st.just("advance_by"), durations),
-    st.tuples(st.just("advance_to"), times),
-    st.tuples(st.just("user"), st.sampled_from(["restart", "redeploy"]), st.sampled_from(VM_NAMES), maybe_durations),
-    st.tuples(st.just("predicted_failure"), st.sampled_from(sorted(FLEET.hosts)), maybe_durations),
-    st.tuples(st.just("hardware_failure"), st.sampled_from(sorted(FLEET.hosts))),
-    st.tuples(st.just("wave"), maybe_durations, numbers, maybe_durations,
-              st.one_of(st.integers(min_value=1, max_value=3), numbers)),
-    st.tuples(st.just("ec2"), st.sampled_from([Ec2Code.SYSTEM_REBOOT, Ec2Code.INSTANCE_REBOOT]), starts,
-              maybe_durations, maybe_durations),
-    st.tuples(st.just("reschedule"), times),
-), min_size=1, max_size=12)
+commands = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("schedule"),
+            st.sampled_from(list(EventType)),
+            st.sampled_from(VM_NAMES),
+            starts,
+            maybe_durations,
+            numbers,
+            st.one_of(st.integers(min_value=0, max_value=3), numbers),
+        ),
+        st.tuples(st.just("advance_by"), durations),
+        st.tuples(st.just("advance_to"), times),
+        st.tuples(
+            st.just("user"), st.sampled_from(["restart", "redeploy"]), st.sampled_from(VM_NAMES), maybe_durations
+        ),
+        st.tuples(st.just("predicted_failure"), st.sampled_from(sorted(FLEET.hosts)), maybe_durations),
+        st.tuples(st.just("hardware_failure"), st.sampled_from(sorted(FLEET.hosts))),
+        st.tuples(
+            st.just("wave"),
+            maybe_durations,
+            numbers,
+            maybe_durations,
+            st.one_of(st.integers(min_value=1, max_value=3), numbers),
+        ),
+        st.tuples(
+            st.just("ec2"),
+            st.sampled_from([Ec2Code.SYSTEM_REBOOT, Ec2Code.INSTANCE_REBOOT]),
+            starts,
+            maybe_durations,
+            maybe_durations,
+        ),
+        st.tuples(st.just("reschedule"), times),
+    ),
+    min_size=1,
+    max_size=12,
+)
 
 
 def apply(engine: Engine, command: tuple) -> list:
     kind = command[0]
     if kind == "schedule":
         _, event_type, vm, (notice, not_before), window, seconds, extra = command
-        return engine.schedule(ScheduleRequest(
-            event_type, vms=(vm,), notice=notice, not_before=not_before, impact_window=window,
-            duration_seconds=seconds, extra_impacts=0 if extra is None else extra))
+        return engine.schedule(
+            ScheduleRequest(
+                event_type,
+                vms=(vm,),
+                notice=notice,
+                not_before=not_before,
+                impact_window=window,
+                duration_seconds=seconds,
+                extra_impacts=0 if extra is None else extra,
+            )
+        )
     if kind == "advance_by":
         try:
             to = engine.now + command[1]
@@ -99,13 +162,22 @@ def apply(engine: Engine, command: tuple) -> list:
         return engine.hardware_failure([command[1]])
     if kind == "wave":
         _, notice, seconds, window, concurrency = command
-        return engine.start_wave(WaveSpec(
-            EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, 1 if concurrency is None else concurrency, ("westno",),
-            notice=notice, duration_seconds=seconds, impact_window=window))
+        return engine.start_wave(
+            WaveSpec(
+                EventType.FREEZE,
+                WaveOrder.UPDATE_DOMAIN,
+                1 if concurrency is None else concurrency,
+                ("westno",),
+                notice=notice,
+                duration_seconds=seconds,
+                impact_window=window,
+            )
+        )
     if kind == "ec2":
         _, code, (notice, not_before), window, deadline = command
-        return engine.schedule_ec2(Ec2Request(code, (EBS,), notice=notice, not_before=not_before, window=window,
-                                              deadline=deadline))
+        return engine.schedule_ec2(
+            Ec2Request(code, (EBS,), notice=notice, not_before=not_before, window=window, deadline=deadline)
+        )
     events = [e for e in engine.ec2_events.values() if e.not_before_deadline is not None]
     if not events:
         return []
@@ -113,15 +185,33 @@ def apply(engine: Engine, command: tuple) -> list:
 
 
 def state(engine: Engine) -> tuple:
-    return (engine.now, dict(engine.events), dict(engine.vm_states), dict(engine.ec2_events),
-            dict(engine.ec2_states), dict(engine.waves), dict(engine.incarnations), engine.next_seq)
+    return (
+        engine.now,
+        dict(engine.events),
+        dict(engine.vm_states),
+        dict(engine.ec2_events),
+        dict(engine.ec2_states),
+        dict(engine.waves),
+        dict(engine.incarnations),
+        engine.next_seq,
+    )
 
 
 def rebuilt(engine: Engine) -> Engine:
-    return Engine(FLEET, "bounds", engine.now, events=engine.events.values(), incarnations=engine.incarnations,
-                  vm_states=engine.vm_states.values(), policies=engine.policies.values(), created_at=T0,
-                  ec2_events=engine.ec2_events.values(), ec2_states=engine.ec2_states.values(),
-                  next_seq=engine.next_seq, waves=engine.waves.values())
+    return Engine(
+        FLEET,
+        "bounds",
+        engine.now,
+        events=engine.events.values(),
+        incarnations=engine.incarnations,
+        vm_states=engine.vm_states.values(),
+        policies=engine.policies.values(),
+        created_at=T0,
+        ec2_events=engine.ec2_events.values(),
+        ec2_states=engine.ec2_states.values(),
+        next_seq=engine.next_seq,
+        waves=engine.waves.values(),
+    )
 
 
 def assert_inside_bounds(engine: Engine) -> None:
@@ -145,8 +235,11 @@ def test_any_duration_or_date_is_refused_by_the_engine_or_kept_inside_the_bounds
         except CoreError:
             assert state(engine) == before, f"{command} was refused but changed the engine"
             continue
-        assert all(change.event.duration_seconds <= MAX_DURATION_SECONDS
-                   for change in changes if isinstance(change, EventChanged))
+        assert all(
+            change.event.duration_seconds <= MAX_DURATION_SECONDS
+            for change in changes
+            if isinstance(change, EventChanged)
+        )
         assert_inside_bounds(engine)
     again = rebuilt(engine)
     assert again.repaired == [] and again.next_deadline() == engine.next_deadline()
@@ -156,11 +249,20 @@ def test_any_duration_or_date_is_refused_by_the_engine_or_kept_inside_the_bounds
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(["manual", "real"]),
-       st.one_of(st.floats(), st.integers(), st.booleans(), st.sampled_from([MIN_CLOCK_SPEED, MAX_CLOCK_SPEED])),
-       st.one_of(st.none(), times),
-       st.lists(st.tuples(st.sampled_from(["advance", "set", "read", "speed"]), durations, times,
-                          st.floats(allow_nan=True, allow_infinity=True)), max_size=8))
+@given(
+    st.sampled_from(["manual", "real"]),
+    st.one_of(st.floats(), st.integers(), st.booleans(), st.sampled_from([MIN_CLOCK_SPEED, MAX_CLOCK_SPEED])),
+    st.one_of(st.none(), times),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["advance", "set", "read", "speed"]),
+            durations,
+            times,
+            st.floats(allow_nan=True, allow_infinity=True),
+        ),
+        max_size=8,
+    ),
+)
 def test_the_clock_refuses_with_its_own_error_and_never_leaves_the_range(mode, speed, start, moves):
     wall = 1_700_000_000.0
     try:
@@ -188,12 +290,20 @@ def test_the_clock_refuses_with_its_own_error_and_never_leaves_the_range(mode, s
 def test_an_engine_loads_any_stored_event_and_runs_it_to_the_end(seconds, window, not_before, extra, now):
     """What an older forewarn may have written: each value is clamped into the bounds, and said so."""
     engine = Engine(FLEET, "bounds", T0)
-    [event] = [c.event for c in engine.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
-               if isinstance(c, EventChanged)]
+    [event] = [
+        c.event
+        for c in engine.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+        if isinstance(c, EventChanged)
+    ]
     try:
-        stored = replace(event, duration_seconds=seconds, impact_window=window,
-                         not_before=not_before.astimezone(timezone.utc), extra_impacts=extra)
-        stored_now = now.astimezone(timezone.utc)
+        stored = replace(
+            event,
+            duration_seconds=seconds,
+            impact_window=window,
+            not_before=not_before.astimezone(UTC),
+            extra_impacts=extra,
+        )
+        stored_now = now.astimezone(UTC)
     except OverflowError:  # no UTC form: not a value a database holds
         return
     loaded = Engine(FLEET, "bounds", stored_now, events=[stored], created_at=T0)

@@ -11,15 +11,15 @@ from datetime import timedelta
 import pytest
 import requests
 
-from forewarn.core.engine import Engine, ScheduleRequest
-from forewarn.core.model import EventType
+from forewarn.azure.model import EventType
+from forewarn.engine.engine import Engine, ScheduleRequest
 from helpers import ROOT, T0, Server, forewarn, free_port, small_fleet
 
 
 def _without(args: list[str], option: str) -> list[str]:
     """``args`` less ``option`` and its value."""
     at = args.index(option)
-    return args[:at] + args[at + 2:]
+    return args[:at] + args[at + 2 :]
 
 
 def test_restart_without_clock_keeps_the_stored_manual_clock(tmp_path):
@@ -59,12 +59,24 @@ def test_document_prints_the_exact_bytes_imds_serves(tmp_path):
 
 
 def _serve(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "forewarn", "serve", "--fleet", "demo", "--db", ":memory:", *args],
-                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    return subprocess.run(
+        [sys.executable, "-m", "forewarn", "serve", "--fleet", "demo", "--db", ":memory:", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
 
 
-@pytest.mark.parametrize("option, what", [("--port", "control API"), ("--imds-port", "metadata endpoint"),
-                                          ("--arm-port", "ARM API"), ("--ec2-port", "EC2 API")])
+@pytest.mark.parametrize(
+    "option, what",
+    [
+        ("--port", "control API"),
+        ("--imds-port", "metadata endpoint"),
+        ("--arm-port", "ARM API"),
+        ("--ec2-port", "EC2 API"),
+    ],
+)
 def test_a_taken_port_is_named_with_the_option_that_sets_it(option, what):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -124,7 +136,9 @@ def test_an_ambiguous_event_id_prefix_lists_the_candidates():
     engine = Engine(small_fleet(), seed="test", now=T0)
     seen: dict[str, str] = {}
     for _ in range(3000):  # 4 hex digits: a clash is expected after a few hundred ids (the birthday bound)
-        changes = engine.schedule(ScheduleRequest(event_type=EventType.FREEZE, vms=("solo",), notice=timedelta(hours=1)))
+        changes = engine.schedule(
+            ScheduleRequest(event_type=EventType.FREEZE, vms=("solo",), notice=timedelta(hours=1))
+        )
         event_id = changes[0].event.event_id
         if event_id[:4] in seen:
             break
@@ -136,7 +150,7 @@ def test_an_ambiguous_event_id_prefix_lists_the_candidates():
     with pytest.raises(Ambiguous) as raised:
         engine.resolve_event_id(event_id[:common].lower())
     assert first in str(raised.value) and event_id in str(raised.value) and "give more characters" in str(raised.value)
-    assert engine.resolve_event_id(event_id[:common + 1]) == event_id
+    assert engine.resolve_event_id(event_id[: common + 1]) == event_id
 
 
 def test_unknown_names_get_a_did_you_mean(tmp_path):
@@ -155,15 +169,20 @@ def test_unknown_names_get_a_did_you_mean(tmp_path):
             assert len(run.stderr.strip().splitlines()) == 1
         far = forewarn(server, "vm", "show", "zzzzzzzz", check=False)
         assert "did you mean" not in far.stderr
-    scenario = subprocess.run([sys.executable, "-m", "forewarn", "scenario", "show", "user-rebot"], capture_output=True,
-                              text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    scenario = subprocess.run(
+        [sys.executable, "-m", "forewarn", "scenario", "show", "user-rebot"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
     assert scenario.returncode != 0 and "did you mean 'user-reboot'" in scenario.stderr
 
 
 def test_ec2_api_messages_stay_as_aws_words_them(tmp_path):
     """The suggestion is the control API's: the EC2 Query API keeps AWS's own message."""
     from forewarn.core.errors import NotFound
-    from forewarn.core.fleet import Fleet
+    from forewarn.engine.fleet import Fleet
 
     with pytest.raises(NotFound) as raised:
         Fleet(hosts=[], vms=[]).instance("i-0123456789abcdef0")
@@ -181,8 +200,13 @@ vms:
 
 
 def _acknowledge(server: Server, *ids: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "forewarn", "acknowledge", "--arm", server.arm, *ids],
-                          capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    return subprocess.run(
+        [sys.executable, "-m", "forewarn", "acknowledge", "--arm", server.arm, *ids],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
 
 
 def test_acknowledge_takes_an_event_id_or_its_prefix(tmp_path):
@@ -210,8 +234,14 @@ def test_clock_moves_say_what_happened(tmp_path):
         assert any(line.split()[:3] == ["impacted", "solo", "VM"] for line in lines), step.stdout
         moved = json.loads(forewarn(server, "clock", "advance", "1h", "--json").stdout)
         assert moved["now"] == "2026-04-20T23:16:58Z"
-        assert {"kind": "event", "id": event["event_id"], "what": "completed", "type": "Freeze", "status": "Completed",
-                "targets": ["solo"]}.items() <= next(c for c in moved["changes"] if c["kind"] == "event").items()
+        assert {
+            "kind": "event",
+            "id": event["event_id"],
+            "what": "completed",
+            "type": "Freeze",
+            "status": "Completed",
+            "targets": ["solo"],
+        }.items() <= next(c for c in moved["changes"] if c["kind"] == "event").items()
         assert moved["changes_total"] == len(moved["changes"]) >= 2
         canceled = server.schedule(type="Reboot", vms=["WestNO_0"], notice="5m")[0]
         server.post(f"/v1/events/{canceled['event_id']}/cancel", expect=200)
@@ -235,16 +265,19 @@ scale_sets:
 
 
 def test_resource_graph_and_event_grid_agree_on_resource_type(tmp_path):
-    from forewarn.eventgrid.events import scheduled_event_emitted
-    from forewarn.eventgrid.settings import EventGridSettings
-    from forewarn.fleetfile import parse_fleet
+    from forewarn.azure.eventgrid.events import scheduled_event_emitted
+    from forewarn.azure.eventgrid.settings import EventGridSettings
+    from forewarn.engine.fleetfile import parse_fleet
 
     with Server(tmp_path, SET_FLEET) as server:
         server.schedule(type="Freeze", vms=["web_0"])
         server.schedule(type="Freeze", vms=["db-0"])
-        page = requests.post(f"{server.arm}/providers/Microsoft.ResourceGraph/resources",
-                             params={"api-version": "2022-10-01"}, timeout=10,
-                             json={"query": "maintenanceresources | project id, properties"}).json()
+        page = requests.post(
+            f"{server.arm}/providers/Microsoft.ResourceGraph/resources",
+            params={"api-version": "2022-10-01"},
+            timeout=10,
+            json={"query": "maintenanceresources | project id, properties"},
+        ).json()
     rows = {row["properties"]["Resources"][0]: row for row in page["data"]}
     assert "/virtualmachinescalesets/web/" in rows["web_0"]["id"]
     assert "/availabilitysets/db/" in rows["db-0"]["id"]

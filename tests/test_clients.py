@@ -46,8 +46,11 @@ def test_seed_python_sample_unmodified_but_its_url(server, tmp_path):
 
 
 def test_cli_drives_the_whole_lifecycle(server):
-    scheduled = json.loads(forewarn(server, "schedule", "--type", "Freeze", "--vm", "WestNO_0,WestNO_1",
-                                    "--notice", "PT10M", "--json").stdout)
+    scheduled = json.loads(
+        forewarn(
+            server, "schedule", "--type", "Freeze", "--vm", "WestNO_0,WestNO_1", "--notice", "PT10M", "--json"
+        ).stdout
+    )
     [event] = scheduled
     assert event["resources"] == ["WestNO_0", "WestNO_1"] and event["not_before"] == "2026-04-20T22:21:58Z"
     table = forewarn(server, "events").stdout
@@ -81,8 +84,12 @@ def test_cli_approve_cancel_and_readable_errors(server):
     assert bad.returncode == 1 and "no VM named 'ghost'" in bad.stderr
     bad_duration = forewarn(server, "clock", "advance", "soon", check=False)
     assert bad_duration.returncode == 2 and "invalid duration" in bad_duration.stderr
-    nowhere = subprocess.run([sys.executable, "-m", "forewarn", "--server", "http://127.0.0.1:9", "events"],
-                             capture_output=True, text=True, env={"PYTHONPATH": str(ROOT / "src")})
+    nowhere = subprocess.run(
+        [sys.executable, "-m", "forewarn", "--server", "http://127.0.0.1:9", "events"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
     assert nowhere.returncode == 1 and "Is `forewarn serve` running?" in nowhere.stderr
 
 
@@ -115,8 +122,13 @@ def test_sped_up_clock_starts_events_by_itself(tmp_path):
 def test_server_refuses_bad_fleet_file_with_file_and_line(tmp_path):
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text("hosts:\n  - name: h1\nvms:\n  - name: a\n    host: h2\n")
-    run = subprocess.run([sys.executable, "-m", "forewarn", "serve", "--fleet", str(fleet), "--db", ":memory:"],
-                         capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "serve", "--fleet", str(fleet), "--db", ":memory:"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
     assert run.returncode == 1
     assert f"{fleet}:5: vms[0].host: host 'h2' is not declared under hosts" in run.stderr
 
@@ -137,9 +149,12 @@ def test_cli_platform_commands(server):
     assert scaled["events"][0]["type"] == "Terminate" and scaled["events"][0]["resources"] == ["myvmss_2"]
     failed = forewarn(server, "platform", "hardware-failure", "host-01").stdout
     assert "Started" in failed and "Redeploy" in failed
-    predicted = json.loads(forewarn(server, "platform", "predicted-failure", "host-02", "--notice", "2d", "--json").stdout)
+    predicted = json.loads(
+        forewarn(server, "platform", "predicted-failure", "host-02", "--notice", "2d", "--json").stdout
+    )
     assert predicted["events"][0]["not_before"] == "2026-04-22T22:11:58Z"
     assert "Preempt" in forewarn(server, "platform", "evict", "spotty").stdout
-    domain = json.loads(forewarn(server, "schedule", "--type", "Freeze", "--set", "myvmss", "--update-domain", "0",
-                                 "--json").stdout)
+    domain = json.loads(
+        forewarn(server, "schedule", "--type", "Freeze", "--set", "myvmss", "--update-domain", "0", "--json").stdout
+    )
     assert domain[0]["resources"] == ["myvmss_0"]

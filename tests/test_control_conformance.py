@@ -30,13 +30,23 @@ from schemathesis.specs.openapi.checks import (
 from helpers import Server
 
 FUZZ_EXAMPLES = int(os.environ.get("FOREWARN_FUZZ_EXAMPLES", "10"))
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+]
 
 
 def _is_error_shape(body) -> bool:
-    return (isinstance(body, dict) and set(body) == {"error"} and isinstance(body["error"], dict)
-            and isinstance(body["error"].get("code"), str) and isinstance(body["error"].get("message"), str))
+    return (
+        isinstance(body, dict)
+        and set(body) == {"error"}
+        and isinstance(body["error"], dict)
+        and isinstance(body["error"].get("code"), str)
+        and isinstance(body["error"].get("message"), str)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,31 +56,42 @@ def server(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------- the error shape
-@pytest.mark.parametrize("method, path, body, status", [
-    ("GET", "/v1/nowhere", None, 404),                                    # unknown route
-    ("DELETE", "/v1/events", None, 405),                                  # wrong method
-    ("OPTIONS", "/v1/events", None, 405),
-    ("POST", "/v1/platform/evict", b"\xff\xfe{", 400),                    # a body that is not JSON text
-    ("POST", "/v1/events", b"{", 400),                                    # malformed JSON
-    ("POST", "/v1/events", b'{"type": 3}', 400),                          # validation
-    ("GET", "/v1/journal?limit=0", None, 400),                            # query validation
-    ("GET", "/v1/events/NOPE-NOT-AN-EVENT", None, 404),                   # unknown event
-])
+@pytest.mark.parametrize(
+    "method, path, body, status",
+    [
+        ("GET", "/v1/nowhere", None, 404),  # unknown route
+        ("DELETE", "/v1/events", None, 405),  # wrong method
+        ("OPTIONS", "/v1/events", None, 405),
+        ("POST", "/v1/platform/evict", b"\xff\xfe{", 400),  # a body that is not JSON text
+        ("POST", "/v1/events", b"{", 400),  # malformed JSON
+        ("POST", "/v1/events", b'{"type": 3}', 400),  # validation
+        ("GET", "/v1/journal?limit=0", None, 400),  # query validation
+        ("GET", "/v1/events/NOPE-NOT-AN-EVENT", None, 404),  # unknown event
+    ],
+)
 def test_every_error_has_the_documented_shape(server, method, path, body, status):
-    response = requests.request(method, f"{server.control}{path}", data=body,
-                                headers={"Content-Type": "application/json"} if body is not None else {}, timeout=10)
+    response = requests.request(
+        method,
+        f"{server.control}{path}",
+        data=body,
+        headers={"Content-Type": "application/json"} if body is not None else {},
+        timeout=10,
+    )
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/json"
     assert _is_error_shape(response.json()), response.text
 
 
-@pytest.mark.parametrize("path, allowed", [
-    ("/v1/events", "GET, POST"),
-    ("/v1/imds/faults", "DELETE, GET, POST"),
-    ("/v1/policies/westno", "GET, PATCH"),
-    ("/v1/vms/delete", "POST"),          # not GET: /v1/vms/{name} also matches, but the document means this path
-    ("/v1/waves", "GET, POST"),
-])
+@pytest.mark.parametrize(
+    "path, allowed",
+    [
+        ("/v1/events", "GET, POST"),
+        ("/v1/imds/faults", "DELETE, GET, POST"),
+        ("/v1/policies/westno", "GET, PATCH"),
+        ("/v1/vms/delete", "POST"),  # not GET: /v1/vms/{name} also matches, but the document means this path
+        ("/v1/waves", "GET, POST"),
+    ],
+)
 def test_a_wrong_method_gets_405_with_every_method_of_the_path(server, path, allowed):
     for method in ("OPTIONS", "PUT"):
         response = requests.request(method, f"{server.control}{path}", timeout=10)
@@ -92,18 +113,26 @@ def test_the_openapi_document_tells_the_errors_the_api_sends(server):
             for status, response in operation["responses"].items():
                 if status[0] in "45":
                     assert response["content"]["application/json"]["schema"] == {
-                        "$ref": "#/components/schemas/ErrorOut"}, (method, path, status)
+                        "$ref": "#/components/schemas/ErrorOut"
+                    }, (method, path, status)
 
 
 # ----------------------------------------------------------------------------------------------- schemathesis
-def _operation_outcomes(operation, mode: GenerationMode, outcomes: Counter, path_parameters: dict | None = None
-                        ) -> list[str]:
+def _operation_outcomes(
+    operation, mode: GenerationMode, outcomes: Counter, path_parameters: dict | None = None
+) -> list[str]:
     """Run ``FUZZ_EXAMPLES`` generated cases of one operation; the failures, each with its reproduction."""
     failures: list[str] = []
 
     @given(case=operation.as_strategy(generation_mode=mode, path_parameters=path_parameters))
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck), phases=[Phase.explicit, Phase.generate])
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.explicit, Phase.generate],
+    )
     def run(case):
         try:
             response = case.call_and_validate(checks=CHECKS, timeout=10)
@@ -140,9 +169,11 @@ def test_the_control_api_conforms_to_its_openapi_document(server, request):
     by_status: Counter = Counter()
     for (_, _, status), count in outcomes.items():
         by_status[status] += count
-    summary = (f"schemathesis: {sum(outcomes.values())} requests over {len(operations)} operations in {elapsed:.1f} s "
-               f"(FOREWARN_FUZZ_EXAMPLES={FUZZ_EXAMPLES}); status codes: "
-               + ", ".join(f"{status}: {count}" for status, count in sorted(by_status.items())))
+    summary = (
+        f"schemathesis: {sum(outcomes.values())} requests over {len(operations)} operations in {elapsed:.1f} s "
+        f"(FOREWARN_FUZZ_EXAMPLES={FUZZ_EXAMPLES}); status codes: "
+        + ", ".join(f"{status}: {count}" for status, count in sorted(by_status.items()))
+    )
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
         reporter.write_line("")
@@ -157,9 +188,9 @@ def test_an_unexpected_exception_is_a_500_in_the_error_shape(tmp_path):
 
     import httpx
 
-    from forewarn.service.runtime import Maintenance
+    from forewarn.app.runtime import Maintenance
+    from forewarn.control.app import create_control_app
     from forewarn.store import open_store
-    from forewarn.surfaces.control import create_control_app
     from helpers import T0, small_fleet
 
     service = Maintenance.open(open_store(str(tmp_path / "bug.db")), small_fleet(), "manual", 1.0, T0, "seed")

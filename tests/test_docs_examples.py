@@ -77,10 +77,12 @@ def blocks_of(page: Path) -> list[Block]:
     for match in FENCE.finditer(text):
         line = text.count("\n", 0, match.start()) + 1
         indent = match.group("indent")
-        body = "\n".join(row[len(indent):] if row.startswith(indent) else row
-                         for row in match.group("body").splitlines()) + "\n"
+        body = (
+            "\n".join(row[len(indent) :] if row.startswith(indent) else row for row in match.group("body").splitlines())
+            + "\n"
+        )
         block = Block(page, line, match.group("lang"), body)
-        before = text[:match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         directive = DIRECTIVE.search(before)
         if directive:
             if directive.group("kind") == "file":
@@ -99,7 +101,8 @@ ALL_BLOCKS = [block for page in PAGES for block in blocks_of(page)]
 def test_block_says_what_it_is(block: Block):
     assert block.lang in RUN | FILES | SHOWN, (
         f"{block.where}: a fenced block needs a language: sh or python (run), yaml (a file, parsed), "
-        f"json, xml or text (shown, not run); this one has {block.lang or 'none'!r}")
+        f"json, xml or text (shown, not run); this one has {block.lang or 'none'!r}"
+    )
 
 
 # ----------------------------------------------------------------------------------------------- YAML files parse
@@ -110,16 +113,21 @@ def yaml_kind(data) -> str:
         return "scenario"
     if "principals" in data:
         return "access"
-    if {"system_topics", "settings"} & data.keys() and not {"vms", "hosts", "scale_sets", "ec2_instances"} & data.keys():
+    if {"system_topics", "settings"} & data.keys() and not {
+        "vms",
+        "hosts",
+        "scale_sets",
+        "ec2_instances",
+    } & data.keys():
         return "event grid"  # an --event-grid file; a fleet file's event_grid: section is a fleet's
     return "fleet"
 
 
 def parse_yaml_file(block: Block, directory: Path) -> None:
-    from forewarn.eventgrid.config import load_event_grid_file
-    from forewarn.fleetfile import load_fleet
+    from forewarn.azure.arm.access import load_access
+    from forewarn.azure.eventgrid.config import load_event_grid_file
+    from forewarn.engine.fleetfile import load_fleet
     from forewarn.scenarios.spec import load_scenario
-    from forewarn.surfaces.azure_access import load_access
 
     path = directory / (block.file or "example.yaml")
     path.write_text(block.body)
@@ -127,8 +135,9 @@ def parse_yaml_file(block: Block, directory: Path) -> None:
     loader.get(yaml_kind(yaml.safe_load(block.body)), load_fleet)(path)
 
 
-@pytest.mark.parametrize("block", [block for block in ALL_BLOCKS if block.lang in FILES and not block.not_run],
-                         ids=lambda block: block.where)
+@pytest.mark.parametrize(
+    "block", [block for block in ALL_BLOCKS if block.lang in FILES and not block.not_run], ids=lambda block: block.where
+)
 def test_yaml_example_parses(block: Block, tmp_path: Path):
     for other in ALL_BLOCKS:  # a scenario may name a fleet file another block of the page writes
         if other.page == block.page and other.file and other is not block:
@@ -149,7 +158,7 @@ STARTS_SERVER = re.compile(COMMAND_START + r"serve\b.*&\s*(?:#.*)?$")
 IN_BACKGROUND = re.compile(r"&\s*(?:#.*)?$")
 OPTION = re.compile(r"(--[\w-]+)(?:=|\s+)(\S+)")
 
-EXPECT_SCRIPT = '''\
+EXPECT_SCRIPT = """\
 import re, sys
 def wildcard(expected):  # "a ... b" also matches "a b", and "... b" a line that starts with b: spaces go along
     parts = re.split(r" ?(?:\\.\\.\\.|…) ?", " ".join(expected.split()))
@@ -164,7 +173,7 @@ for text in sys.argv[2:]:
             break
     else:
         sys.exit(f"expected output not printed: {text}")
-'''
+"""
 
 
 def free_ports(count: int) -> list[int]:
@@ -220,22 +229,25 @@ def server_lines(block: Block, line: str, ports: dict[int, int]) -> list[str]:
     if STARTS_SERVER.match(line):
         missing = " ".join(f"{option} {ports[port]}" for option, port in FOREWARN_PORTS.items() if option not in given)
         control = given.get("--port", str(ports[8170]))
-        return [f"{command} {missing} >>\"$SERVER_LOG\" 2>&1 &", f"__pids+=($!); __ready_http {control}"]
+        return [f'{command} {missing} >>"$SERVER_LOG" 2>&1 &', f"__pids+=($!); __ready_http {control}"]
     if "--port" not in given:
         raise PageError(f"{block.where}: give `{command.strip()}` its --port (8180-8189 are a page's own ports)")
-    return [f"{command} >>\"$SERVER_LOG\" 2>&1 &", f"__pids+=($!); __ready_tcp {given['--port']}"]
+    return [f'{command} >>"$SERVER_LOG" 2>&1 &', f"__pids+=($!); __ready_tcp {given['--port']}"]
 
 
 def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
     """One bash script for a page: its sh blocks, its python blocks as heredocs, checks for expected output."""
-    out = ["set -e -o pipefail", "__pids=()",
-           "trap 'echo \"::failed: $BASH_COMMAND\" >&2' ERR",
-           "trap 'for p in \"${__pids[@]}\" $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
-           "__ready_http() { for _ in $(seq 1 400); do curl -sf -o /dev/null \"http://127.0.0.1:$1/healthz\" && return 0;"
-           " sleep 0.05; done; echo \"the server on port $1 did not answer\" >&2; return 1; }",
-           "__ready_tcp() { for _ in $(seq 1 400); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0;"
-           " sleep 0.05; done; echo \"nothing listens on port $1\" >&2; return 1; }",
-           "__expect() { \"$PYTHON\" \"$__EXPECT\" \"$@\"; }"]
+    out = [
+        "set -e -o pipefail",
+        "__pids=()",
+        "trap 'echo \"::failed: $BASH_COMMAND\" >&2' ERR",
+        "trap 'for p in \"${__pids[@]}\" $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
+        '__ready_http() { for _ in $(seq 1 400); do curl -sf -o /dev/null "http://127.0.0.1:$1/healthz" && return 0;'
+        ' sleep 0.05; done; echo "the server on port $1 did not answer" >&2; return 1; }',
+        "__ready_tcp() { for _ in $(seq 1 400); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0;"
+        ' sleep 0.05; done; echo "nothing listens on port $1" >&2; return 1; }',
+        '__expect() { "$PYTHON" "$__EXPECT" "$@"; }',
+    ]
     for block in blocks:
         body = substitute_ports(block.body, ports)
         out.append(f"echo '::block {block.where}' >&2")
@@ -257,7 +269,7 @@ def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
                 out.extend(server_lines(block, line, ports))
             elif expected:
                 quoted = " ".join(shlex.quote(text) for text in expected)
-                out.append(f"{{ {line}\n}} > \"$__OUT\" 2>&1; cat \"$__OUT\"; __expect \"$__OUT\" {quoted}")
+                out.append(f'{{ {line}\n}} > "$__OUT" 2>&1; cat "$__OUT"; __expect "$__OUT" {quoted}')
             else:
                 out.append(line)
     return "\n".join(out) + "\n"
@@ -269,7 +281,9 @@ def runnable(page: Path) -> list[Block]:
 
 
 def starts_own_server(blocks: list[Block]) -> bool:
-    return any(STARTS_SERVER.match(line) for block in blocks if block.lang == "sh" for line in logical_lines(block.body))
+    return any(
+        STARTS_SERVER.match(line) for block in blocks if block.lang == "sh" for line in logical_lines(block.body)
+    )
 
 
 PAGES_WITH_COMMANDS = [page for page in PAGES if runnable(page)]
@@ -282,11 +296,23 @@ class MakeRunServer:
         (directory / "var").mkdir()
         self.ports = page_ports()
         self.log = directory / "server.log"
-        command = [str(Path(sys.executable).parent / "forewarn"), "serve", "--fleet", "demo", "--db", "var/demo.db",
-                   *[part for option, port in FOREWARN_PORTS.items() for part in (option, str(self.ports[port]))]]
+        command = [
+            str(Path(sys.executable).parent / "forewarn"),
+            "serve",
+            "--fleet",
+            "demo",
+            "--db",
+            "var/demo.db",
+            *[part for option, port in FOREWARN_PORTS.items() for part in (option, str(self.ports[port]))],
+        ]
         with self.log.open("w") as output:
-            self.process = subprocess.Popen(command, cwd=directory, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
-                                            stdout=output, stderr=subprocess.STDOUT)
+            self.process = subprocess.Popen(
+                command,
+                cwd=directory,
+                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                stdout=output,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -295,7 +321,7 @@ class MakeRunServer:
             except OSError:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"the make-run server did not start:\n{self.log.read_text()[-2000:]}")
+                    raise RuntimeError(f"the make-run server did not start:\n{self.log.read_text()[-2000:]}") from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
@@ -340,8 +366,15 @@ def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Pat
         "__OUT": str(directory / ".output"),
         "__EXPECT": str(directory / ".expect.py"),
     }
-    with subprocess.Popen(["bash", str(directory / ".page.sh")], cwd=directory, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True, start_new_session=True) as run:
+    with subprocess.Popen(
+        ["bash", str(directory / ".page.sh")],
+        cwd=directory,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as run:
         try:
             stdout, stderr = run.communicate(timeout=PAGE_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -365,8 +398,11 @@ LANES = 3  # pages run side by side: most of a page's time is one CLI process or
 def page_runs(request, tmp_path_factory):
     """Every selected page's run, started at once: the pages that share the make-run server one after another, in
     page order (README first, on a fresh server), each page with a server of its own beside them."""
-    selected = [item.callspec.params["page"] for item in request.session.items
-                if getattr(item, "originalname", "") == "test_page_commands_run"]
+    selected = [
+        item.callspec.params["page"]
+        for item in request.session.items
+        if getattr(item, "originalname", "") == "test_page_commands_run"
+    ]
     futures = {page: Future() for page in selected}
     shared = [page for page in selected if not starts_own_server(runnable(page))]
     servers: list[MakeRunServer] = []
@@ -374,13 +410,13 @@ def page_runs(request, tmp_path_factory):
     def run_into(page: Path, ports: dict[int, int], shared_log: Path | None) -> None:
         try:
             futures[page].set_result(run_page(page, tmp_path_factory.mktemp(page.stem), ports, shared_log))
-        except BaseException as error:  # noqa: BLE001 - the page's test reports it
+        except BaseException as error:
             futures[page].set_exception(error)
 
     def shared_lane() -> None:
         try:
             servers.append(MakeRunServer(tmp_path_factory.mktemp("make-run")))
-        except BaseException as error:  # noqa: BLE001
+        except BaseException as error:
             for page in shared:
                 futures[page].set_exception(error)
             return
@@ -399,7 +435,7 @@ def page_runs(request, tmp_path_factory):
             for future in futures.values():
                 try:
                     future.result()
-                except BaseException:  # noqa: BLE001 - already reported
+                except BaseException:
                     pass
             for server in servers:
                 server.stop()
@@ -413,9 +449,11 @@ def test_page_commands_run(page: Path, page_runs):
         pytest.fail(str(error))
     if run.returncode != 0:
         blocks_seen = re.findall(r"::block (\S+)", run.stderr)
-        pytest.fail(f"{page.relative_to(ROOT)}: the example at {blocks_seen[-1] if blocks_seen else '?'} failed "
-                    f"(exit {run.returncode}).\n--- stdout (end)\n{run.stdout[-3000:]}\n--- stderr (end)\n"
-                    f"{run.stderr[-3000:]}\n--- server log (end)\n{run.server_log[-2000:]}")
+        pytest.fail(
+            f"{page.relative_to(ROOT)}: the example at {blocks_seen[-1] if blocks_seen else '?'} failed "
+            f"(exit {run.returncode}).\n--- stdout (end)\n{run.stdout[-3000:]}\n--- stderr (end)\n"
+            f"{run.stderr[-3000:]}\n--- server log (end)\n{run.server_log[-2000:]}"
+        )
 
 
 def test_examples_not_run_are_few_and_say_why():
@@ -445,7 +483,7 @@ def test_a_failing_command_fails_the_page_and_an_expected_failure_does_not(tmp_p
     (tmp_path / "a").mkdir()
     run = run_page(failing, tmp_path / "a", page_ports(), None)
     assert run.returncode != 0 and "never" not in run.stdout
-    said = write_page(tmp_path, "```sh\nfalse || echo \"exit status $?\"\n# → exit status 1\n```\n")
+    said = write_page(tmp_path, '```sh\nfalse || echo "exit status $?"\n# → exit status 1\n```\n')
     (tmp_path / "b").mkdir()
     assert run_page(said, tmp_path / "b", page_ports(), None).returncode == 0
 
@@ -456,10 +494,18 @@ def test_a_server_left_in_the_foreground_is_refused(tmp_path):
         script_for(runnable(page), page_ports())
 
 
-@pytest.mark.parametrize("expected, printed, matches", [
-    ("a ... b", "a b", True), ("a ... b", "a x y b", True), ("... b", "b c", False), ("... b ...", "b c", True),
-    ('{"Id":"...","S":1}', '{"Id":"X-1","S":1}', True), ("a  b", "a b", True), ("a b", "a c", False),
-])
+@pytest.mark.parametrize(
+    "expected, printed, matches",
+    [
+        ("a ... b", "a b", True),
+        ("a ... b", "a x y b", True),
+        ("... b", "b c", False),
+        ("... b ...", "b c", True),
+        ('{"Id":"...","S":1}', '{"Id":"X-1","S":1}', True),
+        ("a  b", "a b", True),
+        ("a b", "a c", False),
+    ],
+)
 def test_wildcards(expected, printed, matches):
     namespace: dict = {}
     exec(EXPECT_SCRIPT.split("printed =")[0], namespace)  # the wildcard function the page's checks use

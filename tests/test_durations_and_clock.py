@@ -12,10 +12,23 @@ from forewarn.core.errors import Conflict, Invalid
 from helpers import T0
 
 
-@pytest.mark.parametrize("text, seconds", [
-    ("30s", 30), ("15m", 900), ("1h30m", 5400), ("2d", 172800), ("PT15M", 900), ("pt30s", 30), ("P1DT2H", 93600),
-    ("90", 90), ("1.5s", 1.5), ("500ms", 0.5), ("P2D", 172800), ("PT0S", 0),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        ("30s", 30),
+        ("15m", 900),
+        ("1h30m", 5400),
+        ("2d", 172800),
+        ("PT15M", 900),
+        ("pt30s", 30),
+        ("P1DT2H", 93600),
+        ("90", 90),
+        ("1.5s", 1.5),
+        ("500ms", 0.5),
+        ("P2D", 172800),
+        ("PT0S", 0),
+    ],
+)
 def test_spellings(text, seconds):
     assert parse_duration(text) == timedelta(seconds=seconds)
 

@@ -26,13 +26,16 @@ def server(tmp_path):
 
 
 def test_ec2_lifecycle_from_the_cli(server):
-    [event] = json.loads(forewarn(server, "schedule", "--code", "instance-stop", "--instance", EBS, "--notice", "2h",
-                                  "--json").stdout)
+    [event] = json.loads(
+        forewarn(server, "schedule", "--code", "instance-stop", "--instance", EBS, "--notice", "2h", "--json").stdout
+    )
     assert event["code"] == "instance-stop" and event["not_after"] is None and event["state"] == "active"
-    [reboot] = json.loads(forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "1d",
-                                   "--json").stdout)
-    moved = json.loads(forewarn(server, "ec2", "reschedule", reboot["event_id"], "2026-04-23T10:00:00Z",
-                                "--json").stdout)
+    [reboot] = json.loads(
+        forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "1d", "--json").stdout
+    )
+    moved = json.loads(
+        forewarn(server, "ec2", "reschedule", reboot["event_id"], "2026-04-23T10:00:00Z", "--json").stdout
+    )
     assert moved[0]["not_before"] == "2026-04-23T10:00:00Z"
     refused = forewarn(server, "ec2", "reschedule", event["event_id"], "2026-04-21T10:00:00Z", check=False)
     assert refused.returncode == 1 and "no deadline" in refused.stderr
@@ -65,8 +68,9 @@ def test_spot_interruption_and_auto_scaling_replacement(server):
 def test_ec2_metadata_over_http_with_imdsv2(tmp_path):
     import requests
 
-    fleet = FLEET.replace(f"{{id: {EBS}, host: h1, name: db}}", f"{{id: {EBS}, host: h1, name: db, "
-                                                                     "imds: {address: 127.0.0.60}}")
+    fleet = FLEET.replace(
+        f"{{id: {EBS}, host: h1, name: db}}", f"{{id: {EBS}, host: h1, name: db, imds: {{address: 127.0.0.60}}}}"
+    )
     server = Server(tmp_path, fleet, extra=["--ec2-imds-tokens", "required"]).start()
     try:
         base = f"http://127.0.0.60:{server.imds_port}"
@@ -79,13 +83,22 @@ def test_ec2_metadata_over_http_with_imdsv2(tmp_path):
         assert requests.get(url, headers=headers).text == "[ ]"
         forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "2h")
         [event] = requests.get(url, headers=headers).json()
-        assert (event["Code"], event["State"], event["NotBefore"]) == ("system-reboot", "active",
-                                                                      "21 Apr 2026 00:11:58 GMT")
-        assert requests.put(f"{base}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "0"}
-                            ).status_code == 400
+        assert (event["Code"], event["State"], event["NotBefore"]) == (
+            "system-reboot",
+            "active",
+            "21 Apr 2026 00:11:58 GMT",
+        )
+        assert (
+            requests.put(f"{base}/latest/api/token", headers={"X-aws-ec2-metadata-token-ttl-seconds": "0"}).status_code
+            == 400
+        )
         # The Azure paths are not an EC2 instance's.
-        assert requests.get(f"{base}/metadata/scheduledevents?api-version=2020-07-01",
-                            headers={"Metadata": "true"}).status_code == 404
+        assert (
+            requests.get(
+                f"{base}/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"}
+            ).status_code
+            == 404
+        )
         assert requests.get(f"{server.imds}/latest/meta-data/instance-id").status_code == 404  # solo is Azure
     finally:
         server.stop()
@@ -94,14 +107,16 @@ def test_ec2_metadata_over_http_with_imdsv2(tmp_path):
 def test_boto3_against_the_real_server(server):
     import boto3
 
-    client = boto3.client("ec2", endpoint_url=server.ec2, region_name="us-east-1", aws_access_key_id="x",
-                          aws_secret_access_key="y")
+    client = boto3.client(
+        "ec2", endpoint_url=server.ec2, region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y"
+    )
     forewarn(server, "schedule", "--code", "system-reboot", "--instance", EBS, "--notice", "1d")
     statuses = client.describe_instance_status(InstanceIds=[EBS])["InstanceStatuses"]
     [event] = statuses[0]["Events"]
     assert event["Code"] == "system-reboot" and event["NotBefore"].isoformat() == "2026-04-21T22:11:58+00:00"
-    moved = client.modify_instance_event_start_time(InstanceId=EBS, InstanceEventId=event["InstanceEventId"],
-                                                    NotBefore="2026-04-22T10:00:00Z")["Event"]
+    moved = client.modify_instance_event_start_time(
+        InstanceId=EBS, InstanceEventId=event["InstanceEventId"], NotBefore="2026-04-22T10:00:00Z"
+    )["Event"]
     assert moved["NotBefore"].isoformat() == "2026-04-22T10:00:00+00:00"
 
 
@@ -111,9 +126,15 @@ def test_strict_sigv4_on_the_real_server(tmp_path):
 
     server = Server(tmp_path, FLEET, extra=["--ec2-credential", "AKIDEXAMPLE:s3cr3t"]).start()
     try:
+
         def client(key, secret):
-            return boto3.client("ec2", endpoint_url=server.ec2, region_name="us-east-1", aws_access_key_id=key,
-                                aws_secret_access_key=secret)
+            return boto3.client(
+                "ec2",
+                endpoint_url=server.ec2,
+                region_name="us-east-1",
+                aws_access_key_id=key,
+                aws_secret_access_key=secret,
+            )
 
         assert client("AKIDEXAMPLE", "s3cr3t").describe_instance_status(InstanceIds=[EBS])["InstanceStatuses"]
         with pytest.raises(ClientError) as wrong:

@@ -6,12 +6,13 @@ from datetime import timedelta
 
 import pytest
 
-from forewarn.core.ec2 import Ec2Code, Ec2EventState, InstanceState
-from forewarn.core.ec2_engine import Ec2EventChanged, Ec2Request, RescheduleRefused
-from forewarn.core.engine import Engine
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.changes import Ec2EventChanged
+from forewarn.aws.component import Ec2Request, RescheduleRefused
+from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.fleetfile import parse_fleet
-from forewarn.service.runtime import Maintenance
+from forewarn.engine.engine import Engine
+from forewarn.engine.fleetfile import parse_fleet
 from forewarn.store import open_store
 from helpers import T0
 
@@ -131,8 +132,10 @@ def test_reschedule_rules():
     assert moved.not_before == T0 + timedelta(days=3) and moved.not_after == moved.not_before + timedelta(hours=2)
     e.advance(T0 + timedelta(days=1, minutes=1))
     assert e.ec2_states[EBS].impacted_by is None  # the old start passed: nothing happened
-    for when, message in ((T0 + timedelta(minutes=30), "at least 60 minutes"),
-                          (moved.not_before_deadline + timedelta(seconds=1), "after the event's deadline")):
+    for when, message in (
+        (T0 + timedelta(minutes=30), "at least 60 minutes"),
+        (moved.not_before_deadline + timedelta(seconds=1), "after the event's deadline"),
+    ):
         with pytest.raises(RescheduleRefused, match=message):
             e.reschedule_ec2(EBS, event.event_id, when)
     [stop] = schedule(e, "instance-stop", EBS, notice=timedelta(days=2))
@@ -162,10 +165,12 @@ def test_spot_interruption_two_minutes_ahead():
 def test_ec2_state_survives_a_restart(tmp_path, url_kind, request):
     url = str(tmp_path / "s.db") if url_kind == "sqlite" else request.getfixturevalue("postgres_url")
     service = Maintenance.open(open_store(url), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
-    service.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.INSTANCE_RETIREMENT, (ASG,),
-                                                                  notice=timedelta(minutes=1))))
-    [event] = service.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,),
-                                                                            notice=timedelta(hours=1))))
+    service.perform(
+        lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.INSTANCE_RETIREMENT, (ASG,), notice=timedelta(minutes=1)))
+    )
+    [event] = service.perform(
+        lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,), notice=timedelta(hours=1)))
+    )
     service.advance_clock(timedelta(minutes=2))
     service.store.close()
     again = Maintenance.open(open_store(url), None, "manual", 1.0, None, None)
@@ -178,7 +183,7 @@ def test_ec2_state_survives_a_restart(tmp_path, url_kind, request):
 
 
 # ------------------------------------------------------------------------------------------------- event windows
-from forewarn.core.ec2_windows import TimeRange  # noqa: E402
+from forewarn.aws.windows import TimeRange  # noqa: E402
 
 
 def window_of(changes):
@@ -227,7 +232,9 @@ def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
     e.associate_window(window.window_id, instance_tags=(("Name", "db"),))
     [event] = schedule(e, "system-reboot", EBS, notice=timedelta(hours=1))
     assert (event.not_before.isoformat(), event.not_after.isoformat()) == (
-        "2026-04-22T02:00:00+00:00", "2026-04-22T04:00:00+00:00")
+        "2026-04-22T02:00:00+00:00",
+        "2026-04-22T04:00:00+00:00",
+    )
     assert event.not_before_deadline == event.not_before + timedelta(days=21)
     [network] = schedule(e, "system-maintenance", EBS, notice=timedelta(hours=1))
     assert network.not_before == T0 + timedelta(hours=1)  # windows do not apply to network maintenance
@@ -238,16 +245,17 @@ def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
 
 
 def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
-    from forewarn.core.ec2_engine import NotificationAttributes
-    from forewarn.surfaces.aws_health import health_event
+    from forewarn.aws.health import health_event
+    from forewarn.aws.model import NotificationAttributes
 
     e = engine()
     e.register_notification_attributes(keys=("Name",))
     instance = e.ec2_instances[EBS]
     assert e.notification_attributes.tags_of(instance) == {"Name": "db"}
     [event] = schedule(e, "system-reboot", EBS)
-    message = health_event(event, instance, "scheduled", e.now, "s", "instance-id",
-                           e.notification_attributes.tags_of(instance))
+    message = health_event(
+        event, instance, "scheduled", e.now, "s", "instance-id", e.notification_attributes.tags_of(instance)
+    )
     assert message["detail"]["affectedEntities"][0]["tags"] == {"Name": "db"}
     with pytest.raises(Invalid):
         e.register_notification_attributes(include_all=True, keys=("x",))

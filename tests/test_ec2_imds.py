@@ -11,15 +11,15 @@ from datetime import timedelta
 
 import pytest
 
-from forewarn.core.ec2 import Ec2Code
-from forewarn.core.ec2_engine import Ec2EventChanged, Ec2Request
-from forewarn.fleetfile import parse_fleet
-from forewarn.service.runtime import Maintenance
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.changes import Ec2EventChanged
+from forewarn.aws.component import Ec2Request
+from forewarn.aws.imds import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
+from forewarn.aws.model import Ec2Code, availability_zone_id
+from forewarn.engine.fleetfile import parse_fleet
+from forewarn.net.callers import CallerResolver
+from forewarn.net.http import DROP, Request
 from forewarn.store import open_store
-from forewarn.surfaces.callers import CallerResolver
-from forewarn.core.ec2 import availability_zone_id
-from forewarn.surfaces.ec2_imds import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
-from forewarn.surfaces.http import DROP, Request
 from helpers import T0
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
@@ -64,13 +64,21 @@ class Wall:
 class Env:
     def __init__(self, tmp_path, settings: Ec2ImdsSettings = Ec2ImdsSettings(), clock: str = "manual"):
         self.wall = Wall()
-        self.service = Maintenance.open(open_store(str(tmp_path / "f.db")), parse_fleet(FLEET), clock, 1.0, T0,
-                                        "seed", wall=self.wall)
+        self.service = Maintenance.open(
+            open_store(str(tmp_path / "f.db")), parse_fleet(FLEET), clock, 1.0, T0, "seed", wall=self.wall
+        )
         self.imds = Ec2Imds(self.service, CallerResolver(self.service.engine.fleet, shared_ports={8169}), settings)
 
     def request(self, path: str, who: str = EBS, method: str = "GET", headers=(), peer_port: int = 50000):
-        request = Request(method, path, b"", [(k.lower(), v) for k, v in headers], b"", ("127.0.0.1", 8169),
-                          (ADDRESS.get(who, who), peer_port))
+        request = Request(
+            method,
+            path,
+            b"",
+            [(k.lower(), v) for k, v in headers],
+            b"",
+            ("127.0.0.1", 8169),
+            (ADDRESS.get(who, who), peer_port),
+        )
         return self.imds.handle(request)
 
     def get(self, path: str, who: str = EBS, **kwargs) -> tuple[int, bytes]:
@@ -78,8 +86,9 @@ class Env:
         return status, body
 
     def token(self, who: str = EBS, ttl: bytes = b"21600") -> bytes:
-        status, body, _, headers = self.request("/latest/api/token", who, "PUT",
-                                                [(b"x-aws-ec2-metadata-token-ttl-seconds", ttl)])
+        status, body, _, headers = self.request(
+            "/latest/api/token", who, "PUT", [(b"x-aws-ec2-metadata-token-ttl-seconds", ttl)]
+        )
         assert status == 200 and dict(headers)[b"x-aws-ec2-metadata-token-ttl-seconds"] == ttl
         return body
 
@@ -106,22 +115,25 @@ def test_scheduled_events_exact_bytes_with_an_unpadded_day(env):
     stop = env.schedule(Ec2Code.INSTANCE_STOP, notice=timedelta(days=13))
     status, body, content_type, _ = env.request(SCHEDULED)
     assert (status, content_type) == (200, b"text/plain")
-    assert body == (
-        "[ {\n"
-        '  "NotBefore" : "2 May 2026 22:11:58 GMT",\n'
-        '  "Code" : "system-reboot",\n'
-        '  "Description" : "The instance is scheduled for a reboot",\n'
-        f'  "EventId" : "{reboot.event_id}",\n'
-        '  "NotAfter" : "3 May 2026 00:11:58 GMT",\n'
-        '  "State" : "active"\n'
-        "}, {\n"
-        '  "NotBefore" : "3 May 2026 22:11:58 GMT",\n'
-        '  "Code" : "instance-stop",\n'
-        '  "Description" : "The instance is running on degraded hardware",\n'
-        f'  "EventId" : "{stop.event_id}",\n'
-        '  "State" : "active"\n'  # an instance-stop has no NotAfter: the key is omitted
-        "} ]"
-    ).encode()
+    assert (
+        body
+        == (
+            "[ {\n"
+            '  "NotBefore" : "2 May 2026 22:11:58 GMT",\n'
+            '  "Code" : "system-reboot",\n'
+            '  "Description" : "The instance is scheduled for a reboot",\n'
+            f'  "EventId" : "{reboot.event_id}",\n'
+            '  "NotAfter" : "3 May 2026 00:11:58 GMT",\n'
+            '  "State" : "active"\n'
+            "}, {\n"
+            '  "NotBefore" : "3 May 2026 22:11:58 GMT",\n'
+            '  "Code" : "instance-stop",\n'
+            '  "Description" : "The instance is running on degraded hardware",\n'
+            f'  "EventId" : "{stop.event_id}",\n'
+            '  "State" : "active"\n'  # an instance-stop has no NotAfter: the key is omitted
+            "} ]"
+        ).encode()
+    )
     assert env.get(SCHEDULED, ASG) == (200, b"[ ]")  # events belong to their instance
 
 
@@ -129,8 +141,10 @@ def test_not_before_deadline_is_opt_in(tmp_path):
     env = Env(tmp_path, Ec2ImdsSettings(not_before_deadline=True))
     env.schedule(Ec2Code.SYSTEM_REBOOT, notice=timedelta(days=12))
     body = env.get(SCHEDULED)[1].decode()
-    assert '"NotAfter" : "3 May 2026 00:11:58 GMT",\n  "NotBeforeDeadline" : "23 May 2026 22:11:58 GMT",\n' \
-           '  "State" : "active"' in body
+    assert (
+        '"NotAfter" : "3 May 2026 00:11:58 GMT",\n  "NotBeforeDeadline" : "23 May 2026 22:11:58 GMT",\n'
+        '  "State" : "active"' in body
+    )
 
 
 def test_in_progress_events_stay_scheduled_then_move_to_history(env):
@@ -142,23 +156,26 @@ def test_in_progress_events_stay_scheduled_then_move_to_history(env):
     assert f'"EventId" : "{reboot.event_id}"'.encode() in env.get(SCHEDULED)[1]
     env.service.advance_clock(timedelta(minutes=5))  # done
     assert env.get(SCHEDULED) == (200, b"[ ]")
-    assert env.get(HISTORY)[1] == (
-        "[ {\n"
-        '  "NotBefore" : "20 Apr 2026 23:11:58 GMT",\n'
-        '  "Code" : "system-reboot",\n'
-        '  "Description" : "[Completed] The instance is scheduled for a reboot",\n'
-        f'  "EventId" : "{reboot.event_id}",\n'
-        '  "NotAfter" : "21 Apr 2026 01:11:58 GMT",\n'
-        '  "State" : "completed"\n'
-        "}, {\n"
-        '  "NotBefore" : "23 Apr 2026 22:11:58 GMT",\n'
-        '  "Code" : "instance-reboot",\n'
-        '  "Description" : "[Canceled] The instance is scheduled for a reboot",\n'
-        f'  "EventId" : "{canceled.event_id}",\n'
-        '  "NotAfter" : "24 Apr 2026 00:11:58 GMT",\n'
-        '  "State" : "canceled"\n'
-        "} ]"
-    ).encode()
+    assert (
+        env.get(HISTORY)[1]
+        == (
+            "[ {\n"
+            '  "NotBefore" : "20 Apr 2026 23:11:58 GMT",\n'
+            '  "Code" : "system-reboot",\n'
+            '  "Description" : "[Completed] The instance is scheduled for a reboot",\n'
+            f'  "EventId" : "{reboot.event_id}",\n'
+            '  "NotAfter" : "21 Apr 2026 01:11:58 GMT",\n'
+            '  "State" : "completed"\n'
+            "}, {\n"
+            '  "NotBefore" : "23 Apr 2026 22:11:58 GMT",\n'
+            '  "Code" : "instance-reboot",\n'
+            '  "Description" : "[Canceled] The instance is scheduled for a reboot",\n'
+            f'  "EventId" : "{canceled.event_id}",\n'
+            '  "NotAfter" : "24 Apr 2026 00:11:58 GMT",\n'
+            '  "State" : "canceled"\n'
+            "} ]"
+        ).encode()
+    )
 
 
 def test_answers_are_cached_until_the_instance_changes(env):
@@ -194,10 +211,12 @@ def test_listings(env):
     assert env.get("/latest") == env.get("/latest/") == (200, b"dynamic\nmeta-data")
     meta = env.get("/latest/meta-data/")
     assert meta == env.get("/latest/meta-data")
-    assert meta[1] == (b"ami-id\nami-launch-index\nami-manifest-path\nblock-device-mapping/\nevents/\nhostname\n"
-                       b"identity-credentials/\ninstance-action\ninstance-id\ninstance-life-cycle\ninstance-type\n"
-                       b"local-hostname\nlocal-ipv4\nmac\nnetwork/\nplacement/\nprofile\nreservation-id\n"
-                       b"security-groups\nservices/\nsystem\ntags/")
+    assert meta[1] == (
+        b"ami-id\nami-launch-index\nami-manifest-path\nblock-device-mapping/\nevents/\nhostname\n"
+        b"identity-credentials/\ninstance-action\ninstance-id\ninstance-life-cycle\ninstance-type\n"
+        b"local-hostname\nlocal-ipv4\nmac\nnetwork/\nplacement/\nprofile\nreservation-id\n"
+        b"security-groups\nservices/\nsystem\ntags/"
+    )
     assert env.get("/latest/meta-data/events/") == (200, b"maintenance/\nrecommendations/")
     assert env.get("/latest/meta-data/events/maintenance/") == (200, b"history\nscheduled")
     assert env.get("/latest/meta-data/events/recommendations/") == (200, b"")
@@ -212,12 +231,18 @@ def test_listings(env):
 def test_dated_versions_show_the_categories_of_their_time(env):
     """A category appears from the version that introduced it (the AWS page "Instance metadata categories")."""
     assert env.get("/2021-03-23/meta-data/instance-id") == (200, EBS.encode())
-    assert env.get("/2009-04-04/meta-data/") == (200, b"ami-id\nami-launch-index\nami-manifest-path\n"
-                                                      b"block-device-mapping/\nhostname\ninstance-action\n"
-                                                      b"instance-id\ninstance-type\nlocal-hostname\nlocal-ipv4\n"
-                                                      b"placement/\nprofile\nreservation-id\nsecurity-groups")
-    assert env.get("/1.0/meta-data/") == (200, b"ami-id\nami-launch-index\nami-manifest-path\nhostname\n"
-                                               b"instance-id\nlocal-ipv4\nprofile\nreservation-id\nsecurity-groups")
+    assert env.get("/2009-04-04/meta-data/") == (
+        200,
+        b"ami-id\nami-launch-index\nami-manifest-path\n"
+        b"block-device-mapping/\nhostname\ninstance-action\n"
+        b"instance-id\ninstance-type\nlocal-hostname\nlocal-ipv4\n"
+        b"placement/\nprofile\nreservation-id\nsecurity-groups",
+    )
+    assert env.get("/1.0/meta-data/") == (
+        200,
+        b"ami-id\nami-launch-index\nami-manifest-path\nhostname\n"
+        b"instance-id\nlocal-ipv4\nprofile\nreservation-id\nsecurity-groups",
+    )
     assert env.get("/1.0/") == (200, b"meta-data")  # dynamic/ is 2009-04-04
     assert env.get("/2008-09-01/dynamic/fws/instance-monitoring")[0] == 404
     assert env.get("/2009-04-04/dynamic/fws/instance-monitoring") == (200, b"disabled")
@@ -225,8 +250,14 @@ def test_dated_versions_show_the_categories_of_their_time(env):
     assert env.get("/2019-10-01/meta-data/events/") == (200, b"maintenance/")  # recommendations/: 2020-10-27
     assert env.get("/2019-10-01/meta-data/placement/") == (200, b"availability-zone\navailability-zone-id")
     assert env.get("/2014-11-05/meta-data/services/") == (200, b"domain")  # partition is 2015-10-20
-    assert env.get("/2016-04-19/meta-data/network/interfaces/macs/" + env.get("/latest/meta-data/mac")[1].decode()
-                   + "/vpc-ipv4-cidr-blocks")[0] == 404  # 2016-06-30
+    assert (
+        env.get(
+            "/2016-04-19/meta-data/network/interfaces/macs/"
+            + env.get("/latest/meta-data/mac")[1].decode()
+            + "/vpc-ipv4-cidr-blocks"
+        )[0]
+        == 404
+    )  # 2016-06-30
     # Tags are 2021-03-23; target-lifecycle-state (2021-07-15) and system (2022-09-24) are newer than every dated
     # version, so only latest has them.
     assert b"tags/" in env.get("/2021-03-23/meta-data/")[1] and b"tags/" not in env.get("/2021-01-03/meta-data/")[1]
@@ -284,7 +315,9 @@ def test_spot_instance_action_and_termination_time(env):
         assert env.get("/latest/meta-data/" + path, SPOT)[:1] == (404,)
     env.service.perform(lambda engine: engine.interrupt_spot([SPOT], "terminate"))
     assert env.get("/latest/meta-data/spot/instance-action", SPOT) == (
-        200, b'{"action": "terminate", "time": "2026-04-20T22:13:58Z"}')
+        200,
+        b'{"action": "terminate", "time": "2026-04-20T22:13:58Z"}',
+    )
     assert env.get("/latest/meta-data/spot/termination-time", SPOT) == (200, b"2026-04-20T22:13:58Z")
     assert env.get("/latest/meta-data/spot/", SPOT) == (200, b"instance-action\ntermination-time")
     assert b"\nservices/\nspot/\nsystem\ntags/" in env.get("/latest/meta-data/", SPOT)[1]
@@ -325,7 +358,9 @@ def test_token_flow_optional_mode(env):
     token = env.token()
     assert len(token) >= 40
     assert env.get("/latest/meta-data/instance-id", headers=[(b"x-aws-ec2-metadata-token", token)]) == (
-        200, EBS.encode())
+        200,
+        EBS.encode(),
+    )
     assert env.get("/latest/meta-data/instance-id") == (200, EBS.encode())  # IMDSv1 still works
     status, body = env.get("/latest/meta-data/instance-id", headers=[(b"x-aws-ec2-metadata-token", b"bogus")])
     assert status == 401 and b"<title>401 - Unauthorized</title>" in body  # a token that is sent must be valid
@@ -348,10 +383,12 @@ def test_token_required_mode(tmp_path):
 
 
 def test_token_ttl_must_be_1_to_21600(env):
-    page = (b'<?xml version="1.0" encoding="iso-8859-1"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 '
-            b'Transitional//EN"\n\t"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n<html xmlns="http://'
-            b'www.w3.org/1999/xhtml" xml:lang="en" lang="en">\n <head>\n  <title>400 - Missing or Invalid Parameters'
-            b'</title>\n </head>\n <body>\n  <h1>400 - Missing or Invalid Parameters</h1>\n </body>\n</html>')
+    page = (
+        b'<?xml version="1.0" encoding="iso-8859-1"?>\n<!DOCTYPE html PUBLIC "-//W3C//DTD XHTML 1.0 '
+        b'Transitional//EN"\n\t"http://www.w3.org/TR/xhtml1/DTD/xhtml1-transitional.dtd">\n<html xmlns="http://'
+        b'www.w3.org/1999/xhtml" xml:lang="en" lang="en">\n <head>\n  <title>400 - Missing or Invalid Parameters'
+        b"</title>\n </head>\n <body>\n  <h1>400 - Missing or Invalid Parameters</h1>\n </body>\n</html>"
+    )
     assert env.get(TOKEN, method="PUT") == (400, page)
     for ttl in (b"0", b"21601", b"abc", b"-5", b"", b"1.5"):
         assert env.get(TOKEN, method="PUT", headers=[(b"x-aws-ec2-metadata-token-ttl-seconds", ttl)]) == (400, page)
@@ -413,8 +450,12 @@ def test_settings_are_checked():
 # ------------------------------------------------------------------------------------- paths as clients build them
 def test_repeated_slashes_count_as_one(env):
     """Clients that build paths by concatenation send ``//``; real IMDS serves them."""
-    for path in ("//latest/meta-data/instance-id", "/latest//meta-data/instance-id",
-                 "/latest/meta-data//instance-id", "///latest///meta-data///instance-id"):
+    for path in (
+        "//latest/meta-data/instance-id",
+        "/latest//meta-data/instance-id",
+        "/latest/meta-data//instance-id",
+        "///latest///meta-data///instance-id",
+    ):
         assert env.get(path) == (200, EBS.encode()), path
     assert env.get("//latest/meta-data/placement//") == env.get("/latest/meta-data/placement/")
     ttl = [(b"x-aws-ec2-metadata-token-ttl-seconds", b"60")]
@@ -427,7 +468,9 @@ def test_a_value_asked_with_a_trailing_slash_is_the_value(env):
     """botocore's region lookup asks ``placement/availability-zone/``; real IMDS answers the value."""
     assert env.get("/latest/meta-data/placement/availability-zone/", STORE) == (200, b"eu-west-1b")
     assert env.get("/latest/meta-data/instance-id/") == (200, EBS.encode())
-    assert env.get("/latest/dynamic/instance-identity/document/") == env.get("/latest/dynamic/instance-identity/document")
+    assert env.get("/latest/dynamic/instance-identity/document/") == env.get(
+        "/latest/dynamic/instance-identity/document"
+    )
     assert env.get("/latest/meta-data/no-such-thing/")[0] == 404
 
 
@@ -439,9 +482,20 @@ def test_categories_every_instance_has(env):
     assert env.get(meta + "network/interfaces/macs/") == (200, f"{mac}/".encode())
     interface = meta + f"network/interfaces/macs/{mac}/"
     assert env.get(interface)[1].split(b"\n") == [
-        b"device-number", b"interface-id", b"local-hostname", b"local-ipv4s", b"mac", b"owner-id",
-        b"security-group-ids", b"security-groups", b"subnet-id", b"subnet-ipv4-cidr-block", b"vpc-id",
-        b"vpc-ipv4-cidr-block", b"vpc-ipv4-cidr-blocks"]
+        b"device-number",
+        b"interface-id",
+        b"local-hostname",
+        b"local-ipv4s",
+        b"mac",
+        b"owner-id",
+        b"security-group-ids",
+        b"security-groups",
+        b"subnet-id",
+        b"subnet-ipv4-cidr-block",
+        b"vpc-id",
+        b"vpc-ipv4-cidr-block",
+        b"vpc-ipv4-cidr-blocks",
+    ]
     value = {name: env.get(interface + name)[1].decode() for name in env.get(interface)[1].decode().split("\n")}
     assert value["device-number"] == "0" and value["mac"] == mac and value["owner-id"] == "123456789012"
     assert value["local-ipv4s"] == "10.0.0.10" and value["local-hostname"] == "ip-10-0-0-10.ec2.internal"
@@ -473,8 +527,7 @@ def test_categories_every_instance_has(env):
     assert info == {"Code": "Success", "LastUpdated": "2026-04-20T22:11:58Z", "AccountId": "123456789012"}
     assert env.get(meta + "identity-credentials/ec2/security-credentials/") == (200, b"ec2-instance")
     credentials = json.loads(env.get(meta + "identity-credentials/ec2/security-credentials/ec2-instance")[1])
-    assert list(credentials) == ["Code", "LastUpdated", "Type", "AccessKeyId", "SecretAccessKey", "Token",
-                                 "Expiration"]
+    assert list(credentials) == ["Code", "LastUpdated", "Type", "AccessKeyId", "SecretAccessKey", "Token", "Expiration"]
     assert re.fullmatch(r"ASIA[A-Z2-7]{16}", credentials["AccessKeyId"]) and len(credentials["SecretAccessKey"]) == 40
     assert b"not valid at AWS" in base64.b64decode(credentials["Token"])  # fake, and says so
     assert credentials["Expiration"] == "2026-04-21T04:11:58Z"

@@ -5,12 +5,13 @@ from datetime import timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forewarn.core.ec2 import Ec2Code, Ec2EventState, InstanceState
-from forewarn.core.ec2_engine import Ec2EventChanged, Ec2Request
-from forewarn.core.ec2_windows import TimeRange
-from forewarn.core.engine import Engine
+from forewarn.aws.changes import Ec2EventChanged
+from forewarn.aws.component import Ec2Request
+from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
+from forewarn.aws.windows import TimeRange
 from forewarn.core.errors import CoreError
-from forewarn.fleetfile import parse_fleet
+from forewarn.engine.engine import Engine
+from forewarn.engine.fleetfile import parse_fleet
 from helpers import T0
 
 IDS = ["i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2", "i-0ccccccccccccccc3", "i-0ddddddddddddddd4"]
@@ -23,16 +24,26 @@ ec2_instances:
   - {{id: {IDS[3]}, host: h2, spot: true}}
 """)
 
-commands = st.lists(st.one_of(
-    st.tuples(st.just("schedule"), st.sampled_from(list(Ec2Code)), st.lists(st.sampled_from(IDS), min_size=1,
-              max_size=2), st.integers(min_value=0, max_value=7200)),
-    st.tuples(st.just("cancel"), st.integers(min_value=0, max_value=20)),
-    st.tuples(st.just("reschedule"), st.integers(min_value=0, max_value=20), st.integers(min_value=0, max_value=10**6)),
-    st.tuples(st.just("advance"), st.integers(min_value=0, max_value=20000)),
-    st.tuples(st.just("start"), st.sampled_from(IDS)),
-    st.tuples(st.just("spot"), st.sampled_from(["terminate", "stop", "hibernate"])),
-    st.tuples(st.just("window"), st.sampled_from(IDS)),
-), min_size=1, max_size=40)
+commands = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("schedule"),
+            st.sampled_from(list(Ec2Code)),
+            st.lists(st.sampled_from(IDS), min_size=1, max_size=2),
+            st.integers(min_value=0, max_value=7200),
+        ),
+        st.tuples(st.just("cancel"), st.integers(min_value=0, max_value=20)),
+        st.tuples(
+            st.just("reschedule"), st.integers(min_value=0, max_value=20), st.integers(min_value=0, max_value=10**6)
+        ),
+        st.tuples(st.just("advance"), st.integers(min_value=0, max_value=20000)),
+        st.tuples(st.just("start"), st.sampled_from(IDS)),
+        st.tuples(st.just("spot"), st.sampled_from(["terminate", "stop", "hibernate"])),
+        st.tuples(st.just("window"), st.sampled_from(IDS)),
+    ),
+    min_size=1,
+    max_size=40,
+)
 
 
 def apply(engine: Engine, command, created: list[str]) -> None:
@@ -58,8 +69,14 @@ def apply(engine: Engine, command, created: list[str]) -> None:
 
 
 def snapshot(engine: Engine) -> tuple:
-    return (dict(engine.ec2_events), dict(engine.ec2_states), dict(engine.ec2_instances), dict(engine.ec2_windows),
-            engine.next_seq, engine.next_deadline())
+    return (
+        dict(engine.ec2_events),
+        dict(engine.ec2_states),
+        dict(engine.ec2_instances),
+        dict(engine.ec2_windows),
+        engine.next_seq,
+        engine.next_deadline(),
+    )
 
 
 @settings(max_examples=200, deadline=None)
@@ -98,13 +115,24 @@ def test_restore_continues_exactly(sequence, cut):
     created_second: list[str] = []
     for index, command in enumerate(sequence):
         if index == cut:
-            second = Engine(FLEET, "prop", second.now, events=second.events.values(), created_at=T0,
-                            ec2_events=second.ec2_events.values(), ec2_states=second.ec2_states.values(),
-                            ec2_windows=second.ec2_windows.values(), next_seq=second.next_seq)
+            second = Engine(
+                FLEET,
+                "prop",
+                second.now,
+                events=second.events.values(),
+                created_at=T0,
+                ec2_events=second.ec2_events.values(),
+                ec2_states=second.ec2_states.values(),
+                ec2_windows=second.ec2_windows.values(),
+                next_seq=second.next_seq,
+            )
         for engine, created in ((first, created_first), (second, created_second)):
             try:
                 apply(engine, command, created)
             except CoreError:
                 pass
         assert (first.ec2_events, first.ec2_states, first.ec2_windows) == (
-            second.ec2_events, second.ec2_states, second.ec2_windows)
+            second.ec2_events,
+            second.ec2_states,
+            second.ec2_windows,
+        )

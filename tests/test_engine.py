@@ -4,9 +4,10 @@ from datetime import timedelta
 
 import pytest
 
-from forewarn.core.engine import Engine, EventChanged, IncarnationChanged, ScheduleRequest
+from forewarn.azure.changes import EventChanged, IncarnationChanged
+from forewarn.azure.model import EventSource, EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.core.model import EventSource, EventStatus, EventType
+from forewarn.engine.engine import Engine, ScheduleRequest
 from helpers import T0, small_fleet
 
 AVSET = "avset:00000000-0000-0000-0000-000000000000/forewarn-rg/westno"

@@ -5,11 +5,12 @@ from datetime import timedelta
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from forewarn.core.engine import Engine, EventChanged, ScheduleRequest
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType
+from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import CoreError
-from forewarn.core.rules import Rules
-from forewarn.core.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType
-from forewarn.core.vms import NotificationProfile, Power
+from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.rules import Rules
 from helpers import T0, small_fleet
 
 FLEET = small_fleet()
@@ -45,8 +46,9 @@ update_instances = st.tuples(st.just("update_instances"))
 scale_in = st.tuples(st.just("scale_in"), st.integers(min_value=1, max_value=2))
 seen = st.tuples(st.just("seen"), st.sampled_from(VM_NAMES))  # a VM's request enables its scope (when required)
 commands = st.lists(
-    st.one_of(schedule, approve, cancel, advance, user_operation, platform_operation, policy, update_instances,
-              scale_in, seen),
+    st.one_of(
+        schedule, approve, cancel, advance, user_operation, platform_operation, policy, update_instances, scale_in, seen
+    ),
     min_size=1,
     max_size=40,
 )
@@ -68,10 +70,17 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
     try:
         if kind == "schedule":
             _, event_type, vms, hosts, notice, source, window, extra = command
-            changes = engine.schedule(ScheduleRequest(
-                event_type, vms=tuple(vms), hosts=tuple(hosts), notice=timedelta(seconds=notice), source=source,
-                impact_window=timedelta(seconds=window), extra_impacts=extra,
-            ))
+            changes = engine.schedule(
+                ScheduleRequest(
+                    event_type,
+                    vms=tuple(vms),
+                    hosts=tuple(hosts),
+                    notice=timedelta(seconds=notice),
+                    source=source,
+                    impact_window=timedelta(seconds=window),
+                    extra_impacts=extra,
+                )
+            )
             created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged))
         elif kind == "approve" and created:
             engine.approve([created[command[1] % len(created)]], by=command[2])
@@ -81,12 +90,14 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
             engine.advance(engine.now + timedelta(seconds=command[1]))
         elif kind in ("restart", "redeploy", "reimage", "delete", "evict"):
             changes = getattr(engine, kind)(command[1])
-            created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id
-                           not in created)
+            created.extend(
+                c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id not in created
+            )
         elif kind in ("hardware_failure", "predicted_failure"):
             changes = getattr(engine, kind)([command[1]])
-            created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id
-                           not in created)
+            created.extend(
+                c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id not in created
+            )
         elif kind == "policy":
             _, owner, reboot, redeploy, minutes = command
             terminate = None if minutes is None else NotificationProfile(True, timedelta(minutes=minutes))
@@ -97,8 +108,9 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
             engine.request_seen(FLEET.vm(command[1]).scope)
         elif kind == "scale_in":
             changes = engine.scale_in("myvmss", command[1])
-            created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id
-                           not in created)
+            created.extend(
+                c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id not in created
+            )
     except CoreError:
         pass
 
@@ -132,8 +144,13 @@ def test_no_backward_transition_and_ids_stable(sequence):
         for event in engine.events.values():
             if event.event_id in seen:
                 old_status, old_type, old_resources = seen[event.event_id]
-                assert event.status is old_status or event.status in ALLOWED_TRANSITIONS[old_status] or (
-                    old_status is EventStatus.SCHEDULED and event.status is EventStatus.COMPLETED  # within one advance
+                assert (
+                    event.status is old_status
+                    or event.status in ALLOWED_TRANSITIONS[old_status]
+                    or (
+                        old_status is EventStatus.SCHEDULED
+                        and event.status is EventStatus.COMPLETED  # within one advance
+                    )
                 )
                 assert (event.event_type, event.resources) == (old_type, old_resources)
             seen[event.event_id] = (event.status, event.event_type, event.resources)
@@ -192,9 +209,17 @@ def test_replay_and_restore_give_the_same_documents(sequence, cut):
     created_second: list[str] = []
     for index, command in enumerate(sequence):
         if index == cut:
-            second = Engine(FLEET, "prop", second.now, events=second.events.values(), incarnations=second.incarnations,
-                            vm_states=second.vm_states.values(), policies=second.policies.values(), created_at=T0,
-                            next_seq=second.next_seq)
+            second = Engine(
+                FLEET,
+                "prop",
+                second.now,
+                events=second.events.values(),
+                incarnations=second.incarnations,
+                vm_states=second.vm_states.values(),
+                policies=second.policies.values(),
+                created_at=T0,
+                next_seq=second.next_seq,
+            )
         apply(first, command, created_first)
         apply(second, command, created_second)
         assert snapshot(first) == snapshot(second)
@@ -224,8 +249,16 @@ def test_deleted_vms_stay_deleted_and_impacts_end_with_their_events(sequence):
 
 def state_of(engine: Engine) -> tuple:
     """Everything a command may change."""
-    return (dict(engine.events), dict(engine.incarnations), dict(engine.vm_states), dict(engine.policies),
-            engine.next_seq, engine.now, dict(engine.last_seen), engine.next_deadline())
+    return (
+        dict(engine.events),
+        dict(engine.incarnations),
+        dict(engine.vm_states),
+        dict(engine.policies),
+        engine.next_seq,
+        engine.now,
+        dict(engine.last_seen),
+        engine.next_deadline(),
+    )
 
 
 bad_schedule = st.tuples(
@@ -241,8 +274,11 @@ bad_schedule = st.tuples(
 
 
 @settings(max_examples=200, deadline=None)
-@given(commands, st.lists(st.one_of(bad_schedule, user_operation, approve, cancel, policy, scale_in), max_size=10),
-       st.booleans())
+@given(
+    commands,
+    st.lists(st.one_of(bad_schedule, user_operation, approve, cancel, policy, scale_in), max_size=10),
+    st.booleans(),
+)
 def test_a_refused_command_changes_nothing(sequence, probes, enabling):
     rules = Rules().with_overrides(enabling_required=enabling)
     engine = Engine(FLEET, "prop", T0, rules)
@@ -261,10 +297,17 @@ def apply_strict(engine: Engine, command: tuple, created: list[str]) -> None:
     """Like :func:`apply`, but lets CoreError through."""
     if command[0] == "schedule":
         _, event_type, vms, hosts, notice, source, window, extra = command
-        engine.schedule(ScheduleRequest(
-            event_type, vms=tuple(vms), hosts=tuple(hosts), notice=timedelta(seconds=notice), source=source,
-            impact_window=timedelta(seconds=window), extra_impacts=extra,
-        ))
+        engine.schedule(
+            ScheduleRequest(
+                event_type,
+                vms=tuple(vms),
+                hosts=tuple(hosts),
+                notice=timedelta(seconds=notice),
+                source=source,
+                impact_window=timedelta(seconds=window),
+                extra_impacts=extra,
+            )
+        )
     elif command[0] == "approve":
         engine.approve([created[command[1] % len(created)] if created else "ghost"], by=command[2])
     elif command[0] == "cancel":

@@ -2,7 +2,7 @@
 
 import pytest
 
-from forewarn.fleetfile import FleetFileError, load_fleet, parse_fleet
+from forewarn.engine.fleetfile import FleetFileError, load_fleet, parse_fleet
 
 
 def test_issue_example_and_defaults():
@@ -22,7 +22,12 @@ scale_sets:
 """)
     vm = fleet.vm("WestNO_0")
     assert (vm.subscription_id, vm.resource_group, vm.location, vm.size, vm.spot) == (
-        "00000000-0000-0000-0000-000000000000", "forewarn-rg", "eastus", "Standard_D2s_v3", False)
+        "00000000-0000-0000-0000-000000000000",
+        "forewarn-rg",
+        "eastus",
+        "Standard_D2s_v3",
+        False,
+    )
     assert (vm.imds_address, vm.imds_port) == ("127.0.0.10", 9010)
     assert [v.name for v in fleet.vms.values()] == ["WestNO_0", "myvmss_0", "myvmss_1", "myvmss_2"]
     assert fleet.vm("myvmss_2").scope == fleet.vm("myvmss_0").scope
@@ -45,7 +50,11 @@ vms:
   - {name: a2, availability_set: a}
   - {name: b0, availability_set: a, subscription: 11111111-1111-1111-1111-111111111111}
 """)
-    assert [(fleet.vm(n).fault_domain, fleet.vm(n).update_domain) for n in ("a0", "a1", "a2")] == [(0, 0), (1, 1), (0, 2)]
+    assert [(fleet.vm(n).fault_domain, fleet.vm(n).update_domain) for n in ("a0", "a1", "a2")] == [
+        (0, 0),
+        (1, 1),
+        (0, 2),
+    ]
     assert fleet.vm("b0").scope != fleet.vm("a0").scope  # same name, another subscription: another set
     assert fleet.vm("a0").host == "a0-host"
     assert parse_fleet("vms: [{name: only}]").default_vm == "only"
@@ -71,7 +80,10 @@ def test_demo_fleet_has_what_the_readme_promises():
         ("vms:\n  - {name: a, imds: {port: 9}}\n  - {name: b, imds: {port: 9}}\n", "share imds port 9"),
         ("scale_sets:\n  - name: s\n    instances: -1\n", "f.yaml:3: scale_sets[0].instances"),
         ("vms: [\n", "f.yaml:2: not valid YAML"),
-        ("default_vm: nobody\nvms: [{name: a}]\n", "f.yaml:1: default_vm: 'nobody' is not a VM or EC2 instance of this fleet"),
+        (
+            "default_vm: nobody\nvms: [{name: a}]\n",
+            "f.yaml:1: default_vm: 'nobody' is not a VM or EC2 instance of this fleet",
+        ),
         ("hosts: [{name: h}, {name: h}]\n", "f.yaml:1: hosts[1].name: duplicate host 'h'"),
         ("- a\n- b\n", "f.yaml:1: a fleet file is a mapping"),
         ("vms:\n  - name: a\n    name: b\n", "f.yaml:3: duplicate key 'name'"),
@@ -115,17 +127,29 @@ scale_sets:
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("scale_sets:\n  - name: s\n    instances: 1\n    spot: true\n    scheduled_events_profile:\n"
-         "      terminate_notification_profile: {enable: true}\n", "f.yaml:5: scale_sets[0].scheduled_events_profile: "
-                                                                   "terminate notifications cannot be enabled on Spot"),
-        ("scale_sets:\n  - name: s\n    instances: 1\n    scheduled_events_profile:\n"
-         "      terminate_notification_profile: {enable: true, not_before_timeout: PT30M}\n", "between PT5M and PT15M"),
-        ("scale_sets:\n  - name: s\n    instances: 1\n    size: Standard_M64\n    scheduled_events_profile:\n"
-         "      os_image_notification_profile: {enable: true}\n", "not supported for size Standard_M64"),
-        ("availability_sets: [{name: a}]\nvms:\n  - name: v\n    availability_set: a\n    scheduled_events_policy: {}\n",
-         "f.yaml:5: vms[0].scheduled_events_policy: VM v is in availability set a; set the policy there"),
-        ("vms:\n  - name: v\n    scheduled_events_policy: {user_initiated_reboot: {automatically: true}}\n",
-         "unknown key 'automatically'"),
+        (
+            "scale_sets:\n  - name: s\n    instances: 1\n    spot: true\n    scheduled_events_profile:\n"
+            "      terminate_notification_profile: {enable: true}\n",
+            "f.yaml:5: scale_sets[0].scheduled_events_profile: terminate notifications cannot be enabled on Spot",
+        ),
+        (
+            "scale_sets:\n  - name: s\n    instances: 1\n    scheduled_events_profile:\n"
+            "      terminate_notification_profile: {enable: true, not_before_timeout: PT30M}\n",
+            "between PT5M and PT15M",
+        ),
+        (
+            "scale_sets:\n  - name: s\n    instances: 1\n    size: Standard_M64\n    scheduled_events_profile:\n"
+            "      os_image_notification_profile: {enable: true}\n",
+            "not supported for size Standard_M64",
+        ),
+        (
+            "availability_sets: [{name: a}]\nvms:\n  - name: v\n    availability_set: a\n    scheduled_events_policy: {}\n",
+            "f.yaml:5: vms[0].scheduled_events_policy: VM v is in availability set a; set the policy there",
+        ),
+        (
+            "vms:\n  - name: v\n    scheduled_events_policy: {user_initiated_reboot: {automatically: true}}\n",
+            "unknown key 'automatically'",
+        ),
     ],
 )
 def test_policy_errors(text, message):

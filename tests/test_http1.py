@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from forewarn.service.http1 import MAX_BODY, Http1Server, Limits
-from forewarn.surfaces.http import DROP, TEXT, Later, Request
+from forewarn.net.http import DROP, TEXT, Later, Request
+from forewarn.server.http1 import MAX_BODY, Http1Server, Limits
 
 
 def echo(request: Request):
@@ -71,8 +71,12 @@ def test_keep_alive_and_pipelining_answer_in_order(address):
     answer = exchange(address, raw + b"GET /last HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
     assert answer.count(b"HTTP/1.1 200 OK\r\n") == 4
     bodies = [part.split(b"\r\n\r\n", 1)[1].split(b"HTTP/1.1")[0] for part in answer.split(b"HTTP/1.1 200 OK")[1:]]
-    assert bodies == [b"GET /r0 x=0 0 127.0.0.1", b"GET /r1 x=1 0 127.0.0.1", b"GET /r2 x=2 0 127.0.0.1",
-                      b"GET /last  0 127.0.0.1"]
+    assert bodies == [
+        b"GET /r0 x=0 0 127.0.0.1",
+        b"GET /r1 x=1 0 127.0.0.1",
+        b"GET /r2 x=2 0 127.0.0.1",
+        b"GET /last  0 127.0.0.1",
+    ]
     assert b"x-seen: yes\r\n" in answer and b"date: " in answer and b"connection: close\r\n" in answer
 
 
@@ -83,8 +87,10 @@ def test_http_1_0_closes_after_the_answer(address):
 
 def test_body_expect_continue_and_percent_decoding(address):
     body = b'{"StartRequests": []}'
-    raw = (b"POST /a%%20b HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: %d\r\nConnection: close"
-           b"\r\n\r\n" % len(body)) + body
+    raw = (
+        b"POST /a%%20b HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: %d\r\nConnection: close"
+        b"\r\n\r\n" % len(body)
+    ) + body
     answer = exchange(address, raw)
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
     assert answer.endswith(b"POST /a b  %d 127.0.0.1" % len(body))
@@ -158,20 +164,27 @@ def test_a_refused_request_behind_a_delayed_answer_is_answered_after_it(address)
 
 def test_trailers_count_against_the_header_bounds(address):
     trailers = b"".join(b"X-%d: 1\r\n" % i for i in range(101))
-    answer = exchange(address, b"POST /t HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n" + trailers
-                      + b"\r\n")
+    answer = exchange(
+        address, b"POST /t HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nx\r\n0\r\n" + trailers + b"\r\n"
+    )
     assert answer.startswith(b"HTTP/1.1 431 ") and answer.endswith(b"more than 100 request headers")
 
 
 def test_limits_from_settings():
     limits = Limits().updated(["header_timeout=2.5", "connections-per-source=0"])
     assert (limits.header_timeout, limits.connections_per_source, limits.max_url) == (2.5, 0, 8192)
-    for bad, said in (("nope=1", "unknown limit 'nope'"), ("max_url=1.5", "max_url needs a number"),
-                      ("idle_timeout=0", "must be positive"), ("body_timeout=nan", "must be positive")):
+    for bad, said in (
+        ("nope=1", "unknown limit 'nope'"),
+        ("max_url=1.5", "max_url needs a number"),
+        ("idle_timeout=0", "must be positive"),
+        ("body_timeout=nan", "must be positive"),
+    ):
         with pytest.raises(ValueError, match=said):
             Limits().updated([bad])
 
 
 def test_a_refused_body_gets_no_100_continue(address):
-    answer = exchange(address, b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+    answer = exchange(
+        address, b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1)
+    )
     assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n")

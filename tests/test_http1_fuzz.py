@@ -22,10 +22,13 @@ from hypothesis import strategies as st
 from helpers import SMALL_FLEET, Server
 
 EXAMPLES = int(os.environ.get("FOREWARN_FUZZ_EXAMPLES", "200"))
-FLEET = SMALL_FLEET + """
+FLEET = (
+    SMALL_FLEET
+    + """
 ec2_instances:
   - {id: i-0123456789abcdef0, host: host-01, name: web}
 """
+)
 SERVER_REFUSALS = {400, 408, 413, 414, 431}  # the server's own answers, before any surface sees the request
 STATUS_LINE = re.compile(rb"HTTP/1\.1 (\d{3}) [A-Za-z][A-Za-z -]*\r\n")
 
@@ -37,20 +40,69 @@ def server(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------- the requests
-PATHS = ["/metadata/scheduledevents", "/metadata/instance", "/metadata/instance/compute/name", "/metadata/versions",
-         "/metadata/", "/metadata/nope", "/latest/meta-data/", "/latest/meta-data/instance-id", "/latest/api/token",
-         "/latest/meta-data/events/maintenance/scheduled", "/latest/dynamic/instance-identity/document", "/latest",
-         "/", "/2021-01-03/meta-data/", "/1.0/", "/nothing"]
-QUERIES = ["", "?api-version=2020-07-01", "?api-version=2021-02-01&format=text", "?api-version=2020-07-01&a=1&a=2",
-           "?api-version=x", "?"]
+PATHS = [
+    "/metadata/scheduledevents",
+    "/metadata/instance",
+    "/metadata/instance/compute/name",
+    "/metadata/versions",
+    "/metadata/",
+    "/metadata/nope",
+    "/latest/meta-data/",
+    "/latest/meta-data/instance-id",
+    "/latest/api/token",
+    "/latest/meta-data/events/maintenance/scheduled",
+    "/latest/dynamic/instance-identity/document",
+    "/latest",
+    "/",
+    "/2021-01-03/meta-data/",
+    "/1.0/",
+    "/nothing",
+]
+QUERIES = [
+    "",
+    "?api-version=2020-07-01",
+    "?api-version=2021-02-01&format=text",
+    "?api-version=2020-07-01&a=1&a=2",
+    "?api-version=x",
+    "?",
+]
 METHODS = ["GET", "GET", "GET", "POST", "PUT", "HEAD", "OPTIONS", "DELETE", "PATCH", "TRACE", "CONNECT", "BREW"]
-NAMES = ["Metadata", "Host", "Content-Type", "Connection", "Expect", "X-Forwarded-For", "X-aws-ec2-metadata-token",
-         "X-aws-ec2-metadata-token-ttl-seconds", "Accept", "User-Agent", "Upgrade", "Content-Length",
-         "Transfer-Encoding"]
-VALUES = ["true", "false", "", "close", "keep-alive", "100-continue", "21600", "0", "-1", "99999999999", "chunked",
-          "gzip, chunked", "10.0.0.1", "websocket", "application/json", "AQAEA" * 8]
-token_text = st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"), min_size=1,
-                     max_size=12)
+NAMES = [
+    "Metadata",
+    "Host",
+    "Content-Type",
+    "Connection",
+    "Expect",
+    "X-Forwarded-For",
+    "X-aws-ec2-metadata-token",
+    "X-aws-ec2-metadata-token-ttl-seconds",
+    "Accept",
+    "User-Agent",
+    "Upgrade",
+    "Content-Length",
+    "Transfer-Encoding",
+]
+VALUES = [
+    "true",
+    "false",
+    "",
+    "close",
+    "keep-alive",
+    "100-continue",
+    "21600",
+    "0",
+    "-1",
+    "99999999999",
+    "chunked",
+    "gzip, chunked",
+    "10.0.0.1",
+    "websocket",
+    "application/json",
+    "AQAEA" * 8,
+]
+token_text = st.text(
+    st.characters(min_codepoint=33, max_codepoint=126, exclude_characters=":"), min_size=1, max_size=12
+)
 any_line_text = st.binary(max_size=20)  # anything, CR and LF included: the malformed cases
 
 
@@ -64,8 +116,9 @@ class Generated:
 @st.composite
 def target(draw) -> str:
     if draw(st.integers(0, 9)) == 0:
-        return "/" + draw(st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="#?"),
-                                  max_size=30))
+        return "/" + draw(
+            st.text(st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="#?"), max_size=30)
+        )
     path = draw(st.sampled_from(PATHS))
     if draw(st.integers(0, 9)) == 0:
         path += draw(st.sampled_from(["%", "%zz", "%2F..", "%00", "/../metadata", "//", "%41"]))
@@ -75,21 +128,36 @@ def target(draw) -> str:
 @st.composite
 def body_and_headers(draw) -> tuple[list[tuple[bytes, bytes]], bytes, bool]:
     kind = draw(st.sampled_from(["none", "none", "length", "chunked", "bad-chunked", "bad-length"]))
-    payload = draw(st.sampled_from([b"", b"{}", b'{"StartRequests": []}', b'{"StartRequests": [{"EventId": 1}]}',
-                                    b"not json", b"[" * 50]))
+    payload = draw(
+        st.sampled_from(
+            [b"", b"{}", b'{"StartRequests": []}', b'{"StartRequests": [{"EventId": 1}]}', b"not json", b"[" * 50]
+        )
+    )
     if kind == "none":
         return [], b"", True
     if kind == "length":
         return [(b"Content-Length", b"%d" % len(payload))], payload, True
     if kind == "bad-length":
-        return [(b"Content-Length", draw(st.sampled_from([b"-1", b"abc", b"1, 2", b"99999999999999999999"])))], \
-            payload, False
+        return (
+            [(b"Content-Length", draw(st.sampled_from([b"-1", b"abc", b"1, 2", b"99999999999999999999"])))],
+            payload,
+            False,
+        )
     sizes = draw(st.lists(st.integers(1, 64), max_size=20))
     chunks = b"".join(b"%x\r\n%s\r\n" % (size, b"x" * size) for size in sizes)
     if kind == "chunked":
         return [(b"Transfer-Encoding", b"chunked")], chunks + b"0\r\n\r\n", True
-    broken = draw(st.sampled_from([b"zz\r\nx\r\n0\r\n\r\n", b"5\r\nab\r\n0\r\n\r\n", b"1;ext=1\r\nx\r\n0\r\n\r\n",
-                                   b"0\r\nX-Trailer: 1\r\n\r\n", b"1\r\nx\r\n"]))
+    broken = draw(
+        st.sampled_from(
+            [
+                b"zz\r\nx\r\n0\r\n\r\n",
+                b"5\r\nab\r\n0\r\n\r\n",
+                b"1;ext=1\r\nx\r\n0\r\n\r\n",
+                b"0\r\nX-Trailer: 1\r\n\r\n",
+                b"1\r\nx\r\n",
+            ]
+        )
+    )
     return [(b"Transfer-Encoding", b"chunked")], chunks + broken, False
 
 
@@ -98,9 +166,14 @@ def request(draw) -> Generated:
     method = draw(st.sampled_from(METHODS)).encode()
     path = draw(target())
     version = draw(st.sampled_from([b"HTTP/1.1"] * 6 + [b"HTTP/1.0", b"HTTP/2.0", b"HTTP/1.x", b"http/1.1", b""]))
-    headers = [(name.encode(), value.encode()) for name, value in
-               draw(st.lists(st.tuples(st.sampled_from(NAMES[:-2]) | token_text, st.sampled_from(VALUES) | token_text),
-                             max_size=6))]
+    headers = [
+        (name.encode(), value.encode())
+        for name, value in draw(
+            st.lists(
+                st.tuples(st.sampled_from(NAMES[:-2]) | token_text, st.sampled_from(VALUES) | token_text), max_size=6
+            )
+        )
+    ]
     body_headers, body, body_ok = draw(body_and_headers())
     well_formed = body_ok and version in (b"HTTP/1.1", b"HTTP/1.0") and method.isalpha()
     if draw(st.integers(0, 9)) == 0:  # a header line with anything in it
@@ -116,7 +189,7 @@ def connection(draw) -> tuple[list[Generated], bytes]:
     requests = draw(st.lists(request(), min_size=1, max_size=3))
     raw = b"".join(item.raw for item in requests)
     if draw(st.integers(0, 4)) == 0:
-        raw = raw[:draw(st.integers(0, len(raw)))]  # truncated anywhere
+        raw = raw[: draw(st.integers(0, len(raw)))]  # truncated anywhere
     return requests, raw
 
 
@@ -144,7 +217,7 @@ def parse_answers(data: bytes) -> list[tuple[int, dict[bytes, bytes], bytes]]:
         match = STATUS_LINE.match(data)
         assert match, f"not a status line: {data[:120]!r}"
         status = int(match.group(1))
-        after = data[match.end():]
+        after = data[match.end() :]
         if after.startswith(b"\r\n"):  # no header lines (100 Continue)
             head, separator, rest = b"", b"\r\n", after[2:]
         else:
@@ -183,8 +256,11 @@ def check_shape(status: int, headers: dict[bytes, bytes], body: bytes) -> str:
     return "server"
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                       HealthCheck.too_slow])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(connection())
 def test_any_bytes_get_well_formed_answers_and_no_5xx(server, generated):
     requests, raw = generated
@@ -196,8 +272,7 @@ def test_any_bytes_get_well_formed_answers_and_no_5xx(server, generated):
         styles.append(check_shape(status, headers, body))
     assert "server" not in styles[:-1], "a refusal of the server must be the connection's last answer"
     first = requests[0]
-    if answers and first.well_formed and len(raw) >= len(first.raw) and "%" not in first.path \
-            and styles[0] != "server":
+    if answers and first.well_formed and len(raw) >= len(first.raw) and "%" not in first.path and styles[0] != "server":
         # the first answer belongs to the first request: its style is the surface its path names
         if first.path.startswith("/metadata"):
             assert styles[0] == "imds", (answers[0], first.raw[:300])
@@ -207,7 +282,8 @@ def test_any_bytes_get_well_formed_answers_and_no_5xx(server, generated):
 
 def test_the_server_still_answers_after_the_fuzzing(server):
     """Runs after the fuzz test in this module (pytest keeps file order)."""
-    data = exchange(server.imds_port, b"GET /metadata/scheduledevents?api-version=2020-07-01 HTTP/1.1\r\n"
-                                      b"Metadata: true\r\n\r\n")
+    data = exchange(
+        server.imds_port, b"GET /metadata/scheduledevents?api-version=2020-07-01 HTTP/1.1\r\nMetadata: true\r\n\r\n"
+    )
     [(status, headers, body)] = parse_answers(data)
     assert status == 200 and json.loads(body)["Events"] == []

@@ -18,8 +18,10 @@ import pytest
 from helpers import Server
 
 SHORT = ["header_timeout=1", "body_timeout=1", "idle_timeout=2"]
-GET = (b"GET /metadata/scheduledevents?api-version=2020-07-01 HTTP/1.1\r\nHost: 169.254.169.254\r\nMetadata: true\r\n"
-       b"Connection: close\r\n\r\n")
+GET = (
+    b"GET /metadata/scheduledevents?api-version=2020-07-01 HTTP/1.1\r\nHost: 169.254.169.254\r\nMetadata: true\r\n"
+    b"Connection: close\r\n\r\n"
+)
 KEEP_ALIVE_GET = GET.replace(b"Connection: close\r\n", b"")
 PROBE_BOUND = 0.1  # seconds: the bound the task sets on another client's GET during an attack
 
@@ -53,8 +55,14 @@ def read_answer(sock: socket.socket, timeout: float = 5.0) -> tuple[int, bytes, 
                 break
             data += chunk
         head, _, body = data.partition(b"\r\n\r\n")
-        length = next((int(line.split(b":", 1)[1]) for line in head.lower().split(b"\r\n")
-                       if line.startswith(b"content-length:")), None)
+        length = next(
+            (
+                int(line.split(b":", 1)[1])
+                for line in head.lower().split(b"\r\n")
+                if line.startswith(b"content-length:")
+            ),
+            None,
+        )
         while length is not None and len(body) < length:
             chunk = sock.recv(65536)
             if not chunk:
@@ -89,7 +97,7 @@ def closed_within(sock: socket.socket, seconds: float) -> bool:
             pass
     except ConnectionResetError:
         pass
-    except socket.timeout:
+    except TimeoutError:
         return False
     return True
 
@@ -139,7 +147,8 @@ class Prober(threading.Thread):
         # every GET, not the median: the point is that no single client is frozen out
         assert max(self.latencies) < PROBE_BOUND, (
             f"GET latencies during the attack: max {max(self.latencies) * 1000:.0f} ms, "
-            f"median {statistics.median(self.latencies) * 1000:.0f} ms over {len(self.latencies)}")
+            f"median {statistics.median(self.latencies) * 1000:.0f} ms over {len(self.latencies)}"
+        )
 
 
 def vm_rss_kib(pid: int) -> int:
@@ -148,8 +157,10 @@ def vm_rss_kib(pid: int) -> int:
 
 
 def post_chunked(port: int, path: bytes, chunks: int, chunk: bytes = b"x") -> bytes:
-    return (b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nMetadata: true\r\nTransfer-Encoding: chunked\r\n"
-            b"Connection: close\r\n\r\n" + (b"%x\r\n%s\r\n" % (len(chunk), chunk)) * chunks + b"0\r\n\r\n")
+    return (
+        b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nMetadata: true\r\nTransfer-Encoding: chunked\r\n"
+        b"Connection: close\r\n\r\n" + (b"%x\r\n%s\r\n" % (len(chunk), chunk)) * chunks + b"0\r\n\r\n"
+    )
 
 
 # ------------------------------------------------------------------------------------------- metadata port
@@ -168,8 +179,13 @@ def test_a_body_of_many_tiny_chunks_costs_time_proportional_to_its_size(server):
 
 def test_a_chunked_body_over_the_limit_is_refused_while_it_arrives(server):
     with connect(server.imds_port) as sock:
-        send_until_answered(sock, post_chunked(server.imds_port, b"/metadata/scheduledevents", 0)[:-5],
-                            b"10000\r\n" + b"x" * 65536 + b"\r\n", most_bytes=64 << 20, most_seconds=5)
+        send_until_answered(
+            sock,
+            post_chunked(server.imds_port, b"/metadata/scheduledevents", 0)[:-5],
+            b"10000\r\n" + b"x" * 65536 + b"\r\n",
+            most_bytes=64 << 20,
+            most_seconds=5,
+        )
         status, _, body = read_answer(sock)
     assert (status, body) == (413, b"request body too large")
 
@@ -179,8 +195,13 @@ def test_huge_headers_are_refused_early_and_memory_stays_bounded(server):
 
     def attempt():
         with connect(server.imds_port) as sock:
-            send_until_answered(sock, b"GET /metadata/scheduledevents HTTP/1.1\r\nX-Big: ", b"a" * 65536,
-                                most_bytes=64 << 20, most_seconds=5)
+            send_until_answered(
+                sock,
+                b"GET /metadata/scheduledevents HTTP/1.1\r\nX-Big: ",
+                b"a" * 65536,
+                most_bytes=64 << 20,
+                most_seconds=5,
+            )
             status, head, body = read_answer(sock)
         assert status == 431 and b"content-type: text/plain" in head
         assert body == b"request headers longer than 32768 bytes"
@@ -194,11 +215,14 @@ def test_huge_headers_are_refused_early_and_memory_stays_bounded(server):
     assert grown < 16 * 1024, f"the process grew by {grown} KiB"
 
 
-@pytest.mark.parametrize("headers, message", [
-    (b"X-Long: " + b"a" * 9000 + b"\r\n", b"a request header longer than 8192 bytes"),
-    (b"".join(b"X-%d: %s\r\n" % (i, b"a" * 7000) for i in range(5)), b"request headers longer than 32768 bytes"),
-    (b"".join(b"X-%d: 1\r\n" % i for i in range(101)), b"more than 100 request headers"),
-])
+@pytest.mark.parametrize(
+    "headers, message",
+    [
+        (b"X-Long: " + b"a" * 9000 + b"\r\n", b"a request header longer than 8192 bytes"),
+        (b"".join(b"X-%d: %s\r\n" % (i, b"a" * 7000) for i in range(5)), b"request headers longer than 32768 bytes"),
+        (b"".join(b"X-%d: 1\r\n" % i for i in range(101)), b"more than 100 request headers"),
+    ],
+)
 def test_header_bounds_answer_431(server, headers, message):
     with connect(server.imds_port) as sock:
         sock.sendall(b"GET /metadata/scheduledevents HTTP/1.1\r\nMetadata: true\r\n" + headers + b"\r\n")
@@ -208,8 +232,10 @@ def test_header_bounds_answer_431(server, headers, message):
 def test_requests_within_the_bounds_are_served(server):
     headers = b"".join(b"X-%d: %s\r\n" % (i, b"a" * 300) for i in range(97))  # 100 headers, about 30 KB
     with connect(server.imds_port) as sock:
-        sock.sendall(b"GET /metadata/scheduledevents?api-version=2020-07-01&x=" + b"a" * 8000 + b" HTTP/1.1\r\n"
-                     b"Host: x\r\nMetadata: true\r\n" + headers + b"Connection: close\r\n\r\n")
+        sock.sendall(
+            b"GET /metadata/scheduledevents?api-version=2020-07-01&x=" + b"a" * 8000 + b" HTTP/1.1\r\n"
+            b"Host: x\r\nMetadata: true\r\n" + headers + b"Connection: close\r\n\r\n"
+        )
         status, _, body = read_answer(sock)
     assert status == 200 and body.startswith(b'{"DocumentIncarnation"')
 
@@ -327,8 +353,9 @@ def test_uvicorn_ports_refuse_huge_headers_and_targets(server, api_port):
     with Prober(server.imds_port) as probe:
         for _ in probe.rounds():
             with connect(api_port) as sock:
-                send_until_answered(sock, b"GET / HTTP/1.1\r\nX-Big: ", b"a" * 65536, most_bytes=64 << 20,
-                                    most_seconds=5)
+                send_until_answered(
+                    sock, b"GET / HTTP/1.1\r\nX-Big: ", b"a" * 65536, most_bytes=64 << 20, most_seconds=5
+                )
                 assert read_answer(sock)[::2] == (431, b"request headers longer than 32768 bytes")
             with connect(api_port) as sock:
                 send_until_answered(sock, b"GET /", b"a" * 65536, most_bytes=64 << 20, most_seconds=5)

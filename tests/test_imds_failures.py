@@ -2,13 +2,13 @@
 
 import json
 
-from forewarn.core.engine import ScheduleRequest
-from forewarn.core.model import EventType
-from forewarn.service.runtime import Maintenance
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.imds.scheduled_events import AzureImds
+from forewarn.azure.model import EventType
+from forewarn.engine.engine import ScheduleRequest
+from forewarn.net.callers import CallerResolver
+from forewarn.net.http import Request
 from forewarn.store import StoreError, open_store
-from forewarn.surfaces.azure_imds import AzureImds
-from forewarn.surfaces.callers import CallerResolver
-from forewarn.surfaces.http import Request
 from helpers import T0, small_fleet
 
 

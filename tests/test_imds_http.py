@@ -35,8 +35,13 @@ scale_sets:
 
 def as_vm(server, vm: str) -> str:
     """The base URL a VM's client uses: its loopback address on the IMDS port."""
-    address = {"WestNO_0": "127.0.0.10", "WestNO_1": "127.0.0.11", "other-tenant": "127.0.0.12",
-               "myvmss_0": "127.0.0.20", "myvmss_1": "127.0.0.21"}[vm]
+    address = {
+        "WestNO_0": "127.0.0.10",
+        "WestNO_1": "127.0.0.11",
+        "other-tenant": "127.0.0.12",
+        "myvmss_0": "127.0.0.20",
+        "myvmss_1": "127.0.0.21",
+    }[vm]
     return f"http://{address}:{server.imds_port}"
 
 
@@ -63,11 +68,15 @@ def test_seed_example_flow_byte_for_byte(server):
     # WestNO_1 approves; the event starts for both Resources.
     approval = requests.post(
         f"{as_vm(server, 'WestNO_1')}/metadata/scheduledevents?api-version=2020-07-01",
-        headers={"Metadata": "true"}, data=json.dumps({"StartRequests": [{"EventId": event["event_id"]}]}),
+        headers={"Metadata": "true"},
+        data=json.dumps({"StartRequests": [{"EventId": event["event_id"]}]}),
     )
     assert approval.status_code == 200
-    started = scheduled.replace(b'"DocumentIncarnation":2', b'"DocumentIncarnation":3').replace(
-        b'"EventStatus":"Scheduled"', b'"EventStatus":"Started"').replace(NOT_BEFORE.encode(), b"")
+    started = (
+        scheduled.replace(b'"DocumentIncarnation":2', b'"DocumentIncarnation":3')
+        .replace(b'"EventStatus":"Scheduled"', b'"EventStatus":"Started"')
+        .replace(NOT_BEFORE.encode(), b"")
+    )
     assert server.scheduled_events(as_vm(server, "WestNO_0")).content == started
     server.advance("4m59s")
     assert server.scheduled_events(as_vm(server, "WestNO_0")).content == started
@@ -99,11 +108,17 @@ def test_scopes_are_isolated(server):
 
 def test_caller_found_by_port_address_and_default(server, ports):
     server.schedule(type="Freeze", vms=["solo"])
-    by_port = requests.get(f"http://127.0.0.1:{ports[0]}/metadata/instance/compute/name",
-                           params={"api-version": "2021-02-01", "format": "text"}, headers={"Metadata": "true"})
+    by_port = requests.get(
+        f"http://127.0.0.1:{ports[0]}/metadata/instance/compute/name",
+        params={"api-version": "2021-02-01", "format": "text"},
+        headers={"Metadata": "true"},
+    )
     assert by_port.text == "WestNO_0"
-    by_address = requests.get(f"{as_vm(server, 'WestNO_1')}/metadata/instance/compute/name",
-                              params={"api-version": "2021-02-01", "format": "text"}, headers={"Metadata": "true"})
+    by_address = requests.get(
+        f"{as_vm(server, 'WestNO_1')}/metadata/instance/compute/name",
+        params={"api-version": "2021-02-01", "format": "text"},
+        headers={"Metadata": "true"},
+    )
     assert by_address.text == "WestNO_1"
     default = server.scheduled_events()
     assert default.json()["Events"][0]["Resources"] == ["solo"]
@@ -113,8 +128,10 @@ def test_shared_host_waits_for_every_tenant(server):
     events = server.schedule(type="Reboot", hosts=["host-02"])
     by_vm = {e["resources"][0]: e["event_id"] for e in events}
     post = lambda base, event_id: requests.post(  # noqa: E731
-        f"{base}/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"},
-        json={"StartRequests": [{"EventId": event_id}]})
+        f"{base}/metadata/scheduledevents?api-version=2020-07-01",
+        headers={"Metadata": "true"},
+        json={"StartRequests": [{"EventId": event_id}]},
+    )
     assert post(server.imds, by_vm["solo"]).status_code == 200
     assert server.scheduled_events().json()["Events"][0]["EventStatus"] == "Scheduled"
     assert post(as_vm(server, "other-tenant"), by_vm["other-tenant"]).status_code == 200
@@ -125,16 +142,50 @@ def test_shared_host_waits_for_every_tenant(server):
     "version, fields, types",
     [
         ("2017-08-01", ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore"], {"Freeze"}),
-        ("2017-11-01", ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore"],
-         {"Freeze", "Preempt"}),
-        ("2019-01-01", ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore"],
-         {"Freeze", "Preempt", "Terminate"}),
-        ("2019-04-01", ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore",
-                        "Description"], {"Freeze", "Preempt", "Terminate"}),
-        ("2019-08-01", ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore",
-                        "Description", "EventSource"], {"Freeze", "Preempt", "Terminate"}),
-        ("2020-07-01", ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore",
-                        "Description", "EventSource", "DurationInSeconds"], {"Freeze", "Preempt", "Terminate"}),
+        (
+            "2017-11-01",
+            ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore"],
+            {"Freeze", "Preempt"},
+        ),
+        (
+            "2019-01-01",
+            ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore"],
+            {"Freeze", "Preempt", "Terminate"},
+        ),
+        (
+            "2019-04-01",
+            ["EventId", "EventStatus", "EventType", "ResourceType", "Resources", "NotBefore", "Description"],
+            {"Freeze", "Preempt", "Terminate"},
+        ),
+        (
+            "2019-08-01",
+            [
+                "EventId",
+                "EventStatus",
+                "EventType",
+                "ResourceType",
+                "Resources",
+                "NotBefore",
+                "Description",
+                "EventSource",
+            ],
+            {"Freeze", "Preempt", "Terminate"},
+        ),
+        (
+            "2020-07-01",
+            [
+                "EventId",
+                "EventStatus",
+                "EventType",
+                "ResourceType",
+                "Resources",
+                "NotBefore",
+                "Description",
+                "EventSource",
+                "DurationInSeconds",
+            ],
+            {"Freeze", "Preempt", "Terminate"},
+        ),
     ],
 )
 def test_fields_and_types_gated_by_api_version(server, version, fields, types):
@@ -158,25 +209,30 @@ def test_request_errors(server):
     url = f"{server.imds}/metadata/scheduledevents"
     no_header = requests.get(url, params={"api-version": "2020-07-01"})
     assert (no_header.status_code, no_header.content) == (
-        400, b'{ "error": "Bad request: . Required metadata header not specified" }')
+        400,
+        b'{ "error": "Bad request: . Required metadata header not specified" }',
+    )
     assert requests.get(url, params={"api-version": "2020-07-01"}, headers={"Metadata": "false"}).status_code == 400
     for params in ({}, {"api-version": "1999-01-01"}, {"api-version": "2021-02-01"}):
         bad = requests.get(url, params=params, headers={"Metadata": "true"})
         assert bad.status_code == 400
         assert bad.json() == {
             "error": "Bad request. api-version is invalid or was not specified in the request. For more information "
-                     "refer to aka.ms/azureimds",
+            "refer to aka.ms/azureimds",
             "newest-versions": ["2020-07-01", "2019-08-01", "2019-04-01"],
         }
-    forwarded = requests.get(url, params={"api-version": "2020-07-01"},
-                             headers={"Metadata": "true", "X-Forwarded-For": "10.0.0.1"})
+    forwarded = requests.get(
+        url, params={"api-version": "2020-07-01"}, headers={"Metadata": "true", "X-Forwarded-For": "10.0.0.1"}
+    )
     assert forwarded.status_code == 400 and "X-Forwarded-For" in forwarded.json()["error"]
     duplicate = requests.get(f"{url}?api-version=2020-07-01&api-version=2020-07-01", headers={"Metadata": "true"})
     assert duplicate.status_code == 400 and "duplicate" in duplicate.json()["error"]
     for method in ("PUT", "DELETE", "PATCH"):
         response = requests.request(method, url, params={"api-version": "2020-07-01"}, headers={"Metadata": "true"})
         assert response.status_code == 405 and response.headers["allow"] == "GET, POST"
-    assert requests.get(f"{url}/", params={"api-version": "2020-07-01"}, headers={"Metadata": "true"}).status_code == 404
+    assert (
+        requests.get(f"{url}/", params={"api-version": "2020-07-01"}, headers={"Metadata": "true"}).status_code == 404
+    )
     assert requests.get(f"{server.imds}/metadata/nothing", headers={"Metadata": "true"}).status_code == 404
 
 
@@ -191,12 +247,23 @@ def test_etag_and_if_none_match(server):
     assert server.scheduled_events(version="2019-08-01").headers["etag"] != changed.headers["etag"]
 
 
-@pytest.mark.parametrize("body", [b"", b"not json", b"[]", b"{}", b'{"StartRequests": {}}',
-                                  b'{"StartRequests": [{}]}', b'{"StartRequests": [{"EventId": 5}]}',
-                                  b'{"StartRequests": ["x"]}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"not json",
+        b"[]",
+        b"{}",
+        b'{"StartRequests": {}}',
+        b'{"StartRequests": [{}]}',
+        b'{"StartRequests": [{"EventId": 5}]}',
+        b'{"StartRequests": ["x"]}',
+    ],
+)
 def test_malformed_approvals_are_400(server, body):
-    response = requests.post(f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01",
-                             headers={"Metadata": "true"}, data=body)
+    response = requests.post(
+        f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"}, data=body
+    )
     assert response.status_code == 400
     assert "StartRequests" in response.json()["error"]
 
@@ -206,7 +273,8 @@ def test_approval_rules(server):
     [foreign] = server.schedule(type="Freeze", vms=["WestNO_0"])
     url = f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01"
     post = lambda *ids, **headers: requests.post(  # noqa: E731
-        url, headers={"Metadata": "true", **headers}, json={"StartRequests": [{"EventId": i} for i in ids]})
+        url, headers={"Metadata": "true", **headers}, json={"StartRequests": [{"EventId": i} for i in ids]}
+    )
     # Unknown or foreign ids are refused and nothing of the request is applied.
     assert post(mine["event_id"], "00000000-0000-0000-0000-000000000000").status_code == 400
     assert post(mine["event_id"], foreign["event_id"]).status_code == 400
@@ -222,9 +290,11 @@ def test_approval_rules(server):
 def test_lenient_unknown_event_ids(tmp_path):
     server = Server(tmp_path, "vms: [{name: only}]", extra=["--unknown-event-ids", "accept"]).start()
     try:
-        response = requests.post(f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01",
-                                 headers={"Metadata": "true"},
-                                 json={"StartRequests": [{"EventId": "00000000-0000-0000-0000-000000000000"}]})
+        response = requests.post(
+            f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01",
+            headers={"Metadata": "true"},
+            json={"StartRequests": [{"EventId": "00000000-0000-0000-0000-000000000000"}]},
+        )
         assert response.status_code == 200
     finally:
         server.stop()
@@ -232,11 +302,14 @@ def test_lenient_unknown_event_ids(tmp_path):
 
 def test_kill_9_loses_nothing_acknowledged(server):
     [event] = server.schedule(type="Freeze", vms=["WestNO_0", "WestNO_1"])
-    approval = requests.post(f"{as_vm(server, 'WestNO_0')}/metadata/scheduledevents?api-version=2020-07-01",
-                             headers={"Metadata": "true"}, json={"StartRequests": [{"EventId": event["event_id"]}]})
+    approval = requests.post(
+        f"{as_vm(server, 'WestNO_0')}/metadata/scheduledevents?api-version=2020-07-01",
+        headers={"Metadata": "true"},
+        json={"StartRequests": [{"EventId": event["event_id"]}]},
+    )
     assert approval.status_code == 200
     server.kill()
-    server.args = [a for a in server.args]  # same database, same ports
+    server.args = list(server.args)  # same database, same ports
     server.start()
     doc = document(server, "WestNO_1")
     assert doc["DocumentIncarnation"] == 3 and doc["Events"][0]["EventStatus"] == "Started"

@@ -27,8 +27,13 @@ def test_lenient_profile_accepts_what_the_mock_accepts(tmp_path, stop_later):
     server.schedule(type="Preempt", vms=["solo"])
     bare = requests.get(f"{server.imds}/metadata/scheduledevents")
     assert bare.status_code == 200 and list(bare.json()["Events"][0])[-1] == "DurationInSeconds"
-    assert requests.get(f"{server.imds}/metadata/scheduledevents?api-version=1999-01-01&api-version=x",
-                        headers={"X-Forwarded-For": "1.2.3.4"}).status_code == 200
+    assert (
+        requests.get(
+            f"{server.imds}/metadata/scheduledevents?api-version=1999-01-01&api-version=x",
+            headers={"X-Forwarded-For": "1.2.3.4"},
+        ).status_code
+        == 200
+    )
     settings = server.get("/v1/imds/settings")
     assert settings["lenient"] is True and settings["unknown_event_ids"] == "accept"
 
@@ -58,11 +63,16 @@ def test_rate_limit_answers_429(tmp_path, stop_later):
     server = start(tmp_path, "--rate-limit", "5")
     stop_later(server)
     with requests.Session() as session:
-        statuses = [session.get(f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01",
-                                headers={"Metadata": "true"}).status_code for _ in range(12)]
+        statuses = [
+            session.get(
+                f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"}
+            ).status_code
+            for _ in range(12)
+        ]
     assert statuses[:5] == [200] * 5 and 429 in statuses
-    too_many = requests.get(f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01",
-                            headers={"Metadata": "true"})
+    too_many = requests.get(
+        f"{server.imds}/metadata/scheduledevents?api-version=2020-07-01", headers={"Metadata": "true"}
+    )
     assert too_many.status_code in (200, 429)
 
 

@@ -125,14 +125,18 @@ def raw_get(host: str, port: int, path: str, headers: dict | None = None) -> tup
 
 def test_paths_built_by_concatenation(server):
     """``//latest/...`` is EC2's path too (it used to fall to the Azure handler's JSON 404)."""
-    for path in ("//latest/meta-data/instance-id", "/latest//meta-data/instance-id",
-                 "//latest//meta-data//instance-id"):
+    for path in (
+        "//latest/meta-data/instance-id",
+        "/latest//meta-data/instance-id",
+        "//latest//meta-data//instance-id",
+    ):
         assert raw_get(ADDRESS, server.imds_port, path) == (200, EBS.encode(), "text/plain"), path
     status, body, content_type = raw_get(ADDRESS, server.imds_port, "//latest/meta-data/nope")
     assert (status, content_type) == (404, "text/html") and b"<title>404 - Not Found</title>" in body
     # Azure's paths are untouched.
-    status, body, _ = raw_get("127.0.0.1", server.imds_port, "/metadata/instance?api-version=2021-08-01",
-                              {"Metadata": "true"})
+    status, body, _ = raw_get(
+        "127.0.0.1", server.imds_port, "/metadata/instance?api-version=2021-08-01", {"Metadata": "true"}
+    )
     assert status == 200 and json.loads(body)["compute"]["name"] == "solo"
 
 
@@ -142,17 +146,23 @@ def test_azure_extended_adds_the_extended_object(server):
     url = f"{server.imds}/metadata/instance"
     headers = {"Metadata": "true"}
     plain = requests.get(url, params={"api-version": "2021-08-01"}, headers=headers, timeout=5).json()
-    extended = requests.get(url, params={"api-version": "2021-08-01", "extended": "true"}, headers=headers,
-                            timeout=5).json()
+    extended = requests.get(
+        url, params={"api-version": "2021-08-01", "extended": "true"}, headers=headers, timeout=5
+    ).json()
     assert "extended" not in plain
     assert list(extended) == ["compute", "extended", "network"]
     assert extended["extended"] == {"compute": {"ppsType": "None"}}
     assert {key: value for key, value in extended.items() if key != "extended"} == plain
-    text = requests.get(url, params={"api-version": "2021-08-01", "extended": "true", "format": "text"},
-                        headers=headers, timeout=5)
+    text = requests.get(
+        url, params={"api-version": "2021-08-01", "extended": "true", "format": "text"}, headers=headers, timeout=5
+    )
     assert text.text == "compute/\nextended/\nnetwork/"
-    leaf = requests.get(url + "/extended/compute/ppsType", params={"api-version": "2021-08-01", "extended": "true",
-                                                                   "format": "text"}, headers=headers, timeout=5)
+    leaf = requests.get(
+        url + "/extended/compute/ppsType",
+        params={"api-version": "2021-08-01", "extended": "true", "format": "text"},
+        headers=headers,
+        timeout=5,
+    )
     assert (leaf.status_code, leaf.text) == (200, "None")
     off = requests.get(url, params={"api-version": "2021-08-01", "extended": "false"}, headers=headers, timeout=5)
     assert "extended" not in off.json()

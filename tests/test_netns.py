@@ -54,8 +54,10 @@ vms:
     server = Server(tmp_path, fleet, extra=["--imds-host", "0.0.0.0"]).start()
     try:
         server.schedule(type="Reboot", vms=["vm-b"])
-        for ns, host_side, expected_name, expected_events in ((ns_a, namespaces[0][1], "vm-a", 0),
-                                                              (ns_b, namespaces[1][1], "vm-b", 1)):
+        for ns, host_side, expected_name, expected_events in (
+            (ns_a, namespaces[0][1], "vm-a", 0),
+            (ns_b, namespaces[1][1], "vm-b", 1),
+        ):
             script = (
                 "import json, requests\n"
                 f"base = 'http://{host_side}:{server.imds_port}/metadata'\n"
@@ -65,8 +67,9 @@ vms:
                 "doc = requests.get(base + '/scheduledevents', params={'api-version': '2020-07-01'}, headers=h).json()\n"
                 "print(json.dumps([name, doc]))\n"
             )
-            run = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", script],
-                                 capture_output=True, text=True, timeout=30)
+            run = subprocess.run(
+                ["ip", "netns", "exec", ns, sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+            )
             assert run.returncode == 0, run.stderr
             name, doc = json.loads(run.stdout)
             assert name == expected_name

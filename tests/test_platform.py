@@ -5,11 +5,12 @@ from datetime import timedelta
 
 import pytest
 
-from forewarn.core.engine import Engine, EventChanged, ScheduleRequest, VmChanged
+from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.model import EventSource, EventStatus, EventType, Impact
+from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import Conflict, Invalid
-from forewarn.core.model import EventSource, EventStatus, EventType, Impact
-from forewarn.core.vms import NotificationProfile, Power
-from forewarn.fleetfile import parse_fleet
+from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.fleetfile import parse_fleet
 from helpers import T0, small_fleet
 
 VMSS = "vmss:00000000-0000-0000-0000-000000000000/forewarn-rg/myvmss/pg0"
@@ -45,7 +46,9 @@ def test_automatically_approved_user_operations_skip_scheduled():
     scope = e.fleet.vm("WestNO_0").scope
     changes = e.restart(["WestNO_0"])
     [event] = events(changes)
-    assert event.status is EventStatus.STARTED and [c.what for c in changes if isinstance(c, EventChanged)] == ["started"]
+    assert event.status is EventStatus.STARTED and [c.what for c in changes if isinstance(c, EventChanged)] == [
+        "started"
+    ]
     assert e.incarnation(scope) == 2  # [] -> [Started]: one step
     # Redeploy is approved separately, and the policy applies to every member of the set.
     [redeploy] = events(e.redeploy(["WestNO_1"]))
@@ -164,7 +167,10 @@ def test_os_image_notification_announces_a_reimage():
     e.update_instances("myvmss", ["myvmss_0"])
     [event] = events(e.reimage(["myvmss_0"]))
     assert (event.event_type, event.impact, event.not_before) == (
-        EventType.REBOOT, Impact.REIMAGE, T0 + timedelta(minutes=15))
+        EventType.REBOOT,
+        Impact.REIMAGE,
+        T0 + timedelta(minutes=15),
+    )
     e.approve([event.event_id], by="myvmss_0")
     state = e.vm_states["myvmss_0"]
     assert (state.power, state.os_disk_generation, state.temp_disk_generation) == (Power.REIMAGING, 2, 2)
@@ -222,8 +228,15 @@ def test_update_and_fault_domains_of_a_set():
 
 def test_the_vm_runs_again_when_its_event_completes():
     e = engine()
-    e.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(0), duration_seconds=3600,
-                               impact_window=timedelta(minutes=10)))
+    e.schedule(
+        ScheduleRequest(
+            EventType.REBOOT,
+            vms=("solo",),
+            notice=timedelta(0),
+            duration_seconds=3600,
+            impact_window=timedelta(minutes=10),
+        )
+    )
     e.advance(T0)
     assert e.vm_states["solo"].impact_until == T0 + timedelta(minutes=10)  # capped by the impact window
     changes = e.advance(T0 + timedelta(minutes=10))
@@ -233,8 +246,17 @@ def test_the_vm_runs_again_when_its_event_completes():
 
 def test_more_short_impacts_while_started_and_none_after():
     e = engine()
-    [event] = events(e.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(0),
-                                                impact_window=timedelta(minutes=9), extra_impacts=2)))
+    [event] = events(
+        e.schedule(
+            ScheduleRequest(
+                EventType.REBOOT,
+                vms=("solo",),
+                notice=timedelta(0),
+                impact_window=timedelta(minutes=9),
+                extra_impacts=2,
+            )
+        )
+    )
     e.advance(T0)
     e.advance(T0 + timedelta(minutes=2))
     assert e.vm_states["solo"].power is Power.RUNNING  # the reboot is over
@@ -248,7 +270,7 @@ def test_more_short_impacts_while_started_and_none_after():
 
 
 def test_a_refused_request_changes_nothing_even_when_enabling_splits_it():
-    from forewarn.core.rules import Rules
+    from forewarn.engine.rules import Rules
 
     e = Engine(small_fleet(), seed="test", now=T0, rules=Rules().with_overrides(enabling_required=True))
     e.request_seen(e.fleet.vm("solo").scope)
@@ -258,4 +280,6 @@ def test_a_refused_request_changes_nothing_even_when_enabling_splits_it():
     # Valid, the same request gives notice to the enabled scope only.
     changes = events(e.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo", "WestNO_0"))))
     assert sorted((ev.resources[0], ev.status) for ev in changes) == [
-        ("WestNO_0", EventStatus.STARTED), ("solo", EventStatus.SCHEDULED)]
+        ("WestNO_0", EventStatus.STARTED),
+        ("solo", EventStatus.SCHEDULED),
+    ]

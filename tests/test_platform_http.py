@@ -41,8 +41,9 @@ def test_terminate_notification_through_the_api(server):
     assert vm(server, "myvmss_0")["latest_model"] is True
     outcome = server.post("/v1/scale-sets/myvmss/scale-in", {"count": 2}, expect=200).json()
     assert sorted(e["resources"][0] for e in outcome["events"]) == ["myvmss_1", "myvmss_2"]
-    doc = requests.get(f"{server.imds}/metadata/scheduledevents?api-version=2019-01-01", headers={"Metadata": "true"},
-                       params=None)
+    doc = requests.get(
+        f"{server.imds}/metadata/scheduledevents?api-version=2019-01-01", headers={"Metadata": "true"}, params=None
+    )
     assert doc.status_code == 200  # the default VM (solo) is not in the scale set: nothing for it
     assert doc.json()["Events"] == []
     server.advance("5m")
@@ -56,8 +57,7 @@ def test_exceptional_cases_through_the_api(server):
     assert {e["status"] for e in failure["events"]} == {"Started"}
     assert {e["type"] for e in failure["events"]} == {"Redeploy"}
     assert vm(server, "solo")["host"] == "host-03"
-    predicted = server.post("/v1/platform/predicted-failure", {"hosts": ["host-01"], "notice": "3d"},
-                            expect=200).json()
+    predicted = server.post("/v1/platform/predicted-failure", {"hosts": ["host-01"], "notice": "3d"}, expect=200).json()
     assert predicted["events"][0]["not_before"] == "2026-04-23T22:11:58Z"
     assert server.post("/v1/platform/evict", {"vms": ["solo"]}).status_code == 400
     evicted = server.post("/v1/platform/evict", {"vms": ["spotty"]}, expect=200).json()
@@ -73,10 +73,22 @@ def test_domain_maintenance_through_schedule(server):
 
 def test_arm_api_served_by_the_real_server(server):
     """Seed 002's PUT, as written, then an instance delete: the Terminate event reaches the scale set's VMs."""
-    base = f"{server.arm}/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/providers/" \
-           "Microsoft.Compute/virtualMachineScaleSets/myvmss"
-    put = requests.put(f"{base}?api-version=2019-03-01", json={"properties": {"virtualMachineProfile": {
-        "scheduledEventsProfile": {"terminateNotificationProfile": {"notBeforeTimeout": "PT5M", "enable": True}}}}})
+    base = (
+        f"{server.arm}/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/providers/"
+        "Microsoft.Compute/virtualMachineScaleSets/myvmss"
+    )
+    put = requests.put(
+        f"{base}?api-version=2019-03-01",
+        json={
+            "properties": {
+                "virtualMachineProfile": {
+                    "scheduledEventsProfile": {
+                        "terminateNotificationProfile": {"notBeforeTimeout": "PT5M", "enable": True}
+                    }
+                }
+            }
+        },
+    )
     assert put.status_code == 200, put.text
     upgrade = requests.post(f"{base}/manualupgrade?api-version=2019-03-01", json={"instanceIds": ["0", "1", "2"]})
     assert upgrade.status_code in (200, 202), upgrade.text

@@ -22,8 +22,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import requests
 
-from forewarn.service.outbox import OutboxSender
-from forewarn.service.runtime import Maintenance
+from forewarn.app.outbox import OutboxSender
+from forewarn.app.runtime import Maintenance
 from forewarn.store import StoreUnavailable, open_store
 from helpers import T0, Server, small_fleet
 
@@ -40,7 +40,7 @@ vms:
 ec2_instances:
   - {{id: i-0aaaaaaaaaaaaaaa1, host: host-02}}
 """
-VM_PATH = (f"/subscriptions/{SUB}/resourceGroups/contoso-rg/providers/Microsoft.Compute/virtualMachines/solo")
+VM_PATH = f"/subscriptions/{SUB}/resourceGroups/contoso-rg/providers/Microsoft.Compute/virtualMachines/solo"
 WRITE_BOUND = 2.0  # seconds within which a write must be refused while the database is out of reach
 BACK_WITHIN = 15.0  # seconds within which writes must work again once the database is back
 
@@ -156,15 +156,17 @@ def proxy(postgres_url):
 # ------------------------------------------------------------------------------------------------ helpers
 def sessions(admin_url: str, name: str) -> list[int]:
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        return [row[0] for row in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                                                (name,))]
+        return [
+            row[0] for row in admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,))
+        ]
 
 
 def terminate(admin_url: str, name: str) -> None:
     """End the server's session (found by its application_name) and wait until PostgreSQL has let it go."""
     with psycopg.connect(admin_url, autocommit=True) as admin:
-        ended = admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
-                              (name,)).fetchall()
+        ended = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchall()
         assert ended == [(True,)]
         deadline = time.monotonic() + 5
         while admin.execute("SELECT 1 FROM pg_stat_activity WHERE application_name = %s", (name,)).fetchone():
@@ -173,8 +175,13 @@ def terminate(admin_url: str, name: str) -> None:
 
 
 def imds_approve(server: Server, event_id: str) -> requests.Response:
-    return requests.post(f"{server.imds}/metadata/scheduledevents", params={"api-version": "2020-07-01"},
-                         headers={"Metadata": "true"}, json={"StartRequests": [{"EventId": event_id}]}, timeout=10)
+    return requests.post(
+        f"{server.imds}/metadata/scheduledevents",
+        params={"api-version": "2020-07-01"},
+        headers={"Metadata": "true"},
+        json={"StartRequests": [{"EventId": event_id}]},
+        timeout=10,
+    )
 
 
 def arm_restart(server: Server) -> requests.Response:
@@ -182,9 +189,15 @@ def arm_restart(server: Server) -> requests.Response:
 
 
 def ec2_register(server: Server) -> requests.Response:
-    return requests.post(server.ec2, data={"Action": "RegisterInstanceEventNotificationAttributes",
-                                           "Version": "2016-11-15",
-                                           "InstanceTagAttribute.IncludeAllTagsOfInstance": "true"}, timeout=10)
+    return requests.post(
+        server.ec2,
+        data={
+            "Action": "RegisterInstanceEventNotificationAttributes",
+            "Version": "2016-11-15",
+            "InstanceTagAttribute.IncludeAllTagsOfInstance": "true",
+        },
+        timeout=10,
+    )
 
 
 def all_events(server: Server) -> list[dict]:
@@ -197,7 +210,8 @@ def stored(postgres_url: str) -> tuple[dict[str, str], dict[str, list[str]]]:
         statuses = dict(connection.execute("SELECT event_id, status FROM forewarn_events").fetchall())
         journals: dict[str, list[str]] = {}
         for event_id, kind in connection.execute(
-                "SELECT event_id, kind FROM forewarn_journal WHERE event_id IS NOT NULL ORDER BY seq"):
+            "SELECT event_id, kind FROM forewarn_journal WHERE event_id IS NOT NULL ORDER BY seq"
+        ):
             journals.setdefault(event_id, []).append(kind)
     return statuses, journals
 
@@ -235,11 +249,13 @@ def test_a_terminated_session_is_replaced_and_the_next_writes_go_through(tmp_pat
         after = all_events(again)
         assert after == before
         assert [(e["event_id"], e["status"], e["approvals"]) for e in after] == [
-            (event["event_id"], "Started", ["solo"])]
+            (event["event_id"], "Started", ["solo"])
+        ]
 
 
 def test_a_database_out_of_reach_refuses_writes_in_each_surface_shape_and_nothing_acknowledged_is_lost(
-        tmp_path, postgres_url, proxy):
+    tmp_path, postgres_url, proxy
+):
     url = _through(postgres_url, proxy.port)
     with Server(tmp_path, fleet_text=FLEET, db=url) as server:
         [first] = server.schedule(type="Freeze", vms=["solo"])
@@ -291,8 +307,11 @@ def test_a_database_out_of_reach_refuses_writes_in_each_surface_shape_and_nothin
         assert ec2_register(server).status_code == 200
         log = server.log_path.read_text()
         assert "database connection lost" in log and "reconnected to the database after" in log
-        described = requests.post(server.ec2, data={"Action": "DescribeInstanceEventNotificationAttributes",
-                                                    "Version": "2016-11-15"}, timeout=10)
+        described = requests.post(
+            server.ec2,
+            data={"Action": "DescribeInstanceEventNotificationAttributes", "Version": "2016-11-15"},
+            timeout=10,
+        )
         assert "<includeAllTagsOfInstance>true</includeAllTagsOfInstance>" in described.text
         acknowledged = all_events(server)
     # Memory and database agree, and hold what was acknowledged: the first event approved (Started), the Reboot

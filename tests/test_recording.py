@@ -12,8 +12,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import requests
-from helpers import ROOT, Server
 
+from forewarn.azure.imds.errors import (
+    METHOD_NOT_ALLOWED,
+    MISSING_METADATA_HEADER,
+    NOT_FOUND,
+    bad_api_version,
+)
+from forewarn.azure.imds.scheduled_events import (
+    BAD_START_REQUESTS,
+    NEWEST_SCHEDULED_EVENTS_VERSIONS,
+)
 from forewarn.recording import (
     Entry,
     Recording,
@@ -27,16 +36,7 @@ from forewarn.recording import (
 )
 from forewarn.recording.model import RecordingError
 from forewarn.recording.recorder import scheduled_events_url
-from forewarn.surfaces.azure_errors import (
-    METHOD_NOT_ALLOWED,
-    MISSING_METADATA_HEADER,
-    NOT_FOUND,
-    bad_api_version,
-)
-from forewarn.surfaces.azure_imds import (
-    BAD_START_REQUESTS,
-    NEWEST_SCHEDULED_EVENTS_VERSIONS,
-)
+from helpers import ROOT, Server
 
 VERSION = "2020-07-01"
 
@@ -87,8 +87,16 @@ def test_round_trip_of_a_freeze(server, tmp_path):
     url = scheduled_events_url(server.imds, VERSION)
     fetch, close = http_fetch(url)
     try:
-        recorded = record(fetch, url=url, api_version=VERSION, interval=1.0, until_empty=True,
-                          sleep=fake.sleep, clock=fake.clock, wall=fake.wall)
+        recorded = record(
+            fetch,
+            url=url,
+            api_version=VERSION,
+            interval=1.0,
+            until_empty=True,
+            sleep=fake.sleep,
+            clock=fake.clock,
+            wall=fake.wall,
+        )
     finally:
         close()
     assert fake.sleeps == 4  # stopped by --until-empty right after the empty document
@@ -111,8 +119,16 @@ def test_round_trip_of_a_freeze(server, tmp_path):
     assert data["format"] == "forewarn-recording/1" and data["url"] == url and data["interval_seconds"] == 1.0
     assert set(data["entries"][0]) == {"offset_seconds", "at", "status", "body"}
     replay = Replay(load_recording(path))
-    expected = [(0, seen[0]), (0.99, seen[0]), (1, seen[1]), (2.5, seen[1]), (3, seen[3]), (3.5, seen[3]),
-                (4, seen[4]), (1000, seen[4])]
+    expected = [
+        (0, seen[0]),
+        (0.99, seen[0]),
+        (1, seen[1]),
+        (2.5, seen[1]),
+        (3, seen[3]),
+        (3.5, seen[3]),
+        (4, seen[4]),
+        (1000, seen[4]),
+    ]
     for offset, body in expected:
         assert replay.document_at(offset) == (200, body), offset
     looping = Replay(load_recording(path), loop=True)
@@ -121,12 +137,29 @@ def test_round_trip_of_a_freeze(server, tmp_path):
 
 
 def test_record_keeps_outages_and_stops_after_duration():
-    answers = iter([(200, '{"DocumentIncarnation":1,"Events":[]}'), (500, '{"error": "x"}'), (0, ""), (0, ""),
-                    (200, '{"DocumentIncarnation":1,"Events":[]}')] + [(200, '{"DocumentIncarnation":1,"Events":[]}')] * 10)
+    answers = iter(
+        [
+            (200, '{"DocumentIncarnation":1,"Events":[]}'),
+            (500, '{"error": "x"}'),
+            (0, ""),
+            (0, ""),
+            (200, '{"DocumentIncarnation":1,"Events":[]}'),
+        ]
+        + [(200, '{"DocumentIncarnation":1,"Events":[]}')] * 10
+    )
     fake = FakeTime()
     seen = []
-    recorded = record(lambda: next(answers), url="u", api_version=VERSION, interval=2.0, duration=9.0,
-                      sleep=fake.sleep, clock=fake.clock, wall=fake.wall, on_entry=lambda r, e: seen.append(e))
+    recorded = record(
+        lambda: next(answers),
+        url="u",
+        api_version=VERSION,
+        interval=2.0,
+        duration=9.0,
+        sleep=fake.sleep,
+        clock=fake.clock,
+        wall=fake.wall,
+        on_entry=lambda r, e: seen.append(e),
+    )
     assert [(e.offset_seconds, e.status) for e in recorded.entries] == [(0, 200), (2, 500), (4, 0), (8, 200)]
     assert seen == recorded.entries
     assert fake.now == 9.0  # the last poll at the duration
@@ -135,10 +168,14 @@ def test_record_keeps_outages_and_stops_after_duration():
 
 
 def test_scheduled_events_url():
-    assert scheduled_events_url("http://169.254.169.254", "2019-08-01") == \
-        "http://169.254.169.254/metadata/scheduledevents?api-version=2019-08-01"
-    assert scheduled_events_url("127.0.0.1:9010/metadata/scheduledevents?api-version=2017-11-01", VERSION) == \
-        "http://127.0.0.1:9010/metadata/scheduledevents?api-version=2017-11-01"
+    assert (
+        scheduled_events_url("http://169.254.169.254", "2019-08-01")
+        == "http://169.254.169.254/metadata/scheduledevents?api-version=2019-08-01"
+    )
+    assert (
+        scheduled_events_url("127.0.0.1:9010/metadata/scheduledevents?api-version=2017-11-01", VERSION)
+        == "http://127.0.0.1:9010/metadata/scheduledevents?api-version=2017-11-01"
+    )
 
 
 def test_bad_recording_files(tmp_path):
@@ -146,25 +183,35 @@ def test_bad_recording_files(tmp_path):
     path.write_text('{"format": "other"}')
     with pytest.raises(RecordingError):
         load_recording(path)
-    path.write_text('{"format": "forewarn-recording/1", "url": "u", "api_version": "v", "started_at": "t",'
-                    ' "interval_seconds": 1, "entries": []}')
+    path.write_text(
+        '{"format": "forewarn-recording/1", "url": "u", "api_version": "v", "started_at": "t",'
+        ' "interval_seconds": 1, "entries": []}'
+    )
     with pytest.raises(RecordingError):
         load_recording(path)
 
 
-SCHEDULED = ('{"DocumentIncarnation":2,"Events":[{"EventId":"C7061BAC-AFDC-4513-B24B-AA5F13A16123",'
-             '"EventStatus":"Scheduled","EventType":"Freeze","ResourceType":"VirtualMachine","Resources":["solo"],'
-             '"NotBefore":"Mon, 20 Apr 2026 22:26:58 GMT"}]}')
+SCHEDULED = (
+    '{"DocumentIncarnation":2,"Events":[{"EventId":"C7061BAC-AFDC-4513-B24B-AA5F13A16123",'
+    '"EventStatus":"Scheduled","EventType":"Freeze","ResourceType":"VirtualMachine","Resources":["solo"],'
+    '"NotBefore":"Mon, 20 Apr 2026 22:26:58 GMT"}]}'
+)
 
 
 @pytest.fixture
 def replay_server():
-    recording = Recording("u", VERSION, "2026-04-20T22:11:58.000Z", 1.0, [
-        Entry(0.0, "a", 200, '{"DocumentIncarnation":1,"Events":[]}'),
-        Entry(10.0, "b", 200, SCHEDULED),
-        Entry(20.0, "c", 500, '{"error": "Internal server error. Retry the request."}'),
-        Entry(30.0, "d", 200, '{"DocumentIncarnation":3,"Events":[]}'),
-    ])
+    recording = Recording(
+        "u",
+        VERSION,
+        "2026-04-20T22:11:58.000Z",
+        1.0,
+        [
+            Entry(0.0, "a", 200, '{"DocumentIncarnation":1,"Events":[]}'),
+            Entry(10.0, "b", 200, SCHEDULED),
+            Entry(20.0, "c", 500, '{"error": "Internal server error. Retry the request."}'),
+            Entry(30.0, "d", 200, '{"DocumentIncarnation":3,"Events":[]}'),
+        ],
+    )
     fake = FakeTime()
     logged = []
     handler = ReplayHandler(Replay(recording), speed=2.0, clock=fake.clock, wall=fake.wall, on_approval=logged.append)
@@ -214,9 +261,18 @@ def test_replay_over_http(replay_server):
     wrong = session.put(base, params={"api-version": VERSION}, headers={"Metadata": "true"}, timeout=5)
     assert (wrong.status_code, wrong.content, wrong.headers["allow"]) == (405, METHOD_NOT_ALLOWED, "GET, POST")
 
-    approve = session.post(base, params={"api-version": VERSION}, headers={"Metadata": "true"}, timeout=5,
-                           json={"StartRequests": [{"EventId": "c7061bac-afdc-4513-b24b-aa5f13a16123"},
-                                                   {"EventId": "00000000-0000-0000-0000-000000000000"}]})
+    approve = session.post(
+        base,
+        params={"api-version": VERSION},
+        headers={"Metadata": "true"},
+        timeout=5,
+        json={
+            "StartRequests": [
+                {"EventId": "c7061bac-afdc-4513-b24b-aa5f13a16123"},
+                {"EventId": "00000000-0000-0000-0000-000000000000"},
+            ]
+        },
+    )
     assert (approve.status_code, approve.content) == (200, b"")
     [approval] = logged
     assert approval["offset_seconds"] == 12.0
@@ -229,8 +285,9 @@ def test_replay_over_http(replay_server):
     for body in (b"not json", b"[]", b'{"StartRequests": [{"Id": 1}]}', b""):
         bad = session.post(base, params={"api-version": VERSION}, headers={"Metadata": "true"}, data=body, timeout=5)
         assert (bad.status_code, bad.content) == (400, BAD_START_REQUESTS), body
-    unauthenticated = session.post(base, params={"api-version": VERSION}, timeout=5,
-                                   json={"StartRequests": [{"EventId": "X"}]})
+    unauthenticated = session.post(
+        base, params={"api-version": VERSION}, timeout=5, json={"StartRequests": [{"EventId": "X"}]}
+    )
     assert unauthenticated.status_code == 400
     assert len(logged) == 1
 
@@ -238,14 +295,16 @@ def test_replay_over_http(replay_server):
 def test_cli_help_and_replay_command(tmp_path):
     env = {"PYTHONPATH": str(ROOT / "src")}
     for command in ("record", "replay"):
-        run = subprocess.run([sys.executable, "-m", "forewarn", command, "--help"], capture_output=True, text=True,
-                             timeout=30, env=env)
+        run = subprocess.run(
+            [sys.executable, "-m", "forewarn", command, "--help"], capture_output=True, text=True, timeout=30, env=env
+        )
         assert run.returncode == 0, run.stderr
         assert "Usage: forewarn " + command in run.stdout
     broken = tmp_path / "broken.json"
     broken.write_text("{}")
-    run = subprocess.run([sys.executable, "-m", "forewarn", "replay", str(broken)], capture_output=True, text=True,
-                         timeout=30, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "replay", str(broken)], capture_output=True, text=True, timeout=30, env=env
+    )
     assert run.returncode == 1 and "forewarn-recording/1" in run.stderr
 
 
@@ -255,9 +314,26 @@ def test_cli_record_then_replay(server, tmp_path):
 
     env = {"PYTHONPATH": str(ROOT / "src")}
     out = tmp_path / "idle.json"
-    run = subprocess.run([sys.executable, "-m", "forewarn", "record", "--url", server.imds, "--out", str(out),
-                          "--interval", "100ms", "--duration", "300ms"], capture_output=True, text=True, timeout=30,
-                         env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "forewarn",
+            "record",
+            "--url",
+            server.imds,
+            "--out",
+            str(out),
+            "--interval",
+            "100ms",
+            "--duration",
+            "300ms",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     assert "incarnation 1: 0 event(s)" in run.stdout and "1 document(s) recorded" in run.stdout
     [entry] = load_recording(out).entries
@@ -265,14 +341,23 @@ def test_cli_record_then_replay(server, tmp_path):
 
     port = free_port()
     approvals = tmp_path / "approvals.jsonl"
-    replaying = subprocess.Popen([sys.executable, "-m", "forewarn", "replay", str(out), "--port", str(port),
-                                  "--approvals", str(approvals)], stdout=subprocess.PIPE, text=True, env=env)
+    replaying = subprocess.Popen(
+        [sys.executable, "-m", "forewarn", "replay", str(out), "--port", str(port), "--approvals", str(approvals)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         assert f"http://127.0.0.1:{port}/metadata/scheduledevents" in replaying.stdout.readline()
         base = f"http://127.0.0.1:{port}"
         assert server.scheduled_events(base).content == entry.body.encode()
-        approve = requests.post(f"{base}/metadata/scheduledevents", params={"api-version": VERSION}, timeout=5,
-                                headers={"Metadata": "true"}, json={"StartRequests": [{"EventId": "abc"}]})
+        approve = requests.post(
+            f"{base}/metadata/scheduledevents",
+            params={"api-version": VERSION},
+            timeout=5,
+            headers={"Metadata": "true"},
+            json={"StartRequests": [{"EventId": "abc"}]},
+        )
         assert approve.status_code == 200
         assert "approval at" in replaying.stdout.readline()
         assert json.loads(approvals.read_text())["event_ids"] == ["ABC"]

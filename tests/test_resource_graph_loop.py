@@ -13,17 +13,18 @@ from datetime import UTC, datetime
 import pytest
 import requests
 
-from forewarn.resource_graph import MaintenanceTable, QueryLimits, QueryRequest, ResourceGraphError, run_query
+from forewarn.azure.resource_graph import MaintenanceTable, QueryLimits, QueryRequest, ResourceGraphError, run_query
 from helpers import Server
 from test_resource_graph_query import event
 
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 ROWS = 200
 CENTRAL = "{scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}"
-FLEET = (f"default_vm: solo\ndefaults: {{subscription: {SUB}, resource_group: rg, location: westeurope}}\n"
-         "hosts: [{name: h1}, {name: h2}]\nvms:\n  - {name: solo, host: h1}\n"
-         + "".join(f"  - {{name: vm{i}, host: h{1 + i % 2}, scheduled_events_policy: {CENTRAL}}}\n"
-                   for i in range(ROWS)))
+FLEET = (
+    f"default_vm: solo\ndefaults: {{subscription: {SUB}, resource_group: rg, location: westeurope}}\n"
+    "hosts: [{name: h1}, {name: h2}]\nvms:\n  - {name: solo, host: h1}\n"
+    + "".join(f"  - {{name: vm{i}, host: h{1 + i % 2}, scheduled_events_policy: {CENTRAL}}}\n" for i in range(ROWS))
+)
 ARG = "/providers/Microsoft.ResourceGraph/resources"
 #: 200 rows joined on a column they share, three times: 1.6 billion rows to count, far beyond the timeout.
 HEAVY = "maintenanceresources" + " | join kind=inner (maintenanceresources) on type" * 3 + " | count"
@@ -31,8 +32,9 @@ TIMEOUT = "3s"
 
 
 def arg(server: Server, query: str, **extra) -> requests.Response:
-    return requests.post(f"{server.arm}{ARG}", params={"api-version": "2022-10-01"}, json={"query": query, **extra},
-                         timeout=60)
+    return requests.post(
+        f"{server.arm}{ARG}", params={"api-version": "2022-10-01"}, json={"query": query, **extra}, timeout=60
+    )
 
 
 def start(server: Server) -> Server:
@@ -44,8 +46,7 @@ def start(server: Server) -> Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = start(Server(tmp_path_factory.mktemp("graph"), FLEET,
-                           extra=["--resource-graph-query-timeout", TIMEOUT]))
+    running = start(Server(tmp_path_factory.mktemp("graph"), FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]))
     yield running
     running.stop()
 
@@ -54,8 +55,12 @@ def arg_from(server: Server, source: str, query: str) -> http.client.HTTPRespons
     """A Resource Graph query sent from the given loopback address; the answer's body is read into ``.body``."""
     connection = http.client.HTTPConnection("127.0.0.1", server.arm_port, timeout=60, source_address=(source, 0))
     try:
-        connection.request("POST", f"{ARG}?api-version=2022-10-01", body=json.dumps({"query": query}),
-                           headers={"Content-Type": "application/json"})
+        connection.request(
+            "POST",
+            f"{ARG}?api-version=2022-10-01",
+            body=json.dumps({"query": query}),
+            headers={"Content-Type": "application/json"},
+        )
         answer = connection.getresponse()
         answer.body = answer.read()
         return answer
@@ -92,8 +97,12 @@ def test_imds_and_the_control_api_answer_while_a_heavy_query_runs(server):
     scheduled = None
     while query.is_alive():
         began = time.perf_counter()
-        answer = imds.get(f"{server.imds}/metadata/scheduledevents", params={"api-version": "2020-07-01"},
-                          headers={"Metadata": "true"}, timeout=10)
+        answer = imds.get(
+            f"{server.imds}/metadata/scheduledevents",
+            params={"api-version": "2020-07-01"},
+            headers={"Metadata": "true"},
+            timeout=10,
+        )
         latencies.append(time.perf_counter() - began)
         assert answer.status_code == 200
         if scheduled is None and len(latencies) == 20:
@@ -114,10 +123,15 @@ def test_imds_and_the_control_api_answer_while_a_heavy_query_runs(server):
 def test_arg_operator_limits_are_enforced_in_args_error_shape(server):
     light = "maintenanceresources | where name == 'none'"
     assert arg(server, light + " | join kind=inner (maintenanceresources) on id" * 3 + " | count").status_code == 200
-    for refused, what in ((light + " | join kind=inner (maintenanceresources) on id" * 4, "join"),
-                          (light + " | mv-expand r = properties.Resources" * 4, "mv-expand"),
-                          (light + " | union (maintenanceresources), (maintenanceresources), (maintenanceresources), "
-                                   "(maintenanceresources)", "union leg")):
+    for refused, what in (
+        (light + " | join kind=inner (maintenanceresources) on id" * 4, "join"),
+        (light + " | mv-expand r = properties.Resources" * 4, "mv-expand"),
+        (
+            light + " | union (maintenanceresources), (maintenanceresources), (maintenanceresources), "
+            "(maintenanceresources)",
+            "union leg",
+        ),
+    ):
         answer = arg(server, refused)
         assert answer.status_code == 400, answer.text
         error = answer.json()["error"]
@@ -132,8 +146,9 @@ def test_queries_beyond_the_concurrency_bound_are_throttled_then_served(tmp_path
     refuses them."""
     with Server(tmp_path, FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]) as running:
         start(running)
-        heavy = [Background(lambda source=f"127.0.0.{20 + index}": arg_from(running, source, HEAVY))
-                 for index in range(6)]
+        heavy = [
+            Background(lambda source=f"127.0.0.{20 + index}": arg_from(running, source, HEAVY)) for index in range(6)
+        ]
         for query in heavy:
             query.start()
         for query in heavy:
@@ -178,10 +193,14 @@ def test_a_query_reads_one_snapshot_while_upserts_commit():
         writing.wait()
         for _ in range(5):
             try:
-                result = run_query(table, QueryRequest(
-                    "maintenanceresources | join kind=inner (maintenanceresources | project id) on id | count"))
+                result = run_query(
+                    table,
+                    QueryRequest(
+                        "maintenanceresources | join kind=inner (maintenanceresources | project id) on id | count"
+                    ),
+                )
                 counts.append(result["data"][0]["Count"])
-            except BaseException as error:  # noqa: BLE001 - any failure of a reader fails the test below
+            except BaseException as error:
                 failures.append(error)
 
     readers = [threading.Thread(target=read) for _ in range(3)]

@@ -11,8 +11,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forewarn.resource_graph import MaintenanceTable, QueryRequest, ResourceGraphError, run_query, scheduled_event_row
-from forewarn.resource_graph.table import COLUMN_NAMES
+from forewarn.azure.resource_graph import (
+    MaintenanceTable,
+    QueryRequest,
+    ResourceGraphError,
+    run_query,
+    scheduled_event_row,
+)
+from forewarn.azure.resource_graph.table import COLUMN_NAMES
 
 SUB_A = "11111111-1111-4111-8111-111111111111"
 SUB_B = "22222222-2222-4222-8222-222222222222"
@@ -26,8 +32,14 @@ DOC_SORTED_PROJECTION = """Maintenanceresources
 | project resourceGroup, zones, properties.EventStatus, properties.NotBefore, properties.Resources, properties.EventId, properties.TargetResourceId, properties.EventType, properties.Description"""
 
 
-def event(n: int, status: str = "Scheduled", subscription: str = SUB_A, group: str = "rg1",
-          event_type: str = "Freeze", zones: list[str] | None = None) -> dict:
+def event(
+    n: int,
+    status: str = "Scheduled",
+    subscription: str = SUB_A,
+    group: str = "rg1",
+    event_type: str = "Freeze",
+    zones: list[str] | None = None,
+) -> dict:
     return scheduled_event_row(
         event_id=f"E{n}",
         status=status,
@@ -41,7 +53,7 @@ def event(n: int, status: str = "Scheduled", subscription: str = SUB_A, group: s
         resource_group=group,
         location="westus2",
         target_resource_id=f"/subscriptions/{subscription}/resourceGroups/{group}"
-                           f"/providers/Microsoft.Compute/virtualMachines/vm{n}",
+        f"/providers/Microsoft.Compute/virtualMachines/vm{n}",
         tenant_id="tenant-1",
         zones=zones,
     )
@@ -49,9 +61,20 @@ def event(n: int, status: str = "Scheduled", subscription: str = SUB_A, group: s
 
 NOISE = {  # another type in the same table (reference §4.2), which the documented queries filter out
     "id": f"/subscriptions/{SUB_A}/providers/microsoft.maintenance/updates/pyn_-zl8",
-    "name": "PYN_-ZL8", "type": "microsoft.maintenance/updates", "tenantId": "tenant-1", "kind": "",
-    "location": "global", "resourceGroup": "", "subscriptionId": SUB_A, "managedBy": "", "sku": None, "plan": None,
-    "properties": {"value": [{"notificationId": "PYN_-ZL8"}]}, "tags": {}, "identity": None, "zones": None,
+    "name": "PYN_-ZL8",
+    "type": "microsoft.maintenance/updates",
+    "tenantId": "tenant-1",
+    "kind": "",
+    "location": "global",
+    "resourceGroup": "",
+    "subscriptionId": SUB_A,
+    "managedBy": "",
+    "sku": None,
+    "plan": None,
+    "properties": {"value": [{"notificationId": "PYN_-ZL8"}]},
+    "tags": {},
+    "identity": None,
+    "zones": None,
     "extendedLocation": None,
 }
 
@@ -90,13 +113,40 @@ def refusal(table: MaintenanceTable, kql: str, **options) -> dict:
 
 def test_row_has_the_arg_shape():
     row = event(7, zones=["2"])
-    assert list(row) == ["id", "name", "type", "tenantId", "kind", "location", "resourceGroup", "subscriptionId",
-                         "managedBy", "sku", "plan", "properties", "tags", "identity", "zones", "extendedLocation"]
-    assert list(row["properties"]) == ["EventId", "EventStatus", "EventType", "EventSource", "NotBefore",
-                                       "DurationInSeconds", "Description", "ResourceType", "Resources",
-                                       "TargetResourceId"]
-    assert row["id"] == (f"/subscriptions/{SUB_A}/resourcegroups/rg1/providers/microsoft.compute/virtualmachines/vm7"
-                         "/providers/microsoft.maintenance/scheduledevents/e7")
+    assert list(row) == [
+        "id",
+        "name",
+        "type",
+        "tenantId",
+        "kind",
+        "location",
+        "resourceGroup",
+        "subscriptionId",
+        "managedBy",
+        "sku",
+        "plan",
+        "properties",
+        "tags",
+        "identity",
+        "zones",
+        "extendedLocation",
+    ]
+    assert list(row["properties"]) == [
+        "EventId",
+        "EventStatus",
+        "EventType",
+        "EventSource",
+        "NotBefore",
+        "DurationInSeconds",
+        "Description",
+        "ResourceType",
+        "Resources",
+        "TargetResourceId",
+    ]
+    assert row["id"] == (
+        f"/subscriptions/{SUB_A}/resourcegroups/rg1/providers/microsoft.compute/virtualmachines/vm7"
+        "/providers/microsoft.maintenance/scheduledevents/e7"
+    )
     assert row["name"] == "E7" and row["type"] == "microsoft.maintenance/scheduledevents"
     assert row["properties"]["TargetResourceId"].endswith("/Microsoft.Compute/virtualMachines/vm7")
     assert (row["kind"], row["managedBy"], row["sku"], row["tags"], row["zones"]) == ("", "", None, {}, ["2"])
@@ -111,11 +161,20 @@ def test_row_refuses_an_unknown_resource_type_or_a_target_outside_its_subscripti
 
 def _row_arguments() -> dict:
     return {
-        "event_id": "E1", "status": "Scheduled", "event_type": "Freeze", "source": "Platform", "not_before": "",
-        "duration_seconds": 5, "description": "", "resources": ["vmss_1"], "subscription_id": SUB_A,
-        "resource_group": "rg", "location": "eastus", "resource_type": "VirtualMachine",
+        "event_id": "E1",
+        "status": "Scheduled",
+        "event_type": "Freeze",
+        "source": "Platform",
+        "not_before": "",
+        "duration_seconds": 5,
+        "description": "",
+        "resources": ["vmss_1"],
+        "subscription_id": SUB_A,
+        "resource_group": "rg",
+        "location": "eastus",
+        "resource_type": "VirtualMachine",
         "target_resource_id": f"/subscriptions/{SUB_A}/resourceGroups/rg/providers/Microsoft.Compute"
-                              "/virtualMachineScaleSets/vmss",
+        "/virtualMachineScaleSets/vmss",
     }
 
 
@@ -133,8 +192,16 @@ def test_documented_query_returns_every_scheduled_event_as_arg_rows(table):
 def test_documented_sorted_projection_with_a_capital_m(table):
     body = query(table, DOC_SORTED_PROJECTION)
     assert list(body["data"][0]) == [
-        "resourceGroup", "zones", "properties_EventStatus", "properties_NotBefore", "properties_Resources",
-        "properties_EventId", "properties_TargetResourceId", "properties_EventType", "properties_Description"]
+        "resourceGroup",
+        "zones",
+        "properties_EventStatus",
+        "properties_NotBefore",
+        "properties_Resources",
+        "properties_EventId",
+        "properties_TargetResourceId",
+        "properties_EventType",
+        "properties_Description",
+    ]
     # sort's default is descending; the last key says asc
     assert [row["properties_EventStatus"] for row in body["data"]] == ["Started", "Scheduled", "Completed", "Canceled"]
     first = body["data"][1]
@@ -146,45 +213,89 @@ def test_documented_sorted_projection_with_a_capital_m(table):
 # --- queries a user is likely to write (reference §4.3) --------------------------------------------------------
 
 LIKELY = [
-    (f"{SCHEDULED_EVENTS} | summarize count() by tostring(properties.EventType) | order by properties_EventType asc",
-     [{"properties_EventType": "Freeze", "count_": 3}, {"properties_EventType": "Reboot", "count_": 1}]),
+    (
+        f"{SCHEDULED_EVENTS} | summarize count() by tostring(properties.EventType) | order by properties_EventType asc",
+        [{"properties_EventType": "Freeze", "count_": 3}, {"properties_EventType": "Reboot", "count_": 1}],
+    ),
     ('maintenanceresources | where properties.EventStatus =~ "scheduled" | project name', [{"name": "E1"}]),
     ('maintenanceresources | where resourceGroup in~ ("rg2") | project name', [{"name": "E2"}]),
-    ('maintenanceresources | where name == "E2" | mv-expand vm = properties.Resources | project name, vm = tostring(vm)',
-     [{"name": "E2", "vm": "vm2"}, {"name": "E2", "vm": "vm2b"}]),
+    (
+        'maintenanceresources | where name == "E2" | mv-expand vm = properties.Resources | project name, vm = tostring(vm)',
+        [{"name": "E2", "vm": "vm2"}, {"name": "E2", "vm": "vm2b"}],
+    ),
     ('maintenanceresources | where id has "vm3" | project name', [{"name": "E3"}]),
-    ('maintenanceresources | where name == "E1" | extend vmName = tostring(split(id, "/")[8]) | project vmName',
-     [{"vmName": "vm1"}]),
-    (("maintenanceresources | where isnotempty(resourceGroup) | summarize arg_max(name, id) by resourceGroup "
-      "| project resourceGroup, name | order by resourceGroup asc"),
-     [{"resourceGroup": "RG2", "name": "E2"}, {"resourceGroup": "rg1", "name": "E4"}]),
-    (("maintenanceresources | where isnotempty(resourceGroup) "
-      "| summarize types = make_set(tostring(properties.EventType)) by resourceGroup | order by resourceGroup asc"),
-     [{"resourceGroup": "RG2", "types": ["Reboot"]}, {"resourceGroup": "rg1", "types": ["Freeze"]}]),
-    (('maintenanceresources | where name in ("E1", "E2") '
-      '| extend pending = iff(properties.EventStatus == "Scheduled", "yes", "no") | project name, pending '
-      "| order by name asc"),
-     [{"name": "E1", "pending": "yes"}, {"name": "E2", "pending": "no"}]),
-    ('maintenanceresources | where name == "E3" | parse id with * "/virtualmachines/" vm "/providers/" * | project vm',
-     [{"vm": "vm3"}]),
-    ('maintenanceresources | where name == "E3" | project-rename eventName = name | project eventName',
-     [{"eventName": "E3"}]),
+    (
+        'maintenanceresources | where name == "E1" | extend vmName = tostring(split(id, "/")[8]) | project vmName',
+        [{"vmName": "vm1"}],
+    ),
+    (
+        (
+            "maintenanceresources | where isnotempty(resourceGroup) | summarize arg_max(name, id) by resourceGroup "
+            "| project resourceGroup, name | order by resourceGroup asc"
+        ),
+        [{"resourceGroup": "RG2", "name": "E2"}, {"resourceGroup": "rg1", "name": "E4"}],
+    ),
+    (
+        (
+            "maintenanceresources | where isnotempty(resourceGroup) "
+            "| summarize types = make_set(tostring(properties.EventType)) by resourceGroup | order by resourceGroup asc"
+        ),
+        [{"resourceGroup": "RG2", "types": ["Reboot"]}, {"resourceGroup": "rg1", "types": ["Freeze"]}],
+    ),
+    (
+        (
+            'maintenanceresources | where name in ("E1", "E2") '
+            '| extend pending = iff(properties.EventStatus == "Scheduled", "yes", "no") | project name, pending '
+            "| order by name asc"
+        ),
+        [{"name": "E1", "pending": "yes"}, {"name": "E2", "pending": "no"}],
+    ),
+    (
+        'maintenanceresources | where name == "E3" | parse id with * "/virtualmachines/" vm "/providers/" * | project vm',
+        [{"vm": "vm3"}],
+    ),
+    (
+        'maintenanceresources | where name == "E3" | project-rename eventName = name | project eventName',
+        [{"eventName": "E3"}],
+    ),
     ("maintenanceresources | top 1 by name | project name", [{"name": "PYN_-ZL8"}]),
-    ("maintenanceresources | distinct subscriptionId | order by subscriptionId asc",
-     [{"subscriptionId": SUB_A}, {"subscriptionId": SUB_B}]),
+    (
+        "maintenanceresources | distinct subscriptionId | order by subscriptionId asc",
+        [{"subscriptionId": SUB_A}, {"subscriptionId": SUB_B}],
+    ),
     ("maintenanceresources | count", [{"Count": 5}]),
-    (('maintenanceresources | where name == "E1" | union (maintenanceresources | where name == "E2") | project name '
-      "| order by name asc"), [{"name": "E1"}, {"name": "E2"}]),
-    (('maintenanceresources | where name startswith "E" | project id, name '
-      "| join kind=leftouter (Maintenanceresources | project id, status = tostring(properties.EventStatus)) on id "
-      "| project name, status | order by name asc"),
-     [{"name": "E1", "status": "Scheduled"}, {"name": "E2", "status": "Started"},
-      {"name": "E3", "status": "Completed"}, {"name": "E4", "status": "Canceled"}]),
+    (
+        (
+            'maintenanceresources | where name == "E1" | union (maintenanceresources | where name == "E2") | project name '
+            "| order by name asc"
+        ),
+        [{"name": "E1"}, {"name": "E2"}],
+    ),
+    (
+        (
+            'maintenanceresources | where name startswith "E" | project id, name '
+            "| join kind=leftouter (Maintenanceresources | project id, status = tostring(properties.EventStatus)) on id "
+            "| project name, status | order by name asc"
+        ),
+        [
+            {"name": "E1", "status": "Scheduled"},
+            {"name": "E2", "status": "Started"},
+            {"name": "E3", "status": "Completed"},
+            {"name": "E4", "status": "Canceled"},
+        ],
+    ),
     # duckdb-kql alone answers NULL here (RFC 1123 inside a dynamic value); see query._parse_rfc1123_dynamic
-    ("maintenanceresources | where todatetime(properties.NotBefore) between (now() .. 1h) | project name",
-     [{"name": "E1"}]),
-    (("MAINTENANCERESOURCES | where tostring(properties.EventStatus) in ('Started', 'Canceled') | project name "
-      "| order by name asc"), [{"name": "E2"}, {"name": "E4"}]),
+    (
+        "maintenanceresources | where todatetime(properties.NotBefore) between (now() .. 1h) | project name",
+        [{"name": "E1"}],
+    ),
+    (
+        (
+            "MAINTENANCERESOURCES | where tostring(properties.EventStatus) in ('Started', 'Canceled') | project name "
+            "| order by name asc"
+        ),
+        [{"name": "E2"}, {"name": "E4"}],
+    ),
 ]
 
 
@@ -200,18 +311,28 @@ def test_now_and_ago_follow_the_request_clock(table):
 
 
 def test_table_format_types_columns_and_renders_values_as_kusto_does(table):
-    body = query(table, 'maintenanceresources | where name == "E1" '
-                        "| extend when = todatetime(properties.NotBefore), n = 1.5, yes = true, i = 1, span = 1d, "
-                        "nan = todouble('nan') "
-                        "| project name, when, n, yes, i, span, nan, properties.Resources, properties.Missing",
-                 result_format="table")
+    body = query(
+        table,
+        'maintenanceresources | where name == "E1" '
+        "| extend when = todatetime(properties.NotBefore), n = 1.5, yes = true, i = 1, span = 1d, "
+        "nan = todouble('nan') "
+        "| project name, when, n, yes, i, span, nan, properties.Resources, properties.Missing",
+        result_format="table",
+    )
     assert body["data"]["columns"] == [
-        {"name": "name", "type": "string"}, {"name": "when", "type": "datetime"}, {"name": "n", "type": "number"},
-        {"name": "yes", "type": "boolean"}, {"name": "i", "type": "integer"}, {"name": "span", "type": "string"},
-        {"name": "nan", "type": "number"}, {"name": "properties_Resources", "type": "object"},
-        {"name": "properties_Missing", "type": "object"}]
+        {"name": "name", "type": "string"},
+        {"name": "when", "type": "datetime"},
+        {"name": "n", "type": "number"},
+        {"name": "yes", "type": "boolean"},
+        {"name": "i", "type": "integer"},
+        {"name": "span", "type": "string"},
+        {"name": "nan", "type": "number"},
+        {"name": "properties_Resources", "type": "object"},
+        {"name": "properties_Missing", "type": "object"},
+    ]
     assert body["data"]["rows"] == [
-        ["E1", "2025-09-19T18:29:47Z", 1.5, True, 1, "1.00:00:00", "NaN", ["vm1", "vm1b"], None]]
+        ["E1", "2025-09-19T18:29:47Z", 1.5, True, 1, "1.00:00:00", "NaN", ["vm1", "vm1b"], None]
+    ]
     assert (body["totalRecords"], body["count"]) == (1, 1)
 
 
@@ -245,8 +366,10 @@ def test_skip_token_is_opaque_base64_bound_to_query_and_scope(big_table):
     assert refusal(big_table, kql, skip_token=token, subscriptions=[SUB_B])["code"] == "InvalidSkipToken"
     assert refusal(big_table, kql, skip_token="not a token!")["code"] == "InvalidSkipToken"
     # the same scope spelled differently is the same scope
-    assert query(big_table, kql, top=10, subscriptions=[SUB_A])["$skipToken"] == \
-        query(big_table, kql, top=10, subscriptions=[SUB_A.upper()])["$skipToken"]
+    assert (
+        query(big_table, kql, top=10, subscriptions=[SUB_A])["$skipToken"]
+        == query(big_table, kql, top=10, subscriptions=[SUB_A.upper()])["$skipToken"]
+    )
 
 
 def test_top_and_skip_select_a_window_of_the_sorted_result(big_table):
@@ -289,8 +412,11 @@ PAGEABLE = [
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(statuses=st.lists(st.sampled_from(["Scheduled", "Started", "Completed", "Canceled"]), max_size=60),
-       top=st.integers(1, 25), kql=st.sampled_from(PAGEABLE))
+@given(
+    statuses=st.lists(st.sampled_from(["Scheduled", "Started", "Completed", "Canceled"]), max_size=60),
+    top=st.integers(1, 25),
+    kql=st.sampled_from(PAGEABLE),
+)
 def test_paging_yields_the_whole_result_once_in_order(statuses, top, kql):
     table = MaintenanceTable()
     table.upsert([event(n, status) for n, status in enumerate(statuses)], changed_at=EARLIER)
@@ -307,8 +433,9 @@ def test_paging_yields_the_whole_result_once_in_order(statuses, top, kql):
 
 
 def test_subscriptions_scope_the_rows(table):
-    assert query(table, "maintenanceresources | distinct subscriptionId", subscriptions=[SUB_B])["data"] == \
-        [{"subscriptionId": SUB_B}]
+    assert query(table, "maintenanceresources | distinct subscriptionId", subscriptions=[SUB_B])["data"] == [
+        {"subscriptionId": SUB_B}
+    ]
     assert query(table, "maintenanceresources | count", subscriptions=[SUB_A.upper()])["data"] == [{"Count": 4}]
 
 
@@ -318,9 +445,11 @@ def test_a_principal_never_sees_subscriptions_it_may_not_read(table):
     assert query_allowed(table, "maintenanceresources | count", None, allowed) == [{"Count": 1}]
     assert query_allowed(table, "maintenanceresources | count", None, lambda sub: sub == SUB_A) == [{"Count": 4}]
     # nor through a union, a join or a let: every mention of the table is the scoped one
-    for kql, column in [("maintenanceresources | union maintenanceresources", "subscriptionId"),
-                        ("maintenanceresources | join kind=leftouter (maintenanceresources) on id", "subscriptionId1"),
-                        ("let all = maintenanceresources; all", "subscriptionId")]:
+    for kql, column in [
+        ("maintenanceresources | union maintenanceresources", "subscriptionId"),
+        ("maintenanceresources | join kind=leftouter (maintenanceresources) on id", "subscriptionId1"),
+        ("let all = maintenanceresources; all", "subscriptionId"),
+    ]:
         assert query_allowed(table, f"{kql} | distinct {column}", None, allowed) == [{column: SUB_B}]
 
 
@@ -338,7 +467,9 @@ def test_upsert_updates_the_event_in_place():
     assert len(table) == 2
     body = query(table, "maintenanceresources | project name, status = tostring(properties.EventStatus)")
     assert sorted(body["data"], key=lambda row: row["name"]) == [
-        {"name": "E1", "status": "Completed"}, {"name": "E2", "status": "Scheduled"}]
+        {"name": "E1", "status": "Completed"},
+        {"name": "E2", "status": "Scheduled"},
+    ]
 
 
 def test_bulk_upsert_updates_and_inserts():
@@ -346,16 +477,22 @@ def test_bulk_upsert_updates_and_inserts():
     table.upsert([event(n) for n in range(1500)], changed_at=EARLIER)
     table.upsert([event(n, "Completed") for n in range(1000, 2600)], changed_at=NOW)  # beyond the index path
     assert len(table) == 2600
-    body = query(table, "maintenanceresources | summarize count() by tostring(properties.EventStatus) "
-                        "| order by properties_EventStatus asc")
-    assert body["data"] == [{"properties_EventStatus": "Completed", "count_": 1600},
-                            {"properties_EventStatus": "Scheduled", "count_": 1000}]
+    body = query(
+        table,
+        "maintenanceresources | summarize count() by tostring(properties.EventStatus) "
+        "| order by properties_EventStatus asc",
+    )
+    assert body["data"] == [
+        {"properties_EventStatus": "Completed", "count_": 1600},
+        {"properties_EventStatus": "Scheduled", "count_": 1000},
+    ]
 
 
 def test_retention_drops_only_finished_events_older_than_the_cutoff():
     table = MaintenanceTable()
-    table.upsert([event(1, "Completed"), event(2, "Canceled"), event(3, "Scheduled"), event(4, "Started")],
-                 changed_at=EARLIER)
+    table.upsert(
+        [event(1, "Completed"), event(2, "Canceled"), event(3, "Scheduled"), event(4, "Started")], changed_at=EARLIER
+    )
     table.upsert([event(5, "Completed")], changed_at=NOW)
     assert table.remove_older_than(NOW - timedelta(days=1)) == 2
     names = {row["name"] for row in query(table, "maintenanceresources | project name")["data"]}
@@ -370,18 +507,27 @@ def test_bad_kql_is_a_parser_failure(table):
     assert detail["code"] == "ParserFailure" and detail["line"] == 1
 
 
-@pytest.mark.parametrize("kql", [
-    "maintenanceresources | make-series count() on todatetime(properties.NotBefore) step 1d",
-    "maintenanceresources | evaluate bag_unpack(properties)",
-    "maintenanceresources | lookup (maintenanceresources) on id",
-    "maintenanceresources | getschema",
-])
+@pytest.mark.parametrize(
+    "kql",
+    [
+        "maintenanceresources | make-series count() on todatetime(properties.NotBefore) step 1d",
+        "maintenanceresources | evaluate bag_unpack(properties)",
+        "maintenanceresources | lookup (maintenanceresources) on id",
+        "maintenanceresources | getschema",
+    ],
+)
 def test_operators_arg_lacks_are_refused(table, kql):
     assert refusal(table, kql)["code"] == "UnsupportedOperator"
 
 
-@pytest.mark.parametrize("kql", ["resources | take 1", "maintenanceresources | union resources",
-                                 "maintenanceresources | join (resourcecontainers) on id"])
+@pytest.mark.parametrize(
+    "kql",
+    [
+        "resources | take 1",
+        "maintenanceresources | union resources",
+        "maintenanceresources | join (resourcecontainers) on id",
+    ],
+)
 def test_unknown_tables_are_refused(table, kql):
     detail = refusal(table, kql)
     assert detail["code"] == "UnknownTable" and "does not refer to any known table" in detail["message"]
@@ -392,8 +538,19 @@ def test_semantic_errors_are_arg_errors_not_duckdb_exceptions(table):
     assert refusal(table, "maintenanceresources | extend x = nosuchfunction(name)")["code"] == "UnknownFunction"
 
 
-@pytest.mark.parametrize("options", [{"top": 0}, {"top": 1001}, {"top": True}, {"top": "5"}, {"skip": -1},
-                                     {"result_format": "csv"}, {"result_format": None}, {"subscriptions": SUB_A}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"top": 0},
+        {"top": 1001},
+        {"top": True},
+        {"top": "5"},
+        {"skip": -1},
+        {"result_format": "csv"},
+        {"result_format": None},
+        {"subscriptions": SUB_A},
+    ],
+)
 def test_bad_options_are_refused(table, options):
     assert refusal(table, "maintenanceresources", **options)["code"] == "InvalidParameter"
 
@@ -411,36 +568,46 @@ def test_error_body_has_the_arg_shape(table):
     assert body["error"]["details"][0]["code"] == "InvalidQuery"
 
 
-@pytest.mark.parametrize("kql", [
-    ".show tables",
-    "// a comment first\n.show databases",
-    '.create database x persist (@"/tmp/forewarn-x.duckdb")',
-    ".set-or-replace stolen <| maintenanceresources",
-    "forewarn_maintenance_rows | take 1",
-    'database("memory").forewarn_maintenance_rows',
-    'database("system").duckdb_settings',
-    'cluster("c").database("d").maintenanceresources',
-    "maintenanceresources | union forewarn_maintenance_rows",
-    "maintenanceresources | join kind=inner (forewarn_maintenance_rows) on id",
-    'externaldata (line:string) [@"/etc/passwd"]',
-    'external_table("x")',
-])
+@pytest.mark.parametrize(
+    "kql",
+    [
+        ".show tables",
+        "// a comment first\n.show databases",
+        '.create database x persist (@"/tmp/forewarn-x.duckdb")',
+        ".set-or-replace stolen <| maintenanceresources",
+        "forewarn_maintenance_rows | take 1",
+        'database("memory").forewarn_maintenance_rows',
+        'database("system").duckdb_settings',
+        'cluster("c").database("d").maintenanceresources',
+        "maintenanceresources | union forewarn_maintenance_rows",
+        "maintenanceresources | join kind=inner (forewarn_maintenance_rows) on id",
+        'externaldata (line:string) [@"/etc/passwd"]',
+        'external_table("x")',
+    ],
+)
 def test_hostile_queries_reach_nothing_but_the_table(table, kql):
     refusal(table, kql)
     assert len(table) == 5
 
 
-@pytest.mark.parametrize("kql", ["range x from 1 to 2000000000 step 1 | count",
-                                 "maintenanceresources | extend r = range(1, 2000000000, 1)",
-                                 'maintenanceresources | extend s = strrep("x", 2000000000)',
-                                 'maintenanceresources | extend s = repeat("x", 2000000000)'])
+@pytest.mark.parametrize(
+    "kql",
+    [
+        "range x from 1 to 2000000000 step 1 | count",
+        "maintenanceresources | extend r = range(1, 2000000000, 1)",
+        'maintenanceresources | extend s = strrep("x", 2000000000)',
+        'maintenanceresources | extend s = repeat("x", 2000000000)',
+    ],
+)
 def test_constant_sized_giants_are_refused_before_they_allocate(table, kql):
     assert refusal(table, kql)["code"] in ("UnsupportedOperator", "UnsupportedFunction")
 
 
 def test_quotes_in_literals_and_names_stay_data(table):
-    assert query(table, "maintenanceresources | where name == \"x'; DROP TABLE forewarn_maintenance_rows; --\"")[
-        "data"] == []
+    assert (
+        query(table, 'maintenanceresources | where name == "x\'; DROP TABLE forewarn_maintenance_rows; --"')["data"]
+        == []
+    )
     body = query(table, "maintenanceresources | take 1 | project ['a\"; DROP TABLE x; --'] = 1")
     assert body["data"] == [{'a"; DROP TABLE x; --': 1}]
     assert len(table) == 5
@@ -459,7 +626,12 @@ def test_the_database_can_neither_read_files_nor_change_settings(table):
 
 def test_a_runaway_query_is_interrupted(big_table):
     with pytest.raises(ResourceGraphError) as raised:
-        run_query(big_table, QueryRequest("maintenanceresources | join kind=inner (maintenanceresources) on type "
-                                          "| join kind=inner (maintenanceresources) on type | count"),  # 2,500 cubed
-                  timeout_seconds=0.3)
+        run_query(
+            big_table,
+            QueryRequest(
+                "maintenanceresources | join kind=inner (maintenanceresources) on type "
+                "| join kind=inner (maintenanceresources) on type | count"
+            ),  # 2,500 cubed
+            timeout_seconds=0.3,
+        )
     assert raised.value.details[-1]["code"] == "QueryTimeout"

@@ -10,17 +10,27 @@ import textwrap
 
 import pytest
 
-from helpers import ROOT, SMALL_FLEET, T0, Server
 from forewarn.scenarios import ScenarioError, load_scenario, parse_scenario, shipped_names
 from forewarn.scenarios.runner import RunOptions, run_scenario
+from helpers import ROOT, SMALL_FLEET, T0, Server
 
 NAMES = shipped_names()
 
 # The issue's list: each is a shipped scenario.
 REQUIRED = {
-    "live-migration", "host-maintenance", "user-reboot", "user-redeploy", "user-reboot-auto-approved",
-    "predicted-hardware-failure", "canceled-maintenance", "spot-preempt", "scale-set-terminate", "hardware-failure",
-    "two-vm-live-migration", "ec2-system-reboot-event-window", "ec2-instance-retirement",
+    "live-migration",
+    "host-maintenance",
+    "user-reboot",
+    "user-redeploy",
+    "user-reboot-auto-approved",
+    "predicted-hardware-failure",
+    "canceled-maintenance",
+    "spot-preempt",
+    "scale-set-terminate",
+    "hardware-failure",
+    "two-vm-live-migration",
+    "ec2-system-reboot-event-window",
+    "ec2-instance-retirement",
 }
 
 
@@ -38,8 +48,14 @@ def statuses(entries: list[dict]) -> list[tuple[int, list[str]]]:
 
 
 def cli(*args, cwd=None, check=True) -> subprocess.CompletedProcess:
-    result = subprocess.run([sys.executable, "-m", "forewarn", *args], capture_output=True, text=True, timeout=120,
-                            cwd=cwd, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    result = subprocess.run(
+        [sys.executable, "-m", "forewarn", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
     if check:
         assert result.returncode == 0, result.stdout + result.stderr
     return result
@@ -136,7 +152,11 @@ def test_ec2_scenarios_record_what_the_instances_went_through():
     assert window["passed"], failures(window)
     history = window["instances"]["i-0a1b2c3d4e5f60718"]
     assert [e["events"][0]["not_before"] for e in history if e["events"]] == [
-        "2026-04-21T02:00:00Z", "2026-04-28T03:00:00Z", "2026-04-28T03:00:00Z", "2026-04-28T03:00:00Z"]
+        "2026-04-21T02:00:00Z",
+        "2026-04-28T03:00:00Z",
+        "2026-04-28T03:00:00Z",
+        "2026-04-28T03:00:00Z",
+    ]
     assert history[-1]["events"][0]["state"] == "completed" and history[-1]["host"] != history[0]["host"]
     assert window["actions"][0]["produced"][0].startswith("iew-")  # the window, through the EC2 Query API
     retirement = run("ec2-instance-retirement")
@@ -197,33 +217,59 @@ def test_a_valid_file_resolves_per_timing():
     assert fast.observe == ("a",) and not fast.observe_all
 
 
-@pytest.mark.parametrize("change, expected", [
-    (("do: approve", "do: aprove"),
-     "mine.yaml:15: steps[1].do: unknown action 'aprove'; expected one of schedule, approve, cancel"),
-    (("  - at: 1m\n", "  - note: no time\n"),
-     "mine.yaml:14: steps[1]: give exactly one of `at` (time from the start) and `after`"),
-    (("notice: $notice}", "notice: $notise}"),
-     "mine.yaml:13: steps[0].with.notice: unknown reference '$notise': not a timing name nor the id of an earlier "
-     "step (known: $notice)"),
-    (("at: 1m", "at: -1m"), "mine.yaml:14: steps[1].at: invalid duration '-1m'"),
-    (("observe: [a]", "observe: [c]"), "mine.yaml:17: observe[0]: 'c' is not a VM or an EC2 instance of the fleet"),
-    (("    - {name: b, host: h1}", "    - {name: b, hots: h1}"), "mine.yaml:6: fleet.vms[1].hots: unknown key 'hots'"),
-    (("description: a test", "description: a test\ndescription: again"), "mine.yaml:3: duplicate key 'description'"),
-    (("    never: [Started Reboot]", "    nevr: [Started]"),
-     "mine.yaml:20: expect[0].nevr: a vm check takes documents, never,"),
-    (("{fast: 10s, realistic: 10m}", "{fast: 10s}"), "mine.yaml:8: timing.notice: expected {fast: VALUE, "),
-    (("    as: a", "    as: z"), "mine.yaml:16: steps[1].as: 'z' is not a VM of the fleet (or `control`)"),
-    (("with: {type: Freeze, vms: [a]", "with: {type: Freeze, vms: [x]"),
-     "mine.yaml:13: steps[0].with.vms: 'x' is not a vm of the fleet"),
-    (("with: {type: Freeze,", "with: {kind: Freeze,"), "mine.yaml:13: steps[0].with: schedule needs `type`"),
-    (("  - at: 1m", "  - at: 1m\n    fails: Conflict\n    ass: x"), "mine.yaml:16: steps[1].ass: unknown key 'ass'"),
-    (("name: mine", "name: Mine!"), "mine.yaml:1: name: a name is lowercase letters"),
-    (("steps:", "stepz:"), "mine.yaml:9: stepz: unknown key 'stepz'"),
-    (("observe: [a]", "  - {at: 30s, do: cancel, with: {event: $freeze}}\nobserve: [a]"),
-     "mine.yaml:17: steps[2].at: +00:00:30 is before the previous step (+00:01:00)"),
-    (("steps:\n  - at: 0s", "steps:\n  - at: 0s\n    note: [\n"),
-     "mine.yaml:14: not valid YAML: did not find expected"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            ("do: approve", "do: aprove"),
+            "mine.yaml:15: steps[1].do: unknown action 'aprove'; expected one of schedule, approve, cancel",
+        ),
+        (
+            ("  - at: 1m\n", "  - note: no time\n"),
+            "mine.yaml:14: steps[1]: give exactly one of `at` (time from the start) and `after`",
+        ),
+        (
+            ("notice: $notice}", "notice: $notise}"),
+            "mine.yaml:13: steps[0].with.notice: unknown reference '$notise': not a timing name nor the id of an earlier "
+            "step (known: $notice)",
+        ),
+        (("at: 1m", "at: -1m"), "mine.yaml:14: steps[1].at: invalid duration '-1m'"),
+        (("observe: [a]", "observe: [c]"), "mine.yaml:17: observe[0]: 'c' is not a VM or an EC2 instance of the fleet"),
+        (
+            ("    - {name: b, host: h1}", "    - {name: b, hots: h1}"),
+            "mine.yaml:6: fleet.vms[1].hots: unknown key 'hots'",
+        ),
+        (
+            ("description: a test", "description: a test\ndescription: again"),
+            "mine.yaml:3: duplicate key 'description'",
+        ),
+        (
+            ("    never: [Started Reboot]", "    nevr: [Started]"),
+            "mine.yaml:20: expect[0].nevr: a vm check takes documents, never,",
+        ),
+        (("{fast: 10s, realistic: 10m}", "{fast: 10s}"), "mine.yaml:8: timing.notice: expected {fast: VALUE, "),
+        (("    as: a", "    as: z"), "mine.yaml:16: steps[1].as: 'z' is not a VM of the fleet (or `control`)"),
+        (
+            ("with: {type: Freeze, vms: [a]", "with: {type: Freeze, vms: [x]"),
+            "mine.yaml:13: steps[0].with.vms: 'x' is not a vm of the fleet",
+        ),
+        (("with: {type: Freeze,", "with: {kind: Freeze,"), "mine.yaml:13: steps[0].with: schedule needs `type`"),
+        (
+            ("  - at: 1m", "  - at: 1m\n    fails: Conflict\n    ass: x"),
+            "mine.yaml:16: steps[1].ass: unknown key 'ass'",
+        ),
+        (("name: mine", "name: Mine!"), "mine.yaml:1: name: a name is lowercase letters"),
+        (("steps:", "stepz:"), "mine.yaml:9: stepz: unknown key 'stepz'"),
+        (
+            ("observe: [a]", "  - {at: 30s, do: cancel, with: {event: $freeze}}\nobserve: [a]"),
+            "mine.yaml:17: steps[2].at: +00:00:30 is before the previous step (+00:01:00)",
+        ),
+        (
+            ("steps:\n  - at: 0s", "steps:\n  - at: 0s\n    note: [\n"),
+            "mine.yaml:14: not valid YAML: did not find expected",
+        ),
+    ],
+)
 def test_invalid_files_name_file_line_place_and_problem(change, expected):
     old, new = change
     assert old in GOOD
@@ -282,8 +328,9 @@ def test_a_step_expected_to_fail_must_fail():
     text = GOOD.replace("    as: a\n", "    as: a\n    fails: Conflict\n")
     timeline = run_scenario(parse_scenario(text, "mine.yaml").resolve("realistic"))
     assert not timeline["passed"]
-    assert {"what": "steps[1] approve fails with Conflict", "passed": False, "detail": "it succeeded"} in \
-        timeline["expectations"]
+    assert {"what": "steps[1] approve fails with Conflict", "passed": False, "detail": "it succeeded"} in timeline[
+        "expectations"
+    ]
 
 
 # ------------------------------------------------------------------------------------------- other servers
@@ -291,7 +338,7 @@ SMALL = f"""\
 name: on-a-given-server
 description: runs on a server the test started
 fleet:
-{textwrap.indent(SMALL_FLEET.strip(), '  ')}
+{textwrap.indent(SMALL_FLEET.strip(), "  ")}
 steps:
   - at: 0s
     id: freeze
@@ -351,12 +398,15 @@ def test_show_prints_the_file_as_it_is(tmp_path):
 
 
 def test_the_runner_is_a_client_it_never_imports_the_engine():
-    code = ("import sys, forewarn.scenarios.runner, forewarn.scenarios.cli; "
-            "from forewarn.scenarios import load_library; load_library(); "
-            "print(sorted(m for m in sys.modules if m.startswith(('forewarn.core.engine', 'forewarn.service', "
-            "'forewarn.surfaces', 'forewarn.store'))))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env={"PYTHONPATH": str(ROOT / "src")})
+    code = (
+        "import sys, forewarn.scenarios.runner, forewarn.scenarios.cli; "
+        "from forewarn.scenarios import load_library; load_library(); "
+        "print(sorted(m for m in sys.modules if m.startswith(('forewarn.engine.engine', 'forewarn.service', "
+        "'forewarn.surfaces', 'forewarn.store'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")}
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
@@ -366,12 +416,38 @@ def test_generated_scenarios_are_reproducible_and_every_step_runs(tmp_path):
     """Two seeds over a small generated fleet at a high rate (evictions, redeploys and host failures mixed): the
     files are the same for the same seed, and every step succeeds on a real private server."""
     fleet = tmp_path / "fleet.yaml"
-    cli("fleet", "generate", "--vms", "120", "--vms-per-host", "3", "--spot-share", "0.5", "--seed", "g",
-        "--out", str(fleet))
+    cli(
+        "fleet",
+        "generate",
+        "--vms",
+        "120",
+        "--vms-per-host",
+        "3",
+        "--spot-share",
+        "0.5",
+        "--seed",
+        "g",
+        "--out",
+        str(fleet),
+    )
     for seed in ("1", "2"):
         out = tmp_path / f"random-{seed}.yaml"
-        args = ("scenario", "generate", "--fleet", str(fleet), "--seed", seed, "--per-hour", "30", "--observe", "3", "--duration",
-                "4h", "--start", "2026-04-20T00:00:00Z")
+        args = (
+            "scenario",
+            "generate",
+            "--fleet",
+            str(fleet),
+            "--seed",
+            seed,
+            "--per-hour",
+            "30",
+            "--observe",
+            "3",
+            "--duration",
+            "4h",
+            "--start",
+            "2026-04-20T00:00:00Z",
+        )
         cli(*args, "--out", str(out))
         again = tmp_path / f"again-{seed}.yaml"
         cli(*args, "--out", str(again))

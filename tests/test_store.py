@@ -4,10 +4,10 @@ from datetime import timedelta
 
 import pytest
 
-from forewarn.core.engine import ScheduleRequest
+from forewarn.app.runtime import FleetMismatch, Maintenance
+from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict
-from forewarn.core.model import EventStatus, EventType
-from forewarn.service.runtime import FleetMismatch, Maintenance
+from forewarn.engine.engine import ScheduleRequest
 from forewarn.store import open_store
 from helpers import T0, parse_fleet, small_fleet
 
@@ -39,7 +39,12 @@ def test_round_trip_and_restart(store_url):
     assert again.now() == T0 + timedelta(minutes=1)
     again.advance_clock(timedelta(minutes=5))
     assert again.engine.event(event.event_id).status is EventStatus.COMPLETED
-    assert [entry.kind for entry in again.store.journal(event.event_id)] == ["scheduled", "approved", "started", "completed"]
+    assert [entry.kind for entry in again.store.journal(event.event_id)] == [
+        "scheduled",
+        "approved",
+        "started",
+        "completed",
+    ]
     again.store.close()
 
 
@@ -70,9 +75,12 @@ def test_deadlines_passed_while_down_are_applied_in_order_at_start(store_url):
     kinds = [(entry.event_id, entry.kind, entry.at) for entry in again.store.journal() if entry.event_id]
     ordered = [(event_id, kind) for event_id, kind, _ in kinds]
     assert ordered == [
-        (first.event_id, "scheduled"), (second.event_id, "scheduled"),
-        (first.event_id, "started"), (second.event_id, "started"),
-        (first.event_id, "completed"), (second.event_id, "completed"),
+        (first.event_id, "scheduled"),
+        (second.event_id, "scheduled"),
+        (first.event_id, "started"),
+        (second.event_id, "started"),
+        (first.event_id, "completed"),
+        (second.event_id, "completed"),
     ]
     assert [at for *_, at in kinds] == sorted(at for *_, at in kinds)
     # 1 -> 2 (first) -> 3 (second) -> 4, 5 (starts) -> 6, 7 (completions), one step per instant

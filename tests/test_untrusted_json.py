@@ -1,4 +1,4 @@
-"""JSON from outside: one parser with a depth and a size bound (forewarn.untrusted_json), and every surface that
+"""JSON from outside: one parser with a depth and a size bound (forewarn.net.untrusted_json), and every surface that
 reads JSON answering 2,000 nested levels in its own error shape, on real servers and the real CLI."""
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forewarn.untrusted_json import MAX_BODY_BYTES, MAX_DEPTH, JsonInputError, parse_json
+from forewarn.net.untrusted_json import MAX_BODY_BYTES, MAX_DEPTH, JsonInputError, parse_json
 from helpers import ROOT, SMALL_FLEET, Server
-from test_azure_central import FLEET as CENTRAL_FLEET, RG, SUB_A
-from test_eventgrid import FLEET as EVENT_GRID_FLEET, Arm
+from test_azure_central import FLEET as CENTRAL_FLEET
+from test_azure_central import RG
+from test_eventgrid import FLEET as EVENT_GRID_FLEET
+from test_eventgrid import Arm
 
 DEEP = 2000
 
@@ -42,11 +44,24 @@ def test_size_and_what_json_cannot_carry_are_refused():
     with pytest.raises(JsonInputError, match="larger than"):
         parse_json(b" " * MAX_BODY_BYTES + b"1")
     assert parse_json(b"[1]", max_bytes=3) == [1]
-    for refused in (b"NaN", b"[Infinity]", b"-Infinity", b"1e999", b'"\\ud800"', b'{"\\udfff": 1}', b"\xed\xa0\x80",
-                    b"\xff", "\"\ud800\"", b"1" * 5000, b"", b"{", b'{"a" 1}'):
+    for refused in (
+        b"NaN",
+        b"[Infinity]",
+        b"-Infinity",
+        b"1e999",
+        b'"\\ud800"',
+        b'{"\\udfff": 1}',
+        b"\xed\xa0\x80",
+        b"\xff",
+        '"\ud800"',
+        b"1" * 5000,
+        b"",
+        b"{",
+        b'{"a" 1}',
+    ):
         with pytest.raises(JsonInputError):
             parse_json(refused)
-    assert parse_json(b'"\\ud83d\\ude00"') == "\U0001F600"  # a surrogate pair is one character
+    assert parse_json(b'"\\ud83d\\ude00"') == "\U0001f600"  # a surrogate pair is one character
     assert parse_json(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}  # a UTF-8 byte order mark is allowed
     with pytest.raises(JsonInputError) as raised:
         parse_json(b'{\n  "a": 1\n  "b": 2}')
@@ -55,7 +70,10 @@ def test_size_and_what_json_cannot_carry_are_refused():
 
 
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(exclude_categories=("Cs",))),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=5), children, max_size=4),
     max_leaves=30,
@@ -93,12 +111,19 @@ def test_deep_json_is_an_arm_error_on_every_arm_body(central):
         ("POST", "/providers/Microsoft.ResourceGraph/resources", {"api-version": "2022-10-01"}),
     ):
         for body in (nested(DEEP), nested(DEEP, key="value"), nested(DEEP, key="properties")):
-            answer = requests.request(method, f"{central.arm}{path}", params=params, data=body, timeout=10,
-                                      headers={"content-type": "application/json"})
+            answer = requests.request(
+                method,
+                f"{central.arm}{path}",
+                params=params,
+                data=body,
+                timeout=10,
+                headers={"content-type": "application/json"},
+            )
             error = arm_error(answer)
             assert error["code"] == "InvalidRequestContent" and "deeper than 64" in error["message"], (path, error)
-    too_big = requests.patch(f"{central.arm}{vm}", params={"api-version": "2024-07-01"},
-                             data=b" " * (MAX_BODY_BYTES + 1), timeout=10)
+    too_big = requests.patch(
+        f"{central.arm}{vm}", params={"api-version": "2024-07-01"}, data=b" " * (MAX_BODY_BYTES + 1), timeout=10
+    )
     assert arm_error(too_big, 413)["code"] == "RequestEntityTooLarge"
     # The server is whole: the VM still answers.
     assert requests.get(f"{central.arm}{vm}", params={"api-version": "2024-07-01"}, timeout=10).status_code == 200
@@ -107,12 +132,20 @@ def test_deep_json_is_an_arm_error_on_every_arm_body(central):
 def test_deep_json_is_a_control_api_error(central):
     for path in ("/v1/events", "/v1/approvals", "/v1/clock/advance"):
         for body in (nested(DEEP), nested(DEEP, key="type"), b"[NaN]"):
-            answer = requests.post(f"{central.control}{path}", data=body, timeout=10,
-                                   headers={"content-type": "application/json"})
+            answer = requests.post(
+                f"{central.control}{path}", data=body, timeout=10, headers={"content-type": "application/json"}
+            )
             assert answer.status_code == 400, answer.text
             assert answer.json()["error"]["code"] == "Invalid", answer.text
-    assert requests.post(f"{central.control}/v1/events", data=b"{" * (MAX_BODY_BYTES + 1), timeout=10,
-                         headers={"content-type": "application/json"}).status_code == 413
+    assert (
+        requests.post(
+            f"{central.control}/v1/events",
+            data=b"{" * (MAX_BODY_BYTES + 1),
+            timeout=10,
+            headers={"content-type": "application/json"},
+        ).status_code
+        == 413
+    )
     # Bodies FastAPI reads as JSON without a content type are checked too; the ordinary path still works.
     assert requests.post(f"{central.control}/v1/clock/advance", data=nested(DEEP), timeout=10).status_code == 400
     assert central.advance("1s")["mode"] == "manual"
@@ -157,8 +190,13 @@ def deep_server():
 
 
 def test_the_cli_reports_a_deep_answer_in_one_line(deep_server):
-    run = subprocess.run([sys.executable, "-m", "forewarn", "--server", deep_server, "events"], capture_output=True,
-                         text=True, timeout=60, env={"PYTHONPATH": str(ROOT / "src")})
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "--server", deep_server, "events"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
     assert run.returncode != 0
     assert "Traceback" not in run.stderr and "deeper than 64" in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1, run.stderr
@@ -176,15 +214,29 @@ def test_a_webhook_answering_deep_json_to_the_handshake_is_not_a_500(tmp_path, d
 
 def test_replay_refuses_a_deep_recording_in_one_line(tmp_path):
     env = {"PYTHONPATH": str(ROOT / "src")}
-    recording = {"format": "forewarn-recording/1", "url": "u", "api_version": "2020-07-01", "started_at": "t",
-                 "interval_seconds": 1, "entries": [{"offset_seconds": 0, "at": "t", "status": 200, "body": "{}"}]}
+    recording = {
+        "format": "forewarn-recording/1",
+        "url": "u",
+        "api_version": "2020-07-01",
+        "started_at": "t",
+        "interval_seconds": 1,
+        "entries": [{"offset_seconds": 0, "at": "t", "status": 200, "body": "{}"}],
+    }
     text = json.dumps(recording)
-    for name, content in (("deep.json", nested(DEEP)), ("deep-entry.json", text.replace('"{}"', nested(DEEP).decode())),
-                          ("nan.json", text.replace('"interval_seconds": 1', '"interval_seconds": "nan"')),
-                          ("status.json", text.replace('"status": 200', '"status": 99999'))):
+    for name, content in (
+        ("deep.json", nested(DEEP)),
+        ("deep-entry.json", text.replace('"{}"', nested(DEEP).decode())),
+        ("nan.json", text.replace('"interval_seconds": 1', '"interval_seconds": "nan"')),
+        ("status.json", text.replace('"status": 200', '"status": 99999')),
+    ):
         path = tmp_path / name
         path.write_bytes(content if isinstance(content, bytes) else content.encode())
-        run = subprocess.run([sys.executable, "-m", "forewarn", "replay", str(path), "--port", "0"],
-                             capture_output=True, text=True, timeout=30, env=env)
+        run = subprocess.run(
+            [sys.executable, "-m", "forewarn", "replay", str(path), "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
         assert run.returncode == 1, (name, run.stdout, run.stderr)
         assert "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1, (name, run.stderr)

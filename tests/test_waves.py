@@ -8,14 +8,15 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from forewarn.core.engine import Engine, EventChanged
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.core.model import EventStatus, EventType
-from forewarn.core.waves import WaveChanged, WaveOrder, WaveSpec, WaveStatus
-from forewarn.fleetfile import parse_fleet
-from forewarn.fleetgen import FleetShape, fleet_yaml, generate_fleet
-from forewarn.service.runtime import Maintenance
+from forewarn.engine.engine import Engine
+from forewarn.engine.fleetfile import parse_fleet
+from forewarn.engine.fleetgen import FleetShape, fleet_yaml, generate_fleet
 from forewarn.store import open_store
+from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
 from helpers import T0, Server, forewarn
 
 # Four hosts; an availability set with 3 update domains and 2 fault domains; a scale set of 4 over two hosts.
@@ -78,8 +79,11 @@ def test_update_domains_go_one_at_a_time_and_the_next_is_scheduled_when_one_comp
 
 def test_no_two_units_overlap_with_concurrency_one():
     e = engine()
-    [started] = [c for c in e.start_wave(WaveSpec(EventType.REBOOT, WaveOrder.FAULT_DOMAIN))
-                 if isinstance(c, WaveChanged) and c.what == "started"]
+    [started] = [
+        c
+        for c in e.start_wave(WaveSpec(EventType.REBOOT, WaveOrder.FAULT_DOMAIN))
+        if isinstance(c, WaveChanged) and c.what == "started"
+    ]
     run_to_end(e, started.wave.wave_id)
     by_unit: dict[int, list] = {}
     fleet = e.fleet
@@ -115,7 +119,8 @@ def test_approval_brings_a_unit_forward_and_the_next_follows():
     e.approve([ev.event_id for ev in e.live_events(event.scope)], by="control")
     step = e.advance(T0 + event.impact_window)
     assert [c.event.resources for c in step if isinstance(c, EventChanged) and c.what == "scheduled"] == [
-        ("pool_1", "pool_3")]
+        ("pool_1", "pool_3")
+    ]
 
 
 def test_cancel_stops_the_wave_and_cancels_only_scheduled_events():
@@ -165,11 +170,16 @@ def test_redeployed_vms_are_taken_on_their_new_host():
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(vms=st.integers(5, 300), concurrency=st.integers(1, 6),
-       order=st.sampled_from(list(WaveOrder)), seed=st.text("abc", min_size=1, max_size=4),
-       approve=st.booleans())
+@given(
+    vms=st.integers(5, 300),
+    concurrency=st.integers(1, 6),
+    order=st.sampled_from(list(WaveOrder)),
+    seed=st.text("abc", min_size=1, max_size=4),
+    approve=st.booleans(),
+)
 def test_property_every_vm_once_never_more_units_than_the_limit_and_state_survives_a_rebuild(
-        vms, concurrency, order, seed, approve):
+    vms, concurrency, order, seed, approve
+):
     fleet = parse_fleet(fleet_yaml(FleetShape(vms=vms, vms_per_host=4, seed=seed)))
     e = Engine(fleet, seed="p", now=T0)
     changes = e.start_wave(WaveSpec(EventType.FREEZE, order, concurrency=concurrency))
@@ -181,9 +191,17 @@ def test_property_every_vm_once_never_more_units_than_the_limit_and_state_surviv
         if approve and rounds % 2:
             e.approve([ev.event_id for ev in e.events.values() if ev.status is EventStatus.SCHEDULED], by="control")
         if rounds == 3:  # rebuilt from what a store keeps: same progress
-            e = Engine(fleet, "p", e.now, events=list(e.events.values()), incarnations=e.incarnations,
-                       vm_states=list(e.vm_states.values()), created_at=T0, next_seq=e.next_seq,
-                       waves=list(e.waves.values()))
+            e = Engine(
+                fleet,
+                "p",
+                e.now,
+                events=list(e.events.values()),
+                incarnations=e.incarnations,
+                vm_states=list(e.vm_states.values()),
+                created_at=T0,
+                next_seq=e.next_seq,
+                waves=list(e.waves.values()),
+            )
         e.advance(e.next_deadline())
         rounds += 1
     covered = [name for ev in e.events.values() for name in ev.resources]
@@ -211,11 +229,14 @@ def test_generated_fleet_is_reproducible_and_has_the_mix_asked():
     assert max(per_host) - min(per_host) <= 1  # tenants share hosts evenly
 
 
-@pytest.mark.parametrize("shape, message", [
-    (FleetShape(vms=0), "--vms"),
-    (FleetShape(vms=10, vms_per_host=0), "--vms-per-host"),
-    (FleetShape(vms=10, scale_set_share=0.8, availability_set_share=0.5), "shares"),
-])
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        (FleetShape(vms=0), "--vms"),
+        (FleetShape(vms=10, vms_per_host=0), "--vms-per-host"),
+        (FleetShape(vms=10, scale_set_share=0.8, availability_set_share=0.5), "shares"),
+    ],
+)
 def test_generator_refuses_impossible_shapes(shape, message):
     with pytest.raises(ValueError, match=message):
         generate_fleet(shape)
@@ -246,14 +267,19 @@ def test_a_wave_survives_a_restart_mid_way(store_url):
 
 def test_api_and_cli_start_follow_list_show_and_cancel(tmp_path):
     with Server(tmp_path, FLEET) as server:
-        response = server.post("/v1/waves", {"type": "Reboot", "by": "fault-domain", "groups": ["web"],
-                                             "notice": "5m", "name": "patch"})
+        response = server.post(
+            "/v1/waves", {"type": "Reboot", "by": "fault-domain", "groups": ["web"], "notice": "5m", "name": "patch"}
+        )
         assert response.status_code == 201, response.text
         body = response.json()
         assert body["scheduled"] == 2 and body["wave"]["in_flight"][0]["unit"] == "0"
         wave_id = body["wave"]["wave_id"]
-        for bad, status in (({"by": "rack"}, 400), ({"concurrency": 0}, 400), ({"groups": ["nope"]}, 404),
-                            ({"type": "Terminate"}, 400)):
+        for bad, status in (
+            ({"by": "rack"}, 400),
+            ({"concurrency": 0}, 400),
+            ({"groups": ["nope"]}, 404),
+            ({"type": "Terminate"}, 400),
+        ):
             assert server.post("/v1/waves", bad).status_code == status, bad
         assert requests.get(f"{server.control}/v1/waves/wave-999", timeout=10).status_code == 404
 

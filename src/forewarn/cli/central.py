@@ -17,10 +17,19 @@ from forewarn.cli.main import CONTEXT, JSON_OPTION, _fail, _print_table
 
 ARG_API = "2022-10-01"
 ACK_API = "2023-10-01-preview"
-ARM_OPTION = click.option("--arm", "arm_url", envvar="FOREWARN_ARM", default="http://127.0.0.1:8171",
-                          show_default=True, help="The ARM port of the server (env FOREWARN_ARM).")
-TOKEN_OPTION = click.option("--token", envvar="FOREWARN_ARM_TOKEN",
-                            help="Bearer token, when the server runs with --access (env FOREWARN_ARM_TOKEN).")
+ARM_OPTION = click.option(
+    "--arm",
+    "arm_url",
+    envvar="FOREWARN_ARM",
+    default="http://127.0.0.1:8171",
+    show_default=True,
+    help="The ARM port of the server (env FOREWARN_ARM).",
+)
+TOKEN_OPTION = click.option(
+    "--token",
+    envvar="FOREWARN_ARM_TOKEN",
+    help="Bearer token, when the server runs with --access (env FOREWARN_ARM_TOKEN).",
+)
 
 
 def _arm(arm_url: str, token: str | None) -> ControlClient:
@@ -34,15 +43,24 @@ def _cell(value) -> str:
     return "" if value is None else str(value)
 
 
-@click.command(name="graph", context_settings=CONTEXT, epilog="""\b
+@click.command(
+    name="graph",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn graph 'maintenanceresources | project name, properties.EventStatus, properties.Resources'
   forewarn graph 'maintenanceresources | summarize count() by tostring(properties.EventType)' --json
   forewarn graph 'maintenanceresources | where properties.EventStatus == "Scheduled" | project id' --token "$T"
-Docs: docs/azure-central.md ("Resource Graph").""")
+Docs: docs/azure-central.md ("Resource Graph").""",
+)
 @click.argument("query")
-@click.option("--subscription", "subscriptions", multiple=True, metavar="ID",
-              help="Subscriptions to query (repeatable); default: every one the caller may read.")
+@click.option(
+    "--subscription",
+    "subscriptions",
+    multiple=True,
+    metavar="ID",
+    help="Subscriptions to query (repeatable); default: every one the caller may read.",
+)
 @click.option("--first", type=click.IntRange(1, 100_000), help="At most this many rows (pages are followed).")
 @ARM_OPTION
 @TOKEN_OPTION
@@ -57,8 +75,9 @@ def graph(query, subscriptions, first, arm_url, token, as_json):
             body = {"query": query, "options": options}
             if subscriptions:
                 body["subscriptions"] = list(subscriptions)
-            page = client.request("POST", "/providers/Microsoft.ResourceGraph/resources",
-                                  params={"api-version": ARG_API}, json=body)
+            page = client.request(
+                "POST", "/providers/Microsoft.ResourceGraph/resources", params={"api-version": ARG_API}, json=body
+            )
             rows.extend(page["data"])
             token_next = page.get("$skipToken")
             if not token_next or (first is not None and len(rows) >= first):
@@ -75,8 +94,9 @@ def graph(query, subscriptions, first, arm_url, token, as_json):
         click.echo("no rows")
         return
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    _print_table([tuple(columns)] + [tuple(_cell(row.get(column)) for column in columns) for row in rows],
-                 cell_limit=80)
+    _print_table(
+        [tuple(columns)] + [tuple(_cell(row.get(column)) for column in columns) for row in rows], cell_limit=80
+    )
 
 
 _EVENT_ID_PREFIX = re.compile(r"^[0-9A-Fa-f-]{4,36}$")
@@ -86,31 +106,46 @@ def _arm_id_of(client: ControlClient, event_id: str) -> str:
     """The ARM id of the centrally published event whose EventId is or starts with ``event_id``, from Resource
     Graph (where a controller finds it too)."""
     if not _EVENT_ID_PREFIX.match(event_id):
-        raise ClientError("not a scheduled event id (.../providers/Microsoft.Maintenance/scheduledevents/ID) nor an "
-                          "EventId or its first characters (hex digits and hyphens, at least 4)")
+        raise ClientError(
+            "not a scheduled event id (.../providers/Microsoft.Maintenance/scheduledevents/ID) nor an "
+            "EventId or its first characters (hex digits and hyphens, at least 4)"
+        )
     # KQL string comparisons are case-insensitive, like EventIds.
-    query = (f"maintenanceresources | where type == 'microsoft.maintenance/scheduledevents' "
-             f"and name startswith '{event_id}' | project id, name, status = tostring(properties.EventStatus)")
-    page = client.request("POST", "/providers/Microsoft.ResourceGraph/resources", params={"api-version": ARG_API},
-                          json={"query": query, "options": {"resultFormat": "objectArray", "$top": 11}})
+    query = (
+        f"maintenanceresources | where type == 'microsoft.maintenance/scheduledevents' "
+        f"and name startswith '{event_id}' | project id, name, status = tostring(properties.EventStatus)"
+    )
+    page = client.request(
+        "POST",
+        "/providers/Microsoft.ResourceGraph/resources",
+        params={"api-version": ARG_API},
+        json={"query": query, "options": {"resultFormat": "objectArray", "$top": 11}},
+    )
     rows = page["data"]
     if not rows:
-        raise ClientError("no scheduled event in Resource Graph has this EventId (only events of owners that "
-                          "publish centrally are there: forewarn policy set OWNER --central)")
+        raise ClientError(
+            "no scheduled event in Resource Graph has this EventId (only events of owners that "
+            "publish centrally are there: forewarn policy set OWNER --central)"
+        )
     if len(rows) > 1:
         shown = ", ".join(f"{row['name']} ({row['status']})" for row in rows[:10])
-        raise ClientError(f"the start of {'more than 10' if len(rows) > 10 else len(rows)} EventIds: {shown}; "
-                          "give more characters")
+        raise ClientError(
+            f"the start of {'more than 10' if len(rows) > 10 else len(rows)} EventIds: {shown}; give more characters"
+        )
     return rows[0]["id"]
 
 
-@click.command(name="acknowledge", context_settings=CONTEXT, epilog="""\b
+@click.command(
+    name="acknowledge",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn acknowledge 6B5C9A2E                    # an EventId or its first characters: the id is looked up
   forewarn acknowledge /subscriptions/$SUB/resourcegroups/contoso-rg/providers/microsoft.compute/virtualmachinescalesets/web/providers/microsoft.maintenance/scheduledevents/$EVENT
   forewarn graph 'maintenanceresources | where properties.EventStatus == "Scheduled" | project id' --json \\
     | jq -r '.[].id' | xargs forewarn acknowledge
-Docs: docs/azure-central.md ("Maintenance acknowledge API").""")
+Docs: docs/azure-central.md ("Maintenance acknowledge API").""",
+)
 @click.argument("ids", nargs=-1, required=True)
 @ARM_OPTION
 @TOKEN_OPTION
@@ -130,8 +165,11 @@ def acknowledge(ids, arm_url, token):
                 continue
         path = event_id.rstrip("/")
         if "/providers/microsoft.maintenance/scheduledevents/" not in path.lower():
-            click.echo(f"forewarn: {event_id}: not a scheduled event id (.../providers/Microsoft.Maintenance/"
-                       "scheduledevents/ID)", err=True)
+            click.echo(
+                f"forewarn: {event_id}: not a scheduled event id (.../providers/Microsoft.Maintenance/"
+                "scheduledevents/ID)",
+                err=True,
+            )
             failed = True
             continue
         try:

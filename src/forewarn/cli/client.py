@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
+from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 
 class ClientError(Exception):
@@ -12,8 +12,13 @@ class ClientError(Exception):
 
 
 class ControlClient:
-    def __init__(self, base_url: str, timeout: float = 30.0, headers: dict[str, str] | None = None,
-                 pointed_by: str = "--server URL or FOREWARN_SERVER"):
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 30.0,
+        headers: dict[str, str] | None = None,
+        pointed_by: str = "--server URL or FOREWARN_SERVER",
+    ):
         self.base_url = base_url.rstrip("/")
         self.pointed_by = pointed_by
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, headers=headers)
@@ -26,8 +31,9 @@ class ControlClient:
             try:
                 return parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)
             except JsonInputError as error:
-                raise ClientError(f"{self.base_url} answered HTTP {response.status_code} with JSON this client "
-                                  f"cannot use: {error}") from None
+                raise ClientError(
+                    f"{self.base_url} answered HTTP {response.status_code} with JSON this client cannot use: {error}"
+                ) from None
         return response.text
 
     def send(self, method: str, path: str, **kwargs) -> httpx.Response:

@@ -11,10 +11,14 @@ from forewarn.cli.main import CONTEXT, JSON_OPTION, _client, _emit, _fail, _run,
 
 def _print_wave(wave: dict) -> None:
     flight = ", ".join(unit["unit"] for unit in wave["in_flight"]) or "-"
-    click.echo(f"{wave['wave_id']}  {wave['status']}  {wave['type']} by {wave['by']}, {wave['concurrency']} at a time"
-               f"{'  (' + wave['name'] + ')' if wave['name'] else ''}")
-    click.echo(f"  units: {wave['done']} done, {len(wave['in_flight'])} in flight, {len(wave['skipped'])} skipped, "
-               f"{wave['units']} in all")
+    click.echo(
+        f"{wave['wave_id']}  {wave['status']}  {wave['type']} by {wave['by']}, {wave['concurrency']} at a time"
+        f"{'  (' + wave['name'] + ')' if wave['name'] else ''}"
+    )
+    click.echo(
+        f"  units: {wave['done']} done, {len(wave['in_flight'])} in flight, {len(wave['skipped'])} skipped, "
+        f"{wave['units']} in all"
+    )
     click.echo(f"  in flight: {flight}")
     if wave["skipped"]:
         click.echo(f"  skipped (no running VM): {', '.join(wave['skipped'])}")
@@ -22,49 +26,93 @@ def _print_wave(wave: dict) -> None:
     click.echo(f"  created {wave['created_at']}" + (f", finished {wave['finished_at']}" if wave["finished_at"] else ""))
 
 
-@click.group(name="wave", context_settings=CONTEXT, epilog="""\b
+@click.group(
+    name="wave",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn wave start --type Freeze --by update-domain              # the whole fleet, one domain at a time
   forewarn wave start --by host --concurrency 50 --follow           # 50 hosts at a time, show progress
   forewarn wave start --type Reboot --set westno --by fault-domain --notice 5m
   forewarn wave list
   forewarn wave cancel wave-12
-Waves: docs/waves.md.""")
+Waves: docs/waves.md.""",
+)
 def wave() -> None:
     """Roll maintenance across a fleet, domain by domain or host by host, like a region rolls a host update."""
 
 
 @wave.command(name="start", context_settings=CONTEXT)
 @click.option("--type", "event_type", default="Freeze", show_default=True, help="Freeze, Reboot or Redeploy.")
-@click.option("--by", "order", type=click.Choice(["update-domain", "fault-domain", "host"]), default="update-domain",
-              show_default=True, help="What one unit of the rollout is.")
+@click.option(
+    "--by",
+    "order",
+    type=click.Choice(["update-domain", "fault-domain", "host"]),
+    default="update-domain",
+    show_default=True,
+    help="What one unit of the rollout is.",
+)
 @click.option("--concurrency", type=int, default=1, show_default=True, help="Units in flight at once.")
-@click.option("--set", "groups", multiple=True, metavar="NAME",
-              help="A scale set, availability set or VM to cover (repeat, or comma-separated); default: whole fleet.")
+@click.option(
+    "--set",
+    "groups",
+    multiple=True,
+    metavar="NAME",
+    help="A scale set, availability set or VM to cover (repeat, or comma-separated); default: whole fleet.",
+)
 @click.option("--notice", help="Time from Scheduled to NotBefore for each unit (default: the type's notice).")
 @click.option("--impact-window", help="How long each event stays Started.")
 @click.option("--duration", "duration_seconds", type=int, help="DurationInSeconds of the events.")
 @click.option("--description", help="Description of the events.")
 @click.option("--source", default="Platform", show_default=True, help="EventSource: Platform or User.")
 @click.option("--name", default="", help="A label for the wave.")
-@click.option("--follow", is_flag=True,
-              help="Show progress until the wave ends; on a manual clock, move the clock (deadline by deadline).")
+@click.option(
+    "--follow",
+    is_flag=True,
+    help="Show progress until the wave ends; on a manual clock, move the clock (deadline by deadline).",
+)
 @JSON_OPTION
 @click.pass_context
-def wave_start(ctx, event_type, order, concurrency, groups, notice, impact_window, duration_seconds, description,
-               source, name, follow, as_json):
+def wave_start(
+    ctx,
+    event_type,
+    order,
+    concurrency,
+    groups,
+    notice,
+    impact_window,
+    duration_seconds,
+    description,
+    source,
+    name,
+    follow,
+    as_json,
+):
     """Start a wave. Its units (update domains, fault domains or hosts) go in order, at most CONCURRENCY at a time;
     a unit's events are Scheduled as soon as the previous unit's events have all Completed."""
-    body = {"type": event_type, "by": order, "concurrency": concurrency, "groups": _split(groups),
-            "source": source, "name": name}
-    for key, value in (("notice", notice), ("impact_window", impact_window), ("duration_seconds", duration_seconds),
-                       ("description", description)):
+    body = {
+        "type": event_type,
+        "by": order,
+        "concurrency": concurrency,
+        "groups": _split(groups),
+        "source": source,
+        "name": name,
+    }
+    for key, value in (
+        ("notice", notice),
+        ("impact_window", impact_window),
+        ("duration_seconds", duration_seconds),
+        ("description", description),
+    ):
         if value is not None:
             body[key] = value
     started = _run(lambda: _client(ctx).post("/v1/waves", body))
     if not follow:
-        _emit(started, as_json, lambda data: (_print_wave(data["wave"]),
-                                               click.echo(f"  {data['scheduled']} events scheduled")))
+        _emit(
+            started,
+            as_json,
+            lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['scheduled']} events scheduled")),
+        )
         return
     _follow(ctx, started["wave"]["wave_id"], as_json)
 
@@ -78,8 +126,10 @@ def _follow(ctx, wave_id: str, as_json: bool) -> None:
     while True:
         current = _run(lambda: client.get(f"/v1/waves/{wave_id}"))
         clock = _run(lambda: client.get("/v1/clock"))
-        line = (f"{clock['now']}  {wave_id}: {current['done'] + len(current['skipped'])}/{current['units']} units, "
-                f"{len(current['in_flight'])} in flight")
+        line = (
+            f"{clock['now']}  {wave_id}: {current['done'] + len(current['skipped'])}/{current['units']} units, "
+            f"{len(current['in_flight'])} in flight"
+        )
         if line != last:
             click.echo(line, err=as_json)
             last = line
@@ -104,8 +154,10 @@ def wave_list(ctx, as_json):
         if not waves:
             click.echo("no waves")
         for item in waves:
-            click.echo(f"{item['wave_id']:<12} {item['status']:<10} {item['type']:<9} by {item['by']:<14} "
-                       f"{item['done'] + len(item['skipped'])}/{item['units']} units  {item['name']}".rstrip())
+            click.echo(
+                f"{item['wave_id']:<12} {item['status']:<10} {item['type']:<9} by {item['by']:<14} "
+                f"{item['done'] + len(item['skipped'])}/{item['units']} units  {item['name']}".rstrip()
+            )
 
     _emit(_run(lambda: _client(ctx).get("/v1/waves")), as_json, render)
 
@@ -125,5 +177,8 @@ def wave_show(ctx, wave_id, as_json):
 @click.pass_context
 def wave_cancel(ctx, wave_id, as_json):
     """Stop a wave: nothing more is scheduled; its Scheduled events are canceled, Started ones finish."""
-    _emit(_run(lambda: _client(ctx).post(f"/v1/waves/{wave_id}/cancel")), as_json,
-          lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['canceled']} events canceled")))
+    _emit(
+        _run(lambda: _client(ctx).post(f"/v1/waves/{wave_id}/cancel")),
+        as_json,
+        lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['canceled']} events canceled")),
+    )

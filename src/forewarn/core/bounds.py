@@ -13,15 +13,15 @@ never a scenario a user could mean. docs/engine.md lists them with the clouds' o
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Invalid
 
 # The Unix epoch: a real clock is computed from epoch seconds, and nothing simulated happens earlier.
-EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EARLIEST_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 # About a thousand years short of datetime.max (9999-12-31), the margin every derived time needs.
-LATEST_TIME = datetime(9000, 1, 1, tzinfo=timezone.utc)
+LATEST_TIME = datetime(9000, 1, 1, tzinfo=UTC)
 
 # Time from now until NotBefore (a notice, or an explicit NotBefore), for Azure and EC2 events alike. Azure gives
 # minutes (15 for Freeze, Reboot and Redeploy, 30 s for Preempt, 5 to 15 for Terminate) and "tries to give seven
@@ -49,8 +49,10 @@ def check_time(moment: datetime, what: str) -> datetime:
     if not isinstance(moment, datetime) or moment.tzinfo is None or moment.utcoffset() is None:
         raise Invalid(f"{what} must be a time with a UTC offset, e.g. 2026-04-20T22:26:58Z")
     if not EARLIEST_TIME <= moment <= LATEST_TIME:
-        raise Invalid(f"{what} {_shown(moment)} is outside the simulated time range "
-                      f"{iso_time(EARLIEST_TIME)} to {iso_time(LATEST_TIME)}")
+        raise Invalid(
+            f"{what} {_shown(moment)} is outside the simulated time range "
+            f"{iso_time(EARLIEST_TIME)} to {iso_time(LATEST_TIME)}"
+        )
     return moment
 
 
@@ -83,6 +85,6 @@ def clamped_time(moment: datetime) -> datetime:
 
 def _shown(moment: datetime) -> str:
     try:
-        return iso_time(moment.astimezone(timezone.utc))
+        return iso_time(moment.astimezone(UTC))
     except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00+01:00 has no UTC form
         return moment.isoformat()

@@ -11,7 +11,7 @@ clock that runs past the end stops there rather than overflow.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from forewarn.core.bounds import (
     EARLIEST_TIME,
@@ -32,7 +32,7 @@ MODES = (MANUAL, REAL)
 
 
 def utc_from_epoch(seconds: float) -> datetime:
-    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+    return datetime.fromtimestamp(seconds, tz=UTC)
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,8 @@ class Clock:
             return self, None
         return replace(self, anchor_sim=inside, speed=speed), (
             f"the stored clock ({self.anchor_sim.isoformat()}, speed {self.speed:g}) is outside forewarn's bounds; "
-            f"continuing from {iso_time(inside)} at speed {speed:g}")
+            f"continuing from {iso_time(inside)} at speed {speed:g}"
+        )
 
     def advanced_by(self, delta: timedelta, wall: float) -> Clock:
         """Manual clocks only: move forward by ``delta`` (at most MAX_CLOCK_STEP)."""

@@ -40,8 +40,11 @@ def format_duration(value: timedelta) -> str:
     hours, rest = divmod(rest, 3600)
     minutes, seconds = divmod(rest, 60)
     fraction = f"{seconds}.{value.microseconds:06d}".rstrip("0") if value.microseconds else str(seconds)
-    time = (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "") + (
-        f"{fraction}S" if seconds or value.microseconds else "")
+    time = (
+        (f"{hours}H" if hours else "")
+        + (f"{minutes}M" if minutes else "")
+        + (f"{fraction}S" if seconds or value.microseconds else "")
+    )
     text = (f"{days}D" if days else "") + (f"T{time}" if time else "")
     return f"{sign}P{text}" if text else "PT0S"
 

@@ -50,7 +50,7 @@ def close_matches(name: str, known: Iterable[str], limit: int = 3) -> list[str]:
                 break
         elif len(others) < SUGGESTION_POOL:
             others.append(candidate)
-    pool += others[:SUGGESTION_POOL - len(pool)]
+    pool += others[: SUGGESTION_POOL - len(pool)]
     by_lower: dict[str, str] = {}
     for candidate in pool:
         by_lower.setdefault(candidate.lower(), candidate)

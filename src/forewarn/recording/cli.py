@@ -11,6 +11,7 @@ import click
 
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
+from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 from forewarn.recording.model import (
     Entry,
     Recording,
@@ -20,8 +21,7 @@ from forewarn.recording.model import (
 )
 from forewarn.recording.recorder import http_fetch, record, scheduled_events_url
 from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
-from forewarn.service.http1 import listening_socket
-from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
+from forewarn.server.http1 import listening_socket
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -53,21 +53,34 @@ def _describe(entry: Entry) -> str:
         incarnation = parse_json(entry.body, max_bytes=MAX_DOCUMENT_BYTES).get("DocumentIncarnation")
     except (JsonInputError, AttributeError):
         incarnation = None
-    shown = ", ".join(f"{e.get('EventType')} {e.get('EventStatus')} {e.get('EventId')}"
-                      for e in events if isinstance(e, dict))
+    shown = ", ".join(
+        f"{e.get('EventType')} {e.get('EventStatus')} {e.get('EventId')}" for e in events if isinstance(e, dict)
+    )
     return f"incarnation {incarnation}: {len(events)} event(s)" + (f": {shown}" if shown else "")
 
 
-@click.command(name="record", context_settings=CONTEXT, epilog="""\b
+@click.command(
+    name="record",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn record --url http://169.254.169.254 --out vm.json              # on an Azure VM, until Ctrl-C
   forewarn record --url http://127.0.0.10:8169 --out freeze.json --until-empty
   forewarn record --url http://127.0.0.1:9010 --duration 30m --interval 2s
-Format: docs/recordings.md.""")
-@click.option("--url", required=True,
-              help="The scheduled-events endpoint, or its base (http://169.254.169.254); the path is added.")
-@click.option("--out", default="recording.json", show_default=True, type=click.Path(dir_okay=False),
-              help="The recording file (rewritten after each new document).")
+Format: docs/recordings.md.""",
+)
+@click.option(
+    "--url",
+    required=True,
+    help="The scheduled-events endpoint, or its base (http://169.254.169.254); the path is added.",
+)
+@click.option(
+    "--out",
+    default="recording.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The recording file (rewritten after each new document).",
+)
 @click.option("--interval", default="1s", show_default=True, help="Time between polls.")
 @click.option("--duration", default=None, help="Stop after this long (30s, 15m, 1h).")
 @click.option("--until-empty", is_flag=True, help="Stop once a document without events follows one with events.")
@@ -89,8 +102,16 @@ def record_command(url, out, interval, duration, until_empty, api_version, timeo
 
     click.echo(f"recording {target} every {interval_seconds:g}s to {out_path} (Ctrl-C stops)")
     try:
-        record(fetch, url=target, api_version=api_version, interval=interval_seconds, duration=duration_seconds,
-               until_empty=until_empty, on_entry=on_entry, recording=recording)
+        record(
+            fetch,
+            url=target,
+            api_version=api_version,
+            interval=interval_seconds,
+            duration=duration_seconds,
+            until_empty=until_empty,
+            on_entry=on_entry,
+            recording=recording,
+        )
     except KeyboardInterrupt:
         pass
     finally:
@@ -100,18 +121,27 @@ def record_command(url, out, interval, duration, until_empty, api_version, timeo
     click.echo(f"{len(recording.entries)} document(s) recorded in {out_path}")
 
 
-@click.command(name="replay", context_settings=CONTEXT, epilog="""\b
+@click.command(
+    name="replay",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn replay vm.json                          # http://127.0.0.1:8169/metadata/scheduledevents
   forewarn replay vm.json --speed 60 --loop --approvals approvals.jsonl
-Details: docs/recordings.md.""")
+Details: docs/recordings.md.""",
+)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8169, show_default=True, type=int)
 @click.option("--speed", default=1.0, show_default=True, type=float, help="Recorded seconds per wall second.")
 @click.option("--loop", is_flag=True, help="Start over after the last document (held for one interval).")
-@click.option("--approvals", "approvals_file", default=None, type=click.Path(dir_okay=False),
-              help="Append each approval (POST StartRequests) to this file as a JSON line.")
+@click.option(
+    "--approvals",
+    "approvals_file",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Append each approval (POST StartRequests) to this file as a JSON line.",
+)
 def replay_command(file, host, port, speed, loop, approvals_file):
     """Serve a recording as an IMDS scheduled-events endpoint, with its recorded timing; approvals are logged."""
     if speed <= 0:
@@ -123,10 +153,15 @@ def replay_command(file, host, port, speed, loop, approvals_file):
     log_file = open(approvals_file, "a", encoding="utf-8") if approvals_file else None
 
     def on_approval(approval: dict) -> None:
-        click.echo(f"approval at {approval['offset_seconds']:.3f}s from {approval['caller']}: "
-                   f"{', '.join(approval['event_ids'])}"
-                   + (f" (not in the document: {', '.join(approval['not_in_document'])})"
-                      if approval["not_in_document"] else ""))
+        click.echo(
+            f"approval at {approval['offset_seconds']:.3f}s from {approval['caller']}: "
+            f"{', '.join(approval['event_ids'])}"
+            + (
+                f" (not in the document: {', '.join(approval['not_in_document'])})"
+                if approval["not_in_document"]
+                else ""
+            )
+        )
         if log_file is not None:
             log_file.write(json.dumps(approval) + "\n")
             log_file.flush()
@@ -137,8 +172,11 @@ def replay_command(file, host, port, speed, loop, approvals_file):
         _fail(f"cannot listen on {host}:{port}: {error.strerror}")
     shown = f"[{host}]" if ":" in host else host
     end = recording.entries[-1].offset_seconds / speed
-    click.echo(f"replaying {file} ({len(recording.entries)} documents over {end:g}s{', looping' if loop else ''}) at "
-               f"http://{shown}:{sock.getsockname()[1]}/metadata/scheduledevents", nl=True)
+    click.echo(
+        f"replaying {file} ({len(recording.entries)} documents over {end:g}s{', looping' if loop else ''}) at "
+        f"http://{shown}:{sock.getsockname()[1]}/metadata/scheduledevents",
+        nl=True,
+    )
     handler = ReplayHandler(Replay(recording, loop=loop), speed=speed, on_approval=on_approval)
     try:
         import uvloop

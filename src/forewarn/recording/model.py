@@ -9,7 +9,7 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
+from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 FORMAT = "forewarn-recording/1"
 
@@ -61,22 +61,32 @@ class Recording:
     @classmethod
     def from_json(cls, data) -> Recording:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise RecordingError(f"not a {FORMAT} file (its format is {data.get('format') if isinstance(data, dict) else None!r})")
+            raise RecordingError(
+                f"not a {FORMAT} file (its format is {data.get('format') if isinstance(data, dict) else None!r})"
+            )
         try:
             entries = [
                 Entry(float(e["offset_seconds"]), str(e["at"]), int(e["status"]), str(e["body"]))
                 for e in data["entries"]
             ]
-            recording = cls(str(data["url"]), str(data["api_version"]), str(data["started_at"]),
-                            float(data["interval_seconds"]), entries)
+            recording = cls(
+                str(data["url"]),
+                str(data["api_version"]),
+                str(data["started_at"]),
+                float(data["interval_seconds"]),
+                entries,
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise RecordingError(f"malformed recording: {error!r}") from None
         if not entries:
             raise RecordingError("the recording has no entries")
-        if not all(math.isfinite(e.offset_seconds) and (e.status == 0 or 100 <= e.status <= 599) for e in entries) \
-                or not math.isfinite(recording.interval_seconds):
-            raise RecordingError("malformed recording: an offset or interval is not a number, or a status is not 0 "
-                                 "or an HTTP status (100-599)")
+        if not all(
+            math.isfinite(e.offset_seconds) and (e.status == 0 or 100 <= e.status <= 599) for e in entries
+        ) or not math.isfinite(recording.interval_seconds):
+            raise RecordingError(
+                "malformed recording: an offset or interval is not a number, or a status is not 0 "
+                "or an HTTP status (100-599)"
+            )
         if any(b.offset_seconds < a.offset_seconds for a, b in zip(entries, entries[1:])):
             raise RecordingError("entries are not in offset order")
         return recording

@@ -1,6 +1,6 @@
 """Replay: the entry current at an offset, and an IMDS scheduled-events handler that serves it.
 
-The handler is the synchronous kind ``service/http1.py`` runs; its time is a function (``clock``, monotonic
+The handler is the synchronous kind ``server/http1.py`` runs; its time is a function (``clock``, monotonic
 seconds), so tests drive it with a fake one. A recording cannot react: approvals are answered and logged, and change
 nothing of what is served.
 """
@@ -15,10 +15,8 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
-from forewarn.recording.model import Entry, Recording
-from forewarn.service.http1 import Http1Server
-from forewarn.surfaces.azure_errors import METHOD_NOT_ALLOWED, NOT_FOUND
-from forewarn.surfaces.azure_imds import (
+from forewarn.azure.imds.errors import METHOD_NOT_ALLOWED, NOT_FOUND
+from forewarn.azure.imds.scheduled_events import (
     ALLOW_GET_POST,
     BAD_START_REQUESTS,
     NEWEST_SCHEDULED_EVENTS_VERSIONS,
@@ -27,7 +25,9 @@ from forewarn.surfaces.azure_imds import (
     parse_start_requests,
     refusal,
 )
-from forewarn.surfaces.http import DROP, JSON, Request, Response
+from forewarn.net.http import DROP, JSON, Request, Response
+from forewarn.recording.model import Entry, Recording
+from forewarn.server.http1 import Http1Server
 
 log = logging.getLogger("forewarn.replay")
 
@@ -69,9 +69,14 @@ class ReplayHandler:
     """``GET /metadata/scheduledevents``: the entry current at (clock() - start) * speed, with the request rules of
     forewarn's strict IMDS profile; ``POST``: approvals, answered 200 and passed to ``on_approval``."""
 
-    def __init__(self, replay: Replay, speed: float = 1.0, clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 on_approval: Callable[[dict], None] | None = None):
+    def __init__(
+        self,
+        replay: Replay,
+        speed: float = 1.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        on_approval: Callable[[dict], None] | None = None,
+    ):
         if speed <= 0:
             raise ValueError("the speed must be positive")
         self.replay = replay
@@ -83,7 +88,9 @@ class ReplayHandler:
         self.started = clock()
         # One Response per entry, so the server caches each entry's wire bytes.
         self._responses = {
-            id(entry): ((DROP, b"", JSON, ()) if entry.status == DROP else _json(entry.status, entry.body.encode("utf-8")))
+            id(entry): (
+                (DROP, b"", JSON, ()) if entry.status == DROP else _json(entry.status, entry.body.encode("utf-8"))
+            )
             for entry in replay.entries
         }
 
@@ -96,8 +103,9 @@ class ReplayHandler:
         if request.method not in ("GET", "POST"):
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
         # forewarn's strict IMDS checks, the same function its own endpoint uses.
-        refused = refusal(request, parse_query(request.query), SCHEDULED_EVENTS_VERSIONS,
-                          NEWEST_SCHEDULED_EVENTS_VERSIONS)
+        refused = refusal(
+            request, parse_query(request.query), SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS
+        )
         if refused is not None:
             return _json(400, refused)
         offset = self.offset()

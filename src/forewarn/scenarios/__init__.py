@@ -15,8 +15,18 @@ from forewarn.scenarios.spec import (
     shipped_names,
 )
 
-__all__ = ["TIMINGS", "Scenario", "ScenarioError", "ScenarioFile", "load_library", "load_scenario",
-           "parse_scenario", "shipped_names", "run_scenario", "RunOptions"]
+__all__ = [
+    "TIMINGS",
+    "Scenario",
+    "ScenarioError",
+    "ScenarioFile",
+    "load_library",
+    "load_scenario",
+    "parse_scenario",
+    "shipped_names",
+    "run_scenario",
+    "RunOptions",
+]
 
 
 def __getattr__(name):  # the runner (httpx, subprocesses) is loaded only when a scenario runs

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from forewarn.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
+from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 EC2_API_VERSION = "2016-11-15"
 SCHEDULED_EVENTS_VERSION = "2020-07-01"
@@ -76,8 +76,12 @@ class Api:
 
     def document(self, vm: str) -> str:
         """The exact bytes the VM's IMDS serves now (GET /v1/vms/{vm}/scheduledevents)."""
-        response = self._send("GET", f"{self.control}/v1/vms/{vm}/scheduledevents",
-                              params={"api-version": SCHEDULED_EVENTS_VERSION}, headers=self._control_headers)
+        response = self._send(
+            "GET",
+            f"{self.control}/v1/vms/{vm}/scheduledevents",
+            params={"api-version": SCHEDULED_EVENTS_VERSION},
+            headers=self._control_headers,
+        )
         if response.status_code >= 400:
             raise ApiError(response.status_code, "HTTP", response.text[:500])
         return response.text

@@ -19,7 +19,10 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
-@click.group(name="scenario", context_settings=CONTEXT, epilog="""\b
+@click.group(
+    name="scenario",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn scenario list
   forewarn scenario show two-vm-live-migration
@@ -27,7 +30,8 @@ Examples:
   forewarn scenario run canceled-maintenance --timing fast --speed 5   # real clock, 5x
   forewarn scenario run my-scenario.yaml --server http://127.0.0.1:8170 --out my.json
   forewarn scenario validate my-scenario.yaml
-Format and the shipped scenarios: docs/scenarios.md.""")
+Format and the shipped scenarios: docs/scenarios.md.""",
+)
 def scenario() -> None:
     """Maintenance scenarios: steps at simulated times, what the VMs' documents must show (YAML files)."""
 
@@ -75,34 +79,64 @@ def validate_command(files: tuple[str, ...]) -> None:
             failed = True
             click.echo(str(error), err=True)
             continue
-        click.echo(f"{found.path}: ok ({found.name}: {len(found.data['steps'])} steps, "
-                   f"{len(found.data.get('expect') or [])} checks)")
+        click.echo(
+            f"{found.path}: ok ({found.name}: {len(found.data['steps'])} steps, "
+            f"{len(found.data.get('expect') or [])} checks)"
+        )
     if failed:
         sys.exit(1)
 
 
-@scenario.command(name="run", context_settings=CONTEXT, epilog="""\b
+@scenario.command(
+    name="run",
+    context_settings=CONTEXT,
+    epilog="""\b
 Without --server a private `forewarn serve` is started for the run (in-memory database, the scenario's fleet and
 start time, free loopback ports, fixed --seed) and stopped afterwards. On a manual clock the runner walks the clock
 through every deadline; with --speed the clock is real and the runner polls every VM's document every 100 ms.
-Exit status 1 when an expectation fails or the run cannot go on.""")
+Exit status 1 when an expectation fails or the run cannot go on.""",
+)
 @click.argument("name")
-@click.option("--timing", type=click.Choice(TIMINGS), default=DEFAULT_TIMING, show_default=True,
-              help="realistic: the median timings of Microsoft's mock server; fast: seconds instead of minutes.")
-@click.option("--manual", "manual", is_flag=True,
-              help="Manual clock: the runner moves it (default for a private server; with --server, the default is "
-              "the server's own clock).")
+@click.option(
+    "--timing",
+    type=click.Choice(TIMINGS),
+    default=DEFAULT_TIMING,
+    show_default=True,
+    help="realistic: the median timings of Microsoft's mock server; fast: seconds instead of minutes.",
+)
+@click.option(
+    "--manual",
+    "manual",
+    is_flag=True,
+    help="Manual clock: the runner moves it (default for a private server; with --server, the default is "
+    "the server's own clock).",
+)
 @click.option("--speed", type=float, help="Real clock at this rate (private server: --clock real --speed X).")
-@click.option("--server", "server_url", metavar="URL",
-              help="Run on this server (its control API) instead of a private one. FOREWARN_SERVER is not used.")
-@click.option("--ec2-url", default=DEFAULT_EC2_URL, show_default=True, metavar="URL",
-              help="With --server: its EC2 Query API (for event windows).")
-@click.option("--out", "out", metavar="FILE",
-              help="Timeline JSON file (default NAME-timeline.json here; - for stdout).")
+@click.option(
+    "--server",
+    "server_url",
+    metavar="URL",
+    help="Run on this server (its control API) instead of a private one. FOREWARN_SERVER is not used.",
+)
+@click.option(
+    "--ec2-url",
+    default=DEFAULT_EC2_URL,
+    show_default=True,
+    metavar="URL",
+    help="With --server: its EC2 Query API (for event windows).",
+)
+@click.option(
+    "--out", "out", metavar="FILE", help="Timeline JSON file (default NAME-timeline.json here; - for stdout)."
+)
 @click.option("--seed", help="EventId seed of the private server (default: forewarn-scenario).")
 @click.option("--max-moves", type=int, default=1000, show_default=True, help="Manual clock: most clock moves.")
-@click.option("--timeout", type=float, default=600.0, show_default=True,
-              help="Real clock: wall seconds to wait, after the last step, for the events to end.")
+@click.option(
+    "--timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Real clock: wall seconds to wait, after the last step, for the events to end.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No live timeline; only the result.")
 @click.pass_context
 def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed, max_moves, timeout, quiet):
@@ -135,9 +169,15 @@ def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed
     emit(f"{timing} timing, {clock}, on {where}")
     options = RunOptions(mode=mode, speed=speed or 1.0, max_moves=max_moves, timeout=timeout)
     try:
-        timeline = run_scenario(resolved, server=server_url, ec2_url=ec2_url if server_url else None,
-                                options=options, seed=seed, emit=emit,
-                                control_token=root.params.get("control_token") if server_url else None)
+        timeline = run_scenario(
+            resolved,
+            server=server_url,
+            ec2_url=ec2_url if server_url else None,
+            options=options,
+            seed=seed,
+            emit=emit,
+            control_token=root.params.get("control_token") if server_url else None,
+        )
     except ServerError as error:
         _fail(str(error))
     report = click.echo if not to_stdout else (lambda line: click.echo(line, err=True))
@@ -145,8 +185,10 @@ def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed
     if results:
         report("expectations:")
         for result in results:
-            report(f"  {'ok  ' if result['passed'] else 'FAIL'}  {result['what']}"
-                   + ("" if result["passed"] else f"\n        {result['detail']}"))
+            report(
+                f"  {'ok  ' if result['passed'] else 'FAIL'}  {result['what']}"
+                + ("" if result["passed"] else f"\n        {result['detail']}")
+            )
     failed = [r for r in results if not r["passed"]]
     if timeline["aborted"]:
         report(f"aborted: {timeline['aborted']}")
@@ -164,35 +206,49 @@ def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed
         sys.exit(1)
 
 
-@scenario.command(name="generate", context_settings=CONTEXT, epilog="""\b
+@scenario.command(
+    name="generate",
+    context_settings=CONTEXT,
+    epilog="""\b
 Examples:
   forewarn scenario generate --fleet demo --seed 7 --out random.yaml && forewarn scenario run random.yaml
   forewarn fleet generate --vms 5000 --out big.yaml
   forewarn scenario generate --fleet big.yaml --duration 7d --per-hour 20 --seed 1 --out week.yaml
-The mix of operations and their timings: docs/scenarios.md ("Random maintenance").""")
+The mix of operations and their timings: docs/scenarios.md ("Random maintenance").""",
+)
 @click.option("--fleet", "fleet_source", required=True, metavar="FILE|demo", help="The fleet to maintain.")
 @click.option("--seed", default="forewarn", show_default=True, help="The same seed writes the same scenario.")
 @click.option("--duration", default="24h", show_default=True, help="Simulated time the operations spread over.")
 @click.option("--per-hour", type=float, default=2.0, show_default=True, help="Operations per hour, on average.")
 @click.option("--start", help="ISO 8601 start of the simulated clock (default: the server's time).")
-@click.option("--observe", type=int, default=20, show_default=True,
-              help="How many of the VMs operated on to record in the timeline.")
+@click.option(
+    "--observe",
+    type=int,
+    default=20,
+    show_default=True,
+    help="How many of the VMs operated on to record in the timeline.",
+)
 @click.option("--out", "out", default="-", show_default=True, metavar="FILE", help="Where to write ('-': stdout).")
 def generate_command(fleet_source, seed, duration, per_hour, start, observe, out):
     """Write a scenario of random maintenance (a realistic mix of types and timings) over a fleet, reproducible
     from its seed."""
     import yaml
 
+    from forewarn.control.models import parse_time
     from forewarn.core.durations import parse_duration
     from forewarn.core.errors import CoreError
-    from forewarn.fleetfile import FleetFileError, load_fleet
+    from forewarn.engine.fleetfile import FleetFileError, load_fleet
     from forewarn.scenarios.generate import Generation, fleet_reference, generate_scenario
-    from forewarn.surfaces.control_models import parse_time
 
     try:
         fleet = load_fleet(fleet_source)
-        generation = Generation(seed=seed, duration=parse_duration(duration), per_hour=per_hour,
-                                start=parse_time(start) if start else None, observe=observe)
+        generation = Generation(
+            seed=seed,
+            duration=parse_duration(duration),
+            per_hour=per_hour,
+            start=parse_time(start) if start else None,
+            observe=observe,
+        )
         scenario = generate_scenario(fleet, fleet_reference(fleet_source, out), generation)
     except (FleetFileError, CoreError, ValueError) as error:
         _fail(str(error))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -13,7 +13,7 @@ def _iso(text: str | None) -> datetime | None:
     if not text:
         return None
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def event_matches(event: dict, pattern: Any) -> bool:
@@ -53,8 +53,15 @@ class _Check:
     def add(self, name: str, passed: bool, detail: str) -> None:
         e = self.expectation
         label = e.target + (f" ({e.vm})" if e.vm else "")
-        self.results.append({"check": e.index, "what": f"{e.kind} {label}: {name}", "passed": bool(passed),
-                             "detail": detail, **({"note": e.note} if e.note else {})})
+        self.results.append(
+            {
+                "check": e.index,
+                "what": f"{e.kind} {label}: {name}",
+                "passed": bool(passed),
+                "detail": detail,
+                **({"note": e.note} if e.note else {}),
+            }
+        )
 
 
 def evaluate(scenario: Scenario, timeline: dict, tolerance: float = 0.0) -> list[dict]:
@@ -87,55 +94,82 @@ def _vm(check: _Check, timeline: dict, tolerance: float) -> None:
             problems.append(f"{len(documents)} documents, expected {len(expected)}")
         for number, (want, entry) in enumerate(zip(expected, documents, strict=False)):
             if "incarnation" in want and want["incarnation"] != entry["incarnation"]:
-                problems.append(f"document {number}: incarnation {entry['incarnation']}, expected "
-                                f"{want['incarnation']}")
+                problems.append(
+                    f"document {number}: incarnation {entry['incarnation']}, expected {want['incarnation']}"
+                )
             if "events" in want:
                 events = entry["document"].get("Events") or []
                 patterns = want["events"]
                 matched = all(event_matches(ev, p) for ev, p in zip(events, patterns, strict=False))
                 if len(patterns) != len(events) or not matched:
                     shown = [f"{ev.get('EventStatus')} {ev.get('EventType')}" for ev in events]
-                    problems.append(f"document {number} (incarnation {entry['incarnation']}): events {shown}, "
-                                    f"expected {[render_pattern(p) for p in patterns]}")
+                    problems.append(
+                        f"document {number} (incarnation {entry['incarnation']}): events {shown}, "
+                        f"expected {[render_pattern(p) for p in patterns]}"
+                    )
             if "at" in want:
                 at = duration_value(want["at"]).total_seconds()
                 if abs(entry["offset"] - at) > tolerance:
-                    problems.append(f"document {number} (incarnation {entry['incarnation']}) at "
-                                    f"{format_offset(entry['offset'])}, expected {format_offset(at)}")
+                    problems.append(
+                        f"document {number} (incarnation {entry['incarnation']}) at "
+                        f"{format_offset(entry['offset'])}, expected {format_offset(at)}"
+                    )
         check.add("documents", not problems, "; ".join(problems) + (f" (seen: {seen})" if problems else seen))
     if "never" in checks:
-        found = [(entry, ev, p) for entry in documents for ev in entry["document"].get("Events") or []
-                 for p in checks["never"] if event_matches(ev, p)]
-        check.add(f"never {', '.join(render_pattern(p) for p in checks['never'])}", not found,
-                  f"seen at incarnation {found[0][0]['incarnation']}: {found[0][1].get('EventStatus')} "
-                  f"{found[0][1].get('EventType')}" if found else "never seen")
+        found = [
+            (entry, ev, p)
+            for entry in documents
+            for ev in entry["document"].get("Events") or []
+            for p in checks["never"]
+            if event_matches(ev, p)
+        ]
+        check.add(
+            f"never {', '.join(render_pattern(p) for p in checks['never'])}",
+            not found,
+            f"seen at incarnation {found[0][0]['incarnation']}: {found[0][1].get('EventStatus')} "
+            f"{found[0][1].get('EventType')}"
+            if found
+            else "never seen",
+        )
     if "event_ids" in checks:
         ids = _distinct_ids(documents)
-        check.add(f"{checks['event_ids']} EventId(s)", len(ids) == checks["event_ids"],
-                  f"saw {len(ids)}: {', '.join(ids) or 'none'}")
-    for key, compare in (("min_notice", lambda notice, bound: notice >= bound),
-                         ("max_notice", lambda notice, bound: notice <= bound)):
+        check.add(
+            f"{checks['event_ids']} EventId(s)",
+            len(ids) == checks["event_ids"],
+            f"saw {len(ids)}: {', '.join(ids) or 'none'}",
+        )
+    for key, compare in (
+        ("min_notice", lambda notice, bound: notice >= bound),
+        ("max_notice", lambda notice, bound: notice <= bound),
+    ):
         if key in checks:
             bound = duration_value(checks[key]).total_seconds()
             notices = _notices(documents)
-            bad = {event_id: n for event_id, n in notices.items() if not compare(n, bound - tolerance
-                                                                                 if key == "min_notice"
-                                                                                 else bound + tolerance)}
+            bad = {
+                event_id: n
+                for event_id, n in notices.items()
+                if not compare(n, bound - tolerance if key == "min_notice" else bound + tolerance)
+            }
             detail = ", ".join(f"{event_id}: {format_offset(n)}" for event_id, n in notices.items())
-            check.add(f"{key} {checks[key]}", notices and not bad,
-                      detail or "no Scheduled event was seen")
+            check.add(f"{key} {checks[key]}", notices and not bad, detail or "no Scheduled event was seen")
     states = timeline["vm_states"].get(e.target) or []
     if "power" in checks:
         seen_power = _distinct([s["power"] for s in states])
         check.add("power", seen_power == checks["power"], f"saw {' -> '.join(seen_power)}")
     if "moved" in checks:
         moved = bool(states) and states[0]["host"] != states[-1]["host"]
-        check.add("moved" if checks["moved"] else "not moved", moved == checks["moved"],
-                  f"host {states[0]['host']} -> {states[-1]['host']}" if states else "no state seen")
+        check.add(
+            "moved" if checks["moved"] else "not moved",
+            moved == checks["moved"],
+            f"host {states[0]['host']} -> {states[-1]['host']}" if states else "no state seen",
+        )
     if "rebooted" in checks:
         rebooted = bool(states) and states[0]["booted_at"] != states[-1]["booted_at"]
-        check.add("rebooted" if checks["rebooted"] else "not rebooted", rebooted == checks["rebooted"],
-                  f"booted at {states[0]['booted_at']} -> {states[-1]['booted_at']}" if states else "no state seen")
+        check.add(
+            "rebooted" if checks["rebooted"] else "not rebooted",
+            rebooted == checks["rebooted"],
+            f"booted at {states[0]['booted_at']} -> {states[-1]['booted_at']}" if states else "no state seen",
+        )
 
 
 def _distinct_ids(documents: list[dict]) -> list[str]:
@@ -153,8 +187,11 @@ def _notices(documents: list[dict]) -> dict[str, float]:
     for entry in documents:
         seen_at = _iso(entry["time"])
         for event in entry["document"].get("Events") or []:
-            if event.get("EventStatus") == "Scheduled" and event.get("NotBefore") and \
-                    event.get("EventId") not in notices:
+            if (
+                event.get("EventStatus") == "Scheduled"
+                and event.get("NotBefore")
+                and event.get("EventId") not in notices
+            ):
                 not_before = parsedate_to_datetime(event["NotBefore"])
                 notices[event["EventId"]] = (not_before - seen_at).total_seconds()
     return notices
@@ -173,20 +210,32 @@ def _instance(check: _Check, timeline: dict, start: datetime) -> None:
     if "not_befores" in checks:
         seen_times = _distinct([_iso(ev["not_before"]) for entry in entries for ev in entry["events"]])
         want = [time_value(str(value), start) for value in checks["not_befores"]]
-        check.add("NotBefore " + " -> ".join(map(str, checks["not_befores"])), seen_times == want,
-                  "saw " + " -> ".join(t.isoformat().replace("+00:00", "Z") for t in seen_times))
+        check.add(
+            "NotBefore " + " -> ".join(map(str, checks["not_befores"])),
+            seen_times == want,
+            "saw " + " -> ".join(t.isoformat().replace("+00:00", "Z") for t in seen_times),
+        )
     if "moved" in checks:
         moved = entries[0]["host"] != entries[-1]["host"]
-        check.add("moved" if checks["moved"] else "not moved", moved == checks["moved"],
-                  f"host {entries[0]['host']} -> {entries[-1]['host']}")
+        check.add(
+            "moved" if checks["moved"] else "not moved",
+            moved == checks["moved"],
+            f"host {entries[0]['host']} -> {entries[-1]['host']}",
+        )
     if "rebooted" in checks:
         rebooted = entries[0]["booted_at"] != entries[-1]["booted_at"]
-        check.add("rebooted" if checks["rebooted"] else "not rebooted", rebooted == checks["rebooted"],
-                  f"booted at {entries[0]['booted_at']} -> {entries[-1]['booted_at']}")
+        check.add(
+            "rebooted" if checks["rebooted"] else "not rebooted",
+            rebooted == checks["rebooted"],
+            f"booted at {entries[0]['booted_at']} -> {entries[-1]['booted_at']}",
+        )
     if "replaced" in checks:
         replacements = [i["instance_id"] for i in timeline.get("ec2_instances") or [] if i.get("replaces") == e.target]
-        check.add("replaced" if checks["replaced"] else "not replaced", bool(replacements) == checks["replaced"],
-                  f"replaced by {', '.join(replacements)}" if replacements else "no replacement")
+        check.add(
+            "replaced" if checks["replaced"] else "not replaced",
+            bool(replacements) == checks["replaced"],
+            f"replaced by {', '.join(replacements)}" if replacements else "no replacement",
+        )
 
 
 def _event(check: _Check, timeline: dict, start: datetime) -> None:
@@ -205,8 +254,11 @@ def _event(check: _Check, timeline: dict, start: datetime) -> None:
         events = [ev for ev in events if e.vm in ev.get("resources", [])]
     checks = e.checks
     if "count" in checks:
-        check.add(f"{checks['count']} event(s)", len(events) == checks["count"],
-                  f"{len(events)}: {', '.join(ev['event_id'] for ev in events) or 'none'}")
+        check.add(
+            f"{checks['count']} event(s)",
+            len(events) == checks["count"],
+            f"{len(events)}: {', '.join(ev['event_id'] for ev in events) or 'none'}",
+        )
     if not events:
         if "count" not in checks:
             check.add("events", False, "the step created no event" + (f" for {e.vm}" if e.vm else ""))
@@ -220,11 +272,17 @@ def _event(check: _Check, timeline: dict, start: datetime) -> None:
     if "status" in checks:
         each(f"status {checks['status']}", lambda ev: ev.get("status") or ev.get("state"), checks["status"])
     if "journal" in checks:
-        each("journal " + " -> ".join(checks["journal"]),
-             lambda ev: [entry["what"] for entry in ev.get("journal", [])], checks["journal"])
+        each(
+            "journal " + " -> ".join(checks["journal"]),
+            lambda ev: [entry["what"] for entry in ev.get("journal", [])],
+            checks["journal"],
+        )
     if "approved_by" in checks:
-        each("approved by " + (", ".join(checks["approved_by"]) or "nobody"), lambda ev: ev.get("approvals"),
-             checks["approved_by"])
+        each(
+            "approved by " + (", ".join(checks["approved_by"]) or "nobody"),
+            lambda ev: ev.get("approvals"),
+            checks["approved_by"],
+        )
     for key in ("not_before", "not_after"):
         if key in checks:
             want = time_value(str(checks[key]), start)

@@ -5,9 +5,10 @@ was at each incarnation, and check the expectations on the resulting timeline.""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
 from forewarn.scenarios.expect import evaluate
@@ -26,13 +27,13 @@ def parse_iso(text: str | None) -> datetime | None:
     if not text:
         return None
     moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def iso(moment: datetime | None) -> str | None:
     if moment is None:
         return None
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -46,8 +47,14 @@ class RunOptions:
 
 
 class Runner:
-    def __init__(self, scenario: Scenario, api: Api, options: RunOptions | None = None,
-                 emit: Callable[[str], None] | None = None, server_info: dict | None = None):
+    def __init__(
+        self,
+        scenario: Scenario,
+        api: Api,
+        options: RunOptions | None = None,
+        emit: Callable[[str], None] | None = None,
+        server_info: dict | None = None,
+    ):
         self.scenario = scenario
         self.api = api
         self.options = options or RunOptions()
@@ -95,24 +102,34 @@ class Runner:
             self.options.mode = mode
             self.options.speed = clock["speed"]
         if mode != self.options.mode:
-            raise RunAborted(f"the server's clock is {mode}, but the run was asked for a {self.options.mode} clock"
-                             + (" (start the server with --clock manual, or run with --speed)"
-                                if mode == "real" else " (run with --manual)"))
+            raise RunAborted(
+                f"the server's clock is {mode}, but the run was asked for a {self.options.mode} clock"
+                + (
+                    " (start the server with --clock manual, or run with --speed)"
+                    if mode == "real"
+                    else " (run with --manual)"
+                )
+            )
         if mode == "real" and abs(clock["speed"] - self.options.speed) > 1e-9:
             self.warnings.append(f"the server's clock runs at x{clock['speed']:g}, not x{self.options.speed:g}")
             self.options.speed = clock["speed"]
         self._check_fleet()
         if not self.server_info.get("private_server", True) and self.scenario.server_args():
-            self.warnings.append("the scenario asks its private server for " + " ".join(self.scenario.server_args())
-                                 + "; this server keeps its own settings, so timings may differ")
+            self.warnings.append(
+                "the scenario asks its private server for "
+                + " ".join(self.scenario.server_args())
+                + "; this server keeps its own settings, so timings may differ"
+            )
         now = parse_iso(clock["now"])
         start = self.scenario.start
         if start is not None and mode == "manual" and self.options.set_start and now < start:
             clock = self.api.post("/v1/clock/set", {"to": iso(start)})
             now = parse_iso(clock["now"])
         elif start is not None and abs(now - start) > timedelta(seconds=10 * max(1.0, self.options.speed)):
-            self.warnings.append(f"the scenario starts at {iso(start)}; this server's clock is at {iso(now)}, so "
-                                 "the run starts there (absolute times in the scenario may not match)")
+            self.warnings.append(
+                f"the scenario starts at {iso(start)}; this server's clock is at {iso(now)}, so "
+                "the run starts there (absolute times in the scenario may not match)"
+            )
         for warning in self.warnings:
             self.emit(f"warning: {warning}")
         self.start = now
@@ -127,8 +144,10 @@ class Runner:
             known_instances = {i["instance_id"] for i in self.api.get("/v1/ec2/instances")}
             missing += [name for name in self.scenario.instances if name not in known_instances]
         if missing:
-            raise RunAborted(f"the server's fleet has no {', '.join(missing)}: it is not the scenario's fleet "
-                             "(run without --server to start a private server with it)")
+            raise RunAborted(
+                f"the server's fleet has no {', '.join(missing)}: it is not the scenario's fleet "
+                "(run without --server to start a private server with it)"
+            )
 
     def _read_clock(self, clock: dict) -> None:
         self.now = parse_iso(clock["now"])
@@ -207,8 +226,9 @@ class Runner:
                 continue
             self._last_text[name] = text
             document = parse_document(text)
-            self.documents[name].append({**self._stamp(), "incarnation": document.get("DocumentIncarnation"),
-                                         "document": document})
+            self.documents[name].append(
+                {**self._stamp(), "incarnation": document.get("DocumentIncarnation"), "document": document}
+            )
             self._line(name, f"#{document.get('DocumentIncarnation')}", _summary(document))
         by_name = {vm["name"]: vm for vm in vms}
         for name in self.azure:
@@ -220,8 +240,15 @@ class Runner:
                 continue
             first = name not in self._last_state
             self._last_state[name] = key
-            self.vm_states[name].append({**self._stamp(), "power": vm["power"], "host": vm["host"],
-                                         "booted_at": vm["booted_at"], "impacted_by": vm["impacted_by"]})
+            self.vm_states[name].append(
+                {
+                    **self._stamp(),
+                    "power": vm["power"],
+                    "host": vm["host"],
+                    "booted_at": vm["booted_at"],
+                    "impacted_by": vm["impacted_by"],
+                }
+            )
             if not first:
                 self._line(name, "", f"{vm['power']} on {vm['host']}")
         if self.watch_ec2:
@@ -234,13 +261,32 @@ class Runner:
                 if not self.scenario.observe_all:
                     continue
                 self.instances[iid] = []
-            events = [{key: e[key] for key in ("event_id", "code", "state", "description", "not_before",
-                                               "not_after", "not_before_deadline")}
-                      for e in ec2_events if e["instance_id"] == iid]
-            snapshot = {"state": row["state"], "host": row["host"], "booted_at": row["booted_at"],
-                        "lifecycle_state": row["lifecycle_state"], "replaces": row["replaces"],
-                        "spot_action": row["spot_action"], "spot_action_time": row["spot_action_time"],
-                        "events": events}
+            events = [
+                {
+                    key: e[key]
+                    for key in (
+                        "event_id",
+                        "code",
+                        "state",
+                        "description",
+                        "not_before",
+                        "not_after",
+                        "not_before_deadline",
+                    )
+                }
+                for e in ec2_events
+                if e["instance_id"] == iid
+            ]
+            snapshot = {
+                "state": row["state"],
+                "host": row["host"],
+                "booted_at": row["booted_at"],
+                "lifecycle_state": row["lifecycle_state"],
+                "replaces": row["replaces"],
+                "spot_action": row["spot_action"],
+                "spot_action_time": row["spot_action_time"],
+                "events": events,
+            }
             if self._last_instance.get(iid) == snapshot:
                 continue
             self._last_instance[iid] = snapshot
@@ -257,8 +303,7 @@ class Runner:
 
     # ------------------------------------------------------------------------------------------------ actions
     def _perform(self, step: Step) -> None:
-        entry: dict[str, Any] = {"step": step.index, "id": step.id, "do": step.do, "as": step.actor,
-                                 **self._stamp()}
+        entry: dict[str, Any] = {"step": step.index, "id": step.id, "do": step.do, "as": step.actor, **self._stamp()}
         try:
             params = self._resolve(step.params, step)
             entry["request"] = params
@@ -270,9 +315,13 @@ class Runner:
             if step.fails is None:
                 raise RunAborted(f"steps[{step.index}] ({step.do}) failed: {error}") from None
             passed = step.fails in (error.code, str(error.status))
-            self.step_checks.append({"what": f"steps[{step.index}] {step.do} fails with {step.fails}",
-                                     "passed": passed,
-                                     "detail": f"failed with {error.code}: {error.message}"})
+            self.step_checks.append(
+                {
+                    "what": f"steps[{step.index}] {step.do} fails with {step.fails}",
+                    "passed": passed,
+                    "detail": f"failed with {error.code}: {error.message}",
+                }
+            )
             return
         entry["result"] = result
         entry["produced"] = ids
@@ -281,15 +330,22 @@ class Runner:
             self.produced[step.id] = ids
         self._line(f"> {step.do}", "", f"{_describe(step)}" + (f" -> {', '.join(ids)}" if ids else ""))
         if step.fails is not None:
-            self.step_checks.append({"what": f"steps[{step.index}] {step.do} fails with {step.fails}",
-                                     "passed": False, "detail": "it succeeded"})
+            self.step_checks.append(
+                {
+                    "what": f"steps[{step.index}] {step.do} fails with {step.fails}",
+                    "passed": False,
+                    "detail": "it succeeded",
+                }
+            )
 
     def _resolve(self, value: Any, step: Step, key: str | None = None) -> Any:
         if isinstance(value, str) and value.startswith("$"):
             name = value[1:]
             if name not in self.produced:
-                raise RunAborted(f"steps[{step.index}]: {value} has not run (left out in the {self.scenario.timing} "
-                                 "timing, or it failed)")
+                raise RunAborted(
+                    f"steps[{step.index}]: {value} has not run (left out in the {self.scenario.timing} "
+                    "timing, or it failed)"
+                )
             return list(self.produced[name])
         if isinstance(value, str) and key in TIME_KEYS:
             return iso(time_value(value, self.start))
@@ -327,8 +383,9 @@ class Runner:
                 wanted = ids
                 ids = [i for i in wanted if i in visible]
                 if not ids:
-                    raise ApiError(400, "Invalid", f"{actor} does not see {', '.join(wanted)}; its IMDS would "
-                                   "refuse the approval")
+                    raise ApiError(
+                        400, "Invalid", f"{actor} does not see {', '.join(wanted)}; its IMDS would refuse the approval"
+                    )
         events = self.api.post("/v1/approvals", {"event_ids": ids, "by": actor})
         return events, ids
 
@@ -374,8 +431,7 @@ class Runner:
 
     def _ec2_reschedule(self, step, params):
         ids = _flat(params["event"])
-        return [self.api.post(f"/v1/ec2/events/{i}/reschedule", {"not_before": params["not_before"]})
-                for i in ids], ids
+        return [self.api.post(f"/v1/ec2/events/{i}/reschedule", {"not_before": params["not_before"]}) for i in ids], ids
 
     def _ec2_start(self, step, params):
         outcome = self.api.post(f"/v1/ec2/instances/{params['instance']}/start")
@@ -403,20 +459,29 @@ class Runner:
         events, ec2_events, ec2_instances, approvals = [], [], [], []
         if self.start is not None:
             try:
-                events = [e for e in self.api.get("/v1/events", all="true")
-                          if parse_iso(e["created_at"]) >= self.start]
+                events = [e for e in self.api.get("/v1/events", all="true") if parse_iso(e["created_at"]) >= self.start]
                 for event in events:
-                    event["journal"] = [{**entry, "at": iso(parse_iso(entry["at"]))}
-                                        for entry in self.api.get(f"/v1/events/{event['event_id']}/journal")]
+                    event["journal"] = [
+                        {**entry, "at": iso(parse_iso(entry["at"]))}
+                        for entry in self.api.get(f"/v1/events/{event['event_id']}/journal")
+                    ]
                     for entry in event["journal"]:
                         if entry["what"] == "approved":
                             at = parse_iso(entry["at"])
-                            approvals.append({"time": iso(at), "offset": (at - self.start).total_seconds(),
-                                              "event_id": event["event_id"],
-                                              "by": entry.get("reason", "").removeprefix("by ")})
+                            approvals.append(
+                                {
+                                    "time": iso(at),
+                                    "offset": (at - self.start).total_seconds(),
+                                    "event_id": event["event_id"],
+                                    "by": entry.get("reason", "").removeprefix("by "),
+                                }
+                            )
                 if scenario.instances:
-                    ec2_events = [e for e in self.api.get("/v1/ec2/events", all="true")
-                                  if parse_iso(e["created_at"]) >= self.start]
+                    ec2_events = [
+                        e
+                        for e in self.api.get("/v1/ec2/events", all="true")
+                        if parse_iso(e["created_at"]) >= self.start
+                    ]
                     ec2_instances = self.api.get("/v1/ec2/instances")
             except (ApiError, Unreachable) as error:  # the timeline is still written
                 aborted = aborted or f"could not read the final state: {error}"
@@ -448,8 +513,13 @@ class Runner:
         if self.start is not None and aborted is None:
             results += evaluate(scenario, timeline, self._tolerance())
             if not settled:
-                results.append({"what": "the run settles (no live event, no VM in an impact)", "passed": False,
-                                "detail": "deadlines ran out or the timeout passed with events still live"})
+                results.append(
+                    {
+                        "what": "the run settles (no live event, no VM in an impact)",
+                        "passed": False,
+                        "detail": "deadlines ran out or the timeout passed with events still live",
+                    }
+                )
         timeline["expectations"] = results
         timeline["passed"] = aborted is None and all(r["passed"] for r in results)
         return timeline
@@ -502,8 +572,10 @@ def _summary(document: dict) -> str:
         return "no events"
     parts = []
     for event in events:
-        text = f"{event.get('EventStatus')} {event.get('EventType')} ({event.get('EventSource', '?')}) " \
-               f"{event.get('EventId')}"
+        text = (
+            f"{event.get('EventStatus')} {event.get('EventType')} ({event.get('EventSource', '?')}) "
+            f"{event.get('EventId')}"
+        )
         if event.get("NotBefore"):
             text += f" NotBefore {event['NotBefore']}"
         resources = event.get("Resources") or []
@@ -534,9 +606,15 @@ def _describe(step: Step) -> str:
     return " ".join(parts)
 
 
-def run_scenario(scenario: Scenario, server: str | None = None, ec2_url: str | None = None,
-                 options: RunOptions | None = None, seed: str | None = None,
-                 emit: Callable[[str], None] | None = None, control_token: str | None = None) -> dict:
+def run_scenario(
+    scenario: Scenario,
+    server: str | None = None,
+    ec2_url: str | None = None,
+    options: RunOptions | None = None,
+    seed: str | None = None,
+    emit: Callable[[str], None] | None = None,
+    control_token: str | None = None,
+) -> dict:
     """Run a resolved scenario: on ``server`` (its control API URL, with its ``control_token`` if it has one) when
     given, otherwise on a private server started for the run (in-memory database, the scenario's fleet, ``seed`` for
     reproducible EventIds)."""
@@ -556,8 +634,13 @@ def run_scenario(scenario: Scenario, server: str | None = None, ec2_url: str | N
     with PrivateServer(scenario, clock=options.mode, speed=options.speed, seed=seed) as private:
         api = Api(private.control, private.ec2)
         try:
-            info = {"server": private.control, "ec2_url": private.ec2, "private_server": True, "seed": seed,
-                    "server_options": scenario.server_args()}
+            info = {
+                "server": private.control,
+                "ec2_url": private.ec2,
+                "private_server": True,
+                "seed": seed,
+                "server_options": scenario.server_args(),
+            }
             return Runner(scenario, api, options, emit, info).run()
         finally:
             api.close()

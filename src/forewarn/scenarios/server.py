@@ -30,8 +30,13 @@ def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: flo
     env.pop("FOREWARN_CONTROL_TOKEN", None)  # the server's options are the caller's args, not this shell's token
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     with open(log_path, "ab") as log:
-        process = subprocess.Popen([sys.executable, "-m", "forewarn", "serve", *args], stdout=log,
-                                   stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "forewarn", "serve", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
     deadline = time.monotonic() + timeout
     with httpx.Client(timeout=1.0) as client:
         while time.monotonic() < deadline:
@@ -72,8 +77,14 @@ class PrivateServer:
     """``forewarn serve`` as a subprocess with the scenario's fleet: ``--db :memory:``, a manual clock (or a real
     one at ``speed``), the scenario's start time and server settings. Use as a context manager."""
 
-    def __init__(self, scenario: Scenario, clock: str = "manual", speed: float = 1.0, seed: str = DEFAULT_SEED,
-                 startup_timeout: float = 30.0):
+    def __init__(
+        self,
+        scenario: Scenario,
+        clock: str = "manual",
+        speed: float = 1.0,
+        seed: str = DEFAULT_SEED,
+        startup_timeout: float = 30.0,
+    ):
         self.scenario = scenario
         self.clock = clock
         self.speed = speed
@@ -96,10 +107,30 @@ class PrivateServer:
         return f"http://127.0.0.1:{self.imds_port}"
 
     def args(self, fleet_file: Path) -> list[str]:
-        args = ["--fleet", str(fleet_file), "--db", ":memory:", "--host", "127.0.0.1",
-                "--port", str(self.port), "--imds-host", "127.0.0.1", "--imds-port", str(self.imds_port),
-                "--arm-port", "0", "--ec2-port", str(self.ec2_port), "--clock", self.clock, "--seed", self.seed,
-                "--log-level", "warning"]
+        args = [
+            "--fleet",
+            str(fleet_file),
+            "--db",
+            ":memory:",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--imds-host",
+            "127.0.0.1",
+            "--imds-port",
+            str(self.imds_port),
+            "--arm-port",
+            "0",
+            "--ec2-port",
+            str(self.ec2_port),
+            "--clock",
+            self.clock,
+            "--seed",
+            self.seed,
+            "--log-level",
+            "warning",
+        ]
         if self.clock == "real":
             args += ["--speed", f"{self.speed:g}"]
         if self.scenario.start is not None:
@@ -111,8 +142,9 @@ class PrivateServer:
         fleet_file = self.workdir / "fleet.yaml"
         fleet_file.write_text(self.scenario.fleet_text)
         try:
-            self.process = launch_serve(self.args(fleet_file), self.workdir / "server.log", self.control,
-                                        self.startup_timeout)
+            self.process = launch_serve(
+                self.args(fleet_file), self.workdir / "server.log", self.control, self.startup_timeout
+            )
         except ServerError as error:
             self.stop()
             raise ServerError(str(error).replace("the server", "the private server", 1)) from None

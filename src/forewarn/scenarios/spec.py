@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import textwrap
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -45,22 +45,39 @@ class Action:
     summary: str = ""
 
 
-_SCHEDULE_KEYS = ("vms", "hosts", "source", "notice", "not_before", "duration_seconds", "description",
-                  "impact_window", "extra_impacts", "group", "update_domain", "fault_domain")
+_SCHEDULE_KEYS = (
+    "vms",
+    "hosts",
+    "source",
+    "notice",
+    "not_before",
+    "duration_seconds",
+    "description",
+    "impact_window",
+    "extra_impacts",
+    "group",
+    "update_domain",
+    "fault_domain",
+)
 _EC2_SCHEDULE_KEYS = ("notice", "not_before", "window", "no_not_after", "deadline", "no_deadline", "description")
 
 ACTIONS: dict[str, Action] = {
-    "schedule": Action(("type",), _SCHEDULE_KEYS, summary="POST /v1/events: Azure maintenance (one event per host "
-                                                          "and scope)"),
-    "approve": Action((), ("event", "vm"), summary="POST /v1/approvals, as `as` (a VM: only events it sees; "
-                                                    "default control)"),
+    "schedule": Action(
+        ("type",), _SCHEDULE_KEYS, summary="POST /v1/events: Azure maintenance (one event per host and scope)"
+    ),
+    "approve": Action(
+        (), ("event", "vm"), summary="POST /v1/approvals, as `as` (a VM: only events it sees; default control)"
+    ),
     "cancel": Action(("event",), ("vm",), summary="POST /v1/events/{id}/cancel, for each event in order"),
     "restart": Action(("vms",), ("notice",), summary="POST /v1/vms/restart: a User Reboot"),
     "redeploy": Action(("vms",), ("notice",), summary="POST /v1/vms/redeploy: a User Redeploy"),
     "reimage": Action(("vms",), (), summary="POST /v1/vms/reimage"),
     "delete": Action(("vms",), (), summary="POST /v1/vms/delete"),
-    "policy": Action(("owner",), ("auto_approve_reboot", "auto_approve_redeploy", "terminate_notification",
-                                  "os_image_notification"), summary="PATCH /v1/policies/{owner}"),
+    "policy": Action(
+        ("owner",),
+        ("auto_approve_reboot", "auto_approve_redeploy", "terminate_notification", "os_image_notification"),
+        summary="PATCH /v1/policies/{owner}",
+    ),
     "scale-in": Action(("scale_set",), ("count",), summary="POST /v1/scale-sets/{scale_set}/scale-in"),
     "update-instances": Action(("scale_set",), ("vms",), summary="POST /v1/scale-sets/{scale_set}/update-instances"),
     "hardware-failure": Action(("hosts",), ("type",), summary="POST /v1/platform/hardware-failure"),
@@ -73,9 +90,22 @@ ACTIONS: dict[str, Action] = {
     "ec2-interrupt": Action(("instances",), ("action",), summary="POST /v1/ec2/spot/interrupt"),
     "ec2-rebalance": Action(("instances",), (), summary="POST /v1/ec2/spot/rebalance"),
     "ec2-api": Action(("Action",), (), any_keys=True, summary="the EC2 Query API (form POST to --ec2-url)"),
-    "wave": Action((), ("type", "by", "concurrency", "groups", "source", "notice", "duration_seconds",
-                        "impact_window", "description", "name"),
-                   summary="POST /v1/waves: roll maintenance by update domain, fault domain or host"),
+    "wave": Action(
+        (),
+        (
+            "type",
+            "by",
+            "concurrency",
+            "groups",
+            "source",
+            "notice",
+            "duration_seconds",
+            "impact_window",
+            "description",
+            "name",
+        ),
+        summary="POST /v1/waves: roll maintenance by update domain, fault domain or host",
+    ),
     "cancel-wave": Action(("wave",), (), summary="POST /v1/waves/{wave}/cancel"),
 }
 
@@ -85,8 +115,19 @@ _LIST_KEYS = ("vms", "hosts", "instances", "groups")
 TIME_KEYS = ("not_before", "NotBefore", "not_after")  # values: ISO 8601, or start+DURATION
 
 STEP_KEYS = ("at", "after", "do", "id", "as", "with", "fails", "note", "only")
-TOP_KEYS = ("name", "title", "description", "source", "start", "fleet", "timing", "server", "observe", "steps",
-            "expect")
+TOP_KEYS = (
+    "name",
+    "title",
+    "description",
+    "source",
+    "start",
+    "fleet",
+    "timing",
+    "server",
+    "observe",
+    "steps",
+    "expect",
+)
 SERVER_KEYS = ("notice", "impact_window", "hardware_failure_type")
 
 EXPECT_CHECKS = {
@@ -174,8 +215,13 @@ class ScenarioFile:
         return _resolve(self, timing)
 
     def summary(self) -> dict:
-        return {"name": self.name, "title": self.title, "description": self.description, "source": self.source,
-                "file": self.path}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "description": self.description,
+            "source": self.source,
+            "file": self.path,
+        }
 
 
 # ------------------------------------------------------------------------------------------------ YAML with lines
@@ -207,8 +253,8 @@ def _to_python(node: yaml.Node, path: tuple, lines: dict, nodes: dict) -> Any:
         return [_to_python(item, path + (index,), lines, nodes) for index, item in enumerate(node.value)]
     value = _SCALARS.construct_object(node)
     if isinstance(value, datetime):  # YAML timestamps: keep them as the ISO text the API takes
-        value = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        value = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, date):
         return value.isoformat()
     return value
@@ -267,8 +313,10 @@ def find_scenario(name_or_path: str) -> Path:
     if shipped.is_file():
         return shipped
     names = shipped_names()
-    raise ScenarioError(f"unknown scenario {name_or_path!r}{did_you_mean(name_or_path, names) or ';'} shipped scenarios: "
-                        f"{', '.join(names)} (or give the path of a scenario file)")
+    raise ScenarioError(
+        f"unknown scenario {name_or_path!r}{did_you_mean(name_or_path, names) or ';'} shipped scenarios: "
+        f"{', '.join(names)} (or give the path of a scenario file)"
+    )
 
 
 def load_scenario(name_or_path: str | Path) -> ScenarioFile:
@@ -293,14 +341,16 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
         data = {} if node is None else _to_python(node, (), lines, nodes)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
-        raise ScenarioError(f"{filename}:{mark.line + 1 if mark else 1}: not valid YAML: "
-                            f"{error.problem or error}") from None
+        raise ScenarioError(
+            f"{filename}:{mark.line + 1 if mark else 1}: not valid YAML: {error.problem or error}"
+        ) from None
     except _Problem as problem:
         raise ScenarioError(f"{filename}:{problem.line}: {problem}") from None
     report = _Report(filename, lines)
     if not isinstance(data, dict):
-        raise ScenarioError(f"{filename}:1: a scenario file is a mapping with keys name, description, fleet, "
-                            "steps, ...")
+        raise ScenarioError(
+            f"{filename}:1: a scenario file is a mapping with keys name, description, fleet, steps, ..."
+        )
     for key in data:
         if key not in TOP_KEYS:
             report.add((key,), f"unknown key {key!r}; expected {', '.join(TOP_KEYS)}")
@@ -327,9 +377,17 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
     _check_expect(data.get("expect"), timing_names, step_ids, vms, instances, report)
     report.check()
     scenario = ScenarioFile(
-        name=name, title=(data.get("title") or name).strip(), description=data["description"].strip(),
-        source=(data.get("source") or "").strip(), path=filename, text=text, data=data, fleet_text=fleet_text,
-        vms=tuple(vms), instances=tuple(instances), lines=lines,
+        name=name,
+        title=(data.get("title") or name).strip(),
+        description=data["description"].strip(),
+        source=(data.get("source") or "").strip(),
+        path=filename,
+        text=text,
+        data=data,
+        fleet_text=fleet_text,
+        vms=tuple(vms),
+        instances=tuple(instances),
+        lines=lines,
     )
     for timing in TIMINGS:  # every value must resolve, and the steps must be in time order, in both timings
         _resolve(scenario, timing, report)
@@ -355,10 +413,11 @@ def _is_choice(value: Any) -> bool:
     return isinstance(value, dict) and set(value) == set(TIMINGS)
 
 
-def _check_fleet(data: dict, nodes: dict, text: str, filename: str, base_dir: Path | None,
-                 report: _Report) -> tuple[str, list[str], list[str], list[str]]:
+def _check_fleet(
+    data: dict, nodes: dict, text: str, filename: str, base_dir: Path | None, report: _Report
+) -> tuple[str, list[str], list[str], list[str]]:
     """The fleet's text (as the server will read it) and its members; fleet-file errors with this file's lines."""
-    from forewarn.fleetfile import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
+    from forewarn.engine.fleetfile import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
 
     fleet = data.get("fleet")
     if fleet is None:
@@ -378,7 +437,7 @@ def _check_fleet(data: dict, nodes: dict, text: str, filename: str, base_dir: Pa
     elif isinstance(fleet, dict):
         node = nodes[("fleet",)]
         start, end = node.start_mark, node.end_mark
-        fleet_text = textwrap.dedent(" " * start.column + text[start.index:end.index])
+        fleet_text = textwrap.dedent(" " * start.column + text[start.index : end.index])
         offset = start.line
     else:
         report.add(("fleet",), "expected `demo`, the path of a fleet file, or a fleet (mapping) inline")
@@ -394,8 +453,9 @@ def _check_fleet(data: dict, nodes: dict, text: str, filename: str, base_dir: Pa
             elif label is None:
                 report.raw(f"{filename}:{int(match.group(1)) + offset}: fleet.{match.group(2)}")
             else:
-                report.raw(f"{filename}:{report.line_of(('fleet',))}: fleet: {label}:{match.group(1)}: "
-                           f"{match.group(2)}")
+                report.raw(
+                    f"{filename}:{report.line_of(('fleet',))}: fleet: {label}:{match.group(1)}: {match.group(2)}"
+                )
         return "", [], [], []
     return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2)
 
@@ -428,8 +488,11 @@ def _check_refs(value: Any, path: tuple, timing_names: set[str], step_ids: set[s
         ref = value[1:]
         if ref not in timing_names and ref not in step_ids:
             known = sorted(timing_names | step_ids)
-            report.add(path, f"unknown reference {value!r}: not a timing name nor the id of an earlier step"
-                       + (f" (known: {', '.join('$' + k for k in known)})" if known else ""))
+            report.add(
+                path,
+                f"unknown reference {value!r}: not a timing name nor the id of an earlier step"
+                + (f" (known: {', '.join('$' + k for k in known)})" if known else ""),
+            )
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_refs(item, path + (key,), timing_names, step_ids, report)
@@ -438,8 +501,9 @@ def _check_refs(value: Any, path: tuple, timing_names: set[str], step_ids: set[s
             _check_refs(item, path + (index,), timing_names, step_ids, report)
 
 
-def _check_steps(steps: Any, timing_names: set[str], vms: list[str], hosts: list[str], instances: list[str],
-                 report: _Report) -> set[str]:
+def _check_steps(
+    steps: Any, timing_names: set[str], vms: list[str], hosts: list[str], instances: list[str], report: _Report
+) -> set[str]:
     ids: set[str] = set()
     if steps is None:
         return ids
@@ -456,8 +520,9 @@ def _check_steps(steps: Any, timing_names: set[str], vms: list[str], hosts: list
             if key not in STEP_KEYS:
                 report.add(path + (key,), f"unknown key {key!r}; a step takes {', '.join(STEP_KEYS)}")
         if ("at" in step) == ("after" in step):
-            report.add(path, "give exactly one of `at` (time from the start) and `after` (time after the "
-                       "previous step)")
+            report.add(
+                path, "give exactly one of `at` (time from the start) and `after` (time after the previous step)"
+            )
         for key in ("at", "after"):
             if key in step:
                 _check_refs(step[key], path + (key,), timing_names, set(), report)
@@ -483,8 +548,9 @@ def _check_steps(steps: Any, timing_names: set[str], vms: list[str], hosts: list
                 allowed = action.required + action.optional
                 for key in params:
                     if key not in allowed:
-                        report.add(path + ("with", key), f"{do} takes no {key!r}; it takes "
-                                   f"{', '.join(allowed) or 'nothing'}")
+                        report.add(
+                            path + ("with", key), f"{do} takes no {key!r}; it takes {', '.join(allowed) or 'nothing'}"
+                        )
             for key, kind in _MEMBER_KEYS.items():
                 if key in params and not action.any_keys:
                     names = params[key] if isinstance(params[key], list) else [params[key]]
@@ -530,8 +596,9 @@ def _check_observe(observe: Any, vms: list[str], instances: list[str], report: _
             report.add(("observe", index), f"{name!r} is not a VM or an EC2 instance of the fleet")
 
 
-def _check_expect(expect: Any, timing_names: set[str], step_ids: set[str], vms: list[str], instances: list[str],
-                  report: _Report) -> None:
+def _check_expect(
+    expect: Any, timing_names: set[str], step_ids: set[str], vms: list[str], instances: list[str], report: _Report
+) -> None:
     if expect is None:
         return
     if not isinstance(expect, list):
@@ -578,11 +645,15 @@ def _check_expect(expect: Any, timing_names: set[str], step_ids: set[str], vms: 
                         continue
                     for key in document:
                         if key not in DOCUMENT_KEYS:
-                            report.add(path + ("documents", number, key),
-                                       f"unknown key {key!r}; expected {', '.join(DOCUMENT_KEYS)}")
+                            report.add(
+                                path + ("documents", number, key),
+                                f"unknown key {key!r}; expected {', '.join(DOCUMENT_KEYS)}",
+                            )
                     if "events" in document and not isinstance(document["events"], list):
-                        report.add(path + ("documents", number, "events"),
-                                   "expected a list: 'Status Type' strings or mappings of document fields")
+                        report.add(
+                            path + ("documents", number, "events"),
+                            "expected a list: 'Status Type' strings or mappings of document fields",
+                        )
         for key in ("never", "power", "states", "not_befores", "journal", "approved_by"):
             if key in checks and not isinstance(checks[key], list):
                 report.add(path + (key,), "expected a list")
@@ -600,7 +671,7 @@ def _parse_time(text: str) -> datetime:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
         raise ValueError(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:11:58Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _parse_time_expression(text: str) -> tuple[str, Any]:
@@ -614,8 +685,9 @@ def _parse_time_expression(text: str) -> tuple[str, Any]:
     try:
         return "at", _parse_time(text)
     except ValueError:
-        raise ValueError(f"invalid time {text!r}; use ISO 8601 (2026-04-20T22:26:58Z) or start+DURATION "
-                         "(start+15m)") from None
+        raise ValueError(
+            f"invalid time {text!r}; use ISO 8601 (2026-04-20T22:26:58Z) or start+DURATION (start+15m)"
+        ) from None
 
 
 def time_value(text: str, start: datetime) -> datetime:
@@ -658,8 +730,11 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
             continue
         moment = offset if key == "at" else previous + offset
         if moment < previous:
-            report.add(path + (key,), f"{_clock(moment)} is before the previous step ({_clock(previous)}) in the "
-                       f"{timing} timing; steps run in order")
+            report.add(
+                path + (key,),
+                f"{_clock(moment)} is before the previous step ({_clock(previous)}) in the "
+                f"{timing} timing; steps run in order",
+            )
         previous = max(previous, moment)
         if raw.get("only", timing) != timing:
             continue
@@ -667,8 +742,18 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
         for name in _LIST_KEYS:
             if isinstance(params.get(name), str) and not params[name].startswith("$"):
                 params[name] = [part.strip() for part in params[name].split(",") if part.strip()]
-        steps.append(Step(index=index, time=moment, do=raw["do"], id=raw.get("id"), actor=raw.get("as"),
-                          params=params, fails=raw.get("fails"), note=raw.get("note")))
+        steps.append(
+            Step(
+                index=index,
+                time=moment,
+                do=raw["do"],
+                id=raw.get("id"),
+                actor=raw.get("as"),
+                params=params,
+                fails=raw.get("fails"),
+                note=raw.get("note"),
+            )
+        )
     expectations: list[Expectation] = []
     for index, raw in enumerate(data.get("expect") or []):
         if raw.get("only", timing) != timing:
@@ -695,8 +780,16 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
                     duration_value(document["at"])
                 except ValueError as error:
                     report.add(("expect", index, "documents", number, "at"), f"{error} ({timing} timing)")
-        expectations.append(Expectation(index=index, kind=kind, target=raw[kind], checks=checks,
-                                        vm=raw.get("vm") if kind == "event" else None, note=raw.get("note")))
+        expectations.append(
+            Expectation(
+                index=index,
+                kind=kind,
+                target=raw[kind],
+                checks=checks,
+                vm=raw.get("vm") if kind == "event" else None,
+                note=raw.get("note"),
+            )
+        )
     server = _choose(data.get("server") or {}, timing, timings)
     for key in ("notice", "impact_window"):
         for event_type, value in (server.get(key) or {}).items():
@@ -707,12 +800,21 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
     report.check()
     observe = data.get("observe")
     return Scenario(
-        name=scenario.name, title=scenario.title, description=scenario.description, source=scenario.source,
-        path=scenario.path, timing=timing,
+        name=scenario.name,
+        title=scenario.title,
+        description=scenario.description,
+        source=scenario.source,
+        path=scenario.path,
+        timing=timing,
         start=_parse_time(str(data["start"])) if data.get("start") else None,
-        fleet_text=server_fleet(scenario.fleet_text), vms=scenario.vms, instances=scenario.instances,
-        observe=tuple(observe) if observe else scenario.vms + scenario.instances, observe_all=not observe,
-        server=server, steps=tuple(steps), expectations=tuple(expectations),
+        fleet_text=server_fleet(scenario.fleet_text),
+        vms=scenario.vms,
+        instances=scenario.instances,
+        observe=tuple(observe) if observe else scenario.vms + scenario.instances,
+        observe_all=not observe,
+        server=server,
+        steps=tuple(steps),
+        expectations=tuple(expectations),
     )
 
 

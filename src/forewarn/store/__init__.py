@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from forewarn.store.base import (Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState, StoreError,
-                                 StoreUnavailable)
+from forewarn.store.base import (
+    Attempt,
+    Delivery,
+    JournalEntry,
+    Outgoing,
+    SQLStore,
+    StoredState,
+    StoreError,
+    StoreUnavailable,
+)
 
 
 def open_store(url: str) -> SQLStore:
@@ -15,12 +23,21 @@ def open_store(url: str) -> SQLStore:
     else:
         from forewarn.store.sqlite import SQLiteStore
 
-        path = url[len("sqlite://"):] if url.startswith("sqlite://") else url
-        path = path[len("sqlite:"):] if path.startswith("sqlite:") else path
+        path = url[len("sqlite://") :] if url.startswith("sqlite://") else url
+        path = path[len("sqlite:") :] if path.startswith("sqlite:") else path
         store = SQLiteStore(path)
     store.migrate()
     return store
 
 
-__all__ = ["Attempt", "Delivery", "JournalEntry", "Outgoing", "SQLStore", "StoreError", "StoredState", "StoreUnavailable",
-           "open_store"]
+__all__ = [
+    "Attempt",
+    "Delivery",
+    "JournalEntry",
+    "Outgoing",
+    "SQLStore",
+    "StoreError",
+    "StoredState",
+    "StoreUnavailable",
+    "open_store",
+]

@@ -9,24 +9,19 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Sequence
+from typing import Any
 
+from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
+from forewarn.aws.model import Ec2Event, Ec2State, NotificationAttributes
+from forewarn.aws.windows import EventWindow
+from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
+from forewarn.azure.model import Event
+from forewarn.azure.vms import Policy, VmState
 from forewarn.core.clock import Clock
-from forewarn.core.ec2 import Ec2Event, Ec2State
-from forewarn.core.ec2_engine import (
-    Ec2EventChanged,
-    Ec2NotificationAttributesChanged,
-    Ec2StateChanged,
-    Ec2WindowChanged,
-    NotificationAttributes,
-)
-from forewarn.core.ec2_windows import EventWindow
-from forewarn.core.engine import Change, EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
-from forewarn.core.model import Event
-from forewarn.core.vms import Policy, VmState
-from forewarn.core.waves import Wave, WaveChanged
+from forewarn.engine.engine import Change
 from forewarn.store.codec import (
     decode_clock,
     decode_ec2_event,
@@ -46,16 +41,18 @@ from forewarn.store.codec import (
     encode_wave_progress,
     encode_window,
 )
+from forewarn.waves.component import Wave, WaveChanged
 
 SCHEMA_VERSION = "1"
 OUTBOX_KIND_COLUMN = "kind TEXT NOT NULL DEFAULT 'webhook'"  # which sending policy delivers a message
-OUTBOX_DETAIL_COLUMN = "detail TEXT"  # state a policy keeps beyond attempts and errors (JSON), e.g. a dead-letter reason
+OUTBOX_DETAIL_COLUMN = (
+    "detail TEXT"  # state a policy keeps beyond attempts and errors (JSON), e.g. a dead-letter reason
+)
 DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts on
 
 
 JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)"
-META_PUT = ("INSERT INTO forewarn_meta (key, value) VALUES (?, ?) "
-            "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+META_PUT = "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 
 class StoreError(Exception):
@@ -189,7 +186,7 @@ class SQLStore:
             "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL, "
             f"{OUTBOX_KIND_COLUMN}, {OUTBOX_DETAIL_COLUMN})",
             "CREATE INDEX IF NOT EXISTS forewarn_outbox_due ON forewarn_outbox (status, next_at)",
-            # Event Grid system topics and event subscriptions (eventgrid/registry.py), as JSON records.
+            # Event Grid system topics and event subscriptions (azure/eventgrid/registry.py), as JSON records.
             "CREATE TABLE IF NOT EXISTS forewarn_eventgrid_topics (topic_key TEXT PRIMARY KEY, data TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS forewarn_eventgrid_subscriptions (subscription_key TEXT PRIMARY KEY, "
             "topic_key TEXT NOT NULL, data TEXT NOT NULL)",
@@ -275,7 +272,9 @@ class SQLStore:
         with self._transaction() as cursor:
             if event_id is None:
                 self._execute(
-                    cursor, "SELECT seq, at, kind, event_id, detail FROM forewarn_journal ORDER BY seq DESC LIMIT ?", (limit,)
+                    cursor,
+                    "SELECT seq, at, kind, event_id, detail FROM forewarn_journal ORDER BY seq DESC LIMIT ?",
+                    (limit,),
                 )
             else:
                 self._execute(
@@ -343,8 +342,15 @@ class SQLStore:
             write(
                 "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at, "
                 "kind, detail) VALUES (?, ?, 'pending', 0, ?, ?, ?, ?, ?)",
-                (item.target, item.payload, (item.next_at or now).isoformat(), item.expires_at.isoformat(),
-                 now.isoformat(), item.kind, item.detail),
+                (
+                    item.target,
+                    item.payload,
+                    (item.next_at or now).isoformat(),
+                    item.expires_at.isoformat(),
+                    now.isoformat(),
+                    item.kind,
+                    item.detail,
+                ),
             )
         waves: dict[str, Wave] = {}  # a wave's latest progress in this command; its steps go to the journal
         for change in changes:
@@ -394,8 +400,7 @@ class SQLStore:
                     "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
                     (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
                 )
-                journal(f"ec2 {change.what}", event.event_id,
-                        {"instance": event.instance_id, "reason": change.reason})
+                journal(f"ec2 {change.what}", event.event_id, {"instance": event.instance_id, "reason": change.reason})
             elif isinstance(change, Ec2StateChanged):
                 state = change.state
                 write(
@@ -403,12 +408,16 @@ class SQLStore:
                     "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
                     (state.instance_id, encode_ec2_state(state)),
                 )
-                journal(f"instance {change.what}", None,
-                        {"instance": state.instance_id, "reason": change.reason})
+                journal(f"instance {change.what}", None, {"instance": state.instance_id, "reason": change.reason})
             elif isinstance(change, Ec2NotificationAttributesChanged):
                 attributes = change.attributes
-                write(META_PUT, ("ec2_notification_attributes",
-                                 json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)})))
+                write(
+                    META_PUT,
+                    (
+                        "ec2_notification_attributes",
+                        json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)}),
+                    ),
+                )
                 journal("notification attributes", None, {})
             elif isinstance(change, Ec2WindowChanged):
                 window = change.window
@@ -428,8 +437,9 @@ class SQLStore:
                     (change.scope, change.incarnation),
                 )
         for wave in waves.values():
-            write("UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
-                  (encode_wave_progress(wave), wave.wave_id))
+            write(
+                "UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?", (encode_wave_progress(wave), wave.wave_id)
+            )
         write(META_PUT, ("now", now.isoformat()))
         if next_seq is not None:
             write(META_PUT, ("next_seq", str(next_seq)))
@@ -450,9 +460,21 @@ class SQLStore:
                 (*DUE_STATUSES, now.isoformat(), limit),
             )
             rows = cursor.fetchall()
-        return [Delivery(int(r[0]), r[1], r[2], int(r[3]), datetime.fromisoformat(r[4]),
-                         datetime.fromisoformat(r[5]), r[6], r[7], r[8], datetime.fromisoformat(r[9]))
-                for r in rows]
+        return [
+            Delivery(
+                int(r[0]),
+                r[1],
+                r[2],
+                int(r[3]),
+                datetime.fromisoformat(r[4]),
+                datetime.fromisoformat(r[5]),
+                r[6],
+                r[7],
+                r[8],
+                datetime.fromisoformat(r[9]),
+            )
+            for r in rows
+        ]
 
     @retried_on_a_new_connection
     def next_delivery_at(self, after: datetime | None = None) -> datetime | None:
@@ -462,8 +484,11 @@ class SQLStore:
             if after is None:
                 self._execute(cursor, "SELECT MIN(next_at) FROM forewarn_outbox WHERE status IN (?, ?)", DUE_STATUSES)
             else:
-                self._execute(cursor, "SELECT MIN(next_at) FROM forewarn_outbox WHERE status IN (?, ?) AND next_at > ?",
-                              (*DUE_STATUSES, after.isoformat()))
+                self._execute(
+                    cursor,
+                    "SELECT MIN(next_at) FROM forewarn_outbox WHERE status IN (?, ?) AND next_at > ?",
+                    (*DUE_STATUSES, after.isoformat()),
+                )
             row = cursor.fetchone()
         return None if row is None or row[0] is None else datetime.fromisoformat(row[0])
 
@@ -490,16 +515,25 @@ class SQLStore:
             )
             rows = cursor.fetchall()
         return [
-            {"id": int(r[0]), "target": r[1], "status": r[2], "attempts": int(r[3]), "next_at": r[4],
-             "last_error": r[5], "created_at": r[6], "payload": json.loads(r[7]), "kind": r[8],
-             "detail": None if r[9] is None else json.loads(r[9])}
+            {
+                "id": int(r[0]),
+                "target": r[1],
+                "status": r[2],
+                "attempts": int(r[3]),
+                "next_at": r[4],
+                "last_error": r[5],
+                "created_at": r[6],
+                "payload": json.loads(r[7]),
+                "kind": r[8],
+                "detail": None if r[9] is None else json.loads(r[9]),
+            }
             for r in reversed(rows)
         ]
 
     # ------------------------------------------------------------------------------------------ Event Grid
     @retried_on_a_new_connection
     def eventgrid_records(self) -> tuple[list[dict], list[dict]]:
-        """The stored system topics and event subscriptions, as the JSON records eventgrid/model.py writes."""
+        """The stored system topics and event subscriptions, as the JSON records azure/eventgrid/model.py writes."""
         with self._transaction() as cursor:
             self._execute(cursor, "SELECT data FROM forewarn_eventgrid_topics ORDER BY topic_key")
             topics = [json.loads(row[0]) for row in cursor.fetchall()]
@@ -537,8 +571,9 @@ class SQLStore:
     @retried_on_a_new_connection
     def delete_eventgrid_subscription(self, subscription_key: str) -> None:
         with self._transaction() as cursor:
-            self._execute(cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE subscription_key = ?",
-                          (subscription_key,))
+            self._execute(
+                cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE subscription_key = ?", (subscription_key,)
+            )
 
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):

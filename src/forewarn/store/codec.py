@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState
+from forewarn.aws.windows import EventWindow, TimeRange
+from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
+from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
 from forewarn.core.clock import Clock
-from forewarn.core.ec2 import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState
-from forewarn.core.ec2_windows import EventWindow, TimeRange
-from forewarn.core.model import Event, EventSource, EventStatus, EventType, Impact
-from forewarn.core.waves import UnitRun, Wave, WaveOrder, WaveSpec, WaveStatus
-from forewarn.core.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
+from forewarn.waves.component import UnitRun, Wave, WaveOrder, WaveSpec, WaveStatus
 
 
 def _time(value: datetime | None) -> str | None:
@@ -77,7 +77,12 @@ def decode_event(text: str) -> Event:
 
 def encode_clock(clock: Clock) -> str:
     return json.dumps(
-        {"mode": clock.mode, "speed": clock.speed, "anchor_wall": clock.anchor_wall, "anchor_sim": _time(clock.anchor_sim)}
+        {
+            "mode": clock.mode,
+            "speed": clock.speed,
+            "anchor_wall": clock.anchor_wall,
+            "anchor_sim": _time(clock.anchor_sim),
+        }
     )
 
 

@@ -24,15 +24,16 @@ import math
 import select
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import NoReturn, Sequence
+from datetime import UTC, datetime
+from typing import NoReturn
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from forewarn.core.clock import Clock
-from forewarn.core.engine import Change
+from forewarn.engine.engine import Change
 from forewarn.store.base import Outgoing, SQLStore, StoreError, StoreUnavailable
 
 log = logging.getLogger("forewarn.store")
@@ -102,12 +103,13 @@ class PostgresStore(SQLStore):
         connection = psycopg.connect(self._url, autocommit=False, **self._options)
         try:
             row = connection.execute(
-                "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()").fetchone()
+                "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+            ).fetchone()
             connection.rollback()
         except psycopg.Error:
             connection.close()
             raise
-        return connection, Session(int(row[0]), row[1] or datetime.fromtimestamp(0, timezone.utc))
+        return connection, Session(int(row[0]), row[1] or datetime.fromtimestamp(0, UTC))
 
     def _fence(self, connection: psycopg.Connection, lost: Session | None) -> None:
         """End the lost session on the server if it still runs: its transaction is then over (committed or rolled
@@ -188,8 +190,9 @@ class PostgresStore(SQLStore):
     def _lose(self, lost: _Lost, error: Exception) -> NoReturn:
         self._lost = lost
         self._next_attempt = time.monotonic() + RECONNECT_FIRST_DELAY
-        threading.Thread(target=self._reconnect_in_background, args=(lost,), name="forewarn-db-reconnect",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._reconnect_in_background, args=(lost,), name="forewarn-db-reconnect", daemon=True
+        ).start()
         log.warning("database unreachable (%s); reconnecting in the background", _one_line(error))
         raise self._unavailable()
 
@@ -203,8 +206,12 @@ class PostgresStore(SQLStore):
                 handed = self._open_replacing(lost.session)
             except psycopg.Error as error:
                 delay = min(delay * 2, RECONNECT_LONGEST_DELAY)
-                log.info("database still unreachable after %.1f s (%s); next attempt in %.1f s",
-                         time.monotonic() - lost.since, _one_line(error), delay)
+                log.info(
+                    "database still unreachable after %.1f s (%s); next attempt in %.1f s",
+                    time.monotonic() - lost.since,
+                    _one_line(error),
+                    delay,
+                )
                 continue
             if self._closing.is_set():
                 handed[0].close()
@@ -228,7 +235,9 @@ class PostgresStore(SQLStore):
         wait = max(self._next_attempt - time.monotonic(), 0.0)
         return StoreUnavailable(
             f"{self.description}: the database connection was lost {since:.1f} s ago; reconnecting (next attempt "
-            f"in {wait:.1f} s)", retry_after=max(1, math.ceil(wait)))
+            f"in {wait:.1f} s)",
+            retry_after=max(1, math.ceil(wait)),
+        )
 
     # ------------------------------------------------------------------------------------------ operations
     def ready(self) -> None:
@@ -290,10 +299,15 @@ class PostgresStore(SQLStore):
                 log.warning("the connection broke during a commit; transaction %s had committed", transaction_id)
                 return
             if status != "aborted":
-                raise StoreError(f"{self.description}: the connection broke during a commit and its outcome is "
-                                 f"unknown (transaction {transaction_id}: {status})")
-            log.warning("the connection broke before a commit completed; writing it again (attempt %s of %s)",
-                        attempt + 1, COMMIT_ATTEMPTS)
+                raise StoreError(
+                    f"{self.description}: the connection broke during a commit and its outcome is "
+                    f"unknown (transaction {transaction_id}: {status})"
+                )
+            log.warning(
+                "the connection broke before a commit completed; writing it again (attempt %s of %s)",
+                attempt + 1,
+                COMMIT_ATTEMPTS,
+            )
         raise StoreUnavailable(f"{self.description}: the connection broke under {COMMIT_ATTEMPTS} attempts to commit")
 
     def _status(self, transaction_id: int) -> str:

@@ -1,0 +1,340 @@
+"""The service around the core: one command at a time, committed before anyone hears of it.
+
+``Maintenance`` owns the engine, the store and the clock. Every command runs the engine, commits the changes it
+returned in one transaction, then tells the listeners (read models such as the IMDS document cache, and the log).
+If the commit fails, the engine is rebuilt from the store, so memory never holds a change the database lacks. A
+database that cannot be reached refuses the command before the engine runs it (``SQLStore.ready``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.model import Event
+from forewarn.core.clock import MANUAL, REAL, Clock
+from forewarn.core.errors import CoreError
+from forewarn.engine.engine import Change, Engine, ScheduleRequest
+from forewarn.engine.fleet import Fleet
+from forewarn.engine.rules import Rules
+from forewarn.store import Outgoing, SQLStore, StoredState
+from forewarn.waves.component import WaveChanged
+
+log = logging.getLogger("forewarn.events")
+
+Listener = Callable[[list[Change]], None]
+
+
+def _repair_line(change: Change) -> str:
+    if isinstance(change, EventChanged):
+        return f"event {change.event.event_id} repaired: {change.reason}"
+    if isinstance(change, Ec2EventChanged):
+        return f"EC2 event {change.event.event_id} repaired: {change.reason}"
+    if isinstance(change, Ec2StateChanged):
+        return f"instance {change.state.instance_id} repaired: {change.reason}"
+    return f"VM {change.state.name} repaired: {change.reason}"
+
+
+def _describe_clock(clock: Clock) -> str:
+    return clock.mode + (f" x{clock.speed:g}" if clock.mode == REAL and clock.speed != 1 else "")
+
+
+class FleetMismatch(Exception):
+    """The database already holds a different fleet than the one given."""
+
+
+@dataclass(frozen=True)
+class ClockView:
+    mode: str
+    speed: float
+    now: datetime
+    next_deadline: datetime | None
+
+
+class Maintenance:
+    def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
+        self.store = store
+        self.engine = engine
+        self.clock = clock
+        self.wall = wall
+        self._listeners: list[Listener] = []
+        # Functions of a command's changes that give the messages to deliver, committed with the changes.
+        self._outboxes: list[Callable[[list[Change], Engine], list[Outgoing]]] = []
+        self._lock = threading.RLock()
+        self._due_wall = float("inf")
+        self._refresh_due()
+
+    # -------------------------------------------------------------------------------------------- opening
+    @classmethod
+    def open(
+        cls,
+        store: SQLStore,
+        fleet: Fleet | None,
+        clock_mode: str | None = None,
+        speed: float | None = None,
+        start: datetime | None = None,
+        seed: str | None = None,
+        rules: Rules | None = None,
+        wall: Callable[[], float] = time.time,
+        outboxes: Iterable[Callable[[list[Change], Engine], list[Outgoing]]] = (),
+    ) -> Maintenance:
+        """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down.
+
+        ``clock_mode`` and ``speed`` left None keep the stored clock setting (a new database: real, speed 1); given,
+        they reconfigure it from the same simulated time."""
+        state = store.load()
+        now_wall = wall()
+        created = state is None
+        if state is None:
+            if fleet is None:
+                raise FleetMismatch("the database is empty; give a fleet file (--fleet FILE, or --fleet demo)")
+            clock = Clock.start(clock_mode or REAL, 1.0 if speed is None else speed, now_wall, start)
+            seed = seed or secrets.token_hex(8)
+            store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
+            state = store.load()
+            served = fleet
+        else:
+            if start is not None or seed is not None:
+                log.warning("--start and --seed apply to a new database only; this one keeps its time and seed")
+            stored_fleet = Fleet.from_records(state.fleet_records)
+            if fleet is not None and fleet != stored_fleet:
+                raise FleetMismatch(
+                    "the database already holds a different fleet; use a new database, or start without --fleet to "
+                    "keep the stored one"
+                )
+            served = stored_fleet
+        # A database written before the bounds (core/bounds.py) were enforced may hold values beyond them. They are
+        # clamped, logged with what they name, and written back before anything else happens: refusing to start
+        # would leave the database unusable, and dropping the events would lose them.
+        stored_clock, clock_repair = state.clock.within_bounds()
+        if clock_repair:
+            log.warning("%s", clock_repair)
+        # One Fleet object in memory (6 KB a VM on a 100,000-VM fleet), not one more built from the records.
+        engine = cls._engine_from(state, rules, served)
+        for change in engine.repaired:
+            log.warning("%s", _repair_line(change))
+        if clock_repair or engine.repaired:
+            store.commit(engine.repaired, engine.now, stored_clock)
+            engine.repaired = []
+        service = cls(store, engine, stored_clock, wall)
+        for derive in outboxes:  # before catching up, so that what happened while down is delivered too
+            service.add_outbox(derive)
+        stored = stored_clock
+        reconfigured = stored.reconfigured(
+            clock_mode or stored.mode, stored.speed if speed is None else speed, now_wall
+        )
+        if reconfigured != stored:
+            service.clock = reconfigured
+            store.commit([], service.engine.now, reconfigured)
+            log.info(
+                "clock: %s, as given (--clock/--speed); the database had %s",
+                _describe_clock(reconfigured),
+                _describe_clock(stored),
+            )
+        elif created:
+            log.info("clock: %s (new database)", _describe_clock(stored))
+        else:
+            log.info(
+                "clock: %s, as stored in the database%s",
+                _describe_clock(stored),
+                "" if clock_mode or speed is not None else " (--clock/--speed change it)",
+            )
+        service.catch_up()
+        return service
+
+    @staticmethod
+    def _engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
+        return Engine(
+            fleet or Fleet.from_records(state.fleet_records),
+            state.seed,
+            state.now,
+            rules,
+            state.events,
+            state.incarnations,
+            state.vm_states,
+            state.policies,
+            state.created_at,
+            state.enabled,
+            state.ec2_events,
+            state.ec2_states,
+            state.ec2_windows,
+            state.notification_attributes,
+            state.next_seq,
+            state.waves,
+        )
+
+    # ----------------------------------------------------------------------------------------------- core
+    def subscribe(self, listener: Listener) -> None:
+        """``listener(changes)`` after each committed command that changed something; ``listener([])`` when the
+        engine was rebuilt from the database, so that whatever was derived from it is dropped."""
+        self._listeners.append(listener)
+
+    def add_outbox(self, derive: Callable[[list[Change], Engine], list[Outgoing]]) -> None:
+        """Deliveries derived from each command's changes are committed in the same transaction (at least once,
+        durable: ``app/outbox.py`` sends them)."""
+        self._outboxes.append(derive)
+
+    def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
+        with self._lock:
+            # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
+            self.store.ready()
+            try:
+                changes = command(self.engine)
+                outgoing = [item for derive in self._outboxes for item in derive(changes, self.engine)]
+                self.store.commit(changes, self.engine.now, clock, outgoing, self.engine.next_seq)
+            except Exception as error:
+                # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
+                # the engine holding changes the database does not have: rebuild it from what was committed.
+                if not isinstance(error, CoreError):
+                    self._rebuild(error)
+                raise
+            if clock is not None:
+                self.clock = clock
+            self._refresh_due()
+        self._announce(changes)
+        return changes
+
+    def _rebuild(self, cause: Exception) -> None:
+        try:
+            state = self.store.load()
+        except Exception as error:
+            # Memory may hold changes the database lacks and cannot be brought back in line: serving on would show
+            # clients uncommitted state. Stop; a restart loads what was committed. (A connection that merely dropped
+            # does not come here: the store reconnects, and refuses commands while it cannot, before they change
+            # the engine. This is a database lost in the moment between that check and the commit, and still
+            # unreachable after the store's wait for it.)
+            log.critical("commit failed (%s) and reloading from the database failed (%s); exiting", cause, error)
+            logging.shutdown()
+            os._exit(70)
+        self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
+        self.clock = state.clock.within_bounds()[0]
+        for listener in self._listeners:
+            listener([])
+
+    def _announce(self, changes: list[Change]) -> None:
+        if not changes:
+            # Nothing happened (an approval of a Started event, a policy set to what it was). Listeners read an
+            # empty list as "the engine was rebuilt: drop everything you derived", which is for _rebuild alone.
+            return
+        for change in changes:
+            if isinstance(change, Ec2EventChanged):
+                event = change.event
+                log.info(
+                    "event %s %s of %s: %s (%s)",
+                    event.event_id,
+                    event.code.value,
+                    event.instance_id,
+                    change.what,
+                    change.reason,
+                )
+            elif isinstance(change, Ec2StateChanged):
+                log.info("instance %s %s: %s", change.state.instance_id, change.what, change.reason)
+            elif isinstance(change, EventChanged):
+                event = change.event
+                log.info(
+                    "event %s %s %s [%s] in %s: %s (%s)",
+                    event.event_id,
+                    event.event_type.value,
+                    event.status.value,
+                    ", ".join(event.resources),
+                    event.scope,
+                    change.what,
+                    change.reason,
+                )
+            elif isinstance(change, WaveChanged):
+                wave = change.wave
+                log.info(
+                    "%s %s: %s (%d of %d units done, %d in flight)",
+                    wave.wave_id,
+                    change.what,
+                    change.reason,
+                    wave.done + len(wave.skipped),
+                    len(wave.units),
+                    len(wave.in_flight),
+                )
+        for listener in self._listeners:
+            listener(changes)
+
+    def _refresh_due(self) -> None:
+        due = self.engine.next_deadline()
+        when = None if due is None else self.clock.wall_when(due)
+        self._due_wall = float("inf") if when is None else when
+
+    @property
+    def due_wall(self) -> float:
+        """Wall time at which the next deadline falls due (infinity for a manual clock or no deadline)."""
+        return self._due_wall
+
+    def catch_up(self) -> list[Change]:
+        """Bring the engine to the clock's time (real clocks; manual ones move only by command).
+
+        Deadlines that fell due are applied and committed. Time that passes with nothing due needs no commit: a real
+        clock's time is derived from its stored anchor, so the engine just follows it in memory.
+        """
+        if self.clock.mode == MANUAL:
+            return []
+        now = self.clock.now(self.wall())
+        with self._lock:
+            due = self.engine.next_deadline()
+            if due is None or now < due:
+                if now > self.engine.now:
+                    self.engine.advance(now)
+                return []
+        return self._run(lambda engine: engine.advance(max(now, engine.now)))
+
+    def now(self) -> datetime:
+        return max(self.clock.now(self.wall()), self.engine.now)
+
+    # ------------------------------------------------------------------------------------------ commands
+    def perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
+        """Run one engine command at the current time, committed before this returns."""
+        self.catch_up()
+        return self._run(command)
+
+    def schedule(self, request: ScheduleRequest) -> list[Event]:
+        changes = self.perform(lambda engine: engine.schedule(request))
+        return [c.event for c in changes if isinstance(c, EventChanged)]
+
+    def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
+        ids = list(event_ids)
+        return self.perform(lambda engine: engine.approve(ids, by))
+
+    def request_seen(self, scope: str) -> None:
+        """A VM asked for its scheduled events (only tracked when enabling is required)."""
+        if not self.engine.rules.enabling_required:
+            return
+        self.catch_up()
+        with self._lock:
+            enabled = self.engine.is_enabled(scope)
+            if enabled:
+                self.engine.last_seen[scope] = self.engine.now
+                return
+        self._run(lambda engine: engine.request_seen(scope))
+
+    def cancel(self, event_id: str) -> Event:
+        changes = self.perform(lambda engine: engine.cancel(event_id))
+        return next(c.event for c in changes if isinstance(c, EventChanged))
+
+    def advance_clock(self, delta: timedelta) -> list[Change]:
+        clock = self.clock.advanced_by(delta, self.wall())
+        return self._run(lambda engine: engine.advance(clock.anchor_sim), clock)
+
+    def set_clock(self, moment: datetime) -> list[Change]:
+        clock = self.clock.moved_to(moment, self.wall())
+        return self._run(lambda engine: engine.advance(moment), clock)
+
+    def step_clock(self) -> list[Change]:
+        """Manual clocks: jump to the next deadline (or stay, when nothing is pending)."""
+        due = self.engine.next_deadline()
+        return self.set_clock(due if due is not None else self.clock.anchor_sim)
+
+    def clock_view(self) -> ClockView:
+        return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())

@@ -1,0 +1,466 @@
+"""Azure Instance Metadata Service: ``/metadata/scheduledevents``, ``/metadata/instance``, ``/metadata/versions``.
+
+A synchronous handler served by ``server/http1.py``, because a GET is the hot path: it resolves the caller's scope,
+checks headers and api-version, and returns a response rendered once per (scope, DocumentIncarnation, api-version).
+Rendering happens on the first read after a change; nothing is encoded or queried per request.
+
+Wire rules (Microsoft's "Azure Metadata Service: Scheduled Events for Windows VMs" and "Azure Instance Metadata
+Service"): field order as IMDS sends it, NotBefore in RFC 1123 GMT and ``""`` once Started, uppercase EventIds, fields
+and event types gated by api-version, ``Metadata: true`` required, ``X-Forwarded-For`` and duplicate query parameters
+refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import format_datetime
+from urllib.parse import parse_qsl
+
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.changes import IncarnationChanged
+from forewarn.azure.imds import instance as azure_instance
+from forewarn.azure.imds.errors import (
+    DUPLICATE_PARAMETER,
+    FAULT_BODIES,
+    FORWARDED_REFUSED,
+    METHOD_NOT_ALLOWED,
+    MISSING_METADATA_HEADER,
+    NOT_FOUND,
+    SERVICE_ERROR,
+    TOO_MANY_REQUESTS,
+    bad_api_version,
+    error_body,
+)
+from forewarn.azure.model import Event, EventStatus, EventType
+from forewarn.azure.vms import Power
+from forewarn.core.errors import Invalid, NotFound
+from forewarn.engine.fleet import VM
+from forewarn.net.callers import CallerResolver, UnknownCaller
+from forewarn.net.http import DROP, JSON, Later, Request, Response
+from forewarn.net.untrusted_json import JsonInputError, parse_json
+from forewarn.store import StoreError
+
+log = logging.getLogger("forewarn.imds")
+
+# Scheduled events have their own api-version set, separate from the instance endpoint's (azure-docs#46856).
+SCHEDULED_EVENTS_VERSIONS = (
+    "2017-03-01",
+    "2017-08-01",
+    "2017-11-01",
+    "2019-01-01",
+    "2019-04-01",
+    "2019-08-01",
+    "2020-07-01",
+)
+PREVIEW_VERSION = "2017-03-01"
+# Which versions scheduledevents lists in its error is not documented; its three newest is our assumption.
+NEWEST_SCHEDULED_EVENTS_VERSIONS = ["2020-07-01", "2019-08-01", "2019-04-01"]
+
+# Event types and fields by the version that introduced them (001 release notes).
+TYPE_SINCE = {EventType.PREEMPT: "2017-11-01", EventType.TERMINATE: "2019-01-01"}
+DESCRIPTION_SINCE = "2019-04-01"
+EVENT_SOURCE_SINCE = "2019-08-01"
+DURATION_SINCE = "2020-07-01"
+
+
+BAD_START_REQUESTS = error_body(
+    'Bad request. The body must be JSON of the form {"StartRequests": [{"EventId": "<EventId>"}]}'
+)
+
+
+@dataclass(frozen=True)
+class ImdsSettings:
+    """How closely the endpoint behaves like the real one. See PROFILES for the named sets."""
+
+    # What a POST naming an EventId this VM cannot see gets: "reject" (400, nothing approved) or "accept" (200).
+    unknown_event_ids: str = "reject"
+    # Lenient: no Metadata header needed, a missing or unknown api-version means the newest, X-Forwarded-For and
+    # duplicate parameters pass (what Microsoft's mock server accepts).
+    lenient: bool = False
+    # Requests per second per VM before 429 (real IMDS: about 5); 0 for no limit.
+    rate_limit: float = 0.0
+    # Wall seconds the request that enables Scheduled Events for a scope waits (real: "up to two minutes").
+    first_call_delay: float = 0.0
+    # "answer": a VM that is down (rebooting, redeploying, reimaging, deleted) still gets answers; "drop": its
+    # connections are dropped unanswered, as a real VM that is down cannot ask.
+    while_down: str = "answer"
+
+
+PROFILES = {
+    "lenient": ImdsSettings(unknown_event_ids="accept", lenient=True),
+    "strict": ImdsSettings(),
+    "realistic": ImdsSettings(rate_limit=5.0, first_call_delay=60.0, while_down="drop"),
+}
+# The realistic profile also makes the engine require enabling (a scope's first request); see Rules.
+
+
+@dataclass
+class Fault:
+    """An injected failure: the VMs named (all when empty) get ``status`` (410, 429 or 500) for ``requests``
+    requests or until ``until`` (simulated time), whichever ends first; or their answers wait ``delay`` seconds."""
+
+    fault_id: int
+    status: int
+    vms: frozenset[str]
+    requests: int | None
+    until: datetime | None
+    delay: float = 0.0
+
+    def applies(self, vm: str, now: datetime) -> bool:
+        if self.vms and vm not in self.vms:
+            return False
+        if self.until is not None and now >= self.until:
+            return False
+        return self.requests is None or self.requests > 0
+
+
+# A frozen VM is paused for seconds; it is not down. Every other state but running is.
+_ANSWERING = (Power.RUNNING, Power.FROZEN)
+
+
+class _TokenBucket:
+    __slots__ = ("tokens", "stamp")
+
+    def __init__(self, capacity: float, now: float):
+        self.tokens = capacity
+        self.stamp = now
+
+
+def _json(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Response:
+    return (status, body, JSON, extra)
+
+
+ALLOW_GET_POST = (b"allow", b"GET, POST")
+ALLOW_GET = (b"allow", b"GET")
+
+
+class _Refused(Exception):
+    """Raised by the common checks; carries the 400 that answers the request."""
+
+    def __init__(self, response: Response):
+        self.response = response
+
+
+class AzureImds:
+    """The Azure metadata endpoints as a synchronous handler: :class:`Request` in, :data:`Response` out."""
+
+    def __init__(self, service: Maintenance, resolver: CallerResolver, settings: ImdsSettings = ImdsSettings()):
+        self.service = service
+        self.resolver = resolver
+        self.settings = settings
+        self._documents: dict[str, dict[str, Response]] = {}
+        self._instance_answers: dict[tuple, Response] = {}
+        self._queries: dict[bytes, dict | bytes] = {}
+        self._buckets: dict[str, _TokenBucket] = {}
+        self.faults: list[Fault] = []
+        self._next_fault = 1
+        service.subscribe(self._on_change)
+
+    # ------------------------------------------------------------------------------------------ read model
+    def _on_change(self, changes) -> None:
+        if not changes:  # the service rebuilt its engine: forget everything
+            self._documents.clear()
+            return
+        for change in changes:
+            if isinstance(change, IncarnationChanged):
+                self._documents.pop(change.scope, None)
+
+    def _rendered(self, scope: str, version: str) -> Response:
+        """The 200 response for a scope's document: rendered, with its ETag, once per change of the scope."""
+        per_scope = self._documents.setdefault(scope, {})
+        found = per_scope.get(version)
+        if found is None:
+            engine = self.service.engine
+            body = render_document(engine.incarnation(scope), engine.live_events(scope), version)
+            etag = b'"' + hashlib.blake2b(body, digest_size=8).hexdigest().encode() + b'"'
+            found = _json(200, body, (b"etag", etag))
+            per_scope[version] = found
+        return found
+
+    def document(self, scope: str, version: str) -> bytes:
+        """The bytes of a scope's document for an api-version, as a VM of that scope gets them."""
+        return self._rendered(scope, version)[1]
+
+    # ------------------------------------------------------------------------------------------- requests
+    def handle(self, request: Request) -> Response | Later:
+        path = request.path
+        try:
+            if path == "/metadata/scheduledevents":
+                return self._scheduled_events(request)
+            if path == "/metadata/instance" or path.startswith("/metadata/instance/"):
+                return self._instance_metadata(request)
+            if path == "/metadata/versions":
+                return self._versions(request)
+            return _json(404, NOT_FOUND)
+        except _Refused as refused:
+            return refused.response
+        except StoreError as error:
+            # Nothing was changed (the service rebuilt its engine from the database). Real IMDS answers its own
+            # failures with 500, which clients retry.
+            log.error("%s %s: %s", request.method, path, error)
+            return _json(500, SERVICE_ERROR)
+
+    def _query(self, raw: bytes) -> dict | bytes:
+        """The query parameters, or an error body; cached, since clients repeat the same query every second."""
+        found = self._queries.get(raw)
+        if found is None:
+            found = parse_query(raw, allow_duplicates=self.settings.lenient)
+            if len(self._queries) < 4096:
+                self._queries[raw] = found
+        return found
+
+    def _refusal(self, request: Request, query, versions, newest) -> bytes | None:
+        """The common checks of every IMDS request; the error body to send, or None."""
+        if self.settings.lenient:
+            if versions is not None and query.get("api-version") not in versions:
+                query["api-version"] = versions[-1] if versions is SCHEDULED_EVENTS_VERSIONS else versions[0]
+            return None
+        return refusal(request, query, versions, newest)
+
+    def _admit(self, request: Request, versions, newest) -> tuple[VM, dict]:
+        """The caller's VM and the query parameters; raises :class:`_Refused` with the 400 that refuses them."""
+        query = self._query(request.query)
+        refusal = self._refusal(request, query, versions, newest)
+        if refusal is not None:
+            raise _Refused(_json(400, refusal))
+        try:
+            vm = self.resolver.resolve(request.local, request.peer)
+        except UnknownCaller as error:
+            raise _Refused(_json(400, error_body(f"Bad request. {error}"))) from None
+        if not isinstance(vm, VM):  # an EC2 instance: Azure's paths do not exist on its metadata service
+            raise _Refused(_json(404, NOT_FOUND))
+        self._gate(vm)
+        return vm, query
+
+    def _gate(self, vm: VM) -> None:
+        """What stands between a VM and its answer beyond the request itself: the VM being down, the rate limit,
+        injected faults. Raises :class:`_Refused` with the answer (or the dropped connection)."""
+        settings = self.settings
+        if settings.while_down == "drop" and self.service.engine.vm_states[vm.name].power not in _ANSWERING:
+            raise _Refused((DROP, b"", JSON, ()))
+        if settings.rate_limit > 0:
+            now = time.monotonic()
+            bucket = self._buckets.get(vm.name)
+            if bucket is None:
+                bucket = self._buckets[vm.name] = _TokenBucket(settings.rate_limit, now)
+            bucket.tokens = min(settings.rate_limit, bucket.tokens + (now - bucket.stamp) * settings.rate_limit)
+            bucket.stamp = now
+            if bucket.tokens < 1:
+                raise _Refused(_json(429, TOO_MANY_REQUESTS))
+            bucket.tokens -= 1
+        if self.faults:
+            fault = self._take_fault(vm, failing=True)
+            if fault is not None:
+                raise _Refused(_json(fault.status, FAULT_BODIES[fault.status]))
+
+    def delay_for(self, vm: VM) -> float:
+        """Injected latency for this VM's next answer, in wall seconds."""
+        fault = self._take_fault(vm, failing=False) if self.faults else None
+        return 0.0 if fault is None else fault.delay
+
+    def _take_fault(self, vm: VM, failing: bool) -> Fault | None:
+        """The first fault of the kind asked (failing, or slowing) that applies to this request; it counts it."""
+        now = self.service.now()
+        found = None
+        for fault in self.faults:
+            if bool(fault.status) == failing and fault.applies(vm.name, now):
+                found = fault
+                break
+        if found is not None and found.requests is not None:
+            found.requests -= 1
+        self.faults = [f for f in self.faults if f.requests != 0 and (f.until is None or now < f.until)]
+        return found
+
+    # --------------------------------------------------------------------------------------- fault injection
+    def inject(self, status: int, vms: list[str], requests: int | None, until: datetime | None, delay: float) -> Fault:
+        for name in vms:
+            self.service.engine.fleet.vm(name)  # unknown names are refused
+        if status not in (0, 410, 429, 500):
+            raise Invalid(f"faults answer 410, 429 or 500 (or 0 with a delay), not {status}")
+        if status == 0 and delay <= 0:
+            raise Invalid("a fault needs a status or a delay")
+        if requests is not None and requests < 1:
+            raise Invalid("requests must be at least 1")
+        fault = Fault(self._next_fault, status, frozenset(vms), requests, until, delay)
+        self._next_fault += 1
+        self.faults.append(fault)
+        log.info("fault %s injected: %s", fault.fault_id, fault)
+        return fault
+
+    def clear_faults(self) -> int:
+        count, self.faults = len(self.faults), []
+        return count
+
+    def _scheduled_events(self, request: Request) -> Response | Later:
+        method = request.method
+        if method != "GET" and method != "POST":
+            return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
+        vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
+        first_call = False
+        if self.service.engine.rules.enabling_required:
+            first_call = not self.service.engine.is_enabled(vm.scope)
+            self.service.request_seen(vm.scope)
+        delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
+        if delay > 0:
+            return Later(delay, lambda: self._scheduled_events_answer(vm, query, request))
+        return self._scheduled_events_answer(vm, query, request)
+
+    def _scheduled_events_answer(self, vm: VM, query: dict, request: Request) -> Response:
+        if request.method == "POST":
+            return self._approve(vm, request.body)
+        service = self.service
+        if service.wall() >= service.due_wall:
+            try:
+                service.catch_up()
+            except StoreError as error:  # serve the last committed document; the timer retries the deadline
+                log.error("applying a due deadline failed: %s", error)
+        response = self._rendered(vm.scope, query["api-version"])
+        for key, value in request.headers:
+            if key == b"if-none-match":
+                etag = response[3][0][1]
+                if value.strip() == b"*" or etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")):
+                    return (304, b"", JSON, response[3])
+        return response
+
+    def _approve(self, vm, body: bytes) -> Response:
+        event_ids = parse_start_requests(body)
+        if event_ids is None:
+            return _json(400, BAD_START_REQUESTS)
+        visible = []
+        for event_id in event_ids:
+            event = self.service.engine.events.get(event_id)
+            if event is None or event.scope != vm.scope:
+                if self.settings.unknown_event_ids == "reject":
+                    log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
+                    return _json(
+                        400, error_body(f"Bad request. EventId {event_id} is not a scheduled event of this VM")
+                    )
+                log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
+                continue
+            visible.append(event_id)
+        try:
+            self.service.approve(visible, by=vm.name)
+        except NotFound as error:  # the event vanished between the check and the command
+            return _json(400, error_body(f"Bad request. {error}"))
+        return _json(200, b"")
+
+    def _instance_metadata(self, request: Request) -> Response | Later:
+        if request.method != "GET":
+            return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
+        versions = azure_instance.INSTANCE_API_VERSIONS
+        vm, query = self._admit(request, versions, list(versions[:3]))
+        extended = query.get("extended")
+        key = (
+            vm.name,
+            query["api-version"],
+            request.path,
+            query.get("format"),
+            extended is not None and extended.lower() == "true",
+        )
+        found = self._instance_answers.get(key)
+        if found is None:
+            status, body, content_type = azure_instance.answer(
+                vm, key[1], key[2][len("/metadata/instance") :], key[3], key[4]
+            )
+            found = (status, body, content_type, ())
+            if len(self._instance_answers) < 65536:
+                self._instance_answers[key] = found
+        delay = self.delay_for(vm)
+        return Later(delay, lambda: found) if delay > 0 else found
+
+    def _versions(self, request: Request) -> Response:
+        if request.method != "GET":
+            return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
+        refusal = self._refusal(request, self._query(request.query), None, None)
+        if refusal is not None:
+            return _json(400, refusal)
+        return _json(200, json.dumps(azure_instance.versions_document()).encode())
+
+
+# ------------------------------------------------------------------------------------------- request checks
+def parse_query(raw: bytes, allow_duplicates: bool = False) -> dict | bytes:
+    """The query parameters of a request, or the error body refusing duplicate names."""
+    pairs = parse_qsl(raw.decode("latin-1"), keep_blank_values=True)
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names) and not allow_duplicates:
+        return DUPLICATE_PARAMETER
+    return dict(pairs)
+
+
+def refusal(request: Request, query: dict | bytes, versions, newest) -> bytes | None:
+    """Real IMDS's checks of a request, in this order: X-Forwarded-For, duplicate query parameters, the Metadata
+    header, the api-version (``versions`` None: none needed). The error body to send, or None."""
+    metadata = None
+    for key, value in request.headers:
+        if key == b"x-forwarded-for":
+            return FORWARDED_REFUSED
+        if key == b"metadata":
+            metadata = value
+    if isinstance(query, bytes):
+        return query
+    version = query.get("api-version")
+    # The 2017-03-01 preview did not enforce the header; 2017-08-01 enforced it for every request.
+    preview = version == PREVIEW_VERSION and versions is SCHEDULED_EVENTS_VERSIONS
+    if (metadata is None or metadata.lower() != b"true") and not preview:
+        return MISSING_METADATA_HEADER
+    if versions is not None and version not in versions:
+        return bad_api_version(newest)
+    return None
+
+
+# ----------------------------------------------------------------------------------------------- wire format
+def not_before_text(event: Event) -> str:
+    """RFC 1123 in GMT while Scheduled (``Mon, 20 Apr 2026 22:26:58 GMT``); empty once Started."""
+    if event.status is EventStatus.SCHEDULED:
+        return format_datetime(event.not_before, usegmt=True)
+    return ""
+
+
+def render_document(incarnation: int, events: list[Event], version: str) -> bytes:
+    rendered = []
+    for event in events:
+        since = TYPE_SINCE.get(event.event_type)
+        if since is not None and version < since:
+            continue  # e.g. Terminate does not exist for 2017-08-01 clients (drainsafe#4)
+        resources = list(event.resources)
+        if version == PREVIEW_VERSION:
+            resources = ["_" + name for name in resources]  # dropped in 2017-08-01
+        item = {
+            "EventId": event.event_id,
+            "EventStatus": event.status.value,
+            "EventType": event.event_type.value,
+            "ResourceType": "VirtualMachine",
+            "Resources": resources,
+            "NotBefore": not_before_text(event),
+        }
+        if version >= DESCRIPTION_SINCE:
+            item["Description"] = event.description
+        if version >= EVENT_SOURCE_SINCE:
+            item["EventSource"] = event.source.value
+        if version >= DURATION_SINCE:
+            item["DurationInSeconds"] = event.duration_seconds
+        rendered.append(item)
+    return json.dumps({"DocumentIncarnation": incarnation, "Events": rendered}, separators=(",", ":")).encode()
+
+
+def parse_start_requests(body: bytes | None) -> list[str] | None:
+    """The EventIds of a ``{"StartRequests": [{"EventId": ...}]}`` body (uppercased), or None when malformed."""
+    if not body:
+        return None
+    try:
+        data = parse_json(body)
+    except JsonInputError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("StartRequests"), list):
+        return None
+    event_ids = []
+    for item in data["StartRequests"]:
+        if not isinstance(item, dict) or not isinstance(item.get("EventId"), str) or not item["EventId"].strip():
+            return None
+        event_ids.append(item["EventId"].strip().upper())
+    return event_ids

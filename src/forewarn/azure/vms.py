@@ -1,0 +1,186 @@
+"""What happens to the simulated VMs: their running state, the impacts events have on them, and the policies and
+notification profiles that decide how user operations are announced.
+
+The fleet (``fleet.py``) is what was deployed; this module is what the VMs are going through now.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from forewarn.azure.model import EventType, Impact
+from forewarn.core.durations import format_duration
+from forewarn.core.errors import Invalid
+
+
+class Power(str, enum.Enum):
+    RUNNING = "running"
+    FROZEN = "frozen"  # paused, memory and open files kept
+    REBOOTING = "rebooting"  # non-persistent memory lost
+    REDEPLOYING = "redeploying"  # moving to another host, temporary disk lost
+    REIMAGING = "reimaging"  # OS disk reset to the image, temporary disk lost
+    DELETED = "deleted"
+
+
+# What an event of each type does to its VMs when it starts ("Scheduled Events for Azure Virtual Machines", the
+# EventType descriptions).
+IMPACT_OF_TYPE = {
+    EventType.FREEZE: Impact.FREEZE,
+    EventType.REBOOT: Impact.REBOOT,
+    EventType.REDEPLOY: Impact.REDEPLOY,
+    EventType.PREEMPT: Impact.DELETE,
+    EventType.TERMINATE: Impact.DELETE,
+}
+
+POWER_DURING = {
+    Impact.FREEZE: Power.FROZEN,
+    Impact.REBOOT: Power.REBOOTING,
+    Impact.REDEPLOY: Power.REDEPLOYING,
+    Impact.REIMAGE: Power.REIMAGING,
+    Impact.DELETE: Power.DELETED,
+}
+
+
+@dataclass(frozen=True)
+class NotificationProfile:
+    """``terminateNotificationProfile`` or ``osImageNotificationProfile`` of a scale set."""
+
+    enable: bool = False
+    not_before_timeout: timedelta = timedelta(minutes=5)
+
+
+# the terminate-notification page: PT5M to PT15M
+TERMINATE_TIMEOUT_RANGE = (timedelta(minutes=5), timedelta(minutes=15))
+OS_IMAGE_TIMEOUT = timedelta(minutes=15)  # compute API: "the value must be 15 minutes (PT15M)"
+# Seed 000: OS image notifications need sizes with memory-preserving updates; not the G, M, N and H series.
+_UNSUPPORTED_OS_IMAGE_SIZE = re.compile(r"^(Standard_|Basic_)?(G|M|N|H)", re.IGNORECASE)
+
+
+def check_terminate_profile(profile: NotificationProfile, spot: bool) -> None:
+    if not profile.enable:
+        return
+    if spot:
+        raise Invalid("terminate notifications cannot be enabled on Spot instances")
+    low, high = TERMINATE_TIMEOUT_RANGE
+    if not low <= profile.not_before_timeout <= high:
+        raise Invalid(
+            f"terminateNotificationProfile.notBeforeTimeout must be between PT5M and PT15M, "
+            f"got {format_duration(profile.not_before_timeout)}"
+        )
+
+
+def check_os_image_profile(profile: NotificationProfile, size: str) -> None:
+    if not profile.enable:
+        return
+    if _UNSUPPORTED_OS_IMAGE_SIZE.match(size):
+        raise Invalid(f"OS image notifications are not supported for size {size} (G, M, N and H series)")
+    if profile.not_before_timeout != OS_IMAGE_TIMEOUT:
+        raise Invalid(
+            "osImageNotificationProfile.notBeforeTimeout must be PT15M, got "
+            f"{format_duration(profile.not_before_timeout)}"
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a policy owner (a standalone VM, an availability set, a scale set) decides for all its VMs.
+
+    ``auto_approve_reboot``/``auto_approve_redeploy`` are ``scheduledEventsPolicy.userInitiatedReboot`` and
+    ``userInitiatedRedeploy.automaticallyApprove``. The notification profiles are the scale set's *model*; each
+    instance runs the model version it was last updated to ("Terminate notification for Azure Virtual Machine
+    Scale Set instances": "update the instances to the latest model").
+    """
+
+    owner: str
+    auto_approve_reboot: bool = False
+    auto_approve_redeploy: bool = False
+    terminate: NotificationProfile = field(default_factory=NotificationProfile)
+    os_image: NotificationProfile = field(default_factory=NotificationProfile)
+    model_version: int = 1
+    # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph ("Scheduled Events in Event Grid"): the
+    # owner's events are also published centrally, to its subscription's Event Grid system topic and to Resource
+    # Graph.
+    publish_central: bool = False
+
+
+@dataclass(frozen=True)
+class VmState:
+    name: str
+    power: Power
+    host: str
+    booted_at: datetime
+    temp_disk_generation: int = 1
+    os_disk_generation: int = 1
+    memory_generation: int = 1
+    impacted_by: str | None = None  # the EventId whose impact the VM is going through
+    impact_until: datetime | None = None
+    terminate: NotificationProfile = field(default_factory=NotificationProfile)  # as of its model version
+    os_image: NotificationProfile = field(default_factory=NotificationProfile)
+    model_version: int = 1
+    deleted_at: datetime | None = None
+
+    @property
+    def deleted(self) -> bool:
+        return self.power is Power.DELETED
+
+    def impacted(self, impact: Impact, event_id: str, now: datetime, until: datetime, new_host: str | None) -> VmState:
+        """The VM as an impact begins."""
+        state = replace(self, power=POWER_DURING[impact], impacted_by=event_id, impact_until=until)
+        if impact is Impact.DELETE:
+            return replace(state, impact_until=None, deleted_at=now)
+        if impact in (Impact.REBOOT, Impact.REDEPLOY, Impact.REIMAGE):
+            state = replace(state, memory_generation=self.memory_generation + 1)
+        if impact in (Impact.REDEPLOY, Impact.REIMAGE):
+            state = replace(state, temp_disk_generation=self.temp_disk_generation + 1)
+        if impact is Impact.REIMAGE:
+            state = replace(state, os_disk_generation=self.os_disk_generation + 1)
+        if impact is Impact.REDEPLOY and new_host is not None:
+            state = replace(state, host=new_host)
+        return state
+
+    def recovered(self, now: datetime) -> VmState:
+        """Running again; a VM that went down (all but a freeze) booted now."""
+        booted_at = self.booted_at if self.power is Power.FROZEN else now
+        return replace(self, power=Power.RUNNING, booted_at=booted_at, impacted_by=None, impact_until=None)
+
+
+def _profile_record(profile: NotificationProfile) -> dict:
+    return {"enable": profile.enable, "not_before_timeout": profile.not_before_timeout.total_seconds()}
+
+
+def _profile_from(record: dict) -> NotificationProfile:
+    return NotificationProfile(record["enable"], timedelta(seconds=record["not_before_timeout"]))
+
+
+def policy_records(policies) -> list[dict]:
+    """Plain data for the fleet records and the store; :func:`policies_from_records` is its inverse."""
+    return [
+        {
+            "owner": p.owner,
+            "auto_approve_reboot": p.auto_approve_reboot,
+            "auto_approve_redeploy": p.auto_approve_redeploy,
+            "terminate": _profile_record(p.terminate),
+            "os_image": _profile_record(p.os_image),
+            "model_version": p.model_version,
+            "publish_central": p.publish_central,
+        }
+        for p in policies
+    ]
+
+
+def policies_from_records(records: list[dict]) -> list[Policy]:
+    return [
+        Policy(
+            owner=r["owner"],
+            auto_approve_reboot=r["auto_approve_reboot"],
+            auto_approve_redeploy=r["auto_approve_redeploy"],
+            terminate=_profile_from(r["terminate"]),
+            os_image=_profile_from(r["os_image"]),
+            model_version=r["model_version"],
+            publish_central=r.get("publish_central", False),
+        )
+        for r in records
+    ]

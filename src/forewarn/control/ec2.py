@@ -1,0 +1,204 @@
+"""The control API's EC2 routes: schedule, cancel and reschedule EC2 instance events; start instances; Spot
+interruptions and rebalance recommendations (what AWS does on its side and no public API can trigger)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
+from forewarn.aws.component import Ec2Request
+from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState
+from forewarn.azure.model import parse_enum
+from forewarn.control.models import ERRORS, iso, parse_time
+from forewarn.core.durations import parse_duration
+
+
+class Ec2EventOut(BaseModel):
+    event_id: str
+    instance_id: str
+    code: str
+    state: str
+    description: str
+    not_before: str
+    not_after: str | None
+    not_before_deadline: str | None
+    created_at: str
+    started_at: str | None
+    ended_at: str | None
+
+    @classmethod
+    def of(cls, event: Ec2Event) -> Ec2EventOut:
+        return cls(
+            event_id=event.event_id,
+            instance_id=event.instance_id,
+            code=event.code.value,
+            state=event.state.value,
+            description=event.shown_description,
+            not_before=iso(event.not_before),
+            not_after=iso(event.not_after),
+            not_before_deadline=iso(event.not_before_deadline),
+            created_at=iso(event.created_at),
+            started_at=iso(event.started_at),
+            ended_at=iso(event.ended_at),
+        )
+
+
+class InstanceOut(BaseModel):
+    instance_id: str
+    name: str
+    state: str
+    host: str
+    instance_type: str
+    availability_zone: str
+    root_device: str
+    spot: bool
+    auto_scaling_group: str | None
+    lifecycle_state: str
+    launched_at: str
+    booted_at: str
+    impacted_by: str | None
+    replaces: str | None
+    spot_action: str | None
+    spot_action_time: str | None
+    rebalance_at: str | None
+
+
+class Ec2EventIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    code: str = Field(
+        description="instance-reboot, system-reboot, system-maintenance, instance-retirement, instance-stop",
+        examples=["system-reboot"],
+    )
+    instances: list[str] = Field(min_length=1)
+    notice: str | None = Field(default=None, description="time until NotBefore (default 14d)")
+    not_before: str | None = Field(default=None, description="explicit NotBefore, ISO 8601")
+    window: str | None = Field(
+        default=None, description="NotAfter - NotBefore (default 2h for reboots and maintenance)"
+    )
+    no_not_after: bool = False
+    deadline: str | None = Field(
+        default=None, description="NotBeforeDeadline - NotBefore (default 21d for reboots and maintenance)"
+    )
+    no_deadline: bool = False
+    description: str | None = None
+
+
+class RescheduleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    not_before: str
+
+
+class SpotIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instances: list[str] = Field(min_length=1)
+    action: str = Field(default="terminate", description="terminate, stop or hibernate")
+
+
+class Ec2OutcomeOut(BaseModel):
+    events: list[Ec2EventOut]
+    instances: list[InstanceOut]
+
+
+def ec2_router(service: Maintenance) -> APIRouter:
+    router = APIRouter()
+
+    def instance_out(instance_id: str) -> InstanceOut:
+        engine = service.engine
+        record, state = engine.ec2_instances[instance_id], engine.ec2_states[instance_id]
+        return InstanceOut(
+            instance_id=instance_id,
+            name=record.name,
+            state=state.state.value,
+            host=state.host,
+            instance_type=record.instance_type,
+            availability_zone=record.availability_zone,
+            root_device=record.root_device,
+            spot=record.spot,
+            auto_scaling_group=record.auto_scaling_group,
+            lifecycle_state=state.lifecycle_state,
+            launched_at=iso(state.launched_at),
+            booted_at=iso(state.booted_at),
+            impacted_by=state.impacted_by,
+            replaces=state.origin,
+            spot_action=state.spot_action,
+            spot_action_time=iso(state.spot_action_time),
+            rebalance_at=iso(state.rebalance_at),
+        )
+
+    def outcome(changes) -> Ec2OutcomeOut:
+        events = {c.event.event_id: c.event for c in changes if isinstance(c, Ec2EventChanged)}
+        instances = dict.fromkeys(c.state.instance_id for c in changes if isinstance(c, Ec2StateChanged))
+        return Ec2OutcomeOut(
+            events=[Ec2EventOut.of(e) for e in events.values()], instances=[instance_out(i) for i in instances]
+        )
+
+    @router.get("/v1/ec2/instances", tags=["ec2"], response_model=list[InstanceOut])
+    async def instances():
+        service.catch_up()
+        return [instance_out(iid) for iid in service.engine.ec2_instances]
+
+    @router.get("/v1/ec2/instances/{instance_id}", tags=["ec2"], response_model=InstanceOut, responses=ERRORS)
+    async def instance(instance_id: str):
+        service.catch_up()
+        service.engine.ec2_instance(instance_id)
+        return instance_out(instance_id)
+
+    @router.get("/v1/ec2/events", tags=["ec2"], response_model=list[Ec2EventOut])
+    async def events(all: bool = Query(False, description="include completed and canceled events")):
+        service.catch_up()
+        found = sorted(service.engine.ec2_events.values(), key=lambda e: e.seq)
+        return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
+
+    @router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)
+    async def schedule(body: Ec2EventIn):
+        """Schedule an EC2 event on instances: one event each."""
+        request = Ec2Request(
+            code=parse_enum(Ec2Code, body.code, "event code"),
+            instances=tuple(body.instances),
+            notice=None if body.notice is None else parse_duration(body.notice),
+            not_before=None if body.not_before is None else parse_time(body.not_before),
+            window=None if body.window is None else parse_duration(body.window),
+            no_not_after=body.no_not_after,
+            deadline=None if body.deadline is None else parse_duration(body.deadline),
+            no_deadline=body.no_deadline,
+            description=body.description,
+        )
+        changes = service.perform(lambda engine: engine.schedule_ec2(request))
+        return [Ec2EventOut.of(c.event) for c in changes if isinstance(c, Ec2EventChanged)]
+
+    @router.post("/v1/ec2/events/{event_id}/cancel", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
+    async def cancel(event_id: str):
+        service.perform(lambda engine: engine.cancel_ec2(event_id))
+        return Ec2EventOut.of(service.engine.ec2_event(event_id))
+
+    @router.post("/v1/ec2/events/{event_id}/reschedule", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
+    async def reschedule(event_id: str, body: RescheduleIn):
+        """What ModifyInstanceEventStartTime does, with the same rules."""
+        event = service.engine.ec2_event(event_id)
+        when = parse_time(body.not_before)
+        service.perform(lambda engine: engine.reschedule_ec2(event.instance_id, event_id, when))
+        return Ec2EventOut.of(service.engine.ec2_event(event_id))
+
+    @router.post("/v1/ec2/instances/{instance_id}/start", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
+    async def start(instance_id: str):
+        """Start a stopped instance (after an instance-stop event it comes up on a new host)."""
+        return outcome(service.perform(lambda engine: engine.start_instance(instance_id)))
+
+    @router.post("/v1/ec2/spot/interrupt", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
+    async def interrupt(body: SpotIn):
+        """A Spot interruption notice: the action happens two minutes later."""
+        return outcome(service.perform(lambda engine: engine.interrupt_spot(body.instances, body.action)))
+
+    @router.post("/v1/ec2/spot/rebalance", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
+    async def rebalance(body: SpotIn):
+        """A rebalance recommendation for Spot instances."""
+        return outcome(service.perform(lambda engine: engine.recommend_rebalance(body.instances)))
+
+    @router.get("/v1/deliveries", tags=["ec2"])
+    async def deliveries(limit: int = Query(1000, ge=1, le=100000)):
+        """Outgoing messages (AWS Health events): status pending, delivered or expired, attempts, last error."""
+        return service.store.deliveries(limit)
+
+    return router

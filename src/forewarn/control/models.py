@@ -1,0 +1,159 @@
+"""Shapes shared by the control API's routers: events, errors, times."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
+from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.model import Event
+from forewarn.core.errors import Invalid
+from forewarn.waves.component import WaveChanged
+
+
+def iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601 (``2026-04-20T22:26:58Z``); a time without an offset is UTC."""
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise Invalid(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:26:58Z") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class EventOut(BaseModel):
+    event_id: str
+    status: str
+    type: str
+    source: str
+    resources: list[str]
+    scope: str
+    not_before: str
+    description: str
+    duration_seconds: int
+    impact_window_seconds: float
+    created_at: str
+    started_at: str | None
+    ends_at: str | None
+    ended_at: str | None
+    approvals: list[str]
+    operation_id: str
+
+    @classmethod
+    def of(cls, event: Event) -> EventOut:
+        return cls(
+            event_id=event.event_id,
+            status=event.status.value,
+            type=event.event_type.value,
+            source=event.source.value,
+            resources=list(event.resources),
+            scope=event.scope,
+            not_before=iso(event.not_before),
+            description=event.description,
+            duration_seconds=event.duration_seconds,
+            impact_window_seconds=event.impact_window.total_seconds(),
+            created_at=iso(event.created_at),
+            started_at=iso(event.started_at),
+            ends_at=iso(event.ends_at),
+            ended_at=iso(event.ended_at),
+            approvals=list(event.approvals),
+            operation_id=event.operation_id,
+        )
+
+
+# A clock move reports at most this many changes one by one (a wave step can touch 100,000 events); the rest are
+# counted in ``changes_total`` and are in the journal (GET /v1/journal).
+MAX_LISTED_CHANGES = 1000
+
+
+class ChangeOut(BaseModel):
+    kind: Literal["event", "vm", "ec2_event", "instance", "wave"]
+    id: str
+    what: str = Field(description="scheduled, approved, started, completed, canceled, impacted, recovered, ...")
+    reason: str
+    type: str | None = Field(default=None, description="the event type (Azure) or code (EC2)")
+    status: str | None = None
+    targets: list[str] = Field(default_factory=list, description="VMs or the instance the change is about")
+
+
+def change_out(change) -> ChangeOut | None:
+    """What a person reading ``clock next`` wants to know of one change; None for bookkeeping (incarnations, the
+    clock itself, policies, enabling)."""
+    if isinstance(change, EventChanged):
+        event = change.event
+        return ChangeOut(
+            kind="event",
+            id=event.event_id,
+            what=change.what,
+            reason=change.reason,
+            type=event.event_type.value,
+            status=event.status.value,
+            targets=list(event.resources),
+        )
+    if isinstance(change, VmChanged):
+        return ChangeOut(
+            kind="vm",
+            id=change.state.name,
+            what=change.what,
+            reason=change.reason,
+            status=change.state.power.value,
+            targets=[change.state.name],
+        )
+    if isinstance(change, Ec2EventChanged):
+        event = change.event
+        return ChangeOut(
+            kind="ec2_event",
+            id=event.event_id,
+            what=change.what,
+            reason=change.reason,
+            type=event.code.value,
+            status=event.state.value,
+            targets=[event.instance_id],
+        )
+    if isinstance(change, Ec2StateChanged):
+        state = change.state
+        return ChangeOut(
+            kind="instance",
+            id=state.instance_id,
+            what=change.what,
+            reason=change.reason,
+            status=state.state.value,
+            targets=[state.instance_id],
+        )
+    if isinstance(change, WaveChanged):
+        wave = change.wave
+        return ChangeOut(
+            kind="wave",
+            id=wave.wave_id,
+            what=change.what,
+            reason=change.reason,
+            type=wave.spec.event_type.value,
+            status=wave.status.value,
+        )
+    return None
+
+
+def changes_out(changes) -> tuple[list[ChangeOut], int]:
+    """The changes worth reporting, the first ``MAX_LISTED_CHANGES`` of them, and how many there were."""
+    reported = [out for out in map(change_out, changes) if out is not None]
+    return reported[:MAX_LISTED_CHANGES], len(reported)
+
+
+class ErrorBody(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    error: ErrorBody
+
+
+ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}

@@ -1,0 +1,241 @@
+"""The control API's platform routes: VMs and what happens to them, user-initiated operations, policies and
+notification profiles, and the platform's exceptional cases (hardware failure, predicted failure, Spot eviction)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
+from forewarn.azure.model import EventType, parse_enum
+from forewarn.azure.vms import NotificationProfile, Policy, VmState
+from forewarn.control.models import ERRORS, EventOut, iso
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import Invalid
+from forewarn.engine.engine import Change
+
+
+class VmOut(BaseModel):
+    name: str
+    power: str
+    host: str
+    booted_at: str
+    temp_disk_generation: int
+    os_disk_generation: int
+    memory_generation: int
+    impacted_by: str | None
+    impact_until: str | None
+    deleted_at: str | None
+    model_version: int
+    latest_model: bool
+    scope: str
+    policy_owner: str
+
+    @classmethod
+    def of(cls, state: VmState, service: Maintenance) -> VmOut:
+        vm = service.engine.fleet.vms[state.name]
+        policy = service.engine.policies[vm.policy_owner]
+        return cls(
+            name=state.name,
+            power=state.power.value,
+            host=state.host,
+            booted_at=iso(state.booted_at),
+            temp_disk_generation=state.temp_disk_generation,
+            os_disk_generation=state.os_disk_generation,
+            memory_generation=state.memory_generation,
+            impacted_by=state.impacted_by,
+            impact_until=iso(state.impact_until),
+            deleted_at=iso(state.deleted_at),
+            model_version=state.model_version,
+            latest_model=state.model_version == policy.model_version,
+            scope=vm.scope,
+            policy_owner=vm.policy_owner,
+        )
+
+
+class ProfileIO(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    enable: bool
+    not_before_timeout: str = Field(default="PT5M", description="ISO 8601 duration, e.g. PT5M")
+
+
+class PolicyOut(BaseModel):
+    owner: str
+    auto_approve_reboot: bool
+    auto_approve_redeploy: bool
+    terminate_notification: ProfileIO
+    os_image_notification: ProfileIO
+    model_version: int
+    publish_central: bool
+
+    @classmethod
+    def of(cls, policy: Policy) -> PolicyOut:
+        return cls(
+            owner=policy.owner,
+            auto_approve_reboot=policy.auto_approve_reboot,
+            auto_approve_redeploy=policy.auto_approve_redeploy,
+            terminate_notification=_profile_out(policy.terminate),
+            os_image_notification=_profile_out(policy.os_image),
+            model_version=policy.model_version,
+            publish_central=policy.publish_central,
+        )
+
+
+def _profile_out(profile: NotificationProfile) -> ProfileIO:
+    minutes, seconds = divmod(int(profile.not_before_timeout.total_seconds()), 60)
+    return ProfileIO(enable=profile.enable, not_before_timeout=f"PT{minutes}M" + (f"{seconds}S" if seconds else ""))
+
+
+def _profile_in(profile: ProfileIO | None) -> NotificationProfile | None:
+    if profile is None:
+        return None
+    return NotificationProfile(profile.enable, parse_duration(profile.not_before_timeout))
+
+
+class PolicyIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    auto_approve_reboot: bool | None = Field(default=None, description="userInitiatedReboot.automaticallyApprove")
+    auto_approve_redeploy: bool | None = Field(default=None, description="userInitiatedRedeploy.automaticallyApprove")
+    terminate_notification: ProfileIO | None = None
+    os_image_notification: ProfileIO | None = None
+    publish_central: bool | None = Field(
+        default=None, description="scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph.enable"
+    )
+
+
+class VmsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vms: list[str] = Field(min_length=1)
+    notice: str | None = Field(default=None, description="restart and redeploy only; default per type")
+
+
+class CountIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    count: int = Field(strict=True, ge=1)
+
+
+class InstancesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    vms: list[str] = Field(default_factory=list, description="instances to update; all when empty")
+
+
+class HostsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    hosts: list[str] = Field(min_length=1)
+    type: str | None = Field(default=None, description="hardware failure: Redeploy (default) or Reboot")
+    notice: str | None = Field(default=None, description="predicted failure: default 7d")
+
+
+class OutcomeOut(BaseModel):
+    """What a command did: the events it created or moved, and the VMs it changed."""
+
+    events: list[EventOut]
+    vms: list[VmOut]
+    policies: list[PolicyOut]
+
+
+def outcome(changes: list[Change], service: Maintenance) -> OutcomeOut:
+    events = {c.event.event_id: c.event for c in changes if isinstance(c, EventChanged)}
+    vms = {c.state.name: c.state for c in changes if isinstance(c, VmChanged)}
+    policies = {c.policy.owner: c.policy for c in changes if isinstance(c, PolicyChanged)}
+    return OutcomeOut(
+        events=[EventOut.of(e) for e in events.values()],
+        vms=[VmOut.of(s, service) for s in vms.values()],
+        policies=[PolicyOut.of(p) for p in policies.values()],
+    )
+
+
+def platform_router(service: Maintenance) -> APIRouter:
+    router = APIRouter()
+
+    @router.get("/v1/vms", tags=["vms"], response_model=list[VmOut])
+    async def list_vms():
+        """Every VM's running state: power, host, boot time, disks and memory generations, model version."""
+        service.catch_up()
+        return [VmOut.of(state, service) for state in service.engine.vm_states.values()]
+
+    @router.get("/v1/vms/{name}", tags=["vms"], response_model=VmOut, responses=ERRORS)
+    async def get_vm(name: str):
+        service.catch_up()
+        vm = service.engine.fleet.vm(name)
+        return VmOut.of(service.engine.vm_states[vm.name], service)
+
+    def user_operation(action: str):
+        async def run(body: VmsIn) -> OutcomeOut:
+            if body.notice is not None and action not in ("restart", "redeploy"):
+                raise Invalid(f"{action} takes no notice")
+            if action in ("restart", "redeploy"):
+                notice = None if body.notice is None else parse_duration(body.notice)
+                changes = service.perform(lambda engine: getattr(engine, action)(body.vms, notice))
+            else:
+                changes = service.perform(lambda engine: getattr(engine, action)(body.vms))
+            return outcome(changes, service)
+
+        return run
+
+    for action, summary in (
+        ("restart", "A user restart: a User Reboot event (started at once under automaticallyApprove)."),
+        ("redeploy", "A user redeploy: a User Redeploy event (started at once under automaticallyApprove)."),
+        ("reimage", "Reimage: announced as a Reboot where the instance's model enables OS image notifications."),
+        ("delete", "Delete: Terminate events where the instance's model enables terminate notifications."),
+    ):
+        router.add_api_route(
+            f"/v1/vms/{action}",
+            user_operation(action),
+            methods=["POST"],
+            tags=["vms"],
+            summary=summary,
+            response_model=OutcomeOut,
+            responses=ERRORS,
+        )
+
+    @router.get("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
+    async def get_policy(owner: str):
+        return PolicyOut.of(service.engine.policy(owner))
+
+    @router.patch("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
+    async def update_policy(owner: str, body: PolicyIn):
+        """Update a scheduledEventsPolicy (scale set, availability set or standalone VM) or a scale set's
+        notification profiles. Instances follow profile changes once updated to the latest model."""
+        terminate = _profile_in(body.terminate_notification)
+        os_image = _profile_in(body.os_image_notification)
+        service.perform(
+            lambda engine: engine.update_policy(
+                owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central
+            )
+        )
+        return PolicyOut.of(service.engine.policy(owner))
+
+    @router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
+    async def scale_in(name: str, body: CountIn):
+        return outcome(service.perform(lambda engine: engine.scale_in(name, body.count)), service)
+
+    @router.post("/v1/scale-sets/{name}/update-instances", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
+    async def update_instances(name: str, body: InstancesIn):
+        return outcome(service.perform(lambda engine: engine.update_instances(name, body.vms)), service)
+
+    @router.post("/v1/platform/hardware-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
+    async def hardware_failure(body: HostsIn):
+        """Hosts fail: their VMs' events appear directly as Started, without notice."""
+        event_type = None if body.type is None else parse_enum(EventType, body.type, "event type")
+        if event_type not in (None, EventType.REDEPLOY, EventType.REBOOT):
+            raise Invalid("a hardware failure is a Redeploy or a Reboot")
+        return outcome(service.perform(lambda engine: engine.hardware_failure(body.hosts, event_type)), service)
+
+    @router.post("/v1/platform/predicted-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
+    async def predicted_failure(body: HostsIn):
+        """Degraded hosts: a Redeploy with NotBefore days ahead (default 7)."""
+        if body.type is not None:
+            raise Invalid("a predicted failure is always a Redeploy")
+        notice = None if body.notice is None else parse_duration(body.notice)
+        return outcome(service.perform(lambda engine: engine.predicted_failure(body.hosts, notice)), service)
+
+    @router.post("/v1/platform/evict", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
+    async def evict(body: VmsIn):
+        """Spot eviction: Preempt with 30 s notice, then the VMs are deleted."""
+        if body.notice is not None:
+            raise Invalid("Spot eviction notice is fixed by the rules (30 s)")
+        return outcome(service.perform(lambda engine: engine.evict(body.vms)), service)
+
+    return router

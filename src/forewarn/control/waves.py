@@ -1,0 +1,136 @@
+"""The control API's wave routes: roll maintenance across a fleet by update domain, fault domain or host."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.model import EventSource, EventType, parse_enum
+from forewarn.control.models import ERRORS, iso
+from forewarn.core.bounds import MAX_DURATION_SECONDS
+from forewarn.core.durations import parse_duration
+from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveSpec
+
+
+class WaveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(default="Freeze", description="Freeze, Reboot or Redeploy")
+    by: str = Field(default="update-domain", description="update-domain, fault-domain or host")
+    concurrency: int = Field(
+        default=1, strict=True, ge=1, le=MAX_CONCURRENCY, description="units (domains or hosts) in flight at once"
+    )
+    groups: list[str] = Field(
+        default_factory=list, description="scale sets, availability sets or VMs; the whole fleet when empty"
+    )
+    source: str = "Platform"
+    notice: str | None = Field(default=None, description="e.g. 15m; default: the type's notice")
+    duration_seconds: int | None = Field(
+        default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS, description="DurationInSeconds; -1 means unknown"
+    )
+    impact_window: str | None = None
+    description: str | None = None
+    name: str = Field(default="", max_length=200)
+
+
+class UnitOut(BaseModel):
+    unit: str
+    operations: list[str]
+
+
+class WaveOut(BaseModel):
+    wave_id: str
+    name: str
+    status: str
+    type: str
+    by: str
+    concurrency: int
+    groups: list[str]
+    units: int
+    done: int
+    skipped: list[str]
+    next_unit: str | None
+    in_flight: list[UnitOut]
+    created_at: str
+    finished_at: str | None
+
+    @classmethod
+    def of(cls, wave: Wave) -> WaveOut:
+        return cls(
+            wave_id=wave.wave_id,
+            name=wave.spec.name,
+            status=wave.status.value,
+            type=wave.spec.event_type.value,
+            by=wave.spec.order.value,
+            concurrency=wave.spec.concurrency,
+            groups=list(wave.spec.groups),
+            units=len(wave.units),
+            done=wave.done,
+            skipped=[wave.units[i] for i in wave.skipped],
+            next_unit=wave.units[wave.next_unit] if wave.next_unit < len(wave.units) else None,
+            in_flight=[UnitOut(unit=wave.units[run.unit], operations=list(run.operations)) for run in wave.in_flight],
+            created_at=iso(wave.created_at),
+            finished_at=iso(wave.finished_at),
+        )
+
+
+class WaveOutcome(BaseModel):
+    wave: WaveOut
+    scheduled: int = Field(description="events this command scheduled")
+    canceled: int = Field(description="events this command canceled")
+
+
+def _wave_order(wave_id: str) -> int:
+    return int(wave_id.rsplit("-", 1)[-1])
+
+
+def waves_router(service: Maintenance) -> APIRouter:
+    router = APIRouter()
+
+    def outcome(changes, wave_id: str) -> WaveOutcome:
+        events = [c for c in changes if isinstance(c, EventChanged)]
+        return WaveOutcome(
+            wave=WaveOut.of(service.engine.wave(wave_id)),
+            scheduled=sum(1 for c in events if c.what == "scheduled"),
+            canceled=sum(1 for c in events if c.what == "canceled"),
+        )
+
+    @router.post("/v1/waves", tags=["waves"], response_model=WaveOutcome, status_code=201, responses=ERRORS)
+    async def start_wave(body: WaveIn):
+        """Start a wave: units (update domains, fault domains or hosts) go in order, at most `concurrency` at a
+        time; the next unit is Scheduled as soon as every event of a unit has Completed."""
+        spec = WaveSpec(
+            event_type=parse_enum(EventType, body.type, "event type"),
+            order=parse_enum(WaveOrder, body.by, "wave order"),
+            concurrency=body.concurrency,
+            groups=tuple(body.groups),
+            source=parse_enum(EventSource, body.source, "event source"),
+            notice=None if body.notice is None else parse_duration(body.notice),
+            duration_seconds=body.duration_seconds,
+            impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            description=body.description,
+            name=body.name,
+        )
+        changes = service.perform(lambda engine: engine.start_wave(spec))
+        wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+        return outcome(changes, wave_id)
+
+    @router.get("/v1/waves", tags=["waves"], response_model=list[WaveOut])
+    async def list_waves():
+        service.catch_up()
+        waves = sorted(service.engine.waves.values(), key=lambda w: _wave_order(w.wave_id))
+        return [WaveOut.of(wave) for wave in waves]
+
+    @router.get("/v1/waves/{wave_id}", tags=["waves"], response_model=WaveOut, responses=ERRORS)
+    async def get_wave(wave_id: str):
+        service.catch_up()
+        return WaveOut.of(service.engine.wave(wave_id))
+
+    @router.post("/v1/waves/{wave_id}/cancel", tags=["waves"], response_model=WaveOutcome, responses=ERRORS)
+    async def cancel_wave(wave_id: str):
+        """Stop a wave: nothing more is scheduled, and the Scheduled events of the units in flight are canceled
+        (Started ones finish)."""
+        return outcome(service.perform(lambda engine: engine.cancel_wave(wave_id)), wave_id)
+
+    return router

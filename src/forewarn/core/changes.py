@@ -1,0 +1,21 @@
+"""What a command did: the changes the engine returns, which the store commits before anyone hears of them.
+
+Each component defines its own kinds of change (``azure/changes.py``, ``aws/changes.py``, ``waves``); they all derive
+from :class:`Change`, so a list of them is one typed thing. The kinds every component shares are here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+
+class Change:
+    """One thing a command changed. Subclasses are frozen dataclasses; the store has a writer for each."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True)
+class TimeMoved(Change):
+    now: datetime

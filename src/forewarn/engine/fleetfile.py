@@ -1,0 +1,510 @@
+"""Reading fleet files (YAML) into a :class:`~forewarn.engine.fleet.Fleet`.
+
+Every problem is reported with the file, the line and what is wrong, e.g.
+``fleet.yaml:12: vms[3].host: host 'host-9' is not declared under hosts``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from forewarn.aws.model import Ec2Instance
+from forewarn.azure.vms import NotificationProfile, Policy, check_os_image_profile, check_terminate_profile
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import CoreError
+from forewarn.core.ids import derived_guid
+from forewarn.engine.fleet import VM, Fleet, Host
+
+DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
+DEMO_FLEET = "demo"
+
+
+class FleetFileError(Exception):
+    """A fleet file was refused; the message names the file, the line and the problem."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Imds(_Strict):
+    address: str | None = None
+    port: int | None = Field(default=None, ge=1, le=65535)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        if value is not None:
+            ipaddress.ip_address(value)
+        return value
+
+
+class Placement(_Strict):
+    subscription: str | None = None
+    resource_group: str | None = None
+    location: str | None = None
+    size: str | None = None
+    os_type: Literal["Linux", "Windows"] | None = None
+
+
+class Defaults(Placement):
+    zone: str | None = None
+    aws_account_id: str | None = Field(default=None, pattern=r"^\d{12}$")
+    availability_zone: str | None = None  # EC2 instances
+
+
+class Ec2Spec(_Strict):
+    id: str | None = Field(default=None, pattern=r"^i-[0-9a-f]{17}$")
+    name: str | None = None  # the Name tag; the id is derived from it when no id is given
+    instance_type: str = "m5.large"
+    root_device: Literal["ebs", "instance-store"] = "ebs"
+    availability_zone: str | None = None
+    host: str | None = None
+    dedicated_host: str | None = Field(default=None, pattern=r"^h-[0-9a-f]{17}$")
+    spot: bool = False
+    auto_scaling_group: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    ami_id: str = Field(default="ami-0abcdef1234567890", pattern=r"^ami-[0-9a-f]{8,17}$")
+    imds: Imds | None = None
+
+
+class AutomaticApproval(_Strict):
+    automatically_approve: bool = False
+
+
+class CentralPublishing(_Strict):
+    enable: bool = False
+    # Seed 003: "During the preview, the only supported value is 2020-07-01".
+    scheduled_events_api_version: Literal["2020-07-01"] = "2020-07-01"
+
+
+class PublishingTargets(_Strict):
+    event_grid_and_resource_graph: CentralPublishing = Field(default_factory=CentralPublishing)
+
+
+class ScheduledEventsPolicySpec(_Strict):
+    """scheduledEventsPolicy: user-initiated operations approved automatically ("Scheduled Events for Azure
+    Virtual Machines"), and central
+    publishing to Event Grid and Resource Graph ("Scheduled Events in Event Grid")."""
+
+    user_initiated_reboot: AutomaticApproval = Field(default_factory=AutomaticApproval)
+    user_initiated_redeploy: AutomaticApproval = Field(default_factory=AutomaticApproval)
+    scheduled_events_additional_publishing_targets: PublishingTargets = Field(default_factory=PublishingTargets)
+
+
+class NotificationProfileSpec(_Strict):
+    enable: bool = False
+    not_before_timeout: str = "PT5M"
+
+
+class ScheduledEventsProfileSpec(_Strict):
+    """scheduledEventsProfile of a scale set's model ("Terminate notification for Azure Virtual Machine Scale Set
+    instances")."""
+
+    terminate_notification_profile: NotificationProfileSpec = Field(default_factory=NotificationProfileSpec)
+    os_image_notification_profile: NotificationProfileSpec = Field(
+        default_factory=lambda: NotificationProfileSpec(not_before_timeout="PT15M")
+    )
+
+
+class HostSpec(_Strict):
+    name: str = Field(min_length=1)
+
+
+class AvailabilitySetSpec(_Strict):
+    name: str = Field(min_length=1)
+    subscription: str | None = None
+    resource_group: str | None = None
+    fault_domains: int = Field(default=2, ge=1, le=3)
+    update_domains: int = Field(default=5, ge=1, le=20)
+    scheduled_events_policy: ScheduledEventsPolicySpec | None = None
+
+
+class VMSpec(Placement):
+    name: str = Field(min_length=1)
+    host: str | None = None
+    availability_set: str | None = None
+    zone: str | None = None
+    fault_domain: int | None = Field(default=None, ge=0)
+    update_domain: int | None = Field(default=None, ge=0)
+    spot: bool = False
+    vm_id: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    imds: Imds | None = None
+    scheduled_events_policy: ScheduledEventsPolicySpec | None = None  # standalone VMs only
+
+
+class ScaleSetSpec(Placement):
+    name: str = Field(min_length=1)
+    instances: int = Field(ge=0, le=1_000_000)
+    hosts: list[str] = Field(default_factory=list)
+    zones: list[str] = Field(default_factory=list)
+    spot: bool = False
+    placement_group_size: int = Field(default=100, ge=1)
+    fault_domains: int = Field(default=5, ge=1, le=5)
+    update_domains: int = Field(default=5, ge=1, le=20)
+    tags: dict[str, str] = Field(default_factory=dict)
+    imds: Imds | None = None  # the first instance's address or port; later instances count up from it
+    scheduled_events_policy: ScheduledEventsPolicySpec | None = None
+    scheduled_events_profile: ScheduledEventsProfileSpec | None = None
+
+
+class FleetSpec(_Strict):
+    defaults: Defaults = Field(default_factory=Defaults)
+    default_vm: str | None = None
+    hosts: list[HostSpec] = Field(default_factory=list)
+    availability_sets: list[AvailabilitySetSpec] = Field(default_factory=list)
+    vms: list[VMSpec] = Field(default_factory=list)
+    scale_sets: list[ScaleSetSpec] = Field(default_factory=list)
+    ec2_instances: list[Ec2Spec] = Field(default_factory=list)
+    # Event Grid topics and subscriptions (docs/azure-eventgrid.md): not the fleet, so not in the Fleet; checked by the
+    # Event Grid surface, which owns their format.
+    event_grid: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class FleetDocument:
+    """A fleet file: the fleet, and the sections other parts of forewarn read from it."""
+
+    fleet: Fleet
+    event_grid: dict[str, Any] | None = None
+
+
+# ------------------------------------------------------------------------------------------------ YAML with lines
+# libyaml's parser when PyYAML has it (10x faster on large fleets); line marks are the same.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_SCALARS = yaml.SafeLoader("")  # only its constructor is used: YAML scalars to Python values
+
+
+def _to_python(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> Any:
+    """Plain Python data from a composed YAML node, recording the line of every path on the way."""
+    lines.setdefault(path, node.start_mark.line + 1)  # a key's line when the caller recorded it
+    if isinstance(node, yaml.MappingNode):
+        result: dict = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise FleetFileError(f"{{file}}:{key_node.start_mark.line + 1}: keys must be plain words")
+            key = key_node.value
+            if key in result:
+                raise FleetFileError(f"{{file}}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
+            lines[path + (key,)] = key_node.start_mark.line + 1
+            result[key] = _to_python(value_node, path + (key,), lines)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(item, path + (index,), lines) for index, item in enumerate(node.value)]
+    return _SCALARS.construct_object(node)
+
+
+def _line_of(path: tuple, lines: dict[tuple, int]) -> int:
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path, 1)
+
+
+def _where(path: tuple) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+def load_fleet(source: str | Path) -> Fleet:
+    """Load a fleet file, or the built-in demo fleet when ``source`` is ``demo``."""
+    return load_fleet_document(source).fleet
+
+
+def load_fleet_document(source: str | Path) -> FleetDocument:
+    if str(source) == DEMO_FLEET:
+        text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
+        return parse_fleet_document(text, "demo-fleet.yaml")
+    path = Path(source)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise FleetFileError(f"{path}: cannot read the fleet file: {error.strerror}") from None
+    return parse_fleet_document(text, str(path))
+
+
+def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:
+    return parse_fleet_document(text, filename).fleet
+
+
+def parse_fleet_document(text: str, filename: str = "<fleet>") -> FleetDocument:
+    lines: dict[tuple, int] = {}
+    try:
+        node = yaml.compose(text, Loader=_LOADER)
+        data = {} if node is None else _to_python(node, (), lines)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark else 1
+        raise FleetFileError(f"{filename}:{line}: not valid YAML: {error.problem or error}") from None
+    except FleetFileError as error:
+        raise FleetFileError(str(error).format(file=filename)) from None
+    if not isinstance(data, dict):
+        raise FleetFileError(f"{filename}:1: a fleet file is a mapping with keys hosts, vms, scale_sets, ...")
+    try:
+        spec = FleetSpec.model_validate(data)
+    except ValidationError as error:
+        problems = []
+        for problem in error.errors():
+            path = tuple(problem["loc"])
+            message = problem["msg"]
+            if problem["type"] == "extra_forbidden":
+                message = f"unknown key {path[-1]!r}"
+            problems.append(f"{filename}:{_line_of(path, lines)}: {_where(path)}: {message}")
+        raise FleetFileError("\n".join(problems)) from None
+    return FleetDocument(_build(spec, filename, lines), spec.event_grid)
+
+
+def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
+    def fail(path: tuple, message: str):
+        raise FleetFileError(f"{filename}:{_line_of(path, lines)}: {_where(path)}: {message}")
+
+    defaults = spec.defaults
+    declared_hosts: dict[str, Host] = {}
+    for index, host in enumerate(spec.hosts):
+        if host.name in declared_hosts:
+            fail(("hosts", index, "name"), f"duplicate host {host.name!r}")
+        declared_hosts[host.name] = Host(host.name)
+    avsets = {}
+    for index, avset in enumerate(spec.availability_sets):
+        if avset.name in avsets:
+            fail(("availability_sets", index, "name"), f"duplicate availability set {avset.name!r}")
+        avsets[avset.name] = avset
+    avset_members: dict[str, int] = {}
+
+    def placement(item: Placement, avset: AvailabilitySetSpec | None = None) -> dict:
+        subscription = item.subscription or (avset and avset.subscription) or defaults.subscription
+        return {
+            "subscription_id": subscription or DEFAULT_SUBSCRIPTION,
+            "resource_group": item.resource_group
+            or (avset and avset.resource_group)
+            or defaults.resource_group
+            or "forewarn-rg",
+            "location": item.location or defaults.location or "eastus",
+            "size": item.size or defaults.size or "Standard_D2s_v3",
+            "os_type": item.os_type or defaults.os_type or "Linux",
+        }
+
+    def check_host(name: str, path: tuple) -> None:
+        if declared_hosts and name not in declared_hosts:
+            fail(path, f"host {name!r} is not declared under hosts")
+
+    vms: list[VM] = []
+    for index, item in enumerate(spec.vms):
+        path = ("vms", index)
+        avset = None
+        if item.availability_set is not None:
+            avset = avsets.get(item.availability_set)
+            if avset is None:
+                avset = AvailabilitySetSpec(name=item.availability_set)
+                avsets[item.availability_set] = avset
+        host = item.host or f"{item.name}-host"
+        if item.host is not None:
+            check_host(item.host, path + ("host",))
+        common = placement(item, avset)
+        member_index = avset_members.get(item.availability_set or "", 0)
+        if avset is not None:
+            avset_members[avset.name] = member_index + 1
+        fault_domain = (
+            item.fault_domain if item.fault_domain is not None else (member_index % avset.fault_domains if avset else 0)
+        )
+        update_domain = (
+            item.update_domain
+            if item.update_domain is not None
+            else (member_index % avset.update_domains if avset else 0)
+        )
+        if avset is not None and fault_domain >= avset.fault_domains:
+            fail(path + ("fault_domain",), f"availability set {avset.name!r} has {avset.fault_domains} fault domains")
+        if avset is not None and update_domain >= avset.update_domains:
+            fail(
+                path + ("update_domain",), f"availability set {avset.name!r} has {avset.update_domains} update domains"
+            )
+        vms.append(
+            VM(
+                name=item.name,
+                host=host,
+                zone=item.zone if item.zone is not None else (defaults.zone or ""),
+                fault_domain=fault_domain,
+                update_domain=update_domain,
+                spot=item.spot,
+                vm_id=item.vm_id
+                or derived_guid("vmId", common["subscription_id"], common["resource_group"], item.name).lower(),
+                availability_set=item.availability_set,
+                tags=dict(item.tags),
+                imds_address=item.imds.address if item.imds else None,
+                imds_port=item.imds.port if item.imds else None,
+                **common,
+            )
+        )
+
+    for index, scale_set in enumerate(spec.scale_sets):
+        path = ("scale_sets", index)
+        for host_index, host in enumerate(scale_set.hosts):
+            check_host(host, path + ("hosts", host_index))
+        common = placement(scale_set)
+        for instance in range(scale_set.instances):
+            name = f"{scale_set.name}_{instance}"
+            hosts = scale_set.hosts or [f"{scale_set.name}-host-{instance}"]
+            address = port = None
+            if scale_set.imds and scale_set.imds.address:
+                address = str(ipaddress.ip_address(scale_set.imds.address) + instance)
+            if scale_set.imds and scale_set.imds.port:
+                port = scale_set.imds.port + instance
+                if port > 65535:
+                    fail(path + ("imds", "port"), f"instance {instance} would need port {port}")
+            vms.append(
+                VM(
+                    name=name,
+                    host=hosts[instance % len(hosts)],
+                    zone=scale_set.zones[instance % len(scale_set.zones)] if scale_set.zones else (defaults.zone or ""),
+                    fault_domain=instance % scale_set.fault_domains,
+                    update_domain=instance % scale_set.update_domains,
+                    spot=scale_set.spot,
+                    vm_id=derived_guid("vmId", common["subscription_id"], common["resource_group"], name).lower(),
+                    scale_set=scale_set.name,
+                    instance_id=str(instance),
+                    placement_group=instance // scale_set.placement_group_size,
+                    tags=dict(scale_set.tags),
+                    imds_address=address,
+                    imds_port=port,
+                    **common,
+                )
+            )
+
+    names: dict[str, int] = {}
+    addresses: dict[str, str] = {}
+    ports: dict[int, str] = {}
+    for vm in vms:
+        if vm.name in names:
+            raise FleetFileError(f"{filename}: duplicate VM name {vm.name!r}; VM names must be unique in a fleet")
+        names[vm.name] = 1
+        if vm.imds_address is not None:
+            if vm.imds_address in addresses:
+                raise FleetFileError(
+                    f"{filename}: VMs {addresses[vm.imds_address]!r} and {vm.name!r} share imds address {vm.imds_address}"
+                )
+            addresses[vm.imds_address] = vm.name
+        if vm.imds_port is not None:
+            if vm.imds_port in ports:
+                raise FleetFileError(
+                    f"{filename}: VMs {ports[vm.imds_port]!r} and {vm.name!r} share imds port {vm.imds_port}"
+                )
+            ports[vm.imds_port] = vm.name
+    policies = _policies(spec, vms, fail)
+    instances = _ec2_instances(spec, check_host, fail, addresses, ports, names)
+    if spec.default_vm is not None and spec.default_vm not in names:
+        fail(("default_vm",), f"{spec.default_vm!r} is not a VM or EC2 instance of this fleet")
+    machines = [vm.name for vm in vms] + [instance.instance_id for instance in instances]
+    default_vm = spec.default_vm or (machines[0] if len(machines) == 1 else None)
+    return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies, ec2=instances)
+
+
+def _ec2_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: dict, names: dict) -> list[Ec2Instance]:
+    defaults = spec.defaults
+    found: list[Ec2Instance] = []
+    for index, item in enumerate(spec.ec2_instances):
+        path = ("ec2_instances", index)
+        if item.id is None and item.name is None:
+            fail(path, "give the instance an id (i- and 17 hex digits) or a name")
+        instance_id = item.id or f"i-{derived_guid('ec2-instance', item.name).replace('-', '').lower()[:17]}"
+        if instance_id in names:
+            fail(path, f"duplicate instance {instance_id}")
+        names[instance_id] = 1
+        if item.host is not None:
+            check_host(item.host, path + ("host",))
+        tags = dict(item.tags)
+        if item.name is not None:
+            tags.setdefault("Name", item.name)
+        if item.imds is not None:
+            for what, key, seen in (("address", item.imds.address, addresses), ("port", item.imds.port, ports)):
+                if key is not None and key in seen:
+                    fail(path + ("imds", what), f"imds {what} {key} is already {seen[key]!r}'s")
+                if key is not None:
+                    seen[key] = instance_id
+        found.append(
+            Ec2Instance(
+                instance_id=instance_id,
+                instance_type=item.instance_type,
+                root_device=item.root_device,
+                availability_zone=item.availability_zone or defaults.availability_zone or "us-east-1a",
+                host=item.host or f"{instance_id}-host",
+                account_id=defaults.aws_account_id or "123456789012",
+                spot=item.spot,
+                auto_scaling_group=item.auto_scaling_group,
+                dedicated_host=item.dedicated_host,
+                tags=tags,
+                ami_id=item.ami_id,
+                private_ip=f"10.0.{index // 240}.{10 + index % 240}",
+                imds_address=item.imds.address if item.imds else None,
+                imds_port=item.imds.port if item.imds else None,
+            )
+        )
+    return found
+
+
+def _policies(spec: FleetSpec, vms: list[VM], fail) -> list[Policy]:
+    """The policies and profiles the file sets, checked like the management API checks them."""
+    owners: dict[tuple[str, str], str] = {}  # (kind, name) -> owner key
+    members: dict[str, list[VM]] = {}
+    for vm in vms:
+        kind, name = (
+            ("vmss", vm.scale_set)
+            if vm.scale_set
+            else (("avset", vm.availability_set) if vm.availability_set else ("vm", vm.name))
+        )
+        owners.setdefault((kind, name), vm.policy_owner)
+        members.setdefault(vm.policy_owner, []).append(vm)
+    found: list[Policy] = []
+
+    def policy(path, kind, name, spec_policy, spec_profile=None):
+        owner = owners.get((kind, name))
+        if owner is None or (spec_policy is None and spec_profile is None):
+            return
+        terminate = os_image = NotificationProfile()
+        try:
+            if spec_profile is not None:
+                terminate = _profile(spec_profile.terminate_notification_profile)
+                os_image = _profile(spec_profile.os_image_notification_profile)
+                check_terminate_profile(terminate, spot=any(vm.spot for vm in members[owner]))
+                check_os_image_profile(os_image, members[owner][0].size)
+        except CoreError as error:
+            fail(path + ("scheduled_events_profile",), str(error))
+        found.append(
+            Policy(
+                owner,
+                auto_approve_reboot=bool(spec_policy and spec_policy.user_initiated_reboot.automatically_approve),
+                auto_approve_redeploy=bool(spec_policy and spec_policy.user_initiated_redeploy.automatically_approve),
+                terminate=terminate,
+                os_image=os_image,
+                publish_central=bool(
+                    spec_policy
+                    and spec_policy.scheduled_events_additional_publishing_targets.event_grid_and_resource_graph.enable
+                ),
+            )
+        )
+
+    for index, item in enumerate(spec.vms):
+        if item.scheduled_events_policy is not None and item.availability_set is not None:
+            fail(
+                ("vms", index, "scheduled_events_policy"),
+                f"VM {item.name} is in availability set {item.availability_set}; set the policy there",
+            )
+        policy(("vms", index), "vm", item.name, item.scheduled_events_policy)
+    for index, item in enumerate(spec.availability_sets):
+        policy(("availability_sets", index), "avset", item.name, item.scheduled_events_policy)
+    for index, item in enumerate(spec.scale_sets):
+        policy(("scale_sets", index), "vmss", item.name, item.scheduled_events_policy, item.scheduled_events_profile)
+    return found
+
+
+def _profile(spec: NotificationProfileSpec) -> NotificationProfile:
+    return NotificationProfile(spec.enable, parse_duration(spec.not_before_timeout))

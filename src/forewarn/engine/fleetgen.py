@@ -1,0 +1,157 @@
+"""Large fleets for waves and benchmarks: a fleet file written from a seed, the same file for the same arguments.
+
+The mix follows what a region's tenants run: most VMs in scale sets (some large, spanning several placement groups),
+a good share in availability sets, the rest standalone, a few of those Spot; several subscriptions; hosts shared by
+tenants. Scale sets are written as one entry with ``instances: N``, so a 100,000-VM file stays small; VMs in
+availability sets and standalone VMs are written one per entry, as a user would.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import yaml
+
+LOCATIONS = ("eastus", "westeurope", "southeastasia")
+SIZES = ("Standard_D2s_v3", "Standard_D4s_v5", "Standard_E8s_v5", "Standard_F4s_v2")
+
+
+@dataclass(frozen=True)
+class FleetShape:
+    vms: int
+    vms_per_host: int = 10
+    subscriptions: int = 0  # 0: one per 10,000 VMs (at least one)
+    scale_set_share: float = 0.6
+    availability_set_share: float = 0.3
+    spot_share: float = 0.05  # of the standalone VMs
+    seed: str = "forewarn"
+
+    def checked(self) -> FleetShape:
+        if not 1 <= self.vms <= 1_000_000:
+            raise ValueError("--vms must be between 1 and 1,000,000")
+        if not 1 <= self.vms_per_host <= 1000:
+            raise ValueError("--vms-per-host must be between 1 and 1000")
+        if not (
+            0 <= self.scale_set_share
+            and 0 <= self.availability_set_share
+            and self.scale_set_share + self.availability_set_share <= 1
+        ):
+            raise ValueError(
+                "the scale-set and availability-set shares must be between 0 and 1 and add up to 1 at most"
+            )
+        if not 0 <= self.spot_share <= 1:
+            raise ValueError("the Spot share must be between 0 and 1")
+        if self.subscriptions < 0:
+            raise ValueError("--subscriptions cannot be negative")
+        return self
+
+
+def generate_fleet(shape: FleetShape) -> dict:
+    """The fleet file's content as plain data (hosts, availability_sets, vms, scale_sets)."""
+    shape = shape.checked()
+    rng = random.Random(shape.seed)
+    host_count = max(1, -(-shape.vms // shape.vms_per_host))
+    hosts = [f"host-{i:05d}" for i in range(host_count)]
+    subscription_count = shape.subscriptions or max(1, shape.vms // 10_000)
+    subscriptions = [
+        f"{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-4{rng.getrandbits(12):03x}-"
+        f"{8 + rng.getrandbits(2):x}{rng.getrandbits(12):03x}-{rng.getrandbits(48):012x}"
+        for _ in range(subscription_count)
+    ]
+    cursor = 0  # the next host a VM goes to: tenants share hosts, and every host fills up evenly
+
+    def next_hosts(count: int) -> list[str]:
+        nonlocal cursor
+        chosen = [hosts[(cursor + i) % host_count] for i in range(min(count, host_count))]
+        cursor = (cursor + count) % host_count
+        return chosen
+
+    def placement(index: int) -> dict:
+        subscription = subscriptions[index % subscription_count]
+        return {
+            "subscription": subscription,
+            "resource_group": f"rg-{index % 7:02d}",
+            "location": LOCATIONS[index % len(LOCATIONS)],
+            "size": rng.choice(SIZES),
+        }
+
+    in_scale_sets = round(shape.vms * shape.scale_set_share)
+    in_availability_sets = round(shape.vms * shape.availability_set_share)
+    standalone = shape.vms - in_scale_sets - in_availability_sets
+
+    scale_sets = []
+    left = in_scale_sets
+    while left > 0:
+        size = min(left, rng.choice((2, 5, 10, 20, 50, 100, 100, 250, 500, 1000)))
+        index = len(scale_sets)
+        scale_sets.append(
+            {
+                "name": f"vmss-{index:04d}",
+                "instances": size,
+                "hosts": next_hosts(size),
+                "zones": ["1", "2", "3"] if index % 3 == 0 else [],
+                **placement(index),
+            }
+        )
+        left -= size
+
+    availability_sets, vms = [], []
+    left = in_availability_sets
+    while left > 0:
+        size = min(left, rng.choice((2, 3, 3, 5, 8, 12, 20)))
+        index = len(availability_sets)
+        common = placement(index)
+        availability_sets.append(
+            {
+                "name": f"avset-{index:04d}",
+                "subscription": common["subscription"],
+                "resource_group": common["resource_group"],
+                "fault_domains": rng.choice((2, 3)),
+                "update_domains": rng.choice((5, 5, 10, 20)),
+            }
+        )
+        for member, host in enumerate(next_hosts(size) * (size // host_count + 1)):
+            if member == size:
+                break
+            vms.append(
+                {
+                    "name": f"avset-{index:04d}-vm{member}",
+                    "host": host,
+                    "availability_set": f"avset-{index:04d}",
+                    **common,
+                }
+            )
+        left -= size
+
+    for index in range(standalone):
+        vm = {"name": f"vm-{index:05d}", "host": next_hosts(1)[0], **placement(index)}
+        if rng.random() < shape.spot_share:
+            vm["spot"] = True
+        vms.append(vm)
+
+    for scale_set in scale_sets:
+        if not scale_set["zones"]:
+            del scale_set["zones"]
+    return {
+        "hosts": [{"name": name} for name in hosts],
+        "availability_sets": availability_sets,
+        "vms": vms,
+        "scale_sets": scale_sets,
+    }
+
+
+def fleet_yaml(shape: FleetShape) -> str:
+    content = generate_fleet(shape)
+    command = (
+        f"forewarn fleet generate --vms {shape.vms} --vms-per-host {shape.vms_per_host} "
+        f"--subscriptions {shape.subscriptions} --scale-set-share {shape.scale_set_share} "
+        f"--availability-set-share {shape.availability_set_share} --spot-share {shape.spot_share} "
+        f"--seed {shape.seed}"
+    )
+    header = (
+        f"# Generated by `{command}`: {len(content['hosts'])} hosts, {len(content['scale_sets'])} scale sets, "
+        f"{len(content['availability_sets'])} availability sets.\n"
+    )
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return header + yaml.dump(content, Dumper=dumper, sort_keys=False, default_flow_style=None, width=120)

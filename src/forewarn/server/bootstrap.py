@@ -1,0 +1,316 @@
+"""Assembling and running the server: one process, one event loop, every surface on its own listeners.
+
+The control API listens on ``--host``/``--port`` (uvicorn). Azure IMDS listens on ``--imds-host``/``--imds-port``,
+plus on each VM's own ``imds.port`` and on each VM's loopback ``imds.address`` (so that ``http://127.0.0.10:8169``
+is WestNO_0's metadata endpoint), served by the lean HTTP/1.1 server of ``http1.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from forewarn.app.outbox import OutboxSender
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.ec2_api import create_ec2_app
+from forewarn.aws.imds import Ec2Imds, Ec2ImdsSettings, collapse_slashes
+from forewarn.azure.arm.access import AccessControl
+from forewarn.azure.arm.compute import ArmApi
+from forewarn.azure.arm.router import ManagementApi, create_management_app
+from forewarn.azure.eventgrid.topics import EventGrid
+from forewarn.azure.imds.scheduled_events import AzureImds, ImdsSettings
+from forewarn.azure.maintenance import MaintenanceApi
+from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
+from forewarn.control.access import ControlGate
+from forewarn.control.app import create_control_app
+from forewarn.net.browser_guard import BrowserGuard, HostNames
+from forewarn.net.callers import CallerResolver
+from forewarn.net.http import Request
+from forewarn.net.own_listeners import OwnListeners
+from forewarn.server.http1 import Http1Server, Limits, listening_socket
+from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
+from forewarn.store import StoreError
+
+log = logging.getLogger("forewarn.server")
+
+
+@dataclass
+class Listeners:
+    control: tuple[str, int]
+    imds: tuple[str, int]
+    arm: tuple[str, int] | None = None
+    ec2_api: tuple[str, int] | None = None
+    vm_ports: dict[int, str] = field(default_factory=dict)
+    vm_addresses: dict[str, str] = field(default_factory=dict)
+
+
+class ListenError(OSError):
+    """One of the server's own listeners could not be bound: which one (``role``: control, imds, arm, ec2_api) and
+    where, so that the message can name the address and the setting that chose it."""
+
+    def __init__(self, role: str, address: tuple[str, int], cause: OSError):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.role = role
+        self.address = address
+
+
+def _listen(role: str, address: tuple[str, int]) -> socket.socket:
+    try:
+        return listening_socket(*address)
+    except (OSError, OverflowError) as error:  # OverflowError: a port outside 0-65535
+        raise ListenError(role, address, error if isinstance(error, OSError) else OSError(None, str(error))) from None
+
+
+class DeadlineTimer:
+    """For real clocks: wakes when the next deadline falls due, or when a command changes the deadlines."""
+
+    def __init__(self, service: Maintenance):
+        self.service = service
+        self._wake = asyncio.Event()
+        service.subscribe(lambda changes: self._wake.set())
+
+    async def run(self) -> None:
+        while True:
+            delay = min(max(self.service.due_wall - time.time(), 0.0), 3600.0)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+                continue
+            except TimeoutError:
+                pass
+            try:
+                self.service.catch_up()
+            except StoreError as error:  # the database is out of reach: the deadlines are applied once it is back
+                log.warning("applying due deadlines failed (%s); retrying in 1 s", error)
+                await asyncio.sleep(1)
+            except Exception:  # a store failure must not stop the timer; the service already rebuilt its engine
+                log.exception("applying due deadlines failed; retrying in 1 s")
+                await asyncio.sleep(1)
+
+
+_EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
+
+
+class MetadataRouter:
+    """One metadata address for both clouds, as on a real VM: Azure's paths start with /metadata, EC2's with
+    /latest, a dated version or /1.0."""
+
+    def __init__(self, azure: AzureImds, ec2: Ec2Imds):
+        self.azure = azure
+        self.ec2 = ec2
+
+    def handle(self, request: Request):
+        path = request.path
+        if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
+            return self.ec2.handle(request)
+        return self.azure.handle(request)
+
+
+@dataclass
+class Built:
+    management_app: object  # the control, ARM and EC2 APIs, by the port a request arrived on
+    management_sockets: list[socket.socket]
+    imds: AzureImds
+    imds_sockets: list[socket.socket]
+    metadata: MetadataRouter
+
+
+class ByPort:
+    """One ASGI app per listening port, for the surfaces uvicorn serves."""
+
+    def __init__(self, apps: dict[int, object]):
+        self.apps = apps
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "lifespan":
+            return
+        await self.apps[scope["server"][1]](scope, receive, send)
+
+
+@dataclass(frozen=True)
+class AzureManagementSettings:
+    """The ARM port beyond Microsoft.Compute: who may call it, and the central scheduled-events surfaces."""
+
+    access: AccessControl | None = None  # None: no token needed (azure_access.py)
+    resource_graph: ResourceGraphSettings = ResourceGraphSettings()
+    event_grid: EventGrid | None = None  # Microsoft.EventGrid system topics (azure/eventgrid/topics.py)
+
+
+@dataclass(frozen=True)
+class PortAccess:
+    """Who the control, ARM and EC2 ports answer: the Host names beyond the default ones (net/browser_guard.py)
+    and the control API's token (control/access.py)."""
+
+    allowed_hosts: tuple[str, ...] = ()
+    control_token: str | None = None
+
+
+def build(
+    service: Maintenance,
+    listeners: Listeners,
+    imds_settings: ImdsSettings = ImdsSettings(),
+    ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(),
+    ec2_credentials: dict[str, str] | None = None,
+    azure: AzureManagementSettings = AzureManagementSettings(),
+    access: PortAccess = PortAccess(),
+) -> Built:
+    """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
+    fleet = service.engine.fleet
+    management_sockets = [_listen("control", listeners.control)]
+    for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api)):
+        if extra is not None:
+            management_sockets.append(_listen(role, extra))
+    imds_sockets = [_listen("imds", listeners.imds)]
+    taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
+    for machine in [*fleet.vms.values(), *fleet.ec2.values()]:  # Azure VMs and EC2 instances alike
+        name, port, address = machine.name, machine.imds_port, machine.imds_address
+        if port is not None and port not in taken:
+            try:
+                imds_sockets.append(listening_socket(listeners.imds[0], port))
+                listeners.vm_ports[port] = name
+            except OSError as error:
+                log.warning("%s: cannot listen on port %s (%s); skipped", name, port, error.strerror)
+        if address is not None and address != listeners.imds[0]:
+            if ipaddress.ip_address(address).is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
+                try:
+                    imds_sockets.append(listening_socket(address, listeners.imds[1]))
+                    listeners.vm_addresses[address] = name
+                except OSError as error:
+                    log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
+    resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
+    imds = AzureImds(service, resolver, imds_settings)
+    hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
+    json_guard = BrowserGuard(hosts, json_api=True)
+    apps = {listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)}
+    if listeners.arm is not None:
+        arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
+        arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
+        arm.add_provider("microsoft.resourcegraph", ResourceGraphApi(service, azure.resource_graph).handle)
+        if azure.event_grid is not None:
+            azure.event_grid.register(arm)
+        apps[listeners.arm[1]] = create_management_app(arm)
+    if listeners.ec2_api is not None:
+        apps[listeners.ec2_api[1]] = create_ec2_app(
+            service, credentials=ec2_credentials, guard=BrowserGuard(hosts, json_api=False)
+        )
+    return Built(
+        ByPort(apps),
+        management_sockets,
+        imds,
+        imds_sockets,
+        MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)),
+    )
+
+
+async def serve(
+    service: Maintenance,
+    listeners: Listeners,
+    imds_settings: ImdsSettings,
+    ec2_settings: Ec2ImdsSettings = Ec2ImdsSettings(),
+    ec2_credentials: dict[str, str] | None = None,
+    announce=print,
+    azure: AzureManagementSettings = AzureManagementSettings(),
+    metadata_limits: Limits = Limits(),
+    management_limits: Limits = MANAGEMENT_LIMITS,
+    access: PortAccess = PortAccess(),
+) -> None:
+    """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
+    server."""
+    built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure, access)
+    own = own_listeners(built, listeners)
+    metadata = Http1Server(built.metadata.handle, metadata_limits)
+    await metadata.start(built.imds_sockets)
+    timer = asyncio.create_task(DeadlineTimer(service).run())
+    event_grid = azure.event_grid
+    policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
+    sender = asyncio.create_task(OutboxSender(service, policies=policies, own=own).run())
+    if event_grid is not None:
+        event_grid.keep_away_from(
+            own
+        )  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
+        event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
+    guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    sweeper = asyncio.create_task(guard.run())
+    config = uvicorn.Config(
+        built.management_app,
+        http=guard.protocol,
+        lifespan="off",
+        access_log=False,
+        server_header=False,
+        log_config=None,
+        timeout_keep_alive=30,
+        proxy_headers=False,
+    )
+    announce(describe(service, listeners))
+    try:
+        await uvicorn.Server(config).serve(sockets=built.management_sockets)
+    finally:
+        timer.cancel()
+        sender.cancel()
+        sweeper.cancel()
+        await metadata.close()
+
+
+def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
+    """Every port this server listens on, named for the messages of refused outgoing requests."""
+    roles = {port: f"the metadata endpoint of {name}" for port, name in listeners.vm_ports.items()}
+    roles[listeners.imds[1]] = "the metadata endpoint"
+    if listeners.ec2_api is not None:
+        roles[listeners.ec2_api[1]] = "the EC2 API"
+    if listeners.arm is not None:
+        roles[listeners.arm[1]] = "the ARM port"
+    roles[listeners.control[1]] = "the control API"
+    return OwnListeners.of([*built.management_sockets, *built.imds_sockets], roles)
+
+
+def describe(service: Maintenance, listeners: Listeners) -> str:
+    control = f"http://{listeners.control[0]}:{listeners.control[1]}"
+    imds = f"http://{listeners.imds[0]}:{listeners.imds[1]}"
+    fleet = service.engine.fleet
+    clock = service.clock
+    lines = [
+        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes) and {len(fleet.ec2)} EC2 "
+        f"instances on {len(fleet.hosts)} hosts, "
+        f"store {service.store.description}, clock {clock.mode}"
+        + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
+        + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
+        f"  control API   {control}   (OpenAPI: {control}/openapi.json; CLI: export FOREWARN_SERVER={control})",
+        *(
+            [
+                f"  Azure ARM     http://{listeners.arm[0]}:{listeners.arm[1]}   (management.azure.com paths: Compute, "
+                "Resource Graph, Maintenance acknowledge, Event Grid; docs/azure-arm.md, docs/azure-central.md)"
+            ]
+            if listeners.arm
+            else []
+        ),
+        f"  Azure IMDS    {imds}/metadata/scheduledevents"
+        + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
+    ]
+    reachable = []
+    for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
+        where = []
+        if vm.imds_address in listeners.vm_addresses:
+            where.append(f"http://{vm.imds_address}:{listeners.imds[1]}")
+        if vm.imds_port in listeners.vm_ports:
+            where.append(f"http://{listeners.imds[0]}:{vm.imds_port}")
+        if where:
+            reachable.append(f"    {vm.name:<20} {'  or  '.join(where)}")
+    lines.extend(reachable[:20])
+    if len(reachable) > 20:
+        lines.append(f"    ... and {len(reachable) - 20} more VMs (forewarn fleet lists them all)")
+    if listeners.ec2_api:
+        lines.append(
+            f"  EC2 API       http://{listeners.ec2_api[0]}:{listeners.ec2_api[1]}   (boto3/aws CLI "
+            "endpoint_url; docs/aws-api.md)"
+        )
+    if fleet.ec2:
+        lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
+    lines.append(f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'")
+    return "\n".join(lines)

@@ -1,0 +1,201 @@
+"""The bounds of the metadata port (``http1.Limits``) for the ports uvicorn serves: control, ARM, EC2 API.
+
+uvicorn's httptools protocol bounds none of them: it appends every piece of the request target to the last
+(quadratic in the pieces), lets httptools keep a header of any size, takes any number of headers and any body size,
+keeps a connection that trickles bytes forever (its keep-alive timer is cancelled by every read and armed only after
+a response), and accepts any number of connections (``limit_concurrency`` answers 503 only once a request's headers
+have arrived). This subclass adds the checks at the parser callbacks, a deadline per request, an idle timeout
+that also covers a connection that never sends a request, and the per-address and total connection caps; a sweep a
+second enforces the times. Refusals are plain text, as uvicorn's own answer to a malformed request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from forewarn.server.http1 import ConnectionBudget, Limits, plain_error
+
+# The control, ARM and EC2 API ports. Bodies: 4 MiB, far above any request these APIs take (ARM documents the same
+# 4 MB as its cap on a deployment template; a real ARM request cap is not documented). Connections: these ports
+# serve operators and tests, not every VM, so they get a quarter of the descriptors and a quarter of the total.
+MANAGEMENT_LIMITS = Limits(max_body=4 * 1024 * 1024, max_body_wire=16 * 1024 * 1024, connections=1024)
+MANAGEMENT_DESCRIPTOR_SHARE = 0.25
+
+_IDLE, _HEAD, _BODY = 0, 1, 2
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop a request that was just refused (uvicorn then calls
+    ``send_400_response``, which sends the refusal instead)."""
+
+
+class UvicornGuard:
+    """The limits, the connection budget and the open connections of the uvicorn ports; ``protocol`` is the class
+    to give uvicorn as ``Config(http=...)`` and ``run`` the sweep to keep running beside it."""
+
+    def __init__(self, limits: Limits = MANAGEMENT_LIMITS):
+        self.limits = limits
+        self.budget = ConnectionBudget(limits, MANAGEMENT_DESCRIPTOR_SHARE)
+        self.connections: set[GuardedHttpToolsProtocol] = set()
+        self.protocol = type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"guard": self})
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.sweep(time.monotonic())
+
+    def sweep(self, now: float) -> None:
+        idle_before = now - self.limits.idle_timeout
+        for connection in list(self.connections):
+            transport = connection.transport
+            if transport is None:
+                continue
+            if transport.is_closing():
+                if connection.closing_since is None:
+                    connection.closing_since = now
+                elif connection.closing_since < idle_before:
+                    transport.abort()  # its client does not read the last answer
+                continue
+            answering = connection.cycle is not None and not connection.cycle.response_complete
+            if connection.state == _BODY or (connection.state == _HEAD and not answering):
+                if connection.deadline < now:
+                    connection.expire()
+            elif answering:
+                continue  # the application is answering (an earlier request, when the next one is arriving)
+            elif connection.idle_since < idle_before:
+                transport.close()
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    guard: UvicornGuard
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.source = ""
+        self.admitted = False
+        self.received_at = self.idle_since = time.monotonic()
+        self.state = _IDLE
+        self.deadline = 0.0
+        self.url_size = self.head_size = self.header_count = self.body_size = self.wire = 0
+        self.refusal: tuple[int, bytes] | None = None
+        self.closing_since: float | None = None
+
+    def connection_made(self, transport) -> None:
+        peer = transport.get_extra_info("peername")
+        self.source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        refused = self.guard.budget.admit(self.source)
+        if refused is not None:
+            self.guard.budget.refuse(transport, refused)
+            return
+        self.admitted = True
+        self.guard.connections.add(self)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc) -> None:
+        if self.admitted:
+            self.admitted = False
+            self.guard.connections.discard(self)
+            self.guard.budget.release(self.source)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.refusal is not None:
+            return
+        self.received_at = time.monotonic()
+        if self.state:  # a request begun in an earlier read: httptools keeps an unfinished header, so count here
+            self.wire += len(data)
+        super().data_received(data)
+        if self.state and self.refusal is None:
+            limits = self.guard.limits
+            if self.state == _HEAD and self.wire > limits.head_wire:
+                self.refuse(431, b"request headers longer than %d bytes" % limits.max_header_bytes)
+            elif self.state == _BODY and self.wire > limits.max_body_wire:
+                self.refuse(413, b"request body longer than %d bytes on the wire" % limits.max_body_wire)
+
+    # ------------------------------------------------------------------------------------- parser callbacks
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.state = _HEAD
+        self.deadline = self.received_at + self.guard.limits.header_timeout
+        self.url_size = self.head_size = self.header_count = self.body_size = self.wire = 0
+
+    def on_url(self, url: bytes) -> None:
+        self.url_size += len(url)
+        if self.url_size > self.guard.limits.max_url:
+            self._stop(414, b"request target longer than %d bytes" % self.guard.limits.max_url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self.guard.limits
+        size = len(name) + len(value)
+        self.head_size += size
+        self.header_count += 1
+        if size > limits.max_header_line:
+            self._stop(431, b"a request header longer than %d bytes" % limits.max_header_line)
+        if self.head_size > limits.max_header_bytes:
+            self._stop(431, b"request headers longer than %d bytes" % limits.max_header_bytes)
+        if self.header_count > limits.max_headers:
+            self._stop(431, b"more than %d request headers" % limits.max_headers)
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        limits = self.guard.limits
+        for name, value in self.headers:
+            if name == b"content-length" and value.isdigit() and int(value) > limits.max_body:
+                self._stop(413, b"request body longer than %d bytes" % limits.max_body)
+        self.state = _BODY
+        self.deadline = self.received_at + limits.body_timeout
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self.body_size += len(body)
+        if self.body_size > self.guard.limits.max_body:
+            self._stop(413, b"request body longer than %d bytes" % self.guard.limits.max_body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self.state = _IDLE
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        self.idle_since = time.monotonic()
+        super().on_response_complete()
+
+    # -------------------------------------------------------------------------------------------- refusals
+    def _stop(self, status: int, message: bytes) -> None:
+        self.refusal = (status, message)
+        raise _Refused()
+
+    def send_400_response(self, msg: str) -> None:
+        if self.refusal is None:
+            self.refusal = (400, msg.encode("ascii", "replace"))
+        self.refuse(*self.refusal, force=True)
+
+    def refuse(self, status: int, message: bytes, force: bool = False) -> None:
+        """Answer ``status`` and close, unless the application has begun its own answer (then only close)."""
+        if self.refusal is not None and not force:
+            return
+        self.refusal = (status, message)
+        self.state = _IDLE
+        if self.transport is None or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.disconnected = True  # the application's request sees a disconnect, not a half-read body
+            self.cycle.message_event.set()
+            if self.cycle.response_started:
+                self.transport.abort()
+                return
+        self.transport.write(plain_error(status, message))
+        self.transport.close()
+
+    def expire(self) -> None:
+        limits = self.guard.limits
+        if self.transport.get_write_buffer_size():
+            self.transport.abort()
+        elif self.state == _HEAD:
+            self.refuse(408, b"request headers not received within %g s" % limits.header_timeout)
+        else:
+            self.refuse(408, b"request body not received within %g s" % limits.body_timeout)

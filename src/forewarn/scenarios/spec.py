@@ -169,6 +169,14 @@ class ScenarioFile:
     vms: tuple[str, ...]
     instances: tuple[str, ...]
     lines: dict = field(repr=False, default_factory=dict)
+    fleet_ports: bool = False  # some VM or instance of the fleet has an IMDS port of its own
+    _server_fleet: str | None = field(default=None, init=False, repr=False)
+
+    def server_fleet_text(self) -> str:
+        """The fleet a private server gets (worked out once: on a large fleet it takes seconds)."""
+        if self._server_fleet is None:
+            self._server_fleet = server_fleet(self.fleet_text) if self.fleet_ports else self.fleet_text
+        return self._server_fleet
 
     def resolve(self, timing: str = DEFAULT_TIMING) -> Scenario:
         if timing not in TIMINGS:
@@ -274,7 +282,8 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
             report.add(("start",), str(error))
 
     timing_names = _check_timing(data.get("timing"), report)
-    fleet_text, vms, hosts, instances = _check_fleet(data, document.marks, text, filename, base_dir, report)
+    fleet_text, vms, hosts, instances, fleet_ports = _check_fleet(data, document.marks, text, filename, base_dir,
+                                                                  report)
     # A fleet that could not be read has had its problems reported; names are not checked against it.
     names = (set(vms), set(hosts), set(instances)) if fleet_text else (_ANY_NAME,) * 3
     _check_server(data.get("server"), timing_names, report)
@@ -285,7 +294,7 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
     scenario = ScenarioFile(
         name=name, title=(data.get("title") or name).strip(), description=data["description"].strip(),
         source=(data.get("source") or "").strip(), path=filename, text=text, data=data, fleet_text=fleet_text,
-        vms=tuple(vms), instances=tuple(instances), lines=lines,
+        vms=tuple(vms), instances=tuple(instances), lines=lines, fleet_ports=fleet_ports,
     )
     for timing in TIMINGS:  # every value must resolve, and the steps must be in time order, in both timings
         _resolve(scenario, timing, report)
@@ -322,13 +331,13 @@ def _is_choice(value: Any) -> bool:
 
 
 def _check_fleet(data: dict, marks: dict, text: str, filename: str, base_dir: Path | None,
-                 report: _Report) -> tuple[str, list[str], list[str], list[str]]:
+                 report: _Report) -> tuple[str, list[str], list[str], list[str], bool]:
     """The fleet's text (as the server will read it) and its members; fleet-file errors with this file's lines."""
     from forewarn.fleetfile import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
 
     fleet = data.get("fleet")
     if fleet is None:
-        return "", [], [], []
+        return "", [], [], [], False
     offset, label = 0, None
     if fleet == "demo":
         fleet_text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
@@ -339,7 +348,7 @@ def _check_fleet(data: dict, marks: dict, text: str, filename: str, base_dir: Pa
             fleet_text = yamlfile.read_text(path, "fleet file")
         except YamlFileError as error:
             report.add(("fleet",), str(error))
-            return "", [], [], []
+            return "", [], [], [], False
         label = str(path)
     elif isinstance(fleet, dict):
         start, end = marks[("fleet",)]
@@ -347,7 +356,7 @@ def _check_fleet(data: dict, marks: dict, text: str, filename: str, base_dir: Pa
         offset = start.line
     else:
         report.add(("fleet",), "expected `demo`, the path of a fleet file, or a fleet (mapping) inline")
-        return "", [], [], []
+        return "", [], [], [], False
     token = "\x00fleet"
     try:
         parsed = parse_fleet(fleet_text, token)
@@ -361,8 +370,10 @@ def _check_fleet(data: dict, marks: dict, text: str, filename: str, base_dir: Pa
             else:
                 report.raw(f"{filename}:{report.line_of(('fleet',))}: fleet: {label}:{match.group(1)}: "
                            f"{match.group(2)}")
-        return "", [], [], []
-    return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2)
+        return "", [], [], [], False
+    ports = any(vm.imds_port is not None for vm in parsed.vms.values()) or any(
+        instance.imds_port is not None for instance in parsed.ec2.values())
+    return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2), ports
 
 
 def _check_server(server: Any, timing_names: set[str], report: _Report) -> None:
@@ -675,7 +686,7 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
         name=scenario.name, title=scenario.title, description=scenario.description, source=scenario.source,
         path=scenario.path, timing=timing,
         start=_parse_time(str(data["start"])) if data.get("start") else None,
-        fleet_text=server_fleet(scenario.fleet_text), vms=scenario.vms, instances=scenario.instances,
+        fleet_text=scenario.server_fleet_text(), vms=scenario.vms, instances=scenario.instances,
         observe=tuple(observe) if observe else scenario.vms + scenario.instances, observe_all=not observe,
         server=server, steps=tuple(steps), expectations=tuple(expectations),
     )
@@ -694,7 +705,7 @@ def server_fleet(fleet_text: str) -> str:
                 imds.pop("port", None)
                 if not imds:
                     member.pop("imds")
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
 def _clock(delta: timedelta) -> str:

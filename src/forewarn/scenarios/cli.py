@@ -224,7 +224,8 @@ class ProgressLine:
     def __call__(self, state) -> None:
         elapsed = time.monotonic() - self.started
         text = (f"progress: step {state.steps_done}/{state.steps}, {_offset(state.offset)} simulated, "
-                f"{state.moves} clock moves, {elapsed:.1f} s" + (" (settling)" if state.phase == "settling" else ""))
+                f"{state.moves} clock moves, {elapsed:.1f} s" + {"settling": " (settling)", "done": " (done)"}.get(
+                    state.phase, ""))
         if self.tty:
             if state.phase != "done" and time.monotonic() - self.shown_at < self.interval:
                 return

@@ -346,7 +346,13 @@ class Runner:
             document_names = [name for name in self.azure if self.scope_of.get(name) in changes.scopes]
             state_names = [name for name in self.azure if name in changes.vms]
             ec2 = changes.ec2
-        texts = {name: self.api.document(name) for name in document_names}
+        by_scope: dict[str, str] = {}  # the VMs of a scope share one document: read it once
+        texts = {}
+        for name in document_names:
+            scope = self.scope_of.get(name, name)
+            if scope not in by_scope:
+                by_scope[scope] = self.api.document(name)
+            texts[name] = by_scope[scope]
         rows = self._vm_rows(state_names)
         for name, text in texts.items():
             if self._last_text.get(name) == text:

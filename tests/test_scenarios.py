@@ -506,3 +506,29 @@ def test_progress_goes_to_stderr_and_json_is_quiet(tmp_path):
     assert "progress:" not in as_json.stderr and "#3" not in as_json.stderr
     quiet = cli("scenario", "run", "user-reboot", "--timing", "fast", "-q", "--out", str(tmp_path / "q.json"))
     assert "progress:" not in quiet.stderr
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten_in_place(tmp_path):
+    import os
+    import pty
+
+    main, terminal = pty.openpty()
+    try:
+        result = subprocess.run([sys.executable, "-m", "forewarn", "scenario", "run", "user-reboot", "--timing",
+                                 "fast", "--out", str(tmp_path / "t.json")], stdout=subprocess.PIPE, stderr=terminal,
+                                timeout=120, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+        os.close(terminal)
+        written = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the terminal's other end is closed: all was read
+                break
+            if not chunk:
+                break
+            written += chunk
+    finally:
+        os.close(main)
+    assert result.returncode == 0
+    text = written.decode()
+    assert "\r\x1b[Kprogress: step 1/1" in text and text.rstrip().endswith("(done)"), repr(text)

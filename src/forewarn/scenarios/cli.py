@@ -162,20 +162,22 @@ def run_command(ctx, name, timing, manual, speed, server_url, ec2_url, out, seed
     def stop(signal_number, frame):
         raise RunInterrupted(signal.Signals(signal_number).name)
 
-    previous = signal.signal(signal.SIGTERM, stop)
+    handled = (signal.SIGINT, signal.SIGTERM)
+    for number in handled:
+        signal.signal(number, stop)
     try:
         timeline = run_scenario(resolved, server=server_url, ec2_url=ec2_url if server_url else None,
                                 options=options, seed=seed, emit=emit, progress=progress)
     except ServerError as error:
         _fail(str(error))
-    except (KeyboardInterrupt, RunInterrupted):  # before the run began (the private server was starting)
-        _fail("interrupted before the run began; no timeline")
+    except RunInterrupted:  # outside the run itself: while the private server started or stopped
+        _fail("interrupted while the private server started or stopped; no timeline")
     finally:
         if progress is not None:
             progress.clear()
     # The timeline is written whatever comes next: a second Ctrl-C or SIGTERM now would lose it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, previous)
+    for number in handled:
+        signal.signal(number, signal.SIG_IGN)
     report = click.echo if not to_stdout else (lambda line: click.echo(line, err=True))
     results = timeline["expectations"]
     if results:

@@ -34,7 +34,8 @@ class RunAborted(Exception):
 
 
 class RunInterrupted(Exception):
-    """A signal (SIGTERM; SIGINT arrives as KeyboardInterrupt) asked the run to stop: the timeline is kept, partial."""
+    """A signal asked the run to stop (raised by the CLI's SIGINT and SIGTERM handlers): the timeline is kept,
+    marked partial."""
 
     def __init__(self, signal_name: str):
         super().__init__(signal_name)
@@ -150,8 +151,8 @@ class Runner:
             settled = self._settle()
         except (RunAborted, ApiError, Unreachable) as error:
             aborted = str(error)
-        except (KeyboardInterrupt, RunInterrupted) as signal:
-            interrupted = signal.signal_name if isinstance(signal, RunInterrupted) else "SIGINT"
+        except RunInterrupted as signal:
+            interrupted = signal.signal_name
             where = format_offset((self.now - self.start).total_seconds()) if self.start and self.now else "the start"
             aborted = (f"interrupted by {interrupted} at {where}, after {self.steps_done} of "
                        f"{len(self.scenario.steps)} steps; the timeline is partial")
@@ -641,7 +642,7 @@ class Runner:
                     ec2_instances = self.api.get("/v1/ec2/instances")
             except (ApiError, Unreachable) as error:  # the timeline is still written
                 aborted = aborted or f"could not read the final state: {error}"
-            except (KeyboardInterrupt, RunInterrupted):  # asked again to stop: what was gathered is written
+            except RunInterrupted:  # asked again to stop: what was gathered is written
                 aborted = aborted or "interrupted while reading the final state; the timeline is partial"
         approvals.sort(key=lambda a: a["offset"])
         timeline = {

@@ -11,7 +11,8 @@ import textwrap
 import pytest
 
 from forewarn.scenarios import ScenarioError, load_scenario, parse_scenario, shipped_names
-from forewarn.scenarios.runner import RunOptions, run_scenario
+from forewarn.scenarios.api import Api, Unreachable
+from forewarn.scenarios.runner import Runner, RunOptions, run_scenario
 from helpers import ROOT, SMALL_FLEET, T0, Server
 
 NAMES = shipped_names()
@@ -468,3 +469,190 @@ def test_generate_refuses_what_cannot_be(tmp_path):
     assert result.returncode == 1 and "--per-hour" in result.stderr
     result = cli("scenario", "generate", "--fleet", str(tmp_path / "none.yaml"), check=False)
     assert result.returncode == 1 and "cannot read the fleet file" in result.stderr
+
+
+# ------------------------------------------------------------------------------------ shared servers, large runs
+def test_a_run_on_a_shared_server_waits_only_for_what_it_created(tmp_path):
+    """An older wave (three units of a day's notice each) is running on the server: the run's own event ends at
+    +40 s, and the clock stops there instead of following the wave for three days."""
+    scenario = parse_scenario(SMALL, "small.yaml").resolve("fast")
+    server = Server(tmp_path).start()
+    try:
+        older = server.post(
+            "/v1/waves", {"type": "Freeze", "by": "update-domain", "groups": ["myvmss"], "notice": "1d"}
+        ).json()["wave"]
+        timeline = run_scenario(scenario, server=server.control, ec2_url=server.ec2)
+        assert timeline["passed"], failures(timeline)
+        clock = server.get("/v1/clock")
+        assert clock["now"] == timeline["end"] == "2026-04-20T22:12:38Z"  # started at +10 s, 30 s window: its end
+        assert server.get(f"/v1/waves/{older['wave_id']}")["status"] == "running"
+        [own] = timeline["actions"][0]["produced"]
+        assert {e["event_id"]: e["status"] for e in timeline["events"]}[own] == "Completed"
+    finally:
+        server.stop()
+
+
+class CountingApi(Api):
+    """The runner's client, counting its requests by method and path."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.requests: list[tuple[str, str]] = []
+
+    def _send(self, method, url, **kwargs):
+        self.requests.append((method, url.split("/", 3)[-1]))
+        return super()._send(method, url, **kwargs)
+
+
+def generated(tmp_path, vms: int, duration: str, per_hour: str, observe: str, seed: str = "1") -> str:
+    fleet = tmp_path / "fleet.yaml"
+    if not fleet.exists():
+        cli(
+            "fleet",
+            "generate",
+            "--vms",
+            str(vms),
+            "--vms-per-host",
+            "10",
+            "--spot-share",
+            "0.5",
+            "--seed",
+            "g",
+            "--out",
+            str(fleet),
+        )
+    out = tmp_path / f"random-{seed}.yaml"
+    cli(
+        "scenario",
+        "generate",
+        "--fleet",
+        str(fleet),
+        "--seed",
+        seed,
+        "--per-hour",
+        per_hour,
+        "--observe",
+        observe,
+        "--duration",
+        duration,
+        "--start",
+        "2026-04-20T00:00:00Z",
+        "--out",
+        str(out),
+    )
+    return str(out)
+
+
+def test_a_large_fleet_costs_no_more_requests_per_step_than_a_small_one(tmp_path):
+    """2,000 VMs: after a step or a move the runner reads only what the journal says changed, never every VM, and
+    deadlines that concern nothing it records are passed in one move. (Before: 20 documents, all 2,000 VM rows and
+    the clock after every move: 12,663 requests for these 118 steps, 524 of them all 2,000 VM rows.)"""
+    from forewarn.scenarios.server import PrivateServer
+
+    scenario = load_scenario(generated(tmp_path, 2000, "3h", "40", "20")).resolve("realistic")
+    with PrivateServer(scenario) as private:
+        api = CountingApi(private.control, private.ec2)
+        try:
+            timeline = Runner(scenario, api).run()
+        finally:
+            api.close()
+    assert timeline["aborted"] is None and timeline["settled"], failures(timeline)
+    steps = len(scenario.steps)
+    assert steps > 80 and not [a for a in timeline["actions"] if "error" in a]
+    full_reads = [path for method, path in api.requests if path == "v1/vms"]
+    assert len(full_reads) <= 3, len(full_reads)  # at the start, and once the run's events are over
+    assert len(api.requests) < 15 * steps, (len(api.requests), steps)  # 1,226 when written
+
+
+def test_passing_deadlines_in_one_move_records_the_same_timeline(tmp_path):
+    path = generated(tmp_path, 120, "4h", "30", "3")
+    every = run_scenario(load_scenario(path).resolve("realistic"), options=RunOptions(every_deadline=True))
+    fewer = run_scenario(load_scenario(path).resolve("realistic"))
+    assert every["aborted"] is None and fewer["aborted"] is None and every["settled"] and fewer["settled"]
+    for key in ("vms", "vm_states", "instances", "actions", "approvals", "events", "end"):
+        assert every[key] == fewer[key], key
+    assert fewer["moves"] < every["moves"] * 0.8, (fewer["moves"], every["moves"])
+
+
+@pytest.mark.parametrize("signal_name, status", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_an_interrupted_run_writes_a_partial_timeline(tmp_path, signal_name, status):
+    import signal
+
+    path = generated(tmp_path, 120, "2d", "60", "120")  # thousands of steps: far from over when interrupted
+    out = tmp_path / "timeline.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "forewarn", "scenario", "run", path, "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    try:
+        for line in process.stdout:  # the live timeline: the run is under way once a step has been taken
+            if "> " in line:
+                break
+        process.send_signal(getattr(signal, signal_name))
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == status, stderr
+    assert "Traceback" not in stderr and "progress: step" in stderr
+    assert f"interrupted: interrupted by {signal_name} at +" in stdout and "(partial)" in stdout
+    timeline = json.loads(out.read_text())
+    assert timeline["partial"] is True and timeline["interrupted"] == signal_name and not timeline["passed"]
+    assert 0 < len(timeline["actions"]) < len(load_scenario(path).data["steps"])
+    assert timeline["events"] and all(event["journal"] for event in timeline["events"])
+    with pytest.raises(Unreachable):  # the private server was stopped
+        Api(timeline["server"], timeout=2).get("/healthz")
+    assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_progress_goes_to_stderr_and_json_is_quiet(tmp_path):
+    result = cli("scenario", "run", "user-reboot", "--timing", "fast", "--out", str(tmp_path / "t.json"))
+    assert "progress: step 1/1" in result.stderr and "progress:" not in result.stdout
+    as_json = cli("scenario", "run", "user-reboot", "--timing", "fast", "--json")
+    assert json.loads(as_json.stdout)["passed"] is True
+    assert "progress:" not in as_json.stderr and "#3" not in as_json.stderr
+    quiet = cli("scenario", "run", "user-reboot", "--timing", "fast", "-q", "--out", str(tmp_path / "q.json"))
+    assert "progress:" not in quiet.stderr
+
+
+def test_progress_on_a_terminal_is_one_line_rewritten_in_place(tmp_path):
+    import os
+    import pty
+
+    main, terminal = pty.openpty()
+    try:
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "forewarn",
+                "scenario",
+                "run",
+                "user-reboot",
+                "--timing",
+                "fast",
+                "--out",
+                str(tmp_path / "t.json"),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=terminal,
+            timeout=120,
+            env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+        )
+        os.close(terminal)
+        written = b""
+        while True:
+            try:
+                chunk = os.read(main, 65536)
+            except OSError:  # the terminal's other end is closed: all was read
+                break
+            if not chunk:
+                break
+            written += chunk
+    finally:
+        os.close(main)
+    assert result.returncode == 0
+    text = written.decode()
+    assert "\r\x1b[Kprogress: step 1/1" in text and text.rstrip().endswith("(done)"), repr(text)

@@ -12,15 +12,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from forewarn import yamlfile
 from forewarn.aws.model import Ec2Instance
 from forewarn.azure.vms import NotificationProfile, Policy, check_os_image_profile, check_terminate_profile
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
 from forewarn.core.ids import derived_guid
 from forewarn.engine.fleet import VM, Fleet, Host
+from forewarn.yamlfile import YamlFileError, line_of, where
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
 DEMO_FLEET = "demo"
@@ -177,44 +178,6 @@ class FleetDocument:
     event_grid: dict[str, Any] | None = None
 
 
-# ------------------------------------------------------------------------------------------------ YAML with lines
-# libyaml's parser when PyYAML has it (10x faster on large fleets); line marks are the same.
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SCALARS = yaml.SafeLoader("")  # only its constructor is used: YAML scalars to Python values
-
-
-def _to_python(node: yaml.Node, path: tuple, lines: dict[tuple, int]) -> Any:
-    """Plain Python data from a composed YAML node, recording the line of every path on the way."""
-    lines.setdefault(path, node.start_mark.line + 1)  # a key's line when the caller recorded it
-    if isinstance(node, yaml.MappingNode):
-        result: dict = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise FleetFileError(f"{{file}}:{key_node.start_mark.line + 1}: keys must be plain words")
-            key = key_node.value
-            if key in result:
-                raise FleetFileError(f"{{file}}:{key_node.start_mark.line + 1}: duplicate key {key!r}")
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            result[key] = _to_python(value_node, path + (key,), lines)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, path + (index,), lines) for index, item in enumerate(node.value)]
-    return _SCALARS.construct_object(node)
-
-
-def _line_of(path: tuple, lines: dict[tuple, int]) -> int:
-    while path and path not in lines:
-        path = path[:-1]
-    return lines.get(path, 1)
-
-
-def _where(path: tuple) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
 # ---------------------------------------------------------------------------------------------------- loading
 def load_fleet(source: str | Path) -> Fleet:
     """Load a fleet file, or the built-in demo fleet when ``source`` is ``demo``."""
@@ -225,12 +188,11 @@ def load_fleet_document(source: str | Path) -> FleetDocument:
     if str(source) == DEMO_FLEET:
         text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
         return parse_fleet_document(text, "demo-fleet.yaml")
-    path = Path(source)
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise FleetFileError(f"{path}: cannot read the fleet file: {error.strerror}") from None
-    return parse_fleet_document(text, str(path))
+        text = yamlfile.read_text(source, "fleet file")
+    except YamlFileError as error:
+        raise FleetFileError(str(error)) from None
+    return parse_fleet_document(text, str(source))
 
 
 def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:
@@ -238,18 +200,21 @@ def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:
 
 
 def parse_fleet_document(text: str, filename: str = "<fleet>") -> FleetDocument:
-    lines: dict[tuple, int] = {}
     try:
-        node = yaml.compose(text, Loader=_LOADER)
-        data = {} if node is None else _to_python(node, (), lines)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        line = mark.line + 1 if mark else 1
-        raise FleetFileError(f"{filename}:{line}: not valid YAML: {error.problem or error}") from None
-    except FleetFileError as error:
-        raise FleetFileError(str(error).format(file=filename)) from None
+        document = yamlfile.parse(text, filename)
+    except YamlFileError as error:
+        raise FleetFileError(str(error)) from None
+    data, lines = document.data, document.lines
+    if data is None:
+        raise FleetFileError(
+            f"{filename}:1: the fleet file is empty; a fleet file is a mapping with keys hosts, "
+            "vms, scale_sets, ... (docs/fleet.md)"
+        )
     if not isinstance(data, dict):
-        raise FleetFileError(f"{filename}:1: a fleet file is a mapping with keys hosts, vms, scale_sets, ...")
+        raise FleetFileError(
+            f"{filename}:1: a fleet file is a mapping with keys hosts, vms, scale_sets, ...; "
+            f"this one is a {_kind(data)}"
+        )
     try:
         spec = FleetSpec.model_validate(data)
     except ValidationError as error:
@@ -259,14 +224,18 @@ def parse_fleet_document(text: str, filename: str = "<fleet>") -> FleetDocument:
             message = problem["msg"]
             if problem["type"] == "extra_forbidden":
                 message = f"unknown key {path[-1]!r}"
-            problems.append(f"{filename}:{_line_of(path, lines)}: {_where(path)}: {message}")
+            problems.append(f"{filename}:{line_of(path, lines)}: {where(path)}: {message}")
         raise FleetFileError("\n".join(problems)) from None
     return FleetDocument(_build(spec, filename, lines), spec.event_grid)
 
 
+def _kind(data) -> str:
+    return "list" if isinstance(data, list) else "single value"
+
+
 def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
     def fail(path: tuple, message: str):
-        raise FleetFileError(f"{filename}:{_line_of(path, lines)}: {_where(path)}: {message}")
+        raise FleetFileError(f"{filename}:{line_of(path, lines)}: {where(path)}: {message}")
 
     defaults = spec.defaults
     declared_hosts: dict[str, Host] = {}
@@ -404,6 +373,11 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
     if spec.default_vm is not None and spec.default_vm not in names:
         fail(("default_vm",), f"{spec.default_vm!r} is not a VM or EC2 instance of this fleet")
     machines = [vm.name for vm in vms] + [instance.instance_id for instance in instances]
+    if not machines:
+        raise FleetFileError(
+            f"{filename}:1: the fleet has no VM and no EC2 instance; declare vms, scale_sets "
+            "(with instances) or ec2_instances"
+        )
     default_vm = spec.default_vm or (machines[0] if len(machines) == 1 else None)
     return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies, ec2=instances)
 

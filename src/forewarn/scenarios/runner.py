@@ -1,26 +1,46 @@
 """Running a scenario against a server, through its control API: take each step at its simulated time, move the
-clock (manual: step by step through every deadline; real: wait and poll), record what every observed VM's document
-was at each incarnation, and check the expectations on the resulting timeline."""
+clock (manual: through every deadline that concerns an observed VM or the run's own events; real: wait and poll),
+record what every observed VM's document was at each incarnation, and check the expectations on the resulting
+timeline.
+
+What changed is read from the server's journal (``GET /v1/journal``): after a move, only the documents of the
+scopes and the states of the VMs it names are read again, so a step costs the same on a fleet of 5,000 VMs as on
+one of five. The journal also gives each event's history for the timeline, and tells which events the run's waves
+scheduled."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
 from forewarn.scenarios.expect import evaluate
 from forewarn.scenarios.spec import TIME_KEYS, Scenario, Step, format_offset, time_value
 
-DEFAULT_MAX_MOVES = 1000
+DEFAULT_MAX_MOVES = 1000  # and MOVES_PER_STEP more for each step of the scenario
+MOVES_PER_STEP = 10
 DEFAULT_POLL = 0.1  # seconds of wall time between polls on a real clock
 DEFAULT_TIMEOUT = 600.0  # wall seconds a real-clock run may wait, after its last step, for things to settle
+JOURNAL_PAGE = 32  # journal entries read after each move; more new ones than this: 8 times more, up to JOURNAL_MAX
+JOURNAL_MAX = 10_000  # the most GET /v1/journal returns; more new entries than this: read everything again
+MANY_VMS = 20  # more changed observed VMs than this: one read of /v1/vms instead of one per VM
 
 
 class RunAborted(Exception):
     """The run could not go on (a step failed unexpectedly, the server went away, ...)."""
+
+
+class RunInterrupted(Exception):
+    """A signal asked the run to stop (raised by the CLI's SIGINT and SIGTERM handlers): the timeline is kept,
+    marked partial."""
+
+    def __init__(self, signal_name: str):
+        super().__init__(signal_name)
+        self.signal_name = signal_name
 
 
 def parse_iso(text: str | None) -> datetime | None:
@@ -41,9 +61,31 @@ class RunOptions:
     mode: str = "manual"  # manual: the runner moves the clock; real: it waits and polls; auto: the server's
     speed: float = 1.0
     poll: float = DEFAULT_POLL
-    max_moves: int = DEFAULT_MAX_MOVES
+    max_moves: int | None = None  # None: DEFAULT_MAX_MOVES + MOVES_PER_STEP per step
     timeout: float = DEFAULT_TIMEOUT
     set_start: bool = True  # on a manual clock, move a server that is behind to the scenario's start time
+    every_deadline: bool = False  # stop at every deadline of the server, not only at those that concern the run
+
+
+@dataclass
+class Progress:
+    """Where a run is, for a progress line."""
+
+    steps_done: int
+    steps: int
+    offset: float  # simulated seconds from the start
+    moves: int
+    phase: str  # "steps", "settling" or "done"
+
+
+@dataclass
+class _Changes:
+    """What the journal says changed since the last reading."""
+
+    scopes: set[str] = field(default_factory=set)
+    vms: set[str] = field(default_factory=set)
+    ec2: bool = False
+    waves: bool = False
 
 
 class Runner:
@@ -54,12 +96,32 @@ class Runner:
         options: RunOptions | None = None,
         emit: Callable[[str], None] | None = None,
         server_info: dict | None = None,
+        progress: Callable[[Progress], None] | None = None,
     ):
         self.scenario = scenario
         self.api = api
         self.options = options or RunOptions()
+        if self.options.max_moves is None:
+            self.options.max_moves = DEFAULT_MAX_MOVES + MOVES_PER_STEP * len(scenario.steps)
         self.emit = emit or (lambda line: None)
+        self.progress = progress or (lambda state: None)
         self.server_info = server_info or {}
+        self.steps_done = 0
+        self.phase = "steps"
+        # What the run itself created: what it waits for after its last step, and nothing else.
+        self.created: set[str] = set()  # Azure EventIds
+        self.created_ec2: set[str] = set()  # EC2 event ids
+        self.created_waves: set[str] = set()
+        self.spot_targets: set[str] = set()  # instances the run interrupted (their Spot action is its own)
+        # The change feed (the server's journal) and what it says.
+        self.journal_seq = 0
+        self.journal_complete = True  # every entry since the start was read (else histories are read per event)
+        self.event_journal: dict[str, list[dict]] = {}
+        self.waves_running = False
+        self.scope_of: dict[str, str] = {}
+        self._last_document: dict[str, dict] = {}
+        self._last_row: dict[str, dict] = {}
+        self._quiet: tuple[bool, datetime | None] | None = None  # cached _quiet_until(), dropped on any change
         self.azure = [name for name in scenario.observe if name in scenario.vms]
         self.ec2_watch = [name for name in scenario.observe if name in scenario.instances]
         self.watch_ec2 = bool(self.ec2_watch) or (scenario.observe_all and bool(scenario.instances))
@@ -73,7 +135,6 @@ class Runner:
         self._last_text: dict[str, str] = {}
         self._last_state: dict[str, tuple] = {}
         self._last_instance: dict[str, dict] = {}
-        self._vm_impacts: list[dict] = []
         self._instance_rows: list[dict] = []
         self.actions: list[dict] = []
         self.step_checks: list[dict] = []
@@ -84,16 +145,36 @@ class Runner:
     def run(self) -> dict:
         aborted = None
         settled = False
+        interrupted = None
         try:
             self._begin()
             for step in self.scenario.steps:
                 self._advance_to(self.start + step.time)
                 self._perform(step)
                 self.observe()
+                self.steps_done += 1
+                self._report()
+            self.phase = "settling"
             settled = self._settle()
         except (RunAborted, ApiError, Unreachable) as error:
             aborted = str(error)
-        return self._timeline(settled, aborted)
+        except RunInterrupted as signal:
+            interrupted = signal.signal_name
+            where = format_offset((self.now - self.start).total_seconds()) if self.start and self.now else "the start"
+            aborted = (
+                f"interrupted by {interrupted} at {where}, after {self.steps_done} of "
+                f"{len(self.scenario.steps)} steps; the timeline is partial"
+            )
+        self.phase = "done"
+        self._report()
+        timeline = self._timeline(settled, aborted)
+        timeline["partial"] = interrupted is not None
+        timeline["interrupted"] = interrupted
+        return timeline
+
+    def _report(self) -> None:
+        offset = (self.now - self.start).total_seconds() if self.start and self.now else 0.0
+        self.progress(Progress(self.steps_done, len(self.scenario.steps), offset, self.moves, self.phase))
 
     def _begin(self) -> None:
         clock = self.api.get("/v1/clock")
@@ -133,12 +214,16 @@ class Runner:
         for warning in self.warnings:
             self.emit(f"warning: {warning}")
         self.start = now
+        latest = self.api.get("/v1/journal", limit=1)
+        self.journal_seq = latest[-1]["seq"] if latest else 0
+        self.waves_running = any(wave["status"] == "running" for wave in self.api.get("/v1/waves"))
         self._read_clock(clock)
-        self.observe(clock)
+        self.observe(clock, everything=True)
 
     def _check_fleet(self) -> None:
         fleet = self.api.get("/v1/fleet")
-        known = {vm["name"] for vm in fleet["vms"]}
+        self.scope_of = {vm["name"]: vm["scope"] for vm in fleet["vms"]}
+        known = set(self.scope_of)
         missing = [name for name in self.scenario.vms if name not in known]
         if self.scenario.instances:
             known_instances = {i["instance_id"] for i in self.api.get("/v1/ec2/instances")}
@@ -157,31 +242,81 @@ class Runner:
     def _advance_to(self, target: datetime) -> None:
         if self.options.mode == "manual":
             while self.next_deadline is not None and self.next_deadline <= target:
-                self._move("/v1/clock/next", {})
-            if self.now < target:
-                self._move("/v1/clock/set", {"to": iso(target)})
+                self._step_toward(target)
+            if self.now < target:  # no deadline on the way: nothing to read (the journal keeps what others did)
+                self._move("/v1/clock/set", {"to": iso(target)}, observe=False)
         else:
             while self.now < target:
                 remaining = (target - self.now).total_seconds() / self.options.speed
                 time.sleep(max(0.0, min(self.options.poll, remaining)))
                 self.observe()
 
-    def _move(self, path: str, body: dict) -> None:
+    def _step_toward(self, limit: datetime | None) -> None:
+        """One move of a manual clock, no further than ``limit`` (None: no further than the next deadline).
+
+        Deadlines that concern neither an observed VM nor, once the steps are done, the run's own events are
+        passed in one move (``clock/set`` runs every deadline up to the time it is given, in order): they change
+        nothing the run records. Where that cannot be told, the clock goes deadline by deadline."""
+        known, quiet_until = self._quiet_until()
+        if limit is not None and known and not self.options.every_deadline:
+            target = limit if quiet_until is None else min(limit, quiet_until)
+            if self.next_deadline is not None and self.next_deadline < target and target > self.now:
+                self._move("/v1/clock/set", {"to": iso(target)})
+                return
+        self._move("/v1/clock/next", {})
+
+    def _quiet_until(self) -> tuple[bool, datetime | None]:
+        """(known, until): the earliest time a deadline can change an observed document or VM state (until None:
+        none can); known False when that cannot be told (an observed event is Started and may have extra impacts,
+        a wave may schedule anywhere, EC2 instances are watched)."""
+        if self._quiet is not None:
+            return self._quiet
+        if self.watch_ec2 or self.waves_running:
+            self._quiet = (False, None)
+            return self._quiet
+        times: list[datetime] = []
+        for name in self.azure:
+            for event in (self._last_document.get(name) or {}).get("Events") or []:
+                if event.get("EventStatus") != "Scheduled" or not event.get("NotBefore"):
+                    self._quiet = (False, None)
+                    return self._quiet
+                try:  # whole seconds, so no later than the deadline itself
+                    times.append(parsedate_to_datetime(event["NotBefore"]).astimezone(UTC))
+                except (TypeError, ValueError):
+                    self._quiet = (False, None)
+                    return self._quiet
+            until = parse_iso((self._last_row.get(name) or {}).get("impact_until"))
+            if until is not None:
+                times.append(until)
+        self._quiet = (True, min(times) if times else None)
+        return self._quiet
+
+    def _move(self, path: str, body: dict, observe: bool = True) -> None:
         self.moves += 1
         if self.moves > self.options.max_moves:
             raise RunAborted(f"more than {self.options.max_moves} clock moves (--max-moves)")
-        self.observe(self.api.post(path, body))
+        clock = self.api.post(path, body)
+        if observe:
+            self.observe(clock)
+        else:
+            self._read_clock(clock)
+        if self.moves % 50 == 0:
+            self._report()
 
     def _settle(self) -> bool:
-        """After the last step: move on until no event of the run is live and no VM is in an impact."""
+        """After the last step: move on until nothing the run created is live: its events, its waves, the impacts
+        of its events on VMs and instances, and the Spot actions it asked for. Whatever else a shared server holds
+        is not waited for, and the clock goes no further than the run's own next deadline."""
         if self.options.mode == "manual":
-            while not self._settled():
+            while True:
+                settled, until = self._pending()
+                if settled:
+                    return True
                 if self.next_deadline is None:
                     return False
-                self._move("/v1/clock/next", {})
-            return True
+                self._step_toward(until)
         deadline = time.monotonic() + self.options.timeout
-        while not self._settled():
+        while not self._pending()[0]:
             if time.monotonic() > deadline:
                 return False
             time.sleep(self.options.poll)
@@ -191,50 +326,73 @@ class Runner:
         self.observe()
         return True
 
-    def _settled(self) -> bool:
-        since = self.start
-        if any(parse_iso(e["created_at"]) >= since for e in self.api.get("/v1/events")):
-            return False
-        if any(wave["status"] == "running" for wave in self.api.get("/v1/waves")):
-            return False
-        if any(vm.get("impact_until") for vm in self._vm_impacts):
-            return False
-        if self.scenario.instances or self.watch_ec2:
-            if any(parse_iso(e["created_at"]) >= since for e in self.api.get("/v1/ec2/events")):
-                return False
-            for instance in self._instance_rows:
-                if instance.get("impacted_by"):
-                    return False
+    def _pending(self) -> tuple[bool, datetime | None]:
+        """(settled, until): whether everything the run created is over, and if not, the earliest time it can
+        change (None when that cannot be told: step deadline by deadline)."""
+        times: list[datetime | None] = []
+        if self.created:
+            for event in self.api.get("/v1/events"):
+                if event["event_id"] in self.created:
+                    times.append(parse_iso(event["not_before"] if event["status"] == "Scheduled" else event["ends_at"]))
+        if self.created_waves and any(
+            wave["wave_id"] in self.created_waves and wave["status"] == "running" for wave in self.api.get("/v1/waves")
+        ):
+            times.append(None)
+        if self.created and not times:  # the events are over; an impact ends with its event at the latest
+            for vm in self.api.get("/v1/vms"):
+                if vm.get("impact_until") and _event_of(vm.get("impacted_by")) in self.created:
+                    times.append(parse_iso(vm["impact_until"]))
+        if self.created_ec2 or self.spot_targets:
+            if any(e["event_id"] in self.created_ec2 for e in self.api.get("/v1/ec2/events")):
+                times.append(None)
+            for instance in self.api.get("/v1/ec2/instances"):
+                if _event_of(instance.get("impacted_by")) in self.created_ec2:
+                    times.append(None)
                 action_time = parse_iso(instance.get("spot_action_time"))
-                if action_time is not None and action_time > self.now:
-                    return False
-        return True
+                if instance["instance_id"] in self.spot_targets and action_time is not None and action_time > self.now:
+                    times.append(None)
+        if not times:
+            return True, None
+        return False, None if None in times else min(times)
 
     # ---------------------------------------------------------------------------------------------- observing
-    def observe(self, clock: dict | None = None) -> None:
-        """Read every observed VM's document (and state); record what changed."""
-        texts = {name: self.api.document(name) for name in self.azure}
-        vms = self.api.get("/v1/vms")
-        self._vm_impacts = vms
-        ec2_events: list[dict] = []
-        if self.scenario.instances or self.watch_ec2:
-            self._instance_rows = self.api.get("/v1/ec2/instances")
-            ec2_events = self.api.get("/v1/ec2/events", all="true") if self.watch_ec2 else []
-        self._read_clock(clock if clock is not None else self.api.get("/v1/clock"))
+    def observe(self, clock: dict | None = None, everything: bool = False) -> None:
+        """Read what changed (the observed VMs' documents and states, the watched instances); record it."""
+        if clock is None:
+            clock = self.api.get("/v1/clock")  # on a real clock, this brings the server up to date first
+        changes = None if everything else self._changes()
+        self._read_clock(clock)
+        if changes is None:  # everything: at the start, or when the journal moved on too far to tell
+            document_names, state_names, ec2 = list(self.azure), list(self.azure), True
+        else:
+            document_names = [name for name in self.azure if self.scope_of.get(name) in changes.scopes]
+            state_names = [name for name in self.azure if name in changes.vms]
+            ec2 = changes.ec2
+        by_scope: dict[str, str] = {}  # the VMs of a scope share one document: read it once
+        texts = {}
+        for name in document_names:
+            scope = self.scope_of.get(name, name)
+            if scope not in by_scope:
+                by_scope[scope] = self.api.document(name)
+            texts[name] = by_scope[scope]
+        rows = self._vm_rows(state_names)
         for name, text in texts.items():
             if self._last_text.get(name) == text:
                 continue
             self._last_text[name] = text
             document = parse_document(text)
+            self._last_document[name] = document
+            self._quiet = None
             self.documents[name].append(
                 {**self._stamp(), "incarnation": document.get("DocumentIncarnation"), "document": document}
             )
             self._line(name, f"#{document.get('DocumentIncarnation')}", _summary(document))
-        by_name = {vm["name"]: vm for vm in vms}
-        for name in self.azure:
-            vm = by_name.get(name)
+        for name in state_names:
+            vm = rows.get(name)
             if vm is None:
                 continue
+            self._last_row[name] = vm
+            self._quiet = None
             key = (vm["power"], vm["host"], vm["booted_at"])
             if self._last_state.get(name) == key:
                 continue
@@ -251,8 +409,54 @@ class Runner:
             )
             if not first:
                 self._line(name, "", f"{vm['power']} on {vm['host']}")
-        if self.watch_ec2:
-            self._observe_instances(ec2_events)
+        if self.watch_ec2 and ec2:
+            self._instance_rows = self.api.get("/v1/ec2/instances")
+            self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
+
+    def _vm_rows(self, names: list[str]) -> dict[str, dict]:
+        if not names:
+            return {}
+        if len(names) > MANY_VMS:
+            wanted = set(names)
+            return {vm["name"]: vm for vm in self.api.get("/v1/vms") if vm["name"] in wanted}
+        return {name: self.api.get(f"/v1/vms/{name}") for name in names}
+
+    def _changes(self) -> _Changes | None:
+        """The journal's entries since the last reading, as what they changed; None when more changed than the
+        journal returns at once (then everything is read again)."""
+        limit = JOURNAL_PAGE
+        entries = self.api.get("/v1/journal", limit=limit)
+        while len(entries) == limit and entries[0]["seq"] > self.journal_seq and limit < JOURNAL_MAX:
+            limit = min(limit * 8, JOURNAL_MAX)  # the journal is read from its end: ask for more until it reaches back
+            entries = self.api.get("/v1/journal", limit=limit)
+        complete = not (len(entries) == limit and entries[0]["seq"] > self.journal_seq)
+        new = [entry for entry in entries if entry["seq"] > self.journal_seq]
+        if new:
+            self.journal_seq = new[-1]["seq"]
+        changes = _Changes()
+        for entry in new:
+            what = entry["what"]
+            if entry.get("event_id"):
+                self.event_journal.setdefault(entry["event_id"], []).append(
+                    {key: value for key, value in entry.items() if key not in ("seq", "event_id")}
+                )
+                if what == "scheduled" and str(entry.get("reason", "")).split(",")[0] in self.created_waves:
+                    self.created.add(entry["event_id"])  # scheduled by one of the run's waves
+            if "scope" in entry:
+                changes.scopes.add(entry["scope"])
+            if "vm" in entry:
+                changes.vms.add(entry["vm"])
+            if what.startswith(("ec2 ", "instance ", "notification ")) or "instance" in entry:
+                changes.ec2 = True
+            if what.startswith("wave "):
+                changes.waves = True
+        if changes.waves:
+            self.waves_running = any(wave["status"] == "running" for wave in self.api.get("/v1/waves"))
+            self._quiet = None
+        if not complete:
+            self.journal_complete = False
+            return None
+        return changes
 
     def _observe_instances(self, ec2_events: list[dict]) -> None:
         for row in self._instance_rows:
@@ -326,6 +530,7 @@ class Runner:
         entry["result"] = result
         entry["produced"] = ids
         self.actions.append(entry)
+        self._note_created(step, params, result, ids)
         if step.id:
             self.produced[step.id] = ids
         self._line(f"> {step.do}", "", f"{_describe(step)}" + (f" -> {', '.join(ids)}" if ids else ""))
@@ -337,6 +542,24 @@ class Runner:
                     "detail": "it succeeded",
                 }
             )
+
+    def _note_created(self, step: Step, params: dict, result: Any, ids: list[str]) -> None:
+        """Remember what the step created (what the run waits for at its end): the events its answer holds that
+        were created since the run began, its wave, the instances whose Spot interruption it asked for."""
+        if step.do == "wave":
+            self.created_waves.update(ids)
+            self.waves_running = True
+            self._quiet = None
+            return
+        if step.do in ("ec2-interrupt", "ec2-rebalance"):
+            self.spot_targets.update(_flat(params.get("instances")))
+        events = result if isinstance(result, list) else result.get("events") if isinstance(result, dict) else None
+        for event in events or []:
+            if not isinstance(event, dict) or "event_id" not in event:
+                continue
+            created = parse_iso(event.get("created_at"))
+            if created is not None and created >= self.start:
+                (self.created_ec2 if step.do.startswith("ec2-") else self.created).add(event["event_id"])
 
     def _resolve(self, value: Any, step: Step, key: str | None = None) -> Any:
         if isinstance(value, str) and value.startswith("$"):
@@ -459,12 +682,15 @@ class Runner:
         events, ec2_events, ec2_instances, approvals = [], [], [], []
         if self.start is not None:
             try:
+                self._changes()  # the journal's last entries, for the events' histories
                 events = [e for e in self.api.get("/v1/events", all="true") if parse_iso(e["created_at"]) >= self.start]
                 for event in events:
-                    event["journal"] = [
-                        {**entry, "at": iso(parse_iso(entry["at"]))}
-                        for entry in self.api.get(f"/v1/events/{event['event_id']}/journal")
-                    ]
+                    history = (
+                        self.event_journal.get(event["event_id"], [])
+                        if self.journal_complete
+                        else self.api.get(f"/v1/events/{event['event_id']}/journal")
+                    )
+                    event["journal"] = [{**entry, "at": iso(_entry_time(entry, event))} for entry in history]
                     for entry in event["journal"]:
                         if entry["what"] == "approved":
                             at = parse_iso(entry["at"])
@@ -485,6 +711,8 @@ class Runner:
                     ec2_instances = self.api.get("/v1/ec2/instances")
             except (ApiError, Unreachable) as error:  # the timeline is still written
                 aborted = aborted or f"could not read the final state: {error}"
+            except RunInterrupted:  # asked again to stop: what was gathered is written
+                aborted = aborted or "interrupted while reading the final state; the timeline is partial"
         approvals.sort(key=lambda a: a["offset"])
         timeline = {
             "scenario": scenario.name,
@@ -558,6 +786,19 @@ ACTION_HANDLERS: dict[str, Callable] = {
 }
 
 
+def _entry_time(entry: dict, event: dict) -> datetime | None:
+    """When a journal entry happened. The journal stamps an entry with the time of the command that committed it;
+    a clock move that passed several deadlines commits them together, so a start or a completion takes its time
+    from the event itself."""
+    exact = {"started": event.get("started_at"), "completed": event.get("ended_at")}.get(entry["what"])
+    return parse_iso(exact or entry["at"])
+
+
+def _event_of(impacted_by: str | None) -> str | None:
+    """The EventId of a VM's or an instance's ``impacted_by`` ("EVENTID" or "EVENTID (extra impact)")."""
+    return impacted_by.split(" ", 1)[0] if impacted_by else None
+
+
 def _flat(value: Any) -> list[str]:
     if value is None:
         return []
@@ -614,6 +855,7 @@ def run_scenario(
     seed: str | None = None,
     emit: Callable[[str], None] | None = None,
     control_token: str | None = None,
+    progress: Callable[[Progress], None] | None = None,
 ) -> dict:
     """Run a resolved scenario: on ``server`` (its control API URL, with its ``control_token`` if it has one) when
     given, otherwise on a private server started for the run (in-memory database, the scenario's fleet, ``seed`` for
@@ -625,7 +867,7 @@ def run_scenario(
         api = Api(server, ec2_url, token=control_token)
         try:
             info = {"server": server, "ec2_url": ec2_url, "private_server": False, "seed": None}
-            return Runner(scenario, api, options, emit, info).run()
+            return Runner(scenario, api, options, emit, info, progress).run()
         finally:
             api.close()
     seed = seed or DEFAULT_SEED
@@ -641,6 +883,6 @@ def run_scenario(
                 "seed": seed,
                 "server_options": scenario.server_args(),
             }
-            return Runner(scenario, api, options, emit, info).run()
+            return Runner(scenario, api, options, emit, info, progress).run()
         finally:
             api.close()

@@ -30,24 +30,32 @@ def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: flo
     env.pop("FOREWARN_CONTROL_TOKEN", None)  # the server's options are the caller's args, not this shell's token
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     with open(log_path, "ab") as log:
+        # Its own session: a Ctrl-C at the terminal reaches the runner, which still reads the final state from the
+        # server before it stops it.
         process = subprocess.Popen(
             [sys.executable, "-m", "forewarn", "serve", *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=env,
+            start_new_session=True,
         )
     deadline = time.monotonic() + timeout
-    with httpx.Client(timeout=1.0) as client:
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise ServerError(f"the server exited with status {process.returncode}:\n{_log_tail(log_path)}")
-            try:
-                if client.get(f"{control_url}/healthz").status_code == 200:
-                    return process
-            except httpx.TransportError:
-                pass
-            time.sleep(0.03)
+    try:
+        with httpx.Client(timeout=1.0) as client:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    raise ServerError(f"the server exited with status {process.returncode}:\n{_log_tail(log_path)}")
+                try:
+                    if client.get(f"{control_url}/healthz").status_code == 200:
+                        return process
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.03)
+    except BaseException:  # interrupted while waiting: in its own session, nothing else would stop it
+        process.terminate()
+        process.wait(10)
+        raise
     process.terminate()
     process.wait(10)
     raise ServerError(f"the server did not answer within {timeout:g} s:\n{_log_tail(log_path)}")
@@ -148,6 +156,9 @@ class PrivateServer:
         except ServerError as error:
             self.stop()
             raise ServerError(str(error).replace("the server", "the private server", 1)) from None
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Container
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from forewarn import yamlfile
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError, did_you_mean
+from forewarn.yamlfile import YamlFileError, line_of, where
 
 TIMINGS = ("fast", "realistic")
 DEFAULT_TIMING = "realistic"
@@ -208,6 +211,14 @@ class ScenarioFile:
     vms: tuple[str, ...]
     instances: tuple[str, ...]
     lines: dict = field(repr=False, default_factory=dict)
+    fleet_ports: bool = False  # some VM or instance of the fleet has an IMDS port of its own
+    _server_fleet: str | None = field(default=None, init=False, repr=False)
+
+    def server_fleet_text(self) -> str:
+        """The fleet a private server gets (worked out once: on a large fleet it takes seconds)."""
+        if self._server_fleet is None:
+            self._server_fleet = server_fleet(self.fleet_text) if self.fleet_ports else self.fleet_text
+        return self._server_fleet
 
     def resolve(self, timing: str = DEFAULT_TIMING) -> Scenario:
         if timing not in TIMINGS:
@@ -224,49 +235,7 @@ class ScenarioFile:
         }
 
 
-# ------------------------------------------------------------------------------------------------ YAML with lines
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_SCALARS = yaml.SafeLoader("")
-
-
-class _Problem(Exception):
-    def __init__(self, line: int, message: str):
-        super().__init__(message)
-        self.line = line
-
-
-def _to_python(node: yaml.Node, path: tuple, lines: dict, nodes: dict) -> Any:
-    lines.setdefault(path, node.start_mark.line + 1)
-    nodes[path] = node
-    if isinstance(node, yaml.MappingNode):
-        result: dict = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise _Problem(key_node.start_mark.line + 1, "keys must be plain words")
-            key = key_node.value
-            if key in result:
-                raise _Problem(key_node.start_mark.line + 1, f"duplicate key {key!r}")
-            lines[path + (key,)] = key_node.start_mark.line + 1
-            result[key] = _to_python(value_node, path + (key,), lines, nodes)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, path + (index,), lines, nodes) for index, item in enumerate(node.value)]
-    value = _SCALARS.construct_object(node)
-    if isinstance(value, datetime):  # YAML timestamps: keep them as the ISO text the API takes
-        value = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, date):
-        return value.isoformat()
-    return value
-
-
-def where(path: tuple) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text or "(top level)"
-
-
+# ---------------------------------------------------------------------------------------------------- problems
 class _Report:
     """Collects problems with their lines, and raises them all at once."""
 
@@ -276,9 +245,7 @@ class _Report:
         self.problems: list[str] = []
 
     def line_of(self, path: tuple) -> int:
-        while path and path not in self.lines:
-            path = path[:-1]
-        return self.lines.get(path, 1)
+        return line_of(path, self.lines)
 
     def add(self, path: tuple, message: str) -> None:
         text = f"{self.filename}:{self.line_of(path)}: {where(path)}: {message}"
@@ -322,9 +289,9 @@ def find_scenario(name_or_path: str) -> Path:
 def load_scenario(name_or_path: str | Path) -> ScenarioFile:
     path = find_scenario(str(name_or_path))
     try:
-        text = path.read_text()
-    except OSError as error:
-        raise ScenarioError(f"{path}: cannot read the scenario file: {error.strerror}") from None
+        text = yamlfile.read_text(path, "scenario file")
+    except YamlFileError as error:
+        raise ScenarioError(str(error)) from None
     return parse_scenario(text, str(path), base_dir=path.parent)
 
 
@@ -334,19 +301,17 @@ def load_library() -> list[ScenarioFile]:
 
 # ---------------------------------------------------------------------------------------------------- parsing
 def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | None = None) -> ScenarioFile:
-    lines: dict = {}
-    nodes: dict = {}
     try:
-        node = yaml.compose(text, Loader=_LOADER)
-        data = {} if node is None else _to_python(node, (), lines, nodes)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark or error.context_mark
-        raise ScenarioError(
-            f"{filename}:{mark.line + 1 if mark else 1}: not valid YAML: {error.problem or error}"
-        ) from None
-    except _Problem as problem:
-        raise ScenarioError(f"{filename}:{problem.line}: {problem}") from None
+        document = yamlfile.parse(text, filename)
+    except YamlFileError as error:
+        raise ScenarioError(str(error)) from None
+    data, lines = document.data, document.lines
     report = _Report(filename, lines)
+    if data is None:
+        raise ScenarioError(
+            f"{filename}:1: the scenario file is empty; a scenario file is a mapping with keys "
+            "name, description, fleet, steps, ... (docs/scenarios.md)"
+        )
     if not isinstance(data, dict):
         raise ScenarioError(
             f"{filename}:1: a scenario file is a mapping with keys name, description, fleet, steps, ..."
@@ -370,11 +335,15 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
             report.add(("start",), str(error))
 
     timing_names = _check_timing(data.get("timing"), report)
-    fleet_text, vms, hosts, instances = _check_fleet(data, nodes, text, filename, base_dir, report)
+    fleet_text, vms, hosts, instances, fleet_ports = _check_fleet(
+        data, document.marks, text, filename, base_dir, report
+    )
+    # A fleet that could not be read has had its problems reported; names are not checked against it.
+    names = (set(vms), set(hosts), set(instances)) if fleet_text else (_ANY_NAME,) * 3
     _check_server(data.get("server"), timing_names, report)
-    step_ids = _check_steps(data.get("steps"), timing_names, vms, hosts, instances, report)
-    _check_observe(data.get("observe"), vms, instances, report)
-    _check_expect(data.get("expect"), timing_names, step_ids, vms, instances, report)
+    step_ids = _check_steps(data.get("steps"), timing_names, *names, report)
+    _check_observe(data.get("observe"), names[0], names[2], report)
+    _check_expect(data.get("expect"), timing_names, step_ids, names[0], names[2], report)
     report.check()
     scenario = ScenarioFile(
         name=name,
@@ -388,11 +357,22 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
         vms=tuple(vms),
         instances=tuple(instances),
         lines=lines,
+        fleet_ports=fleet_ports,
     )
     for timing in TIMINGS:  # every value must resolve, and the steps must be in time order, in both timings
         _resolve(scenario, timing, report)
     report.check()
     return scenario
+
+
+class _AnyName:
+    """Every name: what the members of a fleet that could not be read are checked against."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+_ANY_NAME = _AnyName()
 
 
 def _check_timing(timing: Any, report: _Report) -> set[str]:
@@ -414,14 +394,14 @@ def _is_choice(value: Any) -> bool:
 
 
 def _check_fleet(
-    data: dict, nodes: dict, text: str, filename: str, base_dir: Path | None, report: _Report
-) -> tuple[str, list[str], list[str], list[str]]:
+    data: dict, marks: dict, text: str, filename: str, base_dir: Path | None, report: _Report
+) -> tuple[str, list[str], list[str], list[str], bool]:
     """The fleet's text (as the server will read it) and its members; fleet-file errors with this file's lines."""
     from forewarn.engine.fleetfile import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
 
     fleet = data.get("fleet")
     if fleet is None:
-        return "", [], [], []
+        return "", [], [], [], False
     offset, label = 0, None
     if fleet == "demo":
         fleet_text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
@@ -429,19 +409,18 @@ def _check_fleet(
     elif isinstance(fleet, str):
         path = Path(fleet) if Path(fleet).is_absolute() or base_dir is None else base_dir / fleet
         try:
-            fleet_text = path.read_text()
-        except OSError as error:
-            report.add(("fleet",), f"cannot read the fleet file {str(path)!r}: {error.strerror}")
-            return "", [], [], []
+            fleet_text = yamlfile.read_text(path, "fleet file")
+        except YamlFileError as error:
+            report.add(("fleet",), str(error))
+            return "", [], [], [], False
         label = str(path)
     elif isinstance(fleet, dict):
-        node = nodes[("fleet",)]
-        start, end = node.start_mark, node.end_mark
+        start, end = marks[("fleet",)]
         fleet_text = textwrap.dedent(" " * start.column + text[start.index : end.index])
         offset = start.line
     else:
         report.add(("fleet",), "expected `demo`, the path of a fleet file, or a fleet (mapping) inline")
-        return "", [], [], []
+        return "", [], [], [], False
     token = "\x00fleet"
     try:
         parsed = parse_fleet(fleet_text, token)
@@ -456,8 +435,11 @@ def _check_fleet(
                 report.raw(
                     f"{filename}:{report.line_of(('fleet',))}: fleet: {label}:{match.group(1)}: {match.group(2)}"
                 )
-        return "", [], [], []
-    return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2)
+        return "", [], [], [], False
+    ports = any(vm.imds_port is not None for vm in parsed.vms.values()) or any(
+        instance.imds_port is not None for instance in parsed.ec2.values()
+    )
+    return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2), ports
 
 
 def _check_server(server: Any, timing_names: set[str], report: _Report) -> None:
@@ -502,7 +484,12 @@ def _check_refs(value: Any, path: tuple, timing_names: set[str], step_ids: set[s
 
 
 def _check_steps(
-    steps: Any, timing_names: set[str], vms: list[str], hosts: list[str], instances: list[str], report: _Report
+    steps: Any,
+    timing_names: set[str],
+    vms: Container[str],
+    hosts: Container[str],
+    instances: Container[str],
+    report: _Report,
 ) -> set[str]:
     ids: set[str] = set()
     if steps is None:
@@ -510,7 +497,7 @@ def _check_steps(
     if not isinstance(steps, list) or not steps:
         report.add(("steps",), "expected a list of steps (at least one)")
         return ids
-    members = {"vm": set(vms), "host": set(hosts), "instance": set(instances)}
+    members = {"vm": vms, "host": hosts, "instance": instances}
     for index, step in enumerate(steps):
         path = ("steps", index)
         if not isinstance(step, dict):
@@ -585,7 +572,7 @@ def _check_steps(
     return ids
 
 
-def _check_observe(observe: Any, vms: list[str], instances: list[str], report: _Report) -> None:
+def _check_observe(observe: Any, vms: Container[str], instances: Container[str], report: _Report) -> None:
     if observe is None:
         return
     if not isinstance(observe, list) or not all(isinstance(item, str) for item in observe):
@@ -597,7 +584,12 @@ def _check_observe(observe: Any, vms: list[str], instances: list[str], report: _
 
 
 def _check_expect(
-    expect: Any, timing_names: set[str], step_ids: set[str], vms: list[str], instances: list[str], report: _Report
+    expect: Any,
+    timing_names: set[str],
+    step_ids: set[str],
+    vms: Container[str],
+    instances: Container[str],
+    report: _Report,
 ) -> None:
     if expect is None:
         return
@@ -807,7 +799,7 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
         path=scenario.path,
         timing=timing,
         start=_parse_time(str(data["start"])) if data.get("start") else None,
-        fleet_text=server_fleet(scenario.fleet_text),
+        fleet_text=scenario.server_fleet_text(),
         vms=scenario.vms,
         instances=scenario.instances,
         observe=tuple(observe) if observe else scenario.vms + scenario.instances,
@@ -821,7 +813,7 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
 def server_fleet(fleet_text: str) -> str:
     """The fleet a private server gets: the same, without per-VM IMDS ports (the runner reads documents through
     the control API, and fixed ports would keep two private servers, or `make run`, from running side by side)."""
-    data = yaml.safe_load(fleet_text) or {}
+    data = yamlfile.parse(fleet_text, "fleet").data or {}  # read once already, so within the bounds
     if not isinstance(data, dict):
         return fleet_text
     for key in ("vms", "scale_sets", "ec2_instances"):
@@ -831,7 +823,7 @@ def server_fleet(fleet_text: str) -> str:
                 imds.pop("port", None)
                 if not imds:
                     member.pop("imds")
-    return yaml.safe_dump(data, sort_keys=False)
+    return yaml.dump(data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
 def _clock(delta: timedelta) -> str:

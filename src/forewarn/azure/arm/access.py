@@ -31,8 +31,10 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from forewarn import yamlfile
+from forewarn.yamlfile import YamlFileError
 
 SCHEDULED_EVENTS_CONTRIBUTOR = "Scheduled Events Contributor"
 
@@ -148,14 +150,10 @@ def _digest(token: str) -> bytes:
 
 def load_access(path: str | Path) -> AccessControl:
     try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise AccessFileError(f"{path}: cannot read the access file: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
+        data = yamlfile.load(path, "access file", yamlfile.MAX_SMALL_FILE_BYTES).data
         spec = _AccessSpec.model_validate(data)
-    except yaml.YAMLError as error:
-        raise AccessFileError(f"{path}: not valid YAML: {error}") from None
+    except YamlFileError as error:
+        raise AccessFileError(str(error)) from None
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise AccessFileError(f"{path}: {problems}") from None

@@ -30,9 +30,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from forewarn import yamlfile
 from forewarn.azure.arm.compute import ArmError
 from forewarn.azure.eventgrid.model import (
     EventSubscription,
@@ -42,6 +42,7 @@ from forewarn.azure.eventgrid.model import (
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
+from forewarn.yamlfile import YamlFileError
 
 
 class EventGridFileError(Exception):
@@ -105,13 +106,9 @@ class EventGridFile:
 
 def load_event_grid_file(path: str | Path, base: EventGridSettings = EventGridSettings()) -> EventGridFile:
     try:
-        text = Path(path).read_text()
-    except OSError as error:
-        raise EventGridFileError(f"{path}: cannot read the Event Grid file: {error.strerror}") from None
-    try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        raise EventGridFileError(f"{path}: not valid YAML: {error}") from None
+        data = yamlfile.load(path, "Event Grid file", yamlfile.MAX_SMALL_FILE_BYTES).data or {}
+    except YamlFileError as error:
+        raise EventGridFileError(str(error)) from None
     return parse_event_grid(data, str(path), base)
 
 

@@ -1,5 +1,11 @@
 """The actions the API answers, by name. An action module registers each of its handlers with :func:`action`; the
-app (app.py) lists the action modules, and dispatches a request's ``Action`` here."""
+app (app.py) lists the action modules, and dispatches a request's ``Action`` here.
+
+To add an action: write its handler in the module of its group (or a new module, then listed in
+``app.ACTION_MODULES``), decorated ``@action("TheActionName")``. The handler takes the backend (the one door into the
+engine; a new engine read or command gets a method there), the request's :class:`Params` and its request ID; it
+checks its parameters (``params.check_known`` first, so an unknown one is refused), raises :class:`Ec2Error` to
+refuse, and returns ``protocol.answer(...)``. docs/aws-api.md documents each action's parameters and errors."""
 
 from __future__ import annotations
 

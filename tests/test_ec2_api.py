@@ -25,7 +25,8 @@ import pytest
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.component import Ec2Request
-from forewarn.aws.ec2_api import NAMESPACE, create_ec2_app
+from forewarn.aws.ec2_api.app import create_ec2_app
+from forewarn.aws.ec2_api.protocol import NAMESPACE
 from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.aws.windows import TimeRange
 from forewarn.engine.fleetfile import parse_fleet
@@ -524,8 +525,8 @@ def test_describe_is_linear_in_the_fleet(tmp_path, monkeypatch):
     wire = Wire(service)
     api = wire.app.state.ec2
     built = []
-    view = api._view
-    monkeypatch.setattr(api, "_view", lambda instance_id, now: built.append(instance_id) or view(instance_id, now))
+    view = api.view
+    monkeypatch.setattr(api, "view", lambda instance_id, now: built.append(instance_id) or view(instance_id, now))
     started = time.perf_counter()
     first = ET.fromstring(wire.call().content)  # no MaxResults: pages of 1000
     elapsed = time.perf_counter() - started

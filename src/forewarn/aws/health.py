@@ -9,14 +9,20 @@ configured webhook, committed with the change (an outbox) and sent by ``app/outb
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from email.utils import format_datetime
+from typing import TYPE_CHECKING
 
 from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2Instance
 from forewarn.core.ids import derived_guid
 from forewarn.store import Outgoing
+
+if TYPE_CHECKING:
+    from forewarn.core.changes import Change
+    from forewarn.engine.engine import Engine
 
 # Health event type codes by EC2 event code (aws/aws-health-tools' event list; system-reboot is reported as reboot
 # maintenance).
@@ -113,11 +119,11 @@ def health_event(
     }
 
 
-def health_outbox(settings: HealthSettings):
+def health_outbox(settings: HealthSettings) -> Callable[[list[Change], Engine], list[Outgoing]]:
     """The outbox function for ``Maintenance.add_outbox``: one message per EC2 event change and target."""
 
-    def derive(changes, engine) -> list[Outgoing]:
-        items = []
+    def derive(changes: list[Change], engine: Engine) -> list[Outgoing]:
+        items: list[Outgoing] = []
         for change in changes:
             if not isinstance(change, Ec2EventChanged) or change.what not in STATUS_CODES:
                 continue

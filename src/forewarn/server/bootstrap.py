@@ -19,7 +19,7 @@ import uvicorn
 
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
-from forewarn.aws.ec2_api import create_ec2_app
+from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.imds import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.azure.arm.access import AccessControl
 from forewarn.azure.arm.compute import ArmApi

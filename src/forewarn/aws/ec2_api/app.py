@@ -1,0 +1,107 @@
+"""The EC2 API as an ASGI app: each request is checked (browser guard, method, SigV4 signature when credentials are
+configured), its parameters read, and its ``Action`` dispatched to the handler an action module registered. Every
+refusal, and every failure, is answered in EC2's error shape."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route, request_response
+
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.ec2_api import attributes, events, instances, windows
+from forewarn.aws.ec2_api.backend import Ec2Backend
+from forewarn.aws.ec2_api.params import Params, read_params
+from forewarn.aws.ec2_api.protocol import API_VERSION, Ec2Error, error_response, missing
+from forewarn.aws.ec2_api.registry import ACTIONS
+from forewarn.aws.ec2_api.sigv4 import SigV4Verifier, received
+from forewarn.net.browser_guard import BrowserGuard, Refusal
+from forewarn.store import StoreError
+
+log = logging.getLogger("forewarn.ec2api")
+
+# The modules whose handlers fill the registry: a new action module is added here.
+ACTION_MODULES = (instances, events, windows, attributes)
+
+# The browser guard's refusals in EC2's codes: a Host it does not answer to is a bad request; a request from a web
+# page of another origin is not authorized.
+GUARD_CODES = {"InvalidHost": "InvalidRequest", "CrossOriginRequest": "UnauthorizedOperation"}
+
+
+def guard_error(refusal: Refusal) -> Ec2Error:
+    return Ec2Error(GUARD_CODES.get(refusal.code, refusal.code), refusal.message, refusal.status)
+
+
+class Ec2Api:
+    def __init__(
+        self, service: Maintenance, credentials: dict[str, str] | None = None, guard: BrowserGuard | None = None
+    ):
+        self.backend = Ec2Backend(service)
+        self.guard = guard
+        # None: signatures are not verified (any credentials, or none, are accepted).
+        self.verifier = None if credentials is None else SigV4Verifier(credentials, self.backend.wall)
+
+    async def endpoint(self, request: Request) -> Response:
+        request_id = str(uuid.uuid4())
+        try:
+            refusal = self.guard.check(request.method, request.headers) if self.guard is not None else None
+            if refusal is not None:
+                raise guard_error(refusal)
+            if request.method not in ("GET", "POST", "HEAD"):
+                raise Ec2Error(
+                    "MethodNotAllowed", f"The HTTP method {request.method} is not supported; use POST or GET.", 405
+                )
+            if self.verifier is not None:
+                body = await request.body() if request.method == "POST" else b""
+                self.verifier.verify(received(request, body))
+            params = await read_params(request)
+            return self.dispatch(params, request_id)
+        except Ec2Error as error:
+            return error_response(error, request_id)
+        except StoreError as error:
+            return error_response(
+                Ec2Error("ServiceUnavailable", f"Nothing was changed; the store failed: {error}", 503), request_id
+            )
+        except Exception:  # a bug: still answer in EC2's shape (retryable), and say so in the log
+            log.exception("EC2 API request %s failed", request_id)
+            return error_response(
+                Ec2Error(
+                    "InternalError", f"forewarn failed to process the request; see its log (request {request_id}).", 503
+                ),
+                request_id,
+            )
+
+    def dispatch(self, params: Params, request_id: str) -> Response:
+        action = params.get("Action")
+        if not action:
+            raise Ec2Error("MissingAction", "The request must contain the parameter Action")
+        handler = ACTIONS.get(action)
+        if handler is None:
+            raise Ec2Error("InvalidAction", f"The action {action} is not valid for this web service.")
+        version = params.get("Version")
+        if not version:
+            raise missing("Version")
+        if version != API_VERSION:
+            raise Ec2Error("NoSuchVersion", f"The requested version ({version}) of service AmazonEC2 does not exist")
+        return handler(self.backend, params, request_id)
+
+
+def create_ec2_app(
+    service: Maintenance, credentials: dict[str, str] | None = None, guard: BrowserGuard | None = None
+) -> Starlette:
+    """The EC2 Query API over ``service``, as an ASGI app (serve it as an EC2 endpoint).
+
+    ``credentials`` (access key ID → secret access key): verify every request's SigV4 signature against them
+    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none.
+    ``guard``: refuse what web pages send (browser_guard.py) before anything else."""
+    api = Ec2Api(service, credentials, guard)
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # other methods are answered in EC2's shape
+    app = Starlette(routes=[Route("/{path:path}", api.endpoint, methods=methods)])
+    # Starlette's path pattern does not match a newline: a path with %0A in it would get a plain-text 404.
+    app.router.default = request_response(api.endpoint)
+    app.state.ec2 = api.backend
+    return app

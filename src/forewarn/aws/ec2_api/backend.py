@@ -1,0 +1,166 @@
+"""The EC2 API's one door into the engine: what the actions read of it (instances, their states and events, event
+windows, notification attributes) and the commands they run. Reads take the engine as it is after ``catch_up``;
+every command goes through :meth:`Maintenance.perform`, so it is committed before the answer leaves. The engine's
+own errors come through unchanged; each action says them in EC2's codes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2WindowChanged
+from forewarn.aws.ec2_api.status import InstanceView, summaries
+from forewarn.aws.model import (
+    Ec2Event,
+    Ec2EventState,
+    Ec2Instance,
+    InstanceState,
+    NotificationAttributes,
+    availability_zone_id,
+)
+from forewarn.aws.windows import EventWindow, TimeRange
+from forewarn.core.changes import Change
+from forewarn.engine.engine import Engine
+
+EVENT_HISTORY = timedelta(days=7)  # "After a scheduled event is completed, it can still be described for up to a week"
+TERMINATED_VISIBLE = timedelta(hours=1)  # DescribeInstances: "usually less than one hour"
+
+Tags = tuple[tuple[str, str], ...]
+
+
+class Ec2Backend:
+    def __init__(self, service: Maintenance):
+        self.service = service
+        self._order_key: tuple[int, int] | None = None
+        self._order: list[str] = []
+
+    @property
+    def _engine(self) -> Engine:
+        return self.service.engine  # a property: the service rebuilds its engine (a restored snapshot, say)
+
+    # ------------------------------------------------------------------------------------------------ clock
+    def catch_up(self) -> None:
+        self.service.catch_up()
+
+    def now(self) -> datetime:
+        return self.service.now()
+
+    def wall(self) -> float:
+        return self.service.wall()
+
+    @property
+    def secret(self) -> str:
+        """What signs paging tokens: the fleet's seed, so tokens survive a restart of the same fleet."""
+        return self._engine.seed
+
+    # ---------------------------------------------------------------------------------------------- instances
+    @property
+    def instances(self) -> Mapping[str, Ec2Instance]:
+        return self._engine.ec2_instances
+
+    def running(self, instance_id: str) -> bool:
+        return self._engine.ec2_states[instance_id].state is InstanceState.RUNNING
+
+    def ordered_ids(self) -> list[str]:
+        """Every instance ID, sorted; rebuilt only when an instance is added or the engine is rebuilt."""
+        instances = self._engine.ec2_instances
+        key = (id(self._engine), len(instances))
+        if key != self._order_key:
+            self._order = sorted(instances)
+            self._order_key = key
+        return self._order
+
+    def visible(self, instance_id: str, region: str | None, now: datetime) -> bool:
+        """Whether the API shows the instance: in the request's region (when it is signed for one), and not
+        terminated for longer than EC2 keeps showing terminated instances."""
+        instance = self._engine.ec2_instances.get(instance_id)
+        if instance is None or (region is not None and instance.region != region):
+            return False
+        state = self._engine.ec2_states[instance_id]
+        if state.state is InstanceState.TERMINATED:
+            ended = state.terminated_at
+            return ended is None or now - ended <= TERMINATED_VISIBLE
+        return True
+
+    def shown_events(self, instance_id: str, now: datetime) -> list[Ec2Event]:
+        """Active events, and completed or canceled ones for a week after they ended."""
+        return [
+            event
+            for event in self._engine.ec2_events_of(instance_id)
+            if event.state is Ec2EventState.ACTIVE
+            or (event.ended_at is not None and now - event.ended_at <= EVENT_HISTORY)
+        ]
+
+    def view(self, instance_id: str, now: datetime) -> InstanceView:
+        instance = self._engine.ec2_instances[instance_id]
+        state = self._engine.ec2_states[instance_id]
+        impacting = self._engine.ec2_events.get(state.impacted_by) if state.impacted_by else None
+        system, status, ebs = summaries(instance, state, impacting)
+        return InstanceView(
+            instance,
+            state,
+            availability_zone_id(instance.availability_zone),
+            system,
+            status,
+            ebs,
+            self.shown_events(instance_id, now),
+        )
+
+    def reschedule_event(self, instance_id: str, event_id: str, not_before: datetime) -> Ec2Event:
+        changes = self._perform(lambda engine: engine.reschedule_ec2(instance_id, event_id, not_before))
+        return next(change.event for change in changes if isinstance(change, Ec2EventChanged))
+
+    # ------------------------------------------------------------------------------------------ event windows
+    @property
+    def windows(self) -> Mapping[str, EventWindow]:
+        return self._engine.ec2_windows
+
+    def create_window(self, name: str, ranges: tuple[TimeRange, ...], cron: str | None, tags: Tags) -> EventWindow:
+        return self._window_command(lambda engine: engine.create_window(name, ranges, cron, tags))
+
+    def modify_window(
+        self, window_id: str, name: str | None, ranges: tuple[TimeRange, ...] | None, cron: str | None
+    ) -> EventWindow:
+        return self._window_command(
+            lambda engine: engine.modify_window(window_id, name=name, time_ranges=ranges, cron=cron)
+        )
+
+    def delete_window(self, window_id: str, force: bool) -> EventWindow:
+        return self._window_command(lambda engine: engine.delete_window(window_id, force))
+
+    def associate_window(
+        self, window_id: str, instance_ids: tuple[str, ...], tags: Tags, hosts: tuple[str, ...]
+    ) -> EventWindow:
+        return self._window_command(lambda engine: engine.associate_window(window_id, instance_ids, tags, hosts))
+
+    def disassociate_window(
+        self, window_id: str, instance_ids: tuple[str, ...], tags: Tags, hosts: tuple[str, ...]
+    ) -> EventWindow:
+        return self._window_command(lambda engine: engine.disassociate_window(window_id, instance_ids, tags, hosts))
+
+    def _window_command(self, command: Callable[[Engine], list[Change]]) -> EventWindow:
+        changes = self._perform(command)
+        return next(change.window for change in changes if isinstance(change, Ec2WindowChanged))
+
+    # --------------------------------------------------------------------------- event notification attributes
+    @property
+    def notification_attributes(self) -> NotificationAttributes:
+        return self._engine.notification_attributes
+
+    def register_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
+        return self._attributes_command(
+            lambda engine: engine.register_notification_attributes(include_all=include_all, keys=keys)
+        )
+
+    def deregister_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
+        return self._attributes_command(
+            lambda engine: engine.deregister_notification_attributes(include_all=include_all, keys=keys)
+        )
+
+    def _attributes_command(self, command: Callable[[Engine], list[Change]]) -> NotificationAttributes:
+        changes = self._perform(command)
+        return next(change.attributes for change in changes if isinstance(change, Ec2NotificationAttributesChanged))
+
+    def _perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
+        return self.service.perform(command)

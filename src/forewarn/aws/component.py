@@ -4,10 +4,10 @@ engine's clock, deadlines and numbering (``core/scheduler.py``) and its commit-p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from forewarn.aws.changes import (
     Ec2EventChanged,
@@ -219,7 +219,7 @@ class Ec2Component:
             )
             self._index_ec2(event)
             self._scheduler.add(start, self._start_deadline, event.event_id)
-            placed = f" in event window {event_window.window_id}" if start != not_before else ""
+            placed = f" in event window {event_window.window_id}" if event_window and start != not_before else ""
             changes.append(Ec2EventChanged(event, "scheduled", f"for {instance.instance_id}{placed}"))
         return changes
 
@@ -312,11 +312,12 @@ class Ec2Component:
         """The window that applies: one naming the instance, else one naming its Dedicated Host, else one
         matching its tags (the order DescribeInstanceEventWindows' instance-id filter follows)."""
         windows = self.ec2_windows.values()
-        for matches in (
+        matchers: tuple[Callable[[EventWindow], bool], ...] = (
             lambda w: instance.instance_id in w.instance_ids,
             lambda w: instance.dedicated_host is not None and instance.dedicated_host in w.dedicated_host_ids,
             lambda w: any(instance.tags.get(key) == value for key, value in w.instance_tags),
-        ):
+        )
+        for matches in matchers:
             for window in windows:
                 if matches(window):
                     return window
@@ -390,7 +391,7 @@ class Ec2Component:
         dedicated_host_ids: tuple[str, ...] = (),
     ) -> list[Change]:
         window = self.ec2_window(window_id)
-        given = {
+        given: dict[str, tuple[Any, ...]] = {
             kind: values
             for kind, values in (
                 ("instance_ids", tuple(instance_ids)),
@@ -427,7 +428,8 @@ class Ec2Component:
         merged = tuple(dict.fromkeys(getattr(window, kind) + values))
         if len(merged) > TARGET_LIMITS[kind]:
             raise Invalid(f"an event window has at most {TARGET_LIMITS[kind]} {kind.replace('_', ' ')}")
-        window = replace(window, **{kind: merged})
+        associated: dict[str, Any] = {kind: merged}
+        window = replace(window, **associated)
         self.ec2_windows[window_id] = window
         return [Ec2WindowChanged(window, "associated")]
 
@@ -586,6 +588,8 @@ class Ec2Component:
 
     def _spot_action(self, instance_id: str) -> list[Change]:
         state = self.ec2_states[instance_id]
+        if state.spot_action is None:  # nothing was announced
+            return []
         to = {"terminate": InstanceState.TERMINATED, "stop": InstanceState.STOPPED, "hibernate": InstanceState.STOPPED}[
             state.spot_action
         ]
@@ -594,9 +598,10 @@ class Ec2Component:
     def _ec2_event_within_bounds(self, event: Ec2Event) -> Ec2Event:
         """A stored EC2 event with its times inside the simulated range (see ``AzureComponent.repaired``)."""
         names = ("not_before", "not_after", "not_before_deadline", "created_at", "started_at", "ends_at", "ended_at")
-        fixed = replace(
-            event, **{name: clamped_time(getattr(event, name)) for name in names if getattr(event, name) is not None}
-        )
+        clamped: dict[str, Any] = {
+            name: clamped_time(getattr(event, name)) for name in names if getattr(event, name) is not None
+        }
+        fixed = replace(event, **clamped)
         if fixed == event:
             return event
         what = ", ".join(
@@ -609,9 +614,10 @@ class Ec2Component:
 
     def _ec2_state_within_bounds(self, state: Ec2State) -> Ec2State:
         names = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at", "terminated_at")
-        fixed = replace(
-            state, **{name: clamped_time(getattr(state, name)) for name in names if getattr(state, name) is not None}
-        )
+        clamped: dict[str, Any] = {
+            name: clamped_time(getattr(state, name)) for name in names if getattr(state, name) is not None
+        }
+        fixed = replace(state, **clamped)
         if fixed != state:
             self.repaired.append(Ec2StateChanged(fixed, "repaired", "times brought inside the simulated range"))
         return fixed

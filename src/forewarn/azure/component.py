@@ -646,8 +646,13 @@ class AzureComponent:
             fixed = replace(fixed, impact_window=window)
         if not 0 <= event.extra_impacts <= MAX_EXTRA_IMPACTS:
             fixed = replace(fixed, extra_impacts=min(max(event.extra_impacts, 0), MAX_EXTRA_IMPACTS))
-        times = {name: getattr(event, name) for name in ("not_before", "created_at", "started_at", "ended_at")}
-        fixed = replace(fixed, **{name: clamped_time(value) for name, value in times.items() if value is not None})
+        fixed = replace(
+            fixed,
+            not_before=clamped_time(event.not_before),
+            created_at=clamped_time(event.created_at),
+            started_at=_clamped(event.started_at),
+            ended_at=_clamped(event.ended_at),
+        )
         if fixed.started_at is not None and fixed.ends_at is not None:
             fixed = replace(fixed, ends_at=min(clamped_time(fixed.ends_at), fixed.started_at + fixed.impact_window))
         if fixed == event:
@@ -823,6 +828,10 @@ def _impact_end(event: Event) -> datetime:
     if event.ends_at is None:
         raise ValueError(f"event {event.event_id} is {event.status.value} and has no end")
     return event.ends_at
+
+
+def _clamped(moment: datetime | None) -> datetime | None:
+    return None if moment is None else clamped_time(moment)
 
 
 def _joined(*parts: str) -> str:

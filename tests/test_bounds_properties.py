@@ -28,7 +28,7 @@ from forewarn.core.bounds import (
 )
 from forewarn.core.clock import Clock
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.engine import Engine, ScheduleRequest, StoredAzure, StoredEc2, StoredWaves
 from forewarn.engine.fleetfile import parse_fleet
 from forewarn.waves.component import WaveOrder, WaveSpec
 from helpers import SMALL_FLEET, T0
@@ -202,15 +202,13 @@ def rebuilt(engine: Engine) -> Engine:
         FLEET,
         "bounds",
         engine.now,
-        events=engine.events.values(),
-        incarnations=engine.incarnations,
-        vm_states=engine.vm_states.values(),
-        policies=engine.policies.values(),
         created_at=T0,
-        ec2_events=engine.ec2_events.values(),
-        ec2_states=engine.ec2_states.values(),
+        azure=StoredAzure(
+            engine.events.values(), engine.incarnations, engine.vm_states.values(), engine.policies.values()
+        ),
+        ec2=StoredEc2(engine.ec2_events.values(), engine.ec2_states.values()),
+        waves=StoredWaves(engine.waves.values()),
         next_seq=engine.next_seq,
-        waves=engine.waves.values(),
     )
 
 
@@ -306,7 +304,7 @@ def test_an_engine_loads_any_stored_event_and_runs_it_to_the_end(seconds, window
         stored_now = now.astimezone(UTC)
     except OverflowError:  # no UTC form: not a value a database holds
         return
-    loaded = Engine(FLEET, "bounds", stored_now, events=[stored], created_at=T0)
+    loaded = Engine(FLEET, "bounds", stored_now, created_at=T0, azure=StoredAzure(events=[stored]))
     assert (loaded.repaired == []) == (loaded.events[event.event_id] == stored)
     assert_inside_bounds(loaded)
     loaded.advance(LATEST_TIME)

@@ -10,7 +10,7 @@ from forewarn.aws.component import Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.aws.windows import TimeRange
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine
+from forewarn.engine.engine import Engine, StoredAzure, StoredEc2
 from forewarn.engine.fleetfile import parse_fleet
 from helpers import T0
 
@@ -119,11 +119,9 @@ def test_restore_continues_exactly(sequence, cut):
                 FLEET,
                 "prop",
                 second.now,
-                events=second.events.values(),
                 created_at=T0,
-                ec2_events=second.ec2_events.values(),
-                ec2_states=second.ec2_states.values(),
-                ec2_windows=second.ec2_windows.values(),
+                azure=StoredAzure(events=second.events.values()),
+                ec2=StoredEc2(second.ec2_events.values(), second.ec2_states.values(), second.ec2_windows.values()),
                 next_seq=second.next_seq,
             )
         for engine, created in ((first, created_first), (second, created_second)):

@@ -9,7 +9,7 @@ from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType
 from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.engine import Engine, ScheduleRequest, StoredAzure
 from forewarn.engine.rules import Rules
 from helpers import T0, small_fleet
 
@@ -213,11 +213,10 @@ def test_replay_and_restore_give_the_same_documents(sequence, cut):
                 FLEET,
                 "prop",
                 second.now,
-                events=second.events.values(),
-                incarnations=second.incarnations,
-                vm_states=second.vm_states.values(),
-                policies=second.policies.values(),
                 created_at=T0,
+                azure=StoredAzure(
+                    second.events.values(), second.incarnations, second.vm_states.values(), second.policies.values()
+                ),
                 next_seq=second.next_seq,
             )
         apply(first, command, created_first)

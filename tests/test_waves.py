@@ -12,7 +12,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.engine.engine import Engine
+from forewarn.engine.engine import Engine, StoredAzure, StoredWaves
 from forewarn.engine.fleetfile import parse_fleet
 from forewarn.engine.fleetgen import FleetShape, fleet_yaml, generate_fleet
 from forewarn.store import open_store
@@ -195,12 +195,10 @@ def test_property_every_vm_once_never_more_units_than_the_limit_and_state_surviv
                 fleet,
                 "p",
                 e.now,
-                events=list(e.events.values()),
-                incarnations=e.incarnations,
-                vm_states=list(e.vm_states.values()),
                 created_at=T0,
+                azure=StoredAzure(list(e.events.values()), e.incarnations, list(e.vm_states.values())),
+                waves=StoredWaves(list(e.waves.values())),
                 next_seq=e.next_seq,
-                waves=list(e.waves.values()),
             )
         e.advance(e.next_deadline())
         rounds += 1

@@ -22,7 +22,7 @@ from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import Event
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Change, Engine, ScheduleRequest
+from forewarn.engine.engine import Change, Engine, ScheduleRequest, StoredAzure, StoredEc2, StoredWaves
 from forewarn.engine.fleet import Fleet
 from forewarn.engine.rules import Rules
 from forewarn.store import Outgoing, SQLStore, StoredState
@@ -157,18 +157,11 @@ class Maintenance:
             state.seed,
             state.now,
             rules,
-            state.events,
-            state.incarnations,
-            state.vm_states,
-            state.policies,
-            state.created_at,
-            state.enabled,
-            state.ec2_events,
-            state.ec2_states,
-            state.ec2_windows,
-            state.notification_attributes,
-            state.next_seq,
-            state.waves,
+            created_at=state.created_at,
+            azure=StoredAzure(state.events, state.incarnations, state.vm_states, state.policies, state.enabled),
+            ec2=StoredEc2(state.ec2_events, state.ec2_states, state.ec2_windows, state.notification_attributes),
+            waves=StoredWaves(state.waves),
+            next_seq=state.next_seq,
         )
 
     # ----------------------------------------------------------------------------------------------- core

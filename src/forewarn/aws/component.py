@@ -1,13 +1,13 @@
-"""The EC2 half of the engine: scheduling, rescheduling, cancelling and applying EC2 instance events, Spot
-interruptions and rebalance recommendations, Auto Scaling replacement. Mixed into :class:`Engine`, on the same
-clock, deadlines and commit-per-command discipline as the Azure half."""
+"""The EC2 component: scheduling, rescheduling, cancelling and applying EC2 instance events, Spot interruptions and
+rebalance recommendations, Auto Scaling replacement, event windows and notification attributes. It shares the
+engine's clock, deadlines and numbering (``core/scheduler.py``) and its commit-per-command discipline."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from forewarn.aws.changes import (
     Ec2EventChanged,
@@ -22,6 +22,7 @@ from forewarn.aws.model import (
     Ec2Event,
     Ec2EventState,
     Ec2Instance,
+    Ec2Rules,
     Ec2State,
     InstanceState,
     NotificationAttributes,
@@ -44,14 +45,13 @@ from forewarn.core.bounds import (
     check_time,
     clamped_time,
     iso_time,
+    whole_second_ceiling,
 )
+from forewarn.core.changes import Change
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
-from forewarn.engine.rules import whole_second_ceiling
-
-if TYPE_CHECKING:
-    from forewarn.engine.engine import Engine
+from forewarn.core.scheduler import Scheduler, Sequence
 
 
 @dataclass(frozen=True)
@@ -71,26 +71,55 @@ def hex17(seed: str, *parts: object) -> str:
     return derived_guid(seed, *parts).replace("-", "").lower()[:17]
 
 
-class Ec2Commands:
-    """Methods of :class:`Engine` for EC2. State: ``ec2_instances`` (deployed and launched), ``ec2_states``,
-    ``ec2_events`` and the per-instance event order."""
+class Ec2Fleet(Protocol):
+    """What the EC2 component reads of the fleet (``engine/fleet.py``): the instances as deployed."""
 
-    def _init_ec2(
-        self: Engine,
-        events: Iterable[Ec2Event],
-        states: Iterable[Ec2State],
+    @property
+    def ec2(self) -> Mapping[str, Ec2Instance]: ...
+    def next_host(self, current: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class StoredEc2:
+    """What the store keeps of the EC2 component."""
+
+    events: Iterable[Ec2Event] = ()
+    states: Iterable[Ec2State] = ()
+    windows: Iterable[EventWindow] = ()
+    notification_attributes: NotificationAttributes | None = None
+
+
+class Ec2Component:
+    """State: ``ec2_instances`` (deployed and launched), ``ec2_states``, ``ec2_events`` and the per-instance event
+    order, ``ec2_windows`` and ``notification_attributes``."""
+
+    def __init__(
+        self,
+        fleet: Ec2Fleet,
+        seed: str,
+        rules: Ec2Rules,
+        scheduler: Scheduler,
+        sequence: Sequence,
+        stored: StoredEc2,
         created_at: datetime,
-        windows: Iterable[EventWindow] = (),
-        attributes: NotificationAttributes | None = None,
     ) -> None:
-        self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in windows if w.state != "deleted"}
-        self.notification_attributes = attributes or NotificationAttributes()
-        self.ec2_instances: dict[str, Ec2Instance] = dict(self.fleet.ec2)
+        self.fleet = fleet
+        self.seed = seed
+        self.rules = rules
+        self._scheduler = scheduler
+        self._sequence = sequence
+        self._start_deadline = scheduler.kind("ec2-start", self._start_ec2, self._start_stale)
+        self._end_deadline = scheduler.kind("ec2-end", self._end_ec2, self._end_stale)
+        self._spot_deadline = scheduler.kind("spot", self._spot_action, self._spot_stale)
+        self.repaired: list[Change] = []  # see AzureComponent.repaired
+        self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in stored.windows if w.state != "deleted"}
+        self.notification_attributes = stored.notification_attributes or NotificationAttributes()
+        self.ec2_instances: dict[str, Ec2Instance] = dict(fleet.ec2)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
-            for iid, instance in self.fleet.ec2.items()
+            for iid, instance in fleet.ec2.items()
         }
-        for state in states:
+        for state in stored.states:
             state = self._ec2_state_within_bounds(state)
             self.ec2_states[state.instance_id] = state
             if state.origin is not None and state.instance_id not in self.ec2_instances:
@@ -99,20 +128,24 @@ class Ec2Commands:
                 )
         self.ec2_events: dict[str, Ec2Event] = {}
         self._ec2_by_instance: dict[str, list[str]] = {}
-        for event in sorted(map(self._ec2_event_within_bounds, events), key=lambda e: e.seq):
+        for event in sorted(map(self._ec2_event_within_bounds, stored.events), key=lambda e: e.seq):
             self._index_ec2(event)
-            self.next_seq = max(self.next_seq, event.seq + 1)
+            sequence.past(event.seq)
             if event.state is Ec2EventState.ACTIVE:
                 if event.started_at is None:
-                    self._push(event.not_before, "ec2-start", event.event_id)
-                else:
-                    self._push(event.ends_at, "ec2-end", event.event_id)
+                    scheduler.add(event.not_before, self._start_deadline, event.event_id)
+                elif event.ends_at is not None:
+                    scheduler.add(event.ends_at, self._end_deadline, event.event_id)
         for state in self.ec2_states.values():
             if state.spot_action_time is not None and not state.gone and state.state is InstanceState.RUNNING:
-                self._push(state.spot_action_time, "spot", state.instance_id)
+                scheduler.add(state.spot_action_time, self._spot_deadline, state.instance_id)
+
+    @property
+    def now(self) -> datetime:
+        return self._scheduler.now
 
     # ------------------------------------------------------------------------------------------------ queries
-    def ec2_instance(self: Engine, instance_id: str) -> Ec2Instance:
+    def ec2_instance(self, instance_id: str) -> Ec2Instance:
         if not INSTANCE_ID.match(instance_id or ""):
             raise Invalid(f'Invalid id: "{instance_id}"')
         found = self.ec2_instances.get(instance_id)
@@ -122,19 +155,19 @@ class Ec2Commands:
             )
         return found
 
-    def ec2_events_of(self: Engine, instance_id: str) -> list[Ec2Event]:
+    def ec2_events_of(self, instance_id: str) -> list[Ec2Event]:
         return [self.ec2_events[event_id] for event_id in self._ec2_by_instance.get(instance_id, ())]
 
-    def ec2_event(self: Engine, event_id: str) -> Ec2Event:
+    def ec2_event(self, event_id: str) -> Ec2Event:
         found = self.ec2_events.get(event_id)
         if found is None:
             raise NotFound(f"The event ID '{event_id}' does not exist", name=event_id, known=self.ec2_events.keys())
         return found
 
     # ----------------------------------------------------------------------------------------------- commands
-    def schedule_ec2(self: Engine, request: Ec2Request) -> list:
+    def schedule_ec2(self, request: Ec2Request) -> list[Change]:
         """One event per instance. NotBefore is now + notice (default two weeks) unless given."""
-        rules = self.rules.ec2
+        rules = self.rules
         if not request.instances:
             raise Invalid("name at least one instance")
         instances = [self.ec2_instance(iid) for iid in dict.fromkeys(request.instances)]
@@ -164,15 +197,14 @@ class Ec2Commands:
                 raise Invalid(f"the {what} must be positive")
             if value is not None:
                 check_duration(value, f"the {what}", longest)
-        changes: list = []
+        changes: list[Change] = []
         for instance in instances:
             start, end = not_before, None if window is None else not_before + window
             event_window = self._event_window_of(instance)
             if event_window is not None and request.code in PLACED_CODES and request.not_before is None:
                 start, end = event_window.place(not_before, window)  # the platform picks a time in the window
                 end = None if window is None else end
-            seq = self.next_seq
-            self.next_seq += 1
+            seq = self._sequence.take()
             event = Ec2Event(
                 event_id=f"instance-event-{hex17(self.seed, 'ec2-event', seq)}",
                 seq=seq,
@@ -186,12 +218,12 @@ class Ec2Commands:
                 created_at=self.now,
             )
             self._index_ec2(event)
-            self._push(start, "ec2-start", event.event_id)
-            placed = f" in event window {event_window.window_id}" if start != not_before else ""
+            self._scheduler.add(start, self._start_deadline, event.event_id)
+            placed = f" in event window {event_window.window_id}" if event_window and start != not_before else ""
             changes.append(Ec2EventChanged(event, "scheduled", f"for {instance.instance_id}{placed}"))
         return changes
 
-    def cancel_ec2(self: Engine, event_id: str, reason: str = "canceled by the operator") -> list:
+    def cancel_ec2(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:
         event = self.ec2_event(event_id)
         if event.state is not Ec2EventState.ACTIVE or event.started_at is not None:
             state = "in progress" if event.state is Ec2EventState.ACTIVE else event.state.value
@@ -200,7 +232,7 @@ class Ec2Commands:
         self._index_ec2(event)
         return [Ec2EventChanged(event, "canceled", reason)]
 
-    def reschedule_ec2(self: Engine, instance_id: str, event_id: str, not_before: datetime) -> list:
+    def reschedule_ec2(self, instance_id: str, event_id: str, not_before: datetime) -> list[Change]:
         """ModifyInstanceEventStartTime (its API reference): only events with a NotBeforeDeadline, not started and not
         due within 5 minutes; the new start at least 60 minutes from now and not after the deadline. NotAfter moves
         with NotBefore (the window keeps its length; undocumented, our choice)."""
@@ -208,7 +240,7 @@ class Ec2Commands:
         event = self.ec2_events.get(event_id)
         if event is None or event.instance_id != instance_id:
             raise NotFound(f"The event ID '{event_id}' does not exist for instance '{instance_id}'")
-        rules = self.rules.ec2
+        rules = self.rules
         not_before = whole_second_ceiling(check_time(not_before, "the new start"))
         problems = []
         if event.state is not Ec2EventState.ACTIVE or event.started_at is not None:
@@ -228,23 +260,23 @@ class Ec2Commands:
             event, not_before=not_before, not_after=None if event.not_after is None else event.not_after + shift
         )
         self._index_ec2(event)
-        self._push(not_before, "ec2-start", event.event_id)
+        self._scheduler.add(not_before, self._start_deadline, event.event_id)
         return [Ec2EventChanged(event, "rescheduled", f"to {not_before.isoformat()}")]
 
-    def start_instance(self: Engine, instance_id: str) -> list:
+    def start_instance(self, instance_id: str) -> list[Change]:
         """Start a stopped instance; after an instance-stop event it comes up on a new host (the AWS page
         "Scheduled events for your instances")."""
         instance = self.ec2_instance(instance_id)
         state = self.ec2_states[instance_id]
         if state.state is not InstanceState.STOPPED:
             raise Conflict(f"instance {instance_id} is {state.state.value}; only stopped instances can be started")
-        host = self._other_host(state.host) if state.move_on_start else state.host
+        host = self.fleet.next_host(state.host) if state.move_on_start else state.host
         where = f" on a new host, {host}" if host != state.host else ""
         state = replace(state, state=InstanceState.RUNNING, host=host, booted_at=self.now, move_on_start=False)
         self.ec2_states[instance.instance_id] = state
         return [Ec2StateChanged(state, "started", f"started{where}")]
 
-    def interrupt_spot(self: Engine, instance_ids: Iterable[str], action: str) -> list:
+    def interrupt_spot(self, instance_ids: Iterable[str], action: str) -> list[Change]:
         """A Spot interruption: spot/instance-action shows the action two minutes ahead, then it happens."""
         if action not in ("terminate", "stop", "hibernate"):
             raise Invalid(f"a Spot interruption is terminate, stop or hibernate, not {action!r}")
@@ -254,21 +286,21 @@ class Ec2Commands:
                 raise Invalid(f"{instance.instance_id} is not a Spot instance")
             if self.ec2_states[instance.instance_id].state is not InstanceState.RUNNING:
                 raise Conflict(f"{instance.instance_id} is not running")
-        at = whole_second_ceiling(self.now + self.rules.ec2.spot_notice)
-        changes: list = []
+        at = whole_second_ceiling(self.now + self.rules.spot_notice)
+        changes: list[Change] = []
         for instance in instances:
             state = replace(self.ec2_states[instance.instance_id], spot_action=action, spot_action_time=at)
             self.ec2_states[instance.instance_id] = state
-            self._push(at, "spot", instance.instance_id)
+            self._scheduler.add(at, self._spot_deadline, instance.instance_id)
             changes.append(Ec2StateChanged(state, "interrupted", f"Spot interruption: {action} at {at.isoformat()}"))
         return changes
 
-    def recommend_rebalance(self: Engine, instance_ids: Iterable[str]) -> list:
+    def recommend_rebalance(self, instance_ids: Iterable[str]) -> list[Change]:
         instances = [self.ec2_instance(iid) for iid in instance_ids]
         for instance in instances:
             if not instance.spot:
                 raise Invalid(f"{instance.instance_id} is not a Spot instance")
-        changes: list = []
+        changes: list[Change] = []
         for instance in instances:
             state = replace(self.ec2_states[instance.instance_id], rebalance_at=self.now)
             self.ec2_states[instance.instance_id] = state
@@ -276,21 +308,22 @@ class Ec2Commands:
         return changes
 
     # ------------------------------------------------------------------------------------------ event windows
-    def _event_window_of(self: Engine, instance: Ec2Instance) -> EventWindow | None:
+    def _event_window_of(self, instance: Ec2Instance) -> EventWindow | None:
         """The window that applies: one naming the instance, else one naming its Dedicated Host, else one
         matching its tags (the order DescribeInstanceEventWindows' instance-id filter follows)."""
         windows = self.ec2_windows.values()
-        for matches in (
+        matchers: tuple[Callable[[EventWindow], bool], ...] = (
             lambda w: instance.instance_id in w.instance_ids,
             lambda w: instance.dedicated_host is not None and instance.dedicated_host in w.dedicated_host_ids,
             lambda w: any(instance.tags.get(key) == value for key, value in w.instance_tags),
-        ):
+        )
+        for matches in matchers:
             for window in windows:
                 if matches(window):
                     return window
         return None
 
-    def ec2_window(self: Engine, window_id: str) -> EventWindow:
+    def ec2_window(self, window_id: str) -> EventWindow:
         found = self.ec2_windows.get(window_id)
         if found is None:
             raise WindowNotFound(f"The event window ID '{window_id}' does not exist")
@@ -306,31 +339,30 @@ class Ec2Commands:
             cron_intervals(cron)
 
     def create_window(
-        self: Engine,
+        self,
         name: str,
         time_ranges: tuple[TimeRange, ...] = (),
         cron: str | None = None,
         tags: tuple[tuple[str, str], ...] = (),
-    ) -> list:
+    ) -> list[Change]:
         if not time_ranges and cron is None:
             raise Invalid("an event window needs time ranges or a cron expression")
         self._check_schedule(time_ranges, cron)
         if len(self.ec2_windows) >= MAX_WINDOWS:
             raise Invalid(f"at most {MAX_WINDOWS} event windows per Region")
         window = EventWindow(
-            f"iew-{hex17(self.seed, 'window', self.next_seq)}", name, tuple(time_ranges), cron, tags=tuple(tags)
+            f"iew-{hex17(self.seed, 'window', self._sequence.take())}", name, tuple(time_ranges), cron, tags=tuple(tags)
         )
-        self.next_seq += 1
         self.ec2_windows[window.window_id] = window
         return [Ec2WindowChanged(window, "created")]
 
     def modify_window(
-        self: Engine,
+        self,
         window_id: str,
         name: str | None = None,
         time_ranges: tuple[TimeRange, ...] | None = None,
         cron: str | None = None,
-    ) -> list:
+    ) -> list[Change]:
         """A new schedule replaces the old one; events already scheduled do not move ("Define event windows
         for scheduled events")."""
         window = self.ec2_window(window_id)
@@ -344,7 +376,7 @@ class Ec2Commands:
         self.ec2_windows[window_id] = window
         return [Ec2WindowChanged(window, "modified")]
 
-    def delete_window(self: Engine, window_id: str, force: bool = False) -> list:
+    def delete_window(self, window_id: str, force: bool = False) -> list[Change]:
         window = self.ec2_window(window_id)
         if window.target_kind is not None and not force:
             raise Invalid(f"event window {window_id} has associated targets; delete it with ForceDelete")
@@ -352,14 +384,14 @@ class Ec2Commands:
         return [Ec2WindowChanged(replace(window, state="deleted"), "deleted")]
 
     def associate_window(
-        self: Engine,
+        self,
         window_id: str,
         instance_ids: tuple[str, ...] = (),
         instance_tags: tuple[tuple[str, str], ...] = (),
         dedicated_host_ids: tuple[str, ...] = (),
-    ) -> list:
+    ) -> list[Change]:
         window = self.ec2_window(window_id)
-        given = {
+        given: dict[str, tuple[Any, ...]] = {
             kind: values
             for kind, values in (
                 ("instance_ids", tuple(instance_ids)),
@@ -396,17 +428,18 @@ class Ec2Commands:
         merged = tuple(dict.fromkeys(getattr(window, kind) + values))
         if len(merged) > TARGET_LIMITS[kind]:
             raise Invalid(f"an event window has at most {TARGET_LIMITS[kind]} {kind.replace('_', ' ')}")
-        window = replace(window, **{kind: merged})
+        associated: dict[str, Any] = {kind: merged}
+        window = replace(window, **associated)
         self.ec2_windows[window_id] = window
         return [Ec2WindowChanged(window, "associated")]
 
     def disassociate_window(
-        self: Engine,
+        self,
         window_id: str,
         instance_ids: tuple[str, ...] = (),
         instance_tags: tuple[tuple[str, str], ...] = (),
         dedicated_host_ids: tuple[str, ...] = (),
-    ) -> list:
+    ) -> list[Change]:
         window = self.ec2_window(window_id)
         window = replace(
             window,
@@ -418,7 +451,7 @@ class Ec2Commands:
         return [Ec2WindowChanged(window, "disassociated")]
 
     # ------------------------------------------------------------------------------ notification attributes
-    def register_notification_attributes(self: Engine, include_all: bool = False, keys: Iterable[str] = ()) -> list:
+    def register_notification_attributes(self, include_all: bool = False, keys: Iterable[str] = ()) -> list[Change]:
         keys = tuple(keys)
         if include_all and keys:
             raise Invalid("give IncludeAllTagsOfInstance or tag keys, not both")
@@ -433,7 +466,7 @@ class Ec2Commands:
         self.notification_attributes = updated
         return [Ec2NotificationAttributesChanged(updated)]
 
-    def deregister_notification_attributes(self: Engine, include_all: bool = False, keys: Iterable[str] = ()) -> list:
+    def deregister_notification_attributes(self, include_all: bool = False, keys: Iterable[str] = ()) -> list[Change]:
         """``include_all=False`` with no keys deregisters everything (the API reference)."""
         keys = tuple(keys)
         if include_all and keys:
@@ -449,39 +482,33 @@ class Ec2Commands:
         return [Ec2NotificationAttributesChanged(updated)]
 
     # ---------------------------------------------------------------------------------------------- deadlines
-    def _ec2_stale(self: Engine, kind: str, target: str, at: datetime) -> bool:
-        if kind == "spot":
-            state = self.ec2_states[target]
-            return state.spot_action_time != at or state.state is not InstanceState.RUNNING
-        event = self.ec2_events[target]
-        if event.state is not Ec2EventState.ACTIVE:
-            return True
-        if kind == "ec2-start":
-            return event.started_at is not None or event.not_before != at
-        return event.ends_at != at
+    def _start_stale(self, event_id: str, at: datetime) -> bool:
+        event = self.ec2_events[event_id]
+        return event.state is not Ec2EventState.ACTIVE or event.started_at is not None or event.not_before != at
 
-    def _ec2_due(self: Engine, kind: str, target: str) -> list:
-        if kind == "spot":
-            return self._spot_action(target)
-        if kind == "ec2-start":
-            return self._start_ec2(target)
-        return self._end_ec2(target)
+    def _end_stale(self, event_id: str, at: datetime) -> bool:
+        event = self.ec2_events[event_id]
+        return event.state is not Ec2EventState.ACTIVE or event.ends_at != at
 
-    def _start_ec2(self: Engine, event_id: str) -> list:
+    def _spot_stale(self, instance_id: str, at: datetime) -> bool:
+        state = self.ec2_states[instance_id]
+        return state.spot_action_time != at or state.state is not InstanceState.RUNNING
+
+    def _start_ec2(self, event_id: str) -> list[Change]:
         event = self.ec2_events[event_id]
         state = self.ec2_states[event.instance_id]
         if state.gone:
             event = replace(event, state=Ec2EventState.CANCELED, ended_at=self.now)
             self._index_ec2(event)
             return [Ec2EventChanged(event, "canceled", "the instance is terminated")]
-        ends_at = self.now + self.rules.ec2.impact[event.code]
+        ends_at = self.now + self.rules.impact[event.code]
         event = replace(event, started_at=self.now, ends_at=ends_at)
         self._index_ec2(event)
-        self._push(ends_at, "ec2-end", event.event_id)
-        changes: list = [Ec2EventChanged(event, "started", "NotBefore passed")]
+        self._scheduler.add(ends_at, self._end_deadline, event.event_id)
+        changes: list[Change] = [Ec2EventChanged(event, "started", "NotBefore passed")]
         return changes + self._ec2_impact(event, state)
 
-    def _ec2_impact(self: Engine, event: Ec2Event, state: Ec2State) -> list:
+    def _ec2_impact(self, event: Ec2Event, state: Ec2State) -> list[Change]:
         instance = self.ec2_instances[event.instance_id]
         code = event.code
         if state.state is not InstanceState.RUNNING:
@@ -494,7 +521,7 @@ class Ec2Commands:
                 event.event_id,
                 move_on_start=code is Ec2Code.INSTANCE_STOP,
             )
-        host = self._other_host(state.host) if code is Ec2Code.SYSTEM_REBOOT else state.host
+        host = self.fleet.next_host(state.host) if code is Ec2Code.SYSTEM_REBOOT else state.host
         state = replace(state, host=host, impacted_by=event.event_id, impact_until=event.ends_at)
         self.ec2_states[state.instance_id] = state
         detail = {
@@ -504,7 +531,7 @@ class Ec2Commands:
         }[code]
         return [Ec2StateChanged(state, "impacted", f"{detail} by {event.event_id}")]
 
-    def _ec2_down(self: Engine, state: Ec2State, to: InstanceState, cause: str, move_on_start: bool = False) -> list:
+    def _ec2_down(self, state: Ec2State, to: InstanceState, cause: str, move_on_start: bool = False) -> list[Change]:
         """The instance stops or terminates. In an Auto Scaling group it is replaced (the AWS page "Scheduled
         events for your instances", its note on Auto Scaling)."""
         instance = self.ec2_instances[state.instance_id]
@@ -532,24 +559,23 @@ class Ec2Commands:
         self.ec2_states[state.instance_id] = state
         return [Ec2StateChanged(state, to.value, f"by {cause}")]
 
-    def _launch_replacement(self: Engine, instance: Ec2Instance, cause: str) -> list:
-        new_id = f"i-{hex17(self.seed, 'replacement', instance.instance_id, self.next_seq)}"
-        self.next_seq += 1
-        host = self._other_host(self.ec2_states[instance.instance_id].host)
+    def _launch_replacement(self, instance: Ec2Instance, cause: str) -> list[Change]:
+        new_id = f"i-{hex17(self.seed, 'replacement', instance.instance_id, self._sequence.take())}"
+        host = self.fleet.next_host(self.ec2_states[instance.instance_id].host)
         origin = self.ec2_states[instance.instance_id].origin or instance.instance_id
         self.ec2_instances[new_id] = self._replacement_record(origin, new_id, host)
         state = Ec2State(new_id, InstanceState.RUNNING, host, self.now, self.now, origin=origin)
         self.ec2_states[new_id] = state
         return [Ec2StateChanged(state, "launched", f"replaces {instance.instance_id} ({cause})")]
 
-    def _replacement_record(self: Engine, origin: str, new_id: str, host: str) -> Ec2Instance:
+    def _replacement_record(self, origin: str, new_id: str, host: str) -> Ec2Instance:
         # A replacement has its group's launch configuration, not the old instance's metadata endpoint.
         return replace(self.fleet.ec2[origin], instance_id=new_id, host=host, imds_address=None, imds_port=None)
 
-    def _end_ec2(self: Engine, event_id: str) -> list:
+    def _end_ec2(self, event_id: str) -> list[Change]:
         event = replace(self.ec2_events[event_id], state=Ec2EventState.COMPLETED, ended_at=self.now)
         self._index_ec2(event)
-        changes: list = [Ec2EventChanged(event, "completed", "maintenance done")]
+        changes: list[Change] = [Ec2EventChanged(event, "completed", "maintenance done")]
         state = self.ec2_states[event.instance_id]
         if state.impacted_by == event_id:
             rebooted = event.code is not Ec2Code.SYSTEM_MAINTENANCE
@@ -560,19 +586,22 @@ class Ec2Commands:
             changes.append(Ec2StateChanged(state, "recovered", f"running again after {event_id}"))
         return changes
 
-    def _spot_action(self: Engine, instance_id: str) -> list:
+    def _spot_action(self, instance_id: str) -> list[Change]:
         state = self.ec2_states[instance_id]
+        if state.spot_action is None:  # nothing was announced
+            return []
         to = {"terminate": InstanceState.TERMINATED, "stop": InstanceState.STOPPED, "hibernate": InstanceState.STOPPED}[
             state.spot_action
         ]
         return self._ec2_down(state, to, f"Spot interruption ({state.spot_action})")
 
-    def _ec2_event_within_bounds(self: Engine, event: Ec2Event) -> Ec2Event:
-        """A stored EC2 event with its times inside the simulated range (see ``Engine._within_bounds``)."""
+    def _ec2_event_within_bounds(self, event: Ec2Event) -> Ec2Event:
+        """A stored EC2 event with its times inside the simulated range (see ``AzureComponent.repaired``)."""
         names = ("not_before", "not_after", "not_before_deadline", "created_at", "started_at", "ends_at", "ended_at")
-        fixed = replace(
-            event, **{name: clamped_time(getattr(event, name)) for name in names if getattr(event, name) is not None}
-        )
+        clamped: dict[str, Any] = {
+            name: clamped_time(getattr(event, name)) for name in names if getattr(event, name) is not None
+        }
+        fixed = replace(event, **clamped)
         if fixed == event:
             return event
         what = ", ".join(
@@ -583,16 +612,17 @@ class Ec2Commands:
         self.repaired.append(Ec2EventChanged(fixed, "repaired", f"outside forewarn's bounds: {what}"))
         return fixed
 
-    def _ec2_state_within_bounds(self: Engine, state: Ec2State) -> Ec2State:
+    def _ec2_state_within_bounds(self, state: Ec2State) -> Ec2State:
         names = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at", "terminated_at")
-        fixed = replace(
-            state, **{name: clamped_time(getattr(state, name)) for name in names if getattr(state, name) is not None}
-        )
+        clamped: dict[str, Any] = {
+            name: clamped_time(getattr(state, name)) for name in names if getattr(state, name) is not None
+        }
+        fixed = replace(state, **clamped)
         if fixed != state:
             self.repaired.append(Ec2StateChanged(fixed, "repaired", "times brought inside the simulated range"))
         return fixed
 
-    def _index_ec2(self: Engine, event: Ec2Event) -> None:
+    def _index_ec2(self, event: Ec2Event) -> None:
         self.ec2_events[event.event_id] = event
         order = self._ec2_by_instance.setdefault(event.instance_id, [])
         if event.event_id not in order:

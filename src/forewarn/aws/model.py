@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 
+from forewarn.core.bounds import MAX_EC2_DEADLINE, MAX_EVENT_LENGTH, MAX_NOTICE, check_duration
 from forewarn.core.errors import Invalid
 
 
@@ -212,6 +213,19 @@ class Ec2Rules:
     # current start, at least 60 minutes from now.
     reschedule_freeze: timedelta = timedelta(minutes=5)
     reschedule_min_lead: timedelta = timedelta(minutes=60)
+
+
+def check_ec2_rules(rules: Ec2Rules) -> None:
+    """The server's EC2 rules within the bounds every event is held to."""
+    check_duration(rules.notice, "the EC2 notice", MAX_NOTICE)
+    check_duration(rules.spot_notice, "the Spot interruption notice", MAX_NOTICE)
+    for code in rules.impact:
+        check_duration(rules.impact[code], f"the {code.value} impact", MAX_EVENT_LENGTH)
+        window, deadline = rules.window.get(code), rules.deadline.get(code)
+        if window is not None:
+            check_duration(window, f"the {code.value} window", MAX_EVENT_LENGTH)
+        if deadline is not None:
+            check_duration(deadline, f"the {code.value} deadline", MAX_EC2_DEADLINE)
 
 
 DESCRIPTIONS = {

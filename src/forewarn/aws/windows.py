@@ -68,7 +68,7 @@ class EventWindow:
         week_start = (earliest - timedelta(days=(earliest.weekday() + 1) % 7)).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
-        best = None
+        best: tuple[datetime, datetime] | None = None
         for week in (0, 1, 2):
             for start, hours in self.intervals():
                 begin = week_start + timedelta(days=7 * week, hours=start)
@@ -77,6 +77,8 @@ class EventWindow:
                     best = (begin, end)
             if best is not None:
                 break
+        if best is None:
+            raise ValueError(f"event window {self.window_id} has no time in it")
         begin, end = best
         not_before = max(begin, earliest)
         not_after = end if length is None else min(not_before + length, end)

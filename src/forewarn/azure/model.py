@@ -5,8 +5,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from forewarn.core.errors import Invalid
+
+AnyEnum = TypeVar("AnyEnum", bound=enum.Enum)
 
 
 class EventType(str, enum.Enum):
@@ -54,7 +57,7 @@ ALLOWED_TRANSITIONS = {
 }
 
 
-def parse_enum(enum_type: type[enum.Enum], text: str, what: str):
+def parse_enum(enum_type: type[AnyEnum], text: str, what: str) -> AnyEnum:
     """Case-insensitive lookup of an enum value, with an error that lists the accepted spellings."""
     for member in enum_type:
         if member.value.lower() == str(text).lower():

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import cached_property
+from typing import Any
 
 from forewarn.azure.model import EventType, Impact
 from forewarn.core.durations import format_duration
@@ -147,15 +150,15 @@ class VmState:
         return replace(self, power=Power.RUNNING, booted_at=booted_at, impacted_by=None, impact_until=None)
 
 
-def _profile_record(profile: NotificationProfile) -> dict:
+def _profile_record(profile: NotificationProfile) -> dict[str, Any]:
     return {"enable": profile.enable, "not_before_timeout": profile.not_before_timeout.total_seconds()}
 
 
-def _profile_from(record: dict) -> NotificationProfile:
+def _profile_from(record: dict[str, Any]) -> NotificationProfile:
     return NotificationProfile(record["enable"], timedelta(seconds=record["not_before_timeout"]))
 
 
-def policy_records(policies) -> list[dict]:
+def policy_records(policies: Iterable[Policy]) -> list[dict[str, Any]]:
     """Plain data for the fleet records and the store; :func:`policies_from_records` is its inverse."""
     return [
         {
@@ -171,7 +174,7 @@ def policy_records(policies) -> list[dict]:
     ]
 
 
-def policies_from_records(records: list[dict]) -> list[Policy]:
+def policies_from_records(records: list[dict[str, Any]]) -> list[Policy]:
     return [
         Policy(
             owner=r["owner"],
@@ -184,3 +187,65 @@ def policies_from_records(records: list[dict]) -> list[Policy]:
         )
         for r in records
     ]
+
+
+_OWNER_TYPES = {"vm": "virtualMachines", "avset": "availabilitySets", "vmss": "virtualMachineScaleSets"}
+
+
+@dataclass(frozen=True)
+class VM:
+    name: str
+    host: str
+    subscription_id: str
+    resource_group: str
+    location: str
+    zone: str
+    size: str
+    fault_domain: int
+    update_domain: int
+    spot: bool
+    vm_id: str
+    availability_set: str | None = None
+    scale_set: str | None = None
+    instance_id: str | None = None
+    placement_group: int | None = None
+    os_type: str = "Linux"
+    tags: dict[str, str] = field(default_factory=dict)
+    imds_address: str | None = None
+    imds_port: int | None = None
+
+    @cached_property  # read on every metadata request
+    def scope(self) -> str:
+        """The broadcast scope id: the policy owner, narrowed to one placement group for a scale set. Readable on
+        purpose: it shows up in logs and the control API."""
+        if self.scale_set is not None:
+            return f"{self.policy_owner}/pg{self.placement_group or 0}"
+        return self.policy_owner
+
+    @cached_property
+    def policy_owner(self) -> str:
+        """Who sets this VM's scheduled-events policy: its scale set or availability set, or the VM itself."""
+        base = f"{self.subscription_id}/{self.resource_group}"
+        if self.scale_set is not None:
+            return f"vmss:{base}/{self.scale_set}"
+        if self.availability_set is not None:
+            return f"avset:{base}/{self.availability_set}"
+        return f"vm:{base}/{self.name}"
+
+    @property
+    def owner_resource_id(self) -> str:
+        """The ARM id of what owns this VM's scheduled-events policy (its scale set, availability set, or the VM
+        itself): where its scheduled events hang in ARM ids ("Scheduled Events in Event Grid")."""
+        kind, path = self.policy_owner.split(":", 1)
+        subscription, group, name = path.split("/", 2)
+        return (
+            f"/subscriptions/{subscription}/resourceGroups/{group}/providers/Microsoft.Compute/"
+            f"{_OWNER_TYPES[kind]}/{name}"
+        )
+
+    @property
+    def resource_id(self) -> str:
+        base = f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}/providers/Microsoft.Compute"
+        if self.scale_set is not None:
+            return f"{base}/virtualMachineScaleSets/{self.scale_set}/virtualMachines/{self.instance_id}"
+        return f"{base}/virtualMachines/{self.name}"

@@ -88,3 +88,10 @@ def _shown(moment: datetime) -> str:
         return iso_time(moment.astimezone(UTC))
     except (OverflowError, ValueError):  # e.g. 0001-01-01T00:00+01:00 has no UTC form
         return moment.isoformat()
+
+
+def whole_second_ceiling(moment: datetime) -> datetime:
+    """NotBefore is shown to the second; rounding up keeps the promise that nothing starts before the shown time."""
+    if moment.microsecond == 0:
+        return moment
+    return moment.replace(microsecond=0) + timedelta(seconds=1)

@@ -3,846 +3,201 @@
 The engine never does I/O and never reads the wall clock; every command carries the simulated time it happens at.
 Each command returns the list of changes it caused, which the service commits to the store before anyone is told.
 
-Grouping ("Scheduled Events in Event Grid"): the VMs of one scope on one host share one event; an *operation* is the
-work on one host, and yields one event per affected scope. An operation starts when every one of its Scheduled events
-is approved (shared hardware waits for all tenants), or when its NotBefore passes.
-
-DocumentIncarnation: every scope starts at 1 with an empty document. It increases by one for each step that changes
-the scope's Events array (a command, or the deadlines due at one instant), and only then.
+The engine is a facade over its components, each with its own state: Azure (``azure/component.py``), EC2
+(``aws/component.py``) and waves (``waves/component.py``). They share one simulated ``now``, one deadline heap and
+one numbering (``core/scheduler.py``); the engine builds them, wires the waves to the Azure events' ends, moves time,
+and offers their commands and queries under the names the surfaces, the runtime and the store use.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from forewarn.aws.component import Ec2Commands
-from forewarn.aws.model import Ec2Event, Ec2State, NotificationAttributes
+from forewarn.aws.component import Ec2Component, StoredEc2
+from forewarn.aws.model import Ec2Event, Ec2Instance, Ec2State, NotificationAttributes
 from forewarn.aws.windows import EventWindow
-from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
-from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact, ScheduleRequest
-from forewarn.azure.vms import (
-    IMPACT_OF_TYPE,
-    NotificationProfile,
-    Policy,
-    Power,
-    VmState,
-    check_os_image_profile,
-    check_terminate_profile,
+from forewarn.azure.component import (
+    INITIAL_INCARNATION,
+    MAX_EXTRA_IMPACTS,
+    MIN_EVENT_ID_PREFIX,
+    AzureComponent,
+    StoredAzure,
 )
-from forewarn.core.bounds import (
-    MAX_DURATION_SECONDS,
-    MAX_EC2_DEADLINE,
-    MAX_EVENT_LENGTH,
-    MAX_NOTICE,
-    check_duration,
-    check_time,
-    check_whole_number,
-    clamped_time,
-    iso_time,
-)
+from forewarn.azure.model import Event, ScheduleRequest
+from forewarn.azure.vms import Policy, VmState
+from forewarn.core.bounds import check_time, clamped_time
 from forewarn.core.changes import Change, TimeMoved
-from forewarn.core.durations import format_duration
-from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
-from forewarn.core.ids import derived_guid
-from forewarn.engine.fleet import VM, Fleet
-from forewarn.engine.rules import Rules, whole_second_ceiling
-from forewarn.waves.component import Wave, WaveCommands
+from forewarn.core.errors import Conflict
+from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.engine.fleet import Fleet
+from forewarn.engine.rules import Rules, check_rules
+from forewarn.waves.component import StoredWaves, Wave, WaveRunner
 
-INITIAL_INCARNATION = 1
-MAX_EXTRA_IMPACTS = 100
-# The shortest EventId prefix the control API resolves (git's shortest abbreviation too): shorter ones are ambiguous as
-# soon as a few dozen events exist.
-MIN_EVENT_ID_PREFIX = 4
-_EC2_KINDS = ("ec2-start", "ec2-end", "spot")
-_FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
-
-
-@dataclass(order=True, frozen=True)
-class _Deadline:
-    at: datetime
-    order: int
-    # "start" (operation id), "complete" (event id), "recover" (VM name), "extra" (event id/index); EC2: "ec2-start",
-    # "ec2-end" (EC2 event id), "spot" (instance id)
-    kind: str
-    target: str
+# Names other modules import from here.
+__all__ = [
+    "INITIAL_INCARNATION",
+    "MAX_EXTRA_IMPACTS",
+    "MIN_EVENT_ID_PREFIX",
+    "Change",
+    "Engine",
+    "ScheduleRequest",
+    "StoredAzure",
+    "StoredEc2",
+    "StoredWaves",
+]
 
 
-class Engine(Ec2Commands, WaveCommands):
+class Engine:
     def __init__(
         self,
         fleet: Fleet,
         seed: str,
         now: datetime,
         rules: Rules | None = None,
-        events: Iterable[Event] = (),
-        incarnations: dict[str, int] | None = None,
-        vm_states: Iterable[VmState] = (),
-        policies: Iterable[Policy] = (),
+        *,
         created_at: datetime | None = None,
-        enabled: dict[str, datetime] | None = None,
-        ec2_events: Iterable[Ec2Event] = (),
-        ec2_states: Iterable[Ec2State] = (),
-        ec2_windows: Iterable[EventWindow] = (),
-        notification_attributes: NotificationAttributes | None = None,
+        azure: StoredAzure | None = None,
+        ec2: StoredEc2 | None = None,
+        waves: StoredWaves | None = None,
         next_seq: int = 1,
-        waves: Iterable[Wave] = (),
-    ):
+    ) -> None:
+        """``azure``, ``ec2`` and ``waves``: each component's stored state (none: a fleet just deployed);
+        ``created_at``: when the fleet was deployed (its VMs' and instances' boot time); ``next_seq``: the stored
+        numbering, which also names things that are not events (windows, replacement instances, waves)."""
         self.fleet = fleet
         self.seed = seed
         self.rules = check_rules(rules or Rules())
+        self.scheduler = Scheduler(clamped_time(now))
+        sequence = Sequence()
+        self._sequence = sequence
+        deployed_at = clamped_time(created_at or now)
+        # Built in this order, as their deadlines at one instant fire in the order they were set.
+        self.azure = AzureComponent(
+            fleet, seed, self.rules, self.scheduler, sequence, azure or StoredAzure(), deployed_at
+        )
+        self.ec2 = Ec2Component(fleet, seed, self.rules.ec2, self.scheduler, sequence, ec2 or StoredEc2(), deployed_at)
+        self.wave_runner = WaveRunner(self.azure, self.scheduler, sequence, waves or StoredWaves())
+        self.azure.on_event_ended(self.wave_runner.event_ended)
+        sequence.past(next_seq - 1)
         # What was brought inside the bounds (bounds.py) on loading a database written before them: the service
         # logs these changes and writes them back before it serves.
-        self.repaired: list[Change] = []
-        self.now = clamped_time(now)
-        self.last_seen: dict[str, datetime] = dict(enabled or {})  # scope -> its VMs' latest request
-        created_at = clamped_time(created_at or now)
-        self.policies: dict[str, Policy] = {owner: Policy(owner) for owner in fleet.vms_by_owner}
-        self.policies.update(fleet.policies)
-        self.policies.update({policy.owner: policy for policy in policies})
-        self.vm_states: dict[str, VmState] = {}
-        for vm in fleet.vms.values():
-            policy = self.policies[vm.policy_owner]
-            self.vm_states[vm.name] = VmState(
-                vm.name,
-                Power.RUNNING,
-                vm.host,
-                created_at,
-                terminate=policy.terminate,
-                os_image=policy.os_image,
-                model_version=policy.model_version,
-            )
-        self.vm_states.update({state.name: state for state in vm_states})
-        # host -> the VMs running on it now (redeploys move VMs, deletes remove them); read in fleet order, so that
-        # an engine rebuilt from stored state groups them exactly as the one that never stopped
-        self._fleet_position = {name: index for index, name in enumerate(fleet.vms)}
-        self._host_members: dict[str, dict[str, None]] = {host: {} for host in fleet.hosts}
-        for state in self.vm_states.values():
-            if not state.deleted:
-                self._host_members.setdefault(state.host, {})[state.name] = None
-        for name, state in list(self.vm_states.items()):
-            if state.impact_until is not None and clamped_time(state.impact_until) != state.impact_until:
-                state = replace(state, impact_until=clamped_time(state.impact_until))
-                self.vm_states[name] = state
-                self.repaired.append(VmChanged(state, "repaired", "impact end brought inside the simulated range"))
-        self.events: dict[str, Event] = {}
-        self.operations: dict[str, list[str]] = {}
-        self.incarnations: dict[str, int] = dict(incarnations or {})
-        self._live_by_scope: dict[str, dict[str, None]] = {}
-        self._by_seq: dict[int, str] = {}
-        self._deadlines: list[_Deadline] = []
-        self._deadline_order = 0
-        self.next_seq = 1
-        for event in sorted(map(self._within_bounds, events), key=lambda e: e.seq):
-            self._index(event)
-            self.next_seq = max(self.next_seq, event.seq + 1)
-            if event.status is EventStatus.SCHEDULED:
-                self._push(event.not_before, "start", event.operation_id)
-            elif event.status is EventStatus.STARTED:
-                self._push(event.ends_at, "complete", event.event_id)
-                self._push_extra_impacts(event)
-        for state in self.vm_states.values():
-            if state.impact_until is not None:
-                self._push(state.impact_until, "recover", state.name)
-        self._init_ec2(ec2_events, ec2_states, created_at, ec2_windows, notification_attributes)
-        self._init_waves(waves)
-        # Sequence numbers also name things that are not events (windows, replacement instances): the stored
-        # counter, not only the highest event, says which are taken.
-        self.next_seq = max(self.next_seq, next_seq)
+        self.repaired: list[Change] = self.azure.repaired + self.ec2.repaired
 
-    # ----------------------------------------------------------------------------------------------- queries
-    def incarnation(self, scope: str) -> int:
-        return self.incarnations.get(scope, INITIAL_INCARNATION)
+        # The commands and queries, under the names the rest of the code uses. Azure:
+        self.incarnation = self.azure.incarnation
+        self.live_events = self.azure.live_events
+        self.event = self.azure.event
+        self.resolve_event_id = self.azure.resolve_event_id
+        self.event_by_seq = self.azure.event_by_seq
+        self.operation_events = self.azure.operation_events
+        self.vms_on_host = self.azure.vms_on_host
+        self.names_on_host = self.azure.names_on_host
+        self.impact_of = self.azure.impact_of
+        self.schedule = self.azure.schedule
+        self.approve = self.azure.approve
+        self.cancel = self.azure.cancel
+        self.is_enabled = self.azure.is_enabled
+        self.request_seen = self.azure.request_seen
+        self.restart = self.azure.restart
+        self.redeploy = self.azure.redeploy
+        self.reimage = self.azure.reimage
+        self.delete = self.azure.delete
+        self.scale_in = self.azure.scale_in
+        self.policy = self.azure.policy
+        self.update_policy = self.azure.update_policy
+        self.update_instances = self.azure.update_instances
+        self.hardware_failure = self.azure.hardware_failure
+        self.predicted_failure = self.azure.predicted_failure
+        self.evict = self.azure.evict
+        # EC2:
+        self.ec2_instance = self.ec2.ec2_instance
+        self.ec2_events_of = self.ec2.ec2_events_of
+        self.ec2_event = self.ec2.ec2_event
+        self.ec2_window = self.ec2.ec2_window
+        self.schedule_ec2 = self.ec2.schedule_ec2
+        self.cancel_ec2 = self.ec2.cancel_ec2
+        self.reschedule_ec2 = self.ec2.reschedule_ec2
+        self.start_instance = self.ec2.start_instance
+        self.interrupt_spot = self.ec2.interrupt_spot
+        self.recommend_rebalance = self.ec2.recommend_rebalance
+        self.create_window = self.ec2.create_window
+        self.modify_window = self.ec2.modify_window
+        self.delete_window = self.ec2.delete_window
+        self.associate_window = self.ec2.associate_window
+        self.disassociate_window = self.ec2.disassociate_window
+        self.register_notification_attributes = self.ec2.register_notification_attributes
+        self.deregister_notification_attributes = self.ec2.deregister_notification_attributes
+        # Waves:
+        self.wave = self.wave_runner.wave
+        self.start_wave = self.wave_runner.start_wave
+        self.cancel_wave = self.wave_runner.cancel_wave
 
-    def live_events(self, scope: str) -> list[Event]:
-        """The events a scope's IMDS document shows, in the order they were created."""
-        return [self.events[event_id] for event_id in self._live_by_scope.get(scope, ())]
+    # ------------------------------------------------------------------------------------------------- time
+    @property
+    def now(self) -> datetime:
+        return self.scheduler.now
 
-    def event(self, event_id: str) -> Event:
-        found = self.events.get(event_id.upper())
-        if found is None:
-            raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self.events.keys())
-        return found
-
-    def resolve_event_id(self, text: str) -> str:
-        """The EventId that ``text`` names: the whole id (any case), or an unambiguous prefix of at least
-        ``MIN_EVENT_ID_PREFIX`` characters, as short git and docker ids are."""
-        wanted = text.strip().upper()
-        if wanted in self.events:
-            return wanted
-        if len(wanted) < MIN_EVENT_ID_PREFIX:
-            raise Invalid(
-                f"{text!r} is too short for an EventId prefix; give at least {MIN_EVENT_ID_PREFIX} characters"
-            )
-        found = [event_id for event_id in self.events if event_id.startswith(wanted)]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            raise NotFound(f"no event whose EventId is or starts with {text}", name=wanted, known=self.events.keys())
-        shown = [f"{event_id} ({self.events[event_id].status.value})" for event_id in found[:10]]
-        more = f" and {len(found) - 10} more" if len(found) > 10 else ""
-        raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
-
-    def event_by_seq(self, seq: int) -> Event | None:
-        """The event created as number ``seq`` (events are numbered in creation order)."""
-        event_id = self._by_seq.get(seq)
-        return None if event_id is None else self.events[event_id]
+    @property
+    def next_seq(self) -> int:
+        return self._sequence.next_number
 
     def next_deadline(self) -> datetime | None:
-        while self._deadlines and self._is_stale(self._deadlines[0]):
-            heapq.heappop(self._deadlines)
-        return self._deadlines[0].at if self._deadlines else None
-
-    def operation_events(self, operation_id: str) -> list[Event]:
-        return [self.events[event_id] for event_id in self.operations[operation_id]]
-
-    # ---------------------------------------------------------------------------------------------- commands
-    def schedule(self, request: ScheduleRequest) -> list[Change]:
-        """Create events for the VMs named and the VMs on the hosts named: one per (host, scope), grouped per host."""
-        touched: set[str] = set()
-        changes = self._create(request, touched)
-        return changes + self._bump(touched)
-
-    def _create(self, request: ScheduleRequest, touched: set[str]) -> list[Change]:
-        """The events of one request, without the incarnation step: a command that creates several batches (a
-        restart of VMs with different policies, deletes with different timeouts) is still one step."""
-        targets = self._targets(request)
-        not_before, impact_window, duration, description = self._checked(request)  # before anything changes
-        if self.rules.enabling_required and not request.start_now:
-            unwarned = [vm.name for vm in targets if not self.is_enabled(vm.scope)]
-            if unwarned:
-                warned = [vm.name for vm in targets if vm.name not in unwarned]
-                changes = self._create(
-                    replace(
-                        request,
-                        vms=tuple(unwarned),
-                        hosts=(),
-                        group=None,
-                        start_now=True,
-                        not_before=None,
-                        notice=None,
-                        reason=_joined(request.reason, "no notice: Scheduled Events not enabled for the VM"),
-                    ),
-                    touched,
-                )
-                if warned:
-                    changes += self._create(replace(request, vms=tuple(warned), hosts=(), group=None), touched)
-                return changes
-        changes: list[Change] = []
-        # The VMs of one scope on one host share an event; each host is one operation. A batch of per-VM events
-        # (deletes) is one operation, so that its events start together ("Terminate notification for Azure Virtual
-        # Machine Scale Set instances").
-        operations: dict[str, dict[str, list[VM]]] = {}
-        for vm in targets:
-            host = "batch" if request.per_vm else self.vm_states[vm.name].host
-            group = vm.name if request.per_vm else vm.scope
-            operations.setdefault(host, {}).setdefault(group, []).append(vm)
-        for host, groups in operations.items():
-            operation_id = derived_guid(self.seed, "operation", self.next_seq)
-            for vms in groups.values():
-                scope = vms[0].scope
-                seq = self.next_seq
-                self.next_seq += 1
-                event = Event(
-                    event_id=derived_guid(self.seed, "event", seq),
-                    seq=seq,
-                    operation_id=operation_id,
-                    scope=scope,
-                    event_type=request.event_type,
-                    source=request.source,
-                    resources=tuple(vm.name for vm in vms),
-                    description=description,
-                    duration_seconds=duration,
-                    not_before=not_before,
-                    impact_window=impact_window,
-                    status=EventStatus.SCHEDULED,
-                    created_at=self.now,
-                    impact=request.impact,
-                    extra_impacts=request.extra_impacts,
-                    central=self.policies[vms[0].policy_owner].publish_central,
-                )
-                self._index(event)
-                touched.add(scope)
-                if not request.start_now:
-                    where = "in one batch" if request.per_vm else f"on host {host}"
-                    changes.append(EventChanged(event, "scheduled", _joined(request.reason, where)))
-            if request.start_now:
-                changes += self._start_operation(operation_id, request.reason or "started at once", touched)
-            else:
-                self._push(not_before, "start", operation_id)
-        return changes
-
-    def _checked(self, request: ScheduleRequest) -> tuple[datetime, timedelta, int, str]:
-        """NotBefore, impact window, DurationInSeconds and Description of a request, or the reason it is refused."""
-        if request.not_before is not None and request.notice is not None:
-            raise Invalid("give either a notice or a NotBefore time, not both")
-        if request.not_before is not None:
-            not_before = whole_second_ceiling(check_time(request.not_before, "NotBefore"))
-            if not_before < self.now:
-                raise Invalid(f"NotBefore {iso_time(not_before)} is in the past (now {iso_time(self.now)})")
-            if not_before - self.now > MAX_NOTICE:
-                raise Invalid(
-                    f"NotBefore {iso_time(not_before)} is too far ahead; at most "
-                    f"{format_duration(MAX_NOTICE)} after now ({iso_time(self.now)})"
-                )
-        elif request.start_now:
-            not_before = self.now
-        else:
-            notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
-            not_before = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
-        check_time(not_before, "NotBefore")
-        impact_window = (
-            self.rules.impact_window[request.event_type] if request.impact_window is None else request.impact_window
-        )
-        check_duration(impact_window, "impact window", MAX_EVENT_LENGTH)
-        duration = (
-            self.rules.duration_seconds[request.event_type]
-            if request.duration_seconds is None
-            else request.duration_seconds
-        )
-        check_whole_number(duration, "DurationInSeconds (-1: unknown)", -1, MAX_DURATION_SECONDS)
-        check_whole_number(request.extra_impacts, "extra impacts", 0, MAX_EXTRA_IMPACTS)
-        description = (
-            self.rules.description(request.event_type, request.source)
-            if request.description is None
-            else request.description
-        )
-        return not_before, impact_window, duration, description
-
-    def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
-        """Approve events. Approving a Started, Completed or Canceled event changes nothing (and is not an error)."""
-        wanted = [self.event(event_id) for event_id in event_ids]  # every id is checked before anything changes
-        changes: list[Change] = []
-        touched: set[str] = set()
-        ready: list[str] = []
-        for event in wanted:
-            event = self.events[event.event_id]
-            if event.status is not EventStatus.SCHEDULED or by in event.approvals:
-                continue
-            event = event.approved_by(by)
-            self.events[event.event_id] = event
-            changes.append(EventChanged(event, "approved", f"by {by}"))
-            if event.operation_id not in ready and self._all_approved(event.operation_id):
-                ready.append(event.operation_id)
-        for operation_id in ready:
-            changes += self._start_operation(operation_id, "approved", touched)
-        return changes + self._bump(touched)
-
-    def cancel(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:
-        """Scheduled → Canceled, with no impact. A Started event cannot be canceled ("Scheduled Events for
-        Azure Virtual Machines")."""
-        event = self.event(event_id)
-        if event.status is not EventStatus.SCHEDULED:
-            raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
-        touched: set[str] = set()
-        changes = self._cancel_one(event, reason, touched)
-        return changes + self._bump(touched)
-
-    def _cancel_one(self, event: Event, reason: str, touched: set[str]) -> list[Change]:
-        event = event.moved_to(EventStatus.CANCELED, self.now)
-        self._index(event)
-        changes: list[Change] = [EventChanged(event, "canceled", reason)]
-        touched.add(event.scope)
-        # The rest of the operation no longer waits for this event's approval.
-        if self._all_approved(event.operation_id) and self._scheduled_in(event.operation_id):
-            changes += self._start_operation(event.operation_id, "approved", touched)
-        return changes + self._wave_event_ended(event, touched)
-
-    # -------------------------------------------------------------------------- enabling (the IMDS pages)
-    def is_enabled(self, scope: str) -> bool:
-        seen = self.last_seen.get(scope)
-        return seen is not None and self.now - seen <= self.rules.disable_after
-
-    def request_seen(self, scope: str) -> list[Change]:
-        """A VM of the scope asked for its events. Enabling (first request, or the first after 24 idle hours) is a
-        change to commit; a request on an enabled scope only moves the idle timer, in memory."""
-        enabled = self.is_enabled(scope)
-        self.last_seen[scope] = self.now
-        return [] if enabled else [ScopeEnabled(scope, self.now)]
-
-    # ------------------------------------------------------------------------------- user-initiated operations
-    def restart(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:
-        """A user restarts VMs: a User Reboot, started at once where the owner's policy approves it automatically."""
-        return self._user_maintenance(EventType.REBOOT, vms, notice, "auto_approve_reboot", "restart requested")
-
-    def redeploy(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:
-        return self._user_maintenance(EventType.REDEPLOY, vms, notice, "auto_approve_redeploy", "redeploy requested")
-
-    def _user_maintenance(self, event_type: EventType, vms, notice, policy_field: str, reason: str) -> list[Change]:
-        if notice is not None:  # checked before the automatically approved part starts anything
-            check_duration(notice, "notice", MAX_NOTICE)
-        names = list(vms)
-        targets = self._targets(ScheduleRequest(event_type, vms=tuple(names)))
-        approved = [vm.name for vm in targets if getattr(self.policies[vm.policy_owner], policy_field)]
-        waiting = [vm.name for vm in targets if vm.name not in approved]
-        changes: list[Change] = []
-        touched: set[str] = set()
-        if approved:  # "Scheduled Events for Azure Virtual Machines": auto-approved events skip Scheduled
-            changes += self._create(
-                ScheduleRequest(
-                    event_type,
-                    vms=tuple(approved),
-                    source=EventSource.USER,
-                    start_now=True,
-                    reason=f"{reason}; automatically approved by scheduledEventsPolicy",
-                ),
-                touched,
-            )
-        if waiting:
-            changes += self._create(
-                ScheduleRequest(
-                    event_type,
-                    vms=tuple(waiting),
-                    source=EventSource.USER,
-                    notice=notice,
-                    reason=reason,
-                ),
-                touched,
-            )
-        return changes + self._bump(touched)
-
-    def reimage(self, vms: Iterable[str]) -> list[Change]:
-        """Scale-set instances whose model enables OS image notifications get a Reboot event announcing the reimage
-        (notice: the profile's notBeforeTimeout); other VMs are reimaged at once, unannounced."""
-        targets = self._targets(ScheduleRequest(EventType.REBOOT, vms=tuple(vms)))
-        announced = [vm.name for vm in targets if self.vm_states[vm.name].os_image.enable]
-        changes: list[Change] = []
-        touched: set[str] = set()
-        for name in announced:
-            changes += self._create(
-                ScheduleRequest(
-                    EventType.REBOOT,
-                    vms=(name,),
-                    source=EventSource.USER,
-                    impact=Impact.REIMAGE,
-                    notice=self.vm_states[name].os_image.not_before_timeout,
-                    reason="reimage requested",
-                ),
-                touched,
-            )
-        for vm in targets:
-            if vm.name not in announced:
-                changes += self._impact(vm.name, Impact.REIMAGE, "reimage (not announced)", -1, _FAR_FUTURE)
-        return changes + self._bump(touched)
-
-    def delete(
-        self, vms: Iterable[str], source: EventSource = EventSource.USER, reason: str = "delete requested"
-    ) -> list[Change]:
-        """Deleting VMs. Instances whose model enables terminate notifications get one Terminate event each, all in
-        one batch that starts when every event is approved or the timeout passes ("Terminate notification for
-        Azure Virtual Machine Scale Set instances"); the rest go at once."""
-        targets = self._targets(ScheduleRequest(EventType.TERMINATE, vms=tuple(vms)))
-        for vm in targets:
-            if self._being_deleted(vm.name):
-                raise Conflict(f"{vm.name} is already being deleted (its Terminate event is live)")
-        announced = [vm for vm in targets if self.vm_states[vm.name].terminate.enable and not vm.spot]
-        announced_names = {vm.name for vm in announced}
-        changes: list[Change] = []
-        by_timeout: dict[timedelta, list[str]] = {}
-        for vm in announced:
-            by_timeout.setdefault(self.vm_states[vm.name].terminate.not_before_timeout, []).append(vm.name)
-        touched: set[str] = set()
-        for timeout, names in by_timeout.items():
-            changes += self._create(
-                ScheduleRequest(
-                    EventType.TERMINATE,
-                    vms=tuple(names),
-                    source=source,
-                    notice=timeout,
-                    per_vm=True,
-                    reason=reason,
-                ),
-                touched,
-            )
-        for vm in targets:
-            if vm.name not in announced_names:
-                changes += self._impact(vm.name, Impact.DELETE, f"{reason} (not announced)", -1, self.now)
-        return changes + self._bump(touched)
-
-    def scale_in(self, scale_set: str, count: int) -> list[Change]:
-        """Remove ``count`` instances, highest instance ids first (the "Default" scale-in policy's last step)."""
-        owner = self.fleet.owner(scale_set)
-        if not owner.startswith("vmss:"):
-            raise Invalid(f"{scale_set} is not a scale set")
-        running = [
-            vm
-            for vm in self.fleet.vms_by_owner[owner]
-            if not self.vm_states[vm.name].deleted and not self._being_deleted(vm.name)
-        ]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1 or count > len(running):
-            raise Invalid(f"{scale_set} has {len(running)} instances to scale in; asked to remove {count}")
-        victims = sorted(running, key=lambda vm: int(vm.instance_id or 0))[-count:]
-        return self.delete([vm.name for vm in victims], EventSource.PLATFORM, "scale-in")
-
-    def _being_deleted(self, name: str) -> bool:
-        return any(
-            e.event_type is EventType.TERMINATE and e.status.live and name in e.resources for e in self.events.values()
-        )
-
-    # ------------------------------------------------------------------------------------ policies and models
-    def policy(self, owner_name: str) -> Policy:
-        return self.policies[self.fleet.owner(owner_name)]
-
-    def update_policy(
-        self,
-        owner_name: str,
-        auto_approve_reboot: bool | None = None,
-        auto_approve_redeploy: bool | None = None,
-        terminate: NotificationProfile | None = None,
-        os_image: NotificationProfile | None = None,
-        publish_central: bool | None = None,
-    ) -> list[Change]:
-        """Change a scheduledEventsPolicy or a scale set's notification profiles. Profile changes make a new model
-        version; instances follow it only when updated to the latest model (``update_instances``). Central
-        publishing (Event Grid and Resource Graph) applies to the events created from then on."""
-        owner = self.fleet.owner(owner_name)
-        policy = self.policies[owner]
-        members = self.fleet.vms_by_owner[owner]
-        if (terminate is not None or os_image is not None) and not owner.startswith("vmss:"):
-            raise Invalid("terminate and OS image notification profiles belong to scale sets")
-        if terminate is not None:
-            check_terminate_profile(terminate, spot=any(vm.spot for vm in members))
-        if os_image is not None:
-            check_os_image_profile(os_image, members[0].size)
-        new_model = (terminate is not None and terminate != policy.terminate) or (
-            os_image is not None and os_image != policy.os_image
-        )
-        updated = Policy(
-            owner,
-            policy.auto_approve_reboot if auto_approve_reboot is None else auto_approve_reboot,
-            policy.auto_approve_redeploy if auto_approve_redeploy is None else auto_approve_redeploy,
-            policy.terminate if terminate is None else terminate,
-            policy.os_image if os_image is None else os_image,
-            policy.model_version + 1 if new_model else policy.model_version,
-            policy.publish_central if publish_central is None else publish_central,
-        )
-        if updated == policy:
-            return []
-        self.policies[owner] = updated
-        return [PolicyChanged(updated)]
-
-    def update_instances(self, scale_set: str, vms: Iterable[str] = ()) -> list[Change]:
-        """Bring instances (all when none are named) to the scale set's latest model, with its profiles."""
-        owner = self.fleet.owner(scale_set)
-        if not owner.startswith("vmss:"):
-            raise Invalid(f"{scale_set} is not a scale set")
-        policy = self.policies[owner]
-        members = {vm.name: vm for vm in self.fleet.vms_by_owner[owner]}
-        names = list(vms) or list(members)
-        for name in names:
-            if name not in members:
-                raise NotFound(f"{name} is not an instance of {scale_set}", name=name, known=members.keys())
-        changes: list[Change] = []
-        for name in names:
-            state = self.vm_states[name]
-            if state.deleted or state.model_version == policy.model_version:
-                continue
-            state = replace(
-                state, terminate=policy.terminate, os_image=policy.os_image, model_version=policy.model_version
-            )
-            self.vm_states[name] = state
-            changes.append(VmChanged(state, "updated", f"to model version {policy.model_version}"))
-        return changes
-
-    # ------------------------------------------------------------------------------- platform's exceptional cases
-    def hardware_failure(self, hosts: Iterable[str], event_type: EventType | None = None) -> list[Change]:
-        """The host failed: no notice, the events appear as Started ("Scheduled Events for Azure Virtual Machines")."""
-        return self.schedule(
-            ScheduleRequest(
-                event_type or self.rules.hardware_failure_type,
-                hosts=tuple(hosts),
-                start_now=True,
-                description="Host server is undergoing an emergency repair.",
-                reason="hardware failure",
-            )
-        )
-
-    def predicted_failure(self, hosts: Iterable[str], notice: timedelta | None = None) -> list[Change]:
-        """Degraded hardware: a Redeploy with NotBefore days ahead; approving it brings the move forward."""
-        return self.schedule(
-            ScheduleRequest(
-                EventType.REDEPLOY,
-                hosts=tuple(hosts),
-                notice=notice or self.rules.predicted_failure_notice,
-                reason="predicted hardware failure",
-            )
-        )
-
-    def evict(self, vms: Iterable[str]) -> list[Change]:
-        """Spot eviction: Preempt with 30 s notice (best effort), then the VM is deleted."""
-        names = list(vms)
-        for name in names:
-            if not self.fleet.vm(name).spot:
-                raise Invalid(f"{name} is not a Spot VM; only Spot VMs are evicted")
-        return self.schedule(ScheduleRequest(EventType.PREEMPT, vms=tuple(names), reason="Spot eviction"))
+        return self.scheduler.next_deadline()
 
     def advance(self, to: datetime) -> list[Change]:
         """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""
         check_time(to, "the new time")
         if to < self.now:
             raise Conflict(f"time cannot go backwards: now is {self.now.isoformat()}, asked {to.isoformat()}")
-        changes: list[Change] = []
-        while (due := self.next_deadline()) is not None and due <= to:
-            self.now = max(self.now, due)
-            touched: set[str] = set()
-            batch = []
-            while self._deadlines and self._deadlines[0].at == due:
-                batch.append(heapq.heappop(self._deadlines))
-            for deadline in batch:
-                if self._is_stale(deadline):
-                    continue
-                if deadline.kind == "start":
-                    changes += self._start_operation(deadline.target, "NotBefore passed", touched)
-                elif deadline.kind == "recover":
-                    changes += self._recover(deadline.target)
-                elif deadline.kind == "extra":
-                    changes += self._extra_impact(deadline.target)
-                elif deadline.kind in _EC2_KINDS:
-                    changes += self._ec2_due(deadline.kind, deadline.target)
-                else:
-                    changes += self._complete(deadline.target, touched)
-            changes += self._bump(touched)
-        self.now = to
+        changes = self.scheduler.run_until(to)
         changes.append(TimeMoved(to))
         return changes
 
-    # ------------------------------------------------------------------------------------------------ helpers
-    def _within_bounds(self, event: Event) -> Event:
-        """A stored event, with what lies beyond the bounds clamped to them (a database written before they were
-        enforced: a DurationInSeconds of 10**12 used to overflow when the event started). Clamping keeps the event
-        and its lifecycle; only the out-of-range value changes, and the change is recorded in ``repaired``."""
-        fixed = event
-        duration = event.duration_seconds
-        if isinstance(duration, bool) or not isinstance(duration, int):
-            fixed = replace(fixed, duration_seconds=-1)  # not a number of seconds: unknown
-        elif not -1 <= duration <= MAX_DURATION_SECONDS:
-            fixed = replace(fixed, duration_seconds=min(max(duration, -1), MAX_DURATION_SECONDS))
-        window = min(max(event.impact_window, timedelta(0)), MAX_EVENT_LENGTH)
-        if window != event.impact_window:
-            fixed = replace(fixed, impact_window=window)
-        if not 0 <= event.extra_impacts <= MAX_EXTRA_IMPACTS:
-            fixed = replace(fixed, extra_impacts=min(max(event.extra_impacts, 0), MAX_EXTRA_IMPACTS))
-        times = {name: getattr(event, name) for name in ("not_before", "created_at", "started_at", "ended_at")}
-        fixed = replace(fixed, **{name: clamped_time(value) for name, value in times.items() if value is not None})
-        if fixed.started_at is not None and fixed.ends_at is not None:
-            fixed = replace(fixed, ends_at=min(clamped_time(fixed.ends_at), fixed.started_at + fixed.impact_window))
-        if fixed == event:
-            return event
-        what = ", ".join(
-            f"{name} {_shown(getattr(event, name))} → {_shown(getattr(fixed, name))}"
-            for name in (
-                "duration_seconds",
-                "impact_window",
-                "extra_impacts",
-                "not_before",
-                "created_at",
-                "started_at",
-                "ends_at",
-                "ended_at",
-            )
-            if getattr(event, name) != getattr(fixed, name)
-        )
-        self.repaired.append(EventChanged(fixed, "repaired", f"outside forewarn's bounds: {what}"))
-        return fixed
+    # ------------------------------------------------------------------------------------ the components' state
+    @property
+    def events(self) -> dict[str, Event]:
+        return self.azure.events
 
-    def _targets(self, request: ScheduleRequest) -> list[VM]:
-        if not request.vms and not request.hosts and request.group is None:
-            raise Invalid("name at least one VM, host, or a scale set or availability set with a domain")
-        seen: dict[str, VM] = {}
-        for name in request.vms:
-            vm = self.fleet.vm(name)
-            if self.vm_states[vm.name].deleted:
-                raise Conflict(f"VM {vm.name} is deleted")
-            seen.setdefault(vm.name, vm)
-        for host in request.hosts:
-            vms = self.vms_on_host(host)
-            if not vms:
-                raise Invalid(f"host {host!r} runs no VM")
-            for vm in vms:
-                seen.setdefault(vm.name, vm)
-        if request.group is not None:
-            for vm in self._domain(request.group, request.update_domain, request.fault_domain):
-                seen.setdefault(vm.name, vm)
-        return list(seen.values())
+    @property
+    def operations(self) -> dict[str, list[str]]:
+        return self.azure.operations
 
-    def _domain(self, group: str, update_domain: int | None, fault_domain: int | None) -> list[VM]:
-        owner = self.fleet.owner(group)
-        if owner.startswith("vm:"):
-            raise Invalid(f"{group} is a VM; update and fault domains belong to scale sets and availability sets")
-        if (update_domain is None) == (fault_domain is None):
-            raise Invalid("give either an update domain or a fault domain of the set")
-        vms = [
-            vm
-            for vm in self.fleet.vms_by_owner[owner]
-            if not self.vm_states[vm.name].deleted
-            and (vm.update_domain == update_domain if update_domain is not None else vm.fault_domain == fault_domain)
-        ]
-        if not vms:
-            which = f"update domain {update_domain}" if update_domain is not None else f"fault domain {fault_domain}"
-            raise Invalid(f"{which} of {group} has no running VM")
-        return vms
+    @property
+    def incarnations(self) -> dict[str, int]:
+        return self.azure.incarnations
 
-    def vms_on_host(self, host: str) -> list[VM]:
-        """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
-        if host not in self.fleet.hosts:
-            raise NotFound(f"no host named {host!r} in the fleet", name=host, known=self.fleet.hosts.keys())
-        return [self.fleet.vms[name] for name in self.names_on_host(host)]
+    @property
+    def vm_states(self) -> dict[str, VmState]:
+        return self.azure.vm_states
 
-    def names_on_host(self, host: str) -> list[str]:
-        return sorted(self._host_members.get(host, ()), key=self._fleet_position.__getitem__)
+    @property
+    def policies(self) -> dict[str, Policy]:
+        return self.azure.policies
 
-    def _index(self, event: Event) -> None:
-        self.events[event.event_id] = event
-        self._by_seq[event.seq] = event.event_id
-        members = self.operations.setdefault(event.operation_id, [])
-        if event.event_id not in members:
-            members.append(event.event_id)
-        live = self._live_by_scope.setdefault(event.scope, {})
-        if event.status.live:
-            live[event.event_id] = None
-        else:
-            live.pop(event.event_id, None)
+    @property
+    def last_seen(self) -> dict[str, datetime]:
+        return self.azure.last_seen
 
-    def _push(self, at: datetime, kind: str, target: str) -> None:
-        self._deadline_order += 1
-        heapq.heappush(self._deadlines, _Deadline(at, self._deadline_order, kind, target))
+    @property
+    def ec2_instances(self) -> dict[str, Ec2Instance]:
+        return self.ec2.ec2_instances
 
-    def _is_stale(self, deadline: _Deadline) -> bool:
-        if deadline.kind in _EC2_KINDS:
-            return self._ec2_stale(deadline.kind, deadline.target, deadline.at)
-        if deadline.kind == "start":
-            return not self._scheduled_in(deadline.target)
-        if deadline.kind == "recover":
-            return self.vm_states[deadline.target].impact_until != deadline.at
-        return self.events[deadline.target.split("/")[0]].status is not EventStatus.STARTED
+    @property
+    def ec2_states(self) -> dict[str, Ec2State]:
+        return self.ec2.ec2_states
 
-    def _scheduled_in(self, operation_id: str) -> list[Event]:
-        return [e for e in self.operation_events(operation_id) if e.status is EventStatus.SCHEDULED]
+    @property
+    def ec2_events(self) -> dict[str, Ec2Event]:
+        return self.ec2.ec2_events
 
-    def _all_approved(self, operation_id: str) -> bool:
-        return all(e.approvals for e in self._scheduled_in(operation_id))
+    @property
+    def ec2_windows(self) -> dict[str, EventWindow]:
+        return self.ec2.ec2_windows
 
-    def _start_operation(self, operation_id: str, reason: str, touched: set[str]) -> list[Change]:
-        changes: list[Change] = []
-        for event in self._scheduled_in(operation_id):
-            event = event.moved_to(EventStatus.STARTED, self.now)
-            self._index(event)
-            self._push(event.ends_at, "complete", event.event_id)
-            touched.add(event.scope)
-            changes.append(EventChanged(event, "started", reason))
-            impact = self.impact_of(event)
-            for name in event.resources:
-                changes += self._impact(name, impact, event.event_id, event.duration_seconds, event.ends_at)
-            self._push_extra_impacts(event)
-        return changes
+    @property
+    def notification_attributes(self) -> NotificationAttributes:
+        return self.ec2.notification_attributes
 
-    def _push_extra_impacts(self, event: Event) -> None:
-        for index, at in enumerate(event.extra_impact_times()):
-            if at > self.now or (at == self.now and event.started_at == self.now):
-                self._push(at, "extra", f"{event.event_id}/{index}")
-
-    def _extra_impact(self, target: str) -> list[Change]:
-        """A short freeze while the event is Started, for VMs that are running at that moment."""
-        event = self.events[target.split("/")[0]]
-        changes: list[Change] = []
-        for name in event.resources:
-            if self.vm_states[name].power is Power.RUNNING:
-                changes += self._impact(name, Impact.FREEZE, f"{event.event_id} (extra impact)", -1, event.ends_at)
-        return changes
-
-    def impact_of(self, event: Event) -> Impact:
-        return event.impact or IMPACT_OF_TYPE[event.event_type]
-
-    def _impact(self, name: str, impact: Impact, cause: str, duration_seconds: int, latest: datetime) -> list[Change]:
-        """An impact begins on one VM; it recovers after the event's DurationInSeconds (or the rule's default for
-        the impact), and at the latest when the event completes."""
-        state = self.vm_states[name]
-        if state.deleted:
-            return []
-        length = timedelta(seconds=duration_seconds) if duration_seconds > 0 else self.rules.impact_duration[impact]
-        until = min(self.now + length, latest)
-        new_host = self._other_host(state.host) if impact is Impact.REDEPLOY else None
-        old_host = state.host
-        state = state.impacted(impact, cause, self.now, until, new_host)
-        self.vm_states[name] = state
-        if state.deleted or state.host != old_host:
-            self._host_members[old_host].pop(name, None)
-            if not state.deleted:
-                self._host_members.setdefault(state.host, {})[name] = None
-        if impact is Impact.DELETE:
-            return [VmChanged(state, "deleted", f"{impact.value} by {cause}")]
-        self._push(until, "recover", name)
-        detail = f" to host {new_host}" if new_host else ""
-        return [VmChanged(state, "impacted", f"{impact.value}{detail} by {cause}")]
-
-    def _recover(self, name: str) -> list[Change]:
-        state = self.vm_states[name]
-        if state.deleted or state.impact_until is None:
-            return []
-        cause = state.impacted_by
-        state = state.recovered(self.now)
-        self.vm_states[name] = state
-        return [VmChanged(state, "recovered", f"running again after {cause}")]
-
-    def _other_host(self, current: str) -> str:
-        """Where a redeployed VM goes: the next host of the fleet after its own (a spare host in a one-host fleet)."""
-        hosts = list(self.fleet.hosts)
-        if len(hosts) == 1:
-            return f"{current}-spare"
-        index = hosts.index(current) if current in hosts else -1
-        return hosts[(index + 1) % len(hosts)]
-
-    def _complete(self, event_id: str, touched: set[str]) -> list[Change]:
-        event = self.events[event_id].moved_to(EventStatus.COMPLETED, self.now)
-        self._index(event)
-        touched.add(event.scope)
-        changes: list[Change] = [EventChanged(event, "completed", "impact window over")]
-        for name in event.resources:  # after completion the VM runs again
-            if self.vm_states[name].impacted_by == event.event_id:
-                changes += self._recover(name)
-        return changes + self._wave_event_ended(event, touched)
-
-    def _bump(self, scopes: set[str]) -> list[Change]:
-        changes: list[Change] = []
-        for scope in sorted(scopes):
-            self.incarnations[scope] = self.incarnation(scope) + 1
-            changes.append(IncarnationChanged(scope, self.incarnations[scope]))
-        return changes
-
-
-def _joined(*parts: str) -> str:
-    return "; ".join(part for part in parts if part)
-
-
-def _shown(value) -> str:
-    if isinstance(value, timedelta):
-        return format_duration(value)
-    if isinstance(value, datetime):
-        return iso_time(value)
-    return str(value)
-
-
-def check_rules(rules: Rules) -> Rules:
-    """The server's rules (``serve --notice``, ``--impact-window``...) within the bounds every event is held to."""
-    for event_type, notice in rules.notice.items():
-        check_duration(notice, f"the {event_type.value} notice", MAX_NOTICE)
-    for event_type, window in rules.impact_window.items():
-        check_duration(window, f"the {event_type.value} impact window", MAX_EVENT_LENGTH)
-    for impact, length in rules.impact_duration.items():
-        check_duration(length, f"the {impact.value} impact duration", MAX_EVENT_LENGTH)
-    for event_type, seconds in rules.duration_seconds.items():
-        check_whole_number(seconds, f"the {event_type.value} DurationInSeconds", -1, MAX_DURATION_SECONDS)
-    check_duration(rules.predicted_failure_notice, "the predicted failure notice", MAX_NOTICE)
-    check_duration(rules.disable_after, "the time after which Scheduled Events are disabled", MAX_NOTICE)
-    ec2 = rules.ec2
-    check_duration(ec2.notice, "the EC2 notice", MAX_NOTICE)
-    check_duration(ec2.spot_notice, "the Spot interruption notice", MAX_NOTICE)
-    for code in ec2.impact:
-        check_duration(ec2.impact[code], f"the {code.value} impact", MAX_EVENT_LENGTH)
-        if ec2.window.get(code) is not None:
-            check_duration(ec2.window[code], f"the {code.value} window", MAX_EVENT_LENGTH)
-        if ec2.deadline.get(code) is not None:
-            check_duration(ec2.deadline[code], f"the {code.value} deadline", MAX_EC2_DEADLINE)
-    return rules
+    @property
+    def waves(self) -> dict[str, Wave]:
+        return self.wave_runner.waves

@@ -7,73 +7,15 @@ group of a scale set. Every VM of a scope sees the same document, with the scope
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
-from functools import cached_property
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from forewarn.aws.model import Ec2Instance
-from forewarn.azure.vms import policies_from_records, policy_records
+from forewarn.azure.vms import VM, Policy, policies_from_records, policy_records
 from forewarn.core.errors import Invalid, NotFound
 
-_OWNER_TYPES = {"vm": "virtualMachines", "avset": "availabilitySets", "vmss": "virtualMachineScaleSets"}
-
-
-@dataclass(frozen=True)
-class VM:
-    name: str
-    host: str
-    subscription_id: str
-    resource_group: str
-    location: str
-    zone: str
-    size: str
-    fault_domain: int
-    update_domain: int
-    spot: bool
-    vm_id: str
-    availability_set: str | None = None
-    scale_set: str | None = None
-    instance_id: str | None = None
-    placement_group: int | None = None
-    os_type: str = "Linux"
-    tags: dict[str, str] = field(default_factory=dict)
-    imds_address: str | None = None
-    imds_port: int | None = None
-
-    @cached_property  # read on every metadata request
-    def scope(self) -> str:
-        """The broadcast scope id: the policy owner, narrowed to one placement group for a scale set. Readable on
-        purpose: it shows up in logs and the control API."""
-        if self.scale_set is not None:
-            return f"{self.policy_owner}/pg{self.placement_group or 0}"
-        return self.policy_owner
-
-    @cached_property
-    def policy_owner(self) -> str:
-        """Who sets this VM's scheduled-events policy: its scale set or availability set, or the VM itself."""
-        base = f"{self.subscription_id}/{self.resource_group}"
-        if self.scale_set is not None:
-            return f"vmss:{base}/{self.scale_set}"
-        if self.availability_set is not None:
-            return f"avset:{base}/{self.availability_set}"
-        return f"vm:{base}/{self.name}"
-
-    @property
-    def owner_resource_id(self) -> str:
-        """The ARM id of what owns this VM's scheduled-events policy (its scale set, availability set, or the VM
-        itself): where its scheduled events hang in ARM ids ("Scheduled Events in Event Grid")."""
-        kind, path = self.policy_owner.split(":", 1)
-        subscription, group, name = path.split("/", 2)
-        return (
-            f"/subscriptions/{subscription}/resourceGroups/{group}/providers/Microsoft.Compute/"
-            f"{_OWNER_TYPES[kind]}/{name}"
-        )
-
-    @property
-    def resource_id(self) -> str:
-        base = f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}/providers/Microsoft.Compute"
-        if self.scale_set is not None:
-            return f"{base}/virtualMachineScaleSets/{self.scale_set}/virtualMachines/{self.instance_id}"
-        return f"{base}/virtualMachines/{self.name}"
+# VM is the Azure component's (azure/vms.py); it is named here too, where the fleet is.
+__all__ = ["VM", "Fleet", "Host"]
 
 
 @dataclass(frozen=True)
@@ -89,7 +31,7 @@ class Fleet:
         hosts: Iterable[Host],
         vms: Iterable[VM],
         default_vm: str | None = None,
-        policies: Iterable = (),
+        policies: Iterable[Policy] = (),
         ec2: Iterable[Ec2Instance] = (),
     ):
         self.hosts: dict[str, Host] = {h.name: h for h in hosts}
@@ -138,6 +80,15 @@ class Fleet:
             raise NotFound(f"no host named {name!r} in the fleet", name=name, known=self.hosts.keys())
         return self.vms_by_host[name]
 
+    def next_host(self, current: str) -> str:
+        """Where a VM or instance moved off ``current`` goes: the next host of the fleet after it (a spare host in a
+        one-host fleet). Azure redeploys and EC2 reboot migrations and restarts after an instance-stop share it."""
+        hosts = list(self.hosts)
+        if len(hosts) == 1:
+            return f"{current}-spare"
+        index = hosts.index(current) if current in hosts else -1
+        return hosts[(index + 1) % len(hosts)]
+
     def owner(self, name: str) -> str:
         """The policy owner called ``name``: a scale set, an availability set or a standalone VM, by its name or
         by its full key (``vmss:SUBSCRIPTION/GROUP/NAME``) when the name alone is ambiguous."""
@@ -162,7 +113,7 @@ class Fleet:
     def scopes(self) -> list[str]:
         return list(self.vms_by_scope)
 
-    def to_records(self) -> dict:
+    def to_records(self) -> dict[str, Any]:
         """Plain data for the store; :meth:`from_records` is its inverse."""
         return {
             "hosts": [h.name for h in self.hosts.values()],
@@ -173,7 +124,7 @@ class Fleet:
         }
 
     @classmethod
-    def from_records(cls, records: dict) -> Fleet:
+    def from_records(cls, records: dict[str, Any]) -> Fleet:
         return cls(
             hosts=[Host(name) for name in records["hosts"]],
             vms=[VM(**vm) for vm in records["vms"]],

@@ -15,118 +15,76 @@ costs what its own VMs cost; nothing scans the fleet while time moves (bench/wav
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 
-from forewarn.azure.model import Event, EventSource, EventStatus, EventType, ScheduleRequest
+from forewarn.azure.component import AzureComponent, DocumentStep
+from forewarn.azure.model import Event, EventStatus, EventType, ScheduleRequest
+from forewarn.azure.vms import VM
 from forewarn.core.bounds import check_whole_number
 from forewarn.core.changes import Change
 from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.waves.model import MAX_CONCURRENCY, UnitRun, Wave, WaveChanged, WaveOrder, WaveSpec, WaveStatus
 
-if TYPE_CHECKING:
-    from forewarn.engine.engine import Change, Engine
-
-MAX_CONCURRENCY = 10_000
-
-
-class WaveOrder(str, enum.Enum):
-    UPDATE_DOMAIN = "update-domain"
-    FAULT_DOMAIN = "fault-domain"
-    HOST = "host"
-
-
-class WaveStatus(str, enum.Enum):
-    RUNNING = "running"
-    COMPLETED = "completed"
-    CANCELED = "canceled"
+# The names the rest of the code imports from here.
+__all__ = [
+    "MAX_CONCURRENCY",
+    "StoredWaves",
+    "UnitRun",
+    "Wave",
+    "WaveChanged",
+    "WaveOrder",
+    "WaveRunner",
+    "WaveSpec",
+    "WaveStatus",
+]
 
 
 @dataclass(frozen=True)
-class WaveSpec:
-    """What to roll out, over what, in which order. Empty ``groups`` means the whole fleet (every Azure VM)."""
-
-    event_type: EventType = EventType.FREEZE
-    order: WaveOrder = WaveOrder.UPDATE_DOMAIN
-    concurrency: int = 1
-    groups: tuple[str, ...] = ()  # scale sets, availability sets or standalone VMs, by name or owner key
-    source: EventSource = EventSource.PLATFORM
-    notice: timedelta | None = None  # None: the type's notice rule
-    duration_seconds: int | None = None
-    impact_window: timedelta | None = None
-    description: str | None = None
-    name: str = ""
+class StoredWaves:
+    waves: Iterable[Wave] = field(default_factory=tuple)
 
 
-@dataclass(frozen=True)
-class UnitRun:
-    """A unit in flight: the operations its events belong to."""
+class WaveRunner:
+    """The waves component. State: ``waves`` and, for the units in flight, how many of their events are still open
+    and which unit each operation belongs to. It creates and cancels events through the Azure component, and hears
+    of each event's end from it (:meth:`event_ended`, which the engine subscribes)."""
 
-    unit: int
-    operations: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class Wave:
-    wave_id: str
-    spec: WaveSpec
-    owners: tuple[str, ...]  # the resolved groups (policy owners); empty: the whole fleet
-    units: tuple[str, ...]  # "3" (a domain number) or a host name, in the order they go
-    created_at: datetime
-    status: WaveStatus = WaveStatus.RUNNING
-    next_unit: int = 0
-    in_flight: tuple[UnitRun, ...] = ()
-    done: int = 0
-    skipped: tuple[int, ...] = ()
-    finished_at: datetime | None = None
-
-    def label(self, unit: int) -> str:
-        value = self.units[unit]
-        if self.spec.order is WaveOrder.HOST:
-            return f"host {value}"
-        return f"{self.spec.order.value.replace('-', ' ')} {value}"
-
-
-@dataclass(frozen=True)
-class WaveChanged(Change):
-    """``what``: started, unit-scheduled, unit-completed, unit-skipped, completed, canceled."""
-
-    wave: Wave
-    what: str
-    reason: str
-
-
-class WaveCommands:
-    """Methods of :class:`Engine` for waves. State: ``waves`` and, for the units in flight, how many of their events
-    are still open and which unit each operation belongs to."""
-
-    def _init_waves(self: Engine, waves: Iterable[Wave]) -> None:
+    def __init__(self, azure: AzureComponent, scheduler: Scheduler, sequence: Sequence, stored: StoredWaves) -> None:
+        self.azure = azure
+        self.fleet = azure.fleet
+        self._scheduler = scheduler
+        self._sequence = sequence
         self.waves: dict[str, Wave] = {}
         self._wave_of_operation: dict[str, tuple[str, int]] = {}
         self._open_in_unit: dict[tuple[str, int], int] = {}
-        for wave in waves:
+        for wave in stored.waves:
             self.waves[wave.wave_id] = wave
             for run in wave.in_flight:
                 self._track_unit(wave.wave_id, run)
 
-    def _track_unit(self: Engine, wave_id: str, run: UnitRun) -> None:
+    @property
+    def now(self) -> datetime:
+        return self._scheduler.now
+
+    def _track_unit(self, wave_id: str, run: UnitRun) -> None:
         open_events = 0
         for operation_id in run.operations:
             self._wave_of_operation[operation_id] = (wave_id, run.unit)
-            open_events += sum(1 for event in self.operation_events(operation_id) if event.status.live)
+            open_events += sum(1 for event in self.azure.operation_events(operation_id) if event.status.live)
         self._open_in_unit[(wave_id, run.unit)] = open_events
 
     # ------------------------------------------------------------------------------------------------ queries
-    def wave(self: Engine, wave_id: str) -> Wave:
+    def wave(self, wave_id: str) -> Wave:
         found = self.waves.get(wave_id)
         if found is None:
             raise NotFound(f"no wave {wave_id!r}", name=wave_id, known=self.waves.keys())
         return found
 
     # ----------------------------------------------------------------------------------------------- commands
-    def start_wave(self: Engine, spec: WaveSpec) -> list[Change]:
+    def start_wave(self, spec: WaveSpec) -> list[Change]:
         """Create a wave and schedule its first units (up to the concurrency limit)."""
         check_whole_number(spec.concurrency, "concurrency", 1, MAX_CONCURRENCY)
         if spec.event_type in (EventType.PREEMPT, EventType.TERMINATE):
@@ -138,9 +96,8 @@ class WaveCommands:
         if not units:
             raise Invalid("the wave has nothing to do: no running VM in its targets")
         # Checked like any schedule request, before anything changes.
-        self._checked(self._unit_request(spec, (), "check"))
-        wave_id = f"wave-{self.next_seq}"
-        self.next_seq += 1
+        self.azure.check_request(self._unit_request(spec, (), "check"))
+        wave_id = f"wave-{self._sequence.take()}"
         wave = Wave(wave_id, spec, owners, units, self.now)
         self.waves[wave_id] = wave
         target = ", ".join(spec.groups) or "the whole fleet"
@@ -152,40 +109,40 @@ class WaveCommands:
                 f"{spec.concurrency} at a time",
             )
         ]
-        touched: set[str] = set()
-        changes += self._wave_fill(wave_id, touched)
-        return changes + self._bump(touched)
+        step = DocumentStep()
+        changes += self._wave_fill(wave_id, step)
+        return changes + self.azure.end_step(step)
 
-    def cancel_wave(self: Engine, wave_id: str, reason: str = "wave canceled by the operator") -> list[Change]:
+    def cancel_wave(self, wave_id: str, reason: str = "wave canceled by the operator") -> list[Change]:
         """Stop a wave: no further unit is scheduled, and the Scheduled events of the units in flight are canceled.
         Started events finish their impact window (a Started event cannot be canceled)."""
         wave = self.wave(wave_id)
         if wave.status is not WaveStatus.RUNNING:
             raise Conflict(f"{wave_id} is {wave.status.value}")
         changes: list[Change] = []
-        touched: set[str] = set()
+        step = DocumentStep()
         wave = replace(wave, status=WaveStatus.CANCELED, finished_at=self.now)
         self.waves[wave_id] = wave
         changes.append(WaveChanged(wave, "canceled", reason))
         for run in wave.in_flight:
             for operation_id in run.operations:
-                for event in self.operation_events(operation_id):
+                for event in self.azure.operation_events(operation_id):
                     if event.status is EventStatus.SCHEDULED:
-                        changes += self._cancel_one(event, f"{reason} ({wave_id})", touched)
-        return changes + self._bump(touched)
+                        changes += self.azure.cancel_scheduled(event, f"{reason} ({wave_id})", step)
+        return changes + self.azure.end_step(step)
 
     # ------------------------------------------------------------------------------------------------ progress
-    def _wave_event_ended(self: Engine, event: Event, touched: set[str]) -> list[Change]:
-        """Called when an event becomes Completed or Canceled: the end of its unit, if it was the last open one."""
+    def event_ended(self, event: Event, step: DocumentStep) -> list[Change]:
+        """An event became Completed or Canceled: the end of its unit, if it was the last open one."""
         unit_key = self._wave_of_operation.get(event.operation_id)
         if unit_key is None:
             return []
         self._open_in_unit[unit_key] -= 1
         if self._open_in_unit[unit_key] > 0:
             return []
-        return self._unit_done(*unit_key, touched)
+        return self._unit_done(*unit_key, step)
 
-    def _unit_done(self: Engine, wave_id: str, unit: int, touched: set[str]) -> list[Change]:
+    def _unit_done(self, wave_id: str, unit: int, step: DocumentStep) -> list[Change]:
         del self._open_in_unit[(wave_id, unit)]
         wave = self.waves[wave_id]
         run = next(run for run in wave.in_flight if run.unit == unit)
@@ -199,10 +156,10 @@ class WaveCommands:
         self.waves[wave_id] = wave
         changes: list[Change] = [WaveChanged(wave, "unit-completed", f"{wave.label(unit)} completed")]
         if wave.status is WaveStatus.RUNNING:
-            changes += self._wave_fill(wave_id, touched)
+            changes += self._wave_fill(wave_id, step)
         return changes
 
-    def _wave_fill(self: Engine, wave_id: str, touched: set[str]) -> list[Change]:
+    def _wave_fill(self, wave_id: str, step: DocumentStep) -> list[Change]:
         """Schedule units until the concurrency limit is reached or none is left; finish the wave when all are."""
         changes: list[Change] = []
         wave = self.waves[wave_id]
@@ -216,15 +173,10 @@ class WaveCommands:
                 changes.append(WaveChanged(wave, "unit-skipped", f"{wave.label(unit)}: no running VM"))
                 continue
             request = self._unit_request(wave.spec, vms, f"{wave_id}, {wave.label(unit)}")
-            first_seq = self.next_seq
-            created = self._create(request, touched)
-            operations = tuple(
-                dict.fromkeys(
-                    self.event_by_seq(seq).operation_id
-                    for seq in range(first_seq, self.next_seq)
-                    if self.event_by_seq(seq) is not None
-                )
-            )
+            first_seq = self._sequence.next_number
+            created = self.azure.create_events(request, step)
+            events = (self.azure.event_by_seq(seq) for seq in range(first_seq, self._sequence.next_number))
+            operations = tuple(dict.fromkeys(event.operation_id for event in events if event is not None))
             run = UnitRun(unit, operations)
             wave = replace(wave, in_flight=wave.in_flight + (run,))
             self.waves[wave_id] = wave
@@ -234,7 +186,7 @@ class WaveCommands:
             )
             changes += created
             if self._open_in_unit[(wave_id, unit)] == 0:  # e.g. nothing to wait for
-                changes += self._unit_done(wave_id, unit, touched)
+                changes += self._unit_done(wave_id, unit, step)
                 return changes
         if not wave.in_flight and wave.next_unit >= len(wave.units) and wave.status is WaveStatus.RUNNING:
             wave = replace(wave, status=WaveStatus.COMPLETED, finished_at=self.now)
@@ -243,26 +195,27 @@ class WaveCommands:
         return changes
 
     # ------------------------------------------------------------------------------------------------ targets
-    def _wave_units(self: Engine, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
+    def _wave_units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
         if order is WaveOrder.HOST:
-            hosts = {self.vm_states[vm.name].host: None for vm in self._wave_targets(owners)}
-            ordered = [host for host in self._host_members if host in hosts]
+            hosts = {self.azure.vm_states[vm.name].host: None for vm in self._wave_targets(owners)}
+            ordered = [host for host in self.azure.host_names() if host in hosts]
             return tuple(ordered)
         attribute = "update_domain" if order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
         return tuple(str(d) for d in sorted({getattr(vm, attribute) for vm in self._wave_targets(owners)}))
 
-    def _wave_targets(self: Engine, owners: tuple[str, ...]):
+    def _wave_targets(self, owners: tuple[str, ...]) -> list[VM]:
         """The running VMs a wave covers."""
+        vms: Iterable[VM]
         if owners:
             vms = (vm for owner in owners for vm in self.fleet.vms_by_owner[owner])
         else:
             vms = iter(self.fleet.vms.values())
-        return [vm for vm in vms if not self.vm_states[vm.name].deleted]
+        return [vm for vm in vms if not self.azure.vm_states[vm.name].deleted]
 
-    def _unit_vms(self: Engine, wave: Wave, unit: int) -> tuple[str, ...]:
+    def _unit_vms(self, wave: Wave, unit: int) -> tuple[str, ...]:
         value = wave.units[unit]
         if wave.spec.order is WaveOrder.HOST:
-            names = self.names_on_host(value)
+            names = self.azure.names_on_host(value)
             if wave.owners:
                 owners = set(wave.owners)
                 return tuple(name for name in names if self.fleet.vms[name].policy_owner in owners)
@@ -271,7 +224,8 @@ class WaveCommands:
         domain = int(value)
         return tuple(vm.name for vm in self._wave_targets(wave.owners) if getattr(vm, attribute) == domain)
 
-    def _unit_request(self: Engine, spec: WaveSpec, vms: tuple[str, ...], reason: str) -> ScheduleRequest:
+    @staticmethod
+    def _unit_request(spec: WaveSpec, vms: tuple[str, ...], reason: str) -> ScheduleRequest:
         return ScheduleRequest(
             spec.event_type,
             vms=vms,

@@ -20,8 +20,8 @@ from forewarn.azure.eventgrid.model import CLOUD_EVENT_SCHEMA, EVENT_TYPE
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
+from forewarn.azure.vms import VM
 from forewarn.core.ids import derived_guid
-from forewarn.engine.fleet import VM
 
 SCHEDULED_EVENT_API_VERSION = "2020-07-01"  # "Scheduled Events in Event Grid": "the only supported value is 2020-07-01"
 METADATA_VERSION = "1"

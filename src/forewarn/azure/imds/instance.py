@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from forewarn.azure.imds.errors import NOT_FOUND, bad_api_version
-from forewarn.engine.fleet import VM
+from forewarn.azure.vms import VM
 from forewarn.net.http import JSON, TEXT
 
 # ------------------------------------------------------------------------------------------------ versions

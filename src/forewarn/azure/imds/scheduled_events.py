@@ -37,9 +37,8 @@ from forewarn.azure.imds.errors import (
     error_body,
 )
 from forewarn.azure.model import Event, EventStatus, EventType
-from forewarn.azure.vms import Power
+from forewarn.azure.vms import VM, Power
 from forewarn.core.errors import Invalid, NotFound
-from forewarn.engine.fleet import VM
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, JSON, Later, Request, Response
 from forewarn.net.untrusted_json import JsonInputError, parse_json

@@ -1,0 +1,846 @@
+"""The Azure component: scheduled events, their operations and scopes, DocumentIncarnations, the VMs' states and
+impacts, scheduledEventsPolicy and notification profiles, user operations, the platform's exceptional cases, and
+enabling by first request.
+
+Grouping ("Scheduled Events in Event Grid"): the VMs of one scope on one host share one event; an *operation* is the
+work on one host, and yields one event per affected scope. An operation starts when every one of its Scheduled events
+is approved (shared hardware waits for all tenants), or when its NotBefore passes.
+
+DocumentIncarnation: every scope starts at 1 with an empty document. It increases by one for each step that changes
+the scope's Events array (a command, or the deadlines due at one instant), and only then: a :class:`DocumentStep`
+collects the scopes a step touched, and :meth:`AzureComponent.end_step` moves each of them by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
+from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact, ScheduleRequest
+from forewarn.azure.rules import AzureRules
+from forewarn.azure.vms import (
+    IMPACT_OF_TYPE,
+    VM,
+    NotificationProfile,
+    Policy,
+    Power,
+    VmState,
+    check_os_image_profile,
+    check_terminate_profile,
+)
+from forewarn.core.bounds import (
+    MAX_DURATION_SECONDS,
+    MAX_EVENT_LENGTH,
+    MAX_NOTICE,
+    check_duration,
+    check_time,
+    check_whole_number,
+    clamped_time,
+    iso_time,
+    whole_second_ceiling,
+)
+from forewarn.core.changes import Change
+from forewarn.core.durations import format_duration
+from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
+from forewarn.core.ids import derived_guid
+from forewarn.core.scheduler import Scheduler, Sequence
+
+INITIAL_INCARNATION = 1
+MAX_EXTRA_IMPACTS = 100
+# The shortest EventId prefix the control API resolves (git's shortest abbreviation too): shorter ones are ambiguous as
+# soon as a few dozen events exist.
+MIN_EVENT_ID_PREFIX = 4
+_FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+
+
+class AzureFleet(Protocol):
+    """What the Azure component reads of the fleet (``engine/fleet.py``): the VMs as deployed, never changed."""
+
+    @property
+    def hosts(self) -> Mapping[str, object]: ...
+    @property
+    def vms(self) -> Mapping[str, VM]: ...
+    @property
+    def vms_by_owner(self) -> Mapping[str, list[VM]]: ...
+    @property
+    def policies(self) -> Mapping[str, Policy]: ...
+    def vm(self, name: str) -> VM: ...
+    def owner(self, name: str) -> str: ...
+    def next_host(self, current: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class StoredAzure:
+    """What the store keeps of the Azure component; the rest is derived from it and the fleet."""
+
+    events: Iterable[Event] = ()
+    incarnations: Mapping[str, int] = field(default_factory=dict)
+    vm_states: Iterable[VmState] = ()
+    policies: Iterable[Policy] = ()
+    enabled: Mapping[str, datetime] = field(default_factory=dict)  # scope -> its VMs' latest request
+
+
+class DocumentStep:
+    """The scopes whose Events array one step changed (a command, or the deadlines due at one instant): each moves
+    one DocumentIncarnation when the step ends (:meth:`AzureComponent.end_step`)."""
+
+    def __init__(self) -> None:
+        self.scopes: set[str] = set()
+
+    def touch(self, scope: str) -> None:
+        self.scopes.add(scope)
+
+
+# Told when an event becomes Completed or Canceled, inside the step that ended it; its changes join that step's.
+EventEndedListener = Callable[[Event, DocumentStep], list[Change]]
+
+
+class AzureComponent:
+    """State: ``events`` (by EventId) and their ``operations``, each scope's ``incarnations``, ``vm_states``,
+    ``policies`` and ``last_seen`` (enabling); in memory only, which VMs each host runs and the live events of each
+    scope."""
+
+    def __init__(
+        self,
+        fleet: AzureFleet,
+        seed: str,
+        rules: AzureRules,
+        scheduler: Scheduler,
+        sequence: Sequence,
+        stored: StoredAzure,
+        created_at: datetime,
+    ) -> None:
+        self.fleet = fleet
+        self.seed = seed
+        self.rules = rules
+        self._scheduler = scheduler
+        self._sequence = sequence
+        self._event_ended: list[EventEndedListener] = []
+        self._start_deadline = scheduler.kind("azure-start", self._start_due, self._start_stale)
+        self._complete_deadline = scheduler.kind("azure-complete", self._complete_due, self._not_started)
+        self._extra_deadline = scheduler.kind("azure-extra-impact", self._extra_impact, self._not_started)
+        self._recover_deadline = scheduler.kind("azure-recover", self._recover, self._recovery_stale)
+        # The deadlines of one instant are one step (their scheduler's step hook ends it).
+        self._deadline_step = DocumentStep()
+        scheduler.on_step_end(self._end_deadline_step)
+        # What was brought inside the bounds (bounds.py) on loading a database written before them: the service
+        # logs these changes and writes them back before it serves.
+        self.repaired: list[Change] = []
+        self.last_seen: dict[str, datetime] = dict(stored.enabled)
+        self.policies: dict[str, Policy] = {owner: Policy(owner) for owner in fleet.vms_by_owner}
+        self.policies.update(fleet.policies)
+        self.policies.update({policy.owner: policy for policy in stored.policies})
+        self.vm_states: dict[str, VmState] = {}
+        for vm in fleet.vms.values():
+            policy = self.policies[vm.policy_owner]
+            self.vm_states[vm.name] = VmState(
+                vm.name,
+                Power.RUNNING,
+                vm.host,
+                created_at,
+                terminate=policy.terminate,
+                os_image=policy.os_image,
+                model_version=policy.model_version,
+            )
+        self.vm_states.update({state.name: state for state in stored.vm_states})
+        # host -> the VMs running on it now (redeploys move VMs, deletes remove them); read in fleet order, so that
+        # an engine rebuilt from stored state groups them exactly as the one that never stopped
+        self._fleet_position = {name: index for index, name in enumerate(fleet.vms)}
+        self._host_members: dict[str, dict[str, None]] = {host: {} for host in fleet.hosts}
+        for state in self.vm_states.values():
+            if not state.deleted:
+                self._host_members.setdefault(state.host, {})[state.name] = None
+        for name, state in list(self.vm_states.items()):
+            if state.impact_until is not None and clamped_time(state.impact_until) != state.impact_until:
+                state = replace(state, impact_until=clamped_time(state.impact_until))
+                self.vm_states[name] = state
+                self.repaired.append(VmChanged(state, "repaired", "impact end brought inside the simulated range"))
+        self.events: dict[str, Event] = {}
+        self.operations: dict[str, list[str]] = {}
+        self.incarnations: dict[str, int] = dict(stored.incarnations)
+        self._live_by_scope: dict[str, dict[str, None]] = {}
+        self._by_seq: dict[int, str] = {}
+        for event in sorted(map(self._within_bounds, stored.events), key=lambda e: e.seq):
+            self._index(event)
+            sequence.past(event.seq)
+            if event.status is EventStatus.SCHEDULED:
+                scheduler.add(event.not_before, self._start_deadline, event.operation_id)
+            elif event.status is EventStatus.STARTED:
+                scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
+                self._set_extra_impacts(event)
+        for state in self.vm_states.values():
+            if state.impact_until is not None:
+                scheduler.add(state.impact_until, self._recover_deadline, state.name)
+
+    @property
+    def now(self) -> datetime:
+        return self._scheduler.now
+
+    def on_event_ended(self, listener: EventEndedListener) -> None:
+        """``listener(event, step)`` whenever an event becomes Completed or Canceled."""
+        self._event_ended.append(listener)
+
+    # ----------------------------------------------------------------------------------------------- queries
+    def incarnation(self, scope: str) -> int:
+        return self.incarnations.get(scope, INITIAL_INCARNATION)
+
+    def live_events(self, scope: str) -> list[Event]:
+        """The events a scope's IMDS document shows, in the order they were created."""
+        return [self.events[event_id] for event_id in self._live_by_scope.get(scope, ())]
+
+    def event(self, event_id: str) -> Event:
+        found = self.events.get(event_id.upper())
+        if found is None:
+            raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self.events.keys())
+        return found
+
+    def resolve_event_id(self, text: str) -> str:
+        """The EventId that ``text`` names: the whole id (any case), or an unambiguous prefix of at least
+        ``MIN_EVENT_ID_PREFIX`` characters, as short git and docker ids are."""
+        wanted = text.strip().upper()
+        if wanted in self.events:
+            return wanted
+        if len(wanted) < MIN_EVENT_ID_PREFIX:
+            raise Invalid(
+                f"{text!r} is too short for an EventId prefix; give at least {MIN_EVENT_ID_PREFIX} characters"
+            )
+        found = [event_id for event_id in self.events if event_id.startswith(wanted)]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            raise NotFound(f"no event whose EventId is or starts with {text}", name=wanted, known=self.events.keys())
+        shown = [f"{event_id} ({self.events[event_id].status.value})" for event_id in found[:10]]
+        more = f" and {len(found) - 10} more" if len(found) > 10 else ""
+        raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
+
+    def event_by_seq(self, seq: int) -> Event | None:
+        """The event created as number ``seq`` (events are numbered in creation order)."""
+        event_id = self._by_seq.get(seq)
+        return None if event_id is None else self.events[event_id]
+
+    def operation_events(self, operation_id: str) -> list[Event]:
+        return [self.events[event_id] for event_id in self.operations[operation_id]]
+
+    def vms_on_host(self, host: str) -> list[VM]:
+        """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
+        if host not in self.fleet.hosts:
+            raise NotFound(f"no host named {host!r} in the fleet", name=host, known=self.fleet.hosts.keys())
+        return [self.fleet.vms[name] for name in self.names_on_host(host)]
+
+    def names_on_host(self, host: str) -> list[str]:
+        return sorted(self._host_members.get(host, ()), key=self._fleet_position.__getitem__)
+
+    def host_names(self) -> list[str]:
+        """Every host that runs or ran a VM: the fleet's, in fleet order, then the spare hosts redeploys made."""
+        return list(self._host_members)
+
+    def impact_of(self, event: Event) -> Impact:
+        return event.impact or IMPACT_OF_TYPE[event.event_type]
+
+    # ---------------------------------------------------------------------------------------------- commands
+    def schedule(self, request: ScheduleRequest) -> list[Change]:
+        """Create events for the VMs named and the VMs on the hosts named: one per (host, scope), grouped per host."""
+        step = DocumentStep()
+        changes = self.create_events(request, step)
+        return changes + self.end_step(step)
+
+    def create_events(self, request: ScheduleRequest, step: DocumentStep) -> list[Change]:
+        """The events of one request, within ``step``: a command that creates several batches (a restart of VMs with
+        different policies, deletes with different timeouts, a wave's units) is still one step."""
+        targets = self._targets(request)
+        not_before, impact_window, duration, description = self.check_request(request)  # before anything changes
+        if self.rules.enabling_required and not request.start_now:
+            unwarned = [vm.name for vm in targets if not self.is_enabled(vm.scope)]
+            if unwarned:
+                warned = [vm.name for vm in targets if vm.name not in unwarned]
+                changes = self.create_events(
+                    replace(
+                        request,
+                        vms=tuple(unwarned),
+                        hosts=(),
+                        group=None,
+                        start_now=True,
+                        not_before=None,
+                        notice=None,
+                        reason=_joined(request.reason, "no notice: Scheduled Events not enabled for the VM"),
+                    ),
+                    step,
+                )
+                if warned:
+                    changes += self.create_events(replace(request, vms=tuple(warned), hosts=(), group=None), step)
+                return changes
+        changes = []
+        # The VMs of one scope on one host share an event; each host is one operation. A batch of per-VM events
+        # (deletes) is one operation, so that its events start together ("Terminate notification for Azure Virtual
+        # Machine Scale Set instances").
+        operations: dict[str, dict[str, list[VM]]] = {}
+        for vm in targets:
+            host = "batch" if request.per_vm else self.vm_states[vm.name].host
+            group = vm.name if request.per_vm else vm.scope
+            operations.setdefault(host, {}).setdefault(group, []).append(vm)
+        for host, groups in operations.items():
+            operation_id = derived_guid(self.seed, "operation", self._sequence.next_number)
+            for vms in groups.values():
+                scope = vms[0].scope
+                seq = self._sequence.take()
+                event = Event(
+                    event_id=derived_guid(self.seed, "event", seq),
+                    seq=seq,
+                    operation_id=operation_id,
+                    scope=scope,
+                    event_type=request.event_type,
+                    source=request.source,
+                    resources=tuple(vm.name for vm in vms),
+                    description=description,
+                    duration_seconds=duration,
+                    not_before=not_before,
+                    impact_window=impact_window,
+                    status=EventStatus.SCHEDULED,
+                    created_at=self.now,
+                    impact=request.impact,
+                    extra_impacts=request.extra_impacts,
+                    central=self.policies[vms[0].policy_owner].publish_central,
+                )
+                self._index(event)
+                step.touch(scope)
+                if not request.start_now:
+                    where = "in one batch" if request.per_vm else f"on host {host}"
+                    changes.append(EventChanged(event, "scheduled", _joined(request.reason, where)))
+            if request.start_now:
+                changes += self._start_operation(operation_id, request.reason or "started at once", step)
+            else:
+                self._scheduler.add(not_before, self._start_deadline, operation_id)
+        return changes
+
+    def check_request(self, request: ScheduleRequest) -> tuple[datetime, timedelta, int, str]:
+        """NotBefore, impact window, DurationInSeconds and Description of a request, or the reason it is refused."""
+        if request.not_before is not None and request.notice is not None:
+            raise Invalid("give either a notice or a NotBefore time, not both")
+        if request.not_before is not None:
+            not_before = whole_second_ceiling(check_time(request.not_before, "NotBefore"))
+            if not_before < self.now:
+                raise Invalid(f"NotBefore {iso_time(not_before)} is in the past (now {iso_time(self.now)})")
+            if not_before - self.now > MAX_NOTICE:
+                raise Invalid(
+                    f"NotBefore {iso_time(not_before)} is too far ahead; at most "
+                    f"{format_duration(MAX_NOTICE)} after now ({iso_time(self.now)})"
+                )
+        elif request.start_now:
+            not_before = self.now
+        else:
+            notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
+            not_before = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
+        check_time(not_before, "NotBefore")
+        impact_window = (
+            self.rules.impact_window[request.event_type] if request.impact_window is None else request.impact_window
+        )
+        check_duration(impact_window, "impact window", MAX_EVENT_LENGTH)
+        duration = (
+            self.rules.duration_seconds[request.event_type]
+            if request.duration_seconds is None
+            else request.duration_seconds
+        )
+        check_whole_number(duration, "DurationInSeconds (-1: unknown)", -1, MAX_DURATION_SECONDS)
+        check_whole_number(request.extra_impacts, "extra impacts", 0, MAX_EXTRA_IMPACTS)
+        description = (
+            self.rules.description(request.event_type, request.source)
+            if request.description is None
+            else request.description
+        )
+        return not_before, impact_window, duration, description
+
+    def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
+        """Approve events. Approving a Started, Completed or Canceled event changes nothing (and is not an error)."""
+        wanted = [self.event(event_id) for event_id in event_ids]  # every id is checked before anything changes
+        changes: list[Change] = []
+        step = DocumentStep()
+        ready: list[str] = []
+        for event in wanted:
+            event = self.events[event.event_id]
+            if event.status is not EventStatus.SCHEDULED or by in event.approvals:
+                continue
+            event = event.approved_by(by)
+            self.events[event.event_id] = event
+            changes.append(EventChanged(event, "approved", f"by {by}"))
+            if event.operation_id not in ready and self._all_approved(event.operation_id):
+                ready.append(event.operation_id)
+        for operation_id in ready:
+            changes += self._start_operation(operation_id, "approved", step)
+        return changes + self.end_step(step)
+
+    def cancel(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:
+        """Scheduled → Canceled, with no impact. A Started event cannot be canceled ("Scheduled Events for
+        Azure Virtual Machines")."""
+        event = self.event(event_id)
+        if event.status is not EventStatus.SCHEDULED:
+            raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
+        step = DocumentStep()
+        changes = self.cancel_scheduled(event, reason, step)
+        return changes + self.end_step(step)
+
+    def cancel_scheduled(self, event: Event, reason: str, step: DocumentStep) -> list[Change]:
+        """A Scheduled event → Canceled, within ``step``."""
+        event = event.moved_to(EventStatus.CANCELED, self.now)
+        self._index(event)
+        changes: list[Change] = [EventChanged(event, "canceled", reason)]
+        step.touch(event.scope)
+        # The rest of the operation no longer waits for this event's approval.
+        if self._all_approved(event.operation_id) and self._scheduled_in(event.operation_id):
+            changes += self._start_operation(event.operation_id, "approved", step)
+        return changes + self._ended(event, step)
+
+    def end_step(self, step: DocumentStep) -> list[Change]:
+        """One DocumentIncarnation more for every scope the step touched."""
+        changes: list[Change] = []
+        for scope in sorted(step.scopes):
+            self.incarnations[scope] = self.incarnation(scope) + 1
+            changes.append(IncarnationChanged(scope, self.incarnations[scope]))
+        return changes
+
+    # -------------------------------------------------------------------------- enabling (the IMDS pages)
+    def is_enabled(self, scope: str) -> bool:
+        seen = self.last_seen.get(scope)
+        return seen is not None and self.now - seen <= self.rules.disable_after
+
+    def request_seen(self, scope: str) -> list[Change]:
+        """A VM of the scope asked for its events. Enabling (first request, or the first after 24 idle hours) is a
+        change to commit; a request on an enabled scope only moves the idle timer, in memory."""
+        enabled = self.is_enabled(scope)
+        self.last_seen[scope] = self.now
+        return [] if enabled else [ScopeEnabled(scope, self.now)]
+
+    # ------------------------------------------------------------------------------- user-initiated operations
+    def restart(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:
+        """A user restarts VMs: a User Reboot, started at once where the owner's policy approves it automatically."""
+        return self._user_maintenance(EventType.REBOOT, vms, notice, "auto_approve_reboot", "restart requested")
+
+    def redeploy(self, vms: Iterable[str], notice: timedelta | None = None) -> list[Change]:
+        return self._user_maintenance(EventType.REDEPLOY, vms, notice, "auto_approve_redeploy", "redeploy requested")
+
+    def _user_maintenance(
+        self, event_type: EventType, vms: Iterable[str], notice: timedelta | None, policy_field: str, reason: str
+    ) -> list[Change]:
+        if notice is not None:  # checked before the automatically approved part starts anything
+            check_duration(notice, "notice", MAX_NOTICE)
+        names = list(vms)
+        targets = self._targets(ScheduleRequest(event_type, vms=tuple(names)))
+        approved = [vm.name for vm in targets if getattr(self.policies[vm.policy_owner], policy_field)]
+        waiting = [vm.name for vm in targets if vm.name not in approved]
+        changes: list[Change] = []
+        step = DocumentStep()
+        if approved:  # "Scheduled Events for Azure Virtual Machines": auto-approved events skip Scheduled
+            changes += self.create_events(
+                ScheduleRequest(
+                    event_type,
+                    vms=tuple(approved),
+                    source=EventSource.USER,
+                    start_now=True,
+                    reason=f"{reason}; automatically approved by scheduledEventsPolicy",
+                ),
+                step,
+            )
+        if waiting:
+            changes += self.create_events(
+                ScheduleRequest(
+                    event_type,
+                    vms=tuple(waiting),
+                    source=EventSource.USER,
+                    notice=notice,
+                    reason=reason,
+                ),
+                step,
+            )
+        return changes + self.end_step(step)
+
+    def reimage(self, vms: Iterable[str]) -> list[Change]:
+        """Scale-set instances whose model enables OS image notifications get a Reboot event announcing the reimage
+        (notice: the profile's notBeforeTimeout); other VMs are reimaged at once, unannounced."""
+        targets = self._targets(ScheduleRequest(EventType.REBOOT, vms=tuple(vms)))
+        announced = [vm.name for vm in targets if self.vm_states[vm.name].os_image.enable]
+        changes: list[Change] = []
+        step = DocumentStep()
+        for name in announced:
+            changes += self.create_events(
+                ScheduleRequest(
+                    EventType.REBOOT,
+                    vms=(name,),
+                    source=EventSource.USER,
+                    impact=Impact.REIMAGE,
+                    notice=self.vm_states[name].os_image.not_before_timeout,
+                    reason="reimage requested",
+                ),
+                step,
+            )
+        for vm in targets:
+            if vm.name not in announced:
+                changes += self._impact(vm.name, Impact.REIMAGE, "reimage (not announced)", -1, _FAR_FUTURE)
+        return changes + self.end_step(step)
+
+    def delete(
+        self, vms: Iterable[str], source: EventSource = EventSource.USER, reason: str = "delete requested"
+    ) -> list[Change]:
+        """Deleting VMs. Instances whose model enables terminate notifications get one Terminate event each, all in
+        one batch that starts when every event is approved or the timeout passes ("Terminate notification for
+        Azure Virtual Machine Scale Set instances"); the rest go at once."""
+        targets = self._targets(ScheduleRequest(EventType.TERMINATE, vms=tuple(vms)))
+        for vm in targets:
+            if self._being_deleted(vm.name):
+                raise Conflict(f"{vm.name} is already being deleted (its Terminate event is live)")
+        announced = [vm for vm in targets if self.vm_states[vm.name].terminate.enable and not vm.spot]
+        announced_names = {vm.name for vm in announced}
+        changes: list[Change] = []
+        by_timeout: dict[timedelta, list[str]] = {}
+        for vm in announced:
+            by_timeout.setdefault(self.vm_states[vm.name].terminate.not_before_timeout, []).append(vm.name)
+        step = DocumentStep()
+        for timeout, names in by_timeout.items():
+            changes += self.create_events(
+                ScheduleRequest(
+                    EventType.TERMINATE,
+                    vms=tuple(names),
+                    source=source,
+                    notice=timeout,
+                    per_vm=True,
+                    reason=reason,
+                ),
+                step,
+            )
+        for vm in targets:
+            if vm.name not in announced_names:
+                changes += self._impact(vm.name, Impact.DELETE, f"{reason} (not announced)", -1, self.now)
+        return changes + self.end_step(step)
+
+    def scale_in(self, scale_set: str, count: int) -> list[Change]:
+        """Remove ``count`` instances, highest instance ids first (the "Default" scale-in policy's last step)."""
+        owner = self.fleet.owner(scale_set)
+        if not owner.startswith("vmss:"):
+            raise Invalid(f"{scale_set} is not a scale set")
+        running = [
+            vm
+            for vm in self.fleet.vms_by_owner[owner]
+            if not self.vm_states[vm.name].deleted and not self._being_deleted(vm.name)
+        ]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1 or count > len(running):
+            raise Invalid(f"{scale_set} has {len(running)} instances to scale in; asked to remove {count}")
+        victims = sorted(running, key=lambda vm: int(vm.instance_id or 0))[-count:]
+        return self.delete([vm.name for vm in victims], EventSource.PLATFORM, "scale-in")
+
+    def _being_deleted(self, name: str) -> bool:
+        return any(
+            e.event_type is EventType.TERMINATE and e.status.live and name in e.resources for e in self.events.values()
+        )
+
+    # ------------------------------------------------------------------------------------ policies and models
+    def policy(self, owner_name: str) -> Policy:
+        return self.policies[self.fleet.owner(owner_name)]
+
+    def update_policy(
+        self,
+        owner_name: str,
+        auto_approve_reboot: bool | None = None,
+        auto_approve_redeploy: bool | None = None,
+        terminate: NotificationProfile | None = None,
+        os_image: NotificationProfile | None = None,
+        publish_central: bool | None = None,
+    ) -> list[Change]:
+        """Change a scheduledEventsPolicy or a scale set's notification profiles. Profile changes make a new model
+        version; instances follow it only when updated to the latest model (``update_instances``). Central
+        publishing (Event Grid and Resource Graph) applies to the events created from then on."""
+        owner = self.fleet.owner(owner_name)
+        policy = self.policies[owner]
+        members = self.fleet.vms_by_owner[owner]
+        if (terminate is not None or os_image is not None) and not owner.startswith("vmss:"):
+            raise Invalid("terminate and OS image notification profiles belong to scale sets")
+        if terminate is not None:
+            check_terminate_profile(terminate, spot=any(vm.spot for vm in members))
+        if os_image is not None:
+            check_os_image_profile(os_image, members[0].size)
+        new_model = (terminate is not None and terminate != policy.terminate) or (
+            os_image is not None and os_image != policy.os_image
+        )
+        updated = Policy(
+            owner,
+            policy.auto_approve_reboot if auto_approve_reboot is None else auto_approve_reboot,
+            policy.auto_approve_redeploy if auto_approve_redeploy is None else auto_approve_redeploy,
+            policy.terminate if terminate is None else terminate,
+            policy.os_image if os_image is None else os_image,
+            policy.model_version + 1 if new_model else policy.model_version,
+            policy.publish_central if publish_central is None else publish_central,
+        )
+        if updated == policy:
+            return []
+        self.policies[owner] = updated
+        return [PolicyChanged(updated)]
+
+    def update_instances(self, scale_set: str, vms: Iterable[str] = ()) -> list[Change]:
+        """Bring instances (all when none are named) to the scale set's latest model, with its profiles."""
+        owner = self.fleet.owner(scale_set)
+        if not owner.startswith("vmss:"):
+            raise Invalid(f"{scale_set} is not a scale set")
+        policy = self.policies[owner]
+        members = {vm.name: vm for vm in self.fleet.vms_by_owner[owner]}
+        names = list(vms) or list(members)
+        for name in names:
+            if name not in members:
+                raise NotFound(f"{name} is not an instance of {scale_set}", name=name, known=members.keys())
+        changes: list[Change] = []
+        for name in names:
+            state = self.vm_states[name]
+            if state.deleted or state.model_version == policy.model_version:
+                continue
+            state = replace(
+                state, terminate=policy.terminate, os_image=policy.os_image, model_version=policy.model_version
+            )
+            self.vm_states[name] = state
+            changes.append(VmChanged(state, "updated", f"to model version {policy.model_version}"))
+        return changes
+
+    # ------------------------------------------------------------------------------- platform's exceptional cases
+    def hardware_failure(self, hosts: Iterable[str], event_type: EventType | None = None) -> list[Change]:
+        """The host failed: no notice, the events appear as Started ("Scheduled Events for Azure Virtual Machines")."""
+        return self.schedule(
+            ScheduleRequest(
+                event_type or self.rules.hardware_failure_type,
+                hosts=tuple(hosts),
+                start_now=True,
+                description="Host server is undergoing an emergency repair.",
+                reason="hardware failure",
+            )
+        )
+
+    def predicted_failure(self, hosts: Iterable[str], notice: timedelta | None = None) -> list[Change]:
+        """Degraded hardware: a Redeploy with NotBefore days ahead; approving it brings the move forward."""
+        return self.schedule(
+            ScheduleRequest(
+                EventType.REDEPLOY,
+                hosts=tuple(hosts),
+                notice=notice or self.rules.predicted_failure_notice,
+                reason="predicted hardware failure",
+            )
+        )
+
+    def evict(self, vms: Iterable[str]) -> list[Change]:
+        """Spot eviction: Preempt with 30 s notice (best effort), then the VM is deleted."""
+        names = list(vms)
+        for name in names:
+            if not self.fleet.vm(name).spot:
+                raise Invalid(f"{name} is not a Spot VM; only Spot VMs are evicted")
+        return self.schedule(ScheduleRequest(EventType.PREEMPT, vms=tuple(names), reason="Spot eviction"))
+
+    # ------------------------------------------------------------------------------------------------ helpers
+    def _within_bounds(self, event: Event) -> Event:
+        """A stored event, with what lies beyond the bounds clamped to them (a database written before they were
+        enforced: a DurationInSeconds of 10**12 used to overflow when the event started). Clamping keeps the event
+        and its lifecycle; only the out-of-range value changes, and the change is recorded in ``repaired``."""
+        fixed = event
+        duration = event.duration_seconds
+        if isinstance(duration, bool) or not isinstance(duration, int):
+            fixed = replace(fixed, duration_seconds=-1)  # not a number of seconds: unknown
+        elif not -1 <= duration <= MAX_DURATION_SECONDS:
+            fixed = replace(fixed, duration_seconds=min(max(duration, -1), MAX_DURATION_SECONDS))
+        window = min(max(event.impact_window, timedelta(0)), MAX_EVENT_LENGTH)
+        if window != event.impact_window:
+            fixed = replace(fixed, impact_window=window)
+        if not 0 <= event.extra_impacts <= MAX_EXTRA_IMPACTS:
+            fixed = replace(fixed, extra_impacts=min(max(event.extra_impacts, 0), MAX_EXTRA_IMPACTS))
+        fixed = replace(
+            fixed,
+            not_before=clamped_time(event.not_before),
+            created_at=clamped_time(event.created_at),
+            started_at=_clamped(event.started_at),
+            ended_at=_clamped(event.ended_at),
+        )
+        if fixed.started_at is not None and fixed.ends_at is not None:
+            fixed = replace(fixed, ends_at=min(clamped_time(fixed.ends_at), fixed.started_at + fixed.impact_window))
+        if fixed == event:
+            return event
+        what = ", ".join(
+            f"{name} {_shown(getattr(event, name))} → {_shown(getattr(fixed, name))}"
+            for name in (
+                "duration_seconds",
+                "impact_window",
+                "extra_impacts",
+                "not_before",
+                "created_at",
+                "started_at",
+                "ends_at",
+                "ended_at",
+            )
+            if getattr(event, name) != getattr(fixed, name)
+        )
+        self.repaired.append(EventChanged(fixed, "repaired", f"outside forewarn's bounds: {what}"))
+        return fixed
+
+    def _targets(self, request: ScheduleRequest) -> list[VM]:
+        if not request.vms and not request.hosts and request.group is None:
+            raise Invalid("name at least one VM, host, or a scale set or availability set with a domain")
+        seen: dict[str, VM] = {}
+        for name in request.vms:
+            vm = self.fleet.vm(name)
+            if self.vm_states[vm.name].deleted:
+                raise Conflict(f"VM {vm.name} is deleted")
+            seen.setdefault(vm.name, vm)
+        for host in request.hosts:
+            vms = self.vms_on_host(host)
+            if not vms:
+                raise Invalid(f"host {host!r} runs no VM")
+            for vm in vms:
+                seen.setdefault(vm.name, vm)
+        if request.group is not None:
+            for vm in self._domain(request.group, request.update_domain, request.fault_domain):
+                seen.setdefault(vm.name, vm)
+        return list(seen.values())
+
+    def _domain(self, group: str, update_domain: int | None, fault_domain: int | None) -> list[VM]:
+        owner = self.fleet.owner(group)
+        if owner.startswith("vm:"):
+            raise Invalid(f"{group} is a VM; update and fault domains belong to scale sets and availability sets")
+        if (update_domain is None) == (fault_domain is None):
+            raise Invalid("give either an update domain or a fault domain of the set")
+        vms = [
+            vm
+            for vm in self.fleet.vms_by_owner[owner]
+            if not self.vm_states[vm.name].deleted
+            and (vm.update_domain == update_domain if update_domain is not None else vm.fault_domain == fault_domain)
+        ]
+        if not vms:
+            which = f"update domain {update_domain}" if update_domain is not None else f"fault domain {fault_domain}"
+            raise Invalid(f"{which} of {group} has no running VM")
+        return vms
+
+    def _index(self, event: Event) -> None:
+        self.events[event.event_id] = event
+        self._by_seq[event.seq] = event.event_id
+        members = self.operations.setdefault(event.operation_id, [])
+        if event.event_id not in members:
+            members.append(event.event_id)
+        live = self._live_by_scope.setdefault(event.scope, {})
+        if event.status.live:
+            live[event.event_id] = None
+        else:
+            live.pop(event.event_id, None)
+
+    def _scheduled_in(self, operation_id: str) -> list[Event]:
+        return [e for e in self.operation_events(operation_id) if e.status is EventStatus.SCHEDULED]
+
+    def _all_approved(self, operation_id: str) -> bool:
+        return all(e.approvals for e in self._scheduled_in(operation_id))
+
+    def _start_operation(self, operation_id: str, reason: str, step: DocumentStep) -> list[Change]:
+        changes: list[Change] = []
+        for event in self._scheduled_in(operation_id):
+            event = event.moved_to(EventStatus.STARTED, self.now)
+            self._index(event)
+            ends_at = _impact_end(event)
+            self._scheduler.add(ends_at, self._complete_deadline, event.event_id)
+            step.touch(event.scope)
+            changes.append(EventChanged(event, "started", reason))
+            impact = self.impact_of(event)
+            for name in event.resources:
+                changes += self._impact(name, impact, event.event_id, event.duration_seconds, ends_at)
+            self._set_extra_impacts(event)
+        return changes
+
+    def _set_extra_impacts(self, event: Event) -> None:
+        for at in event.extra_impact_times():
+            if at > self.now or (at == self.now and event.started_at == self.now):
+                self._scheduler.add(at, self._extra_deadline, event.event_id)
+
+    def _impact(self, name: str, impact: Impact, cause: str, duration_seconds: int, latest: datetime) -> list[Change]:
+        """An impact begins on one VM; it recovers after the event's DurationInSeconds (or the rule's default for
+        the impact), and at the latest when the event completes."""
+        state = self.vm_states[name]
+        if state.deleted:
+            return []
+        length = timedelta(seconds=duration_seconds) if duration_seconds > 0 else self.rules.impact_duration[impact]
+        until = min(self.now + length, latest)
+        new_host = self.fleet.next_host(state.host) if impact is Impact.REDEPLOY else None
+        old_host = state.host
+        state = state.impacted(impact, cause, self.now, until, new_host)
+        self.vm_states[name] = state
+        if state.deleted or state.host != old_host:
+            self._host_members[old_host].pop(name, None)
+            if not state.deleted:
+                self._host_members.setdefault(state.host, {})[name] = None
+        if impact is Impact.DELETE:
+            return [VmChanged(state, "deleted", f"{impact.value} by {cause}")]
+        self._scheduler.add(until, self._recover_deadline, name)
+        detail = f" to host {new_host}" if new_host else ""
+        return [VmChanged(state, "impacted", f"{impact.value}{detail} by {cause}")]
+
+    def _ended(self, event: Event, step: DocumentStep) -> list[Change]:
+        changes: list[Change] = []
+        for listener in self._event_ended:
+            changes += listener(event, step)
+        return changes
+
+    # ---------------------------------------------------------------------------------------------- deadlines
+    def _start_stale(self, operation_id: str, at: datetime) -> bool:
+        return not self._scheduled_in(operation_id)
+
+    def _not_started(self, event_id: str, at: datetime) -> bool:
+        return self.events[event_id].status is not EventStatus.STARTED
+
+    def _recovery_stale(self, name: str, at: datetime) -> bool:
+        return self.vm_states[name].impact_until != at
+
+    def _start_due(self, operation_id: str) -> list[Change]:
+        return self._start_operation(operation_id, "NotBefore passed", self._deadline_step)
+
+    def _complete_due(self, event_id: str) -> list[Change]:
+        event = self.events[event_id].moved_to(EventStatus.COMPLETED, self.now)
+        self._index(event)
+        self._deadline_step.touch(event.scope)
+        changes: list[Change] = [EventChanged(event, "completed", "impact window over")]
+        for name in event.resources:  # after completion the VM runs again
+            if self.vm_states[name].impacted_by == event.event_id:
+                changes += self._recover(name)
+        return changes + self._ended(event, self._deadline_step)
+
+    def _extra_impact(self, event_id: str) -> list[Change]:
+        """A short freeze while the event is Started, for VMs that are running at that moment."""
+        event = self.events[event_id]
+        changes: list[Change] = []
+        for name in event.resources:
+            if self.vm_states[name].power is Power.RUNNING:
+                changes += self._impact(name, Impact.FREEZE, f"{event.event_id} (extra impact)", -1, _impact_end(event))
+        return changes
+
+    def _recover(self, name: str) -> list[Change]:
+        state = self.vm_states[name]
+        if state.deleted or state.impact_until is None:
+            return []
+        cause = state.impacted_by
+        state = state.recovered(self.now)
+        self.vm_states[name] = state
+        return [VmChanged(state, "recovered", f"running again after {cause}")]
+
+    def _end_deadline_step(self) -> list[Change]:
+        step, self._deadline_step = self._deadline_step, DocumentStep()
+        return self.end_step(step)
+
+
+def _impact_end(event: Event) -> datetime:
+    """When a Started event completes (set when it started)."""
+    if event.ends_at is None:
+        raise ValueError(f"event {event.event_id} is {event.status.value} and has no end")
+    return event.ends_at
+
+
+def _clamped(moment: datetime | None) -> datetime | None:
+    return None if moment is None else clamped_time(moment)
+
+
+def _joined(*parts: str) -> str:
+    return "; ".join(part for part in parts if part)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, datetime):
+        return iso_time(value)
+    return str(value)

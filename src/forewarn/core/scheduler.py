@@ -1,0 +1,110 @@
+"""Simulated time and the deadlines on it: one ``now`` and one heap shared by every component.
+
+A component registers the kinds of deadline it has (:meth:`Scheduler.kind`): what to do when one falls due, and how
+to tell that one is stale (the thing it was set for has changed since: the event started early, was canceled, the
+VM recovered). Stale deadlines are not removed when their reason goes away; they are skipped when reached, which
+keeps every command O(log n).
+
+Time moves one *step* per instant: every deadline due at that instant fires, in the order it was set (across
+components), and then each step hook runs once (Azure's DocumentIncarnation moves by one per step, however many
+deadlines changed the scope's document at that instant).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from forewarn.core.changes import Change
+
+Target = TypeVar("Target")
+
+
+@dataclass(frozen=True, eq=False)
+class DeadlineKind(Generic[Target]):
+    """One kind of deadline a component sets: ``fire(target)`` applies it, ``is_stale(target, at)`` says that the
+    deadline set for ``at`` no longer applies."""
+
+    name: str
+    fire: Callable[[Target], list[Change]]
+    is_stale: Callable[[Target, datetime], bool]
+
+
+@dataclass(frozen=True)
+class Deadline(Generic[Target]):
+    at: datetime
+    kind: DeadlineKind[Target]
+    target: Target
+
+    @property
+    def stale(self) -> bool:
+        return self.kind.is_stale(self.target, self.at)
+
+
+class Scheduler:
+    def __init__(self, now: datetime) -> None:
+        self.now = now
+        # (time, the order it was set in, the deadline): the order breaks ties, so deadlines are never compared
+        self._heap: list[tuple[datetime, int, Deadline[Any]]] = []
+        self._set_count = 0
+        self._kinds: dict[str, DeadlineKind[Any]] = {}
+        self._step_hooks: list[Callable[[], list[Change]]] = []
+
+    def kind(
+        self, name: str, fire: Callable[[Target], list[Change]], is_stale: Callable[[Target, datetime], bool]
+    ) -> DeadlineKind[Target]:
+        if name in self._kinds:
+            raise ValueError(f"a deadline kind named {name!r} is already registered")
+        registered = DeadlineKind(name, fire, is_stale)
+        self._kinds[name] = registered
+        return registered
+
+    def on_step_end(self, hook: Callable[[], list[Change]]) -> None:
+        """``hook()`` after the deadlines of each instant have fired; its changes close the step."""
+        self._step_hooks.append(hook)
+
+    def add(self, at: datetime, kind: DeadlineKind[Target], target: Target) -> None:
+        self._set_count += 1
+        heapq.heappush(self._heap, (at, self._set_count, Deadline(at, kind, target)))
+
+    def next_deadline(self) -> datetime | None:
+        """When the next deadline that still applies falls due."""
+        while self._heap and self._heap[0][2].stale:
+            heapq.heappop(self._heap)
+        return self._heap[0][0] if self._heap else None
+
+    def run_until(self, to: datetime) -> list[Change]:
+        """Apply every deadline due up to ``to``, one step per instant, and leave ``now`` at ``to``."""
+        changes: list[Change] = []
+        while (due := self.next_deadline()) is not None and due <= to:
+            self.now = max(self.now, due)
+            batch: list[Deadline[Any]] = []
+            while self._heap and self._heap[0][0] == due:
+                batch.append(heapq.heappop(self._heap)[2])
+            for deadline in batch:
+                if not deadline.stale:  # an earlier deadline of the same instant may have made it stale
+                    changes += deadline.kind.fire(deadline.target)
+            for hook in self._step_hooks:
+                changes += hook()
+        self.now = to
+        return changes
+
+
+class Sequence:
+    """The numbers that name what a seed derives ids from (events, operations, windows, replacement instances,
+    waves): one counter for the whole engine, so that an id is never derived twice."""
+
+    def __init__(self, next_number: int = 1) -> None:
+        self.next_number = next_number
+
+    def take(self) -> int:
+        number = self.next_number
+        self.next_number += 1
+        return number
+
+    def past(self, used: int) -> None:
+        """``used`` is taken already (a stored event's number)."""
+        self.next_number = max(self.next_number, used + 1)

@@ -1,0 +1,79 @@
+"""What a wave is: its spec (what to roll out, over what, in which order), its progress, and the change it makes.
+The rolling itself is ``waves/component.py``."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from forewarn.azure.model import EventSource, EventType
+from forewarn.core.changes import Change
+
+MAX_CONCURRENCY = 10_000
+
+
+class WaveOrder(str, enum.Enum):
+    UPDATE_DOMAIN = "update-domain"
+    FAULT_DOMAIN = "fault-domain"
+    HOST = "host"
+
+
+class WaveStatus(str, enum.Enum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    CANCELED = "canceled"
+
+
+@dataclass(frozen=True)
+class WaveSpec:
+    """What to roll out, over what, in which order. Empty ``groups`` means the whole fleet (every Azure VM)."""
+
+    event_type: EventType = EventType.FREEZE
+    order: WaveOrder = WaveOrder.UPDATE_DOMAIN
+    concurrency: int = 1
+    groups: tuple[str, ...] = ()  # scale sets, availability sets or standalone VMs, by name or owner key
+    source: EventSource = EventSource.PLATFORM
+    notice: timedelta | None = None  # None: the type's notice rule
+    duration_seconds: int | None = None
+    impact_window: timedelta | None = None
+    description: str | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class UnitRun:
+    """A unit in flight: the operations its events belong to."""
+
+    unit: int
+    operations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Wave:
+    wave_id: str
+    spec: WaveSpec
+    owners: tuple[str, ...]  # the resolved groups (policy owners); empty: the whole fleet
+    units: tuple[str, ...]  # "3" (a domain number) or a host name, in the order they go
+    created_at: datetime
+    status: WaveStatus = WaveStatus.RUNNING
+    next_unit: int = 0
+    in_flight: tuple[UnitRun, ...] = ()
+    done: int = 0
+    skipped: tuple[int, ...] = ()
+    finished_at: datetime | None = None
+
+    def label(self, unit: int) -> str:
+        value = self.units[unit]
+        if self.spec.order is WaveOrder.HOST:
+            return f"host {value}"
+        return f"{self.spec.order.value.replace('-', ' ')} {value}"
+
+
+@dataclass(frozen=True)
+class WaveChanged(Change):
+    """``what``: started, unit-scheduled, unit-completed, unit-skipped, completed, canceled."""
+
+    wave: Wave
+    what: str
+    reason: str

@@ -245,7 +245,7 @@ def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
 
 
 def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
-    from forewarn.aws.health import health_event
+    from forewarn.aws.health.events import health_event
     from forewarn.aws.model import NotificationAttributes
 
     e = engine()

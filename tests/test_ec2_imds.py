@@ -14,7 +14,7 @@ import pytest
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.component import Ec2Request
-from forewarn.aws.imds import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
+from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
 from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.engine.fleetfile import parse_fleet
 from forewarn.net.callers import CallerResolver

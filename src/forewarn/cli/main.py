@@ -377,8 +377,8 @@ def serve(
 ) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
     from forewarn.app.runtime import FleetMismatch, Maintenance
-    from forewarn.aws.health import HealthSettings, health_outbox
-    from forewarn.aws.imds import Ec2ImdsSettings
+    from forewarn.aws.health.events import HealthSettings, health_outbox
+    from forewarn.aws.imds.metadata import Ec2ImdsSettings
     from forewarn.azure.arm.access import AccessFileError, load_access
     from forewarn.azure.eventgrid.config import EventGridFileError
     from forewarn.azure.imds.scheduled_events import PROFILES

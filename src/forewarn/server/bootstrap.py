@@ -20,13 +20,13 @@ import uvicorn
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
-from forewarn.aws.imds import Ec2Imds, Ec2ImdsSettings, collapse_slashes
+from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.azure.arm.access import AccessControl
 from forewarn.azure.arm.compute import ArmApi
 from forewarn.azure.arm.router import ManagementApi, create_management_app
 from forewarn.azure.eventgrid.topics import EventGrid
 from forewarn.azure.imds.scheduled_events import AzureImds, ImdsSettings
-from forewarn.azure.maintenance import MaintenanceApi
+from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.control.access import ControlGate
 from forewarn.control.app import create_control_app

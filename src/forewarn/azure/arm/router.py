@@ -2,7 +2,7 @@
 provider.
 
 - ``Microsoft.Compute`` (``azure_arm.py``): VMs, availability sets, scale sets and their policies;
-- ``Microsoft.Maintenance`` scheduled-events acknowledge, nested under a Compute resource (``azure_maintenance.py``);
+- ``Microsoft.Maintenance`` scheduled-events acknowledge, nested under a Compute resource (``azure/maintenance/acknowledge.py``);
 - ``Microsoft.ResourceGraph/resources`` (``azure_resource_graph.py``);
 - ``Microsoft.EventGrid`` system topics and event subscriptions (``eventgrid/``), and the validation URL Event Grid
   hands to webhooks (``/eventgrid/...``, which a subscriber calls without a token, as the real one is).

@@ -1,5 +1,5 @@
 """Publishing scheduled events to the MaintenanceResources system topics: the outbox function registered with
-``Maintenance`` (like ``aws_health.health_outbox``).
+``Maintenance`` (like ``aws.health.events.health_outbox``).
 
 Each transition of a centrally published event (Scheduled, Started, Completed, Canceled; "Scheduled Events in Event
 Grid") becomes one queued delivery per event subscription of its Azure subscription's topic that is validated, not

@@ -1,0 +1,1 @@
+"""EC2 instance metadata (IMDSv1 and IMDSv2) at each instance's own endpoint."""

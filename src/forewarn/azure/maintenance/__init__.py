@@ -1,0 +1,1 @@
+"""The Maintenance resource provider's scheduled-events acknowledge API, on the ARM port."""

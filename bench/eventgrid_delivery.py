@@ -82,7 +82,7 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
     from forewarn.azure.model import EventType
     from forewarn.engine.engine import ScheduleRequest
-    from forewarn.engine.fleetfile import parse_fleet
+    from forewarn.fleet.file import parse_fleet
     from forewarn.store import open_store
 
     store = open_store(str(tmp / f"batch-{batch}.db"))

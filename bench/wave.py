@@ -41,8 +41,8 @@ def one(size: int) -> dict:
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.model import EventType
-    from forewarn.engine.fleetfile import parse_fleet
-    from forewarn.engine.fleetgen import FleetShape, fleet_yaml
+    from forewarn.fleet.file import parse_fleet
+    from forewarn.fleet.generate import FleetShape, fleet_yaml
     from forewarn.net.callers import CallerResolver
     from forewarn.store import open_store
     from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import requests
 
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from forewarn.scenarios.server import launch_serve
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,7 +29,7 @@ from forewarn.core.bounds import (
 from forewarn.core.clock import Clock
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine, ScheduleRequest, StoredAzure, StoredEc2, StoredWaves
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from forewarn.waves.component import WaveOrder, WaveSpec
 from helpers import SMALL_FLEET, T0
 

@@ -182,7 +182,7 @@ def test_unknown_names_get_a_did_you_mean(tmp_path):
 def test_ec2_api_messages_stay_as_aws_words_them(tmp_path):
     """The suggestion is the control API's: the EC2 Query API keeps AWS's own message."""
     from forewarn.core.errors import NotFound
-    from forewarn.engine.fleet import Fleet
+    from forewarn.fleet.model import Fleet
 
     with pytest.raises(NotFound) as raised:
         Fleet(hosts=[], vms=[]).instance("i-0123456789abcdef0")
@@ -267,7 +267,7 @@ scale_sets:
 def test_resource_graph_and_event_grid_agree_on_resource_type(tmp_path):
     from forewarn.azure.eventgrid.events import scheduled_event_emitted
     from forewarn.azure.eventgrid.settings import EventGridSettings
-    from forewarn.engine.fleetfile import parse_fleet
+    from forewarn.fleet.file import parse_fleet
 
     with Server(tmp_path, SET_FLEET) as server:
         server.schedule(type="Freeze", vms=["web_0"])

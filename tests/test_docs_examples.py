@@ -126,7 +126,7 @@ def yaml_kind(data) -> str:
 def parse_yaml_file(block: Block, directory: Path) -> None:
     from forewarn.azure.arm.access import load_access
     from forewarn.azure.eventgrid.config import load_event_grid_file
-    from forewarn.engine.fleetfile import load_fleet
+    from forewarn.fleet.file import load_fleet
     from forewarn.scenarios.spec import load_scenario
 
     path = directory / (block.file or "example.yaml")

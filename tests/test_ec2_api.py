@@ -29,7 +29,7 @@ from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.protocol import NAMESPACE
 from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.aws.windows import TimeRange
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from forewarn.store import open_store
 from helpers import T0, free_port
 

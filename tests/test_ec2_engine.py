@@ -12,7 +12,7 @@ from forewarn.aws.component import Ec2Request, RescheduleRefused
 from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from forewarn.store import open_store
 from helpers import T0
 

@@ -16,7 +16,7 @@ from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.component import Ec2Request
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
 from forewarn.aws.model import Ec2Code, availability_zone_id
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import DROP, Request
 from forewarn.store import open_store

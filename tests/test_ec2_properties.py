@@ -11,7 +11,7 @@ from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.aws.windows import TimeRange
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine, StoredAzure, StoredEc2
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from helpers import T0
 
 IDS = ["i-0aaaaaaaaaaaaaaa1", "i-0bbbbbbbbbbbbbbb2", "i-0ccccccccccccccc3", "i-0ddddddddddddddd4"]

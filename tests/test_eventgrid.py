@@ -31,7 +31,7 @@ from forewarn.azure.eventgrid.model import (
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType
 from forewarn.core.ids import derived_guid
-from forewarn.engine.fleet import VM
+from forewarn.fleet.model import VM
 from forewarn.store import Delivery, open_store
 from helpers import T0, Server, free_port
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from forewarn.engine.fleetfile import FleetFileError, load_fleet, parse_fleet
+from forewarn.fleet.file import FleetFileError, load_fleet, parse_fleet
 
 
 def test_issue_example_and_defaults():

@@ -10,7 +10,7 @@ from forewarn.azure.model import EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import Conflict, Invalid
 from forewarn.engine.engine import Engine, ScheduleRequest
-from forewarn.engine.fleetfile import parse_fleet
+from forewarn.fleet.file import parse_fleet
 from helpers import T0, small_fleet
 
 VMSS = "vmss:00000000-0000-0000-0000-000000000000/forewarn-rg/myvmss/pg0"

@@ -13,8 +13,8 @@ from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine, StoredAzure, StoredWaves
-from forewarn.engine.fleetfile import parse_fleet
-from forewarn.engine.fleetgen import FleetShape, fleet_yaml, generate_fleet
+from forewarn.fleet.file import parse_fleet
+from forewarn.fleet.generate import FleetShape, fleet_yaml, generate_fleet
 from forewarn.store import open_store
 from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
 from helpers import T0, Server, forewarn

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from forewarn import yamlfile
-from forewarn.engine.fleetfile import FleetFileError, load_fleet, parse_fleet
+from forewarn.fleet.file import FleetFileError, load_fleet, parse_fleet
 from forewarn.scenarios import ScenarioError, load_library, load_scenario, parse_scenario
 from helpers import ROOT, SMALL_FLEET, free_port
 

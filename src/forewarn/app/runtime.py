@@ -23,8 +23,8 @@ from forewarn.azure.model import Event
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Change, Engine, ScheduleRequest, StoredAzure, StoredEc2, StoredWaves
-from forewarn.engine.fleet import Fleet
 from forewarn.engine.rules import Rules
+from forewarn.fleet.model import Fleet
 from forewarn.store import Outgoing, SQLStore, StoredState
 from forewarn.waves.component import WaveChanged
 

@@ -72,7 +72,7 @@ def hex17(seed: str, *parts: object) -> str:
 
 
 class Ec2Fleet(Protocol):
-    """What the EC2 component reads of the fleet (``engine/fleet.py``): the instances as deployed."""
+    """What the EC2 component reads of the fleet (``fleet/model.py``): the instances as deployed."""
 
     @property
     def ec2(self) -> Mapping[str, Ec2Instance]: ...

@@ -57,7 +57,7 @@ _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 
 class AzureFleet(Protocol):
-    """What the Azure component reads of the fleet (``engine/fleet.py``): the VMs as deployed, never changed."""
+    """What the Azure component reads of the fleet (``fleet/model.py``): the VMs as deployed, never changed."""
 
     @property
     def hosts(self) -> Mapping[str, object]: ...

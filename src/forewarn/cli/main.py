@@ -385,8 +385,8 @@ def serve(
     from forewarn.azure.resource_graph.api import ResourceGraphSettings
     from forewarn.control.access import exposure
     from forewarn.control.app import parse_time
-    from forewarn.engine.fleetfile import FleetFileError, load_fleet_document
     from forewarn.engine.rules import Rules
+    from forewarn.fleet.file import FleetFileError, load_fleet_document
     from forewarn.server.bootstrap import AzureManagementSettings, ListenError, Listeners, PortAccess
     from forewarn.server.bootstrap import serve as run_server
     from forewarn.server.http1 import Limits
@@ -902,7 +902,7 @@ def fleet(ctx, as_json):
 def fleet_generate(vms, vms_per_host, subscriptions, scale_set_share, availability_set_share, spot_share, seed, out):
     """Write a large fleet file (scale sets, availability sets, standalone and Spot VMs over shared hosts), for
     waves and benchmarks. Reproducible from its seed."""
-    from forewarn.engine.fleetgen import FleetShape, fleet_yaml
+    from forewarn.fleet.generate import FleetShape, fleet_yaml
 
     shape = FleetShape(vms, vms_per_host, subscriptions, scale_set_share, availability_set_share, spot_share, seed)
     try:

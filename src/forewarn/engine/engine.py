@@ -29,8 +29,8 @@ from forewarn.core.bounds import check_time, clamped_time
 from forewarn.core.changes import Change, TimeMoved
 from forewarn.core.errors import Conflict
 from forewarn.core.scheduler import Scheduler, Sequence
-from forewarn.engine.fleet import Fleet
 from forewarn.engine.rules import Rules, check_rules
+from forewarn.fleet.model import Fleet
 from forewarn.waves.component import StoredWaves, Wave, WaveRunner
 
 # Names other modules import from here.

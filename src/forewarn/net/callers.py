@@ -8,7 +8,7 @@ a VM's ``imds.address`` (loopback: a VM's client dials ``http://127.0.0.10:PORT`
 from __future__ import annotations
 
 from forewarn.aws.model import Ec2Instance
-from forewarn.engine.fleet import VM, Fleet
+from forewarn.fleet.model import VM, Fleet
 
 Machine = VM | Ec2Instance
 

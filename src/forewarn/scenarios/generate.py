@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from forewarn.engine.fleet import Fleet
+from forewarn.fleet.model import Fleet
 
 # kind: (weight, what it is). Timings are the mock's medians ("realistic"); see _operation for each one's step.
 MIX: dict[str, tuple[float, str]] = {

@@ -397,7 +397,7 @@ def _check_fleet(
     data: dict, marks: dict, text: str, filename: str, base_dir: Path | None, report: _Report
 ) -> tuple[str, list[str], list[str], list[str], bool]:
     """The fleet's text (as the server will read it) and its members; fleet-file errors with this file's lines."""
-    from forewarn.engine.fleetfile import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
+    from forewarn.fleet.file import FleetFileError, parse_fleet  # the fleet file's own parser, not the engine
 
     fleet = data.get("fleet")
     if fleet is None:

@@ -39,7 +39,7 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.engine.engine import Change, Engine
-from forewarn.engine.fleet import VM
+from forewarn.fleet.model import VM
 from forewarn.net.untrusted_json import MAX_BODY_BYTES, JsonInputError, parse_json
 from forewarn.store import StoreError
 

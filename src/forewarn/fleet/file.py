@@ -1,4 +1,4 @@
-"""Reading fleet files (YAML) into a :class:`~forewarn.engine.fleet.Fleet`.
+"""Reading fleet files (YAML) into a :class:`~forewarn.fleet.model.Fleet`.
 
 Every problem is reported with the file, the line and what is wrong, e.g.
 ``fleet.yaml:12: vms[3].host: host 'host-9' is not declared under hosts``.
@@ -20,7 +20,7 @@ from forewarn.azure.vms import NotificationProfile, Policy, check_os_image_profi
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
 from forewarn.core.ids import derived_guid
-from forewarn.engine.fleet import VM, Fleet, Host
+from forewarn.fleet.model import VM, Fleet, Host
 from forewarn.yamlfile import YamlFileError, line_of, where
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"

@@ -1,0 +1,228 @@
+"""The import rules of the source tree, read from the code itself with ``ast`` (function-local imports and
+``TYPE_CHECKING`` blocks included: a dependency is a dependency wherever it is written).
+
+- ``forewarn.core`` imports nothing of forewarn outside ``core``, and nothing outside the standard library.
+- No import cycle between packages.
+- No surface imports the store: they see the application's errors, never the database's.
+- No module imports a ``_private`` name of another module.
+- ``scenarios`` and ``recording`` are clients: they never import the engine or a cloud's component or model.
+- ``docs/architecture.md`` shows the packages and whom each imports; the picture there is this graph.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE = ROOT / "src"
+PACKAGE = SOURCE / "forewarn"
+
+SURFACES = (
+    "forewarn.azure.imds",
+    "forewarn.azure.arm",
+    "forewarn.azure.maintenance",
+    "forewarn.azure.resource_graph.api",
+    "forewarn.aws.imds",
+    "forewarn.aws.ec2_api",
+    "forewarn.control",
+)
+ENGINE_PARTS = (
+    "forewarn.engine",
+    "forewarn.azure.component",
+    "forewarn.azure.model",
+    "forewarn.azure.vms",
+    "forewarn.azure.changes",
+    "forewarn.aws.component",
+    "forewarn.aws.model",
+    "forewarn.aws.changes",
+    "forewarn.waves",
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the module imported (for "from X import name", X.name when that is a module, else X)
+    names: tuple[str, ...]  # the names taken ("from X import a, b"), empty for "import X"
+    line: int
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SOURCE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imports_of(module: str) -> Iterator[Import]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, alias.name, (), node.lineno)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against this module's package
+                anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join([*anchor, *([base] if base else [])])
+            names = tuple(alias.name for alias in node.names)
+            submodules = [f"{base}.{name}" for name in names if f"{base}.{name}" in MODULES]
+            for target in submodules or [base]:
+                yield Import(module, target, names, node.lineno)
+
+
+ALL_IMPORTS = [found for module in MODULES for found in imports_of(module)]
+OURS = [found for found in ALL_IMPORTS if found.target == "forewarn" or found.target.startswith("forewarn.")]
+
+
+def package_of(module: str) -> str:
+    """The package a module belongs to: its directory (``forewarn.azure.arm.router`` → ``azure.arm``; a top-level
+    module such as ``forewarn.yamlfile`` is its own package)."""
+    path = MODULES[module]
+    if path.name == "__init__.py":
+        return module.removeprefix("forewarn.")
+    parent = module.rpartition(".")[0]
+    return parent.removeprefix("forewarn.") if parent != "forewarn" else module.removeprefix("forewarn.")
+
+
+def within(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == prefix or module.startswith(prefix + ".") for prefix in prefixes)
+
+
+def where(found: Import) -> str:
+    return f"{MODULES[found.module].relative_to(ROOT)}:{found.line}"
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {package_of(module): set() for module in MODULES if module != "forewarn"}
+    for found in OURS:
+        if found.module == "forewarn" or found.target not in MODULES or found.target == "forewarn":
+            continue
+        source, target = package_of(found.module), package_of(found.target)
+        if source != target:
+            graph[source].add(target)
+    return graph
+
+
+def test_the_core_imports_only_itself_and_the_standard_library():
+    wrong = [
+        f"{where(found)} imports {found.target}"
+        for found in ALL_IMPORTS
+        if within(found.module, ("forewarn.core",))
+        and not within(found.target, ("forewarn.core",))
+        and found.target.split(".")[0] not in sys.stdlib_module_names
+        and found.target != "__future__"
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's algorithm: the groups of packages that reach each other (a group of more than one is a cycle)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return [group for group in groups if len(group) > 1]
+
+
+def test_no_import_cycle_between_packages():
+    graph = package_graph()
+    problems = []
+    for group in strongly_connected(graph):
+        edges = sorted(
+            f"  {where(found)}: {found.module} imports {found.target}"
+            for found in OURS
+            if package_of(found.module) in group
+            and found.target in MODULES
+            and package_of(found.target) in group
+            and package_of(found.target) != package_of(found.module)
+        )
+        problems.append(f"packages {', '.join(group)} import each other:\n" + "\n".join(edges))
+    assert not problems, "\n".join(problems)
+
+
+def test_no_surface_imports_the_store():
+    wrong = [
+        f"{where(found)} imports {found.target}"
+        for found in OURS
+        if within(found.module, SURFACES) and within(found.target, ("forewarn.store",))
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_module_takes_another_modules_private_names():
+    wrong = [
+        f"{where(found)} takes {name} from {found.target}"
+        for found in OURS
+        for name in found.names
+        if name.startswith("_") and not name.startswith("__") and found.target != found.module
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_scenarios_and_recording_never_import_the_engine():
+    wrong = [
+        f"{where(found)} imports {found.target}"
+        for found in OURS
+        if within(found.module, ("forewarn.scenarios", "forewarn.recording")) and within(found.target, ENGINE_PARTS)
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_rules_see_function_local_imports():
+    """The rules read imports wherever they are written: a cycle hidden in a function is still found."""
+    tree = ast.parse("def f():\n    from forewarn.store import open_store\n")
+    assert any(isinstance(node, ast.ImportFrom) for node in ast.walk(tree))
+    local = [found for found in OURS if found.module == "forewarn.store" and found.target == "forewarn.store.postgres"]
+    assert local, "store/__init__.py imports its PostgreSQL module inside a function; the reader must see it"
+
+
+PICTURE = re.compile(r"<!-- imports: begin -->\n```text\n(?P<body>.*?)```\n<!-- imports: end -->", re.S)
+
+
+def picture() -> str:
+    graph = package_graph()
+    width = max(map(len, graph))
+    return "".join(
+        f"{package:<{width}}  → {', '.join(sorted(graph[package])) or '(nothing of forewarn)'}\n"
+        for package in sorted(graph, key=lambda name: (len(graph[name]), name))
+    )
+
+
+def test_the_architecture_page_shows_the_real_import_graph():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    shown = PICTURE.search(page)
+    assert shown, "docs/architecture.md has no <!-- imports: begin --> ... <!-- imports: end --> picture"
+    assert shown.group("body") == picture(), (
+        "docs/architecture.md's import picture is out of date; it should read:\n" + picture()
+    )

@@ -29,8 +29,7 @@ from forewarn.aws.ec2_api import NAMESPACE, create_ec2_app
 from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.aws.windows import TimeRange
 from forewarn.engine.fleetfile import parse_fleet
-from forewarn.store import open_store
-from helpers import T0, free_port
+from helpers import T0, free_port, open_store
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 STORE = "i-0bbbbbbbbbbbbbbb2"

@@ -19,8 +19,7 @@ from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.engine.fleetfile import parse_fleet
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import DROP, Request
-from forewarn.store import open_store
-from helpers import T0
+from helpers import T0, open_store
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 STORE = "i-0bbbbbbbbbbbbbbb2"

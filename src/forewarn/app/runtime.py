@@ -20,9 +20,10 @@ from datetime import datetime, timedelta
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import Event
+from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Change, Engine, ScheduleRequest
+from forewarn.engine.engine import Engine, ScheduleRequest
 from forewarn.engine.fleet import Fleet
 from forewarn.engine.rules import Rules
 from forewarn.store import Outgoing, SQLStore, StoredState
@@ -152,29 +153,22 @@ class Maintenance:
 
     @staticmethod
     def _engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
+        # Each component's stored state comes under the names the engine takes it by (its Records.load).
         return Engine(
             fleet or Fleet.from_records(state.fleet_records),
             state.seed,
             state.now,
             rules,
-            state.events,
-            state.incarnations,
-            state.vm_states,
-            state.policies,
-            state.created_at,
-            state.enabled,
-            state.ec2_events,
-            state.ec2_states,
-            state.ec2_windows,
-            state.notification_attributes,
-            state.next_seq,
-            state.waves,
+            created_at=state.created_at,
+            next_seq=state.next_seq,
+            **state.records,
         )
 
     # ----------------------------------------------------------------------------------------------- core
     def subscribe(self, listener: Listener) -> None:
-        """``listener(changes)`` after each committed command that changed something; ``listener([])`` when the
-        engine was rebuilt from the database, so that whatever was derived from it is dropped."""
+        """``listener(changes)`` after each committed command that changed something (never an empty list);
+        ``listener([Rebuilt(cause)])`` when the engine was rebuilt from the database, so that whatever was derived
+        from it is dropped."""
         self._listeners.append(listener)
 
     def add_outbox(self, derive: Callable[[list[Change], Engine], list[Outgoing]]) -> None:
@@ -216,14 +210,13 @@ class Maintenance:
             os._exit(70)
         self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
         self.clock = state.clock.within_bounds()[0]
+        rebuilt: list[Change] = [Rebuilt(f"commit failed: {cause}")]
         for listener in self._listeners:
-            listener([])
+            listener(rebuilt)
 
     def _announce(self, changes: list[Change]) -> None:
         if not changes:
-            # Nothing happened (an approval of a Started event, a policy set to what it was). Listeners read an
-            # empty list as "the engine was rebuilt: drop everything you derived", which is for _rebuild alone.
-            return
+            return  # nothing happened (an approval of a Started event, a policy set to what it was)
         for change in changes:
             if isinstance(change, Ec2EventChanged):
                 event = change.event

@@ -24,7 +24,7 @@ import math
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
@@ -32,9 +32,11 @@ from typing import NoReturn
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
-from forewarn.engine.engine import Change
-from forewarn.store.base import Outgoing, SQLStore, StoreError, StoreUnavailable
+from forewarn.store.base import Outgoing, SQLStore
+from forewarn.store.errors import StoreError, StoreUnavailable
+from forewarn.store.records import Records
 
 log = logging.getLogger("forewarn.store")
 
@@ -81,7 +83,7 @@ class PostgresStore(SQLStore):
     marker = "%s"
     journal_id_type = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, records: Iterable[Records] = ()):
         self._url = url
         given = conninfo_to_dict(url)
         self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
@@ -90,7 +92,7 @@ class PostgresStore(SQLStore):
             connection, session = self._connect()
         except psycopg.Error as error:
             raise StoreError(f"cannot connect to PostgreSQL at {_redacted(url)}: {error}".strip()) from None
-        super().__init__(connection, description)
+        super().__init__(connection, description, records)
         self._session: Session | None = session
         self._lost: _Lost | None = None
         self._handover: tuple[psycopg.Connection, Session] | None = None  # from the reconnecting thread

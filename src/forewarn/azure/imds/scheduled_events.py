@@ -38,6 +38,7 @@ from forewarn.azure.imds.errors import (
 )
 from forewarn.azure.model import Event, EventStatus, EventType
 from forewarn.azure.vms import Power
+from forewarn.core.changes import Rebuilt
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.engine.fleet import VM
 from forewarn.net.callers import CallerResolver, UnknownCaller
@@ -163,7 +164,7 @@ class AzureImds:
 
     # ------------------------------------------------------------------------------------------ read model
     def _on_change(self, changes) -> None:
-        if not changes:  # the service rebuilt its engine: forget everything
+        if isinstance(changes[0], Rebuilt):  # the service rebuilt its engine: forget everything
             self._documents.clear()
             return
         for change in changes:

@@ -18,15 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.azure.changes import EventChanged
-from forewarn.azure.model import Event
+from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.model import Event, ScheduleRequest
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.engine import Engine
 from forewarn.engine.fleet import Fleet
 from forewarn.engine.rules import Rules
-from forewarn.store import Outgoing, SQLStore, StoredState
+from forewarn.store import Outgoing, SQLStore, StoredState, StoreError
 from forewarn.waves.component import WaveChanged
 
 log = logging.getLogger("forewarn.events")
@@ -41,7 +41,17 @@ def _repair_line(change: Change) -> str:
         return f"EC2 event {change.event.event_id} repaired: {change.reason}"
     if isinstance(change, Ec2StateChanged):
         return f"instance {change.state.instance_id} repaired: {change.reason}"
-    return f"VM {change.state.name} repaired: {change.reason}"
+    if isinstance(change, VmChanged):
+        return f"VM {change.state.name} repaired: {change.reason}"
+    return f"repaired: {change}"
+
+
+def _stored(store: SQLStore) -> StoredState:
+    """The state of a store that was initialized (it keeps its fleet from then on)."""
+    state = store.load()
+    if state is None:
+        raise StoreError(f"{store.description}: the database holds no fleet (was it emptied while in use?)")
+    return state
 
 
 def _describe_clock(clock: Clock) -> str:
@@ -100,7 +110,7 @@ class Maintenance:
             clock = Clock.start(clock_mode or REAL, 1.0 if speed is None else speed, now_wall, start)
             seed = seed or secrets.token_hex(8)
             store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
-            state = store.load()
+            state = _stored(store)
             served = fleet
         else:
             if start is not None or seed is not None:
@@ -198,7 +208,7 @@ class Maintenance:
 
     def _rebuild(self, cause: Exception) -> None:
         try:
-            state = self.store.load()
+            state = _stored(self.store)
         except Exception as error:
             # Memory may hold changes the database lacks and cannot be brought back in line: serving on would show
             # clients uncommitted state. Stop; a restart loads what was committed. (A connection that merely dropped
@@ -219,12 +229,12 @@ class Maintenance:
             return  # nothing happened (an approval of a Started event, a policy set to what it was)
         for change in changes:
             if isinstance(change, Ec2EventChanged):
-                event = change.event
+                ec2_event = change.event
                 log.info(
                     "event %s %s of %s: %s (%s)",
-                    event.event_id,
-                    event.code.value,
-                    event.instance_id,
+                    ec2_event.event_id,
+                    ec2_event.code.value,
+                    ec2_event.instance_id,
                     change.what,
                     change.reason,
                 )

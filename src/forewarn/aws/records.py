@@ -7,6 +7,7 @@ Each record is plain JSON text in one column (the same for every database); each
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
@@ -46,11 +47,11 @@ def decode_ec2_event(text: str) -> Ec2Event:
         instance_id=data["instance_id"],
         code=Ec2Code(data["code"]),
         description=data["description"],
-        not_before=time_from_text(data["not_before"]),
+        not_before=datetime.fromisoformat(data["not_before"]),
         not_after=time_from_text(data["not_after"]),
         not_before_deadline=time_from_text(data["not_before_deadline"]),
         state=Ec2EventState(data["state"]),
-        created_at=time_from_text(data["created_at"]),
+        created_at=datetime.fromisoformat(data["created_at"]),
         started_at=time_from_text(data["started_at"]),
         ends_at=time_from_text(data["ends_at"]),
         ended_at=time_from_text(data["ended_at"]),

@@ -83,7 +83,7 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     from forewarn.azure.model import EventType
     from forewarn.engine.engine import ScheduleRequest
     from forewarn.fleet.file import parse_fleet
-    from forewarn.store import open_store
+    from forewarn.server.stores import open_fleet_store as open_store
 
     store = open_store(str(tmp / f"batch-{batch}.db"))
     fleet = parse_fleet(fleet_text(events), "bench.yaml")

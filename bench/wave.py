@@ -44,7 +44,7 @@ def one(size: int) -> dict:
     from forewarn.fleet.file import parse_fleet
     from forewarn.fleet.generate import FleetShape, fleet_yaml
     from forewarn.net.callers import CallerResolver
-    from forewarn.store import open_store
+    from forewarn.server.stores import open_fleet_store as open_store
     from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
 
     result: dict = {"vms": size}

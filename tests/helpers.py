@@ -13,8 +13,17 @@ import requests
 
 from forewarn.fleet.file import parse_fleet
 from forewarn.scenarios.server import launch_serve
+from forewarn.server.stores import open_fleet_store
+from forewarn.store import SQLStore
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def open_store(url: str) -> SQLStore:
+    """A store as the server opens it: with every component's records (the writers of their changes)."""
+    return open_fleet_store(url)
+
+
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 
 SMALL_FLEET = """

@@ -16,8 +16,7 @@ from forewarn.azure.arm.compute import create_arm_app
 from forewarn.azure.model import EventSource, EventStatus, EventType
 from forewarn.azure.vms import Power
 from forewarn.engine.engine import ScheduleRequest
-from forewarn.store import open_store
-from helpers import T0, parse_fleet
+from helpers import T0, open_store, parse_fleet
 
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 API = "2024-07-01"

@@ -190,8 +190,7 @@ def test_an_unexpected_exception_is_a_500_in_the_error_shape(tmp_path):
 
     from forewarn.app.runtime import Maintenance
     from forewarn.control.app import create_control_app
-    from forewarn.store import open_store
-    from helpers import T0, small_fleet
+    from helpers import T0, open_store, small_fleet
 
     service = Maintenance.open(open_store(str(tmp_path / "bug.db")), small_fleet(), "manual", 1.0, T0, "seed")
     app = create_control_app(service)

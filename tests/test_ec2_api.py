@@ -30,8 +30,7 @@ from forewarn.aws.ec2_api.protocol import NAMESPACE
 from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.aws.windows import TimeRange
 from forewarn.fleet.file import parse_fleet
-from forewarn.store import open_store
-from helpers import T0, free_port
+from helpers import T0, free_port, open_store
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 STORE = "i-0bbbbbbbbbbbbbbb2"
@@ -979,7 +978,7 @@ def test_create_instance_event_window_wire_shape(wwire, tmp_path):
     stored = wwire.service.engine.ec2_windows[window_id]
     assert stored.time_ranges == (TimeRange("monday", 2, "wednesday", 8), TimeRange("thursday", 2, "friday", 8))
     assert stored.tags == (("K1", "V1"), ("empty", ""))
-    assert window_id in {w.window_id for w in wwire.service.store.load().ec2_windows}  # committed
+    assert window_id in {w.window_id for w in wwire.service.store.load().records["ec2"].windows}  # committed
     # A cron window: no timeRangeSet; the name may be left out.
     cron = window_of(
         wwire.call("CreateInstanceEventWindow", CronExpression="* 21-23 * * 2,3"), "CreateInstanceEventWindow"
@@ -1258,7 +1257,7 @@ def test_modify_and_delete_on_the_wire(wwire):
     assert names(q(root, "instanceEventWindowState")) == ["instanceEventWindowId", "state"]
     assert [c.text for c in q(root, "instanceEventWindowState")] == [window_id, "deleting"]
     assert window_id not in wwire.service.engine.ec2_windows
-    assert window_id not in {w.window_id for w in wwire.service.store.load().ec2_windows}
+    assert window_id not in {w.window_id for w in wwire.service.store.load().records["ec2"].windows}
     assert (
         error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowId_1=window_id))[0]
         == "InvalidInstanceEventWindowId.NotFound"
@@ -1443,7 +1442,7 @@ def test_event_notification_attributes_on_the_wire(wwire):
         ["owner", "team"],
         "false",
     )
-    assert wwire.service.store.load().notification_attributes.keys == ("owner", "team")  # committed
+    assert wwire.service.store.load().records["ec2"].notification_attributes.keys == ("owner", "team")  # committed
     assert error(
         wwire.call(
             register, InstanceTagAttribute_IncludeAllTagsOfInstance="true", InstanceTagAttribute_InstanceTagKey_1="x"

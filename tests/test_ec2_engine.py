@@ -13,8 +13,7 @@ from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
-from forewarn.store import open_store
-from helpers import T0
+from helpers import T0, open_store
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 STORE = "i-0bbbbbbbbbbbbbbb2"

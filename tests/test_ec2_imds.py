@@ -16,11 +16,11 @@ from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.component import Ec2Request
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
 from forewarn.aws.model import Ec2Code, availability_zone_id
+from forewarn.core.changes import Rebuilt
 from forewarn.fleet.file import parse_fleet
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import DROP, Request
-from forewarn.store import open_store
-from helpers import T0
+from helpers import T0, open_store
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 STORE = "i-0bbbbbbbbbbbbbbb2"
@@ -185,7 +185,7 @@ def test_answers_are_cached_until_the_instance_changes(env):
     env.schedule(Ec2Code.SYSTEM_MAINTENANCE, notice=timedelta(hours=1))
     assert env.request(SCHEDULED) is not first and env.request(SCHEDULED)[1] != b"[ ]"
     assert env.request(SCHEDULED, ASG) is other  # another instance's change does not touch this one
-    env.imds._on_change([])  # the service rebuilt its engine: everything is rendered again
+    env.imds._on_change([Rebuilt("a failed commit")])  # the service rebuilt its engine: all rendered again
     assert env.request(SCHEDULED, ASG) is not other
 
 

@@ -32,8 +32,8 @@ from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.model import VM
-from forewarn.store import Delivery, open_store
-from helpers import T0, Server, free_port
+from forewarn.store import Delivery
+from helpers import T0, Server, free_port, open_store
 
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 OTHER_SUB = "22222222-2222-2222-2222-222222222222"

@@ -8,8 +8,8 @@ from forewarn.azure.model import EventType
 from forewarn.engine.engine import ScheduleRequest
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
-from forewarn.store import StoreError, open_store
-from helpers import T0, small_fleet
+from forewarn.store import StoreError
+from helpers import T0, open_store, small_fleet
 
 
 def test_store_failure_is_a_500_and_changes_nothing(tmp_path):

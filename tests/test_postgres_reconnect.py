@@ -24,8 +24,8 @@ import requests
 
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
-from forewarn.store import StoreUnavailable, open_store
-from helpers import T0, Server, small_fleet
+from forewarn.store import StoreUnavailable
+from helpers import T0, Server, open_store, small_fleet
 
 psycopg = pytest.importorskip("psycopg")
 

@@ -1,15 +1,20 @@
 """The store interface, against SQLite and PostgreSQL alike, and the service on top of it."""
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
 
+import forewarn.store as forewarn_store
 from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.azure.model import EventStatus, EventType
+from forewarn.azure.records import AZURE_RECORDS
+from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import Conflict
 from forewarn.engine.engine import ScheduleRequest
-from forewarn.store import open_store
-from helpers import T0, parse_fleet, small_fleet
+from forewarn.store import SchemaTooNew, StoreError, UnregisteredChange
+from forewarn.store.migrations import LATEST, MIGRATIONS
+from helpers import T0, open_store, parse_fleet, small_fleet
 
 
 class FakeWall:
@@ -137,5 +142,106 @@ def test_listeners_hear_of_changes_and_of_rebuilds_but_not_of_commands_that_chan
     service.approve([event.event_id], by="solo")  # already Started: nothing changes
     assert len(heard) == 2
     service._rebuild(RuntimeError("simulated"))
-    assert heard[-1] == []
+    assert len(heard[-1]) == 1 and isinstance(heard[-1][0], Rebuilt)
     service.store.close()
+
+
+# ------------------------------------------------------------------------------------------- writers and schema
+def _raw(url):
+    """A plain connection to the store's database, to make databases the way older releases left them."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        return psycopg.connect(url)
+    import sqlite3
+
+    return sqlite3.connect(url)
+
+
+def _stored_version(url) -> str:
+    connection = _raw(url)
+    try:
+        return connection.execute("SELECT value FROM forewarn_meta WHERE key = 'schema_version'").fetchone()[0]
+    finally:
+        connection.close()
+
+
+def test_a_new_database_is_at_the_latest_schema_version(store_url):
+    open_store(store_url).close()
+    assert _stored_version(store_url) == str(LATEST) == str(MIGRATIONS[-1].version)
+    open_store(store_url).close()  # migrating again changes nothing
+    assert _stored_version(store_url) == str(LATEST)
+
+
+def test_an_old_version_database_is_migrated_and_keeps_its_state(store_url):
+    service = open_manual(store_url, small_fleet())
+    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    service.store.close()
+    # As a version-1 database of a release before outbox deliveries had a kind and a detail: the outbox lacks the
+    # two columns, and holds a pending delivery.
+    connection = _raw(store_url)
+    connection.execute("DROP TABLE forewarn_outbox")
+    connection.execute(
+        "CREATE TABLE forewarn_outbox (id INTEGER PRIMARY KEY, target TEXT NOT NULL, payload TEXT NOT NULL, "
+        "status TEXT NOT NULL, attempts INTEGER NOT NULL, next_at TEXT NOT NULL, expires_at TEXT NOT NULL, "
+        "last_error TEXT, created_at TEXT NOT NULL)"
+    )
+    connection.execute(
+        "INSERT INTO forewarn_outbox VALUES (1, 'http://127.0.0.1:9/hook', '{}', 'pending', 0, "
+        f"'{T0.isoformat()}', '{(T0 + timedelta(days=1)).isoformat()}', NULL, '{T0.isoformat()}')"
+    )
+    connection.execute("UPDATE forewarn_meta SET value = '1' WHERE key = 'schema_version'")
+    connection.commit()
+    connection.close()
+
+    again = open_manual(store_url)
+    assert _stored_version(store_url) == str(LATEST)
+    [delivery] = again.store.due_deliveries(T0)
+    assert (delivery.target, delivery.kind, delivery.detail) == ("http://127.0.0.1:9/hook", "webhook", None)
+    assert again.engine.event(event.event_id).status is EventStatus.SCHEDULED
+    again.approve([event.event_id], by="solo")  # and it takes writes
+    again.store.close()
+
+
+def test_a_database_newer_than_the_code_is_refused(store_url):
+    open_manual(store_url, small_fleet()).store.close()
+    connection = _raw(store_url)
+    connection.execute(f"UPDATE forewarn_meta SET value = '{LATEST + 1}' WHERE key = 'schema_version'")
+    connection.commit()
+    connection.close()
+    with pytest.raises(SchemaTooNew) as refused:
+        open_store(store_url)
+    assert f"schema version {LATEST + 1}, newer than this forewarn knows (up to {LATEST})" in str(refused.value)
+    assert isinstance(refused.value, StoreError)  # the CLI prints it as one line
+    assert _stored_version(store_url) == str(LATEST + 1)  # left as it was
+
+
+@dataclass(frozen=True)
+class Unwritten(Change):
+    """A kind of change no component registered a writer for."""
+
+
+def test_a_change_with_no_writer_fails_its_commit_and_the_engine_is_rebuilt(store_url):
+    service = open_manual(store_url, small_fleet())
+    heard: list[list] = []
+    service.subscribe(heard.append)
+    with pytest.raises(UnregisteredChange, match=r"no store writer for test_store\.Unwritten"):
+        service.perform(
+            lambda engine: [*engine.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",))), Unwritten()]
+        )
+    assert service.engine.events == {}  # nothing half-applied: the scheduled event was not committed
+    assert [type(change) for changes in heard for change in changes] == [Rebuilt]
+    service.store.close()
+
+
+def test_a_store_opened_without_a_component_refuses_its_changes(tmp_path):
+    store = forewarn_store.open_store(str(tmp_path / "bare.db"), [])
+    service = Maintenance.open(store, small_fleet(), "manual", 1.0, T0, "seed")
+    with pytest.raises(UnregisteredChange, match="EventChanged"):
+        service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    store.close()
+
+
+def test_two_writers_for_one_kind_of_change_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="two writers for EventChanged: azure and azure"):
+        forewarn_store.open_store(str(tmp_path / "twice.db"), [AZURE_RECORDS, AZURE_RECORDS])

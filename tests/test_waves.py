@@ -15,9 +15,8 @@ from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine, StoredAzure, StoredWaves
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml, generate_fleet
-from forewarn.store import open_store
 from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
-from helpers import T0, Server, forewarn
+from helpers import T0, Server, forewarn, open_store
 
 # Four hosts; an availability set with 3 update domains and 2 fault domains; a scale set of 4 over two hosts.
 FLEET = """

@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.azure.changes import EventChanged
-from forewarn.azure.model import Event
+from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.model import Event, ScheduleRequest
+from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Change, Engine, ScheduleRequest, StoredAzure, StoredEc2, StoredWaves
+from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
-from forewarn.store import Outgoing, SQLStore, StoredState
+from forewarn.store import Outgoing, SQLStore, StoredState, StoreError
 from forewarn.waves.component import WaveChanged
 
 log = logging.getLogger("forewarn.events")
@@ -40,7 +41,17 @@ def _repair_line(change: Change) -> str:
         return f"EC2 event {change.event.event_id} repaired: {change.reason}"
     if isinstance(change, Ec2StateChanged):
         return f"instance {change.state.instance_id} repaired: {change.reason}"
-    return f"VM {change.state.name} repaired: {change.reason}"
+    if isinstance(change, VmChanged):
+        return f"VM {change.state.name} repaired: {change.reason}"
+    return f"repaired: {change}"
+
+
+def _stored(store: SQLStore) -> StoredState:
+    """The state of a store that was initialized (it keeps its fleet from then on)."""
+    state = store.load()
+    if state is None:
+        raise StoreError(f"{store.description}: the database holds no fleet (was it emptied while in use?)")
+    return state
 
 
 def _describe_clock(clock: Clock) -> str:
@@ -99,7 +110,7 @@ class Maintenance:
             clock = Clock.start(clock_mode or REAL, 1.0 if speed is None else speed, now_wall, start)
             seed = seed or secrets.token_hex(8)
             store.initialize(fleet.to_records(), seed, clock, clock.now(now_wall))
-            state = store.load()
+            state = _stored(store)
             served = fleet
         else:
             if start is not None or seed is not None:
@@ -152,22 +163,22 @@ class Maintenance:
 
     @staticmethod
     def _engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
+        # Each component's stored state comes under the names the engine takes it by (its Records.load).
         return Engine(
             fleet or Fleet.from_records(state.fleet_records),
             state.seed,
             state.now,
             rules,
             created_at=state.created_at,
-            azure=StoredAzure(state.events, state.incarnations, state.vm_states, state.policies, state.enabled),
-            ec2=StoredEc2(state.ec2_events, state.ec2_states, state.ec2_windows, state.notification_attributes),
-            waves=StoredWaves(state.waves),
             next_seq=state.next_seq,
+            **state.records,
         )
 
     # ----------------------------------------------------------------------------------------------- core
     def subscribe(self, listener: Listener) -> None:
-        """``listener(changes)`` after each committed command that changed something; ``listener([])`` when the
-        engine was rebuilt from the database, so that whatever was derived from it is dropped."""
+        """``listener(changes)`` after each committed command that changed something (never an empty list);
+        ``listener([Rebuilt(cause)])`` when the engine was rebuilt from the database, so that whatever was derived
+        from it is dropped."""
         self._listeners.append(listener)
 
     def add_outbox(self, derive: Callable[[list[Change], Engine], list[Outgoing]]) -> None:
@@ -197,7 +208,7 @@ class Maintenance:
 
     def _rebuild(self, cause: Exception) -> None:
         try:
-            state = self.store.load()
+            state = _stored(self.store)
         except Exception as error:
             # Memory may hold changes the database lacks and cannot be brought back in line: serving on would show
             # clients uncommitted state. Stop; a restart loads what was committed. (A connection that merely dropped
@@ -209,22 +220,21 @@ class Maintenance:
             os._exit(70)
         self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
         self.clock = state.clock.within_bounds()[0]
+        rebuilt: list[Change] = [Rebuilt(f"commit failed: {cause}")]
         for listener in self._listeners:
-            listener([])
+            listener(rebuilt)
 
     def _announce(self, changes: list[Change]) -> None:
         if not changes:
-            # Nothing happened (an approval of a Started event, a policy set to what it was). Listeners read an
-            # empty list as "the engine was rebuilt: drop everything you derived", which is for _rebuild alone.
-            return
+            return  # nothing happened (an approval of a Started event, a policy set to what it was)
         for change in changes:
             if isinstance(change, Ec2EventChanged):
-                event = change.event
+                ec2_event = change.event
                 log.info(
                     "event %s %s of %s: %s (%s)",
-                    event.event_id,
-                    event.code.value,
-                    event.instance_id,
+                    ec2_event.event_id,
+                    ec2_event.code.value,
+                    ec2_event.instance_id,
                     change.what,
                     change.reason,
                 )

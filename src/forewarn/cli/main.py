@@ -390,8 +390,9 @@ def serve(
     from forewarn.server.bootstrap import AzureManagementSettings, ListenError, Listeners, PortAccess
     from forewarn.server.bootstrap import serve as run_server
     from forewarn.server.http1 import Limits
+    from forewarn.server.stores import open_fleet_store
     from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS
-    from forewarn.store import StoreError, open_store
+    from forewarn.store import StoreError
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if control_token is not None and (not control_token.strip() or control_token != control_token.strip()):
@@ -435,7 +436,7 @@ def serve(
                 _fail("Event Grid is declared in the fleet file (event_grid:) and in --event-grid; keep one")
             declared = (f"{fleet_source}: event_grid", document.event_grid)
         start_time = parse_time(start) if start else None
-        store = open_store(db)
+        store = open_fleet_store(db)
         event_grid = _event_grid(
             store, event_grid_file, declared, event_grid_dead_letters, event_grid_duplicates, event_grid_no_retry
         )

@@ -19,3 +19,11 @@ class Change:
 @dataclass(frozen=True)
 class TimeMoved(Change):
     now: datetime
+
+
+@dataclass(frozen=True)
+class Rebuilt(Change):
+    """The engine was rebuilt from the database (after a failed commit): whatever a listener derived from earlier
+    changes may be wrong and is to be dropped. Announced alone, never committed (the store has no writer for it)."""
+
+    cause: str

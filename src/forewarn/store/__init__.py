@@ -2,31 +2,33 @@
 
 from __future__ import annotations
 
-from forewarn.store.base import (
-    Attempt,
-    Delivery,
-    JournalEntry,
-    Outgoing,
-    SQLStore,
-    StoredState,
-    StoreError,
-    StoreUnavailable,
-)
+from collections.abc import Sequence
+
+from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState
+from forewarn.store.errors import SchemaTooNew, StoreError, StoreUnavailable
+from forewarn.store.records import Records, UnregisteredChange
 
 
-def open_store(url: str) -> SQLStore:
-    """Open and migrate a store: ``postgresql://...`` or ``postgres://...``, ``sqlite:PATH``, a file path or ``:memory:``."""
+def open_store(url: str, records: Sequence[Records]) -> SQLStore:
+    """Open and migrate a store: ``postgresql://...`` or ``postgres://...``, ``sqlite:PATH``, a file path or ``:memory:``.
+
+    ``records``: every component's part of the store (the writer of each kind of change it makes, the reader of its
+    stored state), given by the composition root. A change of a kind none of them writes fails its commit."""
     if url.startswith(("postgresql://", "postgres://")):
         from forewarn.store.postgres import PostgresStore
 
-        store: SQLStore = PostgresStore(url)
+        store: SQLStore = PostgresStore(url, records)
     else:
         from forewarn.store.sqlite import SQLiteStore
 
         path = url[len("sqlite://") :] if url.startswith("sqlite://") else url
         path = path[len("sqlite:") :] if path.startswith("sqlite:") else path
-        store = SQLiteStore(path)
-    store.migrate()
+        store = SQLiteStore(path, records)
+    try:
+        store.migrate()
+    except BaseException:
+        store.close()
+        raise
     return store
 
 
@@ -35,9 +37,12 @@ __all__ = [
     "Delivery",
     "JournalEntry",
     "Outgoing",
+    "Records",
+    "SchemaTooNew",
     "SQLStore",
     "StoreError",
     "StoredState",
     "StoreUnavailable",
+    "UnregisteredChange",
     "open_store",
 ]

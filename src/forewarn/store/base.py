@@ -9,72 +9,28 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
-from forewarn.aws.model import Ec2Event, Ec2State, NotificationAttributes
-from forewarn.aws.windows import EventWindow
-from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
-from forewarn.azure.model import Event
-from forewarn.azure.vms import Policy, VmState
+from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
-from forewarn.engine.engine import Change
-from forewarn.store.codec import (
-    decode_clock,
-    decode_ec2_event,
-    decode_ec2_state,
-    decode_event,
-    decode_policy,
-    decode_vm_state,
-    decode_wave,
-    decode_window,
-    encode_clock,
-    encode_ec2_event,
-    encode_ec2_state,
-    encode_event,
-    encode_policy,
-    encode_vm_state,
-    encode_wave_plan,
-    encode_wave_progress,
-    encode_window,
-)
-from forewarn.waves.component import Wave, WaveChanged
+from forewarn.store.errors import StoreError
+from forewarn.store.migrations import VERSION_KEY, Dialect, pending
+from forewarn.store.records import META_PUT, Reader, Records, Registry, Rows
 
-SCHEMA_VERSION = "1"
-OUTBOX_KIND_COLUMN = "kind TEXT NOT NULL DEFAULT 'webhook'"  # which sending policy delivers a message
-OUTBOX_DETAIL_COLUMN = (
-    "detail TEXT"  # state a policy keeps beyond attempts and errors (JSON), e.g. a dead-letter reason
-)
 DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts on
 
-
-JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)"
-META_PUT = "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+T = TypeVar("T")
 
 
-class StoreError(Exception):
-    """The database refused or failed; the message says which database and why."""
-
-    retry_after = 1  # seconds a client is told to wait before retrying (the surfaces' Retry-After)
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot be reached now; nothing was changed, and the store is reconnecting."""
-
-    def __init__(self, message: str, retry_after: int = 1):
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-def retried_on_a_new_connection(method):
+def retried_on_a_new_connection(method: Callable[..., T]) -> Callable[..., T]:
     """Marks an operation that is safe to run twice (a read, or a write of absolute values): a store whose connection
     broke under it may run it again on a fresh one (PostgresStore)."""
 
     @functools.wraps(method)
-    def run(self, *args, **kwargs):
+    def run(self: SQLStore, *args: Any, **kwargs: Any) -> T:
         return self._idempotent(lambda: method(self, *args, **kwargs))
 
     return run
@@ -82,22 +38,16 @@ def retried_on_a_new_connection(method):
 
 @dataclass
 class StoredState:
-    fleet_records: dict
+    """What a store holds: the parts the store owns (fleet, seed, clock, times, id sequence), and ``records``, each
+    component's stored state by the name the engine takes it under (what its ``Records.load`` returned)."""
+
+    fleet_records: dict[str, Any]
     seed: str
     clock: Clock
     now: datetime
     created_at: datetime
-    events: list[Event]
-    incarnations: dict[str, int]
-    vm_states: list[VmState]
-    policies: list[Policy]
-    enabled: dict[str, datetime]  # scope -> when its Scheduled Events were last enabled
-    ec2_events: list[Ec2Event]
-    ec2_states: list[Ec2State]  # instances whose state changed, and replacements Auto Scaling launched
-    ec2_windows: list[EventWindow]
-    notification_attributes: NotificationAttributes | None
     next_seq: int
-    waves: list[Wave]
+    records: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -147,11 +97,20 @@ class JournalEntry:
     detail: dict
 
 
-def _attributes(text: str | None) -> NotificationAttributes | None:
-    if text is None:
-        return None
+def encode_clock(clock: Clock) -> str:
+    return json.dumps(
+        {
+            "mode": clock.mode,
+            "speed": clock.speed,
+            "anchor_wall": clock.anchor_wall,
+            "anchor_sim": clock.anchor_sim.isoformat(),
+        }
+    )
+
+
+def decode_clock(text: str) -> Clock:
     data = json.loads(text)
-    return NotificationAttributes(data["include_all"], tuple(data["keys"]))
+    return Clock(data["mode"], data["speed"], data["anchor_wall"], datetime.fromisoformat(data["anchor_sim"]))
 
 
 class SQLStore:
@@ -161,65 +120,43 @@ class SQLStore:
     marker = "?"
     journal_id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
 
-    def __init__(self, connection: Any, description: str):
+    def __init__(self, connection: Any, description: str, records: Iterable[Records] = ()):
         self.connection = connection
         self.description = description
+        # What each kind of change writes, and who reads the stored state back: given by the components that own
+        # them (open_store). A store with none still migrates, initializes and serves the outbox and Event Grid.
+        self.registry = Registry(records)
 
     # -------------------------------------------------------------------------------------------- set-up
-    def _ddl(self) -> list[str]:
-        return [
-            "CREATE TABLE IF NOT EXISTS forewarn_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
-            "scope TEXT NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_scopes (scope TEXT PRIMARY KEY, incarnation BIGINT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_vms (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_policies (owner TEXT PRIMARY KEY, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_enabled (scope TEXT PRIMARY KEY, at TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_ec2_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
-            "instance_id TEXT NOT NULL, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_ec2_instances (instance_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_ec2_windows (window_id TEXT PRIMARY KEY, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_waves (wave_id TEXT PRIMARY KEY, plan TEXT NOT NULL, "
-            "progress TEXT NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS forewarn_outbox (id {self.journal_id_type}, target TEXT NOT NULL, "
-            "payload TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, next_at TEXT NOT NULL, "
-            "expires_at TEXT NOT NULL, last_error TEXT, created_at TEXT NOT NULL, "
-            f"{OUTBOX_KIND_COLUMN}, {OUTBOX_DETAIL_COLUMN})",
-            "CREATE INDEX IF NOT EXISTS forewarn_outbox_due ON forewarn_outbox (status, next_at)",
-            # Event Grid system topics and event subscriptions (azure/eventgrid/registry.py), as JSON records.
-            "CREATE TABLE IF NOT EXISTS forewarn_eventgrid_topics (topic_key TEXT PRIMARY KEY, data TEXT NOT NULL)",
-            "CREATE TABLE IF NOT EXISTS forewarn_eventgrid_subscriptions (subscription_key TEXT PRIMARY KEY, "
-            "topic_key TEXT NOT NULL, data TEXT NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS forewarn_journal (seq {self.journal_id_type}, at TEXT NOT NULL, "
-            "kind TEXT NOT NULL, event_id TEXT, detail TEXT NOT NULL)",
-        ]
-
     def _sql(self, text: str) -> str:
         return text.replace("?", self.marker)
 
-    def _execute(self, cursor, text: str, params: Sequence = ()) -> None:
+    def _execute(self, cursor: Any, text: str, params: Sequence[Any] = ()) -> None:
         cursor.execute(self._sql(text), params)
+
+    def schema_version(self, cursor: Any) -> int:
+        """The version the database records; 0 for one that recorded none (new, or written before versions)."""
+        cursor.execute("CREATE TABLE IF NOT EXISTS forewarn_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        self._execute(cursor, "SELECT value FROM forewarn_meta WHERE key = ?", (VERSION_KEY,))
+        row = cursor.fetchone()
+        if row is None:
+            return 0
+        try:
+            return int(row[0])
+        except ValueError:
+            raise StoreError(f"{self.description}: the database's schema version {row[0]!r} is not a number") from None
 
     @retried_on_a_new_connection
     def migrate(self) -> None:
+        """Bring the schema to the newest version (store/migrations.py), or refuse a database newer than the code."""
+        dialect = Dialect(self.name, self.journal_id_type)
         with self._transaction() as cursor:
-            for statement in self._ddl():
-                cursor.execute(statement)
-            # Outboxes created before deliveries had a kind and a detail gain the two columns (both databases accept
-            # ADD COLUMN with a constant default; cursor.description names the columns on both).
-            cursor.execute("SELECT * FROM forewarn_outbox WHERE 1 = 0")
-            columns = {column[0].lower() for column in cursor.description}
-            for name, definition in (("kind", OUTBOX_KIND_COLUMN), ("detail", OUTBOX_DETAIL_COLUMN)):
-                if name not in columns:
-                    cursor.execute(f"ALTER TABLE forewarn_outbox ADD COLUMN {definition}")
-            self._execute(
-                cursor,
-                "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
-                ("schema_version", SCHEMA_VERSION),
-            )
+            for migration in pending(self.schema_version(cursor), self.description):
+                migration.apply(cursor, dialect)
+                self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
 
     # --------------------------------------------------------------------------------------------- reads
-    def _meta(self, cursor) -> dict[str, str]:
+    def _meta(self, cursor: Any) -> dict[str, str]:
         self._execute(cursor, "SELECT key, value FROM forewarn_meta")
         return dict(cursor.fetchall())
 
@@ -230,41 +167,20 @@ class SQLStore:
             meta = self._meta(cursor)
             if "fleet" not in meta:
                 return None
-            self._execute(cursor, "SELECT data FROM forewarn_events ORDER BY seq")
-            events = [decode_event(row[0]) for row in cursor.fetchall()]
-            self._execute(cursor, "SELECT scope, incarnation FROM forewarn_scopes")
-            incarnations = {scope: int(value) for scope, value in cursor.fetchall()}
-            self._execute(cursor, "SELECT data FROM forewarn_vms")
-            vm_states = [decode_vm_state(row[0]) for row in cursor.fetchall()]
-            self._execute(cursor, "SELECT data FROM forewarn_policies")
-            policies = [decode_policy(row[0]) for row in cursor.fetchall()]
-            self._execute(cursor, "SELECT scope, at FROM forewarn_enabled")
-            enabled = {scope: datetime.fromisoformat(at) for scope, at in cursor.fetchall()}
-            self._execute(cursor, "SELECT data FROM forewarn_ec2_events ORDER BY seq")
-            ec2_events = [decode_ec2_event(row[0]) for row in cursor.fetchall()]
-            self._execute(cursor, "SELECT data FROM forewarn_ec2_instances")
-            ec2_states = [decode_ec2_state(row[0]) for row in cursor.fetchall()]
-            self._execute(cursor, "SELECT data FROM forewarn_ec2_windows")
-            ec2_windows = [decode_window(row[0]) for row in cursor.fetchall()]
-            self._execute(cursor, "SELECT plan, progress FROM forewarn_waves ORDER BY wave_id")
-            waves = [decode_wave(plan, progress) for plan, progress in cursor.fetchall()]
+
+            def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+                self._execute(cursor, sql, params)
+                return list(cursor.fetchall())
+
+            records = self.registry.load(Reader(query, meta))
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
             clock=decode_clock(meta["clock"]),
             now=datetime.fromisoformat(meta["now"]),
             created_at=datetime.fromisoformat(meta.get("created_at", meta["now"])),
-            events=events,
-            incarnations=incarnations,
-            vm_states=vm_states,
-            policies=policies,
-            enabled=enabled,
-            ec2_events=ec2_events,
-            ec2_states=ec2_states,
-            ec2_windows=ec2_windows,
-            notification_attributes=_attributes(meta.get("ec2_notification_attributes")),
             next_seq=int(meta.get("next_seq", "1")),
-            waves=waves,
+            records=records,
         )
 
     @retried_on_a_new_connection
@@ -324,22 +240,12 @@ class SQLStore:
         clock: Clock | None,
         outbox: Sequence[Outgoing],
         next_seq: int | None,
-    ) -> dict[str, list[tuple]]:
-        """One command's rows, by statement (built before the transaction starts, so a retried commit reuses them)."""
-        # Rows are queued per statement and written with one executemany each, in the order each statement first
-        # appears: a 100,000-VM wave step writes thousands of rows, and one round trip per row was most of its cost.
-        # Statements on one table keep their order (each table has one statement, or, for waves and event windows,
-        # statements whose order of first appearance is the order they must run in).
-        writes: dict[str, list[tuple]] = {}
-
-        def write(sql: str, params: tuple) -> None:
-            writes.setdefault(sql, []).append(params)
-
-        def journal(kind: str, event_id: str | None, detail: dict) -> None:
-            write(JOURNAL_INSERT, (now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)))
-
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """One command's rows, by statement (store/records.py, Rows). Each change is written by the writer its
+        component registered; one with none raises UnregisteredChange before anything is written."""
+        rows = Rows(now)
         for item in outbox:
-            write(
+            rows.write(
                 "INSERT INTO forewarn_outbox (target, payload, status, attempts, next_at, expires_at, created_at, "
                 "kind, detail) VALUES (?, ?, 'pending', 0, ?, ?, ?, ?, ?)",
                 (
@@ -352,100 +258,15 @@ class SQLStore:
                     item.detail,
                 ),
             )
-        waves: dict[str, Wave] = {}  # a wave's latest progress in this command; its steps go to the journal
         for change in changes:
-            if isinstance(change, WaveChanged):
-                wave = change.wave
-                if change.what == "started":
-                    write(
-                        "INSERT INTO forewarn_waves (wave_id, plan, progress) VALUES (?, ?, '{}')",
-                        (wave.wave_id, encode_wave_plan(wave)),
-                    )
-                waves[wave.wave_id] = wave
-                journal(f"wave {change.what}", None, {"wave": wave.wave_id, "reason": change.reason})
-            elif isinstance(change, EventChanged):
-                event = change.event
-                write(
-                    "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
-                    (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
-                )
-                journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
-            elif isinstance(change, VmChanged):
-                state = change.state
-                write(
-                    "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
-                    (state.name, encode_vm_state(state)),
-                )
-                journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
-            elif isinstance(change, PolicyChanged):
-                write(
-                    "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) "
-                    "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
-                    (change.policy.owner, encode_policy(change.policy)),
-                )
-                journal("policy", None, {"owner": change.policy.owner})
-            elif isinstance(change, ScopeEnabled):
-                write(
-                    "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) "
-                    "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
-                    (change.scope, change.at.isoformat()),
-                )
-                journal("enabled", None, {"scope": change.scope})
-            elif isinstance(change, Ec2EventChanged):
-                event = change.event
-                write(
-                    "INSERT INTO forewarn_ec2_events (event_id, seq, instance_id, data) VALUES (?, ?, ?, ?) "
-                    "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
-                    (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
-                )
-                journal(f"ec2 {change.what}", event.event_id, {"instance": event.instance_id, "reason": change.reason})
-            elif isinstance(change, Ec2StateChanged):
-                state = change.state
-                write(
-                    "INSERT INTO forewarn_ec2_instances (instance_id, data) VALUES (?, ?) "
-                    "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
-                    (state.instance_id, encode_ec2_state(state)),
-                )
-                journal(f"instance {change.what}", None, {"instance": state.instance_id, "reason": change.reason})
-            elif isinstance(change, Ec2NotificationAttributesChanged):
-                attributes = change.attributes
-                write(
-                    META_PUT,
-                    (
-                        "ec2_notification_attributes",
-                        json.dumps({"include_all": attributes.include_all, "keys": list(attributes.keys)}),
-                    ),
-                )
-                journal("notification attributes", None, {})
-            elif isinstance(change, Ec2WindowChanged):
-                window = change.window
-                if window.state == "deleted":
-                    write("DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
-                else:
-                    write(
-                        "INSERT INTO forewarn_ec2_windows (window_id, data) VALUES (?, ?) "
-                        "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
-                        (window.window_id, encode_window(window)),
-                    )
-                journal(f"window {change.what}", None, {"window": window.window_id})
-            elif isinstance(change, IncarnationChanged):
-                write(
-                    "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
-                    "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
-                    (change.scope, change.incarnation),
-                )
-        for wave in waves.values():
-            write(
-                "UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?", (encode_wave_progress(wave), wave.wave_id)
-            )
-        write(META_PUT, ("now", now.isoformat()))
+            self.registry.write(change, rows)
+        rows.write_latest()
+        rows.put_meta("now", now.isoformat())
         if next_seq is not None:
-            write(META_PUT, ("next_seq", str(next_seq)))
+            rows.put_meta("next_seq", str(next_seq))
         if clock is not None:
-            write(META_PUT, ("clock", encode_clock(clock)))
-        return writes
+            rows.put_meta("clock", encode_clock(clock))
+        return rows.statements
 
     # ------------------------------------------------------------------------------------------------ outbox
     @retried_on_a_new_connection

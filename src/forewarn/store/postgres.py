@@ -24,17 +24,19 @@ import math
 import select
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import NoReturn
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
-from forewarn.engine.engine import Change
-from forewarn.store.base import Outgoing, SQLStore, StoreError, StoreUnavailable
+from forewarn.store.base import Outgoing, SQLStore
+from forewarn.store.errors import StoreError, StoreUnavailable
+from forewarn.store.records import Records
 
 log = logging.getLogger("forewarn.store")
 
@@ -81,7 +83,7 @@ class PostgresStore(SQLStore):
     marker = "%s"
     journal_id_type = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, records: Iterable[Records] = ()):
         self._url = url
         given = conninfo_to_dict(url)
         self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
@@ -90,7 +92,7 @@ class PostgresStore(SQLStore):
             connection, session = self._connect()
         except psycopg.Error as error:
             raise StoreError(f"cannot connect to PostgreSQL at {_redacted(url)}: {error}".strip()) from None
-        super().__init__(connection, description)
+        super().__init__(connection, description, records)
         self._session: Session | None = session
         self._lost: _Lost | None = None
         self._handover: tuple[psycopg.Connection, Session] | None = None  # from the reconnecting thread
@@ -100,7 +102,8 @@ class PostgresStore(SQLStore):
 
     # ------------------------------------------------------------------------------------------ connections
     def _connect(self) -> tuple[psycopg.Connection, Session]:
-        connection = psycopg.connect(self._url, autocommit=False, **self._options)
+        # The settings merged into the URL as psycopg.connect would merge them as keywords (typed per option there).
+        connection = psycopg.connect(make_conninfo(self._url, **self._options), autocommit=False)
         try:
             row = connection.execute(
                 "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
@@ -109,6 +112,9 @@ class PostgresStore(SQLStore):
         except psycopg.Error:
             connection.close()
             raise
+        if row is None:  # pg_stat_activity always lists the asking session; a server that does not is refused
+            connection.close()
+            raise psycopg.OperationalError("the server does not list this session in pg_stat_activity")
         return connection, Session(int(row[0]), row[1] or datetime.fromtimestamp(0, UTC))
 
     def _fence(self, connection: psycopg.Connection, lost: Session | None) -> None:
@@ -281,8 +287,8 @@ class PostgresStore(SQLStore):
             transaction_id = None
             try:
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT txid_current()")
-                    transaction_id = cursor.fetchone()[0]
+                    row = cursor.execute("SELECT txid_current()").fetchone()
+                    transaction_id = None if row is None else row[0]
                     for sql, rows in writes.items():
                         cursor.executemany(self._sql(sql), rows)
                 connection.commit()

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-from forewarn.store.base import SQLStore, StoreError
+from forewarn.store.base import SQLStore
+from forewarn.store.errors import StoreError
+from forewarn.store.records import Records
 
 
 class SQLiteStore(SQLStore):
     name = "sqlite"
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, records: Iterable[Records] = ()):
         try:
             connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             if path != ":memory:":
@@ -21,10 +25,10 @@ class SQLiteStore(SQLStore):
             connection.execute("PRAGMA busy_timeout=5000")
         except sqlite3.Error as error:
             raise StoreError(f"cannot open SQLite database {path!r}: {error}") from None
-        super().__init__(connection, f"sqlite:{path}")
+        super().__init__(connection, f"sqlite:{path}", records)
 
     @contextlib.contextmanager
-    def _transaction(self):
+    def _transaction(self) -> Iterator[Any]:
         cursor = self.connection.cursor()
         try:
             cursor.execute("BEGIN IMMEDIATE")

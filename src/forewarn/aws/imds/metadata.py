@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState, availability_zone_id
+from forewarn.core.changes import Rebuilt
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, Fresh, Request, Response
 from forewarn.store import StoreError
@@ -174,7 +175,7 @@ class Ec2Imds:
 
     # ------------------------------------------------------------------------------------------ read model
     def _on_change(self, changes) -> None:
-        if not changes:  # the service rebuilt its engine: forget everything
+        if isinstance(changes[0], Rebuilt):  # the service rebuilt its engine: forget everything
             self._answers.clear()
             self._trees.clear()
             return

@@ -38,6 +38,7 @@ from forewarn.azure.imds.errors import (
 )
 from forewarn.azure.model import Event, EventStatus, EventType
 from forewarn.azure.vms import VM, Power
+from forewarn.core.changes import Rebuilt
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, JSON, Later, Request, Response
@@ -162,7 +163,7 @@ class AzureImds:
 
     # ------------------------------------------------------------------------------------------ read model
     def _on_change(self, changes) -> None:
-        if not changes:  # the service rebuilt its engine: forget everything
+        if isinstance(changes[0], Rebuilt):  # the service rebuilt its engine: forget everything
             self._documents.clear()
             return
         for change in changes:

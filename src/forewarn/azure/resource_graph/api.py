@@ -43,6 +43,7 @@ from forewarn.azure.resource_graph import (
     run_query,
     scheduled_event_row,
 )
+from forewarn.core.changes import Rebuilt
 from forewarn.engine.engine import Engine
 
 READ_ROWS = "Microsoft.ResourceGraph/resources/read"
@@ -107,7 +108,9 @@ class ResourceGraphApi:
 
     def _on_change(self, changes) -> None:
         engine = self.service.engine
-        if not changes:  # the service rebuilt its engine from the database: what it holds is the truth
+        if isinstance(
+            changes[0], Rebuilt
+        ):  # the service rebuilt its engine from the database: what it holds is the truth
             self._load(engine)
             return
         latest = {c.event.event_id: c.event for c in changes if isinstance(c, EventChanged) and c.event.central}

@@ -1,0 +1,194 @@
+"""The Azure component's part of the store: events, DocumentIncarnations, VM states, policies and enabled scopes.
+
+Each record is plain JSON text in one column (the same for every database); each kind of change the component makes
+(azure/changes.py) has its writer here, and ``load`` reads the stored state back under the engine's names for it.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
+from forewarn.azure.component import StoredAzure
+from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
+from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
+from forewarn.store.records import Reader, Records, Rows, Writer, time_from_text, time_text
+
+
+def encode_event(event: Event) -> str:
+    return json.dumps(
+        {
+            "event_id": event.event_id,
+            "seq": event.seq,
+            "operation_id": event.operation_id,
+            "scope": event.scope,
+            "event_type": event.event_type.value,
+            "source": event.source.value,
+            "resources": list(event.resources),
+            "description": event.description,
+            "duration_seconds": event.duration_seconds,
+            "not_before": time_text(event.not_before),
+            "impact_window": event.impact_window.total_seconds(),
+            "status": event.status.value,
+            "created_at": time_text(event.created_at),
+            "started_at": time_text(event.started_at),
+            "ends_at": time_text(event.ends_at),
+            "ended_at": time_text(event.ended_at),
+            "approvals": list(event.approvals),
+            "impact": None if event.impact is None else event.impact.value,
+            "extra_impacts": event.extra_impacts,
+            "central": event.central,
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_event(text: str) -> Event:
+    data = json.loads(text)
+    return Event(
+        event_id=data["event_id"],
+        seq=data["seq"],
+        operation_id=data["operation_id"],
+        scope=data["scope"],
+        event_type=EventType(data["event_type"]),
+        source=EventSource(data["source"]),
+        resources=tuple(data["resources"]),
+        description=data["description"],
+        duration_seconds=data["duration_seconds"],
+        not_before=datetime.fromisoformat(data["not_before"]),
+        impact_window=timedelta(seconds=data["impact_window"]),
+        status=EventStatus(data["status"]),
+        created_at=datetime.fromisoformat(data["created_at"]),
+        started_at=time_from_text(data["started_at"]),
+        ends_at=time_from_text(data["ends_at"]),
+        ended_at=time_from_text(data["ended_at"]),
+        approvals=tuple(data["approvals"]),
+        impact=None if data.get("impact") is None else Impact(data["impact"]),
+        extra_impacts=data.get("extra_impacts", 0),
+        central=data.get("central", False),
+    )
+
+
+def encode_vm_state(state: VmState) -> str:
+    return json.dumps(
+        {
+            "name": state.name,
+            "power": state.power.value,
+            "host": state.host,
+            "booted_at": time_text(state.booted_at),
+            "temp_disk_generation": state.temp_disk_generation,
+            "os_disk_generation": state.os_disk_generation,
+            "memory_generation": state.memory_generation,
+            "impacted_by": state.impacted_by,
+            "impact_until": time_text(state.impact_until),
+            "terminate": [state.terminate.enable, state.terminate.not_before_timeout.total_seconds()],
+            "os_image": [state.os_image.enable, state.os_image.not_before_timeout.total_seconds()],
+            "model_version": state.model_version,
+            "deleted_at": time_text(state.deleted_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_vm_state(text: str) -> VmState:
+    data = json.loads(text)
+    return VmState(
+        name=data["name"],
+        power=Power(data["power"]),
+        host=data["host"],
+        booted_at=datetime.fromisoformat(data["booted_at"]),
+        temp_disk_generation=data["temp_disk_generation"],
+        os_disk_generation=data["os_disk_generation"],
+        memory_generation=data["memory_generation"],
+        impacted_by=data["impacted_by"],
+        impact_until=time_from_text(data["impact_until"]),
+        terminate=NotificationProfile(data["terminate"][0], timedelta(seconds=data["terminate"][1])),
+        os_image=NotificationProfile(data["os_image"][0], timedelta(seconds=data["os_image"][1])),
+        model_version=data["model_version"],
+        deleted_at=time_from_text(data["deleted_at"]),
+    )
+
+
+def encode_policy(policy: Policy) -> str:
+    return json.dumps(policy_records([policy])[0], separators=(",", ":"))
+
+
+def decode_policy(text: str) -> Policy:
+    return policies_from_records([json.loads(text)])[0]
+
+
+# ------------------------------------------------------------------------------------------------------ writers
+def _event_changed(change: EventChanged, rows: Rows) -> None:
+    event = change.event
+    rows.write(
+        "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
+        (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
+    )
+    rows.journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
+
+
+def _vm_changed(change: VmChanged, rows: Rows) -> None:
+    state = change.state
+    rows.write(
+        "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+        (state.name, encode_vm_state(state)),
+    )
+    rows.journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
+
+
+def _policy_changed(change: PolicyChanged, rows: Rows) -> None:
+    rows.write(
+        "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
+        (change.policy.owner, encode_policy(change.policy)),
+    )
+    rows.journal("policy", None, {"owner": change.policy.owner})
+
+
+def _scope_enabled(change: ScopeEnabled, rows: Rows) -> None:
+    rows.write(
+        "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
+        (change.scope, change.at.isoformat()),
+    )
+    rows.journal("enabled", None, {"scope": change.scope})
+
+
+def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
+    # No journal line: the event change that moved the incarnation has one.
+    rows.write(
+        "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
+        "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
+        (change.scope, change.incarnation),
+    )
+
+
+def _load(reader: Reader) -> dict[str, Any]:
+    enabled: dict[str, datetime] = {
+        scope: datetime.fromisoformat(at) for scope, at in reader.rows("SELECT scope, at FROM forewarn_enabled")
+    }
+    return {
+        "azure": StoredAzure(
+            events=[decode_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_events ORDER BY seq")],
+            incarnations={
+                scope: int(value) for scope, value in reader.rows("SELECT scope, incarnation FROM forewarn_scopes")
+            },
+            vm_states=[decode_vm_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_vms")],
+            policies=[decode_policy(row[0]) for row in reader.rows("SELECT data FROM forewarn_policies")],
+            enabled=enabled,
+        )
+    }
+
+
+AZURE_RECORDS = Records(
+    "azure",
+    [
+        Writer(EventChanged, _event_changed),
+        Writer(VmChanged, _vm_changed),
+        Writer(PolicyChanged, _policy_changed),
+        Writer(ScopeEnabled, _scope_enabled),
+        Writer(IncarnationChanged, _incarnation_changed),
+    ],
+    _load,
+)

@@ -1,0 +1,22 @@
+"""The composition root's one list of the components that keep state in the store.
+
+Each component owns its part of the store (the writer of each kind of change it makes, the reader of its stored
+state) in its own records module; this is where they are all handed to the store. A new component with stored state
+adds its ``Records`` here.
+"""
+
+from __future__ import annotations
+
+from forewarn.aws.records import EC2_RECORDS
+from forewarn.azure.records import AZURE_RECORDS
+from forewarn.store import Records, SQLStore, open_store
+from forewarn.waves.records import WAVE_RECORDS
+
+
+def store_records() -> list[Records]:
+    return [AZURE_RECORDS, EC2_RECORDS, WAVE_RECORDS]
+
+
+def open_fleet_store(url: str) -> SQLStore:
+    """``open_store`` with every component's records: what the server and the tests open."""
+    return open_store(url, store_records())

@@ -1,0 +1,148 @@
+"""How components keep their state in the store: one writer per kind of change, one reader of what was written.
+
+The store knows the generic parts (transactions, the journal, the outbox, the clock, the fleet, the schema). What a
+kind of change writes, and how the stored rows come back as the component's state, belong to the component that
+makes the change: each gives a :class:`Records` (``azure/records.py``, ``aws/records.py``, ``waves/records.py``),
+and the composition root hands them to ``open_store``. A change with no writer is refused at commit
+(:class:`UnregisteredChange`) rather than silently not stored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from forewarn.core.changes import Change, TimeMoved
+
+JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)"
+META_PUT = "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+
+C = TypeVar("C", bound=Change)
+
+
+def time_text(value: datetime | None) -> str | None:
+    """A moment as the store writes it in a record (ISO 8601), None kept."""
+    return None if value is None else value.isoformat()
+
+
+def time_from_text(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value)
+
+
+class UnregisteredChange(TypeError):
+    """A command returned a kind of change no component registered a writer for: it cannot be stored, so the
+    command fails (and the engine is rebuilt from the database) instead of losing the change."""
+
+
+class Rows:
+    """One command's statements, queued before its transaction starts (so that a retried commit reuses them).
+
+    Rows are queued per statement and written with one executemany each, in the order each statement first appears:
+    a 100,000-VM wave step writes thousands of rows, and one round trip per row was most of its cost. Statements on
+    one table keep their order (each table has one statement, or statements whose order of first appearance is the
+    order they must run in)."""
+
+    def __init__(self, now: datetime):
+        self.now = now
+        self.statements: dict[str, list[tuple[Any, ...]]] = {}
+        self._last: dict[tuple[str, Hashable], Callable[[], tuple[Any, ...]]] = {}
+
+    def write(self, sql: str, params: tuple[Any, ...]) -> None:
+        self.statements.setdefault(sql, []).append(params)
+
+    def journal(self, kind: str, event_id: str | None, detail: dict[str, Any]) -> None:
+        self.write(JOURNAL_INSERT, (self.now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)))
+
+    def put_meta(self, key: str, value: str) -> None:
+        self.write(META_PUT, (key, value))
+
+    def write_last(self, sql: str, key: Hashable, params: Callable[[], tuple[Any, ...]]) -> None:
+        """A row written once, after every change of the command, with its latest params: a wave that moves many
+        times in one command has its progress encoded and written once."""
+        self._last[(sql, key)] = params
+
+    def write_latest(self) -> None:
+        """Queue the rows of write_last (once every change is written)."""
+        for (sql, _key), params in self._last.items():
+            self.write(sql, params())
+        self._last.clear()
+
+
+@dataclass(frozen=True)
+class Writer(Generic[C]):
+    """What one kind of change writes (its rows and its journal line)."""
+
+    kind: type[C]
+    write: Callable[[C, Rows], None]
+
+
+class Reader:
+    """What a component's loader reads from: queries on the open transaction, and the meta table."""
+
+    def __init__(self, query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], meta: dict[str, str]):
+        self._query = query
+        self.meta = meta
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self._query(sql, params)
+
+
+@dataclass(frozen=True)
+class Records:
+    """A component's part of the store: the writers of the changes it makes, and ``load``, which reads its stored
+    state back as named values (the names the engine takes them by, each name given by one component only)."""
+
+    owner: str
+    writers: Sequence[Writer[Any]]
+    load: Callable[[Reader], dict[str, Any]] = field(default=lambda reader: {})
+
+
+def _time_moved(change: TimeMoved, rows: Rows) -> None:
+    """Time needs no row of its own: the commit writes the time the command left the engine at."""
+
+
+# The kinds of change the store itself owns (core/changes.py).
+CORE_RECORDS = Records("core", [Writer(TimeMoved, _time_moved)])
+
+
+class Registry:
+    """Change type -> writer, and the loaders, of every registered component."""
+
+    def __init__(self, records: Iterable[Records]):
+        self.writers: dict[type[Change], Writer[Any]] = {}
+        self.loaders: list[Records] = []
+        owners: dict[type[Change], str] = {}
+        for part in (CORE_RECORDS, *records):
+            for writer in part.writers:
+                if writer.kind in owners:
+                    raise ValueError(
+                        f"two writers for {writer.kind.__name__}: {owners[writer.kind]} and {part.owner} both "
+                        "register one"
+                    )
+                owners[writer.kind] = part.owner
+                self.writers[writer.kind] = writer
+            self.loaders.append(part)
+
+    def write(self, change: Change, rows: Rows) -> None:
+        writer = self.writers.get(type(change))
+        if writer is None:
+            kind = type(change)
+            raise UnregisteredChange(
+                f"no store writer for {kind.__module__}.{kind.__qualname__}: the component that makes this change "
+                "registers one in its records module, given to open_store"
+            )
+        writer.write(change, rows)
+
+    def load(self, reader: Reader) -> dict[str, Any]:
+        loaded: dict[str, Any] = {}
+        owners: dict[str, str] = {}
+        for part in self.loaders:
+            for name, value in part.load(reader).items():
+                if name in owners:
+                    raise ValueError(f"stored state {name!r} is loaded by both {owners[name]} and {part.owner}")
+                owners[name] = part.owner
+                loaded[name] = value
+        return loaded

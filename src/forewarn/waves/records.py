@@ -1,0 +1,109 @@
+"""The waves' part of the store: a wave's plan, written once, and its progress, written at every change.
+
+The plan (targets, units: up to one per host of the fleet) is written once and the progress once per command, so
+that a 10,000-unit wave does not rewrite its unit list 10,000 times.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from forewarn.azure.model import EventSource, EventType
+from forewarn.store.records import Reader, Records, Rows, Writer, time_from_text, time_text
+from forewarn.waves.component import StoredWaves, UnitRun, Wave, WaveChanged, WaveOrder, WaveSpec, WaveStatus
+
+
+def encode_wave_plan(wave: Wave) -> str:
+    spec = wave.spec
+    return json.dumps(
+        {
+            "wave_id": wave.wave_id,
+            "event_type": spec.event_type.value,
+            "order": spec.order.value,
+            "concurrency": spec.concurrency,
+            "groups": list(spec.groups),
+            "source": spec.source.value,
+            "notice": None if spec.notice is None else spec.notice.total_seconds(),
+            "duration_seconds": spec.duration_seconds,
+            "impact_window": None if spec.impact_window is None else spec.impact_window.total_seconds(),
+            "description": spec.description,
+            "name": spec.name,
+            "owners": list(wave.owners),
+            "units": list(wave.units),
+            "created_at": time_text(wave.created_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def encode_wave_progress(wave: Wave) -> str:
+    return json.dumps(
+        {
+            "status": wave.status.value,
+            "next_unit": wave.next_unit,
+            "in_flight": [[run.unit, list(run.operations)] for run in wave.in_flight],
+            "done": wave.done,
+            "skipped": list(wave.skipped),
+            "finished_at": time_text(wave.finished_at),
+        },
+        separators=(",", ":"),
+    )
+
+
+def decode_wave(plan_text: str, progress_text: str) -> Wave:
+    plan, progress = json.loads(plan_text), json.loads(progress_text)
+
+    def seconds(value: float | None) -> timedelta | None:
+        return None if value is None else timedelta(seconds=value)
+
+    spec = WaveSpec(
+        event_type=EventType(plan["event_type"]),
+        order=WaveOrder(plan["order"]),
+        concurrency=plan["concurrency"],
+        groups=tuple(plan["groups"]),
+        source=EventSource(plan["source"]),
+        notice=seconds(plan["notice"]),
+        duration_seconds=plan["duration_seconds"],
+        impact_window=seconds(plan["impact_window"]),
+        description=plan["description"],
+        name=plan["name"],
+    )
+    return Wave(
+        wave_id=plan["wave_id"],
+        spec=spec,
+        owners=tuple(plan["owners"]),
+        units=tuple(plan["units"]),
+        created_at=datetime.fromisoformat(plan["created_at"]),
+        status=WaveStatus(progress["status"]),
+        next_unit=progress["next_unit"],
+        in_flight=tuple(UnitRun(unit, tuple(operations)) for unit, operations in progress["in_flight"]),
+        done=progress["done"],
+        skipped=tuple(progress["skipped"]),
+        finished_at=time_from_text(progress["finished_at"]),
+    )
+
+
+def _wave_changed(change: WaveChanged, rows: Rows) -> None:
+    wave = change.wave
+    if change.what == "started":
+        rows.write(
+            "INSERT INTO forewarn_waves (wave_id, plan, progress) VALUES (?, ?, '{}')",
+            (wave.wave_id, encode_wave_plan(wave)),
+        )
+    # The progress once per command, at its latest: a step may move one wave many times.
+    rows.write_last(
+        "UPDATE forewarn_waves SET progress = ? WHERE wave_id = ?",
+        wave.wave_id,
+        lambda: (encode_wave_progress(wave), wave.wave_id),
+    )
+    rows.journal(f"wave {change.what}", None, {"wave": wave.wave_id, "reason": change.reason})
+
+
+def _load(reader: Reader) -> dict[str, Any]:
+    rows = reader.rows("SELECT plan, progress FROM forewarn_waves ORDER BY wave_id")
+    return {"waves": StoredWaves([decode_wave(plan, progress) for plan, progress in rows])}
+
+
+WAVE_RECORDS = Records("waves", [Writer(WaveChanged, _wave_changed)], _load)

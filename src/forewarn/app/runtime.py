@@ -16,7 +16,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+from forewarn.app.errors import Unavailable
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.model import Event, ScheduleRequest
@@ -26,7 +28,7 @@ from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
-from forewarn.store import Outgoing, SQLStore, StoredState, StoreError
+from forewarn.store import JournalEntry, Outgoing, SQLStore, StoredState, StoreError
 from forewarn.waves.component import WaveChanged
 
 log = logging.getLogger("forewarn.events")
@@ -189,7 +191,10 @@ class Maintenance:
     def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
         with self._lock:
             # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
-            self.store.ready()
+            try:
+                self.store.ready()
+            except StoreError as error:
+                raise Unavailable(str(error), error.retry_after) from error
             try:
                 changes = command(self.engine)
                 outgoing = [item for derive in self._outboxes for item in derive(changes, self.engine)]
@@ -199,6 +204,8 @@ class Maintenance:
                 # the engine holding changes the database does not have: rebuild it from what was committed.
                 if not isinstance(error, CoreError):
                     self._rebuild(error)
+                if isinstance(error, StoreError):
+                    raise Unavailable(str(error), error.retry_after) from error
                 raise
             if clock is not None:
                 self.clock = clock
@@ -275,6 +282,20 @@ class Maintenance:
     def due_wall(self) -> float:
         """Wall time at which the next deadline falls due (infinity for a manual clock or no deadline)."""
         return self._due_wall
+
+    def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
+        """What was committed, oldest first: one event's entries, or the latest ``limit`` of all."""
+        try:
+            return self.store.journal(event_id, limit=limit)
+        except StoreError as error:
+            raise Unavailable(str(error), error.retry_after) from error
+
+    def deliveries(self, limit: int = 1000) -> list[dict[str, Any]]:
+        """Outgoing messages (AWS Health events) and how their delivery went."""
+        try:
+            return self.store.deliveries(limit)
+        except StoreError as error:
+            raise Unavailable(str(error), error.retry_after) from error
 
     def catch_up(self) -> list[Change]:
         """Bring the engine to the clock's time (real clocks; manual ones move only by command).

@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn import __version__
+from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, parse_enum
@@ -37,7 +38,6 @@ from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
 from forewarn.engine.engine import MAX_EXTRA_IMPACTS, ScheduleRequest
-from forewarn.store import StoreError
 
 
 class ScheduleIn(BaseModel):
@@ -115,8 +115,8 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
             message += did_you_mean(error.name, error.known)
         return error_response(status, type(error).__name__, message)
 
-    @app.exception_handler(StoreError)
-    async def store_error(request: Request, error: StoreError):
+    @app.exception_handler(Unavailable)
+    async def store_error(request: Request, error: Unavailable):
         response = error_response(503, "StoreUnavailable", f"nothing was changed: {error}")
         response.headers["Retry-After"] = str(error.retry_after)
         return response
@@ -168,13 +168,13 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
         """Every change the server committed (events, VMs, policies, waves, ...), latest ``limit``."""
         return [
             {"seq": entry.seq, "at": entry.at, "what": entry.kind, "event_id": entry.event_id, **entry.detail}
-            for entry in service.store.journal(limit=limit)
+            for entry in service.journal(limit=limit)
         ]
 
     @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
     async def event_journal(event_id: str):
         event = service.engine.event(service.engine.resolve_event_id(event_id))
-        return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.store.journal(event.event_id)]
+        return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.journal(event.event_id)]
 
     @app.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
     async def approve(body: ApproveIn):

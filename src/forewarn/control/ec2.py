@@ -199,6 +199,6 @@ def ec2_router(service: Maintenance) -> APIRouter:
     @router.get("/v1/deliveries", tags=["ec2"])
     async def deliveries(limit: int = Query(1000, ge=1, le=100000)):
         """Outgoing messages (AWS Health events): status pending, delivered or expired, attempts, last error."""
-        return service.store.deliveries(limit)
+        return service.deliveries(limit)
 
     return router

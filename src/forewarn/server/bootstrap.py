@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from forewarn.app.errors import Unavailable
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
@@ -36,7 +37,6 @@ from forewarn.net.http import Request
 from forewarn.net.own_listeners import OwnListeners
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
-from forewarn.store import StoreError
 
 log = logging.getLogger("forewarn.server")
 
@@ -87,7 +87,7 @@ class DeadlineTimer:
                 pass
             try:
                 self.service.catch_up()
-            except StoreError as error:  # the database is out of reach: the deadlines are applied once it is back
+            except Unavailable as error:  # the database is out of reach: the deadlines are applied once it is back
                 log.warning("applying due deadlines failed (%s); retrying in 1 s", error)
                 await asyncio.sleep(1)
             except Exception:  # a store failure must not stop the timer; the service already rebuilt its engine

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route, request_response
 
+from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.ec2_api import attributes, events, instances, windows
 from forewarn.aws.ec2_api.backend import Ec2Backend
@@ -20,7 +21,6 @@ from forewarn.aws.ec2_api.protocol import API_VERSION, Ec2Error, error_response,
 from forewarn.aws.ec2_api.registry import ACTIONS
 from forewarn.aws.ec2_api.sigv4 import SigV4Verifier, received
 from forewarn.net.browser_guard import BrowserGuard, Refusal
-from forewarn.store import StoreError
 
 log = logging.getLogger("forewarn.ec2api")
 
@@ -62,7 +62,7 @@ class Ec2Api:
             return self.dispatch(params, request_id)
         except Ec2Error as error:
             return error_response(error, request_id)
-        except StoreError as error:
+        except Unavailable as error:
             return error_response(
                 Ec2Error("ServiceUnavailable", f"Nothing was changed; the store failed: {error}", 503), request_id
             )

@@ -24,13 +24,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState, availability_zone_id
 from forewarn.core.changes import Rebuilt
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, Fresh, Request, Response
-from forewarn.store import StoreError
 
 log = logging.getLogger("forewarn.ec2imds")
 
@@ -235,7 +235,7 @@ class Ec2Imds:
             if service.wall() >= service.due_wall:
                 try:
                     service.catch_up()
-                except StoreError as error:  # serve the last committed state; the timer retries the deadline
+                except Unavailable as error:  # serve the last committed state; the timer retries the deadline
                     log.error("applying a due deadline failed: %s", error)
             if self._drop_down and self._is_down(instance_id):
                 return _DROPPED

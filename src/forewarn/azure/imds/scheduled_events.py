@@ -21,6 +21,7 @@ from datetime import datetime
 from email.utils import format_datetime
 from urllib.parse import parse_qsl
 
+from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import IncarnationChanged
 from forewarn.azure.imds import instance as azure_instance
@@ -43,7 +44,6 @@ from forewarn.core.errors import Invalid, NotFound
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, JSON, Later, Request, Response
 from forewarn.net.untrusted_json import JsonInputError, parse_json
-from forewarn.store import StoreError
 
 log = logging.getLogger("forewarn.imds")
 
@@ -199,7 +199,7 @@ class AzureImds:
             return _json(404, NOT_FOUND)
         except _Refused as refused:
             return refused.response
-        except StoreError as error:
+        except Unavailable as error:
             # Nothing was changed (the service rebuilt its engine from the database). Real IMDS answers its own
             # failures with 500, which clients retry.
             log.error("%s %s: %s", request.method, path, error)
@@ -317,7 +317,7 @@ class AzureImds:
         if service.wall() >= service.due_wall:
             try:
                 service.catch_up()
-            except StoreError as error:  # serve the last committed document; the timer retries the deadline
+            except Unavailable as error:  # serve the last committed document; the timer retries the deadline
                 log.error("applying a due deadline failed: %s", error)
         response = self._rendered(vm.scope, query["api-version"])
         for key, value in request.headers:

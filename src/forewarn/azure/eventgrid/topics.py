@@ -19,8 +19,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.arm.compute import ArmError
 from forewarn.azure.arm.router import ManagementApi
+from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.config import EventGridFile, EventGridFileError
 from forewarn.azure.eventgrid.delivery import EventGridDelivery
 from forewarn.azure.eventgrid.handshake import checked_endpoint, validate

@@ -41,7 +41,7 @@ import duckdb
 import duckdb_kql
 
 from .request import QueryLimits, QueryRequest, ResourceGraphError
-from .table import COLUMN_NAMES, STORED_TABLE, MaintenanceTable
+from .table import COLUMN_NAMES, STORED_TABLE, MaintenanceTable, one_row
 
 TABLE_NAME = "maintenanceresources"
 MAX_PAGE = 1000  # ARG's default page and the largest $top (reference §4.1)
@@ -342,7 +342,7 @@ def _check_references(sql: str) -> None:
     try:
         statements = duckdb.extract_statements(sql)
         with _PARSER_LOCK:
-            (serialized,) = _PARSER.execute("SELECT json_serialize_sql(?)", [sql]).fetchone()
+            (serialized,) = one_row(_PARSER.execute("SELECT json_serialize_sql(?)", [sql]))
         tree = json.loads(serialized)
         _collect_references(tree, tables, ctes)
     except (duckdb.Error, RecursionError):
@@ -414,7 +414,7 @@ def _execute(
             total = offset + len(rows)  # the page holds the end of the result: no second pass
         else:
             # DuckDB keeps a subquery's ORDER BY under count(*), so this can cost as much as the page itself.
-            (total,) = cursor.execute(f"{scoped}SELECT count(*) FROM ({compiled.sql}) AS q", parameters).fetchone()
+            (total,) = one_row(cursor.execute(f"{scoped}SELECT count(*) FROM ({compiled.sql}) AS q", parameters))
     except duckdb.InterruptException:
         raise _invalid_query("QueryTimeout", f"The query ran longer than {timeout_seconds} s.") from None
     except duckdb.Error as error:

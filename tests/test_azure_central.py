@@ -4,6 +4,8 @@ roles), and Resource Graph queries; against a real `forewarn serve` process."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 import requests
@@ -423,3 +425,28 @@ def test_resource_graph_rows_can_lag_the_events(tmp_path):
         assert arg_query(lagging, query).json()["data"][0]["status"] == "Scheduled"
         lagging.advance("5m")
         assert arg_query(lagging, query).json()["data"][0]["status"] == "Started"
+
+
+def _loaded_duckdb(pid: int) -> bool:
+    """Whether the process has DuckDB's native library mapped (imported by any module)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        paths = {line.split()[-1] for line in maps if line.count(" ") >= 5}
+    return any("duckdb" in Path(path).name and ".so" in Path(path).name for path in paths)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="reads the server's memory map from /proc")
+def test_duckdb_is_loaded_only_when_resource_graph_is_used(tmp_path):
+    """A server whose fleet publishes nothing centrally does not load DuckDB for IMDS, ARM Compute or acknowledge
+    traffic; its first Resource Graph query does."""
+    with Server(tmp_path, fleet_text=FLEET.replace(str(CENTRAL), "{}")) as plain:
+        pid = plain.process.pid
+        plain.schedule(type="Reboot", vms=["solo"], notice="15m")
+        assert requests.get(f"{plain.arm}{RG}/virtualMachines?api-version=2024-07-01", timeout=5).status_code == 200
+        assert requests.get(f"{plain.control}/healthz", timeout=5).status_code == 200
+        assert not _loaded_duckdb(pid)
+        answer = requests.post(
+            f"{plain.arm}{ARG}?api-version=2022-10-01", json={"query": "maintenanceresources"}, timeout=10
+        )
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["totalRecords"] == 0
+        assert _loaded_duckdb(pid)

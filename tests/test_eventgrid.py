@@ -17,7 +17,7 @@ import requests
 from hypothesis import given
 from hypothesis import strategies as st
 
-from forewarn.azure.arm.compute import ArmError
+from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid import filters
 from forewarn.azure.eventgrid.delivery import EventGridDelivery, batches, dead_letter_event, retry_delay
 from forewarn.azure.eventgrid.events import as_cloud_event, scheduled_event_emitted

@@ -1,13 +1,14 @@
 """The ARM port (a stand-in for ``management.azure.com``): authentication, then each request to its resource
 provider.
 
-- ``Microsoft.Compute`` (``azure_arm.py``): VMs, availability sets, scale sets and their policies;
+- ``Microsoft.Compute`` (``compute.py``): VMs, availability sets, scale sets and their policies;
 - ``Microsoft.Maintenance`` scheduled-events acknowledge, nested under a Compute resource (``azure/maintenance/acknowledge.py``);
-- ``Microsoft.ResourceGraph/resources`` (``azure_resource_graph.py``);
+- ``Microsoft.ResourceGraph/resources`` (``azure/resource_graph/api.py``);
 - ``Microsoft.EventGrid`` system topics and event subscriptions (``eventgrid/``), and the validation URL Event Grid
   hands to webhooks (``/eventgrid/...``, which a subscriber calls without a token, as the real one is).
 
-Access control (``azure_access.py``) is checked here for Compute, whose routes predate it; the other providers call
+Every provider answers through ``wire.py`` (ARM's error shape, api-version, bodies). Access control (``access.py``)
+is checked here for Compute, whose routes predate it; the other providers call
 ``ManagementCall.authorize`` with their own actions and scopes, because only they know them (an acknowledge acts on
 the event's resource; a Resource Graph query filters rows by what the caller may read).
 """
@@ -23,7 +24,8 @@ from starlette.responses import Response
 from starlette.routing import Route, request_response
 
 from forewarn.azure.arm.access import AccessControl, Principal
-from forewarn.azure.arm.compute import ArmApi, ArmError, answered
+from forewarn.azure.arm.compute import ArmApi
+from forewarn.azure.arm.wire import ArmError, answered
 from forewarn.net.browser_guard import BrowserGuard
 
 METHODS = ["GET", "PUT", "PATCH", "POST", "DELETE", "HEAD", "OPTIONS"]
@@ -43,7 +45,7 @@ class ManagementCall:
         return self.principal is None or self.principal.can(action, scope)
 
     def authorize(self, action: str, scope: str) -> None:
-        if not self.can(action, scope):
+        if self.principal is not None and not self.principal.can(action, scope):
             raise forbidden(self.principal, action, scope)
 
 

@@ -21,8 +21,16 @@ from datetime import datetime
 
 from starlette.responses import PlainTextResponse, Response
 
-from forewarn.azure.arm.compute import ArmError, _api_version, _body, _json
 from forewarn.azure.arm.router import ManagementCall
+from forewarn.azure.arm.wire import (
+    ArmError,
+    dated_api_version,
+    json_response,
+    method_not_allowed,
+    object_body,
+    resource_not_found,
+    subscription_not_found,
+)
 from forewarn.azure.eventgrid.handshake import VALIDATED_TEXT, manual_validation_expired, validation_token
 from forewarn.azure.eventgrid.model import (
     EVENTGRID,
@@ -53,7 +61,6 @@ KNOWN_API_VERSIONS = (
     "2020-10-15-preview",
     "2020-04-01-preview",
 )
-RESOURCE_NOT_FOUND_HELP = "For more details please go to https://aka.ms/ARMResourceNotFoundFix"
 SKIP_VALIDATION_HEADER = "x-forewarn-skip-validation"  # ours, documented: no handshake for this PUT (tests)
 
 TOPIC_ACTIONS = {"GET": "read", "PUT": "write", "PATCH": "write", "DELETE": "delete"}
@@ -67,17 +74,8 @@ def _route_error(path: str) -> ArmError:
     )
 
 
-def _method_not_allowed(method: str) -> ArmError:
-    return ArmError(405, "MethodNotAllowed", f"The requested resource does not support http method '{method}'.")
-
-
 def _not_found(kind: str, name: str, group: str) -> ArmError:
-    return ArmError(
-        404,
-        "ResourceNotFound",
-        f"The Resource '{EVENTGRID}/{kind}/{name}' under resource group "
-        f"'{group}' was not found. {RESOURCE_NOT_FOUND_HELP}",
-    )
+    return resource_not_found(EVENTGRID, kind, name, group)
 
 
 class EventGridArm:
@@ -99,11 +97,11 @@ class EventGridArm:
             raise _route_error(path)
         if lower[2:5] == ["providers", "microsoft.eventgrid", "systemtopics"] and len(lower) == 5:
             if method != "GET":
-                raise _method_not_allowed(method)
+                raise method_not_allowed(method)
             call.authorize("Microsoft.EventGrid/systemTopics/read", "/" + "/".join(segments[:2]))
             self._api_version(call)
             sub = self._subscription(segments[1])
-            return _json(200, {"value": [t.to_arm() for t in self.registry.topics_in(sub)]})
+            return json_response(200, {"value": [t.to_arm() for t in self.registry.topics_in(sub)]})
         if lower[2] != "resourcegroups" or len(lower) < 7 or lower[4:6] != ["providers", "microsoft.eventgrid"]:
             raise _route_error(path)
         rest, lrest = segments[6:], lower[6:]
@@ -119,15 +117,15 @@ class EventGridArm:
             )
         if len(lrest) == 1:
             if method != "GET":
-                raise _method_not_allowed(method)
+                raise method_not_allowed(method)
             call.authorize("Microsoft.EventGrid/systemTopics/read", group_scope)
             self._api_version(call)
             sub = self._subscription(segments[1])
-            return _json(200, {"value": [t.to_arm() for t in self.registry.topics_in(sub, segments[3])]})
+            return json_response(200, {"value": [t.to_arm() for t in self.registry.topics_in(sub, segments[3])]})
         topic_scope = "/" + "/".join(segments[:8])
         if len(lrest) == 2:
             if method not in TOPIC_ACTIONS:
-                raise _method_not_allowed(method)
+                raise method_not_allowed(method)
             call.authorize(f"Microsoft.EventGrid/systemTopics/{TOPIC_ACTIONS[method]}", topic_scope)
             self._api_version(call)
             sub = self._subscription(segments[1])
@@ -137,35 +135,35 @@ class EventGridArm:
         action_base = "Microsoft.EventGrid/systemTopics/eventSubscriptions"
         if len(lrest) == 3:
             if method != "GET":
-                raise _method_not_allowed(method)
+                raise method_not_allowed(method)
             call.authorize(f"{action_base}/read", "/" + "/".join(segments[:9]))
             self._api_version(call)
             topic = self._topic(self._subscription(segments[1]), segments[3], rest[1])
             now = self.now()
-            return _json(200, {"value": [s.to_arm(now) for s in self.registry.subscriptions_of(topic.key)]})
+            return json_response(200, {"value": [s.to_arm(now) for s in self.registry.subscriptions_of(topic.key)]})
         scope = "/" + "/".join(segments[:10])
         if len(lrest) == 5:
             operation = {"getdeliveryattributes": "getDeliveryAttributes", "getfullurl": "getFullUrl"}.get(lrest[4])
             if operation is None:
                 raise _route_error(path)
             if method != "POST":
-                raise _method_not_allowed(method)
+                raise method_not_allowed(method)
             call.authorize(f"{action_base}/{operation}/action", scope)
             self._api_version(call)
             topic = self._topic(self._subscription(segments[1]), segments[3], rest[1])
             subscription = self._event_subscription(topic, rest[3])
             if operation == "getFullUrl":
-                return _json(200, {"endpointUrl": subscription.destination.endpoint_url})
-            return _json(200, {"value": [a.to_arm(reveal=True) for a in subscription.destination.attributes]})
+                return json_response(200, {"endpointUrl": subscription.destination.endpoint_url})
+            return json_response(200, {"value": [a.to_arm(reveal=True) for a in subscription.destination.attributes]})
         if method not in TOPIC_ACTIONS:
-            raise _method_not_allowed(method)
+            raise method_not_allowed(method)
         call.authorize(f"{action_base}/{TOPIC_ACTIONS[method]}", scope)
         self._api_version(call)
         topic = self._topic(self._subscription(segments[1]), segments[3], rest[1])
         return await self.event_subscription(call, topic, rest[3])
 
     def _api_version(self, call: ManagementCall) -> str:
-        version = _api_version(call.request, KNOWN_API_VERSIONS)
+        version = dated_api_version(call.request, KNOWN_API_VERSIONS)
         text = version.text
         if not version.at_least(SYSTEM_TOPICS_SINCE):
             raise ArmError(
@@ -180,7 +178,7 @@ class EventGridArm:
     def _subscription(self, text: str) -> str:
         found = self.eventgrid.azure_subscription(text)
         if found is None:
-            raise ArmError(404, "SubscriptionNotFound", f"The subscription '{text}' could not be found.")
+            raise subscription_not_found(text)
         return found
 
     def _topic(self, sub: str, group: str, name: str) -> SystemTopic:
@@ -203,13 +201,13 @@ class EventGridArm:
         if call.method == "GET":
             if existing is None:
                 raise _not_found("systemTopics", name, group)
-            return _json(200, existing.to_arm())
+            return json_response(200, existing.to_arm())
         if call.method == "DELETE":
             if existing is None:
                 return Response(status_code=204)
             self.registry.delete_topic(key)
             return Response(status_code=200)
-        body = await _body(call.request, required=True)
+        body = await object_body(call.request, required=True)
         if call.method == "PATCH":  # SystemTopicUpdateParameters: tags (identity is not emulated)
             if existing is None:
                 raise _not_found("systemTopics", name, group)
@@ -223,13 +221,13 @@ class EventGridArm:
                 )
             updated = replace(existing, tags=tags)
             self.registry.put_topic(updated)
-            return _json(200, updated.to_arm())
+            return json_response(200, updated.to_arm())
         check_topic_name(name)
         tags = parse_topic_body(body, sub)
         if existing is not None:
             updated = replace(existing, tags=tags)
             self.registry.put_topic(updated)
-            return _json(200, updated.to_arm())
+            return json_response(200, updated.to_arm())
         other = self.registry.topic_of_source(sub)
         if other is not None:
             raise ArmError(
@@ -245,7 +243,7 @@ class EventGridArm:
         topic = SystemTopic(sub, group, name, metric_resource_id(key), tags)
         self.registry.put_topic(topic)
         log.info("system topic %s created", topic.id)
-        return _json(201, topic.to_arm())
+        return json_response(201, topic.to_arm())
 
     # ------------------------------------------------------------------------------------ event subscriptions
     async def event_subscription(self, call: ManagementCall, topic: SystemTopic, name: str) -> Response:
@@ -255,7 +253,7 @@ class EventGridArm:
         if call.method == "GET":
             if existing is None:
                 raise _not_found(f"systemTopics/{topic.name}/eventSubscriptions", name, topic.resource_group)
-            return _json(200, existing.to_arm(now))
+            return json_response(200, existing.to_arm(now))
         if call.method == "DELETE":
             if existing is None:
                 return Response(status_code=204)
@@ -263,7 +261,7 @@ class EventGridArm:
             log.info("event subscription %s deleted", existing.id)
             return Response(status_code=200)
         check_subscription_name(name)
-        body = await _body(call.request, required=True)
+        body = await object_body(call.request, required=True)
         if call.method == "PATCH":
             if existing is None:
                 raise _not_found(f"systemTopics/{topic.name}/eventSubscriptions", name, topic.resource_group)
@@ -292,7 +290,7 @@ class EventGridArm:
         else:
             public_base = str(call.request.base_url).rstrip("/")
             stored = await self.eventgrid.validate_and_store(candidate, public_base)
-        return _json(200 if existing is not None else 201, stored.to_arm(self.now()))
+        return json_response(200 if existing is not None else 201, stored.to_arm(self.now()))
 
     # -------------------------------------------------------------------------------------- validation URL
     async def validation_url(self, call: ManagementCall) -> Response:
@@ -301,7 +299,7 @@ class EventGridArm:
         if len(lower) != 4 or lower[1] != "eventsubscriptions" or lower[3] != "validate":
             raise ArmError(404, "NotFound", f"No validation route matches {call.request.url.path!r}.")
         if call.method != "GET":
-            raise _method_not_allowed(call.method)
+            raise method_not_allowed(call.method)
         code = call.request.query_params.get("id", "")
         token = call.request.query_params.get("token", "")
         subscription = self.registry.awaiting(code) if code else None

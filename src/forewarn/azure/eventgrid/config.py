@@ -33,7 +33,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from forewarn import yamlfile
-from forewarn.azure.arm.compute import ArmError
+from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.model import (
     EventSubscription,
     check_topic_name,

@@ -22,7 +22,7 @@ from datetime import datetime
 
 import httpx
 
-from forewarn.azure.arm.compute import ArmError
+from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.delivery import ORIGIN, status_name
 from forewarn.azure.eventgrid.events import METADATA_VERSION, VALIDATION_DATA_VERSION, validation_event, validation_url
 from forewarn.azure.eventgrid.model import (

@@ -13,12 +13,22 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from forewarn.azure.arm.compute import ArmError
+from forewarn.azure.arm.wire import (
+    ArmError,
+    Refusal,
+    given,
+    json_bool,
+    json_object,
+    json_string,
+    json_strings,
+    member,
+)
 
 EVENTGRID = "Microsoft.EventGrid"
 TOPIC_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources"
@@ -77,7 +87,6 @@ _STORAGE_ACCOUNT_ID = re.compile(
     r"^/subscriptions/[^/]+/resourceGroups/[^/]+/providers/Microsoft\.Storage/storageAccounts/[a-z0-9]{3,24}$",
     re.IGNORECASE,
 )
-_ABSENT = object()
 
 
 # ------------------------------------------------------------------------------------------------------ errors
@@ -91,46 +100,26 @@ def invalid_topic(message: str, target: str | None = None) -> ArmError:
     return ArmError(400, "InvalidRequest", f"Invalid system topic request: {message}", target)
 
 
-def _member(obj: dict, name: str) -> Any:
-    if name in obj:
-        return obj[name]
-    lowered = name.lower()
-    for key, value in obj.items():
-        if isinstance(key, str) and key.lower() == lowered:
-            return value
-    return _ABSENT
+def _in_words_of(error: Callable[[str, str | None], ArmError]) -> Refusal:
+    """Event Grid's words for a member of the wrong type: "'{path}' must be {what was expected}."."""
+
+    def refuse(expected: str, value: Any, path: str) -> ArmError:
+        return error(f"'{path}' must be {expected}.", path)
+
+    return refuse
 
 
-def _given(value: Any) -> bool:
-    return value is not _ABSENT and value is not None
-
-
-def _object(value: Any, path: str, error=invalid_subscription) -> dict | None:
-    if not _given(value):
-        return None
-    if not isinstance(value, dict):
-        raise error(f"'{path}' must be a JSON object.", path)
-    return value
-
-
-def _string(value: Any, path: str, error=invalid_subscription) -> str | None:
-    if not _given(value):
-        return None
-    if not isinstance(value, str):
-        raise error(f"'{path}' must be a string.", path)
-    return value
+SUBSCRIPTION_REFUSAL = _in_words_of(invalid_subscription)
+TOPIC_REFUSAL = _in_words_of(invalid_topic)
 
 
 def _boolean(value: Any, path: str, default: bool) -> bool:
-    if not _given(value):
-        return default
-    if not isinstance(value, bool):
-        raise invalid_subscription(f"'{path}' must be true or false.", path)
-    return value
+    found = json_bool(value, path, SUBSCRIPTION_REFUSAL)
+    return default if found is None else found
 
 
 def _integer(value: Any, path: str, low: int, high: int, default: int) -> int:
-    if not _given(value):
+    if not given(value):
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
         raise invalid_subscription(f"'{path}' must be an integer between {low} and {high}.", path)
@@ -141,14 +130,6 @@ def _integer(value: Any, path: str, low: int, high: int, default: int) -> int:
 
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _strings(value: Any, path: str) -> list[str] | None:
-    if not _given(value):
-        return None
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        raise invalid_subscription(f"'{path}' must be a list of strings.", path)
-    return value
 
 
 def arm_time(moment: datetime) -> str:
@@ -230,8 +211,8 @@ def check_topic_name(name: str) -> None:
 
 def parse_topic_body(body: dict, subscription_id: str) -> dict[str, str] | None:
     """Check a system topic PUT body against the Azure subscription in its path; the tags it sets."""
-    location = _member(body, "location")
-    if not _given(location):
+    location = member(body, "location")
+    if not given(location):
         raise ArmError(400, "LocationRequired", "The location property is required for this definition.")
     if not isinstance(location, str) or location.strip().lower() != TOPIC_LOCATION:
         raise invalid_topic(
@@ -239,15 +220,15 @@ def parse_topic_body(body: dict, subscription_id: str) -> dict[str, str] | None:
             f"subscription, and such topics are located '{TOPIC_LOCATION}'.",
             "location",
         )
-    properties = _object(_member(body, "properties"), "properties", invalid_topic)
+    properties = json_object(member(body, "properties"), "properties", TOPIC_REFUSAL)
     if properties is None:
         raise invalid_topic("'properties' with 'source' and 'topicType' is required.", "properties")
-    topic_type = _string(_member(properties, "topicType"), "properties.topicType", invalid_topic)
+    topic_type = json_string(member(properties, "topicType"), "properties.topicType", TOPIC_REFUSAL)
     if topic_type is None or topic_type.lower() != TOPIC_TYPE.lower():
         raise invalid_topic(
             f"Topic type '{topic_type}' is not emulated; forewarn publishes only {TOPIC_TYPE}.", "properties.topicType"
         )
-    source = _string(_member(properties, "source"), "properties.source", invalid_topic)
+    source = json_string(member(properties, "source"), "properties.source", TOPIC_REFUSAL)
     expected = f"/subscriptions/{subscription_id}"
     if source is None or source.rstrip("/").lower() != expected.lower():
         raise invalid_topic(
@@ -255,8 +236,8 @@ def parse_topic_body(body: dict, subscription_id: str) -> dict[str, str] | None:
             f"'{expected}'; got '{source}'.",
             "properties.source",
         )
-    tags = _member(body, "tags")
-    if not _given(tags):
+    tags = member(body, "tags")
+    if not given(tags):
         return None
     if not isinstance(tags, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in tags.items()):
         raise invalid_topic("'tags' must be an object of string values.", "tags")
@@ -555,17 +536,19 @@ def parse_subscription_body(body: dict, topic_id: str, name: str, now: datetime 
     """An event subscription from a PUT body (``{"properties": {...}}``); raises ArmError for what Event Grid refuses.
     ``now`` (the engine's time) is for ``expirationTimeUtc``, which must lie ahead (None: not checked)."""
     check_subscription_name(name)
-    properties = _object(_member(body, "properties"), "properties")
+    properties = json_object(member(body, "properties"), "properties", SUBSCRIPTION_REFUSAL)
     if properties is None:
         raise invalid_subscription("'properties' with a 'destination' is required.", "properties")
     for unsupported in ("deliveryWithResourceIdentity", "deadLetterWithResourceIdentity"):
-        if _given(_member(properties, unsupported)):
+        if given(member(properties, unsupported)):
             raise invalid_subscription(
                 f"'{unsupported}' (managed identity delivery) is not emulated; forewarn "
                 "delivers to WebHook endpoints directly.",
                 f"properties.{unsupported}",
             )
-    schema = _string(_member(properties, "eventDeliverySchema"), "properties.eventDeliverySchema")
+    schema = json_string(
+        member(properties, "eventDeliverySchema"), "properties.eventDeliverySchema", SUBSCRIPTION_REFUSAL
+    )
     canonical_schema = EVENT_GRID_SCHEMA
     if schema is not None:
         matches = [s for s in SCHEMAS if s.lower() == schema.lower()]
@@ -576,8 +559,10 @@ def parse_subscription_body(body: dict, topic_id: str, name: str, now: datetime 
                 "properties.eventDeliverySchema",
             )
         canonical_schema = matches[0]
-    labels = _strings(_member(properties, "labels"), "properties.labels") or []
-    expiration_text = _string(_member(properties, "expirationTimeUtc"), "properties.expirationTimeUtc")
+    labels = json_strings(member(properties, "labels"), "properties.labels", SUBSCRIPTION_REFUSAL) or []
+    expiration_text = json_string(
+        member(properties, "expirationTimeUtc"), "properties.expirationTimeUtc", SUBSCRIPTION_REFUSAL
+    )
     expiration = None
     if expiration_text is not None:
         try:
@@ -596,29 +581,31 @@ def parse_subscription_body(body: dict, topic_id: str, name: str, now: datetime 
     return EventSubscription(
         topic_id=topic_id,
         name=name,
-        destination=_destination(_member(properties, "destination")),
-        filter=_filter(_member(properties, "filter")),
+        destination=_destination(member(properties, "destination")),
+        filter=_filter(member(properties, "filter")),
         schema=canonical_schema,
-        retry=_retry_policy(_member(properties, "retryPolicy")),
-        dead_letter=_dead_letter(_member(properties, "deadLetterDestination")),
+        retry=_retry_policy(member(properties, "retryPolicy")),
+        dead_letter=_dead_letter(member(properties, "deadLetterDestination")),
         labels=tuple(labels),
         expiration=expiration,
     )
 
 
 def _destination(raw: Any) -> WebHookDestination:
-    destination = _object(raw, "properties.destination")
+    destination = json_object(raw, "properties.destination", SUBSCRIPTION_REFUSAL)
     if destination is None:
         raise invalid_subscription("'destination' is required.", "properties.destination")
-    endpoint_type = _string(_member(destination, "endpointType"), "properties.destination.endpointType")
+    endpoint_type = json_string(
+        member(destination, "endpointType"), "properties.destination.endpointType", SUBSCRIPTION_REFUSAL
+    )
     if endpoint_type is None or endpoint_type.lower() != "webhook":
         raise invalid_subscription(
             f"Endpoint type '{endpoint_type}' is not emulated; forewarn delivers to WebHook endpoints.",
             "properties.destination.endpointType",
         )
     base = "properties.destination.properties"
-    properties = _object(_member(destination, "properties"), base) or {}
-    url = _string(_member(properties, "endpointUrl"), f"{base}.endpointUrl")
+    properties = json_object(member(destination, "properties"), base, SUBSCRIPTION_REFUSAL) or {}
+    url = json_string(member(properties, "endpointUrl"), f"{base}.endpointUrl", SUBSCRIPTION_REFUSAL)
     parts = urlsplit(url or "")
     if url is None or parts.scheme not in ("http", "https") or not parts.hostname:
         # Azure requires HTTPS; a local emulator accepts plain HTTP too, for subscribers on this machine.
@@ -628,32 +615,32 @@ def _destination(raw: Any) -> WebHookDestination:
             f"{base}.endpointUrl",
         )
     for unsupported in ("azureActiveDirectoryTenantId", "azureActiveDirectoryApplicationIdOrUri"):
-        if _given(_member(properties, unsupported)):
+        if given(member(properties, unsupported)):
             raise invalid_subscription(
                 f"'{unsupported}' (Microsoft Entra protected webhooks) is not emulated.", f"{base}.{unsupported}"
             )
     return WebHookDestination(
         endpoint_url=url,
         max_events_per_batch=_integer(
-            _member(properties, "maxEventsPerBatch"),
+            member(properties, "maxEventsPerBatch"),
             f"{base}.maxEventsPerBatch",
             1,
             MAX_EVENTS_PER_BATCH,
             DEFAULT_MAX_EVENTS_PER_BATCH,
         ),
         preferred_batch_kb=_integer(
-            _member(properties, "preferredBatchSizeInKilobytes"),
+            member(properties, "preferredBatchSizeInKilobytes"),
             f"{base}.preferredBatchSizeInKilobytes",
             1,
             MAX_PREFERRED_BATCH_KB,
             DEFAULT_PREFERRED_BATCH_KB,
         ),
-        attributes=_attributes(_member(properties, "deliveryAttributeMappings"), f"{base}.deliveryAttributeMappings"),
+        attributes=_attributes(member(properties, "deliveryAttributeMappings"), f"{base}.deliveryAttributeMappings"),
     )
 
 
 def _attributes(raw: Any, path: str) -> tuple[DeliveryAttribute, ...]:
-    if not _given(raw):
+    if not given(raw):
         return ()
     if not isinstance(raw, list):
         raise invalid_subscription(f"'{path}' must be a list.", path)
@@ -665,10 +652,10 @@ def _attributes(raw: Any, path: str) -> tuple[DeliveryAttribute, ...]:
     seen: set[str] = set()
     for index, item in enumerate(raw):
         where = f"{path}[{index}]"
-        mapping = _object(item, where)
+        mapping = json_object(item, where, SUBSCRIPTION_REFUSAL)
         if mapping is None:
             raise invalid_subscription(f"'{where}' must be an object.", where)
-        name = _string(_member(mapping, "name"), f"{where}.name")
+        name = json_string(member(mapping, "name"), f"{where}.name", SUBSCRIPTION_REFUSAL)
         if not name or not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name):
             raise invalid_subscription(
                 f"Delivery attribute name '{name}' is not a valid HTTP header name.", f"{where}.name"
@@ -681,10 +668,10 @@ def _attributes(raw: Any, path: str) -> tuple[DeliveryAttribute, ...]:
         if name.lower() in seen:
             raise invalid_subscription(f"Delivery attribute name '{name}' is given twice.", f"{where}.name")
         seen.add(name.lower())
-        kind = _string(_member(mapping, "type"), f"{where}.type")
-        properties = _object(_member(mapping, "properties"), f"{where}.properties") or {}
+        kind = json_string(member(mapping, "type"), f"{where}.type", SUBSCRIPTION_REFUSAL)
+        properties = json_object(member(mapping, "properties"), f"{where}.properties", SUBSCRIPTION_REFUSAL) or {}
         if kind is not None and kind.lower() == "static":
-            value = _string(_member(properties, "value"), f"{where}.properties.value")
+            value = json_string(member(properties, "value"), f"{where}.properties.value", SUBSCRIPTION_REFUSAL)
             if value is None:
                 raise invalid_subscription(
                     f"Static delivery attribute '{name}' needs properties.value.", f"{where}.properties.value"
@@ -697,10 +684,12 @@ def _attributes(raw: Any, path: str) -> tuple[DeliveryAttribute, ...]:
                 raise invalid_subscription(
                     f"The value of delivery attribute '{name}' contains a line break.", f"{where}.properties.value"
                 )
-            secret = _boolean(_member(properties, "isSecret"), f"{where}.properties.isSecret", False)
+            secret = _boolean(member(properties, "isSecret"), f"{where}.properties.isSecret", False)
             found.append(DeliveryAttribute(name, "Static", value, secret))
         elif kind is not None and kind.lower() == "dynamic":
-            source = _string(_member(properties, "sourceField"), f"{where}.properties.sourceField")
+            source = json_string(
+                member(properties, "sourceField"), f"{where}.properties.sourceField", SUBSCRIPTION_REFUSAL
+            )
             if not source or any(not part for part in source.split(".")):
                 raise invalid_subscription(
                     f"Dynamic delivery attribute '{name}' needs properties.sourceField, a "
@@ -717,15 +706,15 @@ def _attributes(raw: Any, path: str) -> tuple[DeliveryAttribute, ...]:
 
 def _filter(raw: Any) -> SubscriptionFilter:
     path = "properties.filter"
-    body = _object(raw, path)
+    body = json_object(raw, path, SUBSCRIPTION_REFUSAL)
     if body is None:
         return SubscriptionFilter()
-    types = _strings(_member(body, "includedEventTypes"), f"{path}.includedEventTypes")
-    begins = _string(_member(body, "subjectBeginsWith"), f"{path}.subjectBeginsWith") or ""
-    ends = _string(_member(body, "subjectEndsWith"), f"{path}.subjectEndsWith") or ""
-    filters_raw = _member(body, "advancedFilters")
+    types = json_strings(member(body, "includedEventTypes"), f"{path}.includedEventTypes", SUBSCRIPTION_REFUSAL)
+    begins = json_string(member(body, "subjectBeginsWith"), f"{path}.subjectBeginsWith", SUBSCRIPTION_REFUSAL) or ""
+    ends = json_string(member(body, "subjectEndsWith"), f"{path}.subjectEndsWith", SUBSCRIPTION_REFUSAL) or ""
+    filters_raw = member(body, "advancedFilters")
     advanced: list[AdvancedFilter] = []
-    if _given(filters_raw):
+    if given(filters_raw):
         if not isinstance(filters_raw, list):
             raise invalid_subscription(f"'{path}.advancedFilters' must be a list.", f"{path}.advancedFilters")
         if len(filters_raw) > MAX_ADVANCED_FILTERS:
@@ -747,34 +736,34 @@ def _filter(raw: Any) -> SubscriptionFilter:
         subject_begins_with=begins,
         subject_ends_with=ends,
         subject_case_sensitive=_boolean(
-            _member(body, "isSubjectCaseSensitive"), f"{path}.isSubjectCaseSensitive", False
+            member(body, "isSubjectCaseSensitive"), f"{path}.isSubjectCaseSensitive", False
         ),
         arrays=_boolean(
-            _member(body, "enableAdvancedFilteringOnArrays"), f"{path}.enableAdvancedFilteringOnArrays", False
+            member(body, "enableAdvancedFilteringOnArrays"), f"{path}.enableAdvancedFilteringOnArrays", False
         ),
         advanced=tuple(advanced),
     )
 
 
 def _advanced_filter(raw: Any, path: str) -> AdvancedFilter:
-    body = _object(raw, path)
+    body = json_object(raw, path, SUBSCRIPTION_REFUSAL)
     if body is None:
         raise invalid_subscription(f"'{path}' must be an object.", path)
-    operator_raw = _string(_member(body, "operatorType"), f"{path}.operatorType")
+    operator_raw = json_string(member(body, "operatorType"), f"{path}.operatorType", SUBSCRIPTION_REFUSAL)
     operator = _CANONICAL_OPERATORS.get((operator_raw or "").lower())
     if operator is None:
         raise invalid_subscription(
             f"Advanced filter operator '{operator_raw}' is not valid; valid operators: {', '.join(OPERATORS)}.",
             f"{path}.operatorType",
         )
-    key = _string(_member(body, "key"), f"{path}.key")
+    key = json_string(member(body, "key"), f"{path}.key", SUBSCRIPTION_REFUSAL)
     if not key or any(not part for part in key.split(".")):
         raise invalid_subscription(
             f"Advanced filter key '{key}' is not valid: give a dotted path such as "
             "data.resourceInfo.properties.EventStatus.",
             f"{path}.key",
         )
-    value, values = _member(body, "value"), _member(body, "values")
+    value, values = member(body, "value"), member(body, "values")
     if operator in NULL_CHECKS:
         return AdvancedFilter(operator, key)
     if operator in NUMBER_SINGLE:
@@ -813,15 +802,13 @@ def _advanced_filter(raw: Any, path: str) -> AdvancedFilter:
 
 def _retry_policy(raw: Any) -> RetryPolicy:
     path = "properties.retryPolicy"
-    body = _object(raw, path)
+    body = json_object(raw, path, SUBSCRIPTION_REFUSAL)
     if body is None:
         return RetryPolicy()
     return RetryPolicy(
+        _integer(member(body, "maxDeliveryAttempts"), f"{path}.maxDeliveryAttempts", 1, MAX_ATTEMPTS, DEFAULT_ATTEMPTS),
         _integer(
-            _member(body, "maxDeliveryAttempts"), f"{path}.maxDeliveryAttempts", 1, MAX_ATTEMPTS, DEFAULT_ATTEMPTS
-        ),
-        _integer(
-            _member(body, "eventTimeToLiveInMinutes"),
+            member(body, "eventTimeToLiveInMinutes"),
             f"{path}.eventTimeToLiveInMinutes",
             1,
             MAX_TTL_MINUTES,
@@ -832,16 +819,16 @@ def _retry_policy(raw: Any) -> RetryPolicy:
 
 def _dead_letter(raw: Any) -> DeadLetterDestination | None:
     path = "properties.deadLetterDestination"
-    body = _object(raw, path)
+    body = json_object(raw, path, SUBSCRIPTION_REFUSAL)
     if body is None:
         return None
-    endpoint_type = _string(_member(body, "endpointType"), f"{path}.endpointType")
+    endpoint_type = json_string(member(body, "endpointType"), f"{path}.endpointType", SUBSCRIPTION_REFUSAL)
     if endpoint_type is None or endpoint_type.lower() != "storageblob":
         raise invalid_subscription(
             f"Dead letter endpoint type '{endpoint_type}' is not valid; use StorageBlob.", f"{path}.endpointType"
         )
-    properties = _object(_member(body, "properties"), f"{path}.properties") or {}
-    resource_id = _string(_member(properties, "resourceId"), f"{path}.properties.resourceId")
+    properties = json_object(member(body, "properties"), f"{path}.properties", SUBSCRIPTION_REFUSAL) or {}
+    resource_id = json_string(member(properties, "resourceId"), f"{path}.properties.resourceId", SUBSCRIPTION_REFUSAL)
     if resource_id is None or not _STORAGE_ACCOUNT_ID.match(resource_id):
         raise invalid_subscription(
             "The dead letter destination's resourceId must be a storage account id, "
@@ -849,7 +836,9 @@ def _dead_letter(raw: Any) -> DeadLetterDestination | None:
             "storageAccounts/{name}.",
             f"{path}.properties.resourceId",
         )
-    container = _string(_member(properties, "blobContainerName"), f"{path}.properties.blobContainerName")
+    container = json_string(
+        member(properties, "blobContainerName"), f"{path}.properties.blobContainerName", SUBSCRIPTION_REFUSAL
+    )
     if container is None or not _CONTAINER.match(container):
         raise invalid_subscription(
             f"Blob container name '{container}' is not valid: 3 to 63 lower-case letters, "

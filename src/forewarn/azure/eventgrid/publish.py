@@ -22,7 +22,8 @@ from forewarn.azure.eventgrid.events import PUBLISHED, in_schema, scheduled_even
 from forewarn.azure.eventgrid.filters import matches
 from forewarn.azure.eventgrid.registry import EventGridRegistry
 from forewarn.azure.eventgrid.settings import EventGridSettings
-from forewarn.engine.engine import Change, Engine
+from forewarn.core.changes import Change
+from forewarn.engine.engine import Engine
 from forewarn.store import Outgoing
 
 KIND = "eventgrid"

@@ -19,8 +19,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.arm.compute import ArmError
 from forewarn.azure.arm.router import ManagementApi
+from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.config import EventGridFile, EventGridFileError
 from forewarn.azure.eventgrid.delivery import EventGridDelivery
 from forewarn.azure.eventgrid.handshake import checked_endpoint, validate
@@ -63,11 +63,18 @@ class EventGrid:
         if self.declared is not None:
             self._apply_declared(self.declared)
 
+    @property
+    def attached(self) -> Maintenance:
+        """The service, which every request and delivery comes after (``attach`` runs before the server listens)."""
+        if self.service is None:
+            raise RuntimeError("Event Grid is used before it is attached to the service")
+        return self.service
+
     def azure_subscription(self, text: str) -> str | None:
         """The fleet's spelling of an Azure subscription id, or None if no VM of the fleet is in it."""
         if self._azure_subscriptions is None:  # the fleet never changes while serving
             self._azure_subscriptions = {}
-            for vm in self.service.engine.fleet.vms.values():
+            for vm in self.attached.engine.fleet.vms.values():
                 self._azure_subscriptions.setdefault(vm.subscription_id.lower(), vm.subscription_id)
         return self._azure_subscriptions.get(text.lower())
 
@@ -118,7 +125,7 @@ class EventGrid:
                 wanted_subscriptions.add(subscription.key)
                 stored = self.registry.subscriptions.get(subscription.key)
                 unchanged = stored is not None and stored.definition() == subscription.definition()
-                if unchanged and stored.state == SUCCEEDED:
+                if unchanged and stored is not None and stored.state == SUCCEEDED:
                     continue  # validated before, unchanged: no new handshake on every start
                 if subscription.skip_validation or not subscription.revalidates(stored):
                     self.registry.put_subscription(subscription)
@@ -163,7 +170,7 @@ class EventGrid:
         outcome = await validate(
             subscription,
             topic,
-            seed=self.service.engine.seed,
+            seed=self.attached.engine.seed,
             now=now,
             public_base=public_base,
             timeout=self.settings.handshake_timeout,
@@ -178,4 +185,4 @@ class EventGrid:
         return stored
 
     def now(self) -> datetime:
-        return self.service.now()
+        return self.attached.now()

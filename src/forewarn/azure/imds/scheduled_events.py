@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import format_datetime
+from typing import Any
 from urllib.parse import parse_qsl
 
 from forewarn.app.errors import Unavailable
@@ -228,6 +229,7 @@ class AzureImds:
         refusal = self._refusal(request, query, versions, newest)
         if refusal is not None:
             raise _Refused(_json(400, refusal))
+        assert isinstance(query, dict)  # a query that did not parse is refused above
         try:
             vm = self.resolver.resolve(request.local, request.peer)
         except UnknownCaller as error:
@@ -430,7 +432,7 @@ def render_document(incarnation: int, events: list[Event], version: str) -> byte
         resources = list(event.resources)
         if version == PREVIEW_VERSION:
             resources = ["_" + name for name in resources]  # dropped in 2017-08-01
-        item = {
+        item: dict[str, Any] = {
             "EventId": event.event_id,
             "EventStatus": event.status.value,
             "EventType": event.event_type.value,

@@ -20,12 +20,19 @@ import re
 from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.arm.compute import ArmError, _json, parse_body, read_body
 from forewarn.azure.arm.router import ManagementCall
+from forewarn.azure.arm.wire import (
+    ArmError,
+    json_response,
+    listed_api_version,
+    method_not_allowed,
+    parse_body,
+    read_body,
+)
 from forewarn.azure.model import Event, EventStatus
 
-# Reference 5.1/5.2: the TypeSpec version, and the two the az CLI's maintenance group targets. The list form exists
-# from 2025-10-01-preview on.
+# The Maintenance REST API's TypeSpec version, and the two the az CLI's maintenance group targets. The list form
+# exists from 2025-10-01-preview on.
 API_VERSIONS = ("2023-10-01-preview", "2025-10-01-preview", "2026-02-01-preview")
 LIST_SINCE = "2025-10-01-preview"
 ACKNOWLEDGE = "Microsoft.Maintenance/scheduledevents/acknowledge/action"
@@ -68,10 +75,8 @@ class MaintenanceApi:
         if not shaped:
             raise ArmError(404, "NotFound", f"No Microsoft.Maintenance route matches {call.request.url.path!r}.")
         if call.method != "POST":
-            raise ArmError(
-                405, "MethodNotAllowed", f"The requested resource does not support http method '{call.method}'."
-            )
-        version = self._api_version(call)
+            raise method_not_allowed(call.method)
+        version = listed_api_version(call.request, API_VERSIONS)
         # Authorization first, as ARM does: a caller without rights learns nothing about what exists there.
         call.authorize(ACKNOWLEDGE, "/" + "/".join(segments[:8]))
         owner = self._resource(segments, lower)
@@ -85,23 +90,6 @@ class MaintenanceApi:
                 f"Acknowledging a list of scheduled events needs api-version {LIST_SINCE} or later.",
             )
         return await self._acknowledge_list(call, owner)
-
-    def _api_version(self, call: ManagementCall) -> str:
-        version = call.request.query_params.get("api-version")
-        if not version:
-            raise ArmError(
-                400,
-                "MissingApiVersionParameter",
-                "The api-version query parameter (?api-version=) is required for all requests.",
-            )
-        if version not in API_VERSIONS:
-            raise ArmError(
-                400,
-                "InvalidApiVersionParameter",
-                f"The api-version '{version}' is invalid. The supported versions are "
-                f"'{','.join(reversed(API_VERSIONS))}'.",
-            )
-        return version
 
     def _event(self, owner: str, event_id: str) -> Event:
         found = self.service.engine.events.get(event_id.upper()) if _GUID.match(event_id) else None
@@ -119,7 +107,7 @@ class MaintenanceApi:
         if event.status is not EventStatus.SCHEDULED:
             raise _not_acknowledgeable(event)
         self.service.approve([event.event_id], by=_approver(call))
-        return _json(200, {"value": APPROVED})
+        return json_response(200, {"value": APPROVED})
 
     async def _acknowledge_list(self, call: ManagementCall, owner: str) -> Response:
         raw = await read_body(call.request)
@@ -148,8 +136,8 @@ class MaintenanceApi:
         if approvable:
             self.service.approve(approvable, by=_approver(call))  # one command, committed before the answer
         if not details:
-            return _json(200, {"value": APPROVED})
-        return _json(
+            return json_response(200, {"value": APPROVED})
+        return json_response(
             207,
             {
                 "error": {

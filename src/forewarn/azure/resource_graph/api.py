@@ -21,34 +21,30 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
-import re
 import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.arm.compute import ArmError, parse_body, read_body
 from forewarn.azure.arm.router import ManagementCall
+from forewarn.azure.arm.wire import ArmError, method_not_allowed, parse_body, read_body, well_formed_api_version
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
-from forewarn.azure.resource_graph import (
-    MaintenanceTable,
-    QueryLimits,
-    QueryRequest,
-    ResourceGraphError,
-    run_query,
-    scheduled_event_row,
-)
+from forewarn.azure.resource_graph.request import QueryLimits, QueryRequest, ResourceGraphError
+from forewarn.azure.resource_graph.rows import scheduled_event_row
 from forewarn.core.changes import Rebuilt
 from forewarn.engine.engine import Engine
 
+if TYPE_CHECKING:
+    from forewarn.azure.resource_graph.table import MaintenanceTable
+
 READ_ROWS = "Microsoft.ResourceGraph/resources/read"
 READ_EVENTS = "Microsoft.Maintenance/scheduledevents/read"
-_API_VERSION = re.compile(r"^\d{4}-\d{2}-\d{2}(-preview)?$")
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,7 @@ class ResourceGraphApi:
     def __init__(self, service: Maintenance, settings: ResourceGraphSettings = ResourceGraphSettings()):
         self.service = service
         self.settings = settings
-        self.table = MaintenanceTable()
+        self._table: MaintenanceTable | None = None  # made (DuckDB loaded) by the first central row or query
         self._quota: dict[str, list[float]] = {}
         self._quota_lock = threading.Lock()
         self._purged_at: datetime | None = None
@@ -80,6 +76,14 @@ class ResourceGraphApi:
         service.subscribe(self._on_change)
 
     # ----------------------------------------------------------------------------------------------- read model
+    @property
+    def table(self) -> MaintenanceTable:
+        if self._table is None:
+            from forewarn.azure.resource_graph.table import MaintenanceTable
+
+            self._table = MaintenanceTable()
+        return self._table
+
     def _row(self, engine: Engine, event: Event) -> dict:
         vm = engine.fleet.vms[event.resources[0]]
         return scheduled_event_row(
@@ -138,18 +142,8 @@ class ResourceGraphApi:
         if lower not in (["providers", "microsoft.resourcegraph", "resources"],):
             raise ArmError(404, "NotFound", f"No Microsoft.ResourceGraph route matches {call.request.url.path!r}.")
         if call.method != "POST":
-            raise ArmError(
-                405, "MethodNotAllowed", f"The requested resource does not support http method '{call.method}'."
-            )
-        version = call.request.query_params.get("api-version")
-        if not version:
-            raise ArmError(
-                400,
-                "MissingApiVersionParameter",
-                "The api-version query parameter (?api-version=) is required for all requests.",
-            )
-        if not _API_VERSION.match(version):  # any version a client sends: only its form is checked
-            raise ArmError(400, "InvalidApiVersionParameter", f"The api-version '{version}' is invalid.")
+            raise method_not_allowed(call.method)
+        well_formed_api_version(call.request)
         remaining, resets = self._spend_quota(call)
         headers = {"x-ms-user-quota-remaining": str(max(remaining, 0)), "x-ms-user-quota-resets-after": resets}
         if remaining < 0:
@@ -178,7 +172,7 @@ class ResourceGraphApi:
                 within = scopes
         # Lagging rows and retention are writes: they stay on the loop, serialized with the upserts of changes.
         self._catch_up(self.service.now())
-        self._purge()
+        self._purge()  # on the first query, this makes the table (loads DuckDB), here on the loop
         if not self._slots.acquire(blocking=False):
             response = ArmError(
                 429,
@@ -201,6 +195,8 @@ class ResourceGraphApi:
         return 200, _encoded(body)
 
     def _run(self, request: QueryRequest, allowed, within) -> dict:
+        from forewarn.azure.resource_graph.query import run_query
+
         return run_query(
             self.table,
             request,

@@ -126,11 +126,13 @@ class MaintenanceTable:
         stay whatever their age: a consumer polling ARG must still find an event that is due.
         """
         with self._lock:
-            (removed,) = self._con.execute(
-                f"DELETE FROM {STORED_TABLE} WHERE changed_at < ? "
-                "AND coalesce(properties ->> '$.EventStatus', '') NOT IN (SELECT unnest(?))",
-                [_naive_utc(cutoff), list(_LIVE_STATUSES)],
-            ).fetchone()
+            (removed,) = one_row(
+                self._con.execute(
+                    f"DELETE FROM {STORED_TABLE} WHERE changed_at < ? "
+                    "AND coalesce(properties ->> '$.EventStatus', '') NOT IN (SELECT unnest(?))",
+                    [_naive_utc(cutoff), list(_LIVE_STATUSES)],
+                )
+            )
         return removed
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -140,13 +142,21 @@ class MaintenanceTable:
 
     def __len__(self) -> int:
         with self._lock:
-            (count,) = self._con.execute(f"SELECT count(*) FROM {STORED_TABLE}").fetchone()
+            (count,) = one_row(self._con.execute(f"SELECT count(*) FROM {STORED_TABLE}"))
         return count
+
+
+def one_row(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:
+    """The one row of a statement that always has one (a count, a DELETE's count)."""
+    row = result.fetchone()
+    if row is None:
+        raise RuntimeError("DuckDB returned no row where one is always returned")
+    return row
 
 
 #: Whatever KQL becomes, DuckDB may not read or write files or URLs, attach databases, load extensions, or resolve
 #: an unknown table name to a Python variable of the calling frame (a replacement scan).
-_SANDBOX = {
+_SANDBOX: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
     "python_enable_replacements": False,
     "autoinstall_known_extensions": False,

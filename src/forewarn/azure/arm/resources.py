@@ -1,0 +1,415 @@
+"""What the three Microsoft.Compute resource types (virtual machines, availability sets, scale sets) share: the
+fleet indexed by ARM identity, the request's context, the api-versions that gate members, a VM's state as ARM shows
+it, the scheduled-events policy's body and patch, what the fleet file fixes, and the user actions.
+
+Every call into the engine from the Compute provider is here or in operations.py: reads through
+:class:`ComputeResources`, commands as the :data:`~forewarn.azure.arm.operations.Step` functions below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.arm.operations import COMPUTE, Done, Operations, Step, iso
+from forewarn.azure.arm.wire import (
+    ABSENT,
+    ApiVersion,
+    ArmError,
+    convert_error,
+    given,
+    json_bool,
+    json_object,
+    member,
+    missing_member,
+    resource_not_found,
+)
+from forewarn.azure.model import Event, EventType
+from forewarn.azure.vms import VM, NotificationProfile, Policy, Power, VmState
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import Invalid
+from forewarn.engine.engine import Engine
+
+# api-versions. Any well-formed version from the first ARM Compute version on is accepted (clients move to newer
+# versions faster than a list here would); members of request bodies are gated by the version that introduced them.
+OLDEST_API_VERSION = "2015-06-15"
+SCHEDULED_EVENTS_PROFILE_SINCE = "2019-03-01"  # the terminate-notification page; azure-rest-api-specs#6683
+OS_IMAGE_PROFILE_SINCE = "2022-11-01"  # azure-cli#24811, azure-rest-api-specs#21571
+SCHEDULED_EVENTS_POLICY_SINCE = "2024-03-01"  # azure-rest-api-specs#28214 (scale sets), #28257 (VMs)
+# "Scheduled Events in Event Grid": "requires ... REST API versions 2025-04-01 or newer"
+PUBLISHING_TARGETS_SINCE = "2025-04-01"
+# "Scheduled Events in Event Grid": "the only supported value is 2020-07-01"
+CENTRAL_EVENTS_API_VERSIONS = ("2020-07-01",)
+
+VM_ACTIONS = ("restart", "redeploy", "reimage")
+
+# Power state of the instance view for each state of a simulated VM (docs/azure-arm.md, "Instance view").
+_POWER_STATE = {
+    Power.RUNNING: ("PowerState/running", "VM running"),
+    Power.FROZEN: ("PowerState/running", "VM running"),  # a live-migration pause is invisible to ARM
+    Power.REBOOTING: ("PowerState/starting", "VM starting"),
+    Power.REDEPLOYING: ("PowerState/starting", "VM starting"),
+    Power.REIMAGING: ("PowerState/starting", "VM starting"),
+    Power.DELETED: ("PowerState/deallocated", "VM deallocated"),  # never shown: deleted VMs are not found
+}
+_UPDATING = (Power.REBOOTING, Power.REDEPLOYING, Power.REIMAGING)
+
+
+# ------------------------------------------------------------------------------------------------------- the fleet
+class ComputeFleet:
+    """Indexes of the fleet by ARM identity (subscription, resource group, name), case-insensitive."""
+
+    def __init__(self, vms: Iterable[VM]):
+        self.subscriptions: dict[str, str] = {}
+        self.groups: dict[tuple[str, str], str] = {}
+        self.vms: dict[tuple[str, str, str], VM] = {}
+        self.avsets: dict[tuple[str, str, str], list[VM]] = {}
+        self.scale_sets: dict[tuple[str, str, str], list[VM]] = {}
+        for vm in vms:
+            sub, group = vm.subscription_id.lower(), vm.resource_group.lower()
+            self.subscriptions.setdefault(sub, vm.subscription_id)
+            self.groups.setdefault((sub, group), vm.resource_group)
+            if vm.scale_set is not None:
+                self.scale_sets.setdefault((sub, group, vm.scale_set.lower()), []).append(vm)
+                continue
+            self.vms[(sub, group, vm.name.lower())] = vm
+            if vm.availability_set is not None:
+                self.avsets.setdefault((sub, group, vm.availability_set.lower()), []).append(vm)
+        for members in self.scale_sets.values():
+            members.sort(key=lambda vm: int(vm.instance_id or 0))
+
+
+@dataclass
+class Context:
+    """One request to a Compute resource type, with its resource group resolved."""
+
+    request: Request
+    api: ApiVersion
+    sub: str
+    group: str  # the fleet's spelling
+    kind: str  # the resource type, as ARM spells it
+    group_text: str = field(default="")
+
+    def __post_init__(self) -> None:
+        # ARM's not-found messages name the resource group as the request spelled it.
+        segments = [part for part in self.request.scope["path"].split("/") if part]
+        self.group_text = segments[3] if len(segments) > 3 else self.group
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.sub.lower(), self.group.lower())
+
+    @property
+    def expand_instance_view(self) -> bool:
+        return self.request.query_params.get("$expand", "").lower() == "instanceview"
+
+    def not_found(self, name: str, kind: str | None = None) -> ArmError:
+        return resource_not_found(COMPUTE, kind or self.kind, name, self.group_text)
+
+    def no_route(self) -> ArmError:
+        return no_route(self.request)
+
+
+def no_route(request: Request) -> ArmError:
+    return ArmError(404, "NotFound", f"No ARM route matches {request.scope['path']!r}.")
+
+
+def allow(method: str, allowed: tuple[str, ...]) -> None:
+    if method not in allowed:
+        raise ArmError(405, "MethodNotAllowed", f"The requested resource does not support http method '{method}'.")
+
+
+# ------------------------------------------------------------------------------------------- state, as ARM shows it
+class ComputeResources:
+    """The provider's view of the engine, shared by the three resource types, and its operations."""
+
+    def __init__(self, service: Maintenance, retry_after: int = 10):
+        self.service = service
+        self.operations = Operations(service, retry_after)
+        self.fleet = ComputeFleet(service.engine.fleet.vms.values())
+        self._cache_engine: Engine | None = None
+        self._marked_cache: dict[str, tuple[int, frozenset[str]]] = {}
+
+    @property
+    def engine(self) -> Engine:
+        return self.service.engine
+
+    def catch_up(self) -> None:
+        self.service.catch_up()
+
+    def state(self, vm: VM) -> VmState:
+        return self.engine.vm_states[vm.name]
+
+    def policy(self, vm: VM) -> Policy:
+        return self.engine.policies[vm.policy_owner]
+
+    def exists(self, vm: VM) -> bool:
+        return not self.engine.vm_states[vm.name].deleted
+
+    def active(self, members: list[VM]) -> list[VM]:
+        """Members that exist and are not marked for deletion."""
+        return [vm for vm in members if self.exists(vm) and not self.marked(vm)]
+
+    def live_terminate(self, vm: VM) -> list[Event]:
+        if not self.marked(vm):
+            return []
+        return [
+            e
+            for e in self.engine.live_events(vm.scope)
+            if e.event_type is EventType.TERMINATE and vm.name in e.resources
+        ]
+
+    def marked(self, vm: VM) -> bool:
+        """Marked for deletion: a live Terminate event names it (it is deleted when the event starts)."""
+        return vm.name in self._marked_in(vm.scope)
+
+    def _marked_in(self, scope: str) -> frozenset[str]:
+        """The VMs of a scope that live Terminate events name, cached per (engine, scope, incarnation): the
+        incarnation moves whenever the scope's live events change, so a big scale set is scanned once per change."""
+        engine = self.engine
+        if self._cache_engine is not engine:  # a rebuilt engine (failed commit) starts a fresh cache
+            self._cache_engine = engine
+            self._marked_cache = {}
+        incarnation = engine.incarnation(scope)
+        hit = self._marked_cache.get(scope)
+        if hit is None or hit[0] != incarnation:
+            names = frozenset(
+                name
+                for event in engine.live_events(scope)
+                if event.event_type is EventType.TERMINATE
+                for name in event.resources
+            )
+            hit = (incarnation, names)
+            self._marked_cache[scope] = hit
+        return hit[1]
+
+    def provisioning(self, vm: VM, state: VmState) -> str:
+        if self.marked(vm):
+            return "Deleting"
+        if state.power in _UPDATING:
+            return "Updating"
+        return "Succeeded"
+
+    def instance_view(self, vm: VM) -> dict[str, Any]:
+        state = self.state(vm)
+        provisioning = self.provisioning(vm, state)
+        power_code, power_text = _POWER_STATE[state.power]
+        provisioning_text = {"Succeeded": "Provisioning succeeded", "Updating": "Updating", "Deleting": "Deleting"}
+        return {
+            "platformUpdateDomain": vm.update_domain,
+            "platformFaultDomain": vm.fault_domain,
+            "statuses": [
+                {
+                    "code": f"ProvisioningState/{provisioning.lower()}",
+                    "level": "Info",
+                    "displayStatus": provisioning_text[provisioning],
+                    "time": iso(state.booted_at),
+                },
+                {"code": power_code, "level": "Info", "displayStatus": power_text},
+            ],
+        }
+
+    # ------------------------------------------------------------------------------------------------ commands
+    def perform(self, steps: list[Step], attach: Iterable[int] = ()) -> Done:
+        return self.operations.perform(steps, attach)
+
+    def accepted(self, ctx: Context, location: str, done: Done) -> Response:
+        return self.operations.accepted(ctx.request, ctx.api, ctx.sub, location, done.operation)
+
+    def act(self, ctx: Context, action: str, vms: list[VM], location: str) -> Response:
+        """restart, redeploy, reimage or delete VMs: one engine command, answered 202 with an operation."""
+        names = [vm.name for vm in vms]
+        attach: list[int] = []
+        if action == "delete":
+            marked = {vm.name: self.live_terminate(vm) for vm in vms}
+            attach = [event.seq for events in marked.values() for event in events]
+            names = [name for name in names if not marked[name]]
+        else:
+            for vm in vms:
+                if self.marked(vm):
+                    raise _marked_for_deletion(action, vm.name)
+        steps: list[Step] = [vm_action(action, names)] if names else []
+        return self.accepted(ctx, location, self.perform(steps, attach))
+
+
+def _marked_for_deletion(operation: str, name: str) -> ArmError:
+    return ArmError(
+        409,
+        "OperationNotAllowed",
+        f"Operation '{operation}' is not allowed on VM '{name}' since the VM is marked for deletion. You can only "
+        "retry the Delete operation (or wait for an ongoing one to complete).",
+    )
+
+
+# The engine's commands, as steps of one command.
+def vm_action(action: str, names: list[str]) -> Step:
+    """A user action on VMs (``delete`` or one of :data:`VM_ACTIONS`)."""
+    if action == "delete":
+        return lambda engine: engine.delete(names)
+    if action == "restart":
+        return lambda engine: engine.restart(names)
+    if action == "redeploy":
+        return lambda engine: engine.redeploy(names)
+    if action == "reimage":
+        return lambda engine: engine.reimage(names)
+    raise ValueError(f"not a VM action: {action}")
+
+
+def update_policy(
+    owner: str,
+    patch: PolicyPatch,
+    terminate: NotificationProfile | None = None,
+    os_image: NotificationProfile | None = None,
+) -> Step:
+    return lambda engine: engine.update_policy(owner, patch.reboot, patch.redeploy, terminate, os_image, patch.central)
+
+
+def scale_in(owner: str, count: int) -> Step:
+    return lambda engine: engine.scale_in(owner, count)
+
+
+def update_instances(owner: str, names: list[str]) -> Step:
+    return lambda engine: engine.update_instances(owner, names)
+
+
+# --------------------------------------------------------------------------------------------------- policies
+@dataclass(frozen=True)
+class PolicyPatch:
+    reboot: bool | None = None
+    redeploy: bool | None = None
+    central: bool | None = None  # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph.enable
+
+    @property
+    def empty(self) -> bool:
+        return self.reboot is None and self.redeploy is None and self.central is None
+
+
+def policy_patch(properties: dict[str, Any] | None, path: str, owner_type: str, api: ApiVersion) -> PolicyPatch:
+    """``scheduledEventsPolicy`` of a request body."""
+    if properties is None:
+        return PolicyPatch()
+    raw = member(properties, "scheduledEventsPolicy")
+    if raw is ABSENT:
+        return PolicyPatch()
+    if not api.at_least(SCHEDULED_EVENTS_POLICY_SINCE):
+        raise missing_member("scheduledEventsPolicy", owner_type, f"{path}.scheduledEventsPolicy")
+    policy = json_object(raw, f"{path}.scheduledEventsPolicy")
+    if policy is None:
+        return PolicyPatch()
+    base = f"{path}.scheduledEventsPolicy"
+    reboot = json_object(member(policy, "userInitiatedReboot"), f"{base}.userInitiatedReboot")
+    redeploy = json_object(member(policy, "userInitiatedRedeploy"), f"{base}.userInitiatedRedeploy")
+    targets = json_object(
+        member(policy, "scheduledEventsAdditionalPublishingTargets"),
+        f"{base}.scheduledEventsAdditionalPublishingTargets",
+    )
+    central = None
+    if targets is not None:
+        if not api.at_least(PUBLISHING_TARGETS_SINCE):
+            raise missing_member(
+                "scheduledEventsAdditionalPublishingTargets",
+                "ScheduledEventsPolicy",
+                f"{base}.scheduledEventsAdditionalPublishingTargets",
+            )
+        grid_path = f"{base}.scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph"
+        grid = json_object(member(targets, "eventGridAndResourceGraph"), grid_path)
+        if grid is not None:
+            central = json_bool(member(grid, "enable"), f"{grid_path}.enable")
+            version = member(grid, "scheduledEventsApiVersion")
+            if given(version) and version not in CENTRAL_EVENTS_API_VERSIONS:
+                raise ArmError(
+                    400,
+                    "InvalidParameter",
+                    f"The value '{version}' of '{grid_path}.scheduledEventsApiVersion' is not supported. "
+                    f"Supported values: {', '.join(CENTRAL_EVENTS_API_VERSIONS)}.",
+                    f"{grid_path}.scheduledEventsApiVersion",
+                )
+    all_down = json_object(member(policy, "allInstancesDown"), f"{base}.allInstancesDown")
+    if (
+        all_down is not None
+        and json_bool(member(all_down, "automaticallyApprove"), f"{base}.allInstancesDown.automaticallyApprove")
+        is False
+    ):
+        raise ArmError(
+            400,
+            "NotSupported",
+            "forewarn does not emulate allInstancesDown; it always behaves as automaticallyApprove=true.",
+            f"{base}.allInstancesDown",
+        )
+    return PolicyPatch(
+        reboot=None
+        if reboot is None
+        else json_bool(member(reboot, "automaticallyApprove"), f"{base}.userInitiatedReboot.automaticallyApprove"),
+        redeploy=None
+        if redeploy is None
+        else json_bool(member(redeploy, "automaticallyApprove"), f"{base}.userInitiatedRedeploy.automaticallyApprove"),
+        central=central,
+    )
+
+
+def policy_body(policy: Policy) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "userInitiatedRedeploy": {"automaticallyApprove": policy.auto_approve_redeploy},
+        "userInitiatedReboot": {"automaticallyApprove": policy.auto_approve_reboot},
+    }
+    if policy.publish_central:
+        body["scheduledEventsAdditionalPublishingTargets"] = {
+            "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": CENTRAL_EVENTS_API_VERSIONS[0]}
+        }
+    return body
+
+
+def iso_duration(value: Any, path: str) -> timedelta:
+    if not isinstance(value, str):
+        raise convert_error(value, "System.String", path)
+    refused = ArmError(
+        400,
+        "InvalidParameter",
+        f"The value '{value}' of '{path}' is not an ISO 8601 duration such as PT5M or PT15M.",
+        path,
+    )
+    if not value.strip().upper().startswith("P"):
+        raise refused
+    try:
+        return parse_duration(value)
+    except (Invalid, ValueError):
+        raise refused from None
+
+
+def iso_timeout(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = (
+        "PT" + (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "") + (f"{seconds}S" if seconds else "")
+    )
+    return text if text != "PT" else "PT0S"
+
+
+# ------------------------------------------------------------------------------------------- what the file fixes
+def _same_place(a: str, b: str) -> bool:
+    return a.replace(" ", "").lower() == b.replace(" ", "").lower()
+
+
+def check_fixed(body: dict[str, Any], location: str, tags: dict[str, str] | None, zones: list[str] | None) -> None:
+    """What the fleet file fixes may be repeated (a GET-modify-PUT round trip) but not changed."""
+    found = member(body, "location")
+    if given(found) and not _same_place(str(found), location):
+        raise ArmError(
+            409,
+            "OperationNotAllowed",
+            f"forewarn cannot move a resource from '{location}' to '{found}'.",
+            "location",
+        )
+    found = member(body, "tags")
+    if tags is not None and given(found) and found != tags:
+        raise ArmError(409, "OperationNotAllowed", "forewarn cannot change tags: the fleet file sets them.", "tags")
+    found = member(body, "zones")
+    if zones is not None and given(found) and (not isinstance(found, list) or sorted(map(str, found)) != zones):
+        raise ArmError(409, "OperationNotAllowed", "forewarn cannot change zones: the fleet file sets them.", "zones")

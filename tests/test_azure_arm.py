@@ -615,12 +615,11 @@ def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, mon
     """The policy step ran, then the engine refused the scale-in: the service rebuilds its engine from the database,
     so the uncommitted policy change is gone."""
     from forewarn.core.errors import Invalid
-    from forewarn.engine.engine import Engine
 
-    def refuse(self, scale_set, count):
+    def refuse(scale_set, count):
         raise Invalid("no scale-in today")
 
-    monkeypatch.setattr(Engine, "scale_in", refuse)
+    monkeypatch.setattr(arm.service.engine, "scale_in", refuse)
     body = terminate_profile("PT12M")
     body["sku"] = {"capacity": 1}
     response = arm.call("PATCH", f"{VMSS}/web", body)

@@ -40,15 +40,14 @@ from forewarn.aws.windows import (
 from forewarn.core.bounds import (
     MAX_EC2_DEADLINE,
     MAX_EVENT_LENGTH,
-    MAX_NOTICE,
     check_duration,
     check_time,
+    checked_not_before,
     clamped_time,
     iso_time,
     whole_second_ceiling,
 )
 from forewarn.core.changes import Change
-from forewarn.core.durations import format_duration
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
@@ -175,21 +174,7 @@ class Ec2Component:
             check_code_applies(request.code, instance)
             if self.ec2_states[instance.instance_id].gone:
                 raise Conflict(f"instance {instance.instance_id} is terminated")
-        if request.not_before is not None and request.notice is not None:
-            raise Invalid("give either a notice or a NotBefore time, not both")
-        if request.not_before is not None:
-            not_before = whole_second_ceiling(check_time(request.not_before, "NotBefore"))
-            if not_before < self.now:
-                raise Invalid(f"NotBefore {iso_time(not_before)} is in the past (now {iso_time(self.now)})")
-            if not_before - self.now > MAX_NOTICE:
-                raise Invalid(
-                    f"NotBefore {iso_time(not_before)} is too far ahead; at most "
-                    f"{format_duration(MAX_NOTICE)} after now ({iso_time(self.now)})"
-                )
-        else:
-            notice = rules.notice if request.notice is None else request.notice
-            not_before = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
-        check_time(not_before, "NotBefore")
+        not_before = checked_not_before(request.not_before, request.notice, rules.notice, self.now)
         window = None if request.no_not_after else (request.window or rules.window[request.code])
         deadline = None if request.no_deadline else (request.deadline or rules.deadline[request.code])
         for value, what, longest in ((window, "window", MAX_EVENT_LENGTH), (deadline, "deadline", MAX_EC2_DEADLINE)):

@@ -38,9 +38,9 @@ from forewarn.core.bounds import (
     check_duration,
     check_time,
     check_whole_number,
+    checked_not_before,
     clamped_time,
     iso_time,
-    whole_second_ceiling,
 )
 from forewarn.core.changes import Change
 from forewarn.core.durations import format_duration
@@ -317,23 +317,11 @@ class AzureComponent:
 
     def check_request(self, request: ScheduleRequest) -> tuple[datetime, timedelta, int, str]:
         """NotBefore, impact window, DurationInSeconds and Description of a request, or the reason it is refused."""
-        if request.not_before is not None and request.notice is not None:
-            raise Invalid("give either a notice or a NotBefore time, not both")
-        if request.not_before is not None:
-            not_before = whole_second_ceiling(check_time(request.not_before, "NotBefore"))
-            if not_before < self.now:
-                raise Invalid(f"NotBefore {iso_time(not_before)} is in the past (now {iso_time(self.now)})")
-            if not_before - self.now > MAX_NOTICE:
-                raise Invalid(
-                    f"NotBefore {iso_time(not_before)} is too far ahead; at most "
-                    f"{format_duration(MAX_NOTICE)} after now ({iso_time(self.now)})"
-                )
-        elif request.start_now:
-            not_before = self.now
+        if request.start_now and request.not_before is None:
+            not_before = check_time(self.now, "NotBefore")
         else:
-            notice = self.rules.notice[request.event_type] if request.notice is None else request.notice
-            not_before = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
-        check_time(not_before, "NotBefore")
+            default = self.rules.notice[request.event_type]
+            not_before = checked_not_before(request.not_before, request.notice, default, self.now)
         impact_window = (
             self.rules.impact_window[request.event_type] if request.impact_window is None else request.impact_window
         )

@@ -95,3 +95,24 @@ def whole_second_ceiling(moment: datetime) -> datetime:
     if moment.microsecond == 0:
         return moment
     return moment.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def checked_not_before(
+    not_before: datetime | None, notice: timedelta | None, default_notice: timedelta, now: datetime
+) -> datetime:
+    """The NotBefore a request asks for, Azure's or EC2's: an explicit time (in the future, within the longest
+    notice) or ``now`` plus a notice (the request's, else the default), to the next whole second."""
+    if not_before is not None and notice is not None:
+        raise Invalid("give either a notice or a NotBefore time, not both")
+    if not_before is None:
+        chosen = default_notice if notice is None else notice
+        return check_time(whole_second_ceiling(now + check_duration(chosen, "notice", MAX_NOTICE)), "NotBefore")
+    explicit = check_time(whole_second_ceiling(check_time(not_before, "NotBefore")), "NotBefore")
+    if explicit < now:
+        raise Invalid(f"NotBefore {iso_time(explicit)} is in the past (now {iso_time(now)})")
+    if explicit - now > MAX_NOTICE:
+        raise Invalid(
+            f"NotBefore {iso_time(explicit)} is too far ahead; at most {format_duration(MAX_NOTICE)} after now "
+            f"({iso_time(now)})"
+        )
+    return explicit

@@ -28,14 +28,14 @@ from forewarn.control.models import (
     ChangeOut,
     EventOut,
     changes_out,
-    iso,
-    parse_time,
 )
 from forewarn.control.platform import platform_router
 from forewarn.control.waves import waves_router
 from forewarn.core.bounds import MAX_DURATION_SECONDS
+from forewarn.core.clock import MANUAL
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
+from forewarn.core.times import format_optional_time, format_time, parse_time
 from forewarn.engine.engine import MAX_EXTRA_IMPACTS, ScheduleRequest
 from forewarn.store import StoreError
 
@@ -194,7 +194,14 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     def clock_out() -> ClockOut:
         view = service.clock_view()
-        return ClockOut(mode=view.mode, speed=view.speed, now=iso(view.now), next_deadline=iso(view.next_deadline))
+        # The clock holds one of its two modes as text; the response names them as an enum.
+        mode: Literal["manual", "real"] = "manual" if view.mode == MANUAL else "real"
+        return ClockOut(
+            mode=mode,
+            speed=view.speed,
+            now=format_time(view.now),
+            next_deadline=format_optional_time(view.next_deadline),
+        )
 
     @app.get("/v1/clock", tags=["clock"], response_model=ClockOut)
     async def get_clock():

@@ -2,31 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.model import Event
-from forewarn.core.errors import Invalid
+from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import WaveChanged
-
-
-def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 (``2026-04-20T22:26:58Z``); a time without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise Invalid(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:26:58Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class EventOut(BaseModel):
@@ -56,14 +40,14 @@ class EventOut(BaseModel):
             source=event.source.value,
             resources=list(event.resources),
             scope=event.scope,
-            not_before=iso(event.not_before),
+            not_before=format_time(event.not_before),
             description=event.description,
             duration_seconds=event.duration_seconds,
             impact_window_seconds=event.impact_window.total_seconds(),
-            created_at=iso(event.created_at),
-            started_at=iso(event.started_at),
-            ends_at=iso(event.ends_at),
-            ended_at=iso(event.ended_at),
+            created_at=format_time(event.created_at),
+            started_at=format_optional_time(event.started_at),
+            ends_at=format_optional_time(event.ends_at),
+            ended_at=format_optional_time(event.ended_at),
             approvals=list(event.approvals),
             operation_id=event.operation_id,
         )
@@ -156,4 +140,4 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
-ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}
+ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}

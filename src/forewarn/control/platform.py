@@ -10,9 +10,10 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.model import EventType, parse_enum
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
-from forewarn.control.models import ERRORS, EventOut, iso
+from forewarn.control.models import ERRORS, EventOut
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
+from forewarn.core.times import format_optional_time, format_time
 from forewarn.engine.engine import Change
 
 
@@ -40,13 +41,13 @@ class VmOut(BaseModel):
             name=state.name,
             power=state.power.value,
             host=state.host,
-            booted_at=iso(state.booted_at),
+            booted_at=format_time(state.booted_at),
             temp_disk_generation=state.temp_disk_generation,
             os_disk_generation=state.os_disk_generation,
             memory_generation=state.memory_generation,
             impacted_by=state.impacted_by,
-            impact_until=iso(state.impact_until),
-            deleted_at=iso(state.deleted_at),
+            impact_until=format_optional_time(state.impact_until),
+            deleted_at=format_optional_time(state.deleted_at),
             model_version=state.model_version,
             latest_model=state.model_version == policy.model_version,
             scope=vm.scope,

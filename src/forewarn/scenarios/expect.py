@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from forewarn.core.times import parse_optional_time
 from forewarn.scenarios.spec import Expectation, Scenario, duration_value, format_offset, time_value
-
-
-def _iso(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def event_matches(event: dict, pattern: Any) -> bool:
@@ -65,7 +59,7 @@ class _Check:
 
 
 def evaluate(scenario: Scenario, timeline: dict, tolerance: float = 0.0) -> list[dict]:
-    start = _iso(timeline["start"])
+    start = parse_optional_time(timeline["start"])
     results: list[dict] = []
     for expectation in scenario.expectations:
         check = _Check(expectation)
@@ -185,7 +179,7 @@ def _notices(documents: list[dict]) -> dict[str, float]:
     """Per event first seen Scheduled: NotBefore minus the time it was first seen."""
     notices: dict[str, float] = {}
     for entry in documents:
-        seen_at = _iso(entry["time"])
+        seen_at = parse_optional_time(entry["time"])
         for event in entry["document"].get("Events") or []:
             if (
                 event.get("EventStatus") == "Scheduled"
@@ -208,7 +202,7 @@ def _instance(check: _Check, timeline: dict, start: datetime) -> None:
         seen = _distinct([entry["state"] for entry in entries])
         check.add("states", seen == checks["states"], f"saw {' -> '.join(seen)}")
     if "not_befores" in checks:
-        seen_times = _distinct([_iso(ev["not_before"]) for entry in entries for ev in entry["events"]])
+        seen_times = _distinct([parse_optional_time(ev["not_before"]) for entry in entries for ev in entry["events"]])
         want = [time_value(str(value), start) for value in checks["not_befores"]]
         check.add(
             "NotBefore " + " -> ".join(map(str, checks["not_befores"])),
@@ -286,4 +280,4 @@ def _event(check: _Check, timeline: dict, start: datetime) -> None:
     for key in ("not_before", "not_after"):
         if key in checks:
             want = time_value(str(checks[key]), start)
-            each(f"{key} {checks[key]}", lambda ev, key=key: _iso(ev.get(key)), want)
+            each(f"{key} {checks[key]}", lambda ev, key=key: parse_optional_time(ev.get(key)), want)

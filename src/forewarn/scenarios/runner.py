@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from forewarn.core.times import format_optional_time, parse_optional_time
 from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
 from forewarn.scenarios.expect import evaluate
 from forewarn.scenarios.spec import TIME_KEYS, Scenario, Step, format_offset, time_value
@@ -41,19 +42,6 @@ class RunInterrupted(Exception):
     def __init__(self, signal_name: str):
         super().__init__(signal_name)
         self.signal_name = signal_name
-
-
-def parse_iso(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -201,14 +189,14 @@ class Runner:
                 + " ".join(self.scenario.server_args())
                 + "; this server keeps its own settings, so timings may differ"
             )
-        now = parse_iso(clock["now"])
+        now = parse_optional_time(clock["now"])
         start = self.scenario.start
         if start is not None and mode == "manual" and self.options.set_start and now < start:
-            clock = self.api.post("/v1/clock/set", {"to": iso(start)})
-            now = parse_iso(clock["now"])
+            clock = self.api.post("/v1/clock/set", {"to": format_optional_time(start)})
+            now = parse_optional_time(clock["now"])
         elif start is not None and abs(now - start) > timedelta(seconds=10 * max(1.0, self.options.speed)):
             self.warnings.append(
-                f"the scenario starts at {iso(start)}; this server's clock is at {iso(now)}, so "
+                f"the scenario starts at {format_optional_time(start)}; this server's clock is at {format_optional_time(now)}, so "
                 "the run starts there (absolute times in the scenario may not match)"
             )
         for warning in self.warnings:
@@ -235,8 +223,8 @@ class Runner:
             )
 
     def _read_clock(self, clock: dict) -> None:
-        self.now = parse_iso(clock["now"])
-        self.next_deadline = parse_iso(clock.get("next_deadline"))
+        self.now = parse_optional_time(clock["now"])
+        self.next_deadline = parse_optional_time(clock.get("next_deadline"))
 
     # ---------------------------------------------------------------------------------------------- the clock
     def _advance_to(self, target: datetime) -> None:
@@ -244,7 +232,7 @@ class Runner:
             while self.next_deadline is not None and self.next_deadline <= target:
                 self._step_toward(target)
             if self.now < target:  # no deadline on the way: nothing to read (the journal keeps what others did)
-                self._move("/v1/clock/set", {"to": iso(target)}, observe=False)
+                self._move("/v1/clock/set", {"to": format_optional_time(target)}, observe=False)
         else:
             while self.now < target:
                 remaining = (target - self.now).total_seconds() / self.options.speed
@@ -261,7 +249,7 @@ class Runner:
         if limit is not None and known and not self.options.every_deadline:
             target = limit if quiet_until is None else min(limit, quiet_until)
             if self.next_deadline is not None and self.next_deadline < target and target > self.now:
-                self._move("/v1/clock/set", {"to": iso(target)})
+                self._move("/v1/clock/set", {"to": format_optional_time(target)})
                 return
         self._move("/v1/clock/next", {})
 
@@ -285,7 +273,7 @@ class Runner:
                 except (TypeError, ValueError):
                     self._quiet = (False, None)
                     return self._quiet
-            until = parse_iso((self._last_row.get(name) or {}).get("impact_until"))
+            until = parse_optional_time((self._last_row.get(name) or {}).get("impact_until"))
             if until is not None:
                 times.append(until)
         self._quiet = (True, min(times) if times else None)
@@ -333,7 +321,9 @@ class Runner:
         if self.created:
             for event in self.api.get("/v1/events"):
                 if event["event_id"] in self.created:
-                    times.append(parse_iso(event["not_before"] if event["status"] == "Scheduled" else event["ends_at"]))
+                    times.append(
+                        parse_optional_time(event["not_before"] if event["status"] == "Scheduled" else event["ends_at"])
+                    )
         if self.created_waves and any(
             wave["wave_id"] in self.created_waves and wave["status"] == "running" for wave in self.api.get("/v1/waves")
         ):
@@ -341,14 +331,14 @@ class Runner:
         if self.created and not times:  # the events are over; an impact ends with its event at the latest
             for vm in self.api.get("/v1/vms"):
                 if vm.get("impact_until") and _event_of(vm.get("impacted_by")) in self.created:
-                    times.append(parse_iso(vm["impact_until"]))
+                    times.append(parse_optional_time(vm["impact_until"]))
         if self.created_ec2 or self.spot_targets:
             if any(e["event_id"] in self.created_ec2 for e in self.api.get("/v1/ec2/events")):
                 times.append(None)
             for instance in self.api.get("/v1/ec2/instances"):
                 if _event_of(instance.get("impacted_by")) in self.created_ec2:
                     times.append(None)
-                action_time = parse_iso(instance.get("spot_action_time"))
+                action_time = parse_optional_time(instance.get("spot_action_time"))
                 if instance["instance_id"] in self.spot_targets and action_time is not None and action_time > self.now:
                     times.append(None)
         if not times:
@@ -499,7 +489,10 @@ class Runner:
             self._line(iid, f"v{version}", _instance_summary(snapshot))
 
     def _stamp(self) -> dict:
-        return {"time": iso(self.now), "offset": (self.now - self.start).total_seconds() if self.start else 0.0}
+        return {
+            "time": format_optional_time(self.now),
+            "offset": (self.now - self.start).total_seconds() if self.start else 0.0,
+        }
 
     def _line(self, who: str, mark: str, text: str) -> None:
         offset = format_offset((self.now - self.start).total_seconds()) if self.start else "+00:00:00"
@@ -557,7 +550,7 @@ class Runner:
         for event in events or []:
             if not isinstance(event, dict) or "event_id" not in event:
                 continue
-            created = parse_iso(event.get("created_at"))
+            created = parse_optional_time(event.get("created_at"))
             if created is not None and created >= self.start:
                 (self.created_ec2 if step.do.startswith("ec2-") else self.created).add(event["event_id"])
 
@@ -571,7 +564,7 @@ class Runner:
                 )
             return list(self.produced[name])
         if isinstance(value, str) and key in TIME_KEYS:
-            return iso(time_value(value, self.start))
+            return format_optional_time(time_value(value, self.start))
         if isinstance(value, dict):
             return {k: self._resolve(v, step, k) for k, v in value.items()}
         if isinstance(value, list):
@@ -683,20 +676,26 @@ class Runner:
         if self.start is not None:
             try:
                 self._changes()  # the journal's last entries, for the events' histories
-                events = [e for e in self.api.get("/v1/events", all="true") if parse_iso(e["created_at"]) >= self.start]
+                events = [
+                    e
+                    for e in self.api.get("/v1/events", all="true")
+                    if parse_optional_time(e["created_at"]) >= self.start
+                ]
                 for event in events:
                     history = (
                         self.event_journal.get(event["event_id"], [])
                         if self.journal_complete
                         else self.api.get(f"/v1/events/{event['event_id']}/journal")
                     )
-                    event["journal"] = [{**entry, "at": iso(_entry_time(entry, event))} for entry in history]
+                    event["journal"] = [
+                        {**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history
+                    ]
                     for entry in event["journal"]:
                         if entry["what"] == "approved":
-                            at = parse_iso(entry["at"])
+                            at = parse_optional_time(entry["at"])
                             approvals.append(
                                 {
-                                    "time": iso(at),
+                                    "time": format_optional_time(at),
                                     "offset": (at - self.start).total_seconds(),
                                     "event_id": event["event_id"],
                                     "by": entry.get("reason", "").removeprefix("by "),
@@ -706,7 +705,7 @@ class Runner:
                     ec2_events = [
                         e
                         for e in self.api.get("/v1/ec2/events", all="true")
-                        if parse_iso(e["created_at"]) >= self.start
+                        if parse_optional_time(e["created_at"]) >= self.start
                     ]
                     ec2_instances = self.api.get("/v1/ec2/instances")
             except (ApiError, Unreachable) as error:  # the timeline is still written
@@ -722,8 +721,8 @@ class Runner:
             "clock": self.options.mode,
             "speed": self.options.speed if self.options.mode == "real" else None,
             **self.server_info,
-            "start": iso(self.start),
-            "end": iso(self.now),
+            "start": format_optional_time(self.start),
+            "end": format_optional_time(self.now),
             "moves": self.moves,
             "warnings": self.warnings,
             "vms": self.documents,
@@ -791,7 +790,7 @@ def _entry_time(entry: dict, event: dict) -> datetime | None:
     a clock move that passed several deadlines commits them together, so a start or a completion takes its time
     from the event itself."""
     exact = {"started": event.get("started_at"), "completed": event.get("ended_at")}.get(entry["what"])
-    return parse_iso(exact or entry["at"])
+    return parse_optional_time(exact or entry["at"])
 
 
 def _event_of(impacted_by: str | None) -> str | None:

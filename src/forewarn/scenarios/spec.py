@@ -12,7 +12,7 @@ import re
 import textwrap
 from collections.abc import Container
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import yaml
 from forewarn import yamlfile
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError, did_you_mean
+from forewarn.core.times import parse_time
 from forewarn.yamlfile import YamlFileError, line_of, where
 
 TIMINGS = ("fast", "realistic")
@@ -659,11 +660,11 @@ def _check_expect(
 
 # -------------------------------------------------------------------------------------------------- resolving
 def _parse_time(text: str) -> datetime:
+    """:func:`parse_time`, raising ValueError as every check of a scenario file expects."""
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:11:58Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(text)
+    except CoreError as error:
+        raise ValueError(str(error)) from None
 
 
 def _parse_time_expression(text: str) -> tuple[str, Any]:

@@ -2,7 +2,7 @@
 
 This is forewarn's own surface, not a cloud's: the CLI speaks it, and tests and scenarios drive the engine through it.
 Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now);
-``control_errors.py`` gives Starlette's own errors (unknown route, wrong method, unparsable body) and bugs that shape.
+``errors.py`` gives Starlette's own errors (unknown route, wrong method, unparsable body) and bugs that shape.
 """
 
 from __future__ import annotations

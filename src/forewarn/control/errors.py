@@ -34,6 +34,7 @@ _METHODS = ("get", "head", "post", "put", "patch", "delete", "options", "trace")
 
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The one way the control API, its middlewares included, answers an error."""
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status, headers=headers)
 
 

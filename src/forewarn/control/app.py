@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn import __version__
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
-from forewarn.azure.model import EventSource, EventType, parse_enum
+from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
 from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
 from forewarn.control.imds import imds_router
@@ -36,7 +36,7 @@ from forewarn.core.clock import MANUAL
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
 from forewarn.core.times import format_optional_time, format_time, parse_time
-from forewarn.engine.engine import MAX_EXTRA_IMPACTS, ScheduleRequest
+from forewarn.engine.engine import MAX_EXTRA_IMPACTS
 from forewarn.store import StoreError
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -9,6 +10,7 @@ from pydantic import BaseModel, Field
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.model import Event
+from forewarn.core.changes import Change
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import WaveChanged
 
@@ -68,7 +70,7 @@ class ChangeOut(BaseModel):
     targets: list[str] = Field(default_factory=list, description="VMs or the instance the change is about")
 
 
-def change_out(change) -> ChangeOut | None:
+def change_out(change: Change) -> ChangeOut | None:
     """What a person reading ``clock next`` wants to know of one change; None for bookkeeping (incarnations, the
     clock itself, policies, enabling)."""
     if isinstance(change, EventChanged):
@@ -92,15 +94,15 @@ def change_out(change) -> ChangeOut | None:
             targets=[change.state.name],
         )
     if isinstance(change, Ec2EventChanged):
-        event = change.event
+        ec2_event = change.event
         return ChangeOut(
             kind="ec2_event",
-            id=event.event_id,
+            id=ec2_event.event_id,
             what=change.what,
             reason=change.reason,
-            type=event.code.value,
-            status=event.state.value,
-            targets=[event.instance_id],
+            type=ec2_event.code.value,
+            status=ec2_event.state.value,
+            targets=[ec2_event.instance_id],
         )
     if isinstance(change, Ec2StateChanged):
         state = change.state
@@ -125,7 +127,7 @@ def change_out(change) -> ChangeOut | None:
     return None
 
 
-def changes_out(changes) -> tuple[list[ChangeOut], int]:
+def changes_out(changes: Iterable[Change]) -> tuple[list[ChangeOut], int]:
     """The changes worth reporting, the first ``MAX_LISTED_CHANGES`` of them, and how many there were."""
     reported = [out for out in map(change_out, changes) if out is not None]
     return reported[:MAX_LISTED_CHANGES], len(reported)

@@ -11,10 +11,10 @@ from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.model import EventType, parse_enum
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
 from forewarn.control.models import ERRORS, EventOut
+from forewarn.core.changes import Change
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
-from forewarn.engine.engine import Change
 
 
 class VmOut(BaseModel):

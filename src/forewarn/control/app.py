@@ -33,9 +33,9 @@ from forewarn.control.platform import platform_router
 from forewarn.control.waves import waves_router
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.clock import MANUAL
-from forewarn.core.durations import parse_duration
+from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
-from forewarn.core.times import format_optional_time, format_time, parse_time
+from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
 from forewarn.engine.engine import MAX_EXTRA_IMPACTS
 from forewarn.store import StoreError
 
@@ -146,11 +146,11 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
             vms=tuple(body.vms),
             hosts=tuple(body.hosts),
             source=parse_enum(EventSource, body.source, "event source"),
-            notice=None if body.notice is None else parse_duration(body.notice),
-            not_before=None if body.not_before is None else parse_time(body.not_before),
+            notice=parse_optional_duration(body.notice),
+            not_before=parse_optional_time(body.not_before),
             duration_seconds=body.duration_seconds,
             description=body.description,
-            impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            impact_window=parse_optional_duration(body.impact_window),
             extra_impacts=body.extra_impacts,
             group=body.group,
             update_domain=body.update_domain,

@@ -12,8 +12,8 @@ from forewarn.aws.component import Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState
 from forewarn.azure.model import parse_enum
 from forewarn.control.models import ERRORS
-from forewarn.core.durations import parse_duration
-from forewarn.core.times import format_optional_time, format_time, parse_time
+from forewarn.core.durations import parse_optional_duration
+from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
 
 
 class Ec2EventOut(BaseModel):
@@ -158,11 +158,11 @@ def ec2_router(service: Maintenance) -> APIRouter:
         request = Ec2Request(
             code=parse_enum(Ec2Code, body.code, "event code"),
             instances=tuple(body.instances),
-            notice=None if body.notice is None else parse_duration(body.notice),
-            not_before=None if body.not_before is None else parse_time(body.not_before),
-            window=None if body.window is None else parse_duration(body.window),
+            notice=parse_optional_duration(body.notice),
+            not_before=parse_optional_time(body.not_before),
+            window=parse_optional_duration(body.window),
             no_not_after=body.no_not_after,
-            deadline=None if body.deadline is None else parse_duration(body.deadline),
+            deadline=parse_optional_duration(body.deadline),
             no_deadline=body.no_deadline,
             description=body.description,
         )

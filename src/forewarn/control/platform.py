@@ -12,7 +12,7 @@ from forewarn.azure.model import EventType, parse_enum
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
 from forewarn.control.models import ERRORS, EventOut
 from forewarn.core.changes import Change
-from forewarn.core.durations import parse_duration
+from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
 
@@ -167,7 +167,7 @@ def platform_router(service: Maintenance) -> APIRouter:
             if body.notice is not None and action not in ("restart", "redeploy"):
                 raise Invalid(f"{action} takes no notice")
             if action in ("restart", "redeploy"):
-                notice = None if body.notice is None else parse_duration(body.notice)
+                notice = parse_optional_duration(body.notice)
                 changes = service.perform(lambda engine: getattr(engine, action)(body.vms, notice))
             else:
                 changes = service.perform(lambda engine: getattr(engine, action)(body.vms))
@@ -229,7 +229,7 @@ def platform_router(service: Maintenance) -> APIRouter:
         """Degraded hosts: a Redeploy with NotBefore days ahead (default 7)."""
         if body.type is not None:
             raise Invalid("a predicted failure is always a Redeploy")
-        notice = None if body.notice is None else parse_duration(body.notice)
+        notice = parse_optional_duration(body.notice)
         return outcome(service.perform(lambda engine: engine.predicted_failure(body.hosts, notice)), service)
 
     @router.post("/v1/platform/evict", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)

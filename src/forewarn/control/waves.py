@@ -10,7 +10,7 @@ from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import EventSource, EventType, parse_enum
 from forewarn.control.models import ERRORS
 from forewarn.core.bounds import MAX_DURATION_SECONDS
-from forewarn.core.durations import parse_duration
+from forewarn.core.durations import parse_optional_duration
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveSpec
 
@@ -107,9 +107,9 @@ def waves_router(service: Maintenance) -> APIRouter:
             concurrency=body.concurrency,
             groups=tuple(body.groups),
             source=parse_enum(EventSource, body.source, "event source"),
-            notice=None if body.notice is None else parse_duration(body.notice),
+            notice=parse_optional_duration(body.notice),
             duration_seconds=body.duration_seconds,
-            impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            impact_window=parse_optional_duration(body.impact_window),
             description=body.description,
             name=body.name,
         )

@@ -21,8 +21,8 @@ def parse_time(text: str) -> datetime:
 
 
 def parse_optional_time(text: str | None) -> datetime | None:
-    """:func:`parse_time`, with no time (``None`` or empty text) read as ``None``."""
-    return parse_time(text) if text else None
+    """:func:`parse_time`, with ``None`` (no time given) read as ``None``."""
+    return None if text is None else parse_time(text)
 
 
 def format_time(moment: datetime) -> str:

@@ -340,12 +340,15 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
         data, document.marks, text, filename, base_dir, report
     )
     # A fleet that could not be read has had its problems reported; names are not checked against it.
-    names = (set(vms), set(hosts), set(instances)) if fleet_text else (_ANY_NAME,) * 3
+    names: tuple[Container[str], Container[str], Container[str]] = (
+        (set(vms), set(hosts), set(instances)) if fleet_text else (_ANY_NAME, _ANY_NAME, _ANY_NAME)
+    )
     _check_server(data.get("server"), timing_names, report)
     step_ids = _check_steps(data.get("steps"), timing_names, *names, report)
     _check_observe(data.get("observe"), names[0], names[2], report)
     _check_expect(data.get("expect"), timing_names, step_ids, names[0], names[2], report)
     report.check()
+    name = data["name"]  # text, now that the checks passed
     scenario = ScenarioFile(
         name=name,
         title=(data.get("title") or name).strip(),
@@ -759,7 +762,9 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
                     duration_value(checks[key])
                 except ValueError as error:
                     report.add(("expect", index, key), f"{error} ({timing} timing)")
-        times = [((key,), checks[key]) for key in ("not_before", "not_after") if key in checks]
+        times: list[tuple[tuple[str | int, ...], Any]] = [
+            ((key,), checks[key]) for key in ("not_before", "not_after") if key in checks
+        ]
         if isinstance(checks.get("not_befores"), list):
             times += [(("not_befores", number), value) for number, value in enumerate(checks["not_befores"])]
         for where_, value in times:

@@ -52,6 +52,7 @@ from forewarn.aws.model import (
 )
 from forewarn.aws.windows import WEEKDAYS, EventWindow, TimeRange
 from forewarn.core.errors import Conflict, CoreError, NotFound
+from forewarn.core.times import parse_time
 from forewarn.engine.engine import Engine
 from forewarn.net.browser_guard import BrowserGuard, Refusal
 from forewarn.store import StoreError
@@ -254,9 +255,8 @@ FILTERS: dict[str, tuple[Callable[[InstanceView], Iterable[str]], bool]] = {
 
 def _parse_time(text: str) -> datetime | None:
     try:
-        moment = datetime.fromisoformat(text.strip())
-        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    except (ValueError, OverflowError):
+        return parse_time(text).astimezone(UTC)
+    except (CoreError, OverflowError):
         return None
 
 

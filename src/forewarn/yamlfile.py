@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import codecs
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import yaml
 from yaml.constructor import SafeConstructor
+
+from forewarn.core.times import format_time
 
 MAX_FILE_BYTES = 128 * 1024 * 1024  # a generated 1,000,000-VM fleet is about 90 MB
 MAX_SMALL_FILE_BYTES = 4 * 1024 * 1024  # --event-grid and --access files: lists of topics and principals
@@ -40,7 +43,7 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 # Scalars are built by the safe constructors, called directly: the constructor's own construct_object would keep
 # every node it ever built in its cache.
 _SCALARS = yaml.SafeLoader("")
-_SCALAR_CONSTRUCTORS = SafeConstructor.yaml_constructors
+_SCALAR_CONSTRUCTORS: dict[str | None, Callable[[SafeConstructor, yaml.Node], Any]] = SafeConstructor.yaml_constructors
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 
@@ -180,10 +183,10 @@ class _Builder:
         self.repeated = 0  # nodes repeated by aliases so far
         self.built: dict[int, _Built] = {}  # id(node) -> the container built from it
 
-    def fail(self, node: yaml.Node, problem: str):
+    def fail(self, node: yaml.Node, problem: str) -> NoReturn:
         raise YamlFileError(self.filename, node.start_mark.line + 1, problem)
 
-    def fail_alias(self, path: tuple, problem: str):
+    def fail_alias(self, path: tuple, problem: str) -> NoReturn:
         """An alias's node is its anchor's, with the anchor's line: say the line of the key the alias is under."""
         while path and not isinstance(path[-1], str):
             path = path[:-1]
@@ -216,13 +219,15 @@ class _Builder:
         if len(path) >= self.max_depth:
             self.fail(node, f"nested more than {self.max_depth} levels deep")
         self.built[id(node)] = _BUILDING
+        value: dict | list
         if isinstance(node, yaml.MappingNode):
             value, size, height = self.mapping(node, path)
         elif isinstance(node, yaml.SequenceNode):
-            value, size, height = [], 1, 1
+            items: list = []
+            value, size, height = items, 1, 1
             for index, item in enumerate(node.value):
                 item_value, item_size, item_height = self.build(item, path + (index,))
-                value.append(item_value)
+                items.append(item_value)
                 size += item_size
                 height = max(height, item_height + 1)
         else:  # no other kind of node exists
@@ -272,8 +277,7 @@ class _Builder:
         except (ValueError, OverflowError) as error:  # a timestamp that is no date: 2026-13-45
             self.fail(node, f"not valid YAML: {node.value!r}: {error}")
         if isinstance(value, datetime):  # the ISO text the APIs take, in UTC
-            value = value if value.tzinfo else value.replace(tzinfo=UTC)
-            return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            return format_time(value if value.tzinfo else value.replace(tzinfo=UTC))
         if isinstance(value, date):
             return value.isoformat()
         return value

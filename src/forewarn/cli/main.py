@@ -384,7 +384,7 @@ def serve(
     from forewarn.azure.imds.scheduled_events import PROFILES
     from forewarn.azure.resource_graph.api import ResourceGraphSettings
     from forewarn.control.access import exposure
-    from forewarn.control.app import parse_time
+    from forewarn.core.times import parse_time
     from forewarn.engine.rules import Rules
     from forewarn.fleet.file import FleetFileError, load_fleet_document
     from forewarn.server.bootstrap import AzureManagementSettings, ListenError, Listeners, PortAccess

@@ -15,14 +15,11 @@ import hmac
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 
+from forewarn.control.errors import error_response
 from forewarn.net.browser_guard import BrowserGuard, listens_beyond_loopback
 
 TOKEN_ENV = "FOREWARN_CONTROL_TOKEN"
 OPEN_PATHS = frozenset({"/healthz"})
-
-
-def control_error(status: int, code: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 class ControlGate:
@@ -51,7 +48,7 @@ class ControlGate:
         headers = Headers(scope=scope)
         refusal = self.guard.check(scope["method"], headers)
         if refusal is not None:
-            return control_error(refusal.status, refusal.code, refusal.message)
+            return error_response(refusal.status, refusal.code, refusal.message)
         if self._token is None or scope["path"] in OPEN_PATHS:
             return None
         scheme, _, presented = headers.get("authorization", "").partition(" ")
@@ -63,9 +60,7 @@ class ControlGate:
         )
         if scheme:
             message = "The control token is wrong. " + message
-        response = control_error(401, "Unauthorized", message)
-        response.headers["www-authenticate"] = 'Bearer realm="forewarn control API"'
-        return response
+        return error_response(401, "Unauthorized", message, {"www-authenticate": 'Bearer realm="forewarn control API"'})
 
 
 def exposure(

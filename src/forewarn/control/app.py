@@ -2,7 +2,7 @@
 
 This is forewarn's own surface, not a cloud's: the CLI speaks it, and tests and scenarios drive the engine through it.
 Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 404 (unknown name) or 409 (not now);
-``control_errors.py`` gives Starlette's own errors (unknown route, wrong method, unparsable body) and bugs that shape.
+``errors.py`` gives Starlette's own errors (unknown route, wrong method, unparsable body) and bugs that shape.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from forewarn import __version__
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
-from forewarn.azure.model import EventSource, EventType, parse_enum
+from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
 from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
 from forewarn.control.imds import imds_router
@@ -29,15 +29,15 @@ from forewarn.control.models import (
     ChangeOut,
     EventOut,
     changes_out,
-    iso,
-    parse_time,
 )
 from forewarn.control.platform import platform_router
 from forewarn.control.waves import waves_router
 from forewarn.core.bounds import MAX_DURATION_SECONDS
-from forewarn.core.durations import parse_duration
+from forewarn.core.clock import MANUAL
+from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
-from forewarn.engine.engine import MAX_EXTRA_IMPACTS, ScheduleRequest
+from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
+from forewarn.engine.engine import MAX_EXTRA_IMPACTS
 
 
 class ScheduleIn(BaseModel):
@@ -146,11 +146,11 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
             vms=tuple(body.vms),
             hosts=tuple(body.hosts),
             source=parse_enum(EventSource, body.source, "event source"),
-            notice=None if body.notice is None else parse_duration(body.notice),
-            not_before=None if body.not_before is None else parse_time(body.not_before),
+            notice=parse_optional_duration(body.notice),
+            not_before=parse_optional_time(body.not_before),
             duration_seconds=body.duration_seconds,
             description=body.description,
-            impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            impact_window=parse_optional_duration(body.impact_window),
             extra_impacts=body.extra_impacts,
             group=body.group,
             update_domain=body.update_domain,
@@ -194,7 +194,14 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     def clock_out() -> ClockOut:
         view = service.clock_view()
-        return ClockOut(mode=view.mode, speed=view.speed, now=iso(view.now), next_deadline=iso(view.next_deadline))
+        # The clock holds one of its two modes as text; the response names them as an enum.
+        mode: Literal["manual", "real"] = "manual" if view.mode == MANUAL else "real"
+        return ClockOut(
+            mode=mode,
+            speed=view.speed,
+            now=format_time(view.now),
+            next_deadline=format_optional_time(view.next_deadline),
+        )
 
     @app.get("/v1/clock", tags=["clock"], response_model=ClockOut)
     async def get_clock():

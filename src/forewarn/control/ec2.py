@@ -11,8 +11,9 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState
 from forewarn.azure.model import parse_enum
-from forewarn.control.models import ERRORS, iso, parse_time
-from forewarn.core.durations import parse_duration
+from forewarn.control.models import ERRORS
+from forewarn.core.durations import parse_optional_duration
+from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
 
 
 class Ec2EventOut(BaseModel):
@@ -36,12 +37,12 @@ class Ec2EventOut(BaseModel):
             code=event.code.value,
             state=event.state.value,
             description=event.shown_description,
-            not_before=iso(event.not_before),
-            not_after=iso(event.not_after),
-            not_before_deadline=iso(event.not_before_deadline),
-            created_at=iso(event.created_at),
-            started_at=iso(event.started_at),
-            ended_at=iso(event.ended_at),
+            not_before=format_time(event.not_before),
+            not_after=format_optional_time(event.not_after),
+            not_before_deadline=format_optional_time(event.not_before_deadline),
+            created_at=format_time(event.created_at),
+            started_at=format_optional_time(event.started_at),
+            ended_at=format_optional_time(event.ended_at),
         )
 
 
@@ -118,13 +119,13 @@ def ec2_router(service: Maintenance) -> APIRouter:
             spot=record.spot,
             auto_scaling_group=record.auto_scaling_group,
             lifecycle_state=state.lifecycle_state,
-            launched_at=iso(state.launched_at),
-            booted_at=iso(state.booted_at),
+            launched_at=format_time(state.launched_at),
+            booted_at=format_time(state.booted_at),
             impacted_by=state.impacted_by,
             replaces=state.origin,
             spot_action=state.spot_action,
-            spot_action_time=iso(state.spot_action_time),
-            rebalance_at=iso(state.rebalance_at),
+            spot_action_time=format_optional_time(state.spot_action_time),
+            rebalance_at=format_optional_time(state.rebalance_at),
         )
 
     def outcome(changes) -> Ec2OutcomeOut:
@@ -157,11 +158,11 @@ def ec2_router(service: Maintenance) -> APIRouter:
         request = Ec2Request(
             code=parse_enum(Ec2Code, body.code, "event code"),
             instances=tuple(body.instances),
-            notice=None if body.notice is None else parse_duration(body.notice),
-            not_before=None if body.not_before is None else parse_time(body.not_before),
-            window=None if body.window is None else parse_duration(body.window),
+            notice=parse_optional_duration(body.notice),
+            not_before=parse_optional_time(body.not_before),
+            window=parse_optional_duration(body.window),
             no_not_after=body.no_not_after,
-            deadline=None if body.deadline is None else parse_duration(body.deadline),
+            deadline=parse_optional_duration(body.deadline),
             no_deadline=body.no_deadline,
             description=body.description,
         )

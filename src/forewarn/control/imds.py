@@ -8,9 +8,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.azure.imds.scheduled_events import AzureImds, Fault
-from forewarn.control.models import ERRORS, iso
+from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
+from forewarn.core.times import format_optional_time
 
 
 class FaultIn(BaseModel):
@@ -37,7 +38,7 @@ class FaultOut(BaseModel):
             status=fault.status,
             vms=sorted(fault.vms),
             requests_left=fault.requests,
-            until=iso(fault.until),
+            until=format_optional_time(fault.until),
             delay_seconds=fault.delay,
         )
 

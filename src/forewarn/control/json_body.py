@@ -8,8 +8,7 @@ nothing bounds a body's size. This ASGI middleware reads the body (at most ``MAX
 
 from __future__ import annotations
 
-import json
-
+from forewarn.control.errors import error_response
 from forewarn.net.untrusted_json import MAX_BODY_BYTES, JsonInputError, parse_json
 
 _WITH_BODY = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -30,7 +29,9 @@ class JsonBodyGuard:
             return
         declared = next((value for name, value in scope["headers"] if name == b"content-length"), b"")
         if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
-            await _refuse(send, 413, "TooLarge", f"the request body is larger than {MAX_BODY_BYTES} bytes")
+            await error_response(413, "TooLarge", f"the request body is larger than {MAX_BODY_BYTES} bytes")(
+                scope, receive, send
+            )
             return
         chunks, size, more = [], 0, True
         while more:
@@ -40,7 +41,9 @@ class JsonBodyGuard:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > MAX_BODY_BYTES:
-                await _refuse(send, 413, "TooLarge", f"the request body is larger than {MAX_BODY_BYTES} bytes")
+                await error_response(413, "TooLarge", f"the request body is larger than {MAX_BODY_BYTES} bytes")(
+                    scope, receive, send
+                )
                 return
             chunks.append(chunk)
             more = message.get("more_body", False)
@@ -49,7 +52,7 @@ class JsonBodyGuard:
             try:
                 parse_json(body)
             except JsonInputError as error:
-                await _refuse(send, 400, "Invalid", f"body: {error}")
+                await error_response(400, "Invalid", f"body: {error}")(scope, receive, send)
                 return
         replayed = False
 
@@ -61,15 +64,3 @@ class JsonBodyGuard:
             return {"type": "http.request", "body": body, "more_body": False}
 
         await self.app(scope, replay, send)
-
-
-async def _refuse(send, status: int, code: str, message: str) -> None:
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})

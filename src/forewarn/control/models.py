@@ -2,31 +2,17 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.model import Event
-from forewarn.core.errors import Invalid
+from forewarn.core.changes import Change
+from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import WaveChanged
-
-
-def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def parse_time(text: str) -> datetime:
-    """ISO 8601 (``2026-04-20T22:26:58Z``); a time without an offset is UTC."""
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise Invalid(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:26:58Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 class EventOut(BaseModel):
@@ -56,14 +42,14 @@ class EventOut(BaseModel):
             source=event.source.value,
             resources=list(event.resources),
             scope=event.scope,
-            not_before=iso(event.not_before),
+            not_before=format_time(event.not_before),
             description=event.description,
             duration_seconds=event.duration_seconds,
             impact_window_seconds=event.impact_window.total_seconds(),
-            created_at=iso(event.created_at),
-            started_at=iso(event.started_at),
-            ends_at=iso(event.ends_at),
-            ended_at=iso(event.ended_at),
+            created_at=format_time(event.created_at),
+            started_at=format_optional_time(event.started_at),
+            ends_at=format_optional_time(event.ends_at),
+            ended_at=format_optional_time(event.ended_at),
             approvals=list(event.approvals),
             operation_id=event.operation_id,
         )
@@ -84,7 +70,7 @@ class ChangeOut(BaseModel):
     targets: list[str] = Field(default_factory=list, description="VMs or the instance the change is about")
 
 
-def change_out(change) -> ChangeOut | None:
+def change_out(change: Change) -> ChangeOut | None:
     """What a person reading ``clock next`` wants to know of one change; None for bookkeeping (incarnations, the
     clock itself, policies, enabling)."""
     if isinstance(change, EventChanged):
@@ -108,15 +94,15 @@ def change_out(change) -> ChangeOut | None:
             targets=[change.state.name],
         )
     if isinstance(change, Ec2EventChanged):
-        event = change.event
+        ec2_event = change.event
         return ChangeOut(
             kind="ec2_event",
-            id=event.event_id,
+            id=ec2_event.event_id,
             what=change.what,
             reason=change.reason,
-            type=event.code.value,
-            status=event.state.value,
-            targets=[event.instance_id],
+            type=ec2_event.code.value,
+            status=ec2_event.state.value,
+            targets=[ec2_event.instance_id],
         )
     if isinstance(change, Ec2StateChanged):
         state = change.state
@@ -141,7 +127,7 @@ def change_out(change) -> ChangeOut | None:
     return None
 
 
-def changes_out(changes) -> tuple[list[ChangeOut], int]:
+def changes_out(changes: Iterable[Change]) -> tuple[list[ChangeOut], int]:
     """The changes worth reporting, the first ``MAX_LISTED_CHANGES`` of them, and how many there were."""
     reported = [out for out in map(change_out, changes) if out is not None]
     return reported[:MAX_LISTED_CHANGES], len(reported)
@@ -156,4 +142,4 @@ class ErrorOut(BaseModel):
     error: ErrorBody
 
 
-ERRORS = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}
+ERRORS: dict[int | str, dict[str, Any]] = {400: {"model": ErrorOut}, 404: {"model": ErrorOut}, 409: {"model": ErrorOut}}

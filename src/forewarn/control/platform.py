@@ -10,10 +10,11 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.model import EventType, parse_enum
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
-from forewarn.control.models import ERRORS, EventOut, iso
-from forewarn.core.durations import parse_duration
+from forewarn.control.models import ERRORS, EventOut
+from forewarn.core.changes import Change
+from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.errors import Invalid
-from forewarn.engine.engine import Change
+from forewarn.core.times import format_optional_time, format_time
 
 
 class VmOut(BaseModel):
@@ -40,13 +41,13 @@ class VmOut(BaseModel):
             name=state.name,
             power=state.power.value,
             host=state.host,
-            booted_at=iso(state.booted_at),
+            booted_at=format_time(state.booted_at),
             temp_disk_generation=state.temp_disk_generation,
             os_disk_generation=state.os_disk_generation,
             memory_generation=state.memory_generation,
             impacted_by=state.impacted_by,
-            impact_until=iso(state.impact_until),
-            deleted_at=iso(state.deleted_at),
+            impact_until=format_optional_time(state.impact_until),
+            deleted_at=format_optional_time(state.deleted_at),
             model_version=state.model_version,
             latest_model=state.model_version == policy.model_version,
             scope=vm.scope,
@@ -166,7 +167,7 @@ def platform_router(service: Maintenance) -> APIRouter:
             if body.notice is not None and action not in ("restart", "redeploy"):
                 raise Invalid(f"{action} takes no notice")
             if action in ("restart", "redeploy"):
-                notice = None if body.notice is None else parse_duration(body.notice)
+                notice = parse_optional_duration(body.notice)
                 changes = service.perform(lambda engine: getattr(engine, action)(body.vms, notice))
             else:
                 changes = service.perform(lambda engine: getattr(engine, action)(body.vms))
@@ -228,7 +229,7 @@ def platform_router(service: Maintenance) -> APIRouter:
         """Degraded hosts: a Redeploy with NotBefore days ahead (default 7)."""
         if body.type is not None:
             raise Invalid("a predicted failure is always a Redeploy")
-        notice = None if body.notice is None else parse_duration(body.notice)
+        notice = parse_optional_duration(body.notice)
         return outcome(service.perform(lambda engine: engine.predicted_failure(body.hosts, notice)), service)
 
     @router.post("/v1/platform/evict", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)

@@ -8,9 +8,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import EventSource, EventType, parse_enum
-from forewarn.control.models import ERRORS, iso
+from forewarn.control.models import ERRORS
 from forewarn.core.bounds import MAX_DURATION_SECONDS
-from forewarn.core.durations import parse_duration
+from forewarn.core.durations import parse_optional_duration
+from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveSpec
 
 
@@ -70,8 +71,8 @@ class WaveOut(BaseModel):
             skipped=[wave.units[i] for i in wave.skipped],
             next_unit=wave.units[wave.next_unit] if wave.next_unit < len(wave.units) else None,
             in_flight=[UnitOut(unit=wave.units[run.unit], operations=list(run.operations)) for run in wave.in_flight],
-            created_at=iso(wave.created_at),
-            finished_at=iso(wave.finished_at),
+            created_at=format_time(wave.created_at),
+            finished_at=format_optional_time(wave.finished_at),
         )
 
 
@@ -106,9 +107,9 @@ def waves_router(service: Maintenance) -> APIRouter:
             concurrency=body.concurrency,
             groups=tuple(body.groups),
             source=parse_enum(EventSource, body.source, "event source"),
-            notice=None if body.notice is None else parse_duration(body.notice),
+            notice=parse_optional_duration(body.notice),
             duration_seconds=body.duration_seconds,
-            impact_window=None if body.impact_window is None else parse_duration(body.impact_window),
+            impact_window=parse_optional_duration(body.impact_window),
             description=body.description,
             name=body.name,
         )

@@ -32,6 +32,11 @@ def parse_duration(text: str) -> timedelta:
     return duration
 
 
+def parse_optional_duration(text: str | None) -> timedelta | None:
+    """:func:`parse_duration`, with ``None`` (no duration given) read as ``None``."""
+    return None if text is None else parse_duration(text)
+
+
 def format_duration(value: timedelta) -> str:
     """ISO 8601, the way forewarn writes durations back: ``PT20M``, ``P7D``, ``PT1H30M``, ``PT0.5S``, ``-PT5M``."""
     sign = "-" if value < timedelta(0) else ""

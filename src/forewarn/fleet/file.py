@@ -10,7 +10,7 @@ import ipaddress
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -234,20 +234,20 @@ def _kind(data) -> str:
 
 
 def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
-    def fail(path: tuple, message: str):
+    def fail(path: tuple, message: str) -> NoReturn:
         raise FleetFileError(f"{filename}:{line_of(path, lines)}: {where(path)}: {message}")
 
     defaults = spec.defaults
     declared_hosts: dict[str, Host] = {}
-    for index, host in enumerate(spec.hosts):
-        if host.name in declared_hosts:
-            fail(("hosts", index, "name"), f"duplicate host {host.name!r}")
-        declared_hosts[host.name] = Host(host.name)
-    avsets = {}
-    for index, avset in enumerate(spec.availability_sets):
-        if avset.name in avsets:
-            fail(("availability_sets", index, "name"), f"duplicate availability set {avset.name!r}")
-        avsets[avset.name] = avset
+    for index, host_spec in enumerate(spec.hosts):
+        if host_spec.name in declared_hosts:
+            fail(("hosts", index, "name"), f"duplicate host {host_spec.name!r}")
+        declared_hosts[host_spec.name] = Host(host_spec.name)
+    avsets: dict[str, AvailabilitySetSpec] = {}
+    for index, avset_spec in enumerate(spec.availability_sets):
+        if avset_spec.name in avsets:
+            fail(("availability_sets", index, "name"), f"duplicate availability set {avset_spec.name!r}")
+        avsets[avset_spec.name] = avset_spec
     avset_members: dict[str, int] = {}
 
     def placement(item: Placement, avset: AvailabilitySetSpec | None = None) -> dict:
@@ -270,7 +270,7 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
     vms: list[VM] = []
     for index, item in enumerate(spec.vms):
         path = ("vms", index)
-        avset = None
+        avset: AvailabilitySetSpec | None = None
         if item.availability_set is not None:
             avset = avsets.get(item.availability_set)
             if avset is None:
@@ -473,10 +473,16 @@ def _policies(spec: FleetSpec, vms: list[VM], fail) -> list[Policy]:
                 f"VM {item.name} is in availability set {item.availability_set}; set the policy there",
             )
         policy(("vms", index), "vm", item.name, item.scheduled_events_policy)
-    for index, item in enumerate(spec.availability_sets):
-        policy(("availability_sets", index), "avset", item.name, item.scheduled_events_policy)
-    for index, item in enumerate(spec.scale_sets):
-        policy(("scale_sets", index), "vmss", item.name, item.scheduled_events_policy, item.scheduled_events_profile)
+    for index, avset in enumerate(spec.availability_sets):
+        policy(("availability_sets", index), "avset", avset.name, avset.scheduled_events_policy)
+    for index, scale_set in enumerate(spec.scale_sets):
+        policy(
+            ("scale_sets", index),
+            "vmss",
+            scale_set.name,
+            scale_set.scheduled_events_policy,
+            scale_set.scheduled_events_profile,
+        )
     return found
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
@@ -80,7 +81,7 @@ def generate_fleet(shape: FleetShape) -> dict:
     in_availability_sets = round(shape.vms * shape.availability_set_share)
     standalone = shape.vms - in_scale_sets - in_availability_sets
 
-    scale_sets = []
+    scale_sets: list[dict[str, Any]] = []
     left = in_scale_sets
     while left > 0:
         size = min(left, rng.choice((2, 5, 10, 20, 50, 100, 100, 250, 500, 1000)))
@@ -96,7 +97,8 @@ def generate_fleet(shape: FleetShape) -> dict:
         )
         left -= size
 
-    availability_sets, vms = [], []
+    availability_sets: list[dict[str, Any]] = []
+    vms: list[dict[str, Any]] = []
     left = in_availability_sets
     while left > 0:
         size = min(left, rng.choice((2, 3, 3, 5, 8, 12, 20)))

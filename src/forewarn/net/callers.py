@@ -19,15 +19,17 @@ class UnknownCaller(Exception):
 
 class CallerResolver:
     def __init__(self, fleet: Fleet, shared_ports: set[int]):
-        machines = [*fleet.vms.values(), *fleet.ec2.values()]
+        machines: list[Machine] = [*fleet.vms.values(), *fleet.ec2.values()]
         self._by_port = {m.imds_port: m for m in machines if m.imds_port is not None}
         # A VM port that is also the shared listening port identifies nobody by itself.
         for port in shared_ports:
             self._by_port.pop(port, None)
         self._by_address = {m.imds_address: m for m in machines if m.imds_address is not None}
         default = fleet.default_vm
-        self._default = fleet.vms.get(default) or fleet.ec2.get(default) if default else None
-        self._cache: dict[tuple, Machine] = {}
+        self._default: Machine | None = None
+        if default:
+            self._default = fleet.vms.get(default) or fleet.ec2.get(default)
+        self._cache: dict[tuple[str, int, str], Machine] = {}
 
     def resolve(self, local: tuple[str, int], peer: tuple[str, int]) -> Machine:
         """The VM or EC2 instance behind a connection that arrived on ``local`` from ``peer``."""

@@ -49,6 +49,12 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return address
 
 
+def _ip_version(text: str) -> int:
+    """4 or 6; 9 for what is no address, so that it sorts last."""
+    address = _address(text)
+    return address.version if address is not None else 9
+
+
 def is_local_address(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     """Loopback, unspecified (a connection to 0.0.0.0 reaches this machine), or assigned to one of this machine's
     interfaces (which is exactly when a socket can be bound to it)."""
@@ -100,7 +106,8 @@ class OwnListeners:
                 found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
             except (socket.gaierror, UnicodeError, OSError):
                 return Destination(url)
-            addresses = list(dict.fromkeys(info[4][0] for info in found))
+            # An IP socket address starts with its host as text (only AF_UNIX ones, never asked for here, differ).
+            addresses = list(dict.fromkeys(str(info[4][0]) for info in found))
         for address in addresses:
             role = self.own(address, port)
             if role is not None:
@@ -111,7 +118,7 @@ class OwnListeners:
         if parts.scheme != "http" or _address(host) is not None or not addresses:
             return Destination(url)
         # Pinned to the checked address; IPv4 first, as most local receivers listen on 127.0.0.1 only.
-        chosen = sorted(addresses, key=lambda a: _address(a).version if _address(a) else 9)[0]
+        chosen = sorted(addresses, key=_ip_version)[0]
         literal = f"[{chosen}]" if ":" in chosen else chosen
         userinfo = parts.netloc.rpartition("@")[0]
         netloc = (f"{userinfo}@" if userinfo else "") + literal + (f":{parts.port}" if parts.port else "")

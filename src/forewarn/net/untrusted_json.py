@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Iterable
 from itertools import accumulate
 from typing import Any
 
@@ -104,6 +105,7 @@ def _has_lone_surrogate(value: Any) -> bool:
     pending = [value]
     while pending:
         item = pending.pop()
+        strings: Iterable[str]
         if isinstance(item, str):
             strings = (item,)
         elif isinstance(item, dict):

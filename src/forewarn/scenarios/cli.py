@@ -341,9 +341,9 @@ def generate_command(fleet_source, seed, duration, per_hour, start, observe, out
     from its seed."""
     import yaml
 
-    from forewarn.control.models import parse_time
     from forewarn.core.durations import parse_duration
     from forewarn.core.errors import CoreError
+    from forewarn.core.times import parse_time
     from forewarn.fleet.file import FleetFileError, load_fleet
     from forewarn.scenarios.generate import Generation, fleet_reference, generate_scenario
 

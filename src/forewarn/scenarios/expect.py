@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from forewarn.core.times import parse_optional_time, parse_time
 from forewarn.scenarios.spec import Expectation, Scenario, duration_value, format_offset, time_value
-
-
-def _iso(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def event_matches(event: dict, pattern: Any) -> bool:
@@ -65,7 +59,7 @@ class _Check:
 
 
 def evaluate(scenario: Scenario, timeline: dict, tolerance: float = 0.0) -> list[dict]:
-    start = _iso(timeline["start"])
+    start = parse_time(timeline["start"])  # a run is checked only once it has begun
     results: list[dict] = []
     for expectation in scenario.expectations:
         check = _Check(expectation)
@@ -79,11 +73,19 @@ def evaluate(scenario: Scenario, timeline: dict, tolerance: float = 0.0) -> list
     return results
 
 
+def _observed(check: _Check, timeline: dict, kind: str) -> list[dict] | None:
+    """What the timeline recorded of the expectation's VM or instance; None, reported, when it was not observed."""
+    target = check.expectation.target
+    recorded = timeline[kind].get(target)
+    if recorded is None:
+        check.add("observed", False, f"{target} was not observed (add it to `observe`)")
+    return recorded
+
+
 def _vm(check: _Check, timeline: dict, tolerance: float) -> None:
     e = check.expectation
-    documents = timeline["vms"].get(e.target)
+    documents = _observed(check, timeline, "vms")
     if documents is None:
-        check.add("observed", False, f"{e.target} was not observed (add it to `observe`)")
         return
     checks = e.checks
     seen = " -> ".join(render_document(entry) for entry in documents)
@@ -151,7 +153,7 @@ def _vm(check: _Check, timeline: dict, tolerance: float) -> None:
                 if not compare(n, bound - tolerance if key == "min_notice" else bound + tolerance)
             }
             detail = ", ".join(f"{event_id}: {format_offset(n)}" for event_id, n in notices.items())
-            check.add(f"{key} {checks[key]}", notices and not bad, detail or "no Scheduled event was seen")
+            check.add(f"{key} {checks[key]}", bool(notices) and not bad, detail or "no Scheduled event was seen")
     states = timeline["vm_states"].get(e.target) or []
     if "power" in checks:
         seen_power = _distinct([s["power"] for s in states])
@@ -185,7 +187,7 @@ def _notices(documents: list[dict]) -> dict[str, float]:
     """Per event first seen Scheduled: NotBefore minus the time it was first seen."""
     notices: dict[str, float] = {}
     for entry in documents:
-        seen_at = _iso(entry["time"])
+        seen_at = parse_time(entry["time"])
         for event in entry["document"].get("Events") or []:
             if (
                 event.get("EventStatus") == "Scheduled"
@@ -199,16 +201,15 @@ def _notices(documents: list[dict]) -> dict[str, float]:
 
 def _instance(check: _Check, timeline: dict, start: datetime) -> None:
     e = check.expectation
-    entries = timeline["instances"].get(e.target)
+    entries = _observed(check, timeline, "instances")
     if entries is None:
-        check.add("observed", False, f"{e.target} was not observed (add it to `observe`)")
         return
     checks = e.checks
     if "states" in checks:
         seen = _distinct([entry["state"] for entry in entries])
         check.add("states", seen == checks["states"], f"saw {' -> '.join(seen)}")
     if "not_befores" in checks:
-        seen_times = _distinct([_iso(ev["not_before"]) for entry in entries for ev in entry["events"]])
+        seen_times = _distinct([parse_optional_time(ev["not_before"]) for entry in entries for ev in entry["events"]])
         want = [time_value(str(value), start) for value in checks["not_befores"]]
         check.add(
             "NotBefore " + " -> ".join(map(str, checks["not_befores"])),
@@ -248,8 +249,8 @@ def _event(check: _Check, timeline: dict, start: datetime) -> None:
     ids = action["produced"]
     azure = {ev["event_id"]: ev for ev in timeline["events"]}
     ec2 = {ev["event_id"]: ev for ev in timeline["ec2_events"]}
-    events = [azure.get(i) or ec2.get(i) for i in ids]
-    events = [ev for ev in events if ev is not None]
+    found = [azure.get(i) or ec2.get(i) for i in ids]
+    events = [ev for ev in found if ev is not None]
     if e.vm:
         events = [ev for ev in events if e.vm in ev.get("resources", [])]
     checks = e.checks
@@ -286,4 +287,4 @@ def _event(check: _Check, timeline: dict, start: datetime) -> None:
     for key in ("not_before", "not_after"):
         if key in checks:
             want = time_value(str(checks[key]), start)
-            each(f"{key} {checks[key]}", lambda ev, key=key: _iso(ev.get(key)), want)
+            each(f"{key} {checks[key]}", lambda ev, key=key: parse_optional_time(ev.get(key)), want)

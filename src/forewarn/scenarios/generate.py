@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from forewarn.fleet.model import Fleet
 
@@ -141,11 +142,11 @@ def _operation(
     if kind in ("hardware-failure", "predicted-failure"):
         if host in moved_away:  # VMs may have left it: the host might run nothing now
             return None
-        params = {"hosts": [host]}
+        params: dict[str, Any] = {"hosts": [host]}
         if kind == "predicted-failure":
             params["notice"] = f"{rng.randint(1, 7)}d"
         return [(0, {"id": step_id, "do": kind, "with": params}, on_host)]
-    schedule = {
+    schedules: dict[str, dict[str, Any]] = {
         "host-maintenance": {
             "type": "Freeze",
             "duration_seconds": 9,
@@ -164,7 +165,8 @@ def _operation(
             "duration_seconds": 9,
             "description": "Host server is undergoing maintenance.",
         },
-    }[kind]
+    }
+    schedule = schedules[kind]
     steps = [
         (0, {"id": step_id, "do": "schedule", "with": {**schedule, "vms": list(on_host), "notice": "15m"}}, on_host)
     ]

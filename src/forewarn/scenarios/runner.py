@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any
 
+from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
 from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
 from forewarn.scenarios.expect import evaluate
 from forewarn.scenarios.spec import TIME_KEYS, Scenario, Step, format_offset, time_value
@@ -41,19 +42,6 @@ class RunInterrupted(Exception):
     def __init__(self, signal_name: str):
         super().__init__(signal_name)
         self.signal_name = signal_name
-
-
-def parse_iso(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def iso(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @dataclass
@@ -103,6 +91,7 @@ class Runner:
         self.options = options or RunOptions()
         if self.options.max_moves is None:
             self.options.max_moves = DEFAULT_MAX_MOVES + MOVES_PER_STEP * len(scenario.steps)
+        self.max_moves: int = self.options.max_moves
         self.emit = emit or (lambda line: None)
         self.progress = progress or (lambda state: None)
         self.server_info = server_info or {}
@@ -125,6 +114,7 @@ class Runner:
         self.azure = [name for name in scenario.observe if name in scenario.vms]
         self.ec2_watch = [name for name in scenario.observe if name in scenario.instances]
         self.watch_ec2 = bool(self.ec2_watch) or (scenario.observe_all and bool(scenario.instances))
+        # The server's time when the run began and at its last reading: None until _begin reads the clock.
         self.start: datetime | None = None
         self.now: datetime | None = None
         self.next_deadline: datetime | None = None
@@ -141,6 +131,20 @@ class Runner:
         self.produced: dict[str, list[str]] = {}
         self.warnings: list[str] = []
 
+    @property
+    def run_start(self) -> datetime:
+        """``start``, for the code that runs after _begin (steps, moves, checks)."""
+        if self.start is None:
+            raise RuntimeError("the run has not begun")
+        return self.start
+
+    @property
+    def clock_now(self) -> datetime:
+        """``now``, for the code that runs after the first reading of the server's clock."""
+        if self.now is None:
+            raise RuntimeError("the server's clock has not been read")
+        return self.now
+
     # ------------------------------------------------------------------------------------------------ the run
     def run(self) -> dict:
         aborted = None
@@ -149,7 +153,7 @@ class Runner:
         try:
             self._begin()
             for step in self.scenario.steps:
-                self._advance_to(self.start + step.time)
+                self._advance_to(self.run_start + step.time)
                 self._perform(step)
                 self.observe()
                 self.steps_done += 1
@@ -201,14 +205,14 @@ class Runner:
                 + " ".join(self.scenario.server_args())
                 + "; this server keeps its own settings, so timings may differ"
             )
-        now = parse_iso(clock["now"])
+        now = parse_time(clock["now"])
         start = self.scenario.start
         if start is not None and mode == "manual" and self.options.set_start and now < start:
-            clock = self.api.post("/v1/clock/set", {"to": iso(start)})
-            now = parse_iso(clock["now"])
+            clock = self.api.post("/v1/clock/set", {"to": format_time(start)})
+            now = parse_time(clock["now"])
         elif start is not None and abs(now - start) > timedelta(seconds=10 * max(1.0, self.options.speed)):
             self.warnings.append(
-                f"the scenario starts at {iso(start)}; this server's clock is at {iso(now)}, so "
+                f"the scenario starts at {format_time(start)}; this server's clock is at {format_time(now)}, so "
                 "the run starts there (absolute times in the scenario may not match)"
             )
         for warning in self.warnings:
@@ -235,19 +239,19 @@ class Runner:
             )
 
     def _read_clock(self, clock: dict) -> None:
-        self.now = parse_iso(clock["now"])
-        self.next_deadline = parse_iso(clock.get("next_deadline"))
+        self.now = parse_time(clock["now"])
+        self.next_deadline = parse_optional_time(clock.get("next_deadline"))
 
     # ---------------------------------------------------------------------------------------------- the clock
     def _advance_to(self, target: datetime) -> None:
         if self.options.mode == "manual":
             while self.next_deadline is not None and self.next_deadline <= target:
                 self._step_toward(target)
-            if self.now < target:  # no deadline on the way: nothing to read (the journal keeps what others did)
-                self._move("/v1/clock/set", {"to": iso(target)}, observe=False)
+            if self.clock_now < target:  # no deadline on the way: nothing to read (the journal keeps what others did)
+                self._move("/v1/clock/set", {"to": format_optional_time(target)}, observe=False)
         else:
-            while self.now < target:
-                remaining = (target - self.now).total_seconds() / self.options.speed
+            while self.clock_now < target:
+                remaining = (target - self.clock_now).total_seconds() / self.options.speed
                 time.sleep(max(0.0, min(self.options.poll, remaining)))
                 self.observe()
 
@@ -260,8 +264,8 @@ class Runner:
         known, quiet_until = self._quiet_until()
         if limit is not None and known and not self.options.every_deadline:
             target = limit if quiet_until is None else min(limit, quiet_until)
-            if self.next_deadline is not None and self.next_deadline < target and target > self.now:
-                self._move("/v1/clock/set", {"to": iso(target)})
+            if self.next_deadline is not None and self.next_deadline < target and target > self.clock_now:
+                self._move("/v1/clock/set", {"to": format_optional_time(target)})
                 return
         self._move("/v1/clock/next", {})
 
@@ -285,7 +289,7 @@ class Runner:
                 except (TypeError, ValueError):
                     self._quiet = (False, None)
                     return self._quiet
-            until = parse_iso((self._last_row.get(name) or {}).get("impact_until"))
+            until = parse_optional_time((self._last_row.get(name) or {}).get("impact_until"))
             if until is not None:
                 times.append(until)
         self._quiet = (True, min(times) if times else None)
@@ -293,8 +297,8 @@ class Runner:
 
     def _move(self, path: str, body: dict, observe: bool = True) -> None:
         self.moves += 1
-        if self.moves > self.options.max_moves:
-            raise RunAborted(f"more than {self.options.max_moves} clock moves (--max-moves)")
+        if self.moves > self.max_moves:
+            raise RunAborted(f"more than {self.max_moves} clock moves (--max-moves)")
         clock = self.api.post(path, body)
         if observe:
             self.observe(clock)
@@ -333,7 +337,9 @@ class Runner:
         if self.created:
             for event in self.api.get("/v1/events"):
                 if event["event_id"] in self.created:
-                    times.append(parse_iso(event["not_before"] if event["status"] == "Scheduled" else event["ends_at"]))
+                    times.append(
+                        parse_optional_time(event["not_before"] if event["status"] == "Scheduled" else event["ends_at"])
+                    )
         if self.created_waves and any(
             wave["wave_id"] in self.created_waves and wave["status"] == "running" for wave in self.api.get("/v1/waves")
         ):
@@ -341,19 +347,24 @@ class Runner:
         if self.created and not times:  # the events are over; an impact ends with its event at the latest
             for vm in self.api.get("/v1/vms"):
                 if vm.get("impact_until") and _event_of(vm.get("impacted_by")) in self.created:
-                    times.append(parse_iso(vm["impact_until"]))
+                    times.append(parse_optional_time(vm["impact_until"]))
         if self.created_ec2 or self.spot_targets:
             if any(e["event_id"] in self.created_ec2 for e in self.api.get("/v1/ec2/events")):
                 times.append(None)
             for instance in self.api.get("/v1/ec2/instances"):
                 if _event_of(instance.get("impacted_by")) in self.created_ec2:
                     times.append(None)
-                action_time = parse_iso(instance.get("spot_action_time"))
-                if instance["instance_id"] in self.spot_targets and action_time is not None and action_time > self.now:
+                action_time = parse_optional_time(instance.get("spot_action_time"))
+                if (
+                    instance["instance_id"] in self.spot_targets
+                    and action_time is not None
+                    and action_time > self.clock_now
+                ):
                     times.append(None)
         if not times:
             return True, None
-        return False, None if None in times else min(times)
+        known = [moment for moment in times if moment is not None]
+        return False, None if len(known) < len(times) else min(known)
 
     # ---------------------------------------------------------------------------------------------- observing
     def observe(self, clock: dict | None = None, everything: bool = False) -> None:
@@ -499,11 +510,16 @@ class Runner:
             self._line(iid, f"v{version}", _instance_summary(snapshot))
 
     def _stamp(self) -> dict:
-        return {"time": iso(self.now), "offset": (self.now - self.start).total_seconds() if self.start else 0.0}
+        now = self.clock_now
+        return {
+            "time": format_time(now),
+            "offset": (now - self.start).total_seconds() if self.start else 0.0,
+        }
 
     def _line(self, who: str, mark: str, text: str) -> None:
-        offset = format_offset((self.now - self.start).total_seconds()) if self.start else "+00:00:00"
-        self.emit(f"{offset:>13}  {self.now.strftime('%Y-%m-%d %H:%M:%S')}  {who:<20} {mark:<4} {text}")
+        now = self.clock_now
+        offset = format_offset((now - self.start).total_seconds()) if self.start else "+00:00:00"
+        self.emit(f"{offset:>13}  {now.strftime('%Y-%m-%d %H:%M:%S')}  {who:<20} {mark:<4} {text}")
 
     # ------------------------------------------------------------------------------------------------ actions
     def _perform(self, step: Step) -> None:
@@ -557,8 +573,8 @@ class Runner:
         for event in events or []:
             if not isinstance(event, dict) or "event_id" not in event:
                 continue
-            created = parse_iso(event.get("created_at"))
-            if created is not None and created >= self.start:
+            created = parse_optional_time(event.get("created_at"))
+            if created is not None and created >= self.run_start:
                 (self.created_ec2 if step.do.startswith("ec2-") else self.created).add(event["event_id"])
 
     def _resolve(self, value: Any, step: Step, key: str | None = None) -> Any:
@@ -571,7 +587,7 @@ class Runner:
                 )
             return list(self.produced[name])
         if isinstance(value, str) and key in TIME_KEYS:
-            return iso(time_value(value, self.start))
+            return format_time(time_value(value, self.run_start))
         if isinstance(value, dict):
             return {k: self._resolve(v, step, k) for k, v in value.items()}
         if isinstance(value, list):
@@ -680,33 +696,34 @@ class Runner:
     def _timeline(self, settled: bool, aborted: str | None) -> dict:
         scenario = self.scenario
         events, ec2_events, ec2_instances, approvals = [], [], [], []
-        if self.start is not None:
+        start = self.start
+        if start is not None:
             try:
                 self._changes()  # the journal's last entries, for the events' histories
-                events = [e for e in self.api.get("/v1/events", all="true") if parse_iso(e["created_at"]) >= self.start]
+                events = [e for e in self.api.get("/v1/events", all="true") if parse_time(e["created_at"]) >= start]
                 for event in events:
                     history = (
                         self.event_journal.get(event["event_id"], [])
                         if self.journal_complete
                         else self.api.get(f"/v1/events/{event['event_id']}/journal")
                     )
-                    event["journal"] = [{**entry, "at": iso(_entry_time(entry, event))} for entry in history]
+                    event["journal"] = [
+                        {**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history
+                    ]
                     for entry in event["journal"]:
                         if entry["what"] == "approved":
-                            at = parse_iso(entry["at"])
+                            at = parse_time(entry["at"])
                             approvals.append(
                                 {
-                                    "time": iso(at),
-                                    "offset": (at - self.start).total_seconds(),
+                                    "time": format_time(at),
+                                    "offset": (at - start).total_seconds(),
                                     "event_id": event["event_id"],
                                     "by": entry.get("reason", "").removeprefix("by "),
                                 }
                             )
                 if scenario.instances:
                     ec2_events = [
-                        e
-                        for e in self.api.get("/v1/ec2/events", all="true")
-                        if parse_iso(e["created_at"]) >= self.start
+                        e for e in self.api.get("/v1/ec2/events", all="true") if parse_time(e["created_at"]) >= start
                     ]
                     ec2_instances = self.api.get("/v1/ec2/instances")
             except (ApiError, Unreachable) as error:  # the timeline is still written
@@ -722,8 +739,8 @@ class Runner:
             "clock": self.options.mode,
             "speed": self.options.speed if self.options.mode == "real" else None,
             **self.server_info,
-            "start": iso(self.start),
-            "end": iso(self.now),
+            "start": format_optional_time(self.start),
+            "end": format_optional_time(self.now),
             "moves": self.moves,
             "warnings": self.warnings,
             "vms": self.documents,
@@ -791,7 +808,7 @@ def _entry_time(entry: dict, event: dict) -> datetime | None:
     a clock move that passed several deadlines commits them together, so a start or a completion takes its time
     from the event itself."""
     exact = {"started": event.get("started_at"), "completed": event.get("ended_at")}.get(entry["what"])
-    return parse_iso(exact or entry["at"])
+    return parse_optional_time(exact or entry["at"])
 
 
 def _event_of(impacted_by: str | None) -> str | None:
@@ -866,7 +883,7 @@ def run_scenario(
     if server is not None:
         api = Api(server, ec2_url, token=control_token)
         try:
-            info = {"server": server, "ec2_url": ec2_url, "private_server": False, "seed": None}
+            info: dict[str, Any] = {"server": server, "ec2_url": ec2_url, "private_server": False, "seed": None}
             return Runner(scenario, api, options, emit, info, progress).run()
         finally:
             api.close()

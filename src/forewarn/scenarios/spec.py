@@ -12,7 +12,7 @@ import re
 import textwrap
 from collections.abc import Container
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ import yaml
 from forewarn import yamlfile
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError, did_you_mean
+from forewarn.core.times import parse_time
 from forewarn.yamlfile import YamlFileError, line_of, where
 
 TIMINGS = ("fast", "realistic")
@@ -339,12 +340,15 @@ def parse_scenario(text: str, filename: str = "<scenario>", base_dir: Path | Non
         data, document.marks, text, filename, base_dir, report
     )
     # A fleet that could not be read has had its problems reported; names are not checked against it.
-    names = (set(vms), set(hosts), set(instances)) if fleet_text else (_ANY_NAME,) * 3
+    names: tuple[Container[str], Container[str], Container[str]] = (
+        (set(vms), set(hosts), set(instances)) if fleet_text else (_ANY_NAME, _ANY_NAME, _ANY_NAME)
+    )
     _check_server(data.get("server"), timing_names, report)
     step_ids = _check_steps(data.get("steps"), timing_names, *names, report)
     _check_observe(data.get("observe"), names[0], names[2], report)
     _check_expect(data.get("expect"), timing_names, step_ids, names[0], names[2], report)
     report.check()
+    name = data["name"]  # text, now that the checks passed
     scenario = ScenarioFile(
         name=name,
         title=(data.get("title") or name).strip(),
@@ -659,11 +663,11 @@ def _check_expect(
 
 # -------------------------------------------------------------------------------------------------- resolving
 def _parse_time(text: str) -> datetime:
+    """:func:`parse_time`, raising ValueError as every check of a scenario file expects."""
     try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"invalid time {text!r}; use ISO 8601, e.g. 2026-04-20T22:11:58Z") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return parse_time(text)
+    except CoreError as error:
+        raise ValueError(str(error)) from None
 
 
 def _parse_time_expression(text: str) -> tuple[str, Any]:
@@ -758,7 +762,9 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
                     duration_value(checks[key])
                 except ValueError as error:
                     report.add(("expect", index, key), f"{error} ({timing} timing)")
-        times = [((key,), checks[key]) for key in ("not_before", "not_after") if key in checks]
+        times: list[tuple[tuple[str | int, ...], Any]] = [
+            ((key,), checks[key]) for key in ("not_before", "not_after") if key in checks
+        ]
         if isinstance(checks.get("not_befores"), list):
             times += [(("not_befores", number), value) for number, value in enumerate(checks["not_befores"])]
         for where_, value in times:

@@ -13,6 +13,8 @@ from starlette.requests import Request
 
 from forewarn.aws.ec2_api.protocol import Ec2Error, bad_value
 from forewarn.aws.ec2_api.sigv4 import signed_region
+from forewarn.core import times as core_times
+from forewarn.core.errors import CoreError
 
 MAX_FIELDS = 10_000  # form fields per request
 
@@ -107,9 +109,8 @@ def check_instance_ids(instance_ids: list[str]) -> None:
 def parse_time(text: str) -> datetime | None:
     """An ISO 8601 date and time (UTC when it names no offset); None when it is not one."""
     try:
-        moment = datetime.fromisoformat(text.strip())
-        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-    except (ValueError, OverflowError):
+        return core_times.parse_time(text).astimezone(UTC)
+    except (CoreError, OverflowError):
         return None
 
 

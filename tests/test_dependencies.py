@@ -211,7 +211,8 @@ PICTURE = re.compile(r"<!-- imports: begin -->\n```text\n(?P<body>.*?)```\n<!-- 
 
 
 def picture() -> str:
-    graph = package_graph()
+    """One line a package with code (``data`` holds files, ``__main__`` only starts the CLI), fewest imports first."""
+    graph = {name: targets for name, targets in package_graph().items() if name not in ("data", "__main__")}
     width = max(map(len, graph))
     return "".join(
         f"{package:<{width}}  → {', '.join(sorted(graph[package])) or '(nothing of forewarn)'}\n"

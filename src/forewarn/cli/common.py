@@ -10,12 +10,14 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from forewarn.core.errors import CoreError
-from forewarn.net.control_client import BadJson, ControlClient, Refused, Response, Unreachable
+
+if TYPE_CHECKING:
+    from forewarn.net.control_client import BadJson, ControlClient, Refused, Response, Unreachable
 
 DEFAULT_SERVER = "http://127.0.0.1:8170"
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
@@ -33,11 +35,16 @@ class CliClient:
     """The control-API client, with its failures worded for the command line (:class:`ClientError`)."""
 
     def __init__(self, base_url: str, headers: dict[str, str] | None = None, pointed_by: str = SERVER_POINTER):
-        self.http = ControlClient(base_url, headers=headers)
+        # http.client (and ssl with it) only for commands that call a server: `forewarn --help` does without.
+        from forewarn.net.control_client import ControlClient
+
+        self.http: ControlClient = ControlClient(base_url, headers=headers)
         self.base_url = self.http.base_url
         self.pointed_by = pointed_by
 
     def request(self, method: str, path: str, params: dict[str, Any] | None = None, json: Any = None) -> Any:
+        from forewarn.net.control_client import BadJson, Refused, Unreachable
+
         try:
             return self.http.request(method, path, params=params, json_body=json)
         except (Unreachable, Refused, BadJson) as error:
@@ -45,8 +52,10 @@ class CliClient:
 
     def send(self, method: str, path: str, params: dict[str, Any] | None = None) -> Response:
         """The response as it came (for its exact bytes); errors raise :class:`ClientError` as in ``request``."""
+        from forewarn.net.control_client import Refused, Unreachable
+
         try:
-            return ControlClient.checked(self.http.send(method, path, params=params))
+            return self.http.checked(self.http.send(method, path, params=params))
         except (Unreachable, Refused) as error:
             raise ClientError(self.describe(error)) from None
 
@@ -57,6 +66,8 @@ class CliClient:
         return self.request("POST", path, json=body or {})
 
     def describe(self, error: Unreachable | Refused | BadJson) -> str:
+        from forewarn.net.control_client import BadJson, Unreachable
+
         if isinstance(error, Unreachable):
             return (
                 f"cannot reach forewarn at {self.base_url} ({error.kind}). Is `forewarn serve` running? "

@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import errno
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
-from forewarn.azure.model import EventType, parse_enum
 from forewarn.cli.common import CONTEXT, fail
 from forewarn.core.clock import MODES
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
-from forewarn.server.config import ServeConfig, ServeError, SettingError
+
+if TYPE_CHECKING:
+    from forewarn.azure.model import EventType
 
 
 def key_pairs(values: tuple[str, ...]) -> dict[str, str] | None:
@@ -46,6 +48,8 @@ def positive_seconds(value: str, option: str) -> float:
 
 
 def per_type(values: tuple[str, ...], option: str) -> dict[EventType, timedelta]:
+    from forewarn.azure.model import EventType, parse_enum
+
     result = {}
     for value in values:
         name, sep, duration = value.partition("=")
@@ -337,6 +341,9 @@ def serve(
         raise click.BadParameter(
             "expected a non-empty token without leading or trailing spaces", param_hint="--control-token"
         )
+    # The server's modules only when it runs: every other command imports this module too.
+    from forewarn.server.config import ServeConfig, ServeError, SettingError
+
     config = ServeConfig(
         db=db,
         fleet_source=fleet_source,
@@ -379,7 +386,7 @@ def serve(
         allowed_hosts=tuple(allowed_hosts),
         log_level=log_level,
     )
-    from forewarn.server.bootstrap import ListenError, run_server  # the server's weight, only when it runs
+    from forewarn.server.bootstrap import ListenError, run_server
 
     try:
         run_server(config)

@@ -4,8 +4,22 @@ Pure of any wire format: ``run_query`` takes a ``QueryRequest`` and returns the 
 surface serialises it and maps ``ResourceGraphError`` to its status and ``body()``.
 """
 
-from .query import QueryLimits, QueryRequest, ResourceGraphError, run_query
+from typing import Any
+
+from .request import QueryLimits, QueryRequest, ResourceGraphError
 from .rows import scheduled_event_row
-from .table import MaintenanceTable
 
 __all__ = ["MaintenanceTable", "QueryLimits", "QueryRequest", "ResourceGraphError", "run_query", "scheduled_event_row"]
+
+
+def __getattr__(name: str) -> Any:
+    # DuckDB (and the KQL translator) load on first use: a server without central events never needs them.
+    if name == "run_query":
+        from .query import run_query
+
+        return run_query
+    if name == "MaintenanceTable":
+        from .table import MaintenanceTable
+
+        return MaintenanceTable
+    raise AttributeError(name)

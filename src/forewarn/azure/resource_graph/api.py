@@ -26,6 +26,7 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from starlette.responses import Response
 
@@ -35,15 +36,12 @@ from forewarn.azure.arm.router import ManagementCall
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
-from forewarn.azure.resource_graph import (
-    MaintenanceTable,
-    QueryLimits,
-    QueryRequest,
-    ResourceGraphError,
-    run_query,
-    scheduled_event_row,
-)
+from forewarn.azure.resource_graph.request import QueryLimits, QueryRequest, ResourceGraphError
+from forewarn.azure.resource_graph.rows import scheduled_event_row
 from forewarn.engine.engine import Engine
+
+if TYPE_CHECKING:
+    from forewarn.azure.resource_graph.table import MaintenanceTable
 
 READ_ROWS = "Microsoft.ResourceGraph/resources/read"
 READ_EVENTS = "Microsoft.Maintenance/scheduledevents/read"
@@ -68,7 +66,7 @@ class ResourceGraphApi:
     def __init__(self, service: Maintenance, settings: ResourceGraphSettings = ResourceGraphSettings()):
         self.service = service
         self.settings = settings
-        self.table = MaintenanceTable()
+        self._table: MaintenanceTable | None = None
         self._quota: dict[str, list[float]] = {}
         self._quota_lock = threading.Lock()
         self._purged_at: datetime | None = None
@@ -79,6 +77,15 @@ class ResourceGraphApi:
         service.subscribe(self._on_change)
 
     # ----------------------------------------------------------------------------------------------- read model
+    @property
+    def table(self) -> MaintenanceTable:
+        """The DuckDB table, made at first need (a central event or a query): DuckDB costs start-up time."""
+        if self._table is None:
+            from forewarn.azure.resource_graph.table import MaintenanceTable
+
+            self._table = MaintenanceTable()
+        return self._table
+
     def _row(self, engine: Engine, event: Event) -> dict:
         vm = engine.fleet.vms[event.resources[0]]
         return scheduled_event_row(
@@ -198,6 +205,8 @@ class ResourceGraphApi:
         return 200, _encoded(body)
 
     def _run(self, request: QueryRequest, allowed, within) -> dict:
+        from forewarn.azure.resource_graph.query import run_query
+
         return run_query(
             self.table,
             request,

@@ -40,6 +40,7 @@ from uuid import UUID
 import duckdb
 import duckdb_kql
 
+from .request import QueryLimits, QueryRequest, ResourceGraphError
 from .table import COLUMN_NAMES, STORED_TABLE, MaintenanceTable
 
 TABLE_NAME = "maintenanceresources"
@@ -103,59 +104,12 @@ _REFUSED_FUNCTIONS = frozenset({"range", "repeat", "strrep"})
 _ROW_LIMITING_OPERATORS = frozenset({"TakeOperatorContext", "SampleOperatorContext"})
 
 
-@dataclass(frozen=True)
-class QueryLimits:
-    """How many of the costly operators one query may use. ARG's defaults ("Understanding the Azure Resource Graph
-    query language"): "a default limit of three join and three mv-expand operators in a single Resource Graph SDK
-    query" (its operator table says two mv-expand; the sentence on defaults is followed), and "three union legs".
-    A tenant can ask Microsoft for more, hence settable."""
-
-    join: int = 3
-    mv_expand: int = 3
-    union_legs: int = 3
-
-
 #: What each limit counts: a parser rule per use (a union leg is one expression after ``union``).
 _LIMITED_RULES = (
     ("join", "JoinOperatorContext"),
     ("mv-expand", "MvexpandOperatorContext"),
     ("union leg", "UnionOperatorExpressionContext"),
 )
-
-
-@dataclass(frozen=True)
-class QueryRequest:
-    """The parts of an ARG request body that shape the answer.
-
-    ``subscriptions`` empty or None is a tenant-level query: every subscription the caller may see. ``now`` is what
-    now() and ago() read, so queries follow the emulator's clock (naive means UTC); None means the wall clock.
-    """
-
-    query: str
-    subscriptions: Sequence[str] | None = None
-    top: int | None = None
-    skip: int | None = None
-    skip_token: str | None = None
-    result_format: str = "objectArray"
-    now: datetime | None = None
-
-
-class ResourceGraphError(Exception):
-    """A refused request, with the HTTP status and the ARG error body."""
-
-    def __init__(self, status: int, code: str, message: str, details: Sequence[dict[str, Any]] = ()) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = list(details)
-
-    def body(self) -> dict[str, Any]:
-        """``{"error": {"code", "message", "details": [{"code", "message"}, ...]}}``.
-
-        Real ARG puts a support line (timestamp, correlationId) in ``message``; an HTTP layer may substitute one.
-        """
-        return {"error": {"code": self.code, "message": self.message, "details": self.details}}
 
 
 Allowed = Callable[[str], bool] | Collection[str] | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -118,7 +118,7 @@ def short_time(text: str | None) -> str:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def print_table(rows: list[tuple[str, ...]], cell_limit: int | None = None) -> None:
+def print_table(rows: Sequence[Sequence[str]], cell_limit: int | None = None) -> None:
     """Rows of text as aligned columns (the first row is the header); cells longer than ``cell_limit`` are cut."""
     if cell_limit is not None:
         rows = [tuple(cell[:cell_limit] for cell in row) for row in rows]

@@ -70,7 +70,7 @@ class Response:
         return parse_json(self.content, max_bytes=MAX_DOCUMENT_BYTES)
 
 
-def _failure_kind(error: OSError, sent: bool) -> str:
+def _failure_kind(error: OSError | http.client.HTTPException, sent: bool) -> str:
     if isinstance(error, TimeoutError | socket.timeout):
         return "ReadTimeout" if sent else "ConnectTimeout"
     if isinstance(error, http.client.HTTPException):

@@ -13,11 +13,11 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import uvicorn
 
@@ -126,9 +126,29 @@ class MetadataRouter:
         return self.azure.handle(request)
 
 
+class Machine(Protocol):
+    """What the listeners need of an Azure VM or an EC2 instance: where its own metadata endpoint answers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def imds_port(self) -> int | None: ...
+    @property
+    def imds_address(self) -> str | None: ...
+
+
+def machines(service: Maintenance) -> list[Machine]:
+    """Azure VMs and EC2 instances alike."""
+    fleet = service.engine.fleet
+    return [*fleet.vms.values(), *fleet.ec2.values()]
+
+
+ASGIApp = Callable[..., Awaitable[None]]
+
+
 @dataclass
 class Built:
-    management_app: object  # the control, ARM and EC2 APIs, by the port a request arrived on
+    management_app: ByPort  # the control, ARM and EC2 APIs, by the port a request arrived on
     management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
@@ -138,7 +158,7 @@ class Built:
 class ByPort:
     """One ASGI app per listening port, for the surfaces uvicorn serves."""
 
-    def __init__(self, apps: dict[int, object]):
+    def __init__(self, apps: dict[int, ASGIApp]):
         self.apps = apps
 
     async def __call__(self, scope, receive, send):
@@ -182,7 +202,7 @@ def build(
             management_sockets.append(_listen(role, extra))
     imds_sockets = [_listen("imds", listeners.imds)]
     taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
-    for machine in [*fleet.vms.values(), *fleet.ec2.values()]:  # Azure VMs and EC2 instances alike
+    for machine in machines(service):
         name, port, address = machine.name, machine.imds_port, machine.imds_address
         if port is not None and port not in taken:
             try:
@@ -201,7 +221,9 @@ def build(
     imds = AzureImds(service, resolver, imds_settings)
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
-    apps = {listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)}
+    apps: dict[int, ASGIApp] = {
+        listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)
+    }
     if listeners.arm is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
@@ -307,7 +329,7 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
     ]
     reachable = []
-    for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
+    for vm in machines(service):
         where = []
         if vm.imds_address in listeners.vm_addresses:
             where.append(f"http://{vm.imds_address}:{listeners.imds[1]}")
@@ -390,7 +412,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
 
 def imds_settings_of(config: ServeConfig) -> ImdsSettings:
     """The --imds-profile, with the single settings given over it."""
-    overrides = {
+    overrides: dict[str, Any] = {
         "unknown_event_ids": config.unknown_event_ids,
         "rate_limit": config.rate_limit,
         "while_down": config.while_down,

@@ -12,8 +12,7 @@ import re
 
 import click
 
-from forewarn.cli.client import ClientError, ControlClient
-from forewarn.cli.main import CONTEXT, JSON_OPTION, _fail, _print_table
+from forewarn.cli.common import CONTEXT, JSON_OPTION, CliClient, ClientError, fail, print_table
 
 ARG_API = "2022-10-01"
 ACK_API = "2023-10-01-preview"
@@ -32,9 +31,9 @@ TOKEN_OPTION = click.option(
 )
 
 
-def _arm(arm_url: str, token: str | None) -> ControlClient:
+def _arm(arm_url: str, token: str | None) -> CliClient:
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    return ControlClient(arm_url, headers=headers, pointed_by="--arm URL or FOREWARN_ARM (the server's --arm-port)")
+    return CliClient(arm_url, headers=headers, pointed_by="--arm URL or FOREWARN_ARM (the server's --arm-port)")
 
 
 def _cell(value) -> str:
@@ -84,7 +83,7 @@ def graph(query, subscriptions, first, arm_url, token, as_json):
                 break
             options = {**options, "$skipToken": token_next}
     except ClientError as error:
-        _fail(str(error))
+        fail(str(error))
     if first is not None:
         rows = rows[:first]
     if as_json:
@@ -94,15 +93,13 @@ def graph(query, subscriptions, first, arm_url, token, as_json):
         click.echo("no rows")
         return
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    _print_table(
-        [tuple(columns)] + [tuple(_cell(row.get(column)) for column in columns) for row in rows], cell_limit=80
-    )
+    print_table([tuple(columns)] + [tuple(_cell(row.get(column)) for column in columns) for row in rows], cell_limit=80)
 
 
 _EVENT_ID_PREFIX = re.compile(r"^[0-9A-Fa-f-]{4,36}$")
 
 
-def _arm_id_of(client: ControlClient, event_id: str) -> str:
+def _arm_id_of(client: CliClient, event_id: str) -> str:
     """The ARM id of the centrally published event whose EventId is or starts with ``event_id``, from Resource
     Graph (where a controller finds it too)."""
     if not _EVENT_ID_PREFIX.match(event_id):

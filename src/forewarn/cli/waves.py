@@ -6,7 +6,7 @@ import time
 
 import click
 
-from forewarn.cli.main import CONTEXT, JSON_OPTION, _client, _emit, _fail, _run, _split
+from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, fail, run, split_names
 
 
 def _print_wave(wave: dict) -> None:
@@ -94,7 +94,7 @@ def wave_start(
         "type": event_type,
         "by": order,
         "concurrency": concurrency,
-        "groups": _split(groups),
+        "groups": split_names(groups),
         "source": source,
         "name": name,
     }
@@ -106,9 +106,9 @@ def wave_start(
     ):
         if value is not None:
             body[key] = value
-    started = _run(lambda: _client(ctx).post("/v1/waves", body))
+    started = run(lambda: control_client(ctx).post("/v1/waves", body))
     if not follow:
-        _emit(
+        emit(
             started,
             as_json,
             lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['scheduled']} events scheduled")),
@@ -120,12 +120,12 @@ def wave_start(
 def _follow(ctx, wave_id: str, as_json: bool) -> None:
     """Poll the wave until it ends; move a manual clock to its next deadline each round (a real clock moves by
     itself). One progress line per change, on stderr when the result goes to stdout as JSON."""
-    client = _client(ctx)
-    manual = _run(lambda: client.get("/v1/clock"))["mode"] == "manual"
+    client = control_client(ctx)
+    manual = run(lambda: client.get("/v1/clock"))["mode"] == "manual"
     last = None
     while True:
-        current = _run(lambda: client.get(f"/v1/waves/{wave_id}"))
-        clock = _run(lambda: client.get("/v1/clock"))
+        current = run(lambda: client.get(f"/v1/waves/{wave_id}"))
+        clock = run(lambda: client.get("/v1/clock"))
         line = (
             f"{clock['now']}  {wave_id}: {current['done'] + len(current['skipped'])}/{current['units']} units, "
             f"{len(current['in_flight'])} in flight"
@@ -137,11 +137,11 @@ def _follow(ctx, wave_id: str, as_json: bool) -> None:
             break
         if manual:
             if clock["next_deadline"] is None:
-                _fail(f"{wave_id} is running but the clock has no deadline left")
-            _run(lambda: client.post("/v1/clock/next"))
+                fail(f"{wave_id} is running but the clock has no deadline left")
+            run(lambda: client.post("/v1/clock/next"))
         else:
             time.sleep(0.5)
-    _emit(current, as_json, _print_wave)
+    emit(current, as_json, _print_wave)
 
 
 @wave.command(name="list", context_settings=CONTEXT)
@@ -159,7 +159,7 @@ def wave_list(ctx, as_json):
                 f"{item['done'] + len(item['skipped'])}/{item['units']} units  {item['name']}".rstrip()
             )
 
-    _emit(_run(lambda: _client(ctx).get("/v1/waves")), as_json, render)
+    emit(run(lambda: control_client(ctx).get("/v1/waves")), as_json, render)
 
 
 @wave.command(name="show", context_settings=CONTEXT)
@@ -168,7 +168,7 @@ def wave_list(ctx, as_json):
 @click.pass_context
 def wave_show(ctx, wave_id, as_json):
     """A wave's progress: units done, in flight (with their operations) and skipped."""
-    _emit(_run(lambda: _client(ctx).get(f"/v1/waves/{wave_id}")), as_json, _print_wave)
+    emit(run(lambda: control_client(ctx).get(f"/v1/waves/{wave_id}")), as_json, _print_wave)
 
 
 @wave.command(name="cancel", context_settings=CONTEXT)
@@ -177,8 +177,8 @@ def wave_show(ctx, wave_id, as_json):
 @click.pass_context
 def wave_cancel(ctx, wave_id, as_json):
     """Stop a wave: nothing more is scheduled; its Scheduled events are canceled, Started ones finish."""
-    _emit(
-        _run(lambda: _client(ctx).post(f"/v1/waves/{wave_id}/cancel")),
+    emit(
+        run(lambda: control_client(ctx).post(f"/v1/waves/{wave_id}/cancel")),
         as_json,
         lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['canceled']} events canceled")),
     )

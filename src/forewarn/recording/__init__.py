@@ -2,7 +2,12 @@
 
 ``model``: the file format; ``recorder``: the polling loop (a fetch and a sleep function in, a recording out);
 ``replay``: which entry is current at an offset, and the IMDS handler that serves it. See docs/recordings.md.
+
+The recorder and the replay server are loaded on first use: ``forewarn`` imports this package for its commands,
+and the replay server brings the IMDS surface and an HTTP server with it.
 """
+
+from typing import Any
 
 from forewarn.recording.model import (
     FORMAT,
@@ -12,8 +17,6 @@ from forewarn.recording.model import (
     load_recording,
     save_recording,
 )
-from forewarn.recording.recorder import http_fetch, record
-from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
 
 __all__ = [
     "FORMAT",
@@ -28,3 +31,19 @@ __all__ = [
     "save_recording",
     "serve_replay",
 ]
+
+_LAZY = {
+    "http_fetch": "forewarn.recording.recorder",
+    "record": "forewarn.recording.recorder",
+    "Replay": "forewarn.recording.replay",
+    "ReplayHandler": "forewarn.recording.replay",
+    "serve_replay": "forewarn.recording.replay",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -19,9 +18,6 @@ from forewarn.recording.model import (
     load_recording,
     save_recording,
 )
-from forewarn.recording.recorder import http_fetch, record, scheduled_events_url
-from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
-from forewarn.server.http1 import listening_socket
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 
@@ -89,6 +85,8 @@ Format: docs/recordings.md.""",
 def record_command(url, out, interval, duration, until_empty, api_version, timeout):
     """Poll a scheduled-events endpoint (a real VM's IMDS, or forewarn) and record every new document, with its
     time; Ctrl-C stops and keeps what was recorded."""
+    from forewarn.recording.recorder import http_fetch, record, scheduled_events_url
+
     interval_seconds = _seconds(interval, "--interval")
     duration_seconds = _seconds(duration, "--duration")
     target = scheduled_events_url(url, api_version)
@@ -144,6 +142,11 @@ Details: docs/recordings.md.""",
 )
 def replay_command(file, host, port, speed, loop, approvals_file):
     """Serve a recording as an IMDS scheduled-events endpoint, with its recorded timing; approvals are logged."""
+    import asyncio  # the server's modules, only when it serves (every forewarn command imports this module)
+
+    from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
+    from forewarn.server.http1 import listening_socket
+
     if speed <= 0:
         _fail("--speed must be positive")
     try:

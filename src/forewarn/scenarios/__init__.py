@@ -4,16 +4,11 @@
 the YAML files in ``library/``.
 """
 
-from forewarn.scenarios.spec import (
-    TIMINGS,
-    Scenario,
-    ScenarioError,
-    ScenarioFile,
-    load_library,
-    load_scenario,
-    parse_scenario,
-    shipped_names,
-)
+from typing import Any
+
+# The timings every scenario is resolved in; here so that the CLI can offer them without loading the spec module.
+TIMINGS = ("fast", "realistic")
+DEFAULT_TIMING = "realistic"
 
 __all__ = [
     "TIMINGS",
@@ -29,7 +24,24 @@ __all__ = [
 ]
 
 
-def __getattr__(name):  # the runner (httpx, subprocesses) is loaded only when a scenario runs
+_SPEC = (
+    "Scenario",
+    "ScenarioError",
+    "ScenarioFile",
+    "load_library",
+    "load_scenario",
+    "parse_scenario",
+    "shipped_names",
+)
+
+
+def __getattr__(name: str) -> Any:
+    # Loaded on first use: the spec (YAML) and the runner (subprocesses) cost start-up time to every forewarn command,
+    # which all import this package for the `scenario` group.
+    if name in _SPEC:
+        from forewarn.scenarios import spec
+
+        return getattr(spec, name)
     if name in ("run_scenario", "RunOptions"):
         from forewarn.scenarios import runner
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from typing import Any
 
-import httpx
-
+from forewarn.net import control_client
+from forewarn.net.control_client import ControlClient, Response
 from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 EC2_API_VERSION = "2016-11-15"
@@ -34,36 +34,36 @@ class Api:
         only (the EC2 port has credentials of its own)."""
         self.control = control.rstrip("/")
         self.ec2 = ec2.rstrip("/") if ec2 else None
-        self._http = httpx.Client(timeout=timeout)
+        self._http = ControlClient(self.control, timeout=timeout)
         self._control_headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def close(self) -> None:
         self._http.close()
 
-    def _send(self, method: str, url: str, **kwargs) -> httpx.Response:
+    def _send(self, method: str, url: str, **kwargs) -> Response:
         try:
-            return self._http.request(method, url, **kwargs)
-        except httpx.TransportError as error:
-            raise Unreachable(f"cannot reach {url} ({error.__class__.__name__})") from None
+            return self._http.send(method, url, **kwargs)
+        except control_client.Unreachable as error:
+            raise Unreachable(f"cannot reach {url} ({error.kind})") from None
 
     def request(self, method: str, path: str, body: dict | None = None, **params) -> Any:
         kwargs: dict = {"params": params} if params else {}
         kwargs["headers"] = self._control_headers
         if body is not None:
-            kwargs["json"] = body
+            kwargs["json_body"] = body
         response = self._send(method, f"{self.control}{path}", **kwargs)
-        if response.status_code >= 400:
+        if response.status >= 400:
             try:
                 error = parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)["error"]
-                raise ApiError(response.status_code, error["code"], error["message"])
+                raise ApiError(response.status, error["code"], error["message"])
             except (ValueError, KeyError, TypeError):
-                raise ApiError(response.status_code, f"HTTP{response.status_code}", response.text[:500]) from None
+                raise ApiError(response.status, f"HTTP{response.status}", response.text[:500]) from None
         if not response.content:
             return None
         try:
             return parse_json(response.content, max_bytes=MAX_DOCUMENT_BYTES)
         except JsonInputError as error:
-            raise ApiError(response.status_code, "BadJson", f"the answer is not usable JSON: {error}") from None
+            raise ApiError(response.status, "BadJson", f"the answer is not usable JSON: {error}") from None
 
     def get(self, path: str, **params) -> Any:
         return self.request("GET", path, **params)
@@ -82,8 +82,8 @@ class Api:
             params={"api-version": SCHEDULED_EVENTS_VERSION},
             headers=self._control_headers,
         )
-        if response.status_code >= 400:
-            raise ApiError(response.status_code, "HTTP", response.text[:500])
+        if response.status >= 400:
+            raise ApiError(response.status, "HTTP", response.text[:500])
         return response.text
 
     def ec2_query(self, params: dict[str, str]) -> tuple[str, list[str]]:
@@ -91,14 +91,14 @@ class Api:
         if self.ec2 is None:
             raise ApiError(0, "NoEc2Api", "no EC2 API URL (give --ec2-url)")
         form = {"Version": EC2_API_VERSION, **params}
-        response = self._send("POST", f"{self.ec2}/", data=form)
+        response = self._send("POST", f"{self.ec2}/", form=form)
         try:
             root = ET.fromstring(response.content)
         except ET.ParseError:
-            raise ApiError(response.status_code, f"HTTP{response.status_code}", response.text[:500]) from None
-        if response.status_code >= 400 or root.tag == "Response":
-            code = root.findtext(".//Error/Code") or f"HTTP{response.status_code}"
-            raise ApiError(response.status_code, code, root.findtext(".//Error/Message") or response.text[:500])
+            raise ApiError(response.status, f"HTTP{response.status}", response.text[:500]) from None
+        if response.status >= 400 or root.tag == "Response":
+            code = root.findtext(".//Error/Code") or f"HTTP{response.status}"
+            raise ApiError(response.status, code, root.findtext(".//Error/Message") or response.text[:500])
         ids: list[str] = []
         for element in root.iter():
             tag = element.tag.rsplit("}", 1)[-1]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from forewarn.scenarios.spec import DEFAULT_TIMING, TIMINGS, ScenarioError, load_library, load_scenario
+from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 DEFAULT_EC2_URL = "http://127.0.0.1:8172"
@@ -43,6 +43,8 @@ def scenario() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_command(as_json: bool) -> None:
     """The shipped scenarios."""
+    from forewarn.scenarios.spec import ScenarioError, load_library
+
     try:
         scenarios = load_library()
     except ScenarioError as error:
@@ -60,6 +62,8 @@ def list_command(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the scenario as JSON (with its summary).")
 def show_command(name: str, as_json: bool) -> None:
     """Print a scenario file as it is (NAME of a shipped scenario, or a path): a start for your own."""
+    from forewarn.scenarios.spec import ScenarioError, load_scenario
+
     try:
         found = load_scenario(name)
     except ScenarioError as error:
@@ -74,6 +78,8 @@ def show_command(name: str, as_json: bool) -> None:
 @click.argument("files", nargs=-1, required=True)
 def validate_command(files: tuple[str, ...]) -> None:
     """Check scenario files (both timings); problems are printed as FILE:LINE: WHERE: PROBLEM."""
+    from forewarn.scenarios.spec import ScenarioError, load_scenario
+
     failed = False
     for name in files:
         try:
@@ -168,6 +174,7 @@ def run_command(
     """Run a scenario (NAME of a shipped scenario, or a path) and check its expectations."""
     from forewarn.scenarios.runner import RunInterrupted, RunOptions, run_scenario
     from forewarn.scenarios.server import DEFAULT_SEED, ServerError
+    from forewarn.scenarios.spec import ScenarioError, load_scenario
 
     if as_json:
         if out not in (None, "-"):

@@ -23,10 +23,9 @@ from forewarn import yamlfile
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError, did_you_mean
 from forewarn.core.times import parse_time
+from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
 from forewarn.yamlfile import YamlFileError, line_of, where
 
-TIMINGS = ("fast", "realistic")
-DEFAULT_TIMING = "realistic"
 LIBRARY_DIR = "library"
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 IDENT = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")

@@ -13,30 +13,45 @@ import logging
 import re
 import socket
 import time
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol
 
 import uvicorn
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.outbox import OutboxSender
-from forewarn.app.runtime import Maintenance
+from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
+from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
-from forewarn.azure.arm.access import AccessControl
+from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
 from forewarn.azure.arm.compute import ArmApi
 from forewarn.azure.arm.router import ManagementApi, create_management_app
+from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
+from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
-from forewarn.azure.imds.scheduled_events import AzureImds, ImdsSettings
+from forewarn.azure.imds.scheduled_events import PROFILES, AzureImds, ImdsSettings
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
+from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
-from forewarn.control.access import ControlGate
+from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
+from forewarn.core.errors import CoreError
+from forewarn.core.times import parse_time
+from forewarn.engine.rules import Rules
+from forewarn.fleet.file import FleetFileError, load_fleet_document
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
 from forewarn.net.own_listeners import OwnListeners
+from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
+from forewarn.server.stores import open_fleet_store
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
+from forewarn.store import SQLStore, StoreError
 
 log = logging.getLogger("forewarn.server")
 
@@ -113,9 +128,29 @@ class MetadataRouter:
         return self.azure.handle(request)
 
 
+class Machine(Protocol):
+    """What the listeners need of an Azure VM or an EC2 instance: where its own metadata endpoint answers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def imds_port(self) -> int | None: ...
+    @property
+    def imds_address(self) -> str | None: ...
+
+
+def machines(service: Maintenance) -> list[Machine]:
+    """Azure VMs and EC2 instances alike."""
+    fleet = service.engine.fleet
+    return [*fleet.vms.values(), *fleet.ec2.values()]
+
+
+ASGIApp = Callable[..., Awaitable[None]]
+
+
 @dataclass
 class Built:
-    management_app: object  # the control, ARM and EC2 APIs, by the port a request arrived on
+    management_app: ByPort  # the control, ARM and EC2 APIs, by the port a request arrived on
     management_sockets: list[socket.socket]
     imds: AzureImds
     imds_sockets: list[socket.socket]
@@ -125,7 +160,7 @@ class Built:
 class ByPort:
     """One ASGI app per listening port, for the surfaces uvicorn serves."""
 
-    def __init__(self, apps: dict[int, object]):
+    def __init__(self, apps: dict[int, ASGIApp]):
         self.apps = apps
 
     async def __call__(self, scope, receive, send):
@@ -169,7 +204,7 @@ def build(
             management_sockets.append(_listen(role, extra))
     imds_sockets = [_listen("imds", listeners.imds)]
     taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
-    for machine in [*fleet.vms.values(), *fleet.ec2.values()]:  # Azure VMs and EC2 instances alike
+    for machine in machines(service):
         name, port, address = machine.name, machine.imds_port, machine.imds_address
         if port is not None and port not in taken:
             try:
@@ -188,7 +223,9 @@ def build(
     imds = AzureImds(service, resolver, imds_settings)
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
-    apps = {listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)}
+    apps: dict[int, ASGIApp] = {
+        listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)
+    }
     if listeners.arm is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
@@ -294,7 +331,7 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
     ]
     reachable = []
-    for vm in [*fleet.vms.values(), *fleet.ec2.values()]:
+    for vm in machines(service):
         where = []
         if vm.imds_address in listeners.vm_addresses:
             where.append(f"http://{vm.imds_address}:{listeners.imds[1]}")
@@ -314,3 +351,170 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
     lines.append(f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'")
     return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------- from a ServeConfig
+def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -> None:
+    """Open the store, build the service and every surface, and serve until SIGINT or SIGTERM.
+
+    Raises :class:`ServeError` (why it cannot start), :class:`SettingError` (a setting it cannot use, with the
+    option that set it) or :class:`ListenError` (a listener that could not be bound)."""
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    refusal, warnings = exposure(
+        config.host,
+        config.control_token,
+        config.insecure,
+        open_arm=bool(config.arm_port) and not config.access_file,
+        open_ec2=bool(config.ec2_port) and not config.ec2_credentials,
+    )
+    if refusal is not None:
+        raise ServeError(f"refusing to start: {refusal}")
+    for warning in warnings:
+        log.warning(warning)
+    imds_settings = imds_settings_of(config)
+    service, azure = open_service(config)
+    store = service.store
+    try:
+        try:
+            metadata_limits = Limits().updated(config.imds_limits)
+            management_limits = MANAGEMENT_LIMITS.updated(config.api_limits)
+        except ValueError as error:
+            raise SettingError(str(error), "--imds-limit/--api-limit") from None
+        listeners = Listeners(
+            control=(config.host, config.port),
+            imds=(config.imds_host, config.imds_port),
+            arm=(config.host, config.arm_port) if config.arm_port else None,
+            ec2_api=(config.host, config.ec2_port) if config.ec2_port else None,
+        )
+        ec2_settings = Ec2ImdsSettings(tokens=config.ec2_imds_tokens, while_down=imds_settings.while_down)
+        try:
+            event_loop_runner()(
+                serve(
+                    service,
+                    listeners,
+                    imds_settings,
+                    ec2_settings,
+                    config.ec2_credentials,
+                    announce=announce,
+                    azure=azure,
+                    metadata_limits=metadata_limits,
+                    management_limits=management_limits,
+                    access=PortAccess(config.allowed_hosts, config.control_token),
+                )
+            )
+        except ListenError:
+            raise
+        except OSError as error:
+            raise ServeError(f"cannot listen: {error.strerror or error}") from None
+        except KeyboardInterrupt:
+            pass
+    finally:
+        store.close()
+
+
+def imds_settings_of(config: ServeConfig) -> ImdsSettings:
+    """The --imds-profile, with the single settings given over it."""
+    overrides: dict[str, Any] = {
+        "unknown_event_ids": config.unknown_event_ids,
+        "rate_limit": config.rate_limit,
+        "while_down": config.while_down,
+        "first_call_delay": config.first_call_delay,
+    }
+    return replace(
+        PROFILES[config.imds_profile], **{key: value for key, value in overrides.items() if value is not None}
+    )
+
+
+def rules_of(config: ServeConfig) -> Rules:
+    enabling = config.imds_profile == "realistic" if config.require_enabling is None else config.require_enabling
+    extra: dict[str, Any] = {"enabling_required": enabling}
+    if config.disable_after is not None:
+        extra["disable_after"] = timedelta(seconds=config.disable_after)
+    if config.hardware_failure_type is not None:
+        extra["hardware_failure_type"] = EventType(config.hardware_failure_type)
+    return Rules().with_overrides(config.notice, config.impact_window, **extra)
+
+
+def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSettings]:
+    """The store and the service on it, with the Event Grid and Resource Graph settings of the ARM port. Any
+    failure (fleet file, store, a fleet that differs from the stored one, access or Event Grid files) is a
+    :class:`ServeError`; the store is closed again then."""
+    rules = rules_of(config)
+    store: SQLStore | None = None
+    try:
+        document = load_fleet_document(config.fleet_source) if config.fleet_source else None
+        declared = None
+        if document is not None and document.event_grid is not None:
+            if config.event_grid_file:
+                raise ServeError("Event Grid is declared in the fleet file (event_grid:) and in --event-grid; keep one")
+            declared = (f"{config.fleet_source}: event_grid", document.event_grid)
+        start_time = parse_time(config.start) if config.start else None
+        store = open_configured_store(config)
+        event_grid = event_grid_of(store, config, declared)
+        azure = AzureManagementSettings(
+            event_grid=event_grid,
+            access=load_access(config.access_file) if config.access_file else None,
+            resource_graph=ResourceGraphSettings(
+                retention=config.resource_graph_retention,
+                delay=config.resource_graph_delay,
+                query_timeout=config.resource_graph_query_timeout,
+            ),
+        )
+        health = HealthSettings(targets=config.health_webhooks, entity=config.health_entity)
+        outboxes = [health_outbox(health)] if health.targets else []
+        outboxes.append(event_grid.outbox)
+        service = Maintenance.open(
+            store,
+            document.fleet if document else None,
+            config.clock_mode,
+            config.speed,
+            start_time,
+            config.seed,
+            rules,
+            outboxes=outboxes,
+        )
+        event_grid.attach(service)
+    except (FleetFileError, StoreError, FleetMismatch, CoreError, AccessFileError, EventGridFileError) as error:
+        if store is not None:
+            store.close()
+        raise ServeError(str(error)) from None
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
+    return service, azure
+
+
+def open_configured_store(config: ServeConfig) -> SQLStore:
+    """The store --db names, with every component's records; the one place the server opens it."""
+    return open_fleet_store(config.db)
+
+
+def event_grid_of(store: SQLStore, config: ServeConfig, section: tuple[str, Any] | None) -> EventGrid:
+    """The Event Grid emulation: the settings and resources of the --event-grid file or of the fleet file's
+    event_grid section (``(where, data)``), with the flags over its settings."""
+    path = config.event_grid_file
+    declared = load_event_grid_file(path) if path else parse_event_grid(section[1], section[0]) if section else None
+    overrides: dict[str, Any] = {}
+    if config.event_grid_dead_letters:
+        overrides["dead_letter_dir"] = Path(config.event_grid_dead_letters)
+    if config.event_grid_duplicates is not None:
+        overrides["duplicate_rate"] = config.event_grid_duplicates
+    if config.event_grid_no_retry is not None:
+        overrides["non_retried_codes"] = config.event_grid_no_retry
+    try:
+        settings = replace(declared.settings if declared else EventGridSettings(), **overrides)
+    except ValueError as error:
+        raise EventGridFileError(f"Event Grid settings: {error}") from None
+    if declared is None:  # no file: the stored topics and subscriptions stay as they are
+        return EventGrid(store, settings)
+    return EventGrid(store, declared=replace(declared, settings=settings))
+
+
+def event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop when installed (uvicorn[standard] brings it): the IMDS hot path is much faster on it."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from email.utils import formatdate
+from typing import Any
 from urllib.parse import unquote
 
 import httptools
@@ -58,7 +59,7 @@ class Limits:
     def updated(self, settings: list[str] | tuple[str, ...]) -> Limits:
         """These limits with ``NAME=VALUE`` settings applied (``serve --imds-limit``); ValueError names a bad one."""
         kinds = {item.name: type(getattr(self, item.name)) for item in fields(self)}
-        changes: dict[str, int | float] = {}
+        changes: dict[str, Any] = {}  # each value of its field's kind, checked as it is read
         for setting in settings:
             name, _, text = setting.partition("=")
             name = name.strip().replace("-", "_")
@@ -354,6 +355,7 @@ class _Connection(asyncio.Protocol):
                 self._reject(413, b"request body longer than %d bytes on the wire" % limits.max_body_wire)
 
     def pause_writing(self) -> None:
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
         self.paused = True
         self.transport.pause_reading()
 
@@ -400,7 +402,7 @@ class _Connection(asyncio.Protocol):
                 expects = True
             elif name == b"content-length" and value.isdigit() and int(value) > limits.max_body:
                 self._stop(413, b"request body too large")  # answer now rather than read a body we refuse
-        if expects:
+        if expects and self.transport is not None:
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -444,7 +446,8 @@ class _Connection(asyncio.Protocol):
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             answer = _HANDLER_FAILED
-        if answer.__class__ is Later:
+        if isinstance(answer, Later):
+            assert self.transport is not None
             self.waiting = []
             self.transport.pause_reading()
             asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
@@ -475,6 +478,7 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _write(self, response: Response, keep_alive: bool) -> None:
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
         if response[0] == DROP:
             self.closing = True
             self.transport.abort()
@@ -505,6 +509,7 @@ class _Connection(asyncio.Protocol):
 
     def expire(self) -> None:
         """The request under way missed its deadline."""
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
         if self.transport.get_write_buffer_size():
             self.closing = True  # the client does not read what it is sent: nothing more to say to it
             self.transport.abort()
@@ -516,6 +521,7 @@ class _Connection(asyncio.Protocol):
             self._reject(408, b"request body not received within %g s" % limits.body_timeout)
 
     def close_idle(self) -> None:
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
         if self.transport.get_write_buffer_size():
             self.closing = True
             self.transport.abort()
@@ -531,6 +537,7 @@ class _Connection(asyncio.Protocol):
         self._close()
 
     def _close(self) -> None:
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
         self.closing = True
         # a client that does not read its last answer is cut off after this, by the sweep
         self.deadline = time.monotonic() + self.shared.limits.idle_timeout

@@ -1,0 +1,148 @@
+"""Start-up cost of the forewarn command: what a user waits for on every call.
+
+Three figures, each the median of several runs, beside its target:
+
+- ``forewarn --help``: process time (user + sys) of the whole process, interpreter start included.
+- ``forewarn events``: the same, for a client command against a running server (the server's own time is not
+  counted, only the CLI process's).
+- ``serve`` ready: wall time from starting ``forewarn serve`` (the demo fleet, in-memory database, manual clock) to
+  the first 200 from ``GET /healthz``.
+
+Process time is read from the child's resource usage (``os.wait4``), so other load on the machine does not inflate
+it the way wall time would. The script starts its own server on free loopback ports and stops it at the end.
+
+    .venv/bin/python bench/startup.py              # 7 runs of each
+    .venv/bin/python bench/startup.py --runs 15
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HELP_TARGET = 0.15  # seconds of process time (user + sys)
+CLIENT_TARGET = 0.15
+SERVE_TARGET = 0.8  # seconds of wall time until /healthz answers
+
+
+def environment() -> dict[str, str]:
+    """The worktree's source first, so the figures are this tree's, whatever is installed."""
+    env = dict(os.environ)
+    env.pop("FOREWARN_CONTROL_TOKEN", None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
+    return env
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def process_time(args: list[str], env: dict[str, str]) -> float:
+    """User + sys seconds of one run of ``forewarn ARGS``; fails loudly if the command fails."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "forewarn", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        error = process.stderr.read().decode(errors="replace") if process.stderr else ""
+        raise SystemExit(f"forewarn {' '.join(args)} failed ({process.returncode}): {error.strip()}")
+    if process.stderr:
+        process.stderr.close()
+    return usage.ru_utime + usage.ru_stime
+
+
+def healthz(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def serve(env: dict[str, str], db: str, log) -> tuple[subprocess.Popen, str, float]:
+    """Start ``forewarn serve`` on free ports; the process, its control URL and the seconds until /healthz said 200."""
+    control, imds, arm, ec2 = free_ports(4)
+    args = [
+        *("--fleet", "demo", "--db", db, "--clock", "manual", "--seed", "bench"),
+        *("--port", str(control), "--imds-port", str(imds), "--arm-port", str(arm), "--ec2-port", str(ec2)),
+    ]
+    url = f"http://127.0.0.1:{control}"
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "forewarn", "serve", *args], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    deadline = started + 30
+    while time.perf_counter() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"forewarn serve exited with status {process.returncode}")
+        if healthz(url):
+            return process, url, time.perf_counter() - started
+        time.sleep(0.005)
+    stop(process)
+    raise SystemExit("forewarn serve did not answer /healthz within 30 s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def row(name: str, values: list[float], target: float, unit: str) -> str:
+    median = statistics.median(values)
+    verdict = "ok" if median <= target else "OVER"
+    spread = f"{min(values):.3f}..{max(values):.3f}"
+    return f"  {name:<22} {median:7.3f} s  (runs {spread})   target {target:.2f} s {unit:<13} {verdict}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7, help="runs of each measurement (the median is reported)")
+    runs = parser.parse_args().runs
+    env = environment()
+    with tempfile.TemporaryDirectory() as tmp:
+        log_path = Path(tmp) / "serve.log"
+        ready: list[float] = []
+        with open(log_path, "ab") as log:
+            for _ in range(runs):
+                process, _, seconds = serve(env, ":memory:", log)
+                ready.append(seconds)
+                stop(process)
+            process, url, _ = serve(env, ":memory:", log)
+            try:
+                help_times = [process_time(["--help"], env) for _ in range(runs)]
+                events_times = [process_time(["--server", url, "events"], env) for _ in range(runs)]
+            finally:
+                stop(process)
+    print(f"forewarn start-up ({runs} runs each, median; {sys.executable})")
+    print(row("forewarn --help", help_times, HELP_TARGET, "(user+sys)"))
+    print(row("forewarn events", events_times, CLIENT_TARGET, "(user+sys)"))
+    print(row("serve: /healthz ready", ready, SERVE_TARGET, "(wall)"))
+
+
+if __name__ == "__main__":
+    main()

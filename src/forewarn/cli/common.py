@@ -1,0 +1,159 @@
+"""What every ``forewarn`` command group shares: the client of the server, errors, output, tables, options.
+
+Kept light on purpose: every command imports it, and a client command must start in well under 0.15 s of process
+time (bench/startup.py), so nothing here imports the server, the engine, FastAPI or httpx.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import click
+
+from forewarn.core.errors import CoreError
+
+if TYPE_CHECKING:
+    from forewarn.net.control_client import BadJson, ControlClient, Refused, Response, Unreachable
+
+DEFAULT_SERVER = "http://127.0.0.1:8170"
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+SERVER_POINTER = "--server URL or FOREWARN_SERVER"
+
+T = TypeVar("T")
+
+
+class ClientError(Exception):
+    """The server refused a request, or could not be reached; the message is for the user as it is."""
+
+
+class CliClient:
+    """The control-API client, with its failures worded for the command line (:class:`ClientError`)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str] | None = None, pointed_by: str = SERVER_POINTER):
+        # http.client (and ssl with it) only for commands that call a server: `forewarn --help` does without.
+        from forewarn.net.control_client import ControlClient
+
+        self.http: ControlClient = ControlClient(base_url, headers=headers)
+        self.base_url = self.http.base_url
+        self.pointed_by = pointed_by
+
+    def request(self, method: str, path: str, params: dict[str, Any] | None = None, json: Any = None) -> Any:
+        from forewarn.net.control_client import BadJson, Refused, Unreachable
+
+        try:
+            return self.http.request(method, path, params=params, json_body=json)
+        except (Unreachable, Refused, BadJson) as error:
+            raise ClientError(self.describe(error)) from None
+
+    def send(self, method: str, path: str, params: dict[str, Any] | None = None) -> Response:
+        """The response as it came (for its exact bytes); errors raise :class:`ClientError` as in ``request``."""
+        from forewarn.net.control_client import Refused, Unreachable
+
+        try:
+            return self.http.checked(self.http.send(method, path, params=params))
+        except (Unreachable, Refused) as error:
+            raise ClientError(self.describe(error)) from None
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.request("GET", path, params=params)
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.request("POST", path, json=body or {})
+
+    def describe(self, error: Unreachable | Refused | BadJson) -> str:
+        from forewarn.net.control_client import BadJson, Unreachable
+
+        if isinstance(error, Unreachable):
+            return (
+                f"cannot reach forewarn at {self.base_url} ({error.kind}). Is `forewarn serve` running? "
+                f"Point the CLI at it with {self.pointed_by}."
+            )
+        if isinstance(error, BadJson):
+            return f"{self.base_url} answered HTTP {error.status} with JSON this client cannot use: {error}"
+        if error.code is None:
+            return f"HTTP {error.status}: {error.response.text[:500]}"
+        return str(error)
+
+
+def control_client(ctx: click.Context) -> CliClient:
+    """The client of the server the root options (--server, --control-token) point at."""
+    root = ctx.find_root().params
+    token = root.get("control_token")
+    return CliClient(root["server"], headers={"Authorization": f"Bearer {token}"} if token else None)
+
+
+def fail(message: str) -> NoReturn:
+    click.echo(f"forewarn: {message}", err=True)
+    sys.exit(1)
+
+
+def run(action: Callable[[], T]) -> T:
+    """``action()``, with a refusal or a wrong input printed as one ``forewarn: ...`` line and exit status 1."""
+    try:
+        return action()
+    except (ClientError, CoreError) as error:
+        fail(str(error))
+
+
+def emit(data: Any, as_json: bool, render: Callable[[Any], object]) -> None:
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    else:
+        render(data)
+
+
+def split_names(values: tuple[str, ...]) -> list[str]:
+    """Names given comma-separated, repeated, or both."""
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def short_time(text: str | None) -> str:
+    if not text:
+        return "-"
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def print_table(rows: Sequence[Sequence[str]], cell_limit: int | None = None) -> None:
+    """Rows of text as aligned columns (the first row is the header); cells longer than ``cell_limit`` are cut."""
+    if cell_limit is not None:
+        rows = [tuple(cell[:cell_limit] for cell in row) for row in rows]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+def print_events(events: list[dict[str, Any]]) -> None:
+    if not events:
+        click.echo("no events")
+        return
+    rows = [("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES")]
+    for e in events:
+        rows.append(
+            (e["event_id"], e["status"], e["type"], e["source"], short_time(e["not_before"]), ",".join(e["resources"]))
+        )
+    print_table(rows)
+
+
+def print_ec2_events(events: list[dict[str, Any]]) -> None:
+    if not events:
+        click.echo("no events")
+        return
+    rows = [("EVENT ID", "INSTANCE", "CODE", "STATE", "NOT BEFORE (UTC)", "NOT AFTER", "DEADLINE")]
+    for e in events:
+        rows.append(
+            (
+                e["event_id"],
+                e["instance_id"],
+                e["code"],
+                e["state"],
+                short_time(e["not_before"]),
+                short_time(e["not_after"]),
+                short_time(e["not_before_deadline"]),
+            )
+        )
+    print_table(rows)

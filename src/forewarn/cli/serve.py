@@ -1,0 +1,415 @@
+"""``forewarn serve``: the server's options, parsed into a :class:`ServeConfig`; ``server.bootstrap`` runs it.
+
+The server's modules (FastAPI, uvicorn, the engine, the stores) are imported only when ``serve`` runs, so that every
+other command starts fast.
+"""
+
+from __future__ import annotations
+
+import errno
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import click
+
+from forewarn.cli.common import CONTEXT, fail
+from forewarn.core.clock import MODES
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import CoreError
+
+if TYPE_CHECKING:
+    from forewarn.azure.model import EventType
+
+
+def key_pairs(values: tuple[str, ...]) -> dict[str, str] | None:
+    pairs = {}
+    for value in values:
+        key, sep, secret = value.partition(":")
+        if not sep or not key or not secret:
+            raise click.BadParameter(f"expected KEY_ID:SECRET, got {value!r}", param_hint="--ec2-credential")
+        pairs[key] = secret
+    return pairs or None
+
+
+def seconds(value: str | None, option: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value).total_seconds()
+    except CoreError as error:
+        raise click.BadParameter(str(error), param_hint=option) from None
+
+
+def positive_seconds(value: str, option: str) -> float:
+    parsed = seconds(value, option)
+    if not parsed or parsed <= 0:
+        raise click.BadParameter("must be longer than 0s", param_hint=option)
+    return parsed
+
+
+def per_type(values: tuple[str, ...], option: str) -> dict[EventType, timedelta]:
+    from forewarn.azure.model import EventType, parse_enum
+
+    result = {}
+    for value in values:
+        name, sep, duration = value.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected TYPE=DURATION, e.g. Freeze=5m; got {value!r}", param_hint=option)
+        try:
+            result[parse_enum(EventType, name, "event type")] = parse_duration(duration)
+        except CoreError as error:
+            raise click.BadParameter(str(error), param_hint=option) from None
+    return result
+
+
+def http_codes(value: str | None) -> frozenset[int] | None:
+    if value is None:
+        return None
+    try:
+        return frozenset(int(code) for code in value.split(",") if code.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"expected HTTP codes such as 400,401,403,413; got {value!r}", param_hint="--event-grid-no-retry"
+        ) from None
+
+
+def stated_duration(value: str) -> timedelta:
+    """A duration whose error is a plain ``forewarn: ...`` line (exit status 1), as these options always had."""
+    try:
+        return parse_duration(value)
+    except CoreError as error:
+        fail(str(error))
+
+
+@click.command(
+    context_settings=CONTEXT,
+    epilog="""\b
+Examples:
+  forewarn serve --fleet demo                          # demo fleet, real clock, forewarn.db
+  forewarn serve --fleet fleet.yaml --clock manual --start 2026-04-20T22:00:00Z --db :memory:
+  forewarn serve --fleet fleet.yaml --speed 60          # a wall second is a simulated minute
+  forewarn serve --db postgresql://127.0.0.1/test       # PostgreSQL; the fleet is already stored there
+A database remembers its fleet, events, incarnations and clock; restart with the same --db to continue.""",
+)
+@click.option(
+    "--fleet",
+    "fleet_source",
+    metavar="FILE|demo",
+    help="Fleet file (YAML), or 'demo' for the built-in demo fleet. Needed the first time a database is used.",
+)
+@click.option("--db", default="forewarn.db", show_default=True, help="SQLite file, ':memory:', or a postgresql:// URL.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
+@click.option("--port", default=8170, type=click.IntRange(0, 65535), show_default=True, help="Control API port.")
+@click.option(
+    "--arm-port",
+    default=8171,
+    type=click.IntRange(0, 65535),
+    show_default=True,
+    help="Azure Resource Manager–shaped management API port, on --host (0: off).",
+)
+@click.option(
+    "--ec2-port",
+    default=8172,
+    type=click.IntRange(0, 65535),
+    show_default=True,
+    help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).",
+)
+@click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
+@click.option(
+    "--imds-port",
+    default=8169,
+    type=click.IntRange(0, 65535),
+    show_default=True,
+    help="Metadata endpoint port (real IMDS: 169.254.169.254:80).",
+)
+@click.option(
+    "--clock",
+    "clock_mode",
+    type=click.Choice(MODES),
+    help="real: follows the wall clock (see --speed); manual: moves only with `forewarn clock`. "
+    "Default: the database's stored setting; real for a new database.",
+)
+@click.option(
+    "--speed",
+    type=float,
+    help="Real clock rate: 60 makes a wall second a simulated minute. Default: stored; 1 for a new database.",
+)
+@click.option("--start", metavar="TIME", help="Simulated start time of a new database (ISO 8601); default: now.")
+@click.option("--seed", help="Seed of the EventIds of a new database; the same seed and commands give the same ids.")
+@click.option(
+    "--notice", multiple=True, metavar="TYPE=DURATION", help="Default notice per event type, e.g. Freeze=15m."
+)
+@click.option(
+    "--impact-window",
+    multiple=True,
+    metavar="TYPE=DURATION",
+    help="How long events of a type stay Started, e.g. Reboot=10m.",
+)
+@click.option(
+    "--imds-profile",
+    type=click.Choice(["strict", "lenient", "realistic"]),
+    default="strict",
+    show_default=True,
+    help="strict: every request rule of real IMDS; lenient: what Microsoft's mock "
+    "accepts; realistic: strict plus rate limit, enabling by first request, first-call delay, down VMs "
+    "unreachable. The options below override single settings.",
+)
+@click.option(
+    "--unknown-event-ids",
+    type=click.Choice(["reject", "accept"]),
+    help="What an IMDS POST naming an EventId the VM cannot see gets: 400, or 200 and ignored.",
+)
+@click.option("--rate-limit", type=float, metavar="N", help="Requests per second per VM before 429 (0: none).")
+@click.option("--first-call-delay", metavar="DURATION", help="Wall time the enabling request waits (real: up to 2m).")
+@click.option(
+    "--require-enabling/--no-require-enabling",
+    default=None,
+    help="Scopes get notice only after their first request, and lose it after --disable-after idle.",
+)
+@click.option("--disable-after", metavar="DURATION", help="Idle time after which a scope is disabled (24h).")
+@click.option(
+    "--while-down",
+    type=click.Choice(["answer", "drop"]),
+    help="Requests of VMs that are down (rebooting, redeploying, deleted): answered, or dropped.",
+)
+@click.option(
+    "--hardware-failure-type",
+    type=click.Choice(["Redeploy", "Reboot"]),
+    help="EventType of hardware-failure events; Microsoft's pages disagree (default Redeploy, as the overview says).",
+)
+@click.option(
+    "--ec2-imds-tokens",
+    type=click.Choice(["optional", "required"]),
+    default="optional",
+    show_default=True,
+    help="EC2 IMDSv2: required rejects IMDSv1 requests with 401 (HttpTokens=required).",
+)
+@click.option(
+    "--ec2-credential",
+    multiple=True,
+    metavar="KEY_ID:SECRET",
+    help="Verify SigV4 signatures on the EC2 API with these key pairs (repeatable); default: any "
+    "credentials are accepted.",
+)
+@click.option(
+    "--health-webhook",
+    multiple=True,
+    metavar="URL",
+    help="Deliver AWS Health events (EventBridge format) for EC2 events to this URL; repeatable.",
+)
+@click.option(
+    "--health-entity",
+    type=click.Choice(["arn", "instance-id"]),
+    default="arn",
+    show_default=True,
+    help="What affectedEntities and resources carry: the instance ARN (current docs) or its id (older).",
+)
+@click.option(
+    "--access",
+    "access_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Bearer tokens and role assignments for the ARM port (docs/azure-central.md); without it, no token is needed.",
+)
+@click.option(
+    "--resource-graph-retention",
+    metavar="DURATION",
+    default="30d",
+    show_default=True,
+    help="How long Resource Graph keeps a scheduled event's row after its last change (live ones stay).",
+)
+@click.option(
+    "--resource-graph-delay",
+    metavar="DURATION",
+    default="0s",
+    show_default=True,
+    help="How long a change takes to show in Resource Graph (Azure: 'within 5 minutes in general').",
+)
+@click.option(
+    "--resource-graph-query-timeout",
+    metavar="DURATION",
+    default="30s",
+    show_default=True,
+    help="Wall time a Resource Graph query may run before it is stopped and answered QueryTimeout.",
+)
+@click.option(
+    "--event-grid",
+    "event_grid_file",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Event Grid settings, system topics and event subscriptions to serve from the start "
+    "(docs/azure-eventgrid.md); ARM PUTs add more either way.",
+)
+@click.option(
+    "--event-grid-dead-letters",
+    metavar="DIR",
+    help="Where Event Grid dead letters are written, as {container}/{SUBSCRIPTION}/{Y}/{M}/{D}/{H}/{guid}.json "
+    "(default: the file's dead_letter_dir, else ./eventgrid-deadletters).",
+)
+@click.option(
+    "--event-grid-duplicates",
+    type=click.FloatRange(0, 1),
+    metavar="RATE",
+    help="Share of Event Grid publications delivered twice with the same id "
+    "(Event Grid's double notifications), e.g. 0.01.",
+)
+@click.option(
+    "--event-grid-no-retry",
+    metavar="CODES",
+    help="HTTP codes Event Grid does not retry but dead-letters at once (default 400,401,403,413).",
+)
+@click.option(
+    "--imds-limit",
+    "imds_limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A bound of the metadata port's HTTP server, e.g. connections_per_source=256 for a load generator "
+    "or many simulated VMs on one address (names and defaults: docs/azure-imds.md, HTTP server limits).",
+)
+@click.option(
+    "--api-limit",
+    "api_limits",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="The same bounds for the control, ARM and EC2 API ports.",
+)
+@click.option(
+    "--control-token",
+    envvar="FOREWARN_CONTROL_TOKEN",
+    metavar="TOKEN",
+    help="Require 'Authorization: Bearer TOKEN' on the control API (env FOREWARN_CONTROL_TOKEN, which keeps "
+    "it out of the process list); needed when --host is beyond loopback.",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="Let the control API listen beyond loopback without --control-token (warned about loudly).",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Another Host name the control, ARM and EC2 ports answer to (repeatable; .example.com: a domain "
+    "and its subdomains; *: any). Loopback names and IP addresses are always answered.",
+)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
+def serve(
+    fleet_source: str | None,
+    db: str,
+    host: str,
+    port: int,
+    arm_port: int,
+    ec2_port: int,
+    imds_host: str,
+    imds_port: int,
+    clock_mode: str | None,
+    speed: float | None,
+    start: str | None,
+    seed: str | None,
+    notice: tuple[str, ...],
+    impact_window: tuple[str, ...],
+    imds_profile: str,
+    unknown_event_ids: str | None,
+    rate_limit: float | None,
+    first_call_delay: str | None,
+    require_enabling: bool | None,
+    disable_after: str | None,
+    while_down: str | None,
+    hardware_failure_type: str | None,
+    ec2_imds_tokens: str,
+    ec2_credential: tuple[str, ...],
+    health_webhook: tuple[str, ...],
+    health_entity: str,
+    access_file: str | None,
+    resource_graph_retention: str,
+    resource_graph_delay: str,
+    resource_graph_query_timeout: str,
+    event_grid_file: str | None,
+    event_grid_dead_letters: str | None,
+    event_grid_duplicates: float | None,
+    event_grid_no_retry: str | None,
+    imds_limits: tuple[str, ...],
+    api_limits: tuple[str, ...],
+    control_token: str | None,
+    insecure: bool,
+    allowed_hosts: tuple[str, ...],
+    log_level: str,
+) -> None:
+    """Run the server: control API and Azure IMDS, on one store and one clock."""
+    if control_token is not None and (not control_token.strip() or control_token != control_token.strip()):
+        raise click.BadParameter(
+            "expected a non-empty token without leading or trailing spaces", param_hint="--control-token"
+        )
+    # The server's modules only when it runs: every other command imports this module too.
+    from forewarn.server.config import ServeConfig, ServeError, SettingError
+
+    config = ServeConfig(
+        db=db,
+        fleet_source=fleet_source,
+        host=host,
+        port=port,
+        arm_port=arm_port,
+        ec2_port=ec2_port,
+        imds_host=imds_host,
+        imds_port=imds_port,
+        clock_mode=clock_mode,
+        speed=speed,
+        start=start,
+        seed=seed,
+        notice=per_type(notice, "--notice"),
+        impact_window=per_type(impact_window, "--impact-window"),
+        hardware_failure_type=hardware_failure_type,
+        imds_profile=imds_profile,
+        unknown_event_ids=unknown_event_ids,
+        rate_limit=rate_limit,
+        first_call_delay=seconds(first_call_delay, "--first-call-delay"),
+        require_enabling=require_enabling,
+        disable_after=seconds(disable_after, "--disable-after"),
+        while_down=while_down,
+        ec2_imds_tokens=ec2_imds_tokens,
+        ec2_credentials=key_pairs(ec2_credential),
+        health_webhooks=tuple(health_webhook),
+        health_entity=health_entity,
+        access_file=access_file,
+        resource_graph_retention=stated_duration(resource_graph_retention),
+        resource_graph_delay=stated_duration(resource_graph_delay),
+        resource_graph_query_timeout=positive_seconds(resource_graph_query_timeout, "--resource-graph-query-timeout"),
+        event_grid_file=event_grid_file,
+        event_grid_dead_letters=event_grid_dead_letters,
+        event_grid_duplicates=event_grid_duplicates,
+        event_grid_no_retry=http_codes(event_grid_no_retry),
+        imds_limits=tuple(imds_limits),
+        api_limits=tuple(api_limits),
+        control_token=control_token,
+        insecure=insecure,
+        allowed_hosts=tuple(allowed_hosts),
+        log_level=log_level,
+    )
+    from forewarn.server.bootstrap import ListenError, run_server
+
+    try:
+        run_server(config)
+    except ServeError as error:
+        fail(str(error))
+    except SettingError as error:
+        raise click.BadParameter(str(error), param_hint=error.option) from None
+    except ListenError as error:
+        fail(listen_failure(error.role, error.address, error.errno, error.strerror))
+
+
+# Which serve options choose the address of each of the server's listeners (ListenError.role).
+LISTEN_OPTIONS = {
+    "control": ("control API", "--host/--port"),
+    "imds": ("metadata endpoint", "--imds-host/--imds-port"),
+    "arm": ("ARM API", "--host/--arm-port, 0 turns it off"),
+    "ec2_api": ("EC2 API", "--host/--ec2-port, 0 turns it off"),
+}
+
+
+def listen_failure(role: str, address: tuple[str, int], code: int | None, reason: str | None) -> str:
+    host, port = address
+    what, options = LISTEN_OPTIONS[role]
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    hint = "; is another forewarn serve running?" if code == errno.EADDRINUSE else ""
+    return f"cannot listen on {where} for the {what} (set by {options}): {reason}{hint}"

@@ -1,0 +1,77 @@
+"""Every setting of a forewarn server, as one value: ``forewarn serve`` fills a :class:`ServeConfig` from its
+options, and ``server.bootstrap.run_server`` turns it into a running server.
+
+Light on purpose (standard library only): the CLI imports it, and the CLI must start fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+
+class ServeError(Exception):
+    """The server cannot start: the message says why, for one ``forewarn: ...`` line."""
+
+
+class SettingError(ValueError):
+    """A setting has a value the server cannot use; ``option`` names the setting (as the command line spells it)."""
+
+    def __init__(self, message: str, option: str):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Values are parsed (durations, codes, key pairs); defaults are those of ``forewarn serve``. None means "the
+    stored setting, or the built-in default" where the option's help says so."""
+
+    # The store and the fleet.
+    db: str = "forewarn.db"
+    fleet_source: str | None = None  # a fleet file, or "demo"
+    # Listeners: the control, ARM and EC2 APIs on ``host``; the metadata endpoint on ``imds_host``. Port 0: off.
+    host: str = "127.0.0.1"
+    port: int = 8170
+    arm_port: int = 8171
+    ec2_port: int = 8172
+    imds_host: str = "127.0.0.1"
+    imds_port: int = 8169
+    # The clock and the engine's rules.
+    clock_mode: str | None = None
+    speed: float | None = None
+    start: str | None = None  # ISO 8601
+    seed: str | None = None
+    notice: dict[Any, timedelta] = field(default_factory=dict)  # by azure.model.EventType
+    impact_window: dict[Any, timedelta] = field(default_factory=dict)
+    hardware_failure_type: str | None = None
+    # Azure IMDS: a profile, and single settings over it.
+    imds_profile: str = "strict"
+    unknown_event_ids: str | None = None
+    rate_limit: float | None = None
+    first_call_delay: float | None = None  # seconds
+    require_enabling: bool | None = None
+    disable_after: float | None = None  # seconds
+    while_down: str | None = None
+    # AWS.
+    ec2_imds_tokens: str = "optional"
+    ec2_credentials: dict[str, str] | None = None  # key id -> secret; None: any credentials are accepted
+    health_webhooks: tuple[str, ...] = ()
+    health_entity: str = "arn"
+    # Azure management: access, Resource Graph, Event Grid.
+    access_file: str | None = None
+    resource_graph_retention: timedelta = timedelta(days=30)
+    resource_graph_delay: timedelta = timedelta(0)
+    resource_graph_query_timeout: float = 30.0  # seconds
+    event_grid_file: str | None = None
+    event_grid_dead_letters: str | None = None
+    event_grid_duplicates: float | None = None
+    event_grid_no_retry: frozenset[int] | None = None
+    # HTTP server bounds (NAME=VALUE), and who the ports answer.
+    imds_limits: tuple[str, ...] = ()
+    api_limits: tuple[str, ...] = ()
+    control_token: str | None = None
+    insecure: bool = False
+    allowed_hosts: tuple[str, ...] = ()
+    log_level: str = "info"

@@ -40,6 +40,7 @@ from forewarn.azure.eventgrid.model import (
     SystemTopic,
     check_subscription_name,
     check_topic_name,
+    metric_resource_id,
     parse_subscription_body,
     parse_topic_body,
 )
@@ -237,7 +238,6 @@ class EventGridArm:
                 f"{TOPIC_TYPE} is "
                 f"allowed per source; /subscriptions/{sub} has {other.id}.",
             )
-        from forewarn.azure.eventgrid.topics import metric_resource_id
 
         # The path's spelling of the group and name is kept, as ARM keeps the creator's spelling.
         topic = SystemTopic(sub, group, name, metric_resource_id(key), tags)

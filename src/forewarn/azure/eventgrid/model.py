@@ -29,6 +29,7 @@ from forewarn.azure.arm.wire import (
     json_strings,
     member,
 )
+from forewarn.core.ids import derived_guid
 
 EVENTGRID = "Microsoft.EventGrid"
 TOPIC_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources"
@@ -134,6 +135,11 @@ def _number(value: Any) -> bool:
 
 def arm_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def metric_resource_id(topic_key: str) -> str:
+    """A system topic's metricResourceId: a GUID derived from its key, stable across restarts."""
+    return derived_guid("metricResourceId", topic_key).lower()
 
 
 # -------------------------------------------------------------------------------------------------------- topics

@@ -24,19 +24,14 @@ from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.config import EventGridFile, EventGridFileError
 from forewarn.azure.eventgrid.delivery import EventGridDelivery
 from forewarn.azure.eventgrid.handshake import checked_endpoint, validate
-from forewarn.azure.eventgrid.model import SUCCEEDED, EventSubscription, SystemTopic
+from forewarn.azure.eventgrid.model import SUCCEEDED, EventSubscription, SystemTopic, metric_resource_id
 from forewarn.azure.eventgrid.publish import eventgrid_outbox
 from forewarn.azure.eventgrid.registry import EventGridRegistry
 from forewarn.azure.eventgrid.settings import EventGridSettings
-from forewarn.core.ids import derived_guid
 from forewarn.net.own_listeners import OwnListeners
 from forewarn.store import SQLStore
 
 log = logging.getLogger("forewarn.azure.eventgrid")
-
-
-def metric_resource_id(topic_key: str) -> str:
-    return derived_guid("metricResourceId", topic_key).lower()
 
 
 class EventGrid:

@@ -11,7 +11,7 @@ import pytest
 
 from helpers import ROOT, Server, forewarn
 
-SAMPLE = Path(__file__).parent / "samples" / "azure_scheduled_events_sample.py"
+SAMPLE = Path(__file__).parent.parent / "samples" / "azure_scheduled_events_sample.py"
 
 
 @pytest.fixture

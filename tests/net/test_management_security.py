@@ -580,7 +580,7 @@ def test_deliveries_never_reach_forewarn_itself(tmp_path):
 def test_endpoints_named_by_dns_still_receive_handshakes_and_deliveries(server, tmp_path):
     """A webhook reached through a name (resolved and checked when sent, then sent to the checked address with the
     original Host) gets the handshake and the events as before."""
-    from test_eventgrid import Webhook, wait_for
+    from eventgrid_helpers import Webhook, wait_for
 
     hook = Webhook(tmp_path).start()
     try:

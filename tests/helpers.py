@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -125,6 +127,14 @@ class Server:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    def reset(self) -> Server:
+        """Back to the state of a fresh server on the same fleet (``POST /v1/reset``), and no IMDS fault left: what a
+        test sharing a module's server starts from."""
+        self.post("/v1/reset", expect=200)
+        deleted = requests.delete(f"{self.control}/v1/imds/faults", timeout=10)
+        assert deleted.status_code in (200, 204), deleted.text
+        return self
+
     # control API shortcuts
     def post(self, path: str, body: dict | None = None, expect: int | None = None):
         response = requests.post(f"{self.control}{path}", json=body or {}, timeout=10)
@@ -152,6 +162,13 @@ class Server:
             headers={"Metadata": "true", **headers},
             timeout=10,
         )
+
+
+@contextlib.contextmanager
+def fresh(server: Server) -> Iterator[Server]:
+    """``with fresh(shared) as server:`` where a test had ``with Server(tmp_path) as server:``: the module's server,
+    reset, and left running for the next test."""
+    yield server.reset()
 
 
 def forewarn(server, *args, check=True):

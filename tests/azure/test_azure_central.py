@@ -8,8 +8,8 @@ import json
 import pytest
 import requests
 
-from central_helpers import CENTRAL, FLEET, RG, SUB_A, SUB_B
-from helpers import Server
+from central_helpers import FLEET, RG, SUB_A, SUB_B
+from helpers import Server, fresh
 
 ACK_API = "2023-10-01-preview"
 LIST_API = "2025-10-01-preview"
@@ -27,10 +27,15 @@ def status(server: Server, event_id: str) -> str:
     return server.get(f"/v1/events/{event_id}")["status"]
 
 
-@pytest.fixture
-def server(tmp_path):
-    with Server(tmp_path, FLEET) as running:
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("central"), FLEET) as running:
         yield running
+
+
+@pytest.fixture
+def server(shared_server):
+    return shared_server.reset()
 
 
 # ------------------------------------------------------------------------------------------- acknowledge API
@@ -128,12 +133,18 @@ principals:
 """
 
 
-@pytest.fixture
-def guarded(tmp_path):
+@pytest.fixture(scope="module")
+def shared_guarded(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("guarded")
     access = tmp_path / "access.yaml"
     access.write_text(ACCESS)
     with Server(tmp_path, FLEET, extra=["--access", str(access)]) as running:
         yield running
+
+
+@pytest.fixture
+def guarded(shared_guarded):
+    return shared_guarded.reset()
 
 
 def bearer(token: str) -> dict:
@@ -274,10 +285,8 @@ def test_resource_graph_survives_a_restart_and_refuses_bad_requests(tmp_path):
         assert missing_version.json()["error"]["code"] == "MissingApiVersionParameter"
 
 
-def test_resource_graph_shows_a_principal_only_its_subscriptions(tmp_path):
-    access = tmp_path / "access.yaml"
-    access.write_text(ACCESS)
-    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as guarded:
+def test_resource_graph_shows_a_principal_only_its_subscriptions(shared_guarded):
+    with fresh(shared_guarded) as guarded:
         guarded.schedule(type="Freeze", vms=["solo"])
         guarded.schedule(type="Freeze", vms=["other"])  # subscription B
         guarded.schedule(type="Freeze", vms=["ops"])  # subscription A, resource group ops-rg
@@ -357,12 +366,10 @@ def test_resource_graph_facets_count_the_result_by_an_expression(server):
     assert bad.status_code == 400
 
 
-def test_cli_graph_and_acknowledge_speak_to_the_arm_port(tmp_path):
+def test_cli_graph_and_acknowledge_speak_to_the_arm_port(shared_guarded):
     from helpers import forewarn
 
-    access = tmp_path / "access.yaml"
-    access.write_text(ACCESS)
-    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as guarded:
+    with fresh(shared_guarded) as guarded:
         [event] = guarded.schedule(type="Freeze", vms=["solo"])
         arm = ["--arm", guarded.arm]
         denied = forewarn(guarded, "graph", "maintenanceresources | project id", *arm, check=False)

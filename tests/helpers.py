@@ -14,7 +14,7 @@ from pathlib import Path
 import requests
 
 from forewarn.engine.fleetfile import parse_fleet
-from forewarn.scenarios.server import launch_serve
+from forewarn.scenarios.server import ServerError, launch_serve
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
@@ -32,6 +32,9 @@ vms:
 scale_sets:
   - {name: myvmss, instances: 3, hosts: [host-03]}
 """
+
+
+PORT_OPTIONS = {"--port": "port", "--imds-port": "imds_port", "--arm-port": "arm_port", "--ec2-port": "ec2_port"}
 
 
 def small_fleet():
@@ -104,8 +107,25 @@ class Server:
         return f"http://127.0.0.1:{self.imds_port}"
 
     def start(self) -> Server:
-        self.process = launch_serve(self.args, self.log_path, self.control)
-        return self
+        tries = 3
+        while True:
+            try:
+                self.process = launch_serve(self.args, self.log_path, self.control)
+                return self
+            except ServerError as error:
+                # A port free_port() found can be taken before the server binds it (another test, or the ephemeral
+                # port of someone's outgoing connection): new ports, as a user would pick.
+                tries -= 1
+                if not tries or "Address already in use" not in str(error):
+                    raise
+                self._new_ports()
+
+    def _new_ports(self) -> None:
+        for option, attribute in PORT_OPTIONS.items():
+            if option in self.args:
+                port = free_port()
+                setattr(self, attribute, port)
+                self.args[self.args.index(option) + 1] = str(port)
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush."""

@@ -17,9 +17,11 @@ run: $(STAMP)
 	mkdir -p var
 	$(BIN)/forewarn serve --fleet demo --db var/demo.db $(ARGS)
 
-## make test: install test dependencies and run the whole suite (PostgreSQL at 127.0.0.1:5432, database test).
+## make test: install test dependencies and run the whole suite (PostgreSQL at 127.0.0.1:5432, database test), on
+## PYTEST_WORKERS processes (pytest-xdist; each test file stays on one worker, so a module's server is started once).
+PYTEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 ## make lint: ruff (lint and format) and mypy, as CI runs them (scripts/check).
 lint: $(STAMP)

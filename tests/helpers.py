@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
 from forewarn.fleet.file import parse_fleet
-from forewarn.scenarios.server import launch_serve
+from forewarn.scenarios.server import ServerError, launch_serve
 from forewarn.server.stores import open_fleet_store
 from forewarn.store import SQLStore
 
@@ -39,6 +41,9 @@ vms:
 scale_sets:
   - {name: myvmss, instances: 3, hosts: [host-03]}
 """
+
+
+PORT_OPTIONS = {"--port": "port", "--imds-port": "imds_port", "--arm-port": "arm_port", "--ec2-port": "ec2_port"}
 
 
 def small_fleet():
@@ -111,8 +116,25 @@ class Server:
         return f"http://127.0.0.1:{self.imds_port}"
 
     def start(self) -> Server:
-        self.process = launch_serve(self.args, self.log_path, self.control)
-        return self
+        tries = 3
+        while True:
+            try:
+                self.process = launch_serve(self.args, self.log_path, self.control)
+                return self
+            except ServerError as error:
+                # A port free_port() found can be taken before the server binds it (another test, or the ephemeral
+                # port of someone's outgoing connection): new ports, as a user would pick.
+                tries -= 1
+                if not tries or "Address already in use" not in str(error):
+                    raise
+                self._new_ports()
+
+    def _new_ports(self) -> None:
+        for option, attribute in PORT_OPTIONS.items():
+            if option in self.args:
+                port = free_port()
+                setattr(self, attribute, port)
+                self.args[self.args.index(option) + 1] = str(port)
 
     def kill(self) -> None:
         """kill -9: no shutdown, no flush."""
@@ -133,6 +155,14 @@ class Server:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+    def reset(self) -> Server:
+        """Back to the state of a fresh server on the same fleet (``POST /v1/reset``), and no IMDS fault left: what a
+        test sharing a module's server starts from."""
+        self.post("/v1/reset", expect=200)
+        deleted = requests.delete(f"{self.control}/v1/imds/faults", timeout=10)
+        assert deleted.status_code in (200, 204), deleted.text
+        return self
 
     # control API shortcuts
     def post(self, path: str, body: dict | None = None, expect: int | None = None):
@@ -161,6 +191,13 @@ class Server:
             headers={"Metadata": "true", **headers},
             timeout=10,
         )
+
+
+@contextlib.contextmanager
+def fresh(server: Server) -> Iterator[Server]:
+    """``with fresh(shared) as server:`` where a test had ``with Server(tmp_path) as server:``: the module's server,
+    reset, and left running for the next test."""
+    yield server.reset()
 
 
 def forewarn(server, *args, check=True):

@@ -360,5 +360,23 @@ class Maintenance:
         due = self.engine.next_deadline()
         return self.set_clock(due if due is not None else self.clock.anchor_sim)
 
+    def reset(self) -> None:
+        """Back to the server's start, as a new database with the same fleet and seed would be: the clock at its start
+        time (same mode and speed), no events, waves, deliveries or journal, every incarnation back to 1. Committed
+        before the engine is rebuilt from the store, as ``open`` builds it."""
+        with self._lock:
+            self.store.ready()
+            stored = self.store.load()
+            assert stored is not None  # a served store was initialized, and reset keeps what initialize wrote
+            clock = Clock.start(self.clock.mode, self.clock.speed, self.wall(), stored.created_at)
+            self.store.reset(clock, stored.created_at)
+            state = self.store.load()
+            assert state is not None
+            self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
+            self.clock = clock
+            self._refresh_due()
+        for listener in self._listeners:
+            listener([])
+
     def clock_view(self) -> ClockView:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())

@@ -224,6 +224,13 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     async def next_deadline():
         return clock_moved(service.step_clock())
 
+    @app.post("/v1/reset", tags=["service"], response_model=ClockOut, responses=ERRORS)
+    async def reset():
+        """Back to the server's start: the fleet, the clock at its start time, no events, waves, deliveries or
+        journal, every incarnation 1 (committed before the answer)."""
+        service.reset()
+        return clock_out()
+
     @app.get("/v1/fleet", tags=["fleet"])
     async def fleet():
         engine = service.engine

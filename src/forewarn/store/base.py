@@ -25,6 +25,23 @@ DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts o
 T = TypeVar("T")
 
 
+# What ``reset`` deletes: every table of state, not the Event Grid registry (configuration, like the fleet).
+RESET_TABLES = (
+    "forewarn_events",
+    "forewarn_scopes",
+    "forewarn_vms",
+    "forewarn_policies",
+    "forewarn_enabled",
+    "forewarn_ec2_events",
+    "forewarn_ec2_instances",
+    "forewarn_ec2_windows",
+    "forewarn_waves",
+    "forewarn_outbox",
+    "forewarn_journal",
+)
+KEPT_BY_RESET = ("fleet", "seed", "created_at", "schema_version")
+
+
 def retried_on_a_new_connection(method: Callable[..., T]) -> Callable[..., T]:
     """Marks an operation that is safe to run twice (a read, or a write of absolute values): a store whose connection
     broke under it may run it again on a fresh one (PostgresStore)."""
@@ -395,6 +412,17 @@ class SQLStore:
             self._execute(
                 cursor, "DELETE FROM forewarn_eventgrid_subscriptions WHERE subscription_key = ?", (subscription_key,)
             )
+
+    @retried_on_a_new_connection
+    def reset(self, clock: Clock, now: datetime) -> None:
+        """Back to what ``initialize`` wrote, in one transaction: the fleet, the seed, the start time and the Event
+        Grid registry (configuration) stay; everything that happened since goes, deliveries and journal included."""
+        with self._transaction() as cursor:
+            for table in RESET_TABLES:
+                cursor.execute(f"DELETE FROM {table}")
+            self._execute(cursor, "DELETE FROM forewarn_meta WHERE key NOT IN (?, ?, ?, ?)", KEPT_BY_RESET)
+            self._put_meta(cursor, "clock", encode_clock(clock))
+            self._put_meta(cursor, "now", now.isoformat())
 
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):

@@ -112,9 +112,12 @@ class ResourceGraphApi:
 
     def _on_change(self, changes) -> None:
         engine = self.service.engine
-        if isinstance(
-            changes[0], Rebuilt
-        ):  # the service rebuilt its engine from the database: what it holds is the truth
+        if isinstance(changes[0], Rebuilt):
+            # the service rebuilt its engine from the database (or was reset): what it holds is the truth
+            self._table = None  # a reset removes events (an upsert alone would keep their rows); made again on use
+            self._purged_at = None  # a reset moves the clock back
+            with self._quota_lock:  # and gives every caller a full quota, as a fresh server does
+                self._quota.clear()
             self._load(engine)
             return
         latest = {c.event.event_id: c.event for c in changes if isinstance(c, EventChanged) and c.event.central}

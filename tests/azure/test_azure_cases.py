@@ -38,11 +38,15 @@ scale_sets:
 """
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("cases"), FLEET) as running:
+        yield running
+
+
 @pytest.fixture
-def server(tmp_path):
-    server = Server(tmp_path, FLEET).start()
-    yield server
-    server.stop()
+def server(shared_server):
+    return shared_server.reset()
 
 
 def doc(server, vm, version="2020-07-01"):

@@ -13,13 +13,20 @@ import requests
 
 from forewarn.azure.model import EventType
 from forewarn.engine.engine import Engine, ScheduleRequest
-from helpers import ROOT, T0, Server, forewarn, free_port, small_fleet
+from helpers import ROOT, T0, Server, forewarn, free_port, fresh, small_fleet
 
 
 def _without(args: list[str], option: str) -> list[str]:
     """``args`` less ``option`` and its value."""
     at = args.index(option)
     return args[:at] + args[at + 2 :]
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory):
+    """One server for the tests that each had their own; ``fresh`` resets it for each."""
+    with Server(tmp_path_factory.mktemp("small")) as running:
+        yield running
 
 
 def test_restart_without_clock_keeps_the_stored_manual_clock(tmp_path):
@@ -46,8 +53,8 @@ def test_restart_with_clock_given_changes_it_and_says_so(tmp_path):
     assert "clock: real, as given (--clock/--speed); the database had manual" in again.log_path.read_text()
 
 
-def test_document_prints_the_exact_bytes_imds_serves(tmp_path):
-    with Server(tmp_path) as server:
+def test_document_prints_the_exact_bytes_imds_serves(small_server):
+    with fresh(small_server) as server:
         server.schedule(type="Freeze", vms=["solo"])
         served = server.scheduled_events()  # the shared metadata endpoint answers as the default VM, solo
         run = forewarn(server, "document", "solo")
@@ -97,8 +104,8 @@ def test_a_port_out_of_range_is_a_usage_error():
     assert run.returncode == 2 and "Traceback" not in run.stderr and "70000" in run.stderr
 
 
-def test_approve_on_shared_hardware_says_the_other_tenants_must_approve_too(tmp_path):
-    with Server(tmp_path) as server:
+def test_approve_on_shared_hardware_says_the_other_tenants_must_approve_too(small_server):
+    with fresh(small_server) as server:
         events = server.schedule(type="Reboot", hosts=["host-02"])  # WestNO_2, solo and other-tenant: three scopes
         assert len(events) == 3
         mine = next(event for event in events if event["resources"] == ["solo"])
@@ -113,8 +120,8 @@ def test_approve_on_shared_hardware_says_the_other_tenants_must_approve_too(tmp_
         assert "Started" in last.stdout and "outstanding" not in last.stdout
 
 
-def test_event_ids_can_be_given_by_an_unambiguous_prefix(tmp_path):
-    with Server(tmp_path) as server:
+def test_event_ids_can_be_given_by_an_unambiguous_prefix(small_server):
+    with fresh(small_server) as server:
         event_id = server.schedule(type="Freeze", vms=["solo"])[0]["event_id"]
         shown = forewarn(server, "show", event_id[:8].lower())
         assert f"event_id: {event_id}" in shown.stdout
@@ -153,8 +160,8 @@ def test_an_ambiguous_event_id_prefix_lists_the_candidates():
     assert engine.resolve_event_id(event_id[: common + 1]) == event_id
 
 
-def test_unknown_names_get_a_did_you_mean(tmp_path):
-    with Server(tmp_path) as server:
+def test_unknown_names_get_a_did_you_mean(small_server):
+    with fresh(small_server) as server:
         for args, suggestion in [
             (("vm", "show", "sollo"), "did you mean 'solo'?"),
             (("schedule", "--type", "Freeze", "--vm", "westno_0"), "'WestNO_0'"),
@@ -224,8 +231,8 @@ def test_acknowledge_takes_an_event_id_or_its_prefix(tmp_path):
         assert junk.returncode == 1 and "nor an EventId" in junk.stderr
 
 
-def test_clock_moves_say_what_happened(tmp_path):
-    with Server(tmp_path) as server:
+def test_clock_moves_say_what_happened(small_server):
+    with fresh(small_server) as server:
         [event] = server.schedule(type="Freeze", vms=["solo"], notice="5m")
         step = forewarn(server, "clock", "next")
         lines = step.stdout.splitlines()

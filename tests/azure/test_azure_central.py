@@ -10,32 +10,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import Server
+from central_helpers import CENTRAL, FLEET, RG, SUB_A, SUB_B
+from helpers import Server, fresh
 
-SUB_A = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
-SUB_B = "0b8e7d6c-3a2f-4c1e-8d9b-5f4a3e2d1c02"
-CENTRAL = {"scheduled_events_additional_publishing_targets": {"event_grid_and_resource_graph": {"enable": True}}}
-FLEET = f"""
-defaults: {{subscription: {SUB_A}, resource_group: contoso-rg, location: westeurope}}
-hosts: [{{name: h1}}, {{name: h2}}, {{name: h3}}]
-availability_sets:
-  - {{name: db, scheduled_events_policy: {{}}}}
-vms:
-  - {{name: db-0, host: h1, availability_set: db}}
-  - {{name: db-1, host: h2, availability_set: db}}
-  - name: solo
-    host: h3
-    scheduled_events_policy: {CENTRAL}
-  - {{name: other, host: h3, subscription: {SUB_B}, resource_group: fabrikam-rg,
-      scheduled_events_policy: {CENTRAL}}}
-  - {{name: ops, host: h3, resource_group: ops-rg, scheduled_events_policy: {CENTRAL}}}
-scale_sets:
-  - name: web
-    instances: 2
-    hosts: [h1, h2]
-    scheduled_events_policy: {CENTRAL}
-"""
-RG = f"/subscriptions/{SUB_A}/resourceGroups/contoso-rg/providers/Microsoft.Compute"
 ACK_API = "2023-10-01-preview"
 LIST_API = "2025-10-01-preview"
 
@@ -52,10 +29,15 @@ def status(server: Server, event_id: str) -> str:
     return server.get(f"/v1/events/{event_id}")["status"]
 
 
-@pytest.fixture
-def server(tmp_path):
-    with Server(tmp_path, FLEET) as running:
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("central"), FLEET) as running:
         yield running
+
+
+@pytest.fixture
+def server(shared_server):
+    return shared_server.reset()
 
 
 # ------------------------------------------------------------------------------------------- acknowledge API
@@ -153,12 +135,18 @@ principals:
 """
 
 
-@pytest.fixture
-def guarded(tmp_path):
+@pytest.fixture(scope="module")
+def shared_guarded(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("guarded")
     access = tmp_path / "access.yaml"
     access.write_text(ACCESS)
     with Server(tmp_path, FLEET, extra=["--access", str(access)]) as running:
         yield running
+
+
+@pytest.fixture
+def guarded(shared_guarded):
+    return shared_guarded.reset()
 
 
 def bearer(token: str) -> dict:
@@ -299,10 +287,8 @@ def test_resource_graph_survives_a_restart_and_refuses_bad_requests(tmp_path):
         assert missing_version.json()["error"]["code"] == "MissingApiVersionParameter"
 
 
-def test_resource_graph_shows_a_principal_only_its_subscriptions(tmp_path):
-    access = tmp_path / "access.yaml"
-    access.write_text(ACCESS)
-    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as guarded:
+def test_resource_graph_shows_a_principal_only_its_subscriptions(shared_guarded):
+    with fresh(shared_guarded) as guarded:
         guarded.schedule(type="Freeze", vms=["solo"])
         guarded.schedule(type="Freeze", vms=["other"])  # subscription B
         guarded.schedule(type="Freeze", vms=["ops"])  # subscription A, resource group ops-rg
@@ -382,12 +368,10 @@ def test_resource_graph_facets_count_the_result_by_an_expression(server):
     assert bad.status_code == 400
 
 
-def test_cli_graph_and_acknowledge_speak_to_the_arm_port(tmp_path):
+def test_cli_graph_and_acknowledge_speak_to_the_arm_port(shared_guarded):
     from helpers import forewarn
 
-    access = tmp_path / "access.yaml"
-    access.write_text(ACCESS)
-    with Server(tmp_path, FLEET, extra=["--access", str(access)]) as guarded:
+    with fresh(shared_guarded) as guarded:
         [event] = guarded.schedule(type="Freeze", vms=["solo"])
         arm = ["--arm", guarded.arm]
         denied = forewarn(guarded, "graph", "maintenanceresources | project id", *arm, check=False)

@@ -3,7 +3,7 @@ single and list, Resource Graph requests with random KQL), and EC2 Query API par
 unsigned mode). Every answer must be below 500 and in its surface's own error shape, and the server must live on.
 
 Bounded for ``make test`` (FOREWARN_FUZZ_EXAMPLES examples per test, default 40); a longer run:
-``FOREWARN_FUZZ_EXAMPLES=2000 pytest tests/test_fuzz_surfaces.py -s`` (``-s`` prints the outcomes by status).
+``FOREWARN_FUZZ_EXAMPLES=2000 pytest tests/server/test_fuzz_surfaces.py -s`` (``-s`` prints the outcomes by status).
 """
 
 from __future__ import annotations

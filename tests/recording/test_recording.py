@@ -62,11 +62,15 @@ class FakeTime:
             self.between(self.sleeps)
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("recorded")) as running:
+        yield running
+
+
 @pytest.fixture
-def server(tmp_path):
-    running = Server(tmp_path).start()
-    yield running
-    running.stop()
+def server(shared_server):
+    return shared_server.reset()
 
 
 def test_round_trip_of_a_freeze(server, tmp_path):

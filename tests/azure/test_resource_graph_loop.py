@@ -15,7 +15,7 @@ import requests
 
 from forewarn.azure.resource_graph import MaintenanceTable, QueryLimits, QueryRequest, ResourceGraphError, run_query
 from helpers import Server
-from test_resource_graph_query import event
+from resource_graph_rows import event
 
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
 ROWS = 200

@@ -45,7 +45,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172)
 RUN = {"sh", "python"}

@@ -18,11 +18,15 @@ ec2_instances:
 """
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("ec2"), FLEET) as running:
+        yield running
+
+
 @pytest.fixture
-def server(tmp_path):
-    server = Server(tmp_path, FLEET).start()
-    yield server
-    server.stop()
+def server(shared_server):
+    return shared_server.reset()
 
 
 def test_ec2_lifecycle_from_the_cli(server):

@@ -15,8 +15,8 @@ def ports():
     return free_port(), free_port()
 
 
-@pytest.fixture
-def server(tmp_path, ports):
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory, ports):
     fleet = f"""
 default_vm: solo
 hosts: [{{name: host-01}}, {{name: host-02}}, {{name: host-03}}]
@@ -28,9 +28,13 @@ vms:
 scale_sets:
   - {{name: myvmss, instances: 3, hosts: [host-03], imds: {{address: 127.0.0.20}}}}
 """
-    server = Server(tmp_path, fleet).start()
-    yield server
-    server.stop()
+    with Server(tmp_path_factory.mktemp("imds"), fleet) as running:  # restarted in place by the kill -9 test
+        yield running
+
+
+@pytest.fixture
+def server(shared_server):
+    return shared_server.reset()
 
 
 def as_vm(server, vm: str) -> str:

@@ -6,11 +6,15 @@ import requests
 from helpers import Server
 
 
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("platform")) as running:
+        yield running
+
+
 @pytest.fixture
-def server(tmp_path):
-    server = Server(tmp_path).start()
-    yield server
-    server.stop()
+def server(shared_server):
+    return shared_server.reset()
 
 
 def vm(server, name):

@@ -15,12 +15,12 @@ import requests
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from central_helpers import FLEET as CENTRAL_FLEET
+from central_helpers import RG
+from eventgrid_helpers import FLEET as EVENT_GRID_FLEET
+from eventgrid_helpers import Arm
 from forewarn.net.untrusted_json import MAX_BODY_BYTES, MAX_DEPTH, JsonInputError, parse_json
 from helpers import ROOT, SMALL_FLEET, Server
-from test_azure_central import FLEET as CENTRAL_FLEET
-from test_azure_central import RG
-from test_eventgrid import FLEET as EVENT_GRID_FLEET
-from test_eventgrid import Arm
 
 DEEP = 2000
 

@@ -11,14 +11,18 @@ import pytest
 
 from helpers import ROOT, Server, forewarn
 
-SAMPLE = Path(__file__).parent / "samples" / "azure_scheduled_events_sample.py"
+SAMPLE = Path(__file__).parent.parent / "samples" / "azure_scheduled_events_sample.py"
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("clients")) as running:
+        yield running
 
 
 @pytest.fixture
-def server(tmp_path):
-    server = Server(tmp_path).start()
-    yield server
-    server.stop()
+def server(shared_server):
+    return shared_server.reset()
 
 
 def test_seed_python_sample_unmodified_but_its_url(server, tmp_path):

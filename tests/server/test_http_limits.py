@@ -212,7 +212,10 @@ def test_huge_headers_are_refused_early_and_memory_stays_bounded(server):
         for _ in probe.rounds():
             attempt()
     grown = vm_rss_kib(server.process.pid) - before
-    assert grown < 16 * 1024, f"the process grew by {grown} KiB"
+    # Each attempt carries 64 MiB: a server that kept one attempt's headers would grow by at least that. What does
+    # show is the allocator's own ebb and flow over the hundreds of refused connections a busy round makes (measured:
+    # between 2 and 18 MiB, up and down, never climbing with the count).
+    assert grown < 40 * 1024, f"the process grew by {grown} KiB"
 
 
 @pytest.mark.parametrize(

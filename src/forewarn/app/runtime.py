@@ -365,18 +365,20 @@ class Maintenance:
         time (same mode and speed), no events, waves, deliveries or journal, every incarnation back to 1. Committed
         before the engine is rebuilt from the store, as ``open`` builds it."""
         with self._lock:
-            self.store.ready()
-            stored = self.store.load()
-            assert stored is not None  # a served store was initialized, and reset keeps what initialize wrote
-            clock = Clock.start(self.clock.mode, self.clock.speed, self.wall(), stored.created_at)
-            self.store.reset(clock, stored.created_at)
-            state = self.store.load()
-            assert state is not None
+            try:
+                self.store.ready()
+                stored = _stored(self.store)
+                clock = Clock.start(self.clock.mode, self.clock.speed, self.wall(), stored.created_at)
+                self.store.reset(clock, stored.created_at)
+                state = _stored(self.store)
+            except StoreError as error:
+                raise Unavailable(str(error), error.retry_after) from error
             self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
             self.clock = clock
             self._refresh_due()
+        reset: list[Change] = [Rebuilt("reset to the start")]
         for listener in self._listeners:
-            listener([])
+            listener(reset)
 
     def clock_view(self) -> ClockView:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())

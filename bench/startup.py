@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,8 @@ import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 HELP_TARGET = 0.15  # seconds of process time (user + sys)
@@ -41,19 +42,6 @@ def environment() -> dict[str, str]:
     env.pop("FOREWARN_CONTROL_TOKEN", None)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     return env
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def process_time(args: list[str], env: dict[str, str]) -> float:

@@ -33,7 +33,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -174,19 +175,6 @@ for text in sys.argv[2:]:
     else:
         sys.exit(f"expected output not printed: {text}")
 """
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def page_ports() -> dict[int, int]:

@@ -588,8 +588,8 @@ def test_an_interrupted_run_writes_a_partial_timeline(tmp_path, signal_name, sta
         env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
     )
     try:
-        for line in process.stdout:  # the live timeline: the run is under way once a step has been taken
-            if "> " in line:
+        for line in process.stdout:  # the live timeline: under way once a step has created events ("-> IDs")
+            if "> " in line and " -> " in line:
                 break
         process.send_signal(getattr(signal, signal_name))
         stdout, stderr = process.communicate(timeout=60)

@@ -79,7 +79,8 @@ def check_whole_number(value: object, what: str, low: int, high: int) -> int:
 
 
 def clamped_time(moment: datetime) -> datetime:
-    """``moment`` brought inside the simulated range (for values read from an older database)."""
+    """``moment`` brought inside the simulated range (values read from an older database; an impact window that
+    would outlast simulated time)."""
     return min(max(moment, EARLIEST_TIME), LATEST_TIME)
 
 

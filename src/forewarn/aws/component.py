@@ -43,6 +43,7 @@ from forewarn.core.bounds import (
     check_duration,
     check_time,
     checked_not_before,
+    clamped_end,
     clamped_time,
     iso_time,
     whole_second_ceiling,
@@ -583,8 +584,11 @@ class Ec2Component:
     def _ec2_event_within_bounds(self, event: Ec2Event) -> Ec2Event:
         """A stored EC2 event with its times inside the simulated range (see ``AzureComponent.repaired``)."""
         names = ("not_before", "not_after", "not_before_deadline", "created_at", "started_at", "ends_at", "ended_at")
+        ends = ("not_after", "not_before_deadline", "ends_at")  # may pass the range's end: see bounds.clamped_end
         clamped: dict[str, Any] = {
-            name: clamped_time(getattr(event, name)) for name in names if getattr(event, name) is not None
+            name: (clamped_end if name in ends else clamped_time)(getattr(event, name))
+            for name in names
+            if getattr(event, name) is not None
         }
         fixed = replace(event, **clamped)
         if fixed == event:
@@ -599,8 +603,11 @@ class Ec2Component:
 
     def _ec2_state_within_bounds(self, state: Ec2State) -> Ec2State:
         names = ("launched_at", "booted_at", "impact_until", "spot_action_time", "rebalance_at", "terminated_at")
+        ends = ("impact_until", "spot_action_time")  # may pass the range's end: see bounds.clamped_end
         clamped: dict[str, Any] = {
-            name: clamped_time(getattr(state, name)) for name in names if getattr(state, name) is not None
+            name: (clamped_end if name in ends else clamped_time)(getattr(state, name))
+            for name in names
+            if getattr(state, name) is not None
         }
         fixed = replace(state, **clamped)
         if fixed != state:

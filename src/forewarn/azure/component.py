@@ -39,6 +39,7 @@ from forewarn.core.bounds import (
     check_time,
     check_whole_number,
     checked_not_before,
+    clamped_end,
     clamped_time,
     iso_time,
 )
@@ -154,8 +155,8 @@ class AzureComponent:
             if not state.deleted:
                 self._host_members.setdefault(state.host, {})[state.name] = None
         for name, state in list(self.vm_states.items()):
-            if state.impact_until is not None and clamped_time(state.impact_until) != state.impact_until:
-                state = replace(state, impact_until=clamped_time(state.impact_until))
+            if state.impact_until is not None and clamped_end(state.impact_until) != state.impact_until:
+                state = replace(state, impact_until=clamped_end(state.impact_until))
                 self.vm_states[name] = state
                 self.repaired.append(VmChanged(state, "repaired", "impact end brought inside the simulated range"))
         self.events: dict[str, Event] = {}
@@ -642,7 +643,7 @@ class AzureComponent:
             ended_at=_clamped(event.ended_at),
         )
         if fixed.started_at is not None and fixed.ends_at is not None:
-            fixed = replace(fixed, ends_at=min(clamped_time(fixed.ends_at), fixed.started_at + fixed.impact_window))
+            fixed = replace(fixed, ends_at=min(clamped_end(fixed.ends_at), fixed.started_at + fixed.impact_window))
         if fixed == event:
             return event
         what = ", ".join(

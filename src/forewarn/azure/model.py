@@ -7,7 +7,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from forewarn.core.bounds import clamped_time
 from forewarn.core.errors import Invalid
 
 AnyEnum = TypeVar("AnyEnum", bound=enum.Enum)
@@ -110,8 +109,7 @@ class Event:
         if status not in ALLOWED_TRANSITIONS[self.status]:
             raise AssertionError(f"illegal transition {self.status.value} -> {status.value} for {self.event_id}")
         if status is EventStatus.STARTED:
-            # An event started at the very end of simulated time ends with it rather than past it.
-            return replace(self, status=status, started_at=now, ends_at=clamped_time(now + self.impact_window))
+            return replace(self, status=status, started_at=now, ends_at=now + self.impact_window)
         return replace(self, status=status, ended_at=now)
 
     def approved_by(self, who: str) -> Event:

@@ -79,8 +79,7 @@ def check_whole_number(value: object, what: str, low: int, high: int) -> int:
 
 
 def clamped_time(moment: datetime) -> datetime:
-    """``moment`` brought inside the simulated range (values read from an older database; an impact window that
-    would outlast simulated time)."""
+    """``moment`` brought inside the simulated range (for values read from an older database)."""
     return min(max(moment, EARLIEST_TIME), LATEST_TIME)
 
 
@@ -117,3 +116,13 @@ def checked_not_before(
             f"({iso_time(now)})"
         )
     return explicit
+
+
+# What follows from an instant inside the range (an event's end, an impact's end, an EC2 deadline) may pass the end of
+# the range by up to the longest notice: an event that starts at the last instant still has its whole window.
+LATEST_DERIVED_TIME = LATEST_TIME + MAX_NOTICE
+
+
+def clamped_end(moment: datetime) -> datetime:
+    """An end or deadline brought inside what commands can produce (for values read from an older database)."""
+    return min(max(moment, EARLIEST_TIME), LATEST_DERIVED_TIME)

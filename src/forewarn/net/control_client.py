@@ -146,6 +146,12 @@ class ControlClient:
                 if reused and stale and attempt == 1:
                     continue
                 raise Unreachable(url, _failure_kind(error, sent)) from None
+            except BaseException:
+                # Cut short by something else (a signal's exception, Ctrl-C): the connection is mid-request and
+                # cannot carry the next one, so it is not kept.
+                connection.close()
+                self._connections.pop(key, None)
+                raise
             if answer.will_close:
                 connection.close()
                 self._connections.pop(key, None)

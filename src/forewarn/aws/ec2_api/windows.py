@@ -33,6 +33,7 @@ from forewarn.aws.ec2_api.window_params import (
     TARGET_INSTANCE,
     TARGET_TAG,
     TIME_RANGE,
+    Tags,
     schedule,
     tag_specifications,
     targets,
@@ -175,8 +176,8 @@ def _association_params(params: Params) -> None:
     )
 
 
-@action("AssociateInstanceEventWindow")
-def associate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+def _association(backend: Ec2Backend, params: Params) -> tuple[str, tuple[str, ...], Tags, tuple[str, ...]]:
+    """What both association actions check first: their parameters, DryRun, and that the window exists."""
     _association_params(params)
     window = window_id(params)
     instance_ids, tags, hosts = targets(params)
@@ -185,6 +186,12 @@ def associate_instance_event_window(backend: Ec2Backend, params: Params, request
     backend.catch_up()
     if window not in backend.windows:
         raise windows_not_found([window])
+    return window, instance_ids, tags, hosts
+
+
+@action("AssociateInstanceEventWindow")
+def associate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+    window, instance_ids, tags, hosts = _association(backend, params)
     now = backend.now()
     unknown = [iid for iid in instance_ids if not backend.visible(iid, params.region, now)]
     if unknown:
@@ -195,14 +202,7 @@ def associate_instance_event_window(backend: Ec2Backend, params: Params, request
 
 @action("DisassociateInstanceEventWindow")
 def disassociate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
-    _association_params(params)
-    window = window_id(params)
-    instance_ids, tags, hosts = targets(params)
-    if params.boolean("DryRun"):
-        raise dry_run()
-    backend.catch_up()
-    if window not in backend.windows:
-        raise windows_not_found([window])
+    window, instance_ids, tags, hosts = _association(backend, params)
     changed = _changed(lambda: backend.disassociate_window(window, instance_ids, tags, hosts))
     return _window_answer("DisassociateInstanceEventWindow", changed, request_id)
 

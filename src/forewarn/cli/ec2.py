@@ -45,11 +45,11 @@ def _print_ec2_outcome(outcome: dict) -> None:
     context_settings=CONTEXT,
     epilog="""\b
 Examples:
-  forewarn schedule --code system-reboot --instance i-0aaaaaaaaaaaaaaa1 --notice 1h
+  forewarn schedule --code system-reboot --instance i-0a1b2c3d4e5f60718 --notice 1h
   forewarn ec2 events --all
   forewarn ec2 reschedule instance-event-0123456789abcdef0 2026-05-01T10:00:00Z
-  forewarn ec2 interrupt i-0ddddddddddddddd4 --action stop     # Spot: two-minute warning, then stopped
-  forewarn ec2 start i-0aaaaaaaaaaaaaaa1                      # after instance-stop: a new host""",
+  forewarn ec2 interrupt i-0f1e2d3c4b5a69788 --action stop     # Spot: two-minute warning, then stopped
+  forewarn ec2 start i-0a1b2c3d4e5f60718                      # after instance-stop: a new host""",
 )
 def ec2():
     """EC2 instances and their scheduled events."""

@@ -28,7 +28,7 @@ Examples:
   forewarn schedule --type Reboot --host host-02 --notice 5m       # one event per scope on host-02
   forewarn schedule --type Redeploy --vm standalone-01 --source User --notice PT10M
   forewarn schedule --type Reboot --set myvmss --update-domain 1    # one update domain of a scale set
-  forewarn schedule --code system-reboot --instance i-0aaaaaaaaaaaaaaa1 --notice 1h   # EC2
+  forewarn schedule --code system-reboot --instance i-0a1b2c3d4e5f60718 --notice 1h   # EC2
 Defaults per type: notice Freeze/Reboot 15m, Redeploy 10m, Preempt 30s, Terminate 10m;
 DurationInSeconds 5 for Freeze, -1 (unknown) otherwise.""",
 )

@@ -166,4 +166,5 @@ EC2_RECORDS = Records(
         Writer(Ec2WindowChanged, _window_changed),
     ],
     _load,
+    tables=("forewarn_ec2_events", "forewarn_ec2_instances", "forewarn_ec2_windows"),
 )

@@ -191,4 +191,5 @@ AZURE_RECORDS = Records(
         Writer(IncarnationChanged, _incarnation_changed),
     ],
     _load,
+    tables=("forewarn_events", "forewarn_scopes", "forewarn_vms", "forewarn_policies", "forewarn_enabled"),
 )

@@ -25,20 +25,8 @@ DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts o
 T = TypeVar("T")
 
 
-# What ``reset`` deletes: every table of state, not the Event Grid registry (configuration, like the fleet).
-RESET_TABLES = (
-    "forewarn_events",
-    "forewarn_scopes",
-    "forewarn_vms",
-    "forewarn_policies",
-    "forewarn_enabled",
-    "forewarn_ec2_events",
-    "forewarn_ec2_instances",
-    "forewarn_ec2_windows",
-    "forewarn_waves",
-    "forewarn_outbox",
-    "forewarn_journal",
-)
+# The meta keys a reset keeps: what ``initialize`` wrote (the Event Grid registry, configuration like the fleet, is
+# in no registered part's tables and stays too).
 KEPT_BY_RESET = ("fleet", "seed", "created_at", "schema_version")
 
 
@@ -418,7 +406,7 @@ class SQLStore:
         """Back to what ``initialize`` wrote, in one transaction: the fleet, the seed, the start time and the Event
         Grid registry (configuration) stay; everything that happened since goes, deliveries and journal included."""
         with self._transaction() as cursor:
-            for table in RESET_TABLES:
+            for table in self.registry.tables:
                 cursor.execute(f"DELETE FROM {table}")
             self._execute(cursor, "DELETE FROM forewarn_meta WHERE key NOT IN (?, ?, ?, ?)", KEPT_BY_RESET)
             self._put_meta(cursor, "clock", encode_clock(clock))

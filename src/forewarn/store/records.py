@@ -98,6 +98,7 @@ class Records:
     owner: str
     writers: Sequence[Writer[Any]]
     load: Callable[[Reader], dict[str, Any]] = field(default=lambda reader: {})
+    tables: tuple[str, ...] = ()  # what holds its state: emptied by a reset (store.reset)
 
 
 def _time_moved(change: TimeMoved, rows: Rows) -> None:
@@ -105,7 +106,7 @@ def _time_moved(change: TimeMoved, rows: Rows) -> None:
 
 
 # The kinds of change the store itself owns (core/changes.py).
-CORE_RECORDS = Records("core", [Writer(TimeMoved, _time_moved)])
+CORE_RECORDS = Records("core", [Writer(TimeMoved, _time_moved)], tables=("forewarn_outbox", "forewarn_journal"))
 
 
 class Registry:
@@ -114,6 +115,7 @@ class Registry:
     def __init__(self, records: Iterable[Records]):
         self.writers: dict[type[Change], Writer[Any]] = {}
         self.loaders: list[Records] = []
+        self.tables: list[str] = []  # every registered part's state tables, in registration order
         owners: dict[type[Change], str] = {}
         for part in (CORE_RECORDS, *records):
             for writer in part.writers:
@@ -125,6 +127,7 @@ class Registry:
                 owners[writer.kind] = part.owner
                 self.writers[writer.kind] = writer
             self.loaders.append(part)
+            self.tables.extend(part.tables)
 
     def write(self, change: Change, rows: Rows) -> None:
         writer = self.writers.get(type(change))

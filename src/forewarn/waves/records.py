@@ -106,4 +106,4 @@ def _load(reader: Reader) -> dict[str, Any]:
     return {"waves": StoredWaves([decode_wave(plan, progress) for plan, progress in rows])}
 
 
-WAVE_RECORDS = Records("waves", [Writer(WaveChanged, _wave_changed)], _load)
+WAVE_RECORDS = Records("waves", [Writer(WaveChanged, _wave_changed)], _load, tables=("forewarn_waves",))

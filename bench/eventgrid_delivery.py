@@ -74,8 +74,6 @@ def fleet_text(events: int) -> str:
 
 
 async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
-    import httpx
-
     from forewarn.app.outbox import OutboxSender
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
@@ -101,12 +99,12 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
         raise BenchError(f"expected {events} queued deliveries, found {queued}")
     sender = OutboxSender(service, policies=[eventgrid.delivery])
     logging_off()
-    async with httpx.AsyncClient() as client:
-        started = time.perf_counter()
-        while store.next_delivery_at() is not None:
-            if await sender.send_due(client) == 0:
-                raise BenchError("deliveries are left that the sender does not send")
-        elapsed = time.perf_counter() - started
+    started = time.perf_counter()
+    while store.next_delivery_at() is not None:
+        if await sender.send_due() == 0:
+            raise BenchError("deliveries are left that the sender does not send")
+    elapsed = time.perf_counter() - started
+    await sender.aclose()
     delivered = sum(1 for d in store.deliveries(events + 10) if d["status"] == "delivered")
     store.close()
     return {

@@ -18,13 +18,14 @@ import logging
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Protocol
-
-import httpx
+from typing import TYPE_CHECKING, Protocol
 
 from forewarn.app.runtime import Maintenance
 from forewarn.net.own_listeners import OwnListeners, SelfTarget
 from forewarn.store import Attempt, Delivery, StoreError
+
+if TYPE_CHECKING:  # httpx (with what it imports) costs about 0.15 s: loaded on the first message sent, not at start
+    import httpx
 
 log = logging.getLogger("forewarn.outbox")
 
@@ -61,6 +62,8 @@ class WebhookPolicy:
             await self._attempt(client, delivery)
 
     async def _attempt(self, client: httpx.AsyncClient, delivery: Delivery) -> None:
+        import httpx  # loaded already by the client passed in; here for its errors
+
         attempts = delivery.attempts + 1
         error = None
         try:
@@ -111,32 +114,46 @@ class OutboxSender:
         self._wake = asyncio.Event()
         self._busy: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
+        self._client: httpx.AsyncClient | None = None
         service.subscribe(lambda changes: self._wake.set())
 
+    def client(self) -> httpx.AsyncClient:
+        """The one HTTP client of every lane, made when the first message is sent."""
+        if self._client is None:
+            import httpx
+
+            self._client = httpx.AsyncClient(timeout=self.timeout)
+        return self._client
+
     async def run(self) -> None:
-        async with httpx.AsyncClient(timeout=self.timeout) as client:
-            try:
-                while True:
-                    # Cleared before reading: a command committed (or a lane finished) meanwhile wakes the next round.
-                    self._wake.clear()
-                    try:
-                        self.start_due(client)
-                        sleep_for = self._sleep_for()
-                    except StoreError as error:  # the database is out of reach; deliveries go on once it is back
-                        log.warning("reading the outbox failed (%s); retrying in 1 s", error)
-                        await asyncio.sleep(1)
-                        continue
-                    except Exception:  # a store failure must not stop deliveries for good
-                        log.exception("reading the outbox failed; retrying in 1 s")
-                        await asyncio.sleep(1)
-                        continue
-                    try:
-                        await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
-                    except TimeoutError:
-                        pass
-            finally:
-                for task in list(self._tasks):
-                    task.cancel()
+        try:
+            while True:
+                # Cleared before reading: a command committed (or a lane finished) meanwhile wakes the next round.
+                self._wake.clear()
+                try:
+                    self.start_due()
+                    sleep_for = self._sleep_for()
+                except StoreError as error:  # the database is out of reach; deliveries go on once it is back
+                    log.warning("reading the outbox failed (%s); retrying in 1 s", error)
+                    await asyncio.sleep(1)
+                    continue
+                except Exception:  # a store failure must not stop deliveries for good
+                    log.exception("reading the outbox failed; retrying in 1 s")
+                    await asyncio.sleep(1)
+                    continue
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=sleep_for)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
 
     def _sleep_for(self) -> float:
         # Messages due already are in flight (their lanes wake us when done); wait for the first one due later.
@@ -148,7 +165,7 @@ class OutboxSender:
             return 3600.0
         return min(max(when - time.time(), 0.0), 3600.0)
 
-    def start_due(self, client: httpx.AsyncClient) -> list[asyncio.Task]:
+    def start_due(self) -> list[asyncio.Task]:
         """Start a task for each lane with due messages that is not being sent already."""
         lanes: dict[tuple[str, str], list[Delivery]] = {}
         for delivery in self.service.store.due_deliveries(self.service.now(), DUE_BATCH):
@@ -167,7 +184,7 @@ class OutboxSender:
                 )
                 continue
             self._busy.add(lane)
-            task = asyncio.create_task(self._send_lane(client, lane, policy, deliveries))
+            task = asyncio.create_task(self._send_lane(self.client(), lane, policy, deliveries))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             started.append(task)
@@ -196,9 +213,9 @@ class OutboxSender:
             self._busy.discard(lane)
             self._wake.set()
 
-    async def send_due(self, client: httpx.AsyncClient) -> int:
+    async def send_due(self) -> int:
         """Send what is due now and wait for it (tests and benchmarks drive the sender this way)."""
-        tasks = self.start_due(client)
+        tasks = self.start_due()
         if tasks:
             await asyncio.gather(*tasks)
         return len(tasks)

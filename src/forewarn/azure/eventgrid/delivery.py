@@ -29,9 +29,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.eventgrid.events import CLOUD_EVENTS_SPEC_VERSION, METADATA_VERSION, event_time
@@ -42,6 +40,9 @@ from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.core.ids import derived_guid
 from forewarn.net.own_listeners import OwnListeners, SelfTarget
 from forewarn.store import Attempt, Delivery, SQLStore
+
+if TYPE_CHECKING:  # the outbox sender's client loads it with the first delivery, not at start (bench/startup.py)
+    import httpx
 
 log = logging.getLogger("forewarn.azure.eventgrid")
 
@@ -232,6 +233,8 @@ class EventGridDelivery:
         return body.encode(), headers
 
     async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> Outcome:
+        import httpx  # for its errors; loaded already by the client passed in
+
         try:
             if self.own is not None:
                 target = await self.own.destination(url)

@@ -19,8 +19,7 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-
-import httpx
+from typing import TYPE_CHECKING
 
 from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.delivery import ORIGIN, status_name
@@ -37,6 +36,9 @@ from forewarn.azure.eventgrid.model import (
 from forewarn.core.ids import derived_guid
 from forewarn.net.own_listeners import Destination, OwnListeners, SelfTarget
 from forewarn.net.untrusted_json import JsonInputError, parse_json
+
+if TYPE_CHECKING:  # loaded by the first handshake, not at start (bench/startup.py)
+    import httpx
 
 log = logging.getLogger("forewarn.azure.eventgrid")
 
@@ -97,6 +99,8 @@ async def validate(
 ) -> Validated:
     """Run the handshake for ``subscription``; raise the ``Url validation`` ArmError if the endpoint refuses it, and
     Event Grid's InvalidRequest if it is this server's own (``own``: its listeners)."""
+    import httpx
+
     url = subscription.destination.endpoint_url
     target = await checked_endpoint(url, own)
     if subscription.schema == CLOUD_EVENT_SCHEMA:
@@ -154,6 +158,8 @@ def _echoed(response: httpx.Response) -> str | None:
 
 
 async def _options_handshake(url: str, target: Destination, subscription: EventSubscription, timeout: float) -> None:
+    import httpx
+
     headers = {"webhook-request-origin": ORIGIN, "webhook-request-rate": "120", **target.headers}
     try:
         async with httpx.AsyncClient(timeout=timeout) as client:

@@ -19,8 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.app.errors import Unavailable
-from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import Event, ScheduleRequest
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, REAL, Clock
@@ -29,7 +28,6 @@ from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
 from forewarn.store import JournalEntry, Outgoing, SQLStore, StoredState, StoreError
-from forewarn.waves.component import WaveChanged
 
 log = logging.getLogger("forewarn.events")
 
@@ -37,15 +35,7 @@ Listener = Callable[[list[Change]], None]
 
 
 def _repair_line(change: Change) -> str:
-    if isinstance(change, EventChanged):
-        return f"event {change.event.event_id} repaired: {change.reason}"
-    if isinstance(change, Ec2EventChanged):
-        return f"EC2 event {change.event.event_id} repaired: {change.reason}"
-    if isinstance(change, Ec2StateChanged):
-        return f"instance {change.state.instance_id} repaired: {change.reason}"
-    if isinstance(change, VmChanged):
-        return f"VM {change.state.name} repaired: {change.reason}"
-    return f"repaired: {change}"
+    return f"{change.subject()} repaired: {getattr(change, 'reason', change)}"
 
 
 def _stored(store: SQLStore) -> StoredState:
@@ -234,42 +224,11 @@ class Maintenance:
     def _announce(self, changes: list[Change]) -> None:
         if not changes:
             return  # nothing happened (an approval of a Started event, a policy set to what it was)
-        for change in changes:
-            if isinstance(change, Ec2EventChanged):
-                ec2_event = change.event
-                log.info(
-                    "event %s %s of %s: %s (%s)",
-                    ec2_event.event_id,
-                    ec2_event.code.value,
-                    ec2_event.instance_id,
-                    change.what,
-                    change.reason,
-                )
-            elif isinstance(change, Ec2StateChanged):
-                log.info("instance %s %s: %s", change.state.instance_id, change.what, change.reason)
-            elif isinstance(change, EventChanged):
-                event = change.event
-                log.info(
-                    "event %s %s %s [%s] in %s: %s (%s)",
-                    event.event_id,
-                    event.event_type.value,
-                    event.status.value,
-                    ", ".join(event.resources),
-                    event.scope,
-                    change.what,
-                    change.reason,
-                )
-            elif isinstance(change, WaveChanged):
-                wave = change.wave
-                log.info(
-                    "%s %s: %s (%d of %d units done, %d in flight)",
-                    wave.wave_id,
-                    change.what,
-                    change.reason,
-                    wave.done + len(wave.skipped),
-                    len(wave.units),
-                    len(wave.in_flight),
-                )
+        if log.isEnabledFor(logging.INFO):
+            for change in changes:
+                line = change.describe()
+                if line is not None:
+                    log.info("%s", line)
         for listener in self._listeners:
             listener(changes)
 

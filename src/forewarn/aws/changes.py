@@ -30,6 +30,12 @@ class Ec2StateChanged(Change):
     what: str
     reason: str
 
+    def subject(self) -> str:
+        return f"instance {self.state.instance_id}"
+
+    def describe(self) -> str:
+        return f"instance {self.state.instance_id} {self.what}: {self.reason}"
+
 
 @dataclass(frozen=True)
 class Ec2EventChanged(Change):
@@ -38,3 +44,10 @@ class Ec2EventChanged(Change):
     event: Ec2Event
     what: str
     reason: str
+
+    def subject(self) -> str:
+        return f"EC2 event {self.event.event_id}"
+
+    def describe(self) -> str:
+        event = self.event
+        return f"event {event.event_id} {event.code.value} of {event.instance_id}: {self.what} ({self.reason})"

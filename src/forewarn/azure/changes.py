@@ -32,6 +32,9 @@ class VmChanged(Change):
     what: str
     reason: str
 
+    def subject(self) -> str:
+        return f"VM {self.state.name}"
+
 
 @dataclass(frozen=True)
 class IncarnationChanged(Change):
@@ -46,3 +49,13 @@ class EventChanged(Change):
     event: Event
     what: str
     reason: str
+
+    def subject(self) -> str:
+        return f"event {self.event.event_id}"
+
+    def describe(self) -> str:
+        event = self.event
+        return (
+            f"event {event.event_id} {event.event_type.value} {event.status.value} [{', '.join(event.resources)}] "
+            f"in {event.scope}: {self.what} ({self.reason})"
+        )

@@ -15,6 +15,14 @@ class Change:
 
     __slots__ = ()
 
+    def subject(self) -> str:
+        """What the change is about, for log lines ("event 5A3C...", "instance i-0abc...")."""
+        return type(self).__name__
+
+    def describe(self) -> str | None:
+        """The log line that tells what happened to what; None for changes not worth a line of their own."""
+        return None
+
 
 @dataclass(frozen=True)
 class TimeMoved(Change):

@@ -77,3 +77,14 @@ class WaveChanged(Change):
     wave: Wave
     what: str
     reason: str
+
+    def subject(self) -> str:
+        return self.wave.wave_id
+
+    def describe(self) -> str:
+        wave = self.wave
+        done = wave.done + len(wave.skipped)
+        return (
+            f"{wave.wave_id} {self.what}: {self.reason} "
+            f"({done} of {len(wave.units)} units done, {len(wave.in_flight)} in flight)"
+        )

@@ -430,7 +430,7 @@ def test_policy_needs_api_version_2024_03_01(arm):
 
 
 def test_central_publishing_opt_in_applies_to_new_events(arm):
-    """Seed 003: scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph, from api-version 2025-04-01,
+    """From "Scheduled Events in Event Grid": scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph, from api-version 2025-04-01,
     with 2020-07-01 the only events api-version."""
     targets = {
         "scheduledEventsAdditionalPublishingTargets": {
@@ -489,7 +489,7 @@ def test_terminate_timeout_must_be_between_5_and_15_minutes(arm):
 
 
 def test_scheduled_events_profile_needs_api_version_2019_03_01(arm):
-    """Seed 002, troubleshooting: 'BadRequest' with "Could not find member 'scheduledEventsProfile' on object of type
+    """From "Terminate notification for Azure Virtual Machine Scale Set instances", troubleshooting: 'BadRequest' with "Could not find member 'scheduledEventsProfile' on object of type
     'VirtualMachineProfile'" on an older api-version."""
     response = arm.call("PUT", f"{VMSS}/workers", terminate_profile("PT5M"), api="2018-10-01")
     assert response.status_code == 400
@@ -534,7 +534,7 @@ def test_os_image_notifications_refused_on_m_series_and_need_pt15m(arm):
 
 
 def test_manual_upgrade_then_delete_announces_one_terminate_per_vm(arm):
-    """Seed 002: change the model's timeout, update the instances to the latest model, then delete them: one Terminate
+    """From "Terminate notification for Azure Virtual Machine Scale Set instances": change the model's timeout, update the instances to the latest model, then delete them: one Terminate
     event per VM, NotBefore = now + the new timeout."""
     assert arm.call("PATCH", f"{VMSS}/web", terminate_profile("PT10M")).status_code == 200
     instances = arm.call("GET", f"{VMSS}/web/virtualMachines").json()["value"]

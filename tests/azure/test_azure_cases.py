@@ -178,7 +178,7 @@ def test_automatically_approved_restart_skips_scheduled_for_the_whole_set(server
 
 
 def enable_terminate(server, timeout="PT5M"):
-    # Seed 002's REST example, as written.
+    # The REST example of "Terminate notification for Azure Virtual Machine Scale Set instances", as written.
     arm(
         server,
         "PUT",

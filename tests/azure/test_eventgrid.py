@@ -95,7 +95,7 @@ def _vmss_vm() -> VM:
     )
 
 
-def test_the_event_grid_event_has_the_seed_sample_shape():
+def test_the_event_grid_event_has_the_documented_sample_shape():
     now = datetime(2017, 6, 26, 18, 41, 0, 958410, tzinfo=UTC)
     event = scheduled_event_emitted(
         _event(EventStatus.STARTED), _vmss_vm(), "started", now, "seed", EventGridSettings()

@@ -76,7 +76,7 @@ def test_domain_maintenance_through_schedule(server):
 
 
 def test_arm_api_served_by_the_real_server(server):
-    """Seed 002's PUT, as written, then an instance delete: the Terminate event reaches the scale set's VMs."""
+    """The PUT of "Terminate notification for Azure Virtual Machine Scale Set instances", as written, then an instance delete: the Terminate event reaches the scale set's VMs."""
     base = (
         f"{server.arm}/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/providers/"
         "Microsoft.Compute/virtualMachineScaleSets/myvmss"

@@ -18,7 +18,7 @@ def engine() -> Engine:
 
 
 def test_seed_example_flow_two_vm_freeze():
-    """Seeds 000/001: one Freeze for WestNO_0 and WestNO_1, incarnation 1 -> 2 Scheduled -> 3 Started -> 4 []."""
+    """The Scheduled Events overview and IMDS pages' example: one Freeze for WestNO_0 and WestNO_1, incarnation 1 -> 2 Scheduled -> 3 Started -> 4 []."""
     e = engine()
     assert e.incarnation(AVSET) == 1 and e.live_events(AVSET) == []
     e.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1")))

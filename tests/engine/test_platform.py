@@ -40,7 +40,7 @@ def test_user_restart_is_a_user_reboot_and_the_vm_reboots():
 
 
 def test_automatically_approved_user_operations_skip_scheduled():
-    """Seed 000: with automaticallyApprove the event appears as Started; no Scheduled document ever exists."""
+    """From "Scheduled Events for Azure Virtual Machines": with automaticallyApprove the event appears as Started; no Scheduled document ever exists."""
     e = engine()
     e.update_policy("westno", auto_approve_reboot=True)
     scope = e.fleet.vm("WestNO_0").scope

@@ -92,7 +92,7 @@ class Event:
     ended_at: datetime | None = None
     approvals: tuple[str, ...] = field(default_factory=tuple)
     impact: Impact | None = None  # None: the impact of the event's type
-    # Seed 000: "while Started, more short impacts than the event announced may occur". This many short freezes
+    # "Scheduled Events for Azure Virtual Machines": "while Started, more short impacts than the event announced may occur". This many short freezes
     # happen at even intervals of the impact window; they never happen after Completed.
     extra_impacts: int = 0
     # Published to Event Grid and Resource Graph ("Scheduled Events in Event Grid"): its policy owner opted in when it

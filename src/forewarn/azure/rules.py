@@ -76,7 +76,7 @@ class AzureRules:
     hardware_failure_type: EventType = EventType.REDEPLOY
     # the IMDS pages: "Azure tries to give 7 days' advance notice"
     predicted_failure_notice: timedelta = timedelta(days=7)
-    # Seed 001: Scheduled Events are enabled for a VM by its first request and disabled after 24 hours without
+    # "Azure Metadata Service: Scheduled Events for Windows VMs": Scheduled Events are enabled for a VM by its first request and disabled after 24 hours without
     # one. While a scope is not enabled its VMs get no notice: their events start at once. Off by default, so
     # that a test need not poll before it schedules; the realistic IMDS profile turns it on.
     enabling_required: bool = False

@@ -58,7 +58,7 @@ class NotificationProfile:
 # the terminate-notification page: PT5M to PT15M
 TERMINATE_TIMEOUT_RANGE = (timedelta(minutes=5), timedelta(minutes=15))
 OS_IMAGE_TIMEOUT = timedelta(minutes=15)  # compute API: "the value must be 15 minutes (PT15M)"
-# Seed 000: OS image notifications need sizes with memory-preserving updates; not the G, M, N and H series.
+# "Scheduled Events for Azure Virtual Machines": OS image notifications need sizes with memory-preserving updates; not the G, M, N and H series.
 _UNSUPPORTED_OS_IMAGE_SIZE = re.compile(r"^(Standard_|Basic_)?(G|M|N|H)", re.IGNORECASE)
 
 

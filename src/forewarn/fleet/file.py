@@ -82,7 +82,7 @@ class AutomaticApproval(_Strict):
 
 class CentralPublishing(_Strict):
     enable: bool = False
-    # Seed 003: "During the preview, the only supported value is 2020-07-01".
+    # "Scheduled Events in Event Grid": "During the preview, the only supported value is 2020-07-01".
     scheduled_events_api_version: Literal["2020-07-01"] = "2020-07-01"
 
 

@@ -51,7 +51,7 @@ ROLES: dict[str, tuple[str, ...]] = {
     ),
     "EventGrid Contributor": ("Microsoft.EventGrid/*",),
 }
-# Seed 003: "A user must have the ScheduledEventContributor role to read or acknowledge the scheduled events", so
+# "Scheduled Events in Event Grid": "A user must have the ScheduledEventContributor role to read or acknowledge the scheduled events", so
 # Reader's */read stops short of them (Owner and Contributor, which can assign themselves any role, keep them).
 NOT_ACTIONS: dict[str, tuple[str, ...]] = {"Reader": ("Microsoft.Maintenance/scheduledevents/*",)}
 # the spelling of "Scheduled Events in Event Grid"

@@ -227,3 +227,22 @@ def test_the_architecture_page_shows_the_real_import_graph():
     assert shown.group("body") == picture(), (
         "docs/architecture.md's import picture is out of date; it should read:\n" + picture()
     )
+
+
+# The documents forewarn was first specified from are not part of the repository: code, tests and docs name the
+# public page a fact comes from ("Scheduled Events in Event Grid"), never a document number or a path outside.
+PRIVATE_CITATION = re.compile(r"\b[Ss]eeds? ?0\d\d\b|\.\./shared\b|design-sketch|reference/[a-z-]+\.md")
+
+
+def test_sources_are_cited_by_their_public_names():
+    files = [ROOT / "README.md", *ROOT.glob("docs/**/*.md")]
+    for folder in ("src", "tests", "bench", "scripts"):
+        files += [path for path in (ROOT / folder).rglob("*") if path.suffix in {".py", ".md", ".yaml", ".yml", ""}]
+    found = []
+    for path in files:
+        if not path.is_file() or "__pycache__" in path.parts:
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if PRIVATE_CITATION.search(line) and "PRIVATE_CITATION" not in line:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "cite the public page instead:\n" + "\n".join(found)

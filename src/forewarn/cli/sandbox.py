@@ -7,6 +7,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import click
@@ -82,37 +84,59 @@ def _run_as(ctx: click.Context, machine: str, command: list[str]) -> int:
     from forewarn.sandbox.manager import sandboxes
 
     server, token = _root(ctx)
+    child = _Child(machine)
     try:
-        name = namespaces.namespace_name(machine)
-        held = next((record for record in sandboxes() if record.namespace == name), None)
-        if held is not None:
-            return _child(namespaces.exec_prefix(name, hang_up_with_parent=True) + command, machine)
-        with Sandbox(server, token) as own:
-            vm = own.up(machine)
-            return _child(namespaces.exec_prefix(vm.namespace, hang_up_with_parent=True) + command, machine)
+        with child.signals():
+            name = namespaces.namespace_name(machine)
+            held = next((record for record in sandboxes() if record.namespace == name), None)
+            if held is not None:
+                return child.run(namespaces.exec_prefix(name, hang_up_with_parent=True) + command)
+            with Sandbox(server, token) as own:
+                vm = own.up(machine)
+                return child.run(namespaces.exec_prefix(vm.namespace, hang_up_with_parent=True) + command)
     except SandboxError as error:
         _sandbox_failure(error)
+    except _Stopped as stopped:
+        return 128 + stopped.signum
 
 
-def _child(argv: list[str], machine: str) -> int:
-    """Run ``argv``, passing SIGTERM and SIGHUP on, and outlasting Ctrl-C (the terminal sends it to the child too),
-    so that the sandbox is removed after the program is done."""
-    try:
-        process = subprocess.Popen(argv, env={**os.environ, "FOREWARN_VM": machine})
-    except OSError as error:
-        fail(f"cannot run {argv[-1]}: {error.strerror}")
+class _Stopped(Exception):
+    def __init__(self, signum: int):
+        self.signum = signum
 
-    def pass_on(signum: int, _frame: Any) -> None:
-        process.send_signal(signum)
 
-    previous = {number: signal.signal(number, pass_on) for number in (signal.SIGTERM, signal.SIGHUP)}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        code = process.wait()
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    return 128 - code if code < 0 else code
+class _Child:
+    """The program, run with SIGTERM and SIGHUP passed on to it and Ctrl-C outlasted (the terminal sends it to the
+    program too), so that the sandbox is removed after the program is done. A signal that comes before the program
+    runs stops the set-up, which removes what it made."""
+
+    def __init__(self, machine: str):
+        self.machine = machine
+        self.process: subprocess.Popen | None = None
+
+    @contextmanager
+    def signals(self) -> Iterator[None]:
+        def handle(signum: int, _frame: Any) -> None:
+            if self.process is None:
+                raise _Stopped(signum)
+            self.process.send_signal(signum)
+
+        previous = {number: signal.signal(number, handle) for number in (signal.SIGTERM, signal.SIGHUP)}
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, handle)
+        try:
+            yield
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+
+    def run(self, argv: list[str]) -> int:
+        try:
+            self.process = subprocess.Popen(argv, env={**os.environ, "FOREWARN_VM": self.machine})
+        except OSError as error:
+            fail(f"cannot run {argv[-1]}: {error.strerror}")
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        code = self.process.wait()
+        return 128 - code if code < 0 else code
 
 
 def _print_records(rows: list[dict]) -> None:

@@ -179,7 +179,7 @@ def create(namespace: str, ec2: bool) -> None:
     try:
         commands = ["link set lo up", f"addr add {METADATA_V4}/32 dev lo"]
         if ec2:
-            commands.append(f"-6 addr add {METADATA_V6}/128 dev lo nodad")
+            commands.append(f"addr add {METADATA_V6}/128 dev lo nodad")
         ip("-n", namespace, "-batch", "-", stdin="\n".join(commands) + "\n")
         etc = ETC_NETNS / namespace
         etc.mkdir(parents=True, exist_ok=True)

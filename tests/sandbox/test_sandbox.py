@@ -16,10 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, Server
-
 from forewarn.sandbox import Sandbox, unavailable_reason
 from forewarn.sandbox.namespaces import NETNS_DIR, namespace_name
+from helpers import ROOT, Server
 
 SAMPLE = ROOT / "tests" / "samples" / "azure_scheduled_events_sample.py"
 INSTANCE = "i-0c0ffee0c0ffee001"
@@ -230,13 +229,19 @@ def test_a_killed_sandbox_is_removed_by_the_next_one(server):
         [sys.executable, "-m", "forewarn", "--server", server.control, "sandbox", "exec", "sbx_1", "--", "sleep", "60"],
         env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
-    wait_for(lambda: (NETNS_DIR / name).exists() and bool(subprocess.run(["ip", "netns", "pids", name],
-                                                                          capture_output=True).stdout))
+    wait_for(
+        lambda: (
+            (NETNS_DIR / name).exists()
+            and bool(subprocess.run(["ip", "netns", "pids", name], capture_output=True).stdout)
+        )
+    )
     [program] = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
     started.kill()
     started.wait(10)
     assert (NETNS_DIR / name).exists()  # nothing ran to remove it
-    wait_for(lambda: not Path(f"/proc/{program}").exists() or "Z" in Path(f"/proc/{program}/stat").read_text().split()[2])
+    wait_for(
+        lambda: not Path(f"/proc/{program}").exists() or "Z" in Path(f"/proc/{program}/stat").read_text().split()[2]
+    )
     listed = cli(server, "list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert name not in [row["namespace"] for row in json.loads(listed.stdout)]

@@ -175,7 +175,7 @@ def test_metadata_google_internal_resolves_to_the_metadata_address(sandbox):
 
 
 ESCAPE = """
-import socket, sys
+import json, socket, sys
 results = {}
 for host, port in [(sys.argv[1], int(sys.argv[2])), ("8.8.8.8", 53), ("10.0.0.1", 80), ("127.0.0.1", int(sys.argv[2])),
                    ("169.254.169.254", 22), ("169.254.169.253", 80), ("::1", int(sys.argv[2])), ("2001:4860:4860::8888", 53),
@@ -185,7 +185,7 @@ for host, port in [(sys.argv[1], int(sys.argv[2])), ("8.8.8.8", 53), ("10.0.0.1"
         results[f"{host}:{port}"] = "connected"
     except OSError as error:
         results[f"{host}:{port}"] = type(error).__name__
-print(repr(results))
+print(json.dumps(results))
 """
 
 
@@ -197,7 +197,7 @@ def test_nothing_but_forewarn_is_reachable_from_a_sandbox(server, sandbox):
     vm = sandbox.up("sbx-solo")
     run = vm.run([sys.executable, "-c", ESCAPE, target, str(server.port)], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
-    results = eval(run.stdout)  # a dict literal this test's script printed
+    results = json.loads(run.stdout)
     assert results.pop("169.254.169.254:80") == "connected"
     assert set(results.values()) <= {"OSError", "ConnectionRefusedError"}, results
     assert len(results) == 8
@@ -281,6 +281,22 @@ def test_an_unknown_machine_is_refused_before_anything_is_made(server):
     assert run.returncode == 1
     assert run.stderr.startswith("forewarn: no VM or EC2 instance named 'sbx_9' in the fleet")
     assert not (NETNS_DIR / namespace_name("sbx_9")).exists()
+
+
+def test_a_server_that_does_not_answer_is_named(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "--server", "http://127.0.0.1:9", "sandbox", "exec", "sbx_0", "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert (run.returncode, run.stderr) == (
+        1,
+        "forewarn: cannot reach forewarn's control API at http://127.0.0.1:9: start `forewarn serve`, or name its "
+        "control API with --server (env FOREWARN_SERVER)\n",
+    )
+    assert not (NETNS_DIR / namespace_name("sbx_0")).exists()
 
 
 def wait_for(condition, timeout: float = 20.0) -> None:

@@ -168,7 +168,12 @@ def sandbox_up(ctx, machines, foreground, as_json):
       forewarn sandbox exec WestNO_0 -- python3 agent.py &
       forewarn sandbox exec WestNO_1 -- python3 agent.py &
       forewarn sandbox down WestNO_0 WestNO_1"""
+    from forewarn.sandbox import unavailable_reason
+
     server, token = _root(ctx)
+    reason = unavailable_reason()
+    if reason is not None:
+        fail(reason)
     if foreground:
         _hold(server, token, list(machines), ready=lambda rows: _announce(rows, as_json))
         return

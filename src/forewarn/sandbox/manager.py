@@ -71,9 +71,7 @@ class Sandbox:
     it) when this process cannot make namespaces."""
 
     def __init__(self, server: str = DEFAULT_SERVER, token: str | None = None, tag: str | None = None):
-        reason = namespaces.unavailable_reason()
-        if reason is not None:
-            raise SandboxUnavailable(reason)
+        _require()
         self.server = server.rstrip("/")
         self.tag = tag
         self._client = ControlClient(
@@ -185,6 +183,12 @@ class Sandbox:
             pass  # the server is gone or restarted: nothing registered is left to remove
 
 
+def _require() -> None:
+    reason = namespaces.unavailable_reason()
+    if reason is not None:
+        raise SandboxUnavailable(reason)
+
+
 def _relay_target(imds: dict[str, Any]) -> tuple[str, int]:
     host = imds["host"]
     if host in ("0.0.0.0", "::", ""):
@@ -225,6 +229,7 @@ def _forget(record: Record) -> None:
 
 def sandboxes() -> list[Record]:
     """Every sandbox namespace of this machine, once stale ones are removed."""
+    _require()
     if not namespaces.RECORDS.exists():
         return []
     with namespaces.locked():
@@ -235,6 +240,7 @@ def sandboxes() -> list[Record]:
 def take_down(namespace: str, wait: float = 10.0) -> bool:
     """Remove a namespace whoever owns it: its owner is asked (SIGTERM) when it owns nothing else, so that it exits;
     else the namespace goes at once. False when there is no such sandbox."""
+    _require()
     with namespaces.locked():
         record = namespaces.find(namespace)
         if record is None:

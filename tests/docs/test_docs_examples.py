@@ -20,6 +20,8 @@ The rules a doc follows (docs/README.md says the same for writers):
 - An HTML comment right above a block can say ``<!-- file: NAME -->`` (the block is written to NAME in the page's
   directory before the page's commands run, and is not run itself) or ``<!-- not run: REASON -->`` (kept for the
   few examples that need what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
+- A page that says ``<!-- page needs: root ... -->`` (the sandbox's, which makes network namespaces) runs only as
+  root, as in CI; otherwise it is skipped with that reason.
 
 What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
 and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the

@@ -35,7 +35,10 @@ def sandbox():
 
     Each machine gets a network namespace in which 169.254.169.254:80 (and [fd00:ec2::254]:80 for an EC2 instance)
     is the server's metadata endpoint answering as that machine, metadata.google.internal resolves to
-    169.254.169.254, and no other address is reachable. Needs root and iproute2."""
+    169.254.169.254, and no other address is reachable. Needs root and iproute2.
+
+    The server is the one --server names (default http://127.0.0.1:8170, env FOREWARN_SERVER), on this host.
+    Programs run as root, like forewarn itself: put `runuser -u USER --` before one to run it as USER."""
 
 
 def _root(ctx: click.Context) -> tuple[str, str | None]:

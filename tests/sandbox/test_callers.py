@@ -62,6 +62,14 @@ def test_a_registered_address_is_its_machine_until_removed(server):
     assert again.json() == {"removed": False}
 
 
+def test_an_instance_is_registered_by_its_name_tag_too(server):
+    put = requests.put(f"{server.control}/v1/imds/callers/127.253.7.4", json={"machine": "web"}, timeout=10)
+    try:
+        assert put.status_code == 200 and put.json()["machine"] == "i-0123456789abcdef0"
+    finally:
+        requests.delete(f"{server.control}/v1/imds/callers/127.253.7.4", timeout=10)
+
+
 def test_an_instance_is_registered_by_its_id(server):
     put = requests.put(
         f"{server.control}/v1/imds/callers/127.253.7.2", json={"machine": "i-0123456789abcdef0"}, timeout=10

@@ -306,3 +306,43 @@ def wait_for(condition, timeout: float = 20.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting")
         time.sleep(0.02)
+
+
+def test_a_restarted_server_learns_the_sandbox_again(tmp_path):
+    """Registrations live in the server's memory; the sandbox gives them again to a server that restarted."""
+    with Server(tmp_path, FLEET) as own:
+        with Sandbox(own.control, tag=f"r{os.getpid()}") as box:
+            vm = box.up("sbx_1")
+
+            def name() -> str:
+                return vm.run(["curl", "-s", "-H", "Metadata:true", AZURE_NAME], capture_output=True, text=True).stdout
+
+            assert name() == "sbx_1"
+            own.stop()
+            own.start()
+            assert own.port == int(own.control.rsplit(":", 1)[1])
+            wait_for(lambda: name() == "sbx_1", timeout=10)
+
+
+def test_up_in_the_foreground_holds_until_interrupted(server):
+    held = subprocess.Popen(
+        [sys.executable, "-m", "forewarn", "--server", server.control, "sandbox", "up", "sbx-web", "--foreground"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    try:
+        assert held.stdout.readline().split()[0] == "MACHINE"
+        assert held.stdout.readline().split()[:3] == ["sbx-web", "ec2_instance", namespace_name("sbx-web")]
+        # an instance's name tag is not its id: the sandbox is named as asked, the server knows the instance
+        token = (
+            "$(curl -s -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
+        )
+        script = f'curl -s -H "X-aws-ec2-metadata-token: {token}" http://169.254.169.254/latest/meta-data/instance-id'
+        joined = cli(server, "exec", "sbx-web", "--", "sh", "-c", script)
+        assert joined.stdout == INSTANCE, joined.stderr
+    finally:
+        held.send_signal(signal.SIGINT)
+        held.wait(30)
+    assert held.returncode == 0
+    assert not (NETNS_DIR / namespace_name("sbx-web")).exists()

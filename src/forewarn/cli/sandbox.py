@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, NoReturn
@@ -15,6 +16,7 @@ import click
 
 from forewarn.cli.common import CONTEXT, JSON_OPTION, fail, print_table
 
+SERVER_GONE_AFTER = 30.0  # seconds without an answer from the server before `up` removes its sandboxes
 EXEC_CONTEXT = {**CONTEXT, "ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
@@ -251,8 +253,11 @@ def _hold(server: str, token: str | None, machines: list[str], ready, failed=Non
             if vm.namespace in by_name
         ]
         ready(rows)
-        while not stop:
-            signal.pause()
+        # Until told to stop, or until the server has been gone for a while: nothing is left to relay to, and the
+        # namespaces would only stand in the way of the next `up`. A restarted server is given the relay's
+        # addresses again (Sandbox's watch).
+        while not stop and box.server_unreachable_for() < SERVER_GONE_AFTER:
+            time.sleep(0.5)
 
 
 @sandbox.command(name="down", context_settings=CONTEXT)

@@ -47,7 +47,7 @@ class FaultOut(BaseModel):
 
 class CallerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    machine: str = Field(description="a VM's name or an EC2 instance's id")
+    machine: str = Field(description="a VM's name, an EC2 instance's id, or an instance's Name tag if unique")
 
 
 def _caller_out(address: str, machine: Machine, listener: tuple[str, int] | None) -> dict:

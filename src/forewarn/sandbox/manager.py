@@ -19,11 +19,12 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from forewarn.net.control_client import ControlClient, Refused, Unreachable
+from forewarn.net.control_client import BadJson, ControlClient, Refused, Unreachable
 from forewarn.sandbox import namespaces
 from forewarn.sandbox.namespaces import Record, SandboxError, SandboxUnavailable
 from forewarn.sandbox.relay import Relay
@@ -34,8 +35,9 @@ DEFAULT_SERVER = "http://127.0.0.1:8170"
 class VmNamespace:
     """One machine's namespace: run programs in it as that VM or instance."""
 
-    def __init__(self, record: Record, setup_seconds: float | None = None):
+    def __init__(self, record: Record, registered_as: str, setup_seconds: float | None = None):
         self.machine = record.machine
+        self.registered_as = registered_as  # the server's name for it: a VM name or an instance id
         self.kind = record.kind
         self.namespace = record.namespace
         self.relay_address = record.relay_address
@@ -78,6 +80,10 @@ class Sandbox:
             self.server, timeout=10, headers={"Authorization": f"Bearer {token}"} if token else None
         )
         self._relay: Relay | None = None
+        self._headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._closing = threading.Event()
+        self._watchdog: threading.Thread | None = None
+        self._unreachable_since: float | None = None
         self._vms: dict[str, VmNamespace] = {}
         with namespaces.locked():
             remove_stale()
@@ -127,12 +133,15 @@ class Sandbox:
                 listeners = namespaces.listening_sockets(name, addresses)
                 if self._relay is None:
                     self._relay = Relay()
+                    self._watchdog = threading.Thread(target=self._keep_registered, name="forewarn sandbox watch")
+                    self._watchdog.daemon = True
+                    self._watchdog.start()
                 self._relay.add(name, listeners, _relay_target(registered["imds"]), address)
             except BaseException:
                 namespaces.remove(name)
                 self._unregister(address)
                 raise
-        vm = VmNamespace(record, time.perf_counter() - started)
+        vm = VmNamespace(record, registered["machine"], time.perf_counter() - started)
         self._vms[machine] = vm
         return vm
 
@@ -156,10 +165,40 @@ class Sandbox:
         """Remove every namespace this sandbox made."""
         for machine in list(self._vms):
             self.down(machine)
+        self._closing.set()
+        if self._watchdog is not None:
+            self._watchdog.join(5)
         if self._relay is not None:
             self._relay.close()
             self._relay = None
         self._client.close()
+
+    def server_unreachable_for(self) -> float:
+        """For how many seconds the server has not answered the watch (0 while it answers)."""
+        since = self._unreachable_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def _keep_registered(self, every: float = 1.0) -> None:
+        """Every second, make sure the server still knows each relay address: a restarted server has forgotten
+        them (registrations live in its memory), and its VMs' programs would be nobody to it."""
+        with ControlClient(self.server, timeout=2, headers=self._headers) as client:
+            while not self._closing.wait(every):
+                vms = list(self._vms.values())
+                if not vms:
+                    continue
+                try:
+                    known = {caller["address"]: caller["machine"] for caller in client.get("/v1/imds/callers")}
+                    self._unreachable_since = None
+                    for vm in vms:
+                        if known.get(vm.relay_address) != vm.registered_as:
+                            client.request(
+                                "PUT", f"/v1/imds/callers/{vm.relay_address}", json_body={"machine": vm.machine}
+                            )
+                except Unreachable:
+                    if self._unreachable_since is None:
+                        self._unreachable_since = time.monotonic()
+                except (Refused, BadJson, KeyError, TypeError):
+                    pass  # a server of another kind, or a fleet without the machine any more: nothing to restore
 
     def _request(self, method: str, path: str, body: Any = None) -> Any:
         try:

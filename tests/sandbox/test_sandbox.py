@@ -346,3 +346,16 @@ def test_up_in_the_foreground_holds_until_interrupted(server):
         held.wait(30)
     assert held.returncode == 0
     assert not (NETNS_DIR / namespace_name("sbx-web")).exists()
+
+
+def test_shell_is_a_shell_as_the_machine(server):
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "--server", server.control, "sandbox", "shell", "sbx-solo"],
+        input='echo "I am $FOREWARN_VM"\ncurl -s -H Metadata:true \'' + AZURE_NAME + "'; echo\nexit 4\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "SHELL": "/bin/sh"},
+    )
+    assert run.returncode == 4
+    assert run.stdout.splitlines() == ["I am sbx-solo", "sbx-solo"]

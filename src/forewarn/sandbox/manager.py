@@ -76,11 +76,9 @@ class Sandbox:
         _require()
         self.server = server.rstrip("/")
         self.tag = tag
-        self._client = ControlClient(
-            self.server, timeout=10, headers={"Authorization": f"Bearer {token}"} if token else None
-        )
-        self._relay: Relay | None = None
         self._headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._client = ControlClient(self.server, timeout=10, headers=self._headers)
+        self._relay: Relay | None = None
         self._closing = threading.Event()
         self._watchdog: threading.Thread | None = None
         self._unreachable_since: float | None = None
@@ -105,7 +103,7 @@ class Sandbox:
             raise SandboxError(f"{machine} is not up in this sandbox (up: {', '.join(self._vms) or 'none'})") from None
 
     def up(self, machine: str) -> VmNamespace:
-        """A namespace for ``machine`` (a VM's name or an EC2 instance's id), ready when this returns: inside it,
+        """A namespace for ``machine`` (a VM's name, an EC2 instance's id or Name tag), ready when this returns: inside it,
         169.254.169.254:80 (and [fd00:ec2::254]:80 for an EC2 instance) is the server's metadata endpoint as
         ``machine``, metadata.google.internal resolves to 169.254.169.254, and nothing else is reachable."""
         if machine in self._vms:

@@ -20,6 +20,8 @@ The rules a doc follows (docs/README.md says the same for writers):
 - An HTML comment right above a block can say ``<!-- file: NAME -->`` (the block is written to NAME in the page's
   directory before the page's commands run, and is not run itself) or ``<!-- not run: REASON -->`` (kept for the
   few examples that need what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
+- A page that says ``<!-- page needs: root ... -->`` (the sandbox's, which makes network namespaces) runs only as
+  root, as in CI; otherwise it is skipped with that reason.
 
 What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
 and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
@@ -275,6 +277,13 @@ def starts_own_server(blocks: list[Block]) -> bool:
 
 
 PAGES_WITH_COMMANDS = [page for page in PAGES if runnable(page)]
+# A page whose examples change the host's network set-up (the sandbox's namespaces) says so; it runs as root only
+# (CI runs as root) and is skipped, with this reason, otherwise.
+NEEDS_ROOT = "<!-- page needs: root"
+
+
+def root_page_skipped(page: Path) -> bool:
+    return NEEDS_ROOT in page.read_text() and os.geteuid() != 0
 
 
 class MakeRunServer:
@@ -390,6 +399,7 @@ def page_runs(request, tmp_path_factory):
         item.callspec.params["page"]
         for item in request.session.items
         if getattr(item, "originalname", "") == "test_page_commands_run"
+        and not root_page_skipped(item.callspec.params["page"])
     ]
     futures = {page: Future() for page in selected}
     shared = [page for page in selected if not starts_own_server(runnable(page))]
@@ -431,6 +441,8 @@ def page_runs(request, tmp_path_factory):
 
 @pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
 def test_page_commands_run(page: Path, page_runs):
+    if root_page_skipped(page):
+        pytest.skip(f"{page.relative_to(ROOT)} needs root (it makes network namespaces); CI runs it as root")
     try:
         run = page_runs[page].result(timeout=PAGE_TIMEOUT * len(page_runs))
     except PageError as error:

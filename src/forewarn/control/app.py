@@ -97,7 +97,7 @@ class ClockMoveOut(ClockOut):
     changes_total: int = Field(description="how many changes there were in all (the journal has every one)")
 
 
-def create_control_app(service: Maintenance, imds=None) -> FastAPI:
+def create_control_app(service: Maintenance, imds=None, imds_listener: tuple[str, int] | None = None) -> FastAPI:
     app = FastAPI(
         title="forewarn control API",
         version=__version__,
@@ -271,7 +271,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
     app.include_router(waves_router(service))
 
     if imds is not None:
-        app.include_router(imds_router(imds))
+        app.include_router(imds_router(imds, imds_listener))
 
         @app.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
         async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):

@@ -12,6 +12,8 @@ from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time
+from forewarn.fleet.model import VM
+from forewarn.net.callers import Machine, canonical_address
 
 
 class FaultIn(BaseModel):
@@ -43,8 +45,40 @@ class FaultOut(BaseModel):
         )
 
 
-def imds_router(imds: AzureImds) -> APIRouter:
+class CallerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    machine: str = Field(description="a VM's name, an EC2 instance's id, or an instance's Name tag if unique")
+
+
+def _caller_out(address: str, machine: Machine, listener: tuple[str, int] | None) -> dict:
+    return {
+        "address": address,
+        "machine": machine.name if isinstance(machine, VM) else machine.instance_id,
+        "kind": "vm" if isinstance(machine, VM) else "ec2_instance",
+        "imds": None if listener is None else {"host": listener[0], "port": listener[1]},
+    }
+
+
+def imds_router(imds: AzureImds, listener: tuple[str, int] | None = None) -> APIRouter:
     router = APIRouter()
+    resolver = imds.resolver
+
+    @router.get("/v1/imds/callers", tags=["imds"])
+    async def callers():
+        """Addresses registered as machines while the server runs (by ``forewarn sandbox``)."""
+        return [_caller_out(address, machine, listener) for address, machine in resolver.registered().items()]
+
+    @router.put("/v1/imds/callers/{address}", tags=["imds"], responses=ERRORS)
+    async def register_caller(address: str, body: CallerIn):
+        """A connection to the metadata endpoint from ``address`` is from now on the machine named: what the sandbox's
+        relay registers for each namespace. The answer says where the metadata listener is. In memory only: a
+        restart forgets it."""
+        machine = resolver.register(address, body.machine)
+        return _caller_out(canonical_address(address), machine, listener)
+
+    @router.delete("/v1/imds/callers/{address}", tags=["imds"], responses=ERRORS)
+    async def unregister_caller(address: str):
+        return {"removed": resolver.unregister(address)}
 
     @router.get("/v1/imds/settings", tags=["imds"])
     async def settings():

@@ -1,13 +1,18 @@
 """Which machine is asking: the metadata endpoints answer as the VM (Azure) or instance (EC2) behind the connection.
 
-In order: the connection arrived on a VM's own port (``imds.port``); the caller's address is a VM's
+In order: the caller's address was registered for a machine while the server runs (``forewarn sandbox`` does, for
+the relay that carries a namespace's connections: ``PUT /v1/imds/callers/{address}``); the connection arrived on a
+VM's own port (``imds.port``); the caller's address is a VM's
 ``imds.address`` (network namespaces, or clients that bind their source address); the address the caller dialled is
 a VM's ``imds.address`` (loopback: a VM's client dials ``http://127.0.0.10:PORT``); the fleet's ``default_vm``.
 """
 
 from __future__ import annotations
 
+import ipaddress
+
 from forewarn.aws.model import Ec2Instance
+from forewarn.core.errors import Invalid, NotFound
 from forewarn.fleet.model import VM, Fleet
 
 Machine = VM | Ec2Instance
@@ -30,6 +35,31 @@ class CallerResolver:
         if default:
             self._default = fleet.vms.get(default) or fleet.ec2.get(default)
         self._cache: dict[tuple[str, int, str], Machine] = {}
+        self._machines: dict[str, Machine] = {**fleet.vms, **fleet.ec2}
+        self._instances = list(fleet.ec2.values())
+        self._registered: dict[str, Machine] = {}
+
+    def register(self, address: str, name: str) -> Machine:
+        """From now on, a connection from ``address`` is the VM or EC2 instance ``name`` (a VM name, an instance id,
+        or an instance's Name tag when no other instance has it). Registering an address again moves it to the new
+        machine."""
+        machine = self._machines.get(name)
+        if machine is None:  # an EC2 instance by its Name tag, when no other instance has that name
+            named = [instance for instance in self._instances if instance.name == name]
+            machine = named[0] if len(named) == 1 else None
+        if machine is None:
+            raise NotFound(f"no VM or EC2 instance named {name!r} in the fleet", name=name, known=self._machines.keys())
+        self._registered[canonical_address(address)] = machine
+        self._cache.clear()
+        return machine
+
+    def unregister(self, address: str) -> bool:
+        removed = self._registered.pop(canonical_address(address), None) is not None
+        self._cache.clear()
+        return removed
+
+    def registered(self) -> dict[str, Machine]:
+        return dict(self._registered)
 
     def resolve(self, local: tuple[str, int], peer: tuple[str, int]) -> Machine:
         """The VM or EC2 instance behind a connection that arrived on ``local`` from ``peer``."""
@@ -38,7 +68,8 @@ class CallerResolver:
         if found is not None:
             return found
         found = (
-            self._by_port.get(local[1])
+            (self._registered_caller(peer[0]) if self._registered else None)
+            or self._by_port.get(local[1])
             or self._by_address.get(peer[0])
             or self._by_address.get(local[0])
             or self._default
@@ -51,3 +82,17 @@ class CallerResolver:
         if len(self._cache) < 65536:
             self._cache[key] = found
         return found
+
+    def _registered_caller(self, peer: str) -> Machine | None:
+        found = self._registered.get(peer)
+        if found is None and peer.startswith("::ffff:"):  # an IPv4 caller on a dual-stack listener
+            found = self._registered.get(peer[7:])
+        return found
+
+
+def canonical_address(address: str) -> str:
+    """``address`` as a listener reports a peer (``0127.0.0.1`` and ``FD00::1`` are refused or lowered)."""
+    try:
+        return str(ipaddress.ip_address(address))
+    except ValueError:
+        raise Invalid(f"{address!r} is not an IP address") from None

@@ -224,7 +224,9 @@ def build(
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
     apps: dict[int, ASGIApp] = {
-        listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)
+        listeners.control[1]: ControlGate(
+            create_control_app(service, imds=imds, imds_listener=listeners.imds), json_guard, access.control_token
+        )
     }
     if listeners.arm is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)

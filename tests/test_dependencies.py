@@ -5,7 +5,8 @@
 - No import cycle between packages.
 - No surface imports the store: they see the application's errors, never the database's.
 - No module imports a ``_private`` name of another module.
-- ``scenarios`` and ``recording`` are clients: they never import the engine or a cloud's component or model.
+- ``scenarios``, ``recording`` and ``testing`` are clients: they never import the engine or a cloud's component or
+  model.
 - ``docs/architecture.md`` shows the packages and whom each imports; the picture there is this graph.
 """
 
@@ -190,11 +191,12 @@ def test_no_module_takes_another_modules_private_names():
     assert not wrong, "\n".join(wrong)
 
 
-def test_scenarios_and_recording_never_import_the_engine():
+def test_scenarios_recording_and_testing_never_import_the_engine():
     wrong = [
         f"{where(found)} imports {found.target}"
         for found in OURS
-        if within(found.module, ("forewarn.scenarios", "forewarn.recording")) and within(found.target, ENGINE_PARTS)
+        if within(found.module, ("forewarn.scenarios", "forewarn.recording", "forewarn.testing"))
+        and within(found.target, ENGINE_PARTS)
     ]
     assert not wrong, "\n".join(wrong)
 

@@ -28,7 +28,10 @@ START = "2026-04-20T22:00:00Z"
 
 def scheduled_events(base: str) -> dict:
     response = requests.get(
-        f"{base}/metadata/scheduledevents", params={"api-version": "2020-07-01"}, headers={"Metadata": "true"}, timeout=10
+        f"{base}/metadata/scheduledevents",
+        params={"api-version": "2020-07-01"},
+        headers={"Metadata": "true"},
+        timeout=10,
     )
     assert response.status_code == 200, response.text
     return response.json()
@@ -88,7 +91,11 @@ def test_ec2_events_by_code_at_the_instances_own_endpoint_and_on_the_ec2_api(fw)
     [event] = fw.schedule_ec2("system-reboot", "i-0aaaaaaaaaaaaaaa1", notice="1h")
     assert fw.metadata_url("db") == fw.metadata_url("i-0aaaaaaaaaaaaaaa1") == f"http://127.0.0.81:{fw.imds_port}"
     [scheduled] = fw.ec2_document("db")
-    assert (scheduled["Code"], scheduled["EventId"], scheduled["State"]) == ("system-reboot", event["event_id"], "active")
+    assert (scheduled["Code"], scheduled["EventId"], scheduled["State"]) == (
+        "system-reboot",
+        event["event_id"],
+        "active",
+    )
     described = requests.post(
         fw.ec2_url, data={"Action": "DescribeInstanceStatus", "Version": "2016-11-15"}, timeout=10
     )

@@ -16,8 +16,8 @@ import shutil
 import socket
 import tempfile
 import time
-from importlib import resources
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any

@@ -4,6 +4,9 @@ way a test drives it, and read back through the VMs' own metadata endpoints with
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import requests
@@ -24,6 +27,7 @@ ec2_instances:
   - {id: i-0aaaaaaaaaaaaaaa1, name: db, availability_zone: eu-west-1b, imds: {address: 127.0.0.81}}
 """
 START = "2026-04-20T22:00:00Z"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def scheduled_events(base: str) -> dict:
@@ -160,3 +164,16 @@ def test_the_sandbox_says_plainly_when_it_is_not_there(shared):
             shared.sandbox  # noqa: B018
     else:
         assert shared.sandbox.__name__ == "forewarn.sandbox"
+
+
+def test_a_script_that_never_stops_its_server_leaves_none_running():
+    script = (
+        "from forewarn.testing import Forewarn\n"
+        "server = Forewarn('hosts: [{name: h}]\\nvms: [{name: a, host: h}]\\n').start()\n"
+        "print(server.port)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env={"PYTHONPATH": str(SRC)}
+    )
+    assert run.returncode == 0, run.stderr
+    assert not listening(int(run.stdout.strip()))

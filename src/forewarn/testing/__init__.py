@@ -11,6 +11,7 @@ the engine. It imports nothing of pytest, so that code without pytest can use it
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import shutil
 import socket
@@ -109,6 +110,17 @@ def _with_free_vm_ports(text: str) -> str:
     return yaml.safe_dump(data, sort_keys=False) if moved else text
 
 
+# Servers run in sessions of their own (launch_serve), so a Ctrl-C or the end of the test process does not reach
+# them: those not stopped by their owner (a script without `with`) are stopped when the interpreter exits.
+_RUNNING: set[Forewarn] = set()
+
+
+@atexit.register
+def _stop_forgotten_servers() -> None:
+    for server in list(_RUNNING):
+        server.stop()
+
+
 class Forewarn:
     """A forewarn server for a test: started on free loopback ports with an in-memory database, the manual clock
     (by default) and a fixed seed (the same commands give the same EventIds), and the calls a test makes.
@@ -170,6 +182,7 @@ class Forewarn:
                 raise
         self._client = ControlClient(self.control_url, timeout=30.0)
         self.startup_seconds = time.perf_counter() - began
+        _RUNNING.add(self)
         return self
 
     def _serve_args(self, fleet_file: Path) -> list[str]:
@@ -182,6 +195,7 @@ class Forewarn:
         return args + self.extra_args
 
     def stop(self) -> None:
+        _RUNNING.discard(self)
         if self._client is not None:
             self._client.close()
             self._client = None

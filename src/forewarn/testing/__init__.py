@@ -15,6 +15,7 @@ import atexit
 import importlib
 import shutil
 import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
@@ -141,13 +142,12 @@ class Forewarn:
         args: Sequence[str] = (),
         startup_timeout: float = 30.0,
     ):
-        text = fleet_text(fleet)
+        self.fleet_yaml = fleet_text(fleet)  # as given; start() moves its per-VM ports to free ones
         try:
-            parse_fleet(text, "fleet")  # its errors now, with their lines, rather than in a server log
+            self.fleet = parse_fleet(self.fleet_yaml, "fleet")  # its errors now, with their lines, not in a log
         except FleetFileError as error:
             raise ForewarnError(str(error)) from None
-        self.fleet_yaml = _with_free_vm_ports(text)
-        self.fleet = parse_fleet(self.fleet_yaml, "fleet")
+        self._given_fleet = self.fleet_yaml
         self.clock_mode = clock
         self.start_time = start
         self.seed = seed
@@ -155,7 +155,7 @@ class Forewarn:
         self.startup_timeout = startup_timeout
         self.port = self.imds_port = self.arm_port = self.ec2_port = 0
         self.startup_seconds: float | None = None  # how long start() took, for those who measure
-        self._process: Any = None
+        self._process: subprocess.Popen | None = None
         self._workdir: Path | None = None
         self._client: ControlClient | None = None
 
@@ -164,9 +164,13 @@ class Forewarn:
         began = time.perf_counter()
         self._workdir = Path(tempfile.mkdtemp(prefix="forewarn-testing-"))
         fleet_file = self._workdir / "fleet.yaml"
-        fleet_file.write_text(self.fleet_yaml)
         for attempt in range(1, START_TRIES + 1):
+            # Every port chosen again on each try: the one taken meanwhile may be any of them.
             self.port, self.imds_port, self.arm_port, self.ec2_port = free_ports(4)
+            self.fleet_yaml = _with_free_vm_ports(self._given_fleet)
+            if self.fleet_yaml is not self._given_fleet:
+                self.fleet = parse_fleet(self.fleet_yaml, "fleet")
+            fleet_file.write_text(self.fleet_yaml)
             try:
                 self._process = launch_serve(
                     self._serve_args(fleet_file), self._workdir / "server.log", self.control_url, self.startup_timeout
@@ -203,7 +207,7 @@ class Forewarn:
             self._process.terminate()
             try:
                 self._process.wait(10)
-            except Exception:  # a server that does not stop on SIGTERM is killed
+            except subprocess.TimeoutExpired:  # a server that does not stop on SIGTERM is killed
                 self._process.kill()
                 self._process.wait(10)
         self._process = None

@@ -5,7 +5,7 @@
 - No import cycle between packages.
 - No surface imports the store: they see the application's errors, never the database's.
 - No module imports a ``_private`` name of another module.
-- ``scenarios``, ``recording`` and ``sandbox`` are clients: they never import the engine or a cloud's component or
+- ``scenarios``, ``recording``, ``sandbox`` and ``testing`` are clients: they never import the engine or a cloud's component or
   model.
 - ``docs/architecture.md`` shows the packages and whom each imports; the picture there is this graph.
 """
@@ -191,11 +191,11 @@ def test_no_module_takes_another_modules_private_names():
     assert not wrong, "\n".join(wrong)
 
 
-def test_scenarios_recording_and_sandbox_never_import_the_engine():
+def test_clients_never_import_the_engine():
     wrong = [
         f"{where(found)} imports {found.target}"
         for found in OURS
-        if within(found.module, ("forewarn.scenarios", "forewarn.recording", "forewarn.sandbox"))
+        if within(found.module, ("forewarn.scenarios", "forewarn.recording", "forewarn.sandbox", "forewarn.testing"))
         and within(found.target, ENGINE_PARTS)
     ]
     assert not wrong, "\n".join(wrong)

@@ -26,7 +26,8 @@ The rules a doc follows (docs/README.md says the same for writers):
 What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
 and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
 examples can run beside another forewarn; the CLI's defaults follow (``FOREWARN_SERVER``, ``FOREWARN_ARM``), and a
-``forewarn serve ... &`` gets the ports it does not name. Pages run side by side, a few at a time.
+``forewarn serve ... &`` gets the ports it does not name. This checkout's entry points (pyproject.toml's: the pytest
+plugin) are on the path, as its code is. Pages run side by side, a few at a time.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -329,6 +331,24 @@ class MakeRunServer:
             self.process.kill()
 
 
+def checkout_entry_points(site: Path) -> Path:
+    """A directory that holds this checkout's entry points (pyproject.toml's) as an installed package's metadata:
+    the pages run this checkout's code (PYTHONPATH), so `pytest` must find this checkout's plugin, not the one of
+    whichever checkout the virtual environment was installed from (an installed copy that declares it too is the
+    same plugin by name, and pytest loads it once)."""
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get("entry-points", {})
+    dist_info = site / "forewarn_checkout-0.dist-info"
+    dist_info.mkdir(parents=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: forewarn-checkout\nVersion: 0\n")
+    (dist_info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in entries.items())
+            for group, entries in declared.items()
+        )
+    )
+    return site
+
+
 @dataclass
 class PageRun:
     returncode: int
@@ -346,6 +366,7 @@ def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Pat
             (directory / block.file).write_text(block.body)
     bin_dir = Path(sys.executable).parent
     (directory / ".venv").symlink_to(bin_dir.parent)
+    entry_points = checkout_entry_points(directory / ".entry-points")
     (directory / ".expect.py").write_text(EXPECT_SCRIPT)
     (directory / ".page.sh").write_text(script)
     env = {
@@ -358,7 +379,7 @@ def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Pat
         # without credentials the aws CLI would first ask 169.254.169.254 for some, for seconds
         "AWS_EC2_METADATA_DISABLED": "true",
         "PYTHON": sys.executable,
-        "PYTHONPATH": str(ROOT / "src"),
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{entry_points}",
         "SERVER_LOG": str(directory / ".server.log"),
         "__OUT": str(directory / ".output"),
         "__EXPECT": str(directory / ".expect.py"),

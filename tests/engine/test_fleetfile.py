@@ -67,6 +67,9 @@ def test_demo_fleet_has_what_the_readme_promises():
     kinds = {scope.split(":")[0] for scope in fleet.scopes}
     assert kinds == {"vm", "avset", "vmss"}
     assert fleet.default_vm == "standalone-01"
+    # Addresses, no fixed ports: any number of demo servers run side by side, each on its own --imds-port.
+    machines = [*fleet.vms.values(), *fleet.ec2.values()]
+    assert all(machine.imds_address and machine.imds_port is None for machine in machines)
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from forewarn.net.control_client import BadJson, ControlClient, Refused, Response, Unreachable
 
 DEFAULT_SERVER = "http://127.0.0.1:8170"
-CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+# show_default: every option's default is in its --help line, whether or not the option says so itself.
+CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 110, "show_default": True}
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 SERVER_POINTER = "--server URL or FOREWARN_SERVER"
 

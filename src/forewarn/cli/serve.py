@@ -123,6 +123,12 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     help="Metadata endpoint port (real IMDS: 169.254.169.254:80).",
 )
 @click.option(
+    "--vm-ports/--no-vm-ports",
+    default=True,
+    help="Listen on each VM's own metadata port (imds.port in the fleet file), on --imds-host. Off: the VMs still "
+    "answer at their own addresses (imds.address) on --imds-port; a second server on a fleet with fixed ports needs it.",
+)
+@click.option(
     "--clock",
     "clock_mode",
     type=click.Choice(MODES),
@@ -303,6 +309,7 @@ def serve(
     ec2_port: int,
     imds_host: str,
     imds_port: int,
+    vm_ports: bool,
     clock_mode: str | None,
     speed: float | None,
     start: str | None,
@@ -353,6 +360,7 @@ def serve(
         ec2_port=ec2_port,
         imds_host=imds_host,
         imds_port=imds_port,
+        vm_ports=vm_ports,
         clock_mode=clock_mode,
         speed=speed,
         start=start,
@@ -395,7 +403,7 @@ def serve(
     except SettingError as error:
         raise click.BadParameter(str(error), param_hint=error.option) from None
     except ListenError as error:
-        fail(listen_failure(error.role, error.address, error.errno, error.strerror))
+        fail(listen_failure(error.role, error.address, error.errno, error.strerror, error.machine))
 
 
 # Which serve options choose the address of each of the server's listeners (ListenError.role).
@@ -404,12 +412,18 @@ LISTEN_OPTIONS = {
     "imds": ("metadata endpoint", "--imds-host/--imds-port"),
     "arm": ("ARM API", "--host/--arm-port, 0 turns it off"),
     "ec2_api": ("EC2 API", "--host/--ec2-port, 0 turns it off"),
+    "vm_port": (
+        "metadata endpoint of {machine}",
+        "its imds.port in the fleet; --no-vm-ports serves the fleet without its VMs' own ports",
+    ),
 }
 
 
-def listen_failure(role: str, address: tuple[str, int], code: int | None, reason: str | None) -> str:
+def listen_failure(
+    role: str, address: tuple[str, int], code: int | None, reason: str | None, machine: str | None = None
+) -> str:
     host, port = address
     what, options = LISTEN_OPTIONS[role]
     where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     hint = "; is another forewarn serve running?" if code == errno.EADDRINUSE else ""
-    return f"cannot listen on {where} for the {what} (set by {options}): {reason}{hint}"
+    return f"cannot listen on {where} for the {what.format(machine=machine)} (set by {options}): {reason}{hint}"

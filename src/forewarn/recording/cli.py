@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import sys
 from pathlib import Path
@@ -19,7 +20,8 @@ from forewarn.recording.model import (
     save_recording,
 )
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+REPLAY_PORT = 8179
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110, "show_default": True}  # defaults in --help
 
 
 def _fail(message: str) -> None:
@@ -62,7 +64,7 @@ def _describe(entry: Entry) -> str:
 Examples:
   forewarn record --url http://169.254.169.254 --out vm.json              # on an Azure VM, until Ctrl-C
   forewarn record --url http://127.0.0.10:8169 --out freeze.json --until-empty
-  forewarn record --url http://127.0.0.1:9010 --duration 30m --interval 2s
+  forewarn record --url http://127.0.0.11:8169 --duration 30m --interval 2s
 Format: docs/recordings.md.""",
 )
 @click.option(
@@ -124,13 +126,16 @@ def record_command(url, out, interval, duration, until_empty, api_version, timeo
     context_settings=CONTEXT,
     epilog="""\b
 Examples:
-  forewarn replay vm.json                          # http://127.0.0.1:8169/metadata/scheduledevents
+  forewarn replay vm.json                          # http://127.0.0.1:8179/metadata/scheduledevents
   forewarn replay vm.json --speed 60 --loop --approvals approvals.jsonl
 Details: docs/recordings.md.""",
 )
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", default=8169, show_default=True, type=int)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+# Not serve's metadata port (8169), nor its other ports (8170-8172): a replay runs beside a forewarn serve.
+@click.option(
+    "--port", default=REPLAY_PORT, show_default=True, type=click.IntRange(0, 65535), help="Port (0: any free)."
+)
 @click.option("--speed", default=1.0, show_default=True, type=float, help="Recorded seconds per wall second.")
 @click.option("--loop", is_flag=True, help="Start over after the last document (held for one interval).")
 @click.option(
@@ -172,7 +177,8 @@ def replay_command(file, host, port, speed, loop, approvals_file):
     try:
         sock = listening_socket(host, port)
     except OSError as error:
-        _fail(f"cannot listen on {host}:{port}: {error.strerror}")
+        hint = "; choose another with --port" if error.errno == errno.EADDRINUSE else ""
+        _fail(f"cannot listen on {host}:{port}: {error.strerror}{hint}")
     shown = f"[{host}]" if ":" in host else host
     end = recording.entries[-1].offset_seconds / speed
     click.echo(

@@ -12,7 +12,7 @@ import click
 
 from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
 
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110, "show_default": True}  # defaults in --help
 DEFAULT_EC2_URL = "http://127.0.0.1:8172"
 LARGE_TIMELINE_EVENTS = 1000  # a timeline with more events is written without indentation
 

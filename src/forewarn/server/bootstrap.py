@@ -64,23 +64,27 @@ class Listeners:
     ec2_api: tuple[str, int] | None = None
     vm_ports: dict[int, str] = field(default_factory=dict)
     vm_addresses: dict[str, str] = field(default_factory=dict)
+    open_vm_ports: bool = True  # the fleet's per-VM imds.port listeners (serve --vm-ports/--no-vm-ports)
 
 
 class ListenError(OSError):
-    """One of the server's own listeners could not be bound: which one (``role``: control, imds, arm, ec2_api) and
-    where, so that the message can name the address and the setting that chose it."""
+    """One of the server's own listeners could not be bound: which one (``role``: control, imds, arm, ec2_api, or
+    vm_port with the ``machine`` whose fleet entry names the port) and where, so that the message can name the
+    address and the setting that chose it."""
 
-    def __init__(self, role: str, address: tuple[str, int], cause: OSError):
+    def __init__(self, role: str, address: tuple[str, int], cause: OSError, machine: str | None = None):
         super().__init__(cause.errno, cause.strerror or str(cause))
         self.role = role
         self.address = address
+        self.machine = machine
 
 
-def _listen(role: str, address: tuple[str, int]) -> socket.socket:
+def _listen(role: str, address: tuple[str, int], machine: str | None = None) -> socket.socket:
     try:
         return listening_socket(*address)
     except (OSError, OverflowError) as error:  # OverflowError: a port outside 0-65535
-        raise ListenError(role, address, error if isinstance(error, OSError) else OSError(None, str(error))) from None
+        cause = error if isinstance(error, OSError) else OSError(None, str(error))
+        raise ListenError(role, address, cause, machine) from None
 
 
 class DeadlineTimer:
@@ -196,7 +200,10 @@ def build(
     azure: AzureManagementSettings = AzureManagementSettings(),
     access: PortAccess = PortAccess(),
 ) -> Built:
-    """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
+    """The surfaces and their bound sockets. A VM's own port (the fleet's ``imds.port``) that cannot be bound stops
+    the start (:class:`ListenError`): skipped, its agent would read whichever server holds the port, another
+    forewarn's documents. A VM's own loopback address that cannot be bound is skipped with a warning (the system may
+    have no such address; nothing else answers there then)."""
     fleet = service.engine.fleet
     management_sockets = [_listen("control", listeners.control)]
     for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api)):
@@ -206,12 +213,14 @@ def build(
     taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
     for machine in machines(service):
         name, port, address = machine.name, machine.imds_port, machine.imds_address
-        if port is not None and port not in taken:
+        if port is not None and port not in taken and listeners.open_vm_ports:
             try:
-                imds_sockets.append(listening_socket(listeners.imds[0], port))
-                listeners.vm_ports[port] = name
-            except OSError as error:
-                log.warning("%s: cannot listen on port %s (%s); skipped", name, port, error.strerror)
+                imds_sockets.append(_listen("vm_port", (listeners.imds[0], port), name))
+            except ListenError:
+                for opened in [*management_sockets, *imds_sockets]:
+                    opened.close()
+                raise
+            listeners.vm_ports[port] = name
         if address is not None and address != listeners.imds[0]:
             if ipaddress.ip_address(address).is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
                 try:
@@ -387,6 +396,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             imds=(config.imds_host, config.imds_port),
             arm=(config.host, config.arm_port) if config.arm_port else None,
             ec2_api=(config.host, config.ec2_port) if config.ec2_port else None,
+            open_vm_ports=config.vm_ports,
         )
         ec2_settings = Ec2ImdsSettings(tokens=config.ec2_imds_tokens, while_down=imds_settings.while_down)
         try:
@@ -488,8 +498,9 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
 
 
 def open_configured_store(config: ServeConfig) -> SQLStore:
-    """The store --db names, with every component's records; the one place the server opens it."""
-    return open_fleet_store(config.db)
+    """The store --db names, with every component's records; the one place the server opens it. A SQLite file is
+    held for the life of the server: a second server on it is refused, instead of sharing it unawares."""
+    return open_fleet_store(config.db, exclusive=True)
 
 
 def event_grid_of(store: SQLStore, config: ServeConfig, section: tuple[str, Any] | None) -> EventGrid:

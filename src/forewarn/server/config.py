@@ -38,6 +38,7 @@ class ServeConfig:
     ec2_port: int = 8172
     imds_host: str = "127.0.0.1"
     imds_port: int = 8169
+    vm_ports: bool = True  # listen on each VM's own imds.port of the fleet
     # The clock and the engine's rules.
     clock_mode: str | None = None
     speed: float | None = None

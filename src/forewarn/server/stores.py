@@ -17,6 +17,6 @@ def store_records() -> list[Records]:
     return [AZURE_RECORDS, EC2_RECORDS, WAVE_RECORDS]
 
 
-def open_fleet_store(url: str) -> SQLStore:
-    """``open_store`` with every component's records: what the server and the tests open."""
-    return open_store(url, store_records())
+def open_fleet_store(url: str, exclusive: bool = False) -> SQLStore:
+    """``open_store`` with every component's records: what the server (``exclusive``) and the tests open."""
+    return open_store(url, store_records(), exclusive=exclusive)

@@ -9,11 +9,13 @@ from forewarn.store.errors import SchemaTooNew, StoreError, StoreUnavailable
 from forewarn.store.records import Records, UnregisteredChange
 
 
-def open_store(url: str, records: Sequence[Records]) -> SQLStore:
+def open_store(url: str, records: Sequence[Records], exclusive: bool = False) -> SQLStore:
     """Open and migrate a store: ``postgresql://...`` or ``postgres://...``, ``sqlite:PATH``, a file path or ``:memory:``.
 
     ``records``: every component's part of the store (the writer of each kind of change it makes, the reader of its
-    stored state), given by the composition root. A change of a kind none of them writes fails its commit."""
+    stored state), given by the composition root. A change of a kind none of them writes fails its commit.
+    ``exclusive``: a SQLite file another process holds so is refused (``sqlite.DatabaseInUse``), and this one holds
+    it until closed (what a server does)."""
     if url.startswith(("postgresql://", "postgres://")):
         from forewarn.store.postgres import PostgresStore
 
@@ -23,7 +25,7 @@ def open_store(url: str, records: Sequence[Records]) -> SQLStore:
 
         path = url[len("sqlite://") :] if url.startswith("sqlite://") else url
         path = path[len("sqlite:") :] if path.startswith("sqlite:") else path
-        store = SQLiteStore(path, records)
+        store = SQLiteStore(path, records, exclusive=exclusive)
     try:
         store.migrate()
     except BaseException:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -12,10 +14,46 @@ from forewarn.store.errors import StoreError
 from forewarn.store.records import Records
 
 
+class DatabaseInUse(StoreError):
+    """Another live process holds the SQLite file: two servers on one file would each run their own engine over
+    the other's commits, and neither would see the other's changes."""
+
+
+def hold_exclusively(path: str) -> int:
+    """Lock ``PATH.lock`` (flock, exclusive) for as long as this process keeps the returned descriptor open; the
+    kernel drops the lock when the process ends, however it ends (kill -9 too), so nothing stale is left to clean.
+
+    A sidecar file, not the database: SQLite's own locks on the database are POSIX record locks, which the process
+    loses on closing any descriptor of that file; a descriptor of ours on it could end them."""
+    lock_path = f"{path}.lock"
+    try:
+        descriptor = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise StoreError(f"cannot open {lock_path!r}, the lock of SQLite database {path!r}: {error.strerror}") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(descriptor, 32, 0).decode(errors="replace").strip()
+        os.close(descriptor)
+        raise DatabaseInUse(
+            f"SQLite database {path!r} is in use by another forewarn server"
+            + (f" (process {holder})" if holder.isdigit() else "")
+            + f" (it holds {lock_path!r}); stop that server, or give this one another --db"
+        ) from None
+    os.ftruncate(descriptor, 0)
+    os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)  # for the message of the next one that tries
+    return descriptor
+
+
 class SQLiteStore(SQLStore):
     name = "sqlite"
 
-    def __init__(self, path: str, records: Iterable[Records] = ()):
+    def __init__(self, path: str, records: Iterable[Records] = (), exclusive: bool = False):
+        """``exclusive``: refuse the file (:class:`DatabaseInUse`) while another process opened it exclusively,
+        and hold it until :meth:`close`; a server opens its database so."""
+        self._held: int | None = None
+        if exclusive and path not in ("", ":memory:"):
+            self._held = hold_exclusively(path)
         try:
             connection = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             if path != ":memory:":
@@ -24,8 +62,20 @@ class SQLiteStore(SQLStore):
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("PRAGMA busy_timeout=5000")
         except sqlite3.Error as error:
+            self._release()
             raise StoreError(f"cannot open SQLite database {path!r}: {error}") from None
         super().__init__(connection, f"sqlite:{path}", records)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        if self._held is not None:
+            os.close(self._held)
+            self._held = None
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Any]:

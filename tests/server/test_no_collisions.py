@@ -1,0 +1,121 @@
+"""Two forewarns side by side: the demo fleet's servers do not clash, a port that is taken is named with the option
+that chooses another, and a SQLite file is held by one live server at a time."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import requests
+
+from forewarn.recording.model import Entry, Recording, save_recording
+from helpers import ROOT, Server, free_port
+
+DOCUMENT = "/metadata/scheduledevents?api-version=2020-07-01"
+
+
+def serve_fails(*args: str) -> subprocess.CompletedProcess:
+    """``forewarn serve ARGS`` expected to stop at once; any port it does not name is a free one."""
+    ports = []
+    for option in ("--port", "--imds-port", "--arm-port", "--ec2-port"):
+        if option not in args:
+            ports += [option, str(free_port())]
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", "serve", *args, *ports, "--clock", "manual"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
+    assert run.returncode == 1, (run.returncode, run.stderr)
+    return run
+
+
+def held_port() -> socket.socket:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen()
+    return sock
+
+
+def test_two_demo_servers_run_side_by_side_and_each_vm_address_answers_for_its_own_server(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with (
+        Server(tmp_path / "a", fleet_text=None, extra=["--fleet", "demo"]) as first,
+        Server(tmp_path / "b", fleet_text=None, extra=["--fleet", "demo"]) as second,
+    ):
+        first.schedule(type="Freeze", vms=["WestNO_0"], notice="5m")
+        seen = {
+            server.port: requests.get(f"http://127.0.0.10:{server.imds_port}{DOCUMENT}", headers={"Metadata": "true"})
+            for server in (first, second)
+        }
+        assert [len(seen[server.port].json()["Events"]) for server in (first, second)] == [1, 0]
+        for server in (first, second):
+            assert "cannot listen" not in server.log_path.read_text()
+
+
+def test_a_fleets_fixed_vm_port_that_is_taken_stops_the_start_naming_it_and_the_way_out(tmp_path):
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text(f"vms:\n  - {{name: db-1, imds: {{port: {port}}}}}\n")
+        run = serve_fails("--fleet", str(fleet), "--db", ":memory:")
+        assert (
+            f"forewarn: cannot listen on 127.0.0.1:{port} for the metadata endpoint of db-1 (set by its imds.port in "
+            "the fleet; --no-vm-ports serves the fleet without its VMs' own ports): Address already in use; is "
+            "another forewarn serve running?"
+        ) in run.stderr
+        with Server(tmp_path, fleet_text=fleet.read_text(), extra=["--no-vm-ports"]) as server:
+            answer = requests.get(f"{server.imds}{DOCUMENT}", headers={"Metadata": "true"}, timeout=10)
+            assert answer.status_code == 200  # db-1 is the fleet's only VM: the shared port answers as it
+
+
+def test_a_sqlite_file_is_held_by_one_live_server_and_let_go_when_it_dies(tmp_path):
+    database = str(tmp_path / "shared.db")
+    first = Server(tmp_path, db=database).start()
+    try:
+        run = serve_fails("--db", database)
+        assert (
+            f"forewarn: SQLite database {database!r} is in use by another forewarn server (process "
+            f"{first.process.pid}) (it holds '{database}.lock'); stop that server, or give this one another --db"
+        ) in run.stderr
+        assert requests.get(f"{first.control}/healthz", timeout=10).status_code == 200  # the first one is untouched
+    finally:
+        first.kill()  # kill -9: the kernel drops the lock with the process
+    with Server(tmp_path, db=database, fleet_text=None) as second:
+        assert second.get("/v1/fleet")["vms"]
+
+
+def recording(tmp_path):
+    path = tmp_path / "vm.json"
+    entry = Entry(0.0, "2026-04-20T22:00:00Z", 200, '{"DocumentIncarnation":1,"Events":[]}')
+    save_recording(
+        Recording("http://127.0.0.1:8169" + DOCUMENT, "2020-07-01", "2026-04-20T22:00:00Z", 1.0, [entry]), path
+    )
+    return path
+
+
+def test_replay_defaults_to_a_port_serve_does_not_use_and_names_a_taken_one(tmp_path):
+    help_text = subprocess.run(
+        [sys.executable, "-m", "forewarn", "replay", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    ).stdout
+    assert "[default: 8179;" in " ".join(help_text.split())
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        run = subprocess.run(
+            [sys.executable, "-m", "forewarn", "replay", str(recording(tmp_path)), "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PYTHONPATH": str(ROOT / "src")},
+        )
+    assert run.returncode == 1
+    assert (
+        f"forewarn: cannot listen on 127.0.0.1:{port}: Address already in use; choose another with --port"
+    ) in run.stderr

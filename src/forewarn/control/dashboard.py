@@ -219,6 +219,8 @@ class _Stream:
             pass
 
     def _put(self, line: str) -> None:
+        if self.overflowed:
+            return  # being dropped: nothing more is kept for it
         if len(self.pending) >= QUEUE_LIMIT:
             self.overflowed = True
             self.pending.clear()
@@ -317,7 +319,8 @@ def dashboard_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
         body = json.dumps(fleet_snapshot(service), separators=(",", ":"))
         return Response(body, media_type="application/json")
 
-    @router.get("/v1/dashboard/stream", tags=["dashboard"], response_class=StreamingResponse)
+    # Not in the OpenAPI document: a stream that never ends is no operation a schema-driven client can call.
+    @router.get("/v1/dashboard/stream", include_in_schema=False)
     async def stream(request: Request):
         """Server-sent events: one ``data:`` line of JSON per committed batch of changes (``events``,
         ``ec2_events``, ``waves``, ``states`` of the machines touched, ``clock``; ``resync`` when the page should read

@@ -1,0 +1,155 @@
+"""The dashboard's server side over HTTP: the page and its files, the compact fleet read, the live stream of committed
+changes (and who may read it), the clock's pause and run, and the OpenAPI UI served without a CDN."""
+
+import asyncio
+import json
+import re
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+import requests
+
+from forewarn.app.runtime import ClockView
+from forewarn.control import dashboard
+from forewarn.control.dashboard import QUEUE_LIMIT, LiveFeed
+from helpers import Server
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("dashboard")) as running:
+        yield running
+
+
+@pytest.fixture
+def server(shared_server):
+    return shared_server.reset()
+
+
+def messages(response: httpx.Response):
+    """The JSON of each ``data:`` block of a server-sent event stream, as they arrive."""
+    block = []
+    for line in response.iter_lines():
+        if line.startswith("data:"):
+            block.append(line[5:])
+        elif line == "" and block:
+            yield json.loads("\n".join(block))
+            block = []
+
+
+def test_the_page_and_its_files_come_from_the_server_itself(server):
+    page = requests.get(server.control + "/", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert sources and all(s.startswith("/") or s.startswith("data:") for s in sources), sources
+    for path in ("/static/dashboard/app.js", "/static/dashboard/fleet.js", "/static/dashboard/timeline.js"):
+        script = requests.get(server.control + path, timeout=10)
+        assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
+        assert "http://" not in script.text and "https://" not in script.text  # nothing from the internet
+    missing = requests.get(server.control + "/static/dashboard/../../app.py", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NotFound"
+
+
+def test_docs_load_swagger_ui_from_this_server(server):
+    page = requests.get(server.control + "/docs", timeout=10)
+    assert page.status_code == 200
+    scripts = re.findall(r'(?:src|href)="([^"]+)"', page.text)
+    assert "/static/swagger/swagger-ui-bundle.js" in scripts and "/static/swagger/swagger-ui.css" in scripts
+    assert not [s for s in scripts if "//" in s]
+    bundle = requests.get(server.control + "/static/swagger/swagger-ui-bundle.js", timeout=10)
+    assert bundle.status_code == 200 and "SwaggerUIBundle" in bundle.text[:2000]
+
+
+def test_fleet_read_gives_every_machine_and_its_state(server):
+    server.schedule(type="Freeze", vms=["WestNO_0"])
+    fleet = server.get("/v1/dashboard/fleet")
+    machines = fleet["machines"]
+    names = machines["name"]
+    assert set(names) >= {"WestNO_0", "WestNO_1", "solo", "spotty", "myvmss_0"}
+    states = {name: fleet["state_names"][code] for name, code in zip(names, machines["state"])}
+    assert states["WestNO_0"] == "scheduled" and states["WestNO_1"] == "ok"
+    westno = names.index("WestNO_1")
+    assert fleet["sets"][machines["set"][westno]] == "availability set westno"
+    assert fleet["hosts"][machines["host"][westno]] == "host-01"
+    assert fleet["clock"]["now"] == "2026-04-20T22:11:58Z" and fleet["clock"]["mode"] == "manual"
+
+
+def test_stream_carries_each_committed_change(server):
+    with httpx.Client(timeout=10) as client, client.stream("GET", server.control + "/v1/dashboard/stream") as stream:
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        received = messages(stream)
+        assert next(received)["hello"] is True
+        [event] = server.schedule(type="Reboot", vms=["WestNO_0", "WestNO_1"])
+        scheduled = next(received)
+        assert [e["event_id"] for e in scheduled["events"]] == [event["event_id"]]
+        assert scheduled["states"] == {"WestNO_0": 1, "WestNO_1": 1}
+        assert scheduled["committed"] > 0 and scheduled["seq"] >= 1
+        server.post("/v1/clock/next", expect=200)
+        started = next(received)
+        assert started["events"][0]["status"] == "Started"
+        assert started["clock"]["now"] == event["not_before"]
+        assert set(started["states"].values()) == {dashboard.IMPACTED}  # rebooting
+        server.post("/v1/reset", expect=200)
+        assert next(received)["resync"] is True
+
+
+def test_pause_and_run_the_clock(server):
+    running = server.post("/v1/clock/mode", {"mode": "real", "speed": 60}, expect=200).json()
+    assert running["mode"] == "real" and running["speed"] == 60
+    paused = server.post("/v1/clock/mode", {"mode": "manual"}, expect=200).json()
+    assert paused["mode"] == "manual" and paused["now"] >= running["now"]
+    refused = server.post("/v1/clock/mode", {"mode": "real", "speed": 0}, expect=400).json()
+    assert "speed" in refused["error"]["message"]
+    assert server.post("/v1/clock/mode", {"mode": "sideways"}, expect=400).json()["error"]["code"] == "Invalid"
+
+
+def test_vm_document_carries_the_etag_the_vm_gets(server):
+    server.schedule(type="Freeze", vms=["solo"])  # the default VM: the one the shared IMDS port answers as
+    control = requests.get(server.control + "/v1/vms/solo/scheduledevents", timeout=10)
+    vm = server.scheduled_events()
+    assert control.content.startswith(b'{"DocumentIncarnation":2')
+    assert control.content == vm.content and control.headers["etag"] == vm.headers["etag"]
+
+
+def test_with_a_token_data_and_stream_need_it_but_the_page_does_not(tmp_path):
+    with Server(tmp_path, extra=["--control-token", "s3cret-token"]) as server:
+        for path in ("/v1/dashboard/fleet", "/v1/dashboard/stream", "/openapi.json"):
+            refused = requests.get(server.control + path, timeout=10)
+            assert refused.status_code == 401, path
+        for path in ("/", "/docs", "/static/dashboard/app.js", "/static/swagger/swagger-ui.css"):
+            assert requests.get(server.control + path, timeout=10).status_code == 200, path
+        headers = {"authorization": "Bearer s3cret-token"}
+        with httpx.Client(timeout=10) as client:
+            with client.stream("GET", server.control + "/v1/dashboard/stream", headers=headers) as stream:
+                assert stream.status_code == 200
+                assert next(messages(stream))["hello"] is True
+
+
+class QuietService:
+    """What LiveFeed needs of Maintenance: a place to subscribe and a clock to show."""
+
+    def subscribe(self, listener):
+        self.listener = listener
+
+    def clock_view(self):
+        return ClockView("manual", 1.0, datetime(2026, 4, 20, tzinfo=UTC), None)
+
+
+def test_a_client_that_does_not_read_is_dropped_and_holds_nothing():
+    async def scenario():
+        feed = LiveFeed(QuietService())
+        follower = feed.follow(None)
+        assert b'"hello"' in await anext(follower)
+        reading = asyncio.ensure_future(anext(follower))  # the stream waits for the next message
+        await asyncio.sleep(0)
+        for n in range(QUEUE_LIMIT + 10):  # the page stopped reading while these were committed
+            feed.publish({"n": n})
+        await asyncio.sleep(0)
+        assert feed.streams and not next(iter(feed.streams)).pending  # the backlog was let go at the limit
+        assert await reading == b'data: {"dropped":true}\n\n'
+        with pytest.raises(StopAsyncIteration):
+            await anext(follower)
+        assert not feed.streams and feed.dropped == 1
+
+    asyncio.run(scenario())

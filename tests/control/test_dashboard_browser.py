@@ -76,7 +76,9 @@ def test_schedule_approve_and_complete_an_event_from_the_page(page, server):
 
     # The VM's view: the document its IMDS serves now, byte for byte, with the same ETag.
     click_machine(page, "WestNO_0", double=True)
-    page.wait_for_function("id => (document.querySelector('#vm-document') || {}).textContent?.includes(id)", arg=event_id)
+    page.wait_for_function(
+        "id => (document.querySelector('#vm-document') || {}).textContent?.includes(id)", arg=event_id
+    )
     served = requests.get(server.control + "/v1/vms/WestNO_0/scheduledevents", timeout=10)
     assert page.text_content("#vm-document") == served.text
     assert page.text_content("#vm-etag") == served.headers["etag"]
@@ -96,7 +98,9 @@ def test_schedule_approve_and_complete_an_event_from_the_page(page, server):
             break
     assert page.evaluate("id => forewarn.timeline.events.get(id).status", event_id) == "Completed"
     assert page.text_content("#clock-now") == "2026-04-20T22:16:58Z"  # started at approval, 5 min window
-    page.wait_for_function("id => forewarn.timeline.visibleBars.some(b => b.id === id && b.status === 'Completed')", arg=event_id)
+    page.wait_for_function(
+        "id => forewarn.timeline.visibleBars.some(b => b.id === id && b.status === 'Completed')", arg=event_id
+    )
     page.wait_for_function("() => document.querySelector('#vm-document').textContent.includes('\"Events\":[]')")
     assert page.text_content("#vm-document") == requests.get(server.control + "/v1/vms/WestNO_0/scheduledevents").text
     assert "Started" in page.text_content("#vm-history")  # the documents it served before

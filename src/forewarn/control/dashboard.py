@@ -294,9 +294,7 @@ def _static(path: str) -> Response:
             status_code=404,
             media_type="application/json",
         )
-    return Response(
-        resource.read_bytes(), media_type=CONTENT_TYPES[suffix], headers={"cache-control": "no-cache"}
-    )
+    return Response(resource.read_bytes(), media_type=CONTENT_TYPES[suffix], headers={"cache-control": "no-cache"})
 
 
 def dashboard_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
@@ -366,5 +364,7 @@ def swagger_file(name: str) -> Response:
         return _static(f"swagger/{name}")  # the 404 of any other name
     resource = resources.files("fastapi_offline") / "static" / name
     return Response(
-        resource.read_bytes(), media_type=CONTENT_TYPES[name[name.rfind(".") :]], headers={"cache-control": "max-age=86400"}
+        resource.read_bytes(),
+        media_type=CONTENT_TYPES[name[name.rfind(".") :]],
+        headers={"cache-control": "max-age=86400"},
     )

@@ -104,24 +104,37 @@ function apply(message) {
     if (state.vm && e.instance_id === state.vm.name) touchedMachine = true;
   }
   for (const w of message.waves || []) timeline.waves.set(w.wave_id, w);
+  let statesChanged = false;
   for (const [name, code] of Object.entries(message.states || {})) {
-    fleet.setState(name, code);
+    statesChanged = fleet.setState(name, code) || statesChanged;
     if (state.vm && name === state.vm.name) touchedMachine = true;
   }
-  fleet.layout();
-  fleet.draw();
-  timeline.draw();
-  renderSummary();
-  renderEvents();
-  renderWaves();
-  if (state.event) renderEvent();
   if (touchedMachine || (message.clock && state.vm)) refreshMachine();
-  if (message.committed) {
-    requestAnimationFrame(() => {
-      state.latencies.push(Date.now() / 1000 - message.committed);
-      if (state.latencies.length > 100) state.latencies.shift();
-    });
-  }
+  if (statesChanged && fleet.stateFilter) pending.layout = true;
+  if (message.committed) pending.committed.push(message.committed);
+  scheduleRender();
+}
+
+// A burst of messages (a wave step, a fast real clock) is drawn once, at the next frame.
+const pending = { frame: false, layout: false, committed: [] };
+
+function scheduleRender() {
+  if (pending.frame) return;
+  pending.frame = true;
+  requestAnimationFrame(() => {
+    pending.frame = false;
+    if (pending.layout) fleet.layout();
+    pending.layout = false;
+    fleet.draw();
+    timeline.draw();
+    renderSummary();
+    renderEvents();
+    renderWaves();
+    if (state.event) renderEvent();
+    const drawn = Date.now() / 1000;
+    for (const committed of pending.committed.splice(0)) state.latencies.push(drawn - committed);
+    state.latencies.splice(0, Math.max(0, state.latencies.length - 100));
+  });
 }
 
 async function live() {

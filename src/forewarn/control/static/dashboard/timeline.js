@@ -58,7 +58,20 @@ export class Timeline {
         approvals: [], text: e.code,
       });
     }
-    return [...rows.values()].sort((a, b) => a.first - b.first || a.label.localeCompare(b.label));
+    // Events of one scope that overlap in time go on lanes of their own, under the scope's label.
+    const lanes = [];
+    for (const row of [...rows.values()].sort((a, b) => a.first - b.first || a.label.localeCompare(b.label))) {
+      const own = [];
+      for (const bar of row.bars.sort((a, b) => a.start - b.start)) {
+        const until = bar.end ?? Math.max(bar.notBefore, this.now);
+        let lane = own.find((l) => l.until < bar.start);
+        if (!lane) own.push((lane = { label: own.length ? "" : row.label, bars: [], until }));
+        lane.bars.push(bar);
+        lane.until = Math.max(lane.until, until);
+      }
+      lanes.push(...own);
+    }
+    return lanes;
   }
 
   fit() {
@@ -217,6 +230,16 @@ export class Timeline {
           ctx.stroke();
         }
         ctx.globalAlpha = 1;
+        const room = Math.max(x1, nb) - Math.max(x0, LABEL);
+        if (room > 70) {
+          ctx.fillStyle = "#1d2330";
+          ctx.save();
+          ctx.beginPath();
+          ctx.rect(Math.max(x0, LABEL), y, room, ROW);
+          ctx.clip();
+          ctx.fillText(`${bar.text} · ${bar.status}`, Math.max(x0, LABEL) + 3, y + ROW / 2);
+          ctx.restore();
+        }
         if (bar.approvals.length) {
           ctx.fillStyle = "#2b8a3e";
           ctx.fillText("✓ " + bar.approvals.join(","), (bar.started !== null ? xs : nb) + 3, y + ROW / 2);

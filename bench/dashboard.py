@@ -61,7 +61,7 @@ def measure(browser, vms: int, changes: int, folder: Path) -> dict:
         page = context.new_page()
         began = time.perf_counter()
         page.goto(server.control + "/")
-        page.wait_for_function("() => forewarn.state.connected && forewarn.fleet.painted > 0", timeout=120_000)
+        page.wait_for_function("() => forewarn.state.connected && forewarn.fleet.drawn > 0", timeout=120_000)
         load = time.perf_counter() - began
         fleet_bytes = len(server_get(server, "/v1/dashboard/fleet"))
         heap_loaded = heap_mb(page)

@@ -4,6 +4,7 @@ changes (and who may read it), the clock's pause and run, and the OpenAPI UI ser
 import asyncio
 import json
 import re
+import time
 from datetime import UTC, datetime
 
 import httpx
@@ -13,7 +14,7 @@ import requests
 from forewarn.app.runtime import ClockView
 from forewarn.control import dashboard
 from forewarn.control.dashboard import QUEUE_LIMIT, LiveFeed
-from helpers import Server
+from helpers import ROOT, Server
 
 
 @pytest.fixture(scope="module")
@@ -153,3 +154,46 @@ def test_a_client_that_does_not_read_is_dropped_and_holds_nothing():
         assert not feed.streams and feed.dropped == 1
 
     asyncio.run(scenario())
+
+
+def test_an_ec2_instance_as_its_metadata_endpoint_and_the_ec2_api_show_it(tmp_path):
+    demo = (ROOT / "src/forewarn/data/demo-fleet.yaml").read_text()
+    with Server(tmp_path, fleet_text=demo) as server:
+        instance = "i-0a1b2c3d4e5f60718"
+        created = server.post("/v1/ec2/events", {"code": "system-reboot", "instances": [instance]}, expect=201)
+        event_id = created.json()[0]["event_id"]
+        metadata = requests.get(f"{server.control}/v1/ec2/instances/{instance}/metadata", timeout=10)
+        assert metadata.status_code == 200 and event_id in metadata.text
+        seen = requests.get(  # what the instance itself reads (orders-db answers at its own loopback address)
+            f"http://127.0.0.30:{server.imds_port}/latest/meta-data/events/maintenance/scheduled", timeout=10
+        )
+        assert seen.content == metadata.content
+        item = requests.get(f"{server.control}/v1/ec2/instances/{instance}/status", timeout=10)
+        assert item.headers["content-type"].startswith("text/xml")
+        api = requests.post(
+            server.ec2,
+            data=f"Action=DescribeInstanceStatus&Version=2016-11-15&InstanceId.1={instance}&IncludeAllInstances=true",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+            timeout=10,
+        )
+        assert api.status_code == 200, api.text
+        assert item.text.startswith("<item><instanceId>i-0a1b2c3d4e5f60718</instanceId>") and item.text in api.text
+        assert "system-reboot" in item.text
+        unknown = requests.get(f"{server.control}/v1/ec2/instances/i-0123456789abcdef0/status", timeout=10)
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "NotFound"
+
+
+def test_a_server_with_an_open_stream_stops_at_once(tmp_path):
+    server = Server(tmp_path).start()
+    try:
+        with (
+            httpx.Client(timeout=10) as client,
+            client.stream("GET", server.control + "/v1/dashboard/stream") as stream,
+        ):
+            assert next(messages(stream))["hello"] is True
+            began = time.monotonic()
+            server.process.terminate()
+            server.process.wait(10)  # uvicorn waits for open responses to end: the stream ends when it stops
+            assert time.monotonic() - began < 5
+    finally:
+        server.stop()

@@ -124,7 +124,7 @@ def test_page_load_at_10000_vms_within_budget(browser, tmp_path):
         page = context.new_page()
         began = time.perf_counter()
         page.goto(server.control + "/")
-        page.wait_for_function("() => forewarn.state.connected && forewarn.fleet.painted > 0")
+        page.wait_for_function("() => forewarn.state.connected && forewarn.fleet.drawn > 0")
         took = time.perf_counter() - began
         assert page.evaluate("forewarn.fleet.data.machines.name.length") == 10000
         assert not page.evaluate("forewarn.fleet.aggregate")  # every VM a cell at 10,000

@@ -16,11 +16,12 @@ import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from forewarn.app.runtime import Maintenance
@@ -29,10 +30,11 @@ from forewarn.aws.model import Ec2EventState, InstanceState
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.vms import Power
 from forewarn.control.ec2 import Ec2EventOut
-from forewarn.control.models import EventOut
+from forewarn.control.models import ERRORS, EventOut
 from forewarn.control.waves import WaveOut
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL
+from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.engine.engine import Engine
 from forewarn.waves.component import WaveChanged
@@ -203,6 +205,18 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
     }
 
 
+@dataclass(frozen=True)
+class Ec2Views:
+    """What an EC2 instance's own surfaces show of it, rendered by them (the server wires these; the control API
+    imports neither surface): the bytes its metadata endpoint serves for a path, and its DescribeInstanceStatus item."""
+
+    metadata: Callable[[str, str], bytes]
+    status: Callable[[str], str]
+
+
+SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
+
+
 class _Stream:
     """One open page: its pending messages, bounded, filled from whichever thread committed the change."""
 
@@ -239,7 +253,14 @@ class LiveFeed:
         self.sent = 0
         self._lock = threading.Lock()
         self._seq = 0
+        self.closing = False
         service.subscribe(self.on_change)
+
+    def close(self) -> None:
+        """End every stream (the server is stopping: it waits for open responses to finish). On the server's loop."""
+        self.closing = True
+        for stream in self.streams:
+            stream.wake.set()
 
     def on_change(self, changes: list[Change]) -> None:
         if not self.streams:
@@ -273,6 +294,8 @@ class LiveFeed:
                     yield b": keepalive\n\n"
                     continue
                 stream.wake.clear()
+                if self.closing:
+                    return
                 if stream.overflowed:
                     self.dropped += 1
                     yield b'data: {"dropped":true}\n\n'
@@ -297,8 +320,30 @@ def _static(path: str) -> Response:
     return Response(resource.read_bytes(), media_type=CONTENT_TYPES[suffix], headers={"cache-control": "no-cache"})
 
 
-def dashboard_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
+def dashboard_router(service: Maintenance, feed: LiveFeed, ec2_views: Ec2Views | None = None) -> APIRouter:
     router = APIRouter()
+
+    if ec2_views is not None:
+
+        @router.get("/v1/ec2/instances/{instance_id}/metadata", tags=["ec2"], responses=ERRORS)
+        async def instance_metadata(
+            instance_id: str, path: str = Query(SCHEDULED_PATH, description="an instance metadata path")
+        ) -> Response:
+            """What the instance's metadata endpoint answers for ``path`` now, the same bytes (by default its
+            scheduled events: ``/latest/meta-data/events/maintenance/scheduled``)."""
+            service.catch_up()
+            service.engine.ec2_instance(instance_id)
+            if not path.startswith("/"):
+                raise Invalid(f"path must start with '/': {path!r}")
+            return Response(ec2_views.metadata(instance_id, path), media_type="text/plain")
+
+        @router.get("/v1/ec2/instances/{instance_id}/status", tags=["ec2"], responses=ERRORS)
+        async def instance_status(instance_id: str) -> Response:
+            """The instance's item of DescribeInstanceStatus now (with IncludeAllInstances), as the EC2 API
+            renders it: XML."""
+            service.catch_up()
+            service.engine.ec2_instance(instance_id)
+            return Response(ec2_views.status(instance_id), media_type="text/xml")
 
     @router.get("/", include_in_schema=False)
     async def page() -> Response:

@@ -25,6 +25,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
+from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
@@ -39,6 +40,7 @@ from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
+from forewarn.control.dashboard import Ec2Views, LiveFeed
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
@@ -155,6 +157,7 @@ class Built:
     imds: AzureImds
     imds_sockets: list[socket.socket]
     metadata: MetadataRouter
+    live_feed: LiveFeed  # the dashboard's streams, ended when the server stops
 
 
 class ByPort:
@@ -223,9 +226,13 @@ def build(
     imds = AzureImds(service, resolver, imds_settings)
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
-    apps: dict[int, ASGIApp] = {
-        listeners.control[1]: ControlGate(create_control_app(service, imds=imds), json_guard, access.control_token)
-    }
+    ec2_imds = Ec2Imds(service, resolver, ec2_settings)
+    ec2_backend = Ec2Backend(service)
+    ec2_views = Ec2Views(
+        metadata=ec2_imds.document, status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml()
+    )
+    control_app = create_control_app(service, imds=imds, ec2_views=ec2_views)
+    apps: dict[int, ASGIApp] = {listeners.control[1]: ControlGate(control_app, json_guard, access.control_token)}
     if listeners.arm is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
@@ -242,7 +249,8 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)),
+        MetadataRouter(imds, ec2_imds),
+        control_app.state.live_feed,
     )
 
 
@@ -287,12 +295,24 @@ async def serve(
     )
     announce(describe(service, listeners))
     try:
-        await uvicorn.Server(config).serve(sockets=built.management_sockets)
+        await _Uvicorn(config, built.live_feed).serve(sockets=built.management_sockets)
     finally:
         timer.cancel()
         sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn waits, when stopping, for every response to end: the dashboard's streams never would on their own."""
+
+    def __init__(self, config: uvicorn.Config, live_feed: LiveFeed):
+        super().__init__(config)
+        self.live_feed = live_feed
+
+    async def shutdown(self, sockets=None) -> None:
+        self.live_feed.close()
+        await super().shutdown(sockets)
 
 
 def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:

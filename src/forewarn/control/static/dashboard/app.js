@@ -271,14 +271,20 @@ async function refreshMachine() {
         return pre;
       }));
     } else {
-      const [info, events] = await Promise.all([
-        get(`/v1/ec2/instances/${encodeURIComponent(vm.name)}`), get("/v1/ec2/events?all=true"),
+      const id = encodeURIComponent(vm.name);
+      const [info, events, metadata, status] = await Promise.all([
+        get(`/v1/ec2/instances/${id}`), get("/v1/ec2/events?all=true"),
+        request("GET", `/v1/ec2/instances/${id}/metadata`).then((r) => r.text()),
+        request("GET", `/v1/ec2/instances/${id}/status`).then((r) => r.text()),
       ]);
       if (state.vm !== vm) return;
       const mine = events.filter((e) => e.instance_id === vm.name);
-      view.innerHTML = `<h2>EC2 instance <code>${vm.name}</code> <span class="meta">${info.state}, ${info.instance_type}, ${info.availability_zone}</span></h2>
-        <pre id="vm-document"></pre><h2>Its events</h2><pre id="vm-history"></pre>`;
-      $("vm-document").textContent = JSON.stringify(info, null, 2);
+      view.innerHTML = `<h2>EC2 instance <code>${vm.name}</code> <span class="meta">${info.state}, ${info.instance_type}, ${info.availability_zone}, host ${info.host}</span></h2>
+        <div class="meta">GET /latest/meta-data/events/maintenance/scheduled</div><pre id="vm-document"></pre>
+        <div class="meta">DescribeInstanceStatus (its item)</div><pre id="vm-status"></pre>
+        <h2>Its events</h2><pre id="vm-history"></pre>`;
+      $("vm-document").textContent = metadata;
+      $("vm-status").textContent = status;
       $("vm-history").textContent = JSON.stringify(mine, null, 2);
     }
   } catch (error) {

@@ -27,7 +27,8 @@ export class FleetView {
     this.stateFilter = "";
     this.data = null;
     this.groups = [];
-    this.painted = 0;
+    this.painted = 0;  // cells drawn by the last paint
+    this.drawn = 0;  // paints so far
     scroll.addEventListener("scroll", () => this.draw());
     new ResizeObserver(() => { this.layout(); this.draw(); }).observe(scroll);
     canvas.addEventListener("click", (e) => this.click(e));
@@ -159,6 +160,7 @@ export class FleetView {
       }
     }
     this.painted = painted;
+    this.drawn++;
   }
 
   hit(e) {

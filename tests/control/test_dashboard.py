@@ -197,3 +197,22 @@ def test_a_server_with_an_open_stream_stops_at_once(tmp_path):
             assert time.monotonic() - began < 5
     finally:
         server.stop()
+
+
+def test_an_events_central_row_is_the_one_resource_graph_answers(server):
+    [local] = server.schedule(type="Freeze", vms=["WestNO_0"])  # its set does not publish centrally
+    assert server.get(f"/v1/events/{local['event_id']}/central")["resource_graph"] is None
+    patched = requests.patch(f"{server.control}/v1/policies/solo", json={"publish_central": True}, timeout=10)
+    assert patched.status_code == 200, patched.text
+    [event] = server.schedule(type="Reboot", vms=["solo"])
+    row = server.get(f"/v1/events/{event['event_id'][:8]}/central")["resource_graph"]
+    query = f'maintenanceresources | where properties.EventId == "{event["event_id"]}"'
+    answer = requests.post(
+        f"{server.arm}/providers/Microsoft.ResourceGraph/resources",
+        params={"api-version": "2022-10-01"},
+        json={"query": query},
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["data"] == [row]
+    assert row["properties"]["EventStatus"] == "Scheduled"

@@ -19,7 +19,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
-from forewarn.control.dashboard import Ec2Views, LiveFeed, dashboard_router, docs_page
+from forewarn.control.dashboard import LiveFeed, SurfaceViews, dashboard_router, docs_page
 from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
 from forewarn.control.imds import imds_router
@@ -104,7 +104,7 @@ class ClockMoveOut(ClockOut):
     changes_total: int = Field(description="how many changes there were in all (the journal has every one)")
 
 
-def create_control_app(service: Maintenance, imds=None, ec2_views: Ec2Views | None = None) -> FastAPI:
+def create_control_app(service: Maintenance, imds=None, views: SurfaceViews | None = None) -> FastAPI:
     app = FastAPI(
         title="forewarn control API",
         version=__version__,
@@ -289,7 +289,7 @@ def create_control_app(service: Maintenance, imds=None, ec2_views: Ec2Views | No
             ],
         }
 
-    app.include_router(dashboard_router(service, feed, ec2_views))
+    app.include_router(dashboard_router(service, feed, views))
     app.include_router(platform_router(service))
     app.include_router(ec2_router(service))
     app.include_router(waves_router(service))

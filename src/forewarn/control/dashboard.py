@@ -206,12 +206,14 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
 
 
 @dataclass(frozen=True)
-class Ec2Views:
-    """What an EC2 instance's own surfaces show of it, rendered by them (the server wires these; the control API
-    imports neither surface): the bytes its metadata endpoint serves for a path, and its DescribeInstanceStatus item."""
+class SurfaceViews:
+    """What other surfaces show, rendered by them (the server wires these; the control API imports none of them):
+    the bytes an EC2 instance's metadata endpoint serves for a path, its DescribeInstanceStatus item, and an Azure
+    event's Resource Graph row (None when the ARM port is off)."""
 
-    metadata: Callable[[str, str], bytes]
-    status: Callable[[str], str]
+    ec2_metadata: Callable[[str, str], bytes]
+    ec2_status: Callable[[str], str]
+    central_row: Callable[[str], dict | None] | None = None
 
 
 SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
@@ -320,10 +322,10 @@ def _static(path: str) -> Response:
     return Response(resource.read_bytes(), media_type=CONTENT_TYPES[suffix], headers={"cache-control": "no-cache"})
 
 
-def dashboard_router(service: Maintenance, feed: LiveFeed, ec2_views: Ec2Views | None = None) -> APIRouter:
+def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews | None = None) -> APIRouter:
     router = APIRouter()
 
-    if ec2_views is not None:
+    if views is not None:
 
         @router.get("/v1/ec2/instances/{instance_id}/metadata", tags=["ec2"], responses=ERRORS)
         async def instance_metadata(
@@ -335,7 +337,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, ec2_views: Ec2Views |
             service.engine.ec2_instance(instance_id)
             if not path.startswith("/"):
                 raise Invalid(f"path must start with '/': {path!r}")
-            return Response(ec2_views.metadata(instance_id, path), media_type="text/plain")
+            return Response(views.ec2_metadata(instance_id, path), media_type="text/plain")
 
         @router.get("/v1/ec2/instances/{instance_id}/status", tags=["ec2"], responses=ERRORS)
         async def instance_status(instance_id: str) -> Response:
@@ -343,7 +345,15 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, ec2_views: Ec2Views |
             renders it: XML."""
             service.catch_up()
             service.engine.ec2_instance(instance_id)
-            return Response(ec2_views.status(instance_id), media_type="text/xml")
+            return Response(views.ec2_status(instance_id), media_type="text/xml")
+
+        @router.get("/v1/events/{event_id}/central", tags=["events"], responses=ERRORS)
+        async def central(event_id: str) -> dict:
+            """The event's row in Resource Graph's maintenanceresources as it is now (null when its VMs' policy does
+            not publish centrally, or the ARM port is off)."""
+            event_id = service.engine.resolve_event_id(event_id)
+            row = views.central_row(event_id) if views.central_row is not None else None
+            return {"event_id": event_id, "resource_graph": row}
 
     @router.get("/", include_in_schema=False)
     async def page() -> Response:

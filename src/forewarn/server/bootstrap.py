@@ -40,7 +40,7 @@ from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
-from forewarn.control.dashboard import Ec2Views, LiveFeed
+from forewarn.control.dashboard import LiveFeed, SurfaceViews
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
@@ -228,15 +228,18 @@ def build(
     json_guard = BrowserGuard(hosts, json_api=True)
     ec2_imds = Ec2Imds(service, resolver, ec2_settings)
     ec2_backend = Ec2Backend(service)
-    ec2_views = Ec2Views(
-        metadata=ec2_imds.document, status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml()
+    resource_graph = ResourceGraphApi(service, azure.resource_graph) if listeners.arm is not None else None
+    views = SurfaceViews(
+        ec2_metadata=ec2_imds.document,
+        ec2_status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml(),
+        central_row=resource_graph.row_of if resource_graph is not None else None,
     )
-    control_app = create_control_app(service, imds=imds, ec2_views=ec2_views)
+    control_app = create_control_app(service, imds=imds, views=views)
     apps: dict[int, ASGIApp] = {listeners.control[1]: ControlGate(control_app, json_guard, access.control_token)}
-    if listeners.arm is not None:
+    if listeners.arm is not None and resource_graph is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
-        arm.add_provider("microsoft.resourcegraph", ResourceGraphApi(service, azure.resource_graph).handle)
+        arm.add_provider("microsoft.resourcegraph", resource_graph.handle)
         if azure.event_grid is not None:
             azure.event_grid.register(arm)
         apps[listeners.arm[1]] = create_management_app(arm)

@@ -71,6 +71,7 @@ async function loadAll() {
       .map((name) => `<span class="swatch" style="background:${COLORS[name]}"></span>${name}`).join("");
   }
   if (!timeline.view) timeline.fit(); else timeline.draw();
+  refreshDeliveries().catch(() => {});
   renderSummary();
   renderEvents();
   renderWaves();
@@ -221,14 +222,60 @@ function renderEvent() {
   const view = $("event-view");
   view.hidden = !e;
   if (!e) return;
-  view.innerHTML = `<h2>Event <code>${id}</code></h2><pre class="event-json"></pre><div class="row"></div>`;
+  view.innerHTML = `<h2>Event <code>${id}</code></h2><pre class="event-json"></pre><div class="row"></div>
+    <div id="event-central"></div>`;
   view.querySelector("pre").textContent = JSON.stringify(e, null, 2);
+  if (kind === "azure") renderCentral(id);
   const actions = view.querySelector(".row");
   if (kind === "azure" && e.status === "Scheduled") actions.append(button("Approve", () => approve(id)));
   if ((kind === "azure" && e.status === "Scheduled") || (kind === "ec2" && e.state === "active")) {
     actions.append(button("Cancel", () => cancelEvent(id, kind)));
   }
 }
+
+// Central delivery: the outbox (Event Grid and AWS Health messages), and an event's Resource Graph row. The outbox
+// changes when the sender delivers, which no committed command announces: read (the latest 500, not the fleet)
+// every 3 s while the page is shown.
+async function refreshDeliveries() {
+  if (document.hidden) return;
+  const deliveries = await get("/v1/deliveries?limit=500");
+  state.deliveries = deliveries;
+  const byTarget = new Map();
+  for (const d of deliveries) {
+    const key = `${d.kind} ${d.target}`;
+    if (!byTarget.has(key)) byTarget.set(key, {});
+    const counts = byTarget.get(key);
+    counts[d.status] = (counts[d.status] || 0) + 1;
+  }
+  const rows = [...byTarget.entries()].map(([key, counts]) =>
+    `<tr><td class="targets">${escape(key)}</td><td>${Object.entries(counts).map(([s, n]) => `${n} ${s}`).join(", ")}</td></tr>`);
+  const last = deliveries.slice(-5).reverse().map((d) =>
+    `<tr><td>${escape(d.created_at.slice(0, 19))}</td><td>${escape(d.kind)}</td><td>${escape(d.status)}</td><td>${d.attempts}</td><td class="targets">${escape(d.last_error || "")}</td></tr>`);
+  $("deliveries").innerHTML = deliveries.length
+    ? `<table><tr><th>target</th><th>messages</th></tr>${rows.join("")}</table>
+       <table><tr><th>latest</th><th>kind</th><th>status</th><th>attempts</th><th>last error</th></tr>${last.join("")}</table>`
+    : "none yet";
+  if (state.event && state.event.kind === "azure") renderCentral(state.event.id, false);
+}
+
+function escape(text) {
+  return String(text).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
+}
+
+async function renderCentral(id, fetchRow = true) {
+  const box = $("event-central");
+  if (!box) return;
+  if (fetchRow) state.centralRow = (await act(() => get(`/v1/events/${id}/central`)))?.resource_graph ?? null;
+  const mine = (state.deliveries || []).filter((d) => JSON.stringify(d.payload).includes(id));
+  box.innerHTML = `<h2>Resource Graph row</h2><pre id="event-row"></pre><h2>Its deliveries</h2><pre id="event-deliveries"></pre>`;
+  $("event-row").textContent = state.centralRow ? JSON.stringify(state.centralRow, null, 2)
+    : "none: its VMs' policy does not publish to Event Grid and Resource Graph (forewarn policy set OWNER --central)";
+  $("event-deliveries").textContent = mine.length
+    ? mine.map((d) => `${d.created_at.slice(0, 19)} ${d.target} ${d.status} after ${d.attempts} attempt(s)`).join("\n")
+    : "none";
+}
+
+setInterval(() => refreshDeliveries().catch(() => {}), 3000);
 
 // -------------------------------------------------------------------------------------------- one VM
 function openMachine(i) {

@@ -179,6 +179,11 @@ def test_an_ec2_instance_as_its_metadata_endpoint_and_the_ec2_api_show_it(tmp_pa
         assert api.status_code == 200, api.text
         assert item.text.startswith("<item><instanceId>i-0a1b2c3d4e5f60718</instanceId>") and item.text in api.text
         assert "system-reboot" in item.text
+        missing = requests.get(
+            f"{server.control}/v1/ec2/instances/{instance}/metadata?path=/latest/nothing", timeout=10
+        )
+        gone = requests.get(f"http://127.0.0.30:{server.imds_port}/latest/nothing", timeout=10)
+        assert (missing.status_code, missing.content) == (404, gone.content)
         unknown = requests.get(f"{server.control}/v1/ec2/instances/i-0123456789abcdef0/status", timeout=10)
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "NotFound"
 

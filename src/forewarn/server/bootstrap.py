@@ -230,7 +230,7 @@ def build(
     ec2_backend = Ec2Backend(service)
     resource_graph = ResourceGraphApi(service, azure.resource_graph) if listeners.arm is not None else None
     views = SurfaceViews(
-        ec2_metadata=ec2_imds.document,
+        ec2_metadata=_metadata_answer(ec2_imds),
         ec2_status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml(),
         central_row=resource_graph.row_of if resource_graph is not None else None,
     )
@@ -304,6 +304,14 @@ async def serve(
         sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+def _metadata_answer(ec2_imds: Ec2Imds) -> Callable[[str, str], tuple[int, bytes, str]]:
+    def answer(instance_id: str, path: str) -> tuple[int, bytes, str]:
+        status, body, content_type, _ = ec2_imds.answer(instance_id, path)
+        return status, body, content_type.decode()
+
+    return answer
 
 
 class _Uvicorn(uvicorn.Server):

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import httpx
 import pytest
 import requests
+import yaml
 
 from forewarn.app.runtime import ClockView
 from forewarn.control import dashboard
@@ -221,3 +222,39 @@ def test_an_events_central_row_is_the_one_resource_graph_answers(server):
     assert answer.status_code == 200, answer.text
     assert answer.json()["data"] == [row]
     assert row["properties"]["EventStatus"] == "Scheduled"
+
+
+def finished_run(server, timeout: float = 120.0) -> dict:
+    """The last scenario run once it has ended (the runner is a thread of the server, moving its manual clock)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        last = server.get("/v1/scenarios/runs")[-1]
+        if last["status"] != "running" or time.monotonic() > deadline:
+            return last
+        time.sleep(0.2)
+
+
+def test_a_shipped_scenario_runs_on_this_server_with_its_expectations(tmp_path):
+    spec = yaml.safe_load((ROOT / "src/forewarn/scenarios/library/fault-domain-wave.yaml").read_text())
+    with Server(tmp_path, fleet_text=yaml.safe_dump(spec["fleet"])) as server:
+        assert "fault-domain-wave" in [found["name"] for found in server.get("/v1/scenarios")]
+        started = server.post("/v1/scenarios/fault-domain-wave/run", {"timing": "fast"}, expect=202).json()
+        assert started["status"] == "running"
+        again = server.post("/v1/scenarios/fault-domain-wave/run", {"timing": "fast"})
+        assert again.status_code in (202, 409)  # refused while the first runs (it may have ended already)
+        if again.status_code == 409:
+            assert again.json()["error"]["code"] == "Conflict"
+        run = finished_run(server)
+        assert run["status"] == "passed", run
+        assert run["expectations"] and all(check["passed"] for check in run["expectations"])
+        assert run["progress"]["phase"] == "done"
+        assert [w["status"] for w in server.get("/v1/waves")][:1] == ["completed"]  # done through this server
+
+
+def test_a_scenario_whose_vms_the_fleet_lacks_fails_and_says_why(server):
+    server.post("/v1/scenarios/live-migration/run", {}, expect=202)
+    run = finished_run(server)
+    assert run["status"] == "failed" and "app-01" in run["error"]
+    unknown = server.post("/v1/scenarios/live-migrate/run", {}, expect=404).json()["error"]["message"]
+    assert "did you mean 'live-migration'" in unknown
+    assert server.post("/v1/scenarios/live-migration/run", {"timing": "slow"}, expect=400).json()["error"]["code"]

@@ -32,6 +32,7 @@ from forewarn.control.models import (
     changes_out,
 )
 from forewarn.control.platform import platform_router
+from forewarn.control.scenario_runs import ScenarioRuns, scenarios_router
 from forewarn.control.waves import waves_router
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.clock import MANUAL, REAL
@@ -104,7 +105,9 @@ class ClockMoveOut(ClockOut):
     changes_total: int = Field(description="how many changes there were in all (the journal has every one)")
 
 
-def create_control_app(service: Maintenance, imds=None, views: SurfaceViews | None = None) -> FastAPI:
+def create_control_app(
+    service: Maintenance, imds=None, views: SurfaceViews | None = None, scenario_runs: ScenarioRuns | None = None
+) -> FastAPI:
     app = FastAPI(
         title="forewarn control API",
         version=__version__,
@@ -290,6 +293,8 @@ def create_control_app(service: Maintenance, imds=None, views: SurfaceViews | No
         }
 
     app.include_router(dashboard_router(service, feed, views))
+    if scenario_runs is not None:
+        app.include_router(scenarios_router(scenario_runs))
     app.include_router(platform_router(service))
     app.include_router(ec2_router(service))
     app.include_router(waves_router(service))

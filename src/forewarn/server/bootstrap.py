@@ -41,6 +41,7 @@ from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSet
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
+from forewarn.control.scenario_runs import ScenarioRuns
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
@@ -234,7 +235,9 @@ def build(
         ec2_status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml(),
         central_row=resource_graph.row_of if resource_graph is not None else None,
     )
-    control_app = create_control_app(service, imds=imds, views=views)
+    ec2_url = _own_url(listeners.ec2_api) if listeners.ec2_api is not None else None
+    runs = ScenarioRuns(service, _own_url(listeners.control), ec2_url, access.control_token)
+    control_app = create_control_app(service, imds=imds, views=views, scenario_runs=runs)
     apps: dict[int, ASGIApp] = {listeners.control[1]: ControlGate(control_app, json_guard, access.control_token)}
     if listeners.arm is not None and resource_graph is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
@@ -304,6 +307,12 @@ async def serve(
         sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+def _own_url(address: tuple[str, int]) -> str:
+    """How the server's own clients (scenario runs) reach one of its ports: a wildcard address by loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address[0], address[0])
+    return f"http://[{host}]:{address[1]}" if ":" in host else f"http://{host}:{address[1]}"
 
 
 def _metadata_answer(ec2_imds: Ec2Imds) -> Callable[[str, str], tuple[int, bytes, str]]:

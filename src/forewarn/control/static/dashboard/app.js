@@ -72,6 +72,7 @@ async function loadAll() {
   }
   if (!timeline.view) timeline.fit(); else timeline.draw();
   refreshDeliveries().catch(() => {});
+  loadScenarios().then(followRuns).catch(showError);
   renderSummary();
   renderEvents();
   renderWaves();
@@ -372,6 +373,10 @@ function wire() {
     if ($("wave-notice").value) body.notice = $("wave-notice").value;
     return post("/v1/waves", body);
   });
+  $("scenario-run").onclick = () => act(async () => {
+    await post(`/v1/scenarios/${$("scenario-name").value}/run`, { timing: $("scenario-timing").value });
+    await followRuns();
+  });
   $("fleet-search").oninput = (e) => { fleet.search = e.target.value; fleet.layout(); fleet.draw(); renderSummary(); };
   $("fleet-group").onchange = (e) => { fleet.groupBy = e.target.value; fleet.layout(); fleet.draw(); };
   $("fleet-state").onchange = (e) => { fleet.stateFilter = e.target.value; fleet.layout(); fleet.draw(); renderSummary(); };
@@ -381,6 +386,32 @@ function wire() {
   $("timeline-now").onclick = () => timeline.centerNow();
   $("timeline-ended").onchange = (e) => { timeline.showEnded = e.target.checked; timeline.draw(); };
   $("token-save").onclick = () => { setToken($("token").value); $("token-bar").hidden = true; showError(null); };
+}
+
+// Scenario runs: the server runs the scenario runner against its own control API; the page follows its progress
+// (a small read, once a second, only while a run is going).
+async function loadScenarios() {
+  const select = $("scenario-name");
+  if (select.options.length) return;
+  for (const found of await get("/v1/scenarios")) select.add(new Option(`${found.name}: ${found.title}`, found.name));
+}
+
+async function followRuns() {
+  const runs = await get("/v1/scenarios/runs");
+  $("scenario-runs").replaceChildren(...runs.slice(-3).reverse().map((run) => {
+    const div = document.createElement("div");
+    div.className = "scenario-run";
+    div.dataset.status = run.status;
+    const p = run.progress;
+    const where = p ? `step ${p.steps_done}/${p.steps}, ${Math.round(p.offset)} s simulated, ${p.moves} clock moves` : "starting";
+    const checks = run.expectations.map((e) => `${e.passed ? "ok  " : "FAIL"}  ${e.what}${e.passed ? "" : "\n      " + e.detail}`);
+    div.innerHTML = `<b></b> <span class="meta"></span><pre></pre>`;
+    div.querySelector("b").textContent = `${run.scenario} (${run.timing}): ${run.status}`;
+    div.querySelector(".meta").textContent = run.status === "running" ? where : "";
+    div.querySelector("pre").textContent = [...checks, run.error ? `error: ${run.error}` : ""].filter(Boolean).join("\n") || run.lines.slice(-3).join("\n");
+    return div;
+  }));
+  if (runs.some((run) => run.status === "running")) setTimeout(() => followRuns().catch(showError), 1000);
 }
 
 function renderWaves() {

@@ -28,6 +28,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.model import Ec2EventState, InstanceState
 from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.model import EventStatus
 from forewarn.azure.vms import Power
 from forewarn.control.ec2 import Ec2EventOut
 from forewarn.control.models import ERRORS, EventOut
@@ -71,7 +72,7 @@ def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[st
     from_events: dict[str, int] = {}
     for scope in scopes:
         for event in engine.live_events(scope):
-            code = STARTED if event.status.value == "Started" else SCHEDULED
+            code = STARTED if event.status is EventStatus.STARTED else SCHEDULED
             for resource in event.resources:
                 if from_events.get(resource, OK) < code:
                     from_events[resource] = code
@@ -116,7 +117,6 @@ def clock_json(service: Maintenance) -> dict[str, Any]:
         "speed": view.speed,
         "now": format_time(view.now),
         "next_deadline": format_optional_time(view.next_deadline),
-        "wall": time.time(),  # the page runs a real clock on from here
     }
 
 

@@ -37,7 +37,7 @@ function simNow() {
 }
 
 function setClock(clock) {
-  state.clock = { ...clock, wall: Date.now() / 1000 - (clock.wall ? Math.max(0, Date.now() / 1000 - clock.wall) : 0) };
+  state.clock = { ...clock, wall: Date.now() / 1000 };  // a running clock goes on from here, on the page's own time
   $("clock-mode").textContent = clock.mode === "real" ? `running ×${clock.speed}` : "paused (manual)";
   $("clock-next-deadline").textContent = clock.next_deadline ? `next deadline ${clock.next_deadline}` : "no deadline pending";
   $("clock-speed").value = clock.speed;
@@ -46,7 +46,7 @@ function setClock(clock) {
 
 function tick() {
   const now = simNow();
-  $("clock-now").textContent = new Date(now).toISOString().replace(".000Z", "Z");
+  $("clock-now").textContent = new Date(now).toISOString().slice(0, 19) + "Z";  // to the second
   timeline.now = now;
 }
 

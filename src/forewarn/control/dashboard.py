@@ -192,19 +192,19 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
     events: dict[str, Any] = {}
     ec2_events: dict[str, Any] = {}
     waves: dict[str, Any] = {}
-    vms: set[str] = set()
-    instances: set[str] = set()
+    vms: dict[str, None] = {}  # ordered: the message lists machines in the order the changes named them
+    instances: dict[str, None] = {}
     for change in changes:
         if isinstance(change, EventChanged):
             events[change.event.event_id] = change.event
-            vms.update(change.event.resources)
+            vms.update(dict.fromkeys(change.event.resources))
         elif isinstance(change, VmChanged):
-            vms.add(change.state.name)
+            vms[change.state.name] = None
         elif isinstance(change, Ec2EventChanged):
             ec2_events[change.event.event_id] = change.event
-            instances.add(change.event.instance_id)
+            instances[change.event.instance_id] = None
         elif isinstance(change, Ec2StateChanged):
-            instances.add(change.state.instance_id)
+            instances[change.state.instance_id] = None
         elif isinstance(change, WaveChanged):
             waves[change.wave.wave_id] = change.wave
     if len(events) + len(ec2_events) > MAX_ITEMS_PER_MESSAGE or len(vms) + len(instances) > MAX_ITEMS_PER_MESSAGE:

@@ -145,3 +145,22 @@ def test_run_and_pause_the_clock_from_the_page(page, server):
     clock = server.get("/v1/clock")
     assert clock["mode"] == "manual" and clock["now"] > "2026-04-20T22:11:58Z"
     assert page.text_content("#clock-now") == clock["now"][:19] + "Z"
+
+
+def test_with_a_token_the_page_asks_for_it_and_then_sends_it(browser, tmp_path):
+    with Server(tmp_path, extra=["--control-token", "page-token-1"]) as server:
+        context = browser.new_context()
+        page = context.new_page()
+        page.goto(server.control + "/")
+        page.wait_for_selector("#token-bar:not([hidden])")  # the fleet read and the stream were refused
+        assert page.text_content("#live") == "offline"
+        page.fill("#token", "page-token-1")
+        page.click("#token-save")
+        page.wait_for_selector("#live.on")  # the stream, read with the token
+        assert page.evaluate("forewarn.fleet.data.machines.name.length") == 9
+        # Given in the address instead: kept for the tab, and taken out of the address bar.
+        other = context.new_page()
+        other.goto(server.control + "/#token=page-token-1")
+        other.wait_for_selector("#live.on")
+        assert "token" not in other.url
+        context.close()

@@ -68,7 +68,7 @@ async function loadAll() {
   if (states.options.length === 1) {
     for (const name of snapshot.state_names) states.add(new Option(name, name));
     $("fleet-legend").innerHTML = snapshot.state_names
-      .map((name) => `<span class="swatch" style="background:${COLORS[name]}"></span>${name}`).join("");
+      .map((name) => `<span class="swatch" style="background:${COLORS[name]}"></span>${escape(name)}`).join("");
   }
   if (!timeline.view) timeline.fit(); else timeline.draw();
   refreshDeliveries().catch(() => {});
@@ -141,18 +141,23 @@ function scheduleRender() {
 
 async function live() {
   for (;;) {
+    // Messages are handled one after another: a change that arrives while the fleet is being read is applied
+    // after the read (the read may be older than the change), never before it and then overwritten.
+    let chain = Promise.resolve();
     try {
-      const connecting = follow((message) => {
+      await follow((message) => {
         state.messages++;
-        if (message.hello) {
-          state.connected = true;
-          $("live").textContent = "live";
-          $("live").className = "live on";
-          return loadAll();  // whatever happened while the stream was down is in the fresh read
-        }
-        return apply(message);
+        chain = chain.then(async () => {
+          if (message.hello) {
+            await loadAll();  // whatever happened while the stream was down is in the fresh read
+            state.connected = true;
+            $("live").textContent = "live";
+            $("live").className = "live on";
+          } else {
+            await apply(message);
+          }
+        }).catch(showError);
       });
-      await connecting;
     } catch (error) {
       if (error instanceof ApiError && error.status === 401) { showError(error); }
     }
@@ -185,8 +190,8 @@ function renderEvents() {
   body.replaceChildren(...rows.slice(0, 200).map((r) => {
     const tr = document.createElement("tr");
     tr.dataset.eventId = r.id;
-    tr.innerHTML = `<td><a href="#">${r.id.slice(0, 8)}</a></td><td>${r.type}</td><td class="status">${r.status}</td>` +
-      `<td class="targets"></td><td>${r.nb.slice(0, 19)}</td><td></td>`;
+    tr.innerHTML = `<td><a href="#">${escape(r.id.slice(0, 8))}</a></td><td>${escape(r.type)}</td><td class="status">${escape(r.status)}</td>` +
+      `<td class="targets"></td><td>${escape(r.nb.slice(0, 19))}</td><td></td>`;
     tr.querySelector(".targets").textContent = r.targets;
     tr.querySelector("a").onclick = (e) => { e.preventDefault(); openEvent(r.id, r.kind); };
     const cell = tr.lastElementChild;
@@ -223,7 +228,7 @@ function renderEvent() {
   const view = $("event-view");
   view.hidden = !e;
   if (!e) return;
-  view.innerHTML = `<h2>Event <code>${id}</code></h2><pre class="event-json"></pre><div class="row"></div>
+  view.innerHTML = `<h2>Event <code>${escape(id)}</code></h2><pre class="event-json"></pre><div class="row"></div>
     <div id="event-central"></div>`;
   view.querySelector("pre").textContent = JSON.stringify(e, null, 2);
   if (kind === "azure") renderCentral(id);
@@ -307,7 +312,7 @@ async function refreshMachine() {
         Object.assign(vm, { etag, body, seen: new Date(simNow()).toISOString() });
       }
       const incarnation = JSON.parse(body).DocumentIncarnation;
-      view.innerHTML = `<h2>VM <code>${vm.name}</code> <span class="meta">${info.power}, host ${info.host}, scope ${info.scope}</span></h2>
+      view.innerHTML = `<h2>VM <code>${escape(vm.name)}</code> <span class="meta">${escape(`${info.power}, host ${info.host}, scope ${info.scope}`)}</span></h2>
         <div class="meta">GET /metadata/scheduledevents: DocumentIncarnation <b id="vm-incarnation">${incarnation}</b>, ETag <code id="vm-etag"></code></div>
         <pre id="vm-document"></pre>
         <h2>Earlier documents (since this view opened)</h2><div id="vm-history"></div>`;
@@ -327,7 +332,7 @@ async function refreshMachine() {
       ]);
       if (state.vm !== vm) return;
       const mine = events.filter((e) => e.instance_id === vm.name);
-      view.innerHTML = `<h2>EC2 instance <code>${vm.name}</code> <span class="meta">${info.state}, ${info.instance_type}, ${info.availability_zone}, host ${info.host}</span></h2>
+      view.innerHTML = `<h2>EC2 instance <code>${escape(vm.name)}</code> <span class="meta">${escape(`${info.state}, ${info.instance_type}, ${info.availability_zone}, host ${info.host}`)}</span></h2>
         <div class="meta">GET /latest/meta-data/events/maintenance/scheduled</div><pre id="vm-document"></pre>
         <div class="meta">DescribeInstanceStatus (its item)</div><pre id="vm-status"></pre>
         <h2>Its events</h2><pre id="vm-history"></pre>`;
@@ -419,7 +424,7 @@ function renderWaves() {
     const div = document.createElement("div");
     div.className = "wave";
     const share = w.units ? (100 * (w.done + w.skipped.length)) / w.units : 100;
-    div.innerHTML = `<code>${w.wave_id}</code> ${w.type} by ${w.by}: <span class="bar"><span style="width:${share}%"></span></span> ${w.done}/${w.units} ${w.status}`;
+    div.innerHTML = `<code>${escape(w.wave_id)}</code> ${escape(`${w.type} by ${w.by}`)}: <span class="bar"><span style="width:${share}%"></span></span> ${escape(`${w.done}/${w.units} ${w.status}`)}`;
     if (w.status === "running") div.append(button("Cancel", () => act(() => post(`/v1/waves/${w.wave_id}/cancel`))));
     return div;
   }));

@@ -314,6 +314,13 @@ class Maintenance:
         clock = self.clock.moved_to(moment, self.wall())
         return self._run(lambda engine: engine.advance(moment), clock)
 
+    def configure_clock(self, mode: str, speed: float) -> list[Change]:
+        """Pause (manual) or run (real, at ``speed``) the clock from the simulated time it shows now; committed."""
+        self.catch_up()
+        clock = self.clock.reconfigured(mode, speed, self.wall())
+        # The engine goes to the same instant, as a clock move takes it (deadlines up to it fire, committed together).
+        return self._run(lambda engine: engine.advance(max(clock.anchor_sim, engine.now)), clock)
+
     def step_clock(self) -> list[Change]:
         """Manual clocks: jump to the next deadline (or stay, when nothing is pending)."""
         due = self.engine.next_deadline()

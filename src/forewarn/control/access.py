@@ -1,7 +1,8 @@
 """The control port's access rule: the browser guard (``browser_guard.py``), then one bearer token.
 
 With a token configured (``forewarn serve --control-token``, or ``FOREWARN_CONTROL_TOKEN``), every request but
-``GET /healthz`` (a liveness probe, which tells nothing but the version) must carry ``Authorization: Bearer TOKEN``.
+``GET /healthz`` (a liveness probe, which tells nothing but the version) and the files of the dashboard and the OpenAPI
+UI (``/``, ``/docs``, ``/static/...``: the same for everyone) must carry ``Authorization: Bearer TOKEN``.
 This is the control port's only access rule: whatever else it serves later goes through the same gate.
 
 A control API that listens beyond loopback without a token lets anyone who reaches the port move the clock, schedule
@@ -19,7 +20,10 @@ from forewarn.control.errors import error_response
 from forewarn.net.browser_guard import BrowserGuard, listens_beyond_loopback
 
 TOKEN_ENV = "FOREWARN_CONTROL_TOKEN"
-OPEN_PATHS = frozenset({"/healthz"})
+# The liveness probe, and the dashboard's and the OpenAPI UI's files: the same for everyone and holding no data (the
+# page asks for the token and sends it with every request for data, the live stream included).
+OPEN_PATHS = frozenset({"/healthz", "/", "/docs"})
+OPEN_PREFIX = "/static/"
 
 
 class ControlGate:
@@ -49,7 +53,7 @@ class ControlGate:
         refusal = self.guard.check(scope["method"], headers)
         if refusal is not None:
             return error_response(refusal.status, refusal.code, refusal.message)
-        if self._token is None or scope["path"] in OPEN_PATHS:
+        if self._token is None or scope["path"] in OPEN_PATHS or scope["path"].startswith(OPEN_PREFIX):
             return None
         scheme, _, presented = headers.get("authorization", "").partition(" ")
         if scheme.lower() == "bearer" and hmac.compare_digest(presented.strip().encode(), self._token):

@@ -19,6 +19,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
+from forewarn.control.dashboard import LiveFeed, SurfaceViews, dashboard_router, docs_page
 from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
 from forewarn.control.imds import imds_router
@@ -31,9 +32,10 @@ from forewarn.control.models import (
     changes_out,
 )
 from forewarn.control.platform import platform_router
+from forewarn.control.scenario_runs import ScenarioRuns, scenarios_router
 from forewarn.control.waves import waves_router
 from forewarn.core.bounds import MAX_DURATION_SECONDS
-from forewarn.core.clock import MANUAL
+from forewarn.core.clock import MANUAL, REAL
 from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
@@ -85,6 +87,12 @@ class SetIn(BaseModel):
     to: str = Field(description="ISO 8601 time", examples=["2026-04-20T22:26:58Z"])
 
 
+class ClockModeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    mode: Literal["manual", "real"] = Field(description="manual: time moves only by command (pause); real: it runs")
+    speed: float | None = Field(default=None, description="simulated seconds per wall second (real); default: kept")
+
+
 class ClockOut(BaseModel):
     mode: Literal["manual", "real"]
     speed: float
@@ -97,15 +105,29 @@ class ClockMoveOut(ClockOut):
     changes_total: int = Field(description="how many changes there were in all (the journal has every one)")
 
 
-def create_control_app(service: Maintenance, imds=None, imds_listener: tuple[str, int] | None = None) -> FastAPI:
+def create_control_app(
+    service: Maintenance,
+    imds=None,
+    imds_listener: tuple[str, int] | None = None,
+    views: SurfaceViews | None = None,
+    scenario_runs: ScenarioRuns | None = None,
+) -> FastAPI:
     app = FastAPI(
         title="forewarn control API",
         version=__version__,
         description="Build fleets, inject maintenance and move time. The CLI (`forewarn --help`) speaks this API.",
+        docs_url=None,  # served below from the package's own copy of Swagger UI, not from a CDN
+        redoc_url=None,
     )
     app.add_middleware(JsonBodyGuard)  # bounded, depth-checked JSON bodies (control_json.py)
 
     install_error_handlers(app)
+    feed = LiveFeed(service)
+    app.state.live_feed = feed
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs():
+        return docs_page(app.openapi_url or "/openapi.json")
 
     @app.exception_handler(CoreError)
     async def core_error(request: Request, error: CoreError):
@@ -224,6 +246,14 @@ def create_control_app(service: Maintenance, imds=None, imds_listener: tuple[str
     async def next_deadline():
         return clock_moved(service.step_clock())
 
+    @app.post("/v1/clock/mode", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    async def clock_mode(body: ClockModeIn):
+        """Pause (manual) or run (real) the clock, at a speed; simulated time goes on from where it is."""
+        speed = service.clock.speed if body.speed is None else body.speed
+        service.configure_clock(MANUAL if body.mode == "manual" else REAL, speed)
+        feed.clock_moved()
+        return clock_out()
+
     @app.post("/v1/reset", tags=["service"], response_model=ClockOut, responses=ERRORS)
     async def reset():
         """Back to the server's start: the fleet, the clock at its start time, no events, waves, deliveries or
@@ -266,6 +296,9 @@ def create_control_app(service: Maintenance, imds=None, imds_listener: tuple[str
             ],
         }
 
+    app.include_router(dashboard_router(service, feed, views))
+    if scenario_runs is not None:
+        app.include_router(scenarios_router(scenario_runs))
     app.include_router(platform_router(service))
     app.include_router(ec2_router(service))
     app.include_router(waves_router(service))
@@ -275,14 +308,14 @@ def create_control_app(service: Maintenance, imds=None, imds_listener: tuple[str
 
         @app.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
         async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
-            """The scheduled-events document this VM's IMDS serves right now (same bytes)."""
+            """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
             vm = service.engine.fleet.vm(name)
             if api_version not in SCHEDULED_EVENTS_VERSIONS:
                 raise Invalid(
                     f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}"
                 )
             service.catch_up()
-            body = imds.document(vm.scope, api_version)
-            return Response(body, media_type="application/json")
+            body, etag = imds.document_with_etag(vm.scope, api_version)
+            return Response(body, media_type="application/json", headers={"etag": etag})
 
     return app

@@ -25,6 +25,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
+from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
@@ -39,6 +40,8 @@ from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
+from forewarn.control.dashboard import LiveFeed, SurfaceViews
+from forewarn.control.scenario_runs import ScenarioRuns
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
@@ -159,6 +162,7 @@ class Built:
     imds: AzureImds
     imds_sockets: list[socket.socket]
     metadata: MetadataRouter
+    live_feed: LiveFeed  # the dashboard's streams, ended when the server stops
 
 
 class ByPort:
@@ -232,15 +236,22 @@ def build(
     imds = AzureImds(service, resolver, imds_settings)
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
-    apps: dict[int, ASGIApp] = {
-        listeners.control[1]: ControlGate(
-            create_control_app(service, imds=imds, imds_listener=listeners.imds), json_guard, access.control_token
-        )
-    }
-    if listeners.arm is not None:
+    ec2_imds = Ec2Imds(service, resolver, ec2_settings)
+    ec2_backend = Ec2Backend(service)
+    resource_graph = ResourceGraphApi(service, azure.resource_graph) if listeners.arm is not None else None
+    views = SurfaceViews(
+        ec2_metadata=_metadata_answer(ec2_imds),
+        ec2_status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml(),
+        central_row=resource_graph.row_of if resource_graph is not None else None,
+    )
+    ec2_url = _own_url(listeners.ec2_api) if listeners.ec2_api is not None else None
+    runs = ScenarioRuns(service, _own_url(listeners.control), ec2_url, access.control_token)
+    control_app = create_control_app(service, imds=imds, imds_listener=listeners.imds, views=views, scenario_runs=runs)
+    apps: dict[int, ASGIApp] = {listeners.control[1]: ControlGate(control_app, json_guard, access.control_token)}
+    if listeners.arm is not None and resource_graph is not None:
         arm = ManagementApi(ArmApi(service), azure.access, guard=json_guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
-        arm.add_provider("microsoft.resourcegraph", ResourceGraphApi(service, azure.resource_graph).handle)
+        arm.add_provider("microsoft.resourcegraph", resource_graph.handle)
         if azure.event_grid is not None:
             azure.event_grid.register(arm)
         apps[listeners.arm[1]] = create_management_app(arm)
@@ -253,7 +264,8 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)),
+        MetadataRouter(imds, ec2_imds),
+        control_app.state.live_feed,
     )
 
 
@@ -298,12 +310,38 @@ async def serve(
     )
     announce(describe(service, listeners))
     try:
-        await uvicorn.Server(config).serve(sockets=built.management_sockets)
+        await _Uvicorn(config, built.live_feed).serve(sockets=built.management_sockets)
     finally:
         timer.cancel()
         sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+def _own_url(address: tuple[str, int]) -> str:
+    """How the server's own clients (scenario runs) reach one of its ports: a wildcard address by loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address[0], address[0])
+    return f"http://[{host}]:{address[1]}" if ":" in host else f"http://{host}:{address[1]}"
+
+
+def _metadata_answer(ec2_imds: Ec2Imds) -> Callable[[str, str], tuple[int, bytes, str]]:
+    def answer(instance_id: str, path: str) -> tuple[int, bytes, str]:
+        status, body, content_type, _ = ec2_imds.answer(instance_id, path)
+        return status, body, content_type.decode()
+
+    return answer
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn waits, when stopping, for every response to end: the dashboard's streams never would on their own."""
+
+    def __init__(self, config: uvicorn.Config, live_feed: LiveFeed):
+        super().__init__(config)
+        self.live_feed = live_feed
+
+    async def shutdown(self, sockets=None) -> None:
+        self.live_feed.close()
+        await super().shutdown(sockets)
 
 
 def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:

@@ -187,6 +187,11 @@ class AzureImds:
         """The bytes of a scope's document for an api-version, as a VM of that scope gets them."""
         return self._rendered(scope, version)[1]
 
+    def document_with_etag(self, scope: str, version: str) -> tuple[bytes, str]:
+        """The document's bytes and the ETag header a VM of that scope gets with them."""
+        response = self._rendered(scope, version)
+        return response[1], dict(response[3])[b"etag"].decode()
+
     # ------------------------------------------------------------------------------------------- requests
     def handle(self, request: Request) -> Response | Later:
         path = request.path

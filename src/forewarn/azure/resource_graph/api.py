@@ -103,6 +103,13 @@ class ResourceGraphApi:
             zones=[vm.zone] if vm.zone else None,
         )
 
+    def row_of(self, event_id: str) -> dict | None:
+        """The maintenanceresources row of an event as it is now (None: the event is not published centrally). A
+        query sees it once the configured lag is over."""
+        engine = self.service.engine
+        event = engine.events.get(event_id)
+        return None if event is None or not event.central else self._row(engine, event)
+
     def _load(self, engine: Engine) -> None:
         """Every central event as it is now (at start, or after the service rebuilt its engine): no lag."""
         self._lagging.clear()

@@ -14,7 +14,8 @@ knows the caller). Then:
 1. **schedules**: one Freeze per VM through ``POST /v1/events`` (``{"vms": [name]}``), ``--clients`` requests in
    flight at once: each answered only once its command is committed (one transaction each);
 2. **approvals**: every VM POSTs ``{"StartRequests": [{"EventId": ...}]}`` to its metadata endpoint, ``--clients``
-   VMs at once over kept-alive connections: each answer again follows its commit.
+   VMs at once over kept-alive connections: the approvals that arrive in one turn of the server's event loop are
+   committed in one transaction (group commit, ``Maintenance.perform_soon``), each answered once it is durable.
 
 Each phase records the server's CPU time (CPU ms per command: robust on a busy machine), this script's, and the
 machine's other load (bench/benchlib.py). A phase where the server did not use its core, or where other processes used
@@ -202,7 +203,10 @@ def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
     headers.append(f"≥ {GOAL_APPROVALS:,} approvals/s (SQLite)")
     say()
     say(markdown_table(headers, rows))
-    say(f"\n{args.clients} requests in flight; each answered after its own commit (no group commit). {machine_note()}")
+    say(
+        f"\n{args.clients} requests in flight. Schedules: a commit each. Approvals: group commit (those of one turn of "
+        f"the event loop in one transaction, each answered once it is durable). {machine_note()}"
+    )
     return 0
 
 

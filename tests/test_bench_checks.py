@@ -16,7 +16,7 @@ import pytest
 from conftest import POSTGRES_URL
 
 BENCH = Path(__file__).resolve().parent.parent / "bench"
-BOUND = 240  # seconds for all of them together; about 60 on a quiet 2-core machine
+BOUND = 300  # seconds for all of them together; about 60 on a quiet 2-core machine
 
 CHECKS = {
     "resource_graph_query.py": [],
@@ -29,33 +29,32 @@ CHECKS = {
 
 
 def test_every_benchmark_passes_its_check(tmp_path):
-    runnable = dict(CHECKS)
     env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src")}
     started = time.monotonic()
-    running = {}
-    for script, extra in runnable.items():
-        log = open(tmp_path / f"{script}.log", "wb")
-        running[script] = (
-            subprocess.Popen(
-                [sys.executable, str(BENCH / script), "--check", *extra],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=BENCH.parent,
-                env=env,
-            ),
-            log,
-        )
+    waiting = list(CHECKS.items())
+    running: dict[str, tuple[subprocess.Popen, object]] = {}
     failed = {}
-    for script, (process, log) in running.items():
-        try:
-            code = process.wait(timeout=max(1.0, BOUND - (time.monotonic() - started)))
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            code = "timed out"
-        log.close()
-        if code != 0:
-            failed[script] = (code, (tmp_path / f"{script}.log").read_text(errors="replace")[-2000:])
+    while waiting or running:
+        # Two at a time: the machine has two cores, and the rest of the suite runs beside this test.
+        while waiting and len(running) < 2:
+            script, extra = waiting.pop(0)
+            log = open(tmp_path / f"{script}.log", "wb")
+            command = [sys.executable, str(BENCH / script), "--check", *extra]
+            process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, cwd=BENCH.parent, env=env)
+            running[script] = (process, log)
+        time.sleep(0.2)
+        for script, (process, log) in list(running.items()):
+            code = process.poll()
+            if code is None and time.monotonic() - started < BOUND:
+                continue
+            if code is None:
+                process.kill()
+                process.wait()
+                code = "timed out"
+            log.close()  # type: ignore[attr-defined]
+            del running[script]
+            if code != 0:
+                failed[script] = (code, (tmp_path / f"{script}.log").read_text(errors="replace")[-2000:])
     assert not failed, "\n\n".join(f"{script} --check: {code}\n{tail}" for script, (code, tail) in failed.items())
 
 

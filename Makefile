@@ -36,13 +36,16 @@ lint: $(STAMP)
 ## make bench: IMDS GET against nginx serving the same bytes (installs nginx and wrk with apt), and
 ## DescribeInstanceStatus over 1,000 instances against moto (installs moto into the venv), a wave over
 ## 10,000 to 100,000 VMs on the manual clock, Resource Graph queries over 1,000,000 events, and Event Grid
-## delivery to a local webhook with and without batching, and the start-up cost of the forewarn command.
+## delivery to a local webhook with and without batching, durable commands (approvals through the metadata POST,
+## schedules through the control API, on SQLite and PostgreSQL), and the start-up cost of the forewarn command.
+## Each script takes --check: a small, fast run that fails on a broken setup only (tests/test_bench_checks.py).
 bench: bytecode
 	$(BIN)/python bench/imds_vs_nginx.py
 	$(BIN)/python bench/ec2_vs_moto.py
 	$(BIN)/python bench/wave.py
 	$(BIN)/python bench/resource_graph_query.py
 	$(BIN)/python bench/eventgrid_delivery.py
+	$(BIN)/python bench/commands.py
 	$(BIN)/python bench/startup.py
 
 clean:

@@ -35,6 +35,7 @@ from http.client import HTTPConnection
 from pathlib import Path
 
 # Shared with the IMDS benchmark beside this file: process handling, CPU accounting, small HTTP helpers.
+from benchlib import Meter, machine_note, markdown_table, verdict
 from imds_vs_nginx import (
     ROOT,
     VENV_BIN,
@@ -72,6 +73,11 @@ RAW_HEADERS = {
     "SignedHeaders=content-type;host;x-amz-date, Signature=" + "0" * 64,
 }
 
+#: Before issue 16 (bench/README.md, 2026-11-30): raw listings/s ratio forewarn/moto, and forewarn's server CPU.
+BEFORE_RAW_RATIO = 21.05
+BEFORE_SERVER_CPU_MS = 12.5
+GOAL_RATIO = 30.0
+
 try:
     import boto3
     from botocore.config import Config
@@ -80,6 +86,11 @@ except ImportError:  # pragma: no cover - the venv has them (forewarn's dev depe
 
 
 # ------------------------------------------------------------------------------------------------- moto
+def moto_installed() -> bool:
+    probe = [str(PYTHON), "-c", "import moto.server, flask"]
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
 def ensure_moto() -> tuple[str, bool]:
     """moto's version in the venv, installing moto[server] with pip first when it (or its server's Flask) is missing."""
     probe = [
@@ -306,6 +317,7 @@ def measure(targets: list[Target], once, warmup: int, rounds: int, server_cpu: i
             "p50_ms": statistics.median(values) * 1e3,
             "p99_ms": cuts[98] * 1e3,
             "min_ms": min(values) * 1e3,
+            "mean_ms": statistics.fmean(values) * 1e3,
             "max_ms": max(values) * 1e3,
             "server_cpu_ms_per_listing": server_cpu_s[target.name] / len(values) * 1e3,
             "client_cpu_ms_per_listing": client_cpu_s[target.name] / len(values) * 1e3,
@@ -359,9 +371,16 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=3, help="untimed listings per server first (default 3)")
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (fleet file, server logs)")
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="small and fast (50 instances, 2 listings; moto only if installed): fails on a broken setup only",
+    )
+    parser.add_argument(
         "--results", type=Path, default=RESULTS, help=f"JSON output (default {RESULTS.relative_to(ROOT)})"
     )
     args = parser.parse_args()
+    if args.check:
+        args.instances, args.rounds, args.raw_rounds, args.warmup = 50, 2, 2, 0
     if not 1 <= args.instances <= PAGE_SIZE:
         parser.error(f"--instances must be 1..{PAGE_SIZE} (a listing is then one page on both servers)")
     if args.rounds < 2 or args.raw_rounds < 0 or args.raw_rounds == 1 or args.warmup < 0:
@@ -375,7 +394,11 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
         raise BenchError("boto3 is not importable: run with the venv's python (.venv/bin/python)")
     if not (VENV_BIN / "forewarn").exists():
         raise BenchError(f"{VENV_BIN / 'forewarn'} not found: create the venv first (make bench does)")
-    moto_version, installed = ensure_moto()
+    if args.check and not moto_installed():
+        moto_version, installed = "", False
+        say("# --check: moto is not installed; checking forewarn alone (a full run installs moto)")
+    else:
+        moto_version, installed = ensure_moto()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) >= 2 and shutil.which("taskset"):
         server_cpu, client_cpu = cpus[0], cpus[1]
@@ -413,21 +436,19 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
     with_events = schedule_events(forewarn, fleet_ids, args.event_every)
     say(f"  scheduled system-reboot (notice 1d) on {len(with_events)} instances through POST /v1/ec2/events")
 
-    started = time.monotonic()
-    moto_proc, moto_url = start_moto(tmp, server_cpu)
-    procs.append(moto_proc)
-    ready = time.monotonic() - started
-    started = time.monotonic()
-    moto_ids = populate_moto(moto_url, args.instances)
-    say(
-        f"moto: up in {ready:.1f} s (pid {moto_proc.pid}); {len(moto_ids)} instances created with run_instances "
-        f"in batches of {BATCH} in {time.monotonic() - started:.1f} s"
-    )
-
-    targets = [
-        Target("forewarn", forewarn.ec2_url, forewarn.proc, set(fleet_ids)),
-        Target("moto", moto_url, moto_proc, set(moto_ids)),
-    ]
+    targets = [Target("forewarn", forewarn.ec2_url, forewarn.proc, set(fleet_ids))]
+    if moto_version:
+        started = time.monotonic()
+        moto_proc, moto_url = start_moto(tmp, server_cpu)
+        procs.append(moto_proc)
+        ready = time.monotonic() - started
+        started = time.monotonic()
+        moto_ids = populate_moto(moto_url, args.instances)
+        say(
+            f"moto: up in {ready:.1f} s (pid {moto_proc.pid}); {len(moto_ids)} instances created with run_instances "
+            f"in batches of {BATCH} in {time.monotonic() - started:.1f} s"
+        )
+        targets.append(Target("moto", moto_url, moto_proc, set(moto_ids)))
     names = [t.name for t in targets]
     for target in targets:
         target.ec2 = client(target.url)
@@ -467,10 +488,39 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
         "back to back"
     )
     boto = measure(targets, list_boto3, args.warmup, args.rounds, server_cpu)
-    raw = measure(targets, post_raw, args.warmup, args.raw_rounds, server_cpu) if args.raw_rounds else None
+    raw, refused = None, []
+    for _attempt in range(1 if args.check or not args.raw_rounds else 3):
+        if not args.raw_rounds:
+            break
+        # The raw round counts only if each server used its core while it answered (the client does little else
+        # than wait) and nothing else used the machine: otherwise it measures the machine (issue 16).
+        with Meter({t.name: t.pids for t in targets}) as meter:
+            raw = measure(targets, post_raw, args.warmup, args.raw_rounds, server_cpu)
+        assert meter.usage is not None
+        reasons = [] if args.check else verdict(meter.usage)
+        for name in names:
+            share = raw[name]["server_cpu_ms_per_listing"] / raw[name]["mean_ms"]
+            raw[name]["server_share"] = share
+            if not args.check and share < 0.85:
+                reasons.append(f"{name} used {share:.2f} of its core while answering (< 0.85)")
+        raw["usage"] = meter.usage.as_dict()
+        if not reasons:
+            break
+        refused.append(reasons)
+        say(f"# raw round refused: {'; '.join(reasons)}")
     for target in targets:
         if target.connection is not None:
             target.connection.close()
+    if len(names) < 2:
+        say("")
+        for name, result in (("boto3", boto), ("raw", raw)):
+            if result:
+                r = result["forewarn"]
+                say(
+                    f"{name}: forewarn {r['listings_per_s']:.2f} listings/s, {r['server_cpu_ms_per_listing']:.1f} ms CPU"
+                )
+        say(machine_note())
+        return 0
 
     boto_ratio = report(f"boto3 paginator ({args.rounds} listings per server)", boto, names)
     raw_ratio = None
@@ -480,6 +530,35 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
             raw,
             names,
         )
+        invalid = len(refused) >= (1 if args.check else 3)
+        cpu_ratio = raw["moto"]["server_cpu_ms_per_listing"] / raw["forewarn"]["server_cpu_ms_per_listing"]
+        status = (
+            "INVALID: " + "; ".join(refused[-1])
+            if invalid
+            else ("met" if raw_ratio["listings_per_s"] >= GOAL_RATIO else "not met")
+        )
+        say("")
+        say(
+            markdown_table(
+                ["measure", "before", "now", f"goal ≥ {GOAL_RATIO:.0f}x"],
+                [
+                    [
+                        "raw listings/s, forewarn/moto",
+                        f"{BEFORE_RAW_RATIO:.2f}x",
+                        f"{raw_ratio['listings_per_s']:.2f}x",
+                        status,
+                    ],
+                    ["server CPU per listing, moto/forewarn", "21.8x", f"{cpu_ratio:.1f}x", ""],
+                    [
+                        "forewarn server CPU per listing",
+                        f"{BEFORE_SERVER_CPU_MS} ms",
+                        f"{raw['forewarn']['server_cpu_ms_per_listing']:.1f} ms",
+                        "",
+                    ],
+                ],
+            )
+        )
+        say(machine_note())
     say("")
     say(
         "listings/s = listings / time spent in them (one client, sequential); p99 of "

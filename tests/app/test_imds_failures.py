@@ -1,5 +1,6 @@
 """When the database fails: IMDS answers 500 (what real IMDS does for its own failures) and nothing changes."""
 
+import asyncio
 import json
 
 from forewarn.app.runtime import Maintenance
@@ -7,7 +8,7 @@ from forewarn.azure.imds.scheduled_events import AzureImds
 from forewarn.azure.model import EventType
 from forewarn.engine.engine import ScheduleRequest
 from forewarn.net.callers import CallerResolver
-from forewarn.net.http import Request
+from forewarn.net.http import Awaiting, Request
 from forewarn.store import StoreError
 from helpers import T0, open_store, small_fleet
 
@@ -26,7 +27,14 @@ def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     headers = [(b"metadata", b"true")]
     local, peer = ("127.0.0.1", 8169), ("127.0.0.1", 50000)
     body = json.dumps({"StartRequests": [{"EventId": event.event_id}]}).encode()
-    posted = imds.handle(Request("POST", "/metadata/scheduledevents", url_query, headers, body, local, peer))
+
+    async def post():
+        # An approval is committed with the others of its turn of the event loop: the answer waits for that commit.
+        waiting = imds.handle(Request("POST", "/metadata/scheduledevents", url_query, headers, body, local, peer))
+        assert isinstance(waiting, Awaiting)
+        return await waiting.answer
+
+    posted = asyncio.run(post())
     fetched = imds.handle(Request("GET", "/metadata/scheduledevents", url_query, headers, b"", local, peer))
     assert posted[:2] == (500, b'{"error": "Internal server error. Retry the request."}')
     assert fetched[0] == 200

@@ -524,8 +524,10 @@ def test_describe_is_linear_in_the_fleet(tmp_path, monkeypatch):
     wire = Wire(service)
     api = wire.app.state.ec2
     built = []
-    view = api.view
-    monkeypatch.setattr(api, "view", lambda instance_id, now: built.append(instance_id) or view(instance_id, now))
+    item = api.status_item
+    monkeypatch.setattr(
+        api, "status_item", lambda instance_id, *rest: built.append(instance_id) or item(instance_id, *rest)
+    )
     started = time.perf_counter()
     first = ET.fromstring(wire.call().content)  # no MaxResults: pages of 1000
     elapsed = time.perf_counter() - started
@@ -541,6 +543,27 @@ def test_describe_is_linear_in_the_fleet(tmp_path, monkeypatch):
     matched = wire.describe(MaxResults=1000, Filter_1_Name="event.code", Filter_1_Value_1="system-reboot")
     assert len(matched) == 500 and len(built) == count
     assert elapsed < 2.0, elapsed  # measured: about 0.01 s
+    service.store.close()
+
+
+def test_a_cached_item_is_rendered_again_when_its_instance_changes(tmp_path):
+    fleet = "hosts: [{name: h1}]\nec2_instances:\n  - {id: i-00000000000000001, host: h1}\n"
+    service = open_service(tmp_path / "cache.db", fleet)
+    wire = Wire(service)
+    first = wire.call().content
+    assert wire.call().content.split(b"<instanceStatusSet>")[1] == first.split(b"<instanceStatusSet>")[1]
+    [event] = [
+        change.event
+        for change in service.perform(
+            lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, ("i-00000000000000001",)))
+        )
+        if hasattr(change, "event")
+    ]
+    listed = wire.call().content
+    assert event.event_id.encode() in listed and b"<eventsSet>" in listed
+    assert b"[Canceled]" not in listed
+    service.perform(lambda engine: engine.cancel_ec2(event.event_id))
+    assert b"<description>[Canceled] " in wire.call().content  # the event changed: its instance's item too
     service.store.close()
 
 

@@ -606,3 +606,59 @@ def test_a_runaway_query_is_interrupted(big_table):
             timeout_seconds=0.3,
         )
     assert raised.value.details[-1]["code"] == "QueryTimeout"
+
+
+# --- plan.py: the rewrites that keep a million rows fast must not change an answer ------------------------------
+
+
+def test_documented_queries_read_shredded_columns_and_count_without_sorting():
+    from forewarn.azure.resource_graph.query import _compile
+
+    sorted_projection = _compile(DOC_SORTED_PROJECTION)
+    assert "forewarn_event_status" in sorted_projection.sql and "ORDER BY" in sorted_projection.sql
+    assert "json_extract(properties, '$.EventStatus') ->>" not in sorted_projection.sql
+    assert "ORDER BY" not in sorted_projection.count_sql
+    due = _compile(
+        "maintenanceresources | where isnotempty(tostring(properties.NotBefore)) "
+        "| where todatetime(properties.NotBefore) between (ago(1d) .. now()) | project id"
+    )
+    assert "forewarn_not_before_time BETWEEN" in due.sql
+    # A limit makes the count depend on the order: the count keeps it.
+    assert "ORDER BY" in _compile("maintenanceresources | top 2 by tostring(properties.EventId)").count_sql
+
+
+@pytest.mark.parametrize(
+    "kql",
+    [
+        DOC_SORTED_PROJECTION,
+        "maintenanceresources | where properties.EventStatus =~ 'scheduled' | project id, name",
+        "maintenanceresources | summarize count() by tostring(properties.EventType)",
+        "maintenanceresources | where todatetime(properties.NotBefore) > now() | project id",
+        "maintenanceresources | where tostring(properties.EventStatus) == 'Started' | project-away properties, tags",
+        "maintenanceresources | where tostring(properties.EventStatus) != 'x' | sort by tostring(properties.EventId)"
+        " | summarize l = make_list(id) | project n = array_length(l)",
+        "maintenanceresources | extend properties = pack('EventStatus', 'x')"
+        " | where tostring(properties.EventStatus) == 'x' | count",
+        "maintenanceresources | where tostring(properties.EventStatus) == 'Started' | join kind=inner "
+        "(maintenanceresources | where tostring(properties.EventType) == 'Reboot' | project id, t = properties.EventType)"
+        " on id | project id, t",
+    ],
+)
+def test_rewritten_queries_answer_as_the_plain_ones(table, kql, monkeypatch):
+    from forewarn.azure.resource_graph import query as query_module
+    from forewarn.azure.resource_graph.plan import Plan
+
+    rewritten = query(table, kql)
+    assert not any(name in json.dumps(rewritten) for name in ("forewarn_", "subscription_key", "changed_at"))
+    monkeypatch.setattr(query_module, "plan", lambda sql, _: Plan(sql, sql, False))
+    query_module._compile.cache_clear()
+    try:
+        plain = query(table, kql)
+    finally:
+        query_module._compile.cache_clear()
+    assert rewritten == plain
+
+
+def test_a_shredded_column_name_is_no_column_of_the_table(table):
+    detail = refusal(table, "maintenanceresources | where forewarn_event_status == 'Scheduled'")
+    assert detail["code"] == "SemanticError"

@@ -8,6 +8,7 @@ database that cannot be reached refuses the command before the engine runs it (`
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
@@ -72,6 +73,8 @@ class Maintenance:
         # Functions of a command's changes that give the messages to deliver, committed with the changes.
         self._outboxes: list[Callable[[list[Change], Engine], list[Outgoing]]] = []
         self._lock = threading.RLock()
+        # Commands waiting for the next group commit (perform_soon), with the futures that answer them.
+        self._grouped: list[tuple[Callable[[Engine], list[Change]], asyncio.Future[list[Change]]]] = []
         self._due_wall = float("inf")
         self._refresh_due()
 
@@ -282,6 +285,66 @@ class Maintenance:
         self.catch_up()
         return self._run(command)
 
+    def perform_soon(self, command: Callable[[Engine], list[Change]]) -> asyncio.Future[list[Change]]:
+        """Group commit: run ``command`` with the others handed in during the same turn of the event loop, all in one
+        transaction, and resolve the future once that transaction is durable (never before: committed before
+        answered, as ``perform``). Each command runs on the engine in turn, as ``perform`` would run them one after
+        the other; a refused one (CoreError) fails alone. If the commit fails, every command of the group fails and
+        the engine is rebuilt from what was committed. The cost is latency: a command waits for the commit already
+        under way, then for its group's."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Change]] = loop.create_future()
+        self._grouped.append((command, future))
+        if len(self._grouped) == 1:
+            loop.call_soon(self._commit_group)
+        return future
+
+    def _commit_group(self) -> None:
+        group, self._grouped = self._grouped, []
+        try:
+            self.catch_up()
+        except Exception as error:
+            _fail(group, error)
+            return
+        outcomes: list[list[Change] | CoreError] = []
+        changes: list[Change] = []
+        with self._lock:
+            try:
+                self.store.ready()
+            except StoreError as error:
+                _fail(group, Unavailable(str(error), error.retry_after))
+                return
+            try:
+                outgoing = []
+                for command, _ in group:
+                    try:
+                        made = command(self.engine)
+                    except CoreError as refused:  # refused before the engine changed anything: this command only
+                        outcomes.append(refused)
+                        continue
+                    outcomes.append(made)
+                    changes += made
+                    outgoing += [item for derive in self._outboxes for item in derive(made, self.engine)]
+                if any(not isinstance(outcome, CoreError) for outcome in outcomes):
+                    self.store.commit(changes, self.engine.now, None, outgoing, self.engine.next_seq)
+            except Exception as error:
+                self._rebuild(error)
+                _fail(group, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
+                return
+            self._refresh_due()
+        self._announce(changes)
+        for (_, future), outcome in zip(group, outcomes):
+            if future.done():  # its caller gave up (the connection closed)
+                continue
+            if isinstance(outcome, CoreError):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+    def approve_soon(self, event_ids: Iterable[str], by: str) -> asyncio.Future[list[Change]]:
+        ids = list(event_ids)
+        return self.perform_soon(lambda engine: engine.approve(ids, by))
+
     def schedule(self, request: ScheduleRequest) -> list[Event]:
         changes = self.perform(lambda engine: engine.schedule(request))
         return [c.event for c in changes if isinstance(c, EventChanged)]
@@ -348,3 +411,9 @@ class Maintenance:
 
     def clock_view(self) -> ClockView:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
+
+
+def _fail(group: list[tuple[Any, asyncio.Future[list[Change]]]], error: BaseException) -> None:
+    for _, future in group:
+        if not future.done():
+            future.set_exception(error)

@@ -5,6 +5,7 @@ A surface is a synchronous function of a :class:`Request` returning a :data:`Res
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -36,9 +37,17 @@ DROP = 0
 
 
 @dataclass(frozen=True)
+class Awaiting:
+    """Answer once ``answer`` is done: a command committed together with others in one transaction (group commit),
+    answered only when that transaction is durable. The connection answers its later requests after this one."""
+
+    answer: asyncio.Future[Response | Awaiting]
+
+
+@dataclass(frozen=True)
 class Later:
     """Answer after a wall-clock delay (IMDS's first-call delay, injected slowness); ``produce`` runs then, so the
     answer shows the state at that moment. The connection answers its later requests after this one."""
 
     seconds: float
-    produce: Callable[[], Response]
+    produce: Callable[[], Response | Awaiting]  # an approval after a delay still waits for its commit

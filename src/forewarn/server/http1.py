@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from forewarn.net.http import DROP, JSON, Fresh, Later, Request, Response
+from forewarn.net.http import DROP, JSON, Awaiting, Fresh, Later, Request, Response
 
 log = logging.getLogger("forewarn.http")
 
@@ -95,7 +95,7 @@ MAX_LINGERING = 256
 RESERVED_DESCRIPTORS = 256
 
 
-Handler = Callable[[Request], "Response | Later"]
+Handler = Callable[[Request], "Response | Later | Awaiting"]
 
 _REASONS = {
     100: b"Continue",
@@ -446,23 +446,34 @@ class _Connection(asyncio.Protocol):
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             answer = _HANDLER_FAILED
-        if isinstance(answer, Later):
+        if isinstance(answer, (Later, Awaiting)):
             assert self.transport is not None
             self.waiting = []
             self.transport.pause_reading()
-            asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
+            self._defer(answer, request, keep_alive)
             return
         self._write(answer, keep_alive)
 
-    def _answer_later(self, later: Later, request: Request, keep_alive: bool) -> None:
+    def _defer(self, answer: Later | Awaiting, request: Request, keep_alive: bool) -> None:
+        if isinstance(answer, Later):
+            asyncio.get_running_loop().call_later(
+                answer.seconds, self._answer_later, answer.produce, request, keep_alive
+            )
+        else:
+            answer.answer.add_done_callback(lambda done: self._answer_later(done.result, request, keep_alive))
+
+    def _answer_later(self, produce: Callable[[], Any], request: Request, keep_alive: bool) -> None:
         if self.transport is None or self.closing:
             return
-        waiting, self.waiting = self.waiting or [], None
         try:
-            answer = later.produce()
+            answer = produce()
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             answer = _HANDLER_FAILED
+        if isinstance(answer, (Later, Awaiting)):  # a delayed answer that waits on a commit, say
+            self._defer(answer, request, keep_alive)
+            return
+        waiting, self.waiting = self.waiting or [], None
         self._write(answer, keep_alive)
         self.idle_since = time.monotonic()
         for queued, queued_keep_alive in waiting:

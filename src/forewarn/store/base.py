@@ -321,14 +321,20 @@ class SQLStore:
     @retried_on_a_new_connection
     def record_attempts(self, attempts: Sequence[Attempt]) -> None:
         """Several outcomes in one transaction (a batch succeeds or fails as a unit)."""
-        with self._transaction() as cursor:
-            for item in attempts:
-                self._execute(
-                    cursor,
+        rows = [
+            (item.status, item.attempts, item.next_at.isoformat(), item.error, item.detail, item.delivery_id)
+            for item in attempts
+        ]
+        if not rows:
+            return
+        with self._transaction() as cursor:  # one statement for the group: a round trip, not one per outcome
+            cursor.executemany(
+                self._sql(
                     "UPDATE forewarn_outbox SET status = ?, attempts = ?, next_at = ?, last_error = ?, "
-                    "detail = COALESCE(?, detail) WHERE id = ?",
-                    (item.status, item.attempts, item.next_at.isoformat(), item.error, item.detail, item.delivery_id),
-                )
+                    "detail = COALESCE(?, detail) WHERE id = ?"
+                ),
+                rows,
+            )
 
     @retried_on_a_new_connection
     def deliveries(self, limit: int = 1000) -> list[dict]:

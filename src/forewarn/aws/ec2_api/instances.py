@@ -116,15 +116,14 @@ def describe_instance_status(backend: Ec2Backend, params: Params, request_id: st
     else:
         candidates = backend.ordered_ids()
 
+    def keep(view: InstanceView) -> bool:
+        return all(f.matches(view) for f in filters)
+
     def render(instance_id: str) -> str | None:
-        if not include_all and not backend.running(instance_id):
-            return None
-        if not ids and not backend.visible(instance_id, params.region, now):
-            return None
-        view = backend.view(instance_id, now)
-        if not all(f.matches(view) for f in filters):
-            return None
-        return view.xml()
+        # Asked-for IDs were checked visible above (an unknown one is an error), so no region applies to them.
+        return backend.status_item(
+            instance_id, now, None if ids else params.region, include_all, keep if filters else None
+        )
 
     items, last = page(candidates, after, limit, render)
     body = ["<instanceStatusSet>" + "".join(items) + "</instanceStatusSet>" if items else "<instanceStatusSet/>"]

@@ -8,6 +8,10 @@ sending policy the outbox sender (app/outbox.py) uses for deliveries of kind ``e
   alone as ``application/cloudevents+json``, a batch as ``application/cloudevents-batch+json``.
 - Batching (``maxEventsPerBatch`` > 1): the due events of a subscription, up to the count and (except for a single
   event) ``preferredBatchSizeInKilobytes``, without waiting for more; a batch succeeds or fails as a unit.
+- Requests to one subscription go out concurrently, up to ``concurrent_requests`` at a time (Event Grid gives no
+  order guarantee), and their outcomes are recorded in groups of up to ``outcomes_per_commit`` per store
+  transaction, each outcome with the engine time its answer came. An outcome not yet committed when the process dies
+  leaves its delivery due, so it is sent again: at least once, never lost.
 - Success is 200-204 only. Codes in the non-retried set dead-letter at once; anything else is retried after 10 s,
   30 s, 1 m, 5 m, 10 m, 30 m, 1 h, 3 h, 6 h, then every 12 h, plus up to 10 % deterministic jitter, and at least
   5 m after a 404, 2 m after a 408 and 30 s after a 503. ``maxDeliveryAttempts`` ends it; so does the time to live,
@@ -22,6 +26,7 @@ Every time is the engine clock's, so a manual clock walks a day of retries as fa
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -195,8 +200,22 @@ class EventGridDelivery:
             )
             return
         destination = subscription.destination
-        for batch in batches(pending, destination.max_events_per_batch, destination.preferred_batch_kb):
-            await self._attempt(client, subscription, batch)
+        outcomes = _GroupCommit(self.store, self.settings.outcomes_per_commit)
+        slots = asyncio.Semaphore(self.settings.concurrent_requests)
+
+        async def send(batch: list[Delivery]) -> None:
+            async with slots:
+                outcomes.add(await self._attempt(client, subscription, batch))
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                for batch in batches(pending, destination.max_events_per_batch, destination.preferred_batch_kb):
+                    group.create_task(send(batch))
+        except BaseExceptionGroup as failed:  # the sender handles a store failure as such, not wrapped in a group
+            raise failed.exceptions[0] from None
+        finally:
+            # Outcomes already known are kept even if a sibling failed or the sender is stopping: fewer resends.
+            outcomes.flush()
 
     # ------------------------------------------------------------------------------------------------ requests
     def request(self, subscription: EventSubscription, batch: list[Delivery]) -> tuple[bytes, dict[str, str]]:
@@ -260,14 +279,16 @@ class EventGridDelivery:
             return Outcome(True, code, "Delivered", "")
         return Outcome(False, code, OUTCOMES.get(code, "Aborted"), f"HTTP {code}")
 
-    async def _attempt(self, client: httpx.AsyncClient, subscription: EventSubscription, batch: list[Delivery]) -> None:
+    async def _attempt(
+        self, client: httpx.AsyncClient, subscription: EventSubscription, batch: list[Delivery]
+    ) -> list[Attempt]:
+        """One request; returns the outcomes to record (a dead letter or drop is recorded here, at once)."""
         body, headers = self.request(subscription, batch)
         result = await self._post(client, subscription.destination.endpoint_url, body, headers)
         now = self.service.now()  # after the wait: a command may have moved the clock meanwhile
         made = batch[0].attempts + 1
         what = _describe(batch)
         if result.delivered:
-            self.store.record_attempts([Attempt(d.delivery_id, "delivered", made, now) for d in batch])
             log.info(
                 "event grid %s to subscription %s: delivered (HTTP %s, attempt %s)",
                 what,
@@ -275,7 +296,7 @@ class EventGridDelivery:
                 result.status,
                 made,
             )
-            return
+            return [Attempt(d.delivery_id, "delivered", made, now) for d in batch]
         detail = {
             "lastDeliveryOutcome": result.outcome,
             "lastHttpStatusCode": result.status,
@@ -291,7 +312,7 @@ class EventGridDelivery:
                 made,
             )
             self._dead_letter(subscription, batch, now, reason, detail, made, result.error)
-            return
+            return []
         if made >= subscription.retry.max_delivery_attempts:
             log.info(
                 "event grid %s to subscription %s: %s (attempt %s of %s)",
@@ -302,11 +323,8 @@ class EventGridDelivery:
                 subscription.retry.max_delivery_attempts,
             )
             self._dead_letter(subscription, batch, now, MAX_ATTEMPTS_REASON, detail, made, result.error)
-            return
+            return []
         next_at = now + retry_delay(made, result.status, str(batch[0].delivery_id))
-        self.store.record_attempts(
-            [Attempt(d.delivery_id, "pending", made, next_at, result.error, json.dumps(detail)) for d in batch]
-        )
         log.info(
             "event grid %s to subscription %s: %s (attempt %s); next attempt at %s",
             what,
@@ -315,6 +333,7 @@ class EventGridDelivery:
             made,
             next_at.isoformat(),
         )
+        return [Attempt(d.delivery_id, "pending", made, next_at, result.error, json.dumps(detail)) for d in batch]
 
     # ---------------------------------------------------------------------------------------- dead letters
     def _dead_letter(
@@ -476,6 +495,28 @@ class EventGridDelivery:
     def _drop(self, deliveries: list[Delivery], now: datetime, why: str) -> None:
         self.store.record_attempts([Attempt(d.delivery_id, "dropped", d.attempts, now, why) for d in deliveries])
         log.warning("event grid %s to %s: dropped (%s)", _describe(deliveries), deliveries[0].target, why)
+
+
+class _GroupCommit:
+    """Outcomes of concurrent requests, recorded ``size`` at a time in one transaction instead of one each.
+
+    Until its group commits, a delivery stays due in the store: a crash in between sends it again (at least once).
+    The retry schedule does not move: each outcome carries the engine time of its own answer."""
+
+    def __init__(self, store: SQLStore, size: int):
+        self.store = store
+        self.size = size
+        self.waiting: list[Attempt] = []
+
+    def add(self, outcomes: list[Attempt]) -> None:
+        self.waiting.extend(outcomes)
+        if len(self.waiting) >= self.size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.waiting:
+            group, self.waiting = self.waiting, []
+            self.store.record_attempts(group)
 
 
 def dead_letter_event(delivery: Delivery, cloud: bool) -> dict:

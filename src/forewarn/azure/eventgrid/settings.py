@@ -23,6 +23,10 @@ class EventGridSettings:
     duplicate_delay: timedelta = timedelta(0)  # engine time between a publication and its duplicate
     # ---- delivery ("Event Grid message delivery and retry")
     delivery_timeout: float = 30.0  # seconds of wall time Event Grid waits for a webhook's answer
+    # Requests in flight at once to one event subscription, and outcomes recorded per store transaction (ours: Event
+    # Grid documents neither; one request at a time and a commit per event capped delivery at ~700 events/s).
+    concurrent_requests: int = 16
+    outcomes_per_commit: int = 64
     non_retried_codes: frozenset[int] = field(default_factory=lambda: frozenset({400, 401, 403, 413}))
     dead_letter_dir: Path = Path("eventgrid-deadletters")
     dead_letter_delay: timedelta = timedelta(minutes=5)  # engine time between the last attempt and the write
@@ -38,6 +42,9 @@ class EventGridSettings:
             raise ValueError(f"duplicate rate must be between 0 and 1, not {self.duplicate_rate}")
         if any(not 400 <= code <= 599 for code in self.non_retried_codes):
             raise ValueError("non-retried codes must be HTTP error codes (400-599)")
+        for name in ("concurrent_requests", "outcomes_per_commit"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         for name in ("delivery_timeout", "handshake_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

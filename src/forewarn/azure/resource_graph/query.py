@@ -40,8 +40,9 @@ from uuid import UUID
 import duckdb
 import duckdb_kql
 
+from .plan import SHREDDED_SOURCE, plan
 from .request import QueryLimits, QueryRequest, ResourceGraphError
-from .table import COLUMN_NAMES, STORED_TABLE, MaintenanceTable, one_row
+from .table import COLUMN_NAMES, SHREDDED_NAMES, STORED_TABLE, MaintenanceTable, one_row
 
 TABLE_NAME = "maintenanceresources"
 MAX_PAGE = 1000  # ARG's default page and the largest $top (reference §4.1)
@@ -232,6 +233,7 @@ class _Compiled:
     uses_clock: bool
     limits_rows: bool
     operator_counts: tuple[tuple[str, int], ...] = ()  # (what, how many) for each limited operator used
+    count_sql: str = ""  # the same rows as sql, in any order (plan.py); sql itself if empty
 
 
 #: Any instant: the SQL reads the clock through a $kqlnow parameter bound at execution, so one translation serves
@@ -285,7 +287,14 @@ def _compile(kql: str) -> _Compiled:
     sql = _parse_rfc1123_dynamic(str(translated))
     _check_references(sql)
     counts = tuple((what, counted[rule]) for what, rule in _LIMITED_RULES if counted[rule])
-    return _Compiled(sql, _CLOCK_SLOT in translated.parameters, bool(operators & _ROW_LIMITING_OPERATORS), counts)
+    planned = plan(sql, TABLE_NAME)  # after the checks: they judge what the user wrote, not the rewrite
+    return _Compiled(
+        planned.page_sql,
+        _CLOCK_SLOT in translated.parameters,
+        bool(operators & _ROW_LIMITING_OPERATORS),
+        counts,
+        planned.count_sql,
+    )
 
 
 def _check_limits(compiled: _Compiled, limits: QueryLimits) -> None:
@@ -385,10 +394,13 @@ def _execute(
     prefixes: list[str] | None = None,
 ) -> tuple[int, list[tuple[str, str]], list[tuple[Any, ...]]]:
     visible = ", ".join(f'"{name}"' for name in COLUMN_NAMES)
+    shredded = ", ".join(f'"{name}"' for name in SHREDDED_NAMES)
     narrowed = "" if prefixes is None else " AND len(list_filter($forewarn_within, lambda p: starts_with(id, p))) > 0"
+    in_scope = f"FROM {STORED_TABLE} WHERE list_contains($forewarn_scope, subscription_key){narrowed}"
+    # Both CTEs read the same rows; only plan.py's rewritten steps name the second (DuckDB inlines what is unused).
     scoped = (
-        f"WITH {TABLE_NAME} AS (SELECT {visible} FROM {STORED_TABLE} "
-        f"WHERE list_contains($forewarn_scope, subscription_key){narrowed}) "
+        f"WITH {TABLE_NAME} AS (SELECT {visible} {in_scope}), "
+        f"{SHREDDED_SOURCE} AS (SELECT {visible}, {shredded} {in_scope}) "
     )
     parameters: dict[str, Any] = {}
     if prefixes is not None:
@@ -414,7 +426,8 @@ def _execute(
             total = offset + len(rows)  # the page holds the end of the result: no second pass
         else:
             # DuckDB keeps a subquery's ORDER BY under count(*), so this can cost as much as the page itself.
-            (total,) = one_row(cursor.execute(f"{scoped}SELECT count(*) FROM ({compiled.sql}) AS q", parameters))
+            count_sql = compiled.count_sql or compiled.sql
+            (total,) = one_row(cursor.execute(f"{scoped}SELECT count(*) FROM ({count_sql}) AS q", parameters))
     except duckdb.InterruptException:
         raise _invalid_query("QueryTimeout", f"The query ran longer than {timeout_seconds} s.") from None
     except duckdb.Error as error:

@@ -1,0 +1,208 @@
+"""What every benchmark here shares so that none can flatter itself: CPU accounting per round and the verdict on it.
+
+A round's wall-clock figure measures the server only if the server had its core to itself and used it. So each round
+records, from /proc:
+
+- the CPU time of every process taking part (the server under test, its reference, this script);
+- the CPU time everything else on the machine used meanwhile (all CPUs' busy time minus ours), in cores;
+- the hypervisor's steal, as a share of the machine's time.
+
+``verdict`` refuses a round where a server that should have been saturated used less than ``SATURATED`` of a core,
+where other processes used more than ``OTHERS_MAX`` cores, or where steal passed ``STEAL_MAX``. ``rounds`` re-runs a
+refused round up to ``attempts`` times and reports it INVALID (never as a figure that meets a goal) if it still fails.
+CPU-time figures (CPU seconds per request or per query) are reported beside wall time: they barely move with other
+load and compare runs on a busy machine.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+TICK = os.sysconf("SC_CLK_TCK")
+SATURATED = 0.85  # of one core: a server below this was waiting on something other than its own work
+OTHERS_MAX = 0.35  # cores used by processes outside the benchmark: above this the machine is busy
+STEAL_MAX = 0.05
+
+T = TypeVar("T")
+
+
+def process_cpu(pid: int) -> float:
+    """utime + stime of one process (all its threads), in seconds; 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_pids(pid: int) -> list[int]:
+    """A process and its direct children (nginx's worker, a server's helper)."""
+    pids = [pid]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                pids.append(int(entry.name))
+    return pids
+
+
+def _machine() -> tuple[float, float, float]:
+    """(busy, steal, total) seconds over all CPUs since boot, from the first line of /proc/stat."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq, steal = (values + [0] * 8)[:8]
+    busy = user + nice + system + irq + softirq
+    return busy / TICK, steal / TICK, (busy + idle + iowait + steal) / TICK
+
+
+@dataclass
+class Usage:
+    """What one round cost: wall seconds, CPU seconds per named participant, other processes' cores, steal share."""
+
+    wall: float
+    cpu: dict[str, float]
+    others_cores: float
+    steal: float
+    loadavg: float
+
+    def share(self, name: str) -> float:
+        """The participant's CPU over wall time: 1.0 is one saturated core."""
+        return self.cpu.get(name, 0.0) / self.wall if self.wall > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "wall": self.wall,
+            "cpu": self.cpu,
+            "others_cores": self.others_cores,
+            "steal": self.steal,
+            "loadavg": self.loadavg,
+        }
+
+
+class Meter:
+    """Measures one round: ``with Meter({"server": [pid]}) as meter: ...`` then ``meter.usage``.
+
+    This script's own process is counted as ``"client"`` unless named otherwise; ``own`` is False when the script is
+    the measured thing itself (an in-process benchmark), so it is counted under that name."""
+
+    def __init__(self, participants: Mapping[str, Iterable[int] | Callable[[], Iterable[int]]], own: str = "client"):
+        self._participants = participants
+        self._own = own
+        self.usage: Usage | None = None
+
+    def _pids(self) -> dict[str, list[int]]:
+        return {name: list(pids() if callable(pids) else pids) for name, pids in self._participants.items()}
+
+    def _read(self) -> tuple[float, dict[str, float], tuple[float, float, float]]:
+        cpu = {name: sum(process_cpu(pid) for pid in pids) for name, pids in self._pids().items()}
+        times = os.times()
+        cpu[self._own] = cpu.get(self._own, 0.0) + times.user + times.system
+        return time.perf_counter(), cpu, _machine()
+
+    def __enter__(self) -> Meter:
+        self._start = self._read()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = self._read()
+        wall = end[0] - self._start[0]
+        cpu = {name: end[1][name] - self._start[1].get(name, 0.0) for name in end[1]}
+        busy = end[2][0] - self._start[2][0]
+        steal = end[2][1] - self._start[2][1]
+        total = end[2][2] - self._start[2][2]
+        others = max(0.0, busy - sum(cpu.values()))
+        self.usage = Usage(
+            wall=wall,
+            cpu=cpu,
+            others_cores=others / wall if wall > 0 else 0.0,
+            steal=steal / total if total > 0 else 0.0,
+            loadavg=float(Path("/proc/loadavg").read_text().split()[0]),
+        )
+
+
+def verdict(usage: Usage, saturated: Sequence[str] = ()) -> list[str]:
+    """Why the round does not count (empty: it counts)."""
+    reasons = []
+    for name in saturated:
+        if usage.share(name) < SATURATED:
+            reasons.append(f"{name} used {usage.share(name):.2f} of its core (< {SATURATED})")
+    # Ticks are 10 ms: over a short round, others' share is coarse; allow one tick per CPU of slack.
+    slack = 2 * (os.cpu_count() or 1) / TICK / usage.wall if usage.wall > 0 else 0.0
+    if usage.others_cores > OTHERS_MAX + slack:
+        reasons.append(f"other processes used {usage.others_cores:.2f} cores (> {OTHERS_MAX})")
+    if usage.steal > STEAL_MAX:
+        reasons.append(f"steal {usage.steal:.0%} (> {STEAL_MAX:.0%})")
+    return reasons
+
+
+@dataclass
+class Measured:
+    """A round's result once it counts, or the last attempt's with the reasons it did not."""
+
+    value: Any
+    usage: Usage
+    attempts: int
+    refused: list[list[str]] = field(default_factory=list)  # reasons per refused attempt
+
+    @property
+    def valid(self) -> bool:
+        return len(self.refused) < self.attempts
+
+    def note(self) -> str:
+        if self.valid:
+            return "" if not self.refused else f"(valid on attempt {self.attempts})"
+        return "INVALID: " + "; ".join(self.refused[-1])
+
+
+def measured(
+    run: Callable[[], T],
+    participants: Mapping[str, Iterable[int] | Callable[[], Iterable[int]]],
+    saturated: Sequence[str] = (),
+    attempts: int = 3,
+    own: str = "client",
+    check: bool = False,
+) -> Measured:
+    """Run ``run`` under a Meter until a round counts, at most ``attempts`` times. In --check mode one attempt and no
+    verdict: a check proves the setup works, not that the machine is quiet."""
+    refused: list[list[str]] = []
+    for attempt in range(1, (1 if check else attempts) + 1):
+        with Meter(participants, own=own) as meter:
+            value = run()
+        assert meter.usage is not None
+        reasons = [] if check else verdict(meter.usage, saturated)
+        if not reasons:
+            return Measured(value, meter.usage, attempt, refused)
+        refused.append(reasons)
+    return Measured(value, meter.usage, attempts, refused)
+
+
+def machine_note() -> str:
+    """A line for the report: CPUs and the load average when the run ended."""
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    return f"{os.cpu_count()} CPUs, load average {' '.join(load)}"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A Markdown table (numbers right-aligned), as bench/README.md shows them."""
+    cells = [[str(h) for h in headers]] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    numeric = [all(_numberish(row[i]) for row in cells[1:]) for i in range(len(headers))]
+
+    def line(row: list[str]) -> str:
+        return "| " + " | ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(row, widths, numeric)) + " |"
+
+    rule = "|" + "|".join(("-" * (w + 1) + ":") if n else ("-" * (w + 2)) for w, n in zip(widths, numeric)) + "|"
+    return "\n".join([line(cells[0]), rule] + [line(row) for row in cells[1:]])
+
+
+def _numberish(text: str) -> bool:
+    stripped = text.replace(",", "").replace(".", "").replace("x", "").replace(" ms", "").replace("%", "").strip()
+    return stripped.lstrip("-").isdigit() or text in ("", "-")

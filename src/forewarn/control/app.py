@@ -21,6 +21,7 @@ from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
 from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
+from forewarn.control.gcp import gcp_router
 from forewarn.control.imds import imds_router
 from forewarn.control.json_body import JsonBodyGuard
 from forewarn.control.models import (
@@ -268,6 +269,7 @@ def create_control_app(service: Maintenance, imds=None) -> FastAPI:
 
     app.include_router(platform_router(service))
     app.include_router(ec2_router(service))
+    app.include_router(gcp_router(service))
     app.include_router(waves_router(service))
 
     if imds is not None:

@@ -1,4 +1,5 @@
-"""Which machine is asking: the metadata endpoints answer as the VM (Azure) or instance (EC2) behind the connection.
+"""Which machine is asking: the metadata endpoints answer as the VM (Azure) or instance (EC2, Compute Engine) behind
+the connection.
 
 In order: the connection arrived on a VM's own port (``imds.port``); the caller's address is a VM's
 ``imds.address`` (network namespaces, or clients that bind their source address); the address the caller dialled is
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from forewarn.aws.model import Ec2Instance
 from forewarn.fleet.model import VM, Fleet
+from forewarn.gcp.model import GceInstance
 
-Machine = VM | Ec2Instance
+Machine = VM | Ec2Instance | GceInstance
 
 
 class UnknownCaller(Exception):
@@ -19,7 +21,7 @@ class UnknownCaller(Exception):
 
 class CallerResolver:
     def __init__(self, fleet: Fleet, shared_ports: set[int]):
-        machines: list[Machine] = [*fleet.vms.values(), *fleet.ec2.values()]
+        machines: list[Machine] = [*fleet.vms.values(), *fleet.ec2.values(), *fleet.gce.values()]
         self._by_port = {m.imds_port: m for m in machines if m.imds_port is not None}
         # A VM port that is also the shared listening port identifies nobody by itself.
         for port in shared_ports:
@@ -28,7 +30,7 @@ class CallerResolver:
         default = fleet.default_vm
         self._default: Machine | None = None
         if default:
-            self._default = fleet.vms.get(default) or fleet.ec2.get(default)
+            self._default = fleet.vms.get(default) or fleet.ec2.get(default) or fleet.gce.get(default)
         self._cache: dict[tuple[str, int, str], Machine] = {}
 
     def resolve(self, local: tuple[str, int], peer: tuple[str, int]) -> Machine:

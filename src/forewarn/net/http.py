@@ -1,6 +1,7 @@
 """The contract between the metadata surfaces and the HTTP server that runs them (``server/http1.py``).
 
-A surface is a synchronous function of a :class:`Request` returning a :data:`Response`; it never sees sockets.
+A surface is a synchronous function of a :class:`Request` returning a :data:`Response` (or a :class:`Later` or a
+:class:`Deferred`); it never sees sockets.
 """
 
 from __future__ import annotations
@@ -42,3 +43,37 @@ class Later:
 
     seconds: float
     produce: Callable[[], Response]
+
+
+class Deferred:
+    """An answer the surface gives when something happens (a hanging GET: GCE's ``wait_for_change``). The server holds
+    the connection meanwhile, with no thread and no task: the surface keeps this object and calls :meth:`resolve`;
+    the server calls :meth:`cancel` if the connection closes first, and ``on_cancel`` lets the surface forget it."""
+
+    __slots__ = ("_deliver", "on_cancel", "done")
+
+    def __init__(self, on_cancel: Callable[[Deferred], None] | None = None):
+        self._deliver: Callable[[Response], None] | None = None
+        self.on_cancel = on_cancel
+        self.done = False
+
+    def resolve(self, response: Response) -> None:
+        """Answer now (once; later calls do nothing)."""
+        if self.done:
+            return
+        self.done = True
+        if self._deliver is not None:
+            self._deliver(response)
+
+    def attach(self, deliver: Callable[[Response], None]) -> None:
+        """The server's: where the answer goes."""
+        self._deliver = deliver
+
+    def cancel(self) -> None:
+        """The server's: the connection closed unanswered."""
+        if self.done:
+            return
+        self.done = True
+        self._deliver = None
+        if self.on_cancel is not None:
+            self.on_cancel(self)

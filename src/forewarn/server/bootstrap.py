@@ -43,6 +43,7 @@ from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFileError, load_fleet_document
+from forewarn.gcp.metadata.server import GceMetadata
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
@@ -114,22 +115,26 @@ _EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
 
 
 class MetadataRouter:
-    """One metadata address for both clouds, as on a real VM: Azure's paths start with /metadata, EC2's with
-    /latest, a dated version or /1.0."""
+    """One metadata address for every cloud, as on a real VM: Azure's paths start with /metadata, EC2's with
+    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata."""
 
-    def __init__(self, azure: AzureImds, ec2: Ec2Imds):
+    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata):
         self.azure = azure
         self.ec2 = ec2
+        self.gce = gce
 
     def handle(self, request: Request):
         path = request.path
+        if path.startswith("/computeMetadata"):
+            return self.gce.handle(request)
         if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
             return self.ec2.handle(request)
         return self.azure.handle(request)
 
 
 class Machine(Protocol):
-    """What the listeners need of an Azure VM or an EC2 instance: where its own metadata endpoint answers."""
+    """What the listeners need of an Azure VM, an EC2 or a Compute Engine instance: where its own metadata endpoint
+    answers."""
 
     @property
     def name(self) -> str: ...
@@ -140,9 +145,9 @@ class Machine(Protocol):
 
 
 def machines(service: Maintenance) -> list[Machine]:
-    """Azure VMs and EC2 instances alike."""
+    """Azure VMs, EC2 and Compute Engine instances alike."""
     fleet = service.engine.fleet
-    return [*fleet.vms.values(), *fleet.ec2.values()]
+    return [*fleet.vms.values(), *fleet.ec2.values(), *fleet.gce.values()]
 
 
 ASGIApp = Callable[..., Awaitable[None]]
@@ -242,7 +247,7 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings)),
+        MetadataRouter(imds, Ec2Imds(service, resolver, ec2_settings), GceMetadata(service, resolver)),
     )
 
 
@@ -313,8 +318,8 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
     fleet = service.engine.fleet
     clock = service.clock
     lines = [
-        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes) and {len(fleet.ec2)} EC2 "
-        f"instances on {len(fleet.hosts)} hosts, "
+        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes), {len(fleet.ec2)} EC2 "
+        f"and {len(fleet.gce)} Compute Engine instances on {len(fleet.hosts)} hosts, "
         f"store {service.store.description}, clock {clock.mode}"
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
@@ -349,6 +354,11 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         )
     if fleet.ec2:
         lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
+    if fleet.gce:
+        lines.append(
+            f"  GCE metadata  {imds}/computeMetadata/v1/   (Metadata-Flavor: Google; at each instance's own address "
+            "or port; docs/gcp.md)"
+        )
     lines.append(f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'")
     return "\n".join(lines)
 

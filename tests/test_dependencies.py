@@ -29,6 +29,7 @@ SURFACES = (
     "forewarn.azure.resource_graph.api",
     "forewarn.aws.imds",
     "forewarn.aws.ec2_api",
+    "forewarn.gcp.metadata",
     "forewarn.control",
 )
 ENGINE_PARTS = (
@@ -40,6 +41,9 @@ ENGINE_PARTS = (
     "forewarn.aws.component",
     "forewarn.aws.model",
     "forewarn.aws.changes",
+    "forewarn.gcp.component",
+    "forewarn.gcp.model",
+    "forewarn.gcp.changes",
     "forewarn.waves",
 )
 

@@ -139,7 +139,7 @@ def test_a_file_over_the_size_bound_is_refused_before_it_is_read(tmp_path):
 
 def test_an_empty_mapping_or_a_fleet_of_nothing_is_refused():
     for text in ("{}\n", "hosts: [{name: h}]\n", "scale_sets: [{name: s, instances: 0}]\n"):
-        with pytest.raises(FleetFileError, match=r"f.yaml:1: the fleet has no VM and no EC2 instance"):
+        with pytest.raises(FleetFileError, match=r"f.yaml:1: the fleet has no VM and no instance"):
             parse_fleet(text, "f.yaml")
 
 

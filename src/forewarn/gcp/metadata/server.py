@@ -275,12 +275,12 @@ class GceMetadata:
     def handle(self, request: Request) -> Response | Deferred:
         path = request.path
         flavor = legacy = None
-        for name, value in request.headers:
-            if name == b"metadata-flavor":
+        for header, value in request.headers:
+            if header == b"metadata-flavor":
                 flavor = value
-            elif name == b"x-google-metadata-request":
+            elif header == b"x-google-metadata-request":
                 legacy = value
-            elif name == b"x-forwarded-for":
+            elif header == b"x-forwarded-for":
                 return _forbidden(path, "Request had an X-Forwarded-For header, so it may come from a proxy.")
         if not path.startswith(ROOT):
             if path in ("/computeMetadata/", "/computeMetadata"):

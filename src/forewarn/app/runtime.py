@@ -28,6 +28,7 @@ from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
+from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.store import JournalEntry, Outgoing, SQLStore, StoredState, StoreError
 from forewarn.waves.component import WaveChanged
 
@@ -247,6 +248,19 @@ class Maintenance:
                 )
             elif isinstance(change, Ec2StateChanged):
                 log.info("instance %s %s: %s", change.state.instance_id, change.what, change.reason)
+            elif isinstance(change, GceEventChanged):
+                gce = change.event
+                log.info(
+                    "maintenance %s %s of %s: %s (%s)",
+                    gce.event_id,
+                    gce.kind.value,
+                    gce.instance,
+                    change.what,
+                    change.reason,
+                )
+            elif isinstance(change, GceStateChanged):
+                if change.what != "watched":
+                    log.info("instance %s %s: %s", change.state.name, change.what, change.reason)
             elif isinstance(change, EventChanged):
                 event = change.event
                 log.info(

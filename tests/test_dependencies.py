@@ -30,6 +30,7 @@ SURFACES = (
     "forewarn.aws.imds",
     "forewarn.aws.ec2_api",
     "forewarn.gcp.metadata",
+    "forewarn.gcp.compute_api",
     "forewarn.control",
 )
 ENGINE_PARTS = (

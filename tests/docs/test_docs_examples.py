@@ -21,7 +21,7 @@ The rules a doc follows (docs/README.md says the same for writers):
   directory before the page's commands run, and is not run itself) or ``<!-- not run: REASON -->`` (kept for the
   few examples that need what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
 
-What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
+What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2, 8173 GCE)
 and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
 examples can run beside another forewarn; the CLI's defaults follow (``FOREWARN_SERVER``, ``FOREWARN_ARM``), and a
 ``forewarn serve ... &`` gets the ports it does not name. Pages run side by side, a few at a time.
@@ -48,7 +48,7 @@ from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172)
+WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172, 8173)
 RUN = {"sh", "python"}
 FILES = {"yaml"}
 SHOWN = {"json", "xml", "text"}
@@ -147,9 +147,9 @@ def test_yaml_example_parses(block: Block, tmp_path: Path):
 
 
 # ------------------------------------------------------------------------------------------ commands run, in order
-FOREWARN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172}
+FOREWARN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172, "--gce-port": 8173}
 EXAMPLE_PORTS = tuple(range(8180, 8190))  # a page's own listeners: a replay, a webhook receiver
-PORT = re.compile(r"(?<![\w.])(8169|8170|8171|8172|818\d)(?!\w)")
+PORT = re.compile(r"(?<![\w.])(8169|8170|8171|8172|8173|818\d)(?!\w)")
 PAGE_TIMEOUT = 90  # seconds; a page takes a few, so this only ends a hang
 
 EXPECTED = re.compile(r"^#\s*→\s?(?P<text>.*)$")

@@ -114,6 +114,13 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     show_default=True,
     help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).",
 )
+@click.option(
+    "--gce-port",
+    default=8173,
+    type=click.IntRange(0, 65535),
+    show_default=True,
+    help="Compute Engine API port, on --host, for google-cloud-compute (api_endpoint; 0: off).",
+)
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
 @click.option(
     "--imds-port",
@@ -301,6 +308,7 @@ def serve(
     port: int,
     arm_port: int,
     ec2_port: int,
+    gce_port: int,
     imds_host: str,
     imds_port: int,
     clock_mode: str | None,
@@ -351,6 +359,7 @@ def serve(
         port=port,
         arm_port=arm_port,
         ec2_port=ec2_port,
+        gce_port=gce_port,
         imds_host=imds_host,
         imds_port=imds_port,
         clock_mode=clock_mode,
@@ -404,6 +413,7 @@ LISTEN_OPTIONS = {
     "imds": ("metadata endpoint", "--imds-host/--imds-port"),
     "arm": ("ARM API", "--host/--arm-port, 0 turns it off"),
     "ec2_api": ("EC2 API", "--host/--ec2-port, 0 turns it off"),
+    "gce_api": ("Compute Engine API", "--host/--gce-port, 0 turns it off"),
 }
 
 

@@ -43,6 +43,7 @@ from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFileError, load_fleet_document
+from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata.server import GceMetadata
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 from forewarn.net.callers import CallerResolver
@@ -63,6 +64,7 @@ class Listeners:
     imds: tuple[str, int]
     arm: tuple[str, int] | None = None
     ec2_api: tuple[str, int] | None = None
+    gce_api: tuple[str, int] | None = None
     vm_ports: dict[int, str] = field(default_factory=dict)
     vm_addresses: dict[str, str] = field(default_factory=dict)
 
@@ -204,11 +206,15 @@ def build(
     """The surfaces and their bound sockets. Per-VM listeners that cannot be bound are skipped with a warning."""
     fleet = service.engine.fleet
     management_sockets = [_listen("control", listeners.control)]
-    for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api)):
+    for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api), ("gce_api", listeners.gce_api)):
         if extra is not None:
             management_sockets.append(_listen(role, extra))
     imds_sockets = [_listen("imds", listeners.imds)]
-    taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
+    taken = {
+        address[1]
+        for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api, listeners.gce_api)
+        if address
+    }
     for machine in machines(service):
         name, port, address = machine.name, machine.imds_port, machine.imds_address
         if port is not None and port not in taken:
@@ -242,6 +248,8 @@ def build(
         apps[listeners.ec2_api[1]] = create_ec2_app(
             service, credentials=ec2_credentials, guard=BrowserGuard(hosts, json_api=False)
         )
+    if listeners.gce_api is not None:
+        apps[listeners.gce_api[1]] = create_compute_app(service, guard=json_guard)
     return Built(
         ByPort(apps),
         management_sockets,
@@ -306,6 +314,8 @@ def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
     roles[listeners.imds[1]] = "the metadata endpoint"
     if listeners.ec2_api is not None:
         roles[listeners.ec2_api[1]] = "the EC2 API"
+    if listeners.gce_api is not None:
+        roles[listeners.gce_api[1]] = "the Compute Engine API"
     if listeners.arm is not None:
         roles[listeners.arm[1]] = "the ARM port"
     roles[listeners.control[1]] = "the control API"
@@ -354,6 +364,11 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         )
     if fleet.ec2:
         lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
+    if listeners.gce_api and fleet.gce:
+        lines.append(
+            f"  GCE API       http://{listeners.gce_api[0]}:{listeners.gce_api[1]}   (google-cloud-compute "
+            "api_endpoint, anonymous credentials; docs/gcp.md)"
+        )
     if fleet.gce:
         lines.append(
             f"  GCE metadata  {imds}/computeMetadata/v1/   (Metadata-Flavor: Google; at each instance's own address "
@@ -395,6 +410,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             imds=(config.imds_host, config.imds_port),
             arm=(config.host, config.arm_port) if config.arm_port else None,
             ec2_api=(config.host, config.ec2_port) if config.ec2_port else None,
+            gce_api=(config.host, config.gce_port) if config.gce_port else None,
         )
         ec2_settings = Ec2ImdsSettings(tokens=config.ec2_imds_tokens, while_down=imds_settings.while_down)
         try:

@@ -29,6 +29,7 @@ class GceEventOut(BaseModel):
     can_reschedule: bool
     window_start: str
     window_end: str
+    created_at: str
     notice_at: str | None
     started_at: str | None
     ended_at: str | None
@@ -46,6 +47,7 @@ class GceEventOut(BaseModel):
             can_reschedule=event.can_reschedule,
             window_start=format_time(event.window_start),
             window_end=format_time(event.window_end),
+            created_at=format_time(event.created_at),
             notice_at=format_optional_time(event.notice_at),
             started_at=format_optional_time(event.started_at),
             ended_at=format_optional_time(event.ended_at),
@@ -203,6 +205,13 @@ def gcp_router(service: Maintenance) -> APIRouter:
             else parse_enum(OnHostMaintenance, body.on_host_maintenance, "onHostMaintenance")
         )
         return outcome(service.perform(lambda engine: engine.set_scheduling(name, policy, body.automatic_restart)))
+
+    @router.post("/v1/gce/instances/{name}/watch", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+    async def watch(name: str):
+        """As if the instance read maintenance-event: its next maintenance gets the 60-second notice (a scenario's
+        watcher, without a metadata client)."""
+        service.engine.gce_instance(name)
+        return outcome(service.perform(lambda engine: engine.watch_gce(name)))
 
     @router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def start(name: str):

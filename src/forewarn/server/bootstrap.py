@@ -45,7 +45,7 @@ from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFileError, load_fleet_document
 from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata.server import GceMetadata
-from forewarn.net.browser_guard import BrowserGuard, HostNames
+from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
 from forewarn.net.own_listeners import OwnListeners
@@ -396,6 +396,12 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
         raise ServeError(f"refusing to start: {refusal}")
     for warning in warnings:
         log.warning(warning)
+    if config.gce_port and listens_beyond_loopback(config.host):
+        log.warning(
+            "the Compute Engine API port listens on %s and checks no credential: anyone who can reach it can start "
+            "maintenance and change instances' scheduling (--gce-port 0 turns it off)",
+            config.host,
+        )
     imds_settings = imds_settings_of(config)
     service, azure = open_service(config)
     store = service.store

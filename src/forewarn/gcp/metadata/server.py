@@ -131,6 +131,7 @@ class GceMetadata:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._by_deferred: dict[Deferred, Waiter] = {}
+        self._gone = 0  # timeouts in the heap whose waiter went away (its client hung up)
         service.subscribe(self._on_change)
 
     # ------------------------------------------------------------------------------------------ read model
@@ -341,6 +342,13 @@ class GceMetadata:
         return deferred
 
     def _forget(self, deferred: Deferred) -> None:
+        # A client that gives up and asks again (gcp-metadata does, every 3 s outside Google Cloud) leaves its old
+        # timeout in the heap: drop them once they are most of it, so the heap follows the waiters, not the retries.
+        self._gone += 1
+        if self._gone > 1024 and self._gone * 2 > len(self._timeouts):
+            self._timeouts = [entry for entry in self._timeouts if not entry[2].deferred.done]
+            heapq.heapify(self._timeouts)
+            self._gone = 0
         waiter = self._by_deferred.pop(deferred, None)
         if waiter is not None:
             waiters = self._waiters.get(waiter.instance)

@@ -43,7 +43,13 @@ scale_sets:
 """
 
 
-PORT_OPTIONS = {"--port": "port", "--imds-port": "imds_port", "--arm-port": "arm_port", "--ec2-port": "ec2_port"}
+PORT_OPTIONS = {
+    "--port": "port",
+    "--imds-port": "imds_port",
+    "--arm-port": "arm_port",
+    "--ec2-port": "ec2_port",
+    "--gce-port": "gce_port",
+}
 
 
 def small_fleet():
@@ -73,6 +79,7 @@ class Server:
         self.imds_port = free_port()
         self.arm_port = free_port()
         self.ec2_port = free_port()
+        self.gce_port = free_port()
         self.db = db or str(tmp_path / "forewarn.db")
         self.args = [
             "--db",
@@ -85,6 +92,8 @@ class Server:
             str(self.arm_port),
             "--ec2-port",
             str(self.ec2_port),
+            "--gce-port",
+            str(self.gce_port),
             "--clock",
             clock,
             "--start",
@@ -110,6 +119,10 @@ class Server:
     @property
     def ec2(self) -> str:
         return f"http://127.0.0.1:{self.ec2_port}"
+
+    @property
+    def gce(self) -> str:
+        return f"http://127.0.0.1:{self.gce_port}"
 
     @property
     def imds(self) -> str:

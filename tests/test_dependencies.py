@@ -30,6 +30,8 @@ SURFACES = (
     "forewarn.azure.resource_graph.api",
     "forewarn.aws.imds",
     "forewarn.aws.ec2_api",
+    "forewarn.gcp.metadata",
+    "forewarn.gcp.compute_api",
     "forewarn.control",
 )
 ENGINE_PARTS = (
@@ -41,6 +43,9 @@ ENGINE_PARTS = (
     "forewarn.aws.component",
     "forewarn.aws.model",
     "forewarn.aws.changes",
+    "forewarn.gcp.component",
+    "forewarn.gcp.model",
+    "forewarn.gcp.changes",
     "forewarn.waves",
 )
 

@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from central_helpers import CENTRAL, FLEET, RG, SUB_A, SUB_B
-from helpers import Server, fresh
+from helpers import ROOT, Server, fresh
 
 ACK_API = "2023-10-01-preview"
 LIST_API = "2025-10-01-preview"
@@ -215,7 +215,11 @@ def test_a_bad_access_file_is_refused_at_start(tmp_path):
     import sys
 
     run = subprocess.run(
-        [sys.executable, "-m", "forewarn", "serve", *server.args], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "forewarn", "serve", *server.args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},  # this tree's forewarn, not the installed one
     )
     assert run.returncode == 1 and "unknown role 'Janitor'" in run.stderr
 

@@ -6,6 +6,7 @@ filters, batching, retries on the manual clock, dead letters, time to live, dupl
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
@@ -33,7 +34,7 @@ from forewarn.azure.model import Event, EventSource, EventStatus, EventType
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.model import VM
 from forewarn.store import Delivery
-from helpers import T0, Server, free_port, open_store
+from helpers import ROOT, T0, Server, free_port, open_store
 
 EVENT_TYPE = "Microsoft.ResourceNotifications.MaintenanceResources.ScheduledEventEmitted"
 GROUP_ID = f"/subscriptions/{SUB}/resourceGroups/contoso-rg/providers/Microsoft.Compute"
@@ -1326,6 +1327,7 @@ def test_the_fleet_file_can_declare_event_grid_too(tmp_path, webhook):
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},  # this tree's forewarn, not the installed one
     )
     assert both.returncode == 1 and "keep one" in both.stderr
     bad = FLEET + "event_grid: {system_topics: [{name: x}]}\n"
@@ -1334,5 +1336,6 @@ def test_the_fleet_file_can_declare_event_grid_too(tmp_path, webhook):
         capture_output=True,
         text=True,
         timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
     )
     assert refused.returncode == 1 and "event_grid" in refused.stderr

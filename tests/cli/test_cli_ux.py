@@ -82,6 +82,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
         ("--imds-port", "metadata endpoint"),
         ("--arm-port", "ARM API"),
         ("--ec2-port", "EC2 API"),
+        ("--gce-port", "Compute Engine API"),
     ],
 )
 def test_a_taken_port_is_named_with_the_option_that_sets_it(option, what):
@@ -89,7 +90,7 @@ def test_a_taken_port_is_named_with_the_option_that_sets_it(option, what):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        ports = {name: str(free_port()) for name in ("--port", "--imds-port", "--arm-port", "--ec2-port")}
+        ports = {name: str(free_port()) for name in ("--port", "--imds-port", "--arm-port", "--ec2-port", "--gce-port")}
         ports[option] = str(port)
         run = _serve(*(item for pair in ports.items() for item in pair))
     assert run.returncode == 1

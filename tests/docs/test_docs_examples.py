@@ -23,7 +23,7 @@ The rules a doc follows (docs/README.md says the same for writers):
 - A page that says ``<!-- page needs: root ... -->`` (the sandbox's, which makes network namespaces) runs only as
   root, as in CI; otherwise it is skipped with that reason.
 
-What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2)
+What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2, 8173 GCE)
 and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
 examples can run beside another forewarn; the CLI's defaults follow (``FOREWARN_SERVER``, ``FOREWARN_ARM``), and a
 ``forewarn serve ... &`` gets the ports it does not name. This checkout's entry points (pyproject.toml's: the pytest
@@ -52,7 +52,7 @@ from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172)
+WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172, 8173)
 RUN = {"sh", "python"}
 FILES = {"yaml"}
 SHOWN = {"json", "xml", "text"}
@@ -151,9 +151,9 @@ def test_yaml_example_parses(block: Block, tmp_path: Path):
 
 
 # ------------------------------------------------------------------------------------------ commands run, in order
-FOREWARN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172}
+FOREWARN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172, "--gce-port": 8173}
 EXAMPLE_PORTS = tuple(range(8180, 8190))  # a page's own listeners: a replay, a webhook receiver
-PORT = re.compile(r"(?<![\w.])(8169|8170|8171|8172|818\d)(?!\w)")
+PORT = re.compile(r"(?<![\w.])(8169|8170|8171|8172|8173|818\d)(?!\w)")
 PAGE_TIMEOUT = 90  # seconds; a page takes a few, so this only ends a hang
 
 EXPECTED = re.compile(r"^#\s*→\s?(?P<text>.*)$")

@@ -85,7 +85,7 @@ def test_demo_fleet_has_what_the_readme_promises():
         ("vms: [\n", "f.yaml:2: not valid YAML"),
         (
             "default_vm: nobody\nvms: [{name: a}]\n",
-            "f.yaml:1: default_vm: 'nobody' is not a VM or EC2 instance of this fleet",
+            "f.yaml:1: default_vm: 'nobody' is not a VM, EC2 or Compute Engine instance of this fleet",
         ),
         ("hosts: [{name: h}, {name: h}]\n", "f.yaml:1: hosts[1].name: duplicate host 'h'"),
         ("- a\n- b\n", "f.yaml:1: a fleet file is a mapping"),

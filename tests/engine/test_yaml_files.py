@@ -71,6 +71,8 @@ def serve(*args) -> tuple[subprocess.CompletedProcess, float]:
         str(free_port()),
         "--ec2-port",
         str(free_port()),
+        "--gce-port",
+        str(free_port()),
         "--clock",
         "manual",
         *args,
@@ -139,7 +141,7 @@ def test_a_file_over_the_size_bound_is_refused_before_it_is_read(tmp_path):
 
 def test_an_empty_mapping_or_a_fleet_of_nothing_is_refused():
     for text in ("{}\n", "hosts: [{name: h}]\n", "scale_sets: [{name: s, instances: 0}]\n"):
-        with pytest.raises(FleetFileError, match=r"f.yaml:1: the fleet has no VM and no EC2 instance"):
+        with pytest.raises(FleetFileError, match=r"f.yaml:1: the fleet has no VM and no instance"):
             parse_fleet(text, "f.yaml")
 
 
@@ -222,6 +224,8 @@ def test_the_memory_limit_leaves_a_good_fleet_servable(tmp_path):
             "--arm-port",
             "0",
             "--ec2-port",
+            "0",
+            "--gce-port",
             "0",
             "--clock",
             "manual",

@@ -32,6 +32,9 @@ REQUIRED = {
     "two-vm-live-migration",
     "ec2-system-reboot-event-window",
     "ec2-instance-retirement",
+    "gce-live-migration",  # issue 15: a live migration seen by a watcher
+    "gce-gpu-terminate-performed",  # terminate-on-maintenance of a GPU VM, announced, started early by its user
+    "gce-spot-preemption",
 }
 
 
@@ -235,7 +238,7 @@ def test_a_valid_file_resolves_per_timing():
             "step (known: $notice)",
         ),
         (("at: 1m", "at: -1m"), "mine.yaml:14: steps[1].at: invalid duration '-1m'"),
-        (("observe: [a]", "observe: [c]"), "mine.yaml:17: observe[0]: 'c' is not a VM or an EC2 instance of the fleet"),
+        (("observe: [a]", "observe: [c]"), "mine.yaml:17: observe[0]: 'c' is not a VM or an instance of the fleet"),
         (
             ("    - {name: b, host: h1}", "    - {name: b, hots: h1}"),
             "mine.yaml:6: fleet.vms[1].hots: unknown key 'hots'",

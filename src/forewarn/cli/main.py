@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from forewarn import __version__
-from forewarn.cli import central, clock, ec2, events, fleet, sandbox, serve, vm, waves
+from forewarn.cli import central, clock, ec2, events, fleet, gcp, sandbox, serve, vm, waves
 from forewarn.cli.common import CONTEXT, DEFAULT_SERVER
 from forewarn.recording.cli import COMMANDS as RECORDING_COMMANDS
 from forewarn.scenarios.cli import scenario
@@ -61,6 +61,7 @@ for command in (
     vm.policy,
     vm.platform,
     ec2.ec2,
+    gcp.gce,
     waves.wave,
     central.graph,
     central.acknowledge,

@@ -114,6 +114,13 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     show_default=True,
     help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).",
 )
+@click.option(
+    "--gce-port",
+    default=8173,
+    type=click.IntRange(0, 65535),
+    show_default=True,
+    help="Compute Engine API port, on --host, for google-cloud-compute (api_endpoint; 0: off).",
+)
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
 @click.option(
     "--imds-port",
@@ -307,6 +314,7 @@ def serve(
     port: int,
     arm_port: int,
     ec2_port: int,
+    gce_port: int,
     imds_host: str,
     imds_port: int,
     vm_ports: bool,
@@ -358,6 +366,7 @@ def serve(
         port=port,
         arm_port=arm_port,
         ec2_port=ec2_port,
+        gce_port=gce_port,
         imds_host=imds_host,
         imds_port=imds_port,
         vm_ports=vm_ports,
@@ -416,6 +425,7 @@ LISTEN_OPTIONS = {
         "metadata endpoint of {machine}",
         "its imds.port in the fleet; --no-vm-ports serves the fleet without its VMs' own ports",
     ),
+    "gce_api": ("Compute Engine API", "--host/--gce-port, 0 turns it off"),
 }
 
 

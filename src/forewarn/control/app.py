@@ -22,6 +22,7 @@ from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_
 from forewarn.control.dashboard import LiveFeed, SurfaceViews, dashboard_router, docs_page
 from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
+from forewarn.control.gcp import gcp_router
 from forewarn.control.imds import imds_router
 from forewarn.control.json_body import JsonBodyGuard
 from forewarn.control.models import (
@@ -301,6 +302,7 @@ def create_control_app(
         app.include_router(scenarios_router(scenario_runs))
     app.include_router(platform_router(service))
     app.include_router(ec2_router(service))
+    app.include_router(gcp_router(service))
     app.include_router(waves_router(service))
 
     if imds is not None:

@@ -4,7 +4,7 @@ The engine never does I/O and never reads the wall clock; every command carries 
 Each command returns the list of changes it caused, which the service commits to the store before anyone is told.
 
 The engine is a facade over its components, each with its own state: Azure (``azure/component.py``), EC2
-(``aws/component.py``) and waves (``waves/component.py``). They share one simulated ``now``, one deadline heap and
+(``aws/component.py``), Compute Engine (``gcp/component.py``) and waves (``waves/component.py``). They share one simulated ``now``, one deadline heap and
 one numbering (``core/scheduler.py``); the engine builds them, wires the waves to the Azure events' ends, moves time,
 and offers their commands and queries under the names the surfaces, the runtime and the store use.
 """
@@ -31,6 +31,8 @@ from forewarn.core.errors import Conflict
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.engine.rules import Rules, check_rules
 from forewarn.fleet.model import Fleet
+from forewarn.gcp.component import GcpComponent, StoredGcp
+from forewarn.gcp.model import GceMaintenance, GceState
 from forewarn.waves.component import StoredWaves, Wave, WaveRunner
 
 # Names other modules import from here.
@@ -43,6 +45,7 @@ __all__ = [
     "ScheduleRequest",
     "StoredAzure",
     "StoredEc2",
+    "StoredGcp",
     "StoredWaves",
 ]
 
@@ -58,6 +61,7 @@ class Engine:
         created_at: datetime | None = None,
         azure: StoredAzure | None = None,
         ec2: StoredEc2 | None = None,
+        gcp: StoredGcp | None = None,
         waves: StoredWaves | None = None,
         next_seq: int = 1,
     ) -> None:
@@ -76,6 +80,7 @@ class Engine:
             fleet, seed, self.rules, self.scheduler, sequence, azure or StoredAzure(), deployed_at
         )
         self.ec2 = Ec2Component(fleet, seed, self.rules.ec2, self.scheduler, sequence, ec2 or StoredEc2(), deployed_at)
+        self.gcp = GcpComponent(fleet, seed, self.rules.gce, self.scheduler, sequence, gcp or StoredGcp(), deployed_at)
         self.wave_runner = WaveRunner(self.azure, self.scheduler, sequence, waves or StoredWaves())
         self.azure.on_event_ended(self.wave_runner.event_ended)
         sequence.past(next_seq - 1)
@@ -127,6 +132,21 @@ class Engine:
         self.disassociate_window = self.ec2.disassociate_window
         self.register_notification_attributes = self.ec2.register_notification_attributes
         self.deregister_notification_attributes = self.ec2.deregister_notification_attributes
+        # Compute Engine:
+        self.gce_instance = self.gcp.gce_instance
+        self.gce_event = self.gcp.gce_event
+        self.gce_events_of = self.gcp.gce_events_of
+        self.maintenance_event = self.gcp.maintenance_event
+        self.upcoming_maintenance = self.gcp.upcoming
+        self.schedule_gce = self.gcp.schedule_gce
+        self.simulate_gce = self.gcp.simulate_gce
+        self.perform_maintenance = self.gcp.perform_maintenance
+        self.cancel_gce = self.gcp.cancel_gce
+        self.watch_gce = self.gcp.watch
+        self.set_scheduling = self.gcp.set_scheduling
+        self.preempt_gce = self.gcp.preempt
+        self.host_error_gce = self.gcp.host_error
+        self.start_gce = self.gcp.start_gce
         # Waves:
         self.wave = self.wave_runner.wave
         self.start_wave = self.wave_runner.start_wave
@@ -197,6 +217,14 @@ class Engine:
     @property
     def notification_attributes(self) -> NotificationAttributes:
         return self.ec2.notification_attributes
+
+    @property
+    def gce_states(self) -> dict[str, GceState]:
+        return self.gcp.gce_states
+
+    @property
+    def gce_events(self) -> dict[str, GceMaintenance]:
+        return self.gcp.gce_events
 
     @property
     def waves(self) -> dict[str, Wave]:

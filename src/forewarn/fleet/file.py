@@ -21,6 +21,14 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.model import VM, Fleet, Host
+from forewarn.gcp.model import (
+    NAME,
+    GceInstance,
+    OnHostMaintenance,
+    ProvisioningModel,
+    TerminationAction,
+    check_scheduling,
+)
 from forewarn.yamlfile import YamlFileError, line_of, where
 
 DEFAULT_SUBSCRIPTION = "00000000-0000-0000-0000-000000000000"
@@ -59,6 +67,36 @@ class Defaults(Placement):
     zone: str | None = None
     aws_account_id: str | None = Field(default=None, pattern=r"^\d{12}$")
     availability_zone: str | None = None  # EC2 instances
+    gcp_project: str | None = Field(default=None, pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+    gce_zone: str | None = None  # Compute Engine instances
+
+
+class GceScheduling(_Strict):
+    """An instance's scheduling, as the Compute Engine API names it."""
+
+    on_host_maintenance: Literal["MIGRATE", "TERMINATE"] | None = None  # default: MIGRATE (TERMINATE for Spot, GPUs)
+    automatic_restart: bool | None = None  # default: true (false for Spot and preemptible)
+    provisioning_model: Literal["STANDARD", "SPOT"] = "STANDARD"
+    preemptible: bool = False
+    instance_termination_action: Literal["STOP", "DELETE"] | None = None  # Spot and preemptible: default STOP
+
+
+class GceGpus(_Strict):
+    count: int = Field(ge=1, le=16)
+    type: str = "nvidia-tesla-t4"
+
+
+class GceSpec(_Strict):
+    name: str = Field(min_length=1, max_length=63)
+    id: str | None = Field(default=None, pattern=r"^[1-9][0-9]{0,19}$")
+    project: str | None = Field(default=None, pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+    zone: str | None = None
+    machine_type: str = "n2-standard-2"
+    host: str | None = None
+    sole_tenant_node: str | None = None
+    scheduling: GceScheduling = Field(default_factory=GceScheduling)
+    gpus: GceGpus | None = None
+    imds: Imds | None = None
 
 
 class Ec2Spec(_Strict):
@@ -165,6 +203,7 @@ class FleetSpec(_Strict):
     vms: list[VMSpec] = Field(default_factory=list)
     scale_sets: list[ScaleSetSpec] = Field(default_factory=list)
     ec2_instances: list[Ec2Spec] = Field(default_factory=list)
+    gce_instances: list[GceSpec] = Field(default_factory=list)
     # Event Grid topics and subscriptions (docs/azure-eventgrid.md): not the fleet, so not in the Fleet; checked by the
     # Event Grid surface, which owns their format.
     event_grid: dict[str, Any] | None = None
@@ -370,16 +409,86 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
             ports[vm.imds_port] = vm.name
     policies = _policies(spec, vms, fail)
     instances = _ec2_instances(spec, check_host, fail, addresses, ports, names)
+    gce = _gce_instances(spec, check_host, fail, addresses, ports, names)
     if spec.default_vm is not None and spec.default_vm not in names:
-        fail(("default_vm",), f"{spec.default_vm!r} is not a VM or EC2 instance of this fleet")
-    machines = [vm.name for vm in vms] + [instance.instance_id for instance in instances]
+        fail(("default_vm",), f"{spec.default_vm!r} is not a VM, EC2 or Compute Engine instance of this fleet")
+    machines = [vm.name for vm in vms] + [instance.instance_id for instance in instances] + [i.name for i in gce]
     if not machines:
         raise FleetFileError(
-            f"{filename}:1: the fleet has no VM and no EC2 instance; declare vms, scale_sets "
-            "(with instances) or ec2_instances"
+            f"{filename}:1: the fleet has no VM and no instance; declare vms, scale_sets "
+            "(with instances), ec2_instances or gce_instances"
         )
     default_vm = spec.default_vm or (machines[0] if len(machines) == 1 else None)
-    return Fleet(hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies, ec2=instances)
+    return Fleet(
+        hosts=declared_hosts.values(), vms=vms, default_vm=default_vm, policies=policies, ec2=instances, gce=gce
+    )
+
+
+def _gce_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: dict, names: dict) -> list[GceInstance]:
+    defaults = spec.defaults
+    found: list[GceInstance] = []
+    for index, item in enumerate(spec.gce_instances):
+        path = ("gce_instances", index)
+        if not NAME.match(item.name):
+            fail(
+                path + ("name",),
+                "a Compute Engine name is lowercase letters, digits and hyphens, starting with a letter",
+            )
+        if item.name in names:
+            fail(path + ("name",), f"duplicate name {item.name!r}")
+        names[item.name] = 1
+        if item.host is not None:
+            check_host(item.host, path + ("host",))
+        scheduling = item.scheduling
+        interruptible = scheduling.preemptible or scheduling.provisioning_model == "SPOT"
+        gpus = item.gpus.count if item.gpus else 0
+        on_host_maintenance = OnHostMaintenance(
+            scheduling.on_host_maintenance or ("TERMINATE" if interruptible or gpus else "MIGRATE")
+        )
+        automatic_restart = (
+            scheduling.automatic_restart if scheduling.automatic_restart is not None else not interruptible
+        )
+        try:
+            check_scheduling(on_host_maintenance, automatic_restart, interruptible, gpus, item.name)
+        except CoreError as error:
+            fail(path + ("scheduling",), str(error))
+        if scheduling.instance_termination_action is not None and not interruptible:
+            fail(path + ("scheduling",), "instance_termination_action applies to Spot and preemptible instances only")
+        if item.imds is not None:
+            for what, key, seen in (("address", item.imds.address, addresses), ("port", item.imds.port, ports)):
+                if key is not None and key in seen:
+                    fail(path + ("imds", what), f"imds {what} {key} is already {seen[key]!r}'s")
+                if key is not None:
+                    seen[key] = item.name
+        project = item.project or defaults.gcp_project or "forewarn-project"
+        found.append(
+            GceInstance(
+                name=item.name,
+                instance_id=item.id
+                or str(
+                    10**18
+                    + int(derived_guid("gce-instance", project, item.name)[:16].replace("-", ""), 16) % (9 * 10**18)
+                ),
+                project=project,
+                zone=item.zone or defaults.gce_zone or "us-central1-a",
+                machine_type=item.machine_type,
+                host=item.host or f"{item.name}-host",
+                on_host_maintenance=on_host_maintenance,
+                automatic_restart=automatic_restart,
+                provisioning_model=ProvisioningModel(scheduling.provisioning_model),
+                preemptible=scheduling.preemptible,
+                termination_action=(
+                    TerminationAction(scheduling.instance_termination_action or "STOP") if interruptible else None
+                ),
+                gpus=gpus,
+                gpu_type=item.gpus.type if item.gpus else None,
+                sole_tenant_node=item.sole_tenant_node,
+                internal_ip=f"10.128.{index // 240}.{2 + index % 240}",
+                imds_address=item.imds.address if item.imds else None,
+                imds_port=item.imds.port if item.imds else None,
+            )
+        )
+    return found
 
 
 def _ec2_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: dict, names: dict) -> list[Ec2Instance]:

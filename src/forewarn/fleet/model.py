@@ -13,6 +13,7 @@ from typing import Any
 from forewarn.aws.model import Ec2Instance
 from forewarn.azure.vms import VM, Policy, policies_from_records, policy_records
 from forewarn.core.errors import Invalid, NotFound
+from forewarn.gcp.model import GceInstance, gce_from_record, gce_record
 
 # VM is the Azure component's (azure/vms.py); it is named here too, where the fleet is.
 __all__ = ["VM", "Fleet", "Host"]
@@ -33,6 +34,7 @@ class Fleet:
         default_vm: str | None = None,
         policies: Iterable[Policy] = (),
         ec2: Iterable[Ec2Instance] = (),
+        gce: Iterable[GceInstance] = (),
     ):
         self.hosts: dict[str, Host] = {h.name: h for h in hosts}
         self.vms: dict[str, VM] = {}
@@ -49,7 +51,20 @@ class Fleet:
             if instance.host not in self.hosts:
                 self.hosts[instance.host] = Host(instance.host)
             self.ec2[instance.instance_id] = instance
-        if default_vm is not None and default_vm not in self.vms and default_vm not in self.ec2:
+        self.gce: dict[str, GceInstance] = {}
+        for gce_instance in gce:
+            name = gce_instance.name
+            if name in self.gce or name in self.ec2 or name in self.vms:
+                raise ValueError(f"duplicate instance {name!r}")
+            if gce_instance.host not in self.hosts:
+                self.hosts[gce_instance.host] = Host(gce_instance.host)
+            self.gce[name] = gce_instance
+        if (
+            default_vm is not None
+            and default_vm not in self.vms
+            and default_vm not in self.ec2
+            and default_vm not in self.gce
+        ):
             raise ValueError(f"default_vm {default_vm!r} is not a VM or instance of the fleet")
         self.default_vm = default_vm
         self.policies = {policy.owner: policy for policy in policies}  # as deployed; the engine keeps them current
@@ -121,6 +136,7 @@ class Fleet:
             "default_vm": self.default_vm,
             "policies": policy_records(self.policies.values()),
             "ec2": [asdict(instance) for instance in self.ec2.values()],
+            "gce": [gce_record(instance) for instance in self.gce.values()],
         }
 
     @classmethod
@@ -131,6 +147,7 @@ class Fleet:
             default_vm=records.get("default_vm"),
             policies=policies_from_records(records.get("policies", [])),
             ec2=[Ec2Instance(**instance) for instance in records.get("ec2", [])],
+            gce=[gce_from_record(instance) for instance in records.get("gce", [])],
         )
 
     def __eq__(self, other: object) -> bool:

@@ -1,4 +1,5 @@
-"""Which machine is asking: the metadata endpoints answer as the VM (Azure) or instance (EC2) behind the connection.
+"""Which machine is asking: the metadata endpoints answer as the VM (Azure) or instance (EC2, Compute Engine) behind
+the connection.
 
 In order: the caller's address was registered for a machine while the server runs (``forewarn sandbox`` does, for
 the relay that carries a namespace's connections: ``PUT /v1/imds/callers/{address}``); the connection arrived on a
@@ -14,8 +15,9 @@ import ipaddress
 from forewarn.aws.model import Ec2Instance
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.fleet.model import VM, Fleet
+from forewarn.gcp.model import GceInstance
 
-Machine = VM | Ec2Instance
+Machine = VM | Ec2Instance | GceInstance
 
 
 class UnknownCaller(Exception):
@@ -24,7 +26,7 @@ class UnknownCaller(Exception):
 
 class CallerResolver:
     def __init__(self, fleet: Fleet, shared_ports: set[int]):
-        machines: list[Machine] = [*fleet.vms.values(), *fleet.ec2.values()]
+        machines: list[Machine] = [*fleet.vms.values(), *fleet.ec2.values(), *fleet.gce.values()]
         self._by_port = {m.imds_port: m for m in machines if m.imds_port is not None}
         # A VM port that is also the shared listening port identifies nobody by itself.
         for port in shared_ports:
@@ -33,7 +35,7 @@ class CallerResolver:
         default = fleet.default_vm
         self._default: Machine | None = None
         if default:
-            self._default = fleet.vms.get(default) or fleet.ec2.get(default)
+            self._default = fleet.vms.get(default) or fleet.ec2.get(default) or fleet.gce.get(default)
         self._cache: dict[tuple[str, int, str], Machine] = {}
         self._machines: dict[str, Machine] = {**fleet.vms, **fleet.ec2}
         self._instances = list(fleet.ec2.values())

@@ -1,11 +1,11 @@
 """The contract between the metadata surfaces and the HTTP server that runs them (``server/http1.py``).
 
-A surface is a synchronous function of a :class:`Request` returning a :data:`Response`; it never sees sockets.
+A surface is a synchronous function of a :class:`Request` returning a :data:`Response` (or a :class:`Later` or a
+:class:`Deferred`); it never sees sockets.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,17 +37,51 @@ DROP = 0
 
 
 @dataclass(frozen=True)
-class Awaiting:
-    """Answer once ``answer`` is done: a command committed together with others in one transaction (group commit),
-    answered only when that transaction is durable. The connection answers its later requests after this one."""
-
-    answer: asyncio.Future[Response | Awaiting]
-
-
-@dataclass(frozen=True)
 class Later:
     """Answer after a wall-clock delay (IMDS's first-call delay, injected slowness); ``produce`` runs then, so the
     answer shows the state at that moment. The connection answers its later requests after this one."""
 
     seconds: float
-    produce: Callable[[], Response | Awaiting]  # an approval after a delay still waits for its commit
+    produce: Callable[[], Response | Deferred]  # an approval after a delay still waits for its commit
+
+
+class Deferred:
+    """An answer the surface gives when something happens: a hanging GET (GCE's ``wait_for_change``), an approval
+    answered once its group commit is durable. The server holds the connection meanwhile, with no thread and no task:
+    the surface keeps this object and calls :meth:`resolve`; the server calls :meth:`cancel` if the connection closes
+    first, and ``on_cancel`` lets the surface forget it."""
+
+    __slots__ = ("_deliver", "_answer", "on_cancel", "done")
+
+    def __init__(self, on_cancel: Callable[[Deferred], None] | None = None):
+        self._deliver: Callable[[Response], None] | None = None
+        self._answer: Response | None = None  # resolved before the server attached: kept until it does
+        self.on_cancel = on_cancel
+        self.done = False
+
+    def resolve(self, response: Response) -> None:
+        """Answer now (once; later calls do nothing)."""
+        if self.done:
+            return
+        self.done = True
+        if self._deliver is not None:
+            self._deliver(response)
+        else:
+            self._answer = response
+
+    def attach(self, deliver: Callable[[Response], None]) -> None:
+        """The server's: where the answer goes (at once, if it came already)."""
+        if self._answer is not None:
+            answer, self._answer = self._answer, None
+            deliver(answer)
+            return
+        self._deliver = deliver
+
+    def cancel(self) -> None:
+        """The server's: the connection closed unanswered."""
+        if self.done:
+            return
+        self.done = True
+        self._deliver = None
+        if self.on_cancel is not None:
+            self.on_cancel(self)

@@ -6,7 +6,7 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from forewarn.core.times import parse_optional_time, parse_time
+from forewarn.core.times import format_time, parse_optional_time, parse_time
 from forewarn.scenarios.spec import Expectation, Scenario, duration_value, format_offset, time_value
 
 
@@ -67,6 +67,8 @@ def evaluate(scenario: Scenario, timeline: dict, tolerance: float = 0.0) -> list
             _vm(check, timeline, tolerance)
         elif expectation.kind == "instance":
             _instance(check, timeline, start)
+        elif expectation.kind == "gce":
+            _gce(check, timeline, start)
         else:
             _event(check, timeline, start)
         results += check.results
@@ -237,6 +239,33 @@ def _instance(check: _Check, timeline: dict, start: datetime) -> None:
             bool(replacements) == checks["replaced"],
             f"replaced by {', '.join(replacements)}" if replacements else "no replacement",
         )
+
+
+def _gce(check: _Check, timeline: dict, start: datetime) -> None:
+    """A Compute Engine instance: the maintenance-event values and statuses it went through, in order (each change
+    once), whether it moved to another host, was preempted, had upcoming maintenance announced."""
+    entries = _observed(check, timeline, "gce_instances")
+    if entries is None:
+        return
+    checks = check.expectation.checks
+    for key, field_name in (("values", "maintenance_event"), ("statuses", "status")):
+        if key in checks:
+            seen = _distinct([entry[field_name] for entry in entries])
+            check.add(key, seen == checks[key], f"saw {' -> '.join(seen)}")
+    if "moved" in checks:
+        moved = entries[0]["host"] != entries[-1]["host"]
+        check.add(
+            "moved" if checks["moved"] else "not moved",
+            moved == checks["moved"],
+            f"host {entries[0]['host']} -> {entries[-1]['host']}",
+        )
+    if "preempted" in checks:
+        preempted = any(entry["preempted"] for entry in entries)
+        check.add("preempted" if checks["preempted"] else "not preempted", preempted == checks["preempted"], "")
+    if "upcoming" in checks:
+        windows = _distinct([entry["upcoming"] for entry in entries if entry["upcoming"]])
+        want = [format_time(time_value(str(value), start)) for value in checks["upcoming"]]
+        check.add("upcoming " + " -> ".join(map(str, checks["upcoming"])), windows == want, f"saw {windows}")
 
 
 def _event(check: _Check, timeline: dict, start: datetime) -> None:

@@ -10,6 +10,7 @@ scheduled."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +67,9 @@ class Progress:
     phase: str  # "steps", "settling" or "done"
 
 
+EC2_ID = re.compile(r"^i-[0-9a-f]{17}$")
+
+
 @dataclass
 class _Changes:
     """What the journal says changed since the last reading."""
@@ -73,6 +77,7 @@ class _Changes:
     scopes: set[str] = field(default_factory=set)
     vms: set[str] = field(default_factory=set)
     ec2: bool = False
+    gce: bool = False
     waves: bool = False
 
 
@@ -102,6 +107,11 @@ class Runner:
         self.created_ec2: set[str] = set()  # EC2 event ids
         self.created_waves: set[str] = set()
         self.spot_targets: set[str] = set()  # instances the run interrupted (their Spot action is its own)
+        self.created_gce: set[str] = set()  # Compute Engine maintenance ids
+        self.gce_targets: set[str] = set()  # Compute Engine instances the run preempted or crashed
+        self.gce_names: set[str] = set()  # the fleet's Compute Engine instances (read at the start)
+        self.gce_instances: dict[str, list[dict]] = {}  # observed ones: their snapshots
+        self._last_gce: dict[str, dict] = {}
         # The change feed (the server's journal) and what it says.
         self.journal_seq = 0
         self.journal_complete = True  # every entry since the start was read (else histories are read per event)
@@ -112,8 +122,11 @@ class Runner:
         self._last_row: dict[str, dict] = {}
         self._quiet: tuple[bool, datetime | None] | None = None  # cached _quiet_until(), dropped on any change
         self.azure = [name for name in scenario.observe if name in scenario.vms]
-        self.ec2_watch = [name for name in scenario.observe if name in scenario.instances]
-        self.watch_ec2 = bool(self.ec2_watch) or (scenario.observe_all and bool(scenario.instances))
+        # EC2 instances by their ids; the scenario's other instances are Compute Engine's (by name).
+        self.ec2_watch = [name for name in scenario.observe if name in scenario.instances and EC2_ID.match(name)]
+        self.watch_ec2 = bool(self.ec2_watch) or (
+            scenario.observe_all and any(EC2_ID.match(name) for name in scenario.instances)
+        )
         # The server's time when the run began and at its last reading: None until _begin reads the clock.
         self.start: datetime | None = None
         self.now: datetime | None = None
@@ -231,7 +244,12 @@ class Runner:
         missing = [name for name in self.scenario.vms if name not in known]
         if self.scenario.instances:
             known_instances = {i["instance_id"] for i in self.api.get("/v1/ec2/instances")}
+            self.gce_names = {i["name"] for i in self.api.get("/v1/gce/instances")}
+            known_instances |= self.gce_names
             missing += [name for name in self.scenario.instances if name not in known_instances]
+            self.gce_instances = {name: [] for name in self.scenario.observe if name in self.gce_names}
+            if self.scenario.observe_all:
+                self.gce_instances = {name: [] for name in self.gce_names}
         if missing:
             raise RunAborted(
                 f"the server's fleet has no {', '.join(missing)}: it is not the scenario's fleet "
@@ -275,7 +293,7 @@ class Runner:
         a wave may schedule anywhere, EC2 instances are watched)."""
         if self._quiet is not None:
             return self._quiet
-        if self.watch_ec2 or self.waves_running:
+        if self.watch_ec2 or self.waves_running or self.gce_instances:
             self._quiet = (False, None)
             return self._quiet
         times: list[datetime] = []
@@ -361,6 +379,12 @@ class Runner:
                     and action_time > self.clock_now
                 ):
                     times.append(None)
+        if self.created_gce or self.gce_targets:
+            if any(e["event_id"] in self.created_gce for e in self.api.get("/v1/gce/maintenance")):
+                times.append(None)
+            for instance in self.api.get("/v1/gce/instances"):
+                if instance["name"] in self.gce_targets and instance["status"] == "STOPPING":
+                    times.append(None)
         if not times:
             return True, None
         known = [moment for moment in times if moment is not None]
@@ -375,7 +399,9 @@ class Runner:
         self._read_clock(clock)
         if changes is None:  # everything: at the start, or when the journal moved on too far to tell
             document_names, state_names, ec2 = list(self.azure), list(self.azure), True
+            gce = True
         else:
+            gce = changes.gce
             document_names = [name for name in self.azure if self.scope_of.get(name) in changes.scopes]
             state_names = [name for name in self.azure if name in changes.vms]
             ec2 = changes.ec2
@@ -423,6 +449,36 @@ class Runner:
         if self.watch_ec2 and ec2:
             self._instance_rows = self.api.get("/v1/ec2/instances")
             self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
+        if self.gce_instances and gce:
+            self._observe_gce(self.api.get("/v1/gce/instances"))
+
+    def _observe_gce(self, rows: list[dict]) -> None:
+        """A snapshot of each observed Compute Engine instance whenever what its metadata server or the API shows
+        changed: the maintenance-event value, the status, the host, preempted, the upcoming window."""
+        for row in rows:
+            name = row["name"]
+            if name not in self.gce_instances:
+                continue
+            upcoming = row.get("upcoming")
+            snapshot = {
+                "maintenance_event": row["maintenance_event"],
+                "status": row["status"] + (" (deleted)" if row["deleted"] else ""),
+                "host": row["host"],
+                "preempted": row["preempted"],
+                "upcoming": None if upcoming is None else upcoming["window_start"],
+            }
+            if self._last_gce.get(name) == snapshot:
+                continue
+            first = name not in self._last_gce
+            self._last_gce[name] = snapshot
+            self.gce_instances[name].append({**self._stamp(), **snapshot})
+            if not first:
+                detail = f"{snapshot['maintenance_event']}, {snapshot['status']} on {snapshot['host']}"
+                if snapshot["preempted"]:
+                    detail += ", preempted"
+                if snapshot["upcoming"]:
+                    detail += f", upcoming maintenance at {snapshot['upcoming']}"
+                self._line(name, "", detail)
 
     def _vm_rows(self, names: list[str]) -> dict[str, dict]:
         if not names:
@@ -459,6 +515,8 @@ class Runner:
                 changes.vms.add(entry["vm"])
             if what.startswith(("ec2 ", "instance ", "notification ")) or "instance" in entry:
                 changes.ec2 = True
+            if what.startswith("gce "):
+                changes.gce = True
             if what.startswith("wave "):
                 changes.waves = True
         if changes.waves:
@@ -569,13 +627,18 @@ class Runner:
             return
         if step.do in ("ec2-interrupt", "ec2-rebalance"):
             self.spot_targets.update(_flat(params.get("instances")))
+        if step.do in ("gce-preempt", "gce-host-error"):
+            self.gce_targets.update(_flat(params.get("instances")))
         events = result if isinstance(result, list) else result.get("events") if isinstance(result, dict) else None
         for event in events or []:
             if not isinstance(event, dict) or "event_id" not in event:
                 continue
             created = parse_optional_time(event.get("created_at"))
             if created is not None and created >= self.run_start:
-                (self.created_ec2 if step.do.startswith("ec2-") else self.created).add(event["event_id"])
+                if step.do.startswith("gce-"):
+                    self.created_gce.add(event["event_id"])
+                else:
+                    (self.created_ec2 if step.do.startswith("ec2-") else self.created).add(event["event_id"])
 
     def _resolve(self, value: Any, step: Step, key: str | None = None) -> Any:
         if isinstance(value, str) and value.startswith("$"):
@@ -692,6 +755,30 @@ class Runner:
         text, ids = self.api.ec2_query(form)
         return text, ids
 
+    def _gce_maintain(self, step, params):
+        events = self.api.post("/v1/gce/maintenance", params)
+        return events, [e["event_id"] for e in events]
+
+    def _gce_cancel(self, step, params):
+        ids = _flat(params.get("event"))
+        return [self.api.post(f"/v1/gce/maintenance/{i}/cancel") for i in ids], ids
+
+    def _gce_instance_action(self, step, params):
+        action = {
+            "gce-perform": "perform-maintenance",
+            "gce-simulate": "simulate-maintenance",
+            "gce-scheduling": "scheduling",
+            "gce-watch": "watch",
+        }[step.do]
+        body = {key: value for key, value in params.items() if key != "instance"}
+        outcome = self.api.post(f"/v1/gce/instances/{params['instance']}/{action}", body)
+        return outcome, [e["event_id"] for e in outcome.get("events", [])]
+
+    def _gce_instances(self, step, params):
+        path = "/v1/gce/preempt" if step.do == "gce-preempt" else "/v1/gce/host-error"
+        outcome = self.api.post(path, {"instances": _flat(params.get("instances"))})
+        return outcome, []
+
     # ----------------------------------------------------------------------------------------------- timeline
     def _timeline(self, settled: bool, aborted: str | None) -> dict:
         scenario = self.scenario
@@ -751,6 +838,7 @@ class Runner:
             "events": events,
             "ec2_events": ec2_events,
             "ec2_instances": ec2_instances,
+            "gce_instances": self.gce_instances,
             "settled": settled,
             "aborted": aborted,
         }
@@ -792,6 +880,14 @@ ACTION_HANDLERS: dict[str, Callable] = {
     "predicted-failure": Runner._platform,
     "evict": Runner._platform,
     "ec2-schedule": Runner._ec2_schedule,
+    "gce-maintain": Runner._gce_maintain,
+    "gce-cancel": Runner._gce_cancel,
+    "gce-perform": Runner._gce_instance_action,
+    "gce-simulate": Runner._gce_instance_action,
+    "gce-scheduling": Runner._gce_instance_action,
+    "gce-watch": Runner._gce_instance_action,
+    "gce-preempt": Runner._gce_instances,
+    "gce-host-error": Runner._gce_instances,
     "ec2-cancel": Runner._ec2_cancel,
     "ec2-reschedule": Runner._ec2_reschedule,
     "ec2-start": Runner._ec2_start,

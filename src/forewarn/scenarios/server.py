@@ -132,6 +132,8 @@ class PrivateServer:
             "0",
             "--ec2-port",
             str(self.ec2_port),
+            "--gce-port",
+            "0",
             "--clock",
             self.clock,
             "--seed",

@@ -93,6 +93,24 @@ ACTIONS: dict[str, Action] = {
     "ec2-interrupt": Action(("instances",), ("action",), summary="POST /v1/ec2/spot/interrupt"),
     "ec2-rebalance": Action(("instances",), (), summary="POST /v1/ec2/spot/rebalance"),
     "ec2-api": Action(("Action",), (), any_keys=True, summary="the EC2 Query API (form POST to --ec2-url)"),
+    "gce-maintain": Action(
+        ("instances",),
+        ("kind", "notice", "start", "window", "can_reschedule", "type"),
+        summary="POST /v1/gce/maintenance: Compute Engine host maintenance",
+    ),
+    "gce-cancel": Action(("event",), (), summary="POST /v1/gce/maintenance/{id}/cancel"),
+    "gce-perform": Action(("instance",), (), summary="POST /v1/gce/instances/{instance}/perform-maintenance"),
+    "gce-simulate": Action(("instance",), (), summary="POST /v1/gce/instances/{instance}/simulate-maintenance"),
+    "gce-scheduling": Action(
+        ("instance",),
+        ("on_host_maintenance", "automatic_restart"),
+        summary="POST /v1/gce/instances/{instance}/scheduling",
+    ),
+    "gce-preempt": Action(("instances",), (), summary="POST /v1/gce/preempt: Spot or preemptible preemption"),
+    "gce-host-error": Action(("instances",), (), summary="POST /v1/gce/host-error"),
+    "gce-watch": Action(
+        ("instance",), (), summary="GET the instance's maintenance-event once, as a watcher does (it gets the notice)"
+    ),
     "wave": Action(
         (),
         (
@@ -115,7 +133,7 @@ ACTIONS: dict[str, Action] = {
 # ``with`` keys whose values are fleet members, checked against the fleet when the file is read.
 _MEMBER_KEYS = {"vms": "vm", "vm": "vm", "hosts": "host", "instances": "instance", "instance": "instance"}
 _LIST_KEYS = ("vms", "hosts", "instances", "groups")
-TIME_KEYS = ("not_before", "NotBefore", "not_after")  # values: ISO 8601, or start+DURATION
+TIME_KEYS = ("not_before", "NotBefore", "not_after", "start")  # values: ISO 8601, or start+DURATION
 
 STEP_KEYS = ("at", "after", "do", "id", "as", "with", "fails", "note", "only")
 TOP_KEYS = (
@@ -136,6 +154,7 @@ SERVER_KEYS = ("notice", "impact_window", "hardware_failure_type")
 EXPECT_CHECKS = {
     "vm": ("documents", "never", "event_ids", "min_notice", "max_notice", "power", "moved", "rebooted"),
     "instance": ("states", "not_befores", "moved", "rebooted", "replaced"),
+    "gce": ("values", "statuses", "moved", "preempted", "upcoming"),
     "event": ("status", "journal", "approved_by", "count", "not_before", "not_after"),
 }
 EXPECT_COMMON = ("note", "only")
@@ -442,7 +461,8 @@ def _check_fleet(
     ports = any(vm.imds_port is not None for vm in parsed.vms.values()) or any(
         instance.imds_port is not None for instance in parsed.ec2.values()
     )
-    return fleet_text, list(parsed.vms), list(parsed.hosts), list(parsed.ec2), ports
+    # EC2 and Compute Engine instances are both `instances` of a scenario (their names never collide in a fleet).
+    return fleet_text, list(parsed.vms), list(parsed.hosts), [*parsed.ec2, *parsed.gce], ports
 
 
 def _check_server(server: Any, timing_names: set[str], report: _Report) -> None:
@@ -579,11 +599,11 @@ def _check_observe(observe: Any, vms: Container[str], instances: Container[str],
     if observe is None:
         return
     if not isinstance(observe, list) or not all(isinstance(item, str) for item in observe):
-        report.add(("observe",), "expected a list of VM names and EC2 instance ids")
+        report.add(("observe",), "expected a list of VM names, EC2 instance ids and Compute Engine instance names")
         return
     for index, name in enumerate(observe):
         if name not in vms and name not in instances:
-            report.add(("observe", index), f"{name!r} is not a VM or an EC2 instance of the fleet")
+            report.add(("observe", index), f"{name!r} is not a VM or an instance of the fleet")
 
 
 def _check_expect(
@@ -606,7 +626,7 @@ def _check_expect(
             continue
         kinds = ["event"] if "event" in item else [kind for kind in EXPECT_CHECKS if kind in item]
         if len(kinds) != 1:
-            report.add(path, "give exactly one of `vm`, `instance` and `event` (what the check is about)")
+            report.add(path, "give exactly one of `vm`, `instance`, `gce` and `event` (what the check is about)")
             continue
         kind = kinds[0]
         target = item[kind]
@@ -622,6 +642,8 @@ def _check_expect(
             report.add(path + ("vm",), f"{target!r} is not a VM of the fleet")
         if kind == "instance" and target not in instances:
             report.add(path + ("instance",), f"{target!r} is not an EC2 instance of the fleet")
+        if kind == "gce" and target not in instances:
+            report.add(path + ("gce",), f"{target!r} is not a Compute Engine instance of the fleet")
         if kind == "event":
             if not (isinstance(target, str) and target.startswith("$") and target[1:] in step_ids):
                 report.add(path + ("event",), "expected `$ID`, the id of a step that creates events")
@@ -821,7 +843,7 @@ def server_fleet(fleet_text: str) -> str:
     data = yamlfile.parse(fleet_text, "fleet").data or {}  # read once already, so within the bounds
     if not isinstance(data, dict):
         return fleet_text
-    for key in ("vms", "scale_sets", "ec2_instances"):
+    for key in ("vms", "scale_sets", "ec2_instances", "gce_instances"):
         for member in data.get(key) or []:
             imds = member.get("imds") if isinstance(member, dict) else None
             if isinstance(imds, dict):

@@ -46,7 +46,9 @@ from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFileError, load_fleet_document
-from forewarn.net.browser_guard import BrowserGuard, HostNames
+from forewarn.gcp.compute_api.app import create_compute_app
+from forewarn.gcp.metadata.server import GceMetadata
+from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
 from forewarn.net.own_listeners import OwnListeners
@@ -65,6 +67,7 @@ class Listeners:
     imds: tuple[str, int]
     arm: tuple[str, int] | None = None
     ec2_api: tuple[str, int] | None = None
+    gce_api: tuple[str, int] | None = None
     vm_ports: dict[int, str] = field(default_factory=dict)
     vm_addresses: dict[str, str] = field(default_factory=dict)
     open_vm_ports: bool = True  # the fleet's per-VM imds.port listeners (serve --vm-ports/--no-vm-ports)
@@ -121,22 +124,26 @@ _EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
 
 
 class MetadataRouter:
-    """One metadata address for both clouds, as on a real VM: Azure's paths start with /metadata, EC2's with
-    /latest, a dated version or /1.0."""
+    """One metadata address for every cloud, as on a real VM: Azure's paths start with /metadata, EC2's with
+    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata."""
 
-    def __init__(self, azure: AzureImds, ec2: Ec2Imds):
+    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata):
         self.azure = azure
         self.ec2 = ec2
+        self.gce = gce
 
     def handle(self, request: Request):
         path = request.path
+        if path.startswith("/computeMetadata"):
+            return self.gce.handle(request)
         if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
             return self.ec2.handle(request)
         return self.azure.handle(request)
 
 
 class Machine(Protocol):
-    """What the listeners need of an Azure VM or an EC2 instance: where its own metadata endpoint answers."""
+    """What the listeners need of an Azure VM, an EC2 or a Compute Engine instance: where its own metadata endpoint
+    answers."""
 
     @property
     def name(self) -> str: ...
@@ -147,9 +154,9 @@ class Machine(Protocol):
 
 
 def machines(service: Maintenance) -> list[Machine]:
-    """Azure VMs and EC2 instances alike."""
+    """Azure VMs, EC2 and Compute Engine instances alike."""
     fleet = service.engine.fleet
-    return [*fleet.vms.values(), *fleet.ec2.values()]
+    return [*fleet.vms.values(), *fleet.ec2.values(), *fleet.gce.values()]
 
 
 ASGIApp = Callable[..., Awaitable[None]]
@@ -210,11 +217,15 @@ def build(
     have no such address; nothing else answers there then)."""
     fleet = service.engine.fleet
     management_sockets = [_listen("control", listeners.control)]
-    for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api)):
+    for role, extra in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api), ("gce_api", listeners.gce_api)):
         if extra is not None:
             management_sockets.append(_listen(role, extra))
     imds_sockets = [_listen("imds", listeners.imds)]
-    taken = {address[1] for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api) if address}
+    taken = {
+        address[1]
+        for address in (listeners.imds, listeners.control, listeners.arm, listeners.ec2_api, listeners.gce_api)
+        if address
+    }
     for machine in machines(service):
         name, port, address = machine.name, machine.imds_port, machine.imds_address
         if port is not None and port not in taken and listeners.open_vm_ports:
@@ -259,12 +270,14 @@ def build(
         apps[listeners.ec2_api[1]] = create_ec2_app(
             service, credentials=ec2_credentials, guard=BrowserGuard(hosts, json_api=False)
         )
+    if listeners.gce_api is not None:
+        apps[listeners.gce_api[1]] = create_compute_app(service, guard=json_guard)
     return Built(
         ByPort(apps),
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, ec2_imds),
+        MetadataRouter(imds, ec2_imds, GceMetadata(service, resolver)),
         control_app.state.live_feed,
     )
 
@@ -350,6 +363,8 @@ def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
     roles[listeners.imds[1]] = "the metadata endpoint"
     if listeners.ec2_api is not None:
         roles[listeners.ec2_api[1]] = "the EC2 API"
+    if listeners.gce_api is not None:
+        roles[listeners.gce_api[1]] = "the Compute Engine API"
     if listeners.arm is not None:
         roles[listeners.arm[1]] = "the ARM port"
     roles[listeners.control[1]] = "the control API"
@@ -362,8 +377,8 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
     fleet = service.engine.fleet
     clock = service.clock
     lines = [
-        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes) and {len(fleet.ec2)} EC2 "
-        f"instances on {len(fleet.hosts)} hosts, "
+        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes), {len(fleet.ec2)} EC2 "
+        f"and {len(fleet.gce)} Compute Engine instances on {len(fleet.hosts)} hosts, "
         f"store {service.store.description}, clock {clock.mode}"
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
@@ -398,6 +413,16 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         )
     if fleet.ec2:
         lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
+    if listeners.gce_api and fleet.gce:
+        lines.append(
+            f"  GCE API       http://{listeners.gce_api[0]}:{listeners.gce_api[1]}   (google-cloud-compute "
+            "api_endpoint, anonymous credentials; docs/gcp.md)"
+        )
+    if fleet.gce:
+        lines.append(
+            f"  GCE metadata  {imds}/computeMetadata/v1/   (Metadata-Flavor: Google; at each instance's own address "
+            "or port; docs/gcp.md)"
+        )
     lines.append(f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'")
     return "\n".join(lines)
 
@@ -420,6 +445,12 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
         raise ServeError(f"refusing to start: {refusal}")
     for warning in warnings:
         log.warning(warning)
+    if config.gce_port and listens_beyond_loopback(config.host):
+        log.warning(
+            "the Compute Engine API port listens on %s and checks no credential: anyone who can reach it can start "
+            "maintenance and change instances' scheduling (--gce-port 0 turns it off)",
+            config.host,
+        )
     imds_settings = imds_settings_of(config)
     service, azure = open_service(config)
     store = service.store
@@ -435,6 +466,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             arm=(config.host, config.arm_port) if config.arm_port else None,
             ec2_api=(config.host, config.ec2_port) if config.ec2_port else None,
             open_vm_ports=config.vm_ports,
+            gce_api=(config.host, config.gce_port) if config.gce_port else None,
         )
         ec2_settings = Ec2ImdsSettings(tokens=config.ec2_imds_tokens, while_down=imds_settings.while_down)
         try:

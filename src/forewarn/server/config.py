@@ -31,11 +31,12 @@ class ServeConfig:
     # The store and the fleet.
     db: str = "forewarn.db"
     fleet_source: str | None = None  # a fleet file, or "demo"
-    # Listeners: the control, ARM and EC2 APIs on ``host``; the metadata endpoint on ``imds_host``. Port 0: off.
+    # Listeners: the control, ARM, EC2 and Compute Engine APIs on ``host``; the metadata endpoint on ``imds_host``. Port 0: off.
     host: str = "127.0.0.1"
     port: int = 8170
     arm_port: int = 8171
     ec2_port: int = 8172
+    gce_port: int = 8173
     imds_host: str = "127.0.0.1"
     imds_port: int = 8169
     vm_ports: bool = True  # listen on each VM's own imds.port of the fleet

@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from forewarn.net.http import DROP, JSON, Awaiting, Fresh, Later, Request, Response
+from forewarn.net.http import DROP, JSON, Deferred, Fresh, Later, Request, Response
 
 log = logging.getLogger("forewarn.http")
 
@@ -95,7 +95,9 @@ MAX_LINGERING = 256
 RESERVED_DESCRIPTORS = 256
 
 
-Handler = Callable[[Request], "Response | Later | Awaiting"]
+Handler = Callable[[Request], "Response | Later | Deferred"]
+# Requests a client may pipeline behind an answer still awaited; beyond, its connection is not read until it is out.
+MAX_QUEUED = 8
 
 _REASONS = {
     100: b"Continue",
@@ -295,6 +297,7 @@ class _Connection(asyncio.Protocol):
         "wire",
         "broken",
         "rejection",
+        "pending",
     )
 
     def __init__(self, shared: _Shared):
@@ -314,6 +317,7 @@ class _Connection(asyncio.Protocol):
         self.wire = 0  # bytes of the request under way received after the read it began in
         self.broken = False  # input refused: nothing more is parsed
         self.rejection: tuple[int, bytes] | None = None  # to answer once the delayed answers before it are out
+        self.pending: Deferred | None = None  # the hanging answer this connection waits for
 
     # ------------------------------------------------------------------------------------------ transport
     def connection_made(self, transport) -> None:
@@ -327,6 +331,9 @@ class _Connection(asyncio.Protocol):
         self.shared.connections.add(self)
 
     def connection_lost(self, exc) -> None:
+        if self.pending is not None:
+            self.pending.cancel()  # the surface forgets the waiter
+            self.pending = None
         if self.transport is not None:
             self.shared.connections.discard(self)
             self.shared.budget.release(self.peer[0])
@@ -437,6 +444,8 @@ class _Connection(asyncio.Protocol):
         keep_alive = self.parser.should_keep_alive()
         if self.waiting is not None:  # answers go out in request order
             self.waiting.append((request, keep_alive))
+            if len(self.waiting) >= MAX_QUEUED and self.transport is not None:
+                self.transport.pause_reading()
             return
         self._dispatch(request, keep_alive)
 
@@ -446,33 +455,47 @@ class _Connection(asyncio.Protocol):
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             answer = _HANDLER_FAILED
-        if isinstance(answer, (Later, Awaiting)):
+        if isinstance(answer, Later):
             assert self.transport is not None
             self.waiting = []
             self.transport.pause_reading()
-            self._defer(answer, request, keep_alive)
+            asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
+            return
+        if isinstance(answer, Deferred):
+            self.waiting = []
+            self._hold(answer, keep_alive)
             return
         self._write(answer, keep_alive)
 
-    def _defer(self, answer: Later | Awaiting, request: Request, keep_alive: bool) -> None:
-        if isinstance(answer, Later):
-            asyncio.get_running_loop().call_later(
-                answer.seconds, self._answer_later, answer.produce, request, keep_alive
-            )
-        else:
-            answer.answer.add_done_callback(lambda done: self._answer_later(done.result, request, keep_alive))
+    def _hold(self, answer: Deferred, keep_alive: bool) -> None:
+        # Reading goes on, so that a client that hangs up is noticed (and its waiter forgotten) at once.
+        self.pending = answer
+        answer.attach(lambda response: self._answer_deferred(response, keep_alive))
 
-    def _answer_later(self, produce: Callable[[], Any], request: Request, keep_alive: bool) -> None:
+    def _answer_later(self, later: Later, request: Request, keep_alive: bool) -> None:
         if self.transport is None or self.closing:
             return
         try:
-            answer = produce()
+            answer = later.produce()
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             answer = _HANDLER_FAILED
-        if isinstance(answer, (Later, Awaiting)):  # a delayed answer that waits on a commit, say
-            self._defer(answer, request, keep_alive)
+        if isinstance(answer, Deferred):  # an approval after a delay still waits for its commit
+            if not self.paused:
+                self.transport.resume_reading()
+            self._hold(answer, keep_alive)
             return
+        self._resume(answer, keep_alive)
+
+    def _answer_deferred(self, answer: Response, keep_alive: bool) -> None:
+        self.pending = None
+        if self.transport is None or self.closing:
+            return
+        self._resume(answer, keep_alive)
+
+    def _resume(self, answer: Response, keep_alive: bool) -> None:
+        """Write an answer that was waited for, then serve the requests queued behind it."""
+        assert self.transport is not None
         waiting, self.waiting = self.waiting or [], None
         self._write(answer, keep_alive)
         self.idle_since = time.monotonic()

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from forewarn.aws.records import EC2_RECORDS
 from forewarn.azure.records import AZURE_RECORDS
+from forewarn.gcp.records import GCP_RECORDS
 from forewarn.store import Records, SQLStore, open_store
 from forewarn.waves.records import WAVE_RECORDS
 
 
 def store_records() -> list[Records]:
-    return [AZURE_RECORDS, EC2_RECORDS, WAVE_RECORDS]
+    return [AZURE_RECORDS, EC2_RECORDS, GCP_RECORDS, WAVE_RECORDS]
 
 
 def open_fleet_store(url: str, exclusive: bool = False) -> SQLStore:

@@ -75,6 +75,15 @@ def _outbox_kind_and_detail(cursor: Any, dialect: Dialect) -> None:
             cursor.execute(f"ALTER TABLE forewarn_outbox ADD COLUMN {definition}")
 
 
+def _gce_tables(cursor: Any, dialect: Dialect) -> None:
+    for statement in (
+        "CREATE TABLE IF NOT EXISTS forewarn_gce_events (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+        "instance TEXT NOT NULL, data TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS forewarn_gce_instances (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
+    ):
+        cursor.execute(statement)
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -82,6 +91,7 @@ MIGRATIONS: Sequence[Migration] = (
     # Databases recorded as version 1 by releases before outbox deliveries had a kind and a detail lack the two
     # columns; the rest have them already and are left unchanged.
     Migration(2, "outbox deliveries gain their sending policy (kind) and its state (detail)", _outbox_kind_and_detail),
+    Migration(3, "Compute Engine maintenance events and instance states (gcp/records.py)", _gce_tables),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -44,7 +44,7 @@ from forewarn.azure.vms import VM, Power
 from forewarn.core.changes import Rebuilt
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.net.callers import CallerResolver, UnknownCaller
-from forewarn.net.http import DROP, JSON, Awaiting, Later, Request, Response
+from forewarn.net.http import DROP, JSON, Deferred, Later, Request, Response
 from forewarn.net.untrusted_json import JsonInputError, parse_json
 
 log = logging.getLogger("forewarn.imds")
@@ -194,7 +194,7 @@ class AzureImds:
         return response[1], dict(response[3])[b"etag"].decode()
 
     # ------------------------------------------------------------------------------------------- requests
-    def handle(self, request: Request) -> Response | Later | Awaiting:
+    def handle(self, request: Request) -> Response | Later | Deferred:
         path = request.path
         try:
             if path == "/metadata/scheduledevents":
@@ -304,7 +304,7 @@ class AzureImds:
         count, self.faults = len(self.faults), []
         return count
 
-    def _scheduled_events(self, request: Request) -> Response | Later | Awaiting:
+    def _scheduled_events(self, request: Request) -> Response | Later | Deferred:
         method = request.method
         if method != "GET" and method != "POST":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
@@ -318,7 +318,7 @@ class AzureImds:
             return Later(delay, lambda: self._scheduled_events_answer(vm, query, request))
         return self._scheduled_events_answer(vm, query, request)
 
-    def _scheduled_events_answer(self, vm: VM, query: dict, request: Request) -> Response | Awaiting:
+    def _scheduled_events_answer(self, vm: VM, query: dict, request: Request) -> Response | Deferred:
         if request.method == "POST":
             return self._approve(vm, request.body)
         service = self.service
@@ -335,7 +335,7 @@ class AzureImds:
                     return (304, b"", JSON, response[3])
         return response
 
-    def _approve(self, vm, body: bytes) -> Response | Awaiting:
+    def _approve(self, vm, body: bytes) -> Response | Deferred:
         event_ids = parse_start_requests(body)
         if event_ids is None:
             return _json(400, BAD_START_REQUESTS)
@@ -354,22 +354,23 @@ class AzureImds:
         # Committed with the other approvals of this turn of the event loop, in one transaction; answered once it
         # is durable (Maintenance.perform_soon).
         committed = self.service.approve_soon(visible, by=vm.name)
-        answer: asyncio.Future[Response | Awaiting] = asyncio.get_running_loop().create_future()
+        answer = Deferred()
 
         def answered(done: asyncio.Future) -> None:
             error = done.exception()
-            if isinstance(error, NotFound):  # the event vanished between the check and the command
-                answer.set_result(_json(400, error_body(f"Bad request. {error}")))
-            elif isinstance(error, Unavailable):
-                log.error("%s approving %s: %s", vm.name, ", ".join(visible), error)
-                answer.set_result(_json(500, SERVICE_ERROR))
-            elif error is not None:
-                answer.set_exception(error)
+            if error is None:
+                answer.resolve(_json(200, b""))
+            elif isinstance(error, NotFound):  # the event vanished between the check and the command
+                answer.resolve(_json(400, error_body(f"Bad request. {error}")))
             else:
-                answer.set_result(_json(200, b""))
+                # Unavailable (the commit failed; the engine was rebuilt from what was committed) or a defect: the
+                # approval did not happen, and the VM may ask again.
+                defect = None if isinstance(error, Unavailable) else error
+                log.error("%s approving %s: %s", vm.name, ", ".join(visible), error, exc_info=defect)
+                answer.resolve(_json(500, SERVICE_ERROR))
 
         committed.add_done_callback(answered)
-        return Awaiting(answer)
+        return answer
 
     def _instance_metadata(self, request: Request) -> Response | Later:
         if request.method != "GET":

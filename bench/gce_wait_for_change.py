@@ -1,0 +1,141 @@
+"""Compute Engine hanging GETs: N ``wait_for_change`` requests held open at once by a real ``forewarn serve``, the
+memory they cost the server, and the time from the command that changes their value to the last answer.
+
+The server runs on a manual clock with a fleet of Compute Engine instances, each at its own loopback address; a
+client process (asyncio, raw sockets) opens N connections spread over the instances, asks each instance's
+``maintenance-event`` once (so it gets the 60-second notice), then sends N hanging GETs with the current ETag. Once
+the server holds them all (its RSS is read from /proc), one control-API command schedules maintenance on every
+instance: the notice is given at once, and every waiter is answered. Printed side by side: waiters, the server's
+RSS before and with them held, per waiter, and the time from the command to the last answer.
+
+    .venv/bin/python bench/gce_wait_for_change.py                 # 10,000 waiters over 20 instances
+    .venv/bin/python bench/gce_wait_for_change.py --waiters 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+
+from forewarn.scenarios.server import launch_serve  # noqa: E402
+
+INSTANCES = 20
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def fleet_text(instances: int) -> str:
+    lines = ["hosts: [{name: host-a}, {name: host-b}]", "gce_instances:"]
+    for index in range(instances):
+        lines.append(f"  - {{name: vm-{index}, host: host-a, imds: {{address: 127.0.1.{index + 1}}}}}")
+    return "\n".join(lines) + "\n"
+
+
+async def read_answer(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    etag = b""
+    for line in head.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.lower() == b"content-length":
+            length = int(value)
+        elif name.lower() == b"etag":
+            etag = value.strip()
+    body = await reader.readexactly(length)
+    return etag if body == b"NONE" else b"CHANGED:" + body
+
+
+async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
+    per = -(-waiters // INSTANCES)
+    idle = rss_mb(pid)
+    connections = []
+    etags = {}
+    for index in range(waiters):
+        address = f"127.0.1.{index // per + 1}"
+        reader, writer = await asyncio.open_connection(address, imds_port)
+        connections.append((address, reader, writer))
+    path = "/computeMetadata/v1/instance/maintenance-event"
+    for address, _reader, writer in connections:  # one plain GET each: the ETag, and "asked since the last event"
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: {address}\r\nMetadata-Flavor: Google\r\n\r\n".encode())
+    for address, reader, _writer in connections:
+        etags[address] = await read_answer(reader)
+    before = rss_mb(pid)
+    for address, _reader, writer in connections:
+        query = f"wait_for_change=true&last_etag={etags[address].decode()}"
+        writer.write(f"GET {path}?{query} HTTP/1.1\r\nHost: {address}\r\nMetadata-Flavor: Google\r\n\r\n".encode())
+    await asyncio.sleep(2.0)  # let the server read every request and hold it
+    held = rss_mb(pid)
+    started = time.perf_counter()
+    loop = asyncio.get_running_loop()
+    command = loop.run_in_executor(
+        None,
+        lambda: requests.post(
+            f"{control}/v1/gce/maintenance", json={"instances": [f"vm-{i}" for i in range(INSTANCES)]}, timeout=120
+        ),
+    )
+    answers = await asyncio.gather(*(read_answer(reader) for _, reader, _ in connections))
+    last = time.perf_counter() - started
+    response = await command
+    assert response.status_code == 201, response.text
+    changed = sum(answer == b"CHANGED:MIGRATE_ON_HOST_MAINTENANCE" for answer in answers)
+    for _, _, writer in connections:
+        writer.close()
+    return {
+        "waiters": waiters,
+        "answered_with_the_notice": changed,
+        "server_rss_mb_idle": round(idle, 1),
+        "server_rss_mb_connections_open": round(before, 1),
+        "server_rss_mb_held": round(held, 1),
+        "kb_per_waiter_beyond_its_connection": round((held - before) * 1024 / waiters, 2),
+        "kb_per_connection_and_waiter": round((held - idle) * 1024 / waiters, 2),
+        "command_to_last_answer_s": round(last, 3),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--waiters", type=int, default=10_000)
+    options = parser.parse_args()
+    with tempfile.TemporaryDirectory() as directory:
+        fleet = Path(directory) / "fleet.yaml"
+        fleet.write_text(fleet_text(INSTANCES))
+        port, imds_port = free_port(), free_port()
+        control = f"http://127.0.0.1:{port}"
+        args = [
+            "--fleet", str(fleet), "--db", ":memory:", "--port", str(port), "--imds-port", str(imds_port),
+            "--arm-port", "0", "--ec2-port", "0", "--gce-port", "0", "--clock", "manual", "--log-level", "warning",
+            "--imds-limit", "connections_per_source=0", "--imds-limit", f"connections={options.waiters + 1000}",
+        ]  # fmt: skip
+        process = launch_serve(args, Path(directory) / "server.log", control)
+        try:
+            result = asyncio.run(run(options.waiters, imds_port, control, process.pid))
+        finally:
+            process.terminate()
+            process.wait(10)
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

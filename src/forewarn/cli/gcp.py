@@ -1,0 +1,205 @@
+"""``forewarn gce``: Compute Engine instances, their host maintenance, preemption and host errors."""
+
+from __future__ import annotations
+
+import click
+
+from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, print_table, run, split_names
+
+
+def _print_instances(instances: list[dict]) -> None:
+    rows = [("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT", "UPCOMING")]
+    for i in instances:
+        upcoming = i["upcoming"]
+        rows.append(
+            (
+                i["name"],
+                i["status"] + (" (deleted)" if i["deleted"] else "") + (" (preempted)" if i["preempted"] else ""),
+                i["host"],
+                i["zone"],
+                i["on_host_maintenance"] + ("" if i["automatic_restart"] else ", no restart"),
+                i["maintenance_event"],
+                "-" if upcoming is None else f"{upcoming['window_start']} ({upcoming['type']})",
+            )
+        )
+    print_table(rows)
+
+
+def _print_events(events: list[dict]) -> None:
+    if not events:
+        click.echo("no maintenance")
+        return
+    rows = [("EVENT ID", "INSTANCE", "KIND", "STATE", "WINDOW START", "WINDOW END", "ANNOUNCED")]
+    for e in events:
+        rows.append(
+            (
+                e["event_id"],
+                e["instance"],
+                e["kind"],
+                e["state"],
+                e["window_start"],
+                e["window_end"],
+                "yes" if e["announced"] else "no",
+            )
+        )
+    print_table(rows)
+
+
+def _print_outcome(outcome: dict) -> None:
+    if outcome["events"]:
+        _print_events(outcome["events"])
+    if outcome["instances"]:
+        _print_instances(outcome["instances"])
+
+
+@click.group(
+    context_settings=CONTEXT,
+    epilog="""\b
+Examples (the demo fleet's Compute Engine instances):
+  forewarn gce maintain web-1                      # maintenance-event MIGRATE_ON_HOST_MAINTENANCE now, the
+                                                   # migration 60 s later (if web-1 asked for the key before)
+  forewarn gce maintain trainer-1 --notice 7d      # announced: upcoming-maintenance for a week
+  forewarn gce perform trainer-1                   # performMaintenance: start the announced one now
+  forewarn gce preempt batch-1                     # Spot: preempted TRUE, stopped 30 s later
+  curl -s -H 'Metadata-Flavor: Google' \\
+    'http://127.0.0.40:8169/computeMetadata/v1/instance/maintenance-event?wait_for_change=true'""",
+)
+def gce():
+    """Compute Engine instances: host maintenance, preemption, host errors."""
+
+
+@gce.command(name="instances", context_settings=CONTEXT)
+@JSON_OPTION
+@click.pass_context
+def gce_instances(ctx, as_json):
+    """Every instance's status, host, scheduling, maintenance-event value and upcoming maintenance."""
+    emit(run(lambda: control_client(ctx).get("/v1/gce/instances")), as_json, _print_instances)
+
+
+@gce.command(name="events", context_settings=CONTEXT)
+@click.option("--all", "include_all", is_flag=True, help="Include completed and canceled maintenance.")
+@JSON_OPTION
+@click.pass_context
+def gce_events(ctx, include_all, as_json):
+    """Pending and ongoing maintenance, or all with --all."""
+    emit(
+        run(lambda: control_client(ctx).get("/v1/gce/maintenance", params={"all": str(include_all).lower()})),
+        as_json,
+        _print_events,
+    )
+
+
+@gce.command(name="maintain", context_settings=CONTEXT)
+@click.argument("instances", nargs=-1, required=True)
+@click.option(
+    "--kind",
+    type=click.Choice(["migrate", "terminate"]),
+    help="What happens at the start (default: each instance's onHostMaintenance).",
+)
+@click.option(
+    "--notice",
+    help="Time until the start, e.g. 90s, 7d (default 60s: the maintenance-event notice only; longer is announced "
+    "as upcoming maintenance).",
+)
+@click.option("--start", help="Explicit start, ISO 8601 (instead of --notice).")
+@click.option("--window", help="The window upcoming maintenance shows.  [default: 1h]")
+@click.option("--no-reschedule", is_flag=True, help="canReschedule false: performMaintenance is refused.")
+@click.option(
+    "--type",
+    "maintenance_type",
+    type=click.Choice(["SCHEDULED", "UNSCHEDULED"]),
+    default="SCHEDULED",
+    show_default=True,
+)
+@JSON_OPTION
+@click.pass_context
+def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, maintenance_type, as_json):
+    """Host maintenance of instances (one event each)."""
+    body = {
+        "instances": split_names(instances),
+        "kind": kind,
+        "notice": notice,
+        "start": start,
+        "window": window,
+        "can_reschedule": not no_reschedule,
+        "type": maintenance_type,
+    }
+    emit(run(lambda: control_client(ctx).post("/v1/gce/maintenance", body)), as_json, _print_events)
+
+
+@gce.command(name="cancel", context_settings=CONTEXT)
+@click.argument("event_id")
+@JSON_OPTION
+@click.pass_context
+def gce_cancel(ctx, event_id, as_json):
+    """Cancel maintenance that has not given its notice yet."""
+    emit([run(lambda: control_client(ctx).post(f"/v1/gce/maintenance/{event_id}/cancel"))], as_json, _print_events)
+
+
+@gce.command(name="simulate", context_settings=CONTEXT)
+@click.argument("instance")
+@JSON_OPTION
+@click.pass_context
+def gce_simulate(ctx, instance, as_json):
+    """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, now."""
+    emit(
+        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/simulate-maintenance")),
+        as_json,
+        _print_outcome,
+    )
+
+
+@gce.command(name="perform", context_settings=CONTEXT)
+@click.argument("instance")
+@JSON_OPTION
+@click.pass_context
+def gce_perform(ctx, instance, as_json):
+    """What performMaintenance does: announced maintenance starts after the 60-second notice."""
+    emit(
+        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/perform-maintenance")),
+        as_json,
+        _print_outcome,
+    )
+
+
+@gce.command(name="scheduling", context_settings=CONTEXT)
+@click.argument("instance")
+@click.option("--on-host-maintenance", type=click.Choice(["MIGRATE", "TERMINATE"]))
+@click.option("--automatic-restart/--no-automatic-restart", default=None)
+@JSON_OPTION
+@click.pass_context
+def gce_scheduling(ctx, instance, on_host_maintenance, automatic_restart, as_json):
+    """What setScheduling does, with Compute Engine's checks."""
+    body = {"on_host_maintenance": on_host_maintenance, "automatic_restart": automatic_restart}
+    emit(
+        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/scheduling", body)), as_json, _print_outcome
+    )
+
+
+@gce.command(name="preempt", context_settings=CONTEXT)
+@click.argument("instances", nargs=-1, required=True)
+@JSON_OPTION
+@click.pass_context
+def gce_preempt(ctx, instances, as_json):
+    """Preempt Spot or preemptible instances: preempted TRUE now, stopped (or deleted) 30 s later."""
+    body = {"instances": split_names(instances)}
+    emit(run(lambda: control_client(ctx).post("/v1/gce/preempt", body)), as_json, _print_outcome)
+
+
+@gce.command(name="host-error", context_settings=CONTEXT)
+@click.argument("instances", nargs=-1, required=True)
+@JSON_OPTION
+@click.pass_context
+def gce_host_error(ctx, instances, as_json):
+    """The instances' host fails: no notice; they restart elsewhere if automaticRestart."""
+    body = {"instances": split_names(instances)}
+    emit(run(lambda: control_client(ctx).post("/v1/gce/host-error", body)), as_json, _print_outcome)
+
+
+@gce.command(name="start", context_settings=CONTEXT)
+@click.argument("instance")
+@JSON_OPTION
+@click.pass_context
+def gce_start(ctx, instance, as_json):
+    """Start a stopped (TERMINATED) instance."""
+    emit(run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/start")), as_json, _print_outcome)

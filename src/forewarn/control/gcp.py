@@ -1,0 +1,237 @@
+"""The control API's Compute Engine routes: schedule host maintenance (live migration or termination, announced ahead
+or with the 60-second notice only), cancel it, Spot and preemptible preemption, host errors, and what the Compute
+Engine API offers its users (simulateMaintenanceEvent, performMaintenance, setScheduling, start)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, ConfigDict, Field
+
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.model import parse_enum
+from forewarn.control.models import ERRORS
+from forewarn.core.durations import parse_optional_duration
+from forewarn.core.times import format_optional_time, format_time, parse_optional_time
+from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.component import GceRequest
+from forewarn.gcp.model import GceMaintenance, MaintenanceKind, MaintenanceType, OnHostMaintenance
+
+_KINDS = {"migrate": MaintenanceKind.MIGRATE, "terminate": MaintenanceKind.TERMINATE}
+
+
+class GceEventOut(BaseModel):
+    event_id: str
+    instance: str
+    kind: str
+    type: str
+    state: str
+    announced: bool
+    can_reschedule: bool
+    window_start: str
+    window_end: str
+    created_at: str
+    notice_at: str | None
+    started_at: str | None
+    ended_at: str | None
+    reason: str
+
+    @classmethod
+    def of(cls, event: GceMaintenance) -> GceEventOut:
+        return cls(
+            event_id=event.event_id,
+            instance=event.instance,
+            kind=event.kind.value,
+            type=event.maintenance_type.value,
+            state=event.state.value,
+            announced=event.announced,
+            can_reschedule=event.can_reschedule,
+            window_start=format_time(event.window_start),
+            window_end=format_time(event.window_end),
+            created_at=format_time(event.created_at),
+            notice_at=format_optional_time(event.notice_at),
+            started_at=format_optional_time(event.started_at),
+            ended_at=format_optional_time(event.ended_at),
+            reason=event.reason,
+        )
+
+
+class GceInstanceOut(BaseModel):
+    name: str
+    id: str
+    project: str
+    zone: str
+    machine_type: str
+    status: str
+    host: str
+    on_host_maintenance: str
+    automatic_restart: bool
+    provisioning_model: str
+    preemptible: bool
+    gpus: int
+    maintenance_event: str = Field(description="the maintenance-event metadata value now")
+    preempted: bool
+    deleted: bool
+    watched: bool = Field(description="asked for maintenance-event since its last maintenance (gets the notice)")
+    upcoming: GceEventOut | None
+
+
+class GceMaintenanceIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instances: list[str] = Field(min_length=1)
+    kind: str | None = Field(
+        default=None, description="migrate or terminate (default: the instance's onHostMaintenance)"
+    )
+    notice: str | None = Field(
+        default=None, description="time until the maintenance starts (default 60s: the maintenance-event notice only)"
+    )
+    start: str | None = Field(default=None, description="explicit start, ISO 8601")
+    window: str | None = Field(default=None, description="the window upcoming maintenance shows (default 1h)")
+    can_reschedule: bool = Field(default=True, description="performMaintenance may start it early (announced only)")
+    type: str = Field(default="SCHEDULED", description="SCHEDULED or UNSCHEDULED")
+
+
+class GceInstancesIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    instances: list[str] = Field(min_length=1)
+
+
+class SchedulingIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    on_host_maintenance: str | None = Field(default=None, description="MIGRATE or TERMINATE")
+    automatic_restart: bool | None = None
+
+
+class GceOutcomeOut(BaseModel):
+    events: list[GceEventOut]
+    instances: list[GceInstanceOut]
+
+
+def gcp_router(service: Maintenance) -> APIRouter:
+    router = APIRouter()
+
+    def instance_out(name: str) -> GceInstanceOut:
+        engine = service.engine
+        record, state = engine.gce_instance(name), engine.gce_states[name]
+        upcoming = engine.upcoming_maintenance(name)
+        return GceInstanceOut(
+            name=name,
+            id=record.instance_id,
+            project=record.project,
+            zone=record.zone,
+            machine_type=record.machine_type,
+            status=state.status.value,
+            host=state.host,
+            on_host_maintenance=state.on_host_maintenance.value,
+            automatic_restart=state.automatic_restart,
+            provisioning_model=record.provisioning_model.value,
+            preemptible=record.preemptible,
+            gpus=record.gpus,
+            maintenance_event=engine.maintenance_event(name),
+            preempted=state.preempted,
+            deleted=state.deleted,
+            watched=state.watched,
+            upcoming=None if upcoming is None else GceEventOut.of(upcoming),
+        )
+
+    def outcome(changes) -> GceOutcomeOut:
+        events = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
+        names = dict.fromkeys(
+            [c.state.name for c in changes if isinstance(c, GceStateChanged)] + [e.instance for e in events.values()]
+        )
+        return GceOutcomeOut(
+            events=[GceEventOut.of(e) for e in events.values()], instances=[instance_out(n) for n in names]
+        )
+
+    @router.get("/v1/gce/instances", tags=["gce"], response_model=list[GceInstanceOut])
+    async def instances():
+        service.catch_up()
+        return [instance_out(name) for name in service.engine.fleet.gce]
+
+    @router.get("/v1/gce/instances/{name}", tags=["gce"], response_model=GceInstanceOut, responses=ERRORS)
+    async def instance(name: str):
+        service.catch_up()
+        return instance_out(name)
+
+    @router.get("/v1/gce/maintenance", tags=["gce"], response_model=list[GceEventOut])
+    async def events(all: bool = Query(False, description="include completed and canceled maintenance")):
+        service.catch_up()
+        found = sorted(service.engine.gce_events.values(), key=lambda e: e.seq)
+        return [GceEventOut.of(e) for e in found if all or e.live]
+
+    @router.post(
+        "/v1/gce/maintenance", tags=["gce"], status_code=201, response_model=list[GceEventOut], responses=ERRORS
+    )
+    async def schedule(body: GceMaintenanceIn):
+        """Host maintenance of instances, one event each. A start further ahead than 60 seconds is announced as
+        upcoming maintenance; maintenance-event changes 60 seconds before the start."""
+        request = GceRequest(
+            instances=tuple(body.instances),
+            kind=None if body.kind is None else _kind(body.kind),
+            notice=parse_optional_duration(body.notice),
+            start=parse_optional_time(body.start),
+            window=parse_optional_duration(body.window),
+            can_reschedule=body.can_reschedule,
+            maintenance_type=parse_enum(MaintenanceType, body.type, "maintenance type"),
+        )
+        changes = service.perform(lambda engine: engine.schedule_gce(request))
+        latest = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
+        return [GceEventOut.of(event) for event in latest.values()]
+
+    @router.post("/v1/gce/maintenance/{event_id}/cancel", tags=["gce"], response_model=GceEventOut, responses=ERRORS)
+    async def cancel(event_id: str):
+        service.perform(lambda engine: engine.cancel_gce(event_id))
+        return GceEventOut.of(service.engine.gce_event(event_id))
+
+    @router.post(
+        "/v1/gce/instances/{name}/simulate-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+    )
+    async def simulate(name: str):
+        """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, now."""
+        return outcome(service.perform(lambda engine: engine.simulate_gce(name)))
+
+    @router.post(
+        "/v1/gce/instances/{name}/perform-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+    )
+    async def perform(name: str):
+        """What performMaintenance does: the announced maintenance starts after the 60-second notice."""
+        return outcome(service.perform(lambda engine: engine.perform_maintenance(name)))
+
+    @router.post("/v1/gce/instances/{name}/scheduling", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+    async def scheduling(name: str, body: SchedulingIn):
+        """What setScheduling does, with Compute Engine's checks (Spot, preemptible and GPU instances TERMINATE)."""
+        policy = (
+            None
+            if body.on_host_maintenance is None
+            else parse_enum(OnHostMaintenance, body.on_host_maintenance, "onHostMaintenance")
+        )
+        return outcome(service.perform(lambda engine: engine.set_scheduling(name, policy, body.automatic_restart)))
+
+    @router.post("/v1/gce/instances/{name}/watch", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+    async def watch(name: str):
+        """As if the instance read maintenance-event: its next maintenance gets the 60-second notice (a scenario's
+        watcher, without a metadata client)."""
+        service.engine.gce_instance(name)
+        return outcome(service.perform(lambda engine: engine.watch_gce(name)))
+
+    @router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+    async def start(name: str):
+        return outcome(service.perform(lambda engine: engine.start_gce(name)))
+
+    @router.post("/v1/gce/preempt", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+    async def preempt(body: GceInstancesIn):
+        """Preempt Spot or preemptible instances: preempted is TRUE now, they stop (or are deleted) 30 s later."""
+        return outcome(service.perform(lambda engine: engine.preempt_gce(body.instances)))
+
+    @router.post("/v1/gce/host-error", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+    async def host_error(body: GceInstancesIn):
+        """The instances' host fails: they crash without notice and restart elsewhere if automaticRestart."""
+        return outcome(service.perform(lambda engine: engine.host_error_gce(body.instances)))
+
+    return router
+
+
+def _kind(text: str) -> MaintenanceKind:
+    found = _KINDS.get(text.lower())
+    if found is None:
+        return parse_enum(MaintenanceKind, text, "maintenance kind")
+    return found

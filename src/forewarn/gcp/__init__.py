@@ -1,0 +1,1 @@
+"""Google Compute Engine: host maintenance, Spot preemption, the metadata server and the Compute Engine API."""

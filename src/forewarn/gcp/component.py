@@ -1,0 +1,449 @@
+"""The Compute Engine component: host maintenance (live migration or termination, announced ahead or not), the
+60-second ``maintenance-event`` notice, ``performMaintenance``, ``simulateMaintenanceEvent``, ``setScheduling``, Spot
+and preemptible preemption, and host errors. It shares the engine's clock, deadlines and numbering
+(``core/scheduler.py``) and its commit-per-command discipline."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from forewarn.core.bounds import MAX_EVENT_LENGTH, check_duration, checked_not_before, whole_second_ceiling
+from forewarn.core.changes import Change
+from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.ids import derived_guid
+from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.model import (
+    NONE,
+    EventState,
+    GceInstance,
+    GceMaintenance,
+    GceRules,
+    GceState,
+    InstanceStatus,
+    MaintenanceKind,
+    MaintenanceType,
+    OnHostMaintenance,
+    TerminationAction,
+    check_scheduling,
+)
+
+
+class GceFleet(Protocol):
+    """What the component reads of the fleet (``fleet/model.py``)."""
+
+    @property
+    def gce(self) -> Mapping[str, GceInstance]: ...
+    def next_host(self, current: str) -> str: ...
+
+
+@dataclass(frozen=True)
+class StoredGcp:
+    """What the store keeps of the Compute Engine component."""
+
+    events: Iterable[GceMaintenance] = ()
+    states: Iterable[GceState] = ()
+
+
+@dataclass(frozen=True)
+class GceRequest:
+    """Maintenance of some instances. ``kind`` None: what each instance's onHostMaintenance says. ``notice``: from
+    now to the start (default: the 60-second notice only, nothing announced ahead); a start further ahead than the
+    60-second notice is announced as upcoming maintenance."""
+
+    instances: tuple[str, ...]
+    kind: MaintenanceKind | None = None
+    notice: timedelta | None = None
+    start: datetime | None = None
+    window: timedelta | None = None
+    can_reschedule: bool = True
+    maintenance_type: MaintenanceType = MaintenanceType.SCHEDULED
+    reason: str = "host maintenance"
+
+
+def numeric_id(seed: str, *parts: object) -> str:
+    """A Compute Engine id: a decimal uint64 of 19 digits, derived from the seed."""
+    return str(10**18 + int(derived_guid(seed, *parts).replace("-", ""), 16) % (9 * 10**18))
+
+
+class GcpComponent:
+    """State: ``gce_states`` (per instance), ``gce_events`` and each instance's event order."""
+
+    def __init__(
+        self,
+        fleet: GceFleet,
+        seed: str,
+        rules: GceRules,
+        scheduler: Scheduler,
+        sequence: Sequence,
+        stored: StoredGcp,
+        created_at: datetime,
+    ) -> None:
+        self.fleet = fleet
+        self.seed = seed
+        self.rules = rules
+        self._scheduler = scheduler
+        self._sequence = sequence
+        self._notice = scheduler.kind("gce-notice", self._give_notice, self._notice_stale)
+        self._start = scheduler.kind("gce-start", self._start_event, self._start_stale)
+        self._end = scheduler.kind("gce-end", self._end_event, self._end_stale)
+        self._preempt = scheduler.kind("gce-preempt", self._preempted, self._preempt_stale)
+        self._restart = scheduler.kind("gce-restart", self._restarted, self._restart_stale)
+        self.gce_states: dict[str, GceState] = {
+            name: GceState(
+                name,
+                InstanceStatus.RUNNING,
+                instance.host,
+                instance.on_host_maintenance,
+                instance.automatic_restart,
+                created_at,
+            )
+            for name, instance in fleet.gce.items()
+        }
+        for state in stored.states:
+            if state.name in self.gce_states:
+                self.gce_states[state.name] = state
+                if state.preempt_at is not None:
+                    scheduler.add(state.preempt_at, self._preempt, state.name)
+                if state.restart_at is not None:
+                    scheduler.add(state.restart_at, self._restart, state.name)
+        self.gce_events: dict[str, GceMaintenance] = {}
+        self._by_instance: dict[str, list[str]] = {}
+        for event in sorted(stored.events, key=lambda e: e.seq):
+            self._index(event)
+            sequence.past(event.seq)
+            if event.state is EventState.PENDING:  # a notice due while the server was down fires at its catch-up
+                scheduler.add(event.window_start - rules.notice, self._notice, event.event_id)
+            else:
+                self._set_deadline(event)
+
+    @property
+    def now(self) -> datetime:
+        return self._scheduler.now
+
+    # ------------------------------------------------------------------------------------------------ queries
+    def gce_instance(self, name: str) -> GceInstance:
+        found = self.fleet.gce.get(name)
+        if found is None:
+            raise NotFound(f"The resource 'instances/{name}' was not found", name=name, known=self.fleet.gce.keys())
+        return found
+
+    def gce_events_of(self, name: str) -> list[GceMaintenance]:
+        return [self.gce_events[event_id] for event_id in self._by_instance.get(name, ())]
+
+    def gce_event(self, event_id: str) -> GceMaintenance:
+        found = self.gce_events.get(event_id)
+        if found is None:
+            raise NotFound(f"no GCE maintenance event {event_id!r}", name=event_id, known=self.gce_events.keys())
+        return found
+
+    def maintenance_event(self, name: str) -> str:
+        """The ``maintenance-event`` value: the notice of an event from its 60-second notice to its end."""
+        for event in self.gce_events_of(name):
+            if event.state in (EventState.NOTIFIED, EventState.ONGOING) and event.notice_at is not None:
+                return event.kind.value
+        return NONE
+
+    def upcoming(self, name: str) -> GceMaintenance | None:
+        """The maintenance ``upcoming-maintenance`` and ``resourceStatus.upcomingMaintenance`` show: announced ahead,
+        not ended."""
+        for event in self.gce_events_of(name):
+            if event.announced and event.live:
+                return event
+        return None
+
+    # ----------------------------------------------------------------------------------------------- commands
+    def schedule_gce(self, request: GceRequest) -> list[Change]:
+        if not request.instances:
+            raise Invalid("name at least one instance")
+        instances = [self.gce_instance(name) for name in dict.fromkeys(request.instances)]
+        for instance in instances:
+            state = self.gce_states[instance.name]
+            if state.deleted:
+                raise Conflict(f"instance {instance.name} is deleted")
+            if any(event.live for event in self.gce_events_of(instance.name)):
+                raise Conflict(f"instance {instance.name} already has maintenance pending or under way")
+            if request.kind is MaintenanceKind.MIGRATE and (instance.gpus or instance.interruptible):
+                raise Invalid(f"instance {instance.name} cannot live-migrate (GPUs, Spot or preemptible)")
+        start = checked_not_before(request.start, request.notice, self.rules.notice, self.now)
+        window = check_duration(
+            request.window or self.rules.window, "the maintenance window", MAX_EVENT_LENGTH, timedelta(seconds=1)
+        )
+        announced = start - self.now > self.rules.notice
+        changes: list[Change] = []
+        for instance in instances:
+            state = self.gce_states[instance.name]
+            kind = request.kind or (
+                MaintenanceKind.MIGRATE
+                if state.on_host_maintenance is OnHostMaintenance.MIGRATE
+                else MaintenanceKind.TERMINATE
+            )
+            seq = self._sequence.take()
+            event = GceMaintenance(
+                event_id=numeric_id(self.seed, "gce-maintenance", seq),
+                seq=seq,
+                instance=instance.name,
+                kind=kind,
+                maintenance_type=request.maintenance_type,
+                window_start=start,
+                window_end=start + window,
+                latest_window_start=start,
+                can_reschedule=request.can_reschedule and announced,
+                announced=announced,
+                state=EventState.PENDING,
+                created_at=self.now,
+                reason=request.reason,
+            )
+            self._index(event)
+            changes.append(GceEventChanged(event, "scheduled", f"{kind.value} of {instance.name}"))
+            changes += self._set_deadline(event)
+        return changes
+
+    def simulate_gce(self, name: str) -> list[Change]:
+        """simulateMaintenanceEvent: the instance's own maintenance behaviour, now, after the usual notice ("Simulate
+        a host maintenance event")."""
+        self.gce_instance(name)
+        if self.gce_states[name].status is not InstanceStatus.RUNNING:
+            raise Conflict(f"The resource 'instances/{name}' is not ready")
+        return self.schedule_gce(GceRequest((name,), reason="simulated maintenance event"))
+
+    def perform_maintenance(self, name: str) -> list[Change]:
+        """performMaintenance: the announced maintenance starts now, after the usual notice ("Monitor and plan for a
+        host maintenance event")."""
+        self.gce_instance(name)
+        event = self.upcoming(name)
+        if event is None or event.state is not EventState.PENDING:
+            raise Conflict(f"instance {name} has no pending maintenance to perform")
+        if not event.can_reschedule:
+            raise Conflict(f"the maintenance of instance {name} cannot be started by the user")
+        start = whole_second_ceiling(self.now + self.rules.notice)
+        event = replace(event, window_start=start, window_end=start + (event.window_end - event.window_start))
+        self._index(event)
+        return [GceEventChanged(event, "performed", "started by performMaintenance"), *self._set_deadline(event)]
+
+    def cancel_gce(self, event_id: str) -> list[Change]:
+        event = self.gce_event(event_id)
+        if event.state is not EventState.PENDING:
+            raise Conflict(f"maintenance {event_id} is {event.state.value}; only pending maintenance can be canceled")
+        event = replace(event, state=EventState.CANCELED, ended_at=self.now)
+        self._index(event)
+        return [GceEventChanged(event, "canceled", "canceled by the operator")]
+
+    def watch(self, name: str) -> list[Change]:
+        """The instance asked for maintenance-event: its next maintenance gets the 60-second notice."""
+        state = self.gce_states.get(name)
+        if state is None or state.watched:
+            return []
+        state = replace(state, watched=True)
+        self.gce_states[name] = state
+        return [GceStateChanged(state, "watched", "asked for maintenance-event")]
+
+    def set_scheduling(
+        self, name: str, on_host_maintenance: OnHostMaintenance | None, automatic_restart: bool | None
+    ) -> list[Change]:
+        instance = self.gce_instance(name)
+        state = self.gce_states[name]
+        updated = replace(
+            state,
+            on_host_maintenance=on_host_maintenance or state.on_host_maintenance,
+            automatic_restart=state.automatic_restart if automatic_restart is None else automatic_restart,
+        )
+        check_scheduling(
+            updated.on_host_maintenance, updated.automatic_restart, instance.interruptible, instance.gpus, name
+        )
+        self.gce_states[name] = updated
+        return [
+            GceStateChanged(
+                updated,
+                "scheduling",
+                f"onHostMaintenance {updated.on_host_maintenance.value}, automaticRestart "
+                f"{str(updated.automatic_restart).lower()}",
+            )
+        ]
+
+    def preempt(self, names: Iterable[str]) -> list[Change]:
+        """Spot or preemptible preemption: ``preempted`` is TRUE at once, the instance stops (or is deleted, per its
+        termination action) after the 30-second notice ("Spot VMs", "Preemptible VM instances")."""
+        instances = [self.gce_instance(name) for name in dict.fromkeys(names)]
+        if not instances:
+            raise Invalid("name at least one instance")
+        for instance in instances:
+            if not instance.interruptible:
+                raise Invalid(f"{instance.name} is not a Spot or preemptible instance")
+            state = self.gce_states[instance.name]
+            if state.status is not InstanceStatus.RUNNING or state.preempted:
+                raise Conflict(f"{instance.name} is not running, or is being preempted already")
+        at = whole_second_ceiling(self.now + self.rules.preemption_notice)
+        changes: list[Change] = []
+        for instance in instances:
+            state = replace(
+                self.gce_states[instance.name], preempted=True, preempt_at=at, status=InstanceStatus.STOPPING
+            )
+            self.gce_states[instance.name] = state
+            self._scheduler.add(at, self._preempt, instance.name)
+            changes.append(GceStateChanged(state, "preempted", f"preemption notice; stops at {at.isoformat()}"))
+        return changes
+
+    def host_error(self, names: Iterable[str]) -> list[Change]:
+        """The host failed: its instances crash without notice, and come back on another host after a while if
+        automaticRestart is set ("Host maintenance overview", host errors)."""
+        instances = [self.gce_instance(name) for name in dict.fromkeys(names)]
+        if not instances:
+            raise Invalid("name at least one instance")
+        changes: list[Change] = []
+        for instance in instances:
+            state = self.gce_states[instance.name]
+            if state.status is not InstanceStatus.RUNNING:
+                raise Conflict(f"{instance.name} is not running")
+        for instance in instances:
+            state = self.gce_states[instance.name]
+            restart_at = self.now + self.rules.host_error_restart if state.automatic_restart else None
+            state = replace(state, status=InstanceStatus.TERMINATED, stopped_at=self.now, restart_at=restart_at)
+            self.gce_states[instance.name] = state
+            if restart_at is not None:
+                self._scheduler.add(restart_at, self._restart, instance.name)
+            changes.append(GceStateChanged(state, "crashed", f"host error on {state.host}"))
+        return changes
+
+    def start_gce(self, name: str) -> list[Change]:
+        self.gce_instance(name)
+        state = self.gce_states[name]
+        if state.deleted or state.status is not InstanceStatus.TERMINATED:
+            raise Conflict(f"instance {name} is {'deleted' if state.deleted else state.status.value}")
+        state = replace(
+            state, status=InstanceStatus.RUNNING, started_at=self.now, preempted=False, preempt_at=None, restart_at=None
+        )
+        self.gce_states[name] = state
+        return [GceStateChanged(state, "started", "started by the user")]
+
+    # ---------------------------------------------------------------------------------------------- deadlines
+    def _set_deadline(self, event: GceMaintenance) -> list[Change]:
+        """The event's next deadline; a notice already due is given at once (the changes it makes)."""
+        if event.state is EventState.PENDING:
+            at = event.window_start - self.rules.notice
+            if at <= self.now:
+                return self._give_notice(event.event_id)
+            self._scheduler.add(at, self._notice, event.event_id)
+        elif event.state is EventState.NOTIFIED:
+            self._scheduler.add(event.window_start, self._start, event.event_id)
+        elif event.state is EventState.ONGOING and event.ends_at is not None:
+            self._scheduler.add(event.ends_at, self._end, event.event_id)
+        return []
+
+    def _notice_stale(self, event_id: str, at: datetime) -> bool:
+        # A notice only ever moves earlier (performMaintenance), and the earlier one moves the event on.
+        return self.gce_events[event_id].state is not EventState.PENDING
+
+    def _start_stale(self, event_id: str, at: datetime) -> bool:
+        event = self.gce_events[event_id]
+        return event.state is not EventState.NOTIFIED or event.window_start != at
+
+    def _end_stale(self, event_id: str, at: datetime) -> bool:
+        event = self.gce_events[event_id]
+        return event.state is not EventState.ONGOING or event.ends_at != at
+
+    def _preempt_stale(self, name: str, at: datetime) -> bool:
+        return self.gce_states[name].preempt_at != at
+
+    def _restart_stale(self, name: str, at: datetime) -> bool:
+        return self.gce_states[name].restart_at != at
+
+    def _give_notice(self, event_id: str) -> list[Change]:
+        """60 seconds before the start. The key is populated only for instances that migrate or carry GPUs, and the
+        notice is given only to an instance that asked for the key since its last maintenance; one that never asked
+        is maintained at once ("Query metadata server for maintenance event notices")."""
+        event = self.gce_events[event_id]
+        instance = self.fleet.gce[event.instance]
+        state = self.gce_states[event.instance]
+        if state.deleted:
+            event = replace(event, state=EventState.CANCELED, ended_at=self.now)
+            self._index(event)
+            return [GceEventChanged(event, "canceled", "the instance is deleted")]
+        populated = state.on_host_maintenance is OnHostMaintenance.MIGRATE or instance.gpus > 0
+        if populated and state.watched:
+            event = replace(event, state=EventState.NOTIFIED, notice_at=self.now)
+            self._index(event)
+            self._set_deadline(event)
+            return [GceEventChanged(event, "notified", f"maintenance-event is {event.kind.value}")]
+        if populated:  # never asked: no warning, the maintenance starts now
+            event = replace(event, state=EventState.NOTIFIED, window_start=self.now)
+            return self._start_event_now(event, "no notice: maintenance-event was not queried since the last event")
+        event = replace(event, state=EventState.NOTIFIED)
+        self._index(event)
+        self._set_deadline(event)
+        return []
+
+    def _start_event(self, event_id: str) -> list[Change]:
+        return self._start_event_now(self.gce_events[event_id], "the window started")
+
+    def _start_event_now(self, event: GceMaintenance, reason: str) -> list[Change]:
+        state = self.gce_states[event.instance]
+        length = self.rules.migration if event.kind is MaintenanceKind.MIGRATE else self.rules.termination
+        event = replace(event, state=EventState.ONGOING, started_at=self.now, ends_at=self.now + length)
+        self._index(event)
+        self._set_deadline(event)
+        changes: list[Change] = [GceEventChanged(event, "started", reason)]
+        state = replace(state, watched=False)
+        if state.status is not InstanceStatus.RUNNING:
+            self.gce_states[state.name] = state
+            return changes
+        if event.kind is MaintenanceKind.MIGRATE:
+            state = replace(state, host=self.fleet.next_host(state.host))
+            self.gce_states[state.name] = state
+            return changes + [GceStateChanged(state, "migrated", f"live-migrated to {state.host}")]
+        state = replace(state, status=InstanceStatus.TERMINATED, stopped_at=self.now)
+        self.gce_states[state.name] = state
+        return changes + [GceStateChanged(state, "terminated", f"terminated for maintenance {event.event_id}")]
+
+    def _end_event(self, event_id: str) -> list[Change]:
+        event = replace(self.gce_events[event_id], state=EventState.COMPLETED, ended_at=self.now)
+        self._index(event)
+        changes: list[Change] = [GceEventChanged(event, "completed", "maintenance done")]
+        state = self.gce_states[event.instance]
+        if event.kind is MaintenanceKind.TERMINATE and state.status is InstanceStatus.TERMINATED:
+            if state.automatic_restart and not state.deleted:
+                state = replace(
+                    state,
+                    status=InstanceStatus.RUNNING,
+                    host=self.fleet.next_host(state.host),
+                    started_at=self.now,
+                )
+                self.gce_states[state.name] = state
+                changes.append(GceStateChanged(state, "restarted", f"automatic restart on {state.host}"))
+        return changes
+
+    def _preempted(self, name: str) -> list[Change]:
+        instance = self.fleet.gce[name]
+        delete = instance.termination_action is TerminationAction.DELETE
+        state = replace(
+            self.gce_states[name],
+            status=InstanceStatus.TERMINATED,
+            preempt_at=None,
+            stopped_at=self.now,
+            deleted=delete,
+        )
+        self.gce_states[name] = state
+        return [GceStateChanged(state, "deleted" if delete else "stopped", "preempted")]
+
+    def _restarted(self, name: str) -> list[Change]:
+        state = self.gce_states[name]
+        if state.status is not InstanceStatus.TERMINATED or state.deleted:
+            return []
+        state = replace(
+            state,
+            status=InstanceStatus.RUNNING,
+            host=self.fleet.next_host(state.host),
+            started_at=self.now,
+            restart_at=None,
+        )
+        self.gce_states[name] = state
+        return [GceStateChanged(state, "restarted", f"automatic restart on {state.host}")]
+
+    def _index(self, event: GceMaintenance) -> None:
+        self.gce_events[event.event_id] = event
+        order = self._by_instance.setdefault(event.instance, [])
+        if event.event_id not in order:
+            order.append(event.event_id)

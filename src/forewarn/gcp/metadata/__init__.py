@@ -1,0 +1,1 @@
+"""The Compute Engine metadata server at each instance's endpoint."""

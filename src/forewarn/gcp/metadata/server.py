@@ -1,0 +1,396 @@
+"""The Compute Engine metadata server (``/computeMetadata/v1/...``) for the simulated GCE instances.
+
+A handler served by ``server/http1.py`` like the Azure and EC2 metadata surfaces: it resolves the caller, checks the
+headers and returns the answer rendered once per (instance, path, query) since the instance's last change. A GET with
+``wait_for_change=true`` whose value has not changed (its ``last_etag`` is current, or none was given) is answered
+later: it returns a :class:`~forewarn.net.http.Deferred` that this surface resolves when a committed change gives the
+path another ETag, or when ``timeout_sec`` runs out on the engine's clock (a manual clock's step wakes it). A waiter
+costs one small object and its connection; no thread and no task.
+
+Wire rules (Google's pages "About VM metadata", "View and query VM metadata", "Query metadata server for maintenance
+event notices", "Monitor and plan for a host maintenance event"; every choice is listed in docs/gcp.md):
+``Metadata-Flavor: Google`` on every request and every answer; a request carrying ``X-Forwarded-For`` is refused;
+values are ``application/text``, directory listings one entry a line (sub-directories end in ``/``), ``recursive=true``
+gives JSON with camelCase keys, ``alt=json|text`` chooses; every answer has an ``ETag``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import heapq
+import itertools
+import json
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import parse_qsl
+
+from forewarn.app.errors import Unavailable
+from forewarn.app.runtime import Maintenance
+from forewarn.core.bounds import iso_time
+from forewarn.core.changes import Rebuilt, TimeMoved
+from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.model import GceInstance, GceMaintenance
+from forewarn.net.callers import CallerResolver, UnknownCaller
+from forewarn.net.http import Deferred, Request, Response
+
+log = logging.getLogger("forewarn.gcemetadata")
+
+ROOT = "/computeMetadata/v1/"
+TEXT = b"application/text"
+JSON_TYPE = b"application/json"
+HTML = b"text/html; charset=UTF-8"
+FLAVOR = (b"metadata-flavor", b"Google")
+SERVER = (b"server", b"Metadata Server for VM")
+_COMMON = (
+    FLAVOR,
+    (b"content-type-options", b"nosniff"),
+    SERVER,
+    (b"x-xss-protection", b"0"),
+    (b"x-frame-options", b"SAMEORIGIN"),
+)
+# The longest wait forewarn holds a hanging GET for when no timeout_sec is given: our bound (docs/limits.md).
+MAX_TIMEOUT = 3600 * 24
+WAITERS_PER_INSTANCE = 1024
+
+
+def _error_page(status: int, title: str, message: str) -> bytes:
+    """Google's error page, without its style sheet and logo (the lines clients and people read)."""
+    return (
+        "<!DOCTYPE html>\n<html lang=en>\n  <meta charset=utf-8>\n"
+        f"  <title>Error {status} ({title})!!1</title>\n"
+        f"  <p><b>{status}.</b> <ins>That\u2019s an error.</ins>\n"
+        f"  <p>{message} <ins>That\u2019s all we know.</ins>\n"
+    ).encode()
+
+
+def _refusal(status: int, title: str, message: str) -> Response:
+    return (status, _error_page(status, title, message), HTML, (FLAVOR, SERVER))
+
+
+def _forbidden(path: str, why: str) -> Response:
+    return _refusal(
+        403, "Forbidden", f"Your client does not have permission to get URL <code>{path}</code> from this server. {why}"
+    )
+
+
+def _not_found(path: str) -> Response:
+    return _refusal(404, "Not Found", f"The requested URL <code>{path}</code> was not found on this server.")
+
+
+def _bad_request(why: str) -> Response:
+    return (400, why.encode() + b"\n", TEXT, (FLAVOR, SERVER))
+
+
+def etag(body: bytes) -> bytes:
+    """The ETag of an answer: a digest of its content, so an unchanged value keeps its ETag."""
+    return hashlib.blake2b(body, digest_size=8).hexdigest().encode()
+
+
+def camel(key: str) -> str:
+    head, *rest = key.split("-")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+Tree = dict[str, Any]  # a directory: key -> sub-directory (dict) or value (str, int)
+
+
+class Waiter:
+    """A hanging GET: which instance and answer it waits on, the ETag it already has, and its simulated deadline."""
+
+    __slots__ = ("deferred", "instance", "key", "last", "until")
+
+    def __init__(
+        self, deferred: Deferred, instance: str, key: tuple[str, str, str], last: bytes | None, until: datetime
+    ):
+        self.deferred = deferred
+        self.instance = instance
+        self.key = key
+        self.last = last
+        self.until = until
+
+
+class GceMetadata:
+    """The metadata server as a synchronous handler: :class:`Request` in, a Response or a Deferred out."""
+
+    def __init__(
+        self,
+        service: Maintenance,
+        resolver: CallerResolver,
+        loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.get_running_loop,
+    ):
+        self.service = service
+        self.resolver = resolver
+        self._loop = loop
+        self._answers: dict[str, dict[tuple[str, str, str], Response]] = {}
+        self._waiters: dict[str, set[Waiter]] = {}
+        self._timeouts: list[tuple[datetime, int, Waiter]] = []
+        self._order = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self._by_deferred: dict[Deferred, Waiter] = {}
+        self._gone = 0  # timeouts in the heap whose waiter went away (its client hung up)
+        service.subscribe(self._on_change)
+
+    # ------------------------------------------------------------------------------------------ read model
+    def tree(self, instance: GceInstance) -> Tree:
+        engine = self.service.engine
+        state = engine.gce_states[instance.name]
+        project_number = str(int(hashlib.blake2b(instance.project.encode(), digest_size=5).hexdigest(), 16))
+        node: Tree = {
+            "hostname": f"{instance.name}.{instance.zone}.c.{instance.project}.internal",
+            "id": int(instance.instance_id),
+            "machine-type": f"projects/{project_number}/machineTypes/{instance.machine_type}",
+            "maintenance-event": engine.maintenance_event(instance.name),
+            "name": instance.name,
+            "preempted": "TRUE" if state.preempted else "FALSE",
+            "scheduling": {
+                "automatic-restart": "TRUE" if state.automatic_restart else "FALSE",
+                "on-host-maintenance": state.on_host_maintenance.value,
+                "preemptible": "TRUE" if instance.preemptible else "FALSE",
+                "provisioning-model": instance.provisioning_model.value,
+            },
+            "zone": f"projects/{project_number}/zones/{instance.zone}",
+        }
+        upcoming = engine.upcoming_maintenance(instance.name)
+        if upcoming is not None:
+            node["upcoming-maintenance"] = upcoming_json(upcoming)
+        if instance.interruptible and instance.termination_action is not None:
+            node["scheduling"]["instance-termination-action"] = instance.termination_action.value
+        return {
+            "instance": dict(sorted(node.items())),
+            "project": {"numeric-project-id": int(project_number), "project-id": instance.project},
+        }
+
+    def answer(self, instance: GceInstance, path: str, recursive: str, alt: str) -> Response:
+        key = (path, recursive, alt)
+        per_instance = self._answers.setdefault(instance.name, {})
+        found = per_instance.get(key)
+        if found is None:
+            found = self._render(instance, path, recursive == "true", alt)
+            if len(per_instance) < 256:
+                per_instance[key] = found
+        return found
+
+    def _render(self, instance: GceInstance, path: str, recursive: bool, alt: str) -> Response:
+        node: Any = self.tree(instance)
+        relative = path[len(ROOT) :]
+        parts = [part for part in relative.split("/") if part]
+        for part in parts:
+            if not isinstance(node, dict) or part not in node:
+                return _not_found(path)
+            node = node[part]
+        directory = isinstance(node, dict)
+        if directory and relative and not relative.endswith("/"):
+            return (301, b"", TEXT, ((b"location", (path + "/").encode()), *_COMMON))
+        if directory and recursive:
+            if alt == "text":
+                body = "".join(f"{key} {value}\n" for key, value in _flatten(node, "")).encode()
+                content_type = TEXT
+            else:
+                body = json.dumps(_camel_tree(node), separators=(",", ":")).encode()
+                content_type = JSON_TYPE
+        elif directory:
+            names = [f"{key}/" if isinstance(value, dict) else key for key, value in node.items()]
+            if alt == "json":
+                body, content_type = json.dumps(names, separators=(",", ":")).encode(), JSON_TYPE
+            else:
+                body, content_type = "".join(f"{name}\n" for name in names).encode(), TEXT
+        else:
+            text = str(node)
+            if alt == "json":
+                body, content_type = json.dumps(node if isinstance(node, int) else text).encode(), JSON_TYPE
+            else:
+                body, content_type = text.encode(), TEXT
+        return (200, body, content_type, ((b"etag", etag(body)), *_COMMON))
+
+    def _on_change(self, changes) -> None:
+        if isinstance(changes[0], Rebuilt):
+            self._answers.clear()
+            touched = set(self._waiters)
+        else:
+            touched = set()
+            for change in changes:
+                if isinstance(change, GceEventChanged):
+                    touched.add(change.event.instance)
+                elif isinstance(change, GceStateChanged):
+                    touched.add(change.state.name)
+            for name in touched:
+                self._answers.pop(name, None)
+        for name in touched & self._waiters.keys():
+            self._wake(name)
+        if any(isinstance(change, TimeMoved) for change in changes) or isinstance(changes[0], Rebuilt):
+            self._expire(self.service.now())
+
+    def _wake(self, name: str) -> None:
+        instance = self.service.engine.fleet.gce[name]
+        for waiter in list(self._waiters.get(name, ())):
+            answer = self.answer(instance, *waiter.key)
+            if _etag_of(answer) != waiter.last:
+                self._finish(waiter, answer)
+
+    def _finish(self, waiter: Waiter, answer: Response) -> None:
+        waiters = self._waiters.get(waiter.instance)
+        if waiters is not None:
+            waiters.discard(waiter)
+            if not waiters:
+                del self._waiters[waiter.instance]
+        self._by_deferred.pop(waiter.deferred, None)
+        waiter.deferred.resolve(answer)
+
+    def _expire(self, now: datetime) -> None:
+        """Answer the waiters whose timeout_sec ran out (with the value as it is)."""
+        heap = self._timeouts
+        while heap and (heap[0][0] <= now or heap[0][2].deferred.done):
+            _, _, waiter = heapq.heappop(heap)
+            if not waiter.deferred.done:
+                instance = self.service.engine.fleet.gce[waiter.instance]
+                self._finish(waiter, self.answer(instance, *waiter.key))
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        """Real clocks: one timer, at the wall time of the earliest timeout (a manual clock's steps expire them)."""
+        if not self._timeouts:
+            return
+        when = self.service.clock.wall_when(self._timeouts[0][0])
+        if when is None or when == self._timer_at:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        loop = self._loop()
+        self._timer_at = when
+        self._timer = loop.call_later(max(when - self.service.wall(), 0.0) + 0.001, self._timer_fired)
+
+    def _timer_fired(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self._expire(self.service.now())
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(waiters) for waiters in self._waiters.values())
+
+    # ------------------------------------------------------------------------------------------- requests
+    def handle(self, request: Request) -> Response | Deferred:
+        path = request.path
+        flavor = legacy = None
+        for header, value in request.headers:
+            if header == b"metadata-flavor":
+                flavor = value
+            elif header == b"x-google-metadata-request":
+                legacy = value
+            elif header == b"x-forwarded-for":
+                return _forbidden(path, "Request had an X-Forwarded-For header, so it may come from a proxy.")
+        if not path.startswith(ROOT):
+            if path in ("/computeMetadata/", "/computeMetadata"):
+                return (200, b"v1/\n", TEXT, _COMMON)
+            return _not_found(path)  # the legacy v1beta1 and 0.1 endpoints are turned off, as on Compute Engine now
+        if flavor != b"Google" and (legacy is None or legacy.lower() != b"true"):
+            return _forbidden(path, "Missing Metadata-Flavor:Google header.")
+        if request.method not in ("GET", "HEAD"):
+            return (405, b"Method not allowed\n", TEXT, ((b"allow", b"GET, HEAD"), FLAVOR, SERVER))
+        try:
+            instance = self._caller(request)
+        except UnknownCaller:
+            return _not_found(path)
+        if instance is None:
+            return _not_found(path)
+        query = dict(parse_qsl(request.query.decode("latin-1"), keep_blank_values=True))
+        recursive = query.get("recursive", "false").lower()
+        alt = query.get("alt", "").lower()
+        if alt not in ("", "json", "text"):
+            return _bad_request(f"Invalid value for alt: {query.get('alt')}")
+        if recursive not in ("true", "false", ""):
+            return _bad_request(f"Invalid value for recursive: {query.get('recursive')}")
+        service = self.service
+        if service.wall() >= service.due_wall:
+            try:
+                service.catch_up()
+            except Unavailable as error:
+                log.error("applying a due deadline failed: %s", error)
+        name = instance.name
+        if path.endswith("/maintenance-event") and not service.engine.gce_states[name].watched:
+            try:
+                service.perform(lambda engine: engine.watch_gce(name))
+            except Unavailable:
+                return (503, b"Service Unavailable\n", TEXT, (FLAVOR, SERVER))
+        answer = self.answer(instance, path, recursive, alt)
+        if query.get("wait_for_change", "false").lower() != "true" or answer[0] != 200:
+            return answer if request.method == "GET" else (answer[0], b"", answer[2], answer[3])
+        last = query.get("last_etag")
+        if last is not None and last.encode() != _etag_of(answer):
+            return answer
+        timeout = query.get("timeout_sec")
+        seconds = MAX_TIMEOUT
+        if timeout is not None:
+            if not timeout.isdigit() or int(timeout) < 1:
+                return _bad_request(f"Invalid value for timeout_sec: {timeout}")
+            seconds = min(int(timeout), MAX_TIMEOUT)
+        waiters = self._waiters.setdefault(name, set())
+        if len(waiters) >= WAITERS_PER_INSTANCE:
+            return (429, b"Too many requests\n", TEXT, (FLAVOR, SERVER))
+        deferred = Deferred(on_cancel=self._forget)
+        waiter = Waiter(
+            deferred, name, (path, recursive, alt), _etag_of(answer), service.now() + timedelta(seconds=seconds)
+        )
+        waiters.add(waiter)
+        self._by_deferred[deferred] = waiter
+        heapq.heappush(self._timeouts, (waiter.until, next(self._order), waiter))
+        self._arm_timer()
+        return deferred
+
+    def _forget(self, deferred: Deferred) -> None:
+        # A client that gives up and asks again (gcp-metadata does, every 3 s outside Google Cloud) leaves its old
+        # timeout in the heap: drop them once they are most of it, so the heap follows the waiters, not the retries.
+        self._gone += 1
+        if self._gone > 1024 and self._gone * 2 > len(self._timeouts):
+            self._timeouts = [entry for entry in self._timeouts if not entry[2].deferred.done]
+            heapq.heapify(self._timeouts)
+            self._gone = 0
+        waiter = self._by_deferred.pop(deferred, None)
+        if waiter is not None:
+            waiters = self._waiters.get(waiter.instance)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._waiters[waiter.instance]
+
+    def _caller(self, request: Request) -> GceInstance | None:
+        machine = self.resolver.resolve(request.local, request.peer)
+        return machine if machine.__class__ is GceInstance else None  # type: ignore[return-value]
+
+
+def _etag_of(answer: Response) -> bytes | None:
+    for name, value in answer[3]:
+        if name == b"etag":
+            return value
+    return None
+
+
+def upcoming_json(event: GceMaintenance) -> str:
+    """The ``upcoming-maintenance`` value ("Monitor and plan for a host maintenance event"): snake_case keys."""
+    return json.dumps(
+        {
+            "can_reschedule": event.can_reschedule,
+            "latest_window_start_time": iso_time(event.latest_window_start),
+            "maintenance_status": "ONGOING" if event.started_at is not None else "PENDING",
+            "type": event.maintenance_type.value,
+            "window_end_time": iso_time(event.window_end),
+            "window_start_time": iso_time(event.window_start),
+        },
+        separators=(",", ":"),
+    )
+
+
+def _flatten(node: Tree, prefix: str):
+    for key, value in node.items():
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{key}/")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _camel_tree(node: Tree) -> Tree:
+    return {camel(key): _camel_tree(value) if isinstance(value, dict) else value for key, value in node.items()}

@@ -1,0 +1,105 @@
+"""The Compute Engine component through the service and a real store: rules of the notice, preemption, scheduling
+checks, and a restart from the database in the middle of a maintenance."""
+
+from datetime import timedelta
+
+import pytest
+
+from forewarn.app.runtime import Maintenance
+from forewarn.core.errors import Conflict, Invalid
+from forewarn.fleet.file import FleetFileError, parse_fleet
+from forewarn.gcp.component import GceRequest
+from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceKind, OnHostMaintenance
+from helpers import T0, open_store
+
+FLEET = """
+hosts: [{name: host-a}, {name: host-b}]
+gce_instances:
+  - {name: web-1, host: host-a}
+  - {name: db-1, host: host-a, scheduling: {on_host_maintenance: TERMINATE, automatic_restart: false}}
+  - {name: gpu-1, host: host-b, gpus: {count: 1}}
+  - {name: spot-1, host: host-b, scheduling: {provisioning_model: SPOT}}
+"""
+
+
+def open_service(url):
+    return Maintenance.open(open_store(url), parse_fleet(FLEET, "gce.yaml"), "manual", 1.0, T0, "seed")
+
+
+@pytest.fixture
+def service(tmp_path):
+    return open_service(str(tmp_path / "gce.db"))
+
+
+def test_a_restart_keeps_a_maintenance_under_way(tmp_path):
+    url = str(tmp_path / "gce.db")
+    first = open_service(url)
+    first.perform(lambda engine: engine.watch_gce("web-1"))
+    [event] = [
+        c.event for c in first.perform(lambda e: e.schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2))))
+    ][-1:]
+    first.advance_clock(timedelta(days=2) - timedelta(seconds=60))
+    assert first.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    first.store.close()
+    second = open_service(url)
+    assert second.engine.gce_events[event.event_id].state is EventState.NOTIFIED
+    assert second.engine.gce_states["web-1"].watched is True
+    assert second.engine.upcoming_maintenance("web-1") is not None
+    second.step_clock()  # the start: web-1 moves
+    second.step_clock()  # the end
+    assert second.engine.maintenance_event("web-1") == "NONE"
+    assert second.engine.gce_states["web-1"].host == "host-b"
+    assert second.engine.gce_events[event.event_id].state is EventState.COMPLETED
+    assert second.engine.gce_states["web-1"].watched is False  # asked again before the next notice
+
+
+def test_terminate_without_gpus_has_no_notice_and_no_restart_without_automatic_restart(service):
+    service.perform(lambda engine: engine.watch_gce("db-1"))
+    service.perform(lambda engine: engine.schedule_gce(GceRequest(("db-1",), notice=timedelta(minutes=5))))
+    service.advance_clock(timedelta(minutes=4))
+    assert service.engine.maintenance_event("db-1") == "NONE"  # not populated for TERMINATE without GPUs
+    service.advance_clock(timedelta(minutes=1))
+    assert service.engine.gce_states["db-1"].status is InstanceStatus.TERMINATED
+    service.advance_clock(timedelta(hours=1))
+    assert service.engine.gce_states["db-1"].status is InstanceStatus.TERMINATED
+    service.perform(lambda engine: engine.start_gce("db-1"))
+    assert service.engine.gce_states["db-1"].status is InstanceStatus.RUNNING
+
+
+def test_refusals_change_nothing(service):
+    with pytest.raises(Invalid, match="cannot live-migrate"):
+        service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), kind=MaintenanceKind.MIGRATE)))
+    with pytest.raises(Invalid, match="cannot live-migrate"):
+        service.perform(lambda e: e.set_scheduling("gpu-1", OnHostMaintenance.MIGRATE, None))
+    with pytest.raises(Invalid, match="automaticRestart"):
+        service.perform(lambda e: e.set_scheduling("spot-1", None, True))
+    with pytest.raises(Conflict, match="no pending maintenance"):
+        service.perform(lambda e: e.perform_maintenance("web-1"))
+    service.perform(lambda e: e.schedule_gce(GceRequest(("web-1",), notice=timedelta(days=1), can_reschedule=False)))
+    with pytest.raises(Conflict, match="cannot be started by the user"):
+        service.perform(lambda e: e.perform_maintenance("web-1"))
+    with pytest.raises(Conflict, match="already has maintenance"):
+        service.perform(lambda e: e.schedule_gce(GceRequest(("web-1",))))
+    assert service.engine.gce_states["gpu-1"].on_host_maintenance is OnHostMaintenance.TERMINATE
+
+
+def test_preemption_stops_a_spot_instance_after_thirty_seconds(service):
+    service.perform(lambda engine: engine.preempt_gce(["spot-1"]))
+    assert service.engine.gce_states["spot-1"].preempted is True
+    service.advance_clock(timedelta(seconds=29))
+    assert service.engine.gce_states["spot-1"].status is InstanceStatus.STOPPING
+    service.advance_clock(timedelta(seconds=1))
+    state = service.engine.gce_states["spot-1"]
+    assert state.status is InstanceStatus.TERMINATED and not state.deleted  # STOP, the default termination action
+    service.perform(lambda engine: engine.start_gce("spot-1"))
+    assert service.engine.gce_states["spot-1"].preempted is False
+
+
+def test_the_fleet_file_refuses_what_compute_engine_refuses():
+    with pytest.raises(FleetFileError, match=r"f.yaml:3: gce_instances\[0\].scheduling: .*must use onHostMaintenance"):
+        parse_fleet(
+            "gce_instances:\n  - name: spot\n    scheduling: {provisioning_model: SPOT, on_host_maintenance: MIGRATE}\n",
+            "f.yaml",
+        )
+    with pytest.raises(FleetFileError, match="lowercase letters"):
+        parse_fleet("gce_instances:\n  - name: Web_1\n", "f.yaml")

@@ -1,0 +1,216 @@
+"""The Compute Engine metadata server of a real server process: Google's Python sample, hanging GETs woken by the
+manual clock, headers, listings, recursive and alt, and the refusals."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from helpers import Server
+
+SAMPLE = Path(__file__).parent.parent / "samples" / "gce_maintenance_event_sample.py"
+
+GCE_FLEET = """
+hosts: [{name: host-a}, {name: host-b}]
+defaults: {gcp_project: forewarn-demo, gce_zone: europe-west1-b}
+gce_instances:
+  - name: web-1
+    host: host-a
+    imds: {address: 127.0.0.40}
+  - name: gpu-1
+    host: host-b
+    machine_type: g2-standard-4
+    gpus: {count: 1, type: nvidia-l4}
+    imds: {address: 127.0.0.41}
+  - name: spot-1
+    host: host-b
+    scheduling: {provisioning_model: SPOT, instance_termination_action: DELETE}
+    imds: {address: 127.0.0.42}
+"""
+FLAVOR = {"Metadata-Flavor": "Google"}
+
+
+@pytest.fixture(scope="module")
+def shared_server(tmp_path_factory):
+    with Server(tmp_path_factory.mktemp("gce"), fleet_text=GCE_FLEET) as running:
+        yield running
+
+
+@pytest.fixture
+def server(shared_server):
+    return shared_server.reset()
+
+
+def base(server, address="127.0.0.40"):
+    return f"http://{address}:{server.imds_port}/computeMetadata/v1/"
+
+
+def get(server, path, address="127.0.0.40", headers=FLAVOR, **params):
+    return requests.get(base(server, address) + path, headers=headers, params=params, timeout=10)
+
+
+def wait_until(predicate, what, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_googles_sample_waits_sees_the_migration_notice_and_the_end(server, tmp_path):
+    """The sample of "Query metadata server for maintenance event notices", unmodified but its metadata host."""
+    source = SAMPLE.read_text()
+    assert source.count("http://metadata.google.internal") == 1
+    script = tmp_path / "sample.py"
+    script.write_text(source.replace("http://metadata.google.internal", f"http://127.0.0.40:{server.imds_port}"))
+    sample = subprocess.Popen(
+        [sys.executable, "-u", str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(sample.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        # Its first GET (last_etag 0) returns NONE at once; the second hangs. Having asked, web-1 gets the notice.
+        wait_until(lambda: server.get("/v1/gce/instances/web-1")["watched"], "the sample's first request")
+        [event] = server.post("/v1/gce/maintenance", {"instances": ["web-1"]}, expect=201).json()
+        assert event["kind"] == "MIGRATE_ON_HOST_MAINTENANCE" and event["state"] == "notified"
+        wait_until(lambda: "Undergoing host maintenance: MIGRATE_ON_HOST_MAINTENANCE\n" in lines, "the notice")
+        assert lines == ["Undergoing host maintenance: MIGRATE_ON_HOST_MAINTENANCE\n"]
+        server.post("/v1/clock/next", expect=200)  # the migration starts (60 s later): the value stays
+        server.post("/v1/clock/next", expect=200)  # and ends: NONE again
+        wait_until(lambda: "Finished host maintenance\n" in lines, "the end of the maintenance")
+        assert server.get("/v1/gce/instances/web-1")["host"] == "host-b"
+    finally:
+        sample.kill()
+        sample.wait(10)
+    assert sample.returncode is not None
+
+
+def test_a_hanging_get_answers_on_a_clock_step_and_on_its_timeout(server):
+    first = get(server, "instance/maintenance-event")
+    assert first.status_code == 200 and first.text == "NONE"
+    assert first.headers["Metadata-Flavor"] == "Google" and first.headers["Content-Type"] == "application/text"
+    etag = first.headers["ETag"]
+    # A stale etag answers at once; the current one hangs until the value changes.
+    assert get(server, "instance/maintenance-event", wait_for_change="true", last_etag="0").text == "NONE"
+    results = {}
+
+    def wait():
+        results["answer"] = get(server, "instance/maintenance-event", wait_for_change="true", last_etag=etag)
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()
+    server.post("/v1/gce/maintenance", {"instances": ["web-1"], "notice": "10m"}, expect=201)
+    time.sleep(0.2)
+    assert waiter.is_alive()  # announced ten minutes ahead: upcoming-maintenance changed, maintenance-event did not
+    server.post("/v1/clock/next", expect=200)  # 60 s before the start
+    waiter.join(10)
+    answer = results["answer"]
+    assert answer.text == "MIGRATE_ON_HOST_MAINTENANCE" and answer.headers["ETag"] != etag
+    # timeout_sec counts on the engine's clock: a manual clock's step past it answers with the value as it is.
+    results.clear()
+    current = answer.headers["ETag"]
+
+    def wait_with_timeout():
+        results["answer"] = get(
+            server, "instance/maintenance-event", wait_for_change="true", last_etag=current, timeout_sec="30"
+        )
+
+    waiter = threading.Thread(target=wait_with_timeout)
+    waiter.start()
+    time.sleep(0.3)
+    assert waiter.is_alive()
+    server.advance("31s")  # the migration starts at 60 s: nothing changes for the key, the timeout passes
+    waiter.join(10)
+    assert results["answer"].text == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert results["answer"].headers["ETag"] == current
+
+
+def test_upcoming_maintenance_then_perform_maintenance(server):
+    assert get(server, "instance/upcoming-maintenance").status_code == 404
+    server.post("/v1/gce/maintenance", {"instances": ["web-1"], "notice": "7d", "window": "2h"}, expect=201)
+    upcoming = get(server, "instance/upcoming-maintenance")
+    assert upcoming.status_code == 200
+    assert json.loads(upcoming.text) == {
+        "can_reschedule": True,
+        "latest_window_start_time": "2026-04-27T22:11:58Z",
+        "maintenance_status": "PENDING",
+        "type": "SCHEDULED",
+        "window_end_time": "2026-04-28T00:11:58Z",
+        "window_start_time": "2026-04-27T22:11:58Z",
+    }
+    listing = get(server, "instance/")
+    assert "upcoming-maintenance\n" in listing.text and "scheduling/\n" in listing.text
+    get(server, "instance/maintenance-event")  # asks once, so the notice is given
+    performed = server.post("/v1/gce/instances/web-1/perform-maintenance", expect=200).json()
+    assert performed["events"][0]["state"] == "notified"
+    assert get(server, "instance/maintenance-event").text == "MIGRATE_ON_HOST_MAINTENANCE"
+
+
+def test_an_instance_that_never_asked_gets_no_notice(server):
+    [event] = server.post("/v1/gce/maintenance", {"instances": ["web-1"]}, expect=201).json()
+    assert event["state"] == "ongoing" and event["notice_at"] is None  # "initiates immediately"
+
+
+def test_terminate_on_host_maintenance_of_a_gpu_instance_and_its_restart(server):
+    get(server, "instance/maintenance-event", address="127.0.0.41")
+    server.post("/v1/gce/maintenance", {"instances": ["gpu-1"]}, expect=201)
+    assert get(server, "instance/maintenance-event", address="127.0.0.41").text == "TERMINATE_ON_HOST_MAINTENANCE"
+    server.post("/v1/clock/next", expect=200)
+    assert server.get("/v1/gce/instances/gpu-1")["status"] == "TERMINATED"
+    server.post("/v1/clock/next", expect=200)
+    instance = server.get("/v1/gce/instances/gpu-1")
+    assert instance["status"] == "RUNNING" and instance["maintenance_event"] == "NONE"
+
+
+def test_spot_preemption(server):
+    assert get(server, "instance/preempted", address="127.0.0.42").text == "FALSE"
+    server.post("/v1/gce/preempt", {"instances": ["spot-1"]}, expect=200)
+    assert get(server, "instance/preempted", address="127.0.0.42").text == "TRUE"
+    server.advance("30s")
+    instance = server.get("/v1/gce/instances/spot-1")
+    assert instance["status"] == "TERMINATED" and instance["deleted"] is True
+    refused = server.post("/v1/gce/preempt", {"instances": ["web-1"]})
+    assert refused.status_code == 400 and "not a Spot" in refused.text
+
+
+def test_listings_recursive_alt_and_redirect(server):
+    root = get(server, "")
+    assert root.text == "instance/\nproject/\n"
+    scheduling = get(server, "instance/scheduling/", recursive="true")
+    assert scheduling.headers["Content-Type"] == "application/json"
+    assert scheduling.json() == {
+        "automaticRestart": "TRUE",
+        "onHostMaintenance": "MIGRATE",
+        "preemptible": "FALSE",
+        "provisioningModel": "STANDARD",
+    }
+    assert get(server, "instance/scheduling/on-host-maintenance").text == "MIGRATE"
+    assert get(server, "instance/scheduling/on-host-maintenance", alt="json").text == '"MIGRATE"'
+    text = get(server, "instance/scheduling/", recursive="true", alt="text").text
+    assert "on-host-maintenance MIGRATE\n" in text
+    moved = get(server, "instance/scheduling")
+    assert moved.history and moved.history[0].status_code == 301 and moved.url.endswith("/scheduling/")
+    everything = get(server, "instance/", recursive="true").json()
+    assert everything["maintenanceEvent"] == "NONE" and everything["name"] == "web-1"
+    assert get(server, "project/project-id").text == "forewarn-demo"
+
+
+def test_refusals(server):
+    missing = get(server, "instance/maintenance-event", headers={})
+    assert missing.status_code == 403 and "Missing Metadata-Flavor:Google header." in missing.text
+    assert missing.headers["Metadata-Flavor"] == "Google"
+    proxied = get(server, "instance/maintenance-event", headers={**FLAVOR, "X-Forwarded-For": "10.0.0.1"})
+    assert proxied.status_code == 403
+    assert get(server, "instance/no-such-key").status_code == 404
+    assert get(server, "instance/maintenance-event", wait_for_change="true", timeout_sec="soon").status_code == 400
+    legacy = requests.get(f"http://127.0.0.40:{server.imds_port}/computeMetadata/v1beta1/instance/id", timeout=10)
+    assert legacy.status_code == 404

@@ -89,7 +89,12 @@ def test_an_instance_is_registered_by_its_id(server):
 @pytest.mark.parametrize(
     ("address", "body", "status", "message"),
     [
-        ("127.253.7.3", {"machine": "vm-c"}, 404, "no VM or EC2 instance named 'vm-c' in the fleet"),
+        (
+            "127.253.7.3",
+            {"machine": "vm-c"},
+            404,
+            "no VM, EC2 instance or Compute Engine instance named 'vm-c' in the fleet",
+        ),
         ("not-an-ip", {"machine": "vm-a"}, 400, "'not-an-ip' is not an IP address"),
         ("127.253.7.3", {"machine": "vm-a", "extra": 1}, 400, "extra"),
         ("127.253.7.3", {}, 400, "machine"),

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from forewarn.sandbox.namespaces import NETNS_DIR, namespace_name
 from helpers import ROOT, Server
 
 SAMPLE = ROOT / "tests" / "samples" / "azure_scheduled_events_sample.py"
+GCE_SAMPLE = ROOT / "tests" / "samples" / "gce_maintenance_event_sample.py"
 INSTANCE = "i-0c0ffee0c0ffee001"
 # Names of their own, so that a sandbox of the docs' demo fleet (WestNO_0...) running beside these tests never
 # meets them.
@@ -32,6 +34,8 @@ vms:
   - {{name: sbx-solo, host: host-02}}
 ec2_instances:
   - {{id: {INSTANCE}, name: sbx-web, instance_type: m5.large, availability_zone: eu-west-3b, host: host-01}}
+gce_instances:
+  - {{name: sbx-gce, zone: europe-west1-b, host: host-01}}
 """
 AZURE_DOC = "http://169.254.169.254/metadata/scheduledevents?api-version=2020-07-01"
 AZURE_NAME = "http://169.254.169.254/metadata/instance/compute/name?api-version=2021-02-01&format=text"
@@ -169,6 +173,33 @@ def test_curl_gets_an_imdsv2_token_and_reads_with_it(sandbox):
     assert run.stdout.splitlines() == [INSTANCE, "401", "eu-west-3"]
 
 
+def test_the_compute_engine_sample_waits_unmodified_at_metadata_google_internal(fresh, sandbox):
+    """Google's maintenance-event sample, byte for byte (http://metadata.google.internal, a hanging GET with
+    wait_for_change and last_etag), as a Compute Engine instance: it sees the migration notice and its end."""
+    assert GCE_SAMPLE.read_text().count("http://metadata.google.internal/computeMetadata/v1/") == 1
+    machine = sandbox.up("sbx-gce")
+    assert machine.kind == "gce_instance"
+    sample = machine.popen([sys.executable, "-u", str(GCE_SAMPLE)], stdout=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(sample.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while not fresh.get("/v1/gce/instances/sbx-gce")["watched"]:  # its first GET answered NONE; the next hangs
+            assert time.monotonic() < deadline and sample.poll() is None, "the sample never asked"
+            time.sleep(0.05)
+        fresh.post("/v1/gce/maintenance", {"instances": ["sbx-gce"]}, expect=201)
+        fresh.post("/v1/clock/next", expect=200)  # the migration starts
+        fresh.post("/v1/clock/next", expect=200)  # and ends: NONE again
+        while "Finished host maintenance\n" not in lines:
+            assert time.monotonic() < deadline and sample.poll() is None, f"the sample printed {lines}"
+            time.sleep(0.05)
+        assert lines == ["Undergoing host maintenance: MIGRATE_ON_HOST_MAINTENANCE\n", "Finished host maintenance\n"]
+    finally:
+        sample.kill()
+        sample.wait(10)
+
+
 def test_metadata_google_internal_resolves_to_the_metadata_address(sandbox):
     run = sandbox.up("sbx-solo").run(["getent", "hosts", "metadata.google.internal"], capture_output=True, text=True)
     assert run.stdout.split() == ["169.254.169.254", "metadata.google.internal", "metadata"]
@@ -279,7 +310,7 @@ def test_up_keeps_sandboxes_that_exec_joins_until_down(server):
 def test_an_unknown_machine_is_refused_before_anything_is_made(server):
     run = cli(server, "exec", "sbx_9", "--", "true")
     assert run.returncode == 1
-    assert run.stderr.startswith("forewarn: no VM or EC2 instance named 'sbx_9' in the fleet")
+    assert run.stderr.startswith("forewarn: no VM, EC2 instance or Compute Engine instance named 'sbx_9' in the fleet")
     assert not (NETNS_DIR / namespace_name("sbx_9")).exists()
 
 

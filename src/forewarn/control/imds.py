@@ -13,6 +13,7 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time
 from forewarn.fleet.model import VM
+from forewarn.gcp.model import GceInstance
 from forewarn.net.callers import Machine, canonical_address
 
 
@@ -47,14 +48,22 @@ class FaultOut(BaseModel):
 
 class CallerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    machine: str = Field(description="a VM's name, an EC2 instance's id, or an instance's Name tag if unique")
+    machine: str = Field(
+        description="a VM's name, an EC2 instance's id (or its Name tag if unique), a Compute Engine instance's name"
+    )
 
 
 def _caller_out(address: str, machine: Machine, listener: tuple[str, int] | None) -> dict:
+    if isinstance(machine, VM):
+        name, kind = machine.name, "vm"
+    elif isinstance(machine, GceInstance):
+        name, kind = machine.name, "gce_instance"
+    else:
+        name, kind = machine.instance_id, "ec2_instance"
     return {
         "address": address,
-        "machine": machine.name if isinstance(machine, VM) else machine.instance_id,
-        "kind": "vm" if isinstance(machine, VM) else "ec2_instance",
+        "machine": name,
+        "kind": kind,
         "imds": None if listener is None else {"host": listener[0], "port": listener[1]},
     }
 

@@ -37,20 +37,24 @@ class CallerResolver:
         if default:
             self._default = fleet.vms.get(default) or fleet.ec2.get(default) or fleet.gce.get(default)
         self._cache: dict[tuple[str, int, str], Machine] = {}
-        self._machines: dict[str, Machine] = {**fleet.vms, **fleet.ec2}
+        self._machines: dict[str, Machine] = {**fleet.vms, **fleet.ec2, **fleet.gce}
         self._instances = list(fleet.ec2.values())
         self._registered: dict[str, Machine] = {}
 
     def register(self, address: str, name: str) -> Machine:
-        """From now on, a connection from ``address`` is the VM or EC2 instance ``name`` (a VM name, an instance id,
-        or an instance's Name tag when no other instance has it). Registering an address again moves it to the new
+        """From now on, a connection from ``address`` is the machine ``name``: a VM name, an EC2 instance id (or its
+        Name tag when no other instance has it), a Compute Engine instance's name. Registering an address again moves it to the new
         machine."""
         machine = self._machines.get(name)
         if machine is None:  # an EC2 instance by its Name tag, when no other instance has that name
             named = [instance for instance in self._instances if instance.name == name]
             machine = named[0] if len(named) == 1 else None
         if machine is None:
-            raise NotFound(f"no VM or EC2 instance named {name!r} in the fleet", name=name, known=self._machines.keys())
+            raise NotFound(
+                f"no VM, EC2 instance or Compute Engine instance named {name!r} in the fleet",
+                name=name,
+                known=self._machines.keys(),
+            )
         self._registered[canonical_address(address)] = machine
         self._cache.clear()
         return machine

@@ -56,7 +56,7 @@ class SandboxUnavailable(SandboxError):
 class Record:
     namespace: str
     machine: str
-    kind: str  # "vm" or "ec2_instance"
+    kind: str  # "vm", "ec2_instance" or "gce_instance"
     server: str
     relay_address: str
     owner_pid: int

@@ -61,7 +61,18 @@ class Server:
         self.port, self.imds_port = free_port(), free_port()
         argv = [str(VENV_BIN / "python"), "-m", "forewarn", "serve", "--fleet", str(fleet), "--db", db]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--imds-host", "127.0.0.1"]
-        argv += ["--imds-port", str(self.imds_port), "--arm-port", "0", "--ec2-port", "0", "--clock", "manual"]
+        argv += [
+            "--imds-port",
+            str(self.imds_port),
+            "--arm-port",
+            "0",
+            "--ec2-port",
+            "0",
+            "--gce-port",
+            "0",
+            "--clock",
+            "manual",
+        ]
         argv += ["--start", START, "--seed", "bench", "--log-level", "warning"]
         self.proc = Proc(f"forewarn-{name}", argv, tmp / f"forewarn-{name}.log")
         self.base = f"http://127.0.0.1:{self.port}"

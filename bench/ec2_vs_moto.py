@@ -195,6 +195,8 @@ def start_forewarn(fleet_file: Path, tmp: Path, cpu: int | None) -> Forewarn:
         str(imds_port),
         "--arm-port",
         "0",
+        "--gce-port",
+        "0",
         "--log-level",
         "warning",
     ]

@@ -408,6 +408,7 @@ def start_forewarn(fleet_file: Path, tmp: Path, cpu: int | None) -> Forewarn:
         str(port),
         "--imds-port",
         str(imds_port),
+        *("--arm-port", "0", "--ec2-port", "0", "--gce-port", "0"),
         "--log-level",
         "warning",
         "--imds-limit",

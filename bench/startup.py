@@ -81,10 +81,11 @@ def cpu_seconds(pid: int) -> float:
 def serve(env: dict[str, str], db: str, log) -> tuple[subprocess.Popen, str, float, float]:
     """Start ``forewarn serve`` on free ports: the process, its control URL, the wall seconds until /healthz said 200
     and the server's process time by then."""
-    control, imds, arm, ec2 = free_ports(4)
+    control, imds, arm, ec2, gce = free_ports(5)
     args = [
         *("--fleet", "demo", "--db", db, "--clock", "manual", "--seed", "bench"),
         *("--port", str(control), "--imds-port", str(imds), "--arm-port", str(arm), "--ec2-port", str(ec2)),
+        *("--gce-port", str(gce)),
     ]
     url = f"http://127.0.0.1:{control}"
     started = time.perf_counter()

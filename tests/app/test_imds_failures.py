@@ -8,7 +8,7 @@ from forewarn.azure.imds.scheduled_events import AzureImds
 from forewarn.azure.model import EventType
 from forewarn.engine.engine import ScheduleRequest
 from forewarn.net.callers import CallerResolver
-from forewarn.net.http import Awaiting, Request
+from forewarn.net.http import Deferred, Request
 from forewarn.store import StoreError
 from helpers import T0, open_store, small_fleet
 
@@ -31,8 +31,10 @@ def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     async def post():
         # An approval is committed with the others of its turn of the event loop: the answer waits for that commit.
         waiting = imds.handle(Request("POST", "/metadata/scheduledevents", url_query, headers, body, local, peer))
-        assert isinstance(waiting, Awaiting)
-        return await waiting.answer
+        assert isinstance(waiting, Deferred)
+        answered = asyncio.get_running_loop().create_future()
+        waiting.attach(answered.set_result)
+        return await answered
 
     posted = asyncio.run(post())
     fetched = imds.handle(Request("GET", "/metadata/scheduledevents", url_query, headers, b"", local, peer))

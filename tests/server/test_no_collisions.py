@@ -18,7 +18,7 @@ DOCUMENT = "/metadata/scheduledevents?api-version=2020-07-01"
 def serve_fails(*args: str) -> subprocess.CompletedProcess:
     """``forewarn serve ARGS`` expected to stop at once; any port it does not name is a free one."""
     ports = []
-    for option in ("--port", "--imds-port", "--arm-port", "--ec2-port"):
+    for option in ("--port", "--imds-port", "--arm-port", "--ec2-port", "--gce-port"):
         if option not in args:
             ports += [option, str(free_port())]
     run = subprocess.run(

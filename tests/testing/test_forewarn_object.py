@@ -125,7 +125,7 @@ def test_the_fleets_fixed_ports_are_moved_to_free_ones_and_every_machine_has_its
     assert 9010 not in (ha1, web0) and web1 == web0 + 1  # a scale set's instances still count up from one port
     assert scheduled_events(urls["web_1"])["DocumentIncarnation"] == 1
     assert urls["solo"] == shared.imds_url
-    with pytest.raises(ForewarnError, match="no VM or EC2 instance 'nope'"):
+    with pytest.raises(ForewarnError, match="no VM or instance 'nope'"):
         shared.metadata_url("nope")
 
 

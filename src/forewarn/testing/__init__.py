@@ -155,7 +155,7 @@ class Forewarn:
         self.seed = seed
         self.extra_args = list(args)
         self.startup_timeout = startup_timeout
-        self.port = self.imds_port = self.arm_port = self.ec2_port = 0
+        self.port = self.imds_port = self.arm_port = self.ec2_port = self.gce_port = 0
         self.startup_seconds: float | None = None  # how long start() took, for those who measure
         self._process: subprocess.Popen | None = None
         self._workdir: Path | None = None
@@ -169,7 +169,7 @@ class Forewarn:
         fleet_file = self._workdir / "fleet.yaml"
         for attempt in range(1, START_TRIES + 1):
             # Every port chosen again on each try: the one taken meanwhile may be any of them.
-            self.port, self.imds_port, self.arm_port, self.ec2_port = free_ports(4)
+            self.port, self.imds_port, self.arm_port, self.ec2_port, self.gce_port = free_ports(5)
             self.fleet_yaml = _with_free_vm_ports(self._given_fleet)
             if self.fleet_yaml is not self._given_fleet:
                 self.fleet = parse_fleet(self.fleet_yaml, "fleet")
@@ -195,7 +195,7 @@ class Forewarn:
     def _serve_args(self, fleet_file: Path) -> list[str]:
         args = ["--fleet", str(fleet_file), "--db", ":memory:", "--host", "127.0.0.1", "--imds-host", "127.0.0.1"]
         args += ["--port", str(self.port), "--imds-port", str(self.imds_port)]
-        args += ["--arm-port", str(self.arm_port), "--ec2-port", str(self.ec2_port)]
+        args += ["--arm-port", str(self.arm_port), "--ec2-port", str(self.ec2_port), "--gce-port", str(self.gce_port)]
         args += ["--clock", self.clock_mode, "--seed", self.seed, "--log-level", "warning"]
         if self.start_time is not None:
             args += ["--start", self.start_time]
@@ -266,15 +266,21 @@ class Forewarn:
         """The EC2 Query API, for boto3's ``endpoint_url`` (any credentials are accepted)."""
         return f"http://127.0.0.1:{self.ec2_port}"
 
+    @property
+    def gce_url(self) -> str:
+        """The Compute Engine API, for google-cloud-compute's ``client_options.api_endpoint`` (no credential is
+        checked)."""
+        return f"http://127.0.0.1:{self.gce_port}"
+
     def metadata_url(self, name: str) -> str:
         """The base URL of VM or EC2 instance ``name``'s own metadata endpoint (Azure VM name, or instance id or
-        Name tag): what its agent would reach at http://169.254.169.254."""
-        machine = self.fleet.vms.get(name) or self.fleet.ec2.get(name)
+        Name tag, Compute Engine instance name): what its agent would reach at http://169.254.169.254."""
+        machine = self.fleet.vms.get(name) or self.fleet.ec2.get(name) or self.fleet.gce.get(name)
         if machine is None:
             machine = next((i for i in self.fleet.ec2.values() if i.name == name), None)
         if machine is None:
-            known = sorted([*self.fleet.vms, *self.fleet.ec2])
-            raise ForewarnError(f"no VM or EC2 instance {name!r} in the fleet; it has {', '.join(known)}")
+            known = sorted([*self.fleet.vms, *self.fleet.ec2, *self.fleet.gce])
+            raise ForewarnError(f"no VM or instance {name!r} in the fleet; it has {', '.join(known)}")
         if machine.imds_port is not None:
             return f"http://127.0.0.1:{machine.imds_port}"
         if machine.imds_address is not None:
@@ -290,7 +296,7 @@ class Forewarn:
     def metadata_urls(self) -> dict[str, str]:
         """Every VM's and instance's own metadata endpoint, by name (instances by id)."""
         urls = {}
-        for name in [*self.fleet.vms, *self.fleet.ec2]:
+        for name in [*self.fleet.vms, *self.fleet.ec2, *self.fleet.gce]:
             try:
                 urls[name] = self.metadata_url(name)
             except ForewarnError:

@@ -5,7 +5,7 @@ A surface is a synchronous function of a :class:`Request` returning a :data:`Res
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 JSON = b"application/json; charset=utf-8"
@@ -42,3 +42,11 @@ class Later:
 
     seconds: float
     produce: Callable[[], Response]
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """Answer when ``produce()`` (a coroutine) completes: a replica forwarding a write to its leader. The connection
+    answers its later requests after this one."""
+
+    produce: Callable[[], Awaitable[Response]]

@@ -32,7 +32,7 @@ from urllib.parse import unquote
 
 import httptools
 
-from forewarn.net.http import DROP, JSON, Fresh, Later, Request, Response
+from forewarn.net.http import DROP, JSON, Awaited, Fresh, Later, Request, Response
 
 log = logging.getLogger("forewarn.http")
 
@@ -95,7 +95,7 @@ MAX_LINGERING = 256
 RESERVED_DESCRIPTORS = 256
 
 
-Handler = Callable[[Request], "Response | Later"]
+Handler = Callable[[Request], "Response | Later | Awaited"]
 
 _REASONS = {
     100: b"Continue",
@@ -452,6 +452,15 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
             asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
             return
+        if isinstance(answer, Awaited):
+            assert self.transport is not None
+            self.waiting = []
+            self.transport.pause_reading()
+            task = asyncio.ensure_future(answer.produce())
+            task.add_done_callback(
+                lambda done: self._answer_later(Later(0, lambda: _outcome(done)), request, keep_alive)
+            )
+            return
         self._write(answer, keep_alive)
 
     def _answer_later(self, later: Later, request: Request, keep_alive: bool) -> None:
@@ -592,3 +601,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.listen(1024)
     sock.setblocking(False)
     return sock
+
+
+def _outcome(task: asyncio.Future) -> Response:
+    """The answer an awaited handler produced; a cancelled one (the server is closing) answers as a failure."""
+    return _HANDLER_FAILED if task.cancelled() else task.result()

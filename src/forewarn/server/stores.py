@@ -20,3 +20,10 @@ def store_records() -> list[Records]:
 def open_fleet_store(url: str) -> SQLStore:
     """``open_store`` with every component's records: what the server and the tests open."""
     return open_store(url, store_records())
+
+
+def open_snapshot_store(url: str) -> SQLStore:
+    """A second connection to a shared PostgreSQL database, whose loads are consistent snapshots (a replica's)."""
+    from forewarn.store.lease import SnapshotStore
+
+    return SnapshotStore(url, store_records())

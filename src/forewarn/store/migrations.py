@@ -75,6 +75,16 @@ def _outbox_kind_and_detail(cursor: Any, dialect: Dialect) -> None:
             cursor.execute(f"ALTER TABLE forewarn_outbox ADD COLUMN {definition}")
 
 
+def _leader(cursor: Any, dialect: Dialect) -> None:
+    # One row at most: the process that leads a shared PostgreSQL database (replication/), where the others reach
+    # it, and the position it has published (bumped after each commit). SQLite gets the table too and never uses it.
+    cursor.execute(
+        "CREATE TABLE IF NOT EXISTS forewarn_leader (id INTEGER PRIMARY KEY CHECK (id = 1), node TEXT NOT NULL, "
+        "term BIGINT NOT NULL, position BIGINT NOT NULL, addresses TEXT NOT NULL, store_pid BIGINT, "
+        "since TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -82,6 +92,7 @@ MIGRATIONS: Sequence[Migration] = (
     # Databases recorded as version 1 by releases before outbox deliveries had a kind and a detail lack the two
     # columns; the rest have them already and are left unchanged.
     Migration(2, "outbox deliveries gain their sending policy (kind) and its state (detail)", _outbox_kind_and_detail),
+    Migration(3, "forewarn_leader: which process leads a shared PostgreSQL database, and where", _leader),
 )
 LATEST = MIGRATIONS[-1].version
 

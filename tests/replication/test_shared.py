@@ -1,0 +1,141 @@
+"""Several processes on one PostgreSQL schema: one leader, metadata replicas that follow it and forward writes to it
+(docs/replicas.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import requests
+
+from helpers import ROOT
+from replication_helpers import SHARED_FLEET, converged, document, health, role, shared_server, until, vm_url
+
+
+def test_a_replica_serves_the_leaders_committed_documents_and_forwards_writes(tmp_path, postgres_url):
+    with shared_server(tmp_path, "a", postgres_url) as leader, shared_server(tmp_path, "b", postgres_url) as replica:
+        assert (role(leader), role(replica)) == ("leader", "replica")
+        assert health(replica)["leader"]["node"] == health(leader)["node"]
+        scheduled = leader.schedule(type="Reboot", vms=["vm1"], notice="15m")[0]
+        until(lambda: converged([leader, replica]), what="the replica holds the leader's documents")
+        assert scheduled["event_id"] in document(replica, "vm1").text
+
+        # A VM's approval at the replica is committed by the leader, and answered as the leader answers it.
+        approval = requests.post(
+            vm_url(replica, "vm1"),
+            headers={"Metadata": "true"},
+            json={"StartRequests": [{"EventId": scheduled["event_id"]}]},
+            timeout=10,
+        )
+        assert (approval.status_code, approval.content) == (200, b"")
+        assert leader.get(f"/v1/events/{scheduled['event_id']}")["status"] == "Started"
+        # Another VM's event is not this VM's to start: the leader resolved the VM behind the replica's connection.
+        other = leader.schedule(type="Reboot", vms=["vm2"], notice="15m")[0]
+        refused, direct = (
+            requests.post(
+                vm_url(server, "vm1"),
+                headers={"Metadata": "true"},
+                json={"StartRequests": [{"EventId": other["event_id"]}]},
+                timeout=10,
+            )
+            for server in (replica, leader)
+        )
+        assert refused.status_code == 400 and (refused.content, refused.headers["content-type"]) == (
+            direct.content,
+            direct.headers["content-type"],
+        )
+        assert leader.get(f"/v1/events/{other['event_id']}")["status"] == "Scheduled"
+
+        # A control command at the replica: the leader's status and body.
+        advanced = requests.post(f"{replica.control}/v1/clock/advance", json={"by": "1m"}, timeout=10)
+        assert advanced.status_code == 200 and advanced.json()["now"] == leader.get("/v1/clock")["now"]
+        bad = requests.post(f"{replica.control}/v1/clock/advance", json={"by": "soon"}, timeout=10)
+        direct = requests.post(f"{leader.control}/v1/clock/advance", json={"by": "soon"}, timeout=10)
+        assert (bad.status_code, bad.json()) == (direct.status_code, direct.json()) and bad.status_code == 400
+
+        until(lambda: converged([leader, replica]), what="the replica follows the approval and the clock")
+        ready = requests.get(f"{replica.control}/readyz", timeout=5)
+        assert ready.status_code == 200 and ready.json()["role"] == "replica"
+        assert ready.json()["lag"]["changes"] == 0 and ready.json()["database"]["reachable"] is True
+        metrics = requests.get(f"{replica.control}/metrics", timeout=5)
+        assert metrics.headers["content-type"].startswith("text/plain")
+        assert 'forewarn_requests_total{status="200",surface="azure_imds"}' in metrics.text
+        assert "forewarn_leader 0.0" in metrics.text
+        assert "forewarn_leader 1.0" in requests.get(f"{leader.control}/metrics", timeout=5).text
+
+
+def test_a_replica_takes_over_when_the_leader_is_killed(tmp_path, postgres_url):
+    with shared_server(tmp_path, "a", postgres_url) as first, shared_server(tmp_path, "b", postgres_url) as second:
+        event = first.schedule(type="Reboot", vms=["vm0"], notice="15m")[0]
+        until(lambda: converged([first, second]), what="the replica follows")
+        before = document(second, "vm0").content
+        first.kill()
+        until(lambda: role(second) == "leader", timeout=10, what="the replica takes over")
+        assert document(second, "vm0").content == before  # nothing committed was lost, nothing uncommitted shown
+        assert health(second)["failovers"] == 1 and health(second)["leader"]["term"] == 2
+        assert second.advance("20m")["now"].startswith("2026-04-20T22:3")
+        assert second.get(f"/v1/events/{event['event_id']}")["status"] != "Scheduled"
+        # The killed process comes back as a replica of the new leader, and catches up.
+        first.start()
+        assert role(first) == "replica"
+        until(lambda: converged([first, second]), what="the restarted process catches up")
+
+
+def test_a_replica_without_a_leader_answers_reads_and_refuses_writes_in_each_surfaces_own_terms(tmp_path, postgres_url):
+    with shared_server(tmp_path, "a", postgres_url) as leader:
+        with shared_server(tmp_path, "b", postgres_url, role="replica") as replica:
+            event = leader.schedule(type="Reboot", vms=["vm3"], notice="15m")[0]
+            until(lambda: converged([leader, replica]), what="the replica follows")
+            served = document(replica, "vm3").content
+            leader.kill()
+            assert role(replica) == "replica"  # --role replica never leads
+            assert document(replica, "vm3").content == served
+            imds = requests.post(
+                vm_url(replica, "vm3"),
+                headers={"Metadata": "true"},
+                json={"StartRequests": [{"EventId": event["event_id"]}]},
+                timeout=10,
+            )
+            assert imds.status_code == 500 and imds.json() == {"error": "Internal server error. Retry the request."}
+            control = requests.post(f"{replica.control}/v1/clock/advance", json={"by": "1m"}, timeout=10)
+            assert control.status_code == 503 and control.json()["error"]["code"] == "StoreUnavailable"
+            assert control.headers["retry-after"] == "1"
+            assert "replica" in control.json()["error"]["message"]
+            arm = requests.post(
+                f"{replica.arm}/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/"
+                "providers/Microsoft.Compute/virtualMachines/vm3/restart?api-version=2024-07-01",
+                timeout=10,
+            )
+            assert arm.status_code == 503 and arm.json()["error"]["code"] == "ServiceUnavailable"
+            # A new leader: the replica follows it and forwards to it.
+            with shared_server(tmp_path, "c", postgres_url) as successor:
+                assert role(successor) == "leader"
+                until(lambda: role_is_following(replica, successor), what="the replica follows the new leader")
+                approved = requests.post(
+                    vm_url(replica, "vm3"),
+                    headers={"Metadata": "true"},
+                    json={"StartRequests": [{"EventId": event["event_id"]}]},
+                    timeout=10,
+                )
+                assert approved.status_code == 200
+                until(lambda: converged([successor, replica]), what="the replica follows the new leader's commits")
+
+
+def role_is_following(replica, leader) -> bool:
+    return (health(replica).get("leader") or {}).get("node") == health(leader)["node"]
+
+
+def test_a_shared_role_needs_postgresql(tmp_path):
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(SHARED_FLEET)
+    finished = subprocess.run(
+        [sys.executable, "-m", "forewarn", "serve", "--db", str(tmp_path / "x.db"), "--fleet", str(fleet)]
+        + ["--role", "replica", "--port", "0", "--imds-port", "0", "--arm-port", "0", "--ec2-port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"},
+    )
+    assert finished.returncode != 0
+    assert "needs PostgreSQL" in finished.stderr and "SQLite serves one process only" in finished.stderr

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 import requests
 
@@ -139,3 +142,56 @@ def test_a_shared_role_needs_postgresql(tmp_path):
     )
     assert finished.returncode != 0
     assert "needs PostgreSQL" in finished.stderr and "SQLite serves one process only" in finished.stderr
+
+
+def test_a_replica_that_loses_the_database_keeps_serving_and_says_so(tmp_path, postgres_url):
+    from store.test_postgres_reconnect import PgProxy  # a TCP proxy the test can cut
+
+    proxy = PgProxy(("127.0.0.1", 5432))
+    through = postgres_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
+    try:
+        with shared_server(tmp_path, "a", postgres_url) as leader:
+            with shared_server(tmp_path, "b", through, role="replica") as replica:
+                leader.schedule(type="Reboot", vms=["vm4"], notice="15m")
+                until(lambda: converged([leader, replica]), what="the replica follows")
+                served = document(replica, "vm4").content
+                proxy.cut()
+                until(lambda: health(replica)["database"]["reachable"] is False, what="the replica notices")
+                assert document(replica, "vm4").content == served  # what it has, as it was
+                assert requests.get(f"{replica.control}/readyz", timeout=5).status_code == 200
+                leader.schedule(type="Redeploy", vms=["vm4"], notice="15m")
+                assert document(replica, "vm4").content == served
+                proxy.open()
+                until(lambda: converged([leader, replica]), what="the replica catches up once the database is back")
+                assert health(replica)["database"]["reachable"] is True
+        log = (tmp_path / "b" / "server.log").read_text()
+        assert "database unreachable" in log and "serving the last state replicated" in log
+        assert "the database is reachable again" in log
+    finally:
+        proxy.close()
+
+
+def test_without_a_leader_a_replica_never_shows_an_event_as_scheduled_after_its_notbefore(tmp_path, postgres_url):
+    """Real clock: the leader dies before the deadline; past NotBefore the replica shows the event Started, as the
+    leader will commit it (the engine is deterministic), never Scheduled."""
+    with shared_server(tmp_path, "a", postgres_url, extra=["--clock", "real"]) as leader:
+        with shared_server(tmp_path, "b", postgres_url, role="replica", extra=["--clock", "real"]) as replica:
+            event = leader.schedule(type="Freeze", vms=["vm5"], notice="3s")[0]
+            until(lambda: event["event_id"] in document(replica, "vm5").text, what="the replica follows")
+            leader.kill()
+            scheduled = document(replica, "vm5").json()
+            assert scheduled["Events"][0]["EventStatus"] == "Scheduled"
+            not_before = parsedate_to_datetime(scheduled["Events"][0]["NotBefore"])
+            simulated_now = datetime.fromisoformat(replica.get("/v1/clock")["now"].replace("Z", "+00:00"))
+            wait_until = time.time() + (not_before - simulated_now).total_seconds() + 0.2  # a real clock: wall time
+            until(lambda: time.time() > wait_until, timeout=10, what="NotBefore passes")
+            after = document(replica, "vm5").json()
+            assert after["Events"][0]["EventStatus"] == "Started"
+            assert after["DocumentIncarnation"] == scheduled["DocumentIncarnation"] + 1
+            assert health(replica)["projected"] is True
+            # The next leader commits the same document.
+            with shared_server(tmp_path, "c", postgres_url, extra=["--clock", "real"]) as successor:
+                assert role(successor) == "leader"
+                committed = document(successor, "vm5").json()
+                assert committed["DocumentIncarnation"] >= after["DocumentIncarnation"]
+                until(lambda: converged([successor, replica], ["vm5"]), what="the replica takes the committed state")

@@ -33,6 +33,7 @@ log = logging.getLogger("forewarn.replication")
 
 FORWARD_PATH = "/v1/replication/metadata"
 BODY_LIMIT = 1024 * 1024 + 1  # past the surfaces' own 1 MiB limit: the local surface refuses it in its own terms
+UNAUTHORIZED = b'{"error": {"code": "Unauthorized", "message": "this needs Authorization: Bearer TOKEN"}}'
 _HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"content-encoding", b"upgrade"}
 
 Handler = Callable[[Request], Any]
@@ -274,7 +275,10 @@ class LeaderEndpoint:
     async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
         if scope["type"] == "http":
             path = scope["path"]
-            if scope["method"] == "GET":
+            if scope["method"] == "GET" and path in ("/healthz", "/readyz", "/metrics"):
+                if path == "/metrics" and not self._authorized(scope):  # the probes stay open, as /healthz is
+                    await _answer(send, 401, b"application/json", UNAUTHORIZED)
+                    return
                 probe = self.probes(path)
                 if probe is not None:
                     await _answer(send, *probe)
@@ -284,12 +288,22 @@ class LeaderEndpoint:
                 return
         await self.app(scope, receive, send)
 
+    def _authorized(self, scope: dict) -> bool:
+        if self.token is None:
+            return True
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        return hmac.compare_digest(given, f"Bearer {self.token}".encode())
+
     async def _metadata(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
-        if self.token is not None:
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, f"Bearer {self.token}".encode()):
-                await _answer(send, 401, b"application/json", b'{"error": {"code": "Unauthorized"}}')
-                return
+        if not self._authorized(scope):
+            await _answer(send, 401, b"application/json", UNAUTHORIZED)
+            return
+        headers = dict(scope["headers"])
+        # It acts as any VM: never for a web page (a browser sends Origin with every cross-site or rebound POST, and
+        # a JSON content type needs a preflight this endpoint never grants).
+        if b"origin" in headers or headers.get(b"content-type", b"").split(b";")[0].strip() != b"application/json":
+            await _answer(send, 403, b"application/json", b'{"error": {"code": "Forbidden"}}')
+            return
         body, _ = await read_body(receive, 4 * BODY_LIMIT)
         try:
             request = decode_request(json.loads(body))

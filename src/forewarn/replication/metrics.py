@@ -56,6 +56,11 @@ class NodeCollector(Collector):
         refreshes = CounterMetricFamily("forewarn_replica_refreshes", "States loaded from the leader's commits")
         refreshes.add_metric([], node.counts.refreshes)
         yield refreshes
+        refresh = CounterMetricFamily(
+            "forewarn_replica_refresh_seconds", "Time spent loading the leader's commits and building engines"
+        )
+        refresh.add_metric([], node.counts.refresh_seconds)
+        yield refresh
         reachable = GaugeMetricFamily("forewarn_database_reachable", "1 when the database answered last time")
         reachable.add_metric([], 1 if health["database"]["reachable"] else 0)
         yield reachable

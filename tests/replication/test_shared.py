@@ -31,7 +31,10 @@ def test_a_replica_serves_the_leaders_committed_documents_and_forwards_writes(tm
             timeout=10,
         )
         assert (approval.status_code, approval.content) == (200, b"")
+        assert "x-forewarn-position" not in approval.headers  # between processes only
         assert leader.get(f"/v1/events/{scheduled['event_id']}")["status"] == "Started"
+        # The replica answered once it held its own write: the VM reads it there next.
+        assert document(replica, "vm1").json()["Events"][0]["EventStatus"] == "Started"
         # Another VM's event is not this VM's to start: the leader resolved the VM behind the replica's connection.
         other = leader.schedule(type="Reboot", vms=["vm2"], notice="15m")[0]
         refused, direct = (
@@ -52,6 +55,8 @@ def test_a_replica_serves_the_leaders_committed_documents_and_forwards_writes(tm
         # A control command at the replica: the leader's status and body.
         advanced = requests.post(f"{replica.control}/v1/clock/advance", json={"by": "1m"}, timeout=10)
         assert advanced.status_code == 200 and advanced.json()["now"] == leader.get("/v1/clock")["now"]
+        assert replica.get("/v1/clock")["now"] == advanced.json()["now"]
+        assert "x-forewarn-position" not in advanced.headers
         bad = requests.post(f"{replica.control}/v1/clock/advance", json={"by": "soon"}, timeout=10)
         direct = requests.post(f"{leader.control}/v1/clock/advance", json={"by": "soon"}, timeout=10)
         assert (bad.status_code, bad.json()) == (direct.status_code, direct.json()) and bad.status_code == 400

@@ -34,7 +34,21 @@ log = logging.getLogger("forewarn.replication")
 FORWARD_PATH = "/v1/replication/metadata"
 BODY_LIMIT = 1024 * 1024 + 1  # past the surfaces' own 1 MiB limit: the local surface refuses it in its own terms
 UNAUTHORIZED = b'{"error": {"code": "Unauthorized", "message": "this needs Authorization: Bearer TOKEN"}}'
-_HOP_BY_HOP = {b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"content-encoding", b"upgrade"}
+# Between processes only: a replica marks the writes it forwards, and the leader answers them with the position its
+# state reached once they were committed; neither header reaches a client.
+FORWARDED = b"x-forewarn-forwarded"
+POSITION = b"x-forewarn-position"
+READ_YOUR_WRITES_WITHIN = 2.0  # seconds a replica waits to hold its own forwarded write before answering
+_HOP_BY_HOP = {
+    POSITION,
+    FORWARDED,
+    b"connection",
+    b"keep-alive",
+    b"transfer-encoding",
+    b"content-length",
+    b"content-encoding",
+    b"upgrade",
+}
 
 Handler = Callable[[Request], Any]
 ASGIApp = Callable[..., Awaitable[None]]
@@ -48,6 +62,38 @@ class Leaders:
         self.addresses: dict[str, str] = {}
         self.token = control_token
         self._client: httpx.AsyncClient | None = None
+        # The (term, position) of the state this process holds: set by its Node.
+        self.held: Callable[[], tuple[int, int]] = lambda: (0, 0)
+
+    def position_header(self) -> tuple[bytes, bytes]:
+        term, position = self.held()
+        return POSITION, f"{term}.{position}".encode()
+
+    async def caught_up(self, mark: bytes | str | None, within: float = READ_YOUR_WRITES_WITHIN) -> bool:
+        """Wait until this replica holds the leader's state as of ``mark`` (``term.position``, what the leader
+        answered a forwarded write with), so that the client that wrote reads its write here next. False when it
+        took longer than ``within`` seconds (the answer goes out anyway: the write is committed)."""
+        try:
+            text = mark.decode() if isinstance(mark, bytes) else mark
+            term, position = (int(part) for part in (text or "").split("."))
+        except ValueError:
+            log.warning("the leader answered a forwarded write without its position (%r)", mark)
+            return False
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + within
+        while True:
+            held_term, held_position = self.held()
+            if held_term > term or (held_term == term and held_position >= position):
+                return True
+            if loop.time() > give_up:
+                log.warning(
+                    "answering a forwarded write before holding it: this replica is at %s.%s, the write at %s",
+                    held_term,
+                    held_position,
+                    text,
+                )
+                return False
+            await asyncio.sleep(0.005)
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -168,7 +214,9 @@ class ReplicaMetadata:
                     headers=self.leaders.auth(),
                 )
                 if answer.status_code == 200:
-                    return decode_response(answer.json())
+                    data = answer.json()
+                    await self.leaders.caught_up(data.get("position"))
+                    return decode_response(data)
                 self.service.no_leader_reason = f"the leader answered {answer.status_code}"
             except (httpx.HTTPError, ValueError, KeyError) as error:
                 self.service.no_leader_reason = f"the leader at {control} did not answer: {error or type(error)}"
@@ -229,6 +277,9 @@ class ReplicaPort:
         await self._serve(scope, receive, counted)
 
     async def _serve(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
+        if self.service.role == LEADER and any(name == FORWARDED for name, _ in scope["headers"]):
+            await self.app(scope, receive, self._marked(send))
+            return
         if self.service.role == LEADER or scope["method"] in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
@@ -240,6 +291,7 @@ class ReplicaPort:
             except httpx.HTTPError as error:
                 self.service.no_leader_reason = f"the leader at {target} did not answer: {error or type(error)}"
             else:
+                await self.leaders.caught_up(answer.headers.get(POSITION.decode()))
                 headers = [(k.lower(), v) for k, v in answer.headers.raw if k.lower() not in _HOP_BY_HOP]
                 headers.append((b"content-length", str(len(answer.content)).encode()))
                 await send({"type": "http.response.start", "status": answer.status_code, "headers": headers})
@@ -247,11 +299,23 @@ class ReplicaPort:
                 return
         await self.app(scope, replayed(messages, receive), send)
 
+    def _marked(self, send: Callable[..., Any]) -> Callable[..., Any]:
+        """The leader's answer to a forwarded write carries the position its state reached (after the commit: the
+        command's changes were announced, and the position bumped, before the surface answers)."""
+
+        async def marked(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.leaders.position_header()]}
+            await send(message)
+
+        return marked
+
     async def _send(self, scope: dict, target: str, body: bytes) -> httpx.Response:
         path = scope.get("raw_path") or scope["path"].encode()
         query = scope.get("query_string") or b""
         url = target + path.decode("latin-1") + ("?" + query.decode("latin-1") if query else "")
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP_BY_HOP]
+        headers.append((FORWARDED, b"1"))
         return await self.leaders.client.request(scope["method"], url, headers=headers, content=body)
 
 
@@ -266,11 +330,13 @@ class LeaderEndpoint:
         metadata: Handler,
         token: str | None,
         probes: Callable[[str], tuple[int, bytes, bytes] | None],
+        leaders: Leaders,
     ):
         self.app = app
         self.metadata = metadata
         self.token = token
         self.probes = probes
+        self.position = lambda: leaders.position_header()[1]
 
     async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
         if scope["type"] == "http":
@@ -312,7 +378,8 @@ class LeaderEndpoint:
             await _answer(send, 400, b"application/json", message.encode())
             return
         response = await settled(self.metadata(request))
-        await _answer(send, 200, b"application/json", json.dumps(encode_response(response)).encode())
+        answer = {**encode_response(response), "position": self.position().decode()}
+        await _answer(send, 200, b"application/json", json.dumps(answer).encode())
 
 
 async def _answer(send: Callable[..., Any], status: int, content_type: bytes, body: bytes) -> None:

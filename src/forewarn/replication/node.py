@@ -84,6 +84,7 @@ class Node:
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         self._bumping = False
+        leaders.held = lambda: self.loaded
 
     # ------------------------------------------------------------------------------------------- start
     def lead_now(self) -> None:

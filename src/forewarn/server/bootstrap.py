@@ -326,7 +326,11 @@ def shared_surfaces(node: Node, built: Built, listeners: Listeners, access: Port
     apps = built.management_app.apps
     control = listeners.control[1]
     apps[control] = LeaderEndpoint(
-        ReplicaPort(apps[control], service, leaders, "control", counts), local, access.control_token, node.probe
+        ReplicaPort(apps[control], service, leaders, "control", counts),
+        local,
+        access.control_token,
+        node.probe,
+        leaders,
     )
     for surface, address in (("arm", listeners.arm), ("ec2_api", listeners.ec2_api)):
         if address is not None:

@@ -205,20 +205,30 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
     servers += [leader, replica]
     first_start = leader.start()
     replica_start = replica.start()
-    print(f"fleet: {args.vms:,} VMs; first start (initializes the database) {first_start:.1f} s, a replica "
-          f"{replica_start:.1f} s  (2 cores shared with other work: figures are for a loaded machine)")
+    print(
+        f"fleet: {args.vms:,} VMs; first start (initializes the database) {first_start:.1f} s, a replica "
+        f"{replica_start:.1f} s  (2 cores shared with other work: figures are for a loaded machine)"
+    )
     client = httpx.Client(timeout=30)
     vm = first_vm.group(1) if first_vm else None
     if vm:
         client.post(f"{leader.control}/v1/events", json={"type": "Reboot", "vms": [vm], "notice": "15m"})
-    wait(lambda: httpx.get(replica.imds, headers={"Metadata": "true"}).content
-         == httpx.get(leader.imds, headers={"Metadata": "true"}).content, 60, "the replica follows")
+    wait(
+        lambda: (
+            httpx.get(replica.imds, headers={"Metadata": "true"}).content
+            == httpx.get(leader.imds, headers={"Metadata": "true"}).content
+        ),
+        60,
+        "the replica follows",
+    )
 
     if shutil.which("wrk"):
         (alone,) = throughput([leader], args.seconds, args.connections)
         both = throughput([leader, replica], args.seconds, args.connections)
-        print("\nmetadata GETs (wrk -t1 -c%d, %gs; wrk shares the 2 cores with the servers)" % (args.connections,
-                                                                                               args.seconds))
+        print(
+            f"\nmetadata GETs (wrk -t1 -c{args.connections}, {args.seconds:g}s; wrk shares the 2 cores with the "
+            "servers)"
+        )
         print(f"  {'':28} {'req/s':>9} {'CPU µs/req':>11} {'non-2xx':>8}")
         print(f"  {'one process (CPU 0)':28} {alone[0]:>9,.0f} {alone[1] * 1e6:>11.1f} {alone[2]:>8}")
         for name, figures in zip(("leader (CPU 0), together", "replica (CPU 1), together"), both):
@@ -234,25 +244,30 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
         client.post(f"{leader.control}/v1/clock/advance", json={"by": "5m"}).raise_for_status()
         position = leader.health()["position"]
         started = time.monotonic()
-        wait(lambda: replica.health()["position"] >= position, 120, "the replica catches up")
+        wait(lambda: replica.health()["position"] >= position, 120, "the replica catches up")  # noqa: B023
         lags.append(time.monotonic() - started)
     refreshed = refresh_seconds(replica) - refresh_before
-    print(f"\nreplication lag under a wave over {args.vms:,} VMs (wave {wave.status_code}), {len(lags)} clock steps: "
-          f"median {statistics.median(lags) * 1000:.0f} ms, worst {max(lags) * 1000:.0f} ms; the replica spent "
-          f"{refreshed:.1f} s loading and rebuilding (a whole state per refresh: incremental refresh is not done)")
+    print(
+        f"\nreplication lag under a wave over {args.vms:,} VMs (wave {wave.status_code}), {len(lags)} clock steps: "
+        f"median {statistics.median(lags) * 1000:.0f} ms, worst {max(lags) * 1000:.0f} ms; the replica spent "
+        f"{refreshed:.1f} s loading and rebuilding (a whole state per refresh: incremental refresh is not done)"
+    )
 
     failovers, restarts = [], []
     for _ in range(args.kill_cycles):
         current = wait(lambda: leader_of(servers), 30, "a leader")
         current.kill()
         killed = time.monotonic()
-        wait(lambda: leader_of([s for s in servers if s is not current]), 60, "a new leader")
+        others = [s for s in servers if s is not current]
+        wait(lambda: leader_of(others), 60, "a new leader")  # noqa: B023
         failovers.append(time.monotonic() - killed)
         restarts.append(current.start())
     if failovers:
-        print(f"\nfailover over {len(failovers)} kill -9 cycles (--failover-poll 0.5s): median "
-              f"{statistics.median(failovers):.2f} s, worst {max(failovers):.2f} s; a killed process back as a "
-              f"replica in median {statistics.median(restarts):.1f} s")
+        print(
+            f"\nfailover over {len(failovers)} kill -9 cycles (--failover-poll 0.5s): median "
+            f"{statistics.median(failovers):.2f} s, worst {max(failovers):.2f} s; a killed process back as a "
+            f"replica in median {statistics.median(restarts):.1f} s"
+        )
 
     print("\nresident memory")
     for server in servers:

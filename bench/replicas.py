@@ -198,7 +198,8 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
         env=env,
         capture_output=True,
     )
-    first_vm = re.search(r"^\s*- \{?name: ([\w.-]+)", fleet.read_text(), re.M)
+    vms = fleet.read_text().split("\nvms:\n", 1)
+    first_vm = re.search(r"^\s*- \{?name: ([\w.-]+)", vms[1], re.M) if len(vms) == 2 else None
     if first_vm:  # a plain request to the metadata port answers as this VM
         fleet.write_text(f"default_vm: {first_vm.group(1)}\n" + fleet.read_text())
     leader, replica = Process("a", url, fleet, 0, tmp), Process("b", url, fleet, 1, tmp)

@@ -61,6 +61,26 @@ def test_a_replica_serves_the_leaders_committed_documents_and_forwards_writes(tm
         direct = requests.post(f"{leader.control}/v1/clock/advance", json={"by": "soon"}, timeout=10)
         assert (bad.status_code, bad.json()) == (direct.status_code, direct.json()) and bad.status_code == 400
 
+        # ARM and EC2 commands at the replica: the leader's answers; URLs in them name the replica, as asked.
+        restarted = requests.post(
+            f"{replica.arm}/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/providers/"
+            "Microsoft.Compute/virtualMachines/vm0/restart?api-version=2024-07-01",
+            timeout=10,
+        )
+        assert restarted.status_code == 202, restarted.text
+        assert restarted.headers["location"].startswith(f"{replica.arm}/")
+        assert "x-forewarn-position" not in restarted.headers
+        assert requests.get(restarted.headers["location"], timeout=10).status_code in (200, 202)
+        registered = requests.post(
+            replica.ec2,
+            data={
+                "Action": "RegisterInstanceEventNotificationAttributes",
+                "Version": "2016-11-15",
+                "InstanceTagAttribute.IncludeAllTagsOfInstance": "true",
+            },
+            timeout=10,
+        )
+        assert registered.status_code == 200 and b"<includeAllTagsOfInstance>true" in registered.content
         until(lambda: converged([leader, replica]), what="the replica follows the approval and the clock")
         ready = requests.get(f"{replica.control}/readyz", timeout=5)
         assert ready.status_code == 200 and ready.json()["role"] == "replica"

@@ -185,7 +185,7 @@ class Node:
         old = self.lease.leader()
         own_pid = self._store_pid()
         if old is not None and old.store_pid and old.store_pid != own_pid:
-            self.lease.end_session(old.store_pid)  # fencing: a leader that lost its lock must not commit again
+            self.lease.end_session(old)  # fencing: a leader that lost its lock must not commit again
         self.service.promote()
         self._publish()
         for hook in self.on_promoted:

@@ -120,11 +120,14 @@ class Lease:
         node, term, position, addresses, store_pid, since = rows[0]
         return LeaderRow(node, int(term), int(position), json.loads(addresses), store_pid, since)
 
-    def end_session(self, pid: int) -> None:
-        """End another leader's store session (fencing: a leader that lost its lock must not commit again)."""
+    def end_session(self, row: LeaderRow) -> None:
+        """End the previous leader's store session if it still runs (fencing: a leader that lost its lock must not
+        commit again). Only a session that started before that leader published itself: a backend pid may have
+        been reused since."""
         self._execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND pid <> pg_backend_pid()",
-            (pid,),
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND pid <> pg_backend_pid() "
+            "AND backend_start <= %s::timestamptz",
+            (row.store_pid, row.since),
         )
 
     def listen(self) -> None:

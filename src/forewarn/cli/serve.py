@@ -89,6 +89,8 @@ Examples:
   forewarn serve --fleet fleet.yaml --clock manual --start 2026-04-20T22:00:00Z --db :memory:
   forewarn serve --fleet fleet.yaml --speed 60          # a wall second is a simulated minute
   forewarn serve --db postgresql://127.0.0.1/test       # PostgreSQL; the fleet is already stored there
+  forewarn serve --db postgresql://127.0.0.1/test --role shared --port 8270 --imds-port 8269
+                                                        # one of several processes on one database (docs/replicas.md)
 A database remembers its fleet, events, incarnations and clock; restart with the same --db to continue.""",
 )
 @click.option(
@@ -306,6 +308,37 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     help="Another Host name the control, ARM and EC2 ports answer to (repeatable; .example.com: a domain "
     "and its subdomains; *: any). Loopback names and IP addresses are always answered.",
 )
+@click.option(
+    "--role",
+    type=click.Choice(["single", "shared", "replica"]),
+    default="single",
+    show_default=True,
+    help="single: this process alone on its database. shared: one of several processes on one PostgreSQL database; "
+    "it leads if no other does, else serves metadata as a replica and takes over when the leader dies. replica: "
+    "follows, never leads. shared and replica need PostgreSQL (docs/replicas.md).",
+)
+@click.option(
+    "--failover-poll",
+    default="2s",
+    show_default=True,
+    metavar="DURATION",
+    help="How often a shared replica tries the leader's lock (and a leader checks it still holds it): a leader's "
+    "death is noticed within this time.",
+)
+@click.option(
+    "--catch-up-interval",
+    default="1s",
+    show_default=True,
+    metavar="DURATION",
+    help="How often a replica reads the leader's position without a notification (a lost NOTIFY delays it by at "
+    "most this).",
+)
+@click.option(
+    "--advertise-host",
+    metavar="HOST",
+    help="The address other forewarn processes reach this one's ports at, when it leads. Default: --host and "
+    "--imds-host.",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(
     fleet_source: str | None,
@@ -349,6 +382,10 @@ def serve(
     control_token: str | None,
     insecure: bool,
     allowed_hosts: tuple[str, ...],
+    role: str,
+    failover_poll: str,
+    catch_up_interval: str,
+    advertise_host: str | None,
     log_level: str,
 ) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
@@ -401,6 +438,10 @@ def serve(
         control_token=control_token,
         insecure=insecure,
         allowed_hosts=tuple(allowed_hosts),
+        role=role,
+        failover_poll=positive_seconds(failover_poll, "--failover-poll"),
+        catch_up_interval=positive_seconds(catch_up_interval, "--catch-up-interval"),
+        advertise_host=advertise_host,
         log_level=log_level,
     )
     from forewarn.server.bootstrap import ListenError, run_server

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import uvicorn
 
@@ -52,11 +52,15 @@ from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_l
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
 from forewarn.net.own_listeners import OwnListeners
+from forewarn.replication.shared import FleetDiffers
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
-from forewarn.server.stores import open_fleet_store
+from forewarn.server.stores import open_fleet_store, open_snapshot_store
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
 from forewarn.store import SQLStore, StoreError
+
+if TYPE_CHECKING:
+    from forewarn.replication.node import Node
 
 log = logging.getLogger("forewarn.server")
 
@@ -293,17 +297,30 @@ async def serve(
     metadata_limits: Limits = Limits(),
     management_limits: Limits = MANAGEMENT_LIMITS,
     access: PortAccess = PortAccess(),
+    node: Node | None = None,
 ) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
-    server."""
+    server. ``node``: this process shares its database with others (replication/), as the leader or a replica."""
     built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure, access)
     own = own_listeners(built, listeners)
-    metadata = Http1Server(built.metadata.handle, metadata_limits)
+    handler = built.metadata.handle if node is None else shared_surfaces(node, built, listeners, access)
+    metadata = Http1Server(handler, metadata_limits)
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
     event_grid = azure.event_grid
-    policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
-    sender = asyncio.create_task(OutboxSender(service, policies=policies, own=own).run())
+    senders: list[asyncio.Task] = []
+
+    def start_outbox() -> None:  # only a leader delivers: a replica starts it when it takes over
+        policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
+        senders.append(asyncio.create_task(OutboxSender(service, policies=policies, own=own).run()))
+
+    if node is None or node.service.role == "leader":
+        start_outbox()
+    if node is not None:
+        node.on_promoted.append(start_outbox)
+        if node.service.role == "leader":
+            node.lead_now()
+        node.start(asyncio.get_running_loop())
     if event_grid is not None:
         event_grid.keep_away_from(
             own
@@ -321,12 +338,15 @@ async def serve(
         timeout_keep_alive=30,
         proxy_headers=False,
     )
-    announce(describe(service, listeners))
+    announce(describe(service, listeners) + ("" if node is None else f"\n  shared        {node.describe()}"))
     try:
         await _Uvicorn(config, built.live_feed).serve(sockets=built.management_sockets)
     finally:
+        if node is not None:
+            node.close()
         timer.cancel()
-        sender.cancel()
+        for sender in senders:
+            sender.cancel()
         sweeper.cancel()
         await metadata.close()
 
@@ -355,6 +375,36 @@ class _Uvicorn(uvicorn.Server):
     async def shutdown(self, sockets=None) -> None:
         self.live_feed.close()
         await super().shutdown(sockets)
+
+
+def shared_surfaces(node: Node, built: Built, listeners: Listeners, access: PortAccess) -> Callable[[Request], Any]:
+    """A shared process's surfaces: writes at a replica go to the leader (replication/forward.py), the control port
+    answers the probes and metrics and takes a replica's forwarded metadata writes; and the addresses this process
+    publishes when it leads. Returns the metadata handler."""
+    from forewarn.replication.forward import LeaderEndpoint, ReplicaMetadata, ReplicaPort
+
+    service, leaders, counts = node.service, node.leaders, node.counts.requests
+    local = built.metadata.handle
+    apps = built.management_app.apps
+    control = listeners.control[1]
+    apps[control] = LeaderEndpoint(
+        ReplicaPort(apps[control], service, leaders, "control", counts),
+        local,
+        access.control_token,
+        node.probe,
+        leaders,
+    )
+    surfaces = (("arm", listeners.arm), ("ec2_api", listeners.ec2_api), ("gce_api", listeners.gce_api))
+    for surface, address in surfaces:
+        if address is not None:
+            apps[address[1]] = ReplicaPort(apps[address[1]], service, leaders, surface, counts)
+    host = node.advertise_host or listeners.control[0]
+    imds_host = node.advertise_host or listeners.imds[0]
+    node.addresses = {"control": f"http://{host}:{control}", "imds": f"http://{imds_host}:{listeners.imds[1]}"}
+    for surface, address in surfaces:
+        if address is not None:
+            node.addresses[surface] = f"http://{host}:{address[1]}"
+    return ReplicaMetadata(local, service, leaders, listeners.imds[1], counts).handle
 
 
 def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
@@ -452,7 +502,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             config.host,
         )
     imds_settings = imds_settings_of(config)
-    service, azure = open_service(config)
+    service, azure, node = open_service(config)
     store = service.store
     try:
         try:
@@ -482,6 +532,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
                     metadata_limits=metadata_limits,
                     management_limits=management_limits,
                     access=PortAccess(config.allowed_hosts, config.control_token),
+                    node=node,
                 )
             )
         except ListenError:
@@ -517,10 +568,11 @@ def rules_of(config: ServeConfig) -> Rules:
     return Rules().with_overrides(config.notice, config.impact_window, **extra)
 
 
-def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSettings]:
-    """The store and the service on it, with the Event Grid and Resource Graph settings of the ARM port. Any
-    failure (fleet file, store, a fleet that differs from the stored one, access or Event Grid files) is a
-    :class:`ServeError`; the store is closed again then."""
+def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSettings, Node | None]:
+    """The store and the service on it, with the Event Grid and Resource Graph settings of the ARM port, and the
+    process's part in a shared database (None: it serves alone). Any failure (fleet file, store, a fleet that
+    differs from the stored one, access or Event Grid files) is a :class:`ServeError`; the store is closed again
+    then."""
     rules = rules_of(config)
     store: SQLStore | None = None
     try:
@@ -545,18 +597,26 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
         health = HealthSettings(targets=config.health_webhooks, entity=config.health_entity)
         outboxes = [health_outbox(health)] if health.targets else []
         outboxes.append(event_grid.outbox)
-        service = Maintenance.open(
-            store,
-            document.fleet if document else None,
-            config.clock_mode,
-            config.speed,
-            start_time,
-            config.seed,
-            rules,
-            outboxes=outboxes,
-        )
+        fleet = document.fleet if document else None
+        node: Node | None = None
+        if config.role == "single":
+            service = Maintenance.open(
+                store, fleet, config.clock_mode, config.speed, start_time, config.seed, rules, outboxes=outboxes
+            )
+        else:
+            service, node = open_shared_service(config, store, fleet, start_time, rules, outboxes)
+            if node.service.role != "leader":
+                event_grid.declared = None  # the leader applies the file; a replica only reads what it stored
         event_grid.attach(service)
-    except (FleetFileError, StoreError, FleetMismatch, CoreError, AccessFileError, EventGridFileError) as error:
+    except (
+        FleetFileError,
+        StoreError,
+        FleetMismatch,
+        CoreError,
+        AccessFileError,
+        EventGridFileError,
+        FleetDiffers,
+    ) as error:
         if store is not None:
             store.close()
         raise ServeError(str(error)) from None
@@ -564,7 +624,37 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
         if store is not None:
             store.close()
         raise
-    return service, azure
+    return service, azure, node
+
+
+def open_shared_service(
+    config: ServeConfig, store: SQLStore, fleet: Any, start_time: Any, rules: Rules, outboxes: list
+) -> tuple[Maintenance, Node]:
+    from forewarn.replication.node import NodeSettings
+    from forewarn.replication.shared import SharedService
+    from forewarn.replication.start import open_shared
+
+    def open_leader() -> SharedService:
+        opened = SharedService.open(
+            store, fleet, config.clock_mode, config.speed, start_time, config.seed, rules, outboxes=outboxes
+        )
+        assert isinstance(opened, SharedService)
+        return opened
+
+    settings = NodeSettings(config.role, config.failover_poll, config.catch_up_interval)
+    service, node = open_shared(
+        config.db,
+        store,
+        open_leader,
+        lambda: open_snapshot_store(config.db),
+        fleet,
+        rules,
+        outboxes,
+        settings,
+        config.control_token,
+    )
+    node.advertise_host = config.advertise_host
+    return service, node
 
 
 def open_configured_store(config: ServeConfig) -> SQLStore:

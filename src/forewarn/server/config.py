@@ -77,3 +77,9 @@ class ServeConfig:
     insecure: bool = False
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
+    # Several processes on one PostgreSQL database (replication/): "single" (this process alone), "shared" (leads
+    # if no other does, else a replica that takes over when the leader dies), "replica" (never leads).
+    role: str = "single"
+    failover_poll: float = 2.0  # seconds between a replica's attempts at the leader's lock
+    catch_up_interval: float = 1.0  # seconds between a replica's reads of the leader's position without a NOTIFY
+    advertise_host: str | None = None  # the host other processes reach this one's ports at; None: --host

@@ -21,3 +21,10 @@ def store_records() -> list[Records]:
 def open_fleet_store(url: str, exclusive: bool = False) -> SQLStore:
     """``open_store`` with every component's records: what the server (``exclusive``) and the tests open."""
     return open_store(url, store_records(), exclusive=exclusive)
+
+
+def open_snapshot_store(url: str) -> SQLStore:
+    """A second connection to a shared PostgreSQL database, whose loads are consistent snapshots (a replica's)."""
+    from forewarn.store.lease import SnapshotStore
+
+    return SnapshotStore(url, store_records())

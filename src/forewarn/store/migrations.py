@@ -84,6 +84,16 @@ def _gce_tables(cursor: Any, dialect: Dialect) -> None:
         cursor.execute(statement)
 
 
+def _leader(cursor: Any, dialect: Dialect) -> None:
+    # One row at most: the process that leads a shared PostgreSQL database (replication/), where the others reach
+    # it, and the position it has published (bumped after each commit). SQLite gets the table too and never uses it.
+    cursor.execute(
+        "CREATE TABLE IF NOT EXISTS forewarn_leader (id INTEGER PRIMARY KEY CHECK (id = 1), node TEXT NOT NULL, "
+        "term BIGINT NOT NULL, position BIGINT NOT NULL, addresses TEXT NOT NULL, store_pid BIGINT, "
+        "since TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -92,6 +102,7 @@ MIGRATIONS: Sequence[Migration] = (
     # columns; the rest have them already and are left unchanged.
     Migration(2, "outbox deliveries gain their sending policy (kind) and its state (detail)", _outbox_kind_and_detail),
     Migration(3, "Compute Engine maintenance events and instance states (gcp/records.py)", _gce_tables),
+    Migration(4, "forewarn_leader: which process leads a shared PostgreSQL database, and where", _leader),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -87,11 +87,11 @@ class PostgresStore(SQLStore):
         self._url = url
         given = conninfo_to_dict(url)
         self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
-        description = f"postgresql:{_redacted(url)}"
+        description = f"postgresql:{redacted(url)}"
         try:
             connection, session = self._connect()
         except psycopg.Error as error:
-            raise StoreError(f"cannot connect to PostgreSQL at {_redacted(url)}: {error}".strip()) from None
+            raise StoreError(f"cannot connect to PostgreSQL at {redacted(url)}: {error}".strip()) from None
         super().__init__(connection, description, records)
         self._session: Session | None = session
         self._lost: _Lost | None = None
@@ -349,7 +349,7 @@ def _one_line(error: object) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-def _redacted(url: str) -> str:
+def redacted(url: str) -> str:
     """The URL without its password, for messages and logs."""
     if "@" not in url or "://" not in url:
         return url

@@ -1,0 +1,284 @@
+"""A shared forewarn on PostgreSQL (docs/replicas.md): throughput, replication lag, failover, memory, side by side.
+
+    .venv/bin/python bench/replicas.py                       # 10,000 VMs, 5 kill cycles
+    .venv/bin/python bench/replicas.py --vms 1000 --kill-cycles 20 --db postgresql://127.0.0.1/test
+
+In one run:
+  1. a generated fleet (``forewarn fleet generate``) on a fresh schema of ``--db``; two processes with
+     ``--role shared``, the leader pinned to CPU 0 and the replica to CPU 1 (taskset), and their start-up times;
+  2. metadata GETs per second (wrk, keep-alive, the default VM's scheduled-events document) of the leader alone,
+     then of both processes at once, with each server's CPU seconds per request: on a 2-core machine the wrk
+     clients share the cores with the servers, which is the limit the figures show;
+  3. replication lag under a wave over the whole fleet: for each of ``--lag-samples`` commands at the leader, the
+     time until the replica holds the position the leader published after it (its ``/healthz``), and the time
+     the replica spent loading and rebuilding (its ``forewarn_replica_refresh_seconds_total``);
+  4. failover: ``--kill-cycles`` times, kill -9 the leader, time until the other process leads, restart the killed
+     one (it comes back as a replica); the median and worst;
+  5. resident memory of the leader and the replica, per VM.
+
+Needs PostgreSQL (the schema is dropped afterwards) and wrk (``apt-get install wrk``; without it step 2 is skipped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+class Process:
+    def __init__(self, name: str, url: str, fleet: Path, cpu: int | None, tmp: Path):
+        self.name, self.url, self.fleet, self.cpu, self.tmp = name, url, fleet, cpu, tmp
+        self.port, self.imds_port = free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def control(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def imds(self) -> str:
+        return f"http://127.0.0.1:{self.imds_port}/metadata/scheduledevents?api-version=2020-07-01"
+
+    def start(self) -> float:
+        argv = [sys.executable, "-m", "forewarn", "serve", "--db", self.url, "--fleet", str(self.fleet)]
+        argv += ["--role", "shared", "--failover-poll", "0.5s", "--clock", "manual", "--seed", "bench"]
+        argv += ["--port", str(self.port), "--imds-port", str(self.imds_port), "--arm-port", "0", "--ec2-port", "0"]
+        argv += ["--log-level", "warning"]
+        if self.cpu is not None and shutil.which("taskset"):
+            argv = ["taskset", "-c", str(self.cpu), *argv]
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        started = time.monotonic()
+        with open(self.tmp / f"{self.name}.log", "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        while True:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"{self.name} exited:\n{(self.tmp / f'{self.name}.log').read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.control}/healthz", timeout=1).status_code == 200:
+                    return time.monotonic() - started
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+
+    def health(self) -> dict:
+        return httpx.get(f"{self.control}/healthz", timeout=5).json()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def wrk(url: str, seconds: float, connections: int) -> subprocess.Popen:
+    argv = ["wrk", "-t1", f"-c{connections}", f"-d{seconds:g}s", "-H", "Metadata: true", url]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def requests_of(output: str) -> tuple[float, int, int]:
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", output, re.M)
+    total = re.search(r"^\s+(\d+) requests in", output, re.M)
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", output)
+    if rps is None or total is None:
+        raise SystemExit(f"wrk printed no figures:\n{output}")
+    return float(rps.group(1)), int(total.group(1)), int(bad.group(1)) if bad else 0
+
+
+def throughput(servers: list[Process], seconds: float, connections: int) -> list[tuple[float, float, int]]:
+    """(req/s, CPU seconds per request, non-2xx) of each server, all loaded at once."""
+    before = [cpu_seconds(s.proc.pid) for s in servers if s.proc]
+    runs = [wrk(s.imds, seconds, connections) for s in servers]
+    outputs = [run.communicate()[0] for run in runs]
+    after = [cpu_seconds(s.proc.pid) for s in servers if s.proc]
+    figures = []
+    for output, cpu_before, cpu_after in zip(outputs, before, after):
+        rps, total, bad = requests_of(output)
+        figures.append((rps, (cpu_after - cpu_before) / max(total, 1), bad))
+    return figures
+
+
+def leader_of(servers: list[Process]) -> Process | None:
+    for server in servers:
+        try:
+            if server.proc and server.proc.poll() is None and server.health()["role"] == "leader":
+                return server
+        except httpx.HTTPError:
+            continue
+    return None
+
+
+def wait(condition, timeout: float, what: str):
+    give_up = time.monotonic() + timeout
+    while time.monotonic() < give_up:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.01)
+    raise SystemExit(f"{what}: not within {timeout:g} s")
+
+
+def refresh_seconds(server: Process) -> float:
+    text = httpx.get(f"{server.control}/metrics", timeout=5).text
+    found = re.search(r"^forewarn_replica_refresh_seconds_total ([\d.e+-]+)$", text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--db", default="postgresql://postgres@127.0.0.1:5432/test", help="a PostgreSQL database")
+    parser.add_argument("--vms", type=int, default=10_000, help="fleet size (default 10,000)")
+    parser.add_argument("--kill-cycles", type=int, default=5)
+    parser.add_argument("--lag-samples", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk run")
+    parser.add_argument("--connections", type=int, default=16)
+    args = parser.parse_args()
+    schema = f"forewarn_bench_{secrets.token_hex(4)}"
+    admin = psycopg.connect(args.db, autocommit=True)
+    admin.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in args.db else "?"
+    url = f"{args.db}{separator}options=-csearch_path%3D{schema}"
+    servers: list[Process] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="forewarn-bench-") as directory:
+            return run(args, url, Path(directory), servers)
+    finally:
+        for server in servers:
+            server.stop()
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        admin.close()
+
+
+def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -> int:
+    fleet = tmp / "fleet.yaml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run(
+        [sys.executable, "-m", "forewarn", "fleet", "generate", "--vms", str(args.vms), "--out", str(fleet)],
+        check=True,
+        env=env,
+        capture_output=True,
+    )
+    vms = fleet.read_text().split("\nvms:\n", 1)
+    first_vm = re.search(r"^\s*- \{?name: ([\w.-]+)", vms[1], re.M) if len(vms) == 2 else None
+    if first_vm:  # a plain request to the metadata port answers as this VM
+        fleet.write_text(f"default_vm: {first_vm.group(1)}\n" + fleet.read_text())
+    leader, replica = Process("a", url, fleet, 0, tmp), Process("b", url, fleet, 1, tmp)
+    servers += [leader, replica]
+    first_start = leader.start()
+    replica_start = replica.start()
+    print(
+        f"fleet: {args.vms:,} VMs; first start (initializes the database) {first_start:.1f} s, a replica "
+        f"{replica_start:.1f} s  (2 cores shared with other work: figures are for a loaded machine)"
+    )
+    client = httpx.Client(timeout=30)
+    vm = first_vm.group(1) if first_vm else None
+    if vm:
+        client.post(f"{leader.control}/v1/events", json={"type": "Reboot", "vms": [vm], "notice": "15m"})
+    wait(
+        lambda: (
+            httpx.get(replica.imds, headers={"Metadata": "true"}).content
+            == httpx.get(leader.imds, headers={"Metadata": "true"}).content
+        ),
+        60,
+        "the replica follows",
+    )
+
+    if shutil.which("wrk"):
+        (alone,) = throughput([leader], args.seconds, args.connections)
+        both = throughput([leader, replica], args.seconds, args.connections)
+        print(
+            f"\nmetadata GETs (wrk -t1 -c{args.connections}, {args.seconds:g}s; wrk shares the 2 cores with the "
+            "servers)"
+        )
+        print(f"  {'':28} {'req/s':>9} {'CPU µs/req':>11} {'non-2xx':>8}")
+        print(f"  {'one process (CPU 0)':28} {alone[0]:>9,.0f} {alone[1] * 1e6:>11.1f} {alone[2]:>8}")
+        for name, figures in zip(("leader (CPU 0), together", "replica (CPU 1), together"), both):
+            print(f"  {name:28} {figures[0]:>9,.0f} {figures[1] * 1e6:>11.1f} {figures[2]:>8}")
+        print(f"  {'two processes, total':28} {sum(f[0] for f in both):>9,.0f}")
+    else:
+        print("\nmetadata GETs: skipped (wrk is not installed: apt-get install wrk)")
+
+    wave = client.post(f"{leader.control}/v1/waves", json={"type": "Reboot", "by": "host", "concurrency": 100})
+    lags = []
+    refresh_before = refresh_seconds(replica)
+    for _ in range(args.lag_samples):
+        client.post(f"{leader.control}/v1/clock/advance", json={"by": "5m"}).raise_for_status()
+        position = leader.health()["position"]
+        started = time.monotonic()
+        wait(lambda: replica.health()["position"] >= position, 120, "the replica catches up")  # noqa: B023
+        lags.append(time.monotonic() - started)
+    refreshed = refresh_seconds(replica) - refresh_before
+    print(
+        f"\nreplication lag under a wave over {args.vms:,} VMs (wave {wave.status_code}), {len(lags)} clock steps: "
+        f"median {statistics.median(lags) * 1000:.0f} ms, worst {max(lags) * 1000:.0f} ms; the replica spent "
+        f"{refreshed:.1f} s loading and rebuilding (a whole state per refresh: incremental refresh is not done)"
+    )
+
+    failovers, restarts = [], []
+    for _ in range(args.kill_cycles):
+        current = wait(lambda: leader_of(servers), 30, "a leader")
+        current.kill()
+        killed = time.monotonic()
+        others = [s for s in servers if s is not current]
+        wait(lambda: leader_of(others), 60, "a new leader")  # noqa: B023
+        failovers.append(time.monotonic() - killed)
+        restarts.append(current.start())
+    if failovers:
+        print(
+            f"\nfailover over {len(failovers)} kill -9 cycles (--failover-poll 0.5s): median "
+            f"{statistics.median(failovers):.2f} s, worst {max(failovers):.2f} s; a killed process back as a "
+            f"replica in median {statistics.median(restarts):.1f} s"
+        )
+
+    print("\nresident memory")
+    for server in servers:
+        if server.proc and server.proc.poll() is None:
+            role = server.health()["role"]
+            rss = rss_mb(server.proc.pid)
+            print(f"  {role:8} {rss:8.0f} MB  ({rss * 1024 * 1024 / args.vms / 1024:.1f} KB per VM)")
+    print("\n1,000,000-VM memory and start-up targets: not measured (not done; see docs/replicas.md)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Opening a process of a shared forewarn: the leader if it gets the lock (and ``role`` allows), else a replica."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from forewarn.engine.rules import Rules
+from forewarn.fleet.model import Fleet
+from forewarn.replication.forward import Leaders
+from forewarn.replication.node import SHARED, Node, NodeSettings
+from forewarn.replication.shared import FleetDiffers, SharedService
+from forewarn.store import Outgoing, SQLStore, StoreError
+from forewarn.store.lease import Lease
+
+log = logging.getLogger("forewarn.replication")
+
+FIRST_STATE_WAIT = 60.0  # seconds a replica started on an empty database waits for a leader to initialize it
+
+
+def open_shared(
+    url: str,
+    store: SQLStore,
+    open_leader: Callable[[], SharedService],
+    open_reader: Callable[[], SQLStore],
+    fleet: Fleet | None,
+    rules: Rules,
+    outboxes: list[Callable[..., list[Outgoing]]],
+    settings: NodeSettings,
+    control_token: str | None,
+) -> tuple[SharedService, Node]:
+    """The service and its node. The leader's service is opened as ``Maintenance.open`` opens one (initializing an
+    empty database, catching up deadlines); a replica's is built from what the database holds, writing nothing."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise StoreError(
+            "a shared forewarn (--role shared or replica) needs PostgreSQL (--db postgresql://...): SQLite serves one "
+            "process only"
+        )
+    lease = Lease(url)
+    try:
+        if settings.role == SHARED and lease.try_acquire():
+            service = open_leader()
+            service.promote()
+            log.info("leading the shared database (lock %s)", lease.key)
+        else:
+            service = _replica(store, fleet, rules)
+            for derive in outboxes:  # used once this process takes over
+                service.add_outbox(derive)
+            log.info("a replica of the shared database (lock %s held by another process)", lease.key)
+    except BaseException:
+        lease.close()
+        raise
+    node = Node(service, url, lease, open_reader, settings, Leaders(control_token))
+    return service, node
+
+
+def _replica(store: SQLStore, fleet: Fleet | None, rules: Rules) -> SharedService:
+    give_up = time.monotonic() + FIRST_STATE_WAIT
+    while True:
+        state = store.load()
+        if state is not None:
+            break
+        if time.monotonic() > give_up:
+            raise StoreError(f"the database is empty and no leader initialized it within {FIRST_STATE_WAIT:g} s")
+        time.sleep(0.2)
+    stored = Fleet.from_records(state.fleet_records)
+    if fleet is not None and fleet != stored:
+        raise FleetDiffers("the database holds a different fleet than --fleet gives; start the replica without --fleet")
+    return SharedService.replica_of(store, state, rules, stored)

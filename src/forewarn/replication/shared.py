@@ -17,6 +17,7 @@ takes to arrive.)
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -66,6 +67,16 @@ class SharedService(Maintenance):
         finally:
             if len(self.command_seconds) < 100_000:
                 self.command_seconds.append(time.perf_counter() - started)
+
+    def perform_soon(self, command: Callable[[Engine], list[Change]]) -> asyncio.Future[list[Change]]:
+        # The group commit of approvals is a write like any other: at a replica, the leader's to make.
+        if self.role != LEADER:
+            refused: asyncio.Future[list[Change]] = asyncio.get_running_loop().create_future()
+            refused.set_exception(
+                NotLeader(f"this forewarn is a replica and no leader took the command ({self.no_leader_reason})")
+            )
+            return refused
+        return super().perform_soon(command)
 
     def reset(self) -> None:
         if self.role != LEADER:

@@ -228,7 +228,7 @@ class GceMetadata:
         instance = self.service.engine.fleet.gce[name]
         for waiter in list(self._waiters.get(name, ())):
             answer = self.answer(instance, *waiter.key)
-            if _etag_of(answer) != waiter.last:
+            if etag_of(answer) != waiter.last:
                 self._finish(waiter, answer)
 
     def _finish(self, waiter: Waiter, answer: Response) -> None:
@@ -284,9 +284,7 @@ class GceMetadata:
             elif header == b"x-forwarded-for":
                 return _forbidden(path, "Request had an X-Forwarded-For header, so it may come from a proxy.")
         if not path.startswith(ROOT):
-            if path in ("/computeMetadata/", "/computeMetadata"):
-                return (200, b"v1/\n", TEXT, _COMMON)
-            return _not_found(path)  # the legacy v1beta1 and 0.1 endpoints are turned off, as on Compute Engine now
+            return _outside_root(path)
         if flavor != b"Google" and (legacy is None or legacy.lower() != b"true"):
             return _forbidden(path, "Missing Metadata-Flavor:Google header.")
         if request.method not in ("GET", "HEAD"):
@@ -298,12 +296,10 @@ class GceMetadata:
         if instance is None:
             return _not_found(path)
         query = dict(parse_qsl(request.query.decode("latin-1"), keep_blank_values=True))
-        recursive = query.get("recursive", "false").lower()
-        alt = query.get("alt", "").lower()
-        if alt not in ("", "json", "text"):
-            return _bad_request(f"Invalid value for alt: {query.get('alt')}")
-        if recursive not in ("true", "false", ""):
-            return _bad_request(f"Invalid value for recursive: {query.get('recursive')}")
+        options = _options(query)
+        if not isinstance(options, tuple):
+            return options
+        recursive, alt = options
         service = self.service
         if service.wall() >= service.due_wall:
             try:
@@ -320,7 +316,7 @@ class GceMetadata:
         if query.get("wait_for_change", "false").lower() != "true" or answer[0] != 200:
             return answer if request.method == "GET" else (answer[0], b"", answer[2], answer[3])
         last = query.get("last_etag")
-        if last is not None and last.encode() != _etag_of(answer):
+        if last is not None and last.encode() != etag_of(answer):
             return answer
         timeout = query.get("timeout_sec")
         seconds = MAX_TIMEOUT
@@ -333,13 +329,26 @@ class GceMetadata:
             return (429, b"Too many requests\n", TEXT, (FLAVOR, SERVER))
         deferred = Deferred(on_cancel=self._forget)
         waiter = Waiter(
-            deferred, name, (path, recursive, alt), _etag_of(answer), service.now() + timedelta(seconds=seconds)
+            deferred, name, (path, recursive, alt), etag_of(answer), service.now() + timedelta(seconds=seconds)
         )
         waiters.add(waiter)
         self._by_deferred[deferred] = waiter
         heapq.heappush(self._timeouts, (waiter.until, next(self._order), waiter))
         self._arm_timer()
         return deferred
+
+    def read(self, name: str, target: str) -> Response:
+        """The answer a plain GET of ``target`` (a path, with ``recursive`` and ``alt`` if it has a query) with
+        ``Metadata-Flavor: Google`` gets from instance ``name`` now: the control API's view of it. Unlike the
+        instance's own read, it does not count as the instance asking for maintenance-event, and never waits."""
+        instance = self.service.engine.gce_instance(name)
+        path, _, query_text = target.partition("?")
+        if not path.startswith(ROOT):
+            return _outside_root(path)
+        options = _options(dict(parse_qsl(query_text, keep_blank_values=True)))
+        if not isinstance(options, tuple):
+            return options
+        return self.answer(instance, path, *options)
 
     def _forget(self, deferred: Deferred) -> None:
         # A client that gives up and asks again (gcp-metadata does, every 3 s outside Google Cloud) leaves its old
@@ -362,7 +371,24 @@ class GceMetadata:
         return machine if machine.__class__ is GceInstance else None  # type: ignore[return-value]
 
 
-def _etag_of(answer: Response) -> bytes | None:
+def _outside_root(path: str) -> Response:
+    if path in ("/computeMetadata/", "/computeMetadata"):
+        return (200, b"v1/\n", TEXT, _COMMON)
+    return _not_found(path)  # the legacy v1beta1 and 0.1 endpoints are turned off, as on Compute Engine now
+
+
+def _options(query: dict[str, str]) -> tuple[str, str] | Response:
+    """``recursive`` and ``alt`` of a query, lowercased; or the 400 a bad one gets."""
+    recursive = query.get("recursive", "false").lower()
+    alt = query.get("alt", "").lower()
+    if alt not in ("", "json", "text"):
+        return _bad_request(f"Invalid value for alt: {query.get('alt')}")
+    if recursive not in ("true", "false", ""):
+        return _bad_request(f"Invalid value for recursive: {query.get('recursive')}")
+    return recursive, alt
+
+
+def etag_of(answer: Response) -> bytes | None:
     for name, value in answer[3]:
         if name == b"etag":
             return value

@@ -260,6 +260,9 @@ def test_a_scenario_whose_vms_the_fleet_lacks_fails_and_says_why(server):
     assert server.post("/v1/scenarios/live-migration/run", {"timing": "slow"}, expect=400).json()["error"]["code"]
 
 
+PATH_ALT_XML = "/computeMetadata/v1/instance/maintenance-event?alt=xml"
+
+
 def test_gce_instances_in_the_fleet_read_the_stream_and_their_metadata_view(tmp_path):
     demo = (ROOT / "src/forewarn/data/demo-fleet.yaml").read_text()
     with Server(tmp_path, fleet_text=demo) as server:
@@ -321,6 +324,12 @@ def test_gce_instances_in_the_fleet_read_the_stream_and_their_metadata_view(tmp_
         )
         gone = requests.get(f"http://127.0.0.40:{server.imds_port}/computeMetadata/v1/nothing", headers=flavor)
         assert (missing.status_code, missing.content) == (404, gone.content)
+        bad_alt = requests.get(
+            f"{server.control}/v1/gce/instances/web-1/metadata", params={"path": PATH_ALT_XML}, timeout=10
+        )
+        served_bad = requests.get(f"http://127.0.0.40:{server.imds_port}{PATH_ALT_XML}", headers=flavor, timeout=10)
+        assert (bad_alt.status_code, bad_alt.text) == (400, "Invalid value for alt: xml\n")
+        assert (served_bad.status_code, served_bad.content) == (400, bad_alt.content)
         unknown = requests.get(f"{server.control}/v1/gce/instances/web-9/metadata", timeout=10)
         assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "NotFound"
         bad = requests.get(f"{server.control}/v1/gce/instances/web-1/metadata?path=computeMetadata", timeout=10)

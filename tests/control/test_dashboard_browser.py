@@ -178,7 +178,9 @@ def test_gce_maintenance_from_the_page_with_the_metadata_servers_own_answers(bro
         page.evaluate("window.notReloaded = true")
         # Grouped by zone: the Compute Engine instances under their zones.
         page.select_option("#fleet-group", "zone")
-        groups = page.evaluate("forewarn.fleet.groups.map(g => [g.name, g.members.map(i => forewarn.fleet.data.machines.name[i])])")
+        groups = page.evaluate(
+            "forewarn.fleet.groups.map(g => [g.name, g.members.map(i => forewarn.fleet.data.machines.name[i])])"
+        )
         assert ["us-central1-a", ["web-1", "trainer-1"]] in groups and ["us-central1-b", ["batch-1"]] in groups
         flavor = {"Metadata-Flavor": "Google"}
         served_at = f"http://127.0.0.40:{server.imds_port}/computeMetadata/v1/instance/maintenance-event"
@@ -215,7 +217,9 @@ def test_gce_maintenance_from_the_page_with_the_metadata_servers_own_answers(bro
         page.click("#clock-next")  # and ends
         page.wait_for_function("id => forewarn.timeline.gceEvents.get(id).state === 'completed'", arg=event_id)
         page.wait_for_function("() => document.querySelector('#gce-maintenance-event')?.textContent === 'NONE'")
-        page.wait_for_function("() => document.querySelector('#gce-upcoming-maintenance-status')?.textContent === '404'")
+        page.wait_for_function(
+            "() => document.querySelector('#gce-upcoming-maintenance-status')?.textContent === '404'"
+        )
         assert page.evaluate("forewarn.fleet.stateName(forewarn.fleet.index.get('web-1'))") == "ok"
         assert not page.query_selector_all("#events tbody tr")
         assert page.evaluate("window.notReloaded") is True

@@ -155,8 +155,21 @@ def test_cli_records_and_replays_a_gce_maintenance_event(demo, tmp_path):
     env = {"PYTHONPATH": str(ROOT / "src")}
     out = tmp_path / "gce.json"
     run = subprocess.run(
-        [sys.executable, "-m", "forewarn", "record", "--gce", "--url", f"http://127.0.0.42:{demo.imds_port}",
-         "--out", str(out), "--duration", "300ms", "--timeout", "1s"],
+        [
+            sys.executable,
+            "-m",
+            "forewarn",
+            "record",
+            "--gce",
+            "--url",
+            f"http://127.0.0.42:{demo.imds_port}",
+            "--out",
+            str(out),
+            "--duration",
+            "300ms",
+            "--timeout",
+            "1s",
+        ],
         capture_output=True,
         text=True,
         timeout=30,

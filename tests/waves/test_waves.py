@@ -236,8 +236,13 @@ def test_generated_fleet_with_compute_engine_instances_shares_the_hosts(tmp_path
     # Without --gce the file is the one it always was: the instances' choices come after every VM's.
     assert "gce_instances" not in fleet_yaml(FleetShape(vms=1_000, seed="s1"))
     instances = list(fleet.gce.values())
-    assert {i.zone for i in instances} == {"us-central1-a", "us-central1-b", "us-central1-c", "europe-west1-b",
-                                           "asia-southeast1-a"}
+    assert {i.zone for i in instances} == {
+        "us-central1-a",
+        "us-central1-b",
+        "us-central1-c",
+        "europe-west1-b",
+        "asia-southeast1-a",
+    }
     gpu = [i for i in instances if i.gpus]
     spot = [i for i in instances if i.provisioning_model.value == "SPOT"]
     assert 5 < len(gpu) < 50 and 20 < len(spot) < 90, (len(gpu), len(spot))

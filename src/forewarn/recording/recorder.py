@@ -125,7 +125,7 @@ def record(
         recording = Recording(url, api_version, "", interval, source=source)
     if not recording.started_at:
         recording.started_at = _iso(wall())
-    last: tuple[int, str] | None = None
+    last: tuple[int, str] | tuple[int, str, str | None] | None = None
     had_events = False
     polls = 0
     while True:

@@ -162,7 +162,9 @@ class ReplayHandler:
         return _json(200, b"")
 
 
-async def serve_replay(handler: ReplayHandler | GceReplayHandler, sock: socket.socket, stop: asyncio.Event | None = None) -> None:
+async def serve_replay(
+    handler: ReplayHandler | GceReplayHandler, sock: socket.socket, stop: asyncio.Event | None = None
+) -> None:
     """Serve ``handler`` on ``sock`` until ``stop`` is set (forever without one)."""
     server = Http1Server(handler.handle)
     await server.start([sock])

@@ -285,10 +285,9 @@ class GceMetadata:
         if instance is None:
             return not_found(path)
         query = dict(parse_qsl(request.query.decode("latin-1"), keep_blank_values=True))
-        options = _options(query)
-        if not isinstance(options, tuple):
-            return options
-        recursive, alt = options
+        recursive, alt, refused = _options(query)
+        if refused is not None:
+            return refused
         service = self.service
         if service.wall() >= service.due_wall:
             try:
@@ -334,10 +333,10 @@ class GceMetadata:
         path, _, query_text = target.partition("?")
         if not path.startswith(ROOT):
             return _outside_root(path)
-        options = _options(dict(parse_qsl(query_text, keep_blank_values=True)))
-        if not isinstance(options, tuple):
-            return options
-        return self.answer(instance, path, *options)
+        recursive, alt, refused = _options(dict(parse_qsl(query_text, keep_blank_values=True)))
+        if refused is not None:
+            return refused
+        return self.answer(instance, path, recursive, alt)
 
     def _forget(self, deferred: Deferred) -> None:
         # A client that gives up and asks again (gcp-metadata does, every 3 s outside Google Cloud) leaves its old
@@ -388,15 +387,16 @@ def _outside_root(path: str) -> Response:
     return not_found(path)  # the legacy v1beta1 and 0.1 endpoints are turned off, as on Compute Engine now
 
 
-def _options(query: dict[str, str]) -> tuple[str, str] | Response:
-    """``recursive`` and ``alt`` of a query, lowercased; or the 400 a bad one gets."""
+def _options(query: dict[str, str]) -> tuple[str, str, Response | None]:
+    """``recursive`` and ``alt`` of a query, lowercased, and the 400 a bad one gets (None when both are good)."""
     recursive = query.get("recursive", "false").lower()
     alt = query.get("alt", "").lower()
+    refused = None
     if alt not in ("", "json", "text"):
-        return bad_request(f"Invalid value for alt: {query.get('alt')}")
-    if recursive not in ("true", "false", ""):
-        return bad_request(f"Invalid value for recursive: {query.get('recursive')}")
-    return recursive, alt
+        refused = bad_request(f"Invalid value for alt: {query.get('alt')}")
+    elif recursive not in ("true", "false", ""):
+        refused = bad_request(f"Invalid value for recursive: {query.get('recursive')}")
+    return recursive, alt, refused
 
 
 def etag_of(answer: Response) -> bytes | None:

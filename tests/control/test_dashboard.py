@@ -258,3 +258,84 @@ def test_a_scenario_whose_vms_the_fleet_lacks_fails_and_says_why(server):
     unknown = server.post("/v1/scenarios/live-migrate/run", {}, expect=404).json()["error"]["message"]
     assert "did you mean 'live-migration'" in unknown
     assert server.post("/v1/scenarios/live-migration/run", {"timing": "slow"}, expect=400).json()["error"]["code"]
+
+
+PATH_ALT_XML = "/computeMetadata/v1/instance/maintenance-event?alt=xml"
+
+
+def test_gce_instances_in_the_fleet_read_the_stream_and_their_metadata_view(tmp_path):
+    demo = (ROOT / "src/forewarn/data/demo-fleet.yaml").read_text()
+    with Server(tmp_path, fleet_text=demo) as server:
+        codes = dashboard.STATE_NAMES
+
+        def gce_states() -> dict[str, str]:
+            fleet = server.get("/v1/dashboard/fleet")
+            m = fleet["machines"]
+            return {
+                name: (codes[state], fleet["sets"][group], fleet["zones"][zone])
+                for name, cloud, state, group, zone in zip(m["name"], m["cloud"], m["state"], m["set"], m["zone"])
+                if cloud == 2
+            }
+
+        assert gce_states() == {
+            "web-1": ("ok", "Compute Engine us-central1-a", "us-central1-a"),
+            "trainer-1": ("ok", "Compute Engine us-central1-a", "us-central1-a"),
+            "batch-1": ("ok", "Compute Engine us-central1-b", "us-central1-b"),
+        }
+        web = "http://127.0.0.40:" + str(server.imds_port) + "/computeMetadata/v1/instance/maintenance-event"
+        flavor = {"Metadata-Flavor": "Google"}
+        requests.get(web, headers=flavor, timeout=10)  # web-1 asks once: its maintenance gets the 60-second notice
+        with httpx.Client(timeout=10) as client, client.stream("GET", server.control + "/v1/dashboard/stream") as s:
+            received = messages(s)
+            assert next(received)["hello"] is True
+            server.post("/v1/gce/maintenance", {"instances": ["web-1"], "notice": "10m"}, expect=201)
+            scheduled = next(received)
+            [event] = scheduled["gce_events"]
+            assert (event["instance"], event["state"]) == ("web-1", "pending")
+            assert scheduled["states"] == {"web-1": dashboard.SCHEDULED}
+            server.post("/v1/clock/next", expect=200)  # the 60-second notice
+            notified = next(received)
+            assert notified["gce_events"][0]["state"] == "notified"
+            # The view is the metadata server's own answer: same bytes, same ETag, as web-1 reads it.
+            view = requests.get(f"{server.control}/v1/gce/instances/web-1/metadata", timeout=10)
+            seen = requests.get(web, headers=flavor, timeout=10)
+            assert (view.status_code, view.text) == (200, "MIGRATE_ON_HOST_MAINTENANCE")
+            assert view.content == seen.content and view.headers["etag"] == seen.headers["etag"]
+            server.post("/v1/clock/next", expect=200)  # the live migration starts
+            started = next(received)
+            assert started["states"] == {"web-1": dashboard.STARTED}
+            assert gce_states()["web-1"][0] == "started"
+        # Announced maintenance: upcoming-maintenance as trainer-1's metadata server serves it, and its 404 after.
+        server.post("/v1/gce/maintenance", {"instances": ["trainer-1"], "notice": "7d"}, expect=201)
+        path = "/computeMetadata/v1/instance/upcoming-maintenance"
+        upcoming = requests.get(f"{server.control}/v1/gce/instances/trainer-1/metadata?path={path}", timeout=10)
+        served = requests.get(f"http://127.0.0.41:{server.imds_port}{path}", headers=flavor, timeout=10)
+        assert upcoming.json()["maintenance_status"] == "PENDING"
+        assert upcoming.content == served.content and upcoming.headers["etag"] == served.headers["etag"]
+        assert requests.get(f"{server.control}/v1/gce/instances/trainer-1", timeout=10).json()["watched"] is False
+        recursive = requests.get(
+            f"{server.control}/v1/gce/instances/trainer-1/metadata",
+            params={"path": "/computeMetadata/v1/instance/?recursive=true"},
+            timeout=10,
+        )
+        assert recursive.json()["maintenanceEvent"] == "NONE"
+        missing = requests.get(
+            f"{server.control}/v1/gce/instances/web-1/metadata?path=/computeMetadata/v1/nothing", timeout=10
+        )
+        gone = requests.get(f"http://127.0.0.40:{server.imds_port}/computeMetadata/v1/nothing", headers=flavor)
+        assert (missing.status_code, missing.content) == (404, gone.content)
+        bad_alt = requests.get(
+            f"{server.control}/v1/gce/instances/web-1/metadata", params={"path": PATH_ALT_XML}, timeout=10
+        )
+        served_bad = requests.get(f"http://127.0.0.40:{server.imds_port}{PATH_ALT_XML}", headers=flavor, timeout=10)
+        assert (bad_alt.status_code, bad_alt.text) == (400, "Invalid value for alt: xml\n")
+        assert (served_bad.status_code, served_bad.content) == (400, bad_alt.content)
+        unknown = requests.get(f"{server.control}/v1/gce/instances/web-9/metadata", timeout=10)
+        assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "NotFound"
+        bad = requests.get(f"{server.control}/v1/gce/instances/web-1/metadata?path=computeMetadata", timeout=10)
+        assert bad.status_code == 400 and bad.json()["error"]["code"] == "Invalid"
+        # Preemption: started during the 30-second notice, evicted once stopped.
+        server.post("/v1/gce/preempt", {"instances": ["batch-1"]}, expect=200)
+        assert gce_states()["batch-1"][0] == "started"
+        server.post("/v1/clock/advance", {"by": "31s"}, expect=200)
+        assert gce_states()["batch-1"][0] == "evicted"

@@ -164,3 +164,68 @@ def test_with_a_token_the_page_asks_for_it_and_then_sends_it(browser, tmp_path):
         other.wait_for_selector("#live.on")
         assert "token" not in other.url
         context.close()
+
+
+def test_gce_maintenance_from_the_page_with_the_metadata_servers_own_answers(browser, tmp_path):
+    demo = (ROOT / "src/forewarn/data/demo-fleet.yaml").read_text()
+    with Server(tmp_path, fleet_text=demo) as server:
+        context = browser.new_context(viewport={"width": 1400, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(server.control + "/")
+        page.wait_for_selector("#live.on")
+        page.evaluate("window.notReloaded = true")
+        # Grouped by zone: the Compute Engine instances under their zones.
+        page.select_option("#fleet-group", "zone")
+        groups = page.evaluate(
+            "forewarn.fleet.groups.map(g => [g.name, g.members.map(i => forewarn.fleet.data.machines.name[i])])"
+        )
+        assert ["us-central1-a", ["web-1", "trainer-1"]] in groups and ["us-central1-b", ["batch-1"]] in groups
+        flavor = {"Metadata-Flavor": "Google"}
+        served_at = f"http://127.0.0.40:{server.imds_port}/computeMetadata/v1/instance/maintenance-event"
+        requests.get(served_at, headers=flavor, timeout=10)  # web-1 watches the key: it gets the 60-second notice
+
+        click_machine(page, "web-1")
+        page.click("#wave-start")  # a wave rolls over Azure VMs: not "the whole fleet" for a GCE-only selection
+        page.wait_for_selector("#error:not([hidden])")
+        assert "waves roll over Azure VMs only" in page.text_content("#error")
+        assert server.get("/v1/waves") == []
+        page.fill("#gce-notice", "10m")
+        page.click("#schedule-gce")
+        row = page.wait_for_selector("#events tbody tr")
+        event_id = row.get_attribute("data-event-id")
+        assert row.query_selector(".status").text_content() == "pending"
+        assert row.query_selector(".targets").text_content() == "web-1"
+        page.wait_for_function("id => forewarn.timeline.visibleBars.some(b => b.id === id)", arg=event_id)
+        assert page.evaluate("forewarn.fleet.stateName(forewarn.fleet.index.get('web-1'))") == "scheduled"
+
+        click_machine(page, "web-1", double=True)
+        page.wait_for_selector("#gce-maintenance-event")
+        served = requests.get(served_at, headers=flavor, timeout=10)
+        assert page.text_content("#gce-maintenance-event") == served.text == "NONE"
+        assert page.text_content("#gce-maintenance-event-etag") == served.headers["etag"]
+        assert page.text_content("#gce-upcoming-maintenance-status") == "200"
+        assert '"maintenance_status":"PENDING"' in page.text_content("#gce-upcoming-maintenance")
+
+        page.click("#clock-next")  # the notice, 60 s before the migration
+        page.wait_for_function(
+            "() => document.querySelector('#gce-maintenance-event')?.textContent === 'MIGRATE_ON_HOST_MAINTENANCE'"
+        )
+        served = requests.get(served_at, headers=flavor, timeout=10)
+        assert page.text_content("#gce-maintenance-event-etag") == served.headers["etag"]
+        assert page.text_content("#gce-maintenance-event") == served.text
+        page.click("#clock-next")  # the live migration starts: web-1 moves to another host
+        page.wait_for_function("id => forewarn.timeline.gceEvents.get(id).state === 'ongoing'", arg=event_id)
+        page.wait_for_function("() => forewarn.fleet.stateName(forewarn.fleet.index.get('web-1')) === 'started'")
+        page.click("#clock-next")  # and ends
+        page.wait_for_function("id => forewarn.timeline.gceEvents.get(id).state === 'completed'", arg=event_id)
+        page.wait_for_function("() => document.querySelector('#gce-maintenance-event')?.textContent === 'NONE'")
+        page.wait_for_function(
+            "() => document.querySelector('#gce-upcoming-maintenance-status')?.textContent === '404'"
+        )
+        assert page.evaluate("forewarn.fleet.stateName(forewarn.fleet.index.get('web-1'))") == "ok"
+        assert not page.query_selector_all("#events tbody tr")
+        assert page.evaluate("window.notReloaded") is True
+        context.close()
+        assert not errors, errors

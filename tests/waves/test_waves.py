@@ -226,10 +226,44 @@ def test_generated_fleet_is_reproducible_and_has_the_mix_asked():
     assert max(per_host) - min(per_host) <= 1  # tenants share hosts evenly
 
 
+def test_generated_fleet_with_compute_engine_instances_shares_the_hosts(tmp_path):
+    shape = FleetShape(vms=1_000, gce=500, seed="s1")
+    text = fleet_yaml(shape)
+    assert text == fleet_yaml(FleetShape(vms=1_000, gce=500, seed="s1"))
+    assert text.splitlines()[0].endswith("500 Compute Engine instances.")
+    fleet = parse_fleet(text)
+    assert (len(fleet.vms), len(fleet.gce), len(fleet.hosts)) == (1_000, 500, 150)
+    # Without --gce the file is the one it always was: the instances' choices come after every VM's.
+    assert "gce_instances" not in fleet_yaml(FleetShape(vms=1_000, seed="s1"))
+    instances = list(fleet.gce.values())
+    assert {i.zone for i in instances} == {
+        "us-central1-a",
+        "us-central1-b",
+        "us-central1-c",
+        "europe-west1-b",
+        "asia-southeast1-a",
+    }
+    gpu = [i for i in instances if i.gpus]
+    spot = [i for i in instances if i.provisioning_model.value == "SPOT"]
+    assert 5 < len(gpu) < 50 and 20 < len(spot) < 90, (len(gpu), len(spot))
+    # Compute Engine's defaults from the fleet file's rules: GPUs and Spot terminate, Spot does not restart.
+    assert all(i.on_host_maintenance.value == "TERMINATE" for i in gpu + spot)
+    assert all(not i.automatic_restart for i in spot)
+    assert {i.on_host_maintenance.value for i in instances if i not in gpu + spot} == {"MIGRATE"}
+    per_host: dict[str, int] = {}
+    for host in [vm.host for vm in fleet.vms.values()] + [i.host for i in instances]:
+        per_host[host] = per_host.get(host, 0) + 1
+    assert max(per_host.values()) - min(per_host.values()) <= 1  # both clouds fill the hosts evenly
+    only_gce = parse_fleet(fleet_yaml(FleetShape(vms=0, gce=30, seed="s1")))
+    assert (len(only_gce.vms), len(only_gce.gce), len(only_gce.hosts)) == (0, 30, 3)
+
+
 @pytest.mark.parametrize(
     "shape, message",
     [
         (FleetShape(vms=0), "--vms"),
+        (FleetShape(vms=0, gce=-1), "--gce"),
+        (FleetShape(vms=10, gce=10, gce_gpu_share=0.6, gce_spot_share=0.6), "GCE GPU and Spot shares"),
         (FleetShape(vms=10, vms_per_host=0), "--vms-per-host"),
         (FleetShape(vms=10, scale_set_share=0.8, availability_set_share=0.5), "shares"),
     ],
@@ -307,3 +341,18 @@ def test_cli_fleet_generate_writes_a_file_serve_accepts(tmp_path):
         bad = forewarn(server, "fleet", "generate", "--vms", "0", check=False)
         assert bad.returncode == 1 and "--vms" in bad.stderr
     assert len(parse_fleet(out.read_text()).vms) == 1200
+
+
+def test_a_generated_fleet_with_gce_instances_serves_their_maintenance(tmp_path):
+    with Server(tmp_path, FLEET) as server:
+        out = tmp_path / "mixed.yaml"
+        result = forewarn(server, "fleet", "generate", "--vms", "20", "--gce", "10", "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        assert "3 hosts" in result.stderr and "10 Compute Engine instances" in result.stderr
+    served = tmp_path / "served"
+    served.mkdir()
+    with Server(served, out.read_text()) as server:
+        instances = server.get("/v1/gce/instances")
+        assert [i["name"] for i in instances] == [f"gce-{n:05d}" for n in range(10)]
+        [event] = server.post("/v1/gce/maintenance", {"instances": ["gce-00003"], "notice": "1d"}, expect=201).json()
+        assert event["state"] == "pending" and event["instance"] == "gce-00003"

@@ -52,7 +52,7 @@ def fleet(ctx, as_json):
 
 
 @fleet.command(name="generate", context_settings=CONTEXT)
-@click.option("--vms", type=int, required=True, help="How many Azure VMs.")
+@click.option("--vms", type=int, required=True, help="How many Azure VMs (0 with --gce: Compute Engine only).")
 @click.option("--vms-per-host", type=int, default=10, show_default=True)
 @click.option("--subscriptions", type=int, default=0, help="How many subscriptions (default: one per 10,000 VMs).")
 @click.option("--scale-set-share", type=float, default=0.6, show_default=True, help="Share of VMs in scale sets.")
@@ -66,6 +66,21 @@ def fleet(ctx, as_json):
 @click.option("--spot-share", type=float, default=0.05, show_default=True, help="Share of standalone VMs on Spot.")
 @click.option("--seed", default="forewarn", show_default=True, help="The same seed writes the same file.")
 @click.option(
+    "--gce",
+    type=int,
+    default=0,
+    show_default=True,
+    help="How many Compute Engine instances, on the same hosts (gce_instances: gce-00000, ...).",
+)
+@click.option(
+    "--gce-gpu-share",
+    type=float,
+    default=0.05,
+    show_default=True,
+    help="Share of the Compute Engine instances with a GPU (terminated for maintenance, not migrated).",
+)
+@click.option("--gce-spot-share", type=float, default=0.1, show_default=True, help="Share that are Spot VMs.")
+@click.option(
     "--out",
     "out",
     type=click.Path(dir_okay=False, writable=True),
@@ -73,12 +88,41 @@ def fleet(ctx, as_json):
     show_default=True,
     help="File to write ('-': stdout).",
 )
-def fleet_generate(vms, vms_per_host, subscriptions, scale_set_share, availability_set_share, spot_share, seed, out):
-    """Write a large fleet file (scale sets, availability sets, standalone and Spot VMs over shared hosts), for
-    waves and benchmarks. Reproducible from its seed."""
+def fleet_generate(
+    vms,
+    vms_per_host,
+    subscriptions,
+    scale_set_share,
+    availability_set_share,
+    spot_share,
+    seed,
+    gce,
+    gce_gpu_share,
+    gce_spot_share,
+    out,
+):
+    """Write a large fleet file (scale sets, availability sets, standalone and Spot VMs over shared hosts, and
+    Compute Engine instances with --gce), for waves and benchmarks. Reproducible from its seed.
+
+    \b
+    Examples:
+      forewarn fleet generate --vms 1000 --out big.yaml
+      forewarn fleet generate --vms 1000 --gce 500 --out mixed.yaml   # 150 hosts shared by both clouds
+      forewarn fleet generate --vms 0 --gce 2000 --out gce.yaml"""
     from forewarn.fleet.generate import FleetShape, fleet_yaml
 
-    shape = FleetShape(vms, vms_per_host, subscriptions, scale_set_share, availability_set_share, spot_share, seed)
+    shape = FleetShape(
+        vms,
+        vms_per_host,
+        subscriptions,
+        scale_set_share,
+        availability_set_share,
+        spot_share,
+        seed,
+        gce=gce,
+        gce_gpu_share=gce_gpu_share,
+        gce_spot_share=gce_spot_share,
+    )
     try:
         text = fleet_yaml(shape)
     except ValueError as error:

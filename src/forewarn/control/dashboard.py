@@ -31,6 +31,7 @@ from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.model import EventStatus
 from forewarn.azure.vms import Power
 from forewarn.control.ec2 import Ec2EventOut
+from forewarn.control.gcp import GceEventOut
 from forewarn.control.models import ERRORS, EventOut
 from forewarn.control.waves import WaveOut
 from forewarn.core.changes import Change, Rebuilt
@@ -38,6 +39,8 @@ from forewarn.core.clock import MANUAL
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.engine.engine import Engine
+from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.model import EventState, InstanceStatus
 from forewarn.waves.component import WaveChanged
 
 # What a machine is going through, as the fleet view colours it; the most serious wins. The page has the same list.
@@ -110,6 +113,34 @@ def _ec2_states(engine: Engine, ids: Iterable[str] | None = None) -> dict[str, i
     return states
 
 
+def _gce_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
+    """Compute Engine instances: announced or notified maintenance is scheduled, a live migration under way started,
+    an instance down for maintenance (or after a host error, until automaticRestart) impacted; a preempted Spot or
+    preemptible instance is started during its 30-second notice, evicted once stopped or deleted."""
+    instances = engine.fleet.gce
+    wanted = instances.keys() if names is None else [n for n in names if n in instances]
+    from_events: dict[str, int] = {}
+    for event in engine.gce_events.values():
+        if event.live:
+            code = STARTED if event.state is EventState.ONGOING else SCHEDULED
+            if from_events.get(event.instance, OK) < code:
+                from_events[event.instance] = code
+    states: dict[str, int] = {}
+    for name in wanted:
+        state = engine.gce_states[name]
+        if state.preempted:
+            code = STARTED if state.status is InstanceStatus.STOPPING else EVICTED
+        elif state.deleted:
+            code = DELETED
+        elif state.status is not InstanceStatus.RUNNING:
+            down_for_platform = state.restart_at is not None or from_events.get(name) == STARTED
+            code = IMPACTED if down_for_platform else STOPPED
+        else:
+            code = from_events.get(name, OK)
+        states[name] = code
+    return states
+
+
 def clock_json(service: Maintenance) -> dict[str, Any]:
     view = service.clock_view()
     return {
@@ -155,6 +186,8 @@ class FleetRead:
         for instance_id, instance in engine.ec2_instances.items():
             group = f"auto scaling group {instance.auto_scaling_group}" if instance.auto_scaling_group else "EC2"
             add(1, instance_id, group, instance.availability_zone, 0)
+        for name, gce in engine.fleet.gce.items():
+            add(2, name, f"Compute Engine {gce.zone}", gce.zone, 0)
         encode = json.JSONEncoder(separators=(",", ":")).encode
         self._order = order
         self._fixed = f'"sets":{encode(list(sets))},"zones":{encode(list(zones))},"machines":{{' + ",".join(
@@ -170,13 +203,14 @@ class FleetRead:
         hosts = {name: n for n, name in enumerate(engine.fleet.hosts)}
         azure = _azure_states(engine)
         ec2 = _ec2_states(engine)
-        vm_states, ec2_states = engine.vm_states, engine.ec2_states
+        gce = _gce_states(engine)
+        by_cloud = (engine.vm_states, engine.ec2_states, engine.gce_states)
+        codes = (azure, ec2, gce)
         host_column: list[int] = []
         state_column: list[int] = []
         for cloud, name in self._order:
-            host = vm_states[name].host if cloud == 0 else ec2_states[name].host
-            host_column.append(hosts.setdefault(host, len(hosts)))
-            state_column.append(azure[name] if cloud == 0 else ec2[name])
+            host_column.append(hosts.setdefault(by_cloud[cloud][name].host, len(hosts)))
+            state_column.append(codes[cloud][name])
         encode = json.JSONEncoder(separators=(",", ":")).encode
         return (
             f'{{"state_names":{encode(STATE_NAMES)},"hosts":{encode(list(hosts))},{self._fixed},'
@@ -194,6 +228,8 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
     waves: dict[str, Any] = {}
     vms: dict[str, None] = {}  # ordered: the message lists machines in the order the changes named them
     instances: dict[str, None] = {}
+    gce_events: dict[str, Any] = {}
+    gce_instances: dict[str, None] = {}
     for change in changes:
         if isinstance(change, EventChanged):
             events[change.event.event_id] = change.event
@@ -205,15 +241,24 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
             instances[change.event.instance_id] = None
         elif isinstance(change, Ec2StateChanged):
             instances[change.state.instance_id] = None
+        elif isinstance(change, GceEventChanged):
+            gce_events[change.event.event_id] = change.event
+            gce_instances[change.event.instance] = None
+        elif isinstance(change, GceStateChanged):
+            gce_instances[change.state.name] = None
         elif isinstance(change, WaveChanged):
             waves[change.wave.wave_id] = change.wave
-    if len(events) + len(ec2_events) > MAX_ITEMS_PER_MESSAGE or len(vms) + len(instances) > MAX_ITEMS_PER_MESSAGE:
+    if (
+        len(events) + len(ec2_events) + len(gce_events) > MAX_ITEMS_PER_MESSAGE
+        or len(vms) + len(instances) + len(gce_instances) > MAX_ITEMS_PER_MESSAGE
+    ):
         return {"resync": True, "reason": f"{len(changes)} changes in one step", "clock": clock_json(service)}
-    states = {**_azure_states(engine, vms), **_ec2_states(engine, instances)}
+    states = {**_azure_states(engine, vms), **_ec2_states(engine, instances), **_gce_states(engine, gce_instances)}
     new_machines = [i for i in instances if i in engine.ec2_instances and i not in engine.fleet.ec2]
     return {
         "events": [EventOut.of(event).model_dump() for event in events.values()],
         "ec2_events": [Ec2EventOut.of(event).model_dump() for event in ec2_events.values()],
+        "gce_events": [GceEventOut.of(event).model_dump() for event in gce_events.values()],
         "waves": [WaveOut.of(wave).model_dump() for wave in waves.values()],
         "states": states,
         "resync": bool(new_machines),  # an Auto Scaling replacement: a machine the page has not seen
@@ -224,15 +269,18 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
 @dataclass(frozen=True)
 class SurfaceViews:
     """What other surfaces show, rendered by them (the server wires these; the control API imports none of them):
-    the bytes an EC2 instance's metadata endpoint serves for a path, its DescribeInstanceStatus item, and an Azure
-    event's Resource Graph row (None when the ARM port is off)."""
+    the bytes an EC2 instance's metadata endpoint serves for a path, its DescribeInstanceStatus item, an Azure
+    event's Resource Graph row (None when the ARM port is off), and what a Compute Engine instance's metadata server
+    answers for a path (with its ETag; None when the server has no GCE metadata surface)."""
 
     ec2_metadata: Callable[[str, str], tuple[int, bytes, str]]  # status, body, content type
     ec2_status: Callable[[str], str]
     central_row: Callable[[str], dict | None] | None = None
+    gce_metadata: Callable[[str, str], tuple[int, bytes, str, str | None]] | None = None  # ... and the ETag
 
 
 SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
+MAINTENANCE_EVENT_PATH = "/computeMetadata/v1/instance/maintenance-event"
 
 
 class _Stream:
@@ -365,6 +413,23 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
             service.engine.ec2_instance(instance_id)
             return Response(views.ec2_status(instance_id), media_type="text/xml")
 
+        @router.get("/v1/gce/instances/{name}/metadata", tags=["gce"], responses=ERRORS)
+        async def gce_metadata(
+            name: str, path: str = Query(MAINTENANCE_EVENT_PATH, description="a metadata server path")
+        ) -> Response:
+            """What the instance's metadata server answers for ``path`` now (a plain GET with ``Metadata-Flavor:
+            Google``): the same status, bytes, content type and ``ETag`` (by default its maintenance-event; a path it
+            does not have: its 404 page). Reading it here does not count as the instance asking for maintenance-event:
+            it does not earn the instance the 60-second notice."""
+            service.catch_up()
+            service.engine.gce_instance(name)
+            if not path.startswith("/"):
+                raise Invalid(f"path must start with '/': {path!r}")
+            if views.gce_metadata is None:
+                raise Invalid("this server has no Compute Engine metadata surface")
+            status, body, content_type, tag = views.gce_metadata(name, path)
+            return Response(body, status_code=status, media_type=content_type, headers={"etag": tag} if tag else None)
+
         @router.get("/v1/events/{event_id}/central", tags=["events"], responses=ERRORS)
         async def central(event_id: str) -> dict:
             """The event's row in Resource Graph's maintenanceresources as it is now (null when its VMs' policy does
@@ -395,7 +460,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
     @router.get("/v1/dashboard/stream", include_in_schema=False)
     async def stream(request: Request):
         """Server-sent events: one ``data:`` line of JSON per committed batch of changes (``events``,
-        ``ec2_events``, ``waves``, ``states`` of the machines touched, ``clock``; ``resync`` when the page should read
+        ``ec2_events``, ``gce_events``, ``waves``, ``states`` of the machines touched, ``clock``; ``resync`` when the page should read
         the fleet again). A client that falls behind by more than 256 messages gets ``{"dropped": true}`` and is
         disconnected."""
         if len(feed.streams) >= MAX_STREAMS:

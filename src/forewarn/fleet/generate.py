@@ -4,6 +4,11 @@ The mix follows what a region's tenants run: most VMs in scale sets (some large,
 a good share in availability sets, the rest standalone, a few of those Spot; several subscriptions; hosts shared by
 tenants. Scale sets are written as one entry with ``instances: N``, so a 100,000-VM file stays small; VMs in
 availability sets and standalone VMs are written one per entry, as a user would.
+
+Compute Engine instances (``--gce N``) are written one per entry after the VMs, on the same hosts, spread over a few
+zones and projects: most of them standard instances that live-migrate, a share with a GPU (which Compute Engine
+terminates for maintenance instead) and a share of Spot VMs. Their choices come after every VM's from the seed, so a
+fleet without them is the same file as before.
 """
 
 from __future__ import annotations
@@ -16,6 +21,9 @@ import yaml
 
 LOCATIONS = ("eastus", "westeurope", "southeastasia")
 SIZES = ("Standard_D2s_v3", "Standard_D4s_v5", "Standard_E8s_v5", "Standard_F4s_v2")
+GCE_ZONES = ("us-central1-a", "us-central1-b", "us-central1-c", "europe-west1-b", "asia-southeast1-a")
+GCE_MACHINE_TYPES = ("e2-standard-2", "n2-standard-4", "n2-standard-8", "c3-standard-4")
+GCE_GPU = ("g2-standard-8", "nvidia-l4")  # machine type and accelerator of a GPU instance
 
 
 @dataclass(frozen=True)
@@ -27,10 +35,17 @@ class FleetShape:
     availability_set_share: float = 0.3
     spot_share: float = 0.05  # of the standalone VMs
     seed: str = "forewarn"
+    gce: int = 0  # Compute Engine instances
+    gce_gpu_share: float = 0.05
+    gce_spot_share: float = 0.1
 
     def checked(self) -> FleetShape:
-        if not 1 <= self.vms <= 1_000_000:
-            raise ValueError("--vms must be between 1 and 1,000,000")
+        if not 0 <= self.vms <= 1_000_000 or not 0 <= self.gce <= 1_000_000:
+            raise ValueError("--vms and --gce must each be between 0 and 1,000,000")
+        if self.vms + self.gce == 0:
+            raise ValueError("the fleet needs at least one machine: give --vms or --gce")
+        if not (0 <= self.gce_gpu_share and 0 <= self.gce_spot_share and self.gce_gpu_share + self.gce_spot_share <= 1):
+            raise ValueError("the GCE GPU and Spot shares must be between 0 and 1 and add up to 1 at most")
         if not 1 <= self.vms_per_host <= 1000:
             raise ValueError("--vms-per-host must be between 1 and 1000")
         if not (
@@ -49,10 +64,11 @@ class FleetShape:
 
 
 def generate_fleet(shape: FleetShape) -> dict:
-    """The fleet file's content as plain data (hosts, availability_sets, vms, scale_sets)."""
+    """The fleet file's content as plain data (hosts, availability_sets, vms, scale_sets, and gce_instances when
+    asked for)."""
     shape = shape.checked()
     rng = random.Random(shape.seed)
-    host_count = max(1, -(-shape.vms // shape.vms_per_host))
+    host_count = max(1, -(-(shape.vms + shape.gce) // shape.vms_per_host))
     hosts = [f"host-{i:05d}" for i in range(host_count)]
     subscription_count = shape.subscriptions or max(1, shape.vms // 10_000)
     subscriptions = [
@@ -135,12 +151,39 @@ def generate_fleet(shape: FleetShape) -> dict:
     for scale_set in scale_sets:
         if not scale_set["zones"]:
             del scale_set["zones"]
-    return {
+    content: dict[str, Any] = {
         "hosts": [{"name": name} for name in hosts],
         "availability_sets": availability_sets,
         "vms": vms,
         "scale_sets": scale_sets,
     }
+    if shape.gce:
+        content["gce_instances"] = _gce_instances(shape, rng, next_hosts)
+    return content
+
+
+def _gce_instances(shape: FleetShape, rng: random.Random, next_hosts) -> list[dict[str, Any]]:
+    """Standard instances keep Compute Engine's scheduling defaults (MIGRATE, automatic restart); GPU and Spot ones
+    get theirs from the fleet file's rules (TERMINATE; Spot without automatic restart), so none is written here."""
+    projects = [f"forewarn-{index:04d}" for index in range(shape.subscriptions or max(1, shape.gce // 10_000))]
+    instances: list[dict[str, Any]] = []
+    for index in range(shape.gce):
+        instance: dict[str, Any] = {
+            "name": f"gce-{index:05d}",
+            "project": projects[index % len(projects)],
+            "zone": GCE_ZONES[index % len(GCE_ZONES)],
+            "host": next_hosts(1)[0],
+        }
+        draw = rng.random()
+        if draw < shape.gce_gpu_share:
+            instance["machine_type"], gpu_type = GCE_GPU
+            instance["gpus"] = {"count": 1, "type": gpu_type}
+        else:
+            instance["machine_type"] = rng.choice(GCE_MACHINE_TYPES)
+            if draw < shape.gce_gpu_share + shape.gce_spot_share:
+                instance["scheduling"] = {"provisioning_model": "SPOT"}
+        instances.append(instance)
+    return instances
 
 
 def fleet_yaml(shape: FleetShape) -> str:
@@ -151,9 +194,13 @@ def fleet_yaml(shape: FleetShape) -> str:
         f"--availability-set-share {shape.availability_set_share} --spot-share {shape.spot_share} "
         f"--seed {shape.seed}"
     )
+    gce = ""
+    if shape.gce:
+        command += f" --gce {shape.gce} --gce-gpu-share {shape.gce_gpu_share} --gce-spot-share {shape.gce_spot_share}"
+        gce = f", {shape.gce} Compute Engine instances"
     header = (
         f"# Generated by `{command}`: {len(content['hosts'])} hosts, {len(content['scale_sets'])} scale sets, "
-        f"{len(content['availability_sets'])} availability sets.\n"
+        f"{len(content['availability_sets'])} availability sets{gce}.\n"
     )
     dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     return header + yaml.dump(content, Dumper=dumper, sort_keys=False, default_flow_style=None, width=120)

@@ -13,6 +13,8 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 from forewarn.recording.model import (
+    AZURE,
+    GCE,
     Entry,
     Recording,
     RecordingError,
@@ -41,9 +43,11 @@ def _seconds(text: str | None, what: str) -> float | None:
     return seconds
 
 
-def _describe(entry: Entry) -> str:
+def _describe(entry: Entry, source: str = AZURE) -> str:
     if entry.status == 0:
         return "no answer (connection failed)"
+    if source == GCE:
+        return f"status {entry.status}: {entry.body[:120]}" + (f" (ETag {entry.etag})" if entry.etag else "")
     events = entry.events()
     if events is None:
         return f"status {entry.status}: {entry.body[:120]}"
@@ -65,12 +69,21 @@ Examples:
   forewarn record --url http://169.254.169.254 --out vm.json              # on an Azure VM, until Ctrl-C
   forewarn record --url http://127.0.0.10:8169 --out freeze.json --until-empty
   forewarn record --url http://127.0.0.11:8169 --duration 30m --interval 2s
+  forewarn record --gce --url http://metadata.google.internal --out gce.json   # on a Compute Engine VM
+  forewarn record --gce --url http://127.0.0.40:8169 --until-empty --timeout 60s
 Format: docs/recordings.md.""",
 )
 @click.option(
     "--url",
     required=True,
-    help="The scheduled-events endpoint, or its base (http://169.254.169.254); the path is added.",
+    help="The scheduled-events endpoint, or its base (http://169.254.169.254); the path is added. With --gce: "
+    "the metadata server's key, or its base (the maintenance-event path is added).",
+)
+@click.option(
+    "--gce",
+    is_flag=True,
+    help="Record a Compute Engine metadata server's maintenance-event with hanging GETs (wait_for_change); implied "
+    "by a URL under /computeMetadata/.",
 )
 @click.option(
     "--out",
@@ -81,24 +94,48 @@ Format: docs/recordings.md.""",
 )
 @click.option("--interval", default="1s", show_default=True, help="Time between polls.")
 @click.option("--duration", default=None, help="Stop after this long (30s, 15m, 1h).")
-@click.option("--until-empty", is_flag=True, help="Stop once a document without events follows one with events.")
+@click.option(
+    "--until-empty",
+    is_flag=True,
+    help="Stop once a document without events follows one with events (GCE: NONE after another value).",
+)
 @click.option("--api-version", default="2020-07-01", show_default=True)
-@click.option("--timeout", default="5s", show_default=True, help="How long one poll waits for its answer.")
-def record_command(url, out, interval, duration, until_empty, api_version, timeout):
+@click.option(
+    "--timeout",
+    default="5s",
+    show_default=True,
+    help="How long one poll waits for its answer (GCE: the hanging GET's timeout_sec).",
+)
+def record_command(url, gce, out, interval, duration, until_empty, api_version, timeout):
     """Poll a scheduled-events endpoint (a real VM's IMDS, or forewarn) and record every new document, with its
-    time; Ctrl-C stops and keeps what was recorded."""
-    from forewarn.recording.recorder import http_fetch, record, scheduled_events_url
+    time; Ctrl-C stops and keeps what was recorded. With --gce, a Compute Engine metadata server's maintenance-event,
+    each value with its ETag, read with wait_for_change hanging GETs."""
+    from forewarn.recording.recorder import (
+        gce_fetch,
+        http_fetch,
+        maintenance_event_url,
+        record,
+        scheduled_events_url,
+    )
 
     interval_seconds = _seconds(interval, "--interval")
     duration_seconds = _seconds(duration, "--duration")
-    target = scheduled_events_url(url, api_version)
-    fetch, close = http_fetch(target, _seconds(timeout, "--timeout"))
-    recording = Recording(target, api_version, "", interval_seconds)
+    timeout_seconds = _seconds(timeout, "--timeout")
+    source = GCE if gce or "/computeMetadata/" in url else AZURE
+    if source == GCE:
+        target = maintenance_event_url(url)
+        # A hanging GET does not outlast the recording.
+        fetch, close = gce_fetch(target, min(timeout_seconds, duration_seconds or timeout_seconds))
+        api_version = "v1"
+    else:
+        target = scheduled_events_url(url, api_version)
+        fetch, close = http_fetch(target, timeout_seconds)
+    recording = Recording(target, api_version, "", interval_seconds, source=source)
     out_path = Path(out)
 
     def on_entry(current: Recording, entry: Entry) -> None:
         save_recording(current, out_path)
-        click.echo(f"{entry.offset_seconds:9.3f}s  {entry.at}  {_describe(entry)}")
+        click.echo(f"{entry.offset_seconds:9.3f}s  {entry.at}  {_describe(entry, source)}")
 
     click.echo(f"recording {target} every {interval_seconds:g}s to {out_path} (Ctrl-C stops)")
     try:
@@ -111,6 +148,7 @@ def record_command(url, out, interval, duration, until_empty, api_version, timeo
             until_empty=until_empty,
             on_entry=on_entry,
             recording=recording,
+            source=source,
         )
     except KeyboardInterrupt:
         pass
@@ -128,6 +166,7 @@ def record_command(url, out, interval, duration, until_empty, api_version, timeo
 Examples:
   forewarn replay vm.json                          # http://127.0.0.1:8179/metadata/scheduledevents
   forewarn replay vm.json --speed 60 --loop --approvals approvals.jsonl
+  forewarn replay gce.json     # http://127.0.0.1:8179/computeMetadata/v1/instance/maintenance-event
 Details: docs/recordings.md.""",
 )
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
@@ -146,10 +185,11 @@ Details: docs/recordings.md.""",
     help="Append each approval (POST StartRequests) to this file as a JSON line.",
 )
 def replay_command(file, host, port, speed, loop, approvals_file):
-    """Serve a recording as an IMDS scheduled-events endpoint, with its recorded timing; approvals are logged."""
+    """Serve a recording as an IMDS scheduled-events endpoint, with its recorded timing; approvals are logged. A
+    Compute Engine recording is served as its metadata server's key, with its ETags and wait_for_change."""
     import asyncio  # the server's modules, only when it serves (every forewarn command imports this module)
 
-    from forewarn.recording.replay import Replay, ReplayHandler, serve_replay
+    from forewarn.recording.replay import GceReplayHandler, Replay, ReplayHandler, serve_replay
     from forewarn.server.http1 import listening_socket
 
     if speed <= 0:
@@ -181,12 +221,18 @@ def replay_command(file, host, port, speed, loop, approvals_file):
         _fail(f"cannot listen on {host}:{port}: {error.strerror}{hint}")
     shown = f"[{host}]" if ":" in host else host
     end = recording.entries[-1].offset_seconds / speed
+    handler: ReplayHandler | GceReplayHandler
+    if recording.source == GCE:
+        handler = GceReplayHandler(Replay(recording, loop=loop), speed=speed)
+        path = handler.path
+    else:
+        handler = ReplayHandler(Replay(recording, loop=loop), speed=speed, on_approval=on_approval)
+        path = "/metadata/scheduledevents"
     click.echo(
         f"replaying {file} ({len(recording.entries)} documents over {end:g}s{', looping' if loop else ''}) at "
-        f"http://{shown}:{sock.getsockname()[1]}/metadata/scheduledevents",
+        f"http://{shown}:{sock.getsockname()[1]}{path}",
         nl=True,
     )
-    handler = ReplayHandler(Replay(recording, loop=loop), speed=speed, on_approval=on_approval)
     try:
         import uvloop
 

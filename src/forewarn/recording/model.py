@@ -1,5 +1,9 @@
 """The recording file: ``{"format": "forewarn-recording/1", "url", "api_version", "started_at",
-"interval_seconds", "entries": [{"offset_seconds", "at", "status", "body"}]}`` (docs/recordings.md)."""
+"interval_seconds", "entries": [{"offset_seconds", "at", "status", "body"}]}`` (docs/recordings.md).
+
+A recording of a Compute Engine metadata server's ``maintenance-event`` adds ``"source": "gce-maintenance-event"``
+and each entry's ``etag`` (the value's ETag, which a ``wait_for_change`` client sends back); a file without
+``source`` is an Azure scheduled-events recording, as every file was before."""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from pathlib import Path
 from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 FORMAT = "forewarn-recording/1"
+AZURE = "azure-scheduled-events"
+GCE = "gce-maintenance-event"
+SOURCES = (AZURE, GCE)
 
 
 class RecordingError(Exception):
@@ -27,6 +34,21 @@ class Entry:
     at: str
     status: int
     body: str
+    etag: str | None = None  # Compute Engine's ETag header of the answer
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        if self.etag is None:
+            del data["etag"]
+        return data
+
+    def busy(self, source: str) -> bool | None:
+        """Whether the answer shows maintenance (events, or a maintenance-event other than NONE); None when it is
+        no such answer (an error, no answer)."""
+        if source == GCE:
+            return None if self.status != 200 else self.body.strip() != "NONE"
+        events = self.events()
+        return None if events is None else bool(events)
 
     def events(self) -> list | None:
         """The document's Events when it is a 200 scheduled-events document, else None."""
@@ -47,16 +69,20 @@ class Recording:
     started_at: str
     interval_seconds: float
     entries: list[Entry] = field(default_factory=list)
+    source: str = AZURE
 
     def to_json(self) -> dict:
-        return {
+        data = {
             "format": FORMAT,
             "url": self.url,
             "api_version": self.api_version,
             "started_at": self.started_at,
             "interval_seconds": self.interval_seconds,
-            "entries": [asdict(entry) for entry in self.entries],
+            "entries": [entry.to_json() for entry in self.entries],
         }
+        if self.source != AZURE:
+            data = {"format": FORMAT, "source": self.source, **data}
+        return data
 
     @classmethod
     def from_json(cls, data) -> Recording:
@@ -66,7 +92,13 @@ class Recording:
             )
         try:
             entries = [
-                Entry(float(e["offset_seconds"]), str(e["at"]), int(e["status"]), str(e["body"]))
+                Entry(
+                    float(e["offset_seconds"]),
+                    str(e["at"]),
+                    int(e["status"]),
+                    str(e["body"]),
+                    None if e.get("etag") is None else str(e["etag"]),
+                )
                 for e in data["entries"]
             ]
             recording = cls(
@@ -75,9 +107,12 @@ class Recording:
                 str(data["started_at"]),
                 float(data["interval_seconds"]),
                 entries,
+                str(data.get("source", AZURE)),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise RecordingError(f"malformed recording: {error!r}") from None
+        if recording.source not in SOURCES:
+            raise RecordingError(f"unknown source {recording.source!r}: forewarn replays {' and '.join(SOURCES)}")
         if not entries:
             raise RecordingError("the recording has no entries")
         if not all(

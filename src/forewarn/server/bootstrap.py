@@ -47,7 +47,7 @@ from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFileError, load_fleet_document
 from forewarn.gcp.compute_api.app import create_compute_app
-from forewarn.gcp.metadata.server import GceMetadata
+from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Request
@@ -254,10 +254,12 @@ def build(
     ec2_imds = Ec2Imds(service, resolver, ec2_settings)
     ec2_backend = Ec2Backend(service)
     resource_graph = ResourceGraphApi(service, azure.resource_graph) if listeners.arm is not None else None
+    gce_metadata = GceMetadata(service, resolver)
     views = SurfaceViews(
         ec2_metadata=_metadata_answer(ec2_imds),
         ec2_status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml(),
         central_row=resource_graph.row_of if resource_graph is not None else None,
+        gce_metadata=_gce_metadata_answer(gce_metadata),
     )
     ec2_url = _own_url(listeners.ec2_api) if listeners.ec2_api is not None else None
     runs = ScenarioRuns(service, _own_url(listeners.control), ec2_url, access.control_token)
@@ -281,7 +283,7 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, ec2_imds, GceMetadata(service, resolver)),
+        MetadataRouter(imds, ec2_imds, gce_metadata),
         control_app.state.live_feed,
     )
 
@@ -361,6 +363,15 @@ def _metadata_answer(ec2_imds: Ec2Imds) -> Callable[[str, str], tuple[int, bytes
     def answer(instance_id: str, path: str) -> tuple[int, bytes, str]:
         status, body, content_type, _ = ec2_imds.answer(instance_id, path)
         return status, body, content_type.decode()
+
+    return answer
+
+
+def _gce_metadata_answer(gce: GceMetadata) -> Callable[[str, str], tuple[int, bytes, str, str | None]]:
+    def answer(name: str, path: str) -> tuple[int, bytes, str, str | None]:
+        status, body, content_type, headers = gce.read(name, path)
+        tag = etag_of((status, body, content_type, headers))
+        return status, body, content_type.decode(), None if tag is None else tag.decode()
 
     return answer
 

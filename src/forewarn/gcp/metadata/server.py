@@ -44,7 +44,7 @@ JSON_TYPE = b"application/json"
 HTML = b"text/html; charset=UTF-8"
 FLAVOR = (b"metadata-flavor", b"Google")
 SERVER = (b"server", b"Metadata Server for VM")
-_COMMON = (
+COMMON_HEADERS = (
     FLAVOR,
     (b"content-type-options", b"nosniff"),
     SERVER,
@@ -76,11 +76,11 @@ def _forbidden(path: str, why: str) -> Response:
     )
 
 
-def _not_found(path: str) -> Response:
+def not_found(path: str) -> Response:
     return _refusal(404, "Not Found", f"The requested URL <code>{path}</code> was not found on this server.")
 
 
-def _bad_request(why: str) -> Response:
+def bad_request(why: str) -> Response:
     return (400, why.encode() + b"\n", TEXT, (FLAVOR, SERVER))
 
 
@@ -180,11 +180,11 @@ class GceMetadata:
         parts = [part for part in relative.split("/") if part]
         for part in parts:
             if not isinstance(node, dict) or part not in node:
-                return _not_found(path)
+                return not_found(path)
             node = node[part]
         directory = isinstance(node, dict)
         if directory and relative and not relative.endswith("/"):
-            return (301, b"", TEXT, ((b"location", (path + "/").encode()), *_COMMON))
+            return (301, b"", TEXT, ((b"location", (path + "/").encode()), *COMMON_HEADERS))
         if directory and recursive:
             if alt == "text":
                 body = "".join(f"{key} {value}\n" for key, value in _flatten(node, "")).encode()
@@ -204,7 +204,7 @@ class GceMetadata:
                 body, content_type = json.dumps(node if isinstance(node, int) else text).encode(), JSON_TYPE
             else:
                 body, content_type = text.encode(), TEXT
-        return (200, body, content_type, ((b"etag", etag(body)), *_COMMON))
+        return (200, body, content_type, ((b"etag", etag(body)), *COMMON_HEADERS))
 
     def _on_change(self, changes) -> None:
         if isinstance(changes[0], Rebuilt):
@@ -228,7 +228,7 @@ class GceMetadata:
         instance = self.service.engine.fleet.gce[name]
         for waiter in list(self._waiters.get(name, ())):
             answer = self.answer(instance, *waiter.key)
-            if _etag_of(answer) != waiter.last:
+            if etag_of(answer) != waiter.last:
                 self._finish(waiter, answer)
 
     def _finish(self, waiter: Waiter, answer: Response) -> None:
@@ -275,35 +275,19 @@ class GceMetadata:
     # ------------------------------------------------------------------------------------------- requests
     def handle(self, request: Request) -> Response | Deferred:
         path = request.path
-        flavor = legacy = None
-        for header, value in request.headers:
-            if header == b"metadata-flavor":
-                flavor = value
-            elif header == b"x-google-metadata-request":
-                legacy = value
-            elif header == b"x-forwarded-for":
-                return _forbidden(path, "Request had an X-Forwarded-For header, so it may come from a proxy.")
-        if not path.startswith(ROOT):
-            if path in ("/computeMetadata/", "/computeMetadata"):
-                return (200, b"v1/\n", TEXT, _COMMON)
-            return _not_found(path)  # the legacy v1beta1 and 0.1 endpoints are turned off, as on Compute Engine now
-        if flavor != b"Google" and (legacy is None or legacy.lower() != b"true"):
-            return _forbidden(path, "Missing Metadata-Flavor:Google header.")
-        if request.method not in ("GET", "HEAD"):
-            return (405, b"Method not allowed\n", TEXT, ((b"allow", b"GET, HEAD"), FLAVOR, SERVER))
+        refused = header_refusal(request)
+        if refused is not None:
+            return refused
         try:
             instance = self._caller(request)
         except UnknownCaller:
-            return _not_found(path)
+            return not_found(path)
         if instance is None:
-            return _not_found(path)
+            return not_found(path)
         query = dict(parse_qsl(request.query.decode("latin-1"), keep_blank_values=True))
-        recursive = query.get("recursive", "false").lower()
-        alt = query.get("alt", "").lower()
-        if alt not in ("", "json", "text"):
-            return _bad_request(f"Invalid value for alt: {query.get('alt')}")
-        if recursive not in ("true", "false", ""):
-            return _bad_request(f"Invalid value for recursive: {query.get('recursive')}")
+        recursive, alt, refused = _options(query)
+        if refused is not None:
+            return refused
         service = self.service
         if service.wall() >= service.due_wall:
             try:
@@ -320,26 +304,39 @@ class GceMetadata:
         if query.get("wait_for_change", "false").lower() != "true" or answer[0] != 200:
             return answer if request.method == "GET" else (answer[0], b"", answer[2], answer[3])
         last = query.get("last_etag")
-        if last is not None and last.encode() != _etag_of(answer):
+        if last is not None and last.encode() != etag_of(answer):
             return answer
         timeout = query.get("timeout_sec")
         seconds = MAX_TIMEOUT
         if timeout is not None:
             if not timeout.isdigit() or int(timeout) < 1:
-                return _bad_request(f"Invalid value for timeout_sec: {timeout}")
+                return bad_request(f"Invalid value for timeout_sec: {timeout}")
             seconds = min(int(timeout), MAX_TIMEOUT)
         waiters = self._waiters.setdefault(name, set())
         if len(waiters) >= WAITERS_PER_INSTANCE:
             return (429, b"Too many requests\n", TEXT, (FLAVOR, SERVER))
         deferred = Deferred(on_cancel=self._forget)
         waiter = Waiter(
-            deferred, name, (path, recursive, alt), _etag_of(answer), service.now() + timedelta(seconds=seconds)
+            deferred, name, (path, recursive, alt), etag_of(answer), service.now() + timedelta(seconds=seconds)
         )
         waiters.add(waiter)
         self._by_deferred[deferred] = waiter
         heapq.heappush(self._timeouts, (waiter.until, next(self._order), waiter))
         self._arm_timer()
         return deferred
+
+    def read(self, name: str, target: str) -> Response:
+        """The answer a plain GET of ``target`` (a path, with ``recursive`` and ``alt`` if it has a query) with
+        ``Metadata-Flavor: Google`` gets from instance ``name`` now: the control API's view of it. Unlike the
+        instance's own read, it does not count as the instance asking for maintenance-event, and never waits."""
+        instance = self.service.engine.gce_instance(name)
+        path, _, query_text = target.partition("?")
+        if not path.startswith(ROOT):
+            return _outside_root(path)
+        recursive, alt, refused = _options(dict(parse_qsl(query_text, keep_blank_values=True)))
+        if refused is not None:
+            return refused
+        return self.answer(instance, path, recursive, alt)
 
     def _forget(self, deferred: Deferred) -> None:
         # A client that gives up and asks again (gcp-metadata does, every 3 s outside Google Cloud) leaves its old
@@ -362,7 +359,47 @@ class GceMetadata:
         return machine if machine.__class__ is GceInstance else None  # type: ignore[return-value]
 
 
-def _etag_of(answer: Response) -> bytes | None:
+def header_refusal(request: Request) -> Response | None:
+    """The answer the metadata server gives a request before looking at its instance (a proxied request, a path
+    outside ``/computeMetadata/v1/``, a missing ``Metadata-Flavor: Google``, a method other than GET and HEAD), or
+    None. The replay of a recording (``forewarn replay``) applies the same rules."""
+    path = request.path
+    flavor = legacy = None
+    for header, value in request.headers:
+        if header == b"metadata-flavor":
+            flavor = value
+        elif header == b"x-google-metadata-request":
+            legacy = value
+        elif header == b"x-forwarded-for":
+            return _forbidden(path, "Request had an X-Forwarded-For header, so it may come from a proxy.")
+    if not path.startswith(ROOT):
+        return _outside_root(path)
+    if flavor != b"Google" and (legacy is None or legacy.lower() != b"true"):
+        return _forbidden(path, "Missing Metadata-Flavor:Google header.")
+    if request.method not in ("GET", "HEAD"):
+        return (405, b"Method not allowed\n", TEXT, ((b"allow", b"GET, HEAD"), FLAVOR, SERVER))
+    return None
+
+
+def _outside_root(path: str) -> Response:
+    if path in ("/computeMetadata/", "/computeMetadata"):
+        return (200, b"v1/\n", TEXT, COMMON_HEADERS)
+    return not_found(path)  # the legacy v1beta1 and 0.1 endpoints are turned off, as on Compute Engine now
+
+
+def _options(query: dict[str, str]) -> tuple[str, str, Response | None]:
+    """``recursive`` and ``alt`` of a query, lowercased, and the 400 a bad one gets (None when both are good)."""
+    recursive = query.get("recursive", "false").lower()
+    alt = query.get("alt", "").lower()
+    refused = None
+    if alt not in ("", "json", "text"):
+        refused = bad_request(f"Invalid value for alt: {query.get('alt')}")
+    elif recursive not in ("true", "false", ""):
+        refused = bad_request(f"Invalid value for recursive: {query.get('recursive')}")
+    return recursive, alt, refused
+
+
+def etag_of(answer: Response) -> bytes | None:
     for name, value in answer[3]:
         if name == b"etag":
             return value

@@ -42,6 +42,17 @@ export async function request(method, path, body) {
   return response;
 }
 
+// A surface's own answer, whatever its status (a 404 is an answer too: the metadata server's page for a key it does
+// not have now). Only the control API's refusals (401, 400 for a bad request) are errors.
+export async function answer(path) {
+  const response = await fetch(path, { headers: headers() });
+  if (response.status === 401 || (response.status === 400 && response.headers.get("content-type")?.startsWith("application/json"))) {
+    const error = (await response.json()).error;
+    throw new ApiError(response.status, error.code, error.message);
+  }
+  return { status: response.status, etag: response.headers.get("etag"), body: await response.text() };
+}
+
 export const get = async (path) => (await request("GET", path)).json();
 export const post = async (path, body = {}) => (await request("POST", path, body)).json();
 

@@ -1,6 +1,6 @@
 // The dashboard: reads the fleet, events and waves once, then follows the server's stream of committed changes.
 // Every button is one control-API request; what it changed comes back through the stream like any other change.
-import { ApiError, follow, get, post, request, setToken, token } from "./api.js";
+import { ApiError, answer, follow, get, post, request, setToken, token } from "./api.js";
 import { COLORS, FleetView } from "./fleet.js";
 import { Timeline } from "./timeline.js";
 
@@ -56,12 +56,14 @@ setInterval(() => {
 
 // --------------------------------------------------------------------------------------------- loading
 async function loadAll() {
-  const [snapshot, events, ec2, waves] = await Promise.all([
-    get("/v1/dashboard/fleet"), get("/v1/events?all=true"), get("/v1/ec2/events?all=true"), get("/v1/waves"),
+  const [snapshot, events, ec2, gce, waves] = await Promise.all([
+    get("/v1/dashboard/fleet"), get("/v1/events?all=true"), get("/v1/ec2/events?all=true"),
+    get("/v1/gce/maintenance?all=true"), get("/v1/waves"),
   ]);
   fleet.load(snapshot);
   timeline.events = new Map(events.map((e) => [e.event_id, e]));
   timeline.ec2Events = new Map(ec2.map((e) => [e.event_id, e]));
+  timeline.gceEvents = new Map(gce.map((e) => [e.event_id, e]));
   timeline.waves = new Map(waves.map((w) => [w.wave_id, w]));
   setClock(snapshot.clock);
   const states = $("fleet-state");
@@ -104,6 +106,10 @@ function apply(message) {
   for (const e of message.ec2_events || []) {
     timeline.ec2Events.set(e.event_id, e);
     if (state.vm && e.instance_id === state.vm.name) touchedMachine = true;
+  }
+  for (const e of message.gce_events || []) {
+    timeline.gceEvents.set(e.event_id, e);
+    if (state.vm && e.instance === state.vm.name) touchedMachine = true;
   }
   for (const w of message.waves || []) timeline.waves.set(w.wave_id, w);
   let statesChanged = false;
@@ -185,7 +191,9 @@ function renderEvents() {
   const rows = [...timeline.events.values()].filter((e) => e.status === "Scheduled" || e.status === "Started")
     .map((e) => ({ id: e.event_id, type: e.type, status: e.status, targets: e.resources.join(", "), nb: e.not_before, kind: "azure" }))
     .concat([...timeline.ec2Events.values()].filter((e) => e.state === "active")
-      .map((e) => ({ id: e.event_id, type: e.code, status: e.state, targets: e.instance_id, nb: e.not_before, kind: "ec2" })));
+      .map((e) => ({ id: e.event_id, type: e.code, status: e.state, targets: e.instance_id, nb: e.not_before, kind: "ec2" })))
+    .concat([...timeline.gceEvents.values()].filter((e) => ["pending", "notified", "ongoing"].includes(e.state))
+      .map((e) => ({ id: e.event_id, type: e.kind, status: e.state, targets: e.instance, nb: e.window_start, kind: "gce" })));
   const body = $("events").tBodies[0];
   body.replaceChildren(...rows.slice(0, 200).map((r) => {
     const tr = document.createElement("tr");
@@ -197,7 +205,7 @@ function renderEvents() {
     const cell = tr.lastElementChild;
     if (r.kind === "azure" && r.status === "Scheduled") {
       cell.append(button("Approve", () => approve(r.id)), button("Cancel", () => cancelEvent(r.id, r.kind)));
-    } else if (r.kind === "ec2") {
+    } else if (r.kind === "ec2" || (r.kind === "gce" && r.status === "pending")) {
       cell.append(button("Cancel", () => cancelEvent(r.id, r.kind)));
     }
     return tr;
@@ -212,7 +220,8 @@ function button(text, onClick) {
 }
 
 const approve = (id) => act(() => post("/v1/approvals", { event_ids: [id], by: "dashboard" }));
-const cancelEvent = (id, kind) => act(() => post(kind === "ec2" ? `/v1/ec2/events/${id}/cancel` : `/v1/events/${id}/cancel`));
+const CANCEL = { azure: (id) => `/v1/events/${id}/cancel`, ec2: (id) => `/v1/ec2/events/${id}/cancel`, gce: (id) => `/v1/gce/maintenance/${id}/cancel` };
+const cancelEvent = (id, kind) => act(() => post(CANCEL[kind](id)));
 
 // ----------------------------------------------------------------------------------------- one event
 function openEvent(id, kind) {
@@ -224,7 +233,7 @@ function openEvent(id, kind) {
 
 function renderEvent() {
   const { id, kind } = state.event;
-  const e = kind === "ec2" ? timeline.ec2Events.get(id) : timeline.events.get(id);
+  const e = { azure: timeline.events, ec2: timeline.ec2Events, gce: timeline.gceEvents }[kind].get(id);
   const view = $("event-view");
   view.hidden = !e;
   if (!e) return;
@@ -234,7 +243,7 @@ function renderEvent() {
   if (kind === "azure") renderCentral(id);
   const actions = view.querySelector(".row");
   if (kind === "azure" && e.status === "Scheduled") actions.append(button("Approve", () => approve(id)));
-  if ((kind === "azure" && e.status === "Scheduled") || (kind === "ec2" && e.state === "active")) {
+  if ((kind === "azure" && e.status === "Scheduled") || (kind === "ec2" && e.state === "active") || (kind === "gce" && e.state === "pending")) {
     actions.append(button("Cancel", () => cancelEvent(id, kind)));
   }
 }
@@ -323,6 +332,8 @@ async function refreshMachine() {
         pre.textContent = `${h.seen}  ETag ${h.etag}\n${h.body}`;
         return pre;
       }));
+    } else if (vm.cloud === 2) {
+      await renderGceInstance(vm, view);
     } else {
       const id = encodeURIComponent(vm.name);
       const [info, events, metadata, status] = await Promise.all([
@@ -345,6 +356,41 @@ async function refreshMachine() {
   }
 }
 
+// A Compute Engine instance: the maintenance-event and upcoming-maintenance answers its metadata server gives now
+// (status, bytes and ETag, rendered by the metadata server itself), its maintenance events, and what its user can do.
+const GCE_KEYS = ["maintenance-event", "upcoming-maintenance"];
+
+async function renderGceInstance(vm, view) {
+  const id = encodeURIComponent(vm.name);
+  const [info, events, ...answers] = await Promise.all([
+    get(`/v1/gce/instances/${id}`), get("/v1/gce/maintenance?all=true"),
+    ...GCE_KEYS.map((key) => answer(`/v1/gce/instances/${id}/metadata?path=/computeMetadata/v1/instance/${key}`)),
+  ]);
+  if (state.vm !== vm) return;
+  const mine = events.filter((e) => e.instance === vm.name);
+  const meta = `${info.status}, ${info.machine_type}, ${info.zone}, host ${info.host}, onHostMaintenance ${info.on_host_maintenance}` +
+    (info.provisioning_model === "SPOT" || info.preemptible ? `, ${info.provisioning_model === "SPOT" ? "Spot" : "preemptible"}` : "") +
+    (info.preempted ? ", preempted" : "") + (info.watched ? ", watches maintenance-event" : ", has not read maintenance-event (no 60-second notice)");
+  view.innerHTML = `<h2>Compute Engine instance <code>${escape(vm.name)}</code> <span class="meta"></span></h2>` +
+    GCE_KEYS.map((key) => `<div class="meta">GET /computeMetadata/v1/instance/${key}: <b id="gce-${key}-status"></b>, ETag <code id="gce-${key}-etag"></code></div>
+      <pre id="gce-${key}"></pre>`).join("") +
+    `<div class="row" id="gce-actions"></div><h2>Its maintenance</h2><pre id="vm-history"></pre>`;
+  view.querySelector(".meta").textContent = meta;
+  GCE_KEYS.forEach((key, k) => {
+    $(`gce-${key}-status`).textContent = answers[k].status;
+    $(`gce-${key}-etag`).textContent = answers[k].etag ?? "none";
+    $(`gce-${key}`).textContent = answers[k].body;
+  });
+  $("vm-history").textContent = JSON.stringify(mine, null, 2);
+  const actions = $("gce-actions");
+  const instanceAction = (what) => () => act(() => post(`/v1/gce/instances/${id}/${what}`));
+  if (info.status === "RUNNING") actions.append(button("Simulate maintenance event", instanceAction("simulate-maintenance")));
+  if (info.upcoming && info.upcoming.state === "pending" && info.upcoming.can_reschedule) {
+    actions.append(button("Perform maintenance now", instanceAction("perform-maintenance")));
+  }
+  if (info.status === "TERMINATED" && !info.deleted) actions.append(button("Start", instanceAction("start")));
+}
+
 // ------------------------------------------------------------------------------------------- controls
 function wire() {
   $("clock-next").onclick = () => act(() => post("/v1/clock/next"));
@@ -361,6 +407,15 @@ function wire() {
     if ($("ec2-notice").value) body.notice = $("ec2-notice").value;
     return post("/v1/ec2/events", body);
   });
+  $("schedule-gce").onclick = () => act(() => {
+    const body = { instances: selected(2) };
+    for (const [key, input] of [["kind", "gce-kind"], ["notice", "gce-notice"], ["window", "gce-window"]]) {
+      if ($(input).value) body[key] = $(input).value;
+    }
+    return post("/v1/gce/maintenance", body);
+  });
+  $("gce-preempt").onclick = () => act(() => post("/v1/gce/preempt", { instances: selected(2) }));
+  $("gce-host-error").onclick = () => act(() => post("/v1/gce/host-error", { instances: selected(2) }));
   $("platform-hardware").onclick = () => act(() => {
     const m = fleet.data.machines;
     const hosts = [...new Set([...fleet.selected].filter((i) => m.cloud[i] === 0).map((i) => fleet.data.hosts[m.host[i]]))];
@@ -370,6 +425,8 @@ function wire() {
   $("platform-restart").onclick = () => act(() => post("/v1/vms/restart", { vms: selected(0) }));
   $("wave-start").onclick = () => act(() => {
     const m = fleet.data.machines;
+    // Waves roll over Azure VMs only: a selection of other clouds' instances must not become "the whole fleet".
+    if (fleet.selected.size && !selected(0).length) throw new Error("waves roll over Azure VMs only: select Azure VMs, or clear the selection for the whole fleet");
     const groups = [...new Set([...fleet.selected].filter((i) => m.cloud[i] === 0).map((i) => {
       const set = fleet.data.sets[m.set[i]];
       return set === "standalone" ? m.name[i] : set.replace(/^(scale|availability) set /, "");

@@ -1,4 +1,4 @@
-// The timeline: one row per scope (Azure) or instance (EC2), each event a bar: pale from its creation to NotBefore
+// The timeline: one row per scope (Azure) or instance (EC2, Compute Engine), each event a bar: pale from its creation to NotBefore
 // (Scheduled), solid while Started, to Completed or Canceled; approvals marked with who approved; the simulated now a
 // red line; waves as bands above the rows. Wheel zooms around the pointer, drag pans. Only rows in view are drawn.
 
@@ -6,6 +6,7 @@ const TYPE_COLORS = {
   Freeze: "#4dabf7", Reboot: "#f59f00", Redeploy: "#e8590c", Preempt: "#862e9c", Terminate: "#495057",
 };
 const EC2_COLOR = "#12b886";
+const GCE_COLORS = { MIGRATE_ON_HOST_MAINTENANCE: "#4263eb", TERMINATE_ON_HOST_MAINTENANCE: "#c2255c" };
 const LABEL = 150;
 const AXIS = 22;
 const ROW = 18;
@@ -21,6 +22,7 @@ export class Timeline {
     this.onSelectEvent = onSelectEvent;
     this.events = new Map();
     this.ec2Events = new Map();
+    this.gceEvents = new Map();
     this.waves = new Map();
     this.now = Date.now();
     this.view = null;
@@ -58,6 +60,16 @@ export class Timeline {
         approvals: [], text: e.code,
       });
     }
+    // Compute Engine: from its creation to its start (the 60-second notice a tick), solid while it is under way.
+    for (const e of this.gceEvents.values()) {
+      const ended = e.state === "completed" || e.state === "canceled";
+      if (!this.showEnded && ended) continue;
+      add("g:" + e.instance, e.instance, {
+        id: e.event_id, kind: "gce", status: e.state, color: GCE_COLORS[e.kind] || "#888",
+        start: ms(e.created_at), notBefore: ms(e.window_start), started: ms(e.started_at), end: ms(e.ended_at),
+        approvals: [], text: e.kind.replace("_ON_HOST_MAINTENANCE", "").toLowerCase(),
+      });
+    }
     // Events of one scope that overlap in time go on lanes of their own, under the scope's label.
     const lanes = [];
     for (const row of [...rows.values()].sort((a, b) => a.first - b.first || a.label.localeCompare(b.label))) {
@@ -84,6 +96,10 @@ export class Timeline {
     for (const e of this.ec2Events.values()) {
       lo = Math.min(lo, ms(e.created_at));
       hi = Math.max(hi, ms(e.ended_at) ?? ms(e.not_before));
+    }
+    for (const e of this.gceEvents.values()) {
+      lo = Math.min(lo, ms(e.created_at));
+      hi = Math.max(hi, ms(e.ended_at) ?? ms(e.window_start));
     }
     lo = Math.min(lo, this.now);
     hi = Math.max(hi, this.now);

@@ -120,7 +120,9 @@ def _gce_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str,
     instances = engine.fleet.gce
     wanted = instances.keys() if names is None else [n for n in names if n in instances]
     from_events: dict[str, int] = {}
-    for event in engine.gce_events.values():
+    # A few instances (one commit's): their own events; the whole fleet: one pass over every event.
+    events = engine.gce_events.values() if names is None else (e for n in wanted for e in engine.gce_events_of(n))
+    for event in events:
         if event.live:
             code = STARTED if event.state is EventState.ONGOING else SCHEDULED
             if from_events.get(event.instance, OK) < code:

@@ -45,7 +45,12 @@ def test_the_page_and_its_files_come_from_the_server_itself(server):
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     sources = re.findall(r'(?:src|href)="([^"]+)"', page.text)
     assert sources and all(s.startswith(("/", "data:")) for s in sources), sources
-    for path in ("/static/dashboard/app.js", "/static/dashboard/fleet.js", "/static/dashboard/timeline.js"):
+    for path in (
+        "/static/dashboard/app.js",
+        "/static/dashboard/fleet.js",
+        "/static/dashboard/timeline.js",
+        "/static/dashboard/canvas.js",
+    ):
         script = requests.get(server.control + path, timeout=10)
         assert script.status_code == 200 and script.headers["content-type"].startswith("text/javascript")
         assert "http://" not in script.text and "https://" not in script.text  # nothing from the internet

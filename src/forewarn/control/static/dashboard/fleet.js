@@ -2,6 +2,8 @@
 // through. Only the rows in view are drawn, so 10,000 cells cost what the screen shows. Past CELL_LIMIT shown
 // machines each group is one bar of its state counts (click a bar to open that group's cells).
 
+import { sizedContext } from "./canvas.js";
+
 export const COLORS = {
   ok: "#c9d3df", scheduled: "#f0b429", started: "#e8590c", impacted: "#c92a2a",
   stopped: "#7048e8", deleted: "#495057", evicted: "#862e9c",
@@ -100,18 +102,7 @@ export class FleetView {
 
   draw() {
     if (!this.data) return;
-    const ratio = window.devicePixelRatio || 1;
-    const width = this.scroll.clientWidth;
-    const height = this.scroll.clientHeight;
-    if (this.canvas.width !== width * ratio || this.canvas.height !== height * ratio) {
-      this.canvas.width = width * ratio;
-      this.canvas.height = height * ratio;
-      this.canvas.style.width = width + "px";
-      this.canvas.style.height = height + "px";
-    }
-    const ctx = this.canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
+    const { ctx, width, height } = sizedContext(this.canvas, this.scroll);
     const top = this.scroll.scrollTop;
     const m = this.data.machines;
     const names = this.data.state_names;

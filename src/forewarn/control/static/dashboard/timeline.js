@@ -2,6 +2,8 @@
 // (Scheduled), solid while Started, to Completed or Canceled; approvals marked with who approved; the simulated now a
 // red line; waves as bands above the rows. Wheel zooms around the pointer, drag pans. Only rows in view are drawn.
 
+import { sizedContext } from "./canvas.js";
+
 const TYPE_COLORS = {
   Freeze: "#4dabf7", Reboot: "#f59f00", Redeploy: "#e8590c", Preempt: "#862e9c", Terminate: "#495057",
 };
@@ -168,18 +170,7 @@ export class Timeline {
 
   draw() {
     if (!this.view) return;
-    const ratio = window.devicePixelRatio || 1;
-    const width = this.scroll.clientWidth;
-    const height = this.scroll.clientHeight;
-    if (this.canvas.width !== width * ratio || this.canvas.height !== height * ratio) {
-      this.canvas.width = width * ratio;
-      this.canvas.height = height * ratio;
-      this.canvas.style.width = width + "px";
-      this.canvas.style.height = height + "px";
-    }
-    const ctx = this.canvas.getContext("2d");
-    ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
-    ctx.clearRect(0, 0, width, height);
+    const { ctx, width, height } = sizedContext(this.canvas, this.scroll);
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
     const rows = this.rows();

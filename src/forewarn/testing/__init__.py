@@ -12,6 +12,7 @@ the engine. It imports nothing of pytest, so that code without pytest can use it
 from __future__ import annotations
 
 import atexit
+import itertools
 import os
 import shutil
 import socket
@@ -116,6 +117,9 @@ def _with_free_vm_ports(text: str) -> str:
 # Servers run in sessions of their own (launch_serve), so a Ctrl-C or the end of the test process does not reach
 # them: those not stopped by their owner (a script without `with`) are stopped when the interpreter exits.
 _RUNNING: set[Forewarn] = set()
+# Numbers the sandboxes this process makes: with the pid, a namespace tag no other server's sandbox has at once
+# (id() modulo anything could repeat between two live objects).
+_SANDBOXES = itertools.count(1)
 
 
 @atexit.register
@@ -453,7 +457,7 @@ class Forewarn:
             from forewarn import sandbox
 
             try:
-                self._sandbox = sandbox.Sandbox(self.control_url, tag=f"t{os.getpid() % 100000}x{id(self) % 1000}")
+                self._sandbox = sandbox.Sandbox(self.control_url, tag=f"t{os.getpid()}x{next(_SANDBOXES)}")
             except sandbox.SandboxUnavailable as error:
                 raise SandboxUnavailable(str(error)) from None
         return self._sandbox

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +13,7 @@ from pathlib import Path
 import requests
 
 from forewarn.fleet.file import parse_fleet
-from forewarn.scenarios.server import ServerError, launch_serve
+from forewarn.scenarios.server import ServerError, free_ports, launch_serve
 from forewarn.server.stores import open_fleet_store
 from forewarn.store import SQLStore
 
@@ -57,9 +56,7 @@ def small_fleet():
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 class Server:

@@ -92,8 +92,9 @@ def test_health_events_through_the_lifecycle(tmp_path, receiver):
             lambda: [m["detail"]["statusCode"] for m in receiver.received] == ["upcoming", "open", "closed"]
         )
         assert receiver.received[-1]["detail"]["eventDescription"][0]["latestDescription"].startswith("[Completed]")
-        deliveries = requests.get(f"{server.control}/v1/deliveries").json()
-        assert [d["status"] for d in deliveries] == ["delivered"] * 3
+        assert wait_for(
+            lambda: [d["status"] for d in requests.get(f"{server.control}/v1/deliveries").json()] == ["delivered"] * 3
+        )
         assert event["event_id"].removeprefix("instance-event-") in detail["eventArn"]
     finally:
         server.stop()
@@ -113,8 +114,9 @@ def test_retries_follow_the_clock_and_survive_a_restart(tmp_path):
         assert wait_for(lambda: requests.get(f"{server.control}/v1/deliveries").json()[0]["attempts"] == 2)
         server.advance("2m")
         assert wait_for(lambda: len(receiver.received) == 1)
-        delivered = requests.get(f"{server.control}/v1/deliveries").json()[0]
-        assert delivered["status"] == "delivered" and delivered["attempts"] == 3
+        # the receiver has the message before the sender has committed its outcome
+        assert wait_for(lambda: requests.get(f"{server.control}/v1/deliveries").json()[0]["status"] == "delivered")
+        assert requests.get(f"{server.control}/v1/deliveries").json()[0]["attempts"] == 3
         assert receiver.received[0]["resources"] == [EBS]
     finally:
         server.stop()

@@ -964,7 +964,7 @@ def test_the_lifecycle_is_delivered_with_event_grid_headers_and_parses_with_the_
             assert (
                 parsed.type == EVENT_TYPE and parsed.source == f"/subscriptions/{SUB}" and parsed.specversion == "1.0"
             )
-        assert {d["status"] for d in deliveries(server)} == {"delivered"}
+        assert wait_for(lambda: {d["status"] for d in deliveries(server)} == {"delivered"})
     finally:
         server.stop()
 

@@ -12,8 +12,13 @@ and the row a principal may see: one whose subscription it may read scheduled ev
 
 Queries run on worker threads, never on the event loop the metadata endpoints, the control API and the ARM port
 share: a self-join can run for its whole timeout, and every IMDS GET waited with it. Each query reads one snapshot
-of the table through its own DuckDB cursor while upserts keep committing on the loop (DuckDB MVCC); at most
-``max_concurrent_queries`` run at once, and one more is answered ARG's throttling 429 at once rather than queued.
+of the table through its own DuckDB cursor (DuckDB MVCC); at most ``max_concurrent_queries`` run at once, and one
+more is answered ARG's throttling 429 at once rather than queued.
+
+Writes stay off the loop too: the rows of a commit are made on the loop (they read the engine), then upserted in
+order by one writer thread, because DuckDB takes about a quarter of a second to upsert ten thousand rows (a wave's
+start) and every metadata GET would wait that long. A query first waits for the writes queued before it arrived, so
+a caller still reads its own committed changes (with ``delay`` 0).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import logging
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -42,6 +49,8 @@ from forewarn.engine.engine import Engine
 
 if TYPE_CHECKING:
     from forewarn.azure.resource_graph.table import MaintenanceTable
+
+log = logging.getLogger("forewarn.events")
 
 READ_ROWS = "Microsoft.ResourceGraph/resources/read"
 READ_EVENTS = "Microsoft.Maintenance/scheduledevents/read"
@@ -72,17 +81,37 @@ class ResourceGraphApi:
         self._lagging: list[tuple[datetime, int, dict]] = []  # rows not visible yet, by when they will be
         self._lagging_order = 0
         self._slots = threading.BoundedSemaphore(settings.max_concurrent_queries)
+        self._table_lock = threading.Lock()
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resource-graph-writer")
+        self._written: Future | None = None  # the last write queued: a query waits for it
         self._load(service.engine)
         service.subscribe(self._on_change)
 
     # ----------------------------------------------------------------------------------------------- read model
     @property
     def table(self) -> MaintenanceTable:
-        if self._table is None:
-            from forewarn.azure.resource_graph.table import MaintenanceTable
+        with self._table_lock:
+            if self._table is None:
+                from forewarn.azure.resource_graph.table import MaintenanceTable
 
-            self._table = MaintenanceTable()
-        return self._table
+                self._table = MaintenanceTable()
+            return self._table
+
+    def _write(self, work, *args) -> None:
+        """``work(*args)`` on the writer thread, after every write queued before it."""
+        self._written = self._writer.submit(_logged, work, *args)
+
+    def _upsert(self, rows: list[dict], changed_at: datetime) -> None:
+        self.table.upsert(rows, changed_at)
+
+    def _replace_table(self, rows: list[dict], changed_at: datetime) -> None:
+        with self._table_lock:
+            self._table = None  # a reset removes events (an upsert alone would keep their rows); made again on use
+        if rows:
+            self._upsert(rows, changed_at)
+
+    def _remove_older_than(self, cutoff: datetime) -> None:
+        self.table.remove_older_than(cutoff)
 
     def _row(self, engine: Engine, event: Event) -> dict:
         vm = engine.fleet.vms[event.resources[0]]
@@ -114,14 +143,13 @@ class ResourceGraphApi:
         """Every central event as it is now (at start, or after the service rebuilt its engine): no lag."""
         self._lagging.clear()
         rows = [self._row(engine, event) for event in engine.events.values() if event.central]
-        if rows:
-            self.table.upsert(rows, engine.now)
+        if rows or self._table is not None:
+            self._write(self._replace_table, rows, engine.now)
 
     def _on_change(self, changes) -> None:
         engine = self.service.engine
         if isinstance(changes[0], Rebuilt):
             # the service rebuilt its engine from the database (or was reset): what it holds is the truth
-            self._table = None  # a reset removes events (an upsert alone would keep their rows); made again on use
             self._purged_at = None  # a reset moves the clock back
             with self._quota_lock:  # and gives every caller a full quota, as a fresh server does
                 self._quota.clear()
@@ -132,7 +160,7 @@ class ResourceGraphApi:
             return
         rows = [self._row(engine, event) for event in latest.values()]
         if not self.settings.delay:
-            self.table.upsert(rows, engine.now)
+            self._write(self._upsert, rows, engine.now)
             return
         for row in rows:
             self._lagging_order += 1
@@ -144,7 +172,7 @@ class ResourceGraphApi:
         while self._lagging and self._lagging[0][0] <= now:
             due.append(heapq.heappop(self._lagging)[2])
         if due:
-            self.table.upsert(due, now)
+            self._write(self._upsert, due, now)
 
     # ------------------------------------------------------------------------------------------------- requests
     async def handle(self, call: ManagementCall) -> Response:
@@ -180,9 +208,10 @@ class ResourceGraphApi:
             if "/" not in scopes:
                 allowed = {scope.split("/")[2] for scope in scopes if scope.startswith("/subscriptions/")}
                 within = scopes
-        # Lagging rows and retention are writes: they stay on the loop, serialized with the upserts of changes.
+        # Lagging rows and retention are writes: queued behind the upserts of changes, before this query runs.
         self._catch_up(self.service.now())
-        self._purge()  # on the first query, this makes the table (loads DuckDB), here on the loop
+        self._purge()
+        written = self._written
         if not self._slots.acquire(blocking=False):
             response = ArmError(
                 429,
@@ -192,11 +221,18 @@ class ResourceGraphApi:
             ).response()
             response.headers.update({**headers, "retry-after": "1"})
             return response
-        status, content = await _off_the_loop(self._slots.release, self._answer, request, facets, allowed, within)
+        status, content = await _off_the_loop(
+            self._slots.release, self._answer, written, request, facets, allowed, within
+        )
         return Response(content, status_code=status, media_type="application/json; charset=utf-8", headers=headers)
 
-    def _answer(self, request: QueryRequest, facets: list[Facet], allowed, within) -> tuple[int, bytes]:
-        """The query and its facets, as the response's status and bytes. Runs on a worker thread."""
+    def _answer(
+        self, written: Future | None, request: QueryRequest, facets: list[Facet], allowed, within
+    ) -> tuple[int, bytes]:
+        """The query and its facets, as the response's status and bytes, once ``written`` (the last write queued
+        before the query arrived) is done. Runs on a worker thread."""
+        if written is not None:
+            written.result()
         try:
             body = self._run(request, allowed, within)
         except ResourceGraphError as error:
@@ -271,7 +307,7 @@ class ResourceGraphApi:
         if self._purged_at is not None and now - self._purged_at < timedelta(hours=1):
             return
         self._purged_at = now
-        self.table.remove_older_than(now - self.settings.retention)
+        self._write(self._remove_older_than, now - self.settings.retention)
 
 
 async def _off_the_loop(finished, work, *args):
@@ -302,6 +338,14 @@ async def _off_the_loop(finished, work, *args):
 
     threading.Thread(target=run, name="resource-graph-query", daemon=True).start()
     return await outcome
+
+
+def _logged(work, *args) -> None:
+    """A failed write is said in the log; the writes after it still run, and the next rebuild makes the table anew."""
+    try:
+        work(*args)
+    except Exception:
+        log.exception("Resource Graph: a write to the maintenanceresources table failed")
 
 
 def _encoded(body: dict) -> bytes:

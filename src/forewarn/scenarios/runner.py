@@ -19,8 +19,10 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
+from forewarn.scenarios.actions import ACTION_HANDLERS, StepRefused, flat
 from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
 from forewarn.scenarios.expect import evaluate
+from forewarn.scenarios.lines import describe_step, document_summary, instance_summary
 from forewarn.scenarios.spec import TIME_KEYS, Scenario, Step, format_offset, time_value
 
 DEFAULT_MAX_MOVES = 1000  # and MOVES_PER_STEP more for each step of the scenario
@@ -423,7 +425,7 @@ class Runner:
             self.documents[name].append(
                 {**self._stamp(), "incarnation": document.get("DocumentIncarnation"), "document": document}
             )
-            self._line(name, f"#{document.get('DocumentIncarnation')}", _summary(document))
+            self._line(name, f"#{document.get('DocumentIncarnation')}", document_summary(document))
         for name in state_names:
             vm = rows.get(name)
             if vm is None:
@@ -565,7 +567,7 @@ class Runner:
             self._last_instance[iid] = snapshot
             version = len(self.instances[iid]) + 1
             self.instances[iid].append({**self._stamp(), "version": version, **snapshot})
-            self._line(iid, f"v{version}", _instance_summary(snapshot))
+            self._line(iid, f"v{version}", instance_summary(snapshot))
 
     def _stamp(self) -> dict:
         now = self.clock_now
@@ -585,11 +587,13 @@ class Runner:
         try:
             params = self._resolve(step.params, step)
             entry["request"] = params
-            result, ids = ACTION_HANDLERS[step.do](self, step, params)
+            result, ids = ACTION_HANDLERS[step.do](self.api, step, params)
+        except StepRefused as error:
+            raise RunAborted(str(error)) from None
         except ApiError as error:
             entry["error"] = {"status": error.status, "code": error.code, "message": error.message}
             self.actions.append(entry)
-            self._line(f"> {step.do}", "", f"{_describe(step)} failed: {error.message} ({error.code})")
+            self._line(f"> {step.do}", "", f"{describe_step(step)} failed: {error.message} ({error.code})")
             if step.fails is None:
                 raise RunAborted(f"steps[{step.index}] ({step.do}) failed: {error}") from None
             passed = step.fails in (error.code, str(error.status))
@@ -607,7 +611,7 @@ class Runner:
         self._note_created(step, params, result, ids)
         if step.id:
             self.produced[step.id] = ids
-        self._line(f"> {step.do}", "", f"{_describe(step)}" + (f" -> {', '.join(ids)}" if ids else ""))
+        self._line(f"> {step.do}", "", f"{describe_step(step)}" + (f" -> {', '.join(ids)}" if ids else ""))
         if step.fails is not None:
             self.step_checks.append(
                 {
@@ -626,9 +630,9 @@ class Runner:
             self._quiet = None
             return
         if step.do in ("ec2-interrupt", "ec2-rebalance"):
-            self.spot_targets.update(_flat(params.get("instances")))
+            self.spot_targets.update(flat(params.get("instances")))
         if step.do in ("gce-preempt", "gce-host-error"):
-            self.gce_targets.update(_flat(params.get("instances")))
+            self.gce_targets.update(flat(params.get("instances")))
         events = result if isinstance(result, list) else result.get("events") if isinstance(result, dict) else None
         for event in events or []:
             if not isinstance(event, dict) or "event_id" not in event:
@@ -656,128 +660,6 @@ class Runner:
         if isinstance(value, list):
             return [self._resolve(item, step, key) for item in value]
         return value
-
-    def _events(self, params: dict) -> list[str]:
-        """The `event` parameter as EventIds (a `$step` gives that step's events), narrowed to `vm`'s if given."""
-        ids = _flat(params.get("event"))
-        if params.get("vm"):
-            ids = [i for i in ids if params["vm"] in self.api.get(f"/v1/events/{i}")["resources"]]
-            if not ids:
-                raise ApiError(400, "Invalid", f"none of the events concerns {params['vm']}")
-        return ids
-
-    # one handler per action: (result, ids produced)
-    def _schedule(self, step, params):
-        events = self.api.post("/v1/events", params)
-        return events, [e["event_id"] for e in events]
-
-    def _approve(self, step, params):
-        actor = step.actor or "control"
-        ids = self._events(params) if params.get("event") else None
-        if actor != "control":
-            document = parse_document(self.api.document(actor))
-            visible = [e["EventId"] for e in document["Events"]]
-            if ids is None:
-                ids = [e["EventId"] for e in document["Events"] if e["EventStatus"] == "Scheduled"]
-                if not ids:
-                    raise ApiError(400, "Invalid", f"{actor} sees no Scheduled event to approve")
-            else:
-                wanted = ids
-                ids = [i for i in wanted if i in visible]
-                if not ids:
-                    raise ApiError(
-                        400, "Invalid", f"{actor} does not see {', '.join(wanted)}; its IMDS would refuse the approval"
-                    )
-        events = self.api.post("/v1/approvals", {"event_ids": ids, "by": actor})
-        return events, ids
-
-    def _cancel(self, step, params):
-        ids = self._events(params)
-        return [self.api.post(f"/v1/events/{i}/cancel") for i in ids], ids
-
-    def _vm_operation(self, step, params):
-        outcome = self.api.post(f"/v1/vms/{step.do}", params)
-        return outcome, [e["event_id"] for e in outcome["events"]]
-
-    def _policy(self, step, params):
-        body = {k: v for k, v in params.items() if k != "owner"}
-        return self.api.patch(f"/v1/policies/{params['owner']}", body), []
-
-    def _scale_set(self, step, params):
-        name = params["scale_set"]
-        if step.do == "scale-in":
-            outcome = self.api.post(f"/v1/scale-sets/{name}/scale-in", {"count": params.get("count", 1)})
-        else:
-            outcome = self.api.post(f"/v1/scale-sets/{name}/update-instances", {"vms": params.get("vms") or []})
-        return outcome, [e["event_id"] for e in outcome["events"]]
-
-    def _platform(self, step, params):
-        outcome = self.api.post(f"/v1/platform/{step.do}", params)
-        return outcome, [e["event_id"] for e in outcome["events"]]
-
-    def _wave(self, step, params):
-        outcome = self.api.post("/v1/waves", params)
-        return outcome, [outcome["wave"]["wave_id"]]
-
-    def _cancel_wave(self, step, params):
-        ids = _flat(params["wave"])
-        return [self.api.post(f"/v1/waves/{wave_id}/cancel") for wave_id in ids], ids
-
-    def _ec2_schedule(self, step, params):
-        events = self.api.post("/v1/ec2/events", params)
-        return events, [e["event_id"] for e in events]
-
-    def _ec2_cancel(self, step, params):
-        ids = _flat(params["event"])
-        return [self.api.post(f"/v1/ec2/events/{i}/cancel") for i in ids], ids
-
-    def _ec2_reschedule(self, step, params):
-        ids = _flat(params["event"])
-        return [self.api.post(f"/v1/ec2/events/{i}/reschedule", {"not_before": params["not_before"]}) for i in ids], ids
-
-    def _ec2_start(self, step, params):
-        outcome = self.api.post(f"/v1/ec2/instances/{params['instance']}/start")
-        return outcome, [e["event_id"] for e in outcome["events"]]
-
-    def _ec2_spot(self, step, params):
-        path = "/v1/ec2/spot/interrupt" if step.do == "ec2-interrupt" else "/v1/ec2/spot/rebalance"
-        outcome = self.api.post(path, params)
-        return outcome, [e["event_id"] for e in outcome["events"]]
-
-    def _ec2_api(self, step, params):
-        form = {}
-        for key, value in params.items():
-            if isinstance(value, list):
-                if len(value) != 1:
-                    raise RunAborted(f"steps[{step.index}].with.{key}: {len(value)} values for one Query parameter")
-                value = value[0]
-            form[key] = str(value).lower() if isinstance(value, bool) else str(value)
-        text, ids = self.api.ec2_query(form)
-        return text, ids
-
-    def _gce_maintain(self, step, params):
-        events = self.api.post("/v1/gce/maintenance", params)
-        return events, [e["event_id"] for e in events]
-
-    def _gce_cancel(self, step, params):
-        ids = _flat(params.get("event"))
-        return [self.api.post(f"/v1/gce/maintenance/{i}/cancel") for i in ids], ids
-
-    def _gce_instance_action(self, step, params):
-        action = {
-            "gce-perform": "perform-maintenance",
-            "gce-simulate": "simulate-maintenance",
-            "gce-scheduling": "scheduling",
-            "gce-watch": "watch",
-        }[step.do]
-        body = {key: value for key, value in params.items() if key != "instance"}
-        outcome = self.api.post(f"/v1/gce/instances/{params['instance']}/{action}", body)
-        return outcome, [e["event_id"] for e in outcome.get("events", [])]
-
-    def _gce_instances(self, step, params):
-        path = "/v1/gce/preempt" if step.do == "gce-preempt" else "/v1/gce/host-error"
-        outcome = self.api.post(path, {"instances": _flat(params.get("instances"))})
-        return outcome, []
 
     # ----------------------------------------------------------------------------------------------- timeline
     def _timeline(self, settled: bool, aborted: str | None) -> dict:
@@ -865,40 +747,6 @@ class Runner:
         return 3 * self.options.poll * self.options.speed + 1.0
 
 
-ACTION_HANDLERS: dict[str, Callable] = {
-    "schedule": Runner._schedule,
-    "approve": Runner._approve,
-    "cancel": Runner._cancel,
-    "restart": Runner._vm_operation,
-    "redeploy": Runner._vm_operation,
-    "reimage": Runner._vm_operation,
-    "delete": Runner._vm_operation,
-    "policy": Runner._policy,
-    "scale-in": Runner._scale_set,
-    "update-instances": Runner._scale_set,
-    "hardware-failure": Runner._platform,
-    "predicted-failure": Runner._platform,
-    "evict": Runner._platform,
-    "ec2-schedule": Runner._ec2_schedule,
-    "gce-maintain": Runner._gce_maintain,
-    "gce-cancel": Runner._gce_cancel,
-    "gce-perform": Runner._gce_instance_action,
-    "gce-simulate": Runner._gce_instance_action,
-    "gce-scheduling": Runner._gce_instance_action,
-    "gce-watch": Runner._gce_instance_action,
-    "gce-preempt": Runner._gce_instances,
-    "gce-host-error": Runner._gce_instances,
-    "ec2-cancel": Runner._ec2_cancel,
-    "ec2-reschedule": Runner._ec2_reschedule,
-    "ec2-start": Runner._ec2_start,
-    "ec2-interrupt": Runner._ec2_spot,
-    "ec2-rebalance": Runner._ec2_spot,
-    "ec2-api": Runner._ec2_api,
-    "wave": Runner._wave,
-    "cancel-wave": Runner._cancel_wave,
-}
-
-
 def _entry_time(entry: dict, event: dict) -> datetime | None:
     """When a journal entry happened. The journal stamps an entry with the time of the command that committed it;
     a clock move that passed several deadlines commits them together, so a start or a completion takes its time
@@ -910,54 +758,6 @@ def _entry_time(entry: dict, event: dict) -> datetime | None:
 def _event_of(impacted_by: str | None) -> str | None:
     """The EventId of a VM's or an instance's ``impacted_by`` ("EVENTID" or "EVENTID (extra impact)")."""
     return impacted_by.split(" ", 1)[0] if impacted_by else None
-
-
-def _flat(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value]
-    return [item for part in value for item in _flat(part)]
-
-
-def _summary(document: dict) -> str:
-    events = document.get("Events") or []
-    if not events:
-        return "no events"
-    parts = []
-    for event in events:
-        text = (
-            f"{event.get('EventStatus')} {event.get('EventType')} ({event.get('EventSource', '?')}) "
-            f"{event.get('EventId')}"
-        )
-        if event.get("NotBefore"):
-            text += f" NotBefore {event['NotBefore']}"
-        resources = event.get("Resources") or []
-        if len(resources) > 1:
-            text += f" [{','.join(resources)}]"
-        parts.append(text)
-    return "; ".join(parts)
-
-
-def _instance_summary(snapshot: dict) -> str:
-    text = f"{snapshot['state']} on {snapshot['host']}"
-    if snapshot.get("spot_action"):
-        text += f"; spot {snapshot['spot_action']} at {snapshot['spot_action_time']}"
-    for event in snapshot["events"]:
-        text += f"; {event['code']} {event['state']} NotBefore {event['not_before']}"
-    return text
-
-
-def _describe(step: Step) -> str:
-    parts = [f"as {step.actor}"] if step.actor else []
-    for key, value in step.params.items():
-        if isinstance(value, list):
-            value = ",".join(map(str, value))
-        elif isinstance(value, dict):
-            value = "{" + ", ".join(f"{k}: {v}" for k, v in value.items()) + "}"
-        text = str(value)
-        parts.append(f"{key}={text if len(text) <= 40 else text[:37] + '...'}")
-    return " ".join(parts)
 
 
 def run_scenario(

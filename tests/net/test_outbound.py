@@ -140,14 +140,14 @@ def test_an_answer_body_is_read_up_to_its_bound():
 
 def test_the_timeout_bounds_the_wait_for_the_endpoint_not_for_a_free_connection():
     async def scenario(endpoint: Endpoint):
-        async with Outbound(timeout=0.3) as client:
+        async with Outbound(timeout=1.0) as client:
             with pytest.raises(NoAnswer) as failure:
-                await client.send("POST", endpoint.url + "/slow/2", body=b"{}")
+                await client.send("POST", endpoint.url + "/slow/3", body=b"{}")
             assert failure.value.kind == "timeout"
             assert (await client.send("POST", endpoint.url + "/slow/0", body=b"{}", timeout=5)).status == 200
-        # One connection, three requests of 0.2 s each: the last waits 0.4 s for the connection, then 0.2 s.
-        async with Outbound(timeout=0.3, connections=1) as client:
-            answers = await asyncio.gather(*(client.send("GET", endpoint.url + "/slow/0.2") for _ in range(3)))
+        # One connection, three requests of 0.4 s each: the last waits 0.8 s for the connection, then 0.4 s.
+        async with Outbound(timeout=1.0, connections=1) as client:
+            answers = await asyncio.gather(*(client.send("GET", endpoint.url + "/slow/0.4") for _ in range(3)))
             assert [a.body for a in answers] == [b"late"] * 3
 
     run(scenario)

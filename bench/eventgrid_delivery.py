@@ -19,9 +19,11 @@ gets from the sender: up to ``concurrent_requests`` requests in flight (16 by de
 ``outcomes_per_commit`` at a time (64), so neither a round trip nor an fsync is paid per event.
 
 Each round records the sender's CPU time (this process: the figure is CPU microseconds per event, robust on a busy
-machine) and the webhook's, and the machine's other load (bench/benchlib.py). A round in which the sender did not
-use its core (it waited on something else) or other processes used the machine is run again, up to 3 times, then
-reported INVALID. ``--check``: 200 events, batches 1 and 10, no verdict: fails only if an event is lost or doubled.
+machine) and the webhook's, and the machine's other load (bench/benchlib.py). A round in which other processes used
+the machine is run again, up to 3 times, then reported INVALID. The sender is not required to saturate its core: on
+aiohttp's client (net/outbound.py) it is no longer CPU-bound, and waits on round trips and the commits' fsyncs, which
+are part of what is measured. ``--check``: 200 events, batches 1 and 10, no verdict: fails only if an event is lost
+or doubled.
 """
 
 from __future__ import annotations
@@ -93,7 +95,9 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     from forewarn.fleet.file import parse_fleet
     from forewarn.server.stores import open_fleet_store as open_store
 
-    store = open_store(str(tmp / f"batch-{batch}.db"))
+    # A file of its own for each round: a round run again (refused by the verdict) starts from an empty outbox too.
+    rounds = len(list(tmp.glob(f"batch-{batch}-*.db")))
+    store = open_store(str(tmp / f"batch-{batch}-{rounds + 1}.db"))
     fleet = parse_fleet(fleet_text(events), "bench.yaml")
     eventgrid = EventGrid(store)
     service = Maintenance.open(store, fleet, "manual", 1.0, T0, "bench", outboxes=[eventgrid.outbox])
@@ -131,7 +135,6 @@ def logging_off() -> None:
     import logging
 
     logging.getLogger().setLevel(logging.WARNING)
-    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
@@ -155,8 +158,8 @@ def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
                 )
             return result
 
-        # The round is this process (setting up, then sending) and the webhook; the sender must use its core.
-        run = measured(one_round, {"webhook": webhook.pids}, saturated=("sender",), own="sender", check=args.check)
+        # The round is this process (setting up, then sending) and the webhook; waits on fsync and round trips count.
+        run = measured(one_round, {"webhook": webhook.pids}, own="sender", check=args.check)
         results.append((run.value, run))
         cpu = ", ".join(f"{name} {seconds:.2f} s" for name, seconds in run.usage.cpu.items())
         say(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections import Counter
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
 from forewarn.azure.model import EventType
 from forewarn.engine.engine import ScheduleRequest
 from forewarn.fleet.file import parse_fleet
+from forewarn.net.own_listeners import Destination, OwnListeners
 from forewarn.server.stores import open_fleet_store
 from forewarn.store import StoreError
 from helpers import T0
@@ -193,6 +195,39 @@ def test_a_crash_between_the_requests_and_their_commit_sends_them_again(tmp_path
     webhook, after = asyncio.run(scenario())
     assert after == {"delivered": EVENTS}
     assert set(Counter(webhook.received).values()) == {2}  # each event twice: at least once, never lost
+
+
+def test_endpoints_that_give_no_answer_are_told_apart_and_checked_once_per_round(tmp_path):
+    """A name that does not resolve is ResolutionError, a port nobody listens on SocketError (both retried); the
+    endpoint goes through the guard against this server's own listeners once for the round, not once per event."""
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        closed = "http://127.0.0.1:%d/events" % unused.getsockname()[1]
+
+    async def scenario(url: str) -> tuple[list[dict], int]:
+        service, eventgrid = open_service(tmp_path / f"eg-{len(list(tmp_path.iterdir()))}.db", EventGridSettings(), url)
+        checked = []
+
+        class Counted(OwnListeners):
+            async def destination(self, url: str) -> Destination:
+                checked.append(url)
+                return await super().destination(url)
+
+        eventgrid.delivery.own = Counted({})
+        try:
+            await send_due(service, eventgrid)
+            return service.store.deliveries(100), len(checked)
+        finally:
+            service.store.close()
+
+    for url, outcome in (("http://no-such-host.invalid/events", "ResolutionError"), (closed, "SocketError")):
+        deliveries, checks = asyncio.run(scenario(url))
+        assert checks == 1
+        assert len(deliveries) == EVENTS
+        for delivery in deliveries:
+            assert (delivery["status"], delivery["attempts"]) == ("pending", 1), delivery
+            assert delivery["detail"]["lastDeliveryOutcome"] == outcome
+            assert delivery["last_error"].startswith("cannot connect: ")
 
 
 def test_the_bounds_are_checked():

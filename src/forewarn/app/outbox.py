@@ -18,14 +18,12 @@ import logging
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from forewarn.app.runtime import Maintenance
+from forewarn.net.outbound import NoAnswer, Outbound
 from forewarn.net.own_listeners import OwnListeners, SelfTarget
 from forewarn.store import Attempt, Delivery, StoreError
-
-if TYPE_CHECKING:  # httpx (with what it imports) costs about 0.15 s: loaded on the first message sent, not at start
-    import httpx
 
 log = logging.getLogger("forewarn.outbox")
 
@@ -44,7 +42,7 @@ def retry_delay(delivery_id: int, attempts: int) -> timedelta:
 class SendingPolicy(Protocol):
     kind: str
 
-    async def deliver(self, client: httpx.AsyncClient, deliveries: list[Delivery]) -> None:
+    async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
         """Act on due deliveries of one lane (same kind and target) and record every outcome in the store."""
 
 
@@ -57,28 +55,27 @@ class WebhookPolicy:
         self.service = service
         self.own = own  # this server's listeners: never a webhook's destination
 
-    async def deliver(self, client: httpx.AsyncClient, deliveries: list[Delivery]) -> None:
+    async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
         for delivery in deliveries:
             await self._attempt(client, delivery)
 
-    async def _attempt(self, client: httpx.AsyncClient, delivery: Delivery) -> None:
-        import httpx  # loaded already by the client passed in; here for its errors
-
+    async def _attempt(self, client: Outbound, delivery: Delivery) -> None:
         attempts = delivery.attempts + 1
         error = None
         try:
             target = await self.own.destination(delivery.target) if self.own is not None else None
-            response = await client.post(
+            answer = await client.send(
+                "POST",
                 target.url if target else delivery.target,
-                content=delivery.payload,
+                body=delivery.payload.encode(),
                 headers={"content-type": "application/json", **(target.headers if target else {})},
             )
-            if not 200 <= response.status_code < 300:
-                error = f"HTTP {response.status_code}"
+            if not 200 <= answer.status < 300:
+                error = f"HTTP {answer.status}"
         except SelfTarget as refused:
             error = f"refused: {refused}"
-        except httpx.HTTPError as failure:
-            error = f"{failure.__class__.__name__}: {failure}"
+        except NoAnswer as failure:
+            error = str(failure)
         now = self.service.now()
         store = self.service.store
         if error is None:
@@ -114,15 +111,13 @@ class OutboxSender:
         self._wake = asyncio.Event()
         self._busy: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
-        self._client: httpx.AsyncClient | None = None
+        self._client: Outbound | None = None
         service.subscribe(lambda changes: self._wake.set())
 
-    def client(self) -> httpx.AsyncClient:
-        """The one HTTP client of every lane, made when the first message is sent."""
+    def client(self) -> Outbound:
+        """The one pool of connections of every lane (net/outbound.py), made when the first message is sent."""
         if self._client is None:
-            import httpx
-
-            self._client = httpx.AsyncClient(timeout=self.timeout)
+            self._client = Outbound(self.timeout)
         return self._client
 
     async def run(self) -> None:
@@ -191,7 +186,7 @@ class OutboxSender:
         return started
 
     async def _send_lane(
-        self, client: httpx.AsyncClient, lane: tuple[str, str], policy: SendingPolicy, deliveries: list[Delivery]
+        self, client: Outbound, lane: tuple[str, str], policy: SendingPolicy, deliveries: list[Delivery]
     ) -> None:
         try:
             await policy.deliver(client, deliveries)

@@ -34,7 +34,7 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.eventgrid.events import CLOUD_EVENTS_SPEC_VERSION, METADATA_VERSION, event_time
@@ -43,11 +43,9 @@ from forewarn.azure.eventgrid.model import AWAITING_MANUAL_ACTION, CLOUD_EVENT_S
 from forewarn.azure.eventgrid.registry import EventGridRegistry
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.core.ids import derived_guid
-from forewarn.net.own_listeners import OwnListeners, SelfTarget
+from forewarn.net.outbound import NoAnswer, Outbound
+from forewarn.net.own_listeners import Destination, OwnListeners, SelfTarget
 from forewarn.store import Attempt, Delivery, SQLStore
-
-if TYPE_CHECKING:  # the outbox sender's client loads it with the first delivery, not at start (bench/startup.py)
-    import httpx
 
 log = logging.getLogger("forewarn.azure.eventgrid")
 
@@ -174,7 +172,7 @@ class EventGridDelivery:
     def store(self) -> SQLStore:
         return self.service.store
 
-    async def deliver(self, client: httpx.AsyncClient, deliveries: list[Delivery]) -> None:
+    async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
         subscription = self.registry.subscriptions.get(deliveries[0].target)
         now = self.service.now()
         if subscription is None:
@@ -200,12 +198,23 @@ class EventGridDelivery:
             )
             return
         destination = subscription.destination
+        # Checked once for this round of requests (all to the one endpoint), not per request: a name is resolved
+        # once, and the requests go to the address that was checked (net/own_listeners.py).
+        target: Destination | SelfTarget
+        try:
+            target = (
+                await self.own.destination(destination.endpoint_url)
+                if self.own is not None
+                else Destination(destination.endpoint_url)
+            )
+        except SelfTarget as refused:
+            target = refused
         outcomes = _GroupCommit(self.store, self.settings.outcomes_per_commit)
         slots = asyncio.Semaphore(self.settings.concurrent_requests)
 
         async def send(batch: list[Delivery]) -> None:
             async with slots:
-                outcomes.add(await self._attempt(client, subscription, batch))
+                outcomes.add(await self._attempt(client, subscription, target, batch))
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -251,52 +260,52 @@ class EventGridDelivery:
                 headers[attribute.name] = str(value)
         return body.encode(), headers
 
-    async def _post(self, client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str]) -> Outcome:
-        import httpx  # for its errors; loaded already by the client passed in
-
+    async def _post(
+        self, client: Outbound, target: Destination | SelfTarget, body: bytes, headers: dict[str, str]
+    ) -> Outcome:
+        if isinstance(target, SelfTarget):
+            return Outcome(False, None, "Aborted", f"refused: {target}")
+        if target.headers:
+            headers.update(target.headers)
         try:
-            if self.own is not None:
-                target = await self.own.destination(url)
-                url, headers = target.url, {**headers, **target.headers}
-            response = await client.post(url, content=body, headers=headers, timeout=self.settings.delivery_timeout)
-        except SelfTarget as refused:
-            return Outcome(False, None, "Aborted", f"refused: {refused}")
-        except httpx.TimeoutException:
-            return Outcome(False, None, "TimedOut", f"no answer within {self.settings.delivery_timeout:g} s")
-        except httpx.ConnectError as failure:
-            text = str(failure)
-            resolution = "name" in text.lower() and "resol" in text.lower() or "nodename" in text.lower()
-            return Outcome(
-                False,
-                None,
-                "ResolutionError" if resolution else "SocketError",
-                f"cannot connect: {text or failure.__class__.__name__}",
+            answer = await client.send(
+                "POST", target.url, body=body, headers=headers, timeout=self.settings.delivery_timeout
             )
-        except httpx.HTTPError as failure:
-            return Outcome(False, None, "Aborted", f"{failure.__class__.__name__}: {failure}")
-        code = response.status_code
+        except NoAnswer as failure:
+            if failure.kind == "timeout":
+                return Outcome(False, None, "TimedOut", f"no answer within {self.settings.delivery_timeout:g} s")
+            if failure.kind in ("resolution", "connect"):
+                outcome = "ResolutionError" if failure.kind == "resolution" else "SocketError"
+                return Outcome(False, None, outcome, f"cannot connect: {failure}")
+            return Outcome(False, None, "Aborted", str(failure))
+        code = answer.status
         if 200 <= code <= 204:
             return Outcome(True, code, "Delivered", "")
         return Outcome(False, code, OUTCOMES.get(code, "Aborted"), f"HTTP {code}")
 
     async def _attempt(
-        self, client: httpx.AsyncClient, subscription: EventSubscription, batch: list[Delivery]
+        self,
+        client: Outbound,
+        subscription: EventSubscription,
+        target: Destination | SelfTarget,
+        batch: list[Delivery],
     ) -> list[Attempt]:
         """One request; returns the outcomes to record (a dead letter or drop is recorded here, at once)."""
         body, headers = self.request(subscription, batch)
-        result = await self._post(client, subscription.destination.endpoint_url, body, headers)
+        result = await self._post(client, target, body, headers)
         now = self.service.now()  # after the wait: a command may have moved the clock meanwhile
         made = batch[0].attempts + 1
-        what = _describe(batch)
         if result.delivered:
-            log.info(
-                "event grid %s to subscription %s: delivered (HTTP %s, attempt %s)",
-                what,
-                subscription.name.upper(),
-                result.status,
-                made,
-            )
+            if log.isEnabledFor(logging.INFO):  # _describe parses the event: not paid per event when not logged
+                log.info(
+                    "event grid %s to subscription %s: delivered (HTTP %s, attempt %s)",
+                    _describe(batch),
+                    subscription.name.upper(),
+                    result.status,
+                    made,
+                )
             return [Attempt(d.delivery_id, "delivered", made, now) for d in batch]
+        what = _describe(batch)
         detail = {
             "lastDeliveryOutcome": result.outcome,
             "lastHttpStatusCode": result.status,

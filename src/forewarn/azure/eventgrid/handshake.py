@@ -19,7 +19,6 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.eventgrid.delivery import ORIGIN, status_name
@@ -34,11 +33,9 @@ from forewarn.azure.eventgrid.model import (
     invalid_subscription,
 )
 from forewarn.core.ids import derived_guid
+from forewarn.net.outbound import Answer, NoAnswer, Outbound
 from forewarn.net.own_listeners import Destination, OwnListeners, SelfTarget
 from forewarn.net.untrusted_json import JsonInputError, parse_json
-
-if TYPE_CHECKING:  # loaded by the first handshake, not at start (bench/startup.py)
-    import httpx
 
 log = logging.getLogger("forewarn.azure.eventgrid")
 
@@ -99,8 +96,6 @@ async def validate(
 ) -> Validated:
     """Run the handshake for ``subscription``; raise the ``Url validation`` ArmError if the endpoint refuses it, and
     Event Grid's InvalidRequest if it is this server's own (``own``: its listeners)."""
-    import httpx
-
     url = subscription.destination.endpoint_url
     target = await checked_endpoint(url, own)
     if subscription.schema == CLOUD_EVENT_SCHEMA:
@@ -119,19 +114,14 @@ async def validate(
         "aeg-metadata-version": METADATA_VERSION,
     }
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            response = await client.post(target.url, content=body, headers={**headers, **target.headers})
-    except httpx.HTTPError as failure:
-        log.info(
-            "event subscription %s: validation POST to %s failed: %s",
-            subscription.name,
-            url,
-            f"{failure.__class__.__name__}: {failure}",
-        )
+        async with Outbound(timeout) as client:
+            response = await client.send("POST", target.url, body=body.encode(), headers={**headers, **target.headers})
+    except NoAnswer as failure:
+        log.info("event subscription %s: validation POST to %s failed: %s", subscription.name, url, failure)
         raise handshake_failed(url, "Http POST request failed with response code Unknown.") from None
-    if not 200 <= response.status_code <= 299:
-        raise handshake_failed(url, f"Http POST request failed with response code {status_name(response.status_code)}.")
-    if response.status_code == 200 and _echoed(response) == code:
+    if not 200 <= response.status <= 299:
+        raise handshake_failed(url, f"Http POST request failed with response code {status_name(response.status)}.")
+    if response.status == 200 and _echoed(response) == code:
         log.info("event subscription %s: validation handshake with %s succeeded", subscription.name, url)
         return Validated(SUCCEEDED)
     # Accepted without the code: the subscriber may still GET the validation URL (the manual handshake).
@@ -143,13 +133,26 @@ async def validate(
         url,
         deadline.isoformat(),
     )
-    quoted = response.text[:RESPONSE_QUOTE]
+    quoted = _text(response)[:RESPONSE_QUOTE]
     return Validated(AWAITING_MANUAL_ACTION, PendingValidation(code, manual_url, deadline, quoted))
 
 
-def _echoed(response: httpx.Response) -> str | None:
+def _text(response: Answer) -> str:
+    """The answer's body as text, in the charset its Content-Type names (UTF-8 when none or an unknown one)."""
+    charset = "utf-8"
+    for parameter in response.headers.get("content-type", "").split(";")[1:]:
+        name, _, value = parameter.partition("=")
+        if name.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip('"')
     try:
-        data = parse_json(response.content)
+        return response.body.decode(charset, errors="replace")
+    except LookupError:
+        return response.body.decode("utf-8", errors="replace")
+
+
+def _echoed(response: Answer) -> str | None:
+    try:
+        data = parse_json(response.body)
     except JsonInputError:
         return None
     # camel case only (as pm7y/AzureEventGridSimulator checks it)
@@ -158,24 +161,15 @@ def _echoed(response: httpx.Response) -> str | None:
 
 
 async def _options_handshake(url: str, target: Destination, subscription: EventSubscription, timeout: float) -> None:
-    import httpx
-
     headers = {"webhook-request-origin": ORIGIN, "webhook-request-rate": "120", **target.headers}
     try:
-        async with httpx.AsyncClient(timeout=timeout) as client:
-            response = await client.options(target.url, headers=headers)
-    except httpx.HTTPError as failure:
-        log.info(
-            "event subscription %s: validation OPTIONS to %s failed: %s",
-            subscription.name,
-            url,
-            f"{failure.__class__.__name__}: {failure}",
-        )
+        async with Outbound(timeout) as client:
+            response = await client.send("OPTIONS", target.url, headers=headers)
+    except NoAnswer as failure:
+        log.info("event subscription %s: validation OPTIONS to %s failed: %s", subscription.name, url, failure)
         raise handshake_failed(url, "Http OPTIONS request failed with response code Unknown.") from None
-    if response.status_code != 200:
-        raise handshake_failed(
-            url, f"Http OPTIONS request failed with response code {status_name(response.status_code)}."
-        )
+    if response.status != 200:
+        raise handshake_failed(url, f"Http OPTIONS request failed with response code {status_name(response.status)}.")
     allowed = [part.strip().lower() for part in response.headers.get("webhook-allowed-origin", "").split(",")]
     if ORIGIN not in allowed and "*" not in allowed:
         raise handshake_failed(

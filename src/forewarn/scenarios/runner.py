@@ -507,8 +507,10 @@ class Runner:
                 self.event_journal.setdefault(entry["event_id"], []).append(
                     {key: value for key, value in entry.items() if key not in ("seq", "event_id")}
                 )
-                if what == "scheduled" and str(entry.get("reason", "")).split(",")[0] in self.created_waves:
-                    self.created.add(entry["event_id"])  # scheduled by one of the run's waves
+                if what in ("scheduled", "gce scheduled") and str(entry.get("reason", "")).split(",")[0] in (
+                    self.created_waves
+                ):  # scheduled by one of the run's waves
+                    (self.created_gce if what == "gce scheduled" else self.created).add(entry["event_id"])
             if "scope" in entry:
                 changes.scopes.add(entry["scope"])
             if "vm" in entry:
@@ -766,6 +768,7 @@ class Runner:
     def _gce_instance_action(self, step, params):
         action = {
             "gce-perform": "perform-maintenance",
+            "gce-reschedule": "reschedule-maintenance",
             "gce-simulate": "simulate-maintenance",
             "gce-scheduling": "scheduling",
             "gce-watch": "watch",
@@ -883,6 +886,7 @@ ACTION_HANDLERS: dict[str, Callable] = {
     "gce-maintain": Runner._gce_maintain,
     "gce-cancel": Runner._gce_cancel,
     "gce-perform": Runner._gce_instance_action,
+    "gce-reschedule": Runner._gce_instance_action,
     "gce-simulate": Runner._gce_instance_action,
     "gce-scheduling": Runner._gce_instance_action,
     "gce-watch": Runner._gce_instance_action,

@@ -187,9 +187,9 @@ def test_gce_maintenance_from_the_page_with_the_metadata_servers_own_answers(bro
         requests.get(served_at, headers=flavor, timeout=10)  # web-1 watches the key: it gets the 60-second notice
 
         click_machine(page, "web-1")
-        page.click("#wave-start")  # a wave rolls over Azure VMs: not "the whole fleet" for a GCE-only selection
+        page.click("#wave-start")  # the page starts Azure waves: not "the whole fleet" for a GCE-only selection
         page.wait_for_selector("#error:not([hidden])")
-        assert "waves roll over Azure VMs only" in page.text_content("#error")
+        assert "waves over Azure VMs only" in page.text_content("#error")
         assert server.get("/v1/waves") == []
         page.fill("#gce-notice", "10m")
         page.click("#schedule-gce")

@@ -114,3 +114,17 @@ def test_set_scheduling_and_its_refusals(server):
     assert "cannot live-migrate" in str(refused.value)
     with pytest.raises(exceptions.NotFound):
         instances.get(project=PROJECT, zone=ZONE, instance="nobody")
+
+
+def test_a_rescheduled_window_is_what_the_client_reads(server):
+    instances, _ = clients(server)
+    server.post("/v1/gce/maintenance", {"instances": ["gpu-1"], "notice": "7d", "latest": "3d"}, expect=201)
+    upcoming = instances.get(project=PROJECT, zone=ZONE, instance="gpu-1").resource_status.upcoming_maintenance
+    assert upcoming.latest_window_start_time.startswith("2026-04-30T22:11:58")
+    server.post("/v1/gce/instances/gpu-1/reschedule-maintenance", {"notice": "9d"}, expect=200)
+    upcoming = instances.get(project=PROJECT, zone=ZONE, instance="gpu-1").resource_status.upcoming_maintenance
+    assert upcoming.window_start_time.startswith("2026-04-29T22:11:58")
+    assert upcoming.window_end_time.startswith("2026-04-29T23:11:58")
+    assert upcoming.latest_window_start_time.startswith("2026-04-30T22:11:58")
+    too_late = server.post("/v1/gce/instances/gpu-1/reschedule-maintenance", {"notice": "11d"})
+    assert too_late.status_code == 400 and "latest window start" in too_late.text

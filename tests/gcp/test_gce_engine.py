@@ -103,3 +103,65 @@ def test_the_fleet_file_refuses_what_compute_engine_refuses():
         )
     with pytest.raises(FleetFileError, match="lowercase letters"):
         parse_fleet("gce_instances:\n  - name: Web_1\n", "f.yaml")
+
+
+def test_rescheduling_moves_the_window_up_to_its_latest_start_and_survives_a_restart(tmp_path):
+    url = str(tmp_path / "gce.db")
+    first = open_service(url)
+    first.perform(lambda e: e.watch_gce("gpu-1"))
+    request = GceRequest(("gpu-1",), notice=timedelta(days=2), window=timedelta(hours=2), latest=timedelta(days=3))
+    [event] = [c.event for c in first.perform(lambda e: e.schedule_gce(request))]
+    assert event.latest_window_start == T0 + timedelta(days=5) and event.can_reschedule
+    first.advance_clock(timedelta(hours=1))
+    later = T0 + timedelta(days=4)
+    [moved] = [c for c in first.perform(lambda e: e.reschedule_gce("gpu-1", later)) if hasattr(c, "event")]
+    assert moved.what == "rescheduled" and "from 2026-04-22T22:11:58Z to 2026-04-24T22:11:58Z" in moved.reason
+    upcoming = first.engine.upcoming_maintenance("gpu-1")
+    assert (upcoming.window_start, upcoming.window_end) == (later, later + timedelta(hours=2))
+    assert upcoming.latest_window_start == T0 + timedelta(days=5)  # the bound does not move
+    first.store.close()
+
+    second = open_service(url)  # the notice follows the new start after a restart too
+    assert second.engine.upcoming_maintenance("gpu-1") == upcoming
+    assert second.engine.next_deadline() == later - timedelta(seconds=60)
+    second.step_clock()
+    assert second.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert second.now() == later - timedelta(seconds=60)
+    kinds = [entry.kind for entry in second.store.journal() if entry.kind.startswith("gce")]
+    assert kinds == ["gce scheduled", "gce rescheduled", "gce notified"]
+    second.store.close()
+
+
+def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
+    request = GceRequest(("web-1",), notice=timedelta(days=2), latest=timedelta(days=1))
+    service.perform(lambda e: e.schedule_gce(request))
+    service.perform(lambda e: e.reschedule_gce("web-1", notice=timedelta(hours=1)))  # earlier: a notice from now
+    assert service.engine.upcoming_maintenance("web-1").window_start == T0 + timedelta(hours=1)
+    assert service.perform(lambda e: e.reschedule_gce("web-1", T0 + timedelta(hours=1))) == []  # no move: no change
+    for start, notice, error, message in (
+        (T0 + timedelta(days=3, seconds=1), None, Invalid, "after the latest window start"),
+        (T0 + timedelta(seconds=59), None, Invalid, "less than the 60-second notice; the earliest"),
+        (T0 - timedelta(days=1), None, Invalid, "less than the 60-second notice"),
+        (None, None, Invalid, "give the new start"),
+        (T0 + timedelta(hours=2), timedelta(hours=2), Invalid, "not both"),
+    ):
+        with pytest.raises(error, match=message):
+            service.perform(lambda e, start=start, notice=notice: e.reschedule_gce("web-1", start, notice))
+    assert service.engine.upcoming_maintenance("web-1").window_start == T0 + timedelta(hours=1)
+    with pytest.raises(Conflict, match="no pending maintenance to reschedule"):
+        service.perform(lambda e: e.reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
+    service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=1), can_reschedule=False)))
+    with pytest.raises(Conflict, match="cannot be rescheduled"):
+        service.perform(lambda e: e.reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
+    # Not announced (the 60-second notice only): nothing to move, and no latest start to give.
+    with pytest.raises(Invalid, match="announced ahead"):
+        service.perform(lambda e: e.schedule_gce(GceRequest(("db-1",), latest=timedelta(hours=1))))
+    with pytest.raises(Invalid, match="needs can-reschedule"):
+        service.perform(
+            lambda e: e.schedule_gce(
+                GceRequest(("db-1",), notice=timedelta(days=1), latest=timedelta(hours=1), can_reschedule=False)
+            )
+        )
+    service.advance_clock(timedelta(hours=1) - timedelta(seconds=60))  # web-1 never asked: it started at once
+    with pytest.raises(Conflict, match="no pending maintenance to reschedule"):
+        service.perform(lambda e: e.reschedule_gce("web-1", T0 + timedelta(hours=2)))

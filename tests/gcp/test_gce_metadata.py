@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from helpers import Server
+from helpers import Server, forewarn
 
 SAMPLE = Path(__file__).parent.parent / "samples" / "gce_maintenance_event_sample.py"
 
@@ -214,3 +214,49 @@ def test_refusals(server):
     assert get(server, "instance/maintenance-event", wait_for_change="true", timeout_sec="soon").status_code == 400
     legacy = requests.get(f"http://127.0.0.40:{server.imds_port}/computeMetadata/v1beta1/instance/id", timeout=10)
     assert legacy.status_code == 404
+
+
+def test_rescheduling_wakes_a_hanging_get_on_upcoming_maintenance_with_a_new_etag(server):
+    server.post(
+        "/v1/gce/maintenance", {"instances": ["gpu-1"], "notice": "7d", "window": "2h", "latest": "7d"}, expect=201
+    )
+    first = get(server, "instance/upcoming-maintenance", address="127.0.0.41")
+    assert json.loads(first.text)["latest_window_start_time"] == "2026-05-04T22:11:58Z"
+    key = get(server, "instance/maintenance-event", address="127.0.0.41")
+    results = {}
+
+    def wait(name, path, etag):
+        results[name] = get(server, path, address="127.0.0.41", wait_for_change="true", last_etag=etag)
+
+    waiters = [
+        threading.Thread(target=wait, args=("upcoming", "instance/upcoming-maintenance", first.headers["ETag"])),
+        threading.Thread(target=wait, args=("key", "instance/maintenance-event", key.headers["ETag"])),
+    ]
+    for waiter in waiters:
+        waiter.start()
+    time.sleep(0.3)
+    assert all(waiter.is_alive() for waiter in waiters)
+    # The user moves it three days later, with the CLI: the upcoming-maintenance watcher wakes, the key's does not.
+    moved = forewarn(server, "gce", "reschedule", "gpu-1", "--start", "2026-04-30T22:11:58Z", "--json")
+    assert json.loads(moved.stdout)["events"][0]["window_start"] == "2026-04-30T22:11:58Z"
+    waiters[0].join(10)
+    answer = results["upcoming"]
+    assert answer.headers["ETag"] != first.headers["ETag"]
+    assert json.loads(answer.text) == {
+        "can_reschedule": True,
+        "latest_window_start_time": "2026-05-04T22:11:58Z",
+        "maintenance_status": "PENDING",
+        "type": "SCHEDULED",
+        "window_end_time": "2026-05-01T00:11:58Z",
+        "window_start_time": "2026-04-30T22:11:58Z",
+    }
+    time.sleep(0.2)
+    assert waiters[1].is_alive()  # maintenance-event is still NONE
+    # Nothing happens at the old start; the notice comes 60 s before the new one.
+    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-30T22:10:58Z"
+    waiters[1].join(10)
+    assert results["key"].text == "TERMINATE_ON_HOST_MAINTENANCE"
+    late = forewarn(server, "gce", "reschedule", "gpu-1", "--notice", "1d", check=False)
+    assert late.returncode == 1 and "no pending maintenance" in late.stderr
+    refused = server.post("/v1/gce/instances/web-1/reschedule-maintenance", {"start": "soon"})
+    assert refused.status_code == 400

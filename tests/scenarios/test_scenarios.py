@@ -34,6 +34,7 @@ REQUIRED = {
     "ec2-instance-retirement",
     "gce-live-migration",  # issue 15: a live migration seen by a watcher
     "gce-gpu-terminate-performed",  # terminate-on-maintenance of a GPU VM, announced, started early by its user
+    "gce-gpu-terminate-rescheduled",  # the same, with advance notice rescheduled (later) by the user
     "gce-spot-preemption",
 }
 
@@ -335,6 +336,46 @@ def test_a_step_expected_to_fail_must_fail():
     assert {"what": "steps[1] approve fails with Conflict", "passed": False, "detail": "it succeeded"} in timeline[
         "expectations"
     ]
+
+
+GCE_WAVE = """\
+name: gce-wave-canceled
+description: a Compute Engine wave canceled while its first instance has its notice
+fleet:
+  hosts: [{name: h1}, {name: h2}]
+  gce_instances:
+    - {name: web-1, host: h1}
+    - {name: web-2, host: h2}
+steps:
+  - at: 0s
+    do: gce-watch
+    with: {instance: web-1}
+  - at: 0s
+    id: rollout
+    do: wave
+    with: {cloud: gce, by: host, notice: 10m}
+  - at: 9m30s
+    do: cancel-wave
+    with: {wave: $rollout}
+observe: [web-1, web-2]
+expect:
+  - gce: web-1
+    values: [NONE, MIGRATE_ON_HOST_MAINTENANCE, NONE]
+    moved: true
+  - gce: web-2
+    values: [NONE]
+    moved: false
+"""
+
+
+def test_a_canceled_compute_engine_wave_is_waited_for_until_its_notified_instance_is_done():
+    """The run knows the wave's maintenance from the journal (the events name the wave), so it settles only when
+    the migration that had its notice before the cancel is over."""
+    timeline = run_scenario(parse_scenario(GCE_WAVE, "wave.yaml").resolve("realistic"))
+    assert timeline["passed"], failures(timeline)
+    assert timeline["settled"]
+    hosts = [entry["host"] for entry in timeline["gce_instances"]["web-1"]]
+    assert hosts[0] == "h1" and hosts[-1] == "h2"
 
 
 # ------------------------------------------------------------------------------------------- other servers

@@ -12,10 +12,14 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.engine.engine import Engine, StoredAzure, StoredWaves
+from forewarn.engine.engine import Engine, StoredAzure, StoredGcp, StoredWaves
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml, generate_fleet
-from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
+from forewarn.gcp.changes import GceEventChanged
+from forewarn.gcp.component import GceRequest
+from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceKind
+from forewarn.waves.component import WaveChanged, WaveCloud, WaveOrder, WaveSpec, WaveStatus
+from forewarn.waves.model import ORDERS
 from helpers import T0, Server, forewarn, open_store
 
 # Four hosts; an availability set with 3 update domains and 2 fault domains; a scale set of 4 over two hosts.
@@ -172,7 +176,7 @@ def test_redeployed_vms_are_taken_on_their_new_host():
 @given(
     vms=st.integers(5, 300),
     concurrency=st.integers(1, 6),
-    order=st.sampled_from(list(WaveOrder)),
+    order=st.sampled_from(ORDERS[WaveCloud.AZURE]),
     seed=st.text("abc", min_size=1, max_size=4),
     approve=st.booleans(),
 )
@@ -356,3 +360,228 @@ def test_a_generated_fleet_with_gce_instances_serves_their_maintenance(tmp_path)
         assert [i["name"] for i in instances] == [f"gce-{n:05d}" for n in range(10)]
         [event] = server.post("/v1/gce/maintenance", {"instances": ["gce-00003"], "notice": "1d"}, expect=201).json()
         assert event["state"] == "pending" and event["instance"] == "gce-00003"
+
+
+# --------------------------------------------------------------------------------------- Compute Engine waves
+GCE_FLEET = """
+hosts: [{name: h1}, {name: h2}, {name: h3}]
+defaults: {gce_zone: us-central1-a}
+gce_instances:
+  - {name: web-1, host: h1}
+  - {name: web-2, host: h2}
+  - {name: gpu-1, host: h1, gpus: {count: 1, type: nvidia-l4}}
+  - {name: eu-1, host: h3, zone: europe-west1-b}
+  - {name: eu-2, host: h3, zone: europe-west1-b}
+vms:
+  - {name: azure-0, host: h1}
+"""
+
+
+def gce_wave(e: Engine, order: WaveOrder = WaveOrder.ZONE, **spec) -> str:
+    changes = e.start_wave(WaveSpec(cloud=WaveCloud.GCE, order=order, **spec))
+    return next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+
+
+def test_a_compute_engine_wave_goes_zone_by_zone_with_each_instances_own_maintenance():
+    e = engine(GCE_FLEET)
+    for name in ("web-1", "gpu-1"):
+        e.watch_gce(name)  # they asked for maintenance-event: they get the 60-second notice
+    wave_id = gce_wave(e, notice=timedelta(days=7), window=timedelta(hours=2))
+    wave = e.wave(wave_id)
+    assert (wave.spec.order, wave.units) == (WaveOrder.ZONE, ("us-central1-a", "europe-west1-b"))
+    # The first zone's instances are announced a week ahead; nothing in Europe yet, nor on the Azure VM.
+    upcoming = {name: e.upcoming_maintenance(name) for name in e.fleet.gce}
+    assert {name for name, event in upcoming.items() if event} == {"web-1", "web-2", "gpu-1"}
+    assert upcoming["web-1"].kind is MaintenanceKind.MIGRATE and upcoming["gpu-1"].kind is MaintenanceKind.TERMINATE
+    assert upcoming["web-1"].window_start == T0 + timedelta(days=7) and not e.events
+    e.advance(T0 + timedelta(days=7) - timedelta(seconds=60))
+    assert e.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert e.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert e.maintenance_event("web-2") == "NONE"  # never asked: no notice, maintained at the start
+    changes = run_to_end(e, wave_id)
+    assert scheduled_units(changes) == ["zone europe-west1-b"]
+    second = [c.event for c in changes if isinstance(c, GceEventChanged) and c.what == "scheduled"]
+    # Europe's instances are announced at the instant the last of the first zone's maintenance is over: the GPU
+    # VM's termination, 5 minutes after the start.
+    assert {ev.instance for ev in second} == {"eu-1", "eu-2"}
+    assert {ev.created_at for ev in second} == {T0 + timedelta(days=7, minutes=5)}
+    assert {ev.reason for ev in second} == {f"{wave_id}, zone europe-west1-b"}
+    done = e.wave(wave_id)
+    assert (done.status, done.done, done.skipped) == (WaveStatus.COMPLETED, 2, ())
+    assert all(e.gce_states[name].status is InstanceStatus.RUNNING for name in e.fleet.gce)
+    assert e.gce_states["web-1"].host != "h1" and e.gce_states["gpu-1"].host != "h1"
+
+
+def test_by_host_an_instance_is_maintained_once_even_if_it_moves_onto_a_later_host():
+    e = engine(GCE_FLEET)
+    wave_id = gce_wave(e, order=WaveOrder.HOST, concurrency=1)
+    assert e.wave(wave_id).units == ("h1", "h2", "h3")
+    run_to_end(e, wave_id)
+    per_instance = {name: len(e.gce_events_of(name)) for name in e.fleet.gce}
+    assert per_instance == dict.fromkeys(e.fleet.gce, 1)
+    # web-1 migrated from h1 to h2 and gpu-1 restarted there, before h2's unit: not maintained again.
+    assert [ev.instance for ev in e.gce_events.values() if ev.reason.endswith("host h2")] == ["web-2"]
+
+
+def test_cancel_stops_a_compute_engine_wave_and_cancels_only_pending_maintenance():
+    e = engine(GCE_FLEET)
+    e.watch_gce("web-1")
+    wave_id = gce_wave(e, groups=("us-central1-a",), notice=timedelta(days=7), latest=timedelta(days=2))
+    e.reschedule_gce("web-2", T0 + timedelta(days=8))  # its user moves it a day later
+    e.advance(T0 + timedelta(days=7) - timedelta(seconds=60))  # web-1 notified, gpu-1 (never asked) started
+    assert e.gcp.upcoming("gpu-1").state is EventState.ONGOING
+    changes = e.cancel_wave(wave_id)
+    canceled = {c.event.instance for c in changes if isinstance(c, GceEventChanged) and c.what == "canceled"}
+    assert canceled == {"web-2"}
+    assert e.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"  # a notice given is kept
+    rest = run_to_end_of_maintenance(e)
+    completed = [c.event.instance for c in rest if isinstance(c, GceEventChanged) and c.what == "completed"]
+    assert sorted(completed) == ["gpu-1", "web-1"]
+    assert e.wave(wave_id).status is WaveStatus.CANCELED and not any(
+        ev.instance.startswith("eu-") for ev in e.gce_events.values()
+    )
+
+
+def run_to_end_of_maintenance(e: Engine) -> list:
+    changes = []
+    while e.next_deadline() is not None:
+        changes += e.advance(e.next_deadline())
+    return changes
+
+
+def test_targets_and_skips_of_a_compute_engine_wave():
+    e = engine(GCE_FLEET)
+    e.schedule_gce(GceRequest(("web-2",), notice=timedelta(days=1)))  # in maintenance already: not the wave's
+    wave_id = gce_wave(e, order=WaveOrder.HOST, groups=("web-2", "instances/eu-1"))
+    wave = e.wave(wave_id)
+    assert wave.owners == ("instances/web-2", "instances/eu-1") and wave.units == ("h2", "h3")
+    changes = run_to_end(e, wave_id)
+    skipped = [c.reason for c in changes if isinstance(c, WaveChanged) and c.what == "unit-skipped"]
+    assert skipped == [] and e.wave(wave_id).skipped == (0,)  # h2 was skipped at the start: web-2 is busy
+    assert [ev.instance for ev in e.gce_events.values() if ev.reason.startswith(wave_id)] == ["eu-1"]
+
+
+@pytest.mark.parametrize(
+    "spec, error, message",
+    [
+        (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.UPDATE_DOMAIN), Invalid, "zone or host"),
+        (WaveSpec(order=WaveOrder.ZONE), Invalid, "update-domain or fault-domain or host"),
+        (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, groups=("nope",)), NotFound, "no Compute Engine"),
+        (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, impact_window=timedelta(1)), Invalid, "Azure's"),
+        (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, window=timedelta(0)), Invalid, "window"),
+        (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, latest=timedelta(1)), Invalid, "announced ahead"),
+        (WaveSpec(window=timedelta(hours=1)), Invalid, "Compute Engine's"),
+        (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, groups=("azure-0",)), NotFound, "no Compute Engine"),
+    ],
+)
+def test_compute_engine_wave_refusals_change_nothing(spec, error, message):
+    e = engine(GCE_FLEET)
+    with pytest.raises(error, match=message):
+        e.start_wave(spec)
+    assert not e.waves and not e.gce_events and not e.events
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    instances=st.integers(3, 120),
+    concurrency=st.integers(1, 5),
+    order=st.sampled_from(ORDERS[WaveCloud.GCE]),
+    watched=st.sets(st.integers(0, 119), max_size=40),
+    notice=st.sampled_from([None, timedelta(minutes=5), timedelta(days=7)]),
+)
+def test_property_every_compute_engine_instance_once_never_more_units_than_the_limit_and_a_rebuild(
+    instances, concurrency, order, watched, notice
+):
+    fleet = parse_fleet(fleet_yaml(FleetShape(vms=0, gce=instances, seed="g")))
+    e = Engine(fleet, seed="p", now=T0)
+    names = list(fleet.gce)
+    for index in watched:
+        if index < len(names):
+            e.watch_gce(names[index])
+    wave_id = gce_wave(e, order=order, concurrency=concurrency, notice=notice)
+    rounds = 0
+    while e.wave(wave_id).status is WaveStatus.RUNNING:
+        wave = e.wave(wave_id)
+        assert len(wave.in_flight) <= concurrency
+        live = [ev for ev in e.gce_events.values() if ev.live]
+        units = {ev.reason for ev in live}
+        assert len(units) <= concurrency
+        if rounds == 3:  # rebuilt from what a store keeps: same progress
+            e = Engine(
+                fleet,
+                "p",
+                e.now,
+                created_at=T0,
+                gcp=StoredGcp(list(e.gce_events.values()), list(e.gce_states.values())),
+                waves=StoredWaves(list(e.waves.values())),
+                next_seq=e.next_seq,
+            )
+        e.advance(e.next_deadline())
+        rounds += 1
+    maintained = sorted(ev.instance for ev in e.gce_events.values())
+    assert maintained == sorted(fleet.gce)  # every instance exactly once
+    for ev in e.gce_events.values():
+        unit = ev.reason.split(", ", 1)[1]
+        if order is WaveOrder.ZONE:
+            assert unit == f"zone {fleet.gce[ev.instance].zone}"
+        assert ev.state is EventState.COMPLETED
+
+
+def test_a_compute_engine_wave_survives_a_restart_mid_way(store_url):
+    fleet = parse_fleet(GCE_FLEET)
+    service = Maintenance.open(open_store(store_url), fleet, "manual", 1.0, T0, "seed")
+    service.perform(lambda e: e.watch_gce("web-1"))
+    changes = service.perform(
+        lambda e: e.start_wave(WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, notice=timedelta(hours=1)))
+    )
+    wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+    service.step_clock()  # web-1's notice, 60 s before the start
+    before = service.engine.wave(wave_id)
+    service.store.close()
+
+    again = Maintenance.open(open_store(store_url), None, "manual")
+    assert again.engine.wave(wave_id) == before
+    assert again.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    while again.engine.wave(wave_id).status is WaveStatus.RUNNING:
+        again.step_clock()
+    assert again.engine.wave(wave_id).done == 2
+    kinds = [entry.kind for entry in again.store.journal() if entry.kind.startswith("wave")]
+    assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
+    assert kinds.count("wave unit-completed") == 2
+    again.store.close()
+
+
+def test_api_and_cli_roll_a_compute_engine_wave(tmp_path):
+    with Server(tmp_path, GCE_FLEET) as server:
+        response = server.post(
+            "/v1/waves", {"cloud": "gce", "groups": ["europe-west1-b"], "notice": "7d", "latest": "2d", "name": "eu"}
+        )
+        assert response.status_code == 201, response.text
+        body = response.json()
+        wave = body["wave"]
+        assert (body["scheduled"], wave["cloud"], wave["type"], wave["by"]) == (2, "gce", "SCHEDULED", "zone")
+        assert wave["in_flight"][0]["unit"] == "europe-west1-b" and len(wave["in_flight"][0]["operations"]) == 2
+        eu = server.get("/v1/gce/instances/eu-1")["upcoming"]
+        assert eu["state"] == "pending" and eu["latest_window_start"] == "2026-04-29T22:11:58Z"
+        for bad, status in (
+            ({"cloud": "gce", "by": "fault-domain"}, 400),
+            ({"cloud": "gce", "type": "Freeze"}, 400),
+            ({"cloud": "gce", "groups": ["nope"]}, 404),
+            ({"cloud": "gce", "duration_seconds": 5}, 400),
+            ({"cloud": "aws"}, 400),
+            ({"window": "1h"}, 400),
+        ):
+            assert server.post("/v1/waves", bad).status_code == status, bad
+        canceled = server.post(f"/v1/waves/{wave['wave_id']}/cancel", {}).json()
+        assert canceled["canceled"] == 2 and canceled["wave"]["status"] == "canceled"
+
+        result = forewarn(server, "wave", "start", "--cloud", "gce", "--by", "host", "--follow", "--json")
+        followed = json.loads(result.stdout)
+        assert (followed["status"], followed["done"], followed["cloud"]) == ("completed", 3, "gce")
+        assert "3/3 units" in result.stderr
+        shown = forewarn(server, "wave", "show", followed["wave_id"])
+        assert "Compute Engine SCHEDULED maintenance by host" in shown.stdout
+        listing = forewarn(server, "wave", "list").stdout
+        assert "gce" in listing and "canceled" in listing and "completed" in listing
+        refused = forewarn(server, "wave", "start", "--cloud", "gce", "--by", "update-domain", check=False)
+        assert refused.returncode == 1 and "zone or host" in refused.stderr

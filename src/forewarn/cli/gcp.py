@@ -60,6 +60,8 @@ Examples (the demo fleet's Compute Engine instances):
                                                    # migration 60 s later (if web-1 asked for the key before)
   forewarn gce maintain trainer-1 --notice 7d      # announced: upcoming-maintenance for a week
   forewarn gce perform trainer-1                   # performMaintenance: start the announced one now
+  forewarn gce maintain trainer-1 --notice 7d --latest 7d
+  forewarn gce reschedule trainer-1 --notice 10d   # move it later, up to its latest window start
   forewarn gce preempt batch-1                     # Spot: preempted TRUE, stopped 30 s later
   curl -s -H 'Metadata-Flavor: Google' \\
     'http://127.0.0.40:8169/computeMetadata/v1/instance/maintenance-event?wait_for_change=true'""",
@@ -103,7 +105,13 @@ def gce_events(ctx, include_all, as_json):
 )
 @click.option("--start", help="Explicit start, ISO 8601 (instead of --notice).")
 @click.option("--window", help="The window upcoming maintenance shows.  [default: 1h]")
-@click.option("--no-reschedule", is_flag=True, help="canReschedule false: performMaintenance is refused.")
+@click.option(
+    "--no-reschedule", is_flag=True, help="canReschedule false: performMaintenance and rescheduling are refused."
+)
+@click.option(
+    "--latest",
+    help="How much later than the start its user may reschedule it (latestWindowStartTime; default: not later).",
+)
 @click.option(
     "--type",
     "maintenance_type",
@@ -113,7 +121,7 @@ def gce_events(ctx, include_all, as_json):
 )
 @JSON_OPTION
 @click.pass_context
-def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, maintenance_type, as_json):
+def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, latest, maintenance_type, as_json):
     """Host maintenance of instances (one event each)."""
     body = {
         "instances": split_names(instances),
@@ -122,6 +130,7 @@ def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, mai
         "start": start,
         "window": window,
         "can_reschedule": not no_reschedule,
+        "latest": latest,
         "type": maintenance_type,
     }
     emit(run(lambda: control_client(ctx).post("/v1/gce/maintenance", body)), as_json, _print_events)
@@ -157,6 +166,22 @@ def gce_perform(ctx, instance, as_json):
     """What performMaintenance does: announced maintenance starts after the 60-second notice."""
     emit(
         run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/perform-maintenance")),
+        as_json,
+        _print_outcome,
+    )
+
+
+@gce.command(name="reschedule", context_settings=CONTEXT)
+@click.argument("instance")
+@click.option("--start", help="The new start, ISO 8601.")
+@click.option("--notice", help="Or the time from now to the new start, e.g. 3d.")
+@JSON_OPTION
+@click.pass_context
+def gce_reschedule(ctx, instance, start, notice, as_json):
+    """Move announced maintenance to another start: at least 60 s from now, at most its latest window start."""
+    body = {"start": start, "notice": notice}
+    emit(
+        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/reschedule-maintenance", body)),
         as_json,
         _print_outcome,
     )

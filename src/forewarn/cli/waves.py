@@ -11,8 +11,9 @@ from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, fail
 
 def _print_wave(wave: dict) -> None:
     flight = ", ".join(unit["unit"] for unit in wave["in_flight"]) or "-"
+    what = f"Compute Engine {wave['type']} maintenance" if wave["cloud"] == "gce" else wave["type"]
     click.echo(
-        f"{wave['wave_id']}  {wave['status']}  {wave['type']} by {wave['by']}, {wave['concurrency']} at a time"
+        f"{wave['wave_id']}  {wave['status']}  {what} by {wave['by']}, {wave['concurrency']} at a time"
         f"{'  (' + wave['name'] + ')' if wave['name'] else ''}"
     )
     click.echo(
@@ -21,7 +22,7 @@ def _print_wave(wave: dict) -> None:
     )
     click.echo(f"  in flight: {flight}")
     if wave["skipped"]:
-        click.echo(f"  skipped (no running VM): {', '.join(wave['skipped'])}")
+        click.echo(f"  skipped (nothing left to maintain): {', '.join(wave['skipped'])}")
     click.echo(f"  over: {', '.join(wave['groups']) or 'the whole fleet'}")
     click.echo(f"  created {wave['created_at']}" + (f", finished {wave['finished_at']}" if wave["finished_at"] else ""))
 
@@ -34,23 +35,36 @@ Examples:
   forewarn wave start --type Freeze --by update-domain              # the whole fleet, one domain at a time
   forewarn wave start --by host --concurrency 50 --follow           # 50 hosts at a time, show progress
   forewarn wave start --type Reboot --set westno --by fault-domain --notice 5m
+  forewarn wave start --cloud gce --by zone --notice 7d --follow    # Compute Engine, zone by zone
+  forewarn wave start --cloud gce --by host --set us-central1-a     # one zone's instances, host by host
   forewarn wave list
   forewarn wave cancel wave-12
 Waves: docs/waves.md.""",
 )
 def wave() -> None:
-    """Roll maintenance across a fleet, domain by domain or host by host, like a region rolls a host update."""
+    """Roll maintenance across a fleet, domain by domain, zone by zone or host by host, like a region rolls a host
+    update."""
 
 
 @wave.command(name="start", context_settings=CONTEXT)
-@click.option("--type", "event_type", default="Freeze", show_default=True, help="Freeze, Reboot or Redeploy.")
+@click.option(
+    "--cloud",
+    type=click.Choice(["azure", "gce"]),
+    default="azure",
+    show_default=True,
+    help="Azure VMs (Scheduled Events) or Compute Engine instances (host maintenance).",
+)
+@click.option(
+    "--type",
+    "event_type",
+    help="Azure: Freeze (default), Reboot or Redeploy. Compute Engine: SCHEDULED (default) or UNSCHEDULED.",
+)
 @click.option(
     "--by",
     "order",
-    type=click.Choice(["update-domain", "fault-domain", "host"]),
-    default="update-domain",
-    show_default=True,
-    help="What one unit of the rollout is.",
+    type=click.Choice(["update-domain", "fault-domain", "zone", "host"]),
+    help="What one unit of the rollout is. Azure: update-domain (default), fault-domain or host; Compute Engine: "
+    "zone (default) or host.",
 )
 @click.option("--concurrency", type=int, default=1, show_default=True, help="Units in flight at once.")
 @click.option(
@@ -58,13 +72,23 @@ def wave() -> None:
     "groups",
     multiple=True,
     metavar="NAME",
-    help="A scale set, availability set or VM to cover (repeat, or comma-separated); default: whole fleet.",
+    help="What to cover (repeat, or comma-separated); default: the cloud's whole fleet. Azure: a scale set, "
+    "availability set or VM; Compute Engine: a zone or an instance.",
 )
-@click.option("--notice", help="Time from Scheduled to NotBefore for each unit (default: the type's notice).")
-@click.option("--impact-window", help="How long each event stays Started.")
-@click.option("--duration", "duration_seconds", type=int, help="DurationInSeconds of the events.")
-@click.option("--description", help="Description of the events.")
-@click.option("--source", default="Platform", show_default=True, help="EventSource: Platform or User.")
+@click.option(
+    "--notice",
+    help="Time from a unit's scheduling to its start (Azure: NotBefore; default the type's notice. Compute Engine: "
+    "the maintenance start; default 60s, longer is announced as upcoming maintenance).",
+)
+@click.option("--impact-window", help="Azure: how long each event stays Started.")
+@click.option("--duration", "duration_seconds", type=int, help="Azure: DurationInSeconds of the events.")
+@click.option("--description", help="Azure: Description of the events.")
+@click.option("--source", help="Azure: EventSource, Platform (default) or User.")
+@click.option("--window", help="Compute Engine: the window upcoming maintenance shows.  [default: 1h]")
+@click.option(
+    "--no-reschedule", is_flag=True, help="Compute Engine: canReschedule false (the user may not start or move it)."
+)
+@click.option("--latest", help="Compute Engine: how much later than its start the user may reschedule it.")
 @click.option("--name", default="", help="A label for the wave.")
 @click.option(
     "--follow",
@@ -75,6 +99,7 @@ def wave() -> None:
 @click.pass_context
 def wave_start(
     ctx,
+    cloud,
     event_type,
     order,
     concurrency,
@@ -84,25 +109,28 @@ def wave_start(
     duration_seconds,
     description,
     source,
+    window,
+    no_reschedule,
+    latest,
     name,
     follow,
     as_json,
 ):
-    """Start a wave. Its units (update domains, fault domains or hosts) go in order, at most CONCURRENCY at a time;
-    a unit's events are Scheduled as soon as the previous unit's events have all Completed."""
-    body = {
-        "type": event_type,
-        "by": order,
-        "concurrency": concurrency,
-        "groups": split_names(groups),
-        "source": source,
-        "name": name,
-    }
+    """Start a wave. Its units (update domains, fault domains, zones or hosts) go in order, at most CONCURRENCY at
+    a time; a unit's events are scheduled as soon as the previous unit's events have all completed."""
+    body = {"cloud": cloud, "concurrency": concurrency, "groups": split_names(groups), "name": name}
+    if no_reschedule:
+        body["can_reschedule"] = False
     for key, value in (
+        ("type", event_type),
+        ("by", order),
+        ("source", source),
         ("notice", notice),
         ("impact_window", impact_window),
         ("duration_seconds", duration_seconds),
         ("description", description),
+        ("window", window),
+        ("latest", latest),
     ):
         if value is not None:
             body[key] = value
@@ -155,7 +183,7 @@ def wave_list(ctx, as_json):
             click.echo("no waves")
         for item in waves:
             click.echo(
-                f"{item['wave_id']:<12} {item['status']:<10} {item['type']:<9} by {item['by']:<14} "
+                f"{item['wave_id']:<12} {item['status']:<10} {item['cloud']:<5} {item['type']:<11} by {item['by']:<14} "
                 f"{item['done'] + len(item['skipped'])}/{item['units']} units  {item['name']}".rstrip()
             )
 

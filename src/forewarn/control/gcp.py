@@ -1,6 +1,7 @@
 """The control API's Compute Engine routes: schedule host maintenance (live migration or termination, announced ahead
 or with the 60-second notice only), cancel it, Spot and preemptible preemption, host errors, and what the Compute
-Engine API offers its users (simulateMaintenanceEvent, performMaintenance, setScheduling, start)."""
+Engine API offers its users (simulateMaintenanceEvent, performMaintenance, setScheduling, start), and rescheduling
+announced maintenance within its latest window start."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class GceEventOut(BaseModel):
     can_reschedule: bool
     window_start: str
     window_end: str
+    latest_window_start: str = Field(description="the latest time the user may move the start to")
     created_at: str
     notice_at: str | None
     started_at: str | None
@@ -47,6 +49,7 @@ class GceEventOut(BaseModel):
             can_reschedule=event.can_reschedule,
             window_start=format_time(event.window_start),
             window_end=format_time(event.window_end),
+            latest_window_start=format_time(event.latest_window_start),
             created_at=format_time(event.created_at),
             notice_at=format_optional_time(event.notice_at),
             started_at=format_optional_time(event.started_at),
@@ -86,8 +89,20 @@ class GceMaintenanceIn(BaseModel):
     )
     start: str | None = Field(default=None, description="explicit start, ISO 8601")
     window: str | None = Field(default=None, description="the window upcoming maintenance shows (default 1h)")
-    can_reschedule: bool = Field(default=True, description="performMaintenance may start it early (announced only)")
+    can_reschedule: bool = Field(
+        default=True, description="performMaintenance may start it early, rescheduling may move it (announced only)"
+    )
+    latest: str | None = Field(
+        default=None,
+        description="how much later than the start its user may reschedule it (latestWindowStartTime; default 0)",
+    )
     type: str = Field(default="SCHEDULED", description="SCHEDULED or UNSCHEDULED")
+
+
+class RescheduleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    start: str | None = Field(default=None, description="the new start, ISO 8601")
+    notice: str | None = Field(default=None, description="or the time from now to the new start, e.g. 3d")
 
 
 class GceInstancesIn(BaseModel):
@@ -172,6 +187,7 @@ def gcp_router(service: Maintenance) -> APIRouter:
             window=parse_optional_duration(body.window),
             can_reschedule=body.can_reschedule,
             maintenance_type=parse_enum(MaintenanceType, body.type, "maintenance type"),
+            latest=parse_optional_duration(body.latest),
         )
         changes = service.perform(lambda engine: engine.schedule_gce(request))
         latest = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
@@ -195,6 +211,16 @@ def gcp_router(service: Maintenance) -> APIRouter:
     async def perform(name: str):
         """What performMaintenance does: the announced maintenance starts after the 60-second notice."""
         return outcome(service.perform(lambda engine: engine.perform_maintenance(name)))
+
+    @router.post(
+        "/v1/gce/instances/{name}/reschedule-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+    )
+    async def reschedule(name: str, body: RescheduleIn):
+        """Move announced maintenance (pending, can-reschedule) to another start: no earlier than 60 seconds from
+        now, no later than its latest window start. Compute Engine's API has no such method for a VM: this is the
+        user's choice of time that docs/gcp.md ("Rescheduling") describes."""
+        start, notice = parse_optional_time(body.start), parse_optional_duration(body.notice)
+        return outcome(service.perform(lambda engine: engine.reschedule_gce(name, start, notice)))
 
     @router.post("/v1/gce/instances/{name}/scheduling", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def scheduling(name: str, body: SchedulingIn):

@@ -1,4 +1,5 @@
-"""The control API's wave routes: roll maintenance across a fleet by update domain, fault domain or host."""
+"""The control API's wave routes: roll maintenance across a fleet by update domain, fault domain or host (Azure VMs),
+or by zone or host (Compute Engine instances)."""
 
 from __future__ import annotations
 
@@ -12,26 +13,49 @@ from forewarn.control.models import ERRORS
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.times import format_optional_time, format_time
-from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveSpec
+from forewarn.gcp.changes import GceEventChanged
+from forewarn.gcp.model import MaintenanceType
+from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveCloud, WaveOrder, WaveSpec
+from forewarn.waves.model import ORDERS
 
 
 class WaveIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    type: str = Field(default="Freeze", description="Freeze, Reboot or Redeploy")
-    by: str = Field(default="update-domain", description="update-domain, fault-domain or host")
+    cloud: str = Field(default="azure", description="azure (Azure VMs) or gce (Compute Engine instances)")
+    type: str | None = Field(
+        default=None,
+        description="Azure: Freeze (default), Reboot or Redeploy; Compute Engine: SCHEDULED (default) or UNSCHEDULED",
+    )
+    by: str | None = Field(
+        default=None,
+        description="Azure: update-domain (default), fault-domain or host; Compute Engine: zone (default) or host",
+    )
     concurrency: int = Field(
-        default=1, strict=True, ge=1, le=MAX_CONCURRENCY, description="units (domains or hosts) in flight at once"
+        default=1,
+        strict=True,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="units (domains, zones or hosts) in flight at once",
     )
     groups: list[str] = Field(
-        default_factory=list, description="scale sets, availability sets or VMs; the whole fleet when empty"
+        default_factory=list,
+        description="Azure: scale sets, availability sets or VMs; Compute Engine: zones or instances; "
+        "the whole fleet (of that cloud) when empty",
     )
-    source: str = "Platform"
-    notice: str | None = Field(default=None, description="e.g. 15m; default: the type's notice")
+    source: str | None = Field(default=None, description="Azure: Platform (default) or User")
+    notice: str | None = Field(
+        default=None, description="e.g. 15m; default: the type's notice (Azure), the 60-second notice (Compute Engine)"
+    )
     duration_seconds: int | None = Field(
         default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS, description="DurationInSeconds; -1 means unknown"
     )
     impact_window: str | None = None
     description: str | None = None
+    window: str | None = Field(default=None, description="Compute Engine: the window upcoming maintenance shows")
+    can_reschedule: bool = Field(default=True, description="Compute Engine: the user may start or move it")
+    latest: str | None = Field(
+        default=None, description="Compute Engine: how much later than the start its user may reschedule it"
+    )
     name: str = Field(default="", max_length=200)
 
 
@@ -44,7 +68,8 @@ class WaveOut(BaseModel):
     wave_id: str
     name: str
     status: str
-    type: str
+    cloud: str
+    type: str = Field(description="Azure: the event type; Compute Engine: the maintenance type")
     by: str
     concurrency: int
     groups: list[str]
@@ -62,7 +87,8 @@ class WaveOut(BaseModel):
             wave_id=wave.wave_id,
             name=wave.spec.name,
             status=wave.status.value,
-            type=wave.spec.event_type.value,
+            cloud=wave.spec.cloud.value,
+            type=(wave.spec.maintenance_type.value if wave.spec.cloud is WaveCloud.GCE else wave.spec.event_type.value),
             by=wave.spec.order.value,
             concurrency=wave.spec.concurrency,
             groups=list(wave.spec.groups),
@@ -90,7 +116,7 @@ def waves_router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     def outcome(changes, wave_id: str) -> WaveOutcome:
-        events = [c for c in changes if isinstance(c, EventChanged)]
+        events = [c for c in changes if isinstance(c, (EventChanged, GceEventChanged))]
         return WaveOutcome(
             wave=WaveOut.of(service.engine.wave(wave_id)),
             scheduled=sum(1 for c in events if c.what == "scheduled"),
@@ -99,19 +125,30 @@ def waves_router(service: Maintenance) -> APIRouter:
 
     @router.post("/v1/waves", tags=["waves"], response_model=WaveOutcome, status_code=201, responses=ERRORS)
     async def start_wave(body: WaveIn):
-        """Start a wave: units (update domains, fault domains or hosts) go in order, at most `concurrency` at a
-        time; the next unit is Scheduled as soon as every event of a unit has Completed."""
+        """Start a wave: units (update domains, fault domains, zones or hosts) go in order, at most `concurrency`
+        at a time; the next unit is scheduled as soon as every event of a unit has completed."""
+        cloud = parse_enum(WaveCloud, body.cloud, "cloud")
+        gce = cloud is WaveCloud.GCE
         spec = WaveSpec(
-            event_type=parse_enum(EventType, body.type, "event type"),
-            order=parse_enum(WaveOrder, body.by, "wave order"),
+            event_type=EventType.FREEZE if gce or body.type is None else parse_enum(EventType, body.type, "event type"),
+            order=ORDERS[cloud][0] if body.by is None else parse_enum(WaveOrder, body.by, "wave order"),
             concurrency=body.concurrency,
             groups=tuple(body.groups),
-            source=parse_enum(EventSource, body.source, "event source"),
+            source=EventSource.PLATFORM if body.source is None else parse_enum(EventSource, body.source, "source"),
             notice=parse_optional_duration(body.notice),
             duration_seconds=body.duration_seconds,
             impact_window=parse_optional_duration(body.impact_window),
             description=body.description,
             name=body.name,
+            cloud=cloud,
+            window=parse_optional_duration(body.window),
+            can_reschedule=body.can_reschedule,
+            latest=parse_optional_duration(body.latest),
+            maintenance_type=(
+                parse_enum(MaintenanceType, body.type, "maintenance type")
+                if gce and body.type is not None
+                else MaintenanceType.SCHEDULED
+            ),
         )
         changes = service.perform(lambda engine: engine.start_wave(spec))
         wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))

@@ -4,9 +4,10 @@ The engine never does I/O and never reads the wall clock; every command carries 
 Each command returns the list of changes it caused, which the service commits to the store before anyone is told.
 
 The engine is a facade over its components, each with its own state: Azure (``azure/component.py``), EC2
-(``aws/component.py``), Compute Engine (``gcp/component.py``) and waves (``waves/component.py``). They share one simulated ``now``, one deadline heap and
-one numbering (``core/scheduler.py``); the engine builds them, wires the waves to the Azure events' ends, moves time,
-and offers their commands and queries under the names the surfaces, the runtime and the store use.
+(``aws/component.py``), Compute Engine (``gcp/component.py``) and waves (``waves/component.py``). They share one
+simulated ``now``, one deadline heap and one numbering (``core/scheduler.py``); the engine builds them, wires the
+waves to the ends of Azure's and Compute Engine's events, moves time, and offers their commands and queries under
+the names the surfaces, the runtime and the store use.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ class Engine:
         )
         self.ec2 = Ec2Component(fleet, seed, self.rules.ec2, self.scheduler, sequence, ec2 or StoredEc2(), deployed_at)
         self.gcp = GcpComponent(fleet, seed, self.rules.gce, self.scheduler, sequence, gcp or StoredGcp(), deployed_at)
-        self.wave_runner = WaveRunner(self.azure, self.scheduler, sequence, waves or StoredWaves())
+        self.wave_runner = WaveRunner(self.azure, self.gcp, self.scheduler, sequence, waves or StoredWaves())
         self.azure.on_event_ended(self.wave_runner.event_ended)
+        self.gcp.on_event_ended(self.wave_runner.gce_event_ended)
         sequence.past(next_seq - 1)
         # What was brought inside the bounds (bounds.py) on loading a database written before them: the service
         # logs these changes and writes them back before it serves.
@@ -141,6 +143,7 @@ class Engine:
         self.schedule_gce = self.gcp.schedule_gce
         self.simulate_gce = self.gcp.simulate_gce
         self.perform_maintenance = self.gcp.perform_maintenance
+        self.reschedule_gce = self.gcp.reschedule_gce
         self.cancel_gce = self.gcp.cancel_gce
         self.watch_gce = self.gcp.watch
         self.set_scheduling = self.gcp.set_scheduling

@@ -75,6 +75,9 @@ class Fleet:
             self.vms_by_host[vm.host].append(vm)
             self.vms_by_scope.setdefault(vm.scope, []).append(vm)
             self.vms_by_owner.setdefault(vm.policy_owner, []).append(vm)
+        # The hosts' order, once: next_host runs at every migration and restart (a wave moves every instance).
+        self._host_order = list(self.hosts)
+        self._host_position = {name: position for position, name in enumerate(self._host_order)}
 
     def vm(self, name: str) -> VM:
         try:
@@ -98,11 +101,10 @@ class Fleet:
     def next_host(self, current: str) -> str:
         """Where a VM or instance moved off ``current`` goes: the next host of the fleet after it (a spare host in a
         one-host fleet). Azure redeploys and EC2 reboot migrations and restarts after an instance-stop share it."""
-        hosts = list(self.hosts)
+        hosts = self._host_order
         if len(hosts) == 1:
             return f"{current}-spare"
-        index = hosts.index(current) if current in hosts else -1
-        return hosts[(index + 1) % len(hosts)]
+        return hosts[(self._host_position.get(current, -1) + 1) % len(hosts)]
 
     def owner(self, name: str) -> str:
         """The policy owner called ``name``: a scale set, an availability set or a standalone VM, by its name or

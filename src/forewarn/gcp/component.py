@@ -5,12 +5,20 @@ and preemptible preemption, and host errors. It shares the engine's clock, deadl
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from forewarn.core.bounds import MAX_EVENT_LENGTH, check_duration, checked_not_before, whole_second_ceiling
+from forewarn.core.bounds import (
+    MAX_EVENT_LENGTH,
+    MAX_NOTICE,
+    check_duration,
+    check_time,
+    checked_not_before,
+    iso_time,
+    whole_second_ceiling,
+)
 from forewarn.core.changes import Change
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
@@ -52,7 +60,8 @@ class StoredGcp:
 class GceRequest:
     """Maintenance of some instances. ``kind`` None: what each instance's onHostMaintenance says. ``notice``: from
     now to the start (default: the 60-second notice only, nothing announced ahead); a start further ahead than the
-    60-second notice is announced as upcoming maintenance."""
+    60-second notice is announced as upcoming maintenance. ``latest``: how much later than the start its user may
+    reschedule it (latestWindowStartTime = start + latest; announced maintenance only)."""
 
     instances: tuple[str, ...]
     kind: MaintenanceKind | None = None
@@ -61,7 +70,12 @@ class GceRequest:
     window: timedelta | None = None
     can_reschedule: bool = True
     maintenance_type: MaintenanceType = MaintenanceType.SCHEDULED
+    latest: timedelta | None = None
     reason: str = "host maintenance"
+
+
+# ``listener(event)`` when a maintenance event is completed or canceled; the changes it makes join the command's.
+EventEndedListener = Callable[[GceMaintenance], list[Change]]
 
 
 def numeric_id(seed: str, *parts: object) -> str:
@@ -92,6 +106,9 @@ class GcpComponent:
         self._end = scheduler.kind("gce-end", self._end_event, self._end_stale)
         self._preempt = scheduler.kind("gce-preempt", self._preempted, self._preempt_stale)
         self._restart = scheduler.kind("gce-restart", self._restarted, self._restart_stale)
+        self._event_ended: list[EventEndedListener] = []
+        # Where each instance runs now (migrations and restarts move it): a wave's host units read it.
+        self._on_host: dict[str, dict[str, None]] = {}
         self.gce_states: dict[str, GceState] = {
             name: GceState(
                 name,
@@ -103,9 +120,11 @@ class GcpComponent:
             )
             for name, instance in fleet.gce.items()
         }
+        for state in self.gce_states.values():
+            self._on_host.setdefault(state.host, {})[state.name] = None
         for state in stored.states:
             if state.name in self.gce_states:
-                self.gce_states[state.name] = state
+                self._put(state)
                 if state.preempt_at is not None:
                     scheduler.add(state.preempt_at, self._preempt, state.name)
                 if state.restart_at is not None:
@@ -123,6 +142,10 @@ class GcpComponent:
     @property
     def now(self) -> datetime:
         return self._scheduler.now
+
+    def on_event_ended(self, listener: EventEndedListener) -> None:
+        """``listener(event)`` whenever a maintenance event becomes completed or canceled."""
+        self._event_ended.append(listener)
 
     # ------------------------------------------------------------------------------------------------ queries
     def gce_instance(self, name: str) -> GceInstance:
@@ -155,6 +178,36 @@ class GcpComponent:
                 return event
         return None
 
+    def in_maintenance(self, name: str) -> bool:
+        """Whether the instance has maintenance pending or under way (a new one is refused until it ends)."""
+        return any(event.live for event in self.gce_events_of(name))
+
+    def names_on_host(self, host: str) -> list[str]:
+        """The instances on ``host`` now (deleted ones too: their state says so), in the order they came."""
+        return list(self._on_host.get(host, ()))
+
+    def host_names(self) -> list[str]:
+        """Every host an instance runs or ran on, in the order they were first used."""
+        return list(self._on_host)
+
+    def check_request(self, request: GceRequest) -> tuple[datetime, timedelta, datetime]:
+        """The start, window and latest start of a request, or the reason it is refused (before anything changes)."""
+        start = checked_not_before(request.start, request.notice, self.rules.notice, self.now)
+        window = check_duration(
+            self.rules.window if request.window is None else request.window,
+            "the maintenance window",
+            MAX_EVENT_LENGTH,
+            timedelta(seconds=1),
+        )
+        latest = start
+        if request.latest is not None:
+            if start - self.now <= self.rules.notice:
+                raise Invalid("a latest start needs maintenance announced ahead (a start further than the notice)")
+            if not request.can_reschedule:
+                raise Invalid("a latest start later than the start needs can-reschedule")
+            latest = whole_second_ceiling(start + check_duration(request.latest, "the latest start", MAX_NOTICE))
+        return start, window, latest
+
     # ----------------------------------------------------------------------------------------------- commands
     def schedule_gce(self, request: GceRequest) -> list[Change]:
         if not request.instances:
@@ -164,14 +217,11 @@ class GcpComponent:
             state = self.gce_states[instance.name]
             if state.deleted:
                 raise Conflict(f"instance {instance.name} is deleted")
-            if any(event.live for event in self.gce_events_of(instance.name)):
+            if self.in_maintenance(instance.name):
                 raise Conflict(f"instance {instance.name} already has maintenance pending or under way")
             if request.kind is MaintenanceKind.MIGRATE and (instance.gpus or instance.interruptible):
                 raise Invalid(f"instance {instance.name} cannot live-migrate (GPUs, Spot or preemptible)")
-        start = checked_not_before(request.start, request.notice, self.rules.notice, self.now)
-        window = check_duration(
-            request.window or self.rules.window, "the maintenance window", MAX_EVENT_LENGTH, timedelta(seconds=1)
-        )
+        start, window, latest = self.check_request(request)
         announced = start - self.now > self.rules.notice
         changes: list[Change] = []
         for instance in instances:
@@ -190,7 +240,7 @@ class GcpComponent:
                 maintenance_type=request.maintenance_type,
                 window_start=start,
                 window_end=start + window,
-                latest_window_start=start,
+                latest_window_start=latest,
                 can_reschedule=request.can_reschedule and announced,
                 announced=announced,
                 state=EventState.PENDING,
@@ -198,7 +248,8 @@ class GcpComponent:
                 reason=request.reason,
             )
             self._index(event)
-            changes.append(GceEventChanged(event, "scheduled", f"{kind.value} of {instance.name}"))
+            # The request's reason: a wave's events say which wave and unit scheduled them.
+            changes.append(GceEventChanged(event, "scheduled", request.reason))
             changes += self._set_deadline(event)
         return changes
 
@@ -224,13 +275,49 @@ class GcpComponent:
         self._index(event)
         return [GceEventChanged(event, "performed", "started by performMaintenance"), *self._set_deadline(event)]
 
-    def cancel_gce(self, event_id: str) -> list[Change]:
+    def reschedule_gce(self, name: str, start: datetime | None = None, notice: timedelta | None = None) -> list[Change]:
+        """Announced maintenance moved to another start by its user: no earlier than the 60-second notice from now,
+        no later than its latestWindowStartTime, and only while it is pending and can-reschedule (docs/gcp.md,
+        "Rescheduling": Compute Engine's "UpcomingMaintenance" shows a current window start that may move and the
+        latest time it may start). The window keeps its length; the notice follows the new start."""
+        self.gce_instance(name)
+        event = self.upcoming(name)
+        if event is None or event.state is not EventState.PENDING:
+            raise Conflict(f"instance {name} has no pending maintenance to reschedule")
+        if not event.can_reschedule:
+            raise Conflict(f"the maintenance of instance {name} cannot be rescheduled (can-reschedule is false)")
+        if start is not None and notice is None:
+            moved = whole_second_ceiling(check_time(start, "the new start"))
+        elif notice is not None and start is None:
+            moved = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
+        else:
+            raise Invalid("give the new start, or the notice from now to it, not both")
+        earliest = whole_second_ceiling(self.now + self.rules.notice)
+        if moved < earliest:
+            raise Invalid(
+                f"the new start {iso_time(moved)} leaves less than the {int(self.rules.notice.total_seconds())}-second "
+                f"notice; the earliest is {iso_time(earliest)}"
+            )
+        if moved > event.latest_window_start:
+            raise Invalid(
+                f"the new start {iso_time(moved)} is after the latest window start "
+                f"{iso_time(event.latest_window_start)}"
+            )
+        if moved == event.window_start:
+            return []
+        was = event.window_start
+        event = replace(event, window_start=moved, window_end=moved + (event.window_end - event.window_start))
+        self._index(event)
+        reason = f"by the user, from {iso_time(was)} to {iso_time(moved)}"
+        return [GceEventChanged(event, "rescheduled", reason), *self._set_deadline(event)]
+
+    def cancel_gce(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:
         event = self.gce_event(event_id)
         if event.state is not EventState.PENDING:
             raise Conflict(f"maintenance {event_id} is {event.state.value}; only pending maintenance can be canceled")
         event = replace(event, state=EventState.CANCELED, ended_at=self.now)
         self._index(event)
-        return [GceEventChanged(event, "canceled", "canceled by the operator")]
+        return [GceEventChanged(event, "canceled", reason), *self._ended(event)]
 
     def watch(self, name: str) -> list[Change]:
         """The instance asked for maintenance-event: its next maintenance gets the 60-second notice."""
@@ -238,7 +325,7 @@ class GcpComponent:
         if state is None or state.watched:
             return []
         state = replace(state, watched=True)
-        self.gce_states[name] = state
+        self._put(state)
         return [GceStateChanged(state, "watched", "asked for maintenance-event")]
 
     def set_scheduling(
@@ -254,7 +341,7 @@ class GcpComponent:
         check_scheduling(
             updated.on_host_maintenance, updated.automatic_restart, instance.interruptible, instance.gpus, name
         )
-        self.gce_states[name] = updated
+        self._put(updated)
         return [
             GceStateChanged(
                 updated,
@@ -282,7 +369,7 @@ class GcpComponent:
             state = replace(
                 self.gce_states[instance.name], preempted=True, preempt_at=at, status=InstanceStatus.STOPPING
             )
-            self.gce_states[instance.name] = state
+            self._put(state)
             self._scheduler.add(at, self._preempt, instance.name)
             changes.append(GceStateChanged(state, "preempted", f"preemption notice; stops at {at.isoformat()}"))
         return changes
@@ -302,7 +389,7 @@ class GcpComponent:
             state = self.gce_states[instance.name]
             restart_at = self.now + self.rules.host_error_restart if state.automatic_restart else None
             state = replace(state, status=InstanceStatus.TERMINATED, stopped_at=self.now, restart_at=restart_at)
-            self.gce_states[instance.name] = state
+            self._put(state)
             if restart_at is not None:
                 self._scheduler.add(restart_at, self._restart, instance.name)
             changes.append(GceStateChanged(state, "crashed", f"host error on {state.host}"))
@@ -316,7 +403,7 @@ class GcpComponent:
         state = replace(
             state, status=InstanceStatus.RUNNING, started_at=self.now, preempted=False, preempt_at=None, restart_at=None
         )
-        self.gce_states[name] = state
+        self._put(state)
         return [GceStateChanged(state, "started", "started by the user")]
 
     # ---------------------------------------------------------------------------------------------- deadlines
@@ -334,8 +421,9 @@ class GcpComponent:
         return []
 
     def _notice_stale(self, event_id: str, at: datetime) -> bool:
-        # A notice only ever moves earlier (performMaintenance), and the earlier one moves the event on.
-        return self.gce_events[event_id].state is not EventState.PENDING
+        # performMaintenance and rescheduling move the start, and the notice with it.
+        event = self.gce_events[event_id]
+        return event.state is not EventState.PENDING or at != event.window_start - self.rules.notice
 
     def _start_stale(self, event_id: str, at: datetime) -> bool:
         event = self.gce_events[event_id]
@@ -361,7 +449,7 @@ class GcpComponent:
         if state.deleted:
             event = replace(event, state=EventState.CANCELED, ended_at=self.now)
             self._index(event)
-            return [GceEventChanged(event, "canceled", "the instance is deleted")]
+            return [GceEventChanged(event, "canceled", "the instance is deleted"), *self._ended(event)]
         populated = state.on_host_maintenance is OnHostMaintenance.MIGRATE or instance.gpus > 0
         if populated and state.watched:
             event = replace(event, state=EventState.NOTIFIED, notice_at=self.now)
@@ -388,14 +476,14 @@ class GcpComponent:
         changes: list[Change] = [GceEventChanged(event, "started", reason)]
         state = replace(state, watched=False)
         if state.status is not InstanceStatus.RUNNING:
-            self.gce_states[state.name] = state
+            self._put(state)
             return changes
         if event.kind is MaintenanceKind.MIGRATE:
             state = replace(state, host=self.fleet.next_host(state.host))
-            self.gce_states[state.name] = state
+            self._put(state)
             return changes + [GceStateChanged(state, "migrated", f"live-migrated to {state.host}")]
         state = replace(state, status=InstanceStatus.TERMINATED, stopped_at=self.now)
-        self.gce_states[state.name] = state
+        self._put(state)
         return changes + [GceStateChanged(state, "terminated", f"terminated for maintenance {event.event_id}")]
 
     def _end_event(self, event_id: str) -> list[Change]:
@@ -411,9 +499,9 @@ class GcpComponent:
                     host=self.fleet.next_host(state.host),
                     started_at=self.now,
                 )
-                self.gce_states[state.name] = state
+                self._put(state)
                 changes.append(GceStateChanged(state, "restarted", f"automatic restart on {state.host}"))
-        return changes
+        return changes + self._ended(event)
 
     def _preempted(self, name: str) -> list[Change]:
         instance = self.fleet.gce[name]
@@ -425,7 +513,7 @@ class GcpComponent:
             stopped_at=self.now,
             deleted=delete,
         )
-        self.gce_states[name] = state
+        self._put(state)
         return [GceStateChanged(state, "deleted" if delete else "stopped", "preempted")]
 
     def _restarted(self, name: str) -> list[Change]:
@@ -439,8 +527,21 @@ class GcpComponent:
             started_at=self.now,
             restart_at=None,
         )
-        self.gce_states[name] = state
+        self._put(state)
         return [GceStateChanged(state, "restarted", f"automatic restart on {state.host}")]
+
+    def _ended(self, event: GceMaintenance) -> list[Change]:
+        changes: list[Change] = []
+        for listener in self._event_ended:
+            changes += listener(event)
+        return changes
+
+    def _put(self, state: GceState) -> None:
+        old = self.gce_states.get(state.name)
+        if old is not None and old.host != state.host:
+            del self._on_host[old.host][state.name]
+        self._on_host.setdefault(state.host, {})[state.name] = None
+        self.gce_states[state.name] = state
 
     def _index(self, event: GceMaintenance) -> None:
         self.gce_events[event.event_id] = event

@@ -141,6 +141,7 @@ def gce_cancel(api: Api, step: Step, params: dict) -> tuple[Any, list[str]]:
 def gce_instance_action(api: Api, step: Step, params: dict) -> tuple[Any, list[str]]:
     action = {
         "gce-perform": "perform-maintenance",
+        "gce-reschedule": "reschedule-maintenance",
         "gce-simulate": "simulate-maintenance",
         "gce-scheduling": "scheduling",
         "gce-watch": "watch",
@@ -176,6 +177,7 @@ ACTION_HANDLERS: dict[str, Handler] = {
     "gce-maintain": gce_maintain,
     "gce-cancel": gce_cancel,
     "gce-perform": gce_instance_action,
+    "gce-reschedule": gce_instance_action,
     "gce-simulate": gce_instance_action,
     "gce-scheduling": gce_instance_action,
     "gce-watch": gce_instance_action,

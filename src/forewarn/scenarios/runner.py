@@ -509,8 +509,10 @@ class Runner:
                 self.event_journal.setdefault(entry["event_id"], []).append(
                     {key: value for key, value in entry.items() if key not in ("seq", "event_id")}
                 )
-                if what == "scheduled" and str(entry.get("reason", "")).split(",")[0] in self.created_waves:
-                    self.created.add(entry["event_id"])  # scheduled by one of the run's waves
+                if what in ("scheduled", "gce scheduled") and str(entry.get("reason", "")).split(",")[0] in (
+                    self.created_waves
+                ):  # scheduled by one of the run's waves
+                    (self.created_gce if what == "gce scheduled" else self.created).add(entry["event_id"])
             if "scope" in entry:
                 changes.scopes.add(entry["scope"])
             if "vm" in entry:

@@ -95,11 +95,16 @@ ACTIONS: dict[str, Action] = {
     "ec2-api": Action(("Action",), (), any_keys=True, summary="the EC2 Query API (form POST to --ec2-url)"),
     "gce-maintain": Action(
         ("instances",),
-        ("kind", "notice", "start", "window", "can_reschedule", "type"),
+        ("kind", "notice", "start", "window", "can_reschedule", "latest", "type"),
         summary="POST /v1/gce/maintenance: Compute Engine host maintenance",
     ),
     "gce-cancel": Action(("event",), (), summary="POST /v1/gce/maintenance/{id}/cancel"),
     "gce-perform": Action(("instance",), (), summary="POST /v1/gce/instances/{instance}/perform-maintenance"),
+    "gce-reschedule": Action(
+        ("instance",),
+        ("start", "notice"),
+        summary="POST /v1/gce/instances/{instance}/reschedule-maintenance: move announced maintenance",
+    ),
     "gce-simulate": Action(("instance",), (), summary="POST /v1/gce/instances/{instance}/simulate-maintenance"),
     "gce-scheduling": Action(
         ("instance",),
@@ -114,6 +119,7 @@ ACTIONS: dict[str, Action] = {
     "wave": Action(
         (),
         (
+            "cloud",
             "type",
             "by",
             "concurrency",
@@ -123,9 +129,12 @@ ACTIONS: dict[str, Action] = {
             "duration_seconds",
             "impact_window",
             "description",
+            "window",
+            "can_reschedule",
+            "latest",
             "name",
         ),
-        summary="POST /v1/waves: roll maintenance by update domain, fault domain or host",
+        summary="POST /v1/waves: roll maintenance by update domain, fault domain, zone or host",
     ),
     "cancel-wave": Action(("wave",), (), summary="POST /v1/waves/{wave}/cancel"),
 }

@@ -1,5 +1,6 @@
 """What a wave is: its spec (what to roll out, over what, in which order), its progress, and the change it makes.
-The rolling itself is ``waves/component.py``."""
+The rolling itself is ``waves/component.py``. A wave rolls over one cloud's machines: Azure VMs (Scheduled Events)
+or Compute Engine instances (host maintenance)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,29 @@ from datetime import datetime, timedelta
 
 from forewarn.azure.model import EventSource, EventType
 from forewarn.core.changes import Change
+from forewarn.gcp.model import MaintenanceType
 
 MAX_CONCURRENCY = 10_000
+
+
+class WaveCloud(str, enum.Enum):
+    AZURE = "azure"
+    GCE = "gce"
 
 
 class WaveOrder(str, enum.Enum):
     UPDATE_DOMAIN = "update-domain"
     FAULT_DOMAIN = "fault-domain"
     HOST = "host"
+    ZONE = "zone"  # Compute Engine
+
+
+# The units each cloud's waves take, the default first: Azure rolls updates by domain; Compute Engine maintains
+# hosts, zone by zone in a region (zones are its failure domains).
+ORDERS = {
+    WaveCloud.AZURE: (WaveOrder.UPDATE_DOMAIN, WaveOrder.FAULT_DOMAIN, WaveOrder.HOST),
+    WaveCloud.GCE: (WaveOrder.ZONE, WaveOrder.HOST),
+}
 
 
 class WaveStatus(str, enum.Enum):
@@ -27,7 +43,10 @@ class WaveStatus(str, enum.Enum):
 
 @dataclass(frozen=True)
 class WaveSpec:
-    """What to roll out, over what, in which order. Empty ``groups`` means the whole fleet (every Azure VM)."""
+    """What to roll out, over what, in which order. Empty ``groups`` means the whole fleet (every Azure VM, or
+    every Compute Engine instance). ``event_type``, ``source``, ``duration_seconds``, ``impact_window`` and
+    ``description`` are Azure's; ``window``, ``can_reschedule``, ``latest`` and ``maintenance_type`` are Compute
+    Engine's (what each instance's maintenance shows, as ``forewarn gce maintain`` gives it); ``notice`` is both."""
 
     event_type: EventType = EventType.FREEZE
     order: WaveOrder = WaveOrder.UPDATE_DOMAIN
@@ -39,11 +58,17 @@ class WaveSpec:
     impact_window: timedelta | None = None
     description: str | None = None
     name: str = ""
+    cloud: WaveCloud = WaveCloud.AZURE
+    window: timedelta | None = None
+    can_reschedule: bool = True
+    latest: timedelta | None = None
+    maintenance_type: MaintenanceType = MaintenanceType.SCHEDULED
 
 
 @dataclass(frozen=True)
 class UnitRun:
-    """A unit in flight: the operations its events belong to."""
+    """A unit in flight: the operations its events belong to (an Azure wave), or its maintenance events (a Compute
+    Engine wave: one per instance)."""
 
     unit: int
     operations: tuple[str, ...]
@@ -53,8 +78,10 @@ class UnitRun:
 class Wave:
     wave_id: str
     spec: WaveSpec
-    owners: tuple[str, ...]  # the resolved groups (policy owners); empty: the whole fleet
-    units: tuple[str, ...]  # "3" (a domain number) or a host name, in the order they go
+    # The resolved groups: Azure policy owners, or Compute Engine "zones/ZONE" and "instances/NAME"; empty: the whole
+    # fleet.
+    owners: tuple[str, ...]
+    units: tuple[str, ...]  # "3" (a domain number), a host name or a zone, in the order they go
     created_at: datetime
     status: WaveStatus = WaveStatus.RUNNING
     next_unit: int = 0
@@ -65,8 +92,8 @@ class Wave:
 
     def label(self, unit: int) -> str:
         value = self.units[unit]
-        if self.spec.order is WaveOrder.HOST:
-            return f"host {value}"
+        if self.spec.order in (WaveOrder.HOST, WaveOrder.ZONE):
+            return f"{self.spec.order.value} {value}"
         return f"{self.spec.order.value.replace('-', ' ')} {value}"
 
 

@@ -11,8 +11,18 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.azure.model import EventSource, EventType
+from forewarn.gcp.model import MaintenanceType
 from forewarn.store.records import Reader, Records, Rows, Writer, time_from_text, time_text
-from forewarn.waves.component import StoredWaves, UnitRun, Wave, WaveChanged, WaveOrder, WaveSpec, WaveStatus
+from forewarn.waves.component import (
+    StoredWaves,
+    UnitRun,
+    Wave,
+    WaveChanged,
+    WaveCloud,
+    WaveOrder,
+    WaveSpec,
+    WaveStatus,
+)
 
 
 def encode_wave_plan(wave: Wave) -> str:
@@ -30,6 +40,11 @@ def encode_wave_plan(wave: Wave) -> str:
             "impact_window": None if spec.impact_window is None else spec.impact_window.total_seconds(),
             "description": spec.description,
             "name": spec.name,
+            "cloud": spec.cloud.value,
+            "window": None if spec.window is None else spec.window.total_seconds(),
+            "can_reschedule": spec.can_reschedule,
+            "latest": None if spec.latest is None else spec.latest.total_seconds(),
+            "maintenance_type": spec.maintenance_type.value,
             "owners": list(wave.owners),
             "units": list(wave.units),
             "created_at": time_text(wave.created_at),
@@ -69,6 +84,12 @@ def decode_wave(plan_text: str, progress_text: str) -> Wave:
         impact_window=seconds(plan["impact_window"]),
         description=plan["description"],
         name=plan["name"],
+        # Plans written before Compute Engine waves have none of these: they are Azure waves.
+        cloud=WaveCloud(plan.get("cloud", WaveCloud.AZURE.value)),
+        window=seconds(plan.get("window")),
+        can_reschedule=plan.get("can_reschedule", True),
+        latest=seconds(plan.get("latest")),
+        maintenance_type=MaintenanceType(plan.get("maintenance_type", MaintenanceType.SCHEDULED.value)),
     )
     return Wave(
         wave_id=plan["wave_id"],

@@ -425,8 +425,8 @@ function wire() {
   $("platform-restart").onclick = () => act(() => post("/v1/vms/restart", { vms: selected(0) }));
   $("wave-start").onclick = () => act(() => {
     const m = fleet.data.machines;
-    // Waves roll over Azure VMs only: a selection of other clouds' instances must not become "the whole fleet".
-    if (fleet.selected.size && !selected(0).length) throw new Error("waves roll over Azure VMs only: select Azure VMs, or clear the selection for the whole fleet");
+    // The page starts Azure waves: a selection of other clouds' instances must not become "the whole fleet".
+    if (fleet.selected.size && !selected(0).length) throw new Error("the page starts waves over Azure VMs only (Compute Engine: forewarn wave start --cloud gce): select Azure VMs, or clear the selection for the whole fleet");
     const groups = [...new Set([...fleet.selected].filter((i) => m.cloud[i] === 0).map((i) => {
       const set = fleet.data.sets[m.set[i]];
       return set === "standalone" ? m.name[i] : set.replace(/^(scale|availability) set /, "");

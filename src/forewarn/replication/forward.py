@@ -83,7 +83,7 @@ class Leaders:
         give_up = loop.time() + within
         while True:
             held_term, held_position = self.held()
-            if held_term > term or (held_term == term and held_position >= position):
+            if held_position >= position:  # positions go on across leaders: the journal's
                 return True
             if loop.time() > give_up:
                 log.warning(

@@ -76,7 +76,18 @@ class Process:
     def start(self) -> float:
         argv = [sys.executable, "-m", "forewarn", "serve", "--db", self.url, "--fleet", str(self.fleet)]
         argv += ["--role", "shared", "--failover-poll", "0.5s", "--clock", "manual", "--seed", "bench"]
-        argv += ["--port", str(self.port), "--imds-port", str(self.imds_port), "--arm-port", "0", "--ec2-port", "0"]
+        argv += [
+            "--port",
+            str(self.port),
+            "--imds-port",
+            str(self.imds_port),
+            "--arm-port",
+            "0",
+            "--ec2-port",
+            "0",
+            "--gce-port",
+            "0",
+        ]
         argv += ["--log-level", "warning"]
         if self.cpu is not None and shutil.which("taskset"):
             argv = ["taskset", "-c", str(self.cpu), *argv]

@@ -9,6 +9,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import requests
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Request
@@ -21,7 +22,8 @@ from forewarn.gcp.component import GceRequest
 from forewarn.replication.shared import SharedService
 from forewarn.store import SQLStore
 from forewarn.waves.model import WaveOrder, WaveSpec
-from helpers import T0, open_store
+from helpers import T0, Server, open_store
+from replication_helpers import FAST, role, until
 
 
 class FakeWall:
@@ -259,3 +261,83 @@ def test_commits_take_consecutive_positions_in_their_own_transaction(postgres_ur
         assert '"forewarn_events":["' in rows[-1][1] and '"forewarn_scopes":["' in rows[-1][1]
     finally:
         store.close()
+
+
+# ------------------------------------------------------------------------------------------------ real processes
+DEMO_VMS = {  # the demo fleet's VMs and the loopback address each asks its metadata from
+    "WestNO_0": 10,
+    "WestNO_1": 11,
+    "WestNO_2": 12,
+    "standalone-01": 13,
+    "fabrikam-db-01": 14,
+    "spot-worker-01": 15,
+    "myvmss_0": 20,
+    "myvmss_1": 21,
+    "myvmss_2": 22,
+}
+VIEWS = [
+    "/v1/events?all=true",
+    "/v1/vms",
+    "/v1/waves",
+    "/v1/clock",
+    "/v1/ec2/events",
+    "/v1/ec2/instances",
+    "/v1/gce/maintenance",
+    "/v1/gce/instances",
+]
+
+
+def served(server: Server) -> dict[str, bytes]:
+    """What a process serves: every demo VM's scheduled events, EC2 metadata, and the control API's views."""
+    answers = {}
+    for vm, address in DEMO_VMS.items():
+        url = f"http://127.0.0.{address}:{server.imds_port}/metadata/scheduledevents?api-version=2020-07-01"
+        answers[vm] = requests.get(url, headers={"Metadata": "true"}, timeout=5).content
+    for address in (30, 31):
+        url = f"http://127.0.0.{address}:{server.imds_port}/latest/meta-data/events/maintenance/scheduled"
+        answers[f"ec2 {address}"] = requests.get(url, timeout=5).content
+    for view in VIEWS:
+        answers[view] = requests.get(f"{server.control}{view}", timeout=5).content
+    return answers
+
+
+def metric(server: Server, name: str) -> float:
+    text = requests.get(f"{server.control}/metrics", timeout=5).text
+    return float(next(line.split()[1] for line in text.splitlines() if line.startswith(f"{name} ")))
+
+
+def demo_server(tmp_path, name: str, url: str, role: str) -> Server:
+    where = tmp_path / name
+    where.mkdir(exist_ok=True)
+    return Server(where, fleet_text=None, db=url, extra=["--fleet", "demo", "--role", role, *FAST])
+
+
+def test_a_replica_refreshed_incrementally_serves_the_bytes_a_fresh_replica_loads(tmp_path, postgres_url):
+    with (
+        demo_server(tmp_path, "a", postgres_url, "shared") as leader,
+        demo_server(tmp_path, "b", postgres_url, "replica") as replica,
+    ):
+        assert (role(leader), role(replica)) == ("leader", "replica")
+        for server, path, body in [
+            (leader, "/v1/events", {"type": "Freeze", "vms": ["WestNO_0", "WestNO_1"], "notice": "15m"}),
+            (replica, "/v1/events", {"type": "Reboot", "hosts": ["host-02"], "notice": "10m"}),
+            (replica, "/v1/vms/redeploy", {"vms": ["WestNO_2"]}),
+            (leader, "/v1/vms/delete", {"vms": ["myvmss_0"]}),
+            (replica, "/v1/platform/evict", {"vms": ["spot-worker-01"]}),
+            (leader, "/v1/ec2/events", {"code": "system-reboot", "instances": ["i-0a1b2c3d4e5f60718"], "notice": "5m"}),
+            (replica, "/v1/ec2/spot/interrupt", {"instances": ["i-0f1e2d3c4b5a69788"]}),
+            (leader, "/v1/gce/maintenance", {"instances": ["web-1"], "notice": "8m"}),
+            (replica, "/v1/gce/preempt", {"instances": ["batch-1"]}),
+            (leader, "/v1/waves", {"type": "Reboot", "by": "host", "groups": ["westno"], "notice": "2m"}),
+        ]:
+            answer = requests.post(f"{server.control}{path}", json=body, timeout=10)
+            assert answer.status_code in (200, 201), (path, answer.text)
+        for minutes in range(12):
+            server = (leader, replica)[minutes % 2]
+            requests.post(f"{server.control}/v1/clock/advance", json={"by": "2m"}, timeout=10).raise_for_status()
+            if minutes in (1, 11):  # events Scheduled and Started, VMs impacted; then all done
+                until(lambda: served(replica) == served(leader), what="the replica follows the leader")
+                with demo_server(tmp_path, f"fresh{minutes}", postgres_url, "replica") as fresh:  # a whole load
+                    assert served(fresh) == served(replica)
+        assert metric(replica, "forewarn_replica_refreshes_total") >= 10
+        assert metric(replica, "forewarn_replica_full_reloads_total") == 0  # every refresh read only what changed

@@ -96,6 +96,10 @@ class Node:
         self._bumping = False
         self._next_prune = 0.0
         leaders.held = self.held
+        try:  # a replica knows its leader before it serves (the thread reads the row again at once)
+            self._saw(lease.leader())
+        except StoreError:
+            pass
 
     # ------------------------------------------------------------------------------------------- start
     def lead_now(self) -> None:
@@ -190,11 +194,11 @@ class Node:
         when the whole state is to be loaded (the journal cannot tell)."""
         return reader.changes_since(self.loaded[1], self.service.projected_rows())
 
-    def _apply(self, changed: StoredChanges, catch_up: bool = True) -> bool:
+    def _apply(self, changed: StoredChanges) -> bool:
         """Apply a refresh on the event loop; False when it failed (the whole state is loaded instead: the engine
         may hold half of it)."""
         try:
-            self._on_loop(lambda: self.service.replicate(changed, catch_up))
+            self._on_loop(lambda: self.service.replicate(changed))
         except Exception:  # a refresh the engine cannot take must not stop the replica from following
             log.exception("applying the leader's commits %s failed; loading the whole state", changed.position)
             return False
@@ -218,10 +222,7 @@ class Node:
             except StoreError as error:
                 log.warning("reading the last commits failed (%s); loading the whole state", error)
                 changed = None
-            if changed is not None and changed.commits and not self._apply(changed, catch_up=False):
-                changed = None
-            position = None if changed is None else changed.position
-            self._on_loop(lambda: self._take_over(position))
+            self._on_loop(lambda: self._take_over(changed))
         except Exception as error:  # holding the lock without leading would stop every other process taking over
             log.critical("taking over as the leader failed (%s); exiting so that another process can", error)
             logging.shutdown()
@@ -241,9 +242,18 @@ class Node:
         if old is not None and old.store_pid and old.store_pid != self._store_pid():
             self.lease.end_session(old)
 
-    def _take_over(self, position: int | None) -> None:
-        """On the event loop: lead with the engine held (``position``: it holds the journal up to there), or one
-        rebuilt from the database (None)."""
+    def _take_over(self, changed: StoredChanges | None) -> None:
+        """On the event loop, in one go (no request sees the state between): take the last commits and lead with
+        the engine held, or with one rebuilt from the database when the journal could not tell (None) or applying
+        them failed."""
+        position = None
+        if changed is not None:
+            try:
+                if changed.commits:
+                    self.service.replicate(changed, catch_up=False)
+                position = changed.position
+            except Exception:  # the engine may hold half of them: the database's state instead
+                log.exception("applying the last commits failed; loading the whole state to lead")
         self.service.promote(position)
         self._publish()
         for hook in self.on_promoted:

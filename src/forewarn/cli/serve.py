@@ -330,8 +330,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     default="1s",
     show_default=True,
     metavar="DURATION",
-    help="How often a replica reads the leader's position without a notification (a lost NOTIFY delays it by at "
-    "most this).",
+    help="How often a replica reads the journal of the leader's commits without a notification (a lost NOTIFY "
+    "delays it by at most this).",
 )
 @click.option(
     "--advertise-host",

@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 
+import psycopg
 import requests
 
 from helpers import ROOT
@@ -185,10 +186,18 @@ def test_a_replica_that_loses_the_database_keeps_serving_and_says_so(tmp_path, p
                 assert document(replica, "vm4").content == served  # what it has, as it was
                 assert requests.get(f"{replica.control}/readyz", timeout=5).status_code == 200
                 leader.schedule(type="Redeploy", vms=["vm4"], notice="15m")
+                leader.advance("1m")
                 assert document(replica, "vm4").content == served
+                # Meanwhile the leader pruned the journal past the replica's position (as after 10 minutes).
+                with psycopg.connect(postgres_url, autocommit=True) as connection:
+                    connection.execute(
+                        "DELETE FROM forewarn_changes WHERE position < (SELECT MAX(position) FROM forewarn_changes)"
+                    )
                 proxy.open()
                 until(lambda: converged([leader, replica]), what="the replica catches up once the database is back")
                 assert health(replica)["database"]["reachable"] is True
+                metrics = requests.get(f"{replica.control}/metrics", timeout=5).text
+                assert "forewarn_replica_full_reloads_total 1.0" in metrics  # the journal could not tell
         log = (tmp_path / "b" / "server.log").read_text()
         assert "database unreachable" in log and "serving the last state replicated" in log
         assert "the database is reachable again" in log

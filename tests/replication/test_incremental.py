@@ -203,6 +203,35 @@ def test_a_replica_reads_back_what_its_own_projection_changed(postgres_url):
         pair.close()
 
 
+def test_a_projection_made_while_a_refresh_is_read_is_read_back_by_the_next_one(postgres_url):
+    wall = FakeWall(1_000_000.0)
+    pair = Pair(postgres_url, clock="real", wall=wall)
+    try:
+        leader, replica = pair.leader, pair.replica
+        [first] = leader.schedule(
+            ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(seconds=10))
+        )
+        [second] = leader.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",), notice=timedelta(seconds=60)))
+        pair.refresh()
+        leader.schedule(ScheduleRequest(EventType.FREEZE, vms=("fabrikam-db-01",)))  # something to refresh
+        wall.value += 20
+        assert replica.catch_up()  # the first event starts, in a projection
+        changed = pair.reader.changes_since(pair.position, replica.projected_rows())  # the thread reads...
+        assert changed is not None and first.event_id in changed.touched["forewarn_events"]
+        wall.value += 60
+        assert replica.catch_up()  # ... while the loop projects the second event's start
+        replica.replicate(changed, catch_up=False)  # then applies what it read
+        pair.position = changed.position
+        assert replica.projected and second.event_id in replica.projected_rows()["forewarn_events"]
+        assert first.event_id not in replica.projected_rows()["forewarn_events"]
+        leader.catch_up()
+        pair.refresh()
+        assert not replica.projected
+        pair.check()
+    finally:
+        pair.close()
+
+
 def test_a_replica_that_projected_the_same_deadlines_takes_the_leaders_commit(postgres_url):
     wall = FakeWall(1_000_000.0)
     pair = Pair(postgres_url, clock="real", wall=wall)

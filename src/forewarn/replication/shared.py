@@ -31,7 +31,7 @@ from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
 from forewarn.store import SQLStore, StoredChanges, StoredState, StoreError
-from forewarn.store.records import Touched, merge_touched
+from forewarn.store.records import Touched
 
 log = logging.getLogger("forewarn.replication")
 
@@ -53,7 +53,12 @@ class SharedService(Maintenance):
         self.role = REPLICA
         self.no_leader_reason = "no leader has published itself yet"
         self.projected = False  # a replica applied a deadline the leader had not committed (real clocks)
-        self._projection: Touched = {}  # the rows such deadlines changed, to read back from the database
+        # The rows such deadlines changed, to read back from the database: table -> key -> the number of the
+        # projection that last changed it (counted in _projections), so that a refresh read before a later projection
+        # leaves that projection's rows to the next one.
+        self._projection: dict[str, dict[str, int]] = {}
+        self._projections = 0
+        self._read_through = 0  # the projections the last projected_rows() covered
         self.command_seconds: list[float] = []  # latencies of the commands run here, drained by the metrics
 
     @classmethod
@@ -106,7 +111,9 @@ class SharedService(Maintenance):
             changes = self.engine.advance(now)
             if due is not None and due <= now:
                 self.projected = True
-                merge_touched(self._projection, self.store.registry.touched_by(changes, self.engine.now))
+                self._projections += 1
+                for table, keys in self.store.registry.touched_by(changes, self.engine.now).items():
+                    self._projection.setdefault(table, {}).update(dict.fromkeys(keys, self._projections))
             self._refresh_due()
         self._announce(changes)
         return changes
@@ -132,9 +139,11 @@ class SharedService(Maintenance):
         self.catch_up()  # deadlines that passed since the leader's commit (real clocks)
 
     def projected_rows(self) -> Touched:
-        """The rows this replica's projections changed since its last refresh (a copy: read from another thread)."""
+        """The rows this replica's projections changed since its last refresh (a copy: read from another thread,
+        for the refresh about to be read, which ``replicate`` then takes)."""
         with self._lock:
-            return {table: dict(keys) for table, keys in self._projection.items() if keys}
+            self._read_through = self._projections
+            return {table: dict.fromkeys(keys) for table, keys in self._projection.items() if keys}
 
     def replicate(self, changed: StoredChanges, catch_up: bool = True) -> None:
         """A replica takes the rows the leader's commits touched (and those its own projections changed, read back),
@@ -150,7 +159,8 @@ class SharedService(Maintenance):
                 left = self._projection.get(table)
                 if left:
                     for key in keys:
-                        left.pop(key, None)
+                        if left.get(key, self._read_through + 1) <= self._read_through:
+                            del left[key]
             self.projected = any(self._projection.values())
             self._refresh_due()
         if any(isinstance(change, Rebuilt) for change in changes):

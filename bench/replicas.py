@@ -9,9 +9,10 @@ In one run:
   2. metadata GETs per second (wrk, keep-alive, the default VM's scheduled-events document) of the leader alone,
      then of both processes at once, with each server's CPU seconds per request: on a 2-core machine the wrk
      clients share the cores with the servers, which is the limit the figures show;
-  3. replication lag under a wave over the whole fleet: for each of ``--lag-samples`` commands at the leader, the
-     time until the replica holds the position the leader published after it (its ``/healthz``), and the time
-     the replica spent loading and rebuilding (its ``forewarn_replica_refresh_seconds_total``);
+  3. replication lag under a wave over the whole fleet: for each of ``--lag-samples`` clock steps at the leader, the
+     time until the replica holds the position the leader published after it (its ``/healthz``); the replica's
+     refreshes (how many loaded the whole state rather than the rows the commits touched), the time it spent in
+     them (``forewarn_replica_refresh_seconds_total``), and the CPU time of both processes over the steps;
   4. failover: ``--kill-cycles`` times, kill -9 the leader, time until the other process leads, restart the killed
      one (it comes back as a replica); the median and worst;
   5. resident memory of the leader and the replica, per VM.
@@ -76,7 +77,18 @@ class Process:
     def start(self) -> float:
         argv = [sys.executable, "-m", "forewarn", "serve", "--db", self.url, "--fleet", str(self.fleet)]
         argv += ["--role", "shared", "--failover-poll", "0.5s", "--clock", "manual", "--seed", "bench"]
-        argv += ["--port", str(self.port), "--imds-port", str(self.imds_port), "--arm-port", "0", "--ec2-port", "0"]
+        argv += [
+            "--port",
+            str(self.port),
+            "--imds-port",
+            str(self.imds_port),
+            "--arm-port",
+            "0",
+            "--ec2-port",
+            "0",
+            "--gce-port",
+            "0",
+        ]
         argv += ["--log-level", "warning"]
         if self.cpu is not None and shutil.which("taskset"):
             argv = ["taskset", "-c", str(self.cpu), *argv]
@@ -158,10 +170,9 @@ def wait(condition, timeout: float, what: str):
     raise SystemExit(f"{what}: not within {timeout:g} s")
 
 
-def refresh_seconds(server: Process) -> float:
+def metrics(server: Process) -> dict[str, float]:
     text = httpx.get(f"{server.control}/metrics", timeout=5).text
-    found = re.search(r"^forewarn_replica_refresh_seconds_total ([\d.e+-]+)$", text, re.M)
-    return float(found.group(1)) if found else 0.0
+    return {name: float(value) for name, value in re.findall(r"^(forewarn_replica_\w+) ([\d.e+-]+)$", text, re.M)}
 
 
 def main() -> int:
@@ -240,18 +251,29 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
 
     wave = client.post(f"{leader.control}/v1/waves", json={"type": "Reboot", "by": "host", "concurrency": 100})
     lags = []
-    refresh_before = refresh_seconds(replica)
+    before = metrics(replica)
+    cpu_before = [cpu_seconds(s.proc.pid) for s in (leader, replica) if s.proc]
     for _ in range(args.lag_samples):
         client.post(f"{leader.control}/v1/clock/advance", json={"by": "5m"}).raise_for_status()
         position = leader.health()["position"]
         started = time.monotonic()
         wait(lambda: replica.health()["position"] >= position, 120, "the replica catches up")  # noqa: B023
         lags.append(time.monotonic() - started)
-    refreshed = refresh_seconds(replica) - refresh_before
+    cpu_leader, cpu_replica = (cpu_seconds(s.proc.pid) - b for s, b in zip((leader, replica), cpu_before) if s.proc)
+    after = metrics(replica)
+
+    def delta(name: str) -> str:
+        if name not in after:
+            return "n/a"  # a forewarn without that metric
+        return f"{after[name] - before.get(name, 0.0):.3g}"
+
     print(
         f"\nreplication lag under a wave over {args.vms:,} VMs (wave {wave.status_code}), {len(lags)} clock steps: "
-        f"median {statistics.median(lags) * 1000:.0f} ms, worst {max(lags) * 1000:.0f} ms; the replica spent "
-        f"{refreshed:.1f} s loading and rebuilding (a whole state per refresh: incremental refresh is not done)"
+        f"median {statistics.median(lags) * 1000:.0f} ms, worst {max(lags) * 1000:.0f} ms\n"
+        f"  the replica: {delta('forewarn_replica_refreshes_total')} refreshes "
+        f"({delta('forewarn_replica_full_reloads_total')} loading the whole state), "
+        f"{delta('forewarn_replica_refresh_seconds_total')} s in them, {cpu_replica:.2f} s of CPU; "
+        f"the leader: {cpu_leader:.2f} s of CPU for the steps"
     )
 
     failovers, restarts = [], []

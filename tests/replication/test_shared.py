@@ -9,6 +9,7 @@ import time
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 
+import psycopg
 import requests
 
 from helpers import ROOT
@@ -185,10 +186,18 @@ def test_a_replica_that_loses_the_database_keeps_serving_and_says_so(tmp_path, p
                 assert document(replica, "vm4").content == served  # what it has, as it was
                 assert requests.get(f"{replica.control}/readyz", timeout=5).status_code == 200
                 leader.schedule(type="Redeploy", vms=["vm4"], notice="15m")
+                leader.advance("1m")
                 assert document(replica, "vm4").content == served
+                # Meanwhile the leader pruned the journal past the replica's position (as after 10 minutes).
+                with psycopg.connect(postgres_url, autocommit=True) as connection:
+                    connection.execute(
+                        "DELETE FROM forewarn_changes WHERE position < (SELECT MAX(position) FROM forewarn_changes)"
+                    )
                 proxy.open()
                 until(lambda: converged([leader, replica]), what="the replica catches up once the database is back")
                 assert health(replica)["database"]["reachable"] is True
+                metrics = requests.get(f"{replica.control}/metrics", timeout=5).text
+                assert "forewarn_replica_full_reloads_total 1.0" in metrics  # the journal could not tell
         log = (tmp_path / "b" / "server.log").read_text()
         assert "database unreachable" in log and "serving the last state replicated" in log
         assert "the database is reachable again" in log
@@ -220,3 +229,33 @@ def test_without_a_leader_a_replica_never_shows_an_event_as_scheduled_after_its_
                 committed = document(successor, "vm5").json()
                 assert committed["DocumentIncarnation"] >= after["DocumentIncarnation"]
                 until(lambda: converged([successor, replica], ["vm5"]), what="the replica takes the committed state")
+
+
+def test_a_replica_serves_the_hosts_it_is_given(tmp_path, postgres_url):
+    """--hosts: vm0 runs on host-01, vm1 on host-02, vm2 on host-03. A machine on another host is a caller this
+    metadata service does not know: Azure's 400 (approvals are not forwarded for it); it follows a redeploy."""
+    with shared_server(tmp_path, "a", postgres_url) as leader:
+        with shared_server(tmp_path, "b", postgres_url, role="replica", extra=["--hosts", "host-0[12]"]) as replica:
+            event = leader.schedule(type="Reboot", vms=["vm2"], notice="15m")[0]
+            until(lambda: converged([leader, replica], ["vm0", "vm1"]), what="the replica follows")
+            assert document(replica, "vm0").content == document(leader, "vm0").content
+            other = document(replica, "vm2")
+            assert other.status_code == 400
+            assert other.json() == {
+                "error": "Bad request. vm2 runs on host host-03, whose metadata this server does not serve "
+                "(--hosts host-0[12])"
+            }
+            approval = requests.post(
+                vm_url(replica, "vm2"),
+                headers={"Metadata": "true"},
+                json={"StartRequests": [{"EventId": event["event_id"]}]},
+                timeout=10,
+            )
+            assert approval.status_code == 400 and approval.json() == other.json()
+            assert leader.get(f"/v1/events/{event['event_id']}")["status"] == "Scheduled"  # not forwarded
+            # A redeploy moves vm1 to host-03: from then on, another host's metadata service answers it.
+            leader.post("/v1/vms/redeploy", {"vms": ["vm1"]}, expect=200)
+            leader.advance("1h")
+            until(lambda: document(replica, "vm1").status_code == 400, what="the replica follows the redeploy")
+            assert "vm1 runs on host host-03" in document(replica, "vm1").text
+            assert document(leader, "vm1").status_code == 200

@@ -5,7 +5,7 @@ engine's clock, deadlines and numbering (``core/scheduler.py``) and its commit-p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -48,7 +48,7 @@ from forewarn.core.bounds import (
     iso_time,
     whole_second_ceiling,
 )
-from forewarn.core.changes import Change
+from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
@@ -86,6 +86,17 @@ class StoredEc2:
     events: Iterable[Ec2Event] = ()
     states: Iterable[Ec2State] = ()
     windows: Iterable[EventWindow] = ()
+    notification_attributes: NotificationAttributes | None = None
+
+
+@dataclass(frozen=True)
+class Ec2Rows:
+    """Rows some commits touched, as they are now (None: the row is gone, or never was; attributes None: not
+    touched): what a replica applies to its engine (:meth:`Ec2Component.replicate`)."""
+
+    events: Mapping[str, Ec2Event | None] = field(default_factory=dict)
+    states: Mapping[str, Ec2State | None] = field(default_factory=dict)
+    windows: Mapping[str, EventWindow | None] = field(default_factory=dict)
     notification_attributes: NotificationAttributes | None = None
 
 
@@ -619,6 +630,74 @@ class Ec2Component:
         order = self._ec2_by_instance.setdefault(event.instance_id, [])
         if event.event_id not in order:
             order.append(event.event_id)
+
+    # -------------------------------------------------------------------------------------------- replication
+    def replicate(self, rows: Ec2Rows, created_at: datetime) -> list[Change]:
+        """A replica takes rows the leader committed: as AzureComponent.replicate."""
+        changes: list[Change] = []
+        removed = False
+        if rows.notification_attributes is not None:
+            self.notification_attributes = rows.notification_attributes
+            changes.append(Ec2NotificationAttributesChanged(rows.notification_attributes))
+        for window_id, window in rows.windows.items():
+            if window is None or window.state == "deleted":
+                self.ec2_windows.pop(window_id, None)
+            else:
+                self.ec2_windows[window_id] = window
+                changes.append(Ec2WindowChanged(window, REPLICATED))
+        for instance_id, state in rows.states.items():
+            old = self.ec2_states.get(instance_id)
+            if state is None:
+                deployed = self.fleet.ec2.get(instance_id)
+                if deployed is None:  # a replacement the replica launched in a projection
+                    removed |= self.ec2_states.pop(instance_id, None) is not None
+                    self.ec2_instances.pop(instance_id, None)
+                    continue
+                state = Ec2State(instance_id, InstanceState.RUNNING, deployed.host, created_at, created_at)
+            self.ec2_states[instance_id] = state
+            if state.origin is not None and instance_id not in self.ec2_instances:
+                self.ec2_instances[instance_id] = self._replacement_record(state.origin, instance_id, state.host)
+            if (
+                state.spot_action_time is not None
+                and not state.gone
+                and state.state is InstanceState.RUNNING
+                and (old is None or (old.spot_action_time, old.state) != (state.spot_action_time, state.state))
+            ):
+                self._scheduler.add(state.spot_action_time, self._spot_deadline, instance_id)
+            changes.append(Ec2StateChanged(state, REPLICATED, "committed by the leader"))
+        instances: set[str] = set()
+        for event_id, gone in rows.events.items():
+            if gone is None and event_id in self.ec2_events:
+                dropped = self.ec2_events.pop(event_id)
+                self._ec2_by_instance.get(dropped.instance_id, []).remove(event_id)
+                removed = True
+        for event in sorted((e for e in rows.events.values() if e is not None), key=lambda e: e.seq):
+            old_event = self.ec2_events.get(event.event_id)
+            self._index_ec2(event)
+            instances.add(event.instance_id)
+            if event.state is Ec2EventState.ACTIVE and old_event != event:  # stale ones are told by their times
+                if event.started_at is None:
+                    self._scheduler.add(event.not_before, self._start_deadline, event.event_id)
+                elif event.ends_at is not None:
+                    self._scheduler.add(event.ends_at, self._end_deadline, event.event_id)
+            changes.append(Ec2EventChanged(event, REPLICATED, "committed by the leader"))
+        for instance_id in instances:
+            self._ec2_by_instance[instance_id].sort(key=lambda event_id: self.ec2_events[event_id].seq)
+        if removed:
+            changes.append(Rebuilt("EC2 events or instances a replica projected were not committed"))
+        return changes
+
+    def reschedule(self) -> None:
+        """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""
+        for event in sorted(self.ec2_events.values(), key=lambda e: e.seq):
+            if event.state is Ec2EventState.ACTIVE:
+                if event.started_at is None:
+                    self._scheduler.add(event.not_before, self._start_deadline, event.event_id)
+                elif event.ends_at is not None:
+                    self._scheduler.add(event.ends_at, self._end_deadline, event.event_id)
+        for state in self.ec2_states.values():
+            if state.spot_action_time is not None and not state.gone and state.state is InstanceState.RUNNING:
+                self._scheduler.add(state.spot_action_time, self._spot_deadline, state.instance_id)
 
 
 class RescheduleRefused(Invalid):

@@ -11,10 +11,10 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
-from forewarn.aws.component import StoredEc2
+from forewarn.aws.component import Ec2Rows, StoredEc2
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState, NotificationAttributes
 from forewarn.aws.windows import EventWindow, TimeRange
-from forewarn.store.records import Reader, Records, Rows, Writer, time_from_text, time_text
+from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
 
 NOTIFICATION_ATTRIBUTES_KEY = "ec2_notification_attributes"  # in forewarn_meta
 
@@ -113,6 +113,7 @@ def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
         "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
         (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
     )
+    rows.touch("forewarn_ec2_events", event.event_id)
     rows.journal(f"ec2 {change.what}", event.event_id, {"instance": event.instance_id, "reason": change.reason})
 
 
@@ -123,6 +124,7 @@ def _state_changed(change: Ec2StateChanged, rows: Rows) -> None:
         "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
         (state.instance_id, encode_ec2_state(state)),
     )
+    rows.touch("forewarn_ec2_instances", state.instance_id)
     rows.journal(f"instance {change.what}", None, {"instance": state.instance_id, "reason": change.reason})
 
 
@@ -141,6 +143,7 @@ def _window_changed(change: Ec2WindowChanged, rows: Rows) -> None:
             "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
             (window.window_id, encode_window(window)),
         )
+    rows.touch("forewarn_ec2_windows", window.window_id)
     rows.journal(f"window {change.what}", None, {"window": window.window_id})
 
 
@@ -157,6 +160,40 @@ def _load(reader: Reader) -> dict[str, Any]:
     }
 
 
+def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
+    attributes = NOTIFICATION_ATTRIBUTES_KEY in touched.get("forewarn_meta", ())
+    if not attributes and not any(table in touched for table in EC2_TABLES):
+        return {}
+    return {
+        "ec2": Ec2Rows(
+            events=reader.current(
+                "SELECT event_id, data FROM forewarn_ec2_events",
+                "event_id",
+                touched.get("forewarn_ec2_events", ()),
+                lambda row: decode_ec2_event(row[1]),
+            ),
+            states=reader.current(
+                "SELECT instance_id, data FROM forewarn_ec2_instances",
+                "instance_id",
+                touched.get("forewarn_ec2_instances", ()),
+                lambda row: decode_ec2_state(row[1]),
+            ),
+            windows=reader.current(
+                "SELECT window_id, data FROM forewarn_ec2_windows",
+                "window_id",
+                touched.get("forewarn_ec2_windows", ()),
+                lambda row: decode_window(row[1]),
+            ),
+            notification_attributes=(
+                decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
+                if attributes
+                else None
+            ),
+        )
+    }
+
+
+EC2_TABLES = ("forewarn_ec2_events", "forewarn_ec2_instances", "forewarn_ec2_windows")
 EC2_RECORDS = Records(
     "aws",
     [
@@ -166,5 +203,6 @@ EC2_RECORDS = Records(
         Writer(Ec2WindowChanged, _window_changed),
     ],
     _load,
-    tables=("forewarn_ec2_events", "forewarn_ec2_instances", "forewarn_ec2_windows"),
+    tables=EC2_TABLES,
+    reload=_reload,
 )

@@ -43,7 +43,7 @@ from forewarn.core.bounds import (
     clamped_time,
     iso_time,
 )
-from forewarn.core.changes import Change
+from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
@@ -82,6 +82,18 @@ class StoredAzure:
     vm_states: Iterable[VmState] = ()
     policies: Iterable[Policy] = ()
     enabled: Mapping[str, datetime] = field(default_factory=dict)  # scope -> its VMs' latest request
+
+
+@dataclass(frozen=True)
+class AzureRows:
+    """Rows some commits touched, as they are now (None: the row is gone, or never was): what a replica applies to
+    its engine (:meth:`AzureComponent.replicate`)."""
+
+    events: Mapping[str, Event | None] = field(default_factory=dict)
+    incarnations: Mapping[str, int | None] = field(default_factory=dict)
+    vm_states: Mapping[str, VmState | None] = field(default_factory=dict)
+    policies: Mapping[str, Policy | None] = field(default_factory=dict)
+    enabled: Mapping[str, datetime | None] = field(default_factory=dict)
 
 
 class DocumentStep:
@@ -810,6 +822,109 @@ class AzureComponent:
     def _end_deadline_step(self) -> list[Change]:
         step, self._deadline_step = self._deadline_step, DocumentStep()
         return self.end_step(step)
+
+    # -------------------------------------------------------------------------------------------- replication
+    def replicate(self, rows: AzureRows, created_at: datetime) -> list[Change]:
+        """A replica takes rows the leader committed (replication/): the state, its indexes, and the deadlines the
+        rows set, as loading them would (``created_at``: the fleet's deployment, for rows that are gone). The
+        changes returned tell the read models what moved; a Rebuilt among them: something was removed (a replica's
+        own uncommitted projection), and what was derived is to be dropped."""
+        changes: list[Change] = []
+        for owner, policy in rows.policies.items():
+            policy = policy or self.fleet.policies.get(owner) or Policy(owner)
+            self.policies[owner] = policy
+            changes.append(PolicyChanged(policy))
+        for name, state in rows.vm_states.items():
+            if state is None:
+                if name not in self.fleet.vms:
+                    continue
+                state = self._deployed_state(self.fleet.vms[name], created_at)
+            old = self.vm_states.get(name)
+            self.vm_states[name] = state
+            if old is not None and not old.deleted:
+                self._host_members.get(old.host, {}).pop(name, None)
+            if not state.deleted:
+                self._host_members.setdefault(state.host, {})[name] = None
+            if state.impact_until is not None and (old is None or old.impact_until != state.impact_until):
+                self._scheduler.add(state.impact_until, self._recover_deadline, name)
+            changes.append(VmChanged(state, REPLICATED, "committed by the leader"))
+        scopes: set[str] = set()
+        removed = False
+        for event_id, gone in rows.events.items():
+            if gone is None and event_id in self.events:
+                dropped = self.events.pop(event_id)
+                self._unindex(dropped)
+                scopes.add(dropped.scope)
+                removed = True
+        for event in sorted((e for e in rows.events.values() if e is not None), key=lambda e: e.seq):
+            old_event = self.events.get(event.event_id)
+            self._index(event)
+            scopes.add(event.scope)
+            if old_event is None or (old_event.status, old_event.not_before, old_event.ends_at) != (
+                event.status,
+                event.not_before,
+                event.ends_at,
+            ):
+                if event.status is EventStatus.SCHEDULED:
+                    self._scheduler.add(event.not_before, self._start_deadline, event.operation_id)
+                elif event.status is EventStatus.STARTED:
+                    self._scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
+                    self._set_extra_impacts(event)
+            changes.append(EventChanged(event, REPLICATED, "committed by the leader"))
+        for scope, incarnation in rows.incarnations.items():
+            if incarnation is None:
+                self.incarnations.pop(scope, None)
+            else:
+                self.incarnations[scope] = incarnation
+            scopes.add(scope)
+        for scope, at in rows.enabled.items():
+            if at is None:
+                self.last_seen.pop(scope, None)
+            else:
+                self.last_seen[scope] = at
+                changes.append(ScopeEnabled(scope, at))
+        for scope in sorted(scopes):
+            live = self._live_by_scope.get(scope)
+            if live:  # in creation order, as the document lists them (an event taken back by a refresh went last)
+                self._live_by_scope[scope] = dict.fromkeys(sorted(live, key=lambda event_id: self.events[event_id].seq))
+            changes.append(IncarnationChanged(scope, self.incarnation(scope)))
+        if removed:
+            changes.append(Rebuilt("events a replica projected were not committed"))
+        return changes
+
+    def _deployed_state(self, vm: VM, created_at: datetime) -> VmState:
+        """A VM as deployed, before anything happened to it (the state no row stands for)."""
+        policy = self.policies[vm.policy_owner]
+        return VmState(
+            vm.name,
+            Power.RUNNING,
+            vm.host,
+            created_at,
+            terminate=policy.terminate,
+            os_image=policy.os_image,
+            model_version=policy.model_version,
+        )
+
+    def _unindex(self, event: Event) -> None:
+        self._by_seq.pop(event.seq, None)
+        members = self.operations.get(event.operation_id)
+        if members is not None and event.event_id in members:
+            members.remove(event.event_id)
+            if not members:
+                del self.operations[event.operation_id]
+        self._live_by_scope.get(event.scope, {}).pop(event.event_id, None)
+
+    def reschedule(self) -> None:
+        """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""
+        for event in sorted(self.events.values(), key=lambda e: e.seq):
+            if event.status is EventStatus.SCHEDULED:
+                self._scheduler.add(event.not_before, self._start_deadline, event.operation_id)
+            elif event.status is EventStatus.STARTED:
+                self._scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
+                self._set_extra_impacts(event)
+        for state in self.vm_states.values():
+            if state.impact_until is not None:
+                self._scheduler.add(state.impact_until, self._recover_deadline, state.name)
 
 
 def _impact_end(event: Event) -> datetime:

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
-from forewarn.azure.component import StoredAzure
+from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
-from forewarn.store.records import Reader, Records, Rows, Writer, time_from_text, time_text
+from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
 
 
 def encode_event(event: Event) -> str:
@@ -127,6 +127,7 @@ def _event_changed(change: EventChanged, rows: Rows) -> None:
         "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
         (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
     )
+    rows.touch("forewarn_events", event.event_id)
     rows.journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
 
 
@@ -136,6 +137,7 @@ def _vm_changed(change: VmChanged, rows: Rows) -> None:
         "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data",
         (state.name, encode_vm_state(state)),
     )
+    rows.touch("forewarn_vms", state.name)
     rows.journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
 
 
@@ -144,6 +146,7 @@ def _policy_changed(change: PolicyChanged, rows: Rows) -> None:
         "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
         (change.policy.owner, encode_policy(change.policy)),
     )
+    rows.touch("forewarn_policies", change.policy.owner)
     rows.journal("policy", None, {"owner": change.policy.owner})
 
 
@@ -152,6 +155,7 @@ def _scope_enabled(change: ScopeEnabled, rows: Rows) -> None:
         "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
         (change.scope, change.at.isoformat()),
     )
+    rows.touch("forewarn_enabled", change.scope)
     rows.journal("enabled", None, {"scope": change.scope})
 
 
@@ -162,6 +166,7 @@ def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
         "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
         (change.scope, change.incarnation),
     )
+    rows.touch("forewarn_scopes", change.scope)
 
 
 def _load(reader: Reader) -> dict[str, Any]:
@@ -181,6 +186,46 @@ def _load(reader: Reader) -> dict[str, Any]:
     }
 
 
+def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
+    if not any(table in touched for table in AZURE_TABLES):
+        return {}
+    return {
+        "azure": AzureRows(
+            events=reader.current(
+                "SELECT event_id, data FROM forewarn_events",
+                "event_id",
+                touched.get("forewarn_events", ()),
+                lambda row: decode_event(row[1]),
+            ),
+            incarnations=reader.current(
+                "SELECT scope, incarnation FROM forewarn_scopes",
+                "scope",
+                touched.get("forewarn_scopes", ()),
+                lambda row: int(row[1]),
+            ),
+            vm_states=reader.current(
+                "SELECT name, data FROM forewarn_vms",
+                "name",
+                touched.get("forewarn_vms", ()),
+                lambda row: decode_vm_state(row[1]),
+            ),
+            policies=reader.current(
+                "SELECT owner, data FROM forewarn_policies",
+                "owner",
+                touched.get("forewarn_policies", ()),
+                lambda row: decode_policy(row[1]),
+            ),
+            enabled=reader.current(
+                "SELECT scope, at FROM forewarn_enabled",
+                "scope",
+                touched.get("forewarn_enabled", ()),
+                lambda row: datetime.fromisoformat(row[1]),
+            ),
+        )
+    }
+
+
+AZURE_TABLES = ("forewarn_events", "forewarn_scopes", "forewarn_vms", "forewarn_policies", "forewarn_enabled")
 AZURE_RECORDS = Records(
     "azure",
     [
@@ -191,5 +236,6 @@ AZURE_RECORDS = Records(
         Writer(IncarnationChanged, _incarnation_changed),
     ],
     _load,
-    tables=("forewarn_events", "forewarn_scopes", "forewarn_vms", "forewarn_policies", "forewarn_enabled"),
+    tables=AZURE_TABLES,
+    reload=_reload,
 )

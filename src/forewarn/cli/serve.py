@@ -330,14 +330,21 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     default="1s",
     show_default=True,
     metavar="DURATION",
-    help="How often a replica reads the leader's position without a notification (a lost NOTIFY delays it by at "
-    "most this).",
+    help="How often a replica reads the journal of the leader's commits without a notification (a lost NOTIFY "
+    "delays it by at most this).",
 )
 @click.option(
     "--advertise-host",
     metavar="HOST",
     help="The address other forewarn processes reach this one's ports at, when it leads. Default: --host and "
     "--imds-host.",
+)
+@click.option(
+    "--hosts",
+    metavar="GLOB",
+    help="Serve the metadata of the machines on the hosts this glob matches only (host-0[1-4], rack-7-*), as each "
+    "host's own metadata service does; a machine on another host gets the answer to a caller the metadata service "
+    "does not know (docs/replicas.md). Default: every host.",
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(
@@ -386,6 +393,7 @@ def serve(
     failover_poll: str,
     catch_up_interval: str,
     advertise_host: str | None,
+    hosts: str | None,
     log_level: str,
 ) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
@@ -442,6 +450,7 @@ def serve(
         failover_poll=positive_seconds(failover_poll, "--failover-poll"),
         catch_up_interval=positive_seconds(catch_up_interval, "--catch-up-interval"),
         advertise_host=advertise_host,
+        hosts=hosts,
         log_level=log_level,
     )
     from forewarn.server.bootstrap import ListenError, run_server

@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+# The ``what`` of the changes a replica tells its read models about: rows the leader committed, as it read them back
+# (replication/), whatever the command that wrote them.
+REPLICATED = "replicated"
+
 
 class Change:
     """One thing a command changed. Subclasses are frozen dataclasses; the store has a writer for each."""

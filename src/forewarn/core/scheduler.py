@@ -70,6 +70,16 @@ class Scheduler:
         self._set_count += 1
         heapq.heappush(self._heap, (at, self._set_count, Deadline(at, kind, target)))
 
+    def clear(self) -> None:
+        """Forget every deadline (the components set them again from their state: a replica that takes over)."""
+        self._heap.clear()
+
+    def pending(self) -> list[tuple[datetime, str, Any]]:
+        """The deadlines that still apply, as (time, kind, target), in the order they fall due."""
+        return [
+            (at, deadline.kind.name, deadline.target) for at, _, deadline in sorted(self._heap) if not deadline.stale
+        ]
+
     def next_deadline(self) -> datetime | None:
         """When the next deadline that still applies falls due."""
         while self._heap and self._heap[0][2].stale:

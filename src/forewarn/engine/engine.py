@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from forewarn.aws.component import Ec2Component, StoredEc2
+from forewarn.aws.component import Ec2Component, Ec2Rows, StoredEc2
 from forewarn.aws.model import Ec2Event, Ec2Instance, Ec2State, NotificationAttributes
 from forewarn.aws.windows import EventWindow
 from forewarn.azure.component import (
@@ -22,6 +22,7 @@ from forewarn.azure.component import (
     MAX_EXTRA_IMPACTS,
     MIN_EVENT_ID_PREFIX,
     AzureComponent,
+    AzureRows,
     StoredAzure,
 )
 from forewarn.azure.model import Event, ScheduleRequest
@@ -32,9 +33,9 @@ from forewarn.core.errors import Conflict
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.engine.rules import Rules, check_rules
 from forewarn.fleet.model import Fleet
-from forewarn.gcp.component import GcpComponent, StoredGcp
+from forewarn.gcp.component import GcpComponent, GcpRows, StoredGcp
 from forewarn.gcp.model import GceMaintenance, GceState
-from forewarn.waves.component import StoredWaves, Wave, WaveRunner
+from forewarn.waves.component import StoredWaves, Wave, WaveRows, WaveRunner
 
 # Names other modules import from here.
 __all__ = [
@@ -166,6 +167,44 @@ class Engine:
 
     def next_deadline(self) -> datetime | None:
         return self.scheduler.next_deadline()
+
+    # ------------------------------------------------------------------------------------------ replication
+    def replicate(
+        self,
+        now: datetime,
+        next_seq: int,
+        created_at: datetime,
+        *,
+        azure: AzureRows | None = None,
+        ec2: Ec2Rows | None = None,
+        gcp: GcpRows | None = None,
+        waves: WaveRows | None = None,
+    ) -> list[Change]:
+        """A replica takes the rows the leader's commits touched, read back at the leader's ``now`` and numbering
+        (which the replica's own projection may have passed: it goes back to them). Each component updates its
+        state, indexes and deadlines; the changes returned tell the read models what moved (a Rebuilt among them:
+        drop what was derived)."""
+        self.scheduler.now = clamped_time(now)
+        self._sequence.next_number = next_seq
+        changes: list[Change] = []
+        if azure is not None:
+            changes += self.azure.replicate(azure, clamped_time(created_at))
+        if ec2 is not None:
+            changes += self.ec2.replicate(ec2, clamped_time(created_at))
+        if gcp is not None:
+            changes += self.gcp.replicate(gcp, clamped_time(created_at))
+        if azure is not None or waves is not None:
+            changes += self.wave_runner.replicate(waves)
+        changes.append(TimeMoved(self.now))
+        return changes
+
+    def reschedule(self) -> None:
+        """Every deadline again from the state, as loading it sets them: a replica taking over drops what its
+        projections left in the scheduler."""
+        self.scheduler.clear()
+        self.azure.reschedule()
+        self.ec2.reschedule()
+        self.gcp.reschedule()
 
     def advance(self, to: datetime) -> list[Change]:
         """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""

@@ -6,7 +6,7 @@ and preemptible preemption, and host errors. It shares the engine's clock, deadl
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
@@ -19,7 +19,7 @@ from forewarn.core.bounds import (
     iso_time,
     whole_second_ceiling,
 )
-from forewarn.core.changes import Change
+from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
@@ -54,6 +54,15 @@ class StoredGcp:
 
     events: Iterable[GceMaintenance] = ()
     states: Iterable[GceState] = ()
+
+
+@dataclass(frozen=True)
+class GcpRows:
+    """Rows some commits touched, as they are now (None: the row is gone, or never was): what a replica applies to
+    its engine (:meth:`GcpComponent.replicate`)."""
+
+    events: Mapping[str, GceMaintenance | None] = field(default_factory=dict)
+    states: Mapping[str, GceState | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -548,3 +557,64 @@ class GcpComponent:
         order = self._by_instance.setdefault(event.instance, [])
         if event.event_id not in order:
             order.append(event.event_id)
+
+    # -------------------------------------------------------------------------------------------- replication
+    def replicate(self, rows: GcpRows, created_at: datetime) -> list[Change]:
+        """A replica takes rows the leader committed: as AzureComponent.replicate."""
+        changes: list[Change] = []
+        removed = False
+        for name, state in rows.states.items():
+            instance = self.fleet.gce.get(name)
+            if instance is None:  # loading ignores them too
+                continue
+            old = self.gce_states.get(name)
+            if state is None:
+                state = GceState(
+                    name,
+                    InstanceStatus.RUNNING,
+                    instance.host,
+                    instance.on_host_maintenance,
+                    instance.automatic_restart,
+                    created_at,
+                )
+            self.gce_states[name] = state
+            if state.preempt_at is not None and (old is None or old.preempt_at != state.preempt_at):
+                self._scheduler.add(state.preempt_at, self._preempt, name)
+            if state.restart_at is not None and (old is None or old.restart_at != state.restart_at):
+                self._scheduler.add(state.restart_at, self._restart, name)
+            changes.append(GceStateChanged(state, REPLICATED, "committed by the leader"))
+        instances: set[str] = set()
+        for event_id, gone in rows.events.items():
+            if gone is None and event_id in self.gce_events:
+                dropped = self.gce_events.pop(event_id)
+                self._by_instance.get(dropped.instance, []).remove(event_id)
+                removed = True
+        for event in sorted((e for e in rows.events.values() if e is not None), key=lambda e: e.seq):
+            old_event = self.gce_events.get(event.event_id)
+            self._index(event)
+            instances.add(event.instance)
+            if old_event != event:
+                self._stored_deadline(event)
+            changes.append(GceEventChanged(event, REPLICATED, "committed by the leader"))
+        for name in instances:
+            self._by_instance[name].sort(key=lambda event_id: self.gce_events[event_id].seq)
+        if removed:
+            changes.append(Rebuilt("maintenance events a replica projected were not committed"))
+        return changes
+
+    def _stored_deadline(self, event: GceMaintenance) -> None:
+        """The deadline a stored event sets, as loading it sets it: a notice already due fires at the catch-up."""
+        if event.state is EventState.PENDING:
+            self._scheduler.add(event.window_start - self.rules.notice, self._notice, event.event_id)
+        else:
+            self._set_deadline(event)
+
+    def reschedule(self) -> None:
+        """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""
+        for state in self.gce_states.values():
+            if state.preempt_at is not None:
+                self._scheduler.add(state.preempt_at, self._preempt, state.name)
+            if state.restart_at is not None:
+                self._scheduler.add(state.restart_at, self._restart, state.name)
+        for event in sorted(self.gce_events.values(), key=lambda e: e.seq):
+            self._stored_deadline(event)

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
-from forewarn.gcp.component import StoredGcp
+from forewarn.gcp.component import GcpRows, StoredGcp
 from forewarn.gcp.model import (
     EventState,
     GceMaintenance,
@@ -19,7 +19,7 @@ from forewarn.gcp.model import (
     MaintenanceType,
     OnHostMaintenance,
 )
-from forewarn.store.records import Reader, Records, Rows, Writer
+from forewarn.store.records import Reader, Records, Rows, Touched, Writer
 
 _ENUMS: dict[str, Any] = {
     "kind": MaintenanceKind,
@@ -94,6 +94,7 @@ def _event_changed(change: GceEventChanged, rows: Rows) -> None:
         "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
         (event.event_id, event.seq, event.instance, encode_gce_event(event)),
     )
+    rows.touch("forewarn_gce_events", event.event_id)
     rows.journal(f"gce {change.what}", event.event_id, {"instance": event.instance, "reason": change.reason})
 
 
@@ -104,6 +105,7 @@ def _state_changed(change: GceStateChanged, rows: Rows) -> None:
         "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
         (state.name, encode_gce_state(state)),
     )
+    rows.touch("forewarn_gce_instances", state.name)
     if change.what != "watched":  # every first read after a maintenance: not worth a journal line each
         rows.journal(f"gce instance {change.what}", None, {"instance": state.name, "reason": change.reason})
 
@@ -119,9 +121,32 @@ def _load(reader: Reader) -> dict[str, Any]:
     }
 
 
+def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
+    if not any(table in touched for table in GCP_TABLES):
+        return {}
+    return {
+        "gcp": GcpRows(
+            events=reader.current(
+                "SELECT event_id, data FROM forewarn_gce_events",
+                "event_id",
+                touched.get("forewarn_gce_events", ()),
+                lambda row: decode_gce_event(row[1]),
+            ),
+            states=reader.current(
+                "SELECT name, data FROM forewarn_gce_instances",
+                "name",
+                touched.get("forewarn_gce_instances", ()),
+                lambda row: decode_gce_state(row[1]),
+            ),
+        )
+    }
+
+
+GCP_TABLES = ("forewarn_gce_events", "forewarn_gce_instances")
 GCP_RECORDS = Records(
     "gcp",
     [Writer(GceEventChanged, _event_changed), Writer(GceStateChanged, _state_changed)],
     _load,
-    tables=("forewarn_gce_events", "forewarn_gce_instances"),
+    tables=GCP_TABLES,
+    reload=_reload,
 )

@@ -6,11 +6,16 @@ the relay that carries a namespace's connections: ``PUT /v1/imds/callers/{addres
 VM's own port (``imds.port``); the caller's address is a VM's
 ``imds.address`` (network namespaces, or clients that bind their source address); the address the caller dialled is
 a VM's ``imds.address`` (loopback: a VM's client dials ``http://127.0.0.10:PORT``); the fleet's ``default_vm``.
+
+A server may serve the machines of some hosts only (``serve_hosts``: ``forewarn serve --hosts``), as each host's own
+metadata service does: a machine that runs on another host now is a caller it does not know.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
+from collections.abc import Callable
 
 from forewarn.aws.model import Ec2Instance
 from forewarn.core.errors import Invalid, NotFound
@@ -22,6 +27,10 @@ Machine = VM | Ec2Instance | GceInstance
 
 class UnknownCaller(Exception):
     pass
+
+
+class OtherHost(UnknownCaller):
+    """The caller is a machine of the fleet, on a host this server does not serve (``serve_hosts``)."""
 
 
 class CallerResolver:
@@ -40,6 +49,24 @@ class CallerResolver:
         self._machines: dict[str, Machine] = {**fleet.vms, **fleet.ec2, **fleet.gce}
         self._instances = list(fleet.ec2.values())
         self._registered: dict[str, Machine] = {}
+        self._hosts: str | None = None  # a glob over host names: only the machines on them are served
+        self._host_of: Callable[[Machine], str] = lambda machine: machine.host
+        self._served_hosts: dict[str, bool] = {}
+
+    def serve_hosts(self, pattern: str, host_of: Callable[[Machine], str]) -> None:
+        """Answer only for the machines on hosts whose name matches ``pattern`` (a glob: ``host-0[1-4]``,
+        ``rack-7-*``); ``host_of(machine)``: the host it runs on now (a redeploy moves a VM to another host)."""
+        self._hosts = pattern
+        self._host_of = host_of
+        self._served_hosts = {}
+
+    def serves(self, local: tuple[str, int], peer: tuple[str, int]) -> bool:
+        """Whether the caller behind a connection is served here: False only for a machine on another host."""
+        try:
+            self.resolve(local, peer)
+        except UnknownCaller as error:
+            return not isinstance(error, OtherHost)
+        return True
 
     def register(self, address: str, name: str) -> Machine:
         """From now on, a connection from ``address`` is the machine ``name``: a VM name, an EC2 instance id (or its
@@ -72,6 +99,8 @@ class CallerResolver:
         key = (local[0], local[1], peer[0])
         found = self._cache.get(key)
         if found is not None:
+            if self._hosts is not None:
+                self._check_host(found)
             return found
         found = (
             (self._registered_caller(peer[0]) if self._registered else None)
@@ -87,13 +116,30 @@ class CallerResolver:
             )
         if len(self._cache) < 65536:
             self._cache[key] = found
+        if self._hosts is not None:
+            self._check_host(found)
         return found
+
+    def _check_host(self, machine: Machine) -> None:
+        host = self._host_of(machine)
+        served = self._served_hosts.get(host)
+        if served is None:
+            served = self._served_hosts[host] = fnmatch.fnmatchcase(host, self._hosts or "*")
+        if not served:
+            raise OtherHost(
+                f"{machine_name(machine)} runs on host {host}, whose metadata this server does not serve "
+                f"(--hosts {self._hosts})"
+            )
 
     def _registered_caller(self, peer: str) -> Machine | None:
         found = self._registered.get(peer)
         if found is None and peer.startswith("::ffff:"):  # an IPv4 caller on a dual-stack listener
             found = self._registered.get(peer[7:])
         return found
+
+
+def machine_name(machine: Machine) -> str:
+    return machine.instance_id if isinstance(machine, Ec2Instance) else machine.name
 
 
 def canonical_address(address: str) -> str:

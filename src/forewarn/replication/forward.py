@@ -83,7 +83,7 @@ class Leaders:
         give_up = loop.time() + within
         while True:
             held_term, held_position = self.held()
-            if held_term > term or (held_term == term and held_position >= position):
+            if held_position >= position:  # positions go on across leaders: the journal's
                 return True
             if loop.time() > give_up:
                 log.warning(
@@ -188,15 +188,22 @@ class ReplicaMetadata:
         leaders: Leaders,
         imds_port: int,
         counts: dict[tuple[str, int], int],
+        serves: Callable[[tuple[str, int], tuple[str, int]], bool] = lambda local, peer: True,
     ):
         self.inner = inner
         self.service = service
         self.leaders = leaders
         self.imds_port = imds_port
         self.counts = counts
+        self.serves = serves  # whether the caller is served here (a machine on another host is not: --hosts)
 
     def handle(self, request: Request) -> Any:
-        if request.method == "POST" and self.service.role != LEADER and request.path == "/metadata/scheduledevents":
+        if (
+            request.method == "POST"
+            and self.service.role != LEADER
+            and request.path == "/metadata/scheduledevents"
+            and self.serves(request.local, request.peer)
+        ):
             return self._forwarded(request)
         answer = self.inner(request)
         if type(answer) is tuple:  # the hot path: a dict update, no lock, no object

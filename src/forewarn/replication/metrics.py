@@ -53,11 +53,18 @@ class NodeCollector(Collector):
         failovers = CounterMetricFamily("forewarn_failovers", "Times this process took over as the leader")
         failovers.add_metric([], node.counts.failovers)
         yield failovers
-        refreshes = CounterMetricFamily("forewarn_replica_refreshes", "States loaded from the leader's commits")
+        refreshes = CounterMetricFamily("forewarn_replica_refreshes", "Refreshes that took the leader's commits")
         refreshes.add_metric([], node.counts.refreshes)
         yield refreshes
+        full = CounterMetricFamily(
+            "forewarn_replica_full_reloads",
+            "Refreshes that loaded the whole state (the journal could not tell what changed); the rest read only the "
+            "rows the leader's commits touched",
+        )
+        full.add_metric([], node.counts.full_reloads)
+        yield full
         refresh = CounterMetricFamily(
-            "forewarn_replica_refresh_seconds", "Time spent loading the leader's commits and building engines"
+            "forewarn_replica_refresh_seconds", "Time spent reading the leader's commits and applying them"
         )
         refresh.add_metric([], node.counts.refresh_seconds)
         yield refresh

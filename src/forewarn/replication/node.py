@@ -1,14 +1,17 @@
 """One process of a shared forewarn: which role it has, how a replica follows the leader, how it takes over.
 
 A thread (``forewarn-replication``) owns the lease connection. As a replica it waits for the leader's NOTIFY, or
-``catch_up_interval`` seconds; then reads the leader's row and, when the position moved, loads the committed state on
-its own connection (one REPEATABLE READ transaction: a consistent snapshot), builds the engine, and hands it to the
-event loop, which swaps it in between two requests. Every ``failover_poll`` seconds (role ``shared``) it tries the
-leader's lock; once it has it, the event loop promotes the service (``SharedService.promote``), ends the old
-leader's store session if it somehow still runs, publishes this process as the leader and starts what only a leader
-runs (the outbox). As the leader, the thread checks every ``failover_poll`` seconds that its session (and so its lock)
-is alive; a leader whose lock may have passed to another process exits at once (status 70), as committing on would
-split the brain.
+``catch_up_interval`` seconds; then reads, on its own connection and in one REPEATABLE READ transaction (a consistent
+snapshot, never half a commit), the journal entries past the position it holds and the rows they name
+(``SQLStore.changes_since``), and hands them to the event loop, which applies them between two requests
+(``SharedService.replicate``). When the journal cannot tell (pruned past that position, a reset) or applying fails, it
+loads the whole state instead, builds an engine off the event loop, and swaps it in. Every ``failover_poll`` seconds
+(role ``shared``) it tries the leader's lock; once it has it, it ends the old leader's store session if it somehow
+still runs, reads the last commits as a refresh does, and the event loop promotes the service
+(``SharedService.promote``: the engine it holds is kept), publishes this process as the leader and starts what only a
+leader runs (the outbox). As the leader, the thread checks every ``failover_poll`` seconds that its session (and so
+its lock) is alive, and prunes the journal; a leader whose lock may have passed to another process exits at once
+(status 70), as committing on would split the brain.
 """
 
 from __future__ import annotations
@@ -28,13 +31,15 @@ from forewarn.app.errors import Unavailable
 from forewarn.core.changes import Change
 from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
-from forewarn.store import SQLStore, StoreError
+from forewarn.store import SQLStore, StoredChanges, StoreError
 from forewarn.store.lease import LeaderRow, Lease, node_name
 
 log = logging.getLogger("forewarn.replication")
 
 SHARED = "shared"  # leads when it can, else follows and takes over
 REPLICA = "replica"  # follows, never leads
+JOURNAL_RETENTION = 600.0  # seconds the leader keeps journal entries: a replica further behind loads everything
+PRUNE_EVERY = 30.0  # seconds between two prunings of the journal
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class NodeSettings:
     role: str = SHARED
     failover_poll: float = 2.0
     catch_up_interval: float = 1.0
+    journal_retention: float = JOURNAL_RETENTION
 
 
 @dataclass
@@ -50,7 +56,8 @@ class Counts:
 
     requests: dict[tuple[str, int], int] = field(default_factory=dict)
     failovers: int = 0
-    refreshes: int = 0
+    refreshes: int = 0  # incremental and full
+    full_reloads: int = 0
     refresh_seconds: float = 0.0
 
 
@@ -75,7 +82,10 @@ class Node:
         self.advertise_host: str | None = None  # the host others reach this process at; None: its listening host
         self.counts = Counts()
         self.leader_row: LeaderRow | None = None
-        self.loaded: tuple[int, int] = (0, 0)  # (term, position) of the state this replica holds
+        # (term, position) of the state this replica holds: the leader's term when it read it, and the last commit
+        # in the journal it includes (the leader holds its store's position)
+        self.loaded: tuple[int, int] = (0, service.store.position)
+        self.synced = False  # a replica has read the journal at least once (or leads)
         self.behind_since: float | None = None
         self.database_ok = True
         self.database_error = ""
@@ -84,12 +94,23 @@ class Node:
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         self._bumping = False
-        leaders.held = lambda: self.loaded
+        self._next_prune = 0.0
+        leaders.held = self.held
+        try:  # a replica knows its leader before it serves (the thread reads the row again at once)
+            self._saw(lease.leader())
+        except StoreError:
+            pass
 
     # ------------------------------------------------------------------------------------------- start
     def lead_now(self) -> None:
         """At start-up, with the lock held: publish this process as the leader (the service already leads)."""
         self._publish()
+
+    def held(self) -> tuple[int, int]:
+        """The (term, position) of the state this process holds."""
+        if self.service.role == LEADER:
+            return self.loaded[0], self.service.store.position
+        return self.loaded
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -112,17 +133,16 @@ class Node:
                 if not listening:
                     self.lease.listen()
                     listening = True
+                if reader is None:
+                    reader = self.open_reader()
                 if self.settings.role == SHARED and time.monotonic() >= next_try:
                     next_try = time.monotonic() + self.settings.failover_poll
                     if self.lease.try_acquire():
-                        self._promote()
+                        self._promote(reader)
                         continue
                 row = self.lease.leader()
                 self._saw(row)
-                if row is not None and (row.term, row.position) != self.loaded:
-                    if reader is None:
-                        reader = self.open_reader()
-                    self._refresh(reader, row)
+                self._refresh(reader, row)
                 self._reachable()
                 wait = self.settings.catch_up_interval
                 if self.settings.role == SHARED:
@@ -141,20 +161,48 @@ class Node:
     def _saw(self, row: LeaderRow | None) -> None:
         self.leader_row = row
         self.leaders.addresses = {} if row is None else dict(row.addresses)
-        if row is not None and (row.term, row.position) != self.loaded and self.behind_since is None:
+        if row is not None and row.position > self.loaded[1] and self.behind_since is None:
             self.behind_since = time.monotonic()
 
-    def _refresh(self, reader: SQLStore, row: LeaderRow) -> None:
+    def _refresh(self, reader: SQLStore, row: LeaderRow | None) -> None:
+        """Take what was committed since the position this replica holds: the rows the journal names (one
+        transaction), or the whole state when the journal cannot tell. Nothing when nothing was committed."""
         started = time.perf_counter()
-        state = reader.load()
-        if state is None:
+        term = row.term if row is not None else self.loaded[0]
+        changed = self._changes(reader)
+        self.synced = True
+        if changed is not None and changed.commits == 0:
             return
-        engine = self.service.engine_of(state)
-        self._on_loop(lambda: self.service.replace(engine, state))
-        self.loaded = (row.term, row.position)
-        self.behind_since = None
+        if changed is not None and self._apply(changed):
+            position = changed.position
+        else:
+            state = reader.load()
+            if state is None:
+                return
+            engine = self.service.engine_of(state)
+            self._on_loop(lambda: self.service.replace(engine, state))
+            position = state.position
+            self.counts.full_reloads += 1
+        self.loaded = (term, position)
+        if row is None or position >= row.position:
+            self.behind_since = None
         self.counts.refreshes += 1
         self.counts.refresh_seconds += time.perf_counter() - started
+
+    def _changes(self, reader: SQLStore) -> StoredChanges | None:
+        """The commits past the position held, and the rows they (and this replica's projections) touched; None
+        when the whole state is to be loaded (the journal cannot tell)."""
+        return reader.changes_since(self.loaded[1], self.service.projected_rows())
+
+    def _apply(self, changed: StoredChanges) -> bool:
+        """Apply a refresh on the event loop; False when it failed (the whole state is loaded instead: the engine
+        may hold half of it)."""
+        try:
+            self._on_loop(lambda: self.service.replicate(changed))
+        except Exception:  # a refresh the engine cannot take must not stop the replica from following
+            log.exception("applying the leader's commits %s failed; loading the whole state", changed.position)
+            return False
+        return True
 
     def _on_loop(self, action: Callable[[], None]) -> None:
         assert self._loop is not None
@@ -164,11 +212,17 @@ class Node:
 
         asyncio.run_coroutine_threadsafe(run(), self._loop).result()
 
-    def _promote(self) -> None:
+    def _promote(self, reader: SQLStore) -> None:
         started = time.monotonic()
         old = self.leader_row
         try:
-            self._on_loop(self._take_over)
+            self._fence()
+            try:
+                changed = self._changes(reader)
+            except StoreError as error:
+                log.warning("reading the last commits failed (%s); loading the whole state", error)
+                changed = None
+            self._on_loop(lambda: self._take_over(changed))
         except Exception as error:  # holding the lock without leading would stop every other process taking over
             log.critical("taking over as the leader failed (%s); exiting so that another process can", error)
             logging.shutdown()
@@ -181,19 +235,34 @@ class Node:
             old.node if old else "none",
         )
 
-    def _take_over(self) -> None:
+    def _fence(self) -> None:
+        """End the old leader's store session if it still runs: a leader that lost its lock must not commit again,
+        and a commit it had under way is in the journal or never will be, before this process reads it."""
         old = self.lease.leader()
-        own_pid = self._store_pid()
-        if old is not None and old.store_pid and old.store_pid != own_pid:
-            self.lease.end_session(old)  # fencing: a leader that lost its lock must not commit again
-        self.service.promote()
+        if old is not None and old.store_pid and old.store_pid != self._store_pid():
+            self.lease.end_session(old)
+
+    def _take_over(self, changed: StoredChanges | None) -> None:
+        """On the event loop, in one go (no request sees the state between): take the last commits and lead with
+        the engine held, or with one rebuilt from the database when the journal could not tell (None) or applying
+        them failed."""
+        position = None
+        if changed is not None:
+            try:
+                if changed.commits:
+                    self.service.replicate(changed, catch_up=False)
+                position = changed.position
+            except Exception:  # the engine may hold half of them: the database's state instead
+                log.exception("applying the last commits failed; loading the whole state to lead")
+        self.service.promote(position)
         self._publish()
         for hook in self.on_promoted:
             hook()
 
     def _publish(self) -> None:
-        self.leader_row = self.lease.publish(self.name, self.addresses, self._store_pid())
-        self.loaded = (self.leader_row.term, self.leader_row.position)
+        store = self.service.store
+        self.leader_row = self.lease.publish(self.name, self.addresses, self._store_pid(), store.position)
+        self.loaded = (self.leader_row.term, store.position)
         self.behind_since = None
         if not self._bumping:
             self._bumping = True
@@ -205,13 +274,15 @@ class Node:
         return getattr(info, "backend_pid", None)
 
     def _bump(self, changes: list[Change]) -> None:
+        position = self.service.store.position
+        if position <= self.loaded[1]:
+            return  # nothing journaled (a reset announces itself and has its own position; a rebuild has none)
         try:
-            position = self.lease.bump()
+            self.lease.bump(position)
         except StoreError as error:  # the lease thread finds out whether the lock is still ours
             log.error("could not publish a committed change to the replicas: %s", error)
             return
-        if self.leader_row is not None:
-            self.loaded = (self.leader_row.term, position)
+        self.loaded = (self.loaded[0], position)
 
     def _watch_lease(self) -> None:
         if self._closing.wait(self.settings.failover_poll):
@@ -220,6 +291,15 @@ class Node:
             log.critical("lost the database session that holds the leader's lock; exiting (another process may lead)")
             logging.shutdown()
             os._exit(70)
+        if time.monotonic() >= self._next_prune:
+            self._next_prune = time.monotonic() + PRUNE_EVERY
+            try:
+                pruned = self.lease.prune(int((time.time() - self.settings.journal_retention) * 1000))
+            except StoreError as error:
+                log.warning("could not prune the journal of changes: %s", error)
+                return
+            if pruned:
+                log.info("pruned %s journal entries older than %g s", pruned, self.settings.journal_retention)
 
     def _reconnect(self) -> None:
         try:
@@ -253,8 +333,7 @@ class Node:
     def health(self) -> dict[str, Any]:
         row = self.leader_row
         leader = self.service.role == LEADER
-        seen = row.position if row is not None else 0
-        lag_changes = 0 if leader else max(0, seen - self.loaded[1]) if row and row.term == self.loaded[0] else None
+        lag_changes = 0 if leader else None if row is None else max(0, row.position - self.loaded[1])
         lag_seconds = 0.0 if leader or self.behind_since is None else time.monotonic() - self.behind_since
         return {
             "status": "ok",
@@ -262,7 +341,7 @@ class Node:
             "role": self.service.role,
             "node": self.name,
             "leader": None if row is None else {"node": row.node, "term": row.term, "since": row.since},
-            "position": self.loaded[1],
+            "position": self.held()[1],
             "lag": {"changes": lag_changes, "seconds": round(lag_seconds, 3)},
             "database": {"reachable": self.database_ok and self._store_reachable(), "error": self.database_error},
             "projected": self.service.projected,
@@ -282,7 +361,7 @@ class Node:
         """Whether to send traffic here: a leader that reaches its database, or a replica holding a state."""
         if self.service.role == LEADER:
             return self._store_reachable()
-        return self.loaded != (0, 0)
+        return self.synced
 
     def probe(self, path: str) -> tuple[int, bytes, bytes] | None:
         """The answer to ``GET /healthz``, ``/readyz`` or ``/metrics`` on the control port; None for other paths."""

@@ -1,8 +1,9 @@
 """The service of a process that shares its PostgreSQL database with others: a leader, or a metadata replica.
 
 A leader is ``Maintenance`` as it is everywhere else: it runs every command and commits it. A replica holds an
-engine built from what the leader committed, replaced whole each time the leader publishes a new position
-(``replace``), and runs no command: a write that reaches it is forwarded to the leader before a surface sees it
+engine built from what the leader committed, and keeps it current with the rows each later commit touched
+(``replicate``: the cost of the commits, not of the fleet; ``replace`` takes a whole state when the journal cannot
+tell what changed), and runs no command: a write that reaches it is forwarded to the leader before a surface sees it
 (``replication/forward.py``); one that cannot be (no leader answers) reaches the surface, which gets
 :class:`NotLeader`, an ``Unavailable``, and answers with its own retryable error.
 
@@ -10,7 +11,8 @@ Time on a replica: a manual clock moves only by the leader's commands, so a repl
 A real clock's deadline can pass before the leader's commit of it arrives (or while there is no leader). A replica
 then applies it to its own engine without committing (``catch_up``): the engine is deterministic, so this is what
 the leader commits for the same instant, and a document never shows an event as Scheduled after its NotBefore. The
-next state the leader publishes replaces the projection. (The alternative, answering 503 as IMDS does when it cannot
+rows a projection changed are noted (``projected_rows``), and the next refresh reads them back from the database with
+the leader's commits, so that what the leader committed replaces the projection. (The alternative, answering 503 as IMDS does when it cannot
 vouch for its answer, would give every agent an error at every deadline, for the few milliseconds the leader's commit
 takes to arrive.)
 """
@@ -28,7 +30,8 @@ from forewarn.app.runtime import Maintenance
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
-from forewarn.store import SQLStore, StoredState, StoreError
+from forewarn.store import SQLStore, StoredChanges, StoredState, StoreError
+from forewarn.store.records import Touched
 
 log = logging.getLogger("forewarn.replication")
 
@@ -50,6 +53,12 @@ class SharedService(Maintenance):
         self.role = REPLICA
         self.no_leader_reason = "no leader has published itself yet"
         self.projected = False  # a replica applied a deadline the leader had not committed (real clocks)
+        # The rows such deadlines changed, to read back from the database: table -> key -> the number of the
+        # projection that last changed it (counted in _projections), so that a refresh read before a later projection
+        # leaves that projection's rows to the next one.
+        self._projection: dict[str, dict[str, int]] = {}
+        self._projections = 0
+        self._read_through = 0  # the projections the last projected_rows() covered
         self.command_seconds: list[float] = []  # latencies of the commands run here, drained by the metrics
 
     @classmethod
@@ -102,6 +111,9 @@ class SharedService(Maintenance):
             changes = self.engine.advance(now)
             if due is not None and due <= now:
                 self.projected = True
+                self._projections += 1
+                for table, keys in self.store.registry.touched_by(changes, self.engine.now).items():
+                    self._projection.setdefault(table, {}).update(dict.fromkeys(keys, self._projections))
             self._refresh_due()
         self._announce(changes)
         return changes
@@ -111,23 +123,70 @@ class SharedService(Maintenance):
         return self._engine_from(state, self.engine.rules, self.engine.fleet)
 
     def replace(self, engine: Engine, state: StoredState) -> None:
-        """A replica takes what the leader committed (called on the event loop, so no request sees half of it)."""
+        """A replica takes a whole state the leader committed (called on the event loop, so no request sees half of
+        it)."""
         if self.role == LEADER:
             return
         with self._lock:
             self.engine = engine
             self.clock = state.clock.within_bounds()[0]
             self.projected = False
+            self._projection = {}
             self._refresh_due()
         replaced: list[Change] = [Rebuilt("replicated from the leader")]
         for listener in self._listeners:
             listener(replaced)
         self.catch_up()  # deadlines that passed since the leader's commit (real clocks)
 
+    def projected_rows(self) -> Touched:
+        """The rows this replica's projections changed since its last refresh (a copy: read from another thread,
+        for the refresh about to be read, which ``replicate`` then takes)."""
+        with self._lock:
+            self._read_through = self._projections
+            return {table: dict.fromkeys(keys) for table, keys in self._projection.items() if keys}
+
+    def replicate(self, changed: StoredChanges, catch_up: bool = True) -> None:
+        """A replica takes the rows the leader's commits touched (and those its own projections changed, read back),
+        on the event loop: each request sees the engine before or after, never half of it. The read models hear of
+        what moved, so that only the touched scopes' documents are rendered again. ``catch_up``: then apply the
+        deadlines that passed since (real clocks)."""
+        if self.role == LEADER:
+            return
+        with self._lock:
+            changes = self.engine.replicate(changed.now, changed.next_seq, changed.created_at, **changed.records)
+            self.clock = changed.clock.within_bounds()[0]
+            for table, keys in changed.touched.items():  # read back: committed rows again
+                left = self._projection.get(table)
+                if left:
+                    for key in keys:
+                        if left.get(key, self._read_through + 1) <= self._read_through:
+                            del left[key]
+            self.projected = any(self._projection.values())
+            self._refresh_due()
+        if any(isinstance(change, Rebuilt) for change in changes):
+            changes = [Rebuilt("replicated from the leader")]
+        for listener in self._listeners:
+            listener(changes)
+        if catch_up:
+            self.catch_up()
+
     # ------------------------------------------------------------------------------------------- failover
-    def promote(self) -> None:
-        """Become the leader (the caller holds the lock): rebuild the engine from the database, then commit the
-        deadlines that passed while nobody led."""
+    def promote(self, position: int | None = None, reschedule: bool = True) -> None:
+        """Become the leader (the caller holds the lock), then commit the deadlines that passed while nobody led.
+
+        ``position``: the engine holds exactly what was committed up to that position of the journal (a replica
+        that has just read the last commits): it is kept, with its deadlines set again from its state
+        (``reschedule``), as loading the state would set them. Without it, or when a projection of this replica's
+        is left in the engine, the engine is rebuilt from the database."""
+        if position is not None and not self.projected:
+            with self._lock:
+                if reschedule:
+                    self.engine.reschedule()
+                self.store.position = position
+                self.role = LEADER
+                self._refresh_due()
+            self.catch_up()
+            return
         try:
             state = self.store.load()
         except StoreError as error:
@@ -138,6 +197,7 @@ class SharedService(Maintenance):
             self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
             self.clock = state.clock.within_bounds()[0]
             self.projected = False
+            self._projection = {}
             self.role = LEADER
             self._refresh_due()
         rebuilt: list[Change] = [Rebuilt("became the leader")]

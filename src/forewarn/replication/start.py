@@ -37,11 +37,13 @@ def open_shared(
             "a shared forewarn (--role shared or replica) needs PostgreSQL (--db postgresql://...): SQLite serves one "
             "process only"
         )
+    store.keeps_changes = True  # whichever process leads journals its commits for the others
     lease = Lease(url)
     try:
         if settings.role == SHARED and lease.try_acquire():
             service = open_leader()
-            service.promote()
+            # It holds the lock and just loaded the state: the engine is current, and its deadlines are as loaded.
+            service.promote(store.position, reschedule=False)
             log.info("leading the shared database (lock %s)", lease.key)
         else:
             service = _replica(store, fleet, rules)

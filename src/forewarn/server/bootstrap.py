@@ -28,6 +28,7 @@ from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
+from forewarn.aws.model import Ec2Instance
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
 from forewarn.azure.arm.compute import ArmApi
 from forewarn.azure.arm.router import ManagementApi, create_management_app
@@ -46,10 +47,12 @@ from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFileError, load_fleet_document
+from forewarn.fleet.model import VM
 from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
+from forewarn.net.callers import Machine as Caller
 from forewarn.net.http import Request
 from forewarn.net.own_listeners import OwnListeners
 from forewarn.replication.shared import FleetDiffers
@@ -75,6 +78,7 @@ class Listeners:
     vm_ports: dict[int, str] = field(default_factory=dict)
     vm_addresses: dict[str, str] = field(default_factory=dict)
     open_vm_ports: bool = True  # the fleet's per-VM imds.port listeners (serve --vm-ports/--no-vm-ports)
+    hosts: str | None = None  # the metadata listeners serve the machines on these hosts only (a glob; serve --hosts)
 
 
 class ListenError(OSError):
@@ -155,6 +159,23 @@ class Machine(Protocol):
     def imds_port(self) -> int | None: ...
     @property
     def imds_address(self) -> str | None: ...
+
+
+def host_now(service: Maintenance) -> Callable[[Caller], str]:
+    """The host a machine runs on now (a redeploy moves an Azure VM, a stop and start an EC2 instance)."""
+
+    def host_of(machine: Caller) -> str:
+        engine = service.engine
+        state: Any
+        if isinstance(machine, VM):
+            state = engine.vm_states.get(machine.name)
+        elif isinstance(machine, Ec2Instance):
+            state = engine.ec2_states.get(machine.instance_id)
+        else:
+            state = engine.gce_states.get(machine.name)
+        return machine.host if state is None else state.host
+
+    return host_of
 
 
 def machines(service: Maintenance) -> list[Machine]:
@@ -248,6 +269,8 @@ def build(
                 except OSError as error:
                     log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
+    if listeners.hosts is not None:
+        resolver.serve_hosts(listeners.hosts, host_now(service))
     imds = AzureImds(service, resolver, imds_settings)
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
@@ -415,7 +438,7 @@ def shared_surfaces(node: Node, built: Built, listeners: Listeners, access: Port
     for surface, address in surfaces:
         if address is not None:
             node.addresses[surface] = f"http://{host}:{address[1]}"
-    return ReplicaMetadata(local, service, leaders, listeners.imds[1], counts).handle
+    return ReplicaMetadata(local, service, leaders, listeners.imds[1], counts, built.imds.resolver.serves).handle
 
 
 def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
@@ -528,6 +551,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             ec2_api=(config.host, config.ec2_port) if config.ec2_port else None,
             open_vm_ports=config.vm_ports,
             gce_api=(config.host, config.gce_port) if config.gce_port else None,
+            hosts=config.hosts,
         )
         ec2_settings = Ec2ImdsSettings(tokens=config.ec2_imds_tokens, while_down=imds_settings.while_down)
         try:

@@ -81,5 +81,6 @@ class ServeConfig:
     # if no other does, else a replica that takes over when the leader dies), "replica" (never leads).
     role: str = "single"
     failover_poll: float = 2.0  # seconds between a replica's attempts at the leader's lock
-    catch_up_interval: float = 1.0  # seconds between a replica's reads of the leader's position without a NOTIFY
+    catch_up_interval: float = 1.0  # seconds between a replica's reads of the journal without a NOTIFY
     advertise_host: str | None = None  # the host other processes reach this one's ports at; None: --host
+    hosts: str | None = None  # the metadata port serves the machines on hosts matching this glob only; None: all

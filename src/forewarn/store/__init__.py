@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState
+from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredChanges, StoredState
 from forewarn.store.errors import SchemaTooNew, StoreError, StoreUnavailable
 from forewarn.store.records import Records, UnregisteredChange
 
@@ -43,6 +43,7 @@ __all__ = [
     "SchemaTooNew",
     "SQLStore",
     "StoreError",
+    "StoredChanges",
     "StoredState",
     "StoreUnavailable",
     "UnregisteredChange",

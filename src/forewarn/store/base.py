@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,12 +19,34 @@ from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
 from forewarn.store.errors import StoreError
 from forewarn.store.migrations import VERSION_KEY, Dialect, pending
-from forewarn.store.records import META_PUT, Reader, Records, Registry, Rows
+from forewarn.store.records import (
+    META_PUT,
+    KeyCondition,
+    Reader,
+    Records,
+    Registry,
+    Rows,
+    Touched,
+    key_in_list,
+    merge_touched,
+)
 
 DUE_STATUSES = ("pending", "dead-lettering")  # statuses the sender still acts on
 
 T = TypeVar("T")
 
+
+# forewarn_changes (store/migrations.py): a commit's position is one more than the last, given in its own transaction.
+# Two processes that both believed they led would both take the same number; the second to commit fails on the
+# primary key instead of interleaving its commits with the first's.
+CHANGES_INSERT = (
+    "INSERT INTO forewarn_changes (position, written_ms, keys) "
+    "SELECT COALESCE(MAX(position), 0) + 1, ?, ? FROM forewarn_changes RETURNING position"
+)
+# What every refresh reads of the meta table besides the keys its commits touched (never the fleet: it is large
+# and does not change).
+REFRESHED_META = ("now", "clock", "next_seq", "created_at")
+RESET = "reset"  # a journal entry's key: everything changed, a replica loads the whole state again
 
 # The meta keys a reset keeps: what ``initialize`` wrote (the Event Grid registry, configuration like the fleet, is
 # in no registered part's tables and stays too).
@@ -53,6 +76,23 @@ class StoredState:
     created_at: datetime
     next_seq: int
     records: dict[str, Any] = field(default_factory=dict)
+    position: int = 0  # the last commit in forewarn_changes that this state includes (0: none journaled)
+
+
+@dataclass
+class StoredChanges:
+    """What the commits after a position changed, read in one transaction (a consistent snapshot): the store's own
+    parts in full, and ``records``, the rows the commits touched as they are now, each component's under the name
+    the engine's ``replicate`` takes them by (what its ``Records.reload`` returned)."""
+
+    position: int  # the last commit included
+    commits: int  # how many commits past the position asked for (0: nothing new)
+    clock: Clock
+    now: datetime
+    created_at: datetime
+    next_seq: int
+    records: dict[str, Any] = field(default_factory=dict)
+    touched: Touched = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,6 +164,7 @@ class SQLStore:
     name = "sql"
     marker = "?"
     journal_id_type = "INTEGER PRIMARY KEY AUTOINCREMENT"
+    key_condition: KeyCondition = staticmethod(key_in_list)
 
     def __init__(self, connection: Any, description: str, records: Iterable[Records] = ()):
         self.connection = connection
@@ -131,6 +172,10 @@ class SQLStore:
         # What each kind of change writes, and who reads the stored state back: given by the components that own
         # them (open_store). A store with none still migrates, initializes and serves the outbox and Event Grid.
         self.registry = Registry(records)
+        # Whether each commit also records the rows it wrote in forewarn_changes, for replicas (a shared process's
+        # store), and the position of the last commit written or loaded here.
+        self.keeps_changes = False
+        self.position = 0
 
     # -------------------------------------------------------------------------------------------- set-up
     def _sql(self, text: str) -> str:
@@ -169,6 +214,7 @@ class SQLStore:
     def load(self) -> StoredState | None:
         """The stored state, or None for a store that was never initialized."""
         with self._transaction() as cursor:
+            self._consistent(cursor)
             meta = self._meta(cursor)
             if "fleet" not in meta:
                 return None
@@ -177,7 +223,11 @@ class SQLStore:
                 self._execute(cursor, sql, params)
                 return list(cursor.fetchall())
 
-            records = self.registry.load(Reader(query, meta))
+            records = self.registry.load(Reader(query, meta, self.key_condition))
+            self._execute(cursor, "SELECT MAX(position) FROM forewarn_changes")
+            row = cursor.fetchone()
+        position = 0 if row is None or row[0] is None else int(row[0])
+        self.position = position
         return StoredState(
             fleet_records=json.loads(meta["fleet"]),
             seed=meta["seed"],
@@ -186,6 +236,63 @@ class SQLStore:
             created_at=datetime.fromisoformat(meta.get("created_at", meta["now"])),
             next_seq=int(meta.get("next_seq", "1")),
             records=records,
+            position=position,
+        )
+
+    @retried_on_a_new_connection
+    def changes_since(self, position: int, also: Touched | None = None) -> StoredChanges | None:
+        """What the commits after ``position`` changed: their rows as they are now, and the rows ``also`` names
+        (rows a replica changed without committing them), all read in one transaction. ``commits`` 0: nothing was
+        committed since (``also`` is not read then). None when they cannot be told from the journal: it was pruned
+        past ``position``, a reset emptied everything, or the journal is behind ``position`` (another database): load
+        the whole state then."""
+        with self._transaction() as cursor:
+            self._consistent(cursor)
+            # One query: the commits after the position, and the last one even when it is not after it.
+            self._execute(
+                cursor,
+                "SELECT position, keys FROM forewarn_changes WHERE position > ? "
+                "OR position = (SELECT MAX(position) FROM forewarn_changes) ORDER BY position",
+                (position,),
+            )
+            journal = cursor.fetchall()
+            latest = int(journal[-1][0]) if journal else 0
+            if latest < position:
+                return None
+            after = [(int(entry[0]), entry[1]) for entry in journal if int(entry[0]) > position]
+            if after and after[0][0] != position + 1:
+                return None
+            touched: Touched = {}
+            for _, keys in after:
+                named = json.loads(keys)
+                if RESET in named:
+                    return None
+                merge_touched(touched, named)
+            if after and also:
+                merge_touched(touched, also)
+            wanted = list(dict.fromkeys([*REFRESHED_META, *touched.get("forewarn_meta", ())]))
+
+            def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+                self._execute(cursor, sql, params)
+                return list(cursor.fetchall())
+
+            reader = Reader(query, {}, self.key_condition)
+            reader.meta = {
+                row[0]: row[1] for row in reader.keyed("SELECT key, value FROM forewarn_meta", "key", wanted)
+            }
+            if "clock" not in reader.meta:
+                return None  # emptied under us
+            records = self.registry.reload(reader, touched) if after else {}
+        meta = reader.meta
+        return StoredChanges(
+            position=after[-1][0] if after else position,
+            commits=len(after),
+            clock=decode_clock(meta["clock"]),
+            now=datetime.fromisoformat(meta["now"]),
+            created_at=datetime.fromisoformat(meta.get("created_at", meta["now"])),
+            next_seq=int(meta.get("next_seq", "1")),
+            records=records,
+            touched=touched,
         )
 
     @retried_on_a_new_connection
@@ -233,10 +340,24 @@ class SQLStore:
     ) -> None:
         """Write one command's changes atomically, with the simulated time it left the engine at (TimeMoved
         changes need no row of their own: ``now`` is that time), and the deliveries they cause (outbox)."""
-        writes = self._commit_writes(changes, now, clock, outbox, next_seq)
+        rows = self._commit_writes(changes, now, clock, outbox, next_seq)
         with self._transaction() as cursor:
-            for sql, rows in writes.items():
-                cursor.executemany(self._sql(sql), rows)
+            position = self._write(cursor, rows)
+        self.position = position
+
+    def _write(self, cursor: Any, rows: Rows) -> int:
+        """One commit's rows, on its open transaction, and (a shared process) its entry in forewarn_changes: the
+        position the commit takes (unchanged when it keeps none)."""
+        for sql, params in rows.statements.items():
+            cursor.executemany(self._sql(sql), params)
+        if not self.keeps_changes:
+            return self.position
+        return self._journal_changes(cursor, {table: list(keys) for table, keys in rows.touched.items()})
+
+    def _journal_changes(self, cursor: Any, keys: dict[str, Any]) -> int:
+        self._execute(cursor, CHANGES_INSERT, (int(time.time() * 1000), json.dumps(keys, separators=(",", ":"))))
+        row = cursor.fetchone()
+        return int(row[0])
 
     def _commit_writes(
         self,
@@ -245,7 +366,7 @@ class SQLStore:
         clock: Clock | None,
         outbox: Sequence[Outgoing],
         next_seq: int | None,
-    ) -> dict[str, list[tuple[Any, ...]]]:
+    ) -> Rows:
         """One command's rows, by statement (store/records.py, Rows). Each change is written by the writer its
         component registered; one with none raises UnregisteredChange before anything is written."""
         rows = Rows(now)
@@ -271,7 +392,7 @@ class SQLStore:
             rows.put_meta("next_seq", str(next_seq))
         if clock is not None:
             rows.put_meta("clock", encode_clock(clock))
-        return rows.statements
+        return rows
 
     # ------------------------------------------------------------------------------------------------ outbox
     @retried_on_a_new_connection
@@ -417,6 +538,8 @@ class SQLStore:
             self._execute(cursor, "DELETE FROM forewarn_meta WHERE key NOT IN (?, ?, ?, ?)", KEPT_BY_RESET)
             self._put_meta(cursor, "clock", encode_clock(clock))
             self._put_meta(cursor, "now", now.isoformat())
+            position = self._journal_changes(cursor, {RESET: []}) if self.keeps_changes else self.position
+        self.position = position
 
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):
@@ -424,6 +547,10 @@ class SQLStore:
 
     def _idempotent(self, operation):
         return operation()
+
+    def _consistent(self, cursor: Any) -> None:
+        """Make the transaction just begun one snapshot of the database (for reads of several tables: never half a
+        commit). A SQLite transaction is one already."""
 
     def ready(self) -> None:
         """Raise StoreUnavailable if the database cannot take a write now: called before a command changes the

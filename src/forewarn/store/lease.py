@@ -5,10 +5,11 @@ PostgreSQL holds the lock as long as the session lives and frees it when the ses
 ``kill -9`` closes its socket, the server ends the session). The lock's key is derived from the schema the URL
 selects, so that several forewarn databases (schemas) in one PostgreSQL server each have their own leader.
 
-The leader publishes itself in ``forewarn_leader`` (its addresses and its position, a number it bumps after each
-commit) and sends ``NOTIFY forewarn_changes`` with the new position. A replica listens on the same kind of
-connection and also re-reads the row every few seconds, so that a notification that was lost (the leader died
-between its commit and its notify) only delays a replica, never leaves it behind for good.
+The leader publishes itself in ``forewarn_leader`` (its addresses and its position: the last commit it wrote in
+``forewarn_changes``, updated after each commit) and sends ``NOTIFY forewarn_changes`` with the new position. A
+replica listens on the same kind of connection, and also reads the journal every few seconds, so that a notification
+that was lost (the leader died between its commit and its notify) only delays a replica, never leaves it behind for
+good. The leader also prunes the journal (``prune``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import os
 import select
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +34,7 @@ from forewarn.store.postgres import CONNECTION_DEFAULTS, PostgresStore, Session,
 log = logging.getLogger("forewarn.replication")
 
 CHANNEL = "forewarn_changes"
+FENCE_WAIT = 5.0  # seconds a new leader waits for the previous leader's store session to end
 
 
 @dataclass(frozen=True)
@@ -89,29 +92,39 @@ class Lease:
         self.held = bool(row and row[0][0])
         return self.held
 
-    def publish(self, node: str, addresses: dict[str, str], store_pid: int | None) -> LeaderRow:
-        """As the new leader: one more term, where to reach it; the position carries on from the last leader's."""
+    def publish(self, node: str, addresses: dict[str, str], store_pid: int | None, position: int) -> LeaderRow:
+        """As the new leader: one more term, where to reach it, and the position of the state it holds."""
         since = datetime.now(UTC).isoformat()
         rows = self._execute(
             "INSERT INTO forewarn_leader (id, node, term, position, addresses, store_pid, since) "
-            "VALUES (1, %s, 1, 1, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET node = EXCLUDED.node, "
-            "term = forewarn_leader.term + 1, position = forewarn_leader.position + 1, "
+            "VALUES (1, %s, 1, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET node = EXCLUDED.node, "
+            "term = forewarn_leader.term + 1, position = EXCLUDED.position, "
             "addresses = EXCLUDED.addresses, store_pid = EXCLUDED.store_pid, since = EXCLUDED.since "
             "RETURNING term, position",
-            (node, json.dumps(addresses), store_pid, since),
+            (node, position, json.dumps(addresses), store_pid, since),
         )
-        term, position = rows[0]
-        self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(position)))
-        return LeaderRow(node, int(term), int(position), addresses, store_pid, since)
+        term, published = rows[0]
+        self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(published)))
+        return LeaderRow(node, int(term), int(published), addresses, store_pid, since)
 
-    def bump(self) -> int:
-        """After a commit: one more position, and a notification carrying it."""
+    def bump(self, position: int) -> int:
+        """After a commit: its position, and a notification carrying it."""
         rows = self._execute(
-            "UPDATE forewarn_leader SET position = position + 1 RETURNING position",
+            "UPDATE forewarn_leader SET position = GREATEST(position, %s) RETURNING position", (position,)
         )
-        position = int(rows[0][0]) if rows else 0
-        self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(position)))
-        return position
+        published = int(rows[0][0]) if rows else 0
+        self._execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(published)))
+        return published
+
+    def prune(self, older_than_ms: int) -> int:
+        """Forget the journal entries written before ``older_than_ms`` (the newest stays: it carries the position);
+        how many went. A replica that was further behind loads the whole state once."""
+        rows = self._execute(
+            "WITH gone AS (DELETE FROM forewarn_changes WHERE written_ms < %s "
+            "AND position < (SELECT MAX(position) FROM forewarn_changes) RETURNING 1) SELECT count(*) FROM gone",
+            (older_than_ms,),
+        )
+        return int(rows[0][0]) if rows else 0
 
     def leader(self) -> LeaderRow | None:
         rows = self._execute("SELECT node, term, position, addresses, store_pid, since FROM forewarn_leader")
@@ -122,13 +135,17 @@ class Lease:
 
     def end_session(self, row: LeaderRow) -> None:
         """End the previous leader's store session if it still runs (fencing: a leader that lost its lock must not
-        commit again). Only a session that started before that leader published itself: a backend pid may have
+        commit again), and wait for it to be over, so that a commit it had under way is either in the journal or
+        never will be. Only a session that started before that leader published itself: a backend pid may have
         been reused since."""
-        self._execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = %s AND pid <> pg_backend_pid() "
-            "AND backend_start <= %s::timestamptz",
-            (row.store_pid, row.since),
-        )
+        match = "FROM pg_stat_activity WHERE pid = %s AND pid <> pg_backend_pid() AND backend_start <= %s::timestamptz"
+        self._execute(f"SELECT pg_terminate_backend(pid) {match}", (row.store_pid, row.since))
+        give_up = time.monotonic() + FENCE_WAIT
+        while self._execute(f"SELECT 1 {match}", (row.store_pid, row.since)):
+            if time.monotonic() > give_up:
+                log.warning("the previous leader's database session (backend %s) still runs", row.store_pid)
+                return
+            time.sleep(0.02)
 
     def listen(self) -> None:
         self._execute(f"LISTEN {CHANNEL}")

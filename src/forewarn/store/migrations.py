@@ -94,6 +94,16 @@ def _leader(cursor: Any, dialect: Dialect) -> None:
     )
 
 
+def _changes(cursor: Any, dialect: Dialect) -> None:
+    # What each commit of a shared leader changed, for the replicas (replication/): a position given in the commit's
+    # own transaction (one more than the last: gap-free, in commit order), when it was written (milliseconds since
+    # the epoch, for pruning), and the rows it wrote, named by table and key (JSON). Only shared processes write it.
+    cursor.execute(
+        "CREATE TABLE IF NOT EXISTS forewarn_changes (position BIGINT PRIMARY KEY, written_ms BIGINT NOT NULL, "
+        "keys TEXT NOT NULL)"
+    )
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -103,6 +113,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(2, "outbox deliveries gain their sending policy (kind) and its state (detail)", _outbox_kind_and_detail),
     Migration(3, "Compute Engine maintenance events and instance states (gcp/records.py)", _gce_tables),
     Migration(4, "forewarn_leader: which process leads a shared PostgreSQL database, and where", _leader),
+    Migration(5, "forewarn_changes: the rows each commit of a shared leader wrote, for its replicas", _changes),
 )
 LATEST = MIGRATIONS[-1].version
 

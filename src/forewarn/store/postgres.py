@@ -78,10 +78,16 @@ class _Reconnected(StoreUnavailable):
     """The connection broke under an operation and a new one is ready: an idempotent operation may run again."""
 
 
+def _any_of(column: str, keys: Sequence[str]) -> list[tuple[str, Sequence[object]]]:
+    """One condition for any number of keys: the list is sent as one array parameter."""
+    return [(f"{column} = ANY(?)", [list(keys)])]
+
+
 class PostgresStore(SQLStore):
     name = "postgresql"
     marker = "%s"
     journal_id_type = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+    key_condition = staticmethod(_any_of)
 
     def __init__(self, url: str, records: Iterable[Records] = ()):
         self._url = url
@@ -269,6 +275,11 @@ class PostgresStore(SQLStore):
         except _Reconnected:
             return operation()
 
+    def _consistent(self, cursor) -> None:
+        # Under READ COMMITTED each statement sees the commits done by then; the first statement of the transaction
+        # may set it to take one snapshot for all of them.
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
     def commit(
         self,
         changes: Sequence[Change],
@@ -279,7 +290,7 @@ class PostgresStore(SQLStore):
     ) -> None:
         """As SQLStore.commit; a connection lost under it is resolved (module docstring) before this returns or
         raises. A StoreError raised here means the changes are not in the database."""
-        writes = self._commit_writes(changes, now, clock, outbox, next_seq)
+        rows = self._commit_writes(changes, now, clock, outbox, next_seq)
         # The engine already holds these changes: give the database a few seconds to come back rather than fail.
         resolve_by = time.monotonic() + RESOLVE_WITHIN
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -289,9 +300,9 @@ class PostgresStore(SQLStore):
                 with connection.cursor() as cursor:
                     row = cursor.execute("SELECT txid_current()").fetchone()
                     transaction_id = None if row is None else row[0]
-                    for sql, rows in writes.items():
-                        cursor.executemany(self._sql(sql), rows)
+                    position = self._write(cursor, rows)
                 connection.commit()
+                self.position = position
                 return
             except psycopg.Error as error:
                 if not (connection.closed or connection.broken):
@@ -303,6 +314,8 @@ class PostgresStore(SQLStore):
             status = "aborted" if transaction_id is None else self._status(transaction_id)
             if status == "committed":
                 log.warning("the connection broke during a commit; transaction %s had committed", transaction_id)
+                if self.keeps_changes:  # its position: the last, as nothing else commits while this leads
+                    self.position = self._latest_position()
                 return
             if status != "aborted":
                 raise StoreError(
@@ -315,6 +328,14 @@ class PostgresStore(SQLStore):
                 COMMIT_ATTEMPTS,
             )
         raise StoreUnavailable(f"{self.description}: the connection broke under {COMMIT_ATTEMPTS} attempts to commit")
+
+    def _latest_position(self) -> int:
+        try:
+            row = self.connection.execute("SELECT MAX(position) FROM forewarn_changes").fetchone()
+            self.connection.rollback()
+        except psycopg.Error as error:
+            raise StoreError(f"{self.description}: {_one_line(error)}") from None
+        return 0 if row is None or row[0] is None else int(row[0])
 
     def _status(self, transaction_id: int) -> str:
         """'committed', 'aborted', 'in progress', or why it is unknown."""

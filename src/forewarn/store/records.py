@@ -5,12 +5,16 @@ kind of change writes, and how the stored rows come back as the component's stat
 makes the change: each gives a :class:`Records` (``azure/records.py``, ``aws/records.py``, ``waves/records.py``),
 and the composition root hands them to ``open_store``. A change with no writer is refused at commit
 (:class:`UnregisteredChange`) rather than silently not stored.
+
+A writer also names the rows it wrote (``Rows.touch``: the table and the row's key). A shared leader journals those
+names with each commit (``forewarn_changes``), and a replica reads back only the rows they name, through the
+component's ``reload`` (replication: a refresh that costs what the commits changed, not what the fleet holds).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -21,6 +25,10 @@ JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALU
 META_PUT = "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
 C = TypeVar("C", bound=Change)
+T = TypeVar("T")
+
+# The rows some commits wrote: table -> the keys of its rows (each once, in the order first written).
+Touched = dict[str, dict[str, None]]
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -48,16 +56,22 @@ class Rows:
     def __init__(self, now: datetime):
         self.now = now
         self.statements: dict[str, list[tuple[Any, ...]]] = {}
+        self.touched: Touched = {}
         self._last: dict[tuple[str, Hashable], Callable[[], tuple[Any, ...]]] = {}
 
     def write(self, sql: str, params: tuple[Any, ...]) -> None:
         self.statements.setdefault(sql, []).append(params)
+
+    def touch(self, table: str, key: str) -> None:
+        """Name a row this command wrote (or deleted): a replica reads it back from there."""
+        self.touched.setdefault(table, {})[key] = None
 
     def journal(self, kind: str, event_id: str | None, detail: dict[str, Any]) -> None:
         self.write(JOURNAL_INSERT, (self.now.isoformat(), kind, event_id, json.dumps(detail, sort_keys=True)))
 
     def put_meta(self, key: str, value: str) -> None:
         self.write(META_PUT, (key, value))
+        self.touch("forewarn_meta", key)
 
     def write_last(self, sql: str, key: Hashable, params: Callable[[], tuple[Any, ...]]) -> None:
         """A row written once, after every change of the command, with its latest params: a wave that moves many
@@ -79,15 +93,48 @@ class Writer(Generic[C]):
     write: Callable[[C, Rows], None]
 
 
-class Reader:
-    """What a component's loader reads from: queries on the open transaction, and the meta table."""
+Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+# (column, keys) -> the conditions, with their parameters, that select those keys: one or several (long lists)
+KeyCondition = Callable[[str, Sequence[str]], list[tuple[str, Sequence[Any]]]]
 
-    def __init__(self, query: Callable[[str, Sequence[Any]], list[tuple[Any, ...]]], meta: dict[str, str]):
+
+def key_in_list(column: str, keys: Sequence[str]) -> list[tuple[str, Sequence[Any]]]:
+    """``column IN (?, ...)``, in slices that stay under every database's limit on parameters."""
+    slices = [keys[start : start + 500] for start in range(0, len(keys), 500)]
+    return [(f"{column} IN ({', '.join('?' * len(part))})", part) for part in slices]
+
+
+class Reader:
+    """What a component's loader reads from: queries on the open transaction, and the meta table (a replica's
+    refresh reads only the meta keys its commits touched, with the store's own: now, clock, next_seq)."""
+
+    def __init__(self, query: Query, meta: dict[str, str], key_condition: KeyCondition = key_in_list):
         self._query = query
+        self._key_condition = key_condition
         self.meta = meta
 
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._query(sql, params)
+
+    def keyed(self, select: str, column: str, keys: Iterable[str]) -> list[tuple[Any, ...]]:
+        """The rows of ``select`` (a query without WHERE) whose ``column`` is one of ``keys``."""
+        wanted = list(keys)
+        found: list[tuple[Any, ...]] = []
+        if wanted:
+            for condition, params in self._key_condition(column, wanted):
+                found += self._query(f"{select} WHERE {condition}", params)
+        return found
+
+    def current(
+        self, select: str, column: str, keys: Iterable[str], decode: Callable[[tuple[Any, ...]], T]
+    ) -> dict[str, T | None]:
+        """Each key's row as it is now, decoded (``select``'s first column is the key): None for a key whose row is
+        gone (or never was)."""
+        wanted = list(keys)
+        found: dict[str, T | None] = dict.fromkeys(wanted)
+        for row in self.keyed(select, column, wanted):
+            found[row[0]] = decode(row)
+        return found
 
 
 @dataclass(frozen=True)
@@ -99,6 +146,9 @@ class Records:
     writers: Sequence[Writer[Any]]
     load: Callable[[Reader], dict[str, Any]] = field(default=lambda reader: {})
     tables: tuple[str, ...] = ()  # what holds its state: emptied by a reset (store.reset)
+    # The rows of ``touched`` as they are now, under the engine's names for them (each component's Engine.replicate
+    # argument); nothing for a component none of whose rows were touched.
+    reload: Callable[[Reader, Touched], dict[str, Any]] = field(default=lambda reader, touched: {})
 
 
 def _time_moved(change: TimeMoved, rows: Rows) -> None:
@@ -140,12 +190,36 @@ class Registry:
         writer.write(change, rows)
 
     def load(self, reader: Reader) -> dict[str, Any]:
+        return self._by_name(lambda part: part.load(reader))
+
+    def reload(self, reader: Reader, touched: Touched) -> dict[str, Any]:
+        """The touched rows as they are now, by the names the engine's ``replicate`` takes them under."""
+        return self._by_name(lambda part: part.reload(reader, touched))
+
+    def _by_name(self, read: Callable[[Records], dict[str, Any]]) -> dict[str, Any]:
         loaded: dict[str, Any] = {}
         owners: dict[str, str] = {}
         for part in self.loaders:
-            for name, value in part.load(reader).items():
+            for name, value in read(part).items():
                 if name in owners:
                     raise ValueError(f"stored state {name!r} is loaded by both {owners[name]} and {part.owner}")
                 owners[name] = part.owner
                 loaded[name] = value
         return loaded
+
+    def touched_by(self, changes: Iterable[Change], now: datetime) -> Touched:
+        """The rows committing ``changes`` would write (nothing is written): what a replica reads back to undo
+        changes it made without committing them (a projection)."""
+        rows = Rows(now)
+        for change in changes:
+            writer = self.writers.get(type(change))
+            if writer is not None:
+                writer.write(change, rows)
+        rows.write_latest()
+        return rows.touched
+
+
+def merge_touched(into: Touched, more: Mapping[str, Iterable[str]]) -> Touched:
+    for table, keys in more.items():
+        into.setdefault(table, {}).update(dict.fromkeys(keys))
+    return into

@@ -29,7 +29,7 @@ from forewarn.azure.component import AzureComponent, DocumentStep
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import VM
 from forewarn.core.bounds import check_whole_number
-from forewarn.core.changes import Change
+from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.gcp.changes import GceEventChanged
@@ -56,6 +56,7 @@ __all__ = [
     "WaveChanged",
     "WaveCloud",
     "WaveOrder",
+    "WaveRows",
     "WaveRunner",
     "WaveSpec",
     "WaveStatus",
@@ -65,6 +66,13 @@ __all__ = [
 @dataclass(frozen=True)
 class StoredWaves:
     waves: Iterable[Wave] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class WaveRows:
+    """Waves some commits touched, as they are now (None: gone): what a replica applies (WaveRunner.replicate)."""
+
+    waves: dict[str, Wave | None] = field(default_factory=dict)
 
 
 class WaveRunner:
@@ -273,6 +281,27 @@ class WaveRunner:
             wave = replace(wave, status=WaveStatus.COMPLETED, finished_at=self.now)
             self.waves[wave_id] = wave
             changes.append(WaveChanged(wave, "completed", f"{wave.done} units completed, {len(wave.skipped)} skipped"))
+        return changes
+
+    # -------------------------------------------------------------------------------------------- replication
+    def replicate(self, rows: WaveRows | None) -> list[Change]:
+        """A replica takes waves the leader committed, and counts the open events of the units in flight again
+        (after the Azure and Compute Engine components took their rows: the counts come from their events)."""
+        changes: list[Change] = []
+        removed = False
+        for wave_id, wave in (rows.waves if rows is not None else {}).items():
+            if wave is None:
+                removed |= self.waves.pop(wave_id, None) is not None
+            else:
+                self.waves[wave_id] = wave
+                changes.append(WaveChanged(wave, REPLICATED, "committed by the leader"))
+        self._wave_of_operation.clear()
+        self._open_in_unit.clear()
+        for wave in self.waves.values():
+            for run in wave.in_flight:
+                self._track_unit(wave, run)
+        if removed:
+            changes.append(Rebuilt("waves a replica projected were not committed"))
         return changes
 
     # ------------------------------------------------------------------------------------------------ targets

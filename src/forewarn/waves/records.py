@@ -12,7 +12,7 @@ from typing import Any
 
 from forewarn.azure.model import EventSource, EventType
 from forewarn.gcp.model import MaintenanceType
-from forewarn.store.records import Reader, Records, Rows, Writer, time_from_text, time_text
+from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
 from forewarn.waves.component import (
     StoredWaves,
     UnitRun,
@@ -20,6 +20,7 @@ from forewarn.waves.component import (
     WaveChanged,
     WaveCloud,
     WaveOrder,
+    WaveRows,
     WaveSpec,
     WaveStatus,
 )
@@ -119,6 +120,7 @@ def _wave_changed(change: WaveChanged, rows: Rows) -> None:
         wave.wave_id,
         lambda: (encode_wave_progress(wave), wave.wave_id),
     )
+    rows.touch("forewarn_waves", wave.wave_id)
     rows.journal(f"wave {change.what}", None, {"wave": wave.wave_id, "reason": change.reason})
 
 
@@ -127,4 +129,16 @@ def _load(reader: Reader) -> dict[str, Any]:
     return {"waves": StoredWaves([decode_wave(plan, progress) for plan, progress in rows])}
 
 
-WAVE_RECORDS = Records("waves", [Writer(WaveChanged, _wave_changed)], _load, tables=("forewarn_waves",))
+def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
+    if "forewarn_waves" not in touched:
+        return {}
+    waves = reader.current(
+        "SELECT wave_id, plan, progress FROM forewarn_waves",
+        "wave_id",
+        touched["forewarn_waves"],
+        lambda row: decode_wave(row[1], row[2]),
+    )
+    return {"waves": WaveRows(waves)}
+
+
+WAVE_RECORDS = Records("waves", [Writer(WaveChanged, _wave_changed)], _load, tables=("forewarn_waves",), reload=_reload)

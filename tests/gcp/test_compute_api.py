@@ -96,6 +96,17 @@ def test_simulate_maintenance_event_terminates_a_gpu_instance(server):
     assert instances.get(project=PROJECT, zone=ZONE, instance="gpu-1").status == "RUNNING"
 
 
+def test_simulate_maintenance_event_gives_a_watching_gpu_instance_its_hour(server):
+    instances, _ = clients(server)
+    server.post("/v1/gce/instances/gpu-1/watch", expect=200)  # as if it read maintenance-event
+    instances.simulate_maintenance_event(project=PROJECT, zone=ZONE, instance="gpu-1").result(timeout=30)
+    assert server.get("/v1/gce/instances/gpu-1")["maintenance_event"] == "TERMINATE_ON_HOST_MAINTENANCE"
+    server.advance("59m59s")
+    assert instances.get(project=PROJECT, zone=ZONE, instance="gpu-1").status == "RUNNING"
+    server.advance("1s")  # "a 1-hour stopping notice" ("Handle GPU host maintenance events")
+    assert instances.get(project=PROJECT, zone=ZONE, instance="gpu-1").status == "TERMINATED"
+
+
 def test_set_scheduling_and_its_refusals(server):
     instances, _ = clients(server)
     scheduling = compute_v1.Scheduling(on_host_maintenance="TERMINATE", automatic_restart=False)

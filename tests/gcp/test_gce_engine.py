@@ -121,12 +121,12 @@ def test_rescheduling_moves_the_window_up_to_its_latest_start_and_survives_a_res
     assert upcoming.latest_window_start == T0 + timedelta(days=5)  # the bound does not move
     first.store.close()
 
-    second = open_service(url)  # the notice follows the new start after a restart too
+    second = open_service(url)  # the notice (gpu-1's hour) follows the new start after a restart too
     assert second.engine.upcoming_maintenance("gpu-1") == upcoming
-    assert second.engine.next_deadline() == later - timedelta(seconds=60)
+    assert second.engine.next_deadline() == later - timedelta(hours=1)
     second.step_clock()
     assert second.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
-    assert second.now() == later - timedelta(seconds=60)
+    assert second.now() == later - timedelta(hours=1)
     kinds = [entry.kind for entry in second.store.journal() if entry.kind.startswith("gce")]
     assert kinds == ["gce scheduled", "gce rescheduled", "gce notified"]
     second.store.close()
@@ -140,8 +140,8 @@ def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
     assert service.perform(lambda e: e.reschedule_gce("web-1", T0 + timedelta(hours=1))) == []  # no move: no change
     for start, notice, error, message in (
         (T0 + timedelta(days=3, seconds=1), None, Invalid, "after the latest window start"),
-        (T0 + timedelta(seconds=59), None, Invalid, "less than the 60-second notice; the earliest"),
-        (T0 - timedelta(days=1), None, Invalid, "less than the 60-second notice"),
+        (T0 + timedelta(seconds=59), None, Invalid, "less than the 60-second notice of web-1; the earliest"),
+        (T0 - timedelta(days=1), None, Invalid, "less than the 60-second notice of web-1"),
         (None, None, Invalid, "give the new start"),
         (T0 + timedelta(hours=2), timedelta(hours=2), Invalid, "not both"),
     ):
@@ -165,3 +165,102 @@ def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
     service.advance_clock(timedelta(hours=1) - timedelta(seconds=60))  # web-1 never asked: it started at once
     with pytest.raises(Conflict, match="no pending maintenance to reschedule"):
         service.perform(lambda e: e.reschedule_gce("web-1", T0 + timedelta(hours=2)))
+
+
+def events_of(changes):
+    """The last state of each event the changes touched, by instance."""
+    return {c.event.instance: c.event for c in changes if hasattr(c, "event")}
+
+
+def watch(service, *names):
+    for name in names:
+        service.perform(lambda e, name=name: e.watch_gce(name))
+
+
+def test_a_gpu_instance_gets_an_hour_of_notice_the_others_sixty_seconds(service):
+    """As "Handle GPU host maintenance events" says: "Compute Engine gives GPU VMs a 1-hour stopping notice, while
+    normal VMs receive only a 60-second notice"."""
+    watch(service, "web-1", "gpu-1")
+    changes = service.perform(lambda e: e.schedule_gce(GceRequest(("web-1", "gpu-1"), notice=timedelta(hours=2))))
+    assert {event.window_start for event in events_of(changes).values()} == {T0 + timedelta(hours=2)}
+    service.step_clock()
+    assert service.now() == T0 + timedelta(hours=1)
+    assert service.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert service.engine.maintenance_event("web-1") == "NONE"
+    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.RUNNING  # it stops at the start
+    service.step_clock()
+    assert service.now() == T0 + timedelta(hours=2) - timedelta(seconds=60)
+    assert service.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    service.step_clock()
+    assert service.now() == T0 + timedelta(hours=2)
+    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    notified = [e.notice_at for e in service.engine.gce_events.values()]
+    assert sorted(notified) == [T0 + timedelta(hours=1), T0 + timedelta(hours=2) - timedelta(seconds=60)]
+
+
+def test_the_default_notice_is_each_instances_own_and_nothing_is_announced(service):
+    watch(service, "web-1", "gpu-1")
+    events = events_of(service.perform(lambda e: e.schedule_gce(GceRequest(("web-1", "gpu-1")))))
+    assert events["web-1"].window_start == T0 + timedelta(seconds=60)
+    assert events["gpu-1"].window_start == T0 + timedelta(hours=1)
+    assert not any(event.announced or event.can_reschedule for event in events.values())
+    assert {event.state for event in events.values()} == {EventState.NOTIFIED}  # the notice at once
+    assert events["gpu-1"].notice_at == T0 and service.engine.upcoming_maintenance("gpu-1") is None
+
+
+def test_announcing_a_latest_start_and_rescheduling_count_from_a_gpu_instances_hour(service):
+    watch(service, "gpu-1")
+    # An hour ahead is the notice only; a second more is announced as upcoming maintenance.
+    with pytest.raises(Invalid, match="announced ahead .*1-hour notice of gpu-1"):
+        service.perform(
+            lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=1), latest=timedelta(1)))
+        )
+    [event] = events_of(
+        service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=1, seconds=1))))
+    ).values()
+    assert event.announced and event.state is EventState.PENDING
+    service.perform(lambda e: e.cancel_gce(event.event_id))
+    service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=1))))
+    with pytest.raises(Invalid, match="less than the 1-hour notice of gpu-1; the earliest is 2026-04-20T23:11:58Z"):
+        service.perform(lambda e: e.reschedule_gce("gpu-1", T0 + timedelta(minutes=59)))
+    # The earliest start: its notice is due at once.
+    service.perform(lambda e: e.reschedule_gce("gpu-1", notice=timedelta(hours=1)))
+    assert service.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert service.engine.upcoming_maintenance("gpu-1").window_start == T0 + timedelta(hours=1)
+
+
+def test_simulate_gives_a_gpu_instance_its_hour_and_perform_starts_at_once(service):
+    watch(service, "gpu-1", "web-1")
+    # simulateMaintenanceEvent: the activities of a regular maintenance event, the hour of notice included.
+    [simulated] = events_of(service.perform(lambda e: e.simulate_gce("gpu-1"))).values()
+    assert (simulated.window_start, simulated.notice_at, simulated.announced) == (T0 + timedelta(hours=1), T0, False)
+    # performMaintenance: the maintenance starts now, the key at once and the stop 60 s later, GPUs or not.
+    service.perform(lambda e: e.schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2))))
+    [performed] = events_of(service.perform(lambda e: e.perform_maintenance("web-1"))).values()
+    assert (performed.window_start, performed.notice_at) == (T0 + timedelta(seconds=60), T0)
+    run_all(service)
+    watch(service, "gpu-1")
+    service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=2))))
+    now = service.now()
+    [performed] = events_of(service.perform(lambda e: e.perform_maintenance("gpu-1"))).values()
+    assert (performed.window_start, performed.notice_at) == (now + timedelta(seconds=60), now)
+    service.advance_clock(timedelta(seconds=60))
+    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+
+
+def test_an_instance_that_never_asked_is_maintained_when_its_notice_would_come(service):
+    """Never asked: "The maintenance event initiates immediately and skips the ... warning"; for a GPU instance, when
+    its hour of notice would have begun."""
+    [event] = events_of(
+        service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=3))))
+    ).values()
+    service.step_clock()
+    assert service.now() == T0 + timedelta(hours=2)
+    started = service.engine.gce_events[event.event_id]
+    assert (started.state, started.started_at, started.notice_at) == (EventState.ONGOING, T0 + timedelta(hours=2), None)
+    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+
+
+def run_all(service):
+    while service.engine.next_deadline() is not None:
+        service.step_clock()

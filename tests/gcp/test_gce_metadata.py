@@ -33,6 +33,7 @@ gce_instances:
     imds: {address: 127.0.0.42}
 """
 FLAVOR = {"Metadata-Flavor": "Google"}
+ADDRESSES = {"web-1": "127.0.0.40", "gpu-1": "127.0.0.41"}
 
 
 @pytest.fixture(scope="module")
@@ -162,13 +163,49 @@ def test_an_instance_that_never_asked_gets_no_notice(server):
 
 def test_terminate_on_host_maintenance_of_a_gpu_instance_and_its_restart(server):
     get(server, "instance/maintenance-event", address="127.0.0.41")
-    server.post("/v1/gce/maintenance", {"instances": ["gpu-1"]}, expect=201)
+    [event] = server.post("/v1/gce/maintenance", {"instances": ["gpu-1"]}, expect=201).json()
+    # The default notice of a GPU instance is its hour: the key changes now, the stop comes an hour later.
+    assert event["window_start"] == "2026-04-20T23:11:58Z" and event["announced"] is False
+    assert server.get("/v1/gce/instances/gpu-1")["notice_seconds"] == 3600
     assert get(server, "instance/maintenance-event", address="127.0.0.41").text == "TERMINATE_ON_HOST_MAINTENANCE"
-    server.post("/v1/clock/next", expect=200)
+    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-20T23:11:58Z"
     assert server.get("/v1/gce/instances/gpu-1")["status"] == "TERMINATED"
     server.post("/v1/clock/next", expect=200)
     instance = server.get("/v1/gce/instances/gpu-1")
     assert instance["status"] == "RUNNING" and instance["maintenance_event"] == "NONE"
+
+
+def test_a_hanging_get_on_a_gpu_instance_wakes_an_hour_before_the_start(server):
+    """GPU VMs get a 1-hour stopping notice, other VMs 60 seconds ("Handle GPU host maintenance events"). Both
+    instances' watchers hang on maintenance-event; a manual clock step wakes each at its own notice."""
+    keys = {name: get(server, "instance/maintenance-event", address=address) for name, address in ADDRESSES.items()}
+    results = {}
+
+    def wait(name):
+        etag = keys[name].headers["ETag"]
+        results[name] = get(
+            server, "instance/maintenance-event", address=ADDRESSES[name], wait_for_change="true", last_etag=etag
+        )
+
+    waiters = {name: threading.Thread(target=wait, args=(name,)) for name in ADDRESSES}
+    for waiter in waiters.values():
+        waiter.start()
+    events = server.post("/v1/gce/maintenance", {"instances": ["web-1", "gpu-1"], "notice": "3h"}, expect=201).json()
+    assert {(event["window_start"], event["announced"]) for event in events} == {("2026-04-21T01:11:58Z", True)}
+    time.sleep(0.3)
+    assert all(waiter.is_alive() for waiter in waiters.values())  # announced: nothing for the key yet
+    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-21T00:11:58Z"  # T-1h
+    waiters["gpu-1"].join(10)
+    assert results["gpu-1"].text == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert results["gpu-1"].headers["ETag"] != keys["gpu-1"].headers["ETag"]
+    time.sleep(0.2)
+    assert waiters["web-1"].is_alive()  # web-1's notice is 60 s
+    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-21T01:10:58Z"  # T-60s
+    waiters["web-1"].join(10)
+    assert results["web-1"].text == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert server.get("/v1/gce/instances/gpu-1")["status"] == "RUNNING"  # still running: it stops at the start
+    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-21T01:11:58Z"
+    assert server.get("/v1/gce/instances/gpu-1")["status"] == "TERMINATED"
 
 
 def test_spot_preemption(server):
@@ -252,8 +289,8 @@ def test_rescheduling_wakes_a_hanging_get_on_upcoming_maintenance_with_a_new_eta
     }
     time.sleep(0.2)
     assert waiters[1].is_alive()  # maintenance-event is still NONE
-    # Nothing happens at the old start; the notice comes 60 s before the new one.
-    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-30T22:10:58Z"
+    # Nothing happens at the old start; the notice comes an hour before the new one (gpu-1 has a GPU).
+    assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-30T21:11:58Z"
     waiters[1].join(10)
     assert results["key"].text == "TERMINATE_ON_HOST_MAINTENANCE"
     late = forewarn(server, "gce", "reschedule", "gpu-1", "--notice", "1d", check=False)

@@ -152,6 +152,11 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
         lambda: leader.perform(lambda engine: engine.reschedule_gce("web-1", notice=timedelta(minutes=20))),
         lambda: leader.perform(lambda engine: engine.watch_gce("web-1")),
         lambda: leader.perform(lambda engine: engine.preempt_gce(["batch-1"])),
+        lambda: leader.perform(lambda engine: engine.watch_gce("trainer-1")),
+        # A GPU instance: announced, its notice an hour before the start (at 20 minutes), on leader and replica.
+        lambda: leader.perform(
+            lambda engine: engine.schedule_gce(GceRequest(("trainer-1",), notice=timedelta(minutes=80)))
+        ),
         lambda: leader.perform(lambda engine: engine.host_error_gce(["trainer-1"])),
         lambda: leader.perform(
             lambda engine: engine.start_wave(WaveSpec(EventType.REBOOT, WaveOrder.HOST, 1, notice=timedelta(minutes=2)))
@@ -170,6 +175,8 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
     assert any(wave.done for wave in leader.engine.waves.values())
     [gce_wave] = [wave for wave in leader.engine.waves.values() if wave.spec.cloud is WaveCloud.GCE]
     assert gce_wave.done >= 1, gce_wave  # a unit whose instance was maintained, not only skipped ones
+    [gpu] = leader.engine.gce_events_of("trainer-1")
+    assert gpu.notice_at == gpu.window_start - timedelta(hours=1), gpu
     # Only what moved was told: incarnations of the touched scopes, never a whole rebuild.
     assert not any(isinstance(change, Rebuilt) for heard in pair.heard for change in heard)
     # And the engine goes on as the fresh one does (what a replica that takes over does next): the deadlines, the

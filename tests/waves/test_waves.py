@@ -385,7 +385,7 @@ def gce_wave(e: Engine, order: WaveOrder = WaveOrder.ZONE, **spec) -> str:
 def test_a_compute_engine_wave_goes_zone_by_zone_with_each_instances_own_maintenance():
     e = engine(GCE_FLEET)
     for name in ("web-1", "gpu-1"):
-        e.watch_gce(name)  # they asked for maintenance-event: they get the 60-second notice
+        e.watch_gce(name)  # they asked for maintenance-event: they get the notice (60 s; gpu-1's is an hour)
     wave_id = gce_wave(e, notice=timedelta(days=7), window=timedelta(hours=2))
     wave = e.wave(wave_id)
     assert (wave.spec.order, wave.units) == (WaveOrder.ZONE, ("us-central1-a", "europe-west1-b"))
@@ -428,15 +428,17 @@ def test_cancel_stops_a_compute_engine_wave_and_cancels_only_pending_maintenance
     e.watch_gce("web-1")
     wave_id = gce_wave(e, groups=("us-central1-a",), notice=timedelta(days=7), latest=timedelta(days=2))
     e.reschedule_gce("web-2", T0 + timedelta(days=8))  # its user moves it a day later
-    e.advance(T0 + timedelta(days=7) - timedelta(seconds=60))  # web-1 notified, gpu-1 (never asked) started
+    # gpu-1 never asked: its maintenance starts when its notice would have come, an hour ahead (it has a GPU).
+    e.advance(T0 + timedelta(days=7) - timedelta(hours=1))
     assert e.gcp.upcoming("gpu-1").state is EventState.ONGOING
+    before = e.advance(T0 + timedelta(days=7) - timedelta(seconds=60))  # gpu-1 done and restarted, web-1 notified
     changes = e.cancel_wave(wave_id)
     canceled = {c.event.instance for c in changes if isinstance(c, GceEventChanged) and c.what == "canceled"}
     assert canceled == {"web-2"}
     assert e.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"  # a notice given is kept
     rest = run_to_end_of_maintenance(e)
-    completed = [c.event.instance for c in rest if isinstance(c, GceEventChanged) and c.what == "completed"]
-    assert sorted(completed) == ["gpu-1", "web-1"]
+    completed = [c.event.instance for c in before + rest if isinstance(c, GceEventChanged) and c.what == "completed"]
+    assert completed == ["gpu-1", "web-1"]
     assert e.wave(wave_id).status is WaveStatus.CANCELED and not any(
         ev.instance.startswith("eu-") for ev in e.gce_events.values()
     )
@@ -470,6 +472,12 @@ def test_targets_and_skips_of_a_compute_engine_wave():
         (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, impact_window=timedelta(1)), Invalid, "Azure's"),
         (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, window=timedelta(0)), Invalid, "window"),
         (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, latest=timedelta(1)), Invalid, "announced ahead"),
+        # 30 minutes announces maintenance to web-1, not to gpu-1 (its notice is an hour): no latest start for it.
+        (
+            WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.HOST, notice=timedelta(minutes=30), latest=timedelta(1)),
+            Invalid,
+            "1-hour notice of gpu-1",
+        ),
         (WaveSpec(window=timedelta(hours=1)), Invalid, "Compute Engine's"),
         (WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, groups=("azure-0",)), NotFound, "no Compute Engine"),
     ],
@@ -535,7 +543,8 @@ def test_a_compute_engine_wave_survives_a_restart_mid_way(store_url):
         lambda e: e.start_wave(WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, notice=timedelta(hours=1)))
     )
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
-    service.step_clock()  # web-1's notice, 60 s before the start
+    # gpu-1 never asked: its maintenance started at once (its notice is the hour); web-1's notice is 60 s ahead.
+    service.advance_clock(timedelta(minutes=59))
     before = service.engine.wave(wave_id)
     service.store.close()
 

@@ -58,6 +58,8 @@ def _print_outcome(outcome: dict) -> None:
 Examples (the demo fleet's Compute Engine instances):
   forewarn gce maintain web-1                      # maintenance-event MIGRATE_ON_HOST_MAINTENANCE now, the
                                                    # migration 60 s later (if web-1 asked for the key before)
+  forewarn gce maintain trainer-1                  # a GPU instance: TERMINATE_ON_HOST_MAINTENANCE now, the stop
+                                                   # an hour later (GPU instances get a 1-hour notice)
   forewarn gce maintain trainer-1 --notice 7d      # announced: upcoming-maintenance for a week
   forewarn gce perform trainer-1                   # performMaintenance: start the announced one now
   forewarn gce maintain trainer-1 --notice 7d --latest 7d
@@ -100,8 +102,8 @@ def gce_events(ctx, include_all, as_json):
 )
 @click.option(
     "--notice",
-    help="Time until the start, e.g. 90s, 7d (default 60s: the maintenance-event notice only; longer is announced "
-    "as upcoming maintenance).",
+    help="Time until the start, e.g. 90s, 7d (default: each instance's maintenance-event notice only, 60s, or 1h "
+    "with GPUs; longer than that notice is announced as upcoming maintenance).",
 )
 @click.option("--start", help="Explicit start, ISO 8601 (instead of --notice).")
 @click.option("--window", help="The window upcoming maintenance shows.  [default: 1h]")
@@ -150,7 +152,7 @@ def gce_cancel(ctx, event_id, as_json):
 @JSON_OPTION
 @click.pass_context
 def gce_simulate(ctx, instance, as_json):
-    """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, now."""
+    """What simulateMaintenanceEvent does: the instance's own maintenance, after its notice (1 h with GPUs)."""
     emit(
         run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/simulate-maintenance")),
         as_json,
@@ -163,7 +165,7 @@ def gce_simulate(ctx, instance, as_json):
 @JSON_OPTION
 @click.pass_context
 def gce_perform(ctx, instance, as_json):
-    """What performMaintenance does: announced maintenance starts after the 60-second notice."""
+    """What performMaintenance does: announced maintenance starts 60 s from now (GPU instances too)."""
     emit(
         run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/perform-maintenance")),
         as_json,
@@ -178,7 +180,8 @@ def gce_perform(ctx, instance, as_json):
 @JSON_OPTION
 @click.pass_context
 def gce_reschedule(ctx, instance, start, notice, as_json):
-    """Move announced maintenance to another start: at least 60 s from now, at most its latest window start."""
+    """Move announced maintenance to another start: at least the instance's notice from now (60 s; 1 h with GPUs), at
+    most its latest window start."""
     body = {"start": start, "notice": notice}
     emit(
         run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/reschedule-maintenance", body)),

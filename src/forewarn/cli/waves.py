@@ -78,7 +78,8 @@ def wave() -> None:
 @click.option(
     "--notice",
     help="Time from a unit's scheduling to its start (Azure: NotBefore; default the type's notice. Compute Engine: "
-    "the maintenance start; default 60s, longer is announced as upcoming maintenance).",
+    "the maintenance start; default each instance's notice, 60s or 1h with GPUs; longer is announced as upcoming "
+    "maintenance).",
 )
 @click.option("--impact-window", help="Azure: how long each event stays Started.")
 @click.option("--duration", "duration_seconds", type=int, help="Azure: DurationInSeconds of the events.")

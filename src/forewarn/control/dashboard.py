@@ -422,7 +422,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
             """What the instance's metadata server answers for ``path`` now (a plain GET with ``Metadata-Flavor:
             Google``): the same status, bytes, content type and ``ETag`` (by default its maintenance-event; a path it
             does not have: its 404 page). Reading it here does not count as the instance asking for maintenance-event:
-            it does not earn the instance the 60-second notice."""
+            it does not earn the instance the maintenance-event notice."""
             service.catch_up()
             service.engine.gce_instance(name)
             if not path.startswith("/"):

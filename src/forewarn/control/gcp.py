@@ -1,7 +1,7 @@
 """The control API's Compute Engine routes: schedule host maintenance (live migration or termination, announced ahead
-or with the 60-second notice only), cancel it, Spot and preemptible preemption, host errors, and what the Compute
-Engine API offers its users (simulateMaintenanceEvent, performMaintenance, setScheduling, start), and rescheduling
-announced maintenance within its latest window start."""
+or with the instance's notice only: 60 seconds, an hour with GPUs), cancel it, Spot and preemptible preemption, host
+errors, and what the Compute Engine API offers its users (simulateMaintenanceEvent, performMaintenance, setScheduling,
+start), and rescheduling announced maintenance within its latest window start."""
 
 from __future__ import annotations
 
@@ -72,6 +72,9 @@ class GceInstanceOut(BaseModel):
     preemptible: bool
     gpus: int
     maintenance_event: str = Field(description="the maintenance-event metadata value now")
+    notice_seconds: float = Field(
+        description="how long before its maintenance starts maintenance-event changes: 60, or 3600 with GPUs"
+    )
     preempted: bool
     deleted: bool
     watched: bool = Field(description="asked for maintenance-event since its last maintenance (gets the notice)")
@@ -85,7 +88,9 @@ class GceMaintenanceIn(BaseModel):
         default=None, description="migrate or terminate (default: the instance's onHostMaintenance)"
     )
     notice: str | None = Field(
-        default=None, description="time until the maintenance starts (default 60s: the maintenance-event notice only)"
+        default=None,
+        description="time until the maintenance starts (default: each instance's maintenance-event notice only, "
+        "60s, or 1h for an instance with GPUs)",
     )
     start: str | None = Field(default=None, description="explicit start, ISO 8601")
     window: str | None = Field(default=None, description="the window upcoming maintenance shows (default 1h)")
@@ -142,6 +147,7 @@ def gcp_router(service: Maintenance) -> APIRouter:
             preemptible=record.preemptible,
             gpus=record.gpus,
             maintenance_event=engine.maintenance_event(name),
+            notice_seconds=engine.gce_notice(name).total_seconds(),
             preempted=state.preempted,
             deleted=state.deleted,
             watched=state.watched,
@@ -177,8 +183,9 @@ def gcp_router(service: Maintenance) -> APIRouter:
         "/v1/gce/maintenance", tags=["gce"], status_code=201, response_model=list[GceEventOut], responses=ERRORS
     )
     async def schedule(body: GceMaintenanceIn):
-        """Host maintenance of instances, one event each. A start further ahead than 60 seconds is announced as
-        upcoming maintenance; maintenance-event changes 60 seconds before the start."""
+        """Host maintenance of instances, one event each. maintenance-event changes 60 seconds before the start, an
+        hour for an instance with GPUs (at once when the start is closer); a start further ahead than that notice
+        is announced to the instance as upcoming maintenance."""
         request = GceRequest(
             instances=tuple(body.instances),
             kind=None if body.kind is None else _kind(body.kind),
@@ -202,23 +209,26 @@ def gcp_router(service: Maintenance) -> APIRouter:
         "/v1/gce/instances/{name}/simulate-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
     )
     async def simulate(name: str):
-        """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, now."""
+        """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, after its notice (60
+        seconds; an hour for an instance with GPUs)."""
         return outcome(service.perform(lambda engine: engine.simulate_gce(name)))
 
     @router.post(
         "/v1/gce/instances/{name}/perform-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
     )
     async def perform(name: str):
-        """What performMaintenance does: the announced maintenance starts after the 60-second notice."""
+        """What performMaintenance does: maintenance-event changes now and the announced maintenance starts 60
+        seconds later (GPU instances too: the maintenance starts at once when its user asks)."""
         return outcome(service.perform(lambda engine: engine.perform_maintenance(name)))
 
     @router.post(
         "/v1/gce/instances/{name}/reschedule-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
     )
     async def reschedule(name: str, body: RescheduleIn):
-        """Move announced maintenance (pending, can-reschedule) to another start: no earlier than 60 seconds from
-        now, no later than its latest window start. Compute Engine's API has no such method for a VM: this is the
-        user's choice of time that docs/gcp.md ("Rescheduling") describes."""
+        """Move announced maintenance (pending, can-reschedule) to another start: no earlier than the instance's
+        notice from now (60 seconds; an hour with GPUs), no later than its latest window start. Compute Engine's API
+        has no such method for a VM: this is the user's choice of time that docs/gcp.md ("Rescheduling")
+        describes."""
         start, notice = parse_optional_time(body.start), parse_optional_duration(body.notice)
         return outcome(service.perform(lambda engine: engine.reschedule_gce(name, start, notice)))
 
@@ -234,7 +244,7 @@ def gcp_router(service: Maintenance) -> APIRouter:
 
     @router.post("/v1/gce/instances/{name}/watch", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def watch(name: str):
-        """As if the instance read maintenance-event: its next maintenance gets the 60-second notice (a scenario's
+        """As if the instance read maintenance-event: its next maintenance gets the notice (a scenario's
         watcher, without a metadata client)."""
         service.engine.gce_instance(name)
         return outcome(service.perform(lambda engine: engine.watch_gce(name)))

@@ -44,7 +44,9 @@ class WaveIn(BaseModel):
     )
     source: str | None = Field(default=None, description="Azure: Platform (default) or User")
     notice: str | None = Field(
-        default=None, description="e.g. 15m; default: the type's notice (Azure), the 60-second notice (Compute Engine)"
+        default=None,
+        description="e.g. 15m; default: the type's notice (Azure), each instance's maintenance-event notice "
+        "(Compute Engine: 60s, 1h with GPUs)",
     )
     duration_seconds: int | None = Field(
         default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS, description="DurationInSeconds; -1 means unknown"

@@ -140,6 +140,7 @@ class Engine:
         self.gce_event = self.gcp.gce_event
         self.gce_events_of = self.gcp.gce_events_of
         self.maintenance_event = self.gcp.maintenance_event
+        self.gce_notice = self.gcp.notice_of
         self.upcoming_maintenance = self.gcp.upcoming
         self.schedule_gce = self.gcp.schedule_gce
         self.simulate_gce = self.gcp.simulate_gce

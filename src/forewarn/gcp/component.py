@@ -1,7 +1,7 @@
 """The Compute Engine component: host maintenance (live migration or termination, announced ahead or not), the
-60-second ``maintenance-event`` notice, ``performMaintenance``, ``simulateMaintenanceEvent``, ``setScheduling``, Spot
-and preemptible preemption, and host errors. It shares the engine's clock, deadlines and numbering
-(``core/scheduler.py``) and its commit-per-command discipline."""
+``maintenance-event`` notice (60 seconds; an hour for instances with GPUs), ``performMaintenance``,
+``simulateMaintenanceEvent``, ``setScheduling``, Spot and preemptible preemption, and host errors. It shares the
+engine's clock, deadlines and numbering (``core/scheduler.py``) and its commit-per-command discipline."""
 
 from __future__ import annotations
 
@@ -68,9 +68,10 @@ class GcpRows:
 @dataclass(frozen=True)
 class GceRequest:
     """Maintenance of some instances. ``kind`` None: what each instance's onHostMaintenance says. ``notice``: from
-    now to the start (default: the 60-second notice only, nothing announced ahead); a start further ahead than the
-    60-second notice is announced as upcoming maintenance. ``latest``: how much later than the start its user may
-    reschedule it (latestWindowStartTime = start + latest; announced maintenance only)."""
+    now to the start (default: each instance's own notice, 60 seconds or an hour with GPUs, and nothing announced
+    ahead); a start further ahead than an instance's notice is announced to it as upcoming maintenance. ``latest``:
+    how much later than the start its user may reschedule it (latestWindowStartTime = start + latest; announced
+    maintenance only)."""
 
     instances: tuple[str, ...]
     kind: MaintenanceKind | None = None
@@ -85,6 +86,16 @@ class GceRequest:
 
 # ``listener(event)`` when a maintenance event is completed or canceled; the changes it makes join the command's.
 EventEndedListener = Callable[[GceMaintenance], list[Change]]
+
+
+def _notice_phrase(notice: timedelta) -> str:
+    """A notice as Google's pages name it: ``60-second``, ``1-hour``."""
+    seconds = int(notice.total_seconds())
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600}-hour"
+    if seconds > 60 and seconds % 60 == 0:
+        return f"{seconds // 60}-minute"
+    return f"{seconds}-second"
 
 
 def numeric_id(seed: str, *parts: object) -> str:
@@ -143,10 +154,7 @@ class GcpComponent:
         for event in sorted(stored.events, key=lambda e: e.seq):
             self._index(event)
             sequence.past(event.seq)
-            if event.state is EventState.PENDING:  # a notice due while the server was down fires at its catch-up
-                scheduler.add(event.window_start - rules.notice, self._notice, event.event_id)
-            else:
-                self._set_deadline(event)
+            self._stored_deadline(event)
 
     @property
     def now(self) -> datetime:
@@ -172,8 +180,16 @@ class GcpComponent:
             raise NotFound(f"no GCE maintenance event {event_id!r}", name=event_id, known=self.gce_events.keys())
         return found
 
+    def notice_of(self, name: str) -> timedelta:
+        """How long before an instance's maintenance starts its ``maintenance-event`` changes: an hour for an
+        instance with GPUs ("Handle GPU host maintenance events": "Compute Engine gives GPU VMs a 1-hour stopping
+        notice, while normal VMs receive only a 60-second notice"), 60 seconds for the others ("Query metadata
+        server for maintenance event notices"). Also the default notice of its maintenance, the start beyond which
+        it is announced as upcoming maintenance, and the earliest start it can be rescheduled to."""
+        return self.rules.gpu_notice if self.fleet.gce[name].gpus > 0 else self.rules.notice
+
     def maintenance_event(self, name: str) -> str:
-        """The ``maintenance-event`` value: the notice of an event from its 60-second notice to its end."""
+        """The ``maintenance-event`` value: the notice of an event from the time it was given to the event's end."""
         for event in self.gce_events_of(name):
             if event.state in (EventState.NOTIFIED, EventState.ONGOING) and event.notice_at is not None:
                 return event.kind.value
@@ -199,23 +215,36 @@ class GcpComponent:
         """Every host an instance runs or ran on, in the order they were first used."""
         return list(self._on_host)
 
-    def check_request(self, request: GceRequest) -> tuple[datetime, timedelta, datetime]:
-        """The start, window and latest start of a request, or the reason it is refused (before anything changes)."""
-        start = checked_not_before(request.start, request.notice, self.rules.notice, self.now)
+    def check_request(self, request: GceRequest) -> tuple[timedelta, dict[str, tuple[datetime, datetime]]]:
+        """The window of a request and each named instance's start and latest start, or the reason it is refused
+        (before anything changes). Without a start or a notice, each instance's maintenance starts its own notice
+        from now (:meth:`notice_of`): the notice only, nothing announced."""
+        checked_not_before(request.start, request.notice, self.rules.notice, self.now)  # even with no instance named
         window = check_duration(
             self.rules.window if request.window is None else request.window,
             "the maintenance window",
             MAX_EVENT_LENGTH,
             timedelta(seconds=1),
         )
-        latest = start
+        later: timedelta | None = None
         if request.latest is not None:
-            if start - self.now <= self.rules.notice:
-                raise Invalid("a latest start needs maintenance announced ahead (a start further than the notice)")
             if not request.can_reschedule:
                 raise Invalid("a latest start later than the start needs can-reschedule")
-            latest = whole_second_ceiling(start + check_duration(request.latest, "the latest start", MAX_NOTICE))
-        return start, window, latest
+            later = check_duration(request.latest, "the latest start", MAX_NOTICE)
+        starts: dict[str, tuple[datetime, datetime]] = {}
+        for name in dict.fromkeys(request.instances):
+            notice = self.notice_of(name)
+            start = checked_not_before(request.start, request.notice, notice, self.now)
+            latest = start
+            if later is not None:
+                if start - self.now <= notice:
+                    raise Invalid(
+                        f"a latest start needs maintenance announced ahead (a start further than the "
+                        f"{_notice_phrase(notice)} notice of {name})"
+                    )
+                latest = whole_second_ceiling(start + later)
+            starts[name] = (start, latest)
+        return window, starts
 
     # ----------------------------------------------------------------------------------------------- commands
     def schedule_gce(self, request: GceRequest) -> list[Change]:
@@ -230,11 +259,12 @@ class GcpComponent:
                 raise Conflict(f"instance {instance.name} already has maintenance pending or under way")
             if request.kind is MaintenanceKind.MIGRATE and (instance.gpus or instance.interruptible):
                 raise Invalid(f"instance {instance.name} cannot live-migrate (GPUs, Spot or preemptible)")
-        start, window, latest = self.check_request(request)
-        announced = start - self.now > self.rules.notice
+        window, starts = self.check_request(request)
         changes: list[Change] = []
         for instance in instances:
             state = self.gce_states[instance.name]
+            start, latest = starts[instance.name]
+            announced = start - self.now > self.notice_of(instance.name)
             kind = request.kind or (
                 MaintenanceKind.MIGRATE
                 if state.on_host_maintenance is OnHostMaintenance.MIGRATE
@@ -263,29 +293,33 @@ class GcpComponent:
         return changes
 
     def simulate_gce(self, name: str) -> list[Change]:
-        """simulateMaintenanceEvent: the instance's own maintenance behaviour, now, after the usual notice ("Simulate
-        a host maintenance event")."""
+        """simulateMaintenanceEvent: the instance's own maintenance behaviour, after its usual notice (an hour for an
+        instance with GPUs). "Simulate a host maintenance event": the simulated event "includes the different
+        maintenance activities that occur in a regular maintenance event", to test the automation built on them;
+        for a GPU instance that is the hour between TERMINATE_ON_HOST_MAINTENANCE and the stop."""
         self.gce_instance(name)
         if self.gce_states[name].status is not InstanceStatus.RUNNING:
             raise Conflict(f"The resource 'instances/{name}' is not ready")
         return self.schedule_gce(GceRequest((name,), reason="simulated maintenance event"))
 
     def perform_maintenance(self, name: str) -> list[Change]:
-        """performMaintenance: the announced maintenance starts now, after the usual notice ("Monitor and plan for a
-        host maintenance event")."""
+        """performMaintenance: the announced maintenance starts now ("Monitor and plan for a host maintenance
+        event"): ``maintenance-event`` changes at once and the maintenance starts 60 seconds later, for every
+        instance. An instance with GPUs does not wait its hour: "Manually start a host maintenance event" says the
+        maintenance "starts immediately"; the hour is the warning of maintenance Compute Engine starts."""
         self.gce_instance(name)
         event = self.upcoming(name)
         if event is None or event.state is not EventState.PENDING:
             raise Conflict(f"instance {name} has no pending maintenance to perform")
         if not event.can_reschedule:
             raise Conflict(f"the maintenance of instance {name} cannot be started by the user")
-        start = whole_second_ceiling(self.now + self.rules.notice)
+        start = whole_second_ceiling(self.now + self.rules.notice)  # the 60 seconds, GPUs or not
         event = replace(event, window_start=start, window_end=start + (event.window_end - event.window_start))
         self._index(event)
         return [GceEventChanged(event, "performed", "started by performMaintenance"), *self._set_deadline(event)]
 
     def reschedule_gce(self, name: str, start: datetime | None = None, notice: timedelta | None = None) -> list[Change]:
-        """Announced maintenance moved to another start by its user: no earlier than the 60-second notice from now,
+        """Announced maintenance moved to another start by its user: no earlier than the instance's notice from now,
         no later than its latestWindowStartTime, and only while it is pending and can-reschedule (docs/gcp.md,
         "Rescheduling": Compute Engine's "UpcomingMaintenance" shows a current window start that may move and the
         latest time it may start). The window keeps its length; the notice follows the new start."""
@@ -301,11 +335,12 @@ class GcpComponent:
             moved = whole_second_ceiling(self.now + check_duration(notice, "notice", MAX_NOTICE))
         else:
             raise Invalid("give the new start, or the notice from now to it, not both")
-        earliest = whole_second_ceiling(self.now + self.rules.notice)
+        own_notice = self.notice_of(name)
+        earliest = whole_second_ceiling(self.now + own_notice)
         if moved < earliest:
             raise Invalid(
-                f"the new start {iso_time(moved)} leaves less than the {int(self.rules.notice.total_seconds())}-second "
-                f"notice; the earliest is {iso_time(earliest)}"
+                f"the new start {iso_time(moved)} leaves less than the {_notice_phrase(own_notice)} notice of "
+                f"{name}; the earliest is {iso_time(earliest)}"
             )
         if moved > event.latest_window_start:
             raise Invalid(
@@ -329,7 +364,7 @@ class GcpComponent:
         return [GceEventChanged(event, "canceled", reason), *self._ended(event)]
 
     def watch(self, name: str) -> list[Change]:
-        """The instance asked for maintenance-event: its next maintenance gets the 60-second notice."""
+        """The instance asked for maintenance-event: its next maintenance gets the notice (:meth:`notice_of`)."""
         state = self.gce_states.get(name)
         if state is None or state.watched:
             return []
@@ -419,7 +454,7 @@ class GcpComponent:
     def _set_deadline(self, event: GceMaintenance) -> list[Change]:
         """The event's next deadline; a notice already due is given at once (the changes it makes)."""
         if event.state is EventState.PENDING:
-            at = event.window_start - self.rules.notice
+            at = self._notice_time(event)
             if at <= self.now:
                 return self._give_notice(event.event_id)
             self._scheduler.add(at, self._notice, event.event_id)
@@ -429,10 +464,13 @@ class GcpComponent:
             self._scheduler.add(event.ends_at, self._end, event.event_id)
         return []
 
+    def _notice_time(self, event: GceMaintenance) -> datetime:
+        return event.window_start - self.notice_of(event.instance)
+
     def _notice_stale(self, event_id: str, at: datetime) -> bool:
         # performMaintenance and rescheduling move the start, and the notice with it.
         event = self.gce_events[event_id]
-        return event.state is not EventState.PENDING or at != event.window_start - self.rules.notice
+        return event.state is not EventState.PENDING or at != self._notice_time(event)
 
     def _start_stale(self, event_id: str, at: datetime) -> bool:
         event = self.gce_events[event_id]
@@ -449,9 +487,10 @@ class GcpComponent:
         return self.gce_states[name].restart_at != at
 
     def _give_notice(self, event_id: str) -> list[Change]:
-        """60 seconds before the start. The key is populated only for instances that migrate or carry GPUs, and the
-        notice is given only to an instance that asked for the key since its last maintenance; one that never asked
-        is maintained at once ("Query metadata server for maintenance event notices")."""
+        """The instance's notice before the start (:meth:`notice_of`). The key is populated only for instances that
+        migrate or carry GPUs, and the notice is given only to an instance that asked for the key since its last
+        maintenance; one that never asked is maintained at once ("Query metadata server for maintenance event
+        notices"): a GPU instance an hour before the start."""
         event = self.gce_events[event_id]
         instance = self.fleet.gce[event.instance]
         state = self.gce_states[event.instance]
@@ -605,7 +644,7 @@ class GcpComponent:
     def _stored_deadline(self, event: GceMaintenance) -> None:
         """The deadline a stored event sets, as loading it sets it: a notice already due fires at the catch-up."""
         if event.state is EventState.PENDING:
-            self._scheduler.add(event.window_start - self.rules.notice, self._notice, event.event_id)
+            self._scheduler.add(self._notice_time(event), self._notice, event.event_id)
         else:
             self._set_deadline(event)
 

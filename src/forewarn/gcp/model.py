@@ -1,13 +1,14 @@
 """Google Compute Engine host maintenance: instances, their scheduling, their maintenance events and the rules of
-Google's pages "Host maintenance overview", "Query metadata server for maintenance event notices", "Monitor and plan
-for a host maintenance event", "Simulate a host maintenance event", "Spot VMs" and "Preemptible VM instances"
-(docs/gcp.md names what each rule follows).
+Google's pages "Host maintenance overview", "Query metadata server for maintenance event notices", "Handle GPU host
+maintenance events", "Monitor and plan for a host maintenance event", "Simulate a host maintenance event", "Spot VMs"
+and "Preemptible VM instances" (docs/gcp.md names what each rule follows).
 
 A maintenance event belongs to one instance. It may be announced ahead (``upcoming-maintenance`` in the metadata
 server, ``resourceStatus.upcomingMaintenance`` in the API: a window, a type, whether the user may start it early);
-the ``maintenance-event`` key changes 60 seconds before it starts (only for instances that asked for the key since
-their last event, and only for those that migrate or carry GPUs); at its start the instance live-migrates to another
-host or is terminated (and restarted if ``automaticRestart``); at its end the key is ``NONE`` again.
+the ``maintenance-event`` key changes 60 seconds before it starts, an hour for instances with GPUs (only for instances
+that asked for the key since their last event, and only for those that migrate or carry GPUs); at its start the
+instance live-migrates to another host or is terminated (and restarted if ``automaticRestart``); at its end the key is
+``NONE`` again.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ class MaintenanceType(str, enum.Enum):
 
 
 class EventState(str, enum.Enum):
-    PENDING = "pending"  # announced (upcoming maintenance), the 60-second notice not given yet
+    PENDING = "pending"  # announced (upcoming maintenance), the instance's notice (60 s; GPUs: 1 h) not given yet
     NOTIFIED = "notified"  # maintenance-event shows it
     ONGOING = "ongoing"  # migrating, or terminated during the maintenance
     COMPLETED = "completed"
@@ -175,7 +176,7 @@ class GceMaintenance:
     state: EventState
     created_at: datetime
     reason: str
-    notice_at: datetime | None = None  # when maintenance-event changes (None: no 60-second notice)
+    notice_at: datetime | None = None  # when maintenance-event changed (None: no notice was given)
     started_at: datetime | None = None
     ends_at: datetime | None = None
     ended_at: datetime | None = None
@@ -189,8 +190,12 @@ class GceMaintenance:
 class GceRules:
     """Defaults where the pages give values; each can be overridden per command."""
 
-    # "The value of this metadata key changes 60 seconds before a maintenance event starts".
+    # "The value of this metadata key changes 60 seconds before a maintenance event starts" ("Query metadata server
+    # for maintenance event notices").
     notice: timedelta = timedelta(seconds=60)
+    # Instances with GPUs: "Compute Engine gives GPU VMs a 1-hour stopping notice, while normal VMs receive only a
+    # 60-second notice" ("Handle GPU host maintenance events").
+    gpu_notice: timedelta = timedelta(hours=1)
     # Spot and preemptible: "Compute Engine sends a preemption notice ... 30 seconds" before stopping the instance.
     preemption_notice: timedelta = timedelta(seconds=30)
     # How long a migration's key stays set and a terminating maintenance keeps the instance down: our choices (a
@@ -206,7 +211,11 @@ class GceRules:
 
 
 def check_gce_rules(rules: GceRules) -> None:
-    for value, what in ((rules.notice, "the GCE notice"), (rules.preemption_notice, "the preemption notice")):
+    for value, what in (
+        (rules.notice, "the GCE notice"),
+        (rules.gpu_notice, "the GCE notice of GPU instances"),
+        (rules.preemption_notice, "the preemption notice"),
+    ):
         check_duration(value, what, MAX_NOTICE)
     check_duration(rules.advance_notice, "the GCE advance notice", MAX_NOTICE)
     for value, what in (

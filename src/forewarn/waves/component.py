@@ -151,7 +151,11 @@ class WaveRunner:
             units = self._gce_units(spec.order, owners)
             if not units:
                 raise Invalid("the wave has nothing to do: no running instance in its targets")
-            self.gcp.check_request(self._gce_request(spec, (), "check"))
+            # Every instance the wave may maintain, as a unit will ask for it: a notice that announces maintenance
+            # to most of them may not to a GPU instance, whose own notice is an hour (no latest start then).
+            wanted = frozenset(owners)
+            targeted = tuple(name for name in self.gcp.fleet.gce if self._gce_targeted(wanted, name))
+            self.gcp.check_request(self._gce_request(spec, targeted, "check"))
         else:
             if spec.event_type in (EventType.PREEMPT, EventType.TERMINATE):
                 raise Invalid(

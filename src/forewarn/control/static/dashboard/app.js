@@ -370,7 +370,7 @@ async function renderGceInstance(vm, view) {
   const mine = events.filter((e) => e.instance === vm.name);
   const meta = `${info.status}, ${info.machine_type}, ${info.zone}, host ${info.host}, onHostMaintenance ${info.on_host_maintenance}` +
     (info.provisioning_model === "SPOT" || info.preemptible ? `, ${info.provisioning_model === "SPOT" ? "Spot" : "preemptible"}` : "") +
-    (info.preempted ? ", preempted" : "") + (info.watched ? ", watches maintenance-event" : ", has not read maintenance-event (no 60-second notice)");
+    (info.preempted ? ", preempted" : "") + (info.watched ? ", watches maintenance-event" : ", has not read maintenance-event (no notice)");
   view.innerHTML = `<h2>Compute Engine instance <code>${escape(vm.name)}</code> <span class="meta"></span></h2>` +
     GCE_KEYS.map((key) => `<div class="meta">GET /computeMetadata/v1/instance/${key}: <b id="gce-${key}-status"></b>, ETag <code id="gce-${key}-etag"></code></div>
       <pre id="gce-${key}"></pre>`).join("") +

@@ -62,7 +62,7 @@ export class Timeline {
         approvals: [], text: e.code,
       });
     }
-    // Compute Engine: from its creation to its start (the 60-second notice a tick), solid while it is under way.
+    // Compute Engine: from its creation to its start (a tick), solid while it is under way.
     for (const e of this.gceEvents.values()) {
       const ended = e.state === "completed" || e.state === "canceled";
       if (!this.showEnded && ended) continue;

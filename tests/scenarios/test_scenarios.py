@@ -361,11 +361,21 @@ observe: [web-1, web-2]
 expect:
   - gce: web-1
     values: [NONE, MIGRATE_ON_HOST_MAINTENANCE, NONE]
+    notified: [start+9m]
     moved: true
   - gce: web-2
     values: [NONE]
     moved: false
 """
+
+
+def test_a_compute_engine_check_of_times_names_its_place():
+    for key in ("notified", "upcoming"):
+        bad = GCE_WAVE.replace("notified: [start+9m]", f"{key}: [start+9m, soon]")
+        found = problems(bad)
+        assert any(f"expect[0].{key}[1]: invalid time 'soon'" in line for line in found), found
+    found = problems(GCE_WAVE.replace("notified: [start+9m]", "notified: start+9m"))
+    assert any("expect[0].notified: expected a list" in line for line in found), found
 
 
 def test_a_canceled_compute_engine_wave_is_waited_for_until_its_notified_instance_is_done():

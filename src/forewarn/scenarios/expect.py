@@ -243,7 +243,8 @@ def _instance(check: _Check, timeline: dict, start: datetime) -> None:
 
 def _gce(check: _Check, timeline: dict, start: datetime) -> None:
     """A Compute Engine instance: the maintenance-event values and statuses it went through, in order (each change
-    once), whether it moved to another host, was preempted, had upcoming maintenance announced."""
+    once), when the notice came, whether it moved to another host, was preempted, had upcoming maintenance
+    announced."""
     entries = _observed(check, timeline, "gce_instances")
     if entries is None:
         return
@@ -266,6 +267,15 @@ def _gce(check: _Check, timeline: dict, start: datetime) -> None:
         windows = _distinct([entry["upcoming"] for entry in entries if entry["upcoming"]])
         want = [format_time(time_value(str(value), start)) for value in checks["upcoming"]]
         check.add("upcoming " + " -> ".join(map(str, checks["upcoming"])), windows == want, f"saw {windows}")
+    if "notified" in checks:
+        # The times maintenance-event left NONE: how long before a start the notice came (an hour for GPU VMs).
+        seen = [
+            entry["time"]
+            for before, entry in zip([None, *entries], entries, strict=False)
+            if entry["maintenance_event"] != "NONE" and (before is None or before["maintenance_event"] == "NONE")
+        ]
+        want = [format_time(time_value(str(value), start)) for value in checks["notified"]]
+        check.add("notified " + " -> ".join(map(str, checks["notified"])), seen == want, f"saw {seen}")
 
 
 def _event(check: _Check, timeline: dict, start: datetime) -> None:

@@ -163,7 +163,7 @@ SERVER_KEYS = ("notice", "impact_window", "hardware_failure_type")
 EXPECT_CHECKS = {
     "vm": ("documents", "never", "event_ids", "min_notice", "max_notice", "power", "moved", "rebooted"),
     "instance": ("states", "not_befores", "moved", "rebooted", "replaced"),
-    "gce": ("values", "statuses", "moved", "preempted", "upcoming"),
+    "gce": ("values", "statuses", "moved", "preempted", "upcoming", "notified"),
     "event": ("status", "journal", "approved_by", "count", "not_before", "not_after"),
 }
 EXPECT_COMMON = ("note", "only")
@@ -680,7 +680,7 @@ def _check_expect(
                             path + ("documents", number, "events"),
                             "expected a list: 'Status Type' strings or mappings of document fields",
                         )
-        for key in ("never", "power", "states", "not_befores", "journal", "approved_by"):
+        for key in ("never", "power", "states", "not_befores", "journal", "approved_by", "upcoming", "notified"):
             if key in checks and not isinstance(checks[key], list):
                 report.add(path + (key,), "expected a list")
         for key in ("moved", "rebooted", "replaced"):
@@ -795,8 +795,9 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
         times: list[tuple[tuple[str | int, ...], Any]] = [
             ((key,), checks[key]) for key in ("not_before", "not_after") if key in checks
         ]
-        if isinstance(checks.get("not_befores"), list):
-            times += [(("not_befores", number), value) for number, value in enumerate(checks["not_befores"])]
+        for key in ("not_befores", "upcoming", "notified"):
+            if isinstance(checks.get(key), list):
+                times += [((key, number), value) for number, value in enumerate(checks[key])]
         for where_, value in times:
             try:
                 _parse_time_expression(str(value))

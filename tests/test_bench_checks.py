@@ -26,6 +26,7 @@ CHECKS = {
     "wave.py": [],
     "startup.py": [],
     "gce_wait_for_change.py": [],
+    "replicas.py": ["--db", POSTGRES_URL],
 }
 
 

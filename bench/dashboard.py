@@ -94,7 +94,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--changes", type=int, default=20)
+    parser.add_argument(
+        "--check", action="store_true", help="200 VMs, 3 changes: fails on a broken setup, never on speed"
+    )
     options = parser.parse_args()
+    if options.check:
+        options.sizes, options.changes = "200", 3
     executable = chromium_or_skip()
     with sync_playwright() as playwright, tempfile.TemporaryDirectory() as tmp:
         browser = launch(playwright, executable)

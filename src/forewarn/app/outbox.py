@@ -115,7 +115,7 @@ class OutboxSender:
         self._busy: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
         self._client: httpx.AsyncClient | None = None
-        service.subscribe(lambda changes: self._wake.set())
+        service.watch_deliveries(self._wake.set)
 
     def client(self) -> httpx.AsyncClient:
         """The one HTTP client of every lane, made when the first message is sent."""

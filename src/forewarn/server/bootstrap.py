@@ -42,6 +42,7 @@ from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
 from forewarn.control.scenario_runs import ScenarioRuns
+from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
@@ -103,11 +104,18 @@ class DeadlineTimer:
     def __init__(self, service: Maintenance):
         self.service = service
         self._wake = asyncio.Event()
-        service.subscribe(lambda changes: self._wake.set())
+        self._armed: float | None = None  # the due time the timer sleeps towards
+        service.subscribe(self._changed)
+
+    def _changed(self, changes: list[Change]) -> None:
+        # Most commits (every approval group) leave the next deadline where it was: no need to wake and re-arm.
+        if isinstance(changes[0], Rebuilt) or self.service.due_wall != self._armed:
+            self._wake.set()
 
     async def run(self) -> None:
         while True:
-            delay = min(max(self.service.due_wall - time.time(), 0.0), 3600.0)
+            self._armed = self.service.due_wall
+            delay = min(max(self._armed - time.time(), 0.0), 3600.0)
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)

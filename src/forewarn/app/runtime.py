@@ -403,25 +403,30 @@ class Maintenance:
                     return
                 if self._worker is None:
                     self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forewarn-commit")
+                # The worker encodes the rows too: from the changes, and from engine objects that nothing changes
+                # until this group lands (commands wait for it, and so does every read of ``engine``).
                 commit = self._worker.submit(self.store.commit, changes, engine.now, None, outgoing, engine.next_seq)
             except Exception as error:  # a defect (or no worker, at exit): the engine may hold part of the group
                 self._rebuild(error)
                 _fail(group, error)
                 return
-            in_flight = self._in_flight = _Group(group, outcomes, changes, bool(outgoing), commit)
+            self._in_flight = _Group(group, outcomes, changes, bool(outgoing), commit)
         loop = asyncio.get_running_loop()
 
+        # The callback names no group: the future keeps its callbacks, and one that held the group would make a
+        # cycle of every group (its changes, its futures) for the garbage collector to find.
         def landed(_: concurrent.futures.Future[None]) -> None:
             # The worker's: hand the outcome to the loop. A loop closed meanwhile (the server stopped) has no one
             # left to answer; the transaction finished or failed on its own.
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._landed, in_flight)
+                loop.call_soon_threadsafe(self._landed)
 
         commit.add_done_callback(landed)
 
-    def _landed(self, group: _Group) -> None:
-        """The worker finished a group's transaction: answer it (unless ``settle`` did), then start the next."""
-        if self._in_flight is group:
+    def _landed(self) -> None:
+        """The worker finished a transaction: answer its group (unless ``settle`` did), then start the next."""
+        group = self._in_flight
+        if group is not None and group.commit.done():
             self._finish(group)
         if self._in_flight is None and self._grouped:
             self._start_group()

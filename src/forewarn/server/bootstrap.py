@@ -8,6 +8,7 @@ is WestNO_0's metadata endpoint), served by the lean HTTP/1.1 server of ``http1.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import re
@@ -348,6 +349,7 @@ async def serve(
         timeout_keep_alive=30,
         proxy_headers=False,
     )
+    tune_collector()
     announce(describe(service, listeners) + ("" if node is None else f"\n  shared        {node.describe()}"))
     try:
         await _Uvicorn(config, built.live_feed).serve(sockets=built.management_sockets)
@@ -359,6 +361,17 @@ async def serve(
             sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+def tune_collector() -> None:
+    """Run the garbage collector's young collections every 10,000 allocations instead of 700.
+
+    The metadata requests leave no reference cycles (a closed connection drops its parser; a group commit's callback
+    names no group): what a young collection finds there is objects that live on (events, VM states), walked for
+    nothing. 160 young collections during 6,000 approvals against 4 (bench/commands.py), about 5 µs of an
+    approval's CPU; cyclic garbage (the control API makes some) waits a little longer. Full collections keep their
+    own rule (a quarter more long-lived objects than at the last)."""
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
 
 def _own_url(address: tuple[str, int]) -> str:

@@ -98,6 +98,8 @@ class Maintenance:
     def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
         self.store = store
         self._engine = engine
+        # The engine's rules, read without waiting for a group commit (a rebuilt engine keeps them).
+        self.rules: Rules = engine.rules
         self.clock = clock
         self.wall = wall
         self._listeners: list[Listener] = []
@@ -122,11 +124,7 @@ class Maintenance:
     @engine.setter
     def engine(self, engine: Engine) -> None:
         self._engine = engine
-
-    @property
-    def rules(self) -> Rules:
-        """The engine's rules (the same object across rebuilds; read without waiting for a group commit)."""
-        return self._engine.rules
+        self.rules = engine.rules
 
     # -------------------------------------------------------------------------------------------- opening
     @classmethod

@@ -12,10 +12,12 @@ its own host and with its own metadata address (127.0.x.y; a VM's client binds i
 knows the caller). Then:
 
 1. **schedules**: one Freeze per VM through ``POST /v1/events`` (``{"vms": [name]}``), ``--clients`` requests in
-   flight at once: each answered only once its command is committed (one transaction each);
+   flight at once;
 2. **approvals**: every VM POSTs ``{"StartRequests": [{"EventId": ...}]}`` to its metadata endpoint, ``--clients``
-   VMs at once over kept-alive connections: the approvals that arrive in one turn of the server's event loop are
-   committed in one transaction (group commit, ``Maintenance.perform_soon``), each answered once it is durable.
+   VMs at once, each from its own address (a connection each).
+
+Both go through the group commit (``Maintenance.perform_soon``): a group's transaction runs in a worker thread while
+the commands that arrive meanwhile form the next group; each command is answered once its transaction is durable.
 
 Each phase records the server's CPU time (CPU ms per command: robust on a busy machine), this script's, and the
 machine's other load (bench/benchlib.py). A phase where the server did not use its core, or where other processes used
@@ -215,8 +217,8 @@ def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
     say()
     say(markdown_table(headers, rows))
     say(
-        f"\n{args.clients} requests in flight. Schedules: a commit each. Approvals: group commit (those of one turn of "
-        f"the event loop in one transaction, each answered once it is durable). {machine_note()}"
+        f"\n{args.clients} requests in flight. Group commit (the commands that arrive while a transaction is under way "
+        f"go in the next one; each answered once its transaction is durable). {machine_note()}"
     )
     return 0
 

@@ -1,10 +1,12 @@
 """Group commit (Maintenance.perform_soon): the commands of one turn of the event loop go in one transaction, each
 answered only once that transaction is durable; a refused command fails alone; a failed commit fails them all and
-leaves the engine as the database has it. Real SQLite file store, real engine."""
+leaves the engine as the database has it. The transaction runs in a worker thread while the next group forms; the
+engine is read only as committed. Real SQLite file store, real engine."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -76,3 +78,159 @@ def test_perform_soon_needs_a_running_loop(tmp_path):
     with pytest.raises(RuntimeError):
         service.approve_soon(ids[:1], by="test")
     service.store.close()
+
+
+class HeldCommits:
+    """The store's commit, held at its start until released (each call in turn), recording what each wrote and
+    when it finished."""
+
+    def __init__(self, service: Maintenance, fail_first: bool = False):
+        self.service = service
+        self.real = service.store.commit
+        self.fail_first = fail_first
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.sizes: list[int] = []
+        self.finished: list[bool] = []
+        service.store.commit = self  # type: ignore[method-assign]
+
+    def __call__(self, changes, *rest, **named):
+        self.sizes.append(len(changes))
+        first = len(self.sizes) == 1
+        if first:
+            self.entered.set()
+            assert self.release.wait(10)
+        try:
+            if first and self.fail_first:
+                raise StoreError("disk full")
+            self.real(changes, *rest, **named)
+        finally:
+            self.finished.append(True)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, 10)
+
+
+def status(service: Maintenance, event_id: str) -> EventStatus:
+    return service.engine.events[event_id].status
+
+
+def test_the_next_group_forms_while_a_transaction_is_under_way(tmp_path):
+    """The transaction runs in a worker thread: approvals that arrive meanwhile wait, untouched, and go together in
+    the next transaction once the first is durable."""
+    service, ids = scheduled(tmp_path)
+    held = HeldCommits(service)
+
+    async def run() -> None:
+        first = service.approve_soon([ids[0]], by="test")
+        await held.wait_entered()  # the first group's transaction is under way (held)
+        later = [service.approve_soon([event_id], by="test") for event_id in ids[1:]]
+        for _ in range(5):
+            await asyncio.sleep(0)  # turns of the loop: nothing starts while the first transaction is held
+        assert not first.done() and not any(future.done() for future in later)
+        assert len(held.sizes) == 1
+        held.release.set()
+        await asyncio.gather(first, *later)
+
+    asyncio.run(run())
+    assert len(held.sizes) == 2  # the first approval alone, then all the others in one transaction
+    assert {status(service, event_id) for event_id in ids} == {EventStatus.STARTED}
+    service.store.close()
+
+
+def test_reading_the_engine_waits_for_the_transaction_under_way(tmp_path):
+    """While a group's transaction is under way the engine holds its changes; whoever reads the engine first waits
+    for them to be durable, so that nothing uncommitted is ever shown."""
+    service, ids = scheduled(tmp_path)
+    held = HeldCommits(service)
+
+    async def run() -> None:
+        approval = service.approve_soon([ids[0]], by="test")
+        await held.wait_entered()
+        threading.Thread(target=held.release.set).start()
+        seen = status(service, ids[0])  # blocks until the commit is done
+        assert held.finished == [True] and seen is EventStatus.STARTED
+        assert approval.done()  # and the group was answered on the way
+        await approval
+
+    asyncio.run(run())
+    service.store.close()
+
+
+def test_a_command_waits_for_the_group_under_way_and_follows_it(tmp_path):
+    service, ids = scheduled(tmp_path)
+    held = HeldCommits(service)
+
+    async def run() -> None:
+        approval = service.approve_soon([ids[0]], by="test")
+        await held.wait_entered()
+        threading.Thread(target=held.release.set).start()
+        service.cancel(ids[1])  # committed synchronously, after the approval's transaction
+        await approval
+
+    asyncio.run(run())
+    assert held.sizes[0] > 0 and len(held.sizes) == 2
+    kinds = [(entry.kind, entry.event_id) for entry in service.journal(limit=20)]
+    assert kinds.index(("approved", ids[0])) < kinds.index(("canceled", ids[1]))
+    service.store.close()
+
+
+def test_a_failed_transaction_fails_its_group_only_and_the_next_runs_on_the_rebuilt_engine(tmp_path):
+    service, ids = scheduled(tmp_path)
+    held = HeldCommits(service, fail_first=True)
+
+    async def run() -> list:
+        first = service.approve_soon([ids[0]], by="test")
+        await held.wait_entered()
+        later = [service.approve_soon([event_id], by="test") for event_id in ids[1:]]
+        held.release.set()
+        return await asyncio.gather(first, *later, return_exceptions=True)
+
+    outcomes = asyncio.run(run())
+    assert isinstance(outcomes[0], Unavailable)
+    assert all(isinstance(outcome, list) and outcome for outcome in outcomes[1:])
+    assert status(service, ids[0]) is EventStatus.SCHEDULED
+    assert {status(service, event_id) for event_id in ids[1:]} == {EventStatus.STARTED}
+    service.store.close()
+    again = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
+    assert again.engine.events[ids[0]].status is EventStatus.SCHEDULED
+    assert {again.engine.events[event_id].status for event_id in ids[1:]} == {EventStatus.STARTED}
+    again.store.close()
+
+
+def test_reads_of_the_store_wait_for_the_transaction_in_the_worker(tmp_path):
+    """The worker's transaction and the loop's reads (the journal, the outbox) share one connection: each waits for
+    the other instead of starting a transaction inside it."""
+    service, ids = scheduled(tmp_path)
+
+    async def run() -> None:
+        pending = []
+        for event_id in ids:
+            pending.append(service.approve_soon([event_id], by="test"))
+            await asyncio.sleep(0)
+            service.journal(limit=5)
+            service.deliveries(limit=5)
+        await asyncio.gather(*pending)
+
+    asyncio.run(run())
+    assert {status(service, event_id) for event_id in ids} == {EventStatus.STARTED}
+    service.store.close()
+
+
+def test_schedules_through_the_group_commit(tmp_path):
+    service = Maintenance.open(open_store(str(tmp_path / "s.db")), small_fleet(), "manual", 1.0, T0, "seed")
+
+    async def run() -> list:
+        return await asyncio.gather(
+            service.schedule_soon(ScheduleRequest(EventType.FREEZE, vms=("solo",))),
+            service.schedule_soon(ScheduleRequest(EventType.FREEZE, vms=("ghost",))),
+            service.schedule_soon(ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",))),
+            return_exceptions=True,
+        )
+
+    solo, ghost, west = asyncio.run(run())
+    assert isinstance(ghost, CoreError)  # refused alone
+    service.store.close()
+    again = Maintenance.open(open_store(str(tmp_path / "s.db")), small_fleet(), "manual", 1.0, T0, "seed")
+    assert {event.event_id for event in solo + west} <= set(again.engine.events)
+    again.store.close()

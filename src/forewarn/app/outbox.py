@@ -112,7 +112,7 @@ class OutboxSender:
         self._busy: set[tuple[str, str]] = set()
         self._tasks: set[asyncio.Task] = set()
         self._client: Outbound | None = None
-        service.subscribe(lambda changes: self._wake.set())
+        service.watch_deliveries(self._wake.set)
 
     def client(self) -> Outbound:
         """The one pool of connections of every lane (net/outbound.py), made when the first message is sent."""

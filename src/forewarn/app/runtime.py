@@ -4,11 +4,19 @@
 returned in one transaction, then tells the listeners (read models such as the IMDS document cache, and the log).
 If the commit fails, the engine is rebuilt from the store, so memory never holds a change the database lacks. A
 database that cannot be reached refuses the command before the engine runs it (``SQLStore.ready``).
+
+Group commit (``perform_soon``) takes the transaction off the event loop: one group's transaction runs in a worker
+thread while the loop goes on reading requests, and the commands that arrive meanwhile form the next group, run on
+the engine once the first is durable. While a group's transaction is under way the engine holds changes the
+database may not have yet, so ``engine`` (how every surface reads it) first waits for that transaction and
+announces it: nothing uncommitted is ever read, and reading costs nothing when no group is under way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import logging
 import os
 import secrets
@@ -22,7 +30,7 @@ from typing import Any
 from forewarn.app.errors import Unavailable
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import Event, ScheduleRequest
-from forewarn.core.changes import Change, Rebuilt
+from forewarn.core.changes import Change, Rebuilt, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
@@ -63,10 +71,35 @@ class ClockView:
     next_deadline: datetime | None
 
 
+Command = Callable[[Engine], list[Change]]
+
+
+class _Group:
+    """A group commit whose transaction is under way in the worker thread."""
+
+    __slots__ = ("members", "outcomes", "changes", "delivers", "commit")
+
+    def __init__(
+        self,
+        members: list[tuple[Command, asyncio.Future[list[Change]]]],
+        outcomes: list[list[Change] | CoreError],
+        changes: list[Change],
+        delivers: bool,
+        commit: concurrent.futures.Future[None],
+    ):
+        self.members = members
+        self.outcomes = outcomes
+        self.changes = changes
+        self.delivers = delivers  # it writes deliveries to the outbox
+        self.commit = commit
+
+
 class Maintenance:
     def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
         self.store = store
-        self.engine = engine
+        self._engine = engine
+        # The engine's rules, read without waiting for a group commit (a rebuilt engine keeps them).
+        self.rules: Rules = engine.rules
         self.clock = clock
         self.wall = wall
         self._listeners: list[Listener] = []
@@ -74,9 +107,24 @@ class Maintenance:
         self._outboxes: list[Callable[[list[Change], Engine], list[Outgoing]]] = []
         self._lock = threading.RLock()
         # Commands waiting for the next group commit (perform_soon), with the futures that answer them.
-        self._grouped: list[tuple[Callable[[Engine], list[Change]], asyncio.Future[list[Change]]]] = []
+        self._grouped: list[tuple[Command, asyncio.Future[list[Change]]]] = []
+        self._delivery_watchers: list[Callable[[], None]] = []
+        self._in_flight: _Group | None = None  # the group whose transaction the worker runs
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
         self._due_wall = float("inf")
         self._refresh_due()
+
+    @property
+    def engine(self) -> Engine:
+        """The engine as the database has it: a group commit under way is waited for (and announced) first."""
+        if self._in_flight is not None:
+            self.settle()
+        return self._engine
+
+    @engine.setter
+    def engine(self, engine: Engine) -> None:
+        self._engine = engine
+        self.rules = engine.rules
 
     # -------------------------------------------------------------------------------------------- opening
     @classmethod
@@ -176,12 +224,23 @@ class Maintenance:
         from it is dropped."""
         self._listeners.append(listener)
 
+    def watch_deliveries(self, wake: Callable[[], None]) -> None:
+        """``wake()`` after each commit that wrote deliveries or moved simulated time, and after the engine was
+        rebuilt or reset: whenever the outbox may hold something newly due (and only then, so that the sender does
+        not read the database after every approval)."""
+        self._delivery_watchers.append(wake)
+
+    def _deliveries_changed(self) -> None:
+        for wake in self._delivery_watchers:
+            wake()
+
     def add_outbox(self, derive: Callable[[list[Change], Engine], list[Outgoing]]) -> None:
         """Deliveries derived from each command's changes are committed in the same transaction (at least once,
         durable: ``app/outbox.py`` sends them)."""
         self._outboxes.append(derive)
 
-    def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
+    def _run(self, command: Command, clock: Clock | None = None) -> list[Change]:
+        self.settle()  # after the group commit under way, which this command's state follows
         with self._lock:
             # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
             try:
@@ -189,9 +248,10 @@ class Maintenance:
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
             try:
-                changes = command(self.engine)
-                outgoing = [item for derive in self._outboxes for item in derive(changes, self.engine)]
-                self.store.commit(changes, self.engine.now, clock, outgoing, self.engine.next_seq)
+                engine = self._engine
+                changes = command(engine)
+                outgoing = [item for derive in self._outboxes for item in derive(changes, engine)]
+                self.store.commit(changes, engine.now, clock, outgoing, engine.next_seq)
             except Exception as error:
                 # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
                 # the engine holding changes the database does not have: rebuild it from what was committed.
@@ -204,6 +264,8 @@ class Maintenance:
                 self.clock = clock
             self._refresh_due()
         self._announce(changes)
+        if outgoing or clock is not None or any(isinstance(change, TimeMoved) for change in reversed(changes)):
+            self._deliveries_changed()
         return changes
 
     def _rebuild(self, cause: Exception) -> None:
@@ -218,11 +280,13 @@ class Maintenance:
             log.critical("commit failed (%s) and reloading from the database failed (%s); exiting", cause, error)
             logging.shutdown()
             os._exit(70)
-        self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
+        self._engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
         self.clock = state.clock.within_bounds()[0]
+        self._refresh_due()
         rebuilt: list[Change] = [Rebuilt(f"commit failed: {cause}")]
         for listener in self._listeners:
             listener(rebuilt)
+        self._deliveries_changed()
 
     def _announce(self, changes: list[Change]) -> None:
         if not changes:
@@ -236,7 +300,7 @@ class Maintenance:
             listener(changes)
 
     def _refresh_due(self) -> None:
-        due = self.engine.next_deadline()
+        due = self._engine.next_deadline()
         when = None if due is None else self.clock.wall_when(due)
         self._due_wall = float("inf") if when is None else when
 
@@ -277,7 +341,8 @@ class Maintenance:
         return self._run(lambda engine: engine.advance(max(now, engine.now)))
 
     def now(self) -> datetime:
-        return max(self.clock.now(self.wall()), self.engine.now)
+        # A grouped command never moves the engine's time (catch_up does, before the group runs): no need to wait.
+        return max(self.clock.now(self.wall()), self._engine.now)
 
     # ------------------------------------------------------------------------------------------ commands
     def perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
@@ -285,21 +350,26 @@ class Maintenance:
         self.catch_up()
         return self._run(command)
 
-    def perform_soon(self, command: Callable[[Engine], list[Change]]) -> asyncio.Future[list[Change]]:
-        """Group commit: run ``command`` with the others handed in during the same turn of the event loop, all in one
-        transaction, and resolve the future once that transaction is durable (never before: committed before
-        answered, as ``perform``). Each command runs on the engine in turn, as ``perform`` would run them one after
-        the other; a refused one (CoreError) fails alone. If the commit fails, every command of the group fails and
-        the engine is rebuilt from what was committed. The cost is latency: a command waits for the commit already
-        under way, then for its group's."""
+    def perform_soon(self, command: Command) -> asyncio.Future[list[Change]]:
+        """Group commit: run ``command`` with the others handed in while the previous group's transaction was under
+        way (or during the same turn of the event loop), all in one transaction, and resolve the future once that
+        transaction is durable (never before: committed before answered, as ``perform``). Each command runs on the
+        engine in turn, as ``perform`` would run them one after the other; a refused one (CoreError) fails alone.
+        If the commit fails, every command of the group fails and the engine is rebuilt from what was committed.
+
+        The transaction runs in a worker thread: the event loop goes on reading requests meanwhile, and the commands
+        they bring form the next group, which runs on the engine once this one is durable. The cost is latency: a
+        command waits for the transaction under way, then for its own group's."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Change]] = loop.create_future()
         self._grouped.append((command, future))
-        if len(self._grouped) == 1:
-            loop.call_soon(self._commit_group)
+        if len(self._grouped) == 1 and self._in_flight is None:
+            loop.call_soon(self._start_group)
         return future
 
-    def _commit_group(self) -> None:
+    def _start_group(self) -> None:
+        if self._in_flight is not None or not self._grouped:
+            return  # the group under way starts this one when it lands
         group, self._grouped = self._grouped, []
         try:
             self.catch_up()
@@ -308,6 +378,7 @@ class Maintenance:
             return
         outcomes: list[list[Change] | CoreError] = []
         changes: list[Change] = []
+        engine = self._engine
         with self._lock:
             try:
                 self.store.ready()
@@ -318,22 +389,74 @@ class Maintenance:
                 outgoing = []
                 for command, _ in group:
                     try:
-                        made = command(self.engine)
+                        made = command(engine)
                     except CoreError as refused:  # refused before the engine changed anything: this command only
                         outcomes.append(refused)
                         continue
                     outcomes.append(made)
                     changes += made
-                    outgoing += [item for derive in self._outboxes for item in derive(made, self.engine)]
-                if any(not isinstance(outcome, CoreError) for outcome in outcomes):
-                    self.store.commit(changes, self.engine.now, None, outgoing, self.engine.next_seq)
-            except Exception as error:
+                    outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
+                if not changes and not outgoing:  # nothing to make durable (all refused, or changing nothing)
+                    self._answer(group, outcomes)
+                    return
+                if self._worker is None:
+                    self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forewarn-commit")
+                # The worker encodes the rows too: from the changes, and from engine objects that nothing changes
+                # until this group lands (commands wait for it, and so does every read of ``engine``).
+                commit = self._worker.submit(self.store.commit, changes, engine.now, None, outgoing, engine.next_seq)
+            except Exception as error:  # a defect (or no worker, at exit): the engine may hold part of the group
                 self._rebuild(error)
-                _fail(group, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
+                _fail(group, error)
                 return
-            self._refresh_due()
-        self._announce(changes)
-        for (_, future), outcome in zip(group, outcomes):
+            self._in_flight = _Group(group, outcomes, changes, bool(outgoing), commit)
+        loop = asyncio.get_running_loop()
+
+        # The callback names no group: the future keeps its callbacks, and one that held the group would make a
+        # cycle of every group (its changes, its futures) for the garbage collector to find.
+        def landed(_: concurrent.futures.Future[None]) -> None:
+            # The worker's: hand the outcome to the loop. A loop closed meanwhile (the server stopped) has no one
+            # left to answer; the transaction finished or failed on its own.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._landed)
+
+        commit.add_done_callback(landed)
+
+    def _landed(self) -> None:
+        """The worker finished a transaction: answer its group (unless ``settle`` did), then start the next."""
+        group = self._in_flight
+        if group is not None and group.commit.done():
+            self._finish(group)
+        if self._in_flight is None and self._grouped:
+            self._start_group()
+
+    def settle(self) -> None:
+        """Wait for the group commit under way, if any, and announce and answer it (or rebuild the engine, if it
+        failed): the engine then holds only what was committed. Blocks the event loop for what is left of the
+        transaction; the commands waiting for the next group stay queued."""
+        group = self._in_flight
+        if group is not None:
+            self._finish(group)  # its commit's outcome is waited for there
+
+    def _finish(self, group: _Group) -> None:
+        failure = group.commit.exception()  # waits for the worker, if it is not done
+        self._in_flight = None
+        if failure is not None:
+            error = failure if isinstance(failure, Exception) else Exception(repr(failure))
+            with self._lock:
+                self._rebuild(error)
+            _fail(group.members, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
+            return
+        self._refresh_due()
+        self._announce(group.changes)
+        if group.delivers:
+            self._deliveries_changed()
+        self._answer(group.members, group.outcomes)
+
+    @staticmethod
+    def _answer(
+        members: list[tuple[Command, asyncio.Future[list[Change]]]], outcomes: list[list[Change] | CoreError]
+    ) -> None:
+        for (_, future), outcome in zip(members, outcomes):
             if future.done():  # its caller gave up (the connection closed)
                 continue
             if isinstance(outcome, CoreError):
@@ -345,6 +468,11 @@ class Maintenance:
         ids = list(event_ids)
         return self.perform_soon(lambda engine: engine.approve(ids, by))
 
+    async def schedule_soon(self, request: ScheduleRequest) -> list[Event]:
+        """``schedule`` through the group commit (``perform_soon``): the events, once durable."""
+        changes = await self.perform_soon(lambda engine: engine.schedule(request))
+        return [c.event for c in changes if isinstance(c, EventChanged)]
+
     def schedule(self, request: ScheduleRequest) -> list[Event]:
         changes = self.perform(lambda engine: engine.schedule(request))
         return [c.event for c in changes if isinstance(c, EventChanged)]
@@ -355,13 +483,15 @@ class Maintenance:
 
     def request_seen(self, scope: str) -> None:
         """A VM asked for its scheduled events (only tracked when enabling is required)."""
-        if not self.engine.rules.enabling_required:
+        if not self.rules.enabling_required:
             return
         self.catch_up()
         with self._lock:
-            enabled = self.engine.is_enabled(scope)
-            if enabled:
-                self.engine.last_seen[scope] = self.engine.now
+            # Without waiting for a group commit: its commands do not enable scopes (this does, through _run), and
+            # the idle timer lives in memory only.
+            engine = self._engine
+            if engine.is_enabled(scope):
+                engine.last_seen[scope] = engine.now
                 return
         self._run(lambda engine: engine.request_seen(scope))
 
@@ -393,6 +523,7 @@ class Maintenance:
         """Back to the server's start, as a new database with the same fleet and seed would be: the clock at its start
         time (same mode and speed), no events, waves, deliveries or journal, every incarnation back to 1. Committed
         before the engine is rebuilt from the store, as ``open`` builds it."""
+        self.settle()
         with self._lock:
             try:
                 self.store.ready()
@@ -408,6 +539,7 @@ class Maintenance:
         reset: list[Change] = [Rebuilt("reset to the start")]
         for listener in self._listeners:
             listener(reset)
+        self._deliveries_changed()
 
     def clock_view(self) -> ClockView:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
 
 from forewarn.core.errors import Invalid
+from forewarn.core.frozen import evolve
 
 AnyEnum = TypeVar("AnyEnum", bound=enum.Enum)
 
@@ -109,13 +110,13 @@ class Event:
         if status not in ALLOWED_TRANSITIONS[self.status]:
             raise AssertionError(f"illegal transition {self.status.value} -> {status.value} for {self.event_id}")
         if status is EventStatus.STARTED:
-            return replace(self, status=status, started_at=now, ends_at=now + self.impact_window)
-        return replace(self, status=status, ended_at=now)
+            return evolve(self, status=status, started_at=now, ends_at=now + self.impact_window)
+        return evolve(self, status=status, ended_at=now)
 
     def approved_by(self, who: str) -> Event:
         if who in self.approvals:
             return self
-        return replace(self, approvals=self.approvals + (who,))
+        return evolve(self, approvals=self.approvals + (who,))
 
 
 @dataclass(frozen=True)

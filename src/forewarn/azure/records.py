@@ -14,11 +14,11 @@ from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChang
 from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
-from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
+from forewarn.store.records import Reader, Records, Rows, Touched, Writer, compact, time_from_text, time_text
 
 
 def encode_event(event: Event) -> str:
-    return json.dumps(
+    return compact(
         {
             "event_id": event.event_id,
             "seq": event.seq,
@@ -40,8 +40,7 @@ def encode_event(event: Event) -> str:
             "impact": None if event.impact is None else event.impact.value,
             "extra_impacts": event.extra_impacts,
             "central": event.central,
-        },
-        separators=(",", ":"),
+        }
     )
 
 
@@ -72,7 +71,7 @@ def decode_event(text: str) -> Event:
 
 
 def encode_vm_state(state: VmState) -> str:
-    return json.dumps(
+    return compact(
         {
             "name": state.name,
             "power": state.power.value,
@@ -87,8 +86,7 @@ def encode_vm_state(state: VmState) -> str:
             "os_image": [state.os_image.enable, state.os_image.not_before_timeout.total_seconds()],
             "model_version": state.model_version,
             "deleted_at": time_text(state.deleted_at),
-        },
-        separators=(",", ":"),
+        }
     )
 
 
@@ -120,12 +118,25 @@ def decode_policy(text: str) -> Policy:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
+EVENT_UPSERT = (
+    "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data"
+)
+VM_UPSERT = "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data"
+SCOPE_UPSERT = (
+    "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
+    "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation"
+)
+
+
+# An event, a VM or a scope that one commit changes several times (an approval moves its event to approved, then to
+# Started) gets one row, its latest state (Rows.write_last); the journal keeps every step.
 def _event_changed(change: EventChanged, rows: Rows) -> None:
     event = change.event
-    rows.write(
-        "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
-        "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data",
-        (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
+    rows.write_last(
+        EVENT_UPSERT,
+        event.event_id,
+        lambda: (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
     )
     rows.touch("forewarn_events", event.event_id)
     rows.journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
@@ -133,10 +144,7 @@ def _event_changed(change: EventChanged, rows: Rows) -> None:
 
 def _vm_changed(change: VmChanged, rows: Rows) -> None:
     state = change.state
-    rows.write(
-        "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data",
-        (state.name, encode_vm_state(state)),
-    )
+    rows.write_last(VM_UPSERT, state.name, lambda: (state.name, encode_vm_state(state)))
     rows.touch("forewarn_vms", state.name)
     rows.journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
 
@@ -161,11 +169,7 @@ def _scope_enabled(change: ScopeEnabled, rows: Rows) -> None:
 
 def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
     # No journal line: the event change that moved the incarnation has one.
-    rows.write(
-        "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
-        "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation",
-        (change.scope, change.incarnation),
-    )
+    rows.write_last(SCOPE_UPSERT, change.scope, lambda: (change.scope, change.incarnation))
     rows.touch("forewarn_scopes", change.scope)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any
@@ -17,6 +17,7 @@ from typing import Any
 from forewarn.azure.model import EventType, Impact
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Invalid
+from forewarn.core.frozen import evolve
 
 
 class Power(str, enum.Enum):
@@ -131,23 +132,24 @@ class VmState:
 
     def impacted(self, impact: Impact, event_id: str, now: datetime, until: datetime, new_host: str | None) -> VmState:
         """The VM as an impact begins."""
-        state = replace(self, power=POWER_DURING[impact], impacted_by=event_id, impact_until=until)
+        changes: dict[str, Any] = {"power": POWER_DURING[impact], "impacted_by": event_id, "impact_until": until}
         if impact is Impact.DELETE:
-            return replace(state, impact_until=None, deleted_at=now)
+            changes.update(impact_until=None, deleted_at=now)
+            return evolve(self, **changes)
         if impact in (Impact.REBOOT, Impact.REDEPLOY, Impact.REIMAGE):
-            state = replace(state, memory_generation=self.memory_generation + 1)
+            changes["memory_generation"] = self.memory_generation + 1
         if impact in (Impact.REDEPLOY, Impact.REIMAGE):
-            state = replace(state, temp_disk_generation=self.temp_disk_generation + 1)
+            changes["temp_disk_generation"] = self.temp_disk_generation + 1
         if impact is Impact.REIMAGE:
-            state = replace(state, os_disk_generation=self.os_disk_generation + 1)
+            changes["os_disk_generation"] = self.os_disk_generation + 1
         if impact is Impact.REDEPLOY and new_host is not None:
-            state = replace(state, host=new_host)
-        return state
+            changes["host"] = new_host
+        return evolve(self, **changes)
 
     def recovered(self, now: datetime) -> VmState:
         """Running again; a VM that went down (all but a freeze) booted now."""
         booted_at = self.booted_at if self.power is Power.FROZEN else now
-        return replace(self, power=Power.RUNNING, booted_at=booted_at, impacted_by=None, impact_until=None)
+        return evolve(self, power=Power.RUNNING, booted_at=booted_at, impacted_by=None, impact_until=None)
 
 
 def _profile_record(profile: NotificationProfile) -> dict[str, Any]:

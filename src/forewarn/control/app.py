@@ -179,7 +179,9 @@ def create_control_app(
             update_domain=body.update_domain,
             fault_domain=body.fault_domain,
         )
-        return [EventOut.of(e) for e in service.schedule(request)]
+        # Committed with the other commands that arrive while the transaction before theirs is under way
+        # (group commit); answered once durable.
+        return [EventOut.of(e) for e in await service.schedule_soon(request)]
 
     @app.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def get_event(event_id: str):

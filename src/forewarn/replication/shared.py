@@ -74,8 +74,11 @@ class SharedService(Maintenance):
         try:
             return super()._run(command, clock)
         finally:
-            if len(self.command_seconds) < 100_000:
-                self.command_seconds.append(time.perf_counter() - started)
+            self._took(started)
+
+    def _took(self, started: float) -> None:
+        if len(self.command_seconds) < 100_000:
+            self.command_seconds.append(time.perf_counter() - started)
 
     def perform_soon(self, command: Callable[[Engine], list[Change]]) -> asyncio.Future[list[Change]]:
         # The group commit of approvals is a write like any other: at a replica, the leader's to make.
@@ -85,7 +88,10 @@ class SharedService(Maintenance):
                 NotLeader(f"this forewarn is a replica and no leader took the command ({self.no_leader_reason})")
             )
             return refused
-        return super().perform_soon(command)
+        started = time.perf_counter()
+        future = super().perform_soon(command)
+        future.add_done_callback(lambda _: self._took(started))  # from handed in to durable (or failed)
+        return future
 
     def reset(self) -> None:
         if self.role != LEADER:

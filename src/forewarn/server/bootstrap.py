@@ -8,6 +8,7 @@ is WestNO_0's metadata endpoint), served by the lean HTTP/1.1 server of ``http1.
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import logging
 import re
@@ -43,6 +44,7 @@ from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
 from forewarn.control.scenario_runs import ScenarioRuns
+from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
@@ -107,11 +109,18 @@ class DeadlineTimer:
     def __init__(self, service: Maintenance):
         self.service = service
         self._wake = asyncio.Event()
-        service.subscribe(lambda changes: self._wake.set())
+        self._armed: float | None = None  # the due time the timer sleeps towards
+        service.subscribe(self._changed)
+
+    def _changed(self, changes: list[Change]) -> None:
+        # Most commits (every approval group) leave the next deadline where it was: no need to wake and re-arm.
+        if isinstance(changes[0], Rebuilt) or self.service.due_wall != self._armed:
+            self._wake.set()
 
     async def run(self) -> None:
         while True:
-            delay = min(max(self.service.due_wall - time.time(), 0.0), 3600.0)
+            self._armed = self.service.due_wall
+            delay = min(max(self._armed - time.time(), 0.0), 3600.0)
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
@@ -363,6 +372,7 @@ async def serve(
         timeout_keep_alive=30,
         proxy_headers=False,
     )
+    tune_collector()
     announce(describe(service, listeners) + ("" if node is None else f"\n  shared        {node.describe()}"))
     try:
         await _Uvicorn(config, built.live_feed).serve(sockets=built.management_sockets)
@@ -374,6 +384,17 @@ async def serve(
             sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+def tune_collector() -> None:
+    """Run the garbage collector's young collections every 10,000 allocations instead of 700.
+
+    The metadata requests leave no reference cycles (a closed connection drops its parser; a group commit's callback
+    names no group): what a young collection finds there is objects that live on (events, VM states), walked for
+    nothing. 160 young collections during 6,000 approvals against 4 (bench/commands.py), about 5 µs of an
+    approval's CPU; cyclic garbage (the control API makes some) waits a little longer. Full collections keep their
+    own rule (a quarter more long-lived objects than at the last)."""
+    gc.set_threshold(10_000, *gc.get_threshold()[1:])
 
 
 def _own_url(address: tuple[str, int]) -> str:

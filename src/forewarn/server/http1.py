@@ -302,7 +302,7 @@ class _Connection(asyncio.Protocol):
 
     def __init__(self, shared: _Shared):
         self.shared = shared
-        self.parser = httptools.HttpRequestParser(self)
+        self.parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
@@ -338,15 +338,19 @@ class _Connection(asyncio.Protocol):
             self.shared.connections.discard(self)
             self.shared.budget.release(self.peer[0])
         self.transport = None
+        # The parser holds this connection's hooks: left in place, the two would make a cycle that only the
+        # garbage collector frees (a connection per approval, when each VM approves on its own connection).
+        self.parser = None
 
     def data_received(self, data: bytes) -> None:
-        if self.broken:
+        parser = self.parser
+        if self.broken or parser is None:
             return
         self.received_at = time.monotonic()
         if self.state:  # a request begun in an earlier read: count its bytes before the parser keeps them
             self.wire += len(data)
         try:
-            self.parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._reject(400, b"upgrades are not supported")
         except httptools.HttpParserError as error:
@@ -432,8 +436,10 @@ class _Connection(asyncio.Protocol):
         path = url.path.decode("latin-1")
         if "%" in path:
             path = unquote(path)
+        parser = self.parser
+        assert parser is not None  # this runs inside its feed_data
         request = Request(
-            self.parser.get_method().decode("latin-1"),
+            parser.get_method().decode("latin-1"),
             path,
             url.query or b"",
             self.headers,
@@ -441,7 +447,7 @@ class _Connection(asyncio.Protocol):
             self.local,
             self.peer,
         )
-        keep_alive = self.parser.should_keep_alive()
+        keep_alive = parser.should_keep_alive()
         if self.waiting is not None:  # answers go out in request order
             self.waiting.append((request, keep_alive))
             if len(self.waiting) >= MAX_QUEUED and self.transport is not None:

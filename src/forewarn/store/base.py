@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -169,6 +170,9 @@ class SQLStore:
     def __init__(self, connection: Any, description: str, records: Iterable[Records] = ()):
         self.connection = connection
         self.description = description
+        # One operation at a time on the connection: group commits run in a worker thread (app/runtime.py) while
+        # the event loop may read (the outbox, the journal); a read waits for the transaction under way.
+        self.guard = threading.RLock()
         # What each kind of change writes, and who reads the stored state back: given by the components that own
         # them (open_store). A store with none still migrates, initializes and serves the outbox and Event Grid.
         self.registry = Registry(records)

@@ -36,7 +36,7 @@ from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
 from forewarn.store.base import Outgoing, SQLStore
 from forewarn.store.errors import StoreError, StoreUnavailable
-from forewarn.store.records import Records
+from forewarn.store.records import Records, Rows
 
 log = logging.getLogger("forewarn.store")
 
@@ -253,21 +253,23 @@ class PostgresStore(SQLStore):
 
     # ------------------------------------------------------------------------------------------ operations
     def ready(self) -> None:
-        self._ensure()
+        with self.guard:
+            self._ensure()
 
     @contextlib.contextmanager
     def _transaction(self):
-        connection = self._ensure()
-        try:
-            with connection.transaction():
-                with connection.cursor() as cursor:
-                    yield cursor
-        except psycopg.Error as error:
-            if connection.closed or connection.broken:
-                self._replace(error, None)
-                message = f"{self.description}: the connection broke ({_one_line(error)}); reconnected"
-                raise _Reconnected(message) from None
-            raise StoreError(f"{self.description}: {error}".strip()) from None
+        with self.guard:
+            connection = self._ensure()
+            try:
+                with connection.transaction():
+                    with connection.cursor() as cursor:
+                        yield cursor
+            except psycopg.Error as error:
+                if connection.closed or connection.broken:
+                    self._replace(error, None)
+                    message = f"{self.description}: the connection broke ({_one_line(error)}); reconnected"
+                    raise _Reconnected(message) from None
+                raise StoreError(f"{self.description}: {error}".strip()) from None
 
     def _idempotent(self, operation):
         try:
@@ -291,6 +293,10 @@ class PostgresStore(SQLStore):
         """As SQLStore.commit; a connection lost under it is resolved (module docstring) before this returns or
         raises. A StoreError raised here means the changes are not in the database."""
         rows = self._commit_writes(changes, now, clock, outbox, next_seq)
+        with self.guard:
+            self._commit_rows(rows)
+
+    def _commit_rows(self, rows: Rows) -> None:
         # The engine already holds these changes: give the database a few seconds to come back rather than fail.
         resolve_by = time.monotonic() + RESOLVE_WITHIN
         for attempt in range(1, COMMIT_ATTEMPTS + 1):
@@ -352,7 +358,8 @@ class PostgresStore(SQLStore):
             handed, self._handover = self._handover, None
         if handed is not None:
             handed[0].close()
-        self.connection.close()
+        with self.guard:
+            self.connection.close()
 
 
 def _stirred(connection: psycopg.Connection) -> bool:

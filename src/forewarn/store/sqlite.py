@@ -68,7 +68,8 @@ class SQLiteStore(SQLStore):
 
     def close(self) -> None:
         try:
-            super().close()
+            with self.guard:
+                super().close()
         finally:
             self._release()
 
@@ -79,18 +80,19 @@ class SQLiteStore(SQLStore):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[Any]:
-        cursor = self.connection.cursor()
-        try:
-            cursor.execute("BEGIN IMMEDIATE")
-            yield cursor
-            cursor.execute("COMMIT")
-        except sqlite3.Error as error:
-            with contextlib.suppress(sqlite3.Error):
-                cursor.execute("ROLLBACK")
-            raise StoreError(f"{self.description}: {error}") from None
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                cursor.execute("ROLLBACK")
-            raise
-        finally:
-            cursor.close()
+        with self.guard:
+            cursor = self.connection.cursor()
+            try:
+                cursor.execute("BEGIN IMMEDIATE")
+                yield cursor
+                cursor.execute("COMMIT")
+            except sqlite3.Error as error:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.execute("ROLLBACK")
+                raise StoreError(f"{self.description}: {error}") from None
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.execute("ROLLBACK")
+                raise
+            finally:
+                cursor.close()

@@ -41,7 +41,7 @@ from forewarn.azure.imds.errors import (
 )
 from forewarn.azure.model import Event, EventStatus, EventType
 from forewarn.azure.vms import VM, Power
-from forewarn.core.changes import Rebuilt
+from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, JSON, Deferred, Later, Request, Response
@@ -138,6 +138,7 @@ def _json(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Response:
 
 
 ALLOW_GET_POST = (b"allow", b"GET, POST")
+_OK_EMPTY = _json(200, b"")
 ALLOW_GET = (b"allow", b"GET")
 
 
@@ -310,7 +311,7 @@ class AzureImds:
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
         vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
         first_call = False
-        if self.service.engine.rules.enabling_required:
+        if self.service.rules.enabling_required:
             first_call = not self.service.engine.is_enabled(vm.scope)
             self.service.request_seen(vm.scope)
         delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
@@ -339,34 +340,39 @@ class AzureImds:
         event_ids = parse_start_requests(body)
         if event_ids is None:
             return _json(400, BAD_START_REQUESTS)
-        visible = []
-        for event_id in event_ids:
-            event = self.service.engine.events.get(event_id)
-            if event is None or event.scope != vm.scope:
-                if self.settings.unknown_event_ids == "reject":
-                    log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
-                    return _json(
-                        400, error_body(f"Bad request. EventId {event_id} is not a scheduled event of this VM")
-                    )
-                log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
-                continue
-            visible.append(event_id)
-        # Committed with the other approvals of this turn of the event loop, in one transaction; answered once it
-        # is durable (Maintenance.perform_soon).
-        committed = self.service.approve_soon(visible, by=vm.name)
+        reject = self.settings.unknown_event_ids == "reject"
+
+        def approve(engine: Any) -> list[Change]:  # the service's Engine
+            # Checked when the group runs, on the engine as committed so far (and as the commands before this one in
+            # the group left it), not on one whose transaction is still under way.
+            visible = []
+            for event_id in event_ids:
+                event = engine.events.get(event_id)
+                if event is None or event.scope != vm.scope:
+                    if reject:
+                        log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
+                        raise NotFound(f"EventId {event_id} is not a scheduled event of this VM")
+                    log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
+                    continue
+                visible.append(event_id)
+            return engine.approve(visible, vm.name)
+
+        # Committed with the other approvals that arrive while the transaction before theirs is under way, in one
+        # transaction; answered once it is durable (Maintenance.perform_soon).
+        committed = self.service.perform_soon(approve)
         answer = Deferred()
 
         def answered(done: asyncio.Future) -> None:
             error = done.exception()
             if error is None:
-                answer.resolve(_json(200, b""))
-            elif isinstance(error, NotFound):  # the event vanished between the check and the command
+                answer.resolve(_OK_EMPTY)
+            elif isinstance(error, NotFound):  # not this VM's event (or it vanished before the group ran)
                 answer.resolve(_json(400, error_body(f"Bad request. {error}")))
             else:
                 # Unavailable (the commit failed; the engine was rebuilt from what was committed) or a defect: the
                 # approval did not happen, and the VM may ask again.
                 defect = None if isinstance(error, Unavailable) else error
-                log.error("%s approving %s: %s", vm.name, ", ".join(visible), error, exc_info=defect)
+                log.error("%s approving %s: %s", vm.name, ", ".join(event_ids), error, exc_info=defect)
                 answer.resolve(_json(500, SERVICE_ERROR))
 
         committed.add_done_callback(answered)

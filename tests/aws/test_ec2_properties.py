@@ -2,7 +2,7 @@
 
 from datetime import timedelta
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from forewarn.aws.changes import Ec2EventChanged
@@ -109,6 +109,18 @@ def test_events_never_go_back_and_refusals_change_nothing(sequence):
 
 @settings(max_examples=100, deadline=None)
 @given(commands, st.integers(min_value=0, max_value=40))
+# A Spot instance stopped by its interruption and started again kept the action's time: a restored engine applied
+# the stop a second time.
+@example(
+    [
+        ("spot", "stop"),
+        ("advance", 120),
+        ("start", IDS[3]),
+        ("schedule", Ec2Code.INSTANCE_REBOOT, [IDS[0]], 0),
+        ("advance", 0),
+    ],
+    3,
+)
 def test_restore_continues_exactly(sequence, cut):
     first, second = Engine(FLEET, "prop", T0), Engine(FLEET, "prop", T0)
     created_first: list[str] = []

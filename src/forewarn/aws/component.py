@@ -148,8 +148,8 @@ class Ec2Component:
                 elif event.ends_at is not None:
                     scheduler.add(event.ends_at, self._end_deadline, event.event_id)
         for state in self.ec2_states.values():
-            if state.spot_action_time is not None and not state.gone and state.state is InstanceState.RUNNING:
-                scheduler.add(state.spot_action_time, self._spot_deadline, state.instance_id)
+            if (at := _pending_spot_action(state)) is not None:
+                scheduler.add(at, self._spot_deadline, state.instance_id)
 
     @property
     def now(self) -> datetime:
@@ -269,7 +269,16 @@ class Ec2Component:
             raise Conflict(f"instance {instance_id} is {state.state.value}; only stopped instances can be started")
         host = self.fleet.next_host(state.host) if state.move_on_start else state.host
         where = f" on a new host, {host}" if host != state.host else ""
-        state = replace(state, state=InstanceState.RUNNING, host=host, booted_at=self.now, move_on_start=False)
+        # A Spot interruption that stopped it is over: spot/instance-action shows nothing until the next one.
+        state = replace(
+            state,
+            state=InstanceState.RUNNING,
+            host=host,
+            booted_at=self.now,
+            move_on_start=False,
+            spot_action=None,
+            spot_action_time=None,
+        )
         self.ec2_states[instance.instance_id] = state
         return [Ec2StateChanged(state, "started", f"started{where}")]
 
@@ -657,13 +666,9 @@ class Ec2Component:
             self.ec2_states[instance_id] = state
             if state.origin is not None and instance_id not in self.ec2_instances:
                 self.ec2_instances[instance_id] = self._replacement_record(state.origin, instance_id, state.host)
-            if (
-                state.spot_action_time is not None
-                and not state.gone
-                and state.state is InstanceState.RUNNING
-                and (old is None or (old.spot_action_time, old.state) != (state.spot_action_time, state.state))
-            ):
-                self._scheduler.add(state.spot_action_time, self._spot_deadline, instance_id)
+            at = _pending_spot_action(state)
+            if at is not None and (old is None or (old.spot_action_time, old.state) != (at, state.state)):
+                self._scheduler.add(at, self._spot_deadline, instance_id)
             changes.append(Ec2StateChanged(state, REPLICATED, "committed by the leader"))
         instances: set[str] = set()
         for event_id, gone in rows.events.items():
@@ -696,8 +701,8 @@ class Ec2Component:
                 elif event.ends_at is not None:
                     self._scheduler.add(event.ends_at, self._end_deadline, event.event_id)
         for state in self.ec2_states.values():
-            if state.spot_action_time is not None and not state.gone and state.state is InstanceState.RUNNING:
-                self._scheduler.add(state.spot_action_time, self._spot_deadline, state.instance_id)
+            if (at := _pending_spot_action(state)) is not None:
+                self._scheduler.add(at, self._spot_deadline, state.instance_id)
 
 
 class RescheduleRefused(Invalid):
@@ -710,3 +715,12 @@ class WindowNotFound(NotFound):
 
 class WindowCombination(Invalid):
     """InvalidParameterCombination on the wire."""
+
+
+def _pending_spot_action(state: Ec2State) -> datetime | None:
+    """When an announced Spot interruption is still to happen (None: none is). A state stored before starting an
+    instance cleared its action may still carry the one that stopped it: an action no later than its boot happened."""
+    at = state.spot_action_time
+    if at is None or state.gone or state.state is not InstanceState.RUNNING:
+        return None
+    return at if state.booted_at is None or at > state.booted_at else None

@@ -57,7 +57,11 @@ class Webhook:
             stderr=subprocess.STDOUT,
             text=True,
         )
-        assert self.process.stdout.readline().strip() == "ready"
+        first = self.process.stdout.readline()
+        if first.strip() != "ready":
+            self.process.kill()
+            rest, _ = self.process.communicate(timeout=10)
+            raise AssertionError(f"the webhook on port {self.port} did not start:\n{first}{rest}")
         return self
 
     def stop(self) -> None:

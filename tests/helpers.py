@@ -126,6 +126,9 @@ class Server:
         return f"http://127.0.0.1:{self.imds_port}"
 
     def start(self) -> Server:
+        if self.process is not None and self.process.poll() is None:
+            # A second process would take new ports and leave this one running, unstopped, after the test.
+            raise RuntimeError(f"the server (pid {self.process.pid}) is running: stop or kill it first")
         tries = 3
         while True:
             try:

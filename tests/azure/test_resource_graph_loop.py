@@ -37,8 +37,7 @@ def arg(server: Server, query: str, **extra) -> requests.Response:
     )
 
 
-def start(server: Server) -> Server:
-    server.start()
+def with_rows(server: Server) -> Server:
     server.schedule(type="Freeze", vms=[f"vm{i}" for i in range(ROWS)])  # one event, one row, per VM
     assert arg(server, "maintenanceresources | count").json()["data"] == [{"Count": ROWS}]
     return server
@@ -46,7 +45,9 @@ def start(server: Server) -> Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    running = start(Server(tmp_path_factory.mktemp("graph"), FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]))
+    running = with_rows(
+        Server(tmp_path_factory.mktemp("graph"), FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]).start()
+    )
     yield running
     running.stop()
 
@@ -145,7 +146,7 @@ def test_queries_beyond_the_concurrency_bound_are_throttled_then_served(tmp_path
     comes from an address of its own: ARG's quota (15 queries per 5 s) counts per caller, and it must not be what
     refuses them."""
     with Server(tmp_path, FLEET, extra=["--resource-graph-query-timeout", TIMEOUT]) as running:
-        start(running)
+        with_rows(running)
         heavy = [
             Background(lambda source=f"127.0.0.{20 + index}": arg_from(running, source, HEAVY)) for index in range(6)
         ]

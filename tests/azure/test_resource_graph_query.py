@@ -656,6 +656,10 @@ def test_rewritten_queries_answer_as_the_plain_ones(table, kql, monkeypatch):
         plain = query(table, kql)
     finally:
         query_module._compile.cache_clear()
+    if not any(word in kql for word in ("order by", "sort by", "top ")):
+        # without an order, rows come in whatever order DuckDB's threads finish them (a summarize's groups too)
+        for answer in (rewritten, plain):
+            answer["data"] = sorted(answer["data"], key=lambda row: json.dumps(row, sort_keys=True))
     assert rewritten == plain
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState
+from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredState, records_digest
 from forewarn.store.errors import SchemaTooNew, StoreError, StoreUnavailable
 from forewarn.store.records import Records, UnregisteredChange
 
@@ -47,4 +47,5 @@ __all__ = [
     "StoreUnavailable",
     "UnregisteredChange",
     "open_store",
+    "records_digest",
 ]

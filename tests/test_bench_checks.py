@@ -25,6 +25,7 @@ CHECKS = {
     "commands.py": ["--postgres", POSTGRES_URL],
     "wave.py": [],
     "startup.py": [],
+    "million.py": [],
 }
 
 

@@ -66,7 +66,7 @@ def parse_enum(enum_type: type[AnyEnum], text: str, what: str) -> AnyEnum:
     raise Invalid(f"unknown {what} {text!r}; expected one of {accepted}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """What one broadcast scope is told about one operation.
 

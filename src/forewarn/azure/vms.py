@@ -47,12 +47,15 @@ POWER_DURING = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NotificationProfile:
     """``terminateNotificationProfile`` or ``osImageNotificationProfile`` of a scale set."""
 
     enable: bool = False
     not_before_timeout: timedelta = timedelta(minutes=5)
+
+
+NO_PROFILE = NotificationProfile()  # not enabled: what every policy and VM holds unless set (one object for all)
 
 
 # the terminate-notification page: PT5M to PT15M
@@ -87,7 +90,7 @@ def check_os_image_profile(profile: NotificationProfile, size: str) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     """What a policy owner (a standalone VM, an availability set, a scale set) decides for all its VMs.
 
@@ -100,8 +103,8 @@ class Policy:
     owner: str
     auto_approve_reboot: bool = False
     auto_approve_redeploy: bool = False
-    terminate: NotificationProfile = field(default_factory=NotificationProfile)
-    os_image: NotificationProfile = field(default_factory=NotificationProfile)
+    terminate: NotificationProfile = NO_PROFILE
+    os_image: NotificationProfile = NO_PROFILE
     model_version: int = 1
     # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph ("Scheduled Events in Event Grid"): the
     # owner's events are also published centrally, to its subscription's Event Grid system topic and to Resource
@@ -109,7 +112,7 @@ class Policy:
     publish_central: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VmState:
     name: str
     power: Power
@@ -120,8 +123,8 @@ class VmState:
     memory_generation: int = 1
     impacted_by: str | None = None  # the EventId whose impact the VM is going through
     impact_until: datetime | None = None
-    terminate: NotificationProfile = field(default_factory=NotificationProfile)  # as of its model version
-    os_image: NotificationProfile = field(default_factory=NotificationProfile)
+    terminate: NotificationProfile = NO_PROFILE  # as of its model version
+    os_image: NotificationProfile = NO_PROFILE
     model_version: int = 1
     deleted_at: datetime | None = None
 

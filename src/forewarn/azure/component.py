@@ -161,7 +161,6 @@ class AzureComponent:
         self.operations: dict[str, list[str]] = {}
         self.incarnations: dict[str, int] = dict(stored.incarnations)
         self._live_by_scope: dict[str, dict[str, None]] = {}
-        self._by_seq: dict[int, str] = {}
         for event in sorted(map(self._within_bounds, stored.events), key=lambda e: e.seq):
             self._index(event)
             sequence.past(event.seq)
@@ -216,9 +215,10 @@ class AzureComponent:
         raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
 
     def event_by_seq(self, seq: int) -> Event | None:
-        """The event created as number ``seq`` (events are numbered in creation order)."""
-        event_id = self._by_seq.get(seq)
-        return None if event_id is None else self.events[event_id]
+        """The event created as number ``seq`` (events are numbered in creation order). Its EventId is derived from
+        the number, so no index of numbers is kept (a million events would make it a hundred megabytes)."""
+        event = self.events.get(derived_guid(self.seed, "event", seq))
+        return event if event is not None and event.seq == seq else None
 
     def operation_events(self, operation_id: str) -> list[Event]:
         return [self.events[event_id] for event_id in self.operations[operation_id]]
@@ -710,15 +710,17 @@ class AzureComponent:
 
     def _index(self, event: Event) -> None:
         self.events[event.event_id] = event
-        self._by_seq[event.seq] = event.event_id
         members = self.operations.setdefault(event.operation_id, [])
         if event.event_id not in members:
             members.append(event.event_id)
-        live = self._live_by_scope.setdefault(event.scope, {})
         if event.status.live:
-            live[event.event_id] = None
-        else:
+            self._live_by_scope.setdefault(event.scope, {})[event.event_id] = None
+            return
+        live = self._live_by_scope.get(event.scope)
+        if live is not None:
             live.pop(event.event_id, None)
+            if not live:  # a scope with nothing live holds nothing (most of a large fleet, most of the time)
+                del self._live_by_scope[event.scope]
 
     def _scheduled_in(self, operation_id: str) -> list[Event]:
         return [e for e in self.operation_events(operation_id) if e.status is EventStatus.SCHEDULED]

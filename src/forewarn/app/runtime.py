@@ -135,7 +135,7 @@ class Maintenance:
         stored_clock, clock_repair = state.clock.within_bounds()
         if clock_repair:
             log.warning("%s", clock_repair)
-        # One Fleet object in memory (6 KB a VM on a 100,000-VM fleet), not one more built from the records.
+        # One Fleet object in memory, not one more built from the records (a million VMs are hundreds of megabytes).
         engine = cls._engine_from(state, rules, served)
         for change in engine.repaired:
             log.warning("%s", _repair_line(change))

@@ -202,8 +202,6 @@ class Fleet:
             and list(self.gce.values()) == list(other.gce.values())
         )
 
-    __hash__ = None  # type: ignore[assignment]  # mutable indexes; compared by content
-
 
 FLEET_FORMAT = 2
 # Text fields with few distinct values across a fleet: written as indexes into the records' table of strings.

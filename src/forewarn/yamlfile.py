@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
+from yaml.composer import ComposerError
 from yaml.constructor import SafeConstructor
 
 from forewarn.core.times import format_time
@@ -126,12 +128,26 @@ def load(path: str | Path, what: str = "file", max_bytes: int = MAX_FILE_BYTES) 
 
 
 # ------------------------------------------------------------------------------------------------------ parsing
-def parse(text: str, filename: str, max_depth: int = MAX_DEPTH, max_alias_nodes: int = MAX_ALIAS_NODES) -> YamlDocument:
+def parse(
+    text: str,
+    filename: str,
+    max_depth: int = MAX_DEPTH,
+    max_alias_nodes: int = MAX_ALIAS_NODES,
+    lines: bool = True,
+) -> YamlDocument:
     """Plain Python data from one YAML document (mappings with plain keys, lists, scalars), with lines.
 
-    Timestamps are kept as the ISO 8601 text the APIs take (``2026-04-20T22:11:58Z``, ``2026-04-20``)."""
+    Timestamps are kept as the ISO 8601 text the APIs take (``2026-04-20T22:11:58Z``, ``2026-04-20``). Equal strings
+    are one object (a large fleet repeats its subscriptions, groups and hosts hundreds of thousands of times).
+
+    ``lines=False`` records no line but those of the top-level values: a million-VM fleet file has millions of
+    values, and their lines are only needed to report a problem (a caller that finds one parses again with lines).
+    Problems the parser itself finds then name the line of the top-level value they are in."""
+    document = YamlDocument(None)
+    loader = _LOADER(text)
     try:
-        node = yaml.compose(text, Loader=_LOADER)
+        builder = _Builder(loader, filename, document, max_depth, max_alias_nodes, lines)
+        document.data = builder.stream()
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         problem = error.problem or error.context or str(error)
@@ -149,42 +165,56 @@ def parse(text: str, filename: str, max_depth: int = MAX_DEPTH, max_alias_nodes:
         ) from None
     except yaml.YAMLError as error:
         raise YamlFileError(filename, 1, f"not valid YAML: {error}") from None
-    except RecursionError:  # PyYAML's pure-Python composer, without libyaml and its own depth limit
-        raise YamlFileError(filename, 1, f"nested more than {max_depth} levels deep") from None
-    document = YamlDocument(None)
-    if node is None:
-        return document
-    builder = _Builder(filename, document, max_depth, max_alias_nodes)
-    document.data = builder.value(node, ())
+    finally:
+        loader.dispose()
     return document
 
 
 class _Built:
-    """A container already built: what an alias to it repeats."""
+    """A node already built, that an alias repeats: its value, and for a container its size and height."""
 
-    __slots__ = ("value", "size", "height")
+    __slots__ = ("value", "size", "height", "marks", "raw")
 
-    def __init__(self, value: Any, size: int, height: int):
+    def __init__(self, value: Any, size: int, height: int, marks: tuple[Any, Any], raw: str | None = None):
         self.value = value
         self.size = size  # nodes, everything it holds included
         self.height = height  # levels of nesting, itself included
+        self.marks = marks  # where the anchored node starts and ends
+        self.raw = raw  # a scalar's text (what a key that is an alias to it reads)
 
 
-_BUILDING = _Built(None, 0, 0)  # the marker of a container whose own items are being built
+_BUILDING = _Built(None, 0, 0, (None, None))  # a container whose items are being built
+# The implicit resolvers of the loader (YAML 1.1: bool, int, float, null, timestamp, merge, value), by first character.
+_IMPLICIT: dict[str | None, list[tuple[str, re.Pattern[str]]]] = _LOADER.yaml_implicit_resolvers
+_WILDCARD = _IMPLICIT.get(None, [])
 
 
 class _Builder:
-    def __init__(self, filename: str, document: YamlDocument, max_depth: int, max_alias_nodes: int):
+    """Builds the data from the parser's events as they come: no tree of nodes is held (a million-VM fleet file
+    would make one of millions of nodes, gigabytes, before the first value is built)."""
+
+    def __init__(
+        self,
+        loader: Any,
+        filename: str,
+        document: YamlDocument,
+        max_depth: int,
+        max_alias_nodes: int,
+        lines: bool,
+    ):
+        self.next_event = loader.get_event
         self.filename = filename
         self.lines = document.lines
+        self.all_lines = lines
+        self.strings: dict[str, str] = {}
         self.marks = document.marks
         self.max_depth = max_depth
         self.max_alias_nodes = max_alias_nodes
         self.repeated = 0  # nodes repeated by aliases so far
-        self.built: dict[int, _Built] = {}  # id(node) -> the container built from it
+        self.anchors: dict[str, _Built] = {}
 
-    def fail(self, node: yaml.Node, problem: str) -> NoReturn:
-        raise YamlFileError(self.filename, node.start_mark.line + 1, problem)
+    def fail(self, event: Any, problem: str) -> NoReturn:
+        raise YamlFileError(self.filename, event.start_mark.line + 1, problem)
 
     def fail_alias(self, path: tuple, problem: str) -> NoReturn:
         """An alias's node is its anchor's, with the anchor's line: say the line of the key the alias is under."""
@@ -192,20 +222,48 @@ class _Builder:
             path = path[:-1]
         raise YamlFileError(self.filename, line_of(path, self.lines), problem)
 
-    def value(self, node: yaml.Node, path: tuple) -> Any:
-        return self.build(node, path)[0]
+    def stream(self) -> Any:
+        """The one document's data (None when the stream has none)."""
+        self.next_event()  # StreamStartEvent
+        start = self.next_event()
+        if isinstance(start, yaml.StreamEndEvent):
+            return None
+        value = self.build(self.next_event(), ())[0]
+        self.next_event()  # DocumentEndEvent
+        event = self.next_event()
+        if not isinstance(event, yaml.StreamEndEvent):
+            raise ComposerError(
+                "expected a single document in the stream",
+                start.start_mark,
+                "but found another document",
+                event.start_mark,
+            )
+        return value
 
-    def build(self, node: yaml.Node, path: tuple) -> tuple[Any, int, int]:
-        """(value, size, height) of a node at ``path``."""
-        self.lines.setdefault(path, node.start_mark.line + 1)  # a key's line when the caller recorded it
-        if len(path) == 1:
-            self.marks[path] = (node.start_mark, node.end_mark)
-        if isinstance(node, yaml.ScalarNode):
-            return self.scalar(node), 1, 1
-        known = self.built.get(id(node))
-        if known is _BUILDING:
-            self.fail_alias(path, "an alias is inside the anchor it names (a structure that contains itself)")
-        if known is not None:  # an alias: the same value again, at its full size
+    def build(self, event: Any, path: tuple) -> tuple[Any, int, int]:
+        """(value, size, height) of the node that ``event`` starts, at ``path``."""
+        if self.all_lines or len(path) < 2:
+            self.lines.setdefault(path, event.start_mark.line + 1)  # a key's line when the caller recorded it
+        kind = type(event)
+        if kind is yaml.ScalarEvent:
+            value = self.scalar(event)
+            marks = (event.start_mark, event.end_mark)
+            if event.anchor is not None:
+                self.anchor(event, _Built(value, 1, 1, marks, event.value))
+            if len(path) == 1:
+                self.marks[path] = marks
+            return value, 1, 1
+        if kind is yaml.AliasEvent:
+            known = self.anchors.get(event.anchor)
+            if known is None:
+                raise ComposerError(None, None, "found undefined alias", event.start_mark)
+            if len(path) == 1:
+                self.marks[path] = known.marks
+            if known is _BUILDING:
+                self.fail_alias(path, "an alias is inside the anchor it names (a structure that contains itself)")
+            if known.raw is not None:  # a scalar
+                return known.value, 1, 1
+            # the same value again, at its full size
             self.repeated += known.size
             if self.repeated > self.max_alias_nodes:
                 self.fail_alias(
@@ -217,67 +275,116 @@ class _Builder:
                 self.fail_alias(path, f"nested more than {self.max_depth} levels deep (aliases included)")
             return known.value, known.size, known.height
         if len(path) >= self.max_depth:
-            self.fail(node, f"nested more than {self.max_depth} levels deep")
-        self.built[id(node)] = _BUILDING
-        value: dict | list
-        if isinstance(node, yaml.MappingNode):
-            value, size, height = self.mapping(node, path)
-        elif isinstance(node, yaml.SequenceNode):
+            self.fail(event, f"nested more than {self.max_depth} levels deep")
+        if event.anchor is not None:
+            self.anchor(event, _BUILDING)
+        if kind is yaml.MappingStartEvent:
+            value, size, height, end = self.mapping(path)
+        elif kind is yaml.SequenceStartEvent:
             items: list = []
             value, size, height = items, 1, 1
-            for index, item in enumerate(node.value):
+            index = 0
+            while True:
+                item = self.next_event()
+                if type(item) is yaml.SequenceEndEvent:
+                    end = item
+                    break
                 item_value, item_size, item_height = self.build(item, path + (index,))
                 items.append(item_value)
                 size += item_size
-                height = max(height, item_height + 1)
-        else:  # no other kind of node exists
-            self.fail(node, f"unexpected YAML node {type(node).__name__}")
-        self.built[id(node)] = _Built(value, size, height)
+                if item_height >= height:
+                    height = item_height + 1
+                index += 1
+        else:  # no other event starts a node
+            self.fail(event, f"unexpected YAML event {kind.__name__}")
+        marks = (event.start_mark, end.end_mark)
+        if event.anchor is not None:
+            self.anchors[event.anchor] = _Built(value, size, height, marks)
+        if len(path) == 1:
+            self.marks[path] = marks
         return value, size, height
 
-    def mapping(self, node: yaml.MappingNode, path: tuple) -> tuple[dict, int, int]:
+    def anchor(self, event: Any, built: _Built) -> None:
+        first = self.anchors.get(event.anchor)
+        if first is not None and first is not _BUILDING:
+            raise ComposerError(
+                "found duplicate anchor; first occurrence", first.marks[0], "second occurrence", event.start_mark
+            )
+        self.anchors[event.anchor] = built
+
+    def mapping(self, path: tuple) -> tuple[dict, int, int, Any]:
         result: dict = {}
         size, height = 1, 1
-        merged: list[tuple[yaml.Node, Any, int, int]] = []
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                self.fail(key_node, "keys must be plain words")
-            if key_node.tag == _MERGE:
-                merged.append((key_node, *self.build(value_node, path + ("<<",))))
+        merged: list[tuple[Any, Any, int, int]] = []
+        while True:
+            key_event = self.next_event()
+            kind = type(key_event)
+            if kind is yaml.MappingEndEvent:
+                end = key_event
+                break
+            if kind is yaml.ScalarEvent:
+                raw = key_event.value
+                tag = key_event.tag
+                if tag is None or tag == "!":
+                    tag = _MERGE if key_event.implicit[0] and raw == "<<" else _STR
+            elif kind is yaml.AliasEvent and getattr(self.anchors.get(key_event.anchor), "raw", None) is not None:
+                raw, tag = self.anchors[key_event.anchor].raw, _STR  # an alias to a scalar: that scalar's text
+            elif kind is yaml.AliasEvent and key_event.anchor not in self.anchors:
+                raise ComposerError(None, None, "found undefined alias", key_event.start_mark)
+            else:
+                self.fail(key_event, "keys must be plain words")
+            if tag == _MERGE:
+                merged.append((key_event, *self.build(self.next_event(), path + ("<<",))))
                 continue
-            key = key_node.value
+            key = self.strings.setdefault(raw, raw)
             if key in result:
-                self.fail(key_node, f"duplicate key {key!r}")
-            self.lines[path + (key,)] = key_node.start_mark.line + 1
-            result[key], item_size, item_height = self.build(value_node, path + (key,))
+                self.fail(key_event, f"duplicate key {key!r}")
+            if self.all_lines or not path:
+                self.lines[path + (key,)] = key_event.start_mark.line + 1
+            result[key], item_size, item_height = self.build(self.next_event(), path + (key,))
             size += item_size
-            height = max(height, item_height + 1)
+            if item_height >= height:
+                height = item_height + 1
         # ``<<: *base`` (or a list of them): the keys the mapping does not set itself, the earlier merge winning.
-        for key_node, source, source_size, source_height in merged:
+        for key_event, source, source_size, source_height in merged:
             sources = source if isinstance(source, list) else [source]
             if not all(isinstance(item, dict) for item in sources):
-                self.fail(key_node, "a merge key (<<) takes a mapping or a list of mappings")
+                self.fail(key_event, "a merge key (<<) takes a mapping or a list of mappings")
             for item in sources:
                 for key, value in item.items():
                     if key not in result:
                         result[key] = value
-                        self.lines.setdefault(path + (key,), key_node.start_mark.line + 1)
+                        if self.all_lines or not path:
+                            self.lines.setdefault(path + (key,), key_event.start_mark.line + 1)
             size += source_size
             height = max(height, source_height)
-        return result, size, height
+        return result, size, height, end
 
-    def scalar(self, node: yaml.ScalarNode) -> Any:
-        if node.tag == _STR:
-            return node.value
-        constructor = _SCALAR_CONSTRUCTORS.get(node.tag, _SCALAR_CONSTRUCTORS[None])
+    def scalar(self, event: Any) -> Any:
+        value = event.value
+        tag = event.tag
+        if tag is None or tag == "!":
+            tag = _STR
+            if event.implicit[0]:  # a plain scalar: YAML 1.1's implicit types (the loader's resolver, no path rules)
+                for implicit_tag, pattern in _IMPLICIT.get(value[:1], _NONE) + _WILDCARD:
+                    if pattern.match(value):
+                        tag = implicit_tag
+                        break
+        if tag == _STR:
+            return self.strings.setdefault(value, value)
+        node = yaml.ScalarNode(tag, value, event.start_mark, event.end_mark, event.style)
+        constructor = _SCALAR_CONSTRUCTORS.get(tag, _SCALAR_CONSTRUCTORS[None])
         try:
-            value = constructor(_SCALARS, node)
+            built = constructor(_SCALARS, node)
         except yaml.MarkedYAMLError as error:  # an unknown tag, !!int on a word, ...
-            self.fail(node, f"not valid YAML: {error.problem or error.context or error}")
+            self.fail(event, f"not valid YAML: {error.problem or error.context or error}")
         except (ValueError, OverflowError) as error:  # a timestamp that is no date: 2026-13-45
-            self.fail(node, f"not valid YAML: {node.value!r}: {error}")
-        if isinstance(value, datetime):  # the ISO text the APIs take, in UTC
-            return format_time(value if value.tzinfo else value.replace(tzinfo=UTC))
-        if isinstance(value, date):
-            return value.isoformat()
-        return value
+            self.fail(event, f"not valid YAML: {value!r}: {error}")
+        if isinstance(built, datetime):  # the ISO text the APIs take, in UTC
+            return format_time(built if built.tzinfo else built.replace(tzinfo=UTC))
+        if isinstance(built, date):
+            return built.isoformat()
+        return built
+
+
+_NONE: list[tuple[str, re.Pattern[str]]] = []

@@ -117,6 +117,50 @@ def test_anchors_aliases_and_merge_keys_within_the_bounds_work():
     assert len(parse_fleet(many, "many.yaml").vms) == 2000
 
 
+@pytest.mark.parametrize(
+    "text, line, problem",
+    [
+        (
+            "a: &x 1\nb: &x 2\n",
+            2,
+            "not valid YAML: second occurrence",
+        ),  # a duplicate anchor, as libyaml's composer says
+        ("a: 1\nb: *nowhere\n", 2, "not valid YAML: found undefined alias"),
+        ("a: 1\n---\nb: 2\n", 2, "not valid YAML: expected a single document in the stream, but found another"),
+        ("a: 1\n? [x]\n: 2\n", 2, "keys must be plain words"),
+        ("a: !!int word\n", 1, "not valid YAML: 'word': invalid literal for int()"),
+        ("a: {b: [c, &d {e: f}], g: *d, h: *d}\nx: &s scalar\n*s : 3\n", None, None),
+    ],
+)
+def test_the_reader_refuses_what_the_composer_refused(text, line, problem):
+    """The reader builds values from the parser's events as they come (no tree of nodes): what a composed tree was
+    refused for is refused the same way, at the same line; aliases to scalars and containers, and alias keys, read
+    as before."""
+    if problem is None:
+        document = yamlfile.parse(text, "f.yaml")
+        assert document.data == {
+            "a": {"b": ["c", {"e": "f"}], "g": {"e": "f"}, "h": {"e": "f"}},
+            "x": "scalar",
+            "scalar": 3,
+        }
+        assert document.data["a"]["g"] is document.data["a"]["h"]  # an alias is the same value again
+        assert document.lines[("a", "g")] == 1 and document.lines[("scalar",)] == 3
+        return
+    with pytest.raises(yamlfile.YamlFileError) as refused:
+        yamlfile.parse(text, "f.yaml")
+    assert str(refused.value).startswith(f"f.yaml:{line}: {problem}")
+
+
+def test_a_large_file_s_problem_is_named_at_its_line():
+    """A fleet file is read without the line of every value; a problem sends it to a second read that has them."""
+    text = "vms:\n" + "".join(f"  - {{name: vm-{index}, host: h{index}}}\n" for index in range(5000))
+    text += "  - {name: bad, host: h, spot: perhaps}\n"
+    with pytest.raises(FleetFileError, match=r"big.yaml:5002: vms\[5000\].spot: Input should be a valid boolean"):
+        parse_fleet(text, "big.yaml")
+    document = yamlfile.parse(text, "big.yaml", lines=False)
+    assert ("vms", 5000, "spot") not in document.lines and document.lines[("vms",)] == 1
+
+
 def test_a_problem_in_merged_keys_is_reported_on_the_merge_line():
     with pytest.raises(FleetFileError, match=r"f.yaml:4: vms\[1\].hots: unknown key 'hots'"):
         parse_fleet("vms:\n  - {name: a}\n  - name: c\n    <<: {hots: h}\n", "f.yaml")

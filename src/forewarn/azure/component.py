@@ -25,9 +25,11 @@ from forewarn.azure.vms import (
     IMPACT_OF_TYPE,
     VM,
     NotificationProfile,
+    Policies,
     Policy,
     Power,
     VmState,
+    VmStates,
     check_os_image_profile,
     check_terminate_profile,
 )
@@ -67,10 +69,13 @@ class AzureFleet(Protocol):
     @property
     def vms_by_owner(self) -> Mapping[str, list[VM]]: ...
     @property
+    def vms_by_host(self) -> Mapping[str, list[VM]]: ...
+    @property
     def policies(self) -> Mapping[str, Policy]: ...
     def vm(self, name: str) -> VM: ...
     def owner(self, name: str) -> str: ...
     def next_host(self, current: str) -> str: ...
+    def position(self, name: str) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -143,39 +148,31 @@ class AzureComponent:
         # logs these changes and writes them back before it serves.
         self.repaired: list[Change] = []
         self.last_seen: dict[str, datetime] = dict(stored.enabled)
-        self.policies: dict[str, Policy] = {owner: Policy(owner) for owner in fleet.vms_by_owner}
-        self.policies.update(fleet.policies)
-        self.policies.update({policy.owner: policy for policy in stored.policies})
-        self.vm_states: dict[str, VmState] = {}
-        for vm in fleet.vms.values():
-            policy = self.policies[vm.policy_owner]
-            self.vm_states[vm.name] = VmState(
-                vm.name,
-                Power.RUNNING,
-                vm.host,
-                created_at,
-                terminate=policy.terminate,
-                os_image=policy.os_image,
-                model_version=policy.model_version,
-            )
-        self.vm_states.update({state.name: state for state in stored.vm_states})
-        # host -> the VMs running on it now (redeploys move VMs, deletes remove them); read in fleet order, so that
-        # an engine rebuilt from stored state groups them exactly as the one that never stopped
-        self._fleet_position = {name: index for index, name in enumerate(fleet.vms)}
-        self._host_members: dict[str, dict[str, None]] = {host: {} for host in fleet.hosts}
-        for state in self.vm_states.values():
-            if not state.deleted:
-                self._host_members.setdefault(state.host, {})[state.name] = None
-        for name, state in list(self.vm_states.items()):
+        self.policies = Policies(fleet.vms_by_owner, [*fleet.policies.values(), *stored.policies])
+        # A VM nothing happened to is in the state it was deployed in, on its owner's deployed model: only the others
+        # are held (and stored).
+        self.vm_states = VmStates(fleet.vms, created_at, fleet.policies)
+        for state in stored.vm_states:
+            if state.name in self.vm_states:
+                self.vm_states[state.name] = state
+        # host -> the VMs running on it now, for the hosts where that differs from the fleet (redeploys move VMs,
+        # deletes remove them); read in fleet order, so that an engine rebuilt from stored state groups them
+        # exactly as the one that never stopped
+        self._host_members: dict[str, dict[str, None]] = {}
+        for state in list(self.vm_states.changed()):
+            deployed_on = fleet.vms[state.name].host
+            if state.deleted or state.host != deployed_on:
+                self._members(deployed_on).pop(state.name, None)
+                if not state.deleted:
+                    self._members(state.host)[state.name] = None
             if state.impact_until is not None and clamped_end(state.impact_until) != state.impact_until:
                 state = replace(state, impact_until=clamped_end(state.impact_until))
-                self.vm_states[name] = state
+                self.vm_states[state.name] = state
                 self.repaired.append(VmChanged(state, "repaired", "impact end brought inside the simulated range"))
         self.events: dict[str, Event] = {}
         self.operations: dict[str, list[str]] = {}
         self.incarnations: dict[str, int] = dict(stored.incarnations)
         self._live_by_scope: dict[str, dict[str, None]] = {}
-        self._by_seq: dict[int, str] = {}
         for event in sorted(map(self._within_bounds, stored.events), key=lambda e: e.seq):
             self._index(event)
             sequence.past(event.seq)
@@ -184,7 +181,7 @@ class AzureComponent:
             elif event.status is EventStatus.STARTED:
                 scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
                 self._set_extra_impacts(event)
-        for state in self.vm_states.values():
+        for state in self.vm_states.changed():
             if state.impact_until is not None:
                 scheduler.add(state.impact_until, self._recover_deadline, state.name)
 
@@ -230,9 +227,10 @@ class AzureComponent:
         raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
 
     def event_by_seq(self, seq: int) -> Event | None:
-        """The event created as number ``seq`` (events are numbered in creation order)."""
-        event_id = self._by_seq.get(seq)
-        return None if event_id is None else self.events[event_id]
+        """The event created as number ``seq`` (events are numbered in creation order). Its EventId is derived from
+        the number, so no index of numbers is kept (a million events would make it a hundred megabytes)."""
+        event = self.events.get(derived_guid(self.seed, "event", seq))
+        return event if event is not None and event.seq == seq else None
 
     def operation_events(self, operation_id: str) -> list[Event]:
         return [self.events[event_id] for event_id in self.operations[operation_id]]
@@ -244,11 +242,21 @@ class AzureComponent:
         return [self.fleet.vms[name] for name in self.names_on_host(host)]
 
     def names_on_host(self, host: str) -> list[str]:
-        return sorted(self._host_members.get(host, ()), key=self._fleet_position.__getitem__)
+        members = self._host_members.get(host)
+        if members is None:
+            return [vm.name for vm in self.fleet.vms_by_host.get(host, ())]
+        return sorted(members, key=self.fleet.position)
 
     def host_names(self) -> list[str]:
         """Every host that runs or ran a VM: the fleet's, in fleet order, then the spare hosts redeploys made."""
-        return list(self._host_members)
+        return [*self.fleet.hosts, *(host for host in self._host_members if host not in self.fleet.hosts)]
+
+    def _members(self, host: str) -> dict[str, None]:
+        """The VMs on ``host``, to change: from now on held for that host, no longer read from the fleet."""
+        members = self._host_members.get(host)
+        if members is None:
+            members = self._host_members[host] = {vm.name: None for vm in self.fleet.vms_by_host.get(host, ())}
+        return members
 
     def impact_of(self, event: Event) -> Impact:
         return event.impact or IMPACT_OF_TYPE[event.event_type]
@@ -714,15 +722,17 @@ class AzureComponent:
 
     def _index(self, event: Event) -> None:
         self.events[event.event_id] = event
-        self._by_seq[event.seq] = event.event_id
         members = self.operations.setdefault(event.operation_id, [])
         if event.event_id not in members:
             members.append(event.event_id)
-        live = self._live_by_scope.setdefault(event.scope, {})
         if event.status.live:
-            live[event.event_id] = None
-        else:
+            self._live_by_scope.setdefault(event.scope, {})[event.event_id] = None
+            return
+        live = self._live_by_scope.get(event.scope)
+        if live is not None:
             live.pop(event.event_id, None)
+            if not live:  # a scope with nothing live holds nothing (most of a large fleet, most of the time)
+                del self._live_by_scope[event.scope]
 
     def _scheduled_in(self, operation_id: str) -> list[Event]:
         return [e for e in self.operation_events(operation_id) if e.status is EventStatus.SCHEDULED]
@@ -763,9 +773,9 @@ class AzureComponent:
         state = state.impacted(impact, cause, self.now, until, new_host)
         self.vm_states[name] = state
         if state.deleted or state.host != old_host:
-            self._host_members[old_host].pop(name, None)
+            self._members(old_host).pop(name, None)
             if not state.deleted:
-                self._host_members.setdefault(state.host, {})[name] = None
+                self._members(state.host)[name] = None
         if impact is Impact.DELETE:
             return [VmChanged(state, "deleted", f"{impact.value} by {cause}")]
         self._scheduler.add(until, self._recover_deadline, name)
@@ -838,13 +848,16 @@ class AzureComponent:
             if state is None:
                 if name not in self.fleet.vms:
                     continue
-                state = self._deployed_state(self.fleet.vms[name], created_at)
+                state = self.vm_states.deployed(self.fleet.vms[name])
             old = self.vm_states.get(name)
             self.vm_states[name] = state
-            if old is not None and not old.deleted:
-                self._host_members.get(old.host, {}).pop(name, None)
-            if not state.deleted:
-                self._host_members.setdefault(state.host, {})[name] = None
+            old_host = None if old is None or old.deleted else old.host
+            new_host = None if state.deleted else state.host
+            if old_host != new_host:  # held per host only where it differs from the fleet (_members)
+                if old_host is not None:
+                    self._members(old_host).pop(name, None)
+                if new_host is not None:
+                    self._members(new_host)[name] = None
             if state.impact_until is not None and (old is None or old.impact_until != state.impact_until):
                 self._scheduler.add(state.impact_until, self._recover_deadline, name)
             changes.append(VmChanged(state, REPLICATED, "committed by the leader"))
@@ -892,21 +905,7 @@ class AzureComponent:
             changes.append(Rebuilt("events a replica projected were not committed"))
         return changes
 
-    def _deployed_state(self, vm: VM, created_at: datetime) -> VmState:
-        """A VM as deployed, before anything happened to it (the state no row stands for)."""
-        policy = self.policies[vm.policy_owner]
-        return VmState(
-            vm.name,
-            Power.RUNNING,
-            vm.host,
-            created_at,
-            terminate=policy.terminate,
-            os_image=policy.os_image,
-            model_version=policy.model_version,
-        )
-
     def _unindex(self, event: Event) -> None:
-        self._by_seq.pop(event.seq, None)
         members = self.operations.get(event.operation_id)
         if members is not None and event.event_id in members:
             members.remove(event.event_id)

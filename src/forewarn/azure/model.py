@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -67,7 +68,7 @@ def parse_enum(enum_type: type[AnyEnum], text: str, what: str) -> AnyEnum:
     raise Invalid(f"unknown {what} {text!r}; expected one of {accepted}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Event:
     """What one broadcast scope is told about one operation.
 
@@ -110,13 +111,20 @@ class Event:
         if status not in ALLOWED_TRANSITIONS[self.status]:
             raise AssertionError(f"illegal transition {self.status.value} -> {status.value} for {self.event_id}")
         if status is EventStatus.STARTED:
-            return evolve(self, status=status, started_at=now, ends_at=now + self.impact_window)
+            return evolve(self, status=status, started_at=now, ends_at=_end(now, self.impact_window))
         return evolve(self, status=status, ended_at=now)
 
     def approved_by(self, who: str) -> Event:
         if who in self.approvals:
             return self
         return evolve(self, approvals=self.approvals + (who,))
+
+
+@functools.lru_cache(maxsize=256)
+def _end(start: datetime, window: timedelta) -> datetime:
+    """One object for the end of every event that started at the same moment with the same window (a wave starts
+    thousands at once, and keeps them all)."""
+    return start + window
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Each record is plain JSON text in one column (the same for every database); each
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timedelta
 from typing import Any
@@ -96,17 +97,28 @@ def decode_vm_state(text: str) -> VmState:
         name=data["name"],
         power=Power(data["power"]),
         host=data["host"],
-        booted_at=datetime.fromisoformat(data["booted_at"]),
+        booted_at=_moment(data["booted_at"]),
         temp_disk_generation=data["temp_disk_generation"],
         os_disk_generation=data["os_disk_generation"],
         memory_generation=data["memory_generation"],
         impacted_by=data["impacted_by"],
-        impact_until=time_from_text(data["impact_until"]),
-        terminate=NotificationProfile(data["terminate"][0], timedelta(seconds=data["terminate"][1])),
-        os_image=NotificationProfile(data["os_image"][0], timedelta(seconds=data["os_image"][1])),
+        impact_until=None if data["impact_until"] is None else _moment(data["impact_until"]),
+        terminate=_profile(*data["terminate"]),
+        os_image=_profile(*data["os_image"]),
         model_version=data["model_version"],
         deleted_at=time_from_text(data["deleted_at"]),
     )
+
+
+# A wave leaves hundreds of thousands of VM states that share a handful of moments and profiles: one object each.
+@functools.lru_cache(maxsize=4096)
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@functools.lru_cache(maxsize=64)
+def _profile(enable: bool, seconds: float) -> NotificationProfile:
+    return NotificationProfile(enable, timedelta(seconds=seconds))
 
 
 def encode_policy(policy: Policy) -> str:

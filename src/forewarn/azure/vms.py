@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from functools import cached_property
 from typing import Any
 
 from forewarn.azure.model import EventType, Impact
@@ -48,12 +48,15 @@ POWER_DURING = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NotificationProfile:
     """``terminateNotificationProfile`` or ``osImageNotificationProfile`` of a scale set."""
 
     enable: bool = False
     not_before_timeout: timedelta = timedelta(minutes=5)
+
+
+NO_PROFILE = NotificationProfile()  # not enabled: what every policy and VM holds unless set (one object for all)
 
 
 # the terminate-notification page: PT5M to PT15M
@@ -88,7 +91,7 @@ def check_os_image_profile(profile: NotificationProfile, size: str) -> None:
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Policy:
     """What a policy owner (a standalone VM, an availability set, a scale set) decides for all its VMs.
 
@@ -101,8 +104,8 @@ class Policy:
     owner: str
     auto_approve_reboot: bool = False
     auto_approve_redeploy: bool = False
-    terminate: NotificationProfile = field(default_factory=NotificationProfile)
-    os_image: NotificationProfile = field(default_factory=NotificationProfile)
+    terminate: NotificationProfile = NO_PROFILE
+    os_image: NotificationProfile = NO_PROFILE
     model_version: int = 1
     # scheduledEventsAdditionalPublishingTargets.eventGridAndResourceGraph ("Scheduled Events in Event Grid"): the
     # owner's events are also published centrally, to its subscription's Event Grid system topic and to Resource
@@ -110,7 +113,7 @@ class Policy:
     publish_central: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class VmState:
     name: str
     power: Power
@@ -121,8 +124,8 @@ class VmState:
     memory_generation: int = 1
     impacted_by: str | None = None  # the EventId whose impact the VM is going through
     impact_until: datetime | None = None
-    terminate: NotificationProfile = field(default_factory=NotificationProfile)  # as of its model version
-    os_image: NotificationProfile = field(default_factory=NotificationProfile)
+    terminate: NotificationProfile = NO_PROFILE  # as of its model version
+    os_image: NotificationProfile = NO_PROFILE
     model_version: int = 1
     deleted_at: datetime | None = None
 
@@ -194,8 +197,15 @@ def policies_from_records(records: list[dict[str, Any]]) -> list[Policy]:
 _OWNER_TYPES = {"vm": "virtualMachines", "avset": "availabilitySets", "vmss": "virtualMachineScaleSets"}
 
 
-@dataclass(frozen=True)
+# A VM with no tags holds this one empty mapping: a million-VM fleet mostly has none, and a VM never changes its own.
+NO_TAGS: dict[str, str] = {}
+
+
+@dataclass(frozen=True, slots=True)
 class VM:
+    """A VM as deployed; it never changes. Slotted, with its scope and policy owner computed once and shared with the
+    other VMs of that scope (one string each per scope, not per VM): a fleet holds up to a million of them."""
+
     name: str
     host: str
     subscription_id: str
@@ -215,24 +225,27 @@ class VM:
     tags: dict[str, str] = field(default_factory=dict)
     imds_address: str | None = None
     imds_port: int | None = None
+    # The broadcast scope id: the policy owner, narrowed to one placement group for a scale set. Readable on purpose:
+    # it shows up in logs and the control API. Read on every metadata request.
+    scope: str = field(init=False, repr=False, compare=False)
+    # Who sets this VM's scheduled-events policy: its scale set or availability set, or the VM itself.
+    policy_owner: str = field(init=False, repr=False, compare=False)
 
-    @cached_property  # read on every metadata request
-    def scope(self) -> str:
-        """The broadcast scope id: the policy owner, narrowed to one placement group for a scale set. Readable on
-        purpose: it shows up in logs and the control API."""
-        if self.scale_set is not None:
-            return f"{self.policy_owner}/pg{self.placement_group or 0}"
-        return self.policy_owner
-
-    @cached_property
-    def policy_owner(self) -> str:
-        """Who sets this VM's scheduled-events policy: its scale set or availability set, or the VM itself."""
+    def __post_init__(self) -> None:
         base = f"{self.subscription_id}/{self.resource_group}"
         if self.scale_set is not None:
-            return f"vmss:{base}/{self.scale_set}"
-        if self.availability_set is not None:
-            return f"avset:{base}/{self.availability_set}"
-        return f"vm:{base}/{self.name}"
+            owner = sys.intern(f"vmss:{base}/{self.scale_set}")
+            scope = sys.intern(f"{owner}/pg{self.placement_group or 0}")
+        elif self.availability_set is not None:
+            owner = scope = sys.intern(f"avset:{base}/{self.availability_set}")
+        else:
+            owner = scope = f"vm:{base}/{self.name}"  # its own: nothing to share
+        object.__setattr__(self, "policy_owner", owner)
+        object.__setattr__(self, "scope", scope)
+
+    def record(self) -> dict[str, Any]:
+        """The VM's own fields (what :class:`VM` takes), without the derived ones."""
+        return {name: getattr(self, name) for name in VM_FIELDS}
 
     @property
     def owner_resource_id(self) -> str:
@@ -251,3 +264,108 @@ class VM:
         if self.scale_set is not None:
             return f"{base}/virtualMachineScaleSets/{self.scale_set}/virtualMachines/{self.instance_id}"
         return f"{base}/virtualMachines/{self.name}"
+
+
+VM_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(VM) if f.init)
+
+
+class VmStates(Mapping[str, VmState]):
+    """Every VM's state, holding only the states that differ from the one the VM was deployed in (running on its
+    host since the fleet was deployed, on its policy owner's deployed model): at a million VMs, those that nothing
+    happened to cost nothing. Reading a VM's state builds its deployed state when nothing changed it; setting a state
+    equal to the deployed one forgets it again (a VM frozen and recovered)."""
+
+    __slots__ = ("_vms", "_deployed_at", "_policies", "_changed")
+
+    def __init__(self, vms: Mapping[str, VM], deployed_at: datetime, policies: Mapping[str, Policy]):
+        self._vms = vms
+        self._deployed_at = deployed_at
+        self._policies = policies  # as deployed (the fleet file's)
+        self._changed: dict[str, VmState] = {}
+
+    def deployed(self, vm: VM) -> VmState:
+        policy = self._policies.get(vm.policy_owner)
+        if policy is None:
+            return VmState(vm.name, Power.RUNNING, vm.host, self._deployed_at)
+        return VmState(
+            vm.name,
+            Power.RUNNING,
+            vm.host,
+            self._deployed_at,
+            terminate=policy.terminate,
+            os_image=policy.os_image,
+            model_version=policy.model_version,
+        )
+
+    def __getitem__(self, name: str) -> VmState:
+        state = self._changed.get(name)
+        if state is not None:
+            return state
+        return self.deployed(self._vms[name])
+
+    def __setitem__(self, name: str, state: VmState) -> None:
+        vm = self._vms[name]
+        if state == self.deployed(vm):
+            self._changed.pop(name, None)
+        else:
+            self._changed[name] = state
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._vms
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._vms)
+
+    def __len__(self) -> int:
+        return len(self._vms)
+
+    def changed(self) -> Iterable[VmState]:
+        """The states that differ from the deployed ones (a VM impacted, moved, rebooted, deleted, updated)."""
+        return self._changed.values()
+
+    def power(self, name: str) -> Power:
+        """A VM's power state, without building the state of a VM nothing changed (read per metadata request)."""
+        state = self._changed.get(name)
+        if state is not None:
+            return state.power
+        if name not in self._vms:
+            raise KeyError(name)
+        return Power.RUNNING
+
+    def host(self, name: str) -> str:
+        """The host a VM runs on now, without building the state of a VM nothing changed."""
+        state = self._changed.get(name)
+        return self._vms[name].host if state is None else state.host
+
+
+class Policies(Mapping[str, Policy]):
+    """Every policy owner's scheduledEventsPolicy and profiles: the default policy for the owners nothing set, built
+    when read; kept are those the fleet file or a command set (a million-VM fleet has a hundred thousand standalone
+    VMs, each its own owner)."""
+
+    __slots__ = ("_owners", "_set")
+
+    def __init__(self, owners: Mapping[str, object], set_policies: Iterable[Policy] = ()):
+        self._owners = owners
+        self._set: dict[str, Policy] = {policy.owner: policy for policy in set_policies}
+
+    def __getitem__(self, owner: str) -> Policy:
+        policy = self._set.get(owner)
+        if policy is not None:
+            return policy
+        if owner not in self._owners:
+            raise KeyError(owner)
+        return Policy(owner)
+
+    def __setitem__(self, owner: str, policy: Policy) -> None:
+        self._set[owner] = policy
+
+    def __contains__(self, owner: object) -> bool:
+        return owner in self._set or owner in self._owners
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._owners
+        yield from (owner for owner in self._set if owner not in self._owners)
+
+    def __len__(self) -> int:
+        return len(self._owners) + sum(1 for owner in self._set if owner not in self._owners)

@@ -79,14 +79,14 @@ def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[st
             for resource in event.resources:
                 if from_events.get(resource, OK) < code:
                     from_events[resource] = code
+    power_of = engine.vm_states.power
     for name in wanted:
-        vm_state = engine.vm_states.get(name)
         code = from_events.get(name, OK)
-        if vm_state is not None:
-            if vm_state.power is Power.DELETED:
-                code = EVICTED if fleet.vms[name].spot else DELETED
-            elif vm_state.power is not Power.RUNNING:
-                code = IMPACTED
+        power = power_of(name)
+        if power is Power.DELETED:
+            code = EVICTED if fleet.vms[name].spot else DELETED
+        elif power is not Power.RUNNING:
+            code = IMPACTED
         states[name] = code
     return states
 
@@ -206,12 +206,13 @@ class FleetRead:
         azure = _azure_states(engine)
         ec2 = _ec2_states(engine)
         gce = _gce_states(engine)
-        by_cloud = (engine.vm_states, engine.ec2_states, engine.gce_states)
+        ec2_states, gce_states = engine.ec2_states, engine.gce_states
+        host_of = (engine.vm_states.host, lambda name: ec2_states[name].host, lambda name: gce_states[name].host)
         codes = (azure, ec2, gce)
         host_column: list[int] = []
         state_column: list[int] = []
         for cloud, name in self._order:
-            host_column.append(hosts.setdefault(by_cloud[cloud][name].host, len(hosts)))
+            host_column.append(hosts.setdefault(host_of[cloud](name), len(hosts)))
             state_column.append(codes[cloud][name])
         encode = json.JSONEncoder(separators=(",", ":")).encode
         return (

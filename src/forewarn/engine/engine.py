@@ -26,7 +26,7 @@ from forewarn.azure.component import (
     StoredAzure,
 )
 from forewarn.azure.model import Event, ScheduleRequest
-from forewarn.azure.vms import Policy, VmState
+from forewarn.azure.vms import Policies, VmStates
 from forewarn.core.bounds import check_time, clamped_time
 from forewarn.core.changes import Change, TimeMoved
 from forewarn.core.errors import Conflict
@@ -230,11 +230,11 @@ class Engine:
         return self.azure.incarnations
 
     @property
-    def vm_states(self) -> dict[str, VmState]:
+    def vm_states(self) -> VmStates:
         return self.azure.vm_states
 
     @property
-    def policies(self) -> dict[str, Policy]:
+    def policies(self) -> Policies:
         return self.azure.policies
 
     @property

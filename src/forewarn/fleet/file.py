@@ -7,6 +7,7 @@ Every problem is reported with the file, the line and what is wrong, e.g.
 from __future__ import annotations
 
 import ipaddress
+import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from forewarn import yamlfile
 from forewarn.aws.model import Ec2Instance
-from forewarn.azure.vms import NotificationProfile, Policy, check_os_image_profile, check_terminate_profile
+from forewarn.azure.vms import (
+    NO_TAGS,
+    NotificationProfile,
+    Policy,
+    check_os_image_profile,
+    check_terminate_profile,
+)
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
 from forewarn.core.ids import derived_guid
@@ -240,7 +247,16 @@ def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:
 
 def parse_fleet_document(text: str, filename: str = "<fleet>") -> FleetDocument:
     try:
-        document = yamlfile.parse(text, filename)
+        return _parse_fleet_document(text, filename, all_lines=False)
+    except FleetFileError:
+        # Parsed without the line of every value (a million-VM file has millions of them): parse again with them,
+        # to report the problem at its line.
+        return _parse_fleet_document(text, filename, all_lines=True)
+
+
+def _parse_fleet_document(text: str, filename: str, all_lines: bool) -> FleetDocument:
+    try:
+        document = yamlfile.parse(text, filename, lines=all_lines)
     except YamlFileError as error:
         raise FleetFileError(str(error)) from None
     data, lines = document.data, document.lines
@@ -265,6 +281,7 @@ def parse_fleet_document(text: str, filename: str = "<fleet>") -> FleetDocument:
                 message = f"unknown key {path[-1]!r}"
             problems.append(f"{filename}:{line_of(path, lines)}: {where(path)}: {message}")
         raise FleetFileError("\n".join(problems)) from None
+    document.data = data = None  # validated into spec: let it go before the VMs are built (hundreds of MB at 1M VMs)
     return FleetDocument(_build(spec, filename, lines), spec.event_grid)
 
 
@@ -347,7 +364,7 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
                 vm_id=item.vm_id
                 or derived_guid("vmId", common["subscription_id"], common["resource_group"], item.name).lower(),
                 availability_set=item.availability_set,
-                tags=dict(item.tags),
+                tags=dict(item.tags) if item.tags else NO_TAGS,
                 imds_address=item.imds.address if item.imds else None,
                 imds_port=item.imds.port if item.imds else None,
                 **common,
@@ -359,9 +376,11 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
         for host_index, host in enumerate(scale_set.hosts):
             check_host(host, path + ("hosts", host_index))
         common = placement(scale_set)
+        subscription_id, resource_group = common["subscription_id"], common["resource_group"]
+        zone = defaults.zone or ""
+        tags = dict(scale_set.tags) if scale_set.tags else NO_TAGS  # one mapping for the whole set
         for instance in range(scale_set.instances):
             name = f"{scale_set.name}_{instance}"
-            hosts = scale_set.hosts or [f"{scale_set.name}-host-{instance}"]
             address = port = None
             if scale_set.imds and scale_set.imds.address:
                 address = str(ipaddress.ip_address(scale_set.imds.address) + instance)
@@ -372,16 +391,18 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
             vms.append(
                 VM(
                     name=name,
-                    host=hosts[instance % len(hosts)],
-                    zone=scale_set.zones[instance % len(scale_set.zones)] if scale_set.zones else (defaults.zone or ""),
+                    host=scale_set.hosts[instance % len(scale_set.hosts)]
+                    if scale_set.hosts
+                    else f"{scale_set.name}-host-{instance}",
+                    zone=scale_set.zones[instance % len(scale_set.zones)] if scale_set.zones else zone,
                     fault_domain=instance % scale_set.fault_domains,
                     update_domain=instance % scale_set.update_domains,
                     spot=scale_set.spot,
-                    vm_id=derived_guid("vmId", common["subscription_id"], common["resource_group"], name).lower(),
+                    vm_id=derived_guid("vmId", subscription_id, resource_group, name).lower(),
                     scale_set=scale_set.name,
-                    instance_id=str(instance),
+                    instance_id=sys.intern(str(instance)),  # instances 0, 1, ... of every set share their ids
                     placement_group=instance // scale_set.placement_group_size,
-                    tags=dict(scale_set.tags),
+                    tags=tags,
                     imds_address=address,
                     imds_port=port,
                     **common,
@@ -536,16 +557,25 @@ def _ec2_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: di
 
 def _policies(spec: FleetSpec, vms: list[VM], fail) -> list[Policy]:
     """The policies and profiles the file sets, checked like the management API checks them."""
+    # Only the owners the file gives a policy or profile to are looked for among the VMs (most fleets give none).
+    wanted = {("vm", item.name) for item in spec.vms if item.scheduled_events_policy is not None}
+    wanted |= {("avset", item.name) for item in spec.availability_sets if item.scheduled_events_policy is not None}
+    wanted |= {
+        ("vmss", item.name)
+        for item in spec.scale_sets
+        if item.scheduled_events_policy is not None or item.scheduled_events_profile is not None
+    }
     owners: dict[tuple[str, str], str] = {}  # (kind, name) -> owner key
     members: dict[str, list[VM]] = {}
-    for vm in vms:
+    for vm in vms if wanted else ():
         kind, name = (
             ("vmss", vm.scale_set)
             if vm.scale_set
             else (("avset", vm.availability_set) if vm.availability_set else ("vm", vm.name))
         )
-        owners.setdefault((kind, name), vm.policy_owner)
-        members.setdefault(vm.policy_owner, []).append(vm)
+        if (kind, name) in wanted:
+            owners.setdefault((kind, name), vm.policy_owner)
+            members.setdefault(vm.policy_owner, []).append(vm)
     found: list[Policy] = []
 
     def policy(path, kind, name, spec_policy, spec_profile=None):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 from collections.abc import Callable
+from itertools import chain
 
 from forewarn.aws.model import Ec2Instance
 from forewarn.core.errors import Invalid, NotFound
@@ -46,7 +47,7 @@ class CallerResolver:
         if default:
             self._default = fleet.vms.get(default) or fleet.ec2.get(default) or fleet.gce.get(default)
         self._cache: dict[tuple[str, int, str], Machine] = {}
-        self._machines: dict[str, Machine] = {**fleet.vms, **fleet.ec2, **fleet.gce}
+        self._fleet = fleet
         self._instances = list(fleet.ec2.values())
         self._registered: dict[str, Machine] = {}
         self._hosts: str | None = None  # a glob over host names: only the machines on them are served
@@ -72,7 +73,8 @@ class CallerResolver:
         """From now on, a connection from ``address`` is the machine ``name``: a VM name, an EC2 instance id (or its
         Name tag when no other instance has it), a Compute Engine instance's name. Registering an address again moves it to the new
         machine."""
-        machine = self._machines.get(name)
+        fleet = self._fleet
+        machine: Machine | None = fleet.vms.get(name) or fleet.ec2.get(name) or fleet.gce.get(name)
         if machine is None:  # an EC2 instance by its Name tag, when no other instance has that name
             named = [instance for instance in self._instances if instance.name == name]
             machine = named[0] if len(named) == 1 else None
@@ -80,7 +82,7 @@ class CallerResolver:
             raise NotFound(
                 f"no VM, EC2 instance or Compute Engine instance named {name!r} in the fleet",
                 name=name,
-                known=self._machines.keys(),
+                known=chain(fleet.vms, fleet.ec2, fleet.gce),
             )
         self._registered[canonical_address(address)] = machine
         self._cache.clear()

@@ -8,6 +8,7 @@ is WestNO_0's metadata endpoint), served by the lean HTTP/1.1 server of ``http1.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import ipaddress
 import logging
@@ -336,6 +337,7 @@ async def serve(
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
     server. ``node``: this process shares its database with others (replication/), as the leader or a replica."""
     built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure, access)
+    settle_heap()
     own = own_listeners(built, listeners)
     handler = built.metadata.handle if node is None else shared_surfaces(node, built, listeners, access)
     metadata = Http1Server(handler, metadata_limits)
@@ -395,6 +397,19 @@ def tune_collector() -> None:
     approval's CPU; cyclic garbage (the control API makes some) waits a little longer. Full collections keep their
     own rule (a quarter more long-lived objects than at the last)."""
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
+
+
+def settle_heap() -> None:
+    """Once the fleet and every surface are built. What start-up made (the fleet, its indexes, the engine) lives as
+    long as the process: frozen (``gc.freeze``), the cyclic collector never walks it again, so a collection costs what
+    the objects made since cost, not a million VMs. The memory the start-up freed (the fleet file's text and data)
+    goes back to the system where the C library can give it back."""
+    gc.freeze()
+    gc.enable()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
+        pass
 
 
 def _own_url(address: tuple[str, int]) -> str:
@@ -557,6 +572,10 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             config.host,
         )
     imds_settings = imds_settings_of(config)
+    # No cyclic collection while the fleet loads: a million-VM fleet is millions of objects, and the collector would
+    # walk them over and over as they are made (it was most of the start-up time). serve() settles the heap once the
+    # surfaces are built.
+    gc.disable()
     service, azure, node = open_service(config)
     store = service.store
     try:

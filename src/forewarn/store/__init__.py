@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from forewarn.store.base import Attempt, Delivery, JournalEntry, Outgoing, SQLStore, StoredChanges, StoredState
+from forewarn.store.base import (
+    Attempt,
+    Delivery,
+    JournalEntry,
+    Outgoing,
+    SQLStore,
+    StoredChanges,
+    StoredState,
+    records_digest,
+)
 from forewarn.store.errors import SchemaTooNew, StoreError, StoreUnavailable
 from forewarn.store.records import Records, UnregisteredChange
 
@@ -48,4 +57,5 @@ __all__ = [
     "StoreUnavailable",
     "UnregisteredChange",
     "open_store",
+    "records_digest",
 ]

@@ -8,6 +8,7 @@ changes of one command in one transaction; nothing is reported to a client befor
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import threading
 import time
@@ -51,7 +52,7 @@ RESET = "reset"  # a journal entry's key: everything changed, a replica loads th
 
 # The meta keys a reset keeps: what ``initialize`` wrote (the Event Grid registry, configuration like the fleet, is
 # in no registered part's tables and stays too).
-KEPT_BY_RESET = ("fleet", "seed", "created_at", "schema_version")
+KEPT_BY_RESET = ("fleet", "fleet_digest", "seed", "created_at", "schema_version")
 
 
 def retried_on_a_new_connection(method: Callable[..., T]) -> Callable[..., T]:
@@ -68,9 +69,13 @@ def retried_on_a_new_connection(method: Callable[..., T]) -> Callable[..., T]:
 @dataclass
 class StoredState:
     """What a store holds: the parts the store owns (fleet, seed, clock, times, id sequence), and ``records``, each
-    component's stored state by the name the engine takes it under (what its ``Records.load`` returned)."""
+    component's stored state by the name the engine takes it under (what its ``Records.load`` returned).
 
-    fleet_records: dict[str, Any]
+    The fleet is read on first use of ``fleet_records``: it never changes once stored, a million-VM fleet is about
+    a hundred megabytes of JSON, and whoever already holds it (a restart given the same fleet, a replica refreshing,
+    an engine rebuilt after a failed commit) compares ``fleet_digest`` or keeps its own."""
+
+    read_fleet: Callable[[], dict[str, Any]]
     seed: str
     clock: Clock
     now: datetime
@@ -78,6 +83,11 @@ class StoredState:
     next_seq: int
     records: dict[str, Any] = field(default_factory=dict)
     position: int = 0  # the last commit in forewarn_changes that this state includes (0: none journaled)
+    fleet_digest: str | None = None  # None: a database written before digests were stored
+
+    @functools.cached_property
+    def fleet_records(self) -> dict[str, Any]:
+        return self.read_fleet()
 
 
 @dataclass
@@ -94,6 +104,15 @@ class StoredChanges:
     next_seq: int
     records: dict[str, Any] = field(default_factory=dict)
     touched: Touched = field(default_factory=dict)
+
+
+def records_digest(records: dict[str, Any]) -> str:
+    """The digest stored beside a fleet's records: equal digests, equal fleets."""
+    return hashlib.sha256(encode_records(records).encode()).hexdigest()
+
+
+def encode_records(records: dict[str, Any]) -> str:
+    return json.dumps(records, sort_keys=True, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -211,8 +230,23 @@ class SQLStore:
 
     # --------------------------------------------------------------------------------------------- reads
     def _meta(self, cursor: Any) -> dict[str, str]:
-        self._execute(cursor, "SELECT key, value FROM forewarn_meta")
-        return dict(cursor.fetchall())
+        """Every meta value but the fleet's records (read on their own, when needed: ``fleet_records``)."""
+        self._execute(cursor, "SELECT key, value FROM forewarn_meta WHERE key <> 'fleet'")
+        meta = dict(cursor.fetchall())
+        self._execute(cursor, "SELECT COUNT(*) FROM forewarn_meta WHERE key = 'fleet'")
+        if cursor.fetchone()[0]:
+            meta["fleet"] = ""  # stored: an initialized database
+        return meta
+
+    @retried_on_a_new_connection
+    def fleet_records(self) -> dict[str, Any]:
+        """The stored fleet's records (``Fleet.to_records``)."""
+        with self._transaction() as cursor:
+            self._execute(cursor, "SELECT value FROM forewarn_meta WHERE key = 'fleet'")
+            row = cursor.fetchone()
+        if row is None:
+            raise StoreError(f"{self.description}: the database holds no fleet (was it emptied while in use?)")
+        return json.loads(row[0])
 
     @retried_on_a_new_connection
     def load(self) -> StoredState | None:
@@ -233,7 +267,7 @@ class SQLStore:
         position = 0 if row is None or row[0] is None else int(row[0])
         self.position = position
         return StoredState(
-            fleet_records=json.loads(meta["fleet"]),
+            read_fleet=self.fleet_records,
             seed=meta["seed"],
             clock=decode_clock(meta["clock"]),
             now=datetime.fromisoformat(meta["now"]),
@@ -241,6 +275,7 @@ class SQLStore:
             next_seq=int(meta.get("next_seq", "1")),
             records=records,
             position=position,
+            fleet_digest=meta.get("fleet_digest"),
         )
 
     @retried_on_a_new_connection
@@ -321,9 +356,11 @@ class SQLStore:
     # -------------------------------------------------------------------------------------------- writes
     @retried_on_a_new_connection
     def initialize(self, fleet_records: dict, seed: str, clock: Clock, now: datetime) -> None:
+        text = encode_records(fleet_records)
         with self._transaction() as cursor:
             for key, value in (
-                ("fleet", json.dumps(fleet_records, sort_keys=True)),
+                ("fleet", text),
+                ("fleet_digest", hashlib.sha256(text.encode()).hexdigest()),
                 ("seed", seed),
                 ("clock", encode_clock(clock)),
                 ("now", now.isoformat()),
@@ -539,7 +576,8 @@ class SQLStore:
         with self._transaction() as cursor:
             for table in self.registry.tables:
                 cursor.execute(f"DELETE FROM {table}")
-            self._execute(cursor, "DELETE FROM forewarn_meta WHERE key NOT IN (?, ?, ?, ?)", KEPT_BY_RESET)
+            marks = ", ".join("?" for _ in KEPT_BY_RESET)
+            self._execute(cursor, f"DELETE FROM forewarn_meta WHERE key NOT IN ({marks})", KEPT_BY_RESET)
             self._put_meta(cursor, "clock", encode_clock(clock))
             self._put_meta(cursor, "now", now.isoformat())
             position = self._journal_changes(cursor, {RESET: []}) if self.keeps_changes else self.position

@@ -104,6 +104,12 @@ def _changes(cursor: Any, dialect: Dialect) -> None:
     )
 
 
+def _fleet_in_columns(cursor: Any, dialect: Dialect) -> None:
+    # No table changes: from this version the fleet's record in forewarn_meta may be in columns (fleet format 2, with
+    # its digest beside it), which releases before it would misread. Records of the old format stay readable.
+    return None
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -114,6 +120,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(3, "Compute Engine maintenance events and instance states (gcp/records.py)", _gce_tables),
     Migration(4, "forewarn_leader: which process leads a shared PostgreSQL database, and where", _leader),
     Migration(5, "forewarn_changes: the rows each commit of a shared leader wrote, for its replicas", _changes),
+    Migration(6, "the fleet's record may be in columns, with its digest (fleet format 2)", _fleet_in_columns),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -71,16 +71,25 @@ class ComputeFleet:
         self.vms: dict[tuple[str, str, str], VM] = {}
         self.avsets: dict[tuple[str, str, str], list[VM]] = {}
         self.scale_sets: dict[tuple[str, str, str], list[VM]] = {}
+        lowered: dict[str, str] = {}  # one lowered string per subscription, group and set, not one per VM
+
+        def lower(text: str) -> str:
+            found = lowered.get(text)
+            if found is None:
+                found = lowered[text] = text.lower()
+            return found
+
         for vm in vms:
-            sub, group = vm.subscription_id.lower(), vm.resource_group.lower()
+            sub, group = lower(vm.subscription_id), lower(vm.resource_group)
             self.subscriptions.setdefault(sub, vm.subscription_id)
             self.groups.setdefault((sub, group), vm.resource_group)
             if vm.scale_set is not None:
-                self.scale_sets.setdefault((sub, group, vm.scale_set.lower()), []).append(vm)
+                self.scale_sets.setdefault((sub, group, lower(vm.scale_set)), []).append(vm)
                 continue
-            self.vms[(sub, group, vm.name.lower())] = vm
+            name = vm.name.lower()
+            self.vms[(sub, group, vm.name if name == vm.name else name)] = vm
             if vm.availability_set is not None:
-                self.avsets.setdefault((sub, group, vm.availability_set.lower()), []).append(vm)
+                self.avsets.setdefault((sub, group, lower(vm.availability_set)), []).append(vm)
         for members in self.scale_sets.values():
             members.sort(key=lambda vm: int(vm.instance_id or 0))
 
@@ -132,9 +141,17 @@ class ComputeResources:
     def __init__(self, service: Maintenance, retry_after: int = 10):
         self.service = service
         self.operations = Operations(service, retry_after)
-        self.fleet = ComputeFleet(service.engine.fleet.vms.values())
+        self._fleet: ComputeFleet | None = None
         self._cache_engine: Engine | None = None
         self._marked_cache: dict[str, tuple[int, frozenset[str]]] = {}
+
+    @property
+    def fleet(self) -> ComputeFleet:
+        """Built on the first ARM request: a server whose ARM port is never called does not hold it (a million-VM
+        fleet's indexes are tens of megabytes)."""
+        if self._fleet is None:
+            self._fleet = ComputeFleet(self.service.engine.fleet.vms.values())
+        return self._fleet
 
     @property
     def engine(self) -> Engine:

@@ -157,6 +157,7 @@ class AzureImds:
         self.resolver = resolver
         self.settings = settings
         self._documents: dict[str, dict[str, Response]] = {}
+        self._empty_documents: dict[int, dict[str, Response]] = {}  # by DocumentIncarnation
         self._instance_answers: dict[tuple, Response] = {}
         self._queries: dict[bytes, dict | bytes] = {}
         self._buckets: dict[str, _TokenBucket] = {}
@@ -168,17 +169,27 @@ class AzureImds:
     def _on_change(self, changes) -> None:
         if isinstance(changes[0], Rebuilt):  # the service rebuilt its engine: forget everything
             self._documents.clear()
+            self._empty_documents.clear()
             return
         for change in changes:
             if isinstance(change, IncarnationChanged):
                 self._documents.pop(change.scope, None)
 
     def _rendered(self, scope: str, version: str) -> Response:
-        """The 200 response for a scope's document: rendered, with its ETag, once per change of the scope."""
-        per_scope = self._documents.setdefault(scope, {})
+        """The 200 response for a scope's document: rendered, with its ETag, once per change of the scope.
+
+        The scopes with no live event (most of a large fleet, most of the time) share their responses by
+        DocumentIncarnation: all of them at incarnation 1 hold one dict of responses, rendered once per api-version."""
+        per_scope = self._documents.get(scope)
+        engine = self.service.engine
+        if per_scope is None:
+            if engine.live_events(scope):
+                per_scope = {}
+            else:
+                per_scope = self._empty_documents.setdefault(engine.incarnation(scope), {})
+            self._documents[scope] = per_scope
         found = per_scope.get(version)
         if found is None:
-            engine = self.service.engine
             body = render_document(engine.incarnation(scope), engine.live_events(scope), version)
             etag = b'"' + hashlib.blake2b(body, digest_size=8).hexdigest().encode() + b'"'
             found = _json(200, body, (b"etag", etag))
@@ -250,7 +261,7 @@ class AzureImds:
         """What stands between a VM and its answer beyond the request itself: the VM being down, the rate limit,
         injected faults. Raises :class:`_Refused` with the answer (or the dropped connection)."""
         settings = self.settings
-        if settings.while_down == "drop" and self.service.engine.vm_states[vm.name].power not in _ANSWERING:
+        if settings.while_down == "drop" and self.service.engine.vm_states.power(vm.name) not in _ANSWERING:
             raise _Refused((DROP, b"", JSON, ()))
         if settings.rate_limit > 0:
             now = time.monotonic()

@@ -54,8 +54,14 @@ def _not_acknowledgeable(event: Event) -> ArmError:
 class MaintenanceApi:
     def __init__(self, service: Maintenance):
         self.service = service
-        owners = service.engine.fleet.vms_by_owner
-        self._owners = {owner.lower(): owner for owner in owners}  # ARM matches names case-insensitively
+        self._lowered: dict[str, str] | None = None  # built on the first call that needs it
+
+    @property
+    def _owners(self) -> dict[str, str]:
+        """Policy owners by their lowered key: ARM matches names case-insensitively."""
+        if self._lowered is None:
+            self._lowered = {owner.lower(): owner for owner in self.service.engine.fleet.vms_by_owner}
+        return self._lowered
 
     async def handle(self, call: ManagementCall) -> Response:
         segments, lower = call.segments, call.lower

@@ -1,6 +1,6 @@
 """A shared forewarn on PostgreSQL (docs/replicas.md): throughput, replication lag, failover, memory, side by side.
 
-    .venv/bin/python bench/replicas.py                       # 10,000 VMs, 5 kill cycles
+    .venv/bin/python bench/replicas.py                       # 10,000 VMs, 5 kill cycles, then 1,000,000 VMs
     .venv/bin/python bench/replicas.py --vms 1000 --kill-cycles 20 --db postgresql://127.0.0.1/test
 
 In one run:
@@ -15,7 +15,11 @@ In one run:
      them (``forewarn_replica_refresh_seconds_total``), and the CPU time of both processes over the steps;
   4. failover: ``--kill-cycles`` times, kill -9 the leader, time until the other process leads, restart the killed
      one (it comes back as a replica); the median and worst;
-  5. resident memory of the leader and the replica, per VM.
+  5. resident memory of the leader and the replica, per VM;
+  6. the very large fleet (``--million``, default 1,000,000 VMs; 0 skips it) on a fresh schema: the leader's first
+     start, a replica serving a tenth of the hosts (``--hosts 'host-*0'``), a kill -9 of the leader and the time until
+     the replica leads (it catches up the committed state), the killed process back as a replica: the times, and
+     each process's resident memory when ready and at its peak.
 
 Needs PostgreSQL (the schema is dropped afterwards) and wrk (``apt-get install wrk``; without it step 2 is skipped).
 """
@@ -61,8 +65,8 @@ def rss_mb(pid: int) -> float:
 
 
 class Process:
-    def __init__(self, name: str, url: str, fleet: Path, cpu: int | None, tmp: Path):
-        self.name, self.url, self.fleet, self.cpu, self.tmp = name, url, fleet, cpu, tmp
+    def __init__(self, name: str, url: str, fleet: Path, cpu: int | None, tmp: Path, extra: tuple[str, ...] = ()):
+        self.name, self.url, self.fleet, self.cpu, self.tmp, self.extra = name, url, fleet, cpu, tmp, extra
         self.port, self.imds_port = free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
@@ -89,7 +93,7 @@ class Process:
             "--gce-port",
             "0",
         ]
-        argv += ["--log-level", "warning"]
+        argv += ["--log-level", "warning", *self.extra]
         if self.cpu is not None and shutil.which("taskset"):
             argv = ["taskset", "-c", str(self.cpu), *argv]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
@@ -184,13 +188,19 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of each wrk run")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument(
+        "--million",
+        type=int,
+        default=1_000_000,
+        help="VMs of the very large fleet served by a leader and a replica of a tenth of the hosts (0: skip)",
+    )
+    parser.add_argument(
         "--check",
         action="store_true",
         help="200 VMs, one kill cycle, two lag samples, no wrk: fails on a broken setup, never on speed",
     )
     args = parser.parse_args()
     if args.check:
-        args.vms, args.kill_cycles, args.lag_samples = 200, 1, 2
+        args.vms, args.kill_cycles, args.lag_samples, args.million = 200, 1, 2, min(args.million, 2_000)
     schema = f"forewarn_bench_{secrets.token_hex(4)}"
     admin = psycopg.connect(args.db, autocommit=True)
     admin.execute(f"CREATE SCHEMA {schema}")
@@ -306,8 +316,62 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
             role = server.health()["role"]
             rss = rss_mb(server.proc.pid)
             print(f"  {role:8} {rss:8.0f} MB  ({rss * 1024 * 1024 / args.vms / 1024:.1f} KB per VM)")
-    print("\n1,000,000-VM memory and start-up targets: not measured (not done; see docs/replicas.md)")
+    if args.million:
+        for server in servers:
+            server.stop()
+        very_large(args, tmp)
     return 0
+
+
+def very_large(args: argparse.Namespace, tmp: Path) -> None:
+    """The very large fleet on a fresh schema: a leader's first start, a replica serving a tenth of the hosts
+    (``--hosts 'host-*0'``), a failover to it, and the killed leader's restart as a replica: times and memory."""
+    vms = args.million
+    fleet = tmp / "very-large.yaml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    generate = [sys.executable, "-m", "forewarn", "fleet", "generate", "--vms", str(vms), "--out", str(fleet)]
+    subprocess.run(generate, check=True, env=env, capture_output=True)
+    schema = f"forewarn_bench_{secrets.token_hex(4)}"
+    admin = psycopg.connect(args.db, autocommit=True)
+    admin.execute(f"CREATE SCHEMA {schema}")
+    url = f"{args.db}{'&' if '?' in args.db else '?'}options=-csearch_path%3D{schema}"
+    leader = Process("large-leader", url, fleet, 0, tmp)
+    replica = Process("large-replica", url, fleet, 1, tmp, ("--hosts", "host-*0"))
+    try:
+        first = leader.start()
+        leader_rss = proc_memory(leader)
+        replica_start = replica.start()
+        replica_rss = proc_memory(replica)
+        leader.kill()
+        killed = time.monotonic()
+        wait(lambda: leader_of([replica]), 120, "the replica takes over")
+        failover = time.monotonic() - killed
+        restart = leader.start()
+        restarted_rss = proc_memory(leader)
+    finally:
+        for server in (leader, replica):
+            server.stop()
+        admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        admin.close()
+    print(
+        f"\n{vms:,}-VM fleet on PostgreSQL (RSS ready / peak; goals: leader under 3 GB, a replica of a tenth of the "
+        "hosts under 1 GB, first start under 60 s, restart under 20 s)\n"
+        f"  leader, first start (writes the fleet)   {first:6.1f} s   {leader_rss}\n"
+        f"  replica, --hosts 'host-*0' (a tenth)     {replica_start:6.1f} s   {replica_rss}\n"
+        f"  failover to the replica (kill -9 of the leader, the replica leads)   {failover:.1f} s\n"
+        f"  the killed leader back as a replica      {restart:6.1f} s   {restarted_rss}"
+    )
+
+
+def proc_memory(server: Process) -> str:
+    if server.proc is None:
+        return "n/a"
+    status = {}
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            status[key] = int(value.split()[0]) / 1024
+    return f"{status.get('VmRSS', 0):,.0f} / {status.get('VmHWM', 0):,.0f} MB"
 
 
 if __name__ == "__main__":

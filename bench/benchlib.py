@@ -7,8 +7,8 @@ records, from /proc:
 - the CPU time everything else on the machine used meanwhile (all CPUs' busy time minus ours), in cores;
 - the hypervisor's steal, as a share of the machine's time.
 
-``verdict`` refuses a round where a server that should have been saturated used less than ``SATURATED`` of a core,
-where other processes used more than ``OTHERS_MAX`` cores, or where steal passed ``STEAL_MAX``. ``rounds`` re-runs a
+``verdict`` refuses a round where a server that should have been saturated used less than ``SATURATED`` of a core
+(or, named as a driver, the client used at least that much: then the client set the rate), where other processes used more than ``OTHERS_MAX`` cores, or where steal passed ``STEAL_MAX``. ``rounds`` re-runs a
 refused round up to ``attempts`` times and reports it INVALID (never as a figure that meets a goal) if it still fails.
 CPU-time figures (CPU seconds per request or per query) are reported beside wall time: they barely move with other
 load and compare runs on a busy machine.
@@ -128,10 +128,15 @@ class Meter:
         )
 
 
-def verdict(usage: Usage, saturated: Sequence[str] = ()) -> list[str]:
-    """Why the round does not count (empty: it counts)."""
+def verdict(usage: Usage, saturated: Sequence[str] = (), drivers: Sequence[str] = ()) -> list[str]:
+    """Why the round does not count (empty: it counts). ``drivers`` are the participants that make the load (this
+    script as the client): one that used its core is the limit of the round, which then says so, not that the server
+    was short of work."""
     reasons = []
-    for name in saturated:
+    limits = [name for name in drivers if usage.share(name) >= SATURATED]
+    for name in limits:
+        reasons.append(f"the {name} used {usage.share(name):.2f} of its core (it, not the server, set the rate)")
+    for name in saturated if not limits else ():
         if usage.share(name) < SATURATED:
             reasons.append(f"{name} used {usage.share(name):.2f} of its core (< {SATURATED})")
     # Ticks are 10 ms: over a short round, others' share is coarse; allow one tick per CPU of slack.
@@ -169,6 +174,7 @@ def measured(
     attempts: int = 3,
     own: str = "client",
     check: bool = False,
+    drivers: Sequence[str] = (),
 ) -> Measured:
     """Run ``run`` under a Meter until a round counts, at most ``attempts`` times. In --check mode one attempt and no
     verdict: a check proves the setup works, not that the machine is quiet."""
@@ -177,7 +183,7 @@ def measured(
         with Meter(participants, own=own) as meter:
             value = run()
         assert meter.usage is not None
-        reasons = [] if check else verdict(meter.usage, saturated)
+        reasons = [] if check else verdict(meter.usage, saturated, drivers)
         if not reasons:
             return Measured(value, meter.usage, attempt, refused)
         refused.append(reasons)

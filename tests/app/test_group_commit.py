@@ -6,15 +6,18 @@ engine is read only as committed. Real SQLite file store, real engine."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.azure.imds.scheduled_events import AzureImds
 from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import ScheduleRequest
+from forewarn.net.callers import CallerResolver
 from forewarn.store import StoreError
 from helpers import T0, open_store, small_fleet
 
@@ -234,3 +237,30 @@ def test_schedules_through_the_group_commit(tmp_path):
     again = Maintenance.open(open_store(str(tmp_path / "s.db")), small_fleet(), "manual", 1.0, T0, "seed")
     assert {event.event_id for event in solo + west} <= set(again.engine.events)
     again.store.close()
+
+
+def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
+    """The metadata GET of a scope whose document is cached does not wait for the group commit under way: the cache
+    drops a document only once the change that moved it is committed, so it shows what the database holds. Another
+    scope's GET would otherwise sit behind the fsync, and every request on the loop with it."""
+    service, ids = scheduled(tmp_path)
+    imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
+    approved = service.engine.events[ids[0]]
+    other_scope = next(scope for scope in service.engine.fleet.vms_by_scope if scope != approved.scope)
+    before = {scope: imds.document(scope, "2020-07-01") for scope in (approved.scope, other_scope)}
+    held = HeldCommits(service)
+
+    async def run() -> None:
+        approval = service.approve_soon([ids[0]], by="test")
+        await held.wait_entered()
+        # Both documents come from the cache, the commit still held: the approved scope's too, as committed.
+        assert imds.document(other_scope, "2020-07-01") == before[other_scope]
+        assert imds.document(approved.scope, "2020-07-01") == before[approved.scope]
+        assert held.finished == [] and not approval.done()
+        held.release.set()
+        await approval
+        after = json.loads(imds.document(approved.scope, "2020-07-01"))
+        assert [event["EventStatus"] for event in after["Events"] if event["EventId"] == ids[0]] == ["Started"]
+
+    asyncio.run(run())
+    service.store.close()

@@ -181,6 +181,13 @@ class AzureImds:
         The scopes with no live event (most of a large fleet, most of the time) share their responses by
         DocumentIncarnation: all of them at incarnation 1 hold one dict of responses, rendered once per api-version."""
         per_scope = self._documents.get(scope)
+        if per_scope is not None:
+            found = per_scope.get(version)
+            if found is not None:
+                # Cached documents are dropped only once the change that moved them is committed: this one is
+                # what the database holds, even while a group commit is under way (reading the engine would wait
+                # for that commit, and hold every request on the loop behind its fsync).
+                return found
         engine = self.service.engine
         if per_scope is None:
             if engine.live_events(scope):

@@ -655,7 +655,8 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
         fleet_file = read_fleet_file(config.fleet_source) if config.fleet_source else None
         start_time = parse_time(config.start) if config.start else None
         store = open_configured_store(config)
-        fleet, section = given_fleet(fleet_file, store)
+        fleet, section, file_digest = given_fleet(fleet_file, store)
+        fleet_file = None  # its text (86 MB at a million VMs) is not needed while the fleet is built
         declared = None
         if section is not None:
             if config.event_grid_file:
@@ -684,8 +685,8 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
             if node.service.role != "leader":
                 event_grid.declared = None  # the leader applies the file; a replica only reads what it stored
         event_grid.attach(service)
-        if fleet_file is not None and (node is None or node.service.role == "leader"):
-            remember_fleet_file(store, fleet_file, section)
+        if file_digest is not None and (node is None or node.service.role == "leader"):
+            remember_fleet_file(store, file_digest, section)
     except (
         FleetFileError,
         StoreError,
@@ -705,24 +706,27 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
     return service, azure, node
 
 
-def given_fleet(fleet_file: FleetFile | None, store: SQLStore) -> tuple[Fleet | None, dict[str, Any] | None]:
-    """The fleet --fleet gives and the file's event_grid section. The fleet is None when there is no --fleet, and
-    when the file is the very one the database's fleet was read from (same digest): the stored fleet is served then,
-    and the file is not parsed (20 s at a million VMs, to find the fleet the database already holds)."""
+def given_fleet(
+    fleet_file: FleetFile | None, store: SQLStore
+) -> tuple[Fleet | None, dict[str, Any] | None, str | None]:
+    """The fleet --fleet gives, the file's event_grid section and the file's digest. The fleet is None when there is
+    no --fleet, and when the file is the very one the database's fleet was read from (same digest): the stored fleet
+    is served then, and the file is not parsed (20 s at a million VMs, to find the fleet the database holds)."""
     if fleet_file is None:
-        return None, None
+        return None, None, None
+    digest = fleet_file.digest
     known = store.fleet_file()
-    if known is not None and known.get("digest") == fleet_file.digest:
+    if known is not None and known.get("digest") == digest:
         log.info("fleet: %s is the file the database's fleet was read from; not parsed again", fleet_file.filename)
-        return None, known.get("event_grid")
+        return None, known.get("event_grid"), digest
     document = fleet_file.parse()
-    return document.fleet, document.event_grid
+    return document.fleet, document.event_grid, digest
 
 
-def remember_fleet_file(store: SQLStore, fleet_file: FleetFile, section: dict[str, Any] | None) -> None:
+def remember_fleet_file(store: SQLStore, digest: str, section: dict[str, Any] | None) -> None:
     """Store the digest of a fleet file the database's fleet was found equal to (with its event_grid section, which
     a start that does not parse the file still applies), unless it is stored already."""
-    record = {"digest": fleet_file.digest, "event_grid": section}
+    record = {"digest": digest, "event_grid": section}
     try:
         if json.loads(json.dumps(record)) != record:
             return  # values JSON does not keep as they are (YAML dates, say): this file is parsed at every start

@@ -15,8 +15,8 @@ For each fleet size, in its own temporary database (a SQLite file, or a fresh sc
    at each step is the same at every size, so the figure should not grow with the fleet (1.0 against the smallest
    size);
 4. **restart** from the same database without ``--fleet`` (what a restarted service does), then **restart with
-   --fleet** (the same command run twice: the file is read again and checked against the stored fleet), each timed
-   and measured like the first start, each answering the same GET.
+   --fleet** (the same command run twice: the file is hashed and recognized as the one the stored fleet was read
+   from, not parsed), each timed and measured like the first start, each answering the same GET.
 
 Every server is stopped (SIGTERM) before the next starts; each size runs after the previous one's processes ended.
 

@@ -6,6 +6,7 @@ Every problem is reported with the file, the line and what is wrong, e.g.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import sys
 from dataclasses import dataclass
@@ -231,14 +232,34 @@ def load_fleet(source: str | Path) -> Fleet:
 
 
 def load_fleet_document(source: str | Path) -> FleetDocument:
+    return read_fleet_file(source).parse()
+
+
+@dataclass(frozen=True)
+class FleetFile:
+    """A fleet file's text, read but not parsed yet: its ``digest`` is enough to recognize a file already stored."""
+
+    text: str
+    filename: str
+
+    @property
+    def digest(self) -> str:
+        """The SHA-256 of the file's text: the same bytes, the same fleet (parsing a million VMs takes 20 s, hashing
+        their file a fraction of a second)."""
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def parse(self) -> FleetDocument:
+        return parse_fleet_document(self.text, self.filename)
+
+
+def read_fleet_file(source: str | Path) -> FleetFile:
+    """Read a fleet file (or the built-in demo fleet when ``source`` is ``demo``) without parsing it."""
     if str(source) == DEMO_FLEET:
-        text = resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text()
-        return parse_fleet_document(text, "demo-fleet.yaml")
+        return FleetFile(resources.files("forewarn.data").joinpath("demo-fleet.yaml").read_text(), "demo-fleet.yaml")
     try:
-        text = yamlfile.read_text(source, "fleet file")
+        return FleetFile(yamlfile.read_text(source, "fleet file"), str(source))
     except YamlFileError as error:
         raise FleetFileError(str(error)) from None
-    return parse_fleet_document(text, str(source))
 
 
 def parse_fleet(text: str, filename: str = "<fleet>") -> Fleet:

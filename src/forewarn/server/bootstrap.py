@@ -11,6 +11,7 @@ import asyncio
 import ctypes
 import gc
 import ipaddress
+import json
 import logging
 import re
 import socket
@@ -49,8 +50,8 @@ from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
-from forewarn.fleet.file import FleetFileError, load_fleet_document
-from forewarn.fleet.model import VM
+from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
+from forewarn.fleet.model import VM, Fleet
 from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
@@ -651,14 +652,16 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
     rules = rules_of(config)
     store: SQLStore | None = None
     try:
-        document = load_fleet_document(config.fleet_source) if config.fleet_source else None
-        declared = None
-        if document is not None and document.event_grid is not None:
-            if config.event_grid_file:
-                raise ServeError("Event Grid is declared in the fleet file (event_grid:) and in --event-grid; keep one")
-            declared = (f"{config.fleet_source}: event_grid", document.event_grid)
+        fleet_file = read_fleet_file(config.fleet_source) if config.fleet_source else None
         start_time = parse_time(config.start) if config.start else None
         store = open_configured_store(config)
+        fleet, section, file_digest = given_fleet(fleet_file, store)
+        fleet_file = None  # its text (86 MB at a million VMs) is not needed while the fleet is built
+        declared = None
+        if section is not None:
+            if config.event_grid_file:
+                raise ServeError("Event Grid is declared in the fleet file (event_grid:) and in --event-grid; keep one")
+            declared = (f"{config.fleet_source}: event_grid", section)
         event_grid = event_grid_of(store, config, declared)
         azure = AzureManagementSettings(
             event_grid=event_grid,
@@ -672,7 +675,6 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
         health = HealthSettings(targets=config.health_webhooks, entity=config.health_entity)
         outboxes = [health_outbox(health)] if health.targets else []
         outboxes.append(event_grid.outbox)
-        fleet = document.fleet if document else None
         node: Node | None = None
         if config.role == "single":
             service = Maintenance.open(
@@ -683,6 +685,8 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
             if node.service.role != "leader":
                 event_grid.declared = None  # the leader applies the file; a replica only reads what it stored
         event_grid.attach(service)
+        if file_digest is not None and (node is None or node.service.role == "leader"):
+            remember_fleet_file(store, file_digest, section)
     except (
         FleetFileError,
         StoreError,
@@ -700,6 +704,36 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
             store.close()
         raise
     return service, azure, node
+
+
+def given_fleet(
+    fleet_file: FleetFile | None, store: SQLStore
+) -> tuple[Fleet | None, dict[str, Any] | None, str | None]:
+    """The fleet --fleet gives, the file's event_grid section and the file's digest. The fleet is None when there is
+    no --fleet, and when the file is the very one the database's fleet was read from (same digest): the stored fleet
+    is served then, and the file is not parsed (20 s at a million VMs, to find the fleet the database holds)."""
+    if fleet_file is None:
+        return None, None, None
+    digest = fleet_file.digest
+    known = store.fleet_file()
+    if known is not None and known.get("digest") == digest:
+        log.info("fleet: %s is the file the database's fleet was read from; not parsed again", fleet_file.filename)
+        return None, known.get("event_grid"), digest
+    document = fleet_file.parse()
+    return document.fleet, document.event_grid, digest
+
+
+def remember_fleet_file(store: SQLStore, digest: str, section: dict[str, Any] | None) -> None:
+    """Store the digest of a fleet file the database's fleet was found equal to (with its event_grid section, which
+    a start that does not parse the file still applies), unless it is stored already."""
+    record = {"digest": digest, "event_grid": section}
+    try:
+        if json.loads(json.dumps(record)) != record:
+            return  # values JSON does not keep as they are (YAML dates, say): this file is parsed at every start
+    except (TypeError, ValueError):
+        return
+    if store.fleet_file() != record:
+        store.put_fleet_file(record)
 
 
 def open_shared_service(

@@ -50,9 +50,9 @@ CHANGES_INSERT = (
 REFRESHED_META = ("now", "clock", "next_seq", "created_at")
 RESET = "reset"  # a journal entry's key: everything changed, a replica loads the whole state again
 
-# The meta keys a reset keeps: what ``initialize`` wrote (the Event Grid registry, configuration like the fleet, is
-# in no registered part's tables and stays too).
-KEPT_BY_RESET = ("fleet", "fleet_digest", "seed", "created_at", "schema_version")
+# The meta keys a reset keeps: what ``initialize`` wrote, and the fleet file that gives the fleet (the Event Grid
+# registry, configuration like the fleet, is in no registered part's tables and stays too).
+KEPT_BY_RESET = ("fleet", "fleet_digest", "fleet_file", "seed", "created_at", "schema_version")
 
 
 def retried_on_a_new_connection(method: Callable[..., T]) -> Callable[..., T]:
@@ -249,6 +249,14 @@ class SQLStore:
         return json.loads(row[0])
 
     @retried_on_a_new_connection
+    def fleet_file(self) -> dict[str, Any] | None:
+        """What ``put_fleet_file`` stored of the fleet file the stored fleet was read from (None: nothing)."""
+        with self._transaction() as cursor:
+            self._execute(cursor, "SELECT value FROM forewarn_meta WHERE key = 'fleet_file'")
+            row = cursor.fetchone()
+        return None if row is None else json.loads(row[0])
+
+    @retried_on_a_new_connection
     def load(self) -> StoredState | None:
         """The stored state, or None for a store that was never initialized."""
         with self._transaction() as cursor:
@@ -367,6 +375,13 @@ class SQLStore:
                 ("created_at", now.isoformat()),
             ):
                 self._put_meta(cursor, key, value)
+
+    @retried_on_a_new_connection
+    def put_fleet_file(self, record: dict[str, Any]) -> None:
+        """Remember the fleet file that gives the stored fleet (its digest, and what else of it a start needs), so
+        that a start given the same file again need not parse it. Kept by ``reset``, like the fleet."""
+        with self._transaction() as cursor:
+            self._put_meta(cursor, "fleet_file", json.dumps(record, sort_keys=True))
 
     def _put_meta(self, cursor, key: str, value: str) -> None:
         self._execute(cursor, META_PUT, (key, value))

@@ -40,6 +40,16 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def memory_mb(pid: int) -> dict[str, float]:
+    """A process's resident memory now (``VmRSS``) and at its peak (``VmHWM``), in MB, from /proc."""
+    found: dict[str, float] = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key = line.split(":", 1)[0]
+        if key in ("VmRSS", "VmHWM"):
+            found[key] = int(line.split()[1]) / 1024
+    return found
+
+
 def tree_pids(pid: int) -> list[int]:
     """A process and its direct children (nginx's worker, a server's helper)."""
     pids = [pid]

@@ -29,16 +29,11 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from benchlib import memory_mb  # noqa: E402
+
 from forewarn.scenarios.server import free_ports, launch_serve  # noqa: E402
 
 INSTANCES = 20
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def fleet_text(instances: int) -> str:
@@ -64,7 +59,7 @@ async def read_answer(reader: asyncio.StreamReader) -> bytes:
 
 async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
     per = -(-waiters // INSTANCES)
-    idle = rss_mb(pid)
+    idle = memory_mb(pid)["VmRSS"]
     announced = requests.post(
         f"{control}/v1/gce/maintenance",
         json={"instances": [f"vm-{i}" for i in range(INSTANCES)], "notice": "2m"},
@@ -82,12 +77,12 @@ async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
         writer.write(f"GET {path} HTTP/1.1\r\nHost: {address}\r\nMetadata-Flavor: Google\r\n\r\n".encode())
     for address, reader, _writer in connections:
         etags[address] = await read_answer(reader)
-    before = rss_mb(pid)
+    before = memory_mb(pid)["VmRSS"]
     for address, _reader, writer in connections:
         query = f"wait_for_change=true&last_etag={etags[address].decode()}"
         writer.write(f"GET {path}?{query} HTTP/1.1\r\nHost: {address}\r\nMetadata-Flavor: Google\r\n\r\n".encode())
     await asyncio.sleep(2.0)  # let the server read every request and hold it
-    held = rss_mb(pid)
+    held = memory_mb(pid)["VmRSS"]
     started = time.perf_counter()
     loop = asyncio.get_running_loop()
     step = loop.run_in_executor(

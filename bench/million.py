@@ -36,7 +36,6 @@ import json
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -44,6 +43,9 @@ import time
 from pathlib import Path
 
 import httpx
+from benchlib import memory_mb, process_cpu
+
+from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
 T0 = "2026-04-20T22:00:00Z"
@@ -54,27 +56,6 @@ PROBE_STEPS = (
 )
 GOAL_VMS = 1_000_000
 GOALS = {"rss_mb": 3 * 1024, "first_s": 60.0, "restart_s": 20.0}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def proc_status(pid: int) -> dict[str, float]:
-    """VmRSS and VmHWM (peak resident) in MB."""
-    found: dict[str, float] = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key = line.split(":", 1)[0]
-        if key in ("VmRSS", "VmHWM"):
-            found[key] = int(line.split()[1]) / 1024
-    return found
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def environment() -> dict[str, str]:
@@ -88,7 +69,8 @@ class Server:
     """One ``forewarn serve`` process on free loopback ports."""
 
     def __init__(self, db: str, log: Path, fleet: Path | None, first: bool):
-        self.ports = {name: free_port() for name in ("port", "imds-port", "arm-port", "ec2-port", "gce-port")}
+        names = ("port", "imds-port", "arm-port", "ec2-port", "gce-port")
+        self.ports = dict(zip(names, free_ports(len(names))))
         argv = [sys.executable, "-m", "forewarn", "serve", "--db", db, "--log-level", "warning"]
         if fleet is not None:
             argv += ["--fleet", str(fleet)]
@@ -103,8 +85,8 @@ class Server:
         with open(log, "ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment())
         self.ready_s = self._wait_ready(started)
-        self.ready_cpu = cpu_seconds(self.process.pid)
-        self.ready_memory = proc_status(self.process.pid)
+        self.ready_cpu = process_cpu(self.process.pid)
+        self.ready_memory = memory_mb(self.process.pid)
 
     def _wait_ready(self, started: float) -> float:
         while time.perf_counter() - started < READY_WITHIN:
@@ -134,7 +116,7 @@ class Server:
         return response.json()
 
     def memory(self) -> dict[str, float]:
-        return proc_status(self.process.pid)
+        return memory_mb(self.process.pid)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -163,11 +145,11 @@ def probe(server: Server, steps: int) -> dict[str, float]:
     )
     wave_id = outcome["wave"]["wave_id"]
     pid = server.process.pid
-    cpu_before, wall_before = cpu_seconds(pid), time.perf_counter()
+    cpu_before, wall_before = process_cpu(pid), time.perf_counter()
     changes = 0
     for _ in range(steps):
         changes += server.call("POST", "/v1/clock/next")["changes_total"]
-    cpu, wall = cpu_seconds(pid) - cpu_before, time.perf_counter() - wall_before
+    cpu, wall = process_cpu(pid) - cpu_before, time.perf_counter() - wall_before
     server.call("POST", f"/v1/waves/{wave_id}/cancel")
     while server.call("GET", "/v1/clock")["next_deadline"] is not None:  # what was Started completes
         server.call("POST", "/v1/clock/next")

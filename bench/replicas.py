@@ -32,7 +32,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,32 +41,17 @@ from pathlib import Path
 
 import httpx
 import psycopg
+from benchlib import memory_mb, process_cpu
+
+from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 class Process:
     def __init__(self, name: str, url: str, fleet: Path, cpu: int | None, tmp: Path, extra: tuple[str, ...] = ()):
         self.name, self.url, self.fleet, self.cpu, self.tmp, self.extra = name, url, fleet, cpu, tmp, extra
-        self.port, self.imds_port = free_port(), free_port()
+        self.port, self.imds_port = free_ports(2)
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -143,10 +127,10 @@ def requests_of(output: str) -> tuple[float, int, int]:
 
 def throughput(servers: list[Process], seconds: float, connections: int) -> list[tuple[float, float, int]]:
     """(req/s, CPU seconds per request, non-2xx) of each server, all loaded at once."""
-    before = [cpu_seconds(s.proc.pid) for s in servers if s.proc]
+    before = [process_cpu(s.proc.pid) for s in servers if s.proc]
     runs = [wrk(s.imds, seconds, connections) for s in servers]
     outputs = [run.communicate()[0] for run in runs]
-    after = [cpu_seconds(s.proc.pid) for s in servers if s.proc]
+    after = [process_cpu(s.proc.pid) for s in servers if s.proc]
     figures = []
     for output, cpu_before, cpu_after in zip(outputs, before, after):
         rps, total, bad = requests_of(output)
@@ -270,14 +254,14 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
     wave = client.post(f"{leader.control}/v1/waves", json={"type": "Reboot", "by": "host", "concurrency": 100})
     lags = []
     before = metrics(replica)
-    cpu_before = [cpu_seconds(s.proc.pid) for s in (leader, replica) if s.proc]
+    cpu_before = [process_cpu(s.proc.pid) for s in (leader, replica) if s.proc]
     for _ in range(args.lag_samples):
         client.post(f"{leader.control}/v1/clock/advance", json={"by": "5m"}).raise_for_status()
         position = leader.health()["position"]
         started = time.monotonic()
         wait(lambda: replica.health()["position"] >= position, 120, "the replica catches up")  # noqa: B023
         lags.append(time.monotonic() - started)
-    cpu_leader, cpu_replica = (cpu_seconds(s.proc.pid) - b for s, b in zip((leader, replica), cpu_before) if s.proc)
+    cpu_leader, cpu_replica = (process_cpu(s.proc.pid) - b for s, b in zip((leader, replica), cpu_before) if s.proc)
     after = metrics(replica)
 
     def delta(name: str) -> str:
@@ -314,7 +298,7 @@ def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -
     for server in servers:
         if server.proc and server.proc.poll() is None:
             role = server.health()["role"]
-            rss = rss_mb(server.proc.pid)
+            rss = memory_mb(server.proc.pid)["VmRSS"]
             print(f"  {role:8} {rss:8.0f} MB  ({rss * 1024 * 1024 / args.vms / 1024:.1f} KB per VM)")
     if args.million:
         for server in servers:
@@ -366,12 +350,8 @@ def very_large(args: argparse.Namespace, tmp: Path) -> None:
 def proc_memory(server: Process) -> str:
     if server.proc is None:
         return "n/a"
-    status = {}
-    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "VmHWM"):
-            status[key] = int(value.split()[0]) / 1024
-    return f"{status.get('VmRSS', 0):,.0f} / {status.get('VmHWM', 0):,.0f} MB"
+    memory = memory_mb(server.proc.pid)
+    return f"{memory['VmRSS']:,.0f} / {memory['VmHWM']:,.0f} MB"
 
 
 if __name__ == "__main__":

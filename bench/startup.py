@@ -30,6 +30,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from benchlib import process_cpu
+
 from forewarn.scenarios.server import free_ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,12 +74,6 @@ def healthz(url: str) -> bool:
 READY_WITHIN = 120  # seconds: a broken server, not a slow one (the --check run shares the machine with others)
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + sys seconds a running process has used so far (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def serve(env: dict[str, str], db: str, log) -> tuple[subprocess.Popen, str, float, float]:
     """Start ``forewarn serve`` on free ports: the process, its control URL, the wall seconds until /healthz said 200
     and the server's process time by then."""
@@ -97,7 +93,7 @@ def serve(env: dict[str, str], db: str, log) -> tuple[subprocess.Popen, str, flo
         if process.poll() is not None:
             raise SystemExit(f"forewarn serve exited with status {process.returncode}")
         if healthz(url):
-            return process, url, time.perf_counter() - started, cpu_seconds(process.pid)
+            return process, url, time.perf_counter() - started, process_cpu(process.pid)
         time.sleep(0.005)
     stop(process)
     raise SystemExit(f"forewarn serve did not answer /healthz within {READY_WITHIN} s")

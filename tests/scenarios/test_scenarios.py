@@ -12,7 +12,7 @@ import pytest
 
 from forewarn.scenarios import ScenarioError, load_scenario, parse_scenario, shipped_names
 from forewarn.scenarios.api import Api, Unreachable
-from forewarn.scenarios.runner import Runner, RunOptions, run_scenario
+from forewarn.scenarios.runner import Runner, RunInterrupted, RunOptions, StopRequest, run_scenario
 from helpers import ROOT, SMALL_FLEET, T0, Server
 
 NAMES = shipped_names()
@@ -659,6 +659,22 @@ def test_an_interrupted_run_writes_a_partial_timeline(tmp_path, signal_name, sta
     with pytest.raises(Unreachable):  # the private server was stopped
         Api(timeline["server"], timeout=2).get("/healthz")
     assert not out.with_name(out.name + ".partial").exists()
+
+
+def test_a_stop_whose_exception_was_lost_still_stops_the_run_at_its_next_move(tmp_path):
+    """A signal handler's exception is lost where the signal lands in a finalizer, and was lost in library code that
+    catches Exception (a Ctrl-C that never stopped the run): the request is kept, and the runner checks it."""
+    stop = StopRequest()
+    with pytest.raises(RunInterrupted):
+        try:
+            stop.request("SIGINT")
+        except Exception:  # what click's isatty did with the handler's exception
+            pass
+    timeline = run_scenario(
+        load_scenario(generated(tmp_path, 20, "4h", "30", "3")).resolve(), options=RunOptions(stop=stop)
+    )
+    assert timeline["partial"] is True and timeline["interrupted"] == "SIGINT"
+    assert timeline["aborted"].startswith("interrupted by SIGINT at +00:00:00, after 0 of")
 
 
 def test_progress_goes_to_stderr_and_json_is_quiet(tmp_path):

@@ -172,7 +172,7 @@ def run_command(
     ctx, name, timing, manual, speed, server_url, ec2_url, out, seed, max_moves, every_deadline, timeout, quiet, as_json
 ):
     """Run a scenario (NAME of a shipped scenario, or a path) and check its expectations."""
-    from forewarn.scenarios.runner import RunInterrupted, RunOptions, run_scenario
+    from forewarn.scenarios.runner import RunInterrupted, RunOptions, StopRequest, run_scenario
     from forewarn.scenarios.server import DEFAULT_SEED, ServerError
     from forewarn.scenarios.spec import ScenarioError, load_scenario
 
@@ -209,12 +209,18 @@ def run_command(
     emit(f"scenario {resolved.name}: {resolved.title}")
     clock = "the server's clock" if mode == "auto" else f"{mode} clock" + (f" x{speed:g}" if speed else "")
     emit(f"{timing} timing, {clock}, on {where}")
+    stop_request = StopRequest()
     options = RunOptions(
-        mode=mode, speed=speed or 1.0, max_moves=max_moves, timeout=timeout, every_deadline=every_deadline
+        mode=mode,
+        speed=speed or 1.0,
+        max_moves=max_moves,
+        timeout=timeout,
+        every_deadline=every_deadline,
+        stop=stop_request,
     )
 
     def stop(signal_number, frame):
-        raise RunInterrupted(signal.Signals(signal_number).name)
+        stop_request.request(signal.Signals(signal_number).name)
 
     handled = (signal.SIGINT, signal.SIGTERM)
     for number in handled:
@@ -232,8 +238,9 @@ def run_command(
         )
     except ServerError as error:
         _fail(str(error))
-    except RunInterrupted:  # outside the run itself: while the private server started or stopped
-        _fail("interrupted while the private server started or stopped; no timeline")
+    except RunInterrupted as interrupted:  # outside the run itself: while the private server started or stopped
+        click.echo("forewarn: interrupted while the private server started or stopped; no timeline", err=True)
+        sys.exit(128 + signal.Signals[interrupted.signal_name].value)
     finally:
         if progress is not None:
             progress.clear()

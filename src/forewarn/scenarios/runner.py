@@ -38,13 +38,33 @@ class RunAborted(Exception):
     """The run could not go on (a step failed unexpectedly, the server went away, ...)."""
 
 
-class RunInterrupted(Exception):
+class RunInterrupted(BaseException):
     """A signal asked the run to stop (raised by the CLI's SIGINT and SIGTERM handlers): the timeline is kept,
-    marked partial."""
+    marked partial.
+
+    A BaseException, as KeyboardInterrupt is: a handler's exception surfaces in whatever code runs when the signal
+    lands, and libraries catch Exception there (click's ``isatty`` did, and a Ctrl-C was lost)."""
 
     def __init__(self, signal_name: str):
         super().__init__(signal_name)
         self.signal_name = signal_name
+
+
+class StopRequest:
+    """The signal that asked the run to stop, kept as well as raised: an exception raised in a signal handler is
+    still lost where the signal lands in a finalizer (``__del__``, a weakref callback), so the runner also checks
+    this before every clock move and step."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+    def request(self, signal_name: str) -> None:
+        self.signal_name = signal_name
+        raise RunInterrupted(signal_name)
+
+    def check(self) -> None:
+        if self.signal_name is not None:
+            raise RunInterrupted(self.signal_name)
 
 
 @dataclass
@@ -56,6 +76,7 @@ class RunOptions:
     timeout: float = DEFAULT_TIMEOUT
     set_start: bool = True  # on a manual clock, move a server that is behind to the scenario's start time
     every_deadline: bool = False  # stop at every deadline of the server, not only at those that concern the run
+    stop: StopRequest = field(default_factory=StopRequest)  # the CLI's signal handlers request through it
 
 
 @dataclass
@@ -168,6 +189,7 @@ class Runner:
         try:
             self._begin()
             for step in self.scenario.steps:
+                self.options.stop.check()
                 self._advance_to(self.run_start + step.time)
                 self._perform(step)
                 self.observe()
@@ -316,6 +338,7 @@ class Runner:
         return self._quiet
 
     def _move(self, path: str, body: dict, observe: bool = True) -> None:
+        self.options.stop.check()
         self.moves += 1
         if self.moves > self.max_moves:
             raise RunAborted(f"more than {self.max_moves} clock moves (--max-moves)")
@@ -395,6 +418,7 @@ class Runner:
     # ---------------------------------------------------------------------------------------------- observing
     def observe(self, clock: dict | None = None, everything: bool = False) -> None:
         """Read what changed (the observed VMs' documents and states, the watched instances); record it."""
+        self.options.stop.check()
         if clock is None:
             clock = self.api.get("/v1/clock")  # on a real clock, this brings the server up to date first
         changes = None if everything else self._changes()

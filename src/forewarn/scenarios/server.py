@@ -54,12 +54,23 @@ def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: flo
                     pass
                 time.sleep(0.03)
     except BaseException:  # interrupted while waiting: in its own session, nothing else would stop it
-        process.terminate()
-        process.wait(10)
+        stop_process(process)
         raise
-    process.terminate()
-    process.wait(10)
+    stop_process(process)
     raise ServerError(f"the server did not answer within {timeout:g} s:\n{_log_tail(log_path)}")
+
+
+def stop_process(process: subprocess.Popen, grace: float = 10.0) -> None:
+    """SIGTERM, and SIGKILL if the process has not exited ``grace`` seconds later: a caller that is stopping must
+    not fail (or hang) on a server that will not."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _log_tail(path: Path) -> str:
@@ -203,13 +214,8 @@ class PrivateServer:
         return self
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+        if self.process is not None:
+            stop_process(self.process)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None

@@ -12,7 +12,7 @@ import pytest
 
 from forewarn.scenarios import ScenarioError, load_scenario, parse_scenario, shipped_names
 from forewarn.scenarios.api import Api, Unreachable
-from forewarn.scenarios.runner import Runner, RunInterrupted, RunOptions, StopRequest, run_scenario
+from forewarn.scenarios.runner import RunInterrupted, Runner, RunOptions, StopRequest, run_scenario
 from helpers import ROOT, SMALL_FLEET, T0, Server
 
 NAMES = shipped_names()

@@ -13,7 +13,7 @@ from pathlib import Path
 import requests
 
 from forewarn.fleet.file import parse_fleet
-from forewarn.scenarios.server import ServerError, free_ports, launch_serve
+from forewarn.scenarios.server import START_TRIES, PortTaken, free_ports, launch_serve
 from forewarn.server.stores import open_fleet_store
 from forewarn.store import SQLStore
 
@@ -129,18 +129,15 @@ class Server:
         if self.process is not None and self.process.poll() is None:
             # A second process would take new ports and leave this one running, unstopped, after the test.
             raise RuntimeError(f"the server (pid {self.process.pid}) is running: stop or kill it first")
-        tries = 3
-        while True:
+        for attempt in range(1, START_TRIES + 1):
             try:
                 self.process = launch_serve(self.args, self.log_path, self.control)
                 return self
-            except ServerError as error:
-                # A port free_port() found can be taken before the server binds it (another test, or the ephemeral
-                # port of someone's outgoing connection): new ports, as a user would pick.
-                tries -= 1
-                if not tries or "Address already in use" not in str(error):
+            except PortTaken:
+                if attempt == START_TRIES:
                     raise
-                self._new_ports()
+                self._new_ports()  # as a user would pick
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def _new_ports(self) -> None:
         for option, attribute in PORT_OPTIONS.items():

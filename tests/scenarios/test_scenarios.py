@@ -4,6 +4,7 @@ the documented behaviour; the file format is validated with file, line and place
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import textwrap
@@ -11,6 +12,7 @@ import textwrap
 import pytest
 
 from forewarn.scenarios import ScenarioError, load_scenario, parse_scenario, shipped_names
+from forewarn.scenarios import server as private_server
 from forewarn.scenarios.api import Api, Unreachable
 from forewarn.scenarios.runner import RunInterrupted, Runner, RunOptions, StopRequest, run_scenario
 from helpers import ROOT, SMALL_FLEET, T0, Server
@@ -675,6 +677,24 @@ def test_a_stop_whose_exception_was_lost_still_stops_the_run_at_its_next_move(tm
     )
     assert timeline["partial"] is True and timeline["interrupted"] == "SIGINT"
     assert timeline["aborted"].startswith("interrupted by SIGINT at +00:00:00, after 0 of")
+
+
+def test_a_private_server_whose_port_was_taken_meanwhile_starts_on_other_ports(monkeypatch):
+    """Two scenario runs at once (two CI jobs, two test workers) can draw the same free port: the second to bind
+    it tries again on new ports instead of failing the run."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        drawn, free_ports = [], private_server.free_ports
+
+        def first_draw_taken(count):
+            ports = free_ports(count)
+            drawn.append(ports)
+            return [taken.getsockname()[1], *ports[1:]] if len(drawn) == 1 else ports
+
+        monkeypatch.setattr(private_server, "free_ports", first_draw_taken)
+        timeline = run_scenario(load_scenario("user-reboot").resolve("fast"))
+    assert timeline["passed"] is True and len(drawn) == 2
 
 
 def test_progress_goes_to_stderr_and_json_is_quiet(tmp_path):

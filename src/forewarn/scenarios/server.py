@@ -19,8 +19,17 @@ from forewarn.scenarios.spec import Scenario
 DEFAULT_SEED = "forewarn-scenario"
 
 
+#: Starts of a server tried, each on newly chosen ports, before "Address already in use" is final: a port found
+#: free can be bound by someone else (another test worker, another scenario run) before the server binds it.
+START_TRIES = 3
+
+
 class ServerError(Exception):
     """The private server did not start; the message carries the end of its log."""
+
+
+class PortTaken(ServerError):
+    """The server could not listen: one of its ports was taken between the choice and the bind."""
 
 
 def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: float = 30.0) -> subprocess.Popen:
@@ -46,7 +55,9 @@ def launch_serve(args: list[str], log_path: Path, control_url: str, timeout: flo
         with httpx.Client(timeout=1.0) as client:
             while time.monotonic() < deadline:
                 if process.poll() is not None:
-                    raise ServerError(f"the server exited with status {process.returncode}:\n{_log_tail(log_path)}")
+                    tail = _log_tail(log_path)
+                    failure = PortTaken if "Address already in use" in tail else ServerError
+                    raise failure(f"the server exited with status {process.returncode}:\n{tail}")
                 try:
                     if client.get(f"{control_url}/healthz").status_code == 200:
                         return process
@@ -148,7 +159,7 @@ class PrivateServer:
         self.speed = speed
         self.seed = seed
         self.startup_timeout = startup_timeout
-        self.port, self.imds_port, self.ec2_port = free_ports(3)
+        self.port, self.imds_port, self.ec2_port = 0, 0, 0  # chosen at each try of start()
         self.process: subprocess.Popen | None = None
         self.workdir: Path | None = None
 
@@ -201,17 +212,22 @@ class PrivateServer:
         self.workdir = Path(tempfile.mkdtemp(prefix=f"forewarn-scenario-{self.scenario.name}-"))
         fleet_file = self.workdir / "fleet.yaml"
         fleet_file.write_text(self.scenario.fleet_text)
-        try:
-            self.process = launch_serve(
-                self.args(fleet_file), self.workdir / "server.log", self.control, self.startup_timeout
-            )
-        except ServerError as error:
-            self.stop()
-            raise ServerError(str(error).replace("the server", "the private server", 1)) from None
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        for attempt in range(1, START_TRIES + 1):
+            self.port, self.imds_port, self.ec2_port = free_ports(3)
+            try:
+                self.process = launch_serve(
+                    self.args(fleet_file), self.workdir / "server.log", self.control, self.startup_timeout
+                )
+                return self
+            except ServerError as error:
+                if isinstance(error, PortTaken) and attempt < START_TRIES:
+                    continue
+                self.stop()
+                raise ServerError(str(error).replace("the server", "the private server", 1)) from None
+            except BaseException:
+                self.stop()
+                raise
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     def stop(self) -> None:
         if self.process is not None:

@@ -28,7 +28,7 @@ import yaml
 
 from forewarn.fleet.file import DEMO_FLEET, FleetFileError, parse_fleet
 from forewarn.net.control_client import BadJson, ControlClient, Refused, Unreachable
-from forewarn.scenarios.server import ServerError, free_ports, launch_serve
+from forewarn.scenarios.server import START_TRIES, PortTaken, ServerError, free_ports, launch_serve
 
 if TYPE_CHECKING:  # the sandbox loads on first use: most tests never need it
     from forewarn.sandbox import Sandbox
@@ -37,7 +37,6 @@ __all__ = ["DEFAULT_SEED", "Forewarn", "ForewarnError", "SandboxUnavailable", "f
 
 DEFAULT_SEED = "forewarn-testing"
 SCHEDULED_EVENTS_VERSION = "2020-07-01"
-START_TRIES = 3  # a free port can be taken between the choice and the bind (by another xdist worker, say)
 
 FleetSource = str | Path | Mapping[str, Any]
 
@@ -184,7 +183,7 @@ class Forewarn:
                 )
                 break
             except ServerError as error:
-                if attempt < START_TRIES and "Address already in use" in str(error):
+                if isinstance(error, PortTaken) and attempt < START_TRIES:
                     continue
                 self.stop()
                 raise ForewarnError(f"forewarn did not start: {error}") from None

@@ -37,3 +37,9 @@ def store_url(request, tmp_path):
     if request.param == "sqlite":
         return str(tmp_path / "store.db")
     return request.getfixturevalue("postgres_url")
+
+
+def pytest_configure(config):
+    from forewarn.scenarios.server import preload_servers
+
+    preload_servers()  # hundreds of servers start: fork each from one process that imported the server

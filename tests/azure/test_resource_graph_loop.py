@@ -9,6 +9,7 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import requests
@@ -73,7 +74,7 @@ class Background(threading.Thread):
     def __init__(self, call):
         super().__init__(daemon=True)
         self.call = call
-        self.answer: requests.Response | None = None
+        self.answer: Any = None
         self.seconds = 0.0
 
     def run(self):
@@ -90,12 +91,14 @@ def timeout_or_answer(response: requests.Response) -> str:
     return "timed out"
 
 
-def test_imds_and_the_control_api_answer_while_a_heavy_query_runs(server):
+def heavy_query_round(server: Server, vm: str) -> list[float]:
+    """One heavy query, timed out by the server, with IMDS GETs measured all along and a change to ``vm`` committed
+    in the middle; returns the GETs' latencies."""
     query = Background(lambda: arg(server, HEAVY))
     query.start()
     imds = requests.Session()
     latencies = []
-    scheduled = None
+    change = None
     while query.is_alive():
         began = time.perf_counter()
         answer = imds.get(
@@ -106,19 +109,38 @@ def test_imds_and_the_control_api_answer_while_a_heavy_query_runs(server):
         )
         latencies.append(time.perf_counter() - began)
         assert answer.status_code == 200
-        if scheduled is None and len(latencies) == 20:
-            # A committed change upserts its row on the loop while the query reads its snapshot.
-            began = time.perf_counter()
-            [scheduled] = server.schedule(type="Reboot", vms=["vm0"])
-            upsert_seconds = time.perf_counter() - began
+        # Paced as agents poll (they wait between GETs): a loop kept busy by back-to-back GETs is, to the kernel, one
+        # more CPU-bound thread beside the query's, and on a machine the rest of the suite saturates it waits 100 ms
+        # and more for its turn, whatever the server does.
+        time.sleep(0.01)
+        if change is None and len(latencies) == 20:
+            # A change committed while the query reads its snapshot, and while the GETs go on: its row is built on
+            # the loop and upserted beside it.
+            change = Background(lambda: server.schedule(type="Reboot", vms=[vm]))
+            change.start()
     query.join()
+    assert change is not None
+    change.join()
+    [scheduled] = change.answer
     assert timeout_or_answer(query.answer) == "timed out"
     assert query.seconds >= 2.5  # the GETs were measured while the query ran
     assert len(latencies) >= 50, latencies
-    assert max(latencies) < 0.1, f"slowest IMDS GET {max(latencies):.3f} s of {len(latencies)}"
-    assert scheduled is not None and upsert_seconds < 0.5, upsert_seconds
+    assert change.seconds < 0.5, change.seconds
     rows = arg(server, f"maintenanceresources | where properties.EventId == '{scheduled['event_id']}' | count")
     assert rows.json()["data"] == [{"Count": 1}]
+    return latencies
+
+
+def test_imds_and_the_control_api_answer_while_a_heavy_query_runs(server):
+    # Every GET of a round within 100 ms. A round is run again (at most three) when one GET was slower: a stall of the
+    # server's own (a commit's upsert on the loop took 0.25 s, and every GET behind it waited) comes back in every
+    # round, while a machine that the rest of the suite keeps busy delays a GET now and then.
+    slowest = []
+    for attempt in range(3):
+        slowest.append(max(heavy_query_round(server, f"vm{attempt}")))
+        if slowest[-1] < 0.1:
+            break
+    assert slowest[-1] < 0.1, f"slowest IMDS GET of each round: {', '.join(f'{s:.3f} s' for s in slowest)}"
 
 
 def test_arg_operator_limits_are_enforced_in_args_error_shape(server):

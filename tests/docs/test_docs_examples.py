@@ -48,7 +48,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forewarn.scenarios.server import free_ports
+from forewarn.scenarios.server import START_TRIES, free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -428,13 +428,25 @@ def page_runs(request, tmp_path_factory):
 
     def run_into(page: Path, ports: dict[int, int], shared_log: Path | None) -> None:
         try:
-            futures[page].set_result(run_page(page, tmp_path_factory.mktemp(page.stem), ports, shared_log))
+            run = run_page(page, tmp_path_factory.mktemp(page.stem), ports, shared_log)
+            for _ in range(START_TRIES - 1):
+                # A page's own server whose port another worker bound first: the page again, on new ports.
+                if shared_log is not None or run.returncode == 0 or "Address already in use" not in run.server_log:
+                    break
+                run = run_page(page, tmp_path_factory.mktemp(page.stem), page_ports(), None)
+            futures[page].set_result(run)
         except BaseException as error:
             futures[page].set_exception(error)
 
     def shared_lane() -> None:
         try:
-            servers.append(MakeRunServer(tmp_path_factory.mktemp("make-run")))
+            for attempt in range(1, START_TRIES + 1):
+                try:
+                    servers.append(MakeRunServer(tmp_path_factory.mktemp("make-run")))
+                    break
+                except RuntimeError as error:
+                    if attempt == START_TRIES or "Address already in use" not in str(error):
+                        raise
         except BaseException as error:
             for page in shared:
                 futures[page].set_exception(error)

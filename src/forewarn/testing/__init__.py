@@ -28,7 +28,7 @@ import yaml
 
 from forewarn.fleet.file import DEMO_FLEET, FleetFileError, parse_fleet
 from forewarn.net.control_client import BadJson, ControlClient, Refused, Unreachable
-from forewarn.scenarios.server import START_TRIES, PortTaken, ServerError, free_ports, launch_serve
+from forewarn.scenarios.server import START_TRIES, ForkedServe, PortTaken, ServerError, free_ports, launch_serve
 
 if TYPE_CHECKING:  # the sandbox loads on first use: most tests never need it
     from forewarn.sandbox import Sandbox
@@ -160,7 +160,7 @@ class Forewarn:
         self.startup_timeout = startup_timeout
         self.port = self.imds_port = self.arm_port = self.ec2_port = self.gce_port = 0
         self.startup_seconds: float | None = None  # how long start() took, for those who measure
-        self._process: subprocess.Popen | None = None
+        self._process: subprocess.Popen | ForkedServe | None = None
         self._workdir: Path | None = None
         self._client: ControlClient | None = None
         self._sandbox: Sandbox | None = None

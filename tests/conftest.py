@@ -40,6 +40,6 @@ def store_url(request, tmp_path):
 
 
 def pytest_configure(config):
-    from forewarn.scenarios.server import preload_servers
+    from forewarn.testing import preload_servers
 
     preload_servers()  # hundreds of servers start: fork each from one process that imported the server

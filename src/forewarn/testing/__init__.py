@@ -28,12 +28,20 @@ import yaml
 
 from forewarn.fleet.file import DEMO_FLEET, FleetFileError, parse_fleet
 from forewarn.net.control_client import BadJson, ControlClient, Refused, Unreachable
-from forewarn.scenarios.server import START_TRIES, ForkedServe, PortTaken, ServerError, free_ports, launch_serve
+from forewarn.scenarios.server import (
+    START_TRIES,
+    ForkedServe,
+    PortTaken,
+    ServerError,
+    free_ports,
+    launch_serve,
+    preload_servers,
+)
 
 if TYPE_CHECKING:  # the sandbox loads on first use: most tests never need it
     from forewarn.sandbox import Sandbox
 
-__all__ = ["DEFAULT_SEED", "Forewarn", "ForewarnError", "SandboxUnavailable", "fleet_text"]
+__all__ = ["DEFAULT_SEED", "Forewarn", "ForewarnError", "SandboxUnavailable", "fleet_text", "preload_servers"]
 
 DEFAULT_SEED = "forewarn-testing"
 SCHEDULED_EVENTS_VERSION = "2020-07-01"

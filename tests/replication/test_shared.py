@@ -259,3 +259,32 @@ def test_a_replica_serves_the_hosts_it_is_given(tmp_path, postgres_url):
             until(lambda: document(replica, "vm1").status_code == 400, what="the replica follows the redeploy")
             assert "vm1 runs on host host-03" in document(replica, "vm1").text
             assert document(leader, "vm1").status_code == 200
+
+
+def test_a_vm_that_asks_only_its_replica_is_enabled_and_kept_enabled_by_the_leader(tmp_path, postgres_url):
+    """--require-enabling: a VM's first request enables its scope, and a scope idle for --disable-after is disabled
+    again. A VM served by a replica never asks the leader, yet its events get their notice, as the leader's own."""
+    enabling = ["--require-enabling", "--first-call-delay", "0s", "--disable-after", "1h"]
+    with shared_server(tmp_path, "a", postgres_url, extra=enabling) as leader:
+        with shared_server(tmp_path, "b", postgres_url, role="replica", extra=enabling) as replica:
+            [unwarned] = leader.schedule(type="Reboot", vms=["vm4"])  # nobody asked: no notice
+            assert unwarned["status"] == "Started"
+            assert document(replica, "vm0").status_code == 200  # asked at the replica only
+
+            enabled = {"what": "enabled", "scope": "vm:00000000-0000-0000-0000-000000000000/forewarn-rg/vm0"}
+            until(
+                lambda: any(enabled.items() <= entry.items() for entry in leader.get("/v1/journal")),
+                what="the leader enables the scope its VM asked the replica for",
+            )
+            [event] = leader.schedule(type="Freeze", vms=["vm0"], notice="15m")
+            assert event["status"] == "Scheduled"
+            leader.post(f"/v1/events/{event['event_id']}/cancel", expect=200)
+            # Asked at the replica every 40 minutes, the scope stays enabled past --disable-after (1 h): the leader
+            # moves its idle timer too (without, 80 minutes idle, the event below would start at once).
+            for _ in range(2):
+                leader.advance("40m")
+                until(lambda: converged([leader, replica]), what="the replica follows the clock")
+                assert document(replica, "vm0").status_code == 200
+                time.sleep(1.0)  # the replica reports on its own (real) time, every 0.5 s: nothing to poll for
+            [event] = leader.schedule(type="Freeze", vms=["vm0"], notice="15m")
+            assert event["status"] == "Scheduled"

@@ -27,11 +27,13 @@ from typing import Any
 import httpx
 
 from forewarn.net.http import JSON, Deferred, Later, Request, Response
-from forewarn.replication.shared import LEADER, SharedService
+from forewarn.replication.shared import LEADER, NotLeader, SharedService
 
 log = logging.getLogger("forewarn.replication")
 
 FORWARD_PATH = "/v1/replication/metadata"
+SEEN_PATH = "/v1/replication/seen"
+SEEN_EVERY = 0.5  # seconds between a replica's reports of the scopes its VMs asked for
 BODY_LIMIT = 1024 * 1024 + 1  # past the surfaces' own 1 MiB limit: the local surface refuses it in its own terms
 UNAUTHORIZED = b'{"error": {"code": "Unauthorized", "message": "this needs Authorization: Bearer TOKEN"}}'
 # Between processes only: a replica marks the writes it forwards, and the leader answers them with the position its
@@ -367,10 +369,44 @@ class ReplicaPort:
         return await self.leaders.client.request(scope["method"], url, headers=headers, content=body)
 
 
+class SeenReporter:
+    """At a replica: hands the leader, every ``SEEN_EVERY`` seconds, the scopes whose VMs asked this replica for their
+    events (``--require-enabling``): the leader enables them and keeps their idle timers, as if the VMs had asked it.
+    A report that does not reach a leader is kept for the next."""
+
+    def __init__(self, service: SharedService, leaders: Leaders, every: float = SEEN_EVERY):
+        self.service = service
+        self.leaders = leaders
+        self.every = every
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.every)
+            service = self.service
+            if service.role == LEADER:
+                service.seen_here.clear()
+                continue
+            control = self.leaders.addresses.get("control")
+            if not service.seen_here or control is None:
+                continue
+            scopes, service.seen_here = service.seen_here, set()
+            try:
+                answer = await self.leaders.client.post(
+                    control + SEEN_PATH, json={"scopes": sorted(scopes)}, headers=self.leaders.auth()
+                )
+                reported = answer.status_code == 200
+            except httpx.HTTPError as error:
+                log.warning("the scopes asked for here did not reach the leader at %s: %s", control, error)
+                reported = False
+            if not reported:
+                service.seen_here |= scopes
+
+
 class LeaderEndpoint:
     """On the control port of every shared process: ``POST /v1/replication/metadata`` (a replica's forwarded
-    metadata write, answered by this process's metadata handler; guarded by the control token, since it acts as
-    any VM), and the probes and metrics (``/healthz``, ``/readyz``, ``/metrics``) answered by ``probes``."""
+    metadata write, answered by this process's metadata handler) and ``POST /v1/replication/seen`` (the scopes a
+    replica's VMs asked for), both guarded by the control token since they act as any VM; and the probes and
+    metrics (``/healthz``, ``/readyz``, ``/metrics``) answered by ``probes``."""
 
     def __init__(
         self,
@@ -379,9 +415,11 @@ class LeaderEndpoint:
         token: str | None,
         probes: Callable[[str], tuple[int, bytes, bytes] | None],
         leaders: Leaders,
+        service: SharedService,
     ):
         self.app = app
         self.metadata = metadata
+        self.service = service
         self.token = token
         self.probes = probes
         self.position = lambda: leaders.position_header()[1]
@@ -400,6 +438,9 @@ class LeaderEndpoint:
             elif scope["method"] == "POST" and path == FORWARD_PATH:
                 await self._metadata(scope, receive, send)
                 return
+            elif scope["method"] == "POST" and path == SEEN_PATH:
+                await self._seen(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
     def _authorized(self, scope: dict) -> bool:
@@ -408,15 +449,42 @@ class LeaderEndpoint:
         given = dict(scope["headers"]).get(b"authorization", b"")
         return hmac.compare_digest(given, f"Bearer {self.token}".encode())
 
-    async def _metadata(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
+    async def _admitted(self, scope: dict, send: Callable[..., Any]) -> bool:
+        """Whether a replica's request may act as any VM; refused with its answer sent otherwise."""
         if not self._authorized(scope):
             await _answer(send, 401, b"application/json", UNAUTHORIZED)
-            return
+            return False
         headers = dict(scope["headers"])
-        # It acts as any VM: never for a web page (a browser sends Origin with every cross-site or rebound POST, and
-        # a JSON content type needs a preflight this endpoint never grants).
+        # Never for a web page: a browser sends Origin with every cross-site or rebound POST, and a JSON content type
+        # needs a preflight these endpoints never grant.
         if b"origin" in headers or headers.get(b"content-type", b"").split(b";")[0].strip() != b"application/json":
             await _answer(send, 403, b"application/json", b'{"error": {"code": "Forbidden"}}')
+            return False
+        return True
+
+    async def _seen(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
+        if not await self._admitted(scope, send):
+            return
+        body, _ = await read_body(receive, 4 * BODY_LIMIT)
+        try:
+            scopes = json.loads(body)["scopes"]
+            if not isinstance(scopes, list) or not all(isinstance(name, str) for name in scopes):
+                raise TypeError("scopes is not a list of names")
+        except (ValueError, KeyError, TypeError) as error:
+            message = json.dumps({"error": {"code": "Invalid", "message": f"not a report of scopes: {error}"}})
+            await _answer(send, 400, b"application/json", message.encode())
+            return
+        try:
+            self.service.seen_at_replica(scopes)
+        except NotLeader as error:
+            message = json.dumps({"error": {"code": "NotLeader", "message": str(error)}})
+            await _answer(send, 503, b"application/json", message.encode())
+            return
+        answer = {"position": self.position().decode()}
+        await _answer(send, 200, b"application/json", json.dumps(answer).encode())
+
+    async def _metadata(self, scope: dict, receive: Callable[[], Awaitable[dict]], send: Callable[..., Any]) -> None:
+        if not await self._admitted(scope, send):
             return
         body, _ = await read_body(receive, 4 * BODY_LIMIT)
         try:

@@ -53,6 +53,8 @@ class SharedService(Maintenance):
         self.role = REPLICA
         self.no_leader_reason = "no leader has published itself yet"
         self.projected = False  # a replica applied a deadline the leader had not committed (real clocks)
+        # The scopes whose VMs asked this replica for their events since its last report to the leader.
+        self.seen_here: set[str] = set()
         # The rows such deadlines changed, to read back from the database: table -> key -> the number of the
         # projection that last changed it (counted in _projections), so that a refresh read before a later projection
         # leaves that projection's rows to the next one.
@@ -99,10 +101,26 @@ class SharedService(Maintenance):
         super().reset()
 
     def request_seen(self, scope: str) -> None:
-        # Enabling a scope is a write; a replica leaves it to the leader (a VM's first GET there enables it). A
-        # replica's first answer to a scope the leader never saw is the one of a scope not yet enabled.
+        # Enabling a scope is a write, and the idle timer that disables it is the leader's: a replica notes the scope,
+        # and its SeenReporter (replication/forward.py) hands the leader what it noted twice a second. Until the
+        # enabling comes back with the next refresh, the replica answers as for a scope not yet enabled.
         if self.role == LEADER:
             super().request_seen(scope)
+        else:
+            self.seen_here.add(scope)
+
+    def seen_at_replica(self, scopes: list[str]) -> None:
+        """The leader's side of a replica's report: the scopes its VMs asked for, each as if asked here (enabling
+        committed, the idle timer moved); names that are no scope of the fleet are passed over."""
+        if self.role != LEADER:
+            raise NotLeader(f"this forewarn is a replica ({self.no_leader_reason})")
+        if not self.rules.enabling_required:
+            return
+        known = self.engine.fleet.vms_by_scope
+        asked = [scope for scope in dict.fromkeys(scopes) if scope in known]
+        if asked:
+            self.catch_up()
+            self._run(lambda engine: [change for scope in asked for change in engine.request_seen(scope)])
 
     def catch_up(self) -> list[Change]:
         if self.role == LEADER:

@@ -358,6 +358,9 @@ async def serve(
         if node.service.role == "leader":
             node.lead_now()
         node.start(asyncio.get_running_loop())
+        from forewarn.replication.forward import SeenReporter
+
+        senders.append(asyncio.create_task(SeenReporter(node.service, node.leaders).run()))
     if event_grid is not None:
         event_grid.keep_away_from(
             own
@@ -464,6 +467,7 @@ def shared_surfaces(node: Node, built: Built, listeners: Listeners, access: Port
         access.control_token,
         node.probe,
         leaders,
+        service,
     )
     surfaces = (("arm", listeners.arm), ("ec2_api", listeners.ec2_api), ("gce_api", listeners.gce_api))
     for surface, address in surfaces:

@@ -297,3 +297,20 @@ def test_rescheduling_wakes_a_hanging_get_on_upcoming_maintenance_with_a_new_eta
     assert late.returncode == 1 and "no pending maintenance" in late.stderr
     refused = server.post("/v1/gce/instances/web-1/reschedule-maintenance", {"start": "soon"})
     assert refused.status_code == 400
+
+
+def test_serve_options_set_the_compute_engine_timings(tmp_path):
+    """--gce-timing: the notices (60 s, an hour for GPUs) and the other timings are documented values or our
+    choices; a user whose instances see others sets them."""
+    timings = ["--gce-timing", "notice=2m", "--gce-timing", "gpu-notice=10m", "--gce-timing", "migration=45s"]
+    with Server(tmp_path, fleet_text=GCE_FLEET, extra=timings) as server:
+        get(server, "instance/maintenance-event")
+        [event] = server.post("/v1/gce/maintenance", {"instances": ["web-1"]}, expect=201).json()
+        assert event["window_start"] == "2026-04-20T22:13:58Z"  # two minutes after T0
+        assert server.get("/v1/gce/instances/gpu-1")["notice_seconds"] == 600
+        assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-20T22:13:58Z"  # the migration
+        assert server.post("/v1/clock/next", expect=200).json()["now"] == "2026-04-20T22:14:43Z"  # 45 s later, over
+    refused = subprocess.run(
+        [sys.executable, "-m", "forewarn", "serve", "--gce-timing", "notise=2m"], capture_output=True, text=True
+    )
+    assert refused.returncode == 2 and "did you mean 'notice'" in refused.stderr

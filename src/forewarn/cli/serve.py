@@ -62,6 +62,38 @@ def per_type(values: tuple[str, ...], option: str) -> dict[EventType, timedelta]
     return result
 
 
+#: ``--gce-timing`` keys: the Compute Engine rules (gcp/model.py ``GceRules``) a user may set, by their option name.
+GCE_TIMINGS = {
+    "notice": "notice",
+    "gpu-notice": "gpu_notice",
+    "preemption-notice": "preemption_notice",
+    "window": "window",
+    "migration": "migration",
+    "termination": "termination",
+    "host-error-restart": "host_error_restart",
+}
+
+
+def gce_timings(values: tuple[str, ...]) -> dict[str, timedelta]:
+    from forewarn.core.errors import did_you_mean
+
+    result = {}
+    for value in values:
+        key, sep, duration = value.partition("=")
+        if not sep:
+            raise click.BadParameter(f"expected KEY=DURATION, e.g. notice=2m; got {value!r}", param_hint="--gce-timing")
+        if key not in GCE_TIMINGS:
+            raise click.BadParameter(
+                f"no Compute Engine timing {key!r}{did_you_mean(key, GCE_TIMINGS)} (the timings: {', '.join(GCE_TIMINGS)})",
+                param_hint="--gce-timing",
+            )
+        try:
+            result[GCE_TIMINGS[key]] = parse_duration(duration)
+        except CoreError as error:
+            raise click.BadParameter(str(error), param_hint="--gce-timing") from None
+    return result
+
+
 def http_codes(value: str | None) -> frozenset[int] | None:
     if value is None:
         return None
@@ -159,6 +191,14 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     multiple=True,
     metavar="TYPE=DURATION",
     help="How long events of a type stay Started, e.g. Reboot=10m.",
+)
+@click.option(
+    "--gce-timing",
+    multiple=True,
+    metavar="KEY=DURATION",
+    help="A Compute Engine timing, e.g. notice=2m: notice (60s before maintenance-event changes), gpu-notice (1h, "
+    "instances with GPUs), preemption-notice (30s), window (1h, upcoming maintenance), "
+    "migration (30s), termination (5m), host-error-restart (2m). Defaults: docs/gcp.md.",
 )
 @click.option(
     "--imds-profile",
@@ -364,6 +404,7 @@ def serve(
     seed: str | None,
     notice: tuple[str, ...],
     impact_window: tuple[str, ...],
+    gce_timing: tuple[str, ...],
     imds_profile: str,
     unknown_event_ids: str | None,
     rate_limit: float | None,
@@ -421,6 +462,7 @@ def serve(
         seed=seed,
         notice=per_type(notice, "--notice"),
         impact_window=per_type(impact_window, "--impact-window"),
+        gce_timings=gce_timings(gce_timing),
         hardware_failure_type=hardware_failure_type,
         imds_profile=imds_profile,
         unknown_event_ids=unknown_event_ids,

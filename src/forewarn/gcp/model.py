@@ -202,9 +202,8 @@ class GceRules:
     # live migration's blackout lasts well under a second; the key stays set while it is under way).
     migration: timedelta = timedelta(seconds=30)
     termination: timedelta = timedelta(minutes=5)
-    # The advance notice of scheduled maintenance and the window UpcomingMaintenance shows ("Monitor and plan for a
-    # host maintenance event": at least seven days ahead for the VMs it covers; the window's length is our choice).
-    advance_notice: timedelta = timedelta(days=7)
+    # The window UpcomingMaintenance shows: its length is our choice. (How far ahead maintenance is announced is each
+    # request's notice: "Monitor and plan for a host maintenance event" speaks of at least seven days.)
     window: timedelta = timedelta(hours=1)
     # How long an instance that crashed with its host stays down before automaticRestart brings it back: our choice.
     host_error_restart: timedelta = timedelta(minutes=2)
@@ -217,7 +216,6 @@ def check_gce_rules(rules: GceRules) -> None:
         (rules.preemption_notice, "the preemption notice"),
     ):
         check_duration(value, what, MAX_NOTICE)
-    check_duration(rules.advance_notice, "the GCE advance notice", MAX_NOTICE)
     for value, what in (
         (rules.migration, "the migration"),
         (rules.termination, "the terminating maintenance"),

@@ -645,7 +645,10 @@ def rules_of(config: ServeConfig) -> Rules:
         extra["disable_after"] = timedelta(seconds=config.disable_after)
     if config.hardware_failure_type is not None:
         extra["hardware_failure_type"] = EventType(config.hardware_failure_type)
-    return Rules().with_overrides(config.notice, config.impact_window, **extra)
+    rules = Rules()
+    if config.gce_timings:
+        extra["gce"] = replace(rules.gce, **config.gce_timings)
+    return rules.with_overrides(config.notice, config.impact_window, **extra)
 
 
 def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSettings, Node | None]:

@@ -47,6 +47,7 @@ class ServeConfig:
     seed: str | None = None
     notice: dict[Any, timedelta] = field(default_factory=dict)  # by azure.model.EventType
     impact_window: dict[Any, timedelta] = field(default_factory=dict)
+    gce_timings: dict[str, timedelta] = field(default_factory=dict)  # GceRules fields over their defaults
     hardware_failure_type: str | None = None
     # Azure IMDS: a profile, and single settings over it.
     imds_profile: str = "strict"

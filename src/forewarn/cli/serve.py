@@ -386,6 +386,12 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     "host's own metadata service does; a machine on another host gets the answer to a caller the metadata service "
     "does not know (docs/replicas.md). Default: every host.",
 )
+@click.option(
+    "--exit-with-parent",
+    is_flag=True,
+    help="Stop (as on SIGTERM) once the process that started this one has exited, even by kill -9: what a scenario "
+    "run's private server and the test fixtures' servers are started with, so none outlives its user.",
+)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(
     fleet_source: str | None,
@@ -435,6 +441,7 @@ def serve(
     catch_up_interval: str,
     advertise_host: str | None,
     hosts: str | None,
+    exit_with_parent: bool,
     log_level: str,
 ) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
@@ -493,6 +500,7 @@ def serve(
         catch_up_interval=positive_seconds(catch_up_interval, "--catch-up-interval"),
         advertise_host=advertise_host,
         hosts=hosts,
+        exit_with_parent=exit_with_parent,
         log_level=log_level,
     )
     from forewarn.server.bootstrap import ListenError, run_server

@@ -115,6 +115,7 @@ def launch_serve(
     env = dict(os.environ)
     env.pop("FOREWARN_CONTROL_TOKEN", None)  # the server's options are the caller's args, not this shell's token
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    args = [*args, "--exit-with-parent"]  # not one server left behind by a runner or a test process killed
     process: subprocess.Popen | ForkedServe
     if _preloaded is not None:
         # daemon: a server left running when this process exits is stopped with it, not waited for

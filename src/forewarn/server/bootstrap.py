@@ -13,7 +13,9 @@ import gc
 import ipaddress
 import json
 import logging
+import os
 import re
+import signal
 import socket
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -334,9 +336,11 @@ async def serve(
     management_limits: Limits = MANAGEMENT_LIMITS,
     access: PortAccess = PortAccess(),
     node: Node | None = None,
+    exit_with_parent: bool = False,
 ) -> None:
     """Run until SIGINT or SIGTERM: the control and ARM APIs on uvicorn, the metadata listeners on the lean HTTP/1.1
-    server. ``node``: this process shares its database with others (replication/), as the leader or a replica."""
+    server. ``node``: this process shares its database with others (replication/), as the leader or a replica.
+    ``exit_with_parent``: also once the process that started this one has exited."""
     built = build(service, listeners, imds_settings, ec2_settings, ec2_credentials, azure, access)
     settle_heap()
     own = own_listeners(built, listeners)
@@ -366,6 +370,8 @@ async def serve(
             own
         )  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
+    if exit_with_parent:
+        senders.append(asyncio.create_task(_exit_with(os.getppid())))
     guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
     sweeper = asyncio.create_task(guard.run())
     config = uvicorn.Config(
@@ -390,6 +396,15 @@ async def serve(
             sender.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+async def _exit_with(parent: int, every: float = 0.5) -> None:
+    """SIGTERM to this process once ``parent`` has exited: the kernel then hands this one to another parent (init or
+    a subreaper), so the parent process id changes. The same shutdown as a user's SIGTERM."""
+    while os.getppid() == parent:
+        await asyncio.sleep(every)
+    log.warning("the process that started this server (pid %d) has exited: stopping", parent)
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def tune_collector() -> None:
@@ -613,6 +628,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
                     management_limits=management_limits,
                     access=PortAccess(config.allowed_hosts, config.control_token),
                     node=node,
+                    exit_with_parent=config.exit_with_parent,
                 )
             )
         except ListenError:

@@ -78,6 +78,7 @@ class ServeConfig:
     insecure: bool = False
     allowed_hosts: tuple[str, ...] = ()
     log_level: str = "info"
+    exit_with_parent: bool = False  # stop once the starting process has gone (scenario runs, test fixtures)
     # Several processes on one PostgreSQL database (replication/): "single" (this process alone), "shared" (leads
     # if no other does, else a replica that takes over when the leader dies), "replica" (never leads).
     role: str = "single"

@@ -67,7 +67,10 @@ class ForkedServe:
 
     def send_signal(self, number: int) -> None:
         if self._process.exitcode is None:
-            os.kill(self.pid, number)
+            try:
+                os.kill(self.pid, number)
+            except ProcessLookupError:  # exited and reaped by the forking process since the check
+                pass
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)

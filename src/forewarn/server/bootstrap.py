@@ -349,11 +349,11 @@ async def serve(
     await metadata.start(built.imds_sockets)
     timer = asyncio.create_task(DeadlineTimer(service).run())
     event_grid = azure.event_grid
-    senders: list[asyncio.Task] = []
+    background: list[asyncio.Task] = []  # the outbox, the seen-scopes reports, the parent watch
 
     def start_outbox() -> None:  # only a leader delivers: a replica starts it when it takes over
         policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
-        senders.append(asyncio.create_task(OutboxSender(service, policies=policies, own=own).run()))
+        background.append(asyncio.create_task(OutboxSender(service, policies=policies, own=own).run()))
 
     if node is None or node.service.role == "leader":
         start_outbox()
@@ -364,14 +364,14 @@ async def serve(
         node.start(asyncio.get_running_loop())
         from forewarn.replication.forward import SeenReporter
 
-        senders.append(asyncio.create_task(SeenReporter(node.service, node.leaders).run()))
+        background.append(asyncio.create_task(SeenReporter(node.service, node.leaders).run()))
     if event_grid is not None:
         event_grid.keep_away_from(
             own
         )  # handshakes of the --event-grid file's subscriptions (the ARM port serves validationUrl)
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     if exit_with_parent:
-        senders.append(asyncio.create_task(_exit_with(os.getppid())))
+        background.append(asyncio.create_task(_exit_with(os.getppid())))
     guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
     sweeper = asyncio.create_task(guard.run())
     config = uvicorn.Config(
@@ -392,8 +392,8 @@ async def serve(
         if node is not None:
             node.close()
         timer.cancel()
-        for sender in senders:
-            sender.cancel()
+        for task in background:
+            task.cancel()
         sweeper.cancel()
         await metadata.close()
 

@@ -279,6 +279,12 @@ def test_a_vm_that_asks_only_its_replica_is_enabled_and_kept_enabled_by_the_lead
             [event] = leader.schedule(type="Freeze", vms=["vm0"], notice="15m")
             assert event["status"] == "Scheduled"
             leader.post(f"/v1/events/{event['event_id']}/cancel", expect=200)
+            # The report's endpoint, between processes: a malformed report is refused, names that are no scope are
+            # passed over, and a replica (which does not enable anything) sends its reporter elsewhere.
+            seen = "/v1/replication/seen"
+            assert requests.post(f"{leader.control}{seen}", json={"scopes": "vm0"}, timeout=5).status_code == 400
+            assert requests.post(f"{leader.control}{seen}", json={"scopes": ["no-such-scope"]}, timeout=5).ok
+            assert requests.post(f"{replica.control}{seen}", json={"scopes": []}, timeout=5).status_code == 503
             # Asked at the replica every 40 minutes, the scope stays enabled past --disable-after (1 h): the leader
             # moves its idle timer too (without, 80 minutes idle, the event below would start at once).
             for _ in range(2):

@@ -26,8 +26,9 @@ from typing import Any
 
 import httpx
 
+from forewarn.app.errors import Unavailable
 from forewarn.net.http import JSON, Deferred, Later, Request, Response
-from forewarn.replication.shared import LEADER, NotLeader, SharedService
+from forewarn.replication.shared import LEADER, SharedService
 
 log = logging.getLogger("forewarn.replication")
 
@@ -476,8 +477,8 @@ class LeaderEndpoint:
             return
         try:
             self.service.seen_at_replica(scopes)
-        except NotLeader as error:
-            message = json.dumps({"error": {"code": "NotLeader", "message": str(error)}})
+        except Unavailable as error:  # not the leader (any more), or its database out of reach: the replica retries
+            message = json.dumps({"error": {"code": "Unavailable", "message": str(error)}})
             await _answer(send, 503, b"application/json", message.encode())
             return
         answer = {"position": self.position().decode()}

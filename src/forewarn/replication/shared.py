@@ -118,9 +118,19 @@ class SharedService(Maintenance):
             return
         known = self.engine.fleet.vms_by_scope
         asked = [scope for scope in dict.fromkeys(scopes) if scope in known]
-        if asked:
-            self.catch_up()
-            self._run(lambda engine: [change for scope in asked for change in engine.request_seen(scope)])
+        if not asked:
+            return
+        self.catch_up()
+        unseen = []
+        with self._lock:  # as request_seen: an enabled scope's idle timer moves in memory, with no commit
+            engine = self._engine
+            for scope in asked:
+                if engine.is_enabled(scope):
+                    engine.last_seen[scope] = engine.now
+                else:
+                    unseen.append(scope)
+        if unseen:  # one commit for all the scopes the report enables
+            self._run(lambda engine: [change for scope in unseen for change in engine.request_seen(scope)])
 
     def catch_up(self) -> list[Change]:
         if self.role == LEADER:

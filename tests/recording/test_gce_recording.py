@@ -117,11 +117,13 @@ def test_replay_answers_a_hanging_get_when_the_next_value_comes():
         [
             Entry(0.0, "a", 200, "NONE", "etag-none"),
             Entry(2.0, "b", 200, "TERMINATE_ON_HOST_MAINTENANCE", "etag-terminate"),
-            Entry(4.0, "c", 200, "NONE", "etag-none"),
+            Entry(60.0, "c", 200, "NONE", "etag-none"),
         ],
         source=GCE,
     )
-    handler = GceReplayHandler(Replay(recording), speed=10.0)  # real time: the change comes 0.2 s in
+    # Real time: the change comes 0.2 s in, and the value holds for 5.8 s after (a loaded machine's slow answers
+    # must not reach the next change: at 4.0, 0.4 s in, a busy CI run saw the timed-out GET answer NONE).
+    handler = GceReplayHandler(Replay(recording), speed=10.0)
     with replaying(handler) as base:
         began = time.monotonic()
         first = requests.get(base + PATH, headers=FLAVOR, params={"wait_for_change": "true", "last_etag": "0"})

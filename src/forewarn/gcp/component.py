@@ -307,28 +307,29 @@ class GcpComponent:
         event"): ``maintenance-event`` changes at once and the maintenance starts 60 seconds later, for every
         instance. An instance with GPUs does not wait its hour: "Manually start a host maintenance event" says the
         maintenance "starts immediately"; the hour is the warning of maintenance Compute Engine starts."""
-        self.gce_instance(name)
-        event = self.upcoming(name)
-        if event is None or event.state is not EventState.PENDING:
-            raise Conflict(f"instance {name} has no pending maintenance to perform")
-        if not event.can_reschedule:
-            raise Conflict(f"the maintenance of instance {name} cannot be started by the user")
+        event = self._movable_maintenance(name, "perform", "cannot be started by the user")
         start = whole_second_ceiling(self.now + self.rules.notice)  # the 60 seconds, GPUs or not
         event = replace(event, window_start=start, window_end=start + (event.window_end - event.window_start))
         self._index(event)
         return [GceEventChanged(event, "performed", "started by performMaintenance"), *self._set_deadline(event)]
+
+    def _movable_maintenance(self, name: str, action: str, refusal: str) -> GceMaintenance:
+        """The instance's announced maintenance, pending and can-reschedule, that its user may start or move; or
+        Conflict, saying what stands in the way of ``action``."""
+        self.gce_instance(name)
+        event = self.upcoming(name)
+        if event is None or event.state is not EventState.PENDING:
+            raise Conflict(f"instance {name} has no pending maintenance to {action}")
+        if not event.can_reschedule:
+            raise Conflict(f"the maintenance of instance {name} {refusal}")
+        return event
 
     def reschedule_gce(self, name: str, start: datetime | None = None, notice: timedelta | None = None) -> list[Change]:
         """Announced maintenance moved to another start by its user: no earlier than the instance's notice from now,
         no later than its latestWindowStartTime, and only while it is pending and can-reschedule (docs/gcp.md,
         "Rescheduling": Compute Engine's "UpcomingMaintenance" shows a current window start that may move and the
         latest time it may start). The window keeps its length; the notice follows the new start."""
-        self.gce_instance(name)
-        event = self.upcoming(name)
-        if event is None or event.state is not EventState.PENDING:
-            raise Conflict(f"instance {name} has no pending maintenance to reschedule")
-        if not event.can_reschedule:
-            raise Conflict(f"the maintenance of instance {name} cannot be rescheduled (can-reschedule is false)")
+        event = self._movable_maintenance(name, "reschedule", "cannot be rescheduled (can-reschedule is false)")
         if start is not None and notice is None:
             moved = whole_second_ceiling(check_time(start, "the new start"))
         elif notice is not None and start is None:

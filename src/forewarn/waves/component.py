@@ -210,24 +210,26 @@ class WaveRunner:
     # ------------------------------------------------------------------------------------------------ progress
     def event_ended(self, event: Event, step: DocumentStep) -> list[Change]:
         """An event became Completed or Canceled: the end of its unit, if it was the last open one."""
-        unit_key = self._wave_of_operation.get(event.operation_id)
+        unit_key = self._unit_ended_by(event.operation_id)
         if unit_key is None:
-            return []
-        self._open_in_unit[unit_key] -= 1
-        if self._open_in_unit[unit_key] > 0:
             return []
         return self._unit_done(*unit_key, step)
 
     def gce_event_ended(self, event: GceMaintenance) -> list[Change]:
         """A Compute Engine maintenance event was completed or canceled: the end of its unit, if it was the last."""
-        unit_key = self._wave_of_operation.get(event.event_id)
+        unit_key = self._unit_ended_by(event.event_id)
         if unit_key is None:
-            return []
-        self._open_in_unit[unit_key] -= 1
-        if self._open_in_unit[unit_key] > 0:
             return []
         step = DocumentStep()  # the next unit's events are Compute Engine's: no Azure document changes
         return self._unit_done(*unit_key, step) + self.azure.end_step(step)
+
+    def _unit_ended_by(self, operation_id: str) -> tuple[str, int] | None:
+        """The wave unit whose last open operation this one was, or None (not a wave's, or others still open)."""
+        unit_key = self._wave_of_operation.get(operation_id)
+        if unit_key is None:
+            return None
+        self._open_in_unit[unit_key] -= 1
+        return None if self._open_in_unit[unit_key] > 0 else unit_key
 
     def _unit_done(self, wave_id: str, unit: int, step: DocumentStep) -> list[Change]:
         del self._open_in_unit[(wave_id, unit)]

@@ -17,7 +17,9 @@ load and compare runs on a busy machine.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,48 @@ def memory_mb(pid: int) -> dict[str, float]:
         if key in ("VmRSS", "VmHWM"):
             found[key] = int(line.split()[1]) / 1024
     return found
+
+
+def forewarn_environment() -> dict[str, str]:
+    """This tree's source first, so the figures are this tree's whatever is installed; and no control token from the
+    shell, which would change what the server asks of its clients."""
+    env = dict(os.environ)
+    env.pop("FOREWARN_CONTROL_TOKEN", None)
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    return env
+
+
+def wait_healthy(
+    process: subprocess.Popen,
+    control: str,
+    started: float,
+    within: float | None = None,
+    log: Path | None = None,
+    poll: float = 0.05,
+    what: str = "forewarn serve",
+) -> float:
+    """Seconds from ``started`` (a ``time.perf_counter()`` reading) until ``control``'s ``/healthz`` answers 200.
+    SystemExit, with the end of ``log``, if the process exits first; after ``within`` seconds (None: no limit) the
+    process is stopped and SystemExit says so."""
+    while within is None or time.perf_counter() - started < within:
+        if process.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
+            raise SystemExit(f"{what} exited with status {process.returncode}:\n{tail}")
+        try:
+            with urllib.request.urlopen(f"{control}/healthz", timeout=2) as answer:
+                if answer.status == 200:
+                    return time.perf_counter() - started
+        except OSError:
+            pass
+        time.sleep(poll)
+    process.terminate()
+    try:
+        process.wait(60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(10)
+    raise SystemExit(f"{what} did not answer /healthz within {within:g} s")
 
 
 def tree_pids(pid: int) -> list[int]:

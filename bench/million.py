@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 import httpx
-from benchlib import memory_mb, process_cpu
+from benchlib import forewarn_environment, memory_mb, process_cpu, wait_healthy
 
 from forewarn.scenarios.server import free_ports
 
@@ -56,13 +56,6 @@ PROBE_STEPS = (
 )
 GOAL_VMS = 1_000_000
 GOALS = {"rss_mb": 3 * 1024, "first_s": 60.0, "restart_s": 20.0}
-
-
-def environment() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("FOREWARN_CONTROL_TOKEN", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    return env
 
 
 class Server:
@@ -83,23 +76,10 @@ class Server:
         self.log = log
         started = time.perf_counter()
         with open(log, "ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment())
-        self.ready_s = self._wait_ready(started)
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=forewarn_environment())
+        self.ready_s = wait_healthy(self.process, self.control, started, READY_WITHIN, log)
         self.ready_cpu = process_cpu(self.process.pid)
         self.ready_memory = memory_mb(self.process.pid)
-
-    def _wait_ready(self, started: float) -> float:
-        while time.perf_counter() - started < READY_WITHIN:
-            if self.process.poll() is not None:
-                raise SystemExit(f"forewarn serve exited ({self.process.returncode}):\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.control}/healthz", timeout=2).status_code == 200:
-                    return time.perf_counter() - started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        self.stop()
-        raise SystemExit(f"forewarn serve did not answer /healthz within {READY_WITHIN:g} s")
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         response = httpx.request(method, f"{self.control}{path}", json=body, timeout=600)
@@ -185,7 +165,7 @@ def one_size(vms: int, db_url: str | None, tmp: Path, steps: int) -> dict:
             str(fleet),
         ],
         check=True,
-        env=environment(),
+        env=forewarn_environment(),
         capture_output=True,
     )
     result["generate_s"] = time.perf_counter() - started

@@ -27,7 +27,6 @@ Needs PostgreSQL (the schema is dropped afterwards) and wrk (``apt-get install w
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import secrets
 import shutil
@@ -41,11 +40,9 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from benchlib import memory_mb, process_cpu
+from benchlib import forewarn_environment, memory_mb, process_cpu, wait_healthy
 
 from forewarn.scenarios.server import free_ports
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class Process:
@@ -80,19 +77,13 @@ class Process:
         argv += ["--log-level", "warning", *self.extra]
         if self.cpu is not None and shutil.which("taskset"):
             argv = ["taskset", "-c", str(self.cpu), *argv]
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        started = time.monotonic()
-        with open(self.tmp / f"{self.name}.log", "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        while True:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"{self.name} exited:\n{(self.tmp / f'{self.name}.log').read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{self.control}/healthz", timeout=1).status_code == 200:
-                    return time.monotonic() - started
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
+        started = time.perf_counter()
+        log = self.tmp / f"{self.name}.log"
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=forewarn_environment(), start_new_session=True
+            )
+        return wait_healthy(self.proc, self.control, started, log=log, what=self.name)
 
     def health(self) -> dict:
         return httpx.get(f"{self.control}/healthz", timeout=5).json()
@@ -203,7 +194,7 @@ def main() -> int:
 
 def run(args: argparse.Namespace, url: str, tmp: Path, servers: list[Process]) -> int:
     fleet = tmp / "fleet.yaml"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = forewarn_environment()
     subprocess.run(
         [sys.executable, "-m", "forewarn", "fleet", "generate", "--vms", str(args.vms), "--out", str(fleet)],
         check=True,
@@ -312,7 +303,7 @@ def very_large(args: argparse.Namespace, tmp: Path) -> None:
     (``--hosts 'host-*0'``), a failover to it, and the killed leader's restart as a replica: times and memory."""
     vms = args.million
     fleet = tmp / "very-large.yaml"
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = forewarn_environment()
     generate = [sys.executable, "-m", "forewarn", "fleet", "generate", "--vms", str(vms), "--out", str(fleet)]
     subprocess.run(generate, check=True, env=env, capture_output=True)
     schema = f"forewarn_bench_{secrets.token_hex(4)}"

@@ -27,10 +27,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from benchlib import process_cpu
+from benchlib import forewarn_environment, process_cpu, wait_healthy
 
 from forewarn.scenarios.server import free_ports
 
@@ -38,14 +37,6 @@ ROOT = Path(__file__).resolve().parent.parent
 HELP_TARGET = 0.15  # seconds of process time (user + sys)
 CLIENT_TARGET = 0.15
 SERVE_TARGET = 0.8  # seconds of wall time until /healthz answers
-
-
-def environment() -> dict[str, str]:
-    """The worktree's source first, so the figures are this tree's, whatever is installed."""
-    env = dict(os.environ)
-    env.pop("FOREWARN_CONTROL_TOKEN", None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    return env
 
 
 def process_time(args: list[str], env: dict[str, str]) -> float:
@@ -61,14 +52,6 @@ def process_time(args: list[str], env: dict[str, str]) -> float:
     if process.stderr:
         process.stderr.close()
     return usage.ru_utime + usage.ru_stime
-
-
-def healthz(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 READY_WITHIN = 120  # seconds: a broken server, not a slow one (the --check run shares the machine with others)
@@ -88,15 +71,8 @@ def serve(env: dict[str, str], db: str, log) -> tuple[subprocess.Popen, str, flo
     process = subprocess.Popen(
         [sys.executable, "-m", "forewarn", "serve", *args], env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    deadline = started + READY_WITHIN
-    while time.perf_counter() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"forewarn serve exited with status {process.returncode}")
-        if healthz(url):
-            return process, url, time.perf_counter() - started, process_cpu(process.pid)
-        time.sleep(0.005)
-    stop(process)
-    raise SystemExit(f"forewarn serve did not answer /healthz within {READY_WITHIN} s")
+    ready = wait_healthy(process, url, started, READY_WITHIN, poll=0.005)  # polled often: the wait is the figure
+    return process, url, ready, process_cpu(process.pid)
 
 
 def stop(process: subprocess.Popen) -> None:
@@ -122,7 +98,7 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="one run of each: fails on a broken setup only")
     args = parser.parse_args()
     runs = 1 if args.check else args.runs
-    env = environment()
+    env = forewarn_environment()
     # What an installed forewarn has: its modules' bytecode. Without it (PYTHONDONTWRITEBYTECODE, set on CI machines)
     # every run would compile them again and measure the compiler.
     compileall.compile_dir(ROOT / "src", quiet=1)

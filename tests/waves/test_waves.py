@@ -278,6 +278,20 @@ def test_generator_refuses_impossible_shapes(shape, message):
 
 
 # --------------------------------------------------------------------------------------- store, API and CLI
+
+
+def finishes_with_every_unit(service: Maintenance, wave_id: str, units: int) -> None:
+    """A wave reopened after a restart runs to its end on the clock, each of its units completed once; the store is
+    closed after."""
+    while service.engine.wave(wave_id).status is WaveStatus.RUNNING:
+        service.step_clock()
+    assert service.engine.wave(wave_id).done == units
+    kinds = [entry.kind for entry in service.store.journal() if entry.kind.startswith("wave")]
+    assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
+    assert kinds.count("wave unit-completed") == units
+    service.store.close()
+
+
 def test_a_wave_survives_a_restart_mid_way(store_url):
     fleet = parse_fleet(FLEET)
     service = Maintenance.open(open_store(store_url), fleet, "manual", 1.0, T0, "seed")
@@ -291,13 +305,7 @@ def test_a_wave_survives_a_restart_mid_way(store_url):
 
     again = Maintenance.open(open_store(store_url), None, "manual")
     assert again.engine.wave(wave_id) == before
-    while again.engine.wave(wave_id).status is WaveStatus.RUNNING:
-        again.step_clock()
-    assert again.engine.wave(wave_id).done == 4
-    kinds = [entry.kind for entry in again.store.journal() if entry.kind.startswith("wave")]
-    assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
-    assert kinds.count("wave unit-completed") == 4
-    again.store.close()
+    finishes_with_every_unit(again, wave_id, 4)
 
 
 def test_api_and_cli_start_follow_list_show_and_cancel(tmp_path):
@@ -551,13 +559,7 @@ def test_a_compute_engine_wave_survives_a_restart_mid_way(store_url):
     again = Maintenance.open(open_store(store_url), None, "manual")
     assert again.engine.wave(wave_id) == before
     assert again.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
-    while again.engine.wave(wave_id).status is WaveStatus.RUNNING:
-        again.step_clock()
-    assert again.engine.wave(wave_id).done == 2
-    kinds = [entry.kind for entry in again.store.journal() if entry.kind.startswith("wave")]
-    assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
-    assert kinds.count("wave unit-completed") == 2
-    again.store.close()
+    finishes_with_every_unit(again, wave_id, 2)
 
 
 def test_api_and_cli_roll_a_compute_engine_wave(tmp_path):

@@ -386,27 +386,32 @@ class SeenReporter:
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.every)
-            service = self.service
-            if service.role == LEADER:
-                service.seen_here.clear()
-                continue
-            control = self.leaders.addresses.get("control")
-            if not service.seen_here or control is None:
-                continue
-            scopes, service.seen_here = sorted(service.seen_here), set()
-            for start in range(0, len(scopes), SEEN_PER_REPORT):
-                part = scopes[start : start + SEEN_PER_REPORT]
-                try:
-                    answer = await self.leaders.client.post(
-                        control + SEEN_PATH, json={"scopes": part}, headers=self.leaders.auth()
-                    )
-                    reported = answer.status_code == 200
-                except httpx.HTTPError as error:
-                    log.warning("the scopes asked for here did not reach the leader at %s: %s", control, error)
-                    reported = False
-                if not reported:
-                    service.seen_here.update(scopes[start:])
-                    break
+            await self.report()
+
+    async def report(self) -> None:
+        """One round: what was noted since the last, in parts of ``SEEN_PER_REPORT``; a part refused, and those after
+        it, are noted again for the next round."""
+        service = self.service
+        if service.role == LEADER:
+            service.seen_here.clear()
+            return
+        control = self.leaders.addresses.get("control")
+        if not service.seen_here or control is None:
+            return
+        scopes, service.seen_here = sorted(service.seen_here), set()
+        for start in range(0, len(scopes), SEEN_PER_REPORT):
+            part = scopes[start : start + SEEN_PER_REPORT]
+            try:
+                answer = await self.leaders.client.post(
+                    control + SEEN_PATH, json={"scopes": part}, headers=self.leaders.auth()
+                )
+                reported = answer.status_code == 200
+            except httpx.HTTPError as error:
+                log.warning("the scopes asked for here did not reach the leader at %s: %s", control, error)
+                reported = False
+            if not reported:
+                service.seen_here.update(scopes[start:])
+                return
 
 
 class LeaderEndpoint:

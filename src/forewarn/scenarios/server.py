@@ -88,9 +88,20 @@ def preload_servers() -> None:
     nothing (the forking process imports as much), so the CLI does not."""
     global _preloaded
     if _preloaded is None:
+        # The forking process imports the server from the first `forewarn` on its path, and multiprocessing does not
+        # hand it this process's sys.path: without this, a checkout tested with another checkout's installed
+        # forewarn (a git worktree beside the editable install) would fork servers of the other checkout's code.
+        os.environ["PYTHONPATH"] = _with_package_root(os.environ.get("PYTHONPATH"))
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(["forewarn.cli.main", "forewarn.cli.serve", "forewarn.server.bootstrap"])
         _preloaded = context
+
+
+def _with_package_root(python_path: str | None) -> str:
+    """``python_path`` with the directory holding this `forewarn` first (once)."""
+    package_root = str(Path(__file__).resolve().parent.parent.parent)
+    rest = [entry for entry in (python_path or "").split(os.pathsep) if entry and entry != package_root]
+    return os.pathsep.join([package_root, *rest])
 
 
 def _serve_in_fork(args: list[str], log_path: str, env: dict[str, str]) -> None:
@@ -114,10 +125,9 @@ def launch_serve(
 ) -> subprocess.Popen | ForkedServe:
     """Start ``forewarn serve ARGS`` as a subprocess logging to ``log_path`` (appended), and return once its control
     API answers ``/healthz``. Raises :class:`ServerError` with the end of the log if it exits or stays silent."""
-    package_root = str(Path(__file__).resolve().parent.parent.parent)  # the directory holding `forewarn`
     env = dict(os.environ)
     env.pop("FOREWARN_CONTROL_TOKEN", None)  # the server's options are the caller's args, not this shell's token
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = _with_package_root(env.get("PYTHONPATH"))
     args = [*args, "--exit-with-parent"]  # not one server left behind by a runner or a test process killed
     process: subprocess.Popen | ForkedServe
     if _preloaded is not None:

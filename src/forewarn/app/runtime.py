@@ -30,7 +30,7 @@ from typing import Any
 from forewarn.app.errors import Unavailable
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.model import Event, ScheduleRequest
-from forewarn.core.changes import Change, Rebuilt, TimeMoved
+from forewarn.core.changes import Change, Rebuilt, Reset, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
@@ -90,6 +90,11 @@ class ClockView:
 
 
 Command = Callable[[Engine], list[Change]]
+# Reads the engine and raises CoreError when the command it goes with is to be refused; changes nothing. A refusal
+# that comes from the command itself costs a rebuild of the engine from the store (it may have changed part of it);
+# one from its check costs nothing, which is why the commands clients send often come with one.
+Check = Callable[[Engine], None]
+Member = tuple[Command, "asyncio.Future[list[Change]]", Check | None]
 
 
 class _Group:
@@ -99,7 +104,7 @@ class _Group:
 
     def __init__(
         self,
-        members: list[tuple[Command, asyncio.Future[list[Change]]]],
+        members: list[Member],
         outcomes: list[list[Change] | CoreError],
         changes: list[Change],
         delivers: bool,
@@ -125,7 +130,7 @@ class Maintenance:
         self._outboxes: list[Callable[[list[Change], Engine], list[Outgoing]]] = []
         self._lock = threading.RLock()
         # Commands waiting for the next group commit (perform_soon), with the futures that answer them.
-        self._grouped: list[tuple[Command, asyncio.Future[list[Change]]]] = []
+        self._grouped: list[Member] = []
         self._delivery_watchers: list[Callable[[], None]] = []
         self._in_flight: _Group | None = None  # the group whose transaction the worker runs
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
@@ -251,7 +256,7 @@ class Maintenance:
         durable: ``app/outbox.py`` sends them)."""
         self._outboxes.append(derive)
 
-    def _run(self, command: Command, clock: Clock | None = None) -> list[Change]:
+    def _run(self, command: Command, clock: Clock | None = None, check: Check | None = None) -> list[Change]:
         self.settle()  # after the group commit under way, which this command's state follows
         with self._lock:
             # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
@@ -259,16 +264,17 @@ class Maintenance:
                 self.store.ready()
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
+            engine = self._engine
+            if check is not None:
+                check(engine)  # refused here, the command has changed nothing
             try:
-                engine = self._engine
                 changes = command(engine)
                 outgoing = [item for derive in self._outboxes for item in derive(changes, engine)]
                 self.store.commit(changes, engine.now, clock, outgoing, engine.next_seq)
             except Exception as error:
-                # A refused command (CoreError) raises before the engine changes anything. Anything else may leave
-                # the engine holding changes the database does not have: rebuild it from what was committed.
-                if not isinstance(error, CoreError):
-                    self._rebuild(error)
+                # Whatever stopped the command, a refusal included, may have come after it changed part of the
+                # engine: the engine is rebuilt from what was committed, so that nothing of it stays.
+                self._rebuild(error)
                 if isinstance(error, StoreError):
                     raise Unavailable(str(error), error.retry_after) from error
                 raise
@@ -295,7 +301,8 @@ class Maintenance:
         self._engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
         self.clock = state.clock.within_bounds()[0]
         self._refresh_due()
-        rebuilt: list[Change] = [Rebuilt(f"commit failed: {cause}")]
+        what = "refused" if isinstance(cause, CoreError) else "commit failed"
+        rebuilt: list[Change] = [Rebuilt(f"{what}: {cause}")]
         for listener in self._listeners:
             listener(rebuilt)
         self._deliveries_changed()
@@ -357,12 +364,12 @@ class Maintenance:
         return max(self.clock.now(self.wall()), self._engine.now)
 
     # ------------------------------------------------------------------------------------------ commands
-    def perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
-        """Run one engine command at the current time, committed before this returns."""
+    def perform(self, command: Command, check: Check | None = None) -> list[Change]:
+        """Run one engine command at the current time, committed before this returns; ``check`` first, if given."""
         self.catch_up()
-        return self._run(command)
+        return self._run(command, check=check)
 
-    def perform_soon(self, command: Command) -> asyncio.Future[list[Change]]:
+    def perform_soon(self, command: Command, check: Check | None = None) -> asyncio.Future[list[Change]]:
         """Group commit: run ``command`` with the others handed in while the previous group's transaction was under
         way (or during the same turn of the event loop), all in one transaction, and resolve the future once that
         transaction is durable (never before: committed before answered, as ``perform``). Each command runs on the
@@ -374,7 +381,7 @@ class Maintenance:
         command waits for the transaction under way, then for its own group's."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Change]] = loop.create_future()
-        self._grouped.append((command, future))
+        self._grouped.append((command, future, check))
         if len(self._grouped) == 1 and self._in_flight is None:
             loop.call_soon(self._start_group)
         return future
@@ -388,9 +395,6 @@ class Maintenance:
         except Exception as error:
             _fail(group, error)
             return
-        outcomes: list[list[Change] | CoreError] = []
-        changes: list[Change] = []
-        engine = self._engine
         with self._lock:
             try:
                 self.store.ready()
@@ -398,16 +402,8 @@ class Maintenance:
                 _fail(group, Unavailable(str(error), error.retry_after))
                 return
             try:
-                outgoing = []
-                for command, _ in group:
-                    try:
-                        made = command(engine)
-                    except CoreError as refused:  # refused before the engine changed anything: this command only
-                        outcomes.append(refused)
-                        continue
-                    outcomes.append(made)
-                    changes += made
-                    outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
+                outcomes, changes, outgoing = self._run_group(group)
+                engine = self._engine
                 if not changes and not outgoing:  # nothing to make durable (all refused, or changing nothing)
                     self._answer(group, outcomes)
                     return
@@ -432,6 +428,38 @@ class Maintenance:
                 loop.call_soon_threadsafe(self._landed)
 
         commit.add_done_callback(landed)
+
+    def _run_group(self, group: list[Member]) -> tuple[list[list[Change] | CoreError], list[Change], list[Outgoing]]:
+        """Each command of ``group`` on the engine in turn: what each made or why it was refused, all their changes
+        and deliveries. A command refused by its check fails alone. One refused only after it may have changed the
+        engine has the engine rebuilt from the store, and the group runs again without it."""
+        refused: dict[int, CoreError] = {}
+        while True:
+            engine = self._engine
+            outcomes: list[list[Change] | CoreError] = []
+            changes: list[Change] = []
+            outgoing: list[Outgoing] = []
+            for index, (command, _, check) in enumerate(group):
+                try:
+                    if index in refused:
+                        raise refused[index]
+                    if check is not None:
+                        check(engine)
+                except CoreError as refusal:
+                    outcomes.append(refusal)
+                    continue
+                try:
+                    made = command(engine)
+                except CoreError as refusal:
+                    refused[index] = refusal
+                    self._rebuild(refusal)
+                    self.catch_up()  # the rebuilt engine is at the time last committed
+                    break
+                outcomes.append(made)
+                changes += made
+                outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
+            else:
+                return outcomes, changes, outgoing
 
     def _landed(self) -> None:
         """The worker finished a transaction: answer its group (unless ``settle`` did), then start the next."""
@@ -465,10 +493,8 @@ class Maintenance:
         self._answer(group.members, group.outcomes)
 
     @staticmethod
-    def _answer(
-        members: list[tuple[Command, asyncio.Future[list[Change]]]], outcomes: list[list[Change] | CoreError]
-    ) -> None:
-        for (_, future), outcome in zip(members, outcomes):
+    def _answer(members: list[Member], outcomes: list[list[Change] | CoreError]) -> None:
+        for (_, future, _check), outcome in zip(members, outcomes):
             if future.done():  # its caller gave up (the connection closed)
                 continue
             if isinstance(outcome, CoreError):
@@ -478,20 +504,22 @@ class Maintenance:
 
     def approve_soon(self, event_ids: Iterable[str], by: str) -> asyncio.Future[list[Change]]:
         ids = list(event_ids)
-        return self.perform_soon(lambda engine: engine.approve(ids, by))
+        return self.perform_soon(lambda engine: engine.approve(ids, by), lambda engine: engine.check_approve(ids))
 
     async def schedule_soon(self, request: ScheduleRequest) -> list[Event]:
         """``schedule`` through the group commit (``perform_soon``): the events, once durable."""
-        changes = await self.perform_soon(lambda engine: engine.schedule(request))
+        changes = await self.perform_soon(
+            lambda engine: engine.schedule(request), lambda engine: engine.check_schedule(request)
+        )
         return [c.event for c in changes if isinstance(c, EventChanged)]
 
     def schedule(self, request: ScheduleRequest) -> list[Event]:
-        changes = self.perform(lambda engine: engine.schedule(request))
+        changes = self.perform(lambda engine: engine.schedule(request), lambda engine: engine.check_schedule(request))
         return [c.event for c in changes if isinstance(c, EventChanged)]
 
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         ids = list(event_ids)
-        return self.perform(lambda engine: engine.approve(ids, by))
+        return self.perform(lambda engine: engine.approve(ids, by), lambda engine: engine.check_approve(ids))
 
     def request_seen(self, scope: str) -> None:
         """A VM asked for its scheduled events (only tracked when enabling is required)."""
@@ -508,23 +536,27 @@ class Maintenance:
         self._run(lambda engine: engine.request_seen(scope))
 
     def cancel(self, event_id: str) -> Event:
-        changes = self.perform(lambda engine: engine.cancel(event_id))
+        changes = self.perform(lambda engine: engine.cancel(event_id), lambda engine: engine.check_cancel(event_id))
         return next(c.event for c in changes if isinstance(c, EventChanged))
 
     def advance_clock(self, delta: timedelta) -> list[Change]:
         clock = self.clock.advanced_by(delta, self.wall())
-        return self._run(lambda engine: engine.advance(clock.anchor_sim), clock)
+        return self._moved(clock.anchor_sim, clock)
 
     def set_clock(self, moment: datetime) -> list[Change]:
         clock = self.clock.moved_to(moment, self.wall())
-        return self._run(lambda engine: engine.advance(moment), clock)
+        return self._moved(moment, clock)
 
     def configure_clock(self, mode: str, speed: float) -> list[Change]:
         """Pause (manual) or run (real, at ``speed``) the clock from the simulated time it shows now; committed."""
         self.catch_up()
         clock = self.clock.reconfigured(mode, speed, self.wall())
         # The engine goes to the same instant, as a clock move takes it (deadlines up to it fire, committed together).
-        return self._run(lambda engine: engine.advance(max(clock.anchor_sim, engine.now)), clock)
+        return self._moved(max(clock.anchor_sim, self._engine.now), clock)
+
+    def _moved(self, to: datetime, clock: Clock) -> list[Change]:
+        """Time moved to ``to`` (deadlines up to it fire), committed with ``clock``."""
+        return self._run(lambda engine: engine.advance(to), clock, lambda engine: engine.check_advance(to))
 
     def step_clock(self) -> list[Change]:
         """Manual clocks: jump to the next deadline (or stay, when nothing is pending)."""
@@ -548,7 +580,7 @@ class Maintenance:
             self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
             self.clock = clock
             self._refresh_due()
-        reset: list[Change] = [Rebuilt("reset to the start")]
+        reset: list[Change] = [Reset("reset to the start")]
         for listener in self._listeners:
             listener(reset)
         self._deliveries_changed()
@@ -557,7 +589,7 @@ class Maintenance:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
 
 
-def _fail(group: list[tuple[Any, asyncio.Future[list[Change]]]], error: BaseException) -> None:
-    for _, future in group:
+def _fail(group: list[Member], error: BaseException) -> None:
+    for _, future, _check in group:
         if not future.done():
             future.set_exception(error)

@@ -361,6 +361,22 @@ class AzureComponent:
         )
         return not_before, impact_window, duration, description
 
+    def check_schedule(self, request: ScheduleRequest) -> None:
+        """Refuse ``request`` as :meth:`schedule` would, changing nothing."""
+        self._targets(request)
+        self.check_request(request)
+
+    def check_approve(self, event_ids: Iterable[str]) -> None:
+        """Refuse an approval as :meth:`approve` would (an id that names no event), changing nothing."""
+        for event_id in event_ids:
+            self.event(event_id)
+
+    def check_cancel(self, event_id: str) -> None:
+        """Refuse a cancel as :meth:`cancel` would, changing nothing."""
+        event = self.event(event_id)
+        if event.status is not EventStatus.SCHEDULED:
+            raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
+
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         """Approve events. Approving a Started, Completed or Canceled event changes nothing (and is not an error)."""
         wanted = [self.event(event_id) for event_id in event_ids]  # every id is checked before anything changes
@@ -383,9 +399,8 @@ class AzureComponent:
     def cancel(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:
         """Scheduled → Canceled, with no impact. A Started event cannot be canceled ("Scheduled Events for
         Azure Virtual Machines")."""
+        self.check_cancel(event_id)
         event = self.event(event_id)
-        if event.status is not EventStatus.SCHEDULED:
-            raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
         step = DocumentStep()
         changes = self.cancel_scheduled(event, reason, step)
         return changes + self.end_step(step)

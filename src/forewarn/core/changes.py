@@ -35,7 +35,14 @@ class TimeMoved(Change):
 
 @dataclass(frozen=True)
 class Rebuilt(Change):
-    """The engine was rebuilt from the database (after a failed commit): whatever a listener derived from earlier
-    changes may be wrong and is to be dropped. Announced alone, never committed (the store has no writer for it)."""
+    """The engine was rebuilt from the database (after a failed commit, or a command refused after it may have
+    changed part of the engine): whatever a listener derived from earlier changes may be wrong and is to be dropped.
+    Announced alone, never committed (the store has no writer for it)."""
 
     cause: str
+
+
+@dataclass(frozen=True)
+class Reset(Rebuilt):
+    """A Rebuilt after the server was brought back to its start (``POST /v1/reset``): what a listener keeps of its own
+    beside the engine's state (a caller's query quota) starts afresh too, as on a fresh server."""

@@ -102,8 +102,11 @@ class Engine:
         self.names_on_host = self.azure.names_on_host
         self.impact_of = self.azure.impact_of
         self.schedule = self.azure.schedule
+        self.check_schedule = self.azure.check_schedule
         self.approve = self.azure.approve
+        self.check_approve = self.azure.check_approve
         self.cancel = self.azure.cancel
+        self.check_cancel = self.azure.check_cancel
         self.is_enabled = self.azure.is_enabled
         self.request_seen = self.azure.request_seen
         self.restart = self.azure.restart
@@ -207,11 +210,15 @@ class Engine:
         self.ec2.reschedule()
         self.gcp.reschedule()
 
-    def advance(self, to: datetime) -> list[Change]:
-        """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""
+    def check_advance(self, to: datetime) -> None:
+        """Refuse a move of time as :meth:`advance` would, changing nothing."""
         check_time(to, "the new time")
         if to < self.now:
             raise Conflict(f"time cannot go backwards: now is {self.now.isoformat()}, asked {to.isoformat()}")
+
+    def advance(self, to: datetime) -> list[Change]:
+        """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""
+        self.check_advance(to)
         changes = self.scheduler.run_until(to)
         changes.append(TimeMoved(to))
         return changes

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from forewarn.app.errors import Unavailable
-from forewarn.app.runtime import Maintenance
+from forewarn.app.runtime import Check, Command, Maintenance
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
@@ -69,12 +69,12 @@ class SharedService(Maintenance):
         return cls(store, cls._engine_from(state, rules, fleet), state.clock.within_bounds()[0])
 
     # -------------------------------------------------------------------------------------------- replica
-    def _run(self, command: Callable[[Engine], list[Change]], clock: Clock | None = None) -> list[Change]:
+    def _run(self, command: Command, clock: Clock | None = None, check: Check | None = None) -> list[Change]:
         if self.role != LEADER:
             raise NotLeader(f"this forewarn is a replica and no leader took the command ({self.no_leader_reason})")
         started = time.perf_counter()
         try:
-            return super()._run(command, clock)
+            return super()._run(command, clock, check)
         finally:
             self._took(started)
 
@@ -82,7 +82,7 @@ class SharedService(Maintenance):
         if len(self.command_seconds) < 100_000:
             self.command_seconds.append(time.perf_counter() - started)
 
-    def perform_soon(self, command: Callable[[Engine], list[Change]]) -> asyncio.Future[list[Change]]:
+    def perform_soon(self, command: Command, check: Check | None = None) -> asyncio.Future[list[Change]]:
         # The group commit of approvals is a write like any other: at a replica, the leader's to make.
         if self.role != LEADER:
             refused: asyncio.Future[list[Change]] = asyncio.get_running_loop().create_future()
@@ -91,7 +91,7 @@ class SharedService(Maintenance):
             )
             return refused
         started = time.perf_counter()
-        future = super().perform_soon(command)
+        future = super().perform_soon(command, check)
         future.add_done_callback(lambda _: self._took(started))  # from handed in to durable (or failed)
         return future
 

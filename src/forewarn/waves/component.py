@@ -30,7 +30,7 @@ from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Sch
 from forewarn.azure.vms import VM
 from forewarn.core.bounds import check_whole_number
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
-from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
@@ -191,11 +191,15 @@ class WaveRunner:
         wave = self.wave(wave_id)
         if wave.status is not WaveStatus.RUNNING:
             raise Conflict(f"{wave_id} is {wave.status.value}")
-        changes: list[Change] = []
         step = DocumentStep()
+        return self._stop(wave, reason, step) + self.azure.end_step(step)
+
+    def _stop(self, wave: Wave, reason: str, step: DocumentStep) -> list[Change]:
+        """``wave`` canceled, within ``step``: the Scheduled events of its units in flight with it."""
+        wave_id = wave.wave_id
         wave = replace(wave, status=WaveStatus.CANCELED, finished_at=self.now)
         self.waves[wave_id] = wave
-        changes.append(WaveChanged(wave, "canceled", reason))
+        changes: list[Change] = [WaveChanged(wave, "canceled", reason)]
         for run in wave.in_flight:
             for operation_id in run.operations:
                 if wave.spec.cloud is WaveCloud.GCE:
@@ -205,7 +209,7 @@ class WaveRunner:
                 for event in self.azure.operation_events(operation_id):
                     if event.status is EventStatus.SCHEDULED:
                         changes += self.azure.cancel_scheduled(event, f"{reason} ({wave_id})", step)
-        return changes + self.azure.end_step(step)
+        return changes
 
     # ------------------------------------------------------------------------------------------------ progress
     def event_ended(self, event: Event, step: DocumentStep) -> list[Change]:
@@ -254,10 +258,16 @@ class WaveRunner:
         wave = self.waves[wave_id]
         while len(wave.in_flight) < wave.spec.concurrency and wave.next_unit < len(wave.units):
             unit = wave.next_unit
-            wave = replace(wave, next_unit=unit + 1)
             reason = f"{wave_id}, {wave.label(unit)}"
             gce = wave.spec.cloud is WaveCloud.GCE
             names = self._unit_instances(wave, unit) if gce else self._unit_vms(wave, unit)
+            refusal = self._unit_refusal(wave.spec, names, reason) if names else None
+            if refusal is not None:
+                # Time brought the wave here, and time cannot be refused: the wave stops, as an operator's cancel
+                # would stop it, and says why.
+                why = f"wave stopped: {wave.label(unit)} cannot be scheduled: {refusal}"
+                return changes + self._stop(wave, why, step)
+            wave = replace(wave, next_unit=unit + 1)
             if not names:
                 wave = replace(wave, skipped=wave.skipped + (unit,))
                 self.waves[wave_id] = wave
@@ -288,6 +298,18 @@ class WaveRunner:
             self.waves[wave_id] = wave
             changes.append(WaveChanged(wave, "completed", f"{wave.done} units completed, {len(wave.skipped)} skipped"))
         return changes
+
+    def _unit_refusal(self, spec: WaveSpec, names: tuple[str, ...], reason: str) -> CoreError | None:
+        """Why a unit's maintenance cannot be scheduled now (its NotBefore past the end of simulated time), checked
+        before anything changes; None when it can."""
+        try:
+            if spec.cloud is WaveCloud.GCE:
+                self.gcp.check_request(self._gce_request(spec, names, reason))
+            else:
+                self.azure.check_request(self._unit_request(spec, names, reason))
+        except CoreError as refusal:
+            return refusal
+        return None
 
     # -------------------------------------------------------------------------------------------- replication
     def replicate(self, rows: WaveRows | None) -> list[Change]:

@@ -360,24 +360,30 @@ class AzureImds:
             return _json(400, BAD_START_REQUESTS)
         reject = self.settings.unknown_event_ids == "reject"
 
-        def approve(engine: Any) -> list[Change]:  # the service's Engine
-            # Checked when the group runs, on the engine as committed so far (and as the commands before this one in
-            # the group left it), not on one whose transaction is still under way.
+        # Both run when the group runs, on the engine as committed so far (and as the commands before this one in the
+        # group left it), not on one whose transaction is still under way.
+        def sees(engine: Any, event_id: str) -> bool:  # the service's Engine
+            event = engine.events.get(event_id)
+            return event is not None and event.scope == vm.scope
+
+        def check(engine: Any) -> None:
+            unknown = next((event_id for event_id in event_ids if not sees(engine, event_id)), None)
+            if reject and unknown is not None:
+                log.info("%s asked to start unknown EventId %s: refused", vm.name, unknown)
+                raise NotFound(f"EventId {unknown} is not a scheduled event of this VM")
+
+        def approve(engine: Any) -> list[Change]:
             visible = []
             for event_id in event_ids:
-                event = engine.events.get(event_id)
-                if event is None or event.scope != vm.scope:
-                    if reject:
-                        log.info("%s asked to start unknown EventId %s: refused", vm.name, event_id)
-                        raise NotFound(f"EventId {event_id} is not a scheduled event of this VM")
+                if sees(engine, event_id):
+                    visible.append(event_id)
+                else:
                     log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
-                    continue
-                visible.append(event_id)
             return engine.approve(visible, vm.name)
 
         # Committed with the other approvals that arrive while the transaction before theirs is under way, in one
         # transaction; answered once it is durable (Maintenance.perform_soon).
-        committed = self.service.perform_soon(approve)
+        committed = self.service.perform_soon(approve, check)
         answer = Deferred()
 
         def answered(done: asyncio.Future) -> None:

@@ -44,7 +44,7 @@ from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
 from forewarn.azure.resource_graph.request import QueryLimits, QueryRequest, ResourceGraphError
 from forewarn.azure.resource_graph.rows import scheduled_event_row
-from forewarn.core.changes import Rebuilt
+from forewarn.core.changes import Rebuilt, Reset
 from forewarn.engine.engine import Engine
 
 if TYPE_CHECKING:
@@ -151,8 +151,9 @@ class ResourceGraphApi:
         if isinstance(changes[0], Rebuilt):
             # the service rebuilt its engine from the database (or was reset): what it holds is the truth
             self._purged_at = None  # a reset moves the clock back
-            with self._quota_lock:  # and gives every caller a full quota, as a fresh server does
-                self._quota.clear()
+            if isinstance(changes[0], Reset):  # and gives every caller a full quota, as a fresh server does
+                with self._quota_lock:
+                    self._quota.clear()
             self._load(engine)
             return
         latest = {c.event.event_id: c.event for c in changes if isinstance(c, EventChanged) and c.event.central}

@@ -90,8 +90,7 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
     from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
-    from forewarn.azure.model import EventType
-    from forewarn.engine.engine import ScheduleRequest
+    from forewarn.azure.model import EventType, ScheduleRequest
     from forewarn.fleet.file import parse_fleet
     from forewarn.server.stores import open_fleet_store as open_store
 

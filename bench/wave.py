@@ -31,6 +31,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from forewarn.azure.component import AzureComponent
+from forewarn.waves.component import WaveRunner
+
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 
 
@@ -79,13 +82,13 @@ def one(size: int) -> dict:
             )
             begin_sim = service.now()
             begin = time.perf_counter()
-            changes = service.perform(lambda engine: engine.start_wave(spec))
+            changes = service.perform(lambda engine: engine.component(WaveRunner).start_wave(spec))
             wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
             steps = 0
             stepping = 0.0
-            while service.engine.wave(wave_id).status is WaveStatus.RUNNING:
+            while service.engine.component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
                 if max_steps is not None and steps == max_steps:
-                    service.perform(lambda engine: engine.cancel_wave(wave_id))
+                    service.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id))
                     while service.engine.next_deadline() is not None:  # let what was Started finish
                         service.step_clock()
                     break
@@ -94,13 +97,19 @@ def one(size: int) -> dict:
                 stepping += time.perf_counter() - step_begin
                 steps += 1
             wall = time.perf_counter() - begin
-            return wall, stepping, steps, len(service.engine.events), (service.now() - begin_sim).total_seconds() / 3600
+            return (
+                wall,
+                stepping,
+                steps,
+                len(service.engine.component(AzureComponent).events),
+                (service.now() - begin_sim).total_seconds() / 3600,
+            )
 
-        before = len(service.engine.events)
+        before = len(service.engine.component(AzureComponent).events)
         _, stepping, steps, events, _ = run_wave(50, max_steps=18)  # 6 rounds: started, completed (+next), ...
         result["probe_events"] = events - before
         result["probe_ms_per_step"] = stepping / max(steps, 1) * 1000
-        before = len(service.engine.events)
+        before = len(service.engine.component(AzureComponent).events)
         wall, _, steps, events, sim_hours = run_wave(max(1, hosts // 20))
         result.update(
             wave_events=events - before,

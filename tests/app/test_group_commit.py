@@ -13,10 +13,10 @@ import pytest
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds.scheduled_events import AzureImds
-from forewarn.azure.model import EventStatus, EventType
+from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import ScheduleRequest
 from forewarn.net.callers import CallerResolver
 from forewarn.store import StoreError
 from helpers import T0, open_store, small_fleet
@@ -52,7 +52,9 @@ def test_the_commands_of_one_turn_share_one_transaction_answered_after_it(tmp_pa
     assert isinstance(outcomes[-1], CoreError)  # refused alone
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert {again.engine.events[event_id].status for event_id in ids} == {EventStatus.STARTED}  # durable
+    assert {again.engine.component(AzureComponent).events[event_id].status for event_id in ids} == {
+        EventStatus.STARTED
+    }  # durable
     again.store.close()
 
 
@@ -72,7 +74,9 @@ def test_a_failed_group_commit_fails_every_command_and_changes_nothing(tmp_path)
     outcomes = asyncio.run(approve_all())
     assert all(isinstance(outcome, Unavailable) for outcome in outcomes)
     # The engine was rebuilt from the database: no approval shows anywhere.
-    assert {service.engine.events[event_id].status for event_id in ids} == {EventStatus.SCHEDULED}
+    assert {service.engine.component(AzureComponent).events[event_id].status for event_id in ids} == {
+        EventStatus.SCHEDULED
+    }
     service.store.close()
 
 
@@ -115,7 +119,7 @@ class HeldCommits:
 
 
 def status(service: Maintenance, event_id: str) -> EventStatus:
-    return service.engine.events[event_id].status
+    return service.engine.component(AzureComponent).events[event_id].status
 
 
 def test_the_next_group_forms_while_a_transaction_is_under_way(tmp_path):
@@ -196,8 +200,10 @@ def test_a_failed_transaction_fails_its_group_only_and_the_next_runs_on_the_rebu
     assert {status(service, event_id) for event_id in ids[1:]} == {EventStatus.STARTED}
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert again.engine.events[ids[0]].status is EventStatus.SCHEDULED
-    assert {again.engine.events[event_id].status for event_id in ids[1:]} == {EventStatus.STARTED}
+    assert again.engine.component(AzureComponent).events[ids[0]].status is EventStatus.SCHEDULED
+    assert {again.engine.component(AzureComponent).events[event_id].status for event_id in ids[1:]} == {
+        EventStatus.STARTED
+    }
     again.store.close()
 
 
@@ -235,7 +241,7 @@ def test_schedules_through_the_group_commit(tmp_path):
     assert isinstance(ghost, CoreError)  # refused alone
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "s.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert {event.event_id for event in solo + west} <= set(again.engine.events)
+    assert {event.event_id for event in solo + west} <= set(again.engine.component(AzureComponent).events)
     again.store.close()
 
 
@@ -245,7 +251,7 @@ def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
     scope's GET would otherwise sit behind the fsync, and every request on the loop with it."""
     service, ids = scheduled(tmp_path)
     imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
-    approved = service.engine.events[ids[0]]
+    approved = service.engine.component(AzureComponent).events[ids[0]]
     other_scope = next(scope for scope in service.engine.fleet.vms_by_scope if scope != approved.scope)
     before = {scope: imds.document(scope, "2020-07-01") for scope in (approved.scope, other_scope)}
     held = HeldCommits(service)

@@ -4,9 +4,9 @@ import asyncio
 import json
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds.scheduled_events import AzureImds
-from forewarn.azure.model import EventType
-from forewarn.engine.engine import ScheduleRequest
+from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Deferred, Request
 from forewarn.store import StoreError
@@ -42,4 +42,4 @@ def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     assert fetched[0] == 200
     document = json.loads(fetched[1])
     assert document["Events"][0]["EventStatus"] == "Scheduled" and document["DocumentIncarnation"] == 2
-    assert service.engine.event(event.event_id).approvals == ()
+    assert service.engine.component(AzureComponent).event(event.event_id).approvals == ()

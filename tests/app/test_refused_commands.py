@@ -11,10 +11,11 @@ from datetime import UTC, datetime
 import pytest
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.model import EventStatus, EventType
+from forewarn.azure.component import AzureComponent
+from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.changes import Change
 from forewarn.core.errors import Invalid, NotFound
-from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.engine.engine import Engine
 from helpers import T0, Server, open_store, small_fleet
 
 FLEET = """
@@ -75,14 +76,14 @@ def service_with_events(tmp_path) -> tuple[Maintenance, list[str]]:
 
 def approves_then_refuses(event_id: str):
     def command(engine: Engine) -> list[Change]:
-        engine.approve([event_id], "half-done")  # the engine changes...
+        engine.component(AzureComponent).approve([event_id], "half-done")  # the engine changes...
         raise Invalid("refused after a change")  # ...and only then is the command refused
 
     return command
 
 
 def statuses(service: Maintenance, ids: list[str]) -> list[EventStatus]:
-    return [service.engine.events[event_id].status for event_id in ids]
+    return [service.engine.component(AzureComponent).events[event_id].status for event_id in ids]
 
 
 def test_a_command_refused_after_it_changed_the_engine_leaves_no_trace(tmp_path):
@@ -90,9 +91,9 @@ def test_a_command_refused_after_it_changed_the_engine_leaves_no_trace(tmp_path)
     with pytest.raises(Invalid):
         service.perform(approves_then_refuses(ids[0]))
     assert statuses(service, ids) == [EventStatus.SCHEDULED] * len(ids)
-    assert service.engine.events[ids[0]].approvals == ()
+    assert service.engine.component(AzureComponent).events[ids[0]].approvals == ()
     service.approve([ids[1]], "test")  # the engine goes on from what was committed
-    assert service.engine.events[ids[1]].approvals == ("test",)
+    assert service.engine.component(AzureComponent).events[ids[1]].approvals == ("test",)
     service.store.close()
 
 
@@ -111,10 +112,13 @@ def test_a_grouped_command_refused_after_a_change_fails_alone_and_the_others_com
     outcomes = asyncio.run(group())
     assert isinstance(outcomes[1], Invalid), outcomes
     assert all(isinstance(outcome, list) and outcome for outcome in (outcomes[0], outcomes[2])), outcomes
-    assert service.engine.events[second].approvals == ("other",)
+    assert service.engine.component(AzureComponent).events[second].approvals == ("other",)
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "r.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert [again.engine.events[event_id].approvals for event_id in (first, second)] == [("test",), ("other",)]
+    assert [again.engine.component(AzureComponent).events[event_id].approvals for event_id in (first, second)] == [
+        ("test",),
+        ("other",),
+    ]
     again.store.close()
 
 

@@ -24,7 +24,7 @@ import pytest
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged
-from forewarn.aws.component import Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.protocol import NAMESPACE
 from forewarn.aws.model import Ec2Code, availability_zone_id
@@ -59,7 +59,9 @@ def open_service(path, fleet: str = FLEET) -> Maintenance:
 
 
 def schedule(service: Maintenance, code: str, *instances: str, **fields):
-    changes = service.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code(code), instances, **fields)))
+    changes = service.perform(
+        lambda engine: engine.component(Ec2Component).schedule_ec2(Ec2Request(Ec2Code(code), instances, **fields))
+    )
     events = [c.event for c in changes if isinstance(c, Ec2EventChanged)]
     return events[0] if len(events) == 1 else events
 
@@ -260,7 +262,7 @@ def test_filters_on_the_wire(wire):
     reboot = schedule(wire.service, "system-reboot", EBS)
     maintenance = schedule(wire.service, "system-maintenance", SPOT, notice=timedelta(hours=2))
     canceled = schedule(wire.service, "instance-reboot", STORE, notice=timedelta(hours=3))
-    wire.service.perform(lambda engine: engine.cancel_ec2(canceled.event_id))
+    wire.service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(canceled.event_id))
 
     def ids(*filters, **more):
         params = dict(more)
@@ -365,7 +367,7 @@ def test_status_checks_follow_the_impact(wire):
 def test_completed_and_canceled_events_stay_a_week(wire):
     done = schedule(wire.service, "instance-reboot", EBS, notice=timedelta(minutes=1))
     gone = schedule(wire.service, "system-reboot", EBS, notice=timedelta(days=1))
-    wire.service.perform(lambda engine: engine.cancel_ec2(gone.event_id))
+    wire.service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(gone.event_id))
     wire.service.advance_clock(timedelta(minutes=2))  # the reboot is done (30 s)
     events = list(q(wire.describe(InstanceId_1=EBS)[EBS], "eventsSet"))
     assert [(q(e, "instanceEventId").text, q(e, "description").text) for e in events] == [
@@ -413,7 +415,9 @@ def test_stopped_and_terminated_instances(wire):
 def test_auto_scaling_replacement_appears(wire):
     schedule(wire.service, "instance-retirement", ASG, notice=timedelta(minutes=1))
     wire.service.advance_clock(timedelta(minutes=1))
-    [replacement] = [s.instance_id for s in wire.service.engine.ec2_states.values() if s.origin == ASG]
+    [replacement] = [
+        s.instance_id for s in wire.service.engine.component(Ec2Component).ec2_states.values() if s.origin == ASG
+    ]
     running = wire.describe()
     assert replacement in running and ASG not in running
     assert q(running[replacement], "instanceState/name").text == "running"
@@ -455,7 +459,9 @@ def test_modify_instance_event_start_time_wire(wire):
         "DryRunOperation",
         "Request would have succeeded, but DryRun flag is set.",
     )
-    assert wire.service.engine.ec2_events[event.event_id].not_before == event.not_before  # nothing changed
+    assert (
+        wire.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
+    )  # nothing changed
     response = wire.call("ModifyInstanceEventStartTime", **params)
     assert response.status_code == 200 and response.headers["content-type"] == "text/xml;charset=UTF-8"
     root = ET.fromstring(response.content)
@@ -469,7 +475,7 @@ def test_modify_instance_event_start_time_wire(wire):
         iso(new + timedelta(hours=2)),
         iso(event.not_before_deadline),
     ]
-    assert wire.service.engine.ec2_events[event.event_id].not_before == new  # committed
+    assert wire.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == new  # committed
     assert q(wire.describe(InstanceId_1=EBS)[EBS], "eventsSet/item/notBefore").text == iso(new)
     code, message = error(wire.call("ModifyInstanceEventStartTime", **{**params, "NotBefore": iso(T0)}))
     assert code == "InvalidInstanceEventStartTime" and "at least 60 minutes from now" in message
@@ -520,7 +526,7 @@ def test_describe_is_linear_in_the_fleet(tmp_path, monkeypatch):
     )
     service = open_service(tmp_path / "big.db", fleet)
     ids = tuple(f"i-{n:017x}" for n in range(1, count + 1, 4))
-    service.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, ids)))
+    service.perform(lambda engine: engine.component(Ec2Component).schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, ids)))
     wire = Wire(service)
     api = wire.app.state.ec2
     built = []
@@ -555,14 +561,16 @@ def test_a_cached_item_is_rendered_again_when_its_instance_changes(tmp_path):
     [event] = [
         change.event
         for change in service.perform(
-            lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, ("i-00000000000000001",)))
+            lambda engine: engine.component(Ec2Component).schedule_ec2(
+                Ec2Request(Ec2Code.SYSTEM_REBOOT, ("i-00000000000000001",))
+            )
         )
         if hasattr(change, "event")
     ]
     listed = wire.call().content
     assert event.event_id.encode() in listed and b"<eventsSet>" in listed
     assert b"[Canceled]" not in listed
-    service.perform(lambda engine: engine.cancel_ec2(event.event_id))
+    service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(event.event_id))
     assert b"<description>[Canceled] " in wire.call().content  # the event changed: its instance's item too
     service.store.close()
 
@@ -768,7 +776,7 @@ def test_boto3_dry_run(ec2):
             "Message": "Request would have succeeded, but DryRun flag is set.",
         }
         assert error["ResponseMetadata"]["HTTPStatusCode"] == 412
-    assert ec2.service.engine.ec2_events[event.event_id].not_before == event.not_before
+    assert ec2.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
 
 
 def test_boto3_modify_instance_event_start_time_and_its_refusals(ec2):
@@ -814,7 +822,9 @@ def test_boto3_modify_instance_event_start_time_and_its_refusals(ec2):
     }
     assert refused("i-xyz", reboot.event_id, new)["Code"] == "InvalidInstanceID.Malformed"
     assert refused(WEST, reboot.event_id, new)["Code"] == "InvalidInstanceID.NotFound"  # in another region
-    assert ec2.service.engine.ec2_events[reboot.event_id].not_before == new  # refusals changed nothing
+    assert (
+        ec2.service.engine.component(Ec2Component).ec2_events[reboot.event_id].not_before == new
+    )  # refusals changed nothing
 
 
 # ---------------------------------------------------------------------------------------------------- the aws CLI
@@ -880,7 +890,9 @@ def test_aws_cli(ec2, tmp_path):
     )
     assert moved.returncode == 0, moved.stderr
     assert json.loads(moved.stdout)["Event"]["NotBefore"] == "2026-04-25T10:00:00.000Z"
-    assert ec2.service.engine.ec2_events[event.event_id].not_before == datetime(2026, 4, 25, 10, tzinfo=UTC)
+    assert ec2.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == datetime(
+        2026, 4, 25, 10, tzinfo=UTC
+    )
     refused = aws(
         ec2,
         tmp_path,
@@ -998,10 +1010,10 @@ def test_create_instance_event_window_wire_shape(wwire, tmp_path):
     assert q(window, "name").text == "nightly" and q(window, "state").text == "creating"
     assert targets(window) == ([], [], [])
     assert [(q(i, "key").text, q(i, "value").text) for i in q(window, "tagSet")] == [("K1", "V1"), ("empty", None)]
-    stored = wwire.service.engine.ec2_windows[window_id]
+    stored = wwire.service.engine.component(Ec2Component).ec2_windows[window_id]
     assert stored.time_ranges == (TimeRange("monday", 2, "wednesday", 8), TimeRange("thursday", 2, "friday", 8))
     assert stored.tags == (("K1", "V1"), ("empty", ""))
-    assert window_id in {w.window_id for w in wwire.service.store.load().records["ec2"].windows}  # committed
+    assert window_id in {w.window_id for w in wwire.service.store.load().records["aws"].windows}  # committed
     # A cron window: no timeRangeSet; the name may be left out.
     cron = window_of(
         wwire.call("CreateInstanceEventWindow", CronExpression="* 21-23 * * 2,3"), "CreateInstanceEventWindow"
@@ -1066,9 +1078,13 @@ def test_create_instance_event_window_refusals(wwire):
         "The parameter TimeRanges.1.StartHour is not recognized",
     )
     assert error(wwire.call("CreateInstanceEventWindow", DryRun="true", **SATURDAY), 412)[0] == "DryRunOperation"
-    assert wwire.service.engine.ec2_windows == {}  # nothing was created
+    assert wwire.service.engine.component(Ec2Component).ec2_windows == {}  # nothing was created
     for n in range(200):
-        wwire.service.perform(lambda engine, n=n: engine.create_window(f"w{n}", (TimeRange("sunday", 0, "sunday", 4),)))
+        wwire.service.perform(
+            lambda engine, n=n: engine.component(Ec2Component).create_window(
+                f"w{n}", (TimeRange("sunday", 0, "sunday", 4),)
+            )
+        )
     assert refused(**SATURDAY) == ("InvalidParameterValue", "at most 200 event windows per Region")
 
 
@@ -1151,7 +1167,10 @@ def test_associate_and_disassociate_on_the_wire(wwire):
         "The request must contain the parameter AssociationTarget.InstanceTag.1.Key",
     )
     assert error(associate(AssociationTarget_InstanceId_1=ASG, DryRun="true"), 412)[0] == "DryRunOperation"
-    assert wwire.service.engine.ec2_windows[window_id].instance_ids == (EBS, STORE)  # refusals changed nothing
+    assert wwire.service.engine.component(Ec2Component).ec2_windows[window_id].instance_ids == (
+        EBS,
+        STORE,
+    )  # refusals changed nothing
     # Tags (the request's InstanceTag is the answer's tagSet) and hosts, on the other window.
     tagged = window_of(
         wwire.call(
@@ -1259,7 +1278,7 @@ def test_modify_and_delete_on_the_wire(wwire):
         ]
         == "DryRunOperation"
     )
-    assert wwire.service.engine.ec2_windows[window_id].name == "n2"
+    assert wwire.service.engine.component(Ec2Component).ec2_windows[window_id].name == "n2"
     # Delete: with targets only with ForceDelete; the answer says deleting; then the window is gone.
     wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=window_id, AssociationTarget_InstanceId_1=EBS)
     assert error(wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id)) == (
@@ -1279,8 +1298,8 @@ def test_modify_and_delete_on_the_wire(wwire):
     assert names(root) == ["requestId", "instanceEventWindowState"]
     assert names(q(root, "instanceEventWindowState")) == ["instanceEventWindowId", "state"]
     assert [c.text for c in q(root, "instanceEventWindowState")] == [window_id, "deleting"]
-    assert window_id not in wwire.service.engine.ec2_windows
-    assert window_id not in {w.window_id for w in wwire.service.store.load().records["ec2"].windows}
+    assert window_id not in wwire.service.engine.component(Ec2Component).ec2_windows
+    assert window_id not in {w.window_id for w in wwire.service.store.load().records["aws"].windows}
     assert (
         error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowId_1=window_id))[0]
         == "InvalidInstanceEventWindowId.NotFound"
@@ -1379,9 +1398,11 @@ def test_describe_instance_event_windows_and_filters(wwire):
 def test_describe_instance_event_windows_paging(wwire):
     for n in range(45):
         wwire.service.perform(
-            lambda engine, n=n: engine.create_window(f"w{n:02}", (TimeRange("sunday", 0, "sunday", 4),))
+            lambda engine, n=n: engine.component(Ec2Component).create_window(
+                f"w{n:02}", (TimeRange("sunday", 0, "sunday", 4),)
+            )
         )
-    everything = sorted(wwire.service.engine.ec2_windows)
+    everything = sorted(wwire.service.engine.component(Ec2Component).ec2_windows)
     for value, message in (
         ("19", "Value ( 19 ) for parameter maxResults is invalid. Expecting a value from 20 to 500."),
         ("501", "Value ( 501 ) for parameter maxResults is invalid. Expecting a value from 20 to 500."),
@@ -1427,7 +1448,7 @@ def test_describe_instance_event_windows_paging(wwire):
     assert error(wwire.call("DescribeInstanceEventWindows", NextToken=status_token))[0] == "InvalidNextToken"
     # A filtered query pages over what matches.
     assert described_ids(wwire, ("event-window-name", "w4*"), MaxResults=500) == sorted(
-        w for w in everything if wwire.service.engine.ec2_windows[w].name.startswith("w4")
+        w for w in everything if wwire.service.engine.component(Ec2Component).ec2_windows[w].name.startswith("w4")
     )
 
 
@@ -1465,7 +1486,7 @@ def test_event_notification_attributes_on_the_wire(wwire):
         ["owner", "team"],
         "false",
     )
-    assert wwire.service.store.load().records["ec2"].notification_attributes.keys == ("owner", "team")  # committed
+    assert wwire.service.store.load().records["aws"].notification_attributes.keys == ("owner", "team")  # committed
     assert error(
         wwire.call(
             register, InstanceTagAttribute_IncludeAllTagsOfInstance="true", InstanceTagAttribute_InstanceTagKey_1="x"
@@ -1553,7 +1574,11 @@ def test_boto3_window_places_a_scheduled_reboot(wec2):
         "DedicatedHostIds": [],
     }
     assert associated["InstanceEventWindow"]["State"] == "creating"
-    wec2.service.perform(lambda e: e.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,), notice=timedelta(hours=1))))
+    wec2.service.perform(
+        lambda e: e.component(Ec2Component).schedule_ec2(
+            Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,), notice=timedelta(hours=1))
+        )
+    )
     [event] = statuses(client, InstanceIds=[EBS])[EBS]["Events"]
     assert T0.weekday() == 0  # Monday 2026-04-20 22:11:58: the next window opens Saturday 02:00
     assert event["NotBefore"] == datetime(2026, 4, 25, 2, tzinfo=UTC)
@@ -1675,7 +1700,7 @@ def test_boto3_event_window_actions_and_errors(wec2):
     pages = list(client.get_paginator("describe_instance_event_windows").paginate(PaginationConfig={"PageSize": 20}))
     assert [len(page["InstanceEventWindows"]) for page in pages] == [20, 13]
     listed = [w["InstanceEventWindowId"] for page in pages for w in page["InstanceEventWindows"]]
-    assert listed == sorted(wec2.service.engine.ec2_windows)
+    assert listed == sorted(wec2.service.engine.component(Ec2Component).ec2_windows)
     # Disassociate, then delete: deleting, and gone.
     untied = client.disassociate_instance_event_window(
         InstanceEventWindowId=window_id, AssociationTarget={"InstanceTags": [{"Key": "env", "Value": "prod"}]}
@@ -1704,7 +1729,7 @@ def test_boto3_event_notification_attributes(wec2):
         "InstanceTagKeys": ["owner", "project"],
         "IncludeAllTagsOfInstance": False,
     }
-    assert wec2.service.engine.notification_attributes.keys == ("owner", "project")
+    assert wec2.service.engine.component(Ec2Component).notification_attributes.keys == ("owner", "project")
     error = client_error(
         client.register_instance_event_notification_attributes,
         InstanceTagAttribute={"IncludeAllTagsOfInstance": True, "InstanceTagKeys": ["x"]},
@@ -1773,7 +1798,7 @@ def test_aws_cli_create_instance_event_window(wec2, tmp_path):
         "AssociationTarget": {"InstanceIds": [], "Tags": [], "DedicatedHostIds": []},
         "Tags": [{"Key": "K1", "Value": "V1"}],
     }
-    assert wec2.service.engine.ec2_windows[window["InstanceEventWindowId"]].name == "cli-window"
+    assert wec2.service.engine.component(Ec2Component).ec2_windows[window["InstanceEventWindowId"]].name == "cli-window"
     refused = aws(wec2, tmp_path, "create-instance-event-window", "--cron-expression", "* 0-1 * * *")
     assert refused.returncode != 0 and "(InvalidParameterValue)" in refused.stderr
 
@@ -1847,7 +1872,7 @@ def test_sigv4_right_key_wrong_secret_unknown_key(signed):
         "Message": "AWS was not able to validate the provided access credentials",
     }
     assert unknown["ResponseMetadata"]["HTTPStatusCode"] == 401
-    assert len(signed.service.engine.ec2_windows) == 1  # refused requests changed nothing
+    assert len(signed.service.engine.component(Ec2Component).ec2_windows) == 1  # refused requests changed nothing
 
 
 def test_sigv4_on_the_wire(signed):

@@ -8,7 +8,7 @@ import pytest
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged
-from forewarn.aws.component import Ec2Request, RescheduleRefused
+from forewarn.aws.component import Ec2Component, Ec2Request, RescheduleRefused
 from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine
@@ -34,7 +34,7 @@ def engine() -> Engine:
 
 
 def schedule(e, code, *instances, **fields):
-    changes = e.schedule_ec2(Ec2Request(Ec2Code(code), tuple(instances), **fields))
+    changes = e.component(Ec2Component).schedule_ec2(Ec2Request(Ec2Code(code), tuple(instances), **fields))
     return [c.event for c in changes if isinstance(c, Ec2EventChanged)]
 
 
@@ -60,13 +60,15 @@ def test_system_reboot_migrates_and_completes_with_the_prefix():
     e = engine()
     [event] = schedule(e, "system-reboot", EBS, notice=timedelta(minutes=10))
     e.advance(T0 + timedelta(minutes=10))
-    state = e.ec2_states[EBS]
+    state = e.component(Ec2Component).ec2_states[EBS]
     assert state.host == "h2" and state.impacted_by == event.event_id and state.state is InstanceState.RUNNING
-    assert e.ec2_events[event.event_id].state is Ec2EventState.ACTIVE  # active while in progress
+    assert (
+        e.component(Ec2Component).ec2_events[event.event_id].state is Ec2EventState.ACTIVE
+    )  # active while in progress
     e.advance(T0 + timedelta(minutes=15))
-    done = e.ec2_events[event.event_id]
+    done = e.component(Ec2Component).ec2_events[event.event_id]
     assert done.state is Ec2EventState.COMPLETED and done.shown_description.startswith("[Completed] ")
-    assert e.ec2_states[EBS].booted_at == T0 + timedelta(minutes=15)
+    assert e.component(Ec2Component).ec2_states[EBS].booted_at == T0 + timedelta(minutes=15)
 
 
 def test_instance_reboot_stays_on_its_host_and_maintenance_does_not_reboot():
@@ -74,16 +76,18 @@ def test_instance_reboot_stays_on_its_host_and_maintenance_does_not_reboot():
     schedule(e, "instance-reboot", EBS, notice=timedelta(0))
     schedule(e, "system-maintenance", STORE, notice=timedelta(0))
     e.advance(T0 + timedelta(minutes=5))
-    assert e.ec2_states[EBS].host == "h1" and e.ec2_states[EBS].booted_at == T0 + timedelta(seconds=30)
-    assert e.ec2_states[STORE].booted_at == T0  # network or power maintenance: no reboot
+    assert e.component(Ec2Component).ec2_states[EBS].host == "h1" and e.component(Ec2Component).ec2_states[
+        EBS
+    ].booted_at == T0 + timedelta(seconds=30)
+    assert e.component(Ec2Component).ec2_states[STORE].booted_at == T0  # network or power maintenance: no reboot
 
 
 def test_retirement_stops_ebs_and_terminates_instance_store():
     e = engine()
     schedule(e, "instance-retirement", EBS, STORE, notice=timedelta(0))
     e.advance(T0)
-    assert e.ec2_states[EBS].state is InstanceState.STOPPED
-    assert e.ec2_states[STORE].state is InstanceState.TERMINATED
+    assert e.component(Ec2Component).ec2_states[EBS].state is InstanceState.STOPPED
+    assert e.component(Ec2Component).ec2_states[STORE].state is InstanceState.TERMINATED
     with pytest.raises(Conflict, match="terminated"):
         schedule(e, "system-reboot", STORE)
 
@@ -92,72 +96,80 @@ def test_stop_moves_to_a_new_host_when_started_again():
     e = engine()
     schedule(e, "instance-stop", EBS, notice=timedelta(0))
     e.advance(T0 + timedelta(minutes=1))
-    assert e.ec2_states[EBS].state is InstanceState.STOPPED and e.ec2_states[EBS].host == "h1"
-    e.start_instance(EBS)
-    assert e.ec2_states[EBS].state is InstanceState.RUNNING and e.ec2_states[EBS].host == "h2"
+    assert (
+        e.component(Ec2Component).ec2_states[EBS].state is InstanceState.STOPPED
+        and e.component(Ec2Component).ec2_states[EBS].host == "h1"
+    )
+    e.component(Ec2Component).start_instance(EBS)
+    assert (
+        e.component(Ec2Component).ec2_states[EBS].state is InstanceState.RUNNING
+        and e.component(Ec2Component).ec2_states[EBS].host == "h2"
+    )
     with pytest.raises(Conflict):
-        e.start_instance(EBS)
+        e.component(Ec2Component).start_instance(EBS)
 
 
 def test_auto_scaling_group_replaces_an_impacted_instance():
     e = engine()
     schedule(e, "instance-retirement", ASG, notice=timedelta(0))
     e.advance(T0)
-    assert e.ec2_states[ASG].state is InstanceState.TERMINATED
-    assert e.ec2_states[ASG].lifecycle_state == "Terminated"
-    [replacement] = [s for s in e.ec2_states.values() if s.origin == ASG]
+    assert e.component(Ec2Component).ec2_states[ASG].state is InstanceState.TERMINATED
+    assert e.component(Ec2Component).ec2_states[ASG].lifecycle_state == "Terminated"
+    [replacement] = [s for s in e.component(Ec2Component).ec2_states.values() if s.origin == ASG]
     assert replacement.state is InstanceState.RUNNING
-    assert e.ec2_instances[replacement.instance_id].auto_scaling_group == "web-asg"
+    assert e.component(Ec2Component).ec2_instances[replacement.instance_id].auto_scaling_group == "web-asg"
 
 
 def test_cancel_only_before_it_starts():
     e = engine()
     [event] = schedule(e, "system-reboot", EBS, notice=timedelta(hours=1))
-    e.cancel_ec2(event.event_id)
-    assert e.ec2_events[event.event_id].shown_description.startswith("[Canceled] ")
+    e.component(Ec2Component).cancel_ec2(event.event_id)
+    assert e.component(Ec2Component).ec2_events[event.event_id].shown_description.startswith("[Canceled] ")
     e.advance(T0 + timedelta(hours=2))
-    assert e.ec2_states[EBS].impacted_by is None
+    assert e.component(Ec2Component).ec2_states[EBS].impacted_by is None
     [started] = schedule(e, "instance-reboot", EBS, notice=timedelta(0))
     e.advance(e.now)
     with pytest.raises(Conflict):
-        e.cancel_ec2(started.event_id)
+        e.component(Ec2Component).cancel_ec2(started.event_id)
 
 
 def test_reschedule_rules():
     e = engine()
     [event] = schedule(e, "system-reboot", EBS, notice=timedelta(days=1))
-    changes = e.reschedule_ec2(EBS, event.event_id, T0 + timedelta(days=3))
+    changes = e.component(Ec2Component).reschedule_ec2(EBS, event.event_id, T0 + timedelta(days=3))
     moved = changes[0].event
     assert moved.not_before == T0 + timedelta(days=3) and moved.not_after == moved.not_before + timedelta(hours=2)
     e.advance(T0 + timedelta(days=1, minutes=1))
-    assert e.ec2_states[EBS].impacted_by is None  # the old start passed: nothing happened
+    assert e.component(Ec2Component).ec2_states[EBS].impacted_by is None  # the old start passed: nothing happened
     for when, message in (
         (T0 + timedelta(minutes=30), "at least 60 minutes"),
         (moved.not_before_deadline + timedelta(seconds=1), "after the event's deadline"),
     ):
         with pytest.raises(RescheduleRefused, match=message):
-            e.reschedule_ec2(EBS, event.event_id, when)
+            e.component(Ec2Component).reschedule_ec2(EBS, event.event_id, when)
     [stop] = schedule(e, "instance-stop", EBS, notice=timedelta(days=2))
     with pytest.raises(RescheduleRefused, match="no deadline"):
-        e.reschedule_ec2(EBS, stop.event_id, e.now + timedelta(days=1))
+        e.component(Ec2Component).reschedule_ec2(EBS, stop.event_id, e.now + timedelta(days=1))
     [soon] = schedule(e, "instance-reboot", STORE, notice=timedelta(minutes=4))
     with pytest.raises(RescheduleRefused, match="within 5 minutes"):
-        e.reschedule_ec2(STORE, soon.event_id, e.now + timedelta(hours=2))
+        e.component(Ec2Component).reschedule_ec2(STORE, soon.event_id, e.now + timedelta(hours=2))
     with pytest.raises(NotFound):
-        e.reschedule_ec2(STORE, event.event_id, e.now + timedelta(hours=2))  # another instance's event
+        e.component(Ec2Component).reschedule_ec2(
+            STORE, event.event_id, e.now + timedelta(hours=2)
+        )  # another instance's event
 
 
 def test_spot_interruption_two_minutes_ahead():
     e = engine()
-    e.interrupt_spot([SPOT], "stop")
-    state = e.ec2_states[SPOT]
+    e.component(Ec2Component).interrupt_spot([SPOT], "stop")
+    state = e.component(Ec2Component).ec2_states[SPOT]
     assert (state.spot_action, state.spot_action_time) == ("stop", T0 + timedelta(minutes=2))
     e.advance(T0 + timedelta(minutes=2))
-    assert e.ec2_states[SPOT].state is InstanceState.STOPPED
+    assert e.component(Ec2Component).ec2_states[SPOT].state is InstanceState.STOPPED
     with pytest.raises(Invalid, match="not a Spot instance"):
-        e.interrupt_spot([EBS], "terminate")
-    e.recommend_rebalance([SPOT])
-    assert e.ec2_states[SPOT].rebalance_at == e.now
+        e.component(Ec2Component).interrupt_spot([EBS], "terminate")
+    e.component(Ec2Component).recommend_rebalance([SPOT])
+    assert e.component(Ec2Component).ec2_states[SPOT].rebalance_at == e.now
 
 
 @pytest.mark.parametrize("url_kind", ["sqlite", "postgresql"])
@@ -165,19 +177,23 @@ def test_ec2_state_survives_a_restart(tmp_path, url_kind, request):
     url = str(tmp_path / "s.db") if url_kind == "sqlite" else request.getfixturevalue("postgres_url")
     service = Maintenance.open(open_store(url), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
     service.perform(
-        lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.INSTANCE_RETIREMENT, (ASG,), notice=timedelta(minutes=1)))
+        lambda engine: engine.component(Ec2Component).schedule_ec2(
+            Ec2Request(Ec2Code.INSTANCE_RETIREMENT, (ASG,), notice=timedelta(minutes=1))
+        )
     )
     [event] = service.perform(
-        lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,), notice=timedelta(hours=1)))
+        lambda engine: engine.component(Ec2Component).schedule_ec2(
+            Ec2Request(Ec2Code.SYSTEM_REBOOT, (EBS,), notice=timedelta(hours=1))
+        )
     )
     service.advance_clock(timedelta(minutes=2))
     service.store.close()
     again = Maintenance.open(open_store(url), None, "manual", 1.0, None, None)
-    assert again.engine.ec2_states[ASG].state is InstanceState.TERMINATED
-    [replacement] = [s for s in again.engine.ec2_states.values() if s.origin == ASG]
-    assert replacement.instance_id in again.engine.ec2_instances
+    assert again.engine.component(Ec2Component).ec2_states[ASG].state is InstanceState.TERMINATED
+    [replacement] = [s for s in again.engine.component(Ec2Component).ec2_states.values() if s.origin == ASG]
+    assert replacement.instance_id in again.engine.component(Ec2Component).ec2_instances
     again.advance_clock(timedelta(hours=1))
-    assert again.engine.ec2_states[EBS].impacted_by == event.event.event_id
+    assert again.engine.component(Ec2Component).ec2_states[EBS].impacted_by == event.event.event_id
     again.store.close()
 
 
@@ -192,43 +208,47 @@ def window_of(changes):
 def test_window_validation():
     e = engine()
     with pytest.raises(Invalid, match="at least 2 hours"):
-        e.create_window("w", (TimeRange("monday", 2, "monday", 3), TimeRange("tuesday", 2, "tuesday", 8)))
+        e.component(Ec2Component).create_window(
+            "w", (TimeRange("monday", 2, "monday", 3), TimeRange("tuesday", 2, "tuesday", 8))
+        )
     with pytest.raises(Invalid, match="at least 4 hours"):
-        e.create_window("w", (TimeRange("monday", 2, "monday", 5),))
+        e.component(Ec2Component).create_window("w", (TimeRange("monday", 2, "monday", 5),))
     with pytest.raises(Invalid, match="only the hour and the day"):
-        e.create_window("w", cron="0 1-5 * * 1")
+        e.component(Ec2Component).create_window("w", cron="0 1-5 * * 1")
     with pytest.raises(Invalid, match="not both"):
-        e.create_window("w", (TimeRange("monday", 2, "monday", 8),), cron="* 0-4 * * 1")
+        e.component(Ec2Component).create_window("w", (TimeRange("monday", 2, "monday", 8),), cron="* 0-4 * * 1")
     with pytest.raises(Invalid, match="needs time ranges or a cron"):
-        e.create_window("w")
-    wrap = window_of(e.create_window("w", (TimeRange("saturday", 22, "sunday", 2),)))  # across the week's end
+        e.component(Ec2Component).create_window("w")
+    wrap = window_of(
+        e.component(Ec2Component).create_window("w", (TimeRange("saturday", 22, "sunday", 2),))
+    )  # across the week's end
     assert wrap.intervals() == [(6 * 24 + 22, 4)]
-    cron = window_of(e.create_window("c", cron="* 21-23 * * 2,3"))
+    cron = window_of(e.component(Ec2Component).create_window("c", cron="* 21-23 * * 2,3"))
     assert cron.intervals() == [(2 * 24 + 21, 2), (3 * 24 + 21, 2)]
 
 
 def test_association_rules():
     e = engine()
-    first = window_of(e.create_window("a", (TimeRange("monday", 2, "monday", 8),)))
-    second = window_of(e.create_window("b", cron="* 0-4 * * 1,5"))
-    e.associate_window(first.window_id, instance_ids=(EBS,))
+    first = window_of(e.component(Ec2Component).create_window("a", (TimeRange("monday", 2, "monday", 8),)))
+    second = window_of(e.component(Ec2Component).create_window("b", cron="* 0-4 * * 1,5"))
+    e.component(Ec2Component).associate_window(first.window_id, instance_ids=(EBS,))
     with pytest.raises(Invalid, match="one window only"):
-        e.associate_window(second.window_id, instance_ids=(EBS,))
+        e.component(Ec2Component).associate_window(second.window_id, instance_ids=(EBS,))
     with pytest.raises(Invalid, match="one kind of target"):
-        e.associate_window(first.window_id, instance_tags=(("team", "db"),))
+        e.component(Ec2Component).associate_window(first.window_id, instance_tags=(("team", "db"),))
     with pytest.raises(Invalid, match="associated targets"):
-        e.delete_window(first.window_id)
-    e.delete_window(first.window_id, force=True)
+        e.component(Ec2Component).delete_window(first.window_id)
+    e.component(Ec2Component).delete_window(first.window_id, force=True)
     with pytest.raises(NotFound):
-        e.ec2_window(first.window_id)
+        e.component(Ec2Component).ec2_window(first.window_id)
     with pytest.raises(NotFound):
-        e.associate_window(second.window_id, instance_ids=("i-0eeeeeeeeeeeeeee5",))
+        e.component(Ec2Component).associate_window(second.window_id, instance_ids=("i-0eeeeeeeeeeeeeee5",))
 
 
 def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
     e = engine()  # T0 is Monday 20 April 2026, 22:11:58 UTC
-    window = window_of(e.create_window("nights", (TimeRange("wednesday", 2, "wednesday", 6),)))
-    e.associate_window(window.window_id, instance_tags=(("Name", "db"),))
+    window = window_of(e.component(Ec2Component).create_window("nights", (TimeRange("wednesday", 2, "wednesday", 6),)))
+    e.component(Ec2Component).associate_window(window.window_id, instance_tags=(("Name", "db"),))
     [event] = schedule(e, "system-reboot", EBS, notice=timedelta(hours=1))
     assert (event.not_before.isoformat(), event.not_after.isoformat()) == (
         "2026-04-22T02:00:00+00:00",
@@ -239,8 +259,10 @@ def test_new_events_are_placed_in_the_window_and_network_maintenance_is_not():
     assert network.not_before == T0 + timedelta(hours=1)  # windows do not apply to network maintenance
     [stop] = schedule(e, "instance-stop", EBS, notice=timedelta(days=1, hours=5))  # Wednesday 03:11: inside
     assert stop.not_before == T0 + timedelta(days=1, hours=5) and stop.not_after is None
-    e.modify_window(window.window_id, cron="* 10-14 * * 4")
-    assert e.ec2_events[event.event_id].not_before == event.not_before  # changing a window moves nothing
+    e.component(Ec2Component).modify_window(window.window_id, cron="* 10-14 * * 4")
+    assert (
+        e.component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
+    )  # changing a window moves nothing
 
 
 def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
@@ -248,33 +270,43 @@ def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
     from forewarn.aws.model import NotificationAttributes
 
     e = engine()
-    e.register_notification_attributes(keys=("Name",))
-    instance = e.ec2_instances[EBS]
-    assert e.notification_attributes.tags_of(instance) == {"Name": "db"}
+    e.component(Ec2Component).register_notification_attributes(keys=("Name",))
+    instance = e.component(Ec2Component).ec2_instances[EBS]
+    assert e.component(Ec2Component).notification_attributes.tags_of(instance) == {"Name": "db"}
     [event] = schedule(e, "system-reboot", EBS)
     message = health_event(
-        event, instance, "scheduled", e.now, "s", "instance-id", e.notification_attributes.tags_of(instance)
+        event,
+        instance,
+        "scheduled",
+        e.now,
+        "s",
+        "instance-id",
+        e.component(Ec2Component).notification_attributes.tags_of(instance),
     )
     assert message["detail"]["affectedEntities"][0]["tags"] == {"Name": "db"}
     with pytest.raises(Invalid):
-        e.register_notification_attributes(include_all=True, keys=("x",))
-    e.deregister_notification_attributes()
-    assert e.notification_attributes == NotificationAttributes()
+        e.component(Ec2Component).register_notification_attributes(include_all=True, keys=("x",))
+    e.component(Ec2Component).deregister_notification_attributes()
+    assert e.component(Ec2Component).notification_attributes == NotificationAttributes()
     service = Maintenance.open(open_store(str(tmp_path / "n.db")), parse_fleet(FLEET), "manual", 1.0, T0, "s")
-    service.perform(lambda engine: engine.register_notification_attributes(include_all=True))
+    service.perform(lambda engine: engine.component(Ec2Component).register_notification_attributes(include_all=True))
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "n.db")), None, "manual", 1.0, None, None)
-    assert again.engine.notification_attributes.include_all
+    assert again.engine.component(Ec2Component).notification_attributes.include_all
 
 
 def test_ids_that_are_not_events_are_never_reused_after_a_restart(tmp_path):
     """Windows and replacement instances take sequence numbers too; a restart must not hand them out again."""
     path = str(tmp_path / "seq.db")
     service = Maintenance.open(open_store(path), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
-    [first] = service.perform(lambda e: e.create_window("a", (TimeRange("monday", 2, "monday", 8),)))
+    [first] = service.perform(
+        lambda e: e.component(Ec2Component).create_window("a", (TimeRange("monday", 2, "monday", 8),))
+    )
     service.store.close()
     again = Maintenance.open(open_store(path), None, "manual", 1.0, None, None)
-    [second] = again.perform(lambda e: e.create_window("b", (TimeRange("monday", 2, "monday", 8),)))
+    [second] = again.perform(
+        lambda e: e.component(Ec2Component).create_window("b", (TimeRange("monday", 2, "monday", 8),))
+    )
     assert first.window.window_id != second.window.window_id
-    assert len(again.engine.ec2_windows) == 2
+    assert len(again.engine.component(Ec2Component).ec2_windows) == 2
     again.store.close()

@@ -13,7 +13,7 @@ import pytest
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged
-from forewarn.aws.component import Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, imds_time, pretty_json
 from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.core.changes import Rebuilt
@@ -93,7 +93,9 @@ class Env:
         return body
 
     def schedule(self, code: Ec2Code, instance: str = EBS, **fields):
-        changes = self.service.perform(lambda engine: engine.schedule_ec2(Ec2Request(code, (instance,), **fields)))
+        changes = self.service.perform(
+            lambda engine: engine.component(Ec2Component).schedule_ec2(Ec2Request(code, (instance,), **fields))
+        )
         [event] = [c.event for c in changes if isinstance(c, Ec2EventChanged)]
         return event
 
@@ -151,7 +153,7 @@ def test_in_progress_events_stay_scheduled_then_move_to_history(env):
     reboot = env.schedule(Ec2Code.SYSTEM_REBOOT, notice=timedelta(hours=1))
     canceled = env.schedule(Ec2Code.INSTANCE_REBOOT, notice=timedelta(days=3))
     assert env.get(HISTORY) == (200, b"[ ]")
-    env.service.perform(lambda engine: engine.cancel_ec2(canceled.event_id))
+    env.service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(canceled.event_id))
     env.service.advance_clock(timedelta(hours=1))  # the reboot migration is in progress: still active
     assert f'"EventId" : "{reboot.event_id}"'.encode() in env.get(SCHEDULED)[1]
     env.service.advance_clock(timedelta(minutes=5))  # done
@@ -313,7 +315,7 @@ def test_availability_zone_ids():
 def test_spot_instance_action_and_termination_time(env):
     for path in ("spot/instance-action", "spot/termination-time", "spot/"):
         assert env.get("/latest/meta-data/" + path, SPOT)[:1] == (404,)
-    env.service.perform(lambda engine: engine.interrupt_spot([SPOT], "terminate"))
+    env.service.perform(lambda engine: engine.component(Ec2Component).interrupt_spot([SPOT], "terminate"))
     assert env.get("/latest/meta-data/spot/instance-action", SPOT) == (
         200,
         b'{"action": "terminate", "time": "2026-04-20T22:13:58Z"}',
@@ -324,11 +326,11 @@ def test_spot_instance_action_and_termination_time(env):
 
 
 def test_spot_stop_has_no_termination_time_and_is_gone_after_a_restart(env):
-    env.service.perform(lambda engine: engine.interrupt_spot([SPOT], "stop"))
+    env.service.perform(lambda engine: engine.component(Ec2Component).interrupt_spot([SPOT], "stop"))
     assert env.get("/latest/meta-data/spot/instance-action", SPOT)[1].startswith(b'{"action": "stop", ')
     assert env.get("/latest/meta-data/spot/termination-time", SPOT)[0] == 404
     env.service.advance_clock(timedelta(minutes=3))  # stopped
-    env.service.perform(lambda engine: engine.start_instance(SPOT))
+    env.service.perform(lambda engine: engine.component(Ec2Component).start_instance(SPOT))
     assert env.get("/latest/meta-data/spot/instance-action", SPOT)[0] == 404
 
 
@@ -336,7 +338,7 @@ def test_rebalance_recommendation(env):
     path = "/latest/meta-data/events/recommendations/rebalance"
     assert env.get(path, SPOT) == (404, NOT_FOUND_PAGE)
     env.service.advance_clock(timedelta(minutes=1))
-    env.service.perform(lambda engine: engine.recommend_rebalance([SPOT]))
+    env.service.perform(lambda engine: engine.component(Ec2Component).recommend_rebalance([SPOT]))
     assert env.get(path, SPOT) == (200, b'{"noticeTime": "2026-04-20T22:12:58Z"}')
     assert env.get("/latest/meta-data/events/recommendations/", SPOT) == (200, b"rebalance")
 

@@ -6,11 +6,12 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from forewarn.aws.changes import Ec2EventChanged
-from forewarn.aws.component import Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Request, StoredEc2
 from forewarn.aws.model import Ec2Code, Ec2EventState, InstanceState
 from forewarn.aws.windows import TimeRange
+from forewarn.azure.component import AzureComponent, StoredAzure
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine, StoredAzure, StoredEc2
+from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
 from helpers import T0
 
@@ -49,31 +50,37 @@ commands = st.lists(
 def apply(engine: Engine, command, created: list[str]) -> None:
     kind = command[0]
     if kind == "schedule":
-        changes = engine.schedule_ec2(Ec2Request(command[1], tuple(command[2]), notice=timedelta(seconds=command[3])))
+        changes = engine.component(Ec2Component).schedule_ec2(
+            Ec2Request(command[1], tuple(command[2]), notice=timedelta(seconds=command[3]))
+        )
         created.extend(c.event.event_id for c in changes if isinstance(c, Ec2EventChanged))
     elif kind == "cancel" and created:
-        engine.cancel_ec2(created[command[1] % len(created)])
+        engine.component(Ec2Component).cancel_ec2(created[command[1] % len(created)])
     elif kind == "reschedule" and created:
-        event = engine.ec2_events[created[command[1] % len(created)]]
-        engine.reschedule_ec2(event.instance_id, event.event_id, engine.now + timedelta(seconds=command[2]))
+        event = engine.component(Ec2Component).ec2_events[created[command[1] % len(created)]]
+        engine.component(Ec2Component).reschedule_ec2(
+            event.instance_id, event.event_id, engine.now + timedelta(seconds=command[2])
+        )
     elif kind == "advance":
         engine.advance(engine.now + timedelta(seconds=command[1]))
     elif kind == "start":
-        engine.start_instance(command[1])
+        engine.component(Ec2Component).start_instance(command[1])
     elif kind == "spot":
-        engine.interrupt_spot([IDS[3]], command[1])
+        engine.component(Ec2Component).interrupt_spot([IDS[3]], command[1])
     elif kind == "window":
-        if not engine.ec2_windows:
-            engine.create_window("w", (TimeRange("tuesday", 1, "tuesday", 9),))
-        engine.associate_window(next(iter(engine.ec2_windows)), instance_ids=(command[1],))
+        if not engine.component(Ec2Component).ec2_windows:
+            engine.component(Ec2Component).create_window("w", (TimeRange("tuesday", 1, "tuesday", 9),))
+        engine.component(Ec2Component).associate_window(
+            next(iter(engine.component(Ec2Component).ec2_windows)), instance_ids=(command[1],)
+        )
 
 
 def snapshot(engine: Engine) -> tuple:
     return (
-        dict(engine.ec2_events),
-        dict(engine.ec2_states),
-        dict(engine.ec2_instances),
-        dict(engine.ec2_windows),
+        dict(engine.component(Ec2Component).ec2_events),
+        dict(engine.component(Ec2Component).ec2_states),
+        dict(engine.component(Ec2Component).ec2_instances),
+        dict(engine.component(Ec2Component).ec2_windows),
         engine.next_seq,
         engine.next_deadline(),
     )
@@ -92,19 +99,21 @@ def test_events_never_go_back_and_refusals_change_nothing(sequence):
             apply(engine, command, created)
         except CoreError:
             assert snapshot(engine) == before
-        for event in engine.ec2_events.values():
+        for event in engine.component(Ec2Component).ec2_events.values():
             previous = seen.get(event.event_id)
             if previous is not None and previous is not Ec2EventState.ACTIVE:
                 assert event.state is previous  # completed and canceled are final
             if event.started_at is not None:
                 assert event.started_at >= event.not_before
             seen[event.event_id] = event.state
-        now_terminated = {iid for iid, s in engine.ec2_states.items() if s.state is InstanceState.TERMINATED}
+        now_terminated = {
+            iid for iid, s in engine.component(Ec2Component).ec2_states.items() if s.state is InstanceState.TERMINATED
+        }
         assert terminated <= now_terminated
         terminated = now_terminated
-        for state in engine.ec2_states.values():
+        for state in engine.component(Ec2Component).ec2_states.values():
             if state.origin is not None:
-                assert engine.ec2_instances[state.instance_id].auto_scaling_group == "asg"
+                assert engine.component(Ec2Component).ec2_instances[state.instance_id].auto_scaling_group == "asg"
 
 
 @settings(max_examples=100, deadline=None)
@@ -132,8 +141,14 @@ def test_restore_continues_exactly(sequence, cut):
                 "prop",
                 second.now,
                 created_at=T0,
-                azure=StoredAzure(events=second.events.values()),
-                ec2=StoredEc2(second.ec2_events.values(), second.ec2_states.values(), second.ec2_windows.values()),
+                stored={
+                    "azure": StoredAzure(events=second.component(AzureComponent).events.values()),
+                    "aws": StoredEc2(
+                        second.component(Ec2Component).ec2_events.values(),
+                        second.component(Ec2Component).ec2_states.values(),
+                        second.component(Ec2Component).ec2_windows.values(),
+                    ),
+                },
                 next_seq=second.next_seq,
             )
         for engine, created in ((first, created_first), (second, created_second)):
@@ -141,8 +156,12 @@ def test_restore_continues_exactly(sequence, cut):
                 apply(engine, command, created)
             except CoreError:
                 pass
-        assert (first.ec2_events, first.ec2_states, first.ec2_windows) == (
-            second.ec2_events,
-            second.ec2_states,
-            second.ec2_windows,
+        assert (
+            first.component(Ec2Component).ec2_events,
+            first.component(Ec2Component).ec2_states,
+            first.component(Ec2Component).ec2_windows,
+        ) == (
+            second.component(Ec2Component).ec2_events,
+            second.component(Ec2Component).ec2_states,
+            second.component(Ec2Component).ec2_windows,
         )

@@ -13,9 +13,9 @@ import pytest
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.arm.compute import create_arm_app
-from forewarn.azure.model import EventSource, EventStatus, EventType
+from forewarn.azure.component import AzureComponent
+from forewarn.azure.model import EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import Power
-from forewarn.engine.engine import ScheduleRequest
 from helpers import T0, open_store, parse_fleet
 
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"
@@ -96,7 +96,7 @@ class Arm:
 
     def live(self, vm_name: str):
         engine = self.service.engine
-        return engine.live_events(engine.fleet.vm(vm_name).scope)
+        return engine.component(AzureComponent).live_events(engine.fleet.vm(vm_name).scope)
 
 
 @pytest.fixture
@@ -227,7 +227,7 @@ def test_the_fleet_file_fixes_what_arm_cannot_change(arm):
     body["properties"]["scheduledEventsPolicy"]["userInitiatedRedeploy"]["automaticallyApprove"] = True
     response = arm.call("PUT", f"{VMS}/solo", body)
     assert response.status_code == 200, response.text
-    assert arm.service.engine.policy("solo").auto_approve_redeploy
+    assert arm.service.engine.component(AzureComponent).policy("solo").auto_approve_redeploy
 
 
 # ------------------------------------------------------------------------------------------------------ resources
@@ -300,7 +300,7 @@ def test_restart_under_automatically_approve_starts_at_once_and_the_operation_su
     [event] = arm.live("WestNO_0")
     assert (event.event_type, event.source, event.status) == (EventType.REBOOT, EventSource.USER, EventStatus.STARTED)
     assert event.resources == ("WestNO_0",)
-    assert arm.service.engine.vm_states["WestNO_0"].power is Power.REBOOTING
+    assert arm.service.engine.component(AzureComponent).vm_states["WestNO_0"].power is Power.REBOOTING
     view = arm.call("GET", f"{VMS}/WestNO_0/instanceView").json()
     assert [s["code"] for s in view["statuses"]] == ["ProvisioningState/updating", "PowerState/starting"]
 
@@ -373,7 +373,7 @@ def test_delete_of_a_standalone_vm_is_unannounced_and_done_at_once(arm):
     response = arm.call("DELETE", f"{VMS}/solo")
     assert response.status_code == 202
     assert arm.live("solo") == []
-    assert arm.service.engine.vm_states["solo"].deleted
+    assert arm.service.engine.component(AzureComponent).vm_states["solo"].deleted
     assert arm.follow(response.headers["Azure-AsyncOperation"]).json()["status"] == "Succeeded"
     assert arm.call("GET", f"{VMS}/solo").status_code == 404
     assert arm.call("DELETE", f"{VMS}/solo").status_code == 204  # ARM RPC: deleting what is gone
@@ -390,7 +390,7 @@ def test_policy_is_set_on_the_availability_set_and_refused_on_its_members(arm):
         "userInitiatedReboot": {"automaticallyApprove": True},  # unchanged: PATCH merges
     }
     owner = arm.service.engine.fleet.vm("WestNO_0").policy_owner
-    assert arm.service.engine.policies[owner].auto_approve_redeploy
+    assert arm.service.engine.component(AzureComponent).policies[owner].auto_approve_redeploy
 
     response = arm.call("PATCH", f"{VMS}/WestNO_1", body)
     assert response.status_code == 400
@@ -426,7 +426,7 @@ def test_policy_needs_api_version_2024_03_01(arm):
         "Path 'properties.scheduledEventsPolicy'.",
     }
     owner = arm.service.engine.fleet.vm("WestNO_0").policy_owner
-    assert arm.service.engine.policies[owner].auto_approve_reboot  # unchanged
+    assert arm.service.engine.component(AzureComponent).policies[owner].auto_approve_reboot  # unchanged
 
 
 def test_central_publishing_opt_in_applies_to_new_events(arm):
@@ -449,7 +449,7 @@ def test_central_publishing_opt_in_applies_to_new_events(arm):
     }
     refused = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": wrong}}, api="2025-04-01")
     assert refused.status_code == 400 and error_of(refused)["code"] == "InvalidParameter"
-    assert not engine.policies[owner].publish_central
+    assert not engine.component(AzureComponent).policies[owner].publish_central
 
     before = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_0",)))
     response = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2025-04-01")
@@ -571,7 +571,7 @@ def test_manual_upgrade_then_delete_announces_one_terminate_per_vm(arm):
 
     status_url = response.headers["Azure-AsyncOperation"]
     arm.advance(minutes=10)  # all NotBefore passed: the batch started, the VMs are deleted
-    assert all(arm.service.engine.vm_states[f"web_{i}"].deleted for i in range(3))
+    assert all(arm.service.engine.component(AzureComponent).vm_states[f"web_{i}"].deleted for i in range(3))
     assert arm.call("GET", f"{VMSS}/web/virtualMachines/0").status_code == 404
     assert arm.follow(status_url).json()["status"] == "InProgress"  # the events are Started until their window ends
     arm.advance(minutes=10)
@@ -598,7 +598,7 @@ def test_scale_in_through_capacity(arm):
     # Without a terminate profile, instances go at once and the operation is done.
     response = arm.call("PUT", f"{VMSS}/workers", {"sku": {"capacity": 0}})
     assert response.status_code == 202
-    assert all(arm.service.engine.vm_states[f"workers_{i}"].deleted for i in range(2))
+    assert all(arm.service.engine.component(AzureComponent).vm_states[f"workers_{i}"].deleted for i in range(2))
     assert arm.follow(response.headers["Azure-AsyncOperation"]).json()["status"] == "Succeeded"
 
 
@@ -608,7 +608,9 @@ def test_a_refused_step_leaves_nothing_changed(arm):
     body["sku"] = {"capacity": 9}
     assert arm.call("PATCH", f"{VMSS}/web", body).status_code == 409
     owner = arm.service.engine.fleet.vm("web_0").policy_owner
-    assert arm.service.engine.policies[owner].terminate.not_before_timeout == timedelta(minutes=5)
+    assert arm.service.engine.component(AzureComponent).policies[owner].terminate.not_before_timeout == timedelta(
+        minutes=5
+    )
 
 
 def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, monkeypatch):
@@ -619,13 +621,15 @@ def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, mon
     def refuse(scale_set, count):
         raise Invalid("no scale-in today")
 
-    monkeypatch.setattr(arm.service.engine, "scale_in", refuse)
+    monkeypatch.setattr(arm.service.engine.component(AzureComponent), "scale_in", refuse)
     body = terminate_profile("PT12M")
     body["sku"] = {"capacity": 1}
     response = arm.call("PATCH", f"{VMSS}/web", body)
     assert response.status_code == 400 and error_of(response)["message"] == "no scale-in today"
     owner = arm.service.engine.fleet.vm("web_0").policy_owner
-    assert arm.service.engine.policies[owner].terminate.not_before_timeout == timedelta(minutes=5)
+    assert arm.service.engine.component(AzureComponent).policies[owner].terminate.not_before_timeout == timedelta(
+        minutes=5
+    )
     assert (
         arm.call("GET", f"{VMSS}/web").json()["properties"]["virtualMachineProfile"]["scheduledEventsProfile"][
             "terminateNotificationProfile"
@@ -644,11 +648,11 @@ def test_reimage_is_announced_only_with_the_os_image_profile(arm):
     response = arm.call("POST", f"{VMSS}/workers/reimage", {"instanceIds": ["0"]})
     assert response.status_code == 202
     assert arm.live("workers_0") == []  # no OS image profile: unannounced
-    assert arm.service.engine.vm_states["workers_0"].power is Power.REIMAGING
+    assert arm.service.engine.component(AzureComponent).vm_states["workers_0"].power is Power.REIMAGING
     status_url = response.headers["Azure-AsyncOperation"]
     assert arm.follow(status_url).json()["status"] == "InProgress"
     arm.advance(minutes=2)
-    assert arm.service.engine.vm_states["workers_0"].power is Power.RUNNING
+    assert arm.service.engine.component(AzureComponent).vm_states["workers_0"].power is Power.RUNNING
     assert arm.follow(status_url).json()["status"] == "Succeeded"
 
 

@@ -20,8 +20,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
-from forewarn.azure.model import EventType
-from forewarn.engine.engine import ScheduleRequest
+from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.fleet.file import parse_fleet
 from forewarn.net.own_listeners import Destination, OwnListeners
 from forewarn.server.stores import open_fleet_store

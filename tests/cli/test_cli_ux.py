@@ -11,8 +11,9 @@ from datetime import timedelta
 import pytest
 import requests
 
-from forewarn.azure.model import EventType
-from forewarn.engine.engine import Engine, ScheduleRequest
+from forewarn.azure.component import AzureComponent
+from forewarn.azure.model import EventType, ScheduleRequest
+from forewarn.engine.engine import Engine
 from helpers import ROOT, T0, Server, forewarn, free_port, fresh, small_fleet
 
 
@@ -144,7 +145,7 @@ def test_an_ambiguous_event_id_prefix_lists_the_candidates():
     engine = Engine(small_fleet(), seed="test", now=T0)
     seen: dict[str, str] = {}
     for _ in range(3000):  # 4 hex digits: a clash is expected after a few hundred ids (the birthday bound)
-        changes = engine.schedule(
+        changes = engine.component(AzureComponent).schedule(
             ScheduleRequest(event_type=EventType.FREEZE, vms=("solo",), notice=timedelta(hours=1))
         )
         event_id = changes[0].event.event_id
@@ -156,9 +157,9 @@ def test_an_ambiguous_event_id_prefix_lists_the_candidates():
     first = seen[event_id[:4]]
     common = next(i for i in range(4, 36) if first[i] != event_id[i])
     with pytest.raises(Ambiguous) as raised:
-        engine.resolve_event_id(event_id[:common].lower())
+        engine.component(AzureComponent).resolve_event_id(event_id[:common].lower())
     assert first in str(raised.value) and event_id in str(raised.value) and "give more characters" in str(raised.value)
-    assert engine.resolve_event_id(event_id[: common + 1]) == event_id
+    assert engine.component(AzureComponent).resolve_event_id(event_id[: common + 1]) == event_id
 
 
 def test_unknown_names_get_a_did_you_mean(small_server):
@@ -291,7 +292,9 @@ def test_resource_graph_and_event_grid_agree_on_resource_type(tmp_path):
     assert "/availabilitysets/db/" in rows["db-0"]["id"]
     fleet = parse_fleet(SET_FLEET, "sets.yaml")
     engine = Engine(fleet, seed="test", now=T0)
-    [change] = engine.schedule(ScheduleRequest(event_type=EventType.FREEZE, vms=("web_0",)))[:1]
+    [change] = engine.component(AzureComponent).schedule(ScheduleRequest(event_type=EventType.FREEZE, vms=("web_0",)))[
+        :1
+    ]
     published = scheduled_event_emitted(change.event, fleet.vms["web_0"], "scheduled", T0, "test", EventGridSettings())
     event_grid_type = published["data"]["resourceInfo"]["properties"]["ResourceType"]
     assert event_grid_type == "VirtualMachine"

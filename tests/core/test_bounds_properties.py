@@ -11,10 +11,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from forewarn.aws.component import Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Request, StoredEc2
 from forewarn.aws.model import Ec2Code
 from forewarn.azure.changes import EventChanged
-from forewarn.azure.model import EventType
+from forewarn.azure.component import AzureComponent, StoredAzure
+from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.core.bounds import (
     EARLIEST_TIME,
     LATEST_TIME,
@@ -28,9 +29,9 @@ from forewarn.core.bounds import (
 )
 from forewarn.core.clock import Clock
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine, ScheduleRequest, StoredAzure, StoredEc2, StoredWaves
+from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
-from forewarn.waves.component import WaveOrder, WaveSpec
+from forewarn.waves.component import StoredWaves, WaveOrder, WaveRunner, WaveSpec
 from helpers import SMALL_FLEET, T0
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
@@ -135,7 +136,7 @@ def apply(engine: Engine, command: tuple) -> list:
     kind = command[0]
     if kind == "schedule":
         _, event_type, vm, (notice, not_before), window, seconds, extra = command
-        return engine.schedule(
+        return engine.component(AzureComponent).schedule(
             ScheduleRequest(
                 event_type,
                 vms=(vm,),
@@ -155,14 +156,14 @@ def apply(engine: Engine, command: tuple) -> list:
     if kind == "advance_to":
         return engine.advance(command[1])
     if kind == "user":
-        return getattr(engine, command[1])([command[2]], command[3])
+        return getattr(engine.component(AzureComponent), command[1])([command[2]], command[3])
     if kind == "predicted_failure":
-        return engine.predicted_failure([command[1]], command[2])
+        return engine.component(AzureComponent).predicted_failure([command[1]], command[2])
     if kind == "hardware_failure":
-        return engine.hardware_failure([command[1]])
+        return engine.component(AzureComponent).hardware_failure([command[1]])
     if kind == "wave":
         _, notice, seconds, window, concurrency = command
-        return engine.start_wave(
+        return engine.component(WaveRunner).start_wave(
             WaveSpec(
                 EventType.FREEZE,
                 WaveOrder.UPDATE_DOMAIN,
@@ -175,24 +176,24 @@ def apply(engine: Engine, command: tuple) -> list:
         )
     if kind == "ec2":
         _, code, (notice, not_before), window, deadline = command
-        return engine.schedule_ec2(
+        return engine.component(Ec2Component).schedule_ec2(
             Ec2Request(code, (EBS,), notice=notice, not_before=not_before, window=window, deadline=deadline)
         )
-    events = [e for e in engine.ec2_events.values() if e.not_before_deadline is not None]
+    events = [e for e in engine.component(Ec2Component).ec2_events.values() if e.not_before_deadline is not None]
     if not events:
         return []
-    return engine.reschedule_ec2(EBS, events[-1].event_id, command[1])
+    return engine.component(Ec2Component).reschedule_ec2(EBS, events[-1].event_id, command[1])
 
 
 def state(engine: Engine) -> tuple:
     return (
         engine.now,
-        dict(engine.events),
-        dict(engine.vm_states),
-        dict(engine.ec2_events),
-        dict(engine.ec2_states),
-        dict(engine.waves),
-        dict(engine.incarnations),
+        dict(engine.component(AzureComponent).events),
+        dict(engine.component(AzureComponent).vm_states),
+        dict(engine.component(Ec2Component).ec2_events),
+        dict(engine.component(Ec2Component).ec2_states),
+        dict(engine.component(WaveRunner).waves),
+        dict(engine.component(AzureComponent).incarnations),
         engine.next_seq,
     )
 
@@ -203,22 +204,29 @@ def rebuilt(engine: Engine) -> Engine:
         "bounds",
         engine.now,
         created_at=T0,
-        azure=StoredAzure(
-            engine.events.values(), engine.incarnations, engine.vm_states.values(), engine.policies.values()
-        ),
-        ec2=StoredEc2(engine.ec2_events.values(), engine.ec2_states.values()),
-        waves=StoredWaves(engine.waves.values()),
+        stored={
+            "azure": StoredAzure(
+                engine.component(AzureComponent).events.values(),
+                engine.component(AzureComponent).incarnations,
+                engine.component(AzureComponent).vm_states.values(),
+                engine.component(AzureComponent).policies.values(),
+            ),
+            "aws": StoredEc2(
+                engine.component(Ec2Component).ec2_events.values(), engine.component(Ec2Component).ec2_states.values()
+            ),
+            "waves": StoredWaves(engine.component(WaveRunner).waves.values()),
+        },
         next_seq=engine.next_seq,
     )
 
 
 def assert_inside_bounds(engine: Engine) -> None:
     assert EARLIEST_TIME <= engine.now <= LATEST_TIME
-    for event in engine.events.values():
+    for event in engine.component(AzureComponent).events.values():
         assert EARLIEST_TIME <= event.not_before <= LATEST_TIME
         assert timedelta(0) <= event.impact_window <= MAX_EVENT_LENGTH
         assert -1 <= event.duration_seconds <= MAX_DURATION_SECONDS and not isinstance(event.duration_seconds, bool)
-    for event in engine.ec2_events.values():
+    for event in engine.component(Ec2Component).ec2_events.values():
         assert EARLIEST_TIME <= event.not_before <= LATEST_TIME
 
 
@@ -290,7 +298,7 @@ def test_an_engine_loads_any_stored_event_and_runs_it_to_the_end(seconds, window
     engine = Engine(FLEET, "bounds", T0)
     [event] = [
         c.event
-        for c in engine.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+        for c in engine.component(AzureComponent).schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
         if isinstance(c, EventChanged)
     ]
     try:
@@ -304,8 +312,8 @@ def test_an_engine_loads_any_stored_event_and_runs_it_to_the_end(seconds, window
         stored_now = now.astimezone(UTC)
     except OverflowError:  # no UTC form: not a value a database holds
         return
-    loaded = Engine(FLEET, "bounds", stored_now, created_at=T0, azure=StoredAzure(events=[stored]))
-    assert (loaded.repaired == []) == (loaded.events[event.event_id] == stored)
+    loaded = Engine(FLEET, "bounds", stored_now, created_at=T0, stored={"azure": StoredAzure(events=[stored])})
+    assert (loaded.repaired == []) == (loaded.component(AzureComponent).events[event.event_id] == stored)
     assert_inside_bounds(loaded)
     loaded.advance(LATEST_TIME)
     assert_inside_bounds(loaded)

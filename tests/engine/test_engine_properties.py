@@ -6,10 +6,11 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from forewarn.azure.changes import EventChanged
-from forewarn.azure.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType
+from forewarn.azure.component import AzureComponent, StoredAzure
+from forewarn.azure.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import CoreError
-from forewarn.engine.engine import Engine, ScheduleRequest, StoredAzure
+from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from helpers import T0, small_fleet
 
@@ -58,8 +59,11 @@ def snapshot(engine: Engine) -> dict:
     """What every scope's IMDS document says: incarnation and live events."""
     return {
         scope: (
-            engine.incarnation(scope),
-            tuple((e.event_id, e.status, e.event_type, e.resources, e.not_before) for e in engine.live_events(scope)),
+            engine.component(AzureComponent).incarnation(scope),
+            tuple(
+                (e.event_id, e.status, e.event_type, e.resources, e.not_before)
+                for e in engine.component(AzureComponent).live_events(scope)
+            ),
         )
         for scope in FLEET.scopes
     }
@@ -70,7 +74,7 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
     try:
         if kind == "schedule":
             _, event_type, vms, hosts, notice, source, window, extra = command
-            changes = engine.schedule(
+            changes = engine.component(AzureComponent).schedule(
                 ScheduleRequest(
                     event_type,
                     vms=tuple(vms),
@@ -83,31 +87,33 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
             )
             created.extend(c.event.event_id for c in changes if isinstance(c, EventChanged))
         elif kind == "approve" and created:
-            engine.approve([created[command[1] % len(created)]], by=command[2])
+            engine.component(AzureComponent).approve([created[command[1] % len(created)]], by=command[2])
         elif kind == "cancel" and created:
-            engine.cancel(created[command[1] % len(created)])
+            engine.component(AzureComponent).cancel(created[command[1] % len(created)])
         elif kind == "advance":
             engine.advance(engine.now + timedelta(seconds=command[1]))
         elif kind in ("restart", "redeploy", "reimage", "delete", "evict"):
-            changes = getattr(engine, kind)(command[1])
+            changes = getattr(engine.component(AzureComponent), kind)(command[1])
             created.extend(
                 c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id not in created
             )
         elif kind in ("hardware_failure", "predicted_failure"):
-            changes = getattr(engine, kind)([command[1]])
+            changes = getattr(engine.component(AzureComponent), kind)([command[1]])
             created.extend(
                 c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id not in created
             )
         elif kind == "policy":
             _, owner, reboot, redeploy, minutes = command
             terminate = None if minutes is None else NotificationProfile(True, timedelta(minutes=minutes))
-            engine.update_policy(owner, reboot, redeploy, terminate if owner == "myvmss" else None)
+            engine.component(AzureComponent).update_policy(
+                owner, reboot, redeploy, terminate if owner == "myvmss" else None
+            )
         elif kind == "update_instances":
-            engine.update_instances("myvmss")
+            engine.component(AzureComponent).update_instances("myvmss")
         elif kind == "seen":
-            engine.request_seen(FLEET.vm(command[1]).scope)
+            engine.component(AzureComponent).request_seen(FLEET.vm(command[1]).scope)
         elif kind == "scale_in":
-            changes = engine.scale_in("myvmss", command[1])
+            changes = engine.component(AzureComponent).scale_in("myvmss", command[1])
             created.extend(
                 c.event.event_id for c in changes if isinstance(c, EventChanged) and c.event.event_id not in created
             )
@@ -141,7 +147,7 @@ def test_no_backward_transition_and_ids_stable(sequence):
     seen: dict[str, tuple] = {}
     for command in sequence:
         apply(engine, command, created)
-        for event in engine.events.values():
+        for event in engine.component(AzureComponent).events.values():
             if event.event_id in seen:
                 old_status, old_type, old_resources = seen[event.event_id]
                 assert (
@@ -165,9 +171,12 @@ def test_nothing_starts_before_not_before_unless_its_operation_was_approved(sequ
     created: list[str] = []
     for command in sequence:
         apply(engine, command, created)
-    for event in engine.events.values():
+    for event in engine.component(AzureComponent).events.values():
         if event.started_at is not None and event.started_at < event.not_before:
-            siblings = [engine.events[i] for i in engine.operations[event.operation_id]]
+            siblings = [
+                engine.component(AzureComponent).events[i]
+                for i in engine.component(AzureComponent).operations[event.operation_id]
+            ]
             assert all(s.approvals for s in siblings if s.status is not EventStatus.CANCELED)
 
 
@@ -178,11 +187,16 @@ def test_approval_starts_the_event_for_all_its_resources(sequence, approver):
     created: list[str] = []
     for command in sequence:
         apply(engine, command, created)
-    for event in list(engine.live_events(FLEET.vm(approver).scope)):
-        if event.status is EventStatus.SCHEDULED and len(engine.operations[event.operation_id]) == 1:
-            engine.approve([event.event_id], by=approver)
+    for event in list(engine.component(AzureComponent).live_events(FLEET.vm(approver).scope)):
+        if (
+            event.status is EventStatus.SCHEDULED
+            and len(engine.component(AzureComponent).operations[event.operation_id]) == 1
+        ):
+            engine.component(AzureComponent).approve([event.event_id], by=approver)
             for name in event.resources:
-                visible = {e.event_id: e.status for e in engine.live_events(FLEET.vm(name).scope)}
+                visible = {
+                    e.event_id: e.status for e in engine.component(AzureComponent).live_events(FLEET.vm(name).scope)
+                }
                 assert visible[event.event_id] is EventStatus.STARTED
 
 
@@ -214,15 +228,20 @@ def test_replay_and_restore_give_the_same_documents(sequence, cut):
                 "prop",
                 second.now,
                 created_at=T0,
-                azure=StoredAzure(
-                    second.events.values(), second.incarnations, second.vm_states.values(), second.policies.values()
-                ),
+                stored={
+                    "azure": StoredAzure(
+                        second.component(AzureComponent).events.values(),
+                        second.component(AzureComponent).incarnations,
+                        second.component(AzureComponent).vm_states.values(),
+                        second.component(AzureComponent).policies.values(),
+                    )
+                },
                 next_seq=second.next_seq,
             )
         apply(first, command, created_first)
         apply(second, command, created_second)
         assert snapshot(first) == snapshot(second)
-        assert first.vm_states == second.vm_states
+        assert first.component(AzureComponent).vm_states == second.component(AzureComponent).vm_states
     assert created_first == created_second
 
 
@@ -234,12 +253,12 @@ def test_deleted_vms_stay_deleted_and_impacts_end_with_their_events(sequence):
     deleted: set[str] = set()
     for command in sequence:
         apply(engine, command, created)
-        now_deleted = {name for name, state in engine.vm_states.items() if state.deleted}
+        now_deleted = {name for name, state in engine.component(AzureComponent).vm_states.items() if state.deleted}
         assert deleted <= now_deleted
         deleted = now_deleted
-        for state in engine.vm_states.values():
-            if state.impacted_by in engine.events:
-                event = engine.events[state.impacted_by]
+        for state in engine.component(AzureComponent).vm_states.values():
+            if state.impacted_by in engine.component(AzureComponent).events:
+                event = engine.component(AzureComponent).events[state.impacted_by]
                 assert event.status is EventStatus.STARTED or state.deleted
                 assert state.impact_until is None or state.impact_until <= event.ends_at
             if state.power is Power.RUNNING:
@@ -249,13 +268,13 @@ def test_deleted_vms_stay_deleted_and_impacts_end_with_their_events(sequence):
 def state_of(engine: Engine) -> tuple:
     """Everything a command may change."""
     return (
-        dict(engine.events),
-        dict(engine.incarnations),
-        dict(engine.vm_states),
-        dict(engine.policies),
+        dict(engine.component(AzureComponent).events),
+        dict(engine.component(AzureComponent).incarnations),
+        dict(engine.component(AzureComponent).vm_states),
+        dict(engine.component(AzureComponent).policies),
         engine.next_seq,
         engine.now,
-        dict(engine.last_seen),
+        dict(engine.component(AzureComponent).last_seen),
         engine.next_deadline(),
     )
 
@@ -296,7 +315,7 @@ def apply_strict(engine: Engine, command: tuple, created: list[str]) -> None:
     """Like :func:`apply`, but lets CoreError through."""
     if command[0] == "schedule":
         _, event_type, vms, hosts, notice, source, window, extra = command
-        engine.schedule(
+        engine.component(AzureComponent).schedule(
             ScheduleRequest(
                 event_type,
                 vms=tuple(vms),
@@ -308,14 +327,16 @@ def apply_strict(engine: Engine, command: tuple, created: list[str]) -> None:
             )
         )
     elif command[0] == "approve":
-        engine.approve([created[command[1] % len(created)] if created else "ghost"], by=command[2])
+        engine.component(AzureComponent).approve(
+            [created[command[1] % len(created)] if created else "ghost"], by=command[2]
+        )
     elif command[0] == "cancel":
-        engine.cancel(created[command[1] % len(created)] if created else "ghost")
+        engine.component(AzureComponent).cancel(created[command[1] % len(created)] if created else "ghost")
     elif command[0] == "policy":
         _, owner, reboot, redeploy, minutes = command
         terminate = None if minutes is None else NotificationProfile(True, timedelta(minutes=minutes))
-        engine.update_policy(owner, reboot, redeploy, terminate)
+        engine.component(AzureComponent).update_policy(owner, reboot, redeploy, terminate)
     elif command[0] == "scale_in":
-        engine.scale_in("myvmss", command[1])
+        engine.component(AzureComponent).scale_in("myvmss", command[1])
     else:
-        getattr(engine, command[0])(command[1])
+        getattr(engine.component(AzureComponent), command[0])(command[1])

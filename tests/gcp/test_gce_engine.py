@@ -8,7 +8,7 @@ import pytest
 from forewarn.app.runtime import Maintenance
 from forewarn.core.errors import Conflict, Invalid
 from forewarn.fleet.file import FleetFileError, parse_fleet
-from forewarn.gcp.component import GceRequest
+from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceKind, OnHostMaintenance
 from helpers import T0, open_store
 
@@ -34,65 +34,80 @@ def service(tmp_path):
 def test_a_restart_keeps_a_maintenance_under_way(tmp_path):
     url = str(tmp_path / "gce.db")
     first = open_service(url)
-    first.perform(lambda engine: engine.watch_gce("web-1"))
+    first.perform(lambda engine: engine.component(GcpComponent).watch("web-1"))
     [event] = [
-        c.event for c in first.perform(lambda e: e.schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2))))
+        c.event
+        for c in first.perform(
+            lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2)))
+        )
     ][-1:]
     first.advance_clock(timedelta(days=2) - timedelta(seconds=60))
-    assert first.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert first.engine.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     first.store.close()
     second = open_service(url)
-    assert second.engine.gce_events[event.event_id].state is EventState.NOTIFIED
-    assert second.engine.gce_states["web-1"].watched is True
-    assert second.engine.upcoming_maintenance("web-1") is not None
+    assert second.engine.component(GcpComponent).gce_events[event.event_id].state is EventState.NOTIFIED
+    assert second.engine.component(GcpComponent).gce_states["web-1"].watched is True
+    assert second.engine.component(GcpComponent).upcoming("web-1") is not None
     second.step_clock()  # the start: web-1 moves
     second.step_clock()  # the end
-    assert second.engine.maintenance_event("web-1") == "NONE"
-    assert second.engine.gce_states["web-1"].host == "host-b"
-    assert second.engine.gce_events[event.event_id].state is EventState.COMPLETED
-    assert second.engine.gce_states["web-1"].watched is False  # asked again before the next notice
+    assert second.engine.component(GcpComponent).maintenance_event("web-1") == "NONE"
+    assert second.engine.component(GcpComponent).gce_states["web-1"].host == "host-b"
+    assert second.engine.component(GcpComponent).gce_events[event.event_id].state is EventState.COMPLETED
+    assert (
+        second.engine.component(GcpComponent).gce_states["web-1"].watched is False
+    )  # asked again before the next notice
 
 
 def test_terminate_without_gpus_has_no_notice_and_no_restart_without_automatic_restart(service):
-    service.perform(lambda engine: engine.watch_gce("db-1"))
-    service.perform(lambda engine: engine.schedule_gce(GceRequest(("db-1",), notice=timedelta(minutes=5))))
+    service.perform(lambda engine: engine.component(GcpComponent).watch("db-1"))
+    service.perform(
+        lambda engine: engine.component(GcpComponent).schedule_gce(GceRequest(("db-1",), notice=timedelta(minutes=5)))
+    )
     service.advance_clock(timedelta(minutes=4))
-    assert service.engine.maintenance_event("db-1") == "NONE"  # not populated for TERMINATE without GPUs
+    assert (
+        service.engine.component(GcpComponent).maintenance_event("db-1") == "NONE"
+    )  # not populated for TERMINATE without GPUs
     service.advance_clock(timedelta(minutes=1))
-    assert service.engine.gce_states["db-1"].status is InstanceStatus.TERMINATED
+    assert service.engine.component(GcpComponent).gce_states["db-1"].status is InstanceStatus.TERMINATED
     service.advance_clock(timedelta(hours=1))
-    assert service.engine.gce_states["db-1"].status is InstanceStatus.TERMINATED
-    service.perform(lambda engine: engine.start_gce("db-1"))
-    assert service.engine.gce_states["db-1"].status is InstanceStatus.RUNNING
+    assert service.engine.component(GcpComponent).gce_states["db-1"].status is InstanceStatus.TERMINATED
+    service.perform(lambda engine: engine.component(GcpComponent).start_gce("db-1"))
+    assert service.engine.component(GcpComponent).gce_states["db-1"].status is InstanceStatus.RUNNING
 
 
 def test_refusals_change_nothing(service):
     with pytest.raises(Invalid, match="cannot live-migrate"):
-        service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), kind=MaintenanceKind.MIGRATE)))
+        service.perform(
+            lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("gpu-1",), kind=MaintenanceKind.MIGRATE))
+        )
     with pytest.raises(Invalid, match="cannot live-migrate"):
-        service.perform(lambda e: e.set_scheduling("gpu-1", OnHostMaintenance.MIGRATE, None))
+        service.perform(lambda e: e.component(GcpComponent).set_scheduling("gpu-1", OnHostMaintenance.MIGRATE, None))
     with pytest.raises(Invalid, match="automaticRestart"):
-        service.perform(lambda e: e.set_scheduling("spot-1", None, True))
+        service.perform(lambda e: e.component(GcpComponent).set_scheduling("spot-1", None, True))
     with pytest.raises(Conflict, match="no pending maintenance"):
-        service.perform(lambda e: e.perform_maintenance("web-1"))
-    service.perform(lambda e: e.schedule_gce(GceRequest(("web-1",), notice=timedelta(days=1), can_reschedule=False)))
+        service.perform(lambda e: e.component(GcpComponent).perform_maintenance("web-1"))
+    service.perform(
+        lambda e: e.component(GcpComponent).schedule_gce(
+            GceRequest(("web-1",), notice=timedelta(days=1), can_reschedule=False)
+        )
+    )
     with pytest.raises(Conflict, match="cannot be started by the user"):
-        service.perform(lambda e: e.perform_maintenance("web-1"))
+        service.perform(lambda e: e.component(GcpComponent).perform_maintenance("web-1"))
     with pytest.raises(Conflict, match="already has maintenance"):
-        service.perform(lambda e: e.schedule_gce(GceRequest(("web-1",))))
-    assert service.engine.gce_states["gpu-1"].on_host_maintenance is OnHostMaintenance.TERMINATE
+        service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1",))))
+    assert service.engine.component(GcpComponent).gce_states["gpu-1"].on_host_maintenance is OnHostMaintenance.TERMINATE
 
 
 def test_preemption_stops_a_spot_instance_after_thirty_seconds(service):
-    service.perform(lambda engine: engine.preempt_gce(["spot-1"]))
-    assert service.engine.gce_states["spot-1"].preempted is True
+    service.perform(lambda engine: engine.component(GcpComponent).preempt(["spot-1"]))
+    assert service.engine.component(GcpComponent).gce_states["spot-1"].preempted is True
     service.advance_clock(timedelta(seconds=29))
-    assert service.engine.gce_states["spot-1"].status is InstanceStatus.STOPPING
+    assert service.engine.component(GcpComponent).gce_states["spot-1"].status is InstanceStatus.STOPPING
     service.advance_clock(timedelta(seconds=1))
-    state = service.engine.gce_states["spot-1"]
+    state = service.engine.component(GcpComponent).gce_states["spot-1"]
     assert state.status is InstanceStatus.TERMINATED and not state.deleted  # STOP, the default termination action
-    service.perform(lambda engine: engine.start_gce("spot-1"))
-    assert service.engine.gce_states["spot-1"].preempted is False
+    service.perform(lambda engine: engine.component(GcpComponent).start_gce("spot-1"))
+    assert service.engine.component(GcpComponent).gce_states["spot-1"].preempted is False
 
 
 def test_the_fleet_file_refuses_what_compute_engine_refuses():
@@ -108,24 +123,28 @@ def test_the_fleet_file_refuses_what_compute_engine_refuses():
 def test_rescheduling_moves_the_window_up_to_its_latest_start_and_survives_a_restart(tmp_path):
     url = str(tmp_path / "gce.db")
     first = open_service(url)
-    first.perform(lambda e: e.watch_gce("gpu-1"))
+    first.perform(lambda e: e.component(GcpComponent).watch("gpu-1"))
     request = GceRequest(("gpu-1",), notice=timedelta(days=2), window=timedelta(hours=2), latest=timedelta(days=3))
-    [event] = [c.event for c in first.perform(lambda e: e.schedule_gce(request))]
+    [event] = [c.event for c in first.perform(lambda e: e.component(GcpComponent).schedule_gce(request))]
     assert event.latest_window_start == T0 + timedelta(days=5) and event.can_reschedule
     first.advance_clock(timedelta(hours=1))
     later = T0 + timedelta(days=4)
-    [moved] = [c for c in first.perform(lambda e: e.reschedule_gce("gpu-1", later)) if hasattr(c, "event")]
+    [moved] = [
+        c
+        for c in first.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", later))
+        if hasattr(c, "event")
+    ]
     assert moved.what == "rescheduled" and "from 2026-04-22T22:11:58Z to 2026-04-24T22:11:58Z" in moved.reason
-    upcoming = first.engine.upcoming_maintenance("gpu-1")
+    upcoming = first.engine.component(GcpComponent).upcoming("gpu-1")
     assert (upcoming.window_start, upcoming.window_end) == (later, later + timedelta(hours=2))
     assert upcoming.latest_window_start == T0 + timedelta(days=5)  # the bound does not move
     first.store.close()
 
     second = open_service(url)  # the notice (gpu-1's hour) follows the new start after a restart too
-    assert second.engine.upcoming_maintenance("gpu-1") == upcoming
+    assert second.engine.component(GcpComponent).upcoming("gpu-1") == upcoming
     assert second.engine.next_deadline() == later - timedelta(hours=1)
     second.step_clock()
-    assert second.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert second.engine.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
     assert second.now() == later - timedelta(hours=1)
     kinds = [entry.kind for entry in second.store.journal() if entry.kind.startswith("gce")]
     assert kinds == ["gce scheduled", "gce rescheduled", "gce notified"]
@@ -134,10 +153,14 @@ def test_rescheduling_moves_the_window_up_to_its_latest_start_and_survives_a_res
 
 def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
     request = GceRequest(("web-1",), notice=timedelta(days=2), latest=timedelta(days=1))
-    service.perform(lambda e: e.schedule_gce(request))
-    service.perform(lambda e: e.reschedule_gce("web-1", notice=timedelta(hours=1)))  # earlier: a notice from now
-    assert service.engine.upcoming_maintenance("web-1").window_start == T0 + timedelta(hours=1)
-    assert service.perform(lambda e: e.reschedule_gce("web-1", T0 + timedelta(hours=1))) == []  # no move: no change
+    service.perform(lambda e: e.component(GcpComponent).schedule_gce(request))
+    service.perform(
+        lambda e: e.component(GcpComponent).reschedule_gce("web-1", notice=timedelta(hours=1))
+    )  # earlier: a notice from now
+    assert service.engine.component(GcpComponent).upcoming("web-1").window_start == T0 + timedelta(hours=1)
+    assert (
+        service.perform(lambda e: e.component(GcpComponent).reschedule_gce("web-1", T0 + timedelta(hours=1))) == []
+    )  # no move: no change
     for start, notice, error, message in (
         (T0 + timedelta(days=3, seconds=1), None, Invalid, "after the latest window start"),
         (T0 + timedelta(seconds=59), None, Invalid, "less than the 60-second notice of web-1; the earliest"),
@@ -146,25 +169,33 @@ def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
         (T0 + timedelta(hours=2), timedelta(hours=2), Invalid, "not both"),
     ):
         with pytest.raises(error, match=message):
-            service.perform(lambda e, start=start, notice=notice: e.reschedule_gce("web-1", start, notice))
-    assert service.engine.upcoming_maintenance("web-1").window_start == T0 + timedelta(hours=1)
+            service.perform(
+                lambda e, start=start, notice=notice: e.component(GcpComponent).reschedule_gce("web-1", start, notice)
+            )
+    assert service.engine.component(GcpComponent).upcoming("web-1").window_start == T0 + timedelta(hours=1)
     with pytest.raises(Conflict, match="no pending maintenance to reschedule"):
-        service.perform(lambda e: e.reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
-    service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=1), can_reschedule=False)))
+        service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
+    service.perform(
+        lambda e: e.component(GcpComponent).schedule_gce(
+            GceRequest(("gpu-1",), notice=timedelta(days=1), can_reschedule=False)
+        )
+    )
     with pytest.raises(Conflict, match="cannot be rescheduled"):
-        service.perform(lambda e: e.reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
+        service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
     # Not announced (the 60-second notice only): nothing to move, and no latest start to give.
     with pytest.raises(Invalid, match="announced ahead"):
-        service.perform(lambda e: e.schedule_gce(GceRequest(("db-1",), latest=timedelta(hours=1))))
+        service.perform(
+            lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("db-1",), latest=timedelta(hours=1)))
+        )
     with pytest.raises(Invalid, match="needs can-reschedule"):
         service.perform(
-            lambda e: e.schedule_gce(
+            lambda e: e.component(GcpComponent).schedule_gce(
                 GceRequest(("db-1",), notice=timedelta(days=1), latest=timedelta(hours=1), can_reschedule=False)
             )
         )
     service.advance_clock(timedelta(hours=1) - timedelta(seconds=60))  # web-1 never asked: it started at once
     with pytest.raises(Conflict, match="no pending maintenance to reschedule"):
-        service.perform(lambda e: e.reschedule_gce("web-1", T0 + timedelta(hours=2)))
+        service.perform(lambda e: e.component(GcpComponent).reschedule_gce("web-1", T0 + timedelta(hours=2)))
 
 
 def events_of(changes):
@@ -174,38 +205,44 @@ def events_of(changes):
 
 def watch(service, *names):
     for name in names:
-        service.perform(lambda e, name=name: e.watch_gce(name))
+        service.perform(lambda e, name=name: e.component(GcpComponent).watch(name))
 
 
 def test_a_gpu_instance_gets_an_hour_of_notice_the_others_sixty_seconds(service):
     """As "Handle GPU host maintenance events" says: "Compute Engine gives GPU VMs a 1-hour stopping notice, while
     normal VMs receive only a 60-second notice"."""
     watch(service, "web-1", "gpu-1")
-    changes = service.perform(lambda e: e.schedule_gce(GceRequest(("web-1", "gpu-1"), notice=timedelta(hours=2))))
+    changes = service.perform(
+        lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1", "gpu-1"), notice=timedelta(hours=2)))
+    )
     assert {event.window_start for event in events_of(changes).values()} == {T0 + timedelta(hours=2)}
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=1)
-    assert service.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
-    assert service.engine.maintenance_event("web-1") == "NONE"
-    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.RUNNING  # it stops at the start
+    assert service.engine.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert service.engine.component(GcpComponent).maintenance_event("web-1") == "NONE"
+    assert (
+        service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.RUNNING
+    )  # it stops at the start
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=2) - timedelta(seconds=60)
-    assert service.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert service.engine.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=2)
-    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.TERMINATED
-    notified = [e.notice_at for e in service.engine.gce_events.values()]
+    assert service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    notified = [e.notice_at for e in service.engine.component(GcpComponent).gce_events.values()]
     assert sorted(notified) == [T0 + timedelta(hours=1), T0 + timedelta(hours=2) - timedelta(seconds=60)]
 
 
 def test_the_default_notice_is_each_instances_own_and_nothing_is_announced(service):
     watch(service, "web-1", "gpu-1")
-    events = events_of(service.perform(lambda e: e.schedule_gce(GceRequest(("web-1", "gpu-1")))))
+    events = events_of(
+        service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1", "gpu-1"))))
+    )
     assert events["web-1"].window_start == T0 + timedelta(seconds=60)
     assert events["gpu-1"].window_start == T0 + timedelta(hours=1)
     assert not any(event.announced or event.can_reschedule for event in events.values())
     assert {event.state for event in events.values()} == {EventState.NOTIFIED}  # the notice at once
-    assert events["gpu-1"].notice_at == T0 and service.engine.upcoming_maintenance("gpu-1") is None
+    assert events["gpu-1"].notice_at == T0 and service.engine.component(GcpComponent).upcoming("gpu-1") is None
 
 
 def test_announcing_a_latest_start_and_rescheduling_count_from_a_gpu_instances_hour(service):
@@ -213,52 +250,60 @@ def test_announcing_a_latest_start_and_rescheduling_count_from_a_gpu_instances_h
     # An hour ahead is the notice only; a second more is announced as upcoming maintenance.
     with pytest.raises(Invalid, match="announced ahead .*1-hour notice of gpu-1"):
         service.perform(
-            lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=1), latest=timedelta(1)))
+            lambda e: e.component(GcpComponent).schedule_gce(
+                GceRequest(("gpu-1",), notice=timedelta(hours=1), latest=timedelta(1))
+            )
         )
     [event] = events_of(
-        service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=1, seconds=1))))
+        service.perform(
+            lambda e: e.component(GcpComponent).schedule_gce(
+                GceRequest(("gpu-1",), notice=timedelta(hours=1, seconds=1))
+            )
+        )
     ).values()
     assert event.announced and event.state is EventState.PENDING
-    service.perform(lambda e: e.cancel_gce(event.event_id))
-    service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=1))))
+    service.perform(lambda e: e.component(GcpComponent).cancel_gce(event.event_id))
+    service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=1))))
     with pytest.raises(Invalid, match="less than the 1-hour notice of gpu-1; the earliest is 2026-04-20T23:11:58Z"):
-        service.perform(lambda e: e.reschedule_gce("gpu-1", T0 + timedelta(minutes=59)))
+        service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", T0 + timedelta(minutes=59)))
     # The earliest start: its notice is due at once.
-    service.perform(lambda e: e.reschedule_gce("gpu-1", notice=timedelta(hours=1)))
-    assert service.engine.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
-    assert service.engine.upcoming_maintenance("gpu-1").window_start == T0 + timedelta(hours=1)
+    service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", notice=timedelta(hours=1)))
+    assert service.engine.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert service.engine.component(GcpComponent).upcoming("gpu-1").window_start == T0 + timedelta(hours=1)
 
 
 def test_simulate_gives_a_gpu_instance_its_hour_and_perform_starts_at_once(service):
     watch(service, "gpu-1", "web-1")
     # simulateMaintenanceEvent: the activities of a regular maintenance event, the hour of notice included.
-    [simulated] = events_of(service.perform(lambda e: e.simulate_gce("gpu-1"))).values()
+    [simulated] = events_of(service.perform(lambda e: e.component(GcpComponent).simulate_gce("gpu-1"))).values()
     assert (simulated.window_start, simulated.notice_at, simulated.announced) == (T0 + timedelta(hours=1), T0, False)
     # performMaintenance: the maintenance starts now, the key at once and the stop 60 s later, GPUs or not.
-    service.perform(lambda e: e.schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2))))
-    [performed] = events_of(service.perform(lambda e: e.perform_maintenance("web-1"))).values()
+    service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2))))
+    [performed] = events_of(service.perform(lambda e: e.component(GcpComponent).perform_maintenance("web-1"))).values()
     assert (performed.window_start, performed.notice_at) == (T0 + timedelta(seconds=60), T0)
     run_all(service)
     watch(service, "gpu-1")
-    service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=2))))
+    service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("gpu-1",), notice=timedelta(days=2))))
     now = service.now()
-    [performed] = events_of(service.perform(lambda e: e.perform_maintenance("gpu-1"))).values()
+    [performed] = events_of(service.perform(lambda e: e.component(GcpComponent).perform_maintenance("gpu-1"))).values()
     assert (performed.window_start, performed.notice_at) == (now + timedelta(seconds=60), now)
     service.advance_clock(timedelta(seconds=60))
-    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    assert service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
 
 
 def test_an_instance_that_never_asked_is_maintained_when_its_notice_would_come(service):
     """Never asked: "The maintenance event initiates immediately and skips the ... warning"; for a GPU instance, when
     its hour of notice would have begun."""
     [event] = events_of(
-        service.perform(lambda e: e.schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=3))))
+        service.perform(
+            lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("gpu-1",), notice=timedelta(hours=3)))
+        )
     ).values()
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=2)
-    started = service.engine.gce_events[event.event_id]
+    started = service.engine.component(GcpComponent).gce_events[event.event_id]
     assert (started.state, started.started_at, started.notice_at) == (EventState.ONGOING, T0 + timedelta(hours=2), None)
-    assert service.engine.gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    assert service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
 
 
 def run_all(service):

@@ -12,15 +12,17 @@ import pytest
 import requests
 
 from forewarn.app.runtime import Maintenance
-from forewarn.aws.component import Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.engine.engine import Engine
 from forewarn.fleet.file import load_fleet
-from forewarn.gcp.component import GceRequest
+from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.replication.shared import SharedService
 from forewarn.store import SQLStore
+from forewarn.waves.component import WaveRunner
 from forewarn.waves.model import WaveCloud, WaveOrder, WaveSpec
 from helpers import T0, Server, open_store
 from replication_helpers import FAST, role, until
@@ -36,29 +38,39 @@ class FakeWall:
 
 def snapshot(engine: Engine) -> dict[str, Any]:
     """Everything a replica serves from, and what drives its next steps (deadlines, numbering)."""
-    azure = engine.azure
-    scopes = {event.scope for event in engine.events.values()} | set(engine.incarnations)
+    azure = engine.component(AzureComponent)
+    scopes = {event.scope for event in engine.component(AzureComponent).events.values()} | set(
+        engine.component(AzureComponent).incarnations
+    )
     return {
         "now": engine.now,
         "next_seq": engine.next_seq,
-        "events": dict(engine.events),
-        "incarnations": {scope: engine.incarnation(scope) for scope in scopes},
-        "live": {scope: [event.event_id for event in engine.live_events(scope)] for scope in scopes},
-        "operations": {op: list(ids) for op, ids in engine.operations.items()},
-        "vm_states": dict(engine.vm_states),
+        "events": dict(engine.component(AzureComponent).events),
+        "incarnations": {scope: engine.component(AzureComponent).incarnation(scope) for scope in scopes},
+        "live": {
+            scope: [event.event_id for event in engine.component(AzureComponent).live_events(scope)] for scope in scopes
+        },
+        "operations": {op: list(ids) for op, ids in engine.component(AzureComponent).operations.items()},
+        "vm_states": dict(engine.component(AzureComponent).vm_states),
         "hosts": {host: azure.names_on_host(host) for host in azure.host_names()},
-        "policies": dict(engine.policies),
-        "enabled": dict(engine.last_seen),
-        "ec2_instances": dict(engine.ec2_instances),
-        "ec2_states": dict(engine.ec2_states),
-        "ec2_events": dict(engine.ec2_events),
-        "ec2_order": {iid: [e.event_id for e in engine.ec2_events_of(iid)] for iid in engine.ec2_instances},
-        "ec2_windows": dict(engine.ec2_windows),
-        "attributes": engine.notification_attributes,
-        "gce_states": dict(engine.gce_states),
-        "gce_events": dict(engine.gce_events),
-        "gce_order": {name: [e.event_id for e in engine.gce_events_of(name)] for name in engine.gce_states},
-        "waves": dict(engine.waves),
+        "policies": dict(engine.component(AzureComponent).policies),
+        "enabled": dict(engine.component(AzureComponent).last_seen),
+        "ec2_instances": dict(engine.component(Ec2Component).ec2_instances),
+        "ec2_states": dict(engine.component(Ec2Component).ec2_states),
+        "ec2_events": dict(engine.component(Ec2Component).ec2_events),
+        "ec2_order": {
+            iid: [e.event_id for e in engine.component(Ec2Component).ec2_events_of(iid)]
+            for iid in engine.component(Ec2Component).ec2_instances
+        },
+        "ec2_windows": dict(engine.component(Ec2Component).ec2_windows),
+        "attributes": engine.component(Ec2Component).notification_attributes,
+        "gce_states": dict(engine.component(GcpComponent).gce_states),
+        "gce_events": dict(engine.component(GcpComponent).gce_events),
+        "gce_order": {
+            name: [e.event_id for e in engine.component(GcpComponent).gce_events_of(name)]
+            for name in engine.component(GcpComponent).gce_states
+        },
+        "waves": dict(engine.component(WaveRunner).waves),
         "deadlines": set(engine.scheduler.pending()),
     }
 
@@ -121,21 +133,26 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
             ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1"), notice=timedelta(minutes=15))
         ),
         lambda: leader.approve(
-            [leader.engine.live_events(leader.engine.fleet.vm("WestNO_0").scope)[0].event_id], by="WestNO_0"
+            [leader.engine.component(AzureComponent).live_events(leader.engine.fleet.vm("WestNO_0").scope)[0].event_id],
+            by="WestNO_0",
         ),
         lambda: leader.schedule(ScheduleRequest(EventType.REBOOT, hosts=("host-02",), notice=timedelta(minutes=10))),
-        lambda: leader.perform(lambda engine: engine.redeploy(["WestNO_2"])),
-        lambda: leader.perform(lambda engine: engine.delete(["myvmss_0"])),
-        lambda: leader.perform(lambda engine: engine.evict(["spot-worker-01"])),
+        lambda: leader.perform(lambda engine: engine.component(AzureComponent).redeploy(["WestNO_2"])),
+        lambda: leader.perform(lambda engine: engine.component(AzureComponent).delete(["myvmss_0"])),
+        lambda: leader.perform(lambda engine: engine.component(AzureComponent).evict(["spot-worker-01"])),
         lambda: leader.perform(
-            lambda engine: engine.schedule_ec2(
+            lambda engine: engine.component(Ec2Component).schedule_ec2(
                 Ec2Request(Ec2Code.SYSTEM_REBOOT, ("i-0a1b2c3d4e5f60718",), notice=timedelta(minutes=5))
             )
         ),
-        lambda: leader.perform(lambda engine: engine.interrupt_spot(["i-0f1e2d3c4b5a69788"], "terminate")),
-        lambda: leader.perform(lambda engine: engine.register_notification_attributes(True, ())),
         lambda: leader.perform(
-            lambda engine: engine.start_wave(
+            lambda engine: engine.component(Ec2Component).interrupt_spot(["i-0f1e2d3c4b5a69788"], "terminate")
+        ),
+        lambda: leader.perform(
+            lambda engine: engine.component(Ec2Component).register_notification_attributes(True, ())
+        ),
+        lambda: leader.perform(
+            lambda engine: engine.component(WaveRunner).start_wave(
                 WaveSpec(
                     order=WaveOrder.ZONE,
                     cloud=WaveCloud.GCE,
@@ -145,21 +162,27 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
             )
         ),
         lambda: leader.perform(
-            lambda engine: engine.schedule_gce(
+            lambda engine: engine.component(GcpComponent).schedule_gce(
                 GceRequest(("web-1",), notice=timedelta(minutes=8), latest=timedelta(minutes=30))
             )
         ),
-        lambda: leader.perform(lambda engine: engine.reschedule_gce("web-1", notice=timedelta(minutes=20))),
-        lambda: leader.perform(lambda engine: engine.watch_gce("web-1")),
-        lambda: leader.perform(lambda engine: engine.preempt_gce(["batch-1"])),
-        lambda: leader.perform(lambda engine: engine.watch_gce("trainer-1")),
+        lambda: leader.perform(
+            lambda engine: engine.component(GcpComponent).reschedule_gce("web-1", notice=timedelta(minutes=20))
+        ),
+        lambda: leader.perform(lambda engine: engine.component(GcpComponent).watch("web-1")),
+        lambda: leader.perform(lambda engine: engine.component(GcpComponent).preempt(["batch-1"])),
+        lambda: leader.perform(lambda engine: engine.component(GcpComponent).watch("trainer-1")),
         # A GPU instance: announced, its notice an hour before the start (at 20 minutes), on leader and replica.
         lambda: leader.perform(
-            lambda engine: engine.schedule_gce(GceRequest(("trainer-1",), notice=timedelta(minutes=80)))
+            lambda engine: engine.component(GcpComponent).schedule_gce(
+                GceRequest(("trainer-1",), notice=timedelta(minutes=80))
+            )
         ),
-        lambda: leader.perform(lambda engine: engine.host_error_gce(["trainer-1"])),
+        lambda: leader.perform(lambda engine: engine.component(GcpComponent).host_error(["trainer-1"])),
         lambda: leader.perform(
-            lambda engine: engine.start_wave(WaveSpec(EventType.REBOOT, WaveOrder.HOST, 1, notice=timedelta(minutes=2)))
+            lambda engine: engine.component(WaveRunner).start_wave(
+                WaveSpec(EventType.REBOOT, WaveOrder.HOST, 1, notice=timedelta(minutes=2))
+            )
         ),
     ]
     for command in commands:
@@ -172,10 +195,12 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
         if step % 3 == 2:  # several commits in one refresh, as under load
             assert pair.refresh() == 3
             pair.check()
-    assert any(wave.done for wave in leader.engine.waves.values())
-    [gce_wave] = [wave for wave in leader.engine.waves.values() if wave.spec.cloud is WaveCloud.GCE]
+    assert any(wave.done for wave in leader.engine.component(WaveRunner).waves.values())
+    [gce_wave] = [
+        wave for wave in leader.engine.component(WaveRunner).waves.values() if wave.spec.cloud is WaveCloud.GCE
+    ]
     assert gce_wave.done >= 1, gce_wave  # a unit whose instance was maintained, not only skipped ones
-    [gpu] = leader.engine.gce_events_of("trainer-1")
+    [gpu] = leader.engine.component(GcpComponent).gce_events_of("trainer-1")
     assert gpu.notice_at == gpu.window_start - timedelta(hours=1), gpu
     # Only what moved was told: incarnations of the touched scopes, never a whole rebuild.
     assert not any(isinstance(change, Rebuilt) for heard in pair.heard for change in heard)
@@ -198,25 +223,27 @@ def test_a_replica_reads_back_what_its_own_projection_changed(postgres_url):
             ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(seconds=10))
         )
         leader.perform(
-            lambda engine: engine.start_wave(
+            lambda engine: engine.component(WaveRunner).start_wave(
                 WaveSpec(EventType.FREEZE, WaveOrder.HOST, 1, notice=timedelta(seconds=5), groups=("myvmss",))
             )
         )
         pair.refresh()
         pair.check()
         leader.cancel(event.event_id)  # not yet replicated
-        wave_id = next(iter(leader.engine.waves))
-        leader.perform(lambda engine: engine.cancel_wave(wave_id))
+        wave_id = next(iter(leader.engine.component(WaveRunner).waves))
+        leader.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id))
         wall.value += 3600  # every deadline of the hour passes
         projected = replica.catch_up()
         assert replica.projected and projected
-        assert replica.engine.event(event.event_id).status.value == "Completed"
-        assert len(replica.engine.events) > len(leader.engine.events)  # the wave's next units, in the projection
+        assert replica.engine.component(AzureComponent).event(event.event_id).status.value == "Completed"
+        assert len(replica.engine.component(AzureComponent).events) > len(
+            leader.engine.component(AzureComponent).events
+        )  # the wave's next units, in the projection
         pair.refresh()
         assert not replica.projected
         # the leader's own catch-up has not been committed: compare with the committed state, at its time
         pair.check()
-        assert replica.engine.event(event.event_id).status.value == "Canceled"
+        assert replica.engine.component(AzureComponent).event(event.event_id).status.value == "Canceled"
         assert any(isinstance(heard[0], Rebuilt) for heard in pair.heard)  # phantom events: the read models reset
         # The leader commits the hour; the replica projects it again, then takes the commit: the same state.
         leader.catch_up()
@@ -262,7 +289,11 @@ def test_a_replica_that_projected_the_same_deadlines_takes_the_leaders_commit(po
     try:
         leader, replica = pair.leader, pair.replica
         leader.schedule(ScheduleRequest(EventType.REBOOT, hosts=("host-03",), notice=timedelta(seconds=30)))
-        leader.perform(lambda engine: engine.schedule_ec2(Ec2Request(Ec2Code.INSTANCE_STOP, ("i-0a1b2c3d4e5f60718",))))
+        leader.perform(
+            lambda engine: engine.component(Ec2Component).schedule_ec2(
+                Ec2Request(Ec2Code.INSTANCE_STOP, ("i-0a1b2c3d4e5f60718",))
+            )
+        )
         pair.refresh()
         projections = 0
         for _ in range(20):

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 
 from forewarn.app.runtime import FleetMismatch, Maintenance
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds.scheduled_events import AzureImds
-from forewarn.azure.model import EventStatus, EventType
+from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import VM_FIELDS, NotificationProfile, Power
-from forewarn.engine.engine import ScheduleRequest
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml
 from forewarn.fleet.model import Fleet
@@ -85,7 +85,9 @@ def test_the_fleet_is_stored_in_columns_and_read_back_the_same(store_url):
     instances = again.engine.fleet.vms_by_owner[again.engine.fleet.vms["ss_0"].policy_owner]
     # The VMs of a scope share its strings, and the VMs of a set its tags
     assert instances[0].scope is instances[1].scope and instances[0].tags is instances[1].tags
-    assert again.engine.vm_states["ss_0"].terminate == NotificationProfile(True, timedelta(minutes=7))
+    assert again.engine.component(AzureComponent).vm_states["ss_0"].terminate == NotificationProfile(
+        True, timedelta(minutes=7)
+    )
     again.store.close()
 
 
@@ -110,7 +112,7 @@ def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):
 
     again = open_manual(store_url)
     assert again.engine.fleet == small_fleet()
-    assert again.engine.event(event.event_id).status is EventStatus.SCHEDULED
+    assert again.engine.component(AzureComponent).event(event.event_id).status is EventStatus.SCHEDULED
     again.store.close()
     open_manual(store_url, small_fleet()).store.close()  # the same fleet given again: compared, accepted
     with pytest.raises(FleetMismatch, match="different fleet"):
@@ -136,20 +138,25 @@ def test_a_restart_never_reads_the_stored_fleet_when_it_has_the_fleet_or_is_give
 
 def test_only_the_vm_states_that_differ_from_the_deployed_ones_are_held(tmp_path):
     service = open_manual(str(tmp_path / "f.db"), small_fleet())
-    assert list(service.engine.vm_states.changed()) == []
-    assert service.engine.vm_states["solo"].power is Power.RUNNING and len(service.engine.vm_states) == 9
+    assert list(service.engine.component(AzureComponent).vm_states.changed()) == []
+    assert (
+        service.engine.component(AzureComponent).vm_states["solo"].power is Power.RUNNING
+        and len(service.engine.component(AzureComponent).vm_states) == 9
+    )
     [freeze] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",), start_now=True))
-    assert [state.name for state in service.engine.vm_states.changed()] == ["solo"]
+    assert [state.name for state in service.engine.component(AzureComponent).vm_states.changed()] == ["solo"]
     service.advance_clock(timedelta(hours=1))
-    assert service.engine.event(freeze.event_id).status is EventStatus.COMPLETED
-    assert list(service.engine.vm_states.changed()) == []  # frozen, then running as deployed: nothing held
+    assert service.engine.component(AzureComponent).event(freeze.event_id).status is EventStatus.COMPLETED
+    assert (
+        list(service.engine.component(AzureComponent).vm_states.changed()) == []
+    )  # frozen, then running as deployed: nothing held
     service.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), start_now=True))
     service.advance_clock(timedelta(hours=1))
-    [rebooted] = service.engine.vm_states.changed()  # booted again: held, and stored
+    [rebooted] = service.engine.component(AzureComponent).vm_states.changed()  # booted again: held, and stored
     assert rebooted.name == "solo" and rebooted.memory_generation == 2
     service.store.close()
     again = open_manual(str(tmp_path / "f.db"))
-    assert list(again.engine.vm_states.changed()) == [rebooted]
+    assert list(again.engine.component(AzureComponent).vm_states.changed()) == [rebooted]
     again.store.close()
 
 
@@ -158,12 +165,14 @@ def test_instances_not_updated_keep_their_deployed_model_across_a_restart(tmp_pa
     service = open_manual(url, parse_fleet(TAGGED))
     seven = NotificationProfile(True, timedelta(minutes=7))
     service.perform(
-        lambda engine: engine.update_policy("ss", terminate=NotificationProfile(True, timedelta(minutes=9)))
+        lambda engine: engine.component(AzureComponent).update_policy(
+            "ss", terminate=NotificationProfile(True, timedelta(minutes=9))
+        )
     )
-    service.perform(lambda engine: engine.update_instances("ss", ["ss_1"]))
+    service.perform(lambda engine: engine.component(AzureComponent).update_instances("ss", ["ss_1"]))
     service.store.close()
     again = open_manual(url)
-    states = again.engine.vm_states
+    states = again.engine.component(AzureComponent).vm_states
     assert (states["ss_0"].model_version, states["ss_0"].terminate) == (1, seven)  # as deployed, as before the restart
     assert states["ss_1"].model_version == 2 and states["ss_1"].terminate.not_before_timeout == timedelta(minutes=9)
     again.store.close()

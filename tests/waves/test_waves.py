@@ -10,15 +10,16 @@ from hypothesis import strategies as st
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged
+from forewarn.azure.component import AzureComponent, StoredAzure
 from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.engine.engine import Engine, StoredAzure, StoredGcp, StoredWaves
+from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml, generate_fleet
 from forewarn.gcp.changes import GceEventChanged
-from forewarn.gcp.component import GceRequest
+from forewarn.gcp.component import GceRequest, GcpComponent, StoredGcp
 from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceKind
-from forewarn.waves.component import WaveChanged, WaveCloud, WaveOrder, WaveSpec, WaveStatus
+from forewarn.waves.component import StoredWaves, WaveChanged, WaveCloud, WaveOrder, WaveRunner, WaveSpec, WaveStatus
 from forewarn.waves.model import ORDERS
 from helpers import T0, Server, forewarn, open_store
 
@@ -45,7 +46,7 @@ def run_to_end(e: Engine, wave_id: str, limit: int = 10_000) -> list:
     """Move the clock deadline by deadline until the wave ends; every change on the way."""
     changes = []
     for _ in range(limit):
-        if e.wave(wave_id).status is not WaveStatus.RUNNING:
+        if e.component(WaveRunner).wave(wave_id).status is not WaveStatus.RUNNING:
             return changes
         changes += e.advance(e.next_deadline())
     raise AssertionError("the wave did not end")
@@ -57,7 +58,7 @@ def scheduled_units(changes) -> list[str]:
 
 def test_update_domains_go_one_at_a_time_and_the_next_is_scheduled_when_one_completes():
     e = engine()
-    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+    changes = e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
     wave = next(c.wave for c in changes if isinstance(c, WaveChanged))
     assert wave.units == ("0", "1", "2")
     first = [c.event for c in changes if isinstance(c, EventChanged)]
@@ -66,17 +67,19 @@ def test_update_domains_go_one_at_a_time_and_the_next_is_scheduled_when_one_comp
     # Nothing of UD 1 until UD 0 has completed: when its events complete, UD 1's are Scheduled at that instant.
     completion = first[0].not_before + first[0].impact_window
     e.advance(completion - timedelta(seconds=1))
-    assert len(e.events) == 1
+    assert len(e.component(AzureComponent).events) == 1
     step = e.advance(completion)
     completed = [c.event for c in step if isinstance(c, EventChanged) and c.what == "completed"]
     scheduled = [c.event for c in step if isinstance(c, EventChanged) and c.what == "scheduled"]
     assert len(completed) == 1 and [ev.resources for ev in scheduled] == [("web-1",)]
     assert scheduled[0].created_at == completion
     # One document change for the scope at that instant: the old event leaves, the new one is Scheduled.
-    assert e.incarnation(scheduled[0].scope) == 1 + 1 + 1 + 1  # scheduled, started, (completed + next scheduled)
+    assert (
+        e.component(AzureComponent).incarnation(scheduled[0].scope) == 1 + 1 + 1 + 1
+    )  # scheduled, started, (completed + next scheduled)
     rest = run_to_end(e, wave.wave_id)
     assert scheduled_units(rest) == ["update domain 2"]
-    done = e.wave(wave.wave_id)
+    done = e.component(WaveRunner).wave(wave.wave_id)
     assert (done.status, done.done, done.skipped, done.in_flight) == (WaveStatus.COMPLETED, 3, (), ())
 
 
@@ -84,13 +87,13 @@ def test_no_two_units_overlap_with_concurrency_one():
     e = engine()
     [started] = [
         c
-        for c in e.start_wave(WaveSpec(EventType.REBOOT, WaveOrder.FAULT_DOMAIN))
+        for c in e.component(WaveRunner).start_wave(WaveSpec(EventType.REBOOT, WaveOrder.FAULT_DOMAIN))
         if isinstance(c, WaveChanged) and c.what == "started"
     ]
     run_to_end(e, started.wave.wave_id)
     by_unit: dict[int, list] = {}
     fleet = e.fleet
-    for event in e.events.values():
+    for event in e.component(AzureComponent).events.values():
         domains = {fleet.vms[name].fault_domain for name in event.resources}
         assert len(domains) == 1  # an event never mixes fault domains
         by_unit.setdefault(domains.pop(), []).append(event)
@@ -101,25 +104,30 @@ def test_no_two_units_overlap_with_concurrency_one():
 
 def test_concurrency_limits_the_hosts_in_flight_and_every_vm_is_covered_once():
     e = engine()
-    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=2))
-    wave = e.waves[next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))]
+    changes = e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=2))
+    wave = e.component(WaveRunner).waves[next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))]
     assert wave.units == ("h1", "h2", "h3", "h4")
-    assert [e.wave(wave.wave_id).units[run.unit] for run in e.wave(wave.wave_id).in_flight] == ["h1", "h2"]
+    assert [
+        e.component(WaveRunner).wave(wave.wave_id).units[run.unit]
+        for run in e.component(WaveRunner).wave(wave.wave_id).in_flight
+    ] == ["h1", "h2"]
     max_in_flight = 0
-    while e.wave(wave.wave_id).status is WaveStatus.RUNNING:
-        max_in_flight = max(max_in_flight, len(e.wave(wave.wave_id).in_flight))
+    while e.component(WaveRunner).wave(wave.wave_id).status is WaveStatus.RUNNING:
+        max_in_flight = max(max_in_flight, len(e.component(WaveRunner).wave(wave.wave_id).in_flight))
         e.advance(e.next_deadline())
     assert max_in_flight == 2
-    covered = sorted(name for ev in e.events.values() for name in ev.resources)
+    covered = sorted(name for ev in e.component(AzureComponent).events.values() for name in ev.resources)
     assert covered == sorted(e.fleet.vms)
-    assert all(ev.status is EventStatus.COMPLETED for ev in e.events.values())
+    assert all(ev.status is EventStatus.COMPLETED for ev in e.component(AzureComponent).events.values())
 
 
 def test_approval_brings_a_unit_forward_and_the_next_follows():
     e = engine()
-    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("pool",)))
+    changes = e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("pool",)))
     [event, *_] = [c.event for c in changes if isinstance(c, EventChanged)]
-    e.approve([ev.event_id for ev in e.live_events(event.scope)], by="control")
+    e.component(AzureComponent).approve(
+        [ev.event_id for ev in e.component(AzureComponent).live_events(event.scope)], by="control"
+    )
     step = e.advance(T0 + event.impact_window)
     assert [c.event.resources for c in step if isinstance(c, EventChanged) and c.what == "scheduled"] == [
         ("pool_1", "pool_3")
@@ -128,26 +136,26 @@ def test_approval_brings_a_unit_forward_and_the_next_follows():
 
 def test_cancel_stops_the_wave_and_cancels_only_scheduled_events():
     e = engine()
-    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+    changes = e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
-    result = e.cancel_wave(wave_id)
+    result = e.component(WaveRunner).cancel_wave(wave_id)
     assert {c.event.status for c in result if isinstance(c, EventChanged)} == {EventStatus.CANCELED}
-    wave = e.wave(wave_id)
+    wave = e.component(WaveRunner).wave(wave_id)
     assert wave.status is WaveStatus.CANCELED and wave.in_flight == () and wave.next_unit == 1
     assert e.next_deadline() is None  # nothing else will be scheduled
     with pytest.raises(Conflict):
-        e.cancel_wave(wave_id)
+        e.component(WaveRunner).cancel_wave(wave_id)
 
 
 def test_a_canceled_event_ends_its_unit_and_a_deleted_domain_is_skipped():
     e = engine()
-    changes = e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+    changes = e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
-    e.delete(["web-1"])  # UD 1 of web has only web-1
-    assert e.vm_states["web-1"].deleted
+    e.component(AzureComponent).delete(["web-1"])  # UD 1 of web has only web-1
+    assert e.component(AzureComponent).vm_states["web-1"].deleted
     for event in [c.event for c in changes if isinstance(c, EventChanged)]:
-        e.cancel(event.event_id)  # the operator cancels UD 0's events: the unit is over
-    wave = e.wave(wave_id)
+        e.component(AzureComponent).cancel(event.event_id)  # the operator cancels UD 0's events: the unit is over
+    wave = e.component(WaveRunner).wave(wave_id)
     assert wave.skipped == (1,)  # UD 1: web-1 was deleted
     assert [wave.units[run.unit] for run in wave.in_flight] == ["2"]
 
@@ -161,15 +169,15 @@ def test_refusals_change_nothing():
         (WaveSpec(EventType.FREEZE, notice=timedelta(seconds=-1)), Invalid),
     ):
         with pytest.raises(error):
-            e.start_wave(spec)
-    assert e.waves == {} and e.events == {} and e.next_seq == 1
+            e.component(WaveRunner).start_wave(spec)
+    assert e.component(WaveRunner).waves == {} and e.component(AzureComponent).events == {} and e.next_seq == 1
 
 
 def test_redeployed_vms_are_taken_on_their_new_host():
     e = engine()
-    e.hardware_failure(["h4"])  # solo is redeployed to the next host, h1
-    assert [vm.name for vm in e.vms_on_host("h1")] == ["web-0", "web-3", "solo"]
-    assert e.vms_on_host("h4") == []
+    e.component(AzureComponent).hardware_failure(["h4"])  # solo is redeployed to the next host, h1
+    assert [vm.name for vm in e.component(AzureComponent).vms_on_host("h1")] == ["web-0", "web-3", "solo"]
+    assert e.component(AzureComponent).vms_on_host("h4") == []
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -185,30 +193,43 @@ def test_property_every_vm_once_never_more_units_than_the_limit_and_state_surviv
 ):
     fleet = parse_fleet(fleet_yaml(FleetShape(vms=vms, vms_per_host=4, seed=seed)))
     e = Engine(fleet, seed="p", now=T0)
-    changes = e.start_wave(WaveSpec(EventType.FREEZE, order, concurrency=concurrency))
+    changes = e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, order, concurrency=concurrency))
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
     rounds = 0
-    while e.wave(wave_id).status is WaveStatus.RUNNING:
-        wave = e.wave(wave_id)
+    while e.component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
+        wave = e.component(WaveRunner).wave(wave_id)
         assert len(wave.in_flight) <= concurrency
         if approve and rounds % 2:
-            e.approve([ev.event_id for ev in e.events.values() if ev.status is EventStatus.SCHEDULED], by="control")
+            e.component(AzureComponent).approve(
+                [
+                    ev.event_id
+                    for ev in e.component(AzureComponent).events.values()
+                    if ev.status is EventStatus.SCHEDULED
+                ],
+                by="control",
+            )
         if rounds == 3:  # rebuilt from what a store keeps: same progress
             e = Engine(
                 fleet,
                 "p",
                 e.now,
                 created_at=T0,
-                azure=StoredAzure(list(e.events.values()), e.incarnations, list(e.vm_states.values())),
-                waves=StoredWaves(list(e.waves.values())),
+                stored={
+                    "azure": StoredAzure(
+                        list(e.component(AzureComponent).events.values()),
+                        e.component(AzureComponent).incarnations,
+                        list(e.component(AzureComponent).vm_states.values()),
+                    ),
+                    "waves": StoredWaves(list(e.component(WaveRunner).waves.values())),
+                },
                 next_seq=e.next_seq,
             )
         e.advance(e.next_deadline())
         rounds += 1
-    covered = [name for ev in e.events.values() for name in ev.resources]
+    covered = [name for ev in e.component(AzureComponent).events.values() for name in ev.resources]
     assert sorted(covered) == sorted(fleet.vms)  # every VM exactly once
     attribute = {WaveOrder.UPDATE_DOMAIN: "update_domain", WaveOrder.FAULT_DOMAIN: "fault_domain"}.get(order)
-    for ev in e.events.values():
+    for ev in e.component(AzureComponent).events.values():
         if attribute:
             assert len({getattr(fleet.vms[n], attribute) for n in ev.resources}) == 1
         else:
@@ -283,9 +304,9 @@ def test_generator_refuses_impossible_shapes(shape, message):
 def finishes_with_every_unit(service: Maintenance, wave_id: str, units: int) -> None:
     """A wave reopened after a restart runs to its end on the clock, each of its units completed once; the store is
     closed after."""
-    while service.engine.wave(wave_id).status is WaveStatus.RUNNING:
+    while service.engine.component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
         service.step_clock()
-    assert service.engine.wave(wave_id).done == units
+    assert service.engine.component(WaveRunner).wave(wave_id).done == units
     kinds = [entry.kind for entry in service.store.journal() if entry.kind.startswith("wave")]
     assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
     assert kinds.count("wave unit-completed") == units
@@ -295,16 +316,18 @@ def finishes_with_every_unit(service: Maintenance, wave_id: str, units: int) -> 
 def test_a_wave_survives_a_restart_mid_way(store_url):
     fleet = parse_fleet(FLEET)
     service = Maintenance.open(open_store(store_url), fleet, "manual", 1.0, T0, "seed")
-    changes = service.perform(lambda e: e.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=1)))
+    changes = service.perform(
+        lambda e: e.component(WaveRunner).start_wave(WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=1))
+    )
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
     service.step_clock()  # h1 Started
     service.step_clock()  # h1 completed (the freeze recovers first), ...
     service.step_clock()
-    before = service.engine.wave(wave_id)
+    before = service.engine.component(WaveRunner).wave(wave_id)
     service.store.close()
 
     again = Maintenance.open(open_store(store_url), None, "manual")
-    assert again.engine.wave(wave_id) == before
+    assert again.engine.component(WaveRunner).wave(wave_id) == before
     finishes_with_every_unit(again, wave_id, 4)
 
 
@@ -386,26 +409,30 @@ vms:
 
 
 def gce_wave(e: Engine, order: WaveOrder = WaveOrder.ZONE, **spec) -> str:
-    changes = e.start_wave(WaveSpec(cloud=WaveCloud.GCE, order=order, **spec))
+    changes = e.component(WaveRunner).start_wave(WaveSpec(cloud=WaveCloud.GCE, order=order, **spec))
     return next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
 
 
 def test_a_compute_engine_wave_goes_zone_by_zone_with_each_instances_own_maintenance():
     e = engine(GCE_FLEET)
     for name in ("web-1", "gpu-1"):
-        e.watch_gce(name)  # they asked for maintenance-event: they get the notice (60 s; gpu-1's is an hour)
+        e.component(GcpComponent).watch(
+            name
+        )  # they asked for maintenance-event: they get the notice (60 s; gpu-1's is an hour)
     wave_id = gce_wave(e, notice=timedelta(days=7), window=timedelta(hours=2))
-    wave = e.wave(wave_id)
+    wave = e.component(WaveRunner).wave(wave_id)
     assert (wave.spec.order, wave.units) == (WaveOrder.ZONE, ("us-central1-a", "europe-west1-b"))
     # The first zone's instances are announced a week ahead; nothing in Europe yet, nor on the Azure VM.
-    upcoming = {name: e.upcoming_maintenance(name) for name in e.fleet.gce}
+    upcoming = {name: e.component(GcpComponent).upcoming(name) for name in e.fleet.gce}
     assert {name for name, event in upcoming.items() if event} == {"web-1", "web-2", "gpu-1"}
     assert upcoming["web-1"].kind is MaintenanceKind.MIGRATE and upcoming["gpu-1"].kind is MaintenanceKind.TERMINATE
-    assert upcoming["web-1"].window_start == T0 + timedelta(days=7) and not e.events
+    assert upcoming["web-1"].window_start == T0 + timedelta(days=7) and not e.component(AzureComponent).events
     e.advance(T0 + timedelta(days=7) - timedelta(seconds=60))
-    assert e.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
-    assert e.maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
-    assert e.maintenance_event("web-2") == "NONE"  # never asked: no notice, maintained at the start
+    assert e.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert e.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert (
+        e.component(GcpComponent).maintenance_event("web-2") == "NONE"
+    )  # never asked: no notice, maintained at the start
     changes = run_to_end(e, wave_id)
     assert scheduled_units(changes) == ["zone europe-west1-b"]
     second = [c.event for c in changes if isinstance(c, GceEventChanged) and c.what == "scheduled"]
@@ -414,41 +441,48 @@ def test_a_compute_engine_wave_goes_zone_by_zone_with_each_instances_own_mainten
     assert {ev.instance for ev in second} == {"eu-1", "eu-2"}
     assert {ev.created_at for ev in second} == {T0 + timedelta(days=7, minutes=5)}
     assert {ev.reason for ev in second} == {f"{wave_id}, zone europe-west1-b"}
-    done = e.wave(wave_id)
+    done = e.component(WaveRunner).wave(wave_id)
     assert (done.status, done.done, done.skipped) == (WaveStatus.COMPLETED, 2, ())
-    assert all(e.gce_states[name].status is InstanceStatus.RUNNING for name in e.fleet.gce)
-    assert e.gce_states["web-1"].host != "h1" and e.gce_states["gpu-1"].host != "h1"
+    assert all(e.component(GcpComponent).gce_states[name].status is InstanceStatus.RUNNING for name in e.fleet.gce)
+    assert (
+        e.component(GcpComponent).gce_states["web-1"].host != "h1"
+        and e.component(GcpComponent).gce_states["gpu-1"].host != "h1"
+    )
 
 
 def test_by_host_an_instance_is_maintained_once_even_if_it_moves_onto_a_later_host():
     e = engine(GCE_FLEET)
     wave_id = gce_wave(e, order=WaveOrder.HOST, concurrency=1)
-    assert e.wave(wave_id).units == ("h1", "h2", "h3")
+    assert e.component(WaveRunner).wave(wave_id).units == ("h1", "h2", "h3")
     run_to_end(e, wave_id)
-    per_instance = {name: len(e.gce_events_of(name)) for name in e.fleet.gce}
+    per_instance = {name: len(e.component(GcpComponent).gce_events_of(name)) for name in e.fleet.gce}
     assert per_instance == dict.fromkeys(e.fleet.gce, 1)
     # web-1 migrated from h1 to h2 and gpu-1 restarted there, before h2's unit: not maintained again.
-    assert [ev.instance for ev in e.gce_events.values() if ev.reason.endswith("host h2")] == ["web-2"]
+    assert [ev.instance for ev in e.component(GcpComponent).gce_events.values() if ev.reason.endswith("host h2")] == [
+        "web-2"
+    ]
 
 
 def test_cancel_stops_a_compute_engine_wave_and_cancels_only_pending_maintenance():
     e = engine(GCE_FLEET)
-    e.watch_gce("web-1")
+    e.component(GcpComponent).watch("web-1")
     wave_id = gce_wave(e, groups=("us-central1-a",), notice=timedelta(days=7), latest=timedelta(days=2))
-    e.reschedule_gce("web-2", T0 + timedelta(days=8))  # its user moves it a day later
+    e.component(GcpComponent).reschedule_gce("web-2", T0 + timedelta(days=8))  # its user moves it a day later
     # gpu-1 never asked: its maintenance starts when its notice would have come, an hour ahead (it has a GPU).
     e.advance(T0 + timedelta(days=7) - timedelta(hours=1))
-    assert e.gcp.upcoming("gpu-1").state is EventState.ONGOING
+    assert e.component(GcpComponent).upcoming("gpu-1").state is EventState.ONGOING
     before = e.advance(T0 + timedelta(days=7) - timedelta(seconds=60))  # gpu-1 done and restarted, web-1 notified
-    changes = e.cancel_wave(wave_id)
+    changes = e.component(WaveRunner).cancel_wave(wave_id)
     canceled = {c.event.instance for c in changes if isinstance(c, GceEventChanged) and c.what == "canceled"}
     assert canceled == {"web-2"}
-    assert e.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"  # a notice given is kept
+    assert (
+        e.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    )  # a notice given is kept
     rest = run_to_end_of_maintenance(e)
     completed = [c.event.instance for c in before + rest if isinstance(c, GceEventChanged) and c.what == "completed"]
     assert completed == ["gpu-1", "web-1"]
-    assert e.wave(wave_id).status is WaveStatus.CANCELED and not any(
-        ev.instance.startswith("eu-") for ev in e.gce_events.values()
+    assert e.component(WaveRunner).wave(wave_id).status is WaveStatus.CANCELED and not any(
+        ev.instance.startswith("eu-") for ev in e.component(GcpComponent).gce_events.values()
     )
 
 
@@ -461,14 +495,20 @@ def run_to_end_of_maintenance(e: Engine) -> list:
 
 def test_targets_and_skips_of_a_compute_engine_wave():
     e = engine(GCE_FLEET)
-    e.schedule_gce(GceRequest(("web-2",), notice=timedelta(days=1)))  # in maintenance already: not the wave's
+    e.component(GcpComponent).schedule_gce(
+        GceRequest(("web-2",), notice=timedelta(days=1))
+    )  # in maintenance already: not the wave's
     wave_id = gce_wave(e, order=WaveOrder.HOST, groups=("web-2", "instances/eu-1"))
-    wave = e.wave(wave_id)
+    wave = e.component(WaveRunner).wave(wave_id)
     assert wave.owners == ("instances/web-2", "instances/eu-1") and wave.units == ("h2", "h3")
     changes = run_to_end(e, wave_id)
     skipped = [c.reason for c in changes if isinstance(c, WaveChanged) and c.what == "unit-skipped"]
-    assert skipped == [] and e.wave(wave_id).skipped == (0,)  # h2 was skipped at the start: web-2 is busy
-    assert [ev.instance for ev in e.gce_events.values() if ev.reason.startswith(wave_id)] == ["eu-1"]
+    assert skipped == [] and e.component(WaveRunner).wave(wave_id).skipped == (
+        0,
+    )  # h2 was skipped at the start: web-2 is busy
+    assert [ev.instance for ev in e.component(GcpComponent).gce_events.values() if ev.reason.startswith(wave_id)] == [
+        "eu-1"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -493,8 +533,12 @@ def test_targets_and_skips_of_a_compute_engine_wave():
 def test_compute_engine_wave_refusals_change_nothing(spec, error, message):
     e = engine(GCE_FLEET)
     with pytest.raises(error, match=message):
-        e.start_wave(spec)
-    assert not e.waves and not e.gce_events and not e.events
+        e.component(WaveRunner).start_wave(spec)
+    assert (
+        not e.component(WaveRunner).waves
+        and not e.component(GcpComponent).gce_events
+        and not e.component(AzureComponent).events
+    )
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -513,13 +557,13 @@ def test_property_every_compute_engine_instance_once_never_more_units_than_the_l
     names = list(fleet.gce)
     for index in watched:
         if index < len(names):
-            e.watch_gce(names[index])
+            e.component(GcpComponent).watch(names[index])
     wave_id = gce_wave(e, order=order, concurrency=concurrency, notice=notice)
     rounds = 0
-    while e.wave(wave_id).status is WaveStatus.RUNNING:
-        wave = e.wave(wave_id)
+    while e.component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
+        wave = e.component(WaveRunner).wave(wave_id)
         assert len(wave.in_flight) <= concurrency
-        live = [ev for ev in e.gce_events.values() if ev.live]
+        live = [ev for ev in e.component(GcpComponent).gce_events.values() if ev.live]
         units = {ev.reason for ev in live}
         assert len(units) <= concurrency
         if rounds == 3:  # rebuilt from what a store keeps: same progress
@@ -528,15 +572,20 @@ def test_property_every_compute_engine_instance_once_never_more_units_than_the_l
                 "p",
                 e.now,
                 created_at=T0,
-                gcp=StoredGcp(list(e.gce_events.values()), list(e.gce_states.values())),
-                waves=StoredWaves(list(e.waves.values())),
+                stored={
+                    "gcp": StoredGcp(
+                        list(e.component(GcpComponent).gce_events.values()),
+                        list(e.component(GcpComponent).gce_states.values()),
+                    ),
+                    "waves": StoredWaves(list(e.component(WaveRunner).waves.values())),
+                },
                 next_seq=e.next_seq,
             )
         e.advance(e.next_deadline())
         rounds += 1
-    maintained = sorted(ev.instance for ev in e.gce_events.values())
+    maintained = sorted(ev.instance for ev in e.component(GcpComponent).gce_events.values())
     assert maintained == sorted(fleet.gce)  # every instance exactly once
-    for ev in e.gce_events.values():
+    for ev in e.component(GcpComponent).gce_events.values():
         unit = ev.reason.split(", ", 1)[1]
         if order is WaveOrder.ZONE:
             assert unit == f"zone {fleet.gce[ev.instance].zone}"
@@ -546,19 +595,21 @@ def test_property_every_compute_engine_instance_once_never_more_units_than_the_l
 def test_a_compute_engine_wave_survives_a_restart_mid_way(store_url):
     fleet = parse_fleet(GCE_FLEET)
     service = Maintenance.open(open_store(store_url), fleet, "manual", 1.0, T0, "seed")
-    service.perform(lambda e: e.watch_gce("web-1"))
+    service.perform(lambda e: e.component(GcpComponent).watch("web-1"))
     changes = service.perform(
-        lambda e: e.start_wave(WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, notice=timedelta(hours=1)))
+        lambda e: e.component(WaveRunner).start_wave(
+            WaveSpec(cloud=WaveCloud.GCE, order=WaveOrder.ZONE, notice=timedelta(hours=1))
+        )
     )
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
     # gpu-1 never asked: its maintenance started at once (its notice is the hour); web-1's notice is 60 s ahead.
     service.advance_clock(timedelta(minutes=59))
-    before = service.engine.wave(wave_id)
+    before = service.engine.component(WaveRunner).wave(wave_id)
     service.store.close()
 
     again = Maintenance.open(open_store(store_url), None, "manual")
-    assert again.engine.wave(wave_id) == before
-    assert again.engine.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert again.engine.component(WaveRunner).wave(wave_id) == before
+    assert again.engine.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     finishes_with_every_unit(again, wave_id, 2)
 
 

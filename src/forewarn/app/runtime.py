@@ -29,6 +29,7 @@ from typing import Any
 
 from forewarn.app.errors import Unavailable
 from forewarn.azure.changes import EventChanged
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import Event, ScheduleRequest
 from forewarn.core.changes import Change, Rebuilt, Reset, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
@@ -230,8 +231,8 @@ class Maintenance:
             state.now,
             rules,
             created_at=state.created_at,
+            stored=state.records,
             next_seq=state.next_seq,
-            **state.records,
         )
 
     # ----------------------------------------------------------------------------------------------- core
@@ -504,22 +505,32 @@ class Maintenance:
 
     def approve_soon(self, event_ids: Iterable[str], by: str) -> asyncio.Future[list[Change]]:
         ids = list(event_ids)
-        return self.perform_soon(lambda engine: engine.approve(ids, by), lambda engine: engine.check_approve(ids))
+        return self.perform_soon(
+            lambda engine: engine.component(AzureComponent).approve(ids, by),
+            lambda engine: engine.component(AzureComponent).check_approve(ids),
+        )
 
     async def schedule_soon(self, request: ScheduleRequest) -> list[Event]:
         """``schedule`` through the group commit (``perform_soon``): the events, once durable."""
         changes = await self.perform_soon(
-            lambda engine: engine.schedule(request), lambda engine: engine.check_schedule(request)
+            lambda engine: engine.component(AzureComponent).schedule(request),
+            lambda engine: engine.component(AzureComponent).check_schedule(request),
         )
         return [c.event for c in changes if isinstance(c, EventChanged)]
 
     def schedule(self, request: ScheduleRequest) -> list[Event]:
-        changes = self.perform(lambda engine: engine.schedule(request), lambda engine: engine.check_schedule(request))
+        changes = self.perform(
+            lambda engine: engine.component(AzureComponent).schedule(request),
+            lambda engine: engine.component(AzureComponent).check_schedule(request),
+        )
         return [c.event for c in changes if isinstance(c, EventChanged)]
 
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         ids = list(event_ids)
-        return self.perform(lambda engine: engine.approve(ids, by), lambda engine: engine.check_approve(ids))
+        return self.perform(
+            lambda engine: engine.component(AzureComponent).approve(ids, by),
+            lambda engine: engine.component(AzureComponent).check_approve(ids),
+        )
 
     def request_seen(self, scope: str) -> None:
         """A VM asked for its scheduled events (only tracked when enabling is required)."""
@@ -530,13 +541,16 @@ class Maintenance:
             # Without waiting for a group commit: its commands do not enable scopes (this does, through _run), and
             # the idle timer lives in memory only.
             engine = self._engine
-            if engine.is_enabled(scope):
-                engine.last_seen[scope] = engine.now
+            if engine.component(AzureComponent).is_enabled(scope):
+                engine.component(AzureComponent).last_seen[scope] = engine.now
                 return
-        self._run(lambda engine: engine.request_seen(scope))
+        self._run(lambda engine: engine.component(AzureComponent).request_seen(scope))
 
     def cancel(self, event_id: str) -> Event:
-        changes = self.perform(lambda engine: engine.cancel(event_id), lambda engine: engine.check_cancel(event_id))
+        changes = self.perform(
+            lambda engine: engine.component(AzureComponent).cancel(event_id),
+            lambda engine: engine.component(AzureComponent).check_cancel(event_id),
+        )
         return next(c.event for c in changes if isinstance(c, EventChanged))
 
     def advance_clock(self, delta: timedelta) -> list[Change]:

@@ -149,7 +149,7 @@ def _window_changed(change: Ec2WindowChanged, rows: Rows) -> None:
 
 def _load(reader: Reader) -> dict[str, Any]:
     return {
-        "ec2": StoredEc2(
+        "aws": StoredEc2(
             events=[
                 decode_ec2_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_ec2_events ORDER BY seq")
             ],
@@ -165,7 +165,7 @@ def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
     if not attributes and not any(table in touched for table in EC2_TABLES):
         return {}
     return {
-        "ec2": Ec2Rows(
+        "aws": Ec2Rows(
             events=reader.current(
                 "SELECT event_id, data FROM forewarn_ec2_events",
                 "event_id",

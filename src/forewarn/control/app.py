@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn import __version__
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
 from forewarn.control.dashboard import LiveFeed, SurfaceViews, dashboard_router, docs_page
@@ -40,7 +41,6 @@ from forewarn.core.clock import MANUAL, REAL
 from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
-from forewarn.engine.engine import MAX_EXTRA_IMPACTS
 
 
 class ScheduleIn(BaseModel):
@@ -159,7 +159,7 @@ def create_control_app(
     @app.get("/v1/events", tags=["events"], response_model=list[EventOut])
     async def list_events(all: bool = Query(False, description="include Completed and Canceled events")):
         service.catch_up()
-        events = sorted(service.engine.events.values(), key=lambda e: e.seq)
+        events = sorted(service.engine.component(AzureComponent).events.values(), key=lambda e: e.seq)
         return [EventOut.of(e) for e in events if all or e.status.live]
 
     @app.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)
@@ -186,7 +186,11 @@ def create_control_app(
     @app.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def get_event(event_id: str):
         service.catch_up()
-        return EventOut.of(service.engine.event(service.engine.resolve_event_id(event_id)))
+        return EventOut.of(
+            service.engine.component(AzureComponent).event(
+                service.engine.component(AzureComponent).resolve_event_id(event_id)
+            )
+        )
 
     @app.get("/v1/journal", tags=["events"])
     async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
@@ -198,24 +202,26 @@ def create_control_app(
 
     @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
     async def event_journal(event_id: str):
-        event = service.engine.event(service.engine.resolve_event_id(event_id))
+        event = service.engine.component(AzureComponent).event(
+            service.engine.component(AzureComponent).resolve_event_id(event_id)
+        )
         return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.journal(event.event_id)]
 
     @app.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
     async def approve(body: ApproveIn):
-        ids = [service.engine.resolve_event_id(event_id) for event_id in body.event_ids]
+        ids = [service.engine.component(AzureComponent).resolve_event_id(event_id) for event_id in body.event_ids]
         service.approve(ids, by=body.by)
-        return [EventOut.of(service.engine.event(event_id)) for event_id in ids]
+        return [EventOut.of(service.engine.component(AzureComponent).event(event_id)) for event_id in ids]
 
     @app.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def approve_one(event_id: str):
-        event_id = service.engine.resolve_event_id(event_id)
+        event_id = service.engine.component(AzureComponent).resolve_event_id(event_id)
         service.approve([event_id], by="control")
-        return EventOut.of(service.engine.event(event_id))
+        return EventOut.of(service.engine.component(AzureComponent).event(event_id))
 
     @app.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        return EventOut.of(service.cancel(service.engine.resolve_event_id(event_id)))
+        return EventOut.of(service.cancel(service.engine.component(AzureComponent).resolve_event_id(event_id)))
 
     def clock_out() -> ClockOut:
         view = service.clock_view()
@@ -273,7 +279,11 @@ def create_control_app(
                 {"name": name, "vms": [vm.name for vm in engine.fleet.vms_by_host[name]]} for name in engine.fleet.hosts
             ],
             "scopes": [
-                {"scope": scope, "incarnation": engine.incarnation(scope), "vms": [vm.name for vm in vms]}
+                {
+                    "scope": scope,
+                    "incarnation": engine.component(AzureComponent).incarnation(scope),
+                    "vms": [vm.name for vm in vms],
+                }
                 for scope, vms in engine.fleet.vms_by_scope.items()
             ],
             "vms": [

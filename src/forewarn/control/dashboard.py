@@ -26,8 +26,10 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
+from forewarn.aws.component import Ec2Component
 from forewarn.aws.model import Ec2EventState, InstanceState
 from forewarn.azure.changes import EventChanged, VmChanged
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus
 from forewarn.azure.vms import Power
 from forewarn.control.ec2 import Ec2EventOut
@@ -40,6 +42,7 @@ from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.engine.engine import Engine
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.model import EventState, InstanceStatus
 from forewarn.waves.component import WaveChanged
 
@@ -74,12 +77,12 @@ def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[st
     scopes = {fleet.vms[name].scope for name in wanted} if names is not None else fleet.vms_by_scope.keys()
     from_events: dict[str, int] = {}
     for scope in scopes:
-        for event in engine.live_events(scope):
+        for event in engine.component(AzureComponent).live_events(scope):
             code = STARTED if event.status is EventStatus.STARTED else SCHEDULED
             for resource in event.resources:
                 if from_events.get(resource, OK) < code:
                     from_events[resource] = code
-    power_of = engine.vm_states.power
+    power_of = engine.component(AzureComponent).vm_states.power
     for name in wanted:
         code = from_events.get(name, OK)
         power = power_of(name)
@@ -92,15 +95,25 @@ def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[st
 
 
 def _ec2_states(engine: Engine, ids: Iterable[str] | None = None) -> dict[str, int]:
-    wanted = engine.ec2_instances.keys() if ids is None else [i for i in ids if i in engine.ec2_instances]
+    wanted = (
+        engine.component(Ec2Component).ec2_instances.keys()
+        if ids is None
+        else [i for i in ids if i in engine.component(Ec2Component).ec2_instances]
+    )
     active: set[str] = {
-        event.instance_id for event in engine.ec2_events.values() if event.state is Ec2EventState.ACTIVE
+        event.instance_id
+        for event in engine.component(Ec2Component).ec2_events.values()
+        if event.state is Ec2EventState.ACTIVE
     }
     states: dict[str, int] = {}
     for instance_id in wanted:
-        state = engine.ec2_states[instance_id]
+        state = engine.component(Ec2Component).ec2_states[instance_id]
         if state.state is InstanceState.TERMINATED:
-            code = EVICTED if engine.ec2_instances[instance_id].spot and state.spot_action else DELETED
+            code = (
+                EVICTED
+                if engine.component(Ec2Component).ec2_instances[instance_id].spot and state.spot_action
+                else DELETED
+            )
         elif state.state is InstanceState.STOPPED:
             code = STOPPED
         elif state.impacted_by is not None or state.state is not InstanceState.RUNNING:
@@ -121,7 +134,11 @@ def _gce_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str,
     wanted = instances.keys() if names is None else [n for n in names if n in instances]
     from_events: dict[str, int] = {}
     # A few instances (one commit's): their own events; the whole fleet: one pass over every event.
-    events = engine.gce_events.values() if names is None else (e for n in wanted for e in engine.gce_events_of(n))
+    events = (
+        engine.component(GcpComponent).gce_events.values()
+        if names is None
+        else (e for n in wanted for e in engine.component(GcpComponent).gce_events_of(n))
+    )
     for event in events:
         if event.live:
             code = STARTED if event.state is EventState.ONGOING else SCHEDULED
@@ -129,7 +146,7 @@ def _gce_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str,
                 from_events[event.instance] = code
     states: dict[str, int] = {}
     for name in wanted:
-        state = engine.gce_states[name]
+        state = engine.component(GcpComponent).gce_states[name]
         if state.preempted:
             code = STARTED if state.status is InstanceStatus.STOPPING else EVICTED
         elif state.deleted:
@@ -185,7 +202,7 @@ class FleetRead:
 
         for vm in engine.fleet.vms.values():
             add(0, vm.name, _group(vm), f"{vm.location} {vm.zone}".strip(), vm.update_domain)
-        for instance_id, instance in engine.ec2_instances.items():
+        for instance_id, instance in engine.component(Ec2Component).ec2_instances.items():
             group = f"auto scaling group {instance.auto_scaling_group}" if instance.auto_scaling_group else "EC2"
             add(1, instance_id, group, instance.availability_zone, 0)
         for name, gce in engine.fleet.gce.items():
@@ -198,7 +215,10 @@ class FleetRead:
 
     def body(self, service: Maintenance) -> str:
         engine = service.engine
-        key = (id(engine.fleet), len(engine.ec2_instances))  # an Auto Scaling replacement adds an instance
+        key = (
+            id(engine.fleet),
+            len(engine.component(Ec2Component).ec2_instances),
+        )  # an Auto Scaling replacement adds an instance
         if key != self._key:
             self._encode_fixed(engine)
             self._key = key
@@ -206,8 +226,12 @@ class FleetRead:
         azure = _azure_states(engine)
         ec2 = _ec2_states(engine)
         gce = _gce_states(engine)
-        ec2_states, gce_states = engine.ec2_states, engine.gce_states
-        host_of = (engine.vm_states.host, lambda name: ec2_states[name].host, lambda name: gce_states[name].host)
+        ec2_states, gce_states = engine.component(Ec2Component).ec2_states, engine.component(GcpComponent).gce_states
+        host_of = (
+            engine.component(AzureComponent).vm_states.host,
+            lambda name: ec2_states[name].host,
+            lambda name: gce_states[name].host,
+        )
         codes = (azure, ec2, gce)
         host_column: list[int] = []
         state_column: list[int] = []
@@ -257,7 +281,9 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
     ):
         return {"resync": True, "reason": f"{len(changes)} changes in one step", "clock": clock_json(service)}
     states = {**_azure_states(engine, vms), **_ec2_states(engine, instances), **_gce_states(engine, gce_instances)}
-    new_machines = [i for i in instances if i in engine.ec2_instances and i not in engine.fleet.ec2]
+    new_machines = [
+        i for i in instances if i in engine.component(Ec2Component).ec2_instances and i not in engine.fleet.ec2
+    ]
     return {
         "events": [EventOut.of(event).model_dump() for event in events.values()],
         "ec2_events": [Ec2EventOut.of(event).model_dump() for event in ec2_events.values()],
@@ -402,7 +428,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
             its scheduled events: ``/latest/meta-data/events/maintenance/scheduled``; a path it does not have: its
             404 page)."""
             service.catch_up()
-            service.engine.ec2_instance(instance_id)
+            service.engine.component(Ec2Component).ec2_instance(instance_id)
             if not path.startswith("/"):
                 raise Invalid(f"path must start with '/': {path!r}")
             status, body, content_type = views.ec2_metadata(instance_id, path)
@@ -413,7 +439,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
             """The instance's item of DescribeInstanceStatus now (with IncludeAllInstances), as the EC2 API
             renders it: XML."""
             service.catch_up()
-            service.engine.ec2_instance(instance_id)
+            service.engine.component(Ec2Component).ec2_instance(instance_id)
             return Response(views.ec2_status(instance_id), media_type="text/xml")
 
         @router.get("/v1/gce/instances/{name}/metadata", tags=["gce"], responses=ERRORS)
@@ -425,7 +451,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
             does not have: its 404 page). Reading it here does not count as the instance asking for maintenance-event:
             it does not earn the instance the maintenance-event notice."""
             service.catch_up()
-            service.engine.gce_instance(name)
+            service.engine.component(GcpComponent).gce_instance(name)
             if not path.startswith("/"):
                 raise Invalid(f"path must start with '/': {path!r}")
             if views.gce_metadata is None:
@@ -437,7 +463,7 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
         async def central(event_id: str) -> dict:
             """The event's row in Resource Graph's maintenanceresources as it is now (null when its VMs' policy does
             not publish centrally, or the ARM port is off)."""
-            event_id = service.engine.resolve_event_id(event_id)
+            event_id = service.engine.component(AzureComponent).resolve_event_id(event_id)
             row = views.central_row(event_id) if views.central_row is not None else None
             return {"event_id": event_id, "resource_graph": row}
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.aws.component import Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState
 from forewarn.azure.model import parse_enum
 from forewarn.control.models import ERRORS
@@ -107,7 +107,10 @@ def ec2_router(service: Maintenance) -> APIRouter:
 
     def instance_out(instance_id: str) -> InstanceOut:
         engine = service.engine
-        record, state = engine.ec2_instances[instance_id], engine.ec2_states[instance_id]
+        record, state = (
+            engine.component(Ec2Component).ec2_instances[instance_id],
+            engine.component(Ec2Component).ec2_states[instance_id],
+        )
         return InstanceOut(
             instance_id=instance_id,
             name=record.name,
@@ -138,18 +141,18 @@ def ec2_router(service: Maintenance) -> APIRouter:
     @router.get("/v1/ec2/instances", tags=["ec2"], response_model=list[InstanceOut])
     async def instances():
         service.catch_up()
-        return [instance_out(iid) for iid in service.engine.ec2_instances]
+        return [instance_out(iid) for iid in service.engine.component(Ec2Component).ec2_instances]
 
     @router.get("/v1/ec2/instances/{instance_id}", tags=["ec2"], response_model=InstanceOut, responses=ERRORS)
     async def instance(instance_id: str):
         service.catch_up()
-        service.engine.ec2_instance(instance_id)
+        service.engine.component(Ec2Component).ec2_instance(instance_id)
         return instance_out(instance_id)
 
     @router.get("/v1/ec2/events", tags=["ec2"], response_model=list[Ec2EventOut])
     async def events(all: bool = Query(False, description="include completed and canceled events")):
         service.catch_up()
-        found = sorted(service.engine.ec2_events.values(), key=lambda e: e.seq)
+        found = sorted(service.engine.component(Ec2Component).ec2_events.values(), key=lambda e: e.seq)
         return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
 
     @router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)
@@ -166,36 +169,40 @@ def ec2_router(service: Maintenance) -> APIRouter:
             no_deadline=body.no_deadline,
             description=body.description,
         )
-        changes = service.perform(lambda engine: engine.schedule_ec2(request))
+        changes = service.perform(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
         return [Ec2EventOut.of(c.event) for c in changes if isinstance(c, Ec2EventChanged)]
 
     @router.post("/v1/ec2/events/{event_id}/cancel", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        service.perform(lambda engine: engine.cancel_ec2(event_id))
-        return Ec2EventOut.of(service.engine.ec2_event(event_id))
+        service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(event_id))
+        return Ec2EventOut.of(service.engine.component(Ec2Component).ec2_event(event_id))
 
     @router.post("/v1/ec2/events/{event_id}/reschedule", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
     async def reschedule(event_id: str, body: RescheduleIn):
         """What ModifyInstanceEventStartTime does, with the same rules."""
-        event = service.engine.ec2_event(event_id)
+        event = service.engine.component(Ec2Component).ec2_event(event_id)
         when = parse_time(body.not_before)
-        service.perform(lambda engine: engine.reschedule_ec2(event.instance_id, event_id, when))
-        return Ec2EventOut.of(service.engine.ec2_event(event_id))
+        service.perform(lambda engine: engine.component(Ec2Component).reschedule_ec2(event.instance_id, event_id, when))
+        return Ec2EventOut.of(service.engine.component(Ec2Component).ec2_event(event_id))
 
     @router.post("/v1/ec2/instances/{instance_id}/start", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def start(instance_id: str):
         """Start a stopped instance (after an instance-stop event it comes up on a new host)."""
-        return outcome(service.perform(lambda engine: engine.start_instance(instance_id)))
+        return outcome(service.perform(lambda engine: engine.component(Ec2Component).start_instance(instance_id)))
 
     @router.post("/v1/ec2/spot/interrupt", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def interrupt(body: SpotIn):
         """A Spot interruption notice: the action happens two minutes later."""
-        return outcome(service.perform(lambda engine: engine.interrupt_spot(body.instances, body.action)))
+        return outcome(
+            service.perform(lambda engine: engine.component(Ec2Component).interrupt_spot(body.instances, body.action))
+        )
 
     @router.post("/v1/ec2/spot/rebalance", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def rebalance(body: SpotIn):
         """A rebalance recommendation for Spot instances."""
-        return outcome(service.perform(lambda engine: engine.recommend_rebalance(body.instances)))
+        return outcome(
+            service.perform(lambda engine: engine.component(Ec2Component).recommend_rebalance(body.instances))
+        )
 
     @router.get("/v1/deliveries", tags=["ec2"])
     async def deliveries(limit: int = Query(1000, ge=1, le=100000)):

@@ -14,7 +14,7 @@ from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
-from forewarn.gcp.component import GceRequest
+from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.model import GceMaintenance, MaintenanceKind, MaintenanceType, OnHostMaintenance
 
 _KINDS = {"migrate": MaintenanceKind.MIGRATE, "terminate": MaintenanceKind.TERMINATE}
@@ -131,8 +131,11 @@ def gcp_router(service: Maintenance) -> APIRouter:
 
     def instance_out(name: str) -> GceInstanceOut:
         engine = service.engine
-        record, state = engine.gce_instance(name), engine.gce_states[name]
-        upcoming = engine.upcoming_maintenance(name)
+        record, state = (
+            engine.component(GcpComponent).gce_instance(name),
+            engine.component(GcpComponent).gce_states[name],
+        )
+        upcoming = engine.component(GcpComponent).upcoming(name)
         return GceInstanceOut(
             name=name,
             id=record.instance_id,
@@ -146,8 +149,8 @@ def gcp_router(service: Maintenance) -> APIRouter:
             provisioning_model=record.provisioning_model.value,
             preemptible=record.preemptible,
             gpus=record.gpus,
-            maintenance_event=engine.maintenance_event(name),
-            notice_seconds=engine.gce_notice(name).total_seconds(),
+            maintenance_event=engine.component(GcpComponent).maintenance_event(name),
+            notice_seconds=engine.component(GcpComponent).notice_of(name).total_seconds(),
             preempted=state.preempted,
             deleted=state.deleted,
             watched=state.watched,
@@ -176,7 +179,7 @@ def gcp_router(service: Maintenance) -> APIRouter:
     @router.get("/v1/gce/maintenance", tags=["gce"], response_model=list[GceEventOut])
     async def events(all: bool = Query(False, description="include completed and canceled maintenance")):
         service.catch_up()
-        found = sorted(service.engine.gce_events.values(), key=lambda e: e.seq)
+        found = sorted(service.engine.component(GcpComponent).gce_events.values(), key=lambda e: e.seq)
         return [GceEventOut.of(e) for e in found if all or e.live]
 
     @router.post(
@@ -196,14 +199,14 @@ def gcp_router(service: Maintenance) -> APIRouter:
             maintenance_type=parse_enum(MaintenanceType, body.type, "maintenance type"),
             latest=parse_optional_duration(body.latest),
         )
-        changes = service.perform(lambda engine: engine.schedule_gce(request))
+        changes = service.perform(lambda engine: engine.component(GcpComponent).schedule_gce(request))
         latest = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
         return [GceEventOut.of(event) for event in latest.values()]
 
     @router.post("/v1/gce/maintenance/{event_id}/cancel", tags=["gce"], response_model=GceEventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        service.perform(lambda engine: engine.cancel_gce(event_id))
-        return GceEventOut.of(service.engine.gce_event(event_id))
+        service.perform(lambda engine: engine.component(GcpComponent).cancel_gce(event_id))
+        return GceEventOut.of(service.engine.component(GcpComponent).gce_event(event_id))
 
     @router.post(
         "/v1/gce/instances/{name}/simulate-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
@@ -211,7 +214,7 @@ def gcp_router(service: Maintenance) -> APIRouter:
     async def simulate(name: str):
         """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, after its notice (60
         seconds; an hour for an instance with GPUs)."""
-        return outcome(service.perform(lambda engine: engine.simulate_gce(name)))
+        return outcome(service.perform(lambda engine: engine.component(GcpComponent).simulate_gce(name)))
 
     @router.post(
         "/v1/gce/instances/{name}/perform-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
@@ -219,7 +222,7 @@ def gcp_router(service: Maintenance) -> APIRouter:
     async def perform(name: str):
         """What performMaintenance does: maintenance-event changes now and the announced maintenance starts 60
         seconds later (GPU instances too: the maintenance starts at once when its user asks)."""
-        return outcome(service.perform(lambda engine: engine.perform_maintenance(name)))
+        return outcome(service.perform(lambda engine: engine.component(GcpComponent).perform_maintenance(name)))
 
     @router.post(
         "/v1/gce/instances/{name}/reschedule-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
@@ -230,7 +233,9 @@ def gcp_router(service: Maintenance) -> APIRouter:
         has no such method for a VM: this is the user's choice of time that docs/gcp.md ("Rescheduling")
         describes."""
         start, notice = parse_optional_time(body.start), parse_optional_duration(body.notice)
-        return outcome(service.perform(lambda engine: engine.reschedule_gce(name, start, notice)))
+        return outcome(
+            service.perform(lambda engine: engine.component(GcpComponent).reschedule_gce(name, start, notice))
+        )
 
     @router.post("/v1/gce/instances/{name}/scheduling", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def scheduling(name: str, body: SchedulingIn):
@@ -240,28 +245,32 @@ def gcp_router(service: Maintenance) -> APIRouter:
             if body.on_host_maintenance is None
             else parse_enum(OnHostMaintenance, body.on_host_maintenance, "onHostMaintenance")
         )
-        return outcome(service.perform(lambda engine: engine.set_scheduling(name, policy, body.automatic_restart)))
+        return outcome(
+            service.perform(
+                lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, body.automatic_restart)
+            )
+        )
 
     @router.post("/v1/gce/instances/{name}/watch", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def watch(name: str):
         """As if the instance read maintenance-event: its next maintenance gets the notice (a scenario's
         watcher, without a metadata client)."""
-        service.engine.gce_instance(name)
-        return outcome(service.perform(lambda engine: engine.watch_gce(name)))
+        service.engine.component(GcpComponent).gce_instance(name)
+        return outcome(service.perform(lambda engine: engine.component(GcpComponent).watch(name)))
 
     @router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def start(name: str):
-        return outcome(service.perform(lambda engine: engine.start_gce(name)))
+        return outcome(service.perform(lambda engine: engine.component(GcpComponent).start_gce(name)))
 
     @router.post("/v1/gce/preempt", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def preempt(body: GceInstancesIn):
         """Preempt Spot or preemptible instances: preempted is TRUE now, they stop (or are deleted) 30 s later."""
-        return outcome(service.perform(lambda engine: engine.preempt_gce(body.instances)))
+        return outcome(service.perform(lambda engine: engine.component(GcpComponent).preempt(body.instances)))
 
     @router.post("/v1/gce/host-error", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def host_error(body: GceInstancesIn):
         """The instances' host fails: they crash without notice and restart elsewhere if automaticRestart."""
-        return outcome(service.perform(lambda engine: engine.host_error_gce(body.instances)))
+        return outcome(service.perform(lambda engine: engine.component(GcpComponent).host_error(body.instances)))
 
     return router
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventType, parse_enum
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
 from forewarn.control.models import ERRORS, EventOut
@@ -36,7 +37,7 @@ class VmOut(BaseModel):
     @classmethod
     def of(cls, state: VmState, service: Maintenance) -> VmOut:
         vm = service.engine.fleet.vms[state.name]
-        policy = service.engine.policies[vm.policy_owner]
+        policy = service.engine.component(AzureComponent).policies[vm.policy_owner]
         return cls(
             name=state.name,
             power=state.power.value,
@@ -154,13 +155,13 @@ def platform_router(service: Maintenance) -> APIRouter:
     async def list_vms():
         """Every VM's running state: power, host, boot time, disks and memory generations, model version."""
         service.catch_up()
-        return [VmOut.of(state, service) for state in service.engine.vm_states.values()]
+        return [VmOut.of(state, service) for state in service.engine.component(AzureComponent).vm_states.values()]
 
     @router.get("/v1/vms/{name}", tags=["vms"], response_model=VmOut, responses=ERRORS)
     async def get_vm(name: str):
         service.catch_up()
         vm = service.engine.fleet.vm(name)
-        return VmOut.of(service.engine.vm_states[vm.name], service)
+        return VmOut.of(service.engine.component(AzureComponent).vm_states[vm.name], service)
 
     def user_operation(action: str):
         async def run(body: VmsIn) -> OutcomeOut:
@@ -168,9 +169,11 @@ def platform_router(service: Maintenance) -> APIRouter:
                 raise Invalid(f"{action} takes no notice")
             if action in ("restart", "redeploy"):
                 notice = parse_optional_duration(body.notice)
-                changes = service.perform(lambda engine: getattr(engine, action)(body.vms, notice))
+                changes = service.perform(
+                    lambda engine: getattr(engine.component(AzureComponent), action)(body.vms, notice)
+                )
             else:
-                changes = service.perform(lambda engine: getattr(engine, action)(body.vms))
+                changes = service.perform(lambda engine: getattr(engine.component(AzureComponent), action)(body.vms))
             return outcome(changes, service)
 
         return run
@@ -193,7 +196,7 @@ def platform_router(service: Maintenance) -> APIRouter:
 
     @router.get("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
     async def get_policy(owner: str):
-        return PolicyOut.of(service.engine.policy(owner))
+        return PolicyOut.of(service.engine.component(AzureComponent).policy(owner))
 
     @router.patch("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
     async def update_policy(owner: str, body: PolicyIn):
@@ -202,19 +205,23 @@ def platform_router(service: Maintenance) -> APIRouter:
         terminate = _profile_in(body.terminate_notification)
         os_image = _profile_in(body.os_image_notification)
         service.perform(
-            lambda engine: engine.update_policy(
+            lambda engine: engine.component(AzureComponent).update_policy(
                 owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central
             )
         )
-        return PolicyOut.of(service.engine.policy(owner))
+        return PolicyOut.of(service.engine.component(AzureComponent).policy(owner))
 
     @router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
     async def scale_in(name: str, body: CountIn):
-        return outcome(service.perform(lambda engine: engine.scale_in(name, body.count)), service)
+        return outcome(
+            service.perform(lambda engine: engine.component(AzureComponent).scale_in(name, body.count)), service
+        )
 
     @router.post("/v1/scale-sets/{name}/update-instances", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
     async def update_instances(name: str, body: InstancesIn):
-        return outcome(service.perform(lambda engine: engine.update_instances(name, body.vms)), service)
+        return outcome(
+            service.perform(lambda engine: engine.component(AzureComponent).update_instances(name, body.vms)), service
+        )
 
     @router.post("/v1/platform/hardware-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
     async def hardware_failure(body: HostsIn):
@@ -222,7 +229,10 @@ def platform_router(service: Maintenance) -> APIRouter:
         event_type = None if body.type is None else parse_enum(EventType, body.type, "event type")
         if event_type not in (None, EventType.REDEPLOY, EventType.REBOOT):
             raise Invalid("a hardware failure is a Redeploy or a Reboot")
-        return outcome(service.perform(lambda engine: engine.hardware_failure(body.hosts, event_type)), service)
+        return outcome(
+            service.perform(lambda engine: engine.component(AzureComponent).hardware_failure(body.hosts, event_type)),
+            service,
+        )
 
     @router.post("/v1/platform/predicted-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
     async def predicted_failure(body: HostsIn):
@@ -230,13 +240,16 @@ def platform_router(service: Maintenance) -> APIRouter:
         if body.type is not None:
             raise Invalid("a predicted failure is always a Redeploy")
         notice = parse_optional_duration(body.notice)
-        return outcome(service.perform(lambda engine: engine.predicted_failure(body.hosts, notice)), service)
+        return outcome(
+            service.perform(lambda engine: engine.component(AzureComponent).predicted_failure(body.hosts, notice)),
+            service,
+        )
 
     @router.post("/v1/platform/evict", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
     async def evict(body: VmsIn):
         """Spot eviction: Preempt with 30 s notice, then the VMs are deleted."""
         if body.notice is not None:
             raise Invalid("Spot eviction notice is fixed by the rules (30 s)")
-        return outcome(service.perform(lambda engine: engine.evict(body.vms)), service)
+        return outcome(service.perform(lambda engine: engine.component(AzureComponent).evict(body.vms)), service)
 
     return router

@@ -15,7 +15,7 @@ from forewarn.core.durations import parse_optional_duration
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.model import MaintenanceType
-from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveCloud, WaveOrder, WaveSpec
+from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveCloud, WaveOrder, WaveRunner, WaveSpec
 from forewarn.waves.model import ORDERS
 
 
@@ -120,7 +120,7 @@ def waves_router(service: Maintenance) -> APIRouter:
     def outcome(changes, wave_id: str) -> WaveOutcome:
         events = [c for c in changes if isinstance(c, (EventChanged, GceEventChanged))]
         return WaveOutcome(
-            wave=WaveOut.of(service.engine.wave(wave_id)),
+            wave=WaveOut.of(service.engine.component(WaveRunner).wave(wave_id)),
             scheduled=sum(1 for c in events if c.what == "scheduled"),
             canceled=sum(1 for c in events if c.what == "canceled"),
         )
@@ -152,25 +152,25 @@ def waves_router(service: Maintenance) -> APIRouter:
                 else MaintenanceType.SCHEDULED
             ),
         )
-        changes = service.perform(lambda engine: engine.start_wave(spec))
+        changes = service.perform(lambda engine: engine.component(WaveRunner).start_wave(spec))
         wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
         return outcome(changes, wave_id)
 
     @router.get("/v1/waves", tags=["waves"], response_model=list[WaveOut])
     async def list_waves():
         service.catch_up()
-        waves = sorted(service.engine.waves.values(), key=lambda w: _wave_order(w.wave_id))
+        waves = sorted(service.engine.component(WaveRunner).waves.values(), key=lambda w: _wave_order(w.wave_id))
         return [WaveOut.of(wave) for wave in waves]
 
     @router.get("/v1/waves/{wave_id}", tags=["waves"], response_model=WaveOut, responses=ERRORS)
     async def get_wave(wave_id: str):
         service.catch_up()
-        return WaveOut.of(service.engine.wave(wave_id))
+        return WaveOut.of(service.engine.component(WaveRunner).wave(wave_id))
 
     @router.post("/v1/waves/{wave_id}/cancel", tags=["waves"], response_model=WaveOutcome, responses=ERRORS)
     async def cancel_wave(wave_id: str):
         """Stop a wave: nothing more is scheduled, and the Scheduled events of the units in flight are canceled
         (Started ones finish)."""
-        return outcome(service.perform(lambda engine: engine.cancel_wave(wave_id)), wave_id)
+        return outcome(service.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id)), wave_id)
 
     return router

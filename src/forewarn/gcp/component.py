@@ -127,6 +127,7 @@ class GcpComponent:
         self._preempt = scheduler.kind("gce-preempt", self._preempted, self._preempt_stale)
         self._restart = scheduler.kind("gce-restart", self._restarted, self._restart_stale)
         self._event_ended: list[EventEndedListener] = []
+        self.repaired: list[Change] = []  # nothing of its stored state predates a bound (see AzureComponent.repaired)
         # Where each instance runs now (migrations and restarts move it): a wave's host units read it.
         self._on_host: dict[str, dict[str, None]] = {}
         self.gce_states: dict[str, GceState] = {

@@ -27,6 +27,7 @@ from typing import Any
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Check, Command, Maintenance
+from forewarn.azure.component import AzureComponent
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
@@ -125,12 +126,16 @@ class SharedService(Maintenance):
         with self._lock:  # as request_seen: an enabled scope's idle timer moves in memory, with no commit
             engine = self._engine
             for scope in asked:
-                if engine.is_enabled(scope):
-                    engine.last_seen[scope] = engine.now
+                if engine.component(AzureComponent).is_enabled(scope):
+                    engine.component(AzureComponent).last_seen[scope] = engine.now
                 else:
                     unseen.append(scope)
         if unseen:  # one commit for all the scopes the report enables
-            self._run(lambda engine: [change for scope in unseen for change in engine.request_seen(scope)])
+            self._run(
+                lambda engine: [
+                    change for scope in unseen for change in engine.component(AzureComponent).request_seen(scope)
+                ]
+            )
 
     def catch_up(self) -> list[Change]:
         if self.role == LEADER:
@@ -187,7 +192,7 @@ class SharedService(Maintenance):
         if self.role == LEADER:
             return
         with self._lock:
-            changes = self.engine.replicate(changed.now, changed.next_seq, changed.created_at, **changed.records)
+            changes = self.engine.replicate(changed.now, changed.next_seq, changed.created_at, changed.records)
             self.clock = changed.clock.within_bounds()[0]
             for table, keys in changed.touched.items():  # read back: committed rows again
                 left = self._projection.get(table)

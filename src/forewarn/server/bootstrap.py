@@ -29,6 +29,7 @@ import uvicorn
 from forewarn.app.errors import Unavailable
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import FleetMismatch, Maintenance
+from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
@@ -37,6 +38,7 @@ from forewarn.aws.model import Ec2Instance
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
 from forewarn.azure.arm.compute import ArmApi
 from forewarn.azure.arm.router import ManagementApi, create_management_app
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
@@ -54,6 +56,7 @@ from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
 from forewarn.fleet.model import VM, Fleet
+from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
@@ -181,11 +184,11 @@ def host_now(service: Maintenance) -> Callable[[Caller], str]:
         engine = service.engine
         state: Any
         if isinstance(machine, VM):
-            state = engine.vm_states.get(machine.name)
+            state = engine.component(AzureComponent).vm_states.get(machine.name)
         elif isinstance(machine, Ec2Instance):
-            state = engine.ec2_states.get(machine.instance_id)
+            state = engine.component(Ec2Component).ec2_states.get(machine.instance_id)
         else:
-            state = engine.gce_states.get(machine.name)
+            state = engine.component(GcpComponent).gce_states.get(machine.name)
         return machine.host if state is None else state.host
 
     return host_of

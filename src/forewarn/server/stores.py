@@ -1,21 +1,19 @@
 """The composition root's one list of the components that keep state in the store.
 
 Each component owns its part of the store (the writer of each kind of change it makes, the reader of its stored
-state) in its own records module; this is where they are all handed to the store. A new component with stored state
-adds its ``Records`` here.
+state) in its own records module: each registered cloud's (``Cloud.records``), then the waves'. This is where they
+are all handed to the store.
 """
 
 from __future__ import annotations
 
-from forewarn.aws.records import EC2_RECORDS
-from forewarn.azure.records import AZURE_RECORDS
-from forewarn.gcp.records import GCP_RECORDS
+from forewarn.clouds import clouds
 from forewarn.store import Records, SQLStore, open_store
 from forewarn.waves.records import WAVE_RECORDS
 
 
 def store_records() -> list[Records]:
-    return [AZURE_RECORDS, EC2_RECORDS, GCP_RECORDS, WAVE_RECORDS]
+    return [*(cloud.records for cloud in clouds()), WAVE_RECORDS]
 
 
 def open_fleet_store(url: str, exclusive: bool = False) -> SQLStore:

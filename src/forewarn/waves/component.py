@@ -21,9 +21,10 @@ costs what its own VMs cost; nothing scans the fleet while time moves (bench/wav
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from forewarn.azure.component import AzureComponent, DocumentStep
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, ScheduleRequest
@@ -79,19 +80,22 @@ class WaveRunner:
     """The waves component. State: ``waves`` and, for the units in flight, how many of their events are still open
     and which unit each operation (Azure) or maintenance event (Compute Engine) belongs to. It creates and cancels
     events through the Azure and Compute Engine components, and hears of each event's end from them
-    (:meth:`event_ended` and :meth:`gce_event_ended`, which the engine subscribes)."""
+    (:meth:`event_ended` and :meth:`gce_event_ended`)."""
 
     def __init__(
         self,
-        azure: AzureComponent,
-        gcp: GcpComponent,
+        component: Callable[[type[Any]], Any],
         scheduler: Scheduler,
         sequence: Sequence,
         stored: StoredWaves,
     ) -> None:
-        self.azure = azure
-        self.gcp = gcp
-        self.fleet = azure.fleet
+        """``component``: the engine's lookup of its components by type (the waves hear of the ends of the
+        Azure and Compute Engine components' events, and schedule through them)."""
+        self.azure: AzureComponent = component(AzureComponent)
+        self.gcp: GcpComponent = component(GcpComponent)
+        self.azure.on_event_ended(self.event_ended)
+        self.gcp.on_event_ended(self.gce_event_ended)
+        self.fleet = self.azure.fleet
         self._scheduler = scheduler
         self._sequence = sequence
         self.waves: dict[str, Wave] = {}

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2WindowChanged
+from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.status import InstanceView, summaries
 from forewarn.aws.model import (
     Ec2Event,
@@ -60,14 +61,14 @@ class Ec2Backend:
     # ---------------------------------------------------------------------------------------------- instances
     @property
     def instances(self) -> Mapping[str, Ec2Instance]:
-        return self._engine.ec2_instances
+        return self._engine.component(Ec2Component).ec2_instances
 
     def running(self, instance_id: str) -> bool:
-        return self._engine.ec2_states[instance_id].state is InstanceState.RUNNING
+        return self._engine.component(Ec2Component).ec2_states[instance_id].state is InstanceState.RUNNING
 
     def ordered_ids(self) -> list[str]:
         """Every instance ID, sorted; rebuilt only when an instance is added or the engine is rebuilt."""
-        instances = self._engine.ec2_instances
+        instances = self._engine.component(Ec2Component).ec2_instances
         key = (id(self._engine), len(instances))
         if key != self._order_key:
             self._order = sorted(instances)
@@ -77,14 +78,14 @@ class Ec2Backend:
     def visible(self, instance_id: str, region: str | None, now: datetime) -> bool:
         """Whether the API shows the instance: in the request's region (when it is signed for one), and not
         terminated for longer than EC2 keeps showing terminated instances."""
-        instance = self._engine.ec2_instances.get(instance_id)
+        instance = self._engine.component(Ec2Component).ec2_instances.get(instance_id)
         if instance is None:
             return False
-        return _shown(instance, self._engine.ec2_states[instance_id], region, now)
+        return _shown(instance, self._engine.component(Ec2Component).ec2_states[instance_id], region, now)
 
     def shown_events(self, instance_id: str, now: datetime) -> list[Ec2Event]:
         """Active events, and completed or canceled ones for a week after they ended."""
-        return _recent(self._engine.ec2_events_of(instance_id), now)
+        return _recent(self._engine.component(Ec2Component).ec2_events_of(instance_id), now)
 
     def status_item(
         self,
@@ -102,18 +103,18 @@ class Ec2Backend:
         the stored XML is still true (a week-old event leaving the shown list changes the list). Rendering every
         item of a 1,000-instance listing on every request was about 10 µs an instance, most of the server's work."""
         engine = self._engine
-        instance = engine.ec2_instances.get(instance_id)
+        instance = engine.component(Ec2Component).ec2_instances.get(instance_id)
         if instance is None:
             return None
-        state = engine.ec2_states[instance_id]
+        state = engine.component(Ec2Component).ec2_states[instance_id]
         if not include_all and state.state is not InstanceState.RUNNING:
             return None
         if not _shown(instance, state, region, now):
             return None
         if keep is not None and not keep(self.view(instance_id, now)):
             return None
-        impacting = engine.ec2_events.get(state.impacted_by) if state.impacted_by else None
-        events = engine.ec2_events_of(instance_id)
+        impacting = engine.component(Ec2Component).ec2_events.get(state.impacted_by) if state.impacted_by else None
+        events = engine.component(Ec2Component).ec2_events_of(instance_id)
         shown = tuple(_recent(events, now)) if events else ()
         cached = self._items.get(instance_id)
         if (
@@ -133,9 +134,11 @@ class Ec2Backend:
         return xml
 
     def view(self, instance_id: str, now: datetime) -> InstanceView:
-        instance = self._engine.ec2_instances[instance_id]
-        state = self._engine.ec2_states[instance_id]
-        impacting = self._engine.ec2_events.get(state.impacted_by) if state.impacted_by else None
+        instance = self._engine.component(Ec2Component).ec2_instances[instance_id]
+        state = self._engine.component(Ec2Component).ec2_states[instance_id]
+        impacting = (
+            self._engine.component(Ec2Component).ec2_events.get(state.impacted_by) if state.impacted_by else None
+        )
         system, status, ebs = summaries(instance, state, impacting)
         return InstanceView(
             instance,
@@ -148,36 +151,46 @@ class Ec2Backend:
         )
 
     def reschedule_event(self, instance_id: str, event_id: str, not_before: datetime) -> Ec2Event:
-        changes = self._perform(lambda engine: engine.reschedule_ec2(instance_id, event_id, not_before))
+        changes = self._perform(
+            lambda engine: engine.component(Ec2Component).reschedule_ec2(instance_id, event_id, not_before)
+        )
         return next(change.event for change in changes if isinstance(change, Ec2EventChanged))
 
     # ------------------------------------------------------------------------------------------ event windows
     @property
     def windows(self) -> Mapping[str, EventWindow]:
-        return self._engine.ec2_windows
+        return self._engine.component(Ec2Component).ec2_windows
 
     def create_window(self, name: str, ranges: tuple[TimeRange, ...], cron: str | None, tags: Tags) -> EventWindow:
-        return self._window_command(lambda engine: engine.create_window(name, ranges, cron, tags))
+        return self._window_command(
+            lambda engine: engine.component(Ec2Component).create_window(name, ranges, cron, tags)
+        )
 
     def modify_window(
         self, window_id: str, name: str | None, ranges: tuple[TimeRange, ...] | None, cron: str | None
     ) -> EventWindow:
         return self._window_command(
-            lambda engine: engine.modify_window(window_id, name=name, time_ranges=ranges, cron=cron)
+            lambda engine: engine.component(Ec2Component).modify_window(
+                window_id, name=name, time_ranges=ranges, cron=cron
+            )
         )
 
     def delete_window(self, window_id: str, force: bool) -> EventWindow:
-        return self._window_command(lambda engine: engine.delete_window(window_id, force))
+        return self._window_command(lambda engine: engine.component(Ec2Component).delete_window(window_id, force))
 
     def associate_window(
         self, window_id: str, instance_ids: tuple[str, ...], tags: Tags, hosts: tuple[str, ...]
     ) -> EventWindow:
-        return self._window_command(lambda engine: engine.associate_window(window_id, instance_ids, tags, hosts))
+        return self._window_command(
+            lambda engine: engine.component(Ec2Component).associate_window(window_id, instance_ids, tags, hosts)
+        )
 
     def disassociate_window(
         self, window_id: str, instance_ids: tuple[str, ...], tags: Tags, hosts: tuple[str, ...]
     ) -> EventWindow:
-        return self._window_command(lambda engine: engine.disassociate_window(window_id, instance_ids, tags, hosts))
+        return self._window_command(
+            lambda engine: engine.component(Ec2Component).disassociate_window(window_id, instance_ids, tags, hosts)
+        )
 
     def _window_command(self, command: Callable[[Engine], list[Change]]) -> EventWindow:
         changes = self._perform(command)
@@ -186,16 +199,20 @@ class Ec2Backend:
     # --------------------------------------------------------------------------- event notification attributes
     @property
     def notification_attributes(self) -> NotificationAttributes:
-        return self._engine.notification_attributes
+        return self._engine.component(Ec2Component).notification_attributes
 
     def register_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
         return self._attributes_command(
-            lambda engine: engine.register_notification_attributes(include_all=include_all, keys=keys)
+            lambda engine: engine.component(Ec2Component).register_notification_attributes(
+                include_all=include_all, keys=keys
+            )
         )
 
     def deregister_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
         return self._attributes_command(
-            lambda engine: engine.deregister_notification_attributes(include_all=include_all, keys=keys)
+            lambda engine: engine.component(Ec2Component).deregister_notification_attributes(
+                include_all=include_all, keys=keys
+            )
         )
 
     def _attributes_command(self, command: Callable[[Engine], list[Change]]) -> NotificationAttributes:

@@ -16,6 +16,7 @@ from email.utils import format_datetime
 from typing import TYPE_CHECKING
 
 from forewarn.aws.changes import Ec2EventChanged
+from forewarn.aws.component import Ec2Component
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2Instance
 from forewarn.core.ids import derived_guid
 from forewarn.store import Outgoing
@@ -128,9 +129,9 @@ def health_outbox(settings: HealthSettings) -> Callable[[list[Change], Engine], 
             if not isinstance(change, Ec2EventChanged) or change.what not in STATUS_CODES:
                 continue
             event = change.event
-            instance = engine.ec2_instances[event.instance_id]
+            instance = engine.component(Ec2Component).ec2_instances[event.instance_id]
             # registered tags only ("Customize scheduled event notifications")
-            tags = engine.notification_attributes.tags_of(instance)
+            tags = engine.component(Ec2Component).notification_attributes.tags_of(instance)
             payload = json.dumps(
                 health_event(event, instance, change.what, engine.now, engine.seed, settings.entity, tags)
             )

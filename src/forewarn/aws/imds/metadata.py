@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
+from forewarn.aws.component import Ec2Component
 from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState, availability_zone_id
 from forewarn.core.changes import Rebuilt
 from forewarn.net.callers import CallerResolver, UnknownCaller
@@ -260,7 +261,7 @@ class Ec2Imds:
         return machine if machine.__class__ is Ec2Instance else None
 
     def _is_down(self, instance_id: str) -> bool:
-        state = self.service.engine.ec2_states.get(instance_id)
+        state = self.service.engine.component(Ec2Component).ec2_states.get(instance_id)
         return state is not None and (state.state is not InstanceState.RUNNING or state.impacted_by is not None)
 
     # ------------------------------------------------------------------------------------------------ IMDSv2
@@ -367,8 +368,8 @@ class Ec2Imds:
         found = per_version.get(version)
         if found is None:
             engine = self.service.engine
-            instance = engine.ec2_instances[instance_id]
-            state = engine.ec2_states[instance_id]
+            instance = engine.component(Ec2Component).ec2_instances[instance_id]
+            state = engine.component(Ec2Component).ec2_states[instance_id]
             found = {}
             if version >= DYNAMIC_SINCE:
                 found["dynamic"] = dynamic_tree(instance, state)
@@ -385,11 +386,19 @@ class Ec2Imds:
         deadline = self.settings.not_before_deadline
 
         def scheduled() -> str:
-            active = [e for e in service.engine.ec2_events_of(instance_id) if e.state is Ec2EventState.ACTIVE]
+            active = [
+                e
+                for e in service.engine.component(Ec2Component).ec2_events_of(instance_id)
+                if e.state is Ec2EventState.ACTIVE
+            ]
             return render_events(active, deadline)
 
         def history() -> str:
-            ended = [e for e in service.engine.ec2_events_of(instance_id) if e.state is not Ec2EventState.ACTIVE]
+            ended = [
+                e
+                for e in service.engine.component(Ec2Component).ec2_events_of(instance_id)
+                if e.state is not Ec2EventState.ACTIVE
+            ]
             return render_events(ended, deadline)
 
         def since(date: str) -> bool:

@@ -21,6 +21,7 @@ from starlette.responses import Response
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.arm.wire import ApiVersion, ArmError, RefusedAfterChange, json_response
 from forewarn.azure.changes import VmChanged
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus
 from forewarn.core.changes import Change
 from forewarn.core.errors import CoreError
@@ -154,7 +155,7 @@ class Operations:
         events = []
         if operation is not None:
             for seq in operation.seqs:
-                event = engine.event_by_seq(seq)
+                event = engine.component(AzureComponent).event_by_seq(seq)
                 if event is None:
                     operation = None
                     break

@@ -30,6 +30,7 @@ from forewarn.azure.arm.wire import (
     missing_member,
     resource_not_found,
 )
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import Event, EventType
 from forewarn.azure.vms import VM, NotificationProfile, Policy, Power, VmState
 from forewarn.core.durations import parse_duration
@@ -161,13 +162,13 @@ class ComputeResources:
         self.service.catch_up()
 
     def state(self, vm: VM) -> VmState:
-        return self.engine.vm_states[vm.name]
+        return self.engine.component(AzureComponent).vm_states[vm.name]
 
     def policy(self, vm: VM) -> Policy:
-        return self.engine.policies[vm.policy_owner]
+        return self.engine.component(AzureComponent).policies[vm.policy_owner]
 
     def exists(self, vm: VM) -> bool:
-        return not self.engine.vm_states[vm.name].deleted
+        return not self.engine.component(AzureComponent).vm_states[vm.name].deleted
 
     def active(self, members: list[VM]) -> list[VM]:
         """Members that exist and are not marked for deletion."""
@@ -178,7 +179,7 @@ class ComputeResources:
             return []
         return [
             e
-            for e in self.engine.live_events(vm.scope)
+            for e in self.engine.component(AzureComponent).live_events(vm.scope)
             if e.event_type is EventType.TERMINATE and vm.name in e.resources
         ]
 
@@ -193,12 +194,12 @@ class ComputeResources:
         if self._cache_engine is not engine:  # a rebuilt engine (failed commit) starts a fresh cache
             self._cache_engine = engine
             self._marked_cache = {}
-        incarnation = engine.incarnation(scope)
+        incarnation = engine.component(AzureComponent).incarnation(scope)
         hit = self._marked_cache.get(scope)
         if hit is None or hit[0] != incarnation:
             names = frozenset(
                 name
-                for event in engine.live_events(scope)
+                for event in engine.component(AzureComponent).live_events(scope)
                 if event.event_type is EventType.TERMINATE
                 for name in event.resources
             )
@@ -268,13 +269,13 @@ def _marked_for_deletion(operation: str, name: str) -> ArmError:
 def vm_action(action: str, names: list[str]) -> Step:
     """A user action on VMs (``delete`` or one of :data:`VM_ACTIONS`)."""
     if action == "delete":
-        return lambda engine: engine.delete(names)
+        return lambda engine: engine.component(AzureComponent).delete(names)
     if action == "restart":
-        return lambda engine: engine.restart(names)
+        return lambda engine: engine.component(AzureComponent).restart(names)
     if action == "redeploy":
-        return lambda engine: engine.redeploy(names)
+        return lambda engine: engine.component(AzureComponent).redeploy(names)
     if action == "reimage":
-        return lambda engine: engine.reimage(names)
+        return lambda engine: engine.component(AzureComponent).reimage(names)
     raise ValueError(f"not a VM action: {action}")
 
 
@@ -284,15 +285,17 @@ def update_policy(
     terminate: NotificationProfile | None = None,
     os_image: NotificationProfile | None = None,
 ) -> Step:
-    return lambda engine: engine.update_policy(owner, patch.reboot, patch.redeploy, terminate, os_image, patch.central)
+    return lambda engine: engine.component(AzureComponent).update_policy(
+        owner, patch.reboot, patch.redeploy, terminate, os_image, patch.central
+    )
 
 
 def scale_in(owner: str, count: int) -> Step:
-    return lambda engine: engine.scale_in(owner, count)
+    return lambda engine: engine.component(AzureComponent).scale_in(owner, count)
 
 
 def update_instances(owner: str, names: list[str]) -> Step:
-    return lambda engine: engine.update_instances(owner, names)
+    return lambda engine: engine.component(AzureComponent).update_instances(owner, names)
 
 
 # --------------------------------------------------------------------------------------------------- policies

@@ -26,6 +26,7 @@ from urllib.parse import parse_qsl
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import IncarnationChanged
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds import instance as azure_instance
 from forewarn.azure.imds.errors import (
     DUPLICATE_PARAMETER,
@@ -190,14 +191,18 @@ class AzureImds:
                 return found
         engine = self.service.engine
         if per_scope is None:
-            if engine.live_events(scope):
+            if engine.component(AzureComponent).live_events(scope):
                 per_scope = {}
             else:
-                per_scope = self._empty_documents.setdefault(engine.incarnation(scope), {})
+                per_scope = self._empty_documents.setdefault(engine.component(AzureComponent).incarnation(scope), {})
             self._documents[scope] = per_scope
         found = per_scope.get(version)
         if found is None:
-            body = render_document(engine.incarnation(scope), engine.live_events(scope), version)
+            body = render_document(
+                engine.component(AzureComponent).incarnation(scope),
+                engine.component(AzureComponent).live_events(scope),
+                version,
+            )
             etag = b'"' + hashlib.blake2b(body, digest_size=8).hexdigest().encode() + b'"'
             found = _json(200, body, (b"etag", etag))
             per_scope[version] = found
@@ -268,7 +273,10 @@ class AzureImds:
         """What stands between a VM and its answer beyond the request itself: the VM being down, the rate limit,
         injected faults. Raises :class:`_Refused` with the answer (or the dropped connection)."""
         settings = self.settings
-        if settings.while_down == "drop" and self.service.engine.vm_states.power(vm.name) not in _ANSWERING:
+        if (
+            settings.while_down == "drop"
+            and self.service.engine.component(AzureComponent).vm_states.power(vm.name) not in _ANSWERING
+        ):
             raise _Refused((DROP, b"", JSON, ()))
         if settings.rate_limit > 0:
             now = time.monotonic()
@@ -330,7 +338,7 @@ class AzureImds:
         vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
         first_call = False
         if self.service.rules.enabling_required:
-            first_call = not self.service.engine.is_enabled(vm.scope)
+            first_call = not self.service.engine.component(AzureComponent).is_enabled(vm.scope)
             self.service.request_seen(vm.scope)
         delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
         if delay > 0:
@@ -363,7 +371,7 @@ class AzureImds:
         # Both run when the group runs, on the engine as committed so far (and as the commands before this one in the
         # group left it), not on one whose transaction is still under way.
         def sees(engine: Any, event_id: str) -> bool:  # the service's Engine
-            event = engine.events.get(event_id)
+            event = engine.component(AzureComponent).events.get(event_id)
             return event is not None and event.scope == vm.scope
 
         def check(engine: Any) -> None:
@@ -379,7 +387,7 @@ class AzureImds:
                     visible.append(event_id)
                 else:
                     log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
-            return engine.approve(visible, vm.name)
+            return engine.component(AzureComponent).approve(visible, vm.name)
 
         # Committed with the other approvals that arrive while the transaction before theirs is under way, in one
         # transaction; answered once it is durable (Maintenance.perform_soon).

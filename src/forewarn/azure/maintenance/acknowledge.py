@@ -29,6 +29,7 @@ from forewarn.azure.arm.wire import (
     parse_body,
     read_body,
 )
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import Event, EventStatus
 
 # The Maintenance REST API's TypeSpec version, and the two the az CLI's maintenance group targets. The list form
@@ -98,7 +99,11 @@ class MaintenanceApi:
         return await self._acknowledge_list(call, owner)
 
     def _event(self, owner: str, event_id: str) -> Event:
-        found = self.service.engine.events.get(event_id.upper()) if _GUID.match(event_id) else None
+        found = (
+            self.service.engine.component(AzureComponent).events.get(event_id.upper())
+            if _GUID.match(event_id)
+            else None
+        )
         if found is None or not found.central or not self._belongs(found, owner):
             raise _not_found(event_id)
         return found

@@ -40,6 +40,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.arm.router import ManagementCall
 from forewarn.azure.arm.wire import ArmError, method_not_allowed, parse_body, read_body, well_formed_api_version
 from forewarn.azure.changes import EventChanged
+from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
 from forewarn.azure.resource_graph.request import QueryLimits, QueryRequest, ResourceGraphError
@@ -136,13 +137,13 @@ class ResourceGraphApi:
         """The maintenanceresources row of an event as it is now (None: the event is not published centrally). A
         query sees it once the configured lag is over."""
         engine = self.service.engine
-        event = engine.events.get(event_id)
+        event = engine.component(AzureComponent).events.get(event_id)
         return None if event is None or not event.central else self._row(engine, event)
 
     def _load(self, engine: Engine) -> None:
         """Every central event as it is now (at start, or after the service rebuilt its engine): no lag."""
         self._lagging.clear()
-        rows = [self._row(engine, event) for event in engine.events.values() if event.central]
+        rows = [self._row(engine, event) for event in engine.component(AzureComponent).events.values() if event.central]
         if rows or self._table is not None:
             self._write(self._replace_table, rows, engine.now)
 

@@ -22,6 +22,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.ids import derived_guid
+from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.model import GceInstance, GceMaintenance, OnHostMaintenance
 from forewarn.net.browser_guard import BrowserGuard
 from forewarn.net.untrusted_json import JsonInputError, parse_json
@@ -73,7 +74,7 @@ class ComputeApi:
     # ------------------------------------------------------------------------------------------ resources
     def instance_json(self, instance: GceInstance) -> dict[str, Any]:
         engine = self.service.engine
-        state = engine.gce_states[instance.name]
+        state = engine.component(GcpComponent).gce_states[instance.name]
         zone_link = f"https://www.googleapis.com/compute/v1/projects/{instance.project}/zones/{instance.zone}"
         scheduling: dict[str, Any] = {
             "onHostMaintenance": state.on_host_maintenance.value,
@@ -86,7 +87,7 @@ class ComputeApi:
         body: dict[str, Any] = {
             "kind": "compute#instance",
             "id": instance.instance_id,
-            "creationTimestamp": rfc3339(engine.gce_states[instance.name].started_at),
+            "creationTimestamp": rfc3339(engine.component(GcpComponent).gce_states[instance.name].started_at),
             "name": instance.name,
             "machineType": f"{zone_link}/machineTypes/{instance.machine_type}",
             "status": state.status.value,
@@ -107,7 +108,7 @@ class ComputeApi:
                     "acceleratorCount": instance.gpus,
                 }
             ]
-        upcoming = engine.upcoming_maintenance(instance.name)
+        upcoming = engine.component(GcpComponent).upcoming(instance.name)
         if upcoming is not None:
             body["resourceStatus"] = {"upcomingMaintenance": upcoming_maintenance(upcoming)}
         return body
@@ -118,7 +119,7 @@ class ComputeApi:
             found is None
             or found.project != project
             or found.zone != zone
-            or self.service.engine.gce_states[name].deleted
+            or self.service.engine.component(GcpComponent).gce_states[name].deleted
         ):
             raise ApiError(
                 404, "notFound", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
@@ -184,7 +185,9 @@ class ComputeApi:
             items = [
                 self.instance_json(i)
                 for i in service.engine.fleet.gce.values()
-                if i.project == project and i.zone == zone and not service.engine.gce_states[i.name].deleted
+                if i.project == project
+                and i.zone == zone
+                and not service.engine.component(GcpComponent).gce_states[i.name].deleted
             ]
             return _json(
                 {
@@ -202,12 +205,12 @@ class ComputeApi:
             name = instance.name
             try:
                 if action == "simulateMaintenanceEvent":
-                    service.perform(lambda engine: engine.simulate_gce(name))
+                    service.perform(lambda engine: engine.component(GcpComponent).simulate_gce(name))
                 elif action == "performMaintenance":
-                    service.perform(lambda engine: engine.perform_maintenance(name))
+                    service.perform(lambda engine: engine.component(GcpComponent).perform_maintenance(name))
                 elif action == "setScheduling":
                     policy, restart = scheduling_of(body)
-                    service.perform(lambda engine: engine.set_scheduling(name, policy, restart))
+                    service.perform(lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, restart))
                 else:
                     raise ApiError(400, "invalid", f"Invalid value for field 'resource': '{action}'")
             except NotFound as error:
@@ -225,7 +228,7 @@ class ComputeApi:
         engine = self.service.engine
         scoped: dict[str, list[dict[str, Any]]] = {}
         for instance in engine.fleet.gce.values():
-            if instance.project == project and not engine.gce_states[instance.name].deleted:
+            if instance.project == project and not engine.component(GcpComponent).gce_states[instance.name].deleted:
                 scoped.setdefault(f"zones/{instance.zone}", []).append(self.instance_json(instance))
         return {
             "kind": "compute#instanceAggregatedList",

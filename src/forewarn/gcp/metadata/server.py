@@ -32,6 +32,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.core.bounds import iso_time
 from forewarn.core.changes import Rebuilt, TimeMoved
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.model import GceInstance, GceMaintenance
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import Deferred, Request, Response
@@ -137,13 +138,13 @@ class GceMetadata:
     # ------------------------------------------------------------------------------------------ read model
     def tree(self, instance: GceInstance) -> Tree:
         engine = self.service.engine
-        state = engine.gce_states[instance.name]
+        state = engine.component(GcpComponent).gce_states[instance.name]
         project_number = str(int(hashlib.blake2b(instance.project.encode(), digest_size=5).hexdigest(), 16))
         node: Tree = {
             "hostname": f"{instance.name}.{instance.zone}.c.{instance.project}.internal",
             "id": int(instance.instance_id),
             "machine-type": f"projects/{project_number}/machineTypes/{instance.machine_type}",
-            "maintenance-event": engine.maintenance_event(instance.name),
+            "maintenance-event": engine.component(GcpComponent).maintenance_event(instance.name),
             "name": instance.name,
             "preempted": "TRUE" if state.preempted else "FALSE",
             "scheduling": {
@@ -154,7 +155,7 @@ class GceMetadata:
             },
             "zone": f"projects/{project_number}/zones/{instance.zone}",
         }
-        upcoming = engine.upcoming_maintenance(instance.name)
+        upcoming = engine.component(GcpComponent).upcoming(instance.name)
         if upcoming is not None:
             node["upcoming-maintenance"] = upcoming_json(upcoming)
         if instance.interruptible and instance.termination_action is not None:
@@ -295,9 +296,9 @@ class GceMetadata:
             except Unavailable as error:
                 log.error("applying a due deadline failed: %s", error)
         name = instance.name
-        if path.endswith("/maintenance-event") and not service.engine.gce_states[name].watched:
+        if path.endswith("/maintenance-event") and not service.engine.component(GcpComponent).gce_states[name].watched:
             try:
-                service.perform(lambda engine: engine.watch_gce(name))
+                service.perform(lambda engine: engine.component(GcpComponent).watch(name))
             except Unavailable:
                 return (503, b"Service Unavailable\n", TEXT, (FLAVOR, SERVER))
         answer = self.answer(instance, path, recursive, alt)
@@ -329,7 +330,7 @@ class GceMetadata:
         """The answer a plain GET of ``target`` (a path, with ``recursive`` and ``alt`` if it has a query) with
         ``Metadata-Flavor: Google`` gets from instance ``name`` now: the control API's view of it. Unlike the
         instance's own read, it does not count as the instance asking for maintenance-event, and never waits."""
-        instance = self.service.engine.gce_instance(name)
+        instance = self.service.engine.component(GcpComponent).gce_instance(name)
         path, _, query_text = target.partition("?")
         if not path.startswith(ROOT):
             return _outside_root(path)

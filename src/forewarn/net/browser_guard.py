@@ -176,6 +176,7 @@ def _same_origin(origin: str, host: tuple[str, int | None] | None) -> bool:
 # fd00:ec2::254): Compute Engine's "metadata.google.internal" and its short "metadata" ("About VM metadata"), EC2's
 # "instance-data" (the name Amazon's DNS resolves on an instance).
 METADATA_NAMES = ("metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal")
+GUARDED_HEADERS = frozenset({b"host", b"origin", b"sec-fetch-site"})
 # Distinct Host values whose verdict is kept; a scan of more names is judged afresh each time.
 KNOWN_HOSTS = 256
 
@@ -200,7 +201,15 @@ class MetadataGuard:
         """``headers``: as the metadata server parses them, names in lower case."""
         hosts = 0
         for name, value in headers:
-            if name == b"host":
+            if name not in GUARDED_HEADERS:
+                if b"_" in name:
+                    return Refusal(
+                        "InvalidHeader",
+                        400,
+                        f"Header names with an underscore ({name.decode('latin-1')}) are refused: front ends "
+                        "disagree on whether they mean the name with a hyphen.",
+                    )
+            elif name == b"host":
                 hosts += 1
                 if hosts > 1:
                     return Refusal("InvalidHost", 400, "A request with more than one Host header is refused.")
@@ -211,18 +220,11 @@ class MetadataGuard:
                         f"Host '{value.decode('latin-1')}' is not a name of the metadata service (a DNS rebinding "
                         "guard): use its address or one of its names, or start the server with --allowed-host NAME.",
                     )
-            elif name == b"origin" or (name == b"sec-fetch-site" and value.strip().lower() != b"none"):
+            elif name == b"origin" or value.strip().lower() != b"none":  # Origin, or Sec-Fetch-Site not none
                 return Refusal(
                     "CrossOriginRequest",
                     403,
                     "Requests from web pages are refused: the metadata service answers programs on the VM.",
-                )
-            elif b"_" in name:
-                return Refusal(
-                    "InvalidHeader",
-                    400,
-                    f"Header names with an underscore ({name.decode('latin-1')}) are refused: front ends "
-                    "disagree on whether they mean the name with a hyphen.",
                 )
         return None
 

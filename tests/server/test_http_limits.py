@@ -169,7 +169,7 @@ def vm_rss_kib(pid: int) -> int:
 
 def post_chunked(port: int, path: bytes, chunks: int, chunk: bytes = b"x") -> bytes:
     return (
-        b"POST " + path + b" HTTP/1.1\r\nHost: x\r\nMetadata: true\r\nTransfer-Encoding: chunked\r\n"
+        b"POST " + path + b" HTTP/1.1\r\nHost: 169.254.169.254\r\nMetadata: true\r\nTransfer-Encoding: chunked\r\n"
         b"Connection: close\r\n\r\n" + (b"%x\r\n%s\r\n" % (len(chunk), chunk)) * chunks + b"0\r\n\r\n"
     )
 
@@ -248,7 +248,7 @@ def test_requests_within_the_bounds_are_served(server):
     with connect(server.imds_port) as sock:
         sock.sendall(
             b"GET /metadata/scheduledevents?api-version=2020-07-01&x=" + b"a" * 8000 + b" HTTP/1.1\r\n"
-            b"Host: x\r\nMetadata: true\r\n" + headers + b"Connection: close\r\n\r\n"
+            b"Host: 169.254.169.254\r\nMetadata: true\r\n" + headers + b"Connection: close\r\n\r\n"
         )
         status, _, body = read_answer(sock)
     assert status == 200 and body.startswith(b'{"DocumentIncarnation"')

@@ -32,6 +32,7 @@ from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
+from forewarn.aws.imds import metadata as ec2_metadata
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.aws.model import Ec2Instance
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
@@ -40,6 +41,7 @@ from forewarn.azure.arm.router import ManagementApi, create_management_app
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
+from forewarn.azure.imds import scheduled_events
 from forewarn.azure.imds.scheduled_events import PROFILES, AzureImds, ImdsSettings
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
@@ -55,8 +57,9 @@ from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
 from forewarn.fleet.model import VM, Fleet
 from forewarn.gcp.compute_api.app import create_compute_app
+from forewarn.gcp.metadata import server as gce_server
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
-from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
+from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.callers import Machine as Caller
 from forewarn.net.http import Request
@@ -146,20 +149,23 @@ _EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
 
 class MetadataRouter:
     """One metadata address for every cloud, as on a real VM: Azure's paths start with /metadata, EC2's with
-    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata."""
+    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata. What a web page could send (and a
+    rebound name) is refused first, by ``guard``, in the style of the surface the path names."""
 
-    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata):
+    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata, guard: MetadataGuard):
         self.azure = azure
         self.ec2 = ec2
         self.gce = gce
+        self.guard = guard
 
     def handle(self, request: Request):
         path = request.path
+        refused = self.guard.check(request.headers)
         if path.startswith("/computeMetadata"):
-            return self.gce.handle(request)
+            return self.gce.handle(request) if refused is None else gce_server.browser_refusal(path, refused)
         if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
-            return self.ec2.handle(request)
-        return self.azure.handle(request)
+            return self.ec2.handle(request) if refused is None else ec2_metadata.browser_refusal(refused)
+        return self.azure.handle(request) if refused is None else scheduled_events.browser_refusal(refused)
 
 
 class Machine(Protocol):
@@ -319,7 +325,9 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, ec2_imds, gce_metadata),
+        MetadataRouter(
+            imds, ec2_imds, gce_metadata, MetadataGuard.for_listener(listeners.imds[0], access.allowed_hosts)
+        ),
         control_app.state.live_feed,
     )
 

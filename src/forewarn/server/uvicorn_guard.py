@@ -1,9 +1,9 @@
 """The bounds of the metadata port (``http1.Limits``) for the ports uvicorn serves: control, ARM, EC2 API.
 
 uvicorn's httptools protocol bounds none of them: it appends every piece of the request target to the last
-(quadratic in the pieces), lets httptools keep a header of any size, takes any number of headers and any body size,
-keeps a connection that trickles bytes forever (its keep-alive timer is cancelled by every read and armed only after
-a response), and accepts any number of connections (``limit_concurrency`` answers 503 only once a request's headers
+(quadratic in the pieces), lets httptools keep a header of any size, takes any number of headers, any body size
+and any number of chunks, keeps a connection that trickles bytes forever (its keep-alive timer is cancelled by every
+read and armed only after a response), and accepts any number of connections (``limit_concurrency`` answers 503 only once a request's headers
 have arrived). This subclass adds the checks at the parser callbacks, a deadline per request, an idle timeout
 that also covers a connection that never sends a request, and the per-address and total connection caps; a sweep a
 second enforces the times. Refusals are plain text, as uvicorn's own answer to a malformed request.
@@ -23,6 +23,11 @@ from forewarn.server.http1 import ConnectionBudget, Limits, plain_error
 # serve operators and tests, not every VM, so they get a quarter of the descriptors and a quarter of the total.
 MANAGEMENT_LIMITS = Limits(max_body=4 * 1024 * 1024, max_body_wire=16 * 1024 * 1024, connections=1024)
 MANAGEMENT_DESCRIPTOR_SHARE = 0.25
+# A chunked body may have this many chunks, and one more per KiB it carries; 413 beyond. Each chunk costs the loop a
+# few Python calls whatever its size, so a body of 1-byte chunks made that cost, not the bytes, the bound: 8
+# connections of them held another client to a few answers in 30 s. Clients chunk by buffer (KiBs) or by message.
+FREE_CHUNKS = 256
+BYTES_PER_CHUNK = 1024
 
 _IDLE, _HEAD, _BODY = 0, 1, 2
 
@@ -79,7 +84,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.received_at = self.idle_since = time.monotonic()
         self.state = _IDLE
         self.deadline = 0.0
-        self.url_size = self.head_size = self.header_count = self.body_size = self.wire = 0
+        self.url_size = self.head_size = self.header_count = self.body_size = self.wire = self.chunks = 0
         self.refusal: tuple[int, bytes] | None = None
         self.closing_since: float | None = None
 
@@ -120,7 +125,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.state = _HEAD
         self.deadline = self.received_at + self.guard.limits.header_timeout
-        self.url_size = self.head_size = self.header_count = self.body_size = self.wire = 0
+        self.url_size = self.head_size = self.header_count = self.body_size = self.wire = self.chunks = 0
 
     def on_url(self, url: bytes) -> None:
         self.url_size += len(url)
@@ -155,6 +160,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.body_size > self.guard.limits.max_body:
             self._stop(413, b"request body longer than %d bytes" % self.guard.limits.max_body)
         super().on_body(body)
+
+    def on_chunk_header(self) -> None:
+        self.chunks += 1
+        if self.chunks > FREE_CHUNKS + self.body_size // BYTES_PER_CHUNK:
+            self._stop(
+                413,
+                b"request body in more than %d chunks and one more per %d bytes" % (FREE_CHUNKS, BYTES_PER_CHUNK),
+            )
 
     def on_message_complete(self) -> None:
         self.state = _IDLE

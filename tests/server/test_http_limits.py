@@ -7,6 +7,7 @@ few seconds; sizes and connection caps are the defaults.
 
 from __future__ import annotations
 
+import resource
 import select
 import socket
 import statistics
@@ -474,3 +475,41 @@ def test_a_flood_of_one_byte_chunks_leaves_the_control_api_to_other_clients(serv
     # Measured on a 2-core machine shared with other test runs: before, 6.2 s at most and 3 answers in 5 s; now about
     # 80 ms at most and 400 answers. The bounds leave room for a loaded machine and still fail the old code.
     assert max(waits) < 1.0 and len(waits) >= 50, f"longest wait {max(waits):.2f} s, {len(waits)} answers in 5 s"
+
+
+SOLO_VM = (
+    b"/subscriptions/00000000-0000-0000-0000-000000000000/resourceGroups/forewarn-rg/providers/Microsoft.Compute/"
+    b"virtualMachines/solo?api-version=2024-07-01"
+)
+
+
+def answered(sock: socket.socket) -> bool:
+    """Whether the server has sent something on ``sock`` (poll: its descriptor may be past select's 1,024)."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def test_each_api_port_counts_its_own_connections(tmp_path):
+    """1,100 idle connections to the EC2 API port once made the control API and ARM answer 503 for as long as they
+    were held: the API ports shared one cap of 1,024 connections. Each port now has its own."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 2048:  # this process holds the 1,100 connections
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(4096, hard), hard))
+    held: list[socket.socket] = []
+    with Server(tmp_path) as server:  # the default limits: idle connections are kept 30 s
+        try:
+            for n in range(1100):  # 64 per address, the cap per source
+                held.append(connect(server.ec2_port, f"127.0.3.{n // 64 + 1}"))
+            time.sleep(0.5)  # the server accepts and answers the ones over its cap
+            refusals = [read_answer(sock)[2] for sock in held if answered(sock)]
+            cap = 1100 - len(refusals)  # 1,024, or less where the descriptor limit is low
+            assert refusals == [b"too many connections to this server (%d)" % cap] * len(refusals) and refusals
+            for port, path in ((server.port, b"/healthz"), (server.arm_port, SOLO_VM)):
+                with connect(port, "127.0.0.13") as sock:
+                    sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                    status, _, body = read_answer(sock)
+                    assert status == 200, body
+        finally:
+            for sock in held:
+                sock.close()

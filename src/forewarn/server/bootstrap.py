@@ -372,7 +372,8 @@ async def serve(
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     if exit_with_parent:
         background.append(asyncio.create_task(_exit_with(os.getppid())))
-    guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    guard = UvicornGuard(management_limits, ports=len(built.management_sockets))
     sweeper = asyncio.create_task(guard.run())
     config = uvicorn.Config(
         built.management_app,

@@ -5,7 +5,7 @@ uvicorn's httptools protocol bounds none of them: it appends every piece of the 
 and any number of chunks, keeps a connection that trickles bytes forever (its keep-alive timer is cancelled by every
 read and armed only after a response), and accepts any number of connections (``limit_concurrency`` answers 503 only once a request's headers
 have arrived). This subclass adds the checks at the parser callbacks, a deadline per request, an idle timeout
-that also covers a connection that never sends a request, and the per-address and total connection caps; a sweep a
+that also covers a connection that never sends a request, and each port's per-address and total connection caps; a sweep a
 second enforces the times. Refusals are plain text, as uvicorn's own answer to a malformed request.
 """
 
@@ -18,9 +18,10 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from forewarn.server.http1 import ConnectionBudget, Limits, plain_error
 
-# The control, ARM and EC2 API ports. Bodies: 4 MiB, far above any request these APIs take (ARM documents the same
-# 4 MB as its cap on a deployment template; a real ARM request cap is not documented). Connections: these ports
-# serve operators and tests, not every VM, so they get a quarter of the descriptors and a quarter of the total.
+# The control, ARM, EC2 API and Compute Engine API ports. Bodies: 4 MiB, far above any request these APIs take (ARM
+# documents the same 4 MB as its cap on a deployment template; a real ARM request cap is not documented).
+# Connections: each port counts its own (so a flood of one does not shut the others), and as these ports serve
+# operators and tests, not every VM, they share a quarter of the descriptors.
 MANAGEMENT_LIMITS = Limits(max_body=4 * 1024 * 1024, max_body_wire=16 * 1024 * 1024, connections=1024)
 MANAGEMENT_DESCRIPTOR_SHARE = 0.25
 # A chunked body may have this many chunks, and one more per KiB it carries; 413 beyond. Each chunk costs the loop a
@@ -41,11 +42,19 @@ class UvicornGuard:
     """The limits, the connection budget and the open connections of the uvicorn ports; ``protocol`` is the class
     to give uvicorn as ``Config(http=...)`` and ``run`` the sweep to keep running beside it."""
 
-    def __init__(self, limits: Limits = MANAGEMENT_LIMITS):
+    def __init__(self, limits: Limits = MANAGEMENT_LIMITS, ports: int = 1):
         self.limits = limits
-        self.budget = ConnectionBudget(limits, MANAGEMENT_DESCRIPTOR_SHARE)
+        self.descriptor_share = MANAGEMENT_DESCRIPTOR_SHARE / ports
+        self.budgets: dict[int, ConnectionBudget] = {}  # by the local port a connection arrived on
         self.connections: set[GuardedHttpToolsProtocol] = set()
         self.protocol = type("GuardedHttpToolsProtocol", (GuardedHttpToolsProtocol,), {"guard": self})
+
+    def budget(self, port: int) -> ConnectionBudget:
+        """The connections of one listening port: each has its own cap (``ports`` of them share the descriptors)."""
+        found = self.budgets.get(port)
+        if found is None:
+            found = self.budgets[port] = ConnectionBudget(self.limits, self.descriptor_share)
+        return found
 
     async def run(self) -> None:
         while True:
@@ -80,7 +89,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.source = ""
-        self.admitted = False
+        self.budget: ConnectionBudget | None = None  # of the port it arrived on, once admitted
         self.received_at = self.idle_since = time.monotonic()
         self.state = _IDLE
         self.deadline = 0.0
@@ -90,20 +99,22 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport) -> None:
         peer = transport.get_extra_info("peername")
+        local = transport.get_extra_info("sockname")
         self.source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
-        refused = self.guard.budget.admit(self.source)
+        budget = self.guard.budget(local[1] if isinstance(local, tuple) and len(local) > 1 else 0)
+        refused = budget.admit(self.source)
         if refused is not None:
-            self.guard.budget.refuse(transport, refused)
+            budget.refuse(transport, refused)
             return
-        self.admitted = True
+        self.budget = budget
         self.guard.connections.add(self)
         super().connection_made(transport)
 
     def connection_lost(self, exc) -> None:
-        if self.admitted:
-            self.admitted = False
+        if self.budget is not None:
             self.guard.connections.discard(self)
-            self.guard.budget.release(self.source)
+            self.budget.release(self.source)
+            self.budget = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

@@ -65,7 +65,7 @@ from forewarn.replication.shared import FleetDiffers
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
 from forewarn.server.stores import open_fleet_store, open_snapshot_store
-from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
+from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
 from forewarn.store import SQLStore, StoreError
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ async def serve(
     announce=print,
     azure: AzureManagementSettings = AzureManagementSettings(),
     metadata_limits: Limits = Limits(),
-    management_limits: Limits = MANAGEMENT_LIMITS,
+    management_limits: ApiLimits = MANAGEMENT_LIMITS,
     access: PortAccess = PortAccess(),
     node: Node | None = None,
     exit_with_parent: bool = False,

@@ -68,7 +68,7 @@ from forewarn.replication.shared import FleetDiffers
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
 from forewarn.server.stores import open_fleet_store, open_snapshot_store
-from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
+from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
 from forewarn.store import SQLStore, StoreError
 
 if TYPE_CHECKING:
@@ -341,7 +341,7 @@ async def serve(
     announce=print,
     azure: AzureManagementSettings = AzureManagementSettings(),
     metadata_limits: Limits = Limits(),
-    management_limits: Limits = MANAGEMENT_LIMITS,
+    management_limits: ApiLimits = MANAGEMENT_LIMITS,
     access: PortAccess = PortAccess(),
     node: Node | None = None,
     exit_with_parent: bool = False,
@@ -380,7 +380,8 @@ async def serve(
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     if exit_with_parent:
         background.append(asyncio.create_task(_exit_with(os.getppid())))
-    guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    guard = UvicornGuard(management_limits, ports=len(built.management_sockets))
     sweeper = asyncio.create_task(guard.run())
     config = uvicorn.Config(
         built.management_app,

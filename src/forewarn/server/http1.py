@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from email.utils import formatdate
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote
 
 import httptools
@@ -61,7 +61,7 @@ class Limits:
     connections_per_source: int = 64  # open connections from one client address; 503 beyond; 0: no cap
     connections: int = 4096  # open connections in all; 503 beyond; lowered to fit the process's descriptor limit
 
-    def updated(self, settings: list[str] | tuple[str, ...]) -> Limits:
+    def updated(self, settings: list[str] | tuple[str, ...]) -> Self:
         """These limits with ``NAME=VALUE`` settings applied (``serve --imds-limit``); ValueError names a bad one."""
         kinds = {item.name: type(getattr(self, item.name)) for item in fields(self)}
         changes: dict[str, Any] = {}  # each value of its field's kind, checked as it is read

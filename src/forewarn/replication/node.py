@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forewarn import __version__
-from forewarn.app.errors import Unavailable
 from forewarn.core.changes import Change
 from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
 from forewarn.store import SQLStore, StoredChanges, StoreError
-from forewarn.store.lease import LeaderRow, Lease, node_name
+from forewarn.store.lease import LeaderRow, Lease
+from forewarn.store.writer import node_name
 
 log = logging.getLogger("forewarn.replication")
 
@@ -87,8 +87,9 @@ class Node:
         self.loaded: tuple[int, int] = (0, service.store.position)
         self.synced = False  # a replica has read the journal at least once (or leads)
         self.behind_since: float | None = None
-        self.database_ok = True
-        self.database_error = ""
+        # The latest outcome of a real operation on the database: the replication thread's reads, the service's
+        # commits and the server's periodic probe (one object: the store's).
+        self.reachability = service.store.reachability
         self.on_promoted: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = threading.Event()
@@ -311,16 +312,14 @@ class Node:
         self.lease = lease
 
     def _reachable(self) -> None:
-        if not self.database_ok:
+        if not self.reachability.reachable:
             log.warning("the database is reachable again; following the leader")
-        self.database_ok = True
-        self.database_error = ""
+        self.reachability.succeeded()
 
     def _unreachable(self, error: Exception) -> None:
-        if self.database_ok:
+        if self.reachability.reachable:
             log.error("database unreachable (%s); serving the last state replicated, as it was", error)
-        self.database_ok = False
-        self.database_error = str(error)
+        self.reachability.failed(error)
 
     # ------------------------------------------------------------------------------------------ probes
     def describe(self) -> str:
@@ -343,24 +342,16 @@ class Node:
             "leader": None if row is None else {"node": row.node, "term": row.term, "since": row.since},
             "position": self.held()[1],
             "lag": {"changes": lag_changes, "seconds": round(lag_seconds, 3)},
-            "database": {"reachable": self.database_ok and self._store_reachable(), "error": self.database_error},
+            "database": self.reachability.report(),
             "projected": self.service.projected,
             "failovers": self.counts.failovers,
         }
 
-    def _store_reachable(self) -> bool:
-        if self.service.role != LEADER:
-            return True
-        try:
-            self.service.store.ready()
-            return True
-        except (StoreError, Unavailable):
-            return False
-
     def ready(self) -> bool:
-        """Whether to send traffic here: a leader that reaches its database, or a replica holding a state."""
+        """Whether to send traffic here: a leader that reached its database in its latest operation on it, or a
+        replica holding a state."""
         if self.service.role == LEADER:
-            return self._store_reachable()
+            return self.reachability.reachable and not self.reachability.stale
         return self.synced
 
     def probe(self, path: str) -> tuple[int, bytes, bytes] | None:

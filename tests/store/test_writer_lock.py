@@ -125,3 +125,27 @@ def test_a_leader_that_took_over_after_losing_the_database_reports_it_reachable(
             metrics = requests.get(f"{second.control}/metrics", timeout=5).text
             assert "forewarn_database_reachable 1.0" in metrics
             assert time.monotonic() - took_over < 10.0
+
+
+def test_replicas_that_outlived_a_single_server_load_what_it_wrote_once_a_leader_is_back(tmp_path, postgres_url):
+    """A single server journals nothing for replicas: a replica that followed an earlier leader would never see its
+    commits. The next leader journals a reset, and every replica loads the whole state."""
+    first = shared_server(tmp_path, "first", postgres_url).start()
+    try:
+        until(lambda: role(first) == "leader", what="the first process leads")
+        with shared_server(tmp_path, "replica", postgres_url, role="replica") as replica:
+            [before] = first.schedule(type="Freeze", vms=["vm0"])
+            until(lambda: before["event_id"] in event_ids(replica), what="the replica follows")
+            first.stop()
+            with server_in(tmp_path, "single", postgres_url) as single:
+                [alone] = single.schedule(type="Reboot", vms=["vm1"])
+            with shared_server(tmp_path, "next", postgres_url) as leader:
+                until(lambda: role(leader) == "leader", what="the next process leads")
+                until(
+                    lambda: alone["event_id"] in event_ids(replica),
+                    what="the replica loads the single server's commits",
+                )
+                assert event_ids(replica) == event_ids(leader) == [before["event_id"], alone["event_id"]]
+            assert "a single server" in (tmp_path / "replica" / "server.log").read_text()
+    finally:
+        first.stop()

@@ -32,7 +32,7 @@ from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
 from forewarn.store import SQLStore, StoredChanges, StoreError
 from forewarn.store.lease import LeaderRow, Lease
-from forewarn.store.writer import node_name
+from forewarn.store.writer import SINGLE, node_name
 
 log = logging.getLogger("forewarn.replication")
 
@@ -160,6 +160,9 @@ class Node:
                 self._reconnect()
 
     def _saw(self, row: LeaderRow | None) -> None:
+        if row is not None and row.role == SINGLE and (self.leader_row is None or self.leader_row.role != SINGLE):
+            log.error("a single server (%s) writes to the database: it journals nothing to follow", row.node)
+            self.service.no_leader_reason = f"a single server ({row.node}) writes to the database"
         self.leader_row = row
         self.leaders.addresses = {} if row is None else dict(row.addresses)
         if row is not None and row.position > self.loaded[1] and self.behind_since is None:
@@ -218,12 +221,18 @@ class Node:
         old = self.leader_row
         try:
             self._fence()
-            try:
-                changed = self._changes(reader)
-            except StoreError as error:
-                log.warning("reading the last commits failed (%s); loading the whole state", error)
-                changed = None
-            self._on_loop(lambda: self._take_over(changed))
+            previous = self.lease.leader()
+            single = previous.node if previous is not None and previous.role == SINGLE else None
+            after_single = single is not None
+            changed: StoredChanges | None = None
+            if after_single:
+                log.warning("a single server (%s) wrote last, journaling nothing: loading the whole state", single)
+            else:
+                try:
+                    changed = self._changes(reader)
+                except StoreError as error:
+                    log.warning("reading the last commits failed (%s); loading the whole state", error)
+            self._on_loop(lambda: self._take_over(changed, after_single))
         except Exception as error:  # holding the lock without leading would stop every other process taking over
             log.critical("taking over as the leader failed (%s); exiting so that another process can", error)
             logging.shutdown()
@@ -243,7 +252,7 @@ class Node:
         if old is not None and old.store_pid and old.store_pid != self._store_pid():
             self.lease.end_session(old)
 
-    def _take_over(self, changed: StoredChanges | None) -> None:
+    def _take_over(self, changed: StoredChanges | None, after_single: bool = False) -> None:
         """On the event loop, in one go (no request sees the state between): take the last commits and lead with
         the engine held, or with one rebuilt from the database when the journal could not tell (None) or applying
         them failed."""
@@ -256,6 +265,8 @@ class Node:
             except Exception:  # the engine may hold half of them: the database's state instead
                 log.exception("applying the last commits failed; loading the whole state to lead")
         self.service.promote(position)
+        if after_single:  # the other replicas load the whole state too: the journal misses the single's commits
+            self.service.store.journal_reset()
         self._publish()
         for hook in self.on_promoted:
             hook()

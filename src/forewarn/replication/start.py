@@ -42,7 +42,10 @@ def open_shared(
     lease = Lease(url)
     try:
         if settings.role == SHARED and lease.try_acquire():
+            previous = lease.leader()
             service = open_leader()
+            if previous is not None and previous.role == SINGLE:
+                store.journal_reset()  # replicas that followed an earlier leader miss the single server's commits
             # It holds the lock and just loaded the state: the engine is current, and its deadlines are as loaded.
             service.promote(store.position, reschedule=False)
             log.info("leading the shared database (lock %s)", lease.key)

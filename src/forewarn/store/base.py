@@ -601,6 +601,13 @@ class SQLStore:
             position = self._journal_changes(cursor, {RESET: []}) if self.keeps_changes else self.position
         self.position = position
 
+    def journal_reset(self) -> None:
+        """One entry in forewarn_changes that tells replicas to load the whole state, as a reset's does: after
+        commits that were not journaled (a single server's)."""
+        with self._transaction() as cursor:
+            position = self._journal_changes(cursor, {RESET: []})
+        self.position = position
+
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):
         raise NotImplementedError

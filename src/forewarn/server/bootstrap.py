@@ -32,6 +32,7 @@ from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
+from forewarn.aws.imds.metadata import SERVER as EC2_SERVER
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.aws.model import Ec2Instance
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
@@ -55,6 +56,8 @@ from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
 from forewarn.fleet.model import VM, Fleet
 from forewarn.gcp.compute_api.app import create_compute_app
+from forewarn.gcp.metadata.server import FLAVOR as GCE_FLAVOR
+from forewarn.gcp.metadata.server import SERVER as GCE_SERVER
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
@@ -157,11 +160,21 @@ class MetadataRouter:
 
     def handle(self, request: Request):
         path = request.path
+        # Azure IMDS answers Unavailable in its own shape; the others' reads meet it while the engine waits to be
+        # rebuilt from a database out of reach (app/runtime.py), and answer a retryable 503 with their headers.
         if path.startswith("/computeMetadata"):
-            return self.gce.handle(request)
+            return _unavailable_as_503(self.gce.handle, request, (GCE_FLAVOR, GCE_SERVER))
         if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
-            return self.ec2.handle(request)
+            return _unavailable_as_503(self.ec2.handle, request, (EC2_SERVER,))
         return self.azure.handle(request)
+
+
+def _unavailable_as_503(handle, request: Request, headers: tuple[tuple[bytes, bytes], ...]):
+    try:
+        return handle(request)
+    except Unavailable as error:
+        log.error("%s %s: %s", request.method, request.path, error)
+        return (503, b"Service Unavailable\n", b"text/plain", headers)
 
 
 class Machine(Protocol):

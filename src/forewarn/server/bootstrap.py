@@ -67,7 +67,7 @@ from forewarn.net.own_listeners import OwnListeners
 from forewarn.replication.shared import FleetDiffers
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
-from forewarn.server.stores import open_fleet_store, open_snapshot_store
+from forewarn.server.stores import is_postgres, open_fleet_store, open_snapshot_store
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
 from forewarn.store import SQLStore, StoreError
 
@@ -75,6 +75,8 @@ if TYPE_CHECKING:
     from forewarn.replication.node import Node
 
 log = logging.getLogger("forewarn.server")
+
+PROBE_EVERY = 2.0  # seconds between two probes of the database (/healthz reports the latest outcome)
 
 
 @dataclass
@@ -161,11 +163,25 @@ class MetadataRouter:
     def handle(self, request: Request):
         path = request.path
         refused = self.guard.check(request.headers)
+        # Azure IMDS answers Unavailable in its own shape; the others' reads meet it while the engine waits to be
+        # rebuilt from a database out of reach (app/runtime.py), and answer a retryable 503 with their headers.
         if path.startswith("/computeMetadata"):
-            return self.gce.handle(request) if refused is None else gce_server.browser_refusal(path, refused)
+            if refused is not None:
+                return gce_server.browser_refusal(path, refused)
+            return _unavailable_as_503(self.gce.handle, request, (gce_server.FLAVOR, gce_server.SERVER))
         if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
-            return self.ec2.handle(request) if refused is None else ec2_metadata.browser_refusal(refused)
+            if refused is not None:
+                return ec2_metadata.browser_refusal(refused)
+            return _unavailable_as_503(self.ec2.handle, request, (ec2_metadata.SERVER,))
         return self.azure.handle(request) if refused is None else scheduled_events.browser_refusal(refused)
+
+
+def _unavailable_as_503(handle, request: Request, headers: tuple[tuple[bytes, bytes], ...]):
+    try:
+        return handle(request)
+    except Unavailable as error:
+        log.error("%s %s: %s", request.method, request.path, error)
+        return (503, b"Service Unavailable\n", b"text/plain", headers)
 
 
 class Machine(Protocol):
@@ -380,6 +396,7 @@ async def serve(
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     if exit_with_parent:
         background.append(asyncio.create_task(_exit_with(os.getppid())))
+    background.append(asyncio.create_task(_probe_database(service.store)))
     # uvicorn bounds neither header sizes, nor slow requests, nor connections
     guard = UvicornGuard(management_limits, ports=len(built.management_sockets))
     sweeper = asyncio.create_task(guard.run())
@@ -405,6 +422,18 @@ async def serve(
             task.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+async def _probe_database(store: SQLStore, every: float = PROBE_EVERY) -> None:
+    """A round trip to the database every ``every`` seconds, off the event loop: /healthz reports its outcome when
+    no commit has told more recently, and a connection lost while idle is replaced (a single server takes its
+    writer lock again) before the next command needs it."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await asyncio.to_thread(store.probe)
+        except Exception:  # the probe records its outcome; a defect must not end it
+            log.exception("probing the database failed")
 
 
 async def _exit_with(parent: int, every: float = 0.5) -> None:
@@ -799,9 +828,11 @@ def open_shared_service(
 
 
 def open_configured_store(config: ServeConfig) -> SQLStore:
-    """The store --db names, with every component's records; the one place the server opens it. A SQLite file is
-    held for the life of the server: a second server on it is refused, instead of sharing it unawares."""
-    return open_fleet_store(config.db, exclusive=True)
+    """The store --db names, with every component's records; the one place the server opens it. A server that writes
+    alone holds its database for its whole life (a SQLite file's lock, a PostgreSQL database's writer lock): a
+    second writer on it is refused, instead of sharing it unawares. A shared process's leader holds the writer lock
+    on its lease instead (replication/start.py)."""
+    return open_fleet_store(config.db, exclusive=config.role == "single" or not is_postgres(config.db))
 
 
 def event_grid_of(store: SQLStore, config: ServeConfig, section: tuple[str, Any] | None) -> EventGrid:

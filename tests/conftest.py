@@ -31,6 +31,16 @@ def postgres_url():
     admin.close()
 
 
+@pytest.fixture
+def proxy(postgres_url):
+    """A TCP proxy in front of the test PostgreSQL, which the test cuts and restores (tests/pg_proxy.py)."""
+    from pg_proxy import PgProxy, upstream
+
+    found = PgProxy(upstream(postgres_url))
+    yield found
+    found.close()
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request, tmp_path):
     """Each store test runs against both databases."""

@@ -230,6 +230,20 @@ def test_the_fleet_file_fixes_what_arm_cannot_change(arm):
     assert arm.service.engine.component(AzureComponent).policy("solo").auto_approve_redeploy
 
 
+@pytest.mark.parametrize("name", ["rel%20x", "_x", "x-", "x.", "a%3Cb", "a" * 65])
+def test_a_put_of_a_name_azure_refuses_is_refused_for_its_name(arm, name):
+    """Azure's rule for VM and scale set names ("Naming rules and restrictions for Azure resources") comes before
+    forewarn's refusal to create machines: 400 InvalidParameter naming the rule, not 409."""
+    for collection in (VMS, VMSS):
+        response = arm.call("PUT", f"{collection}/{name}", {"location": "westeurope"})
+        assert response.status_code == 400, response.text
+        error = error_of(response)
+        assert (error["code"], error["target"]) == ("InvalidParameter", "name")
+        assert error["message"].startswith("The entity name '")
+        assert "letters, digits, underscores, periods and hyphens" in error["message"] or "1-64" in error["message"]
+    assert arm.call("PUT", f"{VMS}/fine_name", {"location": "westeurope"}).status_code == 409
+
+
 # ------------------------------------------------------------------------------------------------------ resources
 def test_vm_body_and_instance_view(arm):
     body = arm.call("GET", f"{VMS}/WestNO_0", **{"$expand": "instanceView"}).json()

@@ -4,6 +4,8 @@ changes (and who may read it), the clock's pause and run, and the OpenAPI UI ser
 import asyncio
 import json
 import re
+import socket
+import threading
 import time
 from datetime import UTC, datetime
 
@@ -14,7 +16,7 @@ import yaml
 
 from forewarn.app.runtime import ClockView
 from forewarn.control import dashboard
-from forewarn.control.dashboard import QUEUE_LIMIT, LiveFeed
+from forewarn.control.dashboard import MAX_STREAMS, MAX_STREAMS_PER_SOURCE, QUEUE_LIMIT, LiveFeed
 from helpers import ROOT, Server
 
 
@@ -146,20 +148,112 @@ class QuietService:
 def test_a_client_that_does_not_read_is_dropped_and_holds_nothing():
     async def scenario():
         feed = LiveFeed(QuietService())
-        follower = feed.follow(None)
+        stream = feed.open("127.0.0.1")
+        follower = feed.follow(stream)
         assert b'"hello"' in await anext(follower)
         reading = asyncio.ensure_future(anext(follower))  # the stream waits for the next message
         await asyncio.sleep(0)
         for n in range(QUEUE_LIMIT + 10):  # the page stopped reading while these were committed
             feed.publish({"n": n})
         await asyncio.sleep(0)
-        assert feed.streams and not next(iter(feed.streams)).pending  # the backlog was let go at the limit
+        assert not stream.pending  # the backlog was let go at the limit
+        assert not feed.streams and feed.dropped == 1  # and the slot at once, not when the client next reads
         assert await reading == b'data: {"dropped":true}\n\n'
         with pytest.raises(StopAsyncIteration):
             await anext(follower)
-        assert not feed.streams and feed.dropped == 1
+        assert not feed.streams and not feed.by_source and feed.dropped == 1
 
     asyncio.run(scenario())
+
+
+def open_stream(port: int, source: str) -> tuple[socket.socket, bytes]:
+    """A dashboard stream on a socket from ``source`` that is then not read, and its status line. Its receive buffer
+    is small, so that what the server sends it soon stays in the server's kernel, unsent."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setsockopt(socket.IPPROTO_IP, getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24), 1)
+    sock.settimeout(10)
+    sock.bind((source, 0))
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(b"GET /v1/dashboard/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    answer = b""
+    while b"\r\n" not in answer:
+        answer += sock.recv(4096)
+    return sock, answer
+
+
+def stream_answer(server: Server, source: str = "127.0.0.1") -> tuple[int, dict]:
+    """Status and first message (or error) of a stream asked for from ``source``."""
+    transport = httpx.HTTPTransport(local_address=source)
+    with (
+        httpx.Client(timeout=10, transport=transport) as client,
+        client.stream("GET", server.control + "/v1/dashboard/stream") as stream,
+    ):
+        if stream.status_code != 200:
+            return stream.status_code, json.loads(stream.read())
+        return 200, next(messages(stream))
+
+
+def stream_status(server: Server) -> int:
+    return stream_answer(server)[0]
+
+
+def test_one_address_holds_at_most_16_streams(tmp_path):
+    """64 streams from one client once took every slot: any other page got 503 for as long as they were held."""
+    with Server(tmp_path) as server:
+        held = []
+        try:
+            for _ in range(MAX_STREAMS_PER_SOURCE):
+                sock, answer = open_stream(server.port, "127.0.4.1")
+                held.append(sock)
+                assert answer.startswith(b"HTTP/1.1 200 ")
+            status, refusal = stream_answer(server, "127.0.4.1")
+            assert (status, refusal["error"]["code"]) == (503, "TooManyStreams")
+            assert refusal["error"]["message"] == "at most 16 open streams from one address (127.0.4.1)"
+            assert stream_answer(server, "127.0.4.2")[1]["hello"]  # another address still gets its stream
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def read_until_closed(stream: httpx.Response, into: list) -> None:
+    try:
+        into.extend(messages(stream))
+    except httpx.ReadError:  # the test closed the connection
+        pass
+
+
+def test_streams_that_are_not_read_give_their_slots_back(tmp_path):
+    """64 streams that were never read once held every slot for as long as their clients kept them open (no timeout),
+    and any other page got 503. A stream whose client takes nothing of what it is sent for the send timeout (1 s here,
+    10 s by default) is now cut and its slot freed; one that reads keeps its stream. A client that does not read is
+    seen once some messages wait in the server's kernel: a few dozen changes fill these clients' small buffers."""
+    with Server(tmp_path, extra=["--api-limit=send_timeout=1"]) as server:
+        held = []
+        received = []
+        with httpx.Client(timeout=30) as client, client.stream("GET", server.control + "/v1/dashboard/stream") as read:
+            reader = threading.Thread(target=read_until_closed, args=(read, received), daemon=True)
+            reader.start()
+            try:
+                for n in range(MAX_STREAMS - 1):
+                    sock, answer = open_stream(server.port, f"127.0.4.{n // MAX_STREAMS_PER_SOURCE + 2}")
+                    held.append(sock)
+                    assert answer.startswith(b"HTTP/1.1 200 ")
+                assert stream_status(server) == 503  # every slot is taken
+                for _ in range(60):  # two messages of about 370 bytes each to every stream: 44 KB in all
+                    server.post("/v1/clock/mode", {"mode": "manual"}, expect=200)
+                began = time.monotonic()
+                while server.get("/v1/dashboard/stats")["streams"] > 1 and time.monotonic() - began < 10:
+                    time.sleep(0.2)
+                freed = time.monotonic() - began
+                # the send timeout, the sweep once a second, and room for a loaded machine
+                assert server.get("/v1/dashboard/stats")["streams"] == 1 and freed < 10, f"{freed:.1f} s"
+                assert stream_status(server) == 200
+                assert reader.is_alive() and received[0]["hello"]  # the reading page kept its stream
+                assert len([m for m in received if "seq" in m]) >= 60  # and had every change (2 messages a POST)
+            finally:
+                for sock in held:
+                    sock.close()
 
 
 def test_an_ec2_instance_as_its_metadata_endpoint_and_the_ec2_api_show_it(tmp_path):

@@ -98,6 +98,70 @@ def test_errors_name_file_line_and_problem(text, message):
     assert message in str(error.value)
 
 
+AZURE_NAME_RULE = (
+    "a VM name is letters, digits, underscores, periods and hyphens, starting with a letter or digit and ending with "
+    "a letter, digit or underscore"
+)
+NAME_TAG_RULE = "a Name tag is letters, numbers, spaces and + - = . _ : / @"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        # Azure: "Naming rules and restrictions for Azure resources" (virtualMachines, virtualMachineScaleSets).
+        ("vms:\n  - {name: ok}\n  - {name: 'rel x'}\n", f"f.yaml:3: vms[1].name: {AZURE_NAME_RULE}: 'rel x' is not"),
+        ("vms: [{name: 'a/b'}]\n", f"f.yaml:1: vms[0].name: {AZURE_NAME_RULE}: 'a/b' is not"),
+        ("vms: [{name: '<x>'}]\n", f"vms[0].name: {AZURE_NAME_RULE}"),
+        ("vms: [{name: 'relé'}]\n", f"vms[0].name: {AZURE_NAME_RULE}"),
+        ("vms: [{name: _x}]\n", f"vms[0].name: {AZURE_NAME_RULE}"),
+        ("vms: [{name: x-}]\n", f"vms[0].name: {AZURE_NAME_RULE}"),
+        ("vms: [{name: x.}]\n", f"vms[0].name: {AZURE_NAME_RULE}"),
+        (
+            "vms: [{name: '" + "a" * 65 + "'}]\n",
+            "f.yaml:1: vms[0].name: a VM name is 1-64 characters for Linux, not 65",
+        ),
+        (
+            "vms: [{name: sixteen-letters1, os_type: Windows}]\n",
+            "f.yaml:1: vms[0].name: a VM name is 1-15 characters for Windows, not 16",
+        ),
+        (
+            "defaults: {os_type: Windows}\nvms: [{name: sixteen-letters1}]\n",
+            "f.yaml:2: vms[0].name: a VM name is 1-15 characters for Windows, not 16",
+        ),
+        ("scale_sets:\n  - {name: 'my set', instances: 2}\n", "f.yaml:2: scale_sets[0].name: a scale set name is"),
+        # EC2: a Name tag, "Tag your Amazon EC2 resources" (tag restrictions).
+        ('ec2_instances:\n  - {name: "rel\\tx"}\n', f"f.yaml:2: ec2_instances[0].name: {NAME_TAG_RULE}; '\\t'"),
+        ("ec2_instances:\n  - {name: 'a<b'}\n", f"f.yaml:2: ec2_instances[0].name: {NAME_TAG_RULE}; '<'"),
+        ("ec2_instances: [{name: '" + "a" * 257 + "'}]\n", "ec2_instances[0].name: a Name tag is 1-256 characters"),
+        (
+            "ec2_instances:\n  - id: i-0123456789abcdef0\n    tags: {Name: 'x>'}\n",
+            f"f.yaml:3: ec2_instances[0].tags.Name: {NAME_TAG_RULE}",
+        ),
+        # Compute Engine: RFC 1035, "Resource naming convention".
+        ("gce_instances: [{name: Web-1}]\n", "gce_instances[0].name: a Compute Engine name is 1-63 lowercase"),
+        ("gce_instances: [{name: web-}]\n", "gce_instances[0].name: a Compute Engine name is 1-63 lowercase"),
+    ],
+)
+def test_machine_names_follow_each_clouds_rules(text, message):
+    with pytest.raises(FleetFileError) as error:
+        parse_fleet(text, "f.yaml")
+    assert message in str(error.value)
+
+
+def test_names_each_cloud_allows_are_taken():
+    fleet = parse_fleet(
+        "vms: [{name: WestNO_0}, {name: a.b-c_}, {name: fifteen-letters, os_type: Windows}, {name: '"
+        + "a" * 64
+        + "'}]\n"
+        "ec2_instances: [{name: rel x}, {name: rel-x}, {name: relé}, {name: relá}, {name: 'a+b=c:d/e@f'}, "
+        "{name: '" + "é" * 256 + "'}]\n"
+        "gce_instances: [{name: web-1}]\n"
+    )
+    assert len(fleet.vms) == 4 and len(fleet.gce) == 1
+    assert sorted(instance.name for instance in fleet.ec2.values())[:4] == ["a+b=c:d/e@f", "rel x", "rel-x", "relá"]
+    assert len({instance.instance_id for instance in fleet.ec2.values()}) == 6
+
+
 def test_missing_file():
     with pytest.raises(FleetFileError, match="nope.yaml: cannot read the fleet file"):
         load_fleet("nope.yaml")

@@ -170,39 +170,35 @@ def test_a_shared_role_needs_postgresql(tmp_path):
     assert "needs PostgreSQL" in finished.stderr and "SQLite serves one process only" in finished.stderr
 
 
-def test_a_replica_that_loses_the_database_keeps_serving_and_says_so(tmp_path, postgres_url):
-    from store.test_postgres_reconnect import PgProxy  # a TCP proxy the test can cut
+def test_a_replica_that_loses_the_database_keeps_serving_and_says_so(tmp_path, postgres_url, proxy):
+    from pg_proxy import through as proxied  # a TCP proxy the test can cut
 
-    proxy = PgProxy(("127.0.0.1", 5432))
-    through = postgres_url.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
-    try:
-        with shared_server(tmp_path, "a", postgres_url) as leader:
-            with shared_server(tmp_path, "b", through, role="replica") as replica:
-                leader.schedule(type="Reboot", vms=["vm4"], notice="15m")
-                until(lambda: converged([leader, replica]), what="the replica follows")
-                served = document(replica, "vm4").content
-                proxy.cut()
-                until(lambda: health(replica)["database"]["reachable"] is False, what="the replica notices")
-                assert document(replica, "vm4").content == served  # what it has, as it was
-                assert requests.get(f"{replica.control}/readyz", timeout=5).status_code == 200
-                leader.schedule(type="Redeploy", vms=["vm4"], notice="15m")
-                leader.advance("1m")
-                assert document(replica, "vm4").content == served
-                # Meanwhile the leader pruned the journal past the replica's position (as after 10 minutes).
-                with psycopg.connect(postgres_url, autocommit=True) as connection:
-                    connection.execute(
-                        "DELETE FROM forewarn_changes WHERE position < (SELECT MAX(position) FROM forewarn_changes)"
-                    )
-                proxy.open()
-                until(lambda: converged([leader, replica]), what="the replica catches up once the database is back")
-                assert health(replica)["database"]["reachable"] is True
-                metrics = requests.get(f"{replica.control}/metrics", timeout=5).text
-                assert "forewarn_replica_full_reloads_total 1.0" in metrics  # the journal could not tell
-        log = (tmp_path / "b" / "server.log").read_text()
-        assert "database unreachable" in log and "serving the last state replicated" in log
-        assert "the database is reachable again" in log
-    finally:
-        proxy.close()
+    through = proxied(postgres_url, proxy.port)
+    with shared_server(tmp_path, "a", postgres_url) as leader:
+        with shared_server(tmp_path, "b", through, role="replica") as replica:
+            leader.schedule(type="Reboot", vms=["vm4"], notice="15m")
+            until(lambda: converged([leader, replica]), what="the replica follows")
+            served = document(replica, "vm4").content
+            proxy.cut()
+            until(lambda: health(replica)["database"]["reachable"] is False, what="the replica notices")
+            assert document(replica, "vm4").content == served  # what it has, as it was
+            assert requests.get(f"{replica.control}/readyz", timeout=5).status_code == 200
+            leader.schedule(type="Redeploy", vms=["vm4"], notice="15m")
+            leader.advance("1m")
+            assert document(replica, "vm4").content == served
+            # Meanwhile the leader pruned the journal past the replica's position (as after 10 minutes).
+            with psycopg.connect(postgres_url, autocommit=True) as connection:
+                connection.execute(
+                    "DELETE FROM forewarn_changes WHERE position < (SELECT MAX(position) FROM forewarn_changes)"
+                )
+            proxy.open()
+            until(lambda: converged([leader, replica]), what="the replica catches up once the database is back")
+            assert health(replica)["database"]["reachable"] is True
+            metrics = requests.get(f"{replica.control}/metrics", timeout=5).text
+            assert "forewarn_replica_full_reloads_total 1.0" in metrics  # the journal could not tell
+    log = (tmp_path / "b" / "server.log").read_text()
+    assert "database unreachable" in log and "serving the last state replicated" in log
+    assert "the database is reachable again" in log
 
 
 def test_without_a_leader_a_replica_never_shows_an_event_as_scheduled_after_its_notbefore(tmp_path, postgres_url):

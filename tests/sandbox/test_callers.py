@@ -77,7 +77,9 @@ def test_an_instance_is_registered_by_its_id(server):
     assert put.status_code == 200 and put.json()["kind"] == "ec2_instance"
     try:
         with socket.create_connection(("127.0.0.1", server.imds_port), source_address=("127.253.7.2", 0)) as conn:
-            conn.sendall(b"GET /latest/meta-data/instance-id HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            conn.sendall(
+                b"GET /latest/meta-data/instance-id HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n"
+            )
             answer = b""
             while chunk := conn.recv(65536):
                 answer += chunk

@@ -24,6 +24,14 @@ from helpers import ROOT, Server
 SAMPLE = ROOT / "tests" / "samples" / "azure_scheduled_events_sample.py"
 GCE_SAMPLE = ROOT / "tests" / "samples" / "gce_maintenance_event_sample.py"
 INSTANCE = "i-0c0ffee0c0ffee001"
+TWINS = {
+    "sbx rel x": "i-0c0ffee0c0ffee0a1",
+    "sbx-rel-x": "i-0c0ffee0c0ffee0a2",
+    "sbx-relé": "i-0c0ffee0c0ffee0a3",
+    "sbx-relá": "i-0c0ffee0c0ffee0a4",
+}
+LONG_ID = "i-0c0ffee0c0ffee0a5"
+LONG_NAME = "sbx-long-" + "x" * 247
 # Names of their own, so that a sandbox of the docs' demo fleet (WestNO_0...) running beside these tests never
 # meets them.
 FLEET = f"""
@@ -34,6 +42,13 @@ vms:
   - {{name: sbx-solo, host: host-02}}
 ec2_instances:
   - {{id: {INSTANCE}, name: sbx-web, instance_type: m5.large, availability_zone: eu-west-3b, host: host-01}}
+  # Name tags that the sandbox once mapped to one namespace: each pair read alike once unsafe characters were
+  # replaced, and a 256-character one (the most a tag value has) made a namespace name longer than a file name.
+  - {{id: {TWINS["sbx rel x"]}, name: sbx rel x, host: host-01}}
+  - {{id: {TWINS["sbx-rel-x"]}, name: sbx-rel-x, host: host-01}}
+  - {{id: {TWINS["sbx-relé"]}, name: sbx-relé, host: host-01}}
+  - {{id: {TWINS["sbx-relá"]}, name: sbx-relá, host: host-01}}
+  - {{id: {LONG_ID}, name: {LONG_NAME}, host: host-01}}
 gce_instances:
   - {{name: sbx-gce, zone: europe-west1-b, host: host-01}}
 """
@@ -364,7 +379,7 @@ def test_up_in_the_foreground_holds_until_interrupted(server):
     )
     try:
         assert held.stdout.readline().split()[0] == "MACHINE"
-        assert held.stdout.readline().split()[:3] == ["sbx-web", "ec2_instance", namespace_name("sbx-web")]
+        assert held.stdout.readline().split()[:3] == ["sbx-web", "ec2_instance", namespace_name(INSTANCE)]
         # an instance's name tag is not its id: the sandbox is named as asked, the server knows the instance
         token = (
             "$(curl -s -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60')"
@@ -376,7 +391,7 @@ def test_up_in_the_foreground_holds_until_interrupted(server):
         held.send_signal(signal.SIGINT)
         held.wait(30)
     assert held.returncode == 0
-    assert not (NETNS_DIR / namespace_name("sbx-web")).exists()
+    assert not (NETNS_DIR / namespace_name(INSTANCE)).exists()
 
 
 def test_shell_is_a_shell_as_the_machine(server):
@@ -390,3 +405,57 @@ def test_shell_is_a_shell_as_the_machine(server):
     )
     assert run.returncode == 4
     assert run.stdout.splitlines() == ["I am sbx-solo", "sbx-solo"]
+
+
+INSTANCE_ID = (
+    "T=$(curl -s -X PUT http://169.254.169.254/latest/api/token -H 'X-aws-ec2-metadata-token-ttl-seconds: 60') && "
+    'curl -s -H "X-aws-ec2-metadata-token: $T" http://169.254.169.254/latest/meta-data/instance-id'
+)
+
+
+def test_names_that_read_alike_get_namespaces_of_their_own(server):
+    """`rel x` and `rel-x` (and `relé` and `relá`) each answer as themselves, whichever sandbox was made first."""
+    up = cli(server, "up", "sbx rel x", "sbx-relé", "--json")
+    assert up.returncode == 0, up.stderr
+    try:
+        namespaces = [row["namespace"] for row in json.loads(up.stdout)]
+        assert namespaces == [namespace_name(TWINS["sbx rel x"]), namespace_name(TWINS["sbx-relé"])]
+        for name, instance in TWINS.items():
+            run = cli(server, "exec", name, "--", "sh", "-c", INSTANCE_ID)
+            assert (run.returncode, run.stdout) == (0, instance), (name, run.stderr)
+    finally:
+        cli(server, "down", "sbx rel x", "sbx-relé")
+
+
+def test_a_name_as_long_as_a_tag_can_be_runs_and_a_longer_one_is_refused_in_a_sentence(server):
+    run = cli(server, "exec", LONG_NAME, "--", "sh", "-c", INSTANCE_ID)
+    assert (run.returncode, run.stdout) == (0, LONG_ID), run.stderr
+    assert len(namespace_name(LONG_ID)) < 64
+    too_long = "sbx-" + "y" * 299  # 303 characters: no machine has such a name
+    refused = cli(server, "exec", too_long, "--", "true")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"forewarn: no VM, EC2 instance or Compute Engine instance named '{too_long}'")
+    assert "Traceback" not in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def test_exec_refuses_a_sandbox_made_for_another_server(server, tmp_path):
+    """Two servers with one fleet: `exec` with the second one's --server does not join the first one's sandbox (its
+    program would talk to the first server) and changes nothing."""
+    up = cli(server, "up", "sbx-solo", "--json")
+    assert up.returncode == 0, up.stderr
+    try:
+        [row] = json.loads(up.stdout)
+        assert (row["identity"], row["server"]) == ("sbx-solo", server.control)
+        with Server(tmp_path, FLEET) as other:
+            refused = cli(other, "exec", "sbx-solo", "--", "echo", "joined")
+            assert refused.returncode == 1 and refused.stdout == ""
+            assert refused.stderr == (
+                f"forewarn: sbx-solo's sandbox {row['namespace']} (process {row['owner_pid']}) was made for the "
+                f"server at {server.control}, not for the one at {other.control} (--server): `forewarn sandbox down "
+                "sbx-solo` removes it\n"
+            )
+            assert other.get("/v1/imds/callers") == []
+        joined = cli(server, "exec", "sbx-solo", "--", "curl", "-sS", "-H", "Metadata:true", AZURE_NAME)
+        assert (joined.returncode, joined.stdout) == (0, "sbx-solo"), joined.stderr
+    finally:
+        cli(server, "down", "sbx-solo")

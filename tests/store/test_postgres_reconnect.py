@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import socket
-import threading
 import time
 import xml.etree.ElementTree as ET
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import requests
@@ -26,6 +23,7 @@ from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
 from forewarn.store import StoreUnavailable
 from helpers import T0, Server, open_store, small_fleet
+from pg_proxy import through
 
 psycopg = pytest.importorskip("psycopg")
 
@@ -43,114 +41,6 @@ ec2_instances:
 VM_PATH = f"/subscriptions/{SUB}/resourceGroups/contoso-rg/providers/Microsoft.Compute/virtualMachines/solo"
 WRITE_BOUND = 2.0  # seconds within which a write must be refused while the database is out of reach
 BACK_WITHIN = 15.0  # seconds within which writes must work again once the database is back
-
-
-# -------------------------------------------------------------------------------------------------- the proxy
-class PgProxy:
-    """A TCP proxy on loopback in front of PostgreSQL that a test can cut (and restore), or that can break a
-    connection at the COMMIT of a command (a transaction that wrote the journal)."""
-
-    def __init__(self, upstream: tuple[str, int]):
-        self.upstream = upstream
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = probe.getsockname()[1]
-        probe.close()
-        self._links: list[tuple[socket.socket, socket.socket]] = []
-        self._lock = threading.Lock()
-        self._listener: socket.socket | None = None
-        self.commit_trap: str | None = None  # "after": COMMIT reaches the server, its answer is lost; "before": not
-        self.trapped = threading.Event()
-        self.open()
-
-    def open(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def cut(self) -> None:
-        """Refuse new connections and break every open one."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            _sever(listener)  # shutdown first: a bare close leaves the socket listening under a blocked accept()
-        with self._lock:
-            links, self._links = self._links, []
-        for client, server in links:
-            _sever(client)
-            _sever(server)
-
-    def close(self) -> None:
-        self.cut()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            try:
-                server = socket.create_connection(self.upstream, timeout=5)
-                server.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._links.append((client, server))
-            marked = {"write": False}  # has this connection's open transaction written the journal?
-            threading.Thread(target=self._pump, args=(client, server, marked), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, None), daemon=True).start()
-
-    def _pump(self, source: socket.socket, target: socket.socket, marked: dict | None) -> None:
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                if marked is not None:
-                    if b"INSERT INTO forewarn_journal" in data:  # a command's commit (sent as text: a new server)
-                        marked["write"] = True
-                    if b"COMMIT\x00" in data and marked["write"] and self.commit_trap:
-                        mode, self.commit_trap = self.commit_trap, None
-                        _sever(source)  # forewarn sees its connection close before any answer could reach it
-                        if mode == "after":
-                            target.sendall(data)  # PostgreSQL reads the COMMIT before the end of the stream
-                        _sever(target)
-                        self.trapped.set()
-                        return
-                target.sendall(data)
-        except OSError:
-            pass
-        _sever(source)
-        _sever(target)
-
-
-def _sever(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sock.close()
-
-
-def _through(url: str, port: int) -> str:
-    parts = urlsplit(url)
-    user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{port}"))
-
-
-def _upstream(url: str) -> tuple[str, int]:
-    parts = urlsplit(url)
-    return parts.hostname or "127.0.0.1", parts.port or 5432
-
-
-@pytest.fixture
-def proxy(postgres_url):
-    found = PgProxy(_upstream(postgres_url))
-    yield found
-    found.close()
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -230,7 +120,7 @@ def test_the_session_is_named_forewarn_unless_the_url_names_it(postgres_url):
         store.close()
 
 
-def test_a_terminated_session_is_replaced_and_the_next_writes_go_through(tmp_path, postgres_url):
+def test_a_terminated_session_is_replaced_and_the_next_writes_gothrough(tmp_path, postgres_url):
     name = f"forewarn-test-{secrets.token_hex(4)}"
     url = f"{postgres_url}&application_name={name}"
     with Server(tmp_path, fleet_text=FLEET, db=url) as server:
@@ -256,7 +146,7 @@ def test_a_terminated_session_is_replaced_and_the_next_writes_go_through(tmp_pat
 def test_a_database_out_of_reach_refuses_writes_in_each_surface_shape_and_nothing_acknowledged_is_lost(
     tmp_path, postgres_url, proxy
 ):
-    url = _through(postgres_url, proxy.port)
+    url = through(postgres_url, proxy.port)
     with Server(tmp_path, fleet_text=FLEET, db=url) as server:
         [first] = server.schedule(type="Freeze", vms=["solo"])
         document = server.scheduled_events()
@@ -327,7 +217,7 @@ def test_a_database_out_of_reach_refuses_writes_in_each_surface_shape_and_nothin
 def test_a_connection_lost_during_commit_is_resolved_from_the_database(tmp_path, postgres_url, proxy, cut):
     """``after``: PostgreSQL committed, the answer never came: the command is answered as done, and is not written
     twice. ``before``: it rolled back: the same rows are written again on a new connection."""
-    url = _through(postgres_url, proxy.port)
+    url = through(postgres_url, proxy.port)
     with Server(tmp_path, fleet_text=FLEET, db=url) as server:
         proxy.commit_trap = cut
         [event] = server.schedule(type="Freeze", vms=["solo"])
@@ -344,7 +234,7 @@ def test_a_connection_lost_during_commit_is_resolved_from_the_database(tmp_path,
 
 
 def test_deadlines_due_while_the_database_is_out_of_reach_are_applied_once_it_is_back(tmp_path, postgres_url, proxy):
-    url = _through(postgres_url, proxy.port)
+    url = through(postgres_url, proxy.port)
     # x60: a minute of notice is a wall second; the Freeze then lasts five wall seconds.
     with Server(tmp_path, fleet_text=FLEET, db=url, clock="real", extra=["--speed", "60"]) as server:
         [event] = server.schedule(type="Freeze", vms=["solo"], notice="1m")

@@ -3,7 +3,9 @@
 ``Maintenance`` owns the engine, the store and the clock. Every command runs the engine, commits the changes it
 returned in one transaction, then tells the listeners (read models such as the IMDS document cache, and the log).
 If the commit fails, the engine is rebuilt from the store, so memory never holds a change the database lacks. A
-database that cannot be reached refuses the command before the engine runs it (``SQLStore.ready``).
+database that cannot be reached refuses the command before the engine runs it (``SQLStore.ready``); one lost between
+that check and the commit leaves the engine unsettled: every read and command is refused (Unavailable) until the
+database answers again and the engine is rebuilt from it.
 
 Group commit (``perform_soon``) takes the transaction off the event loop: one group's transaction runs in a worker
 thread while the loop goes on reading requests, and the commands that arrive meanwhile form the next group, run on
@@ -18,7 +20,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
-import os
 import secrets
 import threading
 import time
@@ -134,15 +135,21 @@ class Maintenance:
         self._grouped: list[Member] = []
         self._delivery_watchers: list[Callable[[], None]] = []
         self._in_flight: _Group | None = None  # the group whose transaction the worker runs
+        # Why the engine may hold changes the database lacks (a failed commit it could not be rebuilt after); None:
+        # it holds exactly what was committed.
+        self._unsettled: Exception | None = None
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
         self._due_wall = float("inf")
         self._refresh_due()
 
     @property
     def engine(self) -> Engine:
-        """The engine as the database has it: a group commit under way is waited for (and announced) first."""
+        """The engine as the database has it: a group commit under way is waited for (and announced) first.
+        Unavailable while the engine may hold changes the database lacks and the database is out of reach."""
         if self._in_flight is not None:
             self.settle()
+        if self._unsettled is not None:
+            self._resettle()
         return self._engine
 
     @engine.setter
@@ -265,6 +272,7 @@ class Maintenance:
                 self.store.ready()
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
+            self._resettle()
             engine = self._engine
             if check is not None:
                 check(engine)  # refused here, the command has changed nothing
@@ -291,22 +299,53 @@ class Maintenance:
         try:
             state = _stored(self.store)
         except Exception as error:
-            # Memory may hold changes the database lacks and cannot be brought back in line: serving on would show
-            # clients uncommitted state. Stop; a restart loads what was committed. (A connection that merely dropped
-            # does not come here: the store reconnects, and refuses commands while it cannot, before they change
-            # the engine. This is a database lost in the moment between that check and the commit, and still
-            # unreachable after the store's wait for it.)
-            log.critical("commit failed (%s) and reloading from the database failed (%s); exiting", cause, error)
-            logging.shutdown()
-            os._exit(70)
+            # Memory may hold changes the database lacks (a database lost between the check before a command and
+            # its commit, and still out of reach after the store's wait for it). Serving them would show clients
+            # what may never have been committed (an EventId the database will hand out again), so nothing is
+            # served from memory until the engine is rebuilt: ``engine`` raises Unavailable until then, and
+            # rebuilds it once the database answers again (``_resettle``).
+            if self._unsettled is None:
+                log.error(
+                    "commit failed (%s) and reloading from the database failed (%s); answering 503 until the "
+                    "database is back, then reloading",
+                    cause,
+                    error,
+                )
+            self._unsettled = cause
+            return
+        self._take(state, cause)
+
+    def _take(self, state: StoredState, cause: Exception) -> None:
+        """The engine rebuilt from ``state``, what was derived from the old one dropped."""
         self._engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
         self.clock = state.clock.within_bounds()[0]
+        self._unsettled = None
         self._refresh_due()
         what = "refused" if isinstance(cause, CoreError) else "commit failed"
         rebuilt: list[Change] = [Rebuilt(f"{what}: {cause}")]
         for listener in self._listeners:
             listener(rebuilt)
         self._deliveries_changed()
+
+    def _resettle(self) -> None:
+        """Nothing while the engine holds only what was committed. Otherwise (``_rebuild`` could not reach the
+        database) rebuild it now, or raise Unavailable while the database is still out of reach."""
+        cause = self._unsettled
+        if cause is None:
+            return
+        with self._lock:
+            if self._unsettled is None:
+                return
+            try:
+                self.store.ready()
+                state = _stored(self.store)
+            except StoreError as error:
+                raise Unavailable(
+                    f"the engine may hold changes the database lacks and is reloaded once it is back: {error}",
+                    error.retry_after,
+                ) from error
+            self._take(state, cause)
+        log.warning("reloaded the engine from the database after a failed commit; serving again")
 
     def _announce(self, changes: list[Change]) -> None:
         if not changes:
@@ -399,8 +438,12 @@ class Maintenance:
         with self._lock:
             try:
                 self.store.ready()
+                self._resettle()
             except StoreError as error:
                 _fail(group, Unavailable(str(error), error.retry_after))
+                return
+            except Unavailable as error:
+                _fail(group, error)
                 return
             try:
                 outcomes, changes, outgoing = self._run_group(group)
@@ -591,8 +634,9 @@ class Maintenance:
                 state = _stored(self.store)
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
-            self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
+            self.engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
             self.clock = clock
+            self._unsettled = None
             self._refresh_due()
         reset: list[Change] = [Reset("reset to the start")]
         for listener in self._listeners:

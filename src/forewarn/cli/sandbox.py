@@ -86,16 +86,15 @@ def sandbox_shell(ctx, machine):
 
 def _run_as(ctx: click.Context, machine: str, command: list[str]) -> int:
     from forewarn.sandbox import Sandbox, SandboxError, namespaces
-    from forewarn.sandbox.manager import sandboxes
+    from forewarn.sandbox.manager import joinable
 
     server, token = _root(ctx)
     child = _Child(machine)
     try:
         with child.signals():
-            name = namespaces.namespace_name(machine)
-            held = next((record for record in sandboxes() if record.namespace == name), None)
+            held = joinable(machine, server, token)
             if held is not None:
-                return child.run(namespaces.exec_prefix(name, hang_up_with_parent=True) + command)
+                return child.run(namespaces.exec_prefix(held.namespace, hang_up_with_parent=True) + command)
             with Sandbox(server, token) as own:
                 vm = own.up(machine)
                 return child.run(namespaces.exec_prefix(vm.namespace, hang_up_with_parent=True) + command)
@@ -270,8 +269,8 @@ def sandbox_down(machines, everything):
     Examples:
       forewarn sandbox down WestNO_0
       forewarn sandbox down --all"""
-    from forewarn.sandbox import SandboxError, namespaces
-    from forewarn.sandbox.manager import sandboxes, take_down
+    from forewarn.sandbox import SandboxError
+    from forewarn.sandbox.manager import sandboxes, sandboxes_of, take_down
 
     if bool(machines) == everything:
         fail("name the machines whose sandboxes to remove, or say --all")
@@ -280,11 +279,12 @@ def sandbox_down(machines, everything):
         if everything:
             names = [record.namespace for record in present]
         else:
-            names = [namespaces.namespace_name(machine) for machine in machines]
-            missing = [m for m, n in zip(machines, names, strict=True) if n not in {r.namespace for r in present}]
+            found = {machine: [record.namespace for record in sandboxes_of(machine)] for machine in machines}
+            missing = [machine for machine, held in found.items() if not held]
             if missing:
                 up = ", ".join(record.machine for record in present) or "none"
                 fail(f"no sandbox for {', '.join(missing)} (up: {up})")
+            names = list(dict.fromkeys(name for held in found.values() for name in held))
         for name in names:
             if take_down(name):
                 click.echo(f"removed {name}")

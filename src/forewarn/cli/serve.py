@@ -326,7 +326,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     "api_limits",
     multiple=True,
     metavar="NAME=VALUE",
-    help="The same bounds for the control, ARM and EC2 API ports.",
+    help="The same bounds for the control, ARM, EC2 API and Compute Engine API ports, and send_timeout (seconds a "
+    "client may take nothing of an answer, such as a dashboard stream, before it is cut; default 10).",
 )
 @click.option(
     "--control-token",

@@ -1,8 +1,9 @@
 """The control port's access rule: the browser guard (``browser_guard.py``), then one bearer token.
 
 With a token configured (``forewarn serve --control-token``, or ``FOREWARN_CONTROL_TOKEN``), every request but
-``GET /healthz`` (a liveness probe, which tells nothing but the version) and the files of the dashboard and the OpenAPI
-UI (``/``, ``/docs``, ``/static/...``: the same for everyone) must carry ``Authorization: Bearer TOKEN``.
+``GET /healthz`` (a liveness probe, which tells the version and whether the database answers) and the files of the
+dashboard and the OpenAPI UI (``/``, ``/docs``, ``/static/...``: the same for everyone) must carry
+``Authorization: Bearer TOKEN``.
 This is the control port's only access rule: whatever else it serves later goes through the same gate.
 
 A control API that listens beyond loopback without a token lets anyone who reaches the port move the clock, schedule

@@ -154,7 +154,8 @@ def create_control_app(
 
     @app.get("/healthz", tags=["service"])
     async def health() -> dict:
-        return {"status": "ok", "version": __version__}
+        # The database as the latest real operation on it found it (a commit, a read or the periodic probe).
+        return {"status": "ok", "version": __version__, "database": service.store.reachability.report()}
 
     @app.get("/v1/events", tags=["events"], response_model=list[EventOut])
     async def list_events(all: bool = Query(False, description="include Completed and Canceled events")):

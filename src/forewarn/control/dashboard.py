@@ -6,7 +6,9 @@ loaded from the internet. Every action the page takes is a request to the contro
 adds reads. The stream is fed by the same listener hook the IMDS read models use (``Maintenance.subscribe``): a
 listener turns each committed batch into one small message (the events, waves and machines it touched, and the
 clock) and offers it to every open stream. Each stream has a bounded queue; a client too slow to drain it is cut
-off (it reconnects and reads the fleet afresh), so a page left open for hours holds nothing that grows.
+off (it reconnects and reads the fleet afresh), so a page left open for hours holds nothing that grows. Streams are
+few (a page holds one): at most so many in all and per client address, each freed when its client goes, falls
+behind, or takes nothing of what it is sent for the port's send timeout (the server's ``UvicornGuard``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ STATE_NAMES = ["ok", "scheduled", "started", "impacted", "stopped", "deleted", "
 MAX_ITEMS_PER_MESSAGE = 2000
 # Messages a stream may hold unsent before its client counts as too slow and is dropped.
 QUEUE_LIMIT = 256
-# At most this many pages follow the stream at once; one more is answered 503 (the page retries later).
+# At most this many pages follow the stream at once, and this many from one client address (so that one client
+# cannot take every slot); one more is answered 503 (the page retries later).
 MAX_STREAMS = 64
+MAX_STREAMS_PER_SOURCE = 16
 # A comment line this often keeps proxies from closing an idle stream and finds clients that went away.
 KEEPALIVE_SECONDS = 15.0
 
@@ -315,7 +319,9 @@ MAINTENANCE_EVENT_PATH = "/computeMetadata/v1/instance/maintenance-event"
 class _Stream:
     """One open page: its pending messages, bounded, filled from whichever thread committed the change."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, feed: LiveFeed, source: str, loop: asyncio.AbstractEventLoop):
+        self.feed = feed
+        self.source = source
         self.loop = loop
         self.pending: deque[str] = deque()
         self.wake = asyncio.Event()
@@ -333,6 +339,10 @@ class _Stream:
         if len(self.pending) >= QUEUE_LIMIT:
             self.overflowed = True
             self.pending.clear()
+            self.feed.dropped += 1
+            # Its slot is free at once; its connection ends when it next takes a message (it is told it was
+            # dropped), or at the send timeout if it takes none.
+            self.feed.release(self)
         else:
             self.pending.append(line)
         self.wake.set()
@@ -344,6 +354,7 @@ class LiveFeed:
     def __init__(self, service: Maintenance):
         self.service = service
         self.streams: set[_Stream] = set()
+        self.by_source: dict[str, int] = {}
         self.dropped = 0  # streams cut off for being too slow (GET /v1/dashboard/stats)
         self.sent = 0
         self._lock = threading.Lock()
@@ -356,6 +367,27 @@ class LiveFeed:
         self.closing = True
         for stream in self.streams:
             stream.wake.set()
+
+    def open(self, source: str) -> _Stream | str:
+        """A new stream for a client at ``source``, or why there is none. On the server's loop."""
+        if len(self.streams) >= MAX_STREAMS:
+            return f"at most {MAX_STREAMS} open streams"
+        if self.by_source.get(source, 0) >= MAX_STREAMS_PER_SOURCE:
+            return f"at most {MAX_STREAMS_PER_SOURCE} open streams from one address ({source})"
+        stream = _Stream(self, source, asyncio.get_running_loop())
+        self.streams.add(stream)
+        self.by_source[source] = self.by_source.get(source, 0) + 1
+        return stream
+
+    def release(self, stream: _Stream) -> None:
+        """Free the stream's slot (once: a stream ends by several paths)."""
+        if stream in self.streams:
+            self.streams.discard(stream)
+            left = self.by_source[stream.source] - 1
+            if left:
+                self.by_source[stream.source] = left
+            else:
+                del self.by_source[stream.source]
 
     def on_change(self, changes: list[Change]) -> None:
         if not self.streams:
@@ -376,9 +408,7 @@ class LiveFeed:
         if self.streams:
             self.publish({"clock": clock_json(self.service)})
 
-    async def follow(self, request: Request) -> AsyncIterator[bytes]:
-        stream = _Stream(asyncio.get_running_loop())
-        self.streams.add(stream)
+    async def follow(self, stream: _Stream) -> AsyncIterator[bytes]:
         try:
             hello = {"hello": True, "clock": clock_json(self.service)}
             yield f"retry: 1000\ndata: {json.dumps(hello)}\n\n".encode()
@@ -392,14 +422,33 @@ class LiveFeed:
                 if self.closing:
                     return
                 if stream.overflowed:
-                    self.dropped += 1
                     yield b'data: {"dropped":true}\n\n'
                     return
                 while stream.pending:
                     self.sent += 1
                     yield stream.pending.popleft().encode()
         finally:
-            self.streams.discard(stream)
+            self.release(stream)
+
+
+class _StreamResponse(StreamingResponse):
+    """A stream's answer, which frees the stream's slot however it ends: a client that goes before the stream's first
+    message leaves a generator that never ran, whose own cleanup would never run."""
+
+    def __init__(self, feed: LiveFeed, stream: _Stream):
+        super().__init__(
+            feed.follow(stream),
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+        )
+        self.feed = feed
+        self.stream = stream
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.feed.release(self.stream)
 
 
 def _static(path: str) -> Response:
@@ -491,19 +540,16 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
         """Server-sent events: one ``data:`` line of JSON per committed batch of changes (``events``,
         ``ec2_events``, ``gce_events``, ``waves``, ``states`` of the machines touched, ``clock``; ``resync`` when the page should read
         the fleet again). A client that falls behind by more than 256 messages gets ``{"dropped": true}`` and is
-        disconnected."""
-        if len(feed.streams) >= MAX_STREAMS:
+        disconnected. At most 64 streams are open, 16 from one client address: 503 ``TooManyStreams`` beyond."""
+        stream = feed.open(request.client.host if request.client else "")
+        if isinstance(stream, str):
             return Response(
-                json.dumps({"error": {"code": "TooManyStreams", "message": f"at most {MAX_STREAMS} open streams"}}),
+                json.dumps({"error": {"code": "TooManyStreams", "message": stream}}),
                 status_code=503,
                 media_type="application/json",
                 headers={"retry-after": "5"},
             )
-        return StreamingResponse(
-            feed.follow(request),
-            media_type="text/event-stream",
-            headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
-        )
+        return _StreamResponse(feed, stream)
 
     @router.get("/v1/dashboard/stats", tags=["dashboard"])
     async def stats() -> dict:

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from forewarn import yamlfile
 from forewarn.aws.model import Ec2Instance
+from forewarn.aws.names import name_tag_problem
+from forewarn.azure.names import name_problem
 from forewarn.azure.vms import (
     NO_TAGS,
     NotificationProfile,
@@ -347,6 +349,9 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
     vms: list[VM] = []
     for index, item in enumerate(spec.vms):
         path = ("vms", index)
+        problem = name_problem(item.name, item.os_type or defaults.os_type)
+        if problem is not None:
+            fail(path + ("name",), problem)
         avset: AvailabilitySetSpec | None = None
         if item.availability_set is not None:
             avset = avsets.get(item.availability_set)
@@ -394,6 +399,9 @@ def _build(spec: FleetSpec, filename: str, lines: dict[tuple, int]) -> Fleet:
 
     for index, scale_set in enumerate(spec.scale_sets):
         path = ("scale_sets", index)
+        problem = name_problem(scale_set.name, scale_set.os_type or defaults.os_type, "a scale set name")
+        if problem is not None:
+            fail(path + ("name",), problem)
         for host_index, host in enumerate(scale_set.hosts):
             check_host(host, path + ("hosts", host_index))
         common = placement(scale_set)
@@ -474,7 +482,8 @@ def _gce_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: di
         if not NAME.match(item.name):
             fail(
                 path + ("name",),
-                "a Compute Engine name is lowercase letters, digits and hyphens, starting with a letter",
+                "a Compute Engine name is 1-63 lowercase letters, digits and hyphens, starting with a letter and not "
+                f"ending with a hyphen (RFC 1035): {item.name!r} is not",
             )
         if item.name in names:
             fail(path + ("name",), f"duplicate name {item.name!r}")
@@ -540,6 +549,10 @@ def _ec2_instances(spec: FleetSpec, check_host, fail, addresses: dict, ports: di
         path = ("ec2_instances", index)
         if item.id is None and item.name is None:
             fail(path, "give the instance an id (i- and 17 hex digits) or a name")
+        for where_named, value in ((("name",), item.name), (("tags", "Name"), item.tags.get("Name"))):
+            problem = None if value is None else name_tag_problem(value)
+            if problem is not None:
+                fail(path + where_named, problem)
         instance_id = item.id or f"i-{derived_guid('ec2-instance', item.name).replace('-', '').lower()[:17]}"
         if instance_id in names:
             fail(path, f"duplicate instance {instance_id}")

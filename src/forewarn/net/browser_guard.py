@@ -18,6 +18,9 @@ forewarn's answers as the page's own. What tells these requests apart from a rea
   server first (a CORS preflight, which forewarn never approves); a JSON API has no use for them.
 
 Each surface turns a :class:`Refusal` into its own error shape.
+
+The metadata listeners are stricter (:class:`MetadataGuard`): a metadata service is asked by programs on the VM, never
+by a web page, so any mark of a browser is refused there, same-origin ones included.
 """
 
 from __future__ import annotations
@@ -167,3 +170,69 @@ def _same_origin(origin: str, host: tuple[str, int | None] | None) -> bool:
         return False
     default = DEFAULT_PORTS[parts.scheme]
     return (name.rstrip("."), port or default) == (host[0], host[1] or default)
+
+
+# The names clients on a VM put in ``Host`` for the metadata services beyond its address (169.254.169.254,
+# fd00:ec2::254): Compute Engine's "metadata.google.internal" and its short "metadata" ("About VM metadata"), EC2's
+# "instance-data" (the name Amazon's DNS resolves on an instance).
+METADATA_NAMES = ("metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal")
+GUARDED_HEADERS = frozenset({b"host", b"origin", b"sec-fetch-site"})
+# Distinct Host values whose verdict is kept; a scan of more names is judged afresh each time.
+KNOWN_HOSTS = 256
+
+
+class MetadataGuard:
+    """What the metadata listeners refuse, in any surface's paths: a request a browser made (``Origin``, or
+    ``Sec-Fetch-Site`` other than ``none``, which marks a typed address), a ``Host`` that is not a name of the service
+    (DNS rebinding) or that is given twice, and a header name with an underscore (front ends disagree on it: nginx and
+    Apache drop it, CGI-style ones read ``X_Forwarded_For`` as ``X-Forwarded-For``; refused, it cannot slip a header
+    past a check). Real metadata services are reached by name or address from the VM only and need a header no page
+    can send across origins; forewarn's listeners are reachable from a browser on the same machine, hence this."""
+
+    def __init__(self, hosts: HostNames):
+        self.hosts = hosts
+        self._verdicts: dict[bytes, bool] = {}
+
+    @classmethod
+    def for_listener(cls, listening: str, allowed: Iterable[str] = ()) -> MetadataGuard:
+        return cls(HostNames.for_server(listening, [*allowed, *METADATA_NAMES]))
+
+    def check(self, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
+        """``headers``: as the metadata server parses them, names in lower case."""
+        hosts = 0
+        for name, value in headers:
+            if name not in GUARDED_HEADERS:
+                if b"_" in name:
+                    return Refusal(
+                        "InvalidHeader",
+                        400,
+                        f"Header names with an underscore ({name.decode('latin-1')}) are refused: front ends "
+                        "disagree on whether they mean the name with a hyphen.",
+                    )
+            elif name == b"host":
+                hosts += 1
+                if hosts > 1:
+                    return Refusal("InvalidHost", 400, "A request with more than one Host header is refused.")
+                if not self._allows(value):
+                    return Refusal(
+                        "InvalidHost",
+                        400,
+                        f"Host '{value.decode('latin-1')}' is not a name of the metadata service (a DNS rebinding "
+                        "guard): use its address or one of its names, or start the server with --allowed-host NAME.",
+                    )
+            elif name == b"origin" or value.strip().lower() != b"none":  # Origin, or Sec-Fetch-Site not none
+                return Refusal(
+                    "CrossOriginRequest",
+                    403,
+                    "Requests from web pages are refused: the metadata service answers programs on the VM.",
+                )
+        return None
+
+    def _allows(self, value: bytes) -> bool:
+        verdict = self._verdicts.get(value)
+        if verdict is None:
+            parsed = split_host(value.decode("latin-1"))
+            verdict = parsed is not None and self.hosts.allows(parsed[0])
+            if len(self._verdicts) < KNOWN_HOSTS:
+                self._verdicts[value] = verdict
+        return verdict

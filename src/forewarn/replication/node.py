@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from forewarn import __version__
-from forewarn.app.errors import Unavailable
 from forewarn.core.changes import Change
 from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
 from forewarn.store import SQLStore, StoredChanges, StoreError
-from forewarn.store.lease import LeaderRow, Lease, node_name
+from forewarn.store.lease import LeaderRow, Lease
+from forewarn.store.writer import SINGLE, node_name
 
 log = logging.getLogger("forewarn.replication")
 
@@ -87,8 +87,9 @@ class Node:
         self.loaded: tuple[int, int] = (0, service.store.position)
         self.synced = False  # a replica has read the journal at least once (or leads)
         self.behind_since: float | None = None
-        self.database_ok = True
-        self.database_error = ""
+        # The latest outcome of a real operation on the database: the replication thread's reads, the service's
+        # commits and the server's periodic probe (one object: the store's).
+        self.reachability = service.store.reachability
         self.on_promoted: list[Callable[[], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = threading.Event()
@@ -159,6 +160,9 @@ class Node:
                 self._reconnect()
 
     def _saw(self, row: LeaderRow | None) -> None:
+        if row is not None and row.role == SINGLE and (self.leader_row is None or self.leader_row.role != SINGLE):
+            log.error("a single server (%s) writes to the database: it journals nothing to follow", row.node)
+            self.service.no_leader_reason = f"a single server ({row.node}) writes to the database"
         self.leader_row = row
         self.leaders.addresses = {} if row is None else dict(row.addresses)
         if row is not None and row.position > self.loaded[1] and self.behind_since is None:
@@ -217,12 +221,18 @@ class Node:
         old = self.leader_row
         try:
             self._fence()
-            try:
-                changed = self._changes(reader)
-            except StoreError as error:
-                log.warning("reading the last commits failed (%s); loading the whole state", error)
-                changed = None
-            self._on_loop(lambda: self._take_over(changed))
+            previous = self.lease.leader()
+            single = previous.node if previous is not None and previous.role == SINGLE else None
+            after_single = single is not None
+            changed: StoredChanges | None = None
+            if after_single:
+                log.warning("a single server (%s) wrote last, journaling nothing: loading the whole state", single)
+            else:
+                try:
+                    changed = self._changes(reader)
+                except StoreError as error:
+                    log.warning("reading the last commits failed (%s); loading the whole state", error)
+            self._on_loop(lambda: self._take_over(changed, after_single))
         except Exception as error:  # holding the lock without leading would stop every other process taking over
             log.critical("taking over as the leader failed (%s); exiting so that another process can", error)
             logging.shutdown()
@@ -242,7 +252,7 @@ class Node:
         if old is not None and old.store_pid and old.store_pid != self._store_pid():
             self.lease.end_session(old)
 
-    def _take_over(self, changed: StoredChanges | None) -> None:
+    def _take_over(self, changed: StoredChanges | None, after_single: bool = False) -> None:
         """On the event loop, in one go (no request sees the state between): take the last commits and lead with
         the engine held, or with one rebuilt from the database when the journal could not tell (None) or applying
         them failed."""
@@ -255,6 +265,8 @@ class Node:
             except Exception:  # the engine may hold half of them: the database's state instead
                 log.exception("applying the last commits failed; loading the whole state to lead")
         self.service.promote(position)
+        if after_single:  # the other replicas load the whole state too: the journal misses the single's commits
+            self.service.store.journal_reset()
         self._publish()
         for hook in self.on_promoted:
             hook()
@@ -311,16 +323,14 @@ class Node:
         self.lease = lease
 
     def _reachable(self) -> None:
-        if not self.database_ok:
+        if not self.reachability.reachable:
             log.warning("the database is reachable again; following the leader")
-        self.database_ok = True
-        self.database_error = ""
+        self.reachability.succeeded()
 
     def _unreachable(self, error: Exception) -> None:
-        if self.database_ok:
+        if self.reachability.reachable:
             log.error("database unreachable (%s); serving the last state replicated, as it was", error)
-        self.database_ok = False
-        self.database_error = str(error)
+        self.reachability.failed(error)
 
     # ------------------------------------------------------------------------------------------ probes
     def describe(self) -> str:
@@ -343,24 +353,16 @@ class Node:
             "leader": None if row is None else {"node": row.node, "term": row.term, "since": row.since},
             "position": self.held()[1],
             "lag": {"changes": lag_changes, "seconds": round(lag_seconds, 3)},
-            "database": {"reachable": self.database_ok and self._store_reachable(), "error": self.database_error},
+            "database": self.reachability.report(),
             "projected": self.service.projected,
             "failovers": self.counts.failovers,
         }
 
-    def _store_reachable(self) -> bool:
-        if self.service.role != LEADER:
-            return True
-        try:
-            self.service.store.ready()
-            return True
-        except (StoreError, Unavailable):
-            return False
-
     def ready(self) -> bool:
-        """Whether to send traffic here: a leader that reaches its database, or a replica holding a state."""
+        """Whether to send traffic here: a leader that reached its database in its latest operation on it, or a
+        replica holding a state."""
         if self.service.role == LEADER:
-            return self._store_reachable()
+            return self.reachability.reachable and not self.reachability.stale
         return self.synced
 
     def probe(self, path: str) -> tuple[int, bytes, bytes] | None:

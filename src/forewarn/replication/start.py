@@ -11,8 +11,9 @@ from forewarn.fleet.model import Fleet
 from forewarn.replication.forward import Leaders
 from forewarn.replication.node import SHARED, Node, NodeSettings
 from forewarn.replication.shared import FleetDiffers, SharedService
-from forewarn.store import Outgoing, SQLStore, StoreError
+from forewarn.store import DatabaseInUse, Outgoing, SQLStore, StoreError
 from forewarn.store.lease import Lease
+from forewarn.store.writer import SINGLE
 
 log = logging.getLogger("forewarn.replication")
 
@@ -41,11 +42,15 @@ def open_shared(
     lease = Lease(url)
     try:
         if settings.role == SHARED and lease.try_acquire():
+            previous = lease.leader()
             service = open_leader()
+            if previous is not None and previous.role == SINGLE:
+                store.journal_reset()  # replicas that followed an earlier leader miss the single server's commits
             # It holds the lock and just loaded the state: the engine is current, and its deadlines are as loaded.
             service.promote(store.position, reschedule=False)
             log.info("leading the shared database (lock %s)", lease.key)
         else:
+            _refuse_beside_single(lease, store.description)
             service = _replica(store, fleet, rules)
             for derive in outboxes:  # used once this process takes over
                 service.add_outbox(derive)
@@ -55,6 +60,17 @@ def open_shared(
         raise
     node = Node(service, url, lease, open_reader, settings, Leaders(control_token))
     return service, node
+
+
+def _refuse_beside_single(lease: Lease, description: str) -> None:
+    """A single server journals nothing for replicas: a process that would follow it would serve its first state
+    for ever. Refused, naming the server."""
+    held_by = lease.holder()
+    if held_by is not None and held_by.role == SINGLE:
+        raise DatabaseInUse(
+            f"{description}: {held_by.describe()} writes to this database alone; a shared process can only follow "
+            "a leader (--role shared). Stop that server, or restart it with --role shared"
+        )
 
 
 def _replica(store: SQLStore, fleet: Fleet | None, rules: Rules) -> SharedService:

@@ -74,6 +74,7 @@ class Sandbox:
 
     def __init__(self, server: str = DEFAULT_SERVER, token: str | None = None, tag: str | None = None):
         _require()
+        namespaces.check_tag(tag)
         self.server = server.rstrip("/")
         self.tag = tag
         self._headers = {"Authorization": f"Bearer {token}"} if token else None
@@ -109,39 +110,63 @@ class Sandbox:
         if machine in self._vms:
             return self._vms[machine]
         started = time.perf_counter()
-        name = namespaces.namespace_name(machine, self.tag)
         with namespaces.locked():
             remove_stale()
-            held = namespaces.find(name)
-            if held is not None:
-                raise SandboxError(
-                    f"{machine} already has a sandbox ({name}, process {held.owner_pid}, server {held.server}): "
-                    f"`forewarn sandbox down {machine}` removes it"
-                )
             address = namespaces.free_relay_address({record.relay_address for record in namespaces.records()})
+            # The server says who the machine is (an instance's Name tag is not its identity): the namespace is
+            # named after that.
             registered = self._request("PUT", f"/v1/imds/callers/{address}", {"machine": machine})
-            pid, start = namespaces.own_identity()
-            record = Record(name, machine, registered["kind"], self.server, address, pid, start)
-            namespaces.write_record(record)
             try:
-                namespaces.create(name, ec2=record.kind == "ec2_instance")
-                addresses = [namespaces.METADATA_V4]
-                if record.kind == "ec2_instance":
-                    addresses.append(namespaces.METADATA_V6)
-                listeners = namespaces.listening_sockets(name, addresses)
-                if self._relay is None:
-                    self._relay = Relay()
-                    self._watchdog = threading.Thread(target=self._keep_registered, name="forewarn sandbox watch")
-                    self._watchdog.daemon = True
-                    self._watchdog.start()
-                self._relay.add(name, listeners, _relay_target(registered["imds"]), address)
+                record = self._claim(machine, registered, address)
             except BaseException:
-                namespaces.remove(name)
                 self._unregister(address)
                 raise
-        vm = VmNamespace(record, registered["machine"], time.perf_counter() - started)
+            if isinstance(record, VmNamespace):  # this sandbox has it already, asked by another of its names
+                return record
+            try:
+                self._make(record, registered["imds"])
+            except BaseException:
+                namespaces.remove(record.namespace)
+                self._unregister(address)
+                raise
+        vm = VmNamespace(record, record.identity, time.perf_counter() - started)
         self._vms[machine] = vm
         return vm
+
+    def _claim(self, machine: str, registered: dict[str, Any], address: str) -> Record | VmNamespace:
+        """The record of ``machine``'s new namespace, written; or this sandbox's namespace for it. Refused when another
+        process holds the namespace."""
+        identity, kind = registered["machine"], registered["kind"]
+        target = _relay_target(registered["imds"])
+        name = namespaces.namespace_name(identity, self.tag)
+        mine = next((vm for vm in self._vms.values() if vm.namespace == name), None)
+        if mine is not None:
+            self._unregister(address)
+            return mine
+        held = namespaces.find(name)
+        if held is not None:
+            raise SandboxError(
+                f"{machine} already has a sandbox ({name}, made by process {held.owner_pid} for the server at "
+                f"{held.server}): `forewarn sandbox down {machine}` removes it"
+            )
+        pid, start = namespaces.own_identity()
+        imds = f"{target[0]}:{target[1]}"
+        record = Record(name, machine, identity, kind, self.server, imds, address, pid, start, self.tag)
+        namespaces.write_record(record)
+        return record
+
+    def _make(self, record: Record, imds: dict[str, Any]) -> None:
+        namespaces.create(record.namespace, ec2=record.kind == "ec2_instance")
+        addresses = [namespaces.METADATA_V4]
+        if record.kind == "ec2_instance":
+            addresses.append(namespaces.METADATA_V6)
+        listeners = namespaces.listening_sockets(record.namespace, addresses)
+        if self._relay is None:
+            self._relay = Relay()
+            self._watchdog = threading.Thread(target=self._keep_registered, name="forewarn sandbox watch")
+            self._watchdog.daemon = True
+            self._watchdog.start()
+        self._relay.add(record.namespace, listeners, _relay_target(imds), record.relay_address)
 
     def down(self, machine: str) -> float:
         """Remove ``machine``'s namespace (programs still in it lose their way out) and its registration; the
@@ -190,7 +215,7 @@ class Sandbox:
                     for vm in vms:
                         if known.get(vm.relay_address) != vm.registered_as:
                             client.request(
-                                "PUT", f"/v1/imds/callers/{vm.relay_address}", json_body={"machine": vm.machine}
+                                "PUT", f"/v1/imds/callers/{vm.relay_address}", json_body={"machine": vm.registered_as}
                             )
                 except Unreachable:
                     if self._unreachable_since is None:
@@ -227,14 +252,19 @@ def _require() -> None:
 
 
 def _relay_target(imds: dict[str, Any]) -> tuple[str, int]:
-    host = imds["host"]
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"  # listening everywhere: its loopback, from which the relay's address is reachable
+    host, port = _listener(imds)
     if ":" in host:
         raise SandboxError(
             f"the server's metadata listener is on {host}: the sandbox relays over IPv4 loopback, so start the server "
             "with an IPv4 --imds-host (the default, 127.0.0.1, works)"
         )
+    return host, port
+
+
+def _listener(imds: dict[str, Any]) -> tuple[str, int]:
+    host = imds["host"]
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"  # listening everywhere: its loopback, from which the relay's address is reachable
     return host, int(imds["port"])
 
 
@@ -272,6 +302,64 @@ def sandboxes() -> list[Record]:
     with namespaces.locked():
         remove_stale()
         return namespaces.records()
+
+
+def sandboxes_of(machine: str) -> list[Record]:
+    """The untagged sandboxes (the CLI's) of ``machine``, by the name they were made with or by the server's name for
+    the machine (an instance's Name tag or its id)."""
+    return [record for record in sandboxes() if record.tag is None and machine in (record.machine, record.identity)]
+
+
+def joinable(machine: str, server: str, token: str | None = None) -> Record | None:
+    """``machine``'s sandbox when there is one and it speaks as that machine to the server at ``server``; None when
+    there is none. A sandbox of ``machine`` made for another server, or one that the server knows as another machine,
+    is refused with what to do: a program run in it would not be who it was told it is."""
+    found = sandboxes_of(machine)
+    problems = []
+    for record in found:
+        problem = owner_problem(record, server.rstrip("/"), token)
+        if problem is None:
+            return record
+        problems.append(
+            f"{machine}'s sandbox {record.namespace} (process {record.owner_pid}) {problem}: "
+            f"`forewarn sandbox down {machine}` removes it"
+        )
+    if problems:
+        raise SandboxError("; ".join(problems))
+    return None
+
+
+def owner_problem(record: Record, server: str, token: str | None = None, wait: float = 3.0) -> str | None:
+    """Why a program run in ``record``'s namespace would not be its machine to the server at ``server``, or None.
+    The server is asked: it must know the namespace's relay address as the record's machine, and listen for
+    metadata where the relay goes. A server that restarted learns the address again within a second from the
+    sandbox's owner (its watch), so a missing address is waited for ``wait`` seconds."""
+    if record.namespace != namespaces.namespace_name(record.identity, record.tag):
+        return f"is not named after {record.identity} (a record not written by this forewarn)"
+    if record.server != server:
+        return f"was made for the server at {record.server}, not for the one at {server} (--server)"
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    deadline = time.monotonic() + wait
+    with ControlClient(server, timeout=10, headers=headers) as client:
+        while True:
+            try:
+                callers = {caller["address"]: caller for caller in client.get("/v1/imds/callers")}
+            except Unreachable:
+                return f"cannot be checked: the server at {server} does not answer"
+            except (Refused, BadJson) as error:
+                return f"cannot be checked: the server at {server} answered {error}"
+            caller = callers.get(record.relay_address)
+            if caller is not None or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    if caller is None:
+        return f"is unknown to the server at {server} (it has no registration for relay address {record.relay_address})"
+    if caller["machine"] != record.identity:
+        return f"speaks as {caller['machine']} to the server at {server}, not as {record.identity}"
+    listener = "{}:{}".format(*_listener(caller["imds"])) if caller.get("imds") else "nowhere"
+    if listener != record.imds:
+        return f"relays to {record.imds}, while the server at {server} serves metadata at {listener}"
+    return None
 
 
 def take_down(namespace: str, wait: float = 10.0) -> bool:

@@ -5,9 +5,11 @@ fd00:ec2::254 for an EC2 instance). Nothing else is configured: no other interfa
 other address fails in the namespace itself ("Network is unreachable"). The only way out is the listening socket
 the relay holds on those addresses (relay.py).
 
-Each namespace is named ``forewarn-...`` and has a record in ``/run/forewarn-sandbox/`` (the owner's pid and its
-start time, the machine, the server, the relay's address), written before the namespace is made, under a lock. A
-namespace whose owner is gone (killed, crashed) is removed by the next sandbox that starts.
+Each namespace is named ``forewarn-[TAG-]READABLE-HASH`` after the machine's identity (the server's name for it: a VM
+name, an EC2 instance id, a Compute Engine instance name) and has a record in ``/run/forewarn-sandbox/`` (the owner's
+pid and its start time, the machine as asked and its identity, the server and its metadata listener, the relay's
+address), written before the namespace is made, under a lock. A namespace whose owner is gone (killed, crashed) is
+removed by the next sandbox that starts.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -42,6 +45,11 @@ _CLONE_NEWNET = 0x40000000
 # The relay's own addresses: one per namespace, on the host's loopback (all of 127/8 is local on Linux).
 _RELAY_NET = "127.253"
 _RELAY_SLOTS = 250 * 250
+# A namespace name is a file name under /run/netns and /etc/netns, and its record's under RECORDS (NAME_MAX, 255
+# bytes): the prefix, a tag of at most 32, a readable part of at most 40 and 16 hex digits keep it under 100.
+_TAG = re.compile(r"[A-Za-z0-9_.-]{1,32}")
+_READABLE_LENGTH = 40
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 class SandboxError(Exception):
@@ -55,12 +63,15 @@ class SandboxUnavailable(SandboxError):
 @dataclass(frozen=True)
 class Record:
     namespace: str
-    machine: str
+    machine: str  # as asked: a VM name, an EC2 instance id or Name tag, a Compute Engine instance name
+    identity: str  # the server's name for it (an instance's id), from which the namespace is named
     kind: str  # "vm", "ec2_instance" or "gce_instance"
-    server: str
+    server: str  # the control API that registered the relay address
+    imds: str  # host:port of that server's metadata listener, where the relay goes
     relay_address: str
     owner_pid: int
     owner_start: str
+    tag: str | None = None
 
     def owner_alive(self) -> bool:
         return process_start(self.owner_pid) == self.owner_start
@@ -93,10 +104,20 @@ def _may_make_namespaces() -> bool:
     return bool(capabilities & (1 << 21)) and bool(capabilities & (1 << 12))  # CAP_SYS_ADMIN, CAP_NET_ADMIN
 
 
-def namespace_name(machine: str, tag: str | None = None) -> str:
-    """``forewarn-WestNO_0`` (or ``forewarn-TAG-WestNO_0``): a file name under /run/netns, so only safe characters."""
-    safe = re.sub(r"[^A-Za-z0-9_.-]", "-", machine)
-    return f"{PREFIX}{tag}-{safe}" if tag else f"{PREFIX}{safe}"
+def check_tag(tag: str | None) -> None:
+    if tag is not None and _TAG.fullmatch(tag) is None:
+        raise SandboxError(f"a sandbox tag is 1-32 letters, digits, underscores, periods and hyphens, not {tag!r}")
+
+
+def namespace_name(identity: str, tag: str | None = None) -> str:
+    """``forewarn-WestNO_0-7c6a0d8e1f2b3a49`` (or ``forewarn-TAG-WestNO_0-...``) for the machine the server calls
+    ``identity``: its characters that are safe in a file name (others become ``-``), at most 40 of them, then the
+    first 16 hex digits of the SHA-256 of the exact identity, so that names that read alike (``rel x``, ``rel-x``)
+    never share a namespace."""
+    check_tag(tag)
+    readable = _UNSAFE.sub("-", identity)[:_READABLE_LENGTH]
+    digest = hashlib.sha256(identity.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{PREFIX}{tag}-{readable}-{digest}" if tag else f"{PREFIX}{readable}-{digest}"
 
 
 def process_start(pid: int) -> str | None:

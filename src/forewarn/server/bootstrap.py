@@ -33,6 +33,7 @@ from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
+from forewarn.aws.imds import metadata as ec2_metadata
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
 from forewarn.aws.model import Ec2Instance
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
@@ -42,6 +43,7 @@ from forewarn.azure.component import AzureComponent
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
+from forewarn.azure.imds import scheduled_events
 from forewarn.azure.imds.scheduled_events import PROFILES, AzureImds, ImdsSettings
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
@@ -58,8 +60,9 @@ from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
 from forewarn.fleet.model import VM, Fleet
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
+from forewarn.gcp.metadata import server as gce_server
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
-from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
+from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.callers import Machine as Caller
 from forewarn.net.http import Request
@@ -67,14 +70,16 @@ from forewarn.net.own_listeners import OwnListeners
 from forewarn.replication.shared import FleetDiffers
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits, listening_socket
-from forewarn.server.stores import open_fleet_store, open_snapshot_store
-from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, UvicornGuard
+from forewarn.server.stores import is_postgres, open_fleet_store, open_snapshot_store
+from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
 from forewarn.store import SQLStore, StoreError
 
 if TYPE_CHECKING:
     from forewarn.replication.node import Node
 
 log = logging.getLogger("forewarn.server")
+
+PROBE_EVERY = 2.0  # seconds between two probes of the database (/healthz reports the latest outcome)
 
 
 @dataclass
@@ -149,20 +154,37 @@ _EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
 
 class MetadataRouter:
     """One metadata address for every cloud, as on a real VM: Azure's paths start with /metadata, EC2's with
-    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata."""
+    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata. What a web page could send (and a
+    rebound name) is refused first, by ``guard``, in the style of the surface the path names."""
 
-    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata):
+    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata, guard: MetadataGuard):
         self.azure = azure
         self.ec2 = ec2
         self.gce = gce
+        self.guard = guard
 
     def handle(self, request: Request):
         path = request.path
+        refused = self.guard.check(request.headers)
+        # Azure IMDS answers Unavailable in its own shape; the others' reads meet it while the engine waits to be
+        # rebuilt from a database out of reach (app/runtime.py), and answer a retryable 503 with their headers.
         if path.startswith("/computeMetadata"):
-            return self.gce.handle(request)
+            if refused is not None:
+                return gce_server.browser_refusal(path, refused)
+            return _unavailable_as_503(self.gce.handle, request, (gce_server.FLAVOR, gce_server.SERVER))
         if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
-            return self.ec2.handle(request)
-        return self.azure.handle(request)
+            if refused is not None:
+                return ec2_metadata.browser_refusal(refused)
+            return _unavailable_as_503(self.ec2.handle, request, (ec2_metadata.SERVER,))
+        return self.azure.handle(request) if refused is None else scheduled_events.browser_refusal(refused)
+
+
+def _unavailable_as_503(handle, request: Request, headers: tuple[tuple[bytes, bytes], ...]):
+    try:
+        return handle(request)
+    except Unavailable as error:
+        log.error("%s %s: %s", request.method, request.path, error)
+        return (503, b"Service Unavailable\n", b"text/plain", headers)
 
 
 class Machine(Protocol):
@@ -322,7 +344,9 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(imds, ec2_imds, gce_metadata),
+        MetadataRouter(
+            imds, ec2_imds, gce_metadata, MetadataGuard.for_listener(listeners.imds[0], access.allowed_hosts)
+        ),
         control_app.state.live_feed,
     )
 
@@ -336,7 +360,7 @@ async def serve(
     announce=print,
     azure: AzureManagementSettings = AzureManagementSettings(),
     metadata_limits: Limits = Limits(),
-    management_limits: Limits = MANAGEMENT_LIMITS,
+    management_limits: ApiLimits = MANAGEMENT_LIMITS,
     access: PortAccess = PortAccess(),
     node: Node | None = None,
     exit_with_parent: bool = False,
@@ -375,7 +399,9 @@ async def serve(
         event_grid.start_validating(f"http://{listeners.arm[0]}:{listeners.arm[1]}" if listeners.arm else None)
     if exit_with_parent:
         background.append(asyncio.create_task(_exit_with(os.getppid())))
-    guard = UvicornGuard(management_limits)  # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    background.append(asyncio.create_task(_probe_database(service.store)))
+    # uvicorn bounds neither header sizes, nor slow requests, nor connections
+    guard = UvicornGuard(management_limits, ports=len(built.management_sockets))
     sweeper = asyncio.create_task(guard.run())
     config = uvicorn.Config(
         built.management_app,
@@ -399,6 +425,18 @@ async def serve(
             task.cancel()
         sweeper.cancel()
         await metadata.close()
+
+
+async def _probe_database(store: SQLStore, every: float = PROBE_EVERY) -> None:
+    """A round trip to the database every ``every`` seconds, off the event loop: /healthz reports its outcome when
+    no commit has told more recently, and a connection lost while idle is replaced (a single server takes its
+    writer lock again) before the next command needs it."""
+    while True:
+        await asyncio.sleep(every)
+        try:
+            await asyncio.to_thread(store.probe)
+        except Exception:  # the probe records its outcome; a defect must not end it
+            log.exception("probing the database failed")
 
 
 async def _exit_with(parent: int, every: float = 0.5) -> None:
@@ -793,9 +831,11 @@ def open_shared_service(
 
 
 def open_configured_store(config: ServeConfig) -> SQLStore:
-    """The store --db names, with every component's records; the one place the server opens it. A SQLite file is
-    held for the life of the server: a second server on it is refused, instead of sharing it unawares."""
-    return open_fleet_store(config.db, exclusive=True)
+    """The store --db names, with every component's records; the one place the server opens it. A server that writes
+    alone holds its database for its whole life (a SQLite file's lock, a PostgreSQL database's writer lock): a
+    second writer on it is refused, instead of sharing it unawares. A shared process's leader holds the writer lock
+    on its lease instead (replication/start.py)."""
+    return open_fleet_store(config.db, exclusive=config.role == "single" or not is_postgres(config.db))
 
 
 def event_grid_of(store: SQLStore, config: ServeConfig, section: tuple[str, Any] | None) -> EventGrid:

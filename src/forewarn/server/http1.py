@@ -10,6 +10,11 @@ Supported: keep-alive and pipelining (responses in order), ``Connection: close``
 100-continue``, malformed requests (400, then close), idle connections closed after a timeout, and back-pressure
 (a connection that does not read its answers stops being read).
 
+Fairness: one connection's input is handled at most :data:`SLICE` bytes per turn of the event loop. A read brings up to
+256 KiB (and libuv reads a connection up to 32 times in a row), thousands of pipelined requests that would otherwise
+all be answered before any other connection, or the control API on the same loop, is served; the rest of a read waits,
+with the connection's reading paused, for the next turn.
+
 Every VM can reach this port, so what one client can make the process do is bounded (:class:`Limits`): the size of
 the request target (414), of the headers (431) and of the body (413), the time from a request's first byte to its
 end (408), and the connections open per client address and in all (503). Each step of the parser costs time
@@ -27,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from email.utils import formatdate
-from typing import Any
+from typing import Any, Self
 from urllib.parse import unquote
 
 import httptools
@@ -56,7 +61,7 @@ class Limits:
     connections_per_source: int = 64  # open connections from one client address; 503 beyond; 0: no cap
     connections: int = 4096  # open connections in all; 503 beyond; lowered to fit the process's descriptor limit
 
-    def updated(self, settings: list[str] | tuple[str, ...]) -> Limits:
+    def updated(self, settings: list[str] | tuple[str, ...]) -> Self:
         """These limits with ``NAME=VALUE`` settings applied (``serve --imds-limit``); ValueError names a bad one."""
         kinds = {item.name: type(getattr(self, item.name)) for item in fields(self)}
         changes: dict[str, Any] = {}  # each value of its field's kind, checked as it is read
@@ -98,6 +103,12 @@ RESERVED_DESCRIPTORS = 256
 Handler = Callable[[Request], "Response | Later | Deferred"]
 # Requests a client may pipeline behind an answer still awaited; beyond, its connection is not read until it is out.
 MAX_QUEUED = 8
+# The bytes of one connection's input parsed (and answered) per turn of the event loop: about 150 pipelined GETs, under
+# a millisecond of work, so that a flood on one connection delays the others by that much per turn, not by a read's.
+SLICE = 16 * 1024
+# The listen queue of the metadata ports: room for a burst of connects as large as the connection cap. asyncio's
+# default is 100, and a connect that finds the queue full is retried by the client's kernel after a second.
+LISTEN_BACKLOG = Limits().connections
 
 _REASONS = {
     100: b"Continue",
@@ -298,6 +309,9 @@ class _Connection(asyncio.Protocol):
         "broken",
         "rejection",
         "pending",
+        "held",
+        "backlog",
+        "feeding",
     )
 
     def __init__(self, shared: _Shared):
@@ -318,6 +332,9 @@ class _Connection(asyncio.Protocol):
         self.broken = False  # input refused: nothing more is parsed
         self.rejection: tuple[int, bytes] | None = None  # to answer once the delayed answers before it are out
         self.pending: Deferred | None = None  # the hanging answer this connection waits for
+        self.held = False  # reading paused until answers are out (written, delayed, or awaited)
+        self.backlog: memoryview | None = None  # input received but not yet parsed: one slice a turn
+        self.feeding = False  # the next slice of the backlog is scheduled
 
     # ------------------------------------------------------------------------------------------ transport
     def connection_made(self, transport) -> None:
@@ -338,11 +355,61 @@ class _Connection(asyncio.Protocol):
             self.shared.connections.discard(self)
             self.shared.budget.release(self.peer[0])
         self.transport = None
+        self.backlog = None
         # The parser holds this connection's hooks: left in place, the two would make a cycle that only the
         # garbage collector frees (a connection per approval, when each VM approves on its own connection).
         self.parser = None
 
     def data_received(self, data: bytes) -> None:
+        if self.broken or self.parser is None:
+            return
+        if self.backlog is not None:  # a read that was under way when reading paused
+            self.backlog = memoryview(bytes(self.backlog) + data)
+            return
+        if len(data) > SLICE:
+            assert self.transport is not None  # connected: these run only between connection_made and connection_lost
+            self.backlog = memoryview(data)[SLICE:]
+            self.transport.pause_reading()
+            self._schedule_backlog()
+            data = data[:SLICE]
+        self._feed(data)
+
+    def _schedule_backlog(self) -> None:
+        if not self.feeding:
+            self.feeding = True
+            asyncio.get_running_loop().call_soon(self._feed_backlog)
+
+    def _feed_backlog(self) -> None:
+        """The next slice of the input; reading resumes once it is all parsed, unless answers hold it."""
+        self.feeding = False
+        backlog = self.backlog
+        if backlog is None or self.held:  # held: the call that lifts the hold schedules the rest
+            return
+        if self.transport is None or self.closing or self.broken:
+            self.backlog = None
+            return
+        self.backlog = backlog[SLICE:] if len(backlog) > SLICE else None
+        self._feed(backlog[:SLICE])
+        if self.backlog is not None:
+            if not self.held:
+                self._schedule_backlog()
+        elif not self.held and self.transport is not None and not self.closing:
+            self.transport.resume_reading()
+
+    def _hold_reading(self) -> None:
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
+        self.held = True
+        self.transport.pause_reading()
+
+    def _release_reading(self) -> None:
+        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
+        self.held = False
+        if self.backlog is not None:
+            self._schedule_backlog()  # reading stays paused until the backlog is parsed
+        else:
+            self.transport.resume_reading()
+
+    def _feed(self, data: bytes | memoryview) -> None:
         parser = self.parser
         if self.broken or parser is None:
             return
@@ -366,14 +433,13 @@ class _Connection(asyncio.Protocol):
                 self._reject(413, b"request body longer than %d bytes on the wire" % limits.max_body_wire)
 
     def pause_writing(self) -> None:
-        assert self.transport is not None  # connected: these run only between connection_made and connection_lost
         self.paused = True
-        self.transport.pause_reading()
+        self._hold_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
         if self.transport is not None and not self.closing and self.waiting is None:
-            self.transport.resume_reading()
+            self._release_reading()
 
     # ---------------------------------------------------------------------------------------- parser hooks
     def on_message_begin(self) -> None:
@@ -451,7 +517,7 @@ class _Connection(asyncio.Protocol):
         if self.waiting is not None:  # answers go out in request order
             self.waiting.append((request, keep_alive))
             if len(self.waiting) >= MAX_QUEUED and self.transport is not None:
-                self.transport.pause_reading()
+                self._hold_reading()
             return
         self._dispatch(request, keep_alive)
 
@@ -464,7 +530,7 @@ class _Connection(asyncio.Protocol):
         if isinstance(answer, Later):
             assert self.transport is not None
             self.waiting = []
-            self.transport.pause_reading()
+            self._hold_reading()
             asyncio.get_running_loop().call_later(answer.seconds, self._answer_later, answer, request, keep_alive)
             return
         if isinstance(answer, Deferred):
@@ -488,7 +554,7 @@ class _Connection(asyncio.Protocol):
             answer = _HANDLER_FAILED
         if isinstance(answer, Deferred):  # an approval after a delay still waits for its commit
             if not self.paused:
-                self.transport.resume_reading()
+                self._release_reading()
             self._hold(answer, keep_alive)
             return
         self._resume(answer, keep_alive)
@@ -515,7 +581,7 @@ class _Connection(asyncio.Protocol):
         if self.waiting is None and self.rejection is not None and not self.closing:
             self._fail(*self.rejection)
         if self.waiting is None and self.transport is not None and not self.closing and not self.paused:
-            self.transport.resume_reading()
+            self._release_reading()
 
     def _write(self, response: Response, keep_alive: bool) -> None:
         assert self.transport is not None  # connected: these run only between connection_made and connection_lost
@@ -601,7 +667,8 @@ class Http1Server:
     async def start(self, sockets) -> None:
         loop = asyncio.get_running_loop()
         for sock in sockets:
-            self._servers.append(await loop.create_server(lambda: _Connection(self.shared), sock=sock))
+            server = await loop.create_server(lambda: _Connection(self.shared), sock=sock, backlog=LISTEN_BACKLOG)
+            self._servers.append(server)
         self._sweeper = asyncio.create_task(self._sweep())
 
     async def _sweep(self) -> None:
@@ -629,6 +696,6 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
-    sock.listen(1024)
+    sock.listen(LISTEN_BACKLOG)
     sock.setblocking(False)
     return sock

@@ -16,6 +16,10 @@ def store_records() -> list[Records]:
     return [*(cloud.records for cloud in clouds()), WAVE_RECORDS]
 
 
+def is_postgres(url: str) -> bool:
+    return url.startswith(("postgresql://", "postgres://"))
+
+
 def open_fleet_store(url: str, exclusive: bool = False) -> SQLStore:
     """``open_store`` with every component's records: what the server (``exclusive``) and the tests open."""
     return open_store(url, store_records(), exclusive=exclusive)

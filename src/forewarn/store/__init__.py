@@ -14,7 +14,7 @@ from forewarn.store.base import (
     StoredState,
     records_digest,
 )
-from forewarn.store.errors import SchemaTooNew, StoreError, StoreUnavailable
+from forewarn.store.errors import DatabaseInUse, SchemaTooNew, StoreError, StoreUnavailable
 from forewarn.store.records import Records, UnregisteredChange
 
 
@@ -23,12 +23,13 @@ def open_store(url: str, records: Sequence[Records], exclusive: bool = False) ->
 
     ``records``: every component's part of the store (the writer of each kind of change it makes, the reader of its
     stored state), given by the composition root. A change of a kind none of them writes fails its commit.
-    ``exclusive``: a SQLite file another process holds so is refused (``sqlite.DatabaseInUse``), and this one holds
-    it until closed (what a server does)."""
+    ``exclusive``: a database another process holds so is refused (``DatabaseInUse``), and this one holds it until
+    closed (what a server that writes alone does): a SQLite file by its lock file, a PostgreSQL database by the
+    writer's lock (store/writer.py), which a shared leader holds too."""
     if url.startswith(("postgresql://", "postgres://")):
         from forewarn.store.postgres import PostgresStore
 
-        store: SQLStore = PostgresStore(url, records)
+        store: SQLStore = PostgresStore(url, records, exclusive=exclusive)
     else:
         from forewarn.store.sqlite import SQLiteStore
 
@@ -45,6 +46,7 @@ def open_store(url: str, records: Sequence[Records], exclusive: bool = False) ->
 
 __all__ = [
     "Attempt",
+    "DatabaseInUse",
     "Delivery",
     "JournalEntry",
     "Outgoing",

@@ -21,6 +21,7 @@ from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
 from forewarn.store.errors import StoreError
 from forewarn.store.migrations import VERSION_KEY, Dialect, pending
+from forewarn.store.reachability import Reachability
 from forewarn.store.records import (
     META_PUT,
     KeyCondition,
@@ -199,6 +200,8 @@ class SQLStore:
         # store), and the position of the last commit written or loaded here.
         self.keeps_changes = False
         self.position = 0
+        # The outcome of the latest operation on the database, for /healthz (a file's store stays reachable).
+        self.reachability = Reachability()
 
     # -------------------------------------------------------------------------------------------- set-up
     def _sql(self, text: str) -> str:
@@ -598,6 +601,13 @@ class SQLStore:
             position = self._journal_changes(cursor, {RESET: []}) if self.keeps_changes else self.position
         self.position = position
 
+    def journal_reset(self) -> None:
+        """One entry in forewarn_changes that tells replicas to load the whole state, as a reset's does: after
+        commits that were not journaled (a single server's)."""
+        with self._transaction() as cursor:
+            position = self._journal_changes(cursor, {RESET: []})
+        self.position = position
+
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):
         raise NotImplementedError
@@ -612,6 +622,9 @@ class SQLStore:
     def ready(self) -> None:
         """Raise StoreUnavailable if the database cannot take a write now: called before a command changes the
         engine, so that a database out of reach refuses the command instead of failing its commit."""
+
+    def probe(self) -> None:
+        """One round trip to a networked database, recorded in ``reachability``; nothing for a file."""
 
     def close(self) -> None:
         self.connection.close()

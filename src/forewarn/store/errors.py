@@ -20,3 +20,8 @@ class StoreUnavailable(StoreError):
 class SchemaTooNew(StoreError):
     """The database was written by a newer forewarn, whose schema this code does not know (the message says which
     versions): it is refused rather than read or written wrongly."""
+
+
+class DatabaseInUse(StoreError):
+    """Another live process writes to the database (a SQLite file's lock, a PostgreSQL database's writer lock): two
+    writers would each run their own engine over the other's commits. The message names the holder."""

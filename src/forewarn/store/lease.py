@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import select
-import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -28,6 +26,7 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import make_conninfo
 
+from forewarn.store import writer
 from forewarn.store.errors import StoreError, StoreUnavailable
 from forewarn.store.postgres import CONNECTION_DEFAULTS, PostgresStore, Session, redacted
 
@@ -48,11 +47,7 @@ class LeaderRow:
     addresses: dict[str, str]
     store_pid: int | None
     since: str
-
-
-def node_name() -> str:
-    """How this process names itself in the leader row and in logs: host and pid."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    role: str = "leader"  # writer.SINGLE: a single server holds the database (it journals nothing for replicas)
 
 
 class Lease:
@@ -62,11 +57,9 @@ class Lease:
         options["application_name"] = "forewarn-lease"
         try:
             self.connection = psycopg.connect(make_conninfo(url, **options), autocommit=True)
-            row = self.connection.execute("SELECT hashtext('forewarn:' || current_schema())").fetchone()
+            self.key = writer.lock_key(self.connection)  # the writer's lock, which a single server takes too
         except psycopg.Error as error:
             raise StoreError(f"cannot connect to PostgreSQL at {redacted(url)}: {error}".strip()) from None
-        assert row is not None
-        self.key = int(row[0])
         self.held = False
         self._lock = threading.Lock()  # the connection is used by the replication thread and the event loop
 
@@ -96,11 +89,11 @@ class Lease:
         """As the new leader: one more term, where to reach it, and the position of the state it holds."""
         since = datetime.now(UTC).isoformat()
         rows = self._execute(
-            "INSERT INTO forewarn_leader (id, node, term, position, addresses, store_pid, since) "
-            "VALUES (1, %s, 1, %s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET node = EXCLUDED.node, "
-            "term = forewarn_leader.term + 1, position = EXCLUDED.position, "
-            "addresses = EXCLUDED.addresses, store_pid = EXCLUDED.store_pid, since = EXCLUDED.since "
-            "RETURNING term, position",
+            "INSERT INTO forewarn_leader (id, node, term, position, addresses, store_pid, since, role, lock_pid) "
+            "VALUES (1, %s, 1, %s, %s, %s, %s, 'leader', pg_backend_pid()) ON CONFLICT (id) DO UPDATE SET "
+            "node = EXCLUDED.node, term = forewarn_leader.term + 1, position = EXCLUDED.position, "
+            "addresses = EXCLUDED.addresses, store_pid = EXCLUDED.store_pid, since = EXCLUDED.since, "
+            "role = EXCLUDED.role, lock_pid = EXCLUDED.lock_pid RETURNING term, position",
             (node, position, json.dumps(addresses), store_pid, since),
         )
         term, published = rows[0]
@@ -127,11 +120,19 @@ class Lease:
         return int(rows[0][0]) if rows else 0
 
     def leader(self) -> LeaderRow | None:
-        rows = self._execute("SELECT node, term, position, addresses, store_pid, since FROM forewarn_leader")
+        rows = self._execute("SELECT node, term, position, addresses, store_pid, since, role FROM forewarn_leader")
         if not rows:
             return None
-        node, term, position, addresses, store_pid, since = rows[0]
-        return LeaderRow(node, int(term), int(position), json.loads(addresses), store_pid, since)
+        node, term, position, addresses, store_pid, since, role = rows[0]
+        return LeaderRow(node, int(term), int(position), json.loads(addresses), store_pid, since, role or "leader")
+
+    def holder(self) -> writer.Holder | None:
+        """The session that holds the lock now, and what its process published of itself."""
+        with self._lock:
+            try:
+                return writer.holder(self.connection, self.key)
+            except psycopg.Error as error:
+                raise StoreUnavailable(f"{self.description}: {' '.join(str(error).split())}") from None
 
     def end_session(self, row: LeaderRow) -> None:
         """End the previous leader's store session if it still runs (fencing: a leader that lost its lock must not

@@ -110,6 +110,17 @@ def _fleet_in_columns(cursor: Any, dialect: Dialect) -> None:
     return None
 
 
+def _writer_columns(cursor: Any, dialect: Dialect) -> None:
+    # Who holds the writer's lock (store/writer.py): the row's process is a single server or a shared leader
+    # (NULL: a leader written before roles were recorded), and the backend that holds the lock, so that a process
+    # refused the lock can name the holder.
+    cursor.execute("SELECT * FROM forewarn_leader WHERE 1 = 0")
+    columns = {column[0].lower() for column in cursor.description}
+    for name, definition in (("role", "role TEXT"), ("lock_pid", "lock_pid BIGINT")):
+        if name not in columns:
+            cursor.execute(f"ALTER TABLE forewarn_leader ADD COLUMN {definition}")
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -121,6 +132,7 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(4, "forewarn_leader: which process leads a shared PostgreSQL database, and where", _leader),
     Migration(5, "forewarn_changes: the rows each commit of a shared leader wrote, for its replicas", _changes),
     Migration(6, "the fleet's record may be in columns, with its digest (fleet format 2)", _fleet_in_columns),
+    Migration(7, "forewarn_leader: the writer's role and the backend holding its lock", _writer_columns),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -34,8 +34,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
+from forewarn.store import writer
 from forewarn.store.base import Outgoing, SQLStore
-from forewarn.store.errors import StoreError, StoreUnavailable
+from forewarn.store.errors import DatabaseInUse, StoreError, StoreUnavailable
 from forewarn.store.records import Records, Rows
 
 log = logging.getLogger("forewarn.store")
@@ -89,16 +90,25 @@ class PostgresStore(SQLStore):
     journal_id_type = "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
     key_condition = staticmethod(_any_of)
 
-    def __init__(self, url: str, records: Iterable[Records] = ()):
+    def __init__(self, url: str, records: Iterable[Records] = (), exclusive: bool = False):
+        """``exclusive``: hold the database's writer lock on this store's connection (store/writer.py), taken again on
+        every new connection before anything is written: :class:`DatabaseInUse` when another process holds it
+        here; once the store is open, a lock lost to another process leaves the store stale (every operation
+        refused with :class:`WriterLost`)."""
         self._url = url
         given = conninfo_to_dict(url)
         self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
         description = f"postgresql:{redacted(url)}"
+        self._writer_key: int | None = None
         try:
             connection, session = self._connect()
         except psycopg.Error as error:
             raise StoreError(f"cannot connect to PostgreSQL at {redacted(url)}: {error}".strip()) from None
+        if exclusive:
+            self._writer_key = self._take_first(connection, description)
         super().__init__(connection, description, records)
+        self._stale: writer.WriterLost | None = None
+        self._published = False
         self._session: Session | None = session
         self._lost: _Lost | None = None
         self._handover: tuple[psycopg.Connection, Session] | None = None  # from the reconnecting thread
@@ -107,6 +117,37 @@ class PostgresStore(SQLStore):
         self._closing = threading.Event()
 
     # ------------------------------------------------------------------------------------------ connections
+    @staticmethod
+    def _take_first(connection: psycopg.Connection, description: str) -> int:
+        try:
+            key = writer.lock_key(connection)
+            if writer.try_take(connection, key):
+                return key
+            held_by = writer.holder(connection, key)
+        except psycopg.Error as error:
+            connection.close()
+            raise StoreError(f"{description}: cannot take the writer's lock: {_one_line(error)}") from None
+        connection.close()
+        raise DatabaseInUse(writer.refusal(description, held_by))
+
+    def _take_again(self, connection: psycopg.Connection, lost: Session | None) -> None:
+        """On a new connection, before anything is written: the writer's lock, and this store's row saying so.
+        WriterLost when another process took the lock meanwhile."""
+        if self._writer_key is None:
+            return
+        if writer.try_take(connection, self._writer_key):
+            if self._published:  # the table has its columns by then (migrate)
+                writer.publish_single(connection, writer.node_name())
+            return
+        held_by = writer.holder(connection, self._writer_key)
+        if held_by is None or (lost is not None and held_by.pid == lost.pid):
+            # Released in between, or still held by this store's lost session that the fence could not end: retry.
+            raise psycopg.OperationalError("the writer's lock is not free yet")
+        raise writer.WriterLost(
+            f"{self.description}: this server lost the database while another process took its writer's lock "
+            f"({held_by.describe()}); it writes no more: restart it once that process has stopped"
+        )
+
     def _connect(self) -> tuple[psycopg.Connection, Session]:
         # The settings merged into the URL as psycopg.connect would merge them as keywords (typed per option there).
         connection = psycopg.connect(make_conninfo(self._url, **self._options), autocommit=False)
@@ -152,7 +193,8 @@ class PostgresStore(SQLStore):
         connection, session = self._connect()
         try:
             self._fence(connection, lost)
-        except psycopg.Error:
+            self._take_again(connection, lost)
+        except (psycopg.Error, writer.WriterLost):
             connection.close()
             raise
         return connection, session
@@ -160,6 +202,8 @@ class PostgresStore(SQLStore):
     def _ensure(self, deadline: float | None = None) -> psycopg.Connection:
         """A connection that was alive a moment ago, or StoreUnavailable. ``deadline`` (time.monotonic()): keep
         trying to reconnect until then; None: one attempt."""
+        if self._stale is not None:
+            raise self._stale
         if self._lost is not None:
             self._adopt_handover()
         connection = self.connection
@@ -184,6 +228,7 @@ class PostgresStore(SQLStore):
         lost = self._session
         since = time.monotonic()
         log.warning("database connection lost (%s); reconnecting", _one_line(cause))
+        self.reachability.failed(cause)
         with contextlib.suppress(psycopg.Error):
             self.connection.close()
         self._session = None
@@ -192,7 +237,11 @@ class PostgresStore(SQLStore):
             try:
                 self.connection, self._session = self._open_replacing(lost)
                 log.warning("reconnected to the database after %.1f s", time.monotonic() - since)
+                self.reachability.succeeded()
                 return
+            except writer.WriterLost as taken:
+                self._go_stale(taken)
+                raise
             except psycopg.Error as error:
                 if deadline is None or time.monotonic() + delay > deadline:
                     self._lose(_Lost(since, lost), error)
@@ -216,6 +265,9 @@ class PostgresStore(SQLStore):
                 return
             try:
                 handed = self._open_replacing(lost.session)
+            except writer.WriterLost as taken:
+                self._go_stale(taken)
+                return
             except psycopg.Error as error:
                 delay = min(delay * 2, RECONNECT_LONGEST_DELAY)
                 log.info(
@@ -233,6 +285,11 @@ class PostgresStore(SQLStore):
             log.warning("reconnected to the database after %.1f s", time.monotonic() - lost.since)
             return
 
+    def _go_stale(self, taken: writer.WriterLost) -> None:
+        self._stale = taken
+        self.reachability.lost_writer(str(taken))
+        log.critical("%s", taken)
+
     def _adopt_handover(self) -> None:
         with self._handover_lock:
             handed, self._handover = self._handover, None
@@ -240,21 +297,47 @@ class PostgresStore(SQLStore):
             raise self._unavailable()
         self.connection, self._session = handed
         self._lost = None
+        self.reachability.succeeded()
 
     def _unavailable(self) -> StoreUnavailable:
         lost = self._lost
         since = 0.0 if lost is None else time.monotonic() - lost.since
         wait = max(self._next_attempt - time.monotonic(), 0.0)
-        return StoreUnavailable(
+        unavailable = StoreUnavailable(
             f"{self.description}: the database connection was lost {since:.1f} s ago; reconnecting (next attempt "
             f"in {wait:.1f} s)",
             retry_after=max(1, math.ceil(wait)),
         )
+        self.reachability.failed(unavailable)
+        return unavailable
 
     # ------------------------------------------------------------------------------------------ operations
     def ready(self) -> None:
         with self.guard:
             self._ensure()
+
+    def migrate(self) -> None:
+        """As SQLStore.migrate; a writer then publishes itself in ``forewarn_leader`` (store/writer.py)."""
+        super().migrate()
+        if self._writer_key is None:
+            return
+        with self.guard:
+            try:
+                writer.publish_single(self._ensure(), writer.node_name())
+            except psycopg.Error as error:
+                raise StoreError(f"{self.description}: {_one_line(error)}") from None
+            self._published = True
+
+    def probe(self) -> None:
+        """One round trip to the database, whose outcome ``reachability`` then reports; a lost connection is
+        replaced (or reconnected in the background) as for any operation."""
+        try:
+            with self._transaction() as cursor:
+                cursor.execute("SELECT 1")
+        except _Reconnected:
+            self.reachability.succeeded()  # a new connection answered
+        except StoreError:
+            pass  # recorded
 
     @contextlib.contextmanager
     def _transaction(self):
@@ -264,8 +347,10 @@ class PostgresStore(SQLStore):
                 with connection.transaction():
                     with connection.cursor() as cursor:
                         yield cursor
+                self.reachability.succeeded()
             except psycopg.Error as error:
                 if connection.closed or connection.broken:
+                    self.reachability.failed(error)
                     self._replace(error, None)
                     message = f"{self.description}: the connection broke ({_one_line(error)}); reconnected"
                     raise _Reconnected(message) from None
@@ -309,6 +394,7 @@ class PostgresStore(SQLStore):
                     position = self._write(cursor, rows)
                 connection.commit()
                 self.position = position
+                self.reachability.succeeded()
                 return
             except psycopg.Error as error:
                 if not (connection.closed or connection.broken):

@@ -10,13 +10,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from forewarn.store.base import SQLStore
-from forewarn.store.errors import StoreError
+from forewarn.store.errors import DatabaseInUse, StoreError
 from forewarn.store.records import Records
-
-
-class DatabaseInUse(StoreError):
-    """Another live process holds the SQLite file: two servers on one file would each run their own engine over
-    the other's commits, and neither would see the other's changes."""
 
 
 def hold_exclusively(path: str) -> int:

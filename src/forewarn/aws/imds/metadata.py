@@ -30,6 +30,7 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, InstanceState, availability_zone_id
 from forewarn.core.changes import Rebuilt
+from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, Fresh, Request, Response
 
@@ -462,6 +463,12 @@ class Ec2Imds:
         if since("2022-09-24"):
             tree["system"] = "nitro"  # our choice: every simulated instance is a Nitro instance
         return dict(sorted(tree.items()))
+
+
+def browser_refusal(refusal: Refusal) -> Response:
+    """What the metadata listener's guard refused (net/browser_guard.py): the 403 page, as IMDS answers a token
+    request with X-Forwarded-For."""
+    return FORBIDDEN
 
 
 def _text(value: str) -> Response:

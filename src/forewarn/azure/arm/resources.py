@@ -32,6 +32,7 @@ from forewarn.azure.arm.wire import (
 )
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import Event, EventType
+from forewarn.azure.names import name_problem
 from forewarn.azure.vms import VM, NotificationProfile, Policy, Power, VmState
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
@@ -415,6 +416,14 @@ def iso_timeout(delta: timedelta) -> str:
 # ------------------------------------------------------------------------------------------- what the file fixes
 def _same_place(a: str, b: str) -> bool:
     return a.replace(" ", "").lower() == b.replace(" ", "").lower()
+
+
+def check_name(name: str, what: str) -> None:
+    """A PUT of a machine that is not in the fleet, with a name Azure would refuse: refused for its name first, as
+    ARM does, before forewarn's own refusal to create machines. The OS is not read from the body: the Linux rule."""
+    problem = name_problem(name, None, what)
+    if problem is not None:
+        raise ArmError(400, "InvalidParameter", f"The entity name {name!r} is invalid: {problem}.", "name")
 
 
 def check_fixed(body: dict[str, Any], location: str, tags: dict[str, str] | None, zones: list[str] | None) -> None:

@@ -20,6 +20,7 @@ from forewarn.azure.arm.resources import (
     Context,
     allow,
     check_fixed,
+    check_name,
     iso_duration,
     iso_timeout,
     policy_body,
@@ -63,6 +64,7 @@ class ScaleSets:
         members = resources.fleet.scale_sets.get(ctx.key + (lnames[0],))
         if members is None:
             if len(names) == 1 and method == "PUT":
+                check_name(names[0], "a scale set name")
                 raise ArmError(
                     409,
                     "OperationNotAllowed",

@@ -16,6 +16,7 @@ from forewarn.azure.arm.resources import (
     Context,
     allow,
     check_fixed,
+    check_name,
     policy_body,
     policy_patch,
     update_policy,
@@ -60,6 +61,7 @@ class VirtualMachines:
         vm = self.resources.fleet.vms.get(ctx.key + (name.lower(),))
         if vm is None or not self.resources.exists(vm):
             if create:
+                check_name(name, "a VM name")
                 raise ArmError(
                     409,
                     "OperationNotAllowed",

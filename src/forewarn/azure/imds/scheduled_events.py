@@ -44,6 +44,7 @@ from forewarn.azure.model import Event, EventStatus, EventType
 from forewarn.azure.vms import VM, Power
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import Invalid, NotFound
+from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, JSON, Deferred, Later, Request, Response
 from forewarn.net.untrusted_json import JsonInputError, parse_json
@@ -461,7 +462,8 @@ def refusal(request: Request, query: dict | bytes, versions, newest) -> bytes | 
         if key == b"x-forwarded-for":
             return FORWARDED_REFUSED
         if key == b"metadata":
-            metadata = value
+            # Given twice, the header is ambiguous (which one a proxy on the way kept is anyone's guess): none.
+            metadata = value if metadata is None else b""
     if isinstance(query, bytes):
         return query
     version = query.get("api-version")
@@ -472,6 +474,12 @@ def refusal(request: Request, query: dict | bytes, versions, newest) -> bytes | 
     if versions is not None and version not in versions:
         return bad_api_version(newest)
     return None
+
+
+def browser_refusal(refusal: Refusal) -> Response:
+    """What the metadata listener's guard refused (net/browser_guard.py), as IMDS refuses a request it will not
+    serve, such as one with X-Forwarded-For: 400 and an error body."""
+    return _json(400, error_body(f"Bad request. {refusal.message}"))
 
 
 # ----------------------------------------------------------------------------------------------- wire format

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import heapq
+import html
 import itertools
 import json
 import logging
@@ -34,6 +35,7 @@ from forewarn.core.changes import Rebuilt, TimeMoved
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.model import GceInstance, GceMaintenance
+from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import Deferred, Request, Response
 
@@ -58,7 +60,9 @@ WAITERS_PER_INSTANCE = 1024
 
 
 def _error_page(status: int, title: str, message: str) -> bytes:
-    """Google's error page, without its style sheet and logo (the lines clients and people read)."""
+    """Google's error page, without its style sheet and logo (the lines clients and people read). ``message`` is
+    HTML: whatever of the request it quotes must be escaped (a path with a script in it would run as the metadata
+    server's own page)."""
     return (
         "<!DOCTYPE html>\n<html lang=en>\n  <meta charset=utf-8>\n"
         f"  <title>Error {status} ({title})!!1</title>\n"
@@ -73,16 +77,29 @@ def _refusal(status: int, title: str, message: str) -> Response:
 
 def _forbidden(path: str, why: str) -> Response:
     return _refusal(
-        403, "Forbidden", f"Your client does not have permission to get URL <code>{path}</code> from this server. {why}"
+        403,
+        "Forbidden",
+        f"Your client does not have permission to get URL <code>{html.escape(path)}</code> from this server. "
+        + html.escape(why),
     )
 
 
 def not_found(path: str) -> Response:
-    return _refusal(404, "Not Found", f"The requested URL <code>{path}</code> was not found on this server.")
+    return _refusal(
+        404, "Not Found", f"The requested URL <code>{html.escape(path)}</code> was not found on this server."
+    )
 
 
 def bad_request(why: str) -> Response:
-    return (400, why.encode() + b"\n", TEXT, (FLAVOR, SERVER))
+    """A 400 in text; ``why`` quotes a query value, escaped like the HTML pages' quotes (a browser guessing the type
+    of ``application/text`` must not find markup in it)."""
+    return (400, html.escape(why).encode() + b"\n", TEXT, (FLAVOR, SERVER))
+
+
+def browser_refusal(path: str, refusal: Refusal) -> Response:
+    """What the metadata listener's guard refused (net/browser_guard.py): a 403 page, as for a request without
+    ``Metadata-Flavor``."""
+    return _forbidden(path, refusal.message)
 
 
 def etag(body: bytes) -> bytes:
@@ -365,16 +382,20 @@ def header_refusal(request: Request) -> Response | None:
     outside ``/computeMetadata/v1/``, a missing ``Metadata-Flavor: Google``, a method other than GET and HEAD), or
     None. The replay of a recording (``forewarn replay``) applies the same rules."""
     path = request.path
-    flavor = legacy = None
+    flavors: list[bytes] = []
+    legacies: list[bytes] = []
     for header, value in request.headers:
         if header == b"metadata-flavor":
-            flavor = value
+            flavors.append(value)
         elif header == b"x-google-metadata-request":
-            legacy = value
+            legacies.append(value)
         elif header == b"x-forwarded-for":
             return _forbidden(path, "Request had an X-Forwarded-For header, so it may come from a proxy.")
     if not path.startswith(ROOT):
         return _outside_root(path)
+    # A header given twice is ambiguous (which one a proxy on the way kept is anyone's guess): it counts as none.
+    flavor = flavors[0] if len(flavors) == 1 else None
+    legacy = legacies[0] if len(legacies) == 1 else None
     if flavor != b"Google" and (legacy is None or legacy.lower() != b"true"):
         return _forbidden(path, "Missing Metadata-Flavor:Google header.")
     if request.method not in ("GET", "HEAD"):

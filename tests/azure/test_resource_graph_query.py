@@ -568,10 +568,51 @@ def test_hostile_queries_reach_nothing_but_the_table(table, kql):
         "maintenanceresources | extend r = range(1, 2000000000, 1)",
         'maintenanceresources | extend s = strrep("x", 2000000000)',
         'maintenanceresources | extend s = repeat("x", 2000000000)',
+        # the replacement written at every position of the text, outside DuckDB's memory_limit
+        "maintenanceresources | extend s = replace_regex(tostring(properties), '', 'xxxxxxxx')",
     ],
 )
 def test_constant_sized_giants_are_refused_before_they_allocate(table, kql):
     assert refusal(table, kql)["code"] in ("UnsupportedOperator", "UnsupportedFunction")
+
+
+def test_a_query_beyond_the_memory_limit_is_refused_and_the_table_still_answers():
+    small = MaintenanceTable(memory_limit=64 * 1024**2)
+    small.upsert([event(n) for n in range(200)], changed_at=EARLIER)
+    joined = "maintenanceresources" + " | join kind=inner (maintenanceresources) on type" * 2
+    detail = refusal(small, joined + " | summarize make_set(properties)")
+    assert detail["code"] == "QueryMemoryLimitExceeded"
+    assert "64 MiB" in detail["message"]
+    assert query(small, "maintenanceresources | count")["data"] == [{"Count": 200}]
+
+
+def test_a_page_beyond_its_byte_bound_is_refused_before_its_rows_are_read(table):
+    documented = "maintenanceresources | where type == 'microsoft.maintenance/scheduledevents' | order by name asc"
+    whole = run_query(table, QueryRequest(query=documented))
+    size = len(json.dumps(whole["data"], separators=(",", ":")))
+    with pytest.raises(ResourceGraphError) as raised:
+        run_query(table, QueryRequest(query=documented), max_bytes=size // 2)
+    assert [detail["code"] for detail in raised.value.body()["error"]["details"]] == ["ResponsePayloadTooLarge"]
+    # Within the bound, the same page in the same order.
+    assert run_query(table, QueryRequest(query=documented), max_bytes=size * 2) == whole
+
+
+@pytest.mark.parametrize("name", ["p", "q", "forewarn_page"])
+def test_no_column_name_hides_a_page_from_its_byte_bound(table, name):
+    # Short values under a name the measuring SQL could have taken for the row: still measured.
+    kql = f"maintenanceresources | project {name} = 1, big = strcat(tostring(properties), tostring(properties))"
+    with pytest.raises(ResourceGraphError) as raised:
+        run_query(table, QueryRequest(query=kql), max_bytes=1000)
+    assert raised.value.details[-1]["code"] == "ResponsePayloadTooLarge"
+
+
+def test_long_column_names_count_on_every_row(table):
+    named = f"maintenanceresources | project ['{'x' * 400}'] = 1"
+    with pytest.raises(ResourceGraphError) as raised:
+        run_query(table, QueryRequest(query=named), max_bytes=1500)  # five rows of 400 characters of name
+    assert raised.value.details[-1]["code"] == "ResponsePayloadTooLarge"
+    # Named once in the table format.
+    assert run_query(table, QueryRequest(query=named, result_format="table"), max_bytes=1500)["count"] == 5
 
 
 def test_quotes_in_literals_and_names_stay_data(table):

@@ -529,9 +529,14 @@ def test_an_event_grid_subscription_cannot_target_forewarn_itself(own_server):
         ("arm", f"{server.arm}{RESTART}", {}),
         ("ec2", f"{server.ec2}/?Action=CreateInstanceEventWindow", {}),
         ("imds", f"{server.imds}/metadata/scheduledevents", {}),
+        # The root's dot: the same hosts, which need not resolve where the check runs.
+        ("dotted-name", f"http://localhost.:{server.port}/v1/clock/next", {}),
+        ("dotted-address", f"http://127.0.0.1.:{server.port}/v1/clock/next", {}),
+        ("dotted-twice", f"http://localhost..:{server.port}/v1/clock/next", {}),
     ):
         refused = put_subscription(server, name, endpoint, **extra)
         assert refused.status_code == 400 and refused.json()["error"]["code"] == "InvalidRequest", (name, refused.text)
+        assert "leads to this forewarn server itself" in refused.json()["error"]["message"], (name, refused.text)
     assert clock_now(server) == START
     assert server.get("/v1/events", all="true") == [] and server.get("/v1/journal") == []
     listed = httpx.get(f"{topic_url(server)}/eventSubscriptions", params={"api-version": EVENTGRID_API})

@@ -13,6 +13,7 @@ hosts: [{name: host-01}]
 vms:
   - {name: vm-a, host: host-01}
   - {name: vm-b, host: host-01}
+  - {name: vm-own, host: host-01, imds: {address: 127.0.0.10}}
 ec2_instances:
   - {id: i-0123456789abcdef0, name: web, instance_type: m5.large, availability_zone: eu-west-1a, host: host-01}
 """
@@ -100,6 +101,14 @@ def test_an_instance_is_registered_by_its_id(server):
         ("not-an-ip", {"machine": "vm-a"}, 400, "'not-an-ip' is not an IP address"),
         ("127.253.7.3", {"machine": "vm-a", "extra": 1}, 400, "extra"),
         ("127.253.7.3", {}, 400, "machine"),
+        # Where every local program connects from: it would make every loopback client that machine.
+        ("127.0.0.1", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),
+        ("::1", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),
+        ("::ffff:127.0.0.1", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),
+        ("0.0.0.0", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),
+        ("::", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),
+        # Another machine's address from the fleet file: its clients would become vm-a.
+        ("127.0.0.10", {"machine": "vm-a"}, 409, "127.0.0.10 is the imds address of vm-own in the fleet file"),
     ],
 )
 def test_bad_registrations_are_refused_and_change_nothing(server, address, body, status, message):
@@ -107,3 +116,12 @@ def test_bad_registrations_are_refused_and_change_nothing(server, address, body,
     assert answer.status_code == status, answer.text
     assert message in answer.json()["error"]["message"]
     assert requests.get(f"{server.control}/v1/imds/callers", timeout=10).json() == []
+
+
+def test_a_machine_may_be_registered_at_its_own_fleet_address(server):
+    put = requests.put(f"{server.control}/v1/imds/callers/127.0.0.10", json={"machine": "vm-own"}, timeout=10)
+    try:
+        assert put.status_code == 200, put.text
+        assert name_from(server, "127.0.0.10") == ("200", "vm-own")
+    finally:
+        requests.delete(f"{server.control}/v1/imds/callers/127.0.0.10", timeout=10)

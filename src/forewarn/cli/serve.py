@@ -47,6 +47,25 @@ def positive_seconds(value: str, option: str) -> float:
     return parsed
 
 
+#: Units --resource-graph-memory takes, in bytes (binary multiples, as DuckDB and `free -h` print them).
+_SIZE_UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+#: Below this DuckDB cannot hold a few thousand rows and run the documented queries over them.
+_LEAST_MEMORY = 64 * 1024**2
+
+
+def memory_size(value: str, option: str) -> int:
+    """A size such as ``2GiB`` or ``512MiB``, in bytes, of at least 64 MiB."""
+    number, unit = value.strip()[:-3], value.strip()[-3:]
+    if unit not in _SIZE_UNITS or not number.strip().isdigit():
+        raise click.BadParameter(
+            f"expected a whole number of KiB, MiB or GiB (e.g. 2GiB), not {value!r}", param_hint=option
+        )
+    size = int(number) * _SIZE_UNITS[unit]
+    if size < _LEAST_MEMORY:
+        raise click.BadParameter("must be at least 64MiB", param_hint=option)
+    return size
+
+
 def per_type(values: tuple[str, ...], option: str) -> dict[EventType, timedelta]:
     from forewarn.azure.model import EventType, parse_enum
 
@@ -288,6 +307,14 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     help="Wall time a Resource Graph query may run before it is stopped and answered QueryTimeout.",
 )
 @click.option(
+    "--resource-graph-memory",
+    metavar="SIZE",
+    default="2GiB",
+    show_default=True,
+    help="Memory Resource Graph's DuckDB may use for its rows and all queries together; a query needing more is "
+    "refused (QueryMemoryLimitExceeded).",
+)
+@click.option(
     "--event-grid",
     "event_grid_file",
     type=click.Path(dir_okay=False),
@@ -428,6 +455,7 @@ def serve(
     resource_graph_retention: str,
     resource_graph_delay: str,
     resource_graph_query_timeout: str,
+    resource_graph_memory: str,
     event_grid_file: str | None,
     event_grid_dead_letters: str | None,
     event_grid_duplicates: float | None,
@@ -487,6 +515,7 @@ def serve(
         resource_graph_retention=stated_duration(resource_graph_retention),
         resource_graph_delay=stated_duration(resource_graph_delay),
         resource_graph_query_timeout=positive_seconds(resource_graph_query_timeout, "--resource-graph-query-timeout"),
+        resource_graph_memory=memory_size(resource_graph_memory, "--resource-graph-memory"),
         event_grid_file=event_grid_file,
         event_grid_dead_letters=event_grid_dead_letters,
         event_grid_duplicates=event_grid_duplicates,

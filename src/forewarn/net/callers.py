@@ -19,7 +19,7 @@ from collections.abc import Callable
 from itertools import chain
 
 from forewarn.aws.model import Ec2Instance
-from forewarn.core.errors import Invalid, NotFound
+from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.fleet.model import VM, Fleet
 from forewarn.gcp.model import GceInstance
 
@@ -72,7 +72,13 @@ class CallerResolver:
     def register(self, address: str, name: str) -> Machine:
         """From now on, a connection from ``address`` is the machine ``name``: a VM name, an EC2 instance id (or its
         Name tag when no other instance has it), a Compute Engine instance's name. Registering an address again moves it to the new
-        machine."""
+        machine.
+
+        Refused: an address every program on this machine connects from (the unspecified addresses, ``127.0.0.1``
+        and ``::1``), which would make every local client that machine; and another machine's ``imds.address``
+        from the fleet file, which would take that machine's identity from its own clients. Other loopback
+        addresses (the sandbox's ``127.253.x.y``) are used only by a client that binds them."""
+        canonical = _registrable(address)
         fleet = self._fleet
         machine: Machine | None = fleet.vms.get(name) or fleet.ec2.get(name) or fleet.gce.get(name)
         if machine is None:  # an EC2 instance by its Name tag, when no other instance has that name
@@ -84,9 +90,18 @@ class CallerResolver:
                 name=name,
                 known=chain(fleet.vms, fleet.ec2, fleet.gce),
             )
-        self._registered[canonical_address(address)] = machine
+        owner = self._fleet_address_owner(canonical)
+        if owner is not None and owner is not machine:
+            raise Conflict(f"{canonical} is the imds address of {machine_name(owner)} in the fleet file")
+        self._registered[canonical] = machine
         self._cache.clear()
         return machine
+
+    def _fleet_address_owner(self, canonical: str) -> Machine | None:
+        for address, machine in self._by_address.items():
+            if _same_address(address, canonical):
+                return machine
+        return None
 
     def unregister(self, address: str) -> bool:
         removed = self._registered.pop(canonical_address(address), None) is not None
@@ -142,6 +157,30 @@ class CallerResolver:
 
 def machine_name(machine: Machine) -> str:
     return machine.instance_id if isinstance(machine, Ec2Instance) else machine.name
+
+
+#: Addresses a connection comes from whatever machine the program on this host stands for.
+_SHARED_ADDRESSES = frozenset(ipaddress.ip_address(a) for a in ("0.0.0.0", "::", "127.0.0.1", "::1"))
+
+
+def _registrable(address: str) -> str:
+    """``address`` canonical, if it may be registered for one machine (``CallerResolver.register``)."""
+    canonical = canonical_address(address)
+    parsed = ipaddress.ip_address(canonical)
+    mapped = parsed.ipv4_mapped if isinstance(parsed, ipaddress.IPv6Address) else None
+    if parsed in _SHARED_ADDRESSES or mapped in _SHARED_ADDRESSES:
+        raise Invalid(
+            f"{canonical} is where every program on this machine connects from, whatever machine it stands for: "
+            "register an address of its own (the sandbox uses 127.253.x.y)"
+        )
+    return canonical
+
+
+def _same_address(written: str, canonical: str) -> bool:
+    try:
+        return str(ipaddress.ip_address(written)) == canonical
+    except ValueError:
+        return False
 
 
 def canonical_address(address: str) -> str:

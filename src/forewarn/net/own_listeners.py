@@ -94,7 +94,9 @@ class OwnListeners:
         resolve is left to the HTTP client, which fails on it as it always did."""
         try:
             parts = urlsplit(url)
-            host, port = parts.hostname, parts.port or DEFAULT_PORTS.get(parts.scheme)
+            # The root's dot ("localhost.", "127.0.0.1.") names the same host, but neither parses as an address nor
+            # resolves everywhere: checked without it, or a lookup that fails here could succeed for the client.
+            host, port = (parts.hostname or "").rstrip("."), parts.port or DEFAULT_PORTS.get(parts.scheme)
         except ValueError:
             return Destination(url)
         if not host or port is None:

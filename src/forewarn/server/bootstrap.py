@@ -734,6 +734,7 @@ def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSetti
                 retention=config.resource_graph_retention,
                 delay=config.resource_graph_delay,
                 query_timeout=config.resource_graph_query_timeout,
+                memory_limit=config.resource_graph_memory,
             ),
         )
         health = HealthSettings(targets=config.health_webhooks, entity=config.health_entity)

@@ -67,6 +67,7 @@ class ServeConfig:
     resource_graph_retention: timedelta = timedelta(days=30)
     resource_graph_delay: timedelta = timedelta(0)
     resource_graph_query_timeout: float = 30.0  # seconds
+    resource_graph_memory: int = 2 * 1024**3  # bytes: DuckDB's bound for the rows and every query together
     event_grid_file: str | None = None
     event_grid_dead_letters: str | None = None
     event_grid_duplicates: float | None = None

@@ -19,6 +19,10 @@ Writes stay off the loop too: the rows of a commit are made on the loop (they re
 order by one writer thread, because DuckDB takes about a quarter of a second to upsert ten thousand rows (a wave's
 start) and every metadata GET would wait that long. A query first waits for the writes queued before it arrived, so
 a caller still reads its own committed changes (with ``delay`` 0).
+
+Memory is bounded by DuckDB for the rows and all queries together (``memory_limit``): a query that needs more is
+refused, and a write that meets the bound while queries hold it is tried again until they have ended. An answer is
+bounded in rows (1,000 a page) and in bytes (``max_response_bytes``, facets included).
 """
 
 from __future__ import annotations
@@ -43,7 +47,13 @@ from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
-from forewarn.azure.resource_graph.request import QueryLimits, QueryRequest, ResourceGraphError
+from forewarn.azure.resource_graph.request import (
+    MAX_RESPONSE_BYTES,
+    QueryLimits,
+    QueryRequest,
+    ResourceGraphError,
+    response_too_large,
+)
 from forewarn.azure.resource_graph.rows import scheduled_event_row
 from forewarn.core.changes import Rebuilt, Reset
 from forewarn.engine.engine import Engine
@@ -69,6 +79,11 @@ class ResourceGraphSettings:
     query_timeout: float = 30.0  # wall seconds a query (with its facets, each) may run before QueryTimeout
     max_concurrent_queries: int = 4  # running at once on worker threads; one more is answered 429
     limits: QueryLimits = QueryLimits()  # join, mv-expand and union legs per query (ARG's defaults)
+    # DuckDB's memory_limit, for the rows and every query together (--resource-graph-memory). 2 GiB: the million
+    # rows of bench/resource_graph_query.py take 1.1 GiB, and its queries (the documented ones among them) all run over
+    # them within the rest; what a query needs beyond is refused with QueryMemoryLimitExceeded, never spilled to disk.
+    memory_limit: int = 2 * 1024**3
+    max_response_bytes: int = MAX_RESPONSE_BYTES  # a whole answer, facets included: beyond, ResponsePayloadTooLarge
 
 
 class ResourceGraphApi:
@@ -95,12 +110,28 @@ class ResourceGraphApi:
             if self._table is None:
                 from forewarn.azure.resource_graph.table import MaintenanceTable
 
-                self._table = MaintenanceTable()
+                self._table = MaintenanceTable(self.settings.memory_limit)
             return self._table
 
     def _write(self, work, *args) -> None:
         """``work(*args)`` on the writer thread, after every write queued before it."""
-        self._written = self._writer.submit(_logged, work, *args)
+        self._written = self._writer.submit(_logged, self._with_room, work, *args)
+
+    def _with_room(self, work, *args) -> None:
+        """``work(*args)``, tried again while DuckDB has no room for it: the memory bound is shared with the
+        queries, and one that filled it is refused and frees it, at the latest at its timeout. Rows are never
+        dropped because a query was heavy when they were written; a table that does not fit at all is logged."""
+        give_up = time.monotonic() + self.settings.query_timeout + 5
+        pause = 0.05
+        while True:
+            try:
+                return work(*args)
+            except MemoryError:
+                if time.monotonic() + pause > give_up:
+                    raise
+                log.info("Resource Graph: no room for a write while queries hold the memory bound; trying again")
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
 
     def _upsert(self, rows: list[dict], changed_at: datetime) -> None:
         self.table.upsert(rows, changed_at)
@@ -235,14 +266,21 @@ class ResourceGraphApi:
         before the query arrived) is done. Runs on a worker thread."""
         if written is not None:
             written.result()
+        limit = self.settings.max_response_bytes
         try:
-            body = self._run(request, allowed, within)
+            body = self._run(request, allowed, within, limit)
+            left = limit - len(_encoded(body))
+            for facet in facets:  # each may take what the answer so far left of the bound
+                body["facets"].append(self._facet(request, facet, allowed, within, max(left, 0)))
+                left -= len(_encoded(body["facets"][-1]))
+            content = _encoded(body)
+            if len(content) > limit:
+                raise response_too_large(limit)
         except ResourceGraphError as error:
             return error.status, _encoded(error.body())
-        body["facets"] = [self._facet(request, facet, allowed, within) for facet in facets]
-        return 200, _encoded(body)
+        return 200, content
 
-    def _run(self, request: QueryRequest, allowed, within) -> dict:
+    def _run(self, request: QueryRequest, allowed, within, max_bytes: int) -> dict:
         from forewarn.azure.resource_graph.query import run_query
 
         return run_query(
@@ -252,9 +290,10 @@ class ResourceGraphApi:
             timeout_seconds=self.settings.query_timeout,
             within=within,
             limits=self.settings.limits,
+            max_bytes=max_bytes,
         )
 
-    def _facet(self, request: QueryRequest, facet: Facet, allowed, within) -> dict:
+    def _facet(self, request: QueryRequest, facet: Facet, allowed, within, max_bytes: int) -> dict:
         """A facet is the query's result counted by one expression (the Resource Graph REST API's facets):
         ``query | summarize count()
         by EXPRESSION``, filtered, sorted and cut to ``$top``. A facet that cannot be computed is a FacetError,
@@ -269,6 +308,7 @@ class ResourceGraphApi:
                 replace(request, query=kql, top=facet.top, skip=None, skip_token=None, result_format="objectArray"),
                 allowed,
                 within,
+                max_bytes,
             )
         except ResourceGraphError as error:
             detail = error.details[-1] if error.details else {"code": error.code, "message": error.message}
@@ -346,6 +386,8 @@ def _logged(work, *args) -> None:
     """A failed write is said in the log; the writes after it still run, and the next rebuild makes the table anew."""
     try:
         work(*args)
+    except MemoryError as error:
+        log.error("Resource Graph: the maintenanceresources rows do not fit in --resource-graph-memory: %s", error)
     except Exception:
         log.exception("Resource Graph: a write to the maintenanceresources table failed")
 

@@ -14,9 +14,12 @@ A query reaches nothing but the rows in scope, by four independent guards:
 3. ``maintenanceresources`` is a CTE put in front of that SQL, holding the ARG columns of the scoped rows only;
 4. the connection cannot read files or URLs, attach databases, load extensions or change settings (table.py).
 
-Runaway queries are interrupted after ``timeout_seconds``. Memory is not bounded: DuckDB's memory_limit does not
-cover large values, so the few functions that build one from a constant are refused, but a query doubling a string
-through thirty extends can still exhaust memory. Serving untrusted callers needs a worker process with an rlimit.
+Runaway queries are interrupted after ``timeout_seconds``. Memory is DuckDB's ``memory_limit`` (table.py): joins,
+aggregates, sorts, results and the strings and lists they hold are counted, and a query that needs more is refused
+with ``QueryMemoryLimitExceeded``. One value built by a single function call is allocated outside that count, so the
+functions whose result a constant of the query can make any size are refused (``_REFUSED_FUNCTIONS``); the others
+make values at most a few times the size of their (counted) input. The page sent back is bounded too: at most
+``MAX_PAGE`` rows and ``max_bytes`` of JSON, measured by DuckDB before a row becomes a Python object.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import duckdb
 import duckdb_kql
 
 from .plan import SHREDDED_SOURCE, plan
-from .request import QueryLimits, QueryRequest, ResourceGraphError
+from .request import MAX_RESPONSE_BYTES, QueryLimits, QueryRequest, ResourceGraphError, response_too_large
 from .table import COLUMN_NAMES, SHREDDED_NAMES, STORED_TABLE, MaintenanceTable, one_row
 
 TABLE_NAME = "maintenanceresources"
@@ -95,11 +98,10 @@ _REFUSED_OPERATORS = {
     "TopNestedOperatorContext": "top-nested",
 }
 
-#: Functions whose output size is a constant argument: range(1, 2000000000, 1) alone allocated 24 GB and got the
-#: process killed, and DuckDB's memory_limit does not cover such values. Not a complete defence (doubling a string
-#: through thirty extends grows it as surely); a service open to untrusted callers should run queries in a worker
-#: process with a memory rlimit.
-_REFUSED_FUNCTIONS = frozenset({"range", "repeat", "strrep"})
+#: Functions whose output size a constant argument sets, built outside DuckDB's memory_limit: range(1, 2000000000, 1)
+#: alone allocated 24 GB and got the process killed, and replace_regex(s, '', 'x...x') writes the replacement at every
+#: position (2.1 GB under a 256 MiB limit, from a 1 KB string and a 2,000-character replacement).
+_REFUSED_FUNCTIONS = frozenset({"range", "repeat", "strrep", "replace_regex"})
 
 #: take/limit (one parser rule) and sample: ARG ignores $skip and never pages such a query (paging guide).
 _ROW_LIMITING_OPERATORS = frozenset({"TakeOperatorContext", "SampleOperatorContext"})
@@ -123,6 +125,7 @@ def run_query(
     timeout_seconds: float | None = 30.0,
     within: Sequence[str] | None = None,
     limits: QueryLimits = QueryLimits(),
+    max_bytes: int | None = MAX_RESPONSE_BYTES,
 ) -> dict[str, Any]:
     """Run one ARG query and return the response body.
 
@@ -132,6 +135,8 @@ def run_query(
     (a join of the table on itself can be quadratic). ``within`` narrows further, to rows whose (lower-case) id
     starts with one of these scopes (a resource group, a resource): a principal whose role is assigned below the
     subscription sees the rows under its assignments only. ``limits`` caps join, mv-expand and union legs.
+    ``max_bytes`` bounds the page's rows as JSON (about the size of ``data``); a larger page is refused with
+    ``ResponsePayloadTooLarge`` before its rows leave DuckDB.
 
     Thread-safe: each call reads through a cursor of its own, in one snapshot of the table (DuckDB MVCC), so it may
     run on a worker thread while upserts commit.
@@ -153,9 +158,16 @@ def run_query(
         offset = 0 if compiled.limits_rows else skip  # ARG ignores $skip when the query limits rows itself
     prefixes = None if within is None else [prefix.lower().rstrip("/") + "/" for prefix in within]
     total, columns, rows = _execute(
-        table, compiled, (request.subscriptions, allowed), request.now, page_size, offset, timeout_seconds, prefixes
+        table,
+        compiled,
+        (request.subscriptions, allowed),
+        request.now,
+        _Page(page_size, offset, max_bytes),
+        timeout_seconds,
+        prefixes,
     )
 
+    _check_names(columns, len(rows), result_format, max_bytes)
     more = offset + len(rows) < total
     # Paging is impossible when the query limits rows itself or when every column is dynamic/null (paging guide):
     # such a result is cut short with resultTruncated "true" and no token.
@@ -383,13 +395,55 @@ def _collect_references(node: Any, tables: list[dict[str, Any]], ctes: set[str])
 # --- execution --------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class _Page:
+    size: int  # rows
+    offset: int
+    max_bytes: int | None  # of the rows as JSON; None: any
+
+
+#: What DuckDB's error() says when a page is over its byte bound (query.py's own text, so no other error matches it).
+_PAGE_TOO_LARGE = "forewarn: the page is larger than its byte bound"
+
+
+#: The page's values as JSON text, in bytes, column by column summed (COLUMNS(*): no name of the query's own can be
+#: taken for the row, as an alias could).
+_PAGE_VALUE_BYTES = (
+    "(SELECT list_sum(list_value(*COLUMNS(*))) FROM "
+    "(SELECT sum(strlen(CAST(to_json(COLUMNS(*)) AS VARCHAR))) FROM forewarn_page))"
+)
+
+
+def _page_sql(scoped: str, sql: str, page: _Page) -> str:
+    """The page of the query's result. With a byte bound, the page is kept (a materialized CTE) and its values are
+    measured as JSON in DuckDB: beyond the bound, the statement fails before any row is handed to Python, where
+    1,000 rows of a hundred megabytes each would be copied again (the column names, repeated on every row of an
+    objectArray answer, are counted once the rows are in: ``_check_names``)."""
+    rows = f"SELECT * FROM ({sql}) AS q LIMIT {page.size} OFFSET {page.offset}"
+    if page.max_bytes is None:
+        return f"{scoped}{rows}"
+    return (
+        f"{scoped}, forewarn_page AS MATERIALIZED ({rows}) SELECT * FROM forewarn_page "
+        f"WHERE CASE WHEN {_PAGE_VALUE_BYTES} > {page.max_bytes} THEN error('{_PAGE_TOO_LARGE}') ELSE true END"
+    )
+
+
+def _check_names(columns: list[tuple[str, str]], rows: int, result_format: str, max_bytes: int | None) -> None:
+    """Refuses a page whose column names alone would pass the bound: an objectArray answer repeats them on every
+    row, and a name can be as long as the query (``project ['xx...xx'] = 1`` over 1,000 rows)."""
+    if max_bytes is None:
+        return
+    names = sum(len(json.dumps(name)) + 2 for name, _ in columns)  # "name": and a comma
+    if names * (rows if result_format == "objectArray" else 1) > max_bytes:
+        raise response_too_large(max_bytes)
+
+
 def _execute(
     table: MaintenanceTable,
     compiled: _Compiled,
     scope: tuple[Sequence[str] | None, Allowed],
     now: datetime | None,
-    page_size: int,
-    offset: int,
+    page: _Page,
     timeout_seconds: float | None,
     prefixes: list[str] | None = None,
 ) -> tuple[int, list[tuple[str, str]], list[tuple[Any, ...]]]:
@@ -419,17 +473,23 @@ def _execute(
             timer.start()
         cursor.execute("BEGIN TRANSACTION")  # the scope, the page and the count read one snapshot
         parameters["forewarn_scope"] = _scope(stored, *scope)
-        cursor.execute(f"{scoped}SELECT * FROM ({compiled.sql}) AS q LIMIT {page_size} OFFSET {offset}", parameters)
+        cursor.execute(_page_sql(scoped, compiled.sql, page), parameters)
         columns = [(column[0], str(column[1])) for column in cursor.description]
         rows = cursor.fetchall()
-        if len(rows) < page_size and (rows or not offset):
-            total = offset + len(rows)  # the page holds the end of the result: no second pass
+        if len(rows) < page.size and (rows or not page.offset):
+            total = page.offset + len(rows)  # the page holds the end of the result: no second pass
         else:
             # DuckDB keeps a subquery's ORDER BY under count(*), so this can cost as much as the page itself.
             count_sql = compiled.count_sql or compiled.sql
             (total,) = one_row(cursor.execute(f"{scoped}SELECT count(*) FROM ({count_sql}) AS q", parameters))
     except duckdb.InterruptException:
         raise _invalid_query("QueryTimeout", f"The query ran longer than {timeout_seconds} s.") from None
+    except duckdb.OutOfMemoryException:
+        raise _out_of_memory(table.memory_limit) from None
+    except duckdb.InvalidInputException as error:
+        if str(error).splitlines()[0] == f"Invalid Input Error: {_PAGE_TOO_LARGE}" and page.max_bytes is not None:
+            raise response_too_large(page.max_bytes) from None
+        raise _invalid_query("SemanticError", str(error).splitlines()[0]) from None
     except duckdb.Error as error:
         # Binder and run-time errors (an unknown column, a failed conversion). The first line only: the rest is SQL.
         raise _invalid_query("SemanticError", str(error).splitlines()[0]) from None
@@ -549,6 +609,16 @@ def _parser_failure(error: duckdb_kql.KqlSyntaxError) -> ResourceGraphError:
     where = error.diagnostics[0].span if error.diagnostics else None
     position = {"line": where.line, "characterPositionInLine": where.column} if where else {}
     return _invalid_query("ParserFailure", str(error), **position)
+
+
+def _out_of_memory(limit: int | None) -> ResourceGraphError:
+    # The bound is the whole database's (table.py): every query running at the time shares it with the rows.
+    bound = "" if limit is None else f" ({limit / 2**20:g} MiB, shared with the rows and the queries running beside it)"
+    return _invalid_query(
+        "QueryMemoryLimitExceeded",
+        f"The query needed more memory than Resource Graph may use{bound}. Filter or project earlier, join on more "
+        "selective keys, or summarize less.",
+    )
 
 
 def _unknown_table(name: str) -> ResourceGraphError:

@@ -54,3 +54,17 @@ class ResourceGraphError(Exception):
         Real ARG puts a support line (timestamp, correlationId) in ``message``; an HTTP layer may substitute one.
         """
         return {"error": {"code": self.code, "message": self.message, "details": self.details}}
+
+
+#: Resource Graph's answers are capped in bytes as well as rows; the size and the code below are ours (ARG's pages
+#: document the 1,000-row page, not the error it answers for a page too large to send).
+MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+
+
+def response_too_large(limit: int) -> ResourceGraphError:
+    """The refusal of an answer longer than ``limit`` bytes of JSON."""
+    message = (
+        f"The response would exceed {limit} bytes. Project fewer or shorter columns, or ask for fewer rows "
+        "with $top and page through them."
+    )
+    return ResourceGraphError(400, "BadRequest", message, [{"code": "ResponsePayloadTooLarge", "message": message}])

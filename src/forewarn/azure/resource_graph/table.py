@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -88,10 +89,17 @@ _STAGED_COLUMNS = COLUMN_NAMES + SHREDDED_NAMES
 
 
 class MaintenanceTable:
-    """ARG rows held in DuckDB. Thread-safe: writes take a lock, queries use their own cursors (DuckDB MVCC)."""
+    """ARG rows held in DuckDB. Thread-safe: writes take a lock, queries use their own cursors (DuckDB MVCC).
 
-    def __init__(self) -> None:
-        self._con = duckdb.connect(":memory:", config=_SANDBOX)
+    ``memory_limit`` (bytes) bounds the DuckDB database as a whole: the rows, every query running over them and the
+    writes. DuckDB refuses an allocation beyond it (``duckdb.OutOfMemoryException`` for a query; ``MemoryError`` for
+    a write here) rather than spill: an in-memory database otherwise spills to ``.tmp`` in the working directory.
+    """
+
+    def __init__(self, memory_limit: int | None = None) -> None:
+        self.memory_limit = memory_limit
+        bounds = {} if memory_limit is None else {"memory_limit": f"{memory_limit}B", "temp_directory": ""}
+        self._con = duckdb.connect(":memory:", config={**_SANDBOX, **bounds})
         self._con.execute("SET GLOBAL TimeZone = 'UTC'")  # KQL datetimes are UTC; duckdb-kql's SQL assumes it
         # Neither a query nor anything it smuggles can change settings after this, external access included.
         self._con.execute("SET lock_configuration = true")
@@ -110,7 +118,7 @@ class MaintenanceTable:
         """
         latest = list({row["id"]: row for row in rows}.values())
         stamp = _naive_utc(changed_at)
-        with self._lock:
+        with self._lock, _memory_error():
             self._con.execute("BEGIN TRANSACTION")
             try:
                 for start in range(0, len(latest), _BATCH):
@@ -159,7 +167,7 @@ class MaintenanceTable:
         ARG's retention is undocumented (reference §4.2), so the cutoff is the caller's. Scheduled and Started events
         stay whatever their age: a consumer polling ARG must still find an event that is due.
         """
-        with self._lock:
+        with self._lock, _memory_error():
             (removed,) = one_row(
                 self._con.execute(
                     f"DELETE FROM {STORED_TABLE} WHERE changed_at < ? "
@@ -178,6 +186,16 @@ class MaintenanceTable:
         with self._lock:
             (count,) = one_row(self._con.execute(f"SELECT count(*) FROM {STORED_TABLE}"))
         return count
+
+
+@contextmanager
+def _memory_error() -> Iterator[None]:
+    """A write DuckDB could not fit in its memory limit, as Python's MemoryError: the caller may retry it once the
+    queries holding that memory have ended, without knowing DuckDB's exceptions."""
+    try:
+        yield
+    except duckdb.OutOfMemoryException as error:
+        raise MemoryError(str(error).splitlines()[0]) from error
 
 
 def one_row(result: duckdb.DuckDBPyConnection) -> tuple[Any, ...]:

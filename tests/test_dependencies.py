@@ -91,7 +91,10 @@ OURS = [found for found in ALL_IMPORTS if found.target == "forewarn" or found.ta
 
 def package_of(module: str) -> str:
     """The package a module belongs to: its directory (``forewarn.azure.arm.router`` → ``azure.arm``; a top-level
-    module such as ``forewarn.yamlfile`` is its own package)."""
+    module such as ``forewarn.yamlfile`` is its own package). A cloud's plugin (``forewarn.azure.cloud``) is its own
+    too: it stands above every part of its cloud, surfaces included, which it gives the server."""
+    if module.endswith(".cloud") and module.count(".") == 2:
+        return module.removeprefix("forewarn.")
     path = MODULES[module]
     if path.name == "__init__.py":
         return module.removeprefix("forewarn.")

@@ -1,4 +1,4 @@
-"""The registry of clouds (clouds/registry.py): every built-in cloud in the order their deadlines fire, entries added
+"""The registry of clouds (registry.py): every built-in cloud in the order their deadlines fire, entries added
 through FOREWARN_CLOUDS, and clear refusals of entries that name nothing or a name taken twice."""
 
 from __future__ import annotations
@@ -7,19 +7,19 @@ import pytest
 
 from forewarn.aws.component import Ec2Component
 from forewarn.azure.component import AzureComponent
-from forewarn.clouds import cloud_named, clouds
-from forewarn.clouds.registry import BUILT_IN, UnknownCloud, entries, loaded
+from forewarn.cloud import registered
 from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
 from forewarn.gcp.component import GcpComponent
+from forewarn.registry import BUILT_IN, UnknownCloud, cloud_named, clouds, entries, loaded
 from forewarn.waves.component import WaveRunner
 from helpers import T0
 
 
 def test_the_built_in_clouds_in_their_order():
     assert [cloud.name for cloud in clouds()] == ["azure", "aws", "gcp"]
-    assert [cloud.title for cloud in clouds()] == ["Azure", "Amazon EC2", "Compute Engine"]
-    assert cloud_named("gcp").title == "Compute Engine"
+    assert [cloud.title for cloud in registered()] == ["Azure", "Amazon EC2", "Compute Engine"]
+    assert cloud_named("gcp") is registered()[2]
 
 
 def test_an_engine_holds_one_component_per_cloud_reached_by_type():

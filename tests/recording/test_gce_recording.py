@@ -116,13 +116,15 @@ def test_replay_answers_a_hanging_get_when_the_next_value_comes():
         1.0,
         [
             Entry(0.0, "a", 200, "NONE", "etag-none"),
-            Entry(2.0, "b", 200, "TERMINATE_ON_HOST_MAINTENANCE", "etag-terminate"),
-            Entry(60.0, "c", 200, "NONE", "etag-none"),
+            Entry(15.0, "b", 200, "TERMINATE_ON_HOST_MAINTENANCE", "etag-terminate"),
+            Entry(90.0, "c", 200, "NONE", "etag-none"),
         ],
         source=GCE,
     )
-    # Real time: the change comes 0.2 s in, and the value holds for 5.8 s after (a loaded machine's slow answers
-    # must not reach the next change: at 4.0, 0.4 s in, a busy CI run saw the timed-out GET answer NONE).
+    # Real time: the change comes 1.5 s in, and the value holds for 7.5 s after. The first GET must come before the
+    # change and the timed-out one before the next: on a loaded machine a request took longer than 0.2 s (with the
+    # change 0.2 s in, a full-suite run's first GET saw the changed value), and at 0.4 s of hold, a busy CI run saw
+    # the timed-out GET answer NONE.
     handler = GceReplayHandler(Replay(recording), speed=10.0)
     with replaying(handler) as base:
         began = time.monotonic()
@@ -132,7 +134,7 @@ def test_replay_answers_a_hanging_get_when_the_next_value_comes():
             base + PATH, headers=FLAVOR, params={"wait_for_change": "True", "last_etag": "etag-none"}, timeout=5
         )
         assert (changed.text, changed.headers["etag"]) == ("TERMINATE_ON_HOST_MAINTENANCE", "etag-terminate")
-        assert 0.15 < time.monotonic() - began < 3
+        assert 1.4 < time.monotonic() - began < 5
         # timeout_sec is recording time: 1 s at speed 10 answers after 0.1 s, with the value unchanged.
         timed_out = requests.get(
             base + PATH,

@@ -1,23 +1,39 @@
-"""Amazon EC2 (with AWS Health) as a plugin of the server (``forewarn/clouds/protocol.py``)."""
+"""Amazon EC2 (with AWS Health) as a plugin of the server (``forewarn/cloud.py``).
+
+Light to import: each part is imported when it is first asked for (see azure/cloud.py).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forewarn.aws.component import Ec2Component, StoredEc2
-from forewarn.aws.records import EC2_RECORDS
-from forewarn.clouds.protocol import Cloud, Footing
-from forewarn.store.records import Records
+from forewarn.cloud import Cloud
+from forewarn.core.component import Footing
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from forewarn.app.runtime import Maintenance
+    from forewarn.aws.component import Ec2Component
+    from forewarn.store.records import Records
 
 
 @dataclass(frozen=True)
 class AwsCloud:
     name: str = "aws"
     title: str = "Amazon EC2"
-    records: Records = EC2_RECORDS
+
+    @property
+    def records(self) -> Records:
+        from forewarn.aws.records import EC2_RECORDS
+
+        return EC2_RECORDS
 
     def component(self, footing: Footing, stored: Any | None) -> Ec2Component:
+        from forewarn.aws.component import Ec2Component, StoredEc2
+
         return Ec2Component(
             footing.fleet,
             footing.seed,
@@ -27,6 +43,11 @@ class AwsCloud:
             stored or StoredEc2(),
             footing.created_at,
         )
+
+    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+        from forewarn.aws.control import routes
+
+        return routes.router(service)
 
 
 AWS: Cloud = AwsCloud()

@@ -1,23 +1,40 @@
-"""Azure as a plugin of the server (``forewarn/clouds/protocol.py``)."""
+"""Azure as a plugin of the server (``forewarn/cloud.py``).
+
+Light to import: each part is imported when it is first asked for, so that the registry costs a command that needs
+none of them (``forewarn --help``) nothing.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forewarn.azure.component import AzureComponent, StoredAzure
-from forewarn.azure.records import AZURE_RECORDS
-from forewarn.clouds.protocol import Cloud, Footing
-from forewarn.store.records import Records
+from forewarn.cloud import Cloud
+from forewarn.core.component import Footing
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from forewarn.app.runtime import Maintenance
+    from forewarn.azure.component import AzureComponent
+    from forewarn.store.records import Records
 
 
 @dataclass(frozen=True)
 class AzureCloud:
     name: str = "azure"
     title: str = "Azure"
-    records: Records = AZURE_RECORDS
+
+    @property
+    def records(self) -> Records:
+        from forewarn.azure.records import AZURE_RECORDS
+
+        return AZURE_RECORDS
 
     def component(self, footing: Footing, stored: Any | None) -> AzureComponent:
+        from forewarn.azure.component import AzureComponent, StoredAzure
+
         return AzureComponent(
             footing.fleet,
             footing.seed,
@@ -27,6 +44,16 @@ class AzureCloud:
             stored or StoredAzure(),
             footing.created_at,
         )
+
+    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+        from fastapi import APIRouter
+
+        from forewarn.azure.control import events, platform
+
+        router = APIRouter()
+        router.include_router(events.router(service, metadata.get(self.name)))  # type: ignore[arg-type]
+        router.include_router(platform.router(service))
+        return router
 
 
 AZURE: Cloud = AzureCloud()

@@ -11,71 +11,28 @@ from typing import Literal
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn import __version__
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
-from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
-from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
+from forewarn.cloud import registered
 from forewarn.control.dashboard import LiveFeed, SurfaceViews, dashboard_router, docs_page
-from forewarn.control.ec2 import ec2_router
 from forewarn.control.errors import error_response, install_error_handlers
-from forewarn.control.gcp import gcp_router
 from forewarn.control.imds import imds_router
 from forewarn.control.json_body import JsonBodyGuard
 from forewarn.control.models import (
     ERRORS,
     MAX_LISTED_CHANGES,
     ChangeOut,
-    EventOut,
     changes_out,
 )
-from forewarn.control.platform import platform_router
 from forewarn.control.scenario_runs import ScenarioRuns, scenarios_router
 from forewarn.control.waves import waves_router
-from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.clock import MANUAL, REAL
-from forewarn.core.durations import parse_duration, parse_optional_duration
-from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound, did_you_mean
-from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
-
-
-class ScheduleIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: str = Field(description="Freeze, Reboot, Redeploy, Preempt or Terminate", examples=["Freeze"])
-    vms: list[str] = Field(default_factory=list, description="VM names")
-    hosts: list[str] = Field(default_factory=list, description="host names: every VM on them is affected")
-    source: str = Field(default="Platform", description="Platform or User")
-    notice: str | None = Field(default=None, description="time until NotBefore: 30s, 15m, PT15M (default per type)")
-    not_before: str | None = Field(default=None, description="explicit NotBefore, ISO 8601 (instead of notice)")
-    duration_seconds: int | None = Field(
-        default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS, description="DurationInSeconds; -1 means unknown"
-    )
-    description: str | None = None
-    impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
-    extra_impacts: int = Field(
-        default=0,
-        strict=True,
-        ge=0,
-        le=MAX_EXTRA_IMPACTS,
-        description="short freezes while Started (Azure may impact a VM more than once)",
-    )
-    group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
-    update_domain: int | None = Field(
-        default=None, strict=True, ge=0, description="with group: the VMs of this update domain"
-    )
-    fault_domain: int | None = Field(
-        default=None, strict=True, ge=0, description="with group: the VMs of this fault domain"
-    )
-
-
-class ApproveIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    event_ids: list[str]
-    by: str = "control"
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import Conflict, CoreError, NotFound, did_you_mean
+from forewarn.core.times import format_optional_time, format_time, parse_time
 
 
 class AdvanceIn(BaseModel):
@@ -157,42 +114,6 @@ def create_control_app(
         # The database as the latest real operation on it found it (a commit, a read or the periodic probe).
         return {"status": "ok", "version": __version__, "database": service.store.reachability.report()}
 
-    @app.get("/v1/events", tags=["events"], response_model=list[EventOut])
-    async def list_events(all: bool = Query(False, description="include Completed and Canceled events")):
-        service.catch_up()
-        events = sorted(service.engine.component(AzureComponent).events.values(), key=lambda e: e.seq)
-        return [EventOut.of(e) for e in events if all or e.status.live]
-
-    @app.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)
-    async def schedule(body: ScheduleIn):
-        request = ScheduleRequest(
-            event_type=parse_enum(EventType, body.type, "event type"),
-            vms=tuple(body.vms),
-            hosts=tuple(body.hosts),
-            source=parse_enum(EventSource, body.source, "event source"),
-            notice=parse_optional_duration(body.notice),
-            not_before=parse_optional_time(body.not_before),
-            duration_seconds=body.duration_seconds,
-            description=body.description,
-            impact_window=parse_optional_duration(body.impact_window),
-            extra_impacts=body.extra_impacts,
-            group=body.group,
-            update_domain=body.update_domain,
-            fault_domain=body.fault_domain,
-        )
-        # Committed with the other commands that arrive while the transaction before theirs is under way
-        # (group commit); answered once durable.
-        return [EventOut.of(e) for e in await service.schedule_soon(request)]
-
-    @app.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
-    async def get_event(event_id: str):
-        service.catch_up()
-        return EventOut.of(
-            service.engine.component(AzureComponent).event(
-                service.engine.component(AzureComponent).resolve_event_id(event_id)
-            )
-        )
-
     @app.get("/v1/journal", tags=["events"])
     async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
         """Every change the server committed (events, VMs, policies, waves, ...), latest ``limit``."""
@@ -200,29 +121,6 @@ def create_control_app(
             {"seq": entry.seq, "at": entry.at, "what": entry.kind, "event_id": entry.event_id, **entry.detail}
             for entry in service.journal(limit=limit)
         ]
-
-    @app.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
-    async def event_journal(event_id: str):
-        event = service.engine.component(AzureComponent).event(
-            service.engine.component(AzureComponent).resolve_event_id(event_id)
-        )
-        return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.journal(event.event_id)]
-
-    @app.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
-    async def approve(body: ApproveIn):
-        ids = [service.engine.component(AzureComponent).resolve_event_id(event_id) for event_id in body.event_ids]
-        service.approve(ids, by=body.by)
-        return [EventOut.of(service.engine.component(AzureComponent).event(event_id)) for event_id in ids]
-
-    @app.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
-    async def approve_one(event_id: str):
-        event_id = service.engine.component(AzureComponent).resolve_event_id(event_id)
-        service.approve([event_id], by="control")
-        return EventOut.of(service.engine.component(AzureComponent).event(event_id))
-
-    @app.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
-    async def cancel(event_id: str):
-        return EventOut.of(service.cancel(service.engine.component(AzureComponent).resolve_event_id(event_id)))
 
     def clock_out() -> ClockOut:
         view = service.clock_view()
@@ -271,66 +169,15 @@ def create_control_app(
         service.reset()
         return clock_out()
 
-    @app.get("/v1/fleet", tags=["fleet"])
-    async def fleet():
-        engine = service.engine
-        return {
-            "default_vm": engine.fleet.default_vm,
-            "hosts": [
-                {"name": name, "vms": [vm.name for vm in engine.fleet.vms_by_host[name]]} for name in engine.fleet.hosts
-            ],
-            "scopes": [
-                {
-                    "scope": scope,
-                    "incarnation": engine.component(AzureComponent).incarnation(scope),
-                    "vms": [vm.name for vm in vms],
-                }
-                for scope, vms in engine.fleet.vms_by_scope.items()
-            ],
-            "vms": [
-                {
-                    "name": vm.name,
-                    "host": vm.host,
-                    "scope": vm.scope,
-                    "subscription_id": vm.subscription_id,
-                    "resource_group": vm.resource_group,
-                    "availability_set": vm.availability_set,
-                    "scale_set": vm.scale_set,
-                    "location": vm.location,
-                    "zone": vm.zone,
-                    "size": vm.size,
-                    "fault_domain": vm.fault_domain,
-                    "update_domain": vm.update_domain,
-                    "spot": vm.spot,
-                    "vm_id": vm.vm_id,
-                    "imds_address": vm.imds_address,
-                    "imds_port": vm.imds_port,
-                }
-                for vm in engine.fleet.vms.values()
-            ],
-        }
-
     app.include_router(dashboard_router(service, feed, views))
     if scenario_runs is not None:
         app.include_router(scenarios_router(scenario_runs))
-    app.include_router(platform_router(service))
-    app.include_router(ec2_router(service))
-    app.include_router(gcp_router(service))
+    metadata = {} if imds is None else {"azure": imds}
+    for cloud in registered():
+        app.include_router(cloud.control_router(service, metadata))
     app.include_router(waves_router(service))
 
     if imds is not None:
         app.include_router(imds_router(imds, imds_listener))
-
-        @app.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
-        async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
-            """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
-            vm = service.engine.fleet.vm(name)
-            if api_version not in SCHEDULED_EVENTS_VERSIONS:
-                raise Invalid(
-                    f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}"
-                )
-            service.catch_up()
-            body, etag = imds.document_with_etag(vm.scope, api_version)
-            return Response(body, media_type="application/json", headers={"etag": etag})
 
     return app

@@ -30,12 +30,11 @@ from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.model import Ec2EventState, InstanceState
+from forewarn.aws.views import Ec2EventOut
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus
 from forewarn.azure.vms import Power
-from forewarn.control.ec2 import Ec2EventOut
-from forewarn.control.gcp import GceEventOut
 from forewarn.control.models import ERRORS, EventOut
 from forewarn.control.waves import WaveOut
 from forewarn.core.changes import Change, Rebuilt
@@ -46,6 +45,7 @@ from forewarn.engine.engine import Engine
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.model import EventState, InstanceStatus
+from forewarn.gcp.views import GceEventOut
 from forewarn.waves.component import WaveChanged
 
 # What a machine is going through, as the fleet view colours it; the most serious wins. The page has the same list.

@@ -3,7 +3,7 @@
 The engine never does I/O and never reads the wall clock; every command carries the simulated time it happens at.
 Each command returns the list of changes it caused, which the service commits to the store before anyone is told.
 
-The engine holds one component per registered cloud (``clouds/registry.py``), each with its own state, commands and
+The engine holds one component per registered cloud (``registry.py``), each with its own state, commands and
 queries, reached by type: ``engine.component(AzureComponent)``. It also holds the waves, which roll maintenance
 across a fleet through the clouds' components. They share one simulated ``now``, one deadline heap and one numbering
 (``core/scheduler.py``); the engine builds them, moves time, and replicates a leader's commits into them. It names
@@ -16,13 +16,14 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from forewarn.clouds import Component, Footing, clouds
 from forewarn.core.bounds import check_time, clamped_time
 from forewarn.core.changes import Change, TimeMoved
+from forewarn.core.component import Component, Footing
 from forewarn.core.errors import Conflict
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.engine.rules import Rules, check_rules
 from forewarn.fleet.model import Fleet
+from forewarn.registry import clouds
 from forewarn.waves.component import StoredWaves, WaveRunner
 
 __all__ = ["Change", "Engine"]

@@ -1,23 +1,39 @@
-"""Google Compute Engine as a plugin of the server (``forewarn/clouds/protocol.py``)."""
+"""Google Compute Engine as a plugin of the server (``forewarn/cloud.py``).
+
+Light to import: each part is imported when it is first asked for (see azure/cloud.py).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forewarn.clouds.protocol import Cloud, Footing
-from forewarn.gcp.component import GcpComponent, StoredGcp
-from forewarn.gcp.records import GCP_RECORDS
-from forewarn.store.records import Records
+from forewarn.cloud import Cloud
+from forewarn.core.component import Footing
+
+if TYPE_CHECKING:
+    from fastapi import APIRouter
+
+    from forewarn.app.runtime import Maintenance
+    from forewarn.gcp.component import GcpComponent
+    from forewarn.store.records import Records
 
 
 @dataclass(frozen=True)
 class GcpCloud:
     name: str = "gcp"
     title: str = "Compute Engine"
-    records: Records = GCP_RECORDS
+
+    @property
+    def records(self) -> Records:
+        from forewarn.gcp.records import GCP_RECORDS
+
+        return GCP_RECORDS
 
     def component(self, footing: Footing, stored: Any | None) -> GcpComponent:
+        from forewarn.gcp.component import GcpComponent, StoredGcp
+
         return GcpComponent(
             footing.fleet,
             footing.seed,
@@ -27,6 +43,11 @@ class GcpCloud:
             stored or StoredGcp(),
             footing.created_at,
         )
+
+    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+        from forewarn.gcp.control import routes
+
+        return routes.router(service)
 
 
 GCP: Cloud = GcpCloud()

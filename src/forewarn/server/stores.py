@@ -7,13 +7,13 @@ are all handed to the store.
 
 from __future__ import annotations
 
-from forewarn.clouds import clouds
+from forewarn.cloud import registered
 from forewarn.store import Records, SQLStore, open_store
 from forewarn.waves.records import WAVE_RECORDS
 
 
 def store_records() -> list[Records]:
-    return [*(cloud.records for cloud in clouds()), WAVE_RECORDS]
+    return [*(cloud.records for cloud in registered()), WAVE_RECORDS]
 
 
 def is_postgres(url: str) -> bool:

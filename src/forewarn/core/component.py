@@ -1,20 +1,17 @@
-"""What a cloud gives the server: the one object each cloud package exports (its ``cloud.py``).
+"""What the engine asks of each cloud: a component built on the engine's footing.
 
-A cloud holds everything of its own: its model, its engine component and rules, its records in the store, its
-surfaces. The corridors (the engine, the store, the runtime) know a cloud only through this protocol, and find the
-clouds through the registry (``registry.py``); none of them names a cloud.
+The whole of what a cloud gives the server is ``forewarn/cloud.py``'s ``Cloud``; this is the part the engine needs,
+kept in the core so that the engine and the registry (``forewarn/registry.py``) depend on nothing above them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from forewarn.core.changes import Change
-    from forewarn.core.scheduler import Scheduler, Sequence
-    from forewarn.store.records import Records
+from forewarn.core.changes import Change
+from forewarn.core.scheduler import Scheduler, Sequence
 
 
 @dataclass(frozen=True)
@@ -49,20 +46,12 @@ class Component(Protocol):
         ...
 
 
-class Cloud(Protocol):
+class ComponentSource(Protocol):
+    """A registered cloud, as the engine sees it."""
+
     @property
     def name(self) -> str:
         """The package's name: it keys the cloud's stored state, its records and its component."""
-        ...
-
-    @property
-    def title(self) -> str:
-        """As its users read it, in logs and messages: "Azure", "Amazon EC2", "Compute Engine"."""
-        ...
-
-    @property
-    def records(self) -> Records:
-        """What the cloud writes to the store, and how its stored state is read back."""
         ...
 
     def component(self, footing: Footing, stored: Any | None) -> Component:

@@ -148,7 +148,7 @@ def outcome(changes: list[Change], service: Maintenance) -> OutcomeOut:
     )
 
 
-def platform_router(service: Maintenance) -> APIRouter:
+def router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     @router.get("/v1/vms", tags=["vms"], response_model=list[VmOut])

@@ -9,41 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
-from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState
+from forewarn.aws.model import Ec2Code, Ec2EventState
+from forewarn.aws.views import Ec2EventOut
 from forewarn.azure.model import parse_enum
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
-
-
-class Ec2EventOut(BaseModel):
-    event_id: str
-    instance_id: str
-    code: str
-    state: str
-    description: str
-    not_before: str
-    not_after: str | None
-    not_before_deadline: str | None
-    created_at: str
-    started_at: str | None
-    ended_at: str | None
-
-    @classmethod
-    def of(cls, event: Ec2Event) -> Ec2EventOut:
-        return cls(
-            event_id=event.event_id,
-            instance_id=event.instance_id,
-            code=event.code.value,
-            state=event.state.value,
-            description=event.shown_description,
-            not_before=format_time(event.not_before),
-            not_after=format_optional_time(event.not_after),
-            not_before_deadline=format_optional_time(event.not_before_deadline),
-            created_at=format_time(event.created_at),
-            started_at=format_optional_time(event.started_at),
-            ended_at=format_optional_time(event.ended_at),
-        )
 
 
 class InstanceOut(BaseModel):
@@ -102,7 +73,7 @@ class Ec2OutcomeOut(BaseModel):
     instances: list[InstanceOut]
 
 
-def ec2_router(service: Maintenance) -> APIRouter:
+def router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     def instance_out(instance_id: str) -> InstanceOut:

@@ -12,50 +12,13 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.model import parse_enum
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_optional_duration
-from forewarn.core.times import format_optional_time, format_time, parse_optional_time
+from forewarn.core.times import parse_optional_time
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
-from forewarn.gcp.model import GceMaintenance, MaintenanceKind, MaintenanceType, OnHostMaintenance
+from forewarn.gcp.model import MaintenanceKind, MaintenanceType, OnHostMaintenance
+from forewarn.gcp.views import GceEventOut
 
 _KINDS = {"migrate": MaintenanceKind.MIGRATE, "terminate": MaintenanceKind.TERMINATE}
-
-
-class GceEventOut(BaseModel):
-    event_id: str
-    instance: str
-    kind: str
-    type: str
-    state: str
-    announced: bool
-    can_reschedule: bool
-    window_start: str
-    window_end: str
-    latest_window_start: str = Field(description="the latest time the user may move the start to")
-    created_at: str
-    notice_at: str | None
-    started_at: str | None
-    ended_at: str | None
-    reason: str
-
-    @classmethod
-    def of(cls, event: GceMaintenance) -> GceEventOut:
-        return cls(
-            event_id=event.event_id,
-            instance=event.instance,
-            kind=event.kind.value,
-            type=event.maintenance_type.value,
-            state=event.state.value,
-            announced=event.announced,
-            can_reschedule=event.can_reschedule,
-            window_start=format_time(event.window_start),
-            window_end=format_time(event.window_end),
-            latest_window_start=format_time(event.latest_window_start),
-            created_at=format_time(event.created_at),
-            notice_at=format_optional_time(event.notice_at),
-            started_at=format_optional_time(event.started_at),
-            ended_at=format_optional_time(event.ended_at),
-            reason=event.reason,
-        )
 
 
 class GceInstanceOut(BaseModel):
@@ -126,7 +89,7 @@ class GceOutcomeOut(BaseModel):
     instances: list[GceInstanceOut]
 
 
-def gcp_router(service: Maintenance) -> APIRouter:
+def router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     def instance_out(name: str) -> GceInstanceOut:

@@ -5,7 +5,7 @@ command which needs none of them (``forewarn --help``, a client command) never l
 engine builds the components in this order, and deadlines due at one instant fire in the order they were set.
 
 More clouds come from ``FOREWARN_CLOUDS``: ``module:attribute`` entries, comma-separated, each naming an object that
-implements :class:`~forewarn.clouds.protocol.Cloud` (the test suite registers an example cloud that way; the variable
+implements :class:`~forewarn.cloud.Cloud` (the test suite registers an example cloud that way; the variable
 is read by every process, servers forked for tests included).
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from forewarn.clouds.protocol import Cloud
+    from forewarn.core.component import ComponentSource as Cloud
 
 BUILT_IN = ("forewarn.azure.cloud:AZURE", "forewarn.aws.cloud:AWS", "forewarn.gcp.cloud:GCP")
 EXTRA_VARIABLE = "FOREWARN_CLOUDS"

@@ -1,0 +1,177 @@
+"""The control API's Azure event routes: schedule, list, show, approve and cancel events, the fleet's VMs and
+scopes, and the document each VM's IMDS serves."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
+from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS, AzureImds
+from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
+from forewarn.control.models import ERRORS, EventOut
+from forewarn.core.bounds import MAX_DURATION_SECONDS
+from forewarn.core.durations import parse_optional_duration
+from forewarn.core.errors import Invalid
+from forewarn.core.times import parse_optional_time
+
+
+class ScheduleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str = Field(description="Freeze, Reboot, Redeploy, Preempt or Terminate", examples=["Freeze"])
+    vms: list[str] = Field(default_factory=list, description="VM names")
+    hosts: list[str] = Field(default_factory=list, description="host names: every VM on them is affected")
+    source: str = Field(default="Platform", description="Platform or User")
+    notice: str | None = Field(default=None, description="time until NotBefore: 30s, 15m, PT15M (default per type)")
+    not_before: str | None = Field(default=None, description="explicit NotBefore, ISO 8601 (instead of notice)")
+    duration_seconds: int | None = Field(
+        default=None, strict=True, ge=-1, le=MAX_DURATION_SECONDS, description="DurationInSeconds; -1 means unknown"
+    )
+    description: str | None = None
+    impact_window: str | None = Field(default=None, description="how long the event stays Started (default per type)")
+    extra_impacts: int = Field(
+        default=0,
+        strict=True,
+        ge=0,
+        le=MAX_EXTRA_IMPACTS,
+        description="short freezes while Started (Azure may impact a VM more than once)",
+    )
+    group: str | None = Field(default=None, description="a scale set or availability set, with a domain")
+    update_domain: int | None = Field(
+        default=None, strict=True, ge=0, description="with group: the VMs of this update domain"
+    )
+    fault_domain: int | None = Field(
+        default=None, strict=True, ge=0, description="with group: the VMs of this fault domain"
+    )
+
+
+class ApproveIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    event_ids: list[str]
+    by: str = "control"
+
+
+def azure(service: Maintenance) -> AzureComponent:
+    """The Azure component of the service's engine as the database has it."""
+    return service.engine.component(AzureComponent)
+
+
+def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
+    """``imds``: the server's Azure IMDS, whose documents ``/v1/vms/NAME/scheduledevents`` shows (None: no such
+    route, as in an app built without the metadata listener)."""
+    router = APIRouter()
+
+    @router.get("/v1/events", tags=["events"], response_model=list[EventOut])
+    async def list_events(all: bool = Query(False, description="include Completed and Canceled events")):
+        service.catch_up()
+        events = sorted(azure(service).events.values(), key=lambda e: e.seq)
+        return [EventOut.of(e) for e in events if all or e.status.live]
+
+    @router.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)
+    async def schedule(body: ScheduleIn):
+        request = ScheduleRequest(
+            event_type=parse_enum(EventType, body.type, "event type"),
+            vms=tuple(body.vms),
+            hosts=tuple(body.hosts),
+            source=parse_enum(EventSource, body.source, "event source"),
+            notice=parse_optional_duration(body.notice),
+            not_before=parse_optional_time(body.not_before),
+            duration_seconds=body.duration_seconds,
+            description=body.description,
+            impact_window=parse_optional_duration(body.impact_window),
+            extra_impacts=body.extra_impacts,
+            group=body.group,
+            update_domain=body.update_domain,
+            fault_domain=body.fault_domain,
+        )
+        # Committed with the other commands that arrive while the transaction before theirs is under way
+        # (group commit); answered once durable.
+        return [EventOut.of(e) for e in await service.schedule_soon(request)]
+
+    @router.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
+    async def get_event(event_id: str):
+        service.catch_up()
+        return EventOut.of(azure(service).event(azure(service).resolve_event_id(event_id)))
+
+    @router.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
+    async def event_journal(event_id: str):
+        event = azure(service).event(azure(service).resolve_event_id(event_id))
+        return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.journal(event.event_id)]
+
+    @router.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
+    async def approve(body: ApproveIn):
+        ids = [azure(service).resolve_event_id(event_id) for event_id in body.event_ids]
+        await service.approve_soon(ids, by=body.by)  # through the group commit, as every command
+        return [EventOut.of(azure(service).event(event_id)) for event_id in ids]
+
+    @router.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
+    async def approve_one(event_id: str):
+        event_id = azure(service).resolve_event_id(event_id)
+        await service.approve_soon([event_id], by="control")
+        return EventOut.of(azure(service).event(event_id))
+
+    @router.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
+    async def cancel(event_id: str):
+        event_id = azure(service).resolve_event_id(event_id)
+        await service.perform_soon(
+            lambda engine: engine.component(AzureComponent).cancel(event_id),
+            lambda engine: engine.component(AzureComponent).check_cancel(event_id),
+        )
+        return EventOut.of(azure(service).event(event_id))
+
+    @router.get("/v1/fleet", tags=["fleet"])
+    async def fleet():
+        engine = service.engine
+        return {
+            "default_vm": engine.fleet.default_vm,
+            "hosts": [
+                {"name": name, "vms": [vm.name for vm in engine.fleet.vms_by_host[name]]} for name in engine.fleet.hosts
+            ],
+            "scopes": [
+                {
+                    "scope": scope,
+                    "incarnation": engine.component(AzureComponent).incarnation(scope),
+                    "vms": [vm.name for vm in vms],
+                }
+                for scope, vms in engine.fleet.vms_by_scope.items()
+            ],
+            "vms": [
+                {
+                    "name": vm.name,
+                    "host": vm.host,
+                    "scope": vm.scope,
+                    "subscription_id": vm.subscription_id,
+                    "resource_group": vm.resource_group,
+                    "availability_set": vm.availability_set,
+                    "scale_set": vm.scale_set,
+                    "location": vm.location,
+                    "zone": vm.zone,
+                    "size": vm.size,
+                    "fault_domain": vm.fault_domain,
+                    "update_domain": vm.update_domain,
+                    "spot": vm.spot,
+                    "vm_id": vm.vm_id,
+                    "imds_address": vm.imds_address,
+                    "imds_port": vm.imds_port,
+                }
+                for vm in engine.fleet.vms.values()
+            ],
+        }
+
+    if imds is not None:
+
+        @router.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
+        async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
+            """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
+            vm = service.engine.fleet.vm(name)
+            if api_version not in SCHEDULED_EVENTS_VERSIONS:
+                raise Invalid(
+                    f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}"
+                )
+            service.catch_up()
+            body, etag = imds.document_with_etag(vm.scope, api_version)
+            return Response(body, media_type="application/json", headers={"etag": etag})
+
+    return router

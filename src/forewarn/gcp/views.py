@@ -1,0 +1,46 @@
+"""How forewarn's own API and its dashboard show a Compute Engine maintenance event (a JSON model)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from forewarn.core.times import format_optional_time, format_time
+from forewarn.gcp.model import GceMaintenance
+
+
+class GceEventOut(BaseModel):
+    event_id: str
+    instance: str
+    kind: str
+    type: str
+    state: str
+    announced: bool
+    can_reschedule: bool
+    window_start: str
+    window_end: str
+    latest_window_start: str = Field(description="the latest time the user may move the start to")
+    created_at: str
+    notice_at: str | None
+    started_at: str | None
+    ended_at: str | None
+    reason: str
+
+    @classmethod
+    def of(cls, event: GceMaintenance) -> GceEventOut:
+        return cls(
+            event_id=event.event_id,
+            instance=event.instance,
+            kind=event.kind.value,
+            type=event.maintenance_type.value,
+            state=event.state.value,
+            announced=event.announced,
+            can_reschedule=event.can_reschedule,
+            window_start=format_time(event.window_start),
+            window_end=format_time(event.window_end),
+            latest_window_start=format_time(event.latest_window_start),
+            created_at=format_time(event.created_at),
+            notice_at=format_optional_time(event.notice_at),
+            started_at=format_optional_time(event.started_at),
+            ended_at=format_optional_time(event.ended_at),
+            reason=event.reason,
+        )

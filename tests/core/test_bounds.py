@@ -252,14 +252,14 @@ def test_a_stored_event_beyond_the_bounds_is_clamped_at_start_up_not_a_crash(tmp
     # starts the event while the server opens (that start overflowed: the server exited with a traceback).
     _rewrite(
         server.db,
-        "forewarn_events",
+        "forewarn_azure_events",
         "event_id",
         event_id,
         duration_seconds=10**12,
         impact_window=10**9,
         not_before=(T0 - timedelta(minutes=1)).isoformat(),
     )
-    _rewrite(server.db, "forewarn_events", "event_id", other["event_id"], extra_impacts=10**6)
+    _rewrite(server.db, "forewarn_azure_events", "event_id", other["event_id"], extra_impacts=10**6)
     server = restarted(server, clock="real")
     try:
         log = server.log_path.read_text()
@@ -278,7 +278,7 @@ def test_a_stored_event_beyond_the_bounds_is_clamped_at_start_up_not_a_crash(tmp
     finally:
         server.stop()
     with sqlite3.connect(server.db) as connection:  # written back: a further start has nothing to repair
-        [data] = connection.execute("SELECT data FROM forewarn_events WHERE event_id = ?", (event_id,)).fetchone()
+        [data] = connection.execute("SELECT data FROM forewarn_azure_events WHERE event_id = ?", (event_id,)).fetchone()
     assert json.loads(data)["duration_seconds"] == MAX_DURATION_SECONDS
     server = restarted(server)
     try:
@@ -301,7 +301,7 @@ def test_a_stored_clock_at_the_end_of_datetime_is_brought_back_into_range(tmp_pa
     _set_meta(server.db, "now", end.isoformat())
     _rewrite(
         server.db,
-        "forewarn_events",
+        "forewarn_azure_events",
         "event_id",
         event["event_id"],
         not_before=(end + timedelta(minutes=15)).isoformat(),

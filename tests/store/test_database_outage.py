@@ -47,7 +47,7 @@ def write_load(server: Server, stop: threading.Event, acknowledged: list[str], a
 
 def stored(url: str) -> tuple[set[str], str]:
     with psycopg.connect(url) as connection:
-        events = {row[0] for row in connection.execute("SELECT event_id FROM forewarn_events")}
+        events = {row[0] for row in connection.execute("SELECT event_id FROM forewarn_azure_events")}
         [clock] = connection.execute("SELECT value FROM forewarn_meta WHERE key = 'now'").fetchone()
     return events, clock
 

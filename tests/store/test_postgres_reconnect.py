@@ -97,7 +97,7 @@ def all_events(server: Server) -> list[dict]:
 def stored(postgres_url: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     """What the database holds, read directly: each event's status, and each event's journal."""
     with psycopg.connect(postgres_url) as connection:
-        statuses = dict(connection.execute("SELECT event_id, status FROM forewarn_events").fetchall())
+        statuses = dict(connection.execute("SELECT event_id, status FROM forewarn_azure_events").fetchall())
         journals: dict[str, list[str]] = {}
         for event_id, kind in connection.execute(
             "SELECT event_id, kind FROM forewarn_journal WHERE event_id IS NOT NULL ORDER BY seq"

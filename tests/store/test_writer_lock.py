@@ -43,7 +43,7 @@ def event_ids(server: Server) -> list[str]:
 
 def stored_event_ids(url: str) -> set[str]:
     with psycopg.connect(url) as connection:
-        return {row[0] for row in connection.execute("SELECT event_id FROM forewarn_events")}
+        return {row[0] for row in connection.execute("SELECT event_id FROM forewarn_azure_events")}
 
 
 def test_a_second_single_server_on_one_database_is_refused_and_told_which_server_holds_it(tmp_path, postgres_url):

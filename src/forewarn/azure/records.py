@@ -131,12 +131,14 @@ def decode_policy(text: str) -> Policy:
 
 # ------------------------------------------------------------------------------------------------------ writers
 EVENT_UPSERT = (
-    "INSERT INTO forewarn_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
+    "INSERT INTO forewarn_azure_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
     "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data"
 )
-VM_UPSERT = "INSERT INTO forewarn_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data"
+VM_UPSERT = (
+    "INSERT INTO forewarn_azure_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data"
+)
 SCOPE_UPSERT = (
-    "INSERT INTO forewarn_scopes (scope, incarnation) VALUES (?, ?) "
+    "INSERT INTO forewarn_azure_scopes (scope, incarnation) VALUES (?, ?) "
     "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation"
 )
 
@@ -150,53 +152,56 @@ def _event_changed(change: EventChanged, rows: Rows) -> None:
         event.event_id,
         lambda: (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
     )
-    rows.touch("forewarn_events", event.event_id)
+    rows.touch("forewarn_azure_events", event.event_id)
     rows.journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
 
 
 def _vm_changed(change: VmChanged, rows: Rows) -> None:
     state = change.state
     rows.write_last(VM_UPSERT, state.name, lambda: (state.name, encode_vm_state(state)))
-    rows.touch("forewarn_vms", state.name)
+    rows.touch("forewarn_azure_vms", state.name)
     rows.journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
 
 
 def _policy_changed(change: PolicyChanged, rows: Rows) -> None:
     rows.write(
-        "INSERT INTO forewarn_policies (owner, data) VALUES (?, ?) ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
+        "INSERT INTO forewarn_azure_policies (owner, data) VALUES (?, ?) "
+        "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
         (change.policy.owner, encode_policy(change.policy)),
     )
-    rows.touch("forewarn_policies", change.policy.owner)
+    rows.touch("forewarn_azure_policies", change.policy.owner)
     rows.journal("policy", None, {"owner": change.policy.owner})
 
 
 def _scope_enabled(change: ScopeEnabled, rows: Rows) -> None:
     rows.write(
-        "INSERT INTO forewarn_enabled (scope, at) VALUES (?, ?) ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
+        "INSERT INTO forewarn_azure_enabled (scope, at) VALUES (?, ?) "
+        "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
         (change.scope, change.at.isoformat()),
     )
-    rows.touch("forewarn_enabled", change.scope)
+    rows.touch("forewarn_azure_enabled", change.scope)
     rows.journal("enabled", None, {"scope": change.scope})
 
 
 def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
     # No journal line: the event change that moved the incarnation has one.
     rows.write_last(SCOPE_UPSERT, change.scope, lambda: (change.scope, change.incarnation))
-    rows.touch("forewarn_scopes", change.scope)
+    rows.touch("forewarn_azure_scopes", change.scope)
 
 
 def _load(reader: Reader) -> dict[str, Any]:
     enabled: dict[str, datetime] = {
-        scope: datetime.fromisoformat(at) for scope, at in reader.rows("SELECT scope, at FROM forewarn_enabled")
+        scope: datetime.fromisoformat(at) for scope, at in reader.rows("SELECT scope, at FROM forewarn_azure_enabled")
     }
     return {
         "azure": StoredAzure(
-            events=[decode_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_events ORDER BY seq")],
+            events=[decode_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_azure_events ORDER BY seq")],
             incarnations={
-                scope: int(value) for scope, value in reader.rows("SELECT scope, incarnation FROM forewarn_scopes")
+                scope: int(value)
+                for scope, value in reader.rows("SELECT scope, incarnation FROM forewarn_azure_scopes")
             },
-            vm_states=[decode_vm_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_vms")],
-            policies=[decode_policy(row[0]) for row in reader.rows("SELECT data FROM forewarn_policies")],
+            vm_states=[decode_vm_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_azure_vms")],
+            policies=[decode_policy(row[0]) for row in reader.rows("SELECT data FROM forewarn_azure_policies")],
             enabled=enabled,
         )
     }
@@ -208,40 +213,46 @@ def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
     return {
         "azure": AzureRows(
             events=reader.current(
-                "SELECT event_id, data FROM forewarn_events",
+                "SELECT event_id, data FROM forewarn_azure_events",
                 "event_id",
-                touched.get("forewarn_events", ()),
+                touched.get("forewarn_azure_events", ()),
                 lambda row: decode_event(row[1]),
             ),
             incarnations=reader.current(
-                "SELECT scope, incarnation FROM forewarn_scopes",
+                "SELECT scope, incarnation FROM forewarn_azure_scopes",
                 "scope",
-                touched.get("forewarn_scopes", ()),
+                touched.get("forewarn_azure_scopes", ()),
                 lambda row: int(row[1]),
             ),
             vm_states=reader.current(
-                "SELECT name, data FROM forewarn_vms",
+                "SELECT name, data FROM forewarn_azure_vms",
                 "name",
-                touched.get("forewarn_vms", ()),
+                touched.get("forewarn_azure_vms", ()),
                 lambda row: decode_vm_state(row[1]),
             ),
             policies=reader.current(
-                "SELECT owner, data FROM forewarn_policies",
+                "SELECT owner, data FROM forewarn_azure_policies",
                 "owner",
-                touched.get("forewarn_policies", ()),
+                touched.get("forewarn_azure_policies", ()),
                 lambda row: decode_policy(row[1]),
             ),
             enabled=reader.current(
-                "SELECT scope, at FROM forewarn_enabled",
+                "SELECT scope, at FROM forewarn_azure_enabled",
                 "scope",
-                touched.get("forewarn_enabled", ()),
+                touched.get("forewarn_azure_enabled", ()),
                 lambda row: datetime.fromisoformat(row[1]),
             ),
         )
     }
 
 
-AZURE_TABLES = ("forewarn_events", "forewarn_scopes", "forewarn_vms", "forewarn_policies", "forewarn_enabled")
+AZURE_TABLES = (
+    "forewarn_azure_events",
+    "forewarn_azure_scopes",
+    "forewarn_azure_vms",
+    "forewarn_azure_policies",
+    "forewarn_azure_enabled",
+)
 AZURE_RECORDS = Records(
     "azure",
     [

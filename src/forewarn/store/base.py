@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
 from forewarn.store.errors import StoreError
-from forewarn.store.migrations import VERSION_KEY, Dialect, pending
+from forewarn.store.migrations import RESET, VERSION_KEY, Dialect, pending
 from forewarn.store.reachability import Reachability
 from forewarn.store.records import (
     META_PUT,
@@ -46,14 +46,29 @@ CHANGES_INSERT = (
     "INSERT INTO forewarn_changes (position, written_ms, keys) "
     "SELECT COALESCE(MAX(position), 0) + 1, ?, ? FROM forewarn_changes RETURNING position"
 )
+# How long opening a store waits for another process to leave a database it is to migrate: one migrating the same
+# database holds it for the milliseconds its transaction takes (a second, on a loaded machine); one that holds it
+# longer writes to it, and is no migration's to stop.
+MIGRATION_WAIT = 10.0
+MIGRATION_POLL = 0.05
+
 # What every refresh reads of the meta table besides the keys its commits touched (never the fleet: it is large
 # and does not change).
 REFRESHED_META = ("now", "clock", "next_seq", "created_at")
-RESET = "reset"  # a journal entry's key: everything changed, a replica loads the whole state again
 
 # The meta keys a reset keeps: what ``initialize`` wrote, and the fleet file that gives the fleet (the Event Grid
 # registry, configuration like the fleet, is in no registered part's tables and stays too).
 KEPT_BY_RESET = ("fleet", "fleet_digest", "fleet_file", "seed", "created_at", "schema_version")
+
+
+class WritersIn(StoreError):
+    """Another process held the database for as long as a migration waited: the database is at schema version
+    ``stored`` (left as it was), which this code would have brought to ``latest``."""
+
+    def __init__(self, stored: int, latest: int):
+        super().__init__(f"another process writes to the database (schema version {stored}, not migrated)")
+        self.stored = stored
+        self.latest = latest
 
 
 def retried_on_a_new_connection(method: Callable[..., T]) -> Callable[..., T]:
@@ -224,12 +239,29 @@ class SQLStore:
 
     @retried_on_a_new_connection
     def migrate(self) -> None:
-        """Bring the schema to the newest version (store/migrations.py), or refuse a database newer than the code."""
+        """Bring the schema to the newest version (store/migrations.py), or refuse a database newer than the code.
+
+        A migration may rename what older code writes to, so it runs only while no other process writes to the
+        database (``_exclude_writers``): :class:`WritersIn` when one still does after ``MIGRATION_WAIT`` seconds.
+        A process that migrated the database meanwhile leaves nothing to do."""
         dialect = Dialect(self.name, self.journal_id_type)
+        give_up = time.monotonic() + MIGRATION_WAIT
         with self._transaction() as cursor:
-            for migration in pending(self.schema_version(cursor), self.description):
-                migration.apply(cursor, dialect)
-                self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
+            while todo := pending(stored := self.schema_version(cursor), self.description):
+                if self._exclude_writers(cursor):
+                    # Read again, under the lock: the version may have moved since.
+                    for migration in pending(self.schema_version(cursor), self.description):
+                        migration.apply(cursor, dialect)
+                        self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
+                    return
+                if time.monotonic() > give_up:
+                    raise WritersIn(stored, todo[-1].version)
+                time.sleep(MIGRATION_POLL)
+
+    def _exclude_writers(self, cursor: Any) -> bool:
+        """Keep every other writing process out of the database until the transaction under way ends; False while
+        one is in. A SQLite transaction (BEGIN IMMEDIATE) excludes the others already."""
+        return True
 
     # --------------------------------------------------------------------------------------------- reads
     def _meta(self, cursor: Any) -> dict[str, str]:

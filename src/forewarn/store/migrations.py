@@ -8,6 +8,8 @@ that has been released, since databases already record that it ran.
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +21,16 @@ OUTBOX_DETAIL_COLUMN = (
     "detail TEXT"  # state a policy keeps beyond attempts and errors (JSON), e.g. a dead-letter reason
 )
 VERSION_KEY = "schema_version"
+RESET = "reset"  # a forewarn_changes entry's key: everything changed, a replica loads the whole state again
+# Azure's state tables, each cloud's tables bearing its prefix as EC2's (forewarn_ec2_*) and Compute Engine's
+# (forewarn_gce_*) do: the names migration 1 gave them, and those migration 8 gives them.
+AZURE_RENAMES = (
+    ("forewarn_events", "forewarn_azure_events"),
+    ("forewarn_scopes", "forewarn_azure_scopes"),
+    ("forewarn_vms", "forewarn_azure_vms"),
+    ("forewarn_policies", "forewarn_azure_policies"),
+    ("forewarn_enabled", "forewarn_azure_enabled"),
+)
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,54 @@ def _writer_columns(cursor: Any, dialect: Dialect) -> None:
             cursor.execute(f"ALTER TABLE forewarn_leader ADD COLUMN {definition}")
 
 
+def _azure_prefix(cursor: Any, dialect: Dialect) -> None:
+    for old, new in AZURE_RENAMES:
+        # Each table there under its old name (one whose recorded version was lowered by hand may be renamed already;
+        # one there under both names is refused by the database, naming it).
+        if _table_exists(cursor, dialect, old):
+            cursor.execute(f"ALTER TABLE {old} RENAME TO {new}")
+        if dialect.name == "postgresql":
+            _rename_primary_key(cursor, new)
+    _reset_the_changes(cursor)
+
+
+def _table_exists(cursor: Any, dialect: Dialect, table: str) -> bool:
+    if dialect.name == "postgresql":
+        cursor.execute(f"SELECT to_regclass('{table}')")  # in the schema the connection's search_path selects
+        return cursor.fetchone()[0] is not None
+    cursor.execute(f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '{table}'")
+    return cursor.fetchone() is not None
+
+
+def _rename_primary_key(cursor: Any, table: str) -> None:
+    # PostgreSQL keeps a renamed table's primary key (constraint and index) under the old table's name, which would
+    # then collide with the key of any later table of that name; SQLite renames its own with the table.
+    cursor.execute(f"SELECT conname FROM pg_constraint WHERE conrelid = '{table}'::regclass AND contype = 'p'")
+    for (name,) in cursor.fetchall():
+        if name != f"{table}_pkey":
+            cursor.execute(f'ALTER TABLE {table} RENAME CONSTRAINT "{name}" TO {table}_pkey')
+
+
+def _reset_the_changes(cursor: Any) -> None:
+    # Entries of forewarn_changes written before this migration name the old tables. They are replaced by one reset
+    # entry at the next position rather than rewritten: a replica of this version that was behind it loads the
+    # whole state once (as after a pruned journal), and an older replica still running, which knows only the old
+    # names, is sent to load the whole state too, fails on the renamed tables and reports the database unreachable,
+    # where rewritten entries would have had it skip every Azure row from then on without a word. A journal with no
+    # entries (a single server's, SQLite's) stays empty.
+    cursor.execute("SELECT MAX(position) FROM forewarn_changes")
+    row = cursor.fetchone()
+    if row is None or row[0] is None:
+        return
+    position = int(row[0]) + 1
+    keys = json.dumps({RESET: []}, separators=(",", ":"))
+    cursor.execute(
+        "INSERT INTO forewarn_changes (position, written_ms, keys) "
+        f"VALUES ({position}, {int(time.time() * 1000)}, '{keys}')"
+    )
+    cursor.execute(f"DELETE FROM forewarn_changes WHERE position < {position}")
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -133,6 +193,9 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(5, "forewarn_changes: the rows each commit of a shared leader wrote, for its replicas", _changes),
     Migration(6, "the fleet's record may be in columns, with its digest (fleet format 2)", _fleet_in_columns),
     Migration(7, "forewarn_leader: the writer's role and the backend holding its lock", _writer_columns),
+    # Not additive: code before it reads the old names. It runs only while no process holds the writer's lock
+    # (store/postgres.py), and code before it refuses the database from then on (SchemaTooNew).
+    Migration(8, "Azure's tables get its prefix (forewarn_azure_*); the replicas' journal is reset", _azure_prefix),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -35,7 +35,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
 from forewarn.store import writer
-from forewarn.store.base import Outgoing, SQLStore
+from forewarn.store.base import Outgoing, SQLStore, WritersIn
 from forewarn.store.errors import DatabaseInUse, StoreError, StoreUnavailable
 from forewarn.store.records import Records, Rows
 
@@ -317,8 +317,12 @@ class PostgresStore(SQLStore):
             self._ensure()
 
     def migrate(self) -> None:
-        """As SQLStore.migrate; a writer then publishes itself in ``forewarn_leader`` (store/writer.py)."""
-        super().migrate()
+        """As SQLStore.migrate; a writer then publishes itself in ``forewarn_leader`` (store/writer.py). A database
+        another process writes to is migrated only once it has stopped: :class:`DatabaseInUse` names it."""
+        try:
+            super().migrate()
+        except WritersIn as refused:
+            raise DatabaseInUse(self._migration_refusal(refused)) from None
         if self._writer_key is None:
             return
         with self.guard:
@@ -327,6 +331,31 @@ class PostgresStore(SQLStore):
             except psycopg.Error as error:
                 raise StoreError(f"{self.description}: {_one_line(error)}") from None
             self._published = True
+
+    def _exclude_writers(self, cursor: psycopg.Cursor) -> bool:
+        # The writer's lock for the transaction only (a session that holds it already, an exclusive store's, is
+        # granted it again): no single server or shared leader can start writing before the migration commits, and
+        # none that writes now (of an older version: the database is older than this code) has its tables changed
+        # under it. Older replicas hold no lock: the migration leaves them a journal entry that stops them.
+        key = self._writer_key
+        if key is None:
+            [key] = cursor.execute(writer.LOCK_KEY).fetchall()[0]
+        [taken] = cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchall()[0]
+        return bool(taken)
+
+    def _migration_refusal(self, refused: WritersIn) -> str:
+        with self.guard:
+            try:
+                connection = self._ensure()
+                held_by = writer.holder(connection, writer.lock_key(connection))
+            except psycopg.Error as error:
+                raise StoreError(f"{self.description}: {_one_line(error)}") from None
+        who = held_by.describe() if held_by is not None else "a process that has just stopped"
+        return (
+            f"{self.description}: the database has schema version {refused.stored}, which this forewarn migrates "
+            f"to {refused.latest} only while no other process writes to it, and another one does ({who}): stop it "
+            "and its replicas (they read what the migration changes), then start this one again"
+        )
 
     def probe(self) -> None:
         """One round trip to the database, whose outcome ``reachability`` then reports; a lost connection is

@@ -26,6 +26,7 @@ import psycopg
 from forewarn.store.errors import StoreUnavailable
 
 SINGLE = "single"  # the row's role of a server that writes alone (a shared leader's is "leader")
+LOCK_KEY = "SELECT hashtext('forewarn:' || current_schema())"  # the lock's key (lock_key)
 
 # The session holding the advisory lock on a single bigint key: PostgreSQL splits the key into classid (high 32
 # bits) and objid (low 32 bits), objsubid 1.
@@ -81,7 +82,7 @@ def node_name() -> str:
 
 def lock_key(connection: psycopg.Connection) -> int:
     """The lock's key: from the schema the connection's search_path selects."""
-    row = connection.execute("SELECT hashtext('forewarn:' || current_schema())").fetchone()
+    row = connection.execute(LOCK_KEY).fetchone()
     connection.commit()
     assert row is not None
     return int(row[0])

@@ -58,6 +58,9 @@ GOAL_VMS = 1_000_000
 GOALS = {"rss_mb": 3 * 1024, "first_s": 60.0, "restart_s": 20.0}
 
 
+CALLER = "127.253.0.9"  # the address this script asks the metadata port from
+
+
 class Server:
     """One ``forewarn serve`` process on free loopback ports."""
 
@@ -88,9 +91,12 @@ class Server:
         return response.json()
 
     def document(self, vm: str) -> dict:
-        """The scheduled-events document the metadata port serves to ``vm`` (registered as this client's address)."""
-        self.call("PUT", "/v1/imds/callers/127.0.0.1", {"machine": vm})
-        response = httpx.get(self.imds, headers={"Metadata": "true"}, timeout=30)
+        """The scheduled-events document the metadata port serves to ``vm``: asked from a loopback address of this
+        script's own, registered as ``vm`` (127.0.0.1 is every local program's, which the server refuses to give
+        one machine)."""
+        self.call("PUT", f"/v1/imds/callers/{CALLER}", {"machine": vm})
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=CALLER), timeout=30) as client:
+            response = client.get(self.imds, headers={"Metadata": "true"})
         if response.status_code != 200:
             raise SystemExit(f"metadata GET as {vm}: {response.status_code} {response.text[:300]}")
         return response.json()

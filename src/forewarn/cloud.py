@@ -8,13 +8,14 @@ them names a cloud.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol, cast
 
 from forewarn.core.component import ComponentSource
 from forewarn.registry import clouds
 
 if TYPE_CHECKING:
+    import click
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
@@ -35,6 +36,11 @@ class Cloud(ComponentSource, Protocol):
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         """The cloud's routes in forewarn's control API (``metadata``: each cloud's metadata surface, by cloud
         name, where the server runs one)."""
+        ...
+
+    def cli_commands(self) -> Sequence[click.Command]:
+        """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
+        ``cli/common.py``, as the CLI's start-up budget asks)."""
         ...
 
 

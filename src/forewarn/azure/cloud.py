@@ -6,7 +6,7 @@ none of them (``forewarn --help``) nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,6 +14,7 @@ from forewarn.cloud import Cloud
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
+    import click
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
@@ -54,6 +55,24 @@ class AzureCloud:
         router.include_router(events.router(service, metadata.get(self.name)))  # type: ignore[arg-type]
         router.include_router(platform.router(service))
         return router
+
+    def cli_commands(self) -> Sequence[click.Command]:
+        from forewarn.azure.cli import central, events, vm
+
+        return (
+            events.schedule,
+            events.events,
+            events.show,
+            events.approve,
+            events.cancel,
+            events.document,
+            vm.vm,
+            vm.vmss,
+            vm.policy,
+            vm.platform,
+            central.graph,
+            central.acknowledge,
+        )
 
 
 AZURE: Cloud = AzureCloud()

@@ -10,8 +10,9 @@ from __future__ import annotations
 import click
 
 from forewarn import __version__
-from forewarn.cli import central, clock, ec2, events, fleet, gcp, sandbox, serve, vm, waves
+from forewarn.cli import clock, fleet, sandbox, serve, waves
 from forewarn.cli.common import CONTEXT, DEFAULT_SERVER
+from forewarn.cloud import registered
 from forewarn.recording.cli import COMMANDS as RECORDING_COMMANDS
 from forewarn.scenarios.cli import scenario
 
@@ -48,26 +49,13 @@ def cli(server: str, control_token: str | None) -> None:
 
 for command in (
     serve.serve,
-    events.schedule,
-    events.events,
-    events.show,
-    events.approve,
-    events.cancel,
-    events.document,
     clock.clock,
     fleet.fleet,
-    vm.vm,
-    vm.vmss,
-    vm.policy,
-    vm.platform,
-    ec2.ec2,
-    gcp.gce,
     waves.wave,
-    central.graph,
-    central.acknowledge,
     scenario,
     sandbox.sandbox,
     *RECORDING_COMMANDS,
+    *(command for cloud in registered() for command in cloud.cli_commands()),
 ):
     cli.add_command(command)
 

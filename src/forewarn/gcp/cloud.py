@@ -5,7 +5,7 @@ Light to import: each part is imported when it is first asked for (see azure/clo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +13,7 @@ from forewarn.cloud import Cloud
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
+    import click
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
@@ -48,6 +49,11 @@ class GcpCloud:
         from forewarn.gcp.control import routes
 
         return routes.router(service)
+
+    def cli_commands(self) -> Sequence[click.Command]:
+        from forewarn.gcp.cli import gce
+
+        return (gce.gce,)
 
 
 GCP: Cloud = GcpCloud()

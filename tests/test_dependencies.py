@@ -7,6 +7,8 @@
 - No module imports a ``_private`` name of another module.
 - ``scenarios``, ``recording``, ``sandbox`` and ``testing`` are clients: they never import the engine or a cloud's component or
   model.
+- A cloud's package imports no other cloud's; outside the clouds, only the registry loads one (by name), but for the
+  corridors that still name a cloud, listed in ``NAMING_A_CLOUD``: a list that only shrinks.
 - ``docs/architecture.md`` shows the packages and whom each imports; the picture there is this graph.
 """
 
@@ -207,6 +209,50 @@ def test_clients_never_import_the_engine():
         and within(found.target, ENGINE_PARTS)
     ]
     assert not wrong, "\n".join(wrong)
+
+
+CLOUDS = ("forewarn.azure", "forewarn.aws", "forewarn.gcp")
+# The corridors that still import a cloud's package, and which: each is to learn of the clouds through the registry
+# (forewarn/cloud.py's protocol), and leaves this list when it does. A module that starts naming a cloud fails the
+# test, and so does one listed here that no longer does (so the list stays true).
+NAMING_A_CLOUD = {
+    "forewarn.app.runtime": {"azure"},
+    "forewarn.cli.serve": {"azure"},
+    "forewarn.control.dashboard": {"aws", "azure", "gcp"},
+    "forewarn.control.imds": {"azure", "gcp"},
+    "forewarn.control.models": {"aws", "azure"},
+    "forewarn.control.waves": {"azure", "gcp"},
+    "forewarn.engine.rules": {"aws", "azure", "gcp"},
+    "forewarn.fleet.file": {"aws", "azure", "gcp"},
+    "forewarn.fleet.model": {"aws", "azure", "gcp"},
+    "forewarn.net.callers": {"aws", "gcp"},
+    "forewarn.recording.replay": {"azure", "gcp"},
+    "forewarn.replication.shared": {"azure"},
+    "forewarn.server.bootstrap": {"aws", "azure", "gcp"},
+    "forewarn.waves.component": {"azure", "gcp"},
+    "forewarn.waves.model": {"azure", "gcp"},
+    "forewarn.waves.records": {"azure", "gcp"},
+}
+
+
+def clouds_imported() -> dict[str, set[str]]:
+    """Module -> the clouds it imports, for every module outside those clouds' packages."""
+    found_by_module: dict[str, set[str]] = {}
+    for found in OURS:
+        for cloud in CLOUDS:
+            if within(found.target, (cloud,)) and not within(found.module, (cloud,)):
+                found_by_module.setdefault(found.module, set()).add(cloud.removeprefix("forewarn."))
+    return found_by_module
+
+
+def test_no_cloud_imports_another():
+    crossing = {module: names for module, names in clouds_imported().items() if within(module, CLOUDS)}
+    assert not crossing, crossing
+
+
+def test_outside_the_clouds_only_the_listed_corridors_still_name_one():
+    corridors = {module: names for module, names in clouds_imported().items() if not within(module, CLOUDS)}
+    assert corridors == NAMING_A_CLOUD
 
 
 def test_the_rules_see_function_local_imports():

@@ -6,12 +6,8 @@ import enum
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar
 
-from forewarn.core.errors import Invalid
 from forewarn.core.frozen import evolve
-
-AnyEnum = TypeVar("AnyEnum", bound=enum.Enum)
 
 
 class EventType(str, enum.Enum):
@@ -57,15 +53,6 @@ ALLOWED_TRANSITIONS = {
     EventStatus.COMPLETED: set(),
     EventStatus.CANCELED: set(),
 }
-
-
-def parse_enum(enum_type: type[AnyEnum], text: str, what: str) -> AnyEnum:
-    """Case-insensitive lookup of an enum value, with an error that lists the accepted spellings."""
-    for member in enum_type:
-        if member.value.lower() == str(text).lower():
-            return member
-    accepted = ", ".join(member.value for member in enum_type)
-    raise Invalid(f"unknown {what} {text!r}; expected one of {accepted}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,7 +67,8 @@ def memory_size(value: str, option: str) -> int:
 
 
 def per_type(values: tuple[str, ...], option: str) -> dict[EventType, timedelta]:
-    from forewarn.azure.model import EventType, parse_enum
+    from forewarn.azure.model import EventType
+    from forewarn.core.enums import parse_enum
 
     result = {}
     for value in values:

@@ -8,10 +8,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged
-from forewarn.azure.model import EventSource, EventType, parse_enum
+from forewarn.azure.model import EventSource, EventType
 from forewarn.control.models import ERRORS
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
+from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.model import MaintenanceType

@@ -11,9 +11,9 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState
 from forewarn.aws.views import Ec2EventOut
-from forewarn.azure.model import parse_enum
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_optional_duration
+from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
 
 

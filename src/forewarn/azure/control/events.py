@@ -10,10 +10,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS, AzureImds
-from forewarn.azure.model import EventSource, EventType, ScheduleRequest, parse_enum
+from forewarn.azure.model import EventSource, EventType, ScheduleRequest
 from forewarn.control.models import ERRORS, EventOut
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
+from forewarn.core.enums import parse_enum
 from forewarn.core.errors import Invalid
 from forewarn.core.times import parse_optional_time
 

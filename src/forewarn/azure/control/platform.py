@@ -9,11 +9,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.component import AzureComponent
-from forewarn.azure.model import EventType, parse_enum
+from forewarn.azure.model import EventType
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
 from forewarn.control.models import ERRORS, EventOut
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_duration, parse_optional_duration
+from forewarn.core.enums import parse_enum
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
 

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.model import parse_enum
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_optional_duration
+from forewarn.core.enums import parse_enum
 from forewarn.core.times import parse_optional_time
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GceRequest, GcpComponent

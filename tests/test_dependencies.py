@@ -222,7 +222,6 @@ NAMING_A_CLOUD = {
     "forewarn.control.imds": {"azure", "gcp"},
     "forewarn.control.models": {"aws", "azure"},
     "forewarn.control.waves": {"azure", "gcp"},
-    "forewarn.engine.rules": {"aws", "azure", "gcp"},
     "forewarn.fleet.file": {"aws", "azure", "gcp"},
     "forewarn.fleet.model": {"aws", "azure", "gcp"},
     "forewarn.net.callers": {"aws", "gcp"},

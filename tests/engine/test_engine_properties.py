@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, StoredAzure
 from forewarn.azure.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType, ScheduleRequest
+from forewarn.azure.rules import AzureRules
 from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
@@ -298,7 +299,7 @@ bad_schedule = st.tuples(
     st.booleans(),
 )
 def test_a_refused_command_changes_nothing(sequence, probes, enabling):
-    rules = Rules().with_overrides(enabling_required=enabling)
+    rules = Rules().with_part(AzureRules().with_overrides(enabling_required=enabling))
     engine = Engine(FLEET, "prop", T0, rules)
     created: list[str] = []
     for command in sequence:

@@ -285,9 +285,10 @@ def test_more_short_impacts_while_started_and_none_after():
 
 
 def test_a_refused_request_changes_nothing_even_when_enabling_splits_it():
+    from forewarn.azure.rules import AzureRules
     from forewarn.engine.rules import Rules
 
-    e = Engine(small_fleet(), seed="test", now=T0, rules=Rules().with_overrides(enabling_required=True))
+    e = Engine(small_fleet(), seed="test", now=T0, rules=Rules().with_part(AzureRules(enabling_required=True)))
     e.component(AzureComponent).request_seen(e.fleet.vm("solo").scope)
     with pytest.raises(Invalid, match="notice cannot be negative"):
         e.component(AzureComponent).schedule(

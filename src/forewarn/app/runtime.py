@@ -32,6 +32,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import Event, ScheduleRequest
+from forewarn.azure.rules import AzureRules
 from forewarn.core.changes import Change, Rebuilt, Reset, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
@@ -577,7 +578,7 @@ class Maintenance:
 
     def request_seen(self, scope: str) -> None:
         """A VM asked for its scheduled events (only tracked when enabling is required)."""
-        if not self.rules.enabling_required:
+        if not self.rules.of(AzureRules).enabling_required:
             return
         self.catch_up()
         with self._lock:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.aws.component import Ec2Component
+    from forewarn.aws.model import Ec2Rules
     from forewarn.store.records import Records
 
 
@@ -32,13 +33,19 @@ class AwsCloud:
 
         return EC2_RECORDS
 
+    def default_rules(self) -> Ec2Rules:
+        from forewarn.aws.model import Ec2Rules
+
+        return Ec2Rules()
+
     def component(self, footing: Footing, stored: Any | None) -> Ec2Component:
         from forewarn.aws.component import Ec2Component, StoredEc2
+        from forewarn.aws.model import Ec2Rules
 
         return Ec2Component(
             footing.fleet,
             footing.seed,
-            footing.rules.ec2,
+            footing.rules.of(Ec2Rules),
             footing.scheduler,
             footing.sequence,
             stored or StoredEc2(),

@@ -214,6 +214,10 @@ class Ec2Rules:
     reschedule_freeze: timedelta = timedelta(minutes=5)
     reschedule_min_lead: timedelta = timedelta(minutes=60)
 
+    def check(self) -> None:
+        """Refuse (``Invalid``) a rule outside the bounds every event is held to."""
+        check_ec2_rules(self)
+
 
 def check_ec2_rules(rules: Ec2Rules) -> None:
     """The server's EC2 rules within the bounds every event is held to."""

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.component import AzureComponent
+    from forewarn.azure.rules import AzureRules
     from forewarn.store.records import Records
 
 
@@ -33,13 +34,19 @@ class AzureCloud:
 
         return AZURE_RECORDS
 
+    def default_rules(self) -> AzureRules:
+        from forewarn.azure.rules import AzureRules
+
+        return AzureRules()
+
     def component(self, footing: Footing, stored: Any | None) -> AzureComponent:
         from forewarn.azure.component import AzureComponent, StoredAzure
+        from forewarn.azure.rules import AzureRules
 
         return AzureComponent(
             footing.fleet,
             footing.seed,
-            footing.rules,
+            footing.rules.of(AzureRules),
             footing.scheduler,
             footing.sequence,
             stored or StoredAzure(),

@@ -98,6 +98,10 @@ class AzureRules:
             **fields,
         )
 
+    def check(self) -> None:
+        """Refuse (``Invalid``) a rule outside the bounds every event is held to."""
+        check_azure_rules(self)
+
 
 def check_azure_rules(rules: AzureRules) -> None:
     """The server's Azure rules (``serve --notice``, ``--impact-window``...) within the bounds every event is held to."""

@@ -20,7 +20,8 @@ class Footing:
     deadline heap and numbering, and when the fleet was deployed (its machines' boot time).
 
     ``fleet`` and ``rules`` are the server's whole ones (``fleet/model.py``, ``engine/rules.py``), typed loosely here:
-    they are made of every cloud's parts, and each cloud's component reads its own part through its own types."""
+    they are made of every cloud's parts, and each cloud's component reads its own part through its own types
+    (``rules.of(AzureRules)``)."""
 
     fleet: Any
     seed: str
@@ -52,6 +53,11 @@ class ComponentSource(Protocol):
     @property
     def name(self) -> str:
         """The package's name: it keys the cloud's stored state, its records and its component."""
+        ...
+
+    def default_rules(self) -> Any:
+        """The cloud's rules as a server runs them unless told otherwise (an object of the cloud's own type, with a
+        ``check()`` that refuses a rule outside the bounds every event is held to)."""
         ...
 
     def component(self, footing: Footing, stored: Any | None) -> Component:

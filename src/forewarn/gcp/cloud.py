@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.gcp.component import GcpComponent
+    from forewarn.gcp.model import GceRules
     from forewarn.store.records import Records
 
 
@@ -32,13 +33,19 @@ class GcpCloud:
 
         return GCP_RECORDS
 
+    def default_rules(self) -> GceRules:
+        from forewarn.gcp.model import GceRules
+
+        return GceRules()
+
     def component(self, footing: Footing, stored: Any | None) -> GcpComponent:
         from forewarn.gcp.component import GcpComponent, StoredGcp
+        from forewarn.gcp.model import GceRules
 
         return GcpComponent(
             footing.fleet,
             footing.seed,
-            footing.rules.gce,
+            footing.rules.of(GceRules),
             footing.scheduler,
             footing.sequence,
             stored or StoredGcp(),

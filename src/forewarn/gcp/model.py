@@ -208,6 +208,10 @@ class GceRules:
     # How long an instance that crashed with its host stays down before automaticRestart brings it back: our choice.
     host_error_restart: timedelta = timedelta(minutes=2)
 
+    def check(self) -> None:
+        """Refuse (``Invalid``) a rule outside the bounds every event is held to."""
+        check_gce_rules(self)
+
 
 def check_gce_rules(rules: GceRules) -> None:
     for value, what in (

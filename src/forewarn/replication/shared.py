@@ -28,6 +28,7 @@ from typing import Any
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Check, Command, Maintenance
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.rules import AzureRules
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
@@ -115,7 +116,7 @@ class SharedService(Maintenance):
         committed, the idle timer moved); names that are no scope of the fleet are passed over."""
         if self.role != LEADER:
             raise NotLeader(f"this forewarn is a replica ({self.no_leader_reason})")
-        if not self.rules.enabling_required:
+        if not self.rules.of(AzureRules).enabling_required:
             return
         known = self.engine.fleet.vms_by_scope
         asked = [scope for scope in dict.fromkeys(scopes) if scope in known]

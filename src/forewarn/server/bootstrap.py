@@ -48,6 +48,7 @@ from forewarn.azure.imds.scheduled_events import PROFILES, AzureImds, ImdsSettin
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
+from forewarn.azure.rules import AzureRules
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
@@ -62,6 +63,7 @@ from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata import server as gce_server
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
+from forewarn.gcp.model import GceRules
 from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.callers import Machine as Caller
@@ -704,8 +706,8 @@ def rules_of(config: ServeConfig) -> Rules:
         extra["hardware_failure_type"] = EventType(config.hardware_failure_type)
     rules = Rules()
     if config.gce_timings:
-        extra["gce"] = replace(rules.gce, **config.gce_timings)
-    return rules.with_overrides(config.notice, config.impact_window, **extra)
+        rules = rules.with_part(replace(rules.of(GceRules), **config.gce_timings))
+    return rules.with_part(rules.of(AzureRules).with_overrides(config.notice, config.impact_window, **extra))
 
 
 def open_service(config: ServeConfig) -> tuple[Maintenance, AzureManagementSettings, Node | None]:

@@ -41,6 +41,7 @@ from forewarn.azure.imds.errors import (
     error_body,
 )
 from forewarn.azure.model import Event, EventStatus, EventType
+from forewarn.azure.rules import AzureRules
 from forewarn.azure.vms import VM, Power
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import Invalid, NotFound
@@ -338,7 +339,7 @@ class AzureImds:
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
         vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
         first_call = False
-        if self.service.rules.enabling_required:
+        if self.service.rules.of(AzureRules).enabling_required:
             first_call = not self.service.engine.component(AzureComponent).is_enabled(vm.scope)
             self.service.request_seen(vm.scope)
         delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)

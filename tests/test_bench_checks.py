@@ -29,6 +29,7 @@ CHECKS = {
     "gce_wait_for_change.py": [],
     "replicas.py": ["--db", POSTGRES_URL],
     "million.py": [],
+    "floods.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

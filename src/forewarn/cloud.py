@@ -9,7 +9,7 @@ them names a cloud.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from forewarn.core.component import ComponentSource
 from forewarn.registry import clouds
@@ -19,7 +19,28 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.net.browser_guard import Refusal
+    from forewarn.net.callers import CallerResolver
+    from forewarn.net.http import Request
     from forewarn.store.records import Records
+
+
+class MetadataSurface(Protocol):
+    """A cloud's metadata server, as the metadata listener routes to it (server/bootstrap.py's MetadataRouter):
+    one address for every cloud, as on a real VM."""
+
+    def claims(self, path: str) -> bool:
+        """Whether ``path`` is this cloud's (Azure: /metadata; EC2: /latest, a dated version, /1.0, the root;
+        Compute Engine: /computeMetadata). The paths of two clouds never overlap."""
+        ...
+
+    def serve(self, request: Request) -> Any:
+        """The answer (a response, or a later or deferred one: net/http.py)."""
+        ...
+
+    def refuse(self, path: str, refusal: Refusal) -> Any:
+        """What the listener's guard refused (a web page's request, a rebound name), in this surface's style."""
+        ...
 
 
 class Cloud(ComponentSource, Protocol):
@@ -36,6 +57,13 @@ class Cloud(ComponentSource, Protocol):
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         """The cloud's routes in forewarn's control API (``metadata``: each cloud's metadata surface, by cloud
         name, where the server runs one)."""
+        ...
+
+    def metadata_surface(
+        self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
+    ) -> MetadataSurface:
+        """The cloud's metadata server (``settings``: each cloud's settings of its metadata surface, by cloud name;
+        a cloud not named there runs with its defaults)."""
         ...
 
     def cli_commands(self) -> Sequence[click.Command]:

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.aws.component import Ec2Component
+    from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
+    from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
 
 
@@ -56,6 +58,14 @@ class AwsCloud:
         from forewarn.aws.control import routes
 
         return routes.router(service)
+
+    def metadata_surface(
+        self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
+    ) -> Ec2Imds:
+        from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
+
+        given = settings.get(self.name)
+        return Ec2Imds(service, resolver, given if isinstance(given, Ec2ImdsSettings) else Ec2ImdsSettings())
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.component import AzureComponent
+    from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
+    from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
 
 
@@ -62,6 +64,14 @@ class AzureCloud:
         router.include_router(events.router(service, metadata.get(self.name)))  # type: ignore[arg-type]
         router.include_router(platform.router(service))
         return router
+
+    def metadata_surface(
+        self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
+    ) -> AzureImds:
+        from forewarn.azure.imds.scheduled_events import AzureImds, ImdsSettings
+
+        given = settings.get(self.name)
+        return AzureImds(service, resolver, given if isinstance(given, ImdsSettings) else ImdsSettings())
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.gcp.component import GcpComponent
+    from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
+    from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
 
 
@@ -56,6 +58,13 @@ class GcpCloud:
         from forewarn.gcp.control import routes
 
         return routes.router(service)
+
+    def metadata_surface(
+        self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
+    ) -> GceMetadata:
+        from forewarn.gcp.metadata.server import GceMetadata
+
+        return GceMetadata(service, resolver)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce

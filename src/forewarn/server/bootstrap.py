@@ -14,15 +14,14 @@ import ipaddress
 import json
 import logging
 import os
-import re
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import uvicorn
 
@@ -33,8 +32,7 @@ from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
-from forewarn.aws.imds import metadata as ec2_metadata
-from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings, collapse_slashes
+from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
 from forewarn.aws.model import Ec2Instance
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
 from forewarn.azure.arm.compute import ArmApi
@@ -43,12 +41,12 @@ from forewarn.azure.component import AzureComponent
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
-from forewarn.azure.imds import scheduled_events
 from forewarn.azure.imds.scheduled_events import PROFILES, AzureImds, ImdsSettings
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.azure.rules import AzureRules
+from forewarn.cloud import MetadataSurface, registered
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
@@ -61,7 +59,6 @@ from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
 from forewarn.fleet.model import VM, Fleet
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
-from forewarn.gcp.metadata import server as gce_server
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.gcp.model import GceRules
 from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
@@ -151,42 +148,27 @@ class DeadlineTimer:
                 await asyncio.sleep(1)
 
 
-_EC2_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
-
-
 class MetadataRouter:
-    """One metadata address for every cloud, as on a real VM: Azure's paths start with /metadata, EC2's with
-    /latest, a dated version or /1.0, Compute Engine's with /computeMetadata. What a web page could send (and a
-    rebound name) is refused first, by ``guard``, in the style of the surface the path names."""
+    """One metadata address for every cloud, as on a real VM: each registered cloud's surface claims its own paths
+    (forewarn/cloud.py: Azure's /metadata, EC2's /latest, a dated version or /1.0, Compute Engine's
+    /computeMetadata), and a path no cloud claims is answered by the first registered cloud's surface (Azure's 404).
+    What a web page could send (and a rebound name) is refused first, by ``guard``, in the style of the surface the
+    path names."""
 
-    def __init__(self, azure: AzureImds, ec2: Ec2Imds, gce: GceMetadata, guard: MetadataGuard):
-        self.azure = azure
-        self.ec2 = ec2
-        self.gce = gce
+    def __init__(self, surfaces: Sequence[MetadataSurface], guard: MetadataGuard):
+        self.surfaces = tuple(surfaces)
+        self.fallback = self.surfaces[0]
         self.guard = guard
 
     def handle(self, request: Request):
         path = request.path
+        surface = self.fallback
+        for candidate in self.surfaces:
+            if candidate.claims(path):
+                surface = candidate
+                break
         refused = self.guard.check(request.headers)
-        # Azure IMDS answers Unavailable in its own shape; the others' reads meet it while the engine waits to be
-        # rebuilt from a database out of reach (app/runtime.py), and answer a retryable 503 with their headers.
-        if path.startswith("/computeMetadata"):
-            if refused is not None:
-                return gce_server.browser_refusal(path, refused)
-            return _unavailable_as_503(self.gce.handle, request, (gce_server.FLAVOR, gce_server.SERVER))
-        if _EC2_PATH.match(path if "//" not in path else collapse_slashes(path)):  # //latest/... is EC2's too
-            if refused is not None:
-                return ec2_metadata.browser_refusal(refused)
-            return _unavailable_as_503(self.ec2.handle, request, (ec2_metadata.SERVER,))
-        return self.azure.handle(request) if refused is None else scheduled_events.browser_refusal(refused)
-
-
-def _unavailable_as_503(handle, request: Request, headers: tuple[tuple[bytes, bytes], ...]):
-    try:
-        return handle(request)
-    except Unavailable as error:
-        log.error("%s %s: %s", request.method, request.path, error)
-        return (503, b"Service Unavailable\n", b"text/plain", headers)
+        return surface.serve(request) if refused is None else surface.refuse(path, refused)
 
 
 class Machine(Protocol):
@@ -311,13 +293,15 @@ def build(
     resolver = CallerResolver(fleet, shared_ports={listeners.imds[1]})
     if listeners.hosts is not None:
         resolver.serve_hosts(listeners.hosts, host_now(service))
-    imds = AzureImds(service, resolver, imds_settings)
+    settings: dict[str, object] = {"azure": imds_settings, "aws": ec2_settings}
+    surfaces = {cloud.name: cloud.metadata_surface(service, resolver, settings) for cloud in registered()}
+    imds = cast(AzureImds, surfaces["azure"])
     hosts = HostNames.for_server(listeners.control[0], access.allowed_hosts)
     json_guard = BrowserGuard(hosts, json_api=True)
-    ec2_imds = Ec2Imds(service, resolver, ec2_settings)
+    ec2_imds = cast(Ec2Imds, surfaces["aws"])
     ec2_backend = Ec2Backend(service)
     resource_graph = ResourceGraphApi(service, azure.resource_graph) if listeners.arm is not None else None
-    gce_metadata = GceMetadata(service, resolver)
+    gce_metadata = cast(GceMetadata, surfaces["gcp"])
     views = SurfaceViews(
         ec2_metadata=_metadata_answer(ec2_imds),
         ec2_status=lambda instance_id: ec2_backend.view(instance_id, service.now()).xml(),
@@ -346,9 +330,7 @@ def build(
         management_sockets,
         imds,
         imds_sockets,
-        MetadataRouter(
-            imds, ec2_imds, gce_metadata, MetadataGuard.for_listener(listeners.imds[0], access.allowed_hosts)
-        ),
+        MetadataRouter(list(surfaces.values()), MetadataGuard.for_listener(listeners.imds[0], access.allowed_hosts)),
         control_app.state.live_feed,
     )
 

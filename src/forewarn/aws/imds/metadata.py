@@ -35,6 +35,7 @@ from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, Fresh, Request, Response
 
 log = logging.getLogger("forewarn.ec2imds")
+_IMDS_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
 
 TEXT = b"text/plain"  # "All instance metadata is returned as text (HTTP content type text/plain)" (AWS user guide)
 HTML = b"text/html"  # error pages (as the AWS-behaviour mocks send them)
@@ -208,6 +209,23 @@ class Ec2Imds:
         return self.answer(instance_id, path)[1]
 
     # ------------------------------------------------------------------------------------------- requests
+    # ---------------------------------------------------------------- one of the listener's surfaces (cloud.py)
+    def claims(self, path: str) -> bool:
+        """IMDS's paths: /latest, a dated version, /1.0, and the root that lists them (//latest/... too)."""
+        return _IMDS_PATH.match(path if "//" not in path else collapse_slashes(path)) is not None
+
+    def refuse(self, path: str, refusal: Refusal) -> Response:
+        return browser_refusal(refusal)
+
+    def serve(self, request: Request) -> Response:
+        """``handle``, with a read that meets the engine waiting to be rebuilt from a database out of reach
+        (app/runtime.py) answered as a retryable 503 with the server's header."""
+        try:
+            return self.handle(request)
+        except Unavailable as error:
+            log.error("%s %s: %s", request.method, request.path, error)
+            return (503, b"Service Unavailable\n", TEXT, (SERVER,))
+
     def handle(self, request: Request) -> Response:
         if "//" in request.path:  # clients that build paths by concatenation; real IMDS serves them
             request.path = collapse_slashes(request.path)

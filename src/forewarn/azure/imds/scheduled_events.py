@@ -220,6 +220,16 @@ class AzureImds:
         return response[1], dict(response[3])[b"etag"].decode()
 
     # ------------------------------------------------------------------------------------------- requests
+    # ---------------------------------------------------------------- one of the listener's surfaces (cloud.py)
+    def claims(self, path: str) -> bool:
+        return path.startswith("/metadata")
+
+    def refuse(self, path: str, refusal: Refusal) -> Response:
+        return browser_refusal(refusal)
+
+    def serve(self, request: Request) -> Response | Later | Deferred:
+        return self.handle(request)  # IMDS answers Unavailable in its own shape itself
+
     def handle(self, request: Request) -> Response | Later | Deferred:
         path = request.path
         try:

@@ -291,6 +291,22 @@ class GceMetadata:
         return sum(len(waiters) for waiters in self._waiters.values())
 
     # ------------------------------------------------------------------------------------------- requests
+    # ---------------------------------------------------------------- one of the listener's surfaces (cloud.py)
+    def claims(self, path: str) -> bool:
+        return path.startswith("/computeMetadata")
+
+    def refuse(self, path: str, refusal: Refusal) -> Response:
+        return browser_refusal(path, refusal)
+
+    def serve(self, request: Request) -> Response | Deferred:
+        """``handle``, with a read that meets the engine waiting to be rebuilt from a database out of reach
+        (app/runtime.py) answered as a retryable 503 with the server's headers."""
+        try:
+            return self.handle(request)
+        except Unavailable as error:
+            log.error("%s %s: %s", request.method, request.path, error)
+            return (503, b"Service Unavailable\n", b"text/plain", (FLAVOR, SERVER))
+
     def handle(self, request: Request) -> Response | Deferred:
         path = request.path
         refused = header_refusal(request)

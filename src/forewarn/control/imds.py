@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.azure.imds.scheduled_events import AzureImds, Fault
+from forewarn.azure.rules import AzureRules
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
@@ -92,7 +93,7 @@ def imds_router(imds: AzureImds, listener: tuple[str, int] | None = None) -> API
     @router.get("/v1/imds/settings", tags=["imds"])
     async def settings():
         """The endpoint's behaviour: the profile's settings after the command line's overrides."""
-        rules = imds.service.engine.rules
+        rules = imds.service.engine.rules.of(AzureRules)
         return {
             **asdict(imds.settings),
             "enabling_required": rules.enabling_required,

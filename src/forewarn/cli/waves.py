@@ -9,7 +9,8 @@ import click
 from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, fail, run, split_names
 
 
-def _print_wave(wave: dict) -> None:
+def _print_wave(wave: dict, outcome: str | None = None) -> None:
+    """A wave's state; ``outcome``: a line on what the command just did, printed after it."""
     flight = ", ".join(unit["unit"] for unit in wave["in_flight"]) or "-"
     what = f"Compute Engine {wave['type']} maintenance" if wave["cloud"] == "gce" else wave["type"]
     click.echo(
@@ -25,6 +26,8 @@ def _print_wave(wave: dict) -> None:
         click.echo(f"  skipped (nothing left to maintain): {', '.join(wave['skipped'])}")
     click.echo(f"  over: {', '.join(wave['groups']) or 'the whole fleet'}")
     click.echo(f"  created {wave['created_at']}" + (f", finished {wave['finished_at']}" if wave["finished_at"] else ""))
+    if outcome is not None:
+        click.echo(outcome)
 
 
 @click.group(
@@ -137,11 +140,7 @@ def wave_start(
             body[key] = value
     started = run(lambda: control_client(ctx).post("/v1/waves", body))
     if not follow:
-        emit(
-            started,
-            as_json,
-            lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['scheduled']} events scheduled")),
-        )
+        emit(started, as_json, lambda data: _print_wave(data["wave"], f"  {data['scheduled']} events scheduled"))
         return
     _follow(ctx, started["wave"]["wave_id"], as_json)
 
@@ -209,5 +208,5 @@ def wave_cancel(ctx, wave_id, as_json):
     emit(
         run(lambda: control_client(ctx).post(f"/v1/waves/{wave_id}/cancel")),
         as_json,
-        lambda data: (_print_wave(data["wave"]), click.echo(f"  {data['canceled']} events canceled")),
+        lambda data: _print_wave(data["wave"], f"  {data['canceled']} events canceled"),
     )

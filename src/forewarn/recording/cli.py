@@ -5,7 +5,9 @@ from __future__ import annotations
 import errno
 import json
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,9 +33,11 @@ def _fail(message: str) -> None:
     sys.exit(1)
 
 
-def _seconds(text: str | None, what: str) -> float | None:
-    if text is None:
-        return None
+def _optional_seconds(text: str | None, what: str) -> float | None:
+    return None if text is None else _seconds(text, what)
+
+
+def _seconds(text: str, what: str) -> float:
     try:
         seconds = parse_duration(text).total_seconds()
     except Invalid as error:
@@ -119,7 +123,7 @@ def record_command(url, gce, out, interval, duration, until_empty, api_version, 
     )
 
     interval_seconds = _seconds(interval, "--interval")
-    duration_seconds = _seconds(duration, "--duration")
+    duration_seconds = _optional_seconds(duration, "--duration")
     timeout_seconds = _seconds(timeout, "--timeout")
     source = GCE if gce or "/computeMetadata/" in url else AZURE
     if source == GCE:
@@ -233,6 +237,7 @@ def replay_command(file, host, port, speed, loop, approvals_file):
         f"http://{shown}:{sock.getsockname()[1]}{path}",
         nl=True,
     )
+    run: Callable[[Coroutine[Any, Any, None]], None]
     try:
         import uvloop
 

@@ -268,7 +268,7 @@ def run_command(
     # Indented for reading; a large timeline compact, as the indenting encoder is ten times slower (16 s for the
     # 70 MB of a 5,000-VM week).
     text = json.dumps(timeline, indent=2 if len(timeline["events"]) <= LARGE_TIMELINE_EVENTS else None)
-    if to_stdout:
+    if out_path is None:
         click.echo(text)
     else:
         partial_path = out_path.with_name(out_path.name + ".partial")  # never half a file under the real name

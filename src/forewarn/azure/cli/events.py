@@ -204,7 +204,7 @@ def document(ctx, vm, api_version, pretty):
     if pretty:
         click.echo(json.dumps(response.json(), indent=2))
         return
-    out = click.get_binary_stream("stdout")
+    out = sys.stdout.buffer
     out.write(response.content)
     if sys.stdout.isatty():  # a terminal's prompt would otherwise follow the JSON on the same line
         out.write(b"\n")

@@ -138,3 +138,32 @@ def test_next_deadline_and_zero_impact_window():
     # Started and Completed at the same instant are two steps: two incarnations.
     assert e.component(AzureComponent).incarnation(scope) == 4 and e.component(AzureComponent).live_events(scope) == []
     assert e.next_deadline() is None
+
+
+def test_a_vm_approves_only_the_events_of_its_scope():
+    """The IMDS POST's rule, kept by the component: a VM approves what its scope sees; another scope's EventId (or
+    none at all) is refused with nothing approved, or passed over, as the endpoint is configured."""
+    e = engine()
+    azure = e.component(AzureComponent)
+    [theirs] = {
+        c.event
+        for c in azure.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",)))
+        if isinstance(c, EventChanged)
+    }
+    [mine] = {
+        c.event for c in azure.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",))) if isinstance(c, EventChanged)
+    }
+    solo = e.fleet.vm("solo").scope
+    assert azure.in_scope(solo, [mine.event_id, theirs.event_id, "NOPE"]) == (
+        [mine.event_id],
+        [theirs.event_id, "NOPE"],
+    )
+    with pytest.raises(NotFound, match=f"EventId {theirs.event_id} is not a scheduled event of this VM"):
+        azure.check_approve_from(solo, [mine.event_id, theirs.event_id], reject_unseen=True)
+    with pytest.raises(NotFound):
+        azure.approve_from(solo, [mine.event_id, theirs.event_id], "solo", reject_unseen=True)
+    assert azure.events[mine.event_id].status is EventStatus.SCHEDULED  # refused: nothing approved
+    changes = azure.approve_from(solo, [mine.event_id, theirs.event_id], "solo", reject_unseen=False)
+    assert {c.event.event_id for c in changes if isinstance(c, EventChanged)} == {mine.event_id}
+    assert azure.events[mine.event_id].status is EventStatus.STARTED
+    assert azure.events[theirs.event_id].status is EventStatus.SCHEDULED

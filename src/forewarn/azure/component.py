@@ -377,6 +377,30 @@ class AzureComponent:
         if event.status is not EventStatus.SCHEDULED:
             raise Conflict(f"event {event.event_id} is {event.status.value}; only Scheduled events can be canceled")
 
+    def in_scope(self, scope: str, event_ids: Iterable[str]) -> tuple[list[str], list[str]]:
+        """``event_ids`` split into those of events a VM of ``scope`` sees, and the others (no such event, or
+        another scope's)."""
+        seen: list[str] = []
+        unseen: list[str] = []
+        for event_id in event_ids:
+            event = self.events.get(event_id)
+            (seen if event is not None and event.scope == scope else unseen).append(event_id)
+        return seen, unseen
+
+    def check_approve_from(self, scope: str, event_ids: Iterable[str], reject_unseen: bool) -> None:
+        """Refuse a VM's approval as :meth:`approve_from` would, changing nothing."""
+        _, unseen = self.in_scope(scope, event_ids)
+        if reject_unseen and unseen:
+            raise NotFound(f"EventId {unseen[0]} is not a scheduled event of this VM")
+
+    def approve_from(self, scope: str, event_ids: Iterable[str], by: str, reject_unseen: bool) -> list[Change]:
+        """A VM's approval (the IMDS POST's StartRequests): the events of its ``scope`` among ``event_ids``. An
+        EventId the VM cannot see is refused (``reject_unseen``, NotFound, nothing approved) or passed over."""
+        ids = list(event_ids)
+        self.check_approve_from(scope, ids, reject_unseen)
+        seen, _ = self.in_scope(scope, ids)
+        return self.approve(seen, by)
+
     def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
         """Approve events. Approving a Started, Completed or Canceled event changes nothing (and is not an error)."""
         wanted = [self.event(event_id) for event_id in event_ids]  # every id is checked before anything changes

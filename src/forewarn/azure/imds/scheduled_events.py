@@ -45,6 +45,7 @@ from forewarn.azure.rules import AzureRules
 from forewarn.azure.vms import VM, Power
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import Invalid, NotFound
+from forewarn.engine.engine import Engine
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
 from forewarn.net.http import DROP, JSON, Deferred, Later, Request, Response
@@ -382,24 +383,11 @@ class AzureImds:
 
         # Both run when the group runs, on the engine as committed so far (and as the commands before this one in the
         # group left it), not on one whose transaction is still under way.
-        def sees(engine: Any, event_id: str) -> bool:  # the service's Engine
-            event = engine.component(AzureComponent).events.get(event_id)
-            return event is not None and event.scope == vm.scope
+        def approve(engine: Engine) -> list[Change]:
+            return engine.component(AzureComponent).approve_from(vm.scope, event_ids, vm.name, reject)
 
-        def check(engine: Any) -> None:
-            unknown = next((event_id for event_id in event_ids if not sees(engine, event_id)), None)
-            if reject and unknown is not None:
-                log.info("%s asked to start unknown EventId %s: refused", vm.name, unknown)
-                raise NotFound(f"EventId {unknown} is not a scheduled event of this VM")
-
-        def approve(engine: Any) -> list[Change]:
-            visible = []
-            for event_id in event_ids:
-                if sees(engine, event_id):
-                    visible.append(event_id)
-                else:
-                    log.info("%s asked to start unknown EventId %s: ignored", vm.name, event_id)
-            return engine.component(AzureComponent).approve(visible, vm.name)
+        def check(engine: Engine) -> None:
+            engine.component(AzureComponent).check_approve_from(vm.scope, event_ids, reject)
 
         # Committed with the other approvals that arrive while the transaction before theirs is under way, in one
         # transaction; answered once it is durable (Maintenance.perform_soon).
@@ -411,6 +399,7 @@ class AzureImds:
             if error is None:
                 answer.resolve(_OK_EMPTY)
             elif isinstance(error, NotFound):  # not this VM's event (or it vanished before the group ran)
+                log.info("%s asked to start events: refused: %s", vm.name, error)
                 answer.resolve(_json(400, error_body(f"Bad request. {error}")))
             else:
                 # Unavailable (the commit failed; the engine was rebuilt from what was committed) or a defect: the

@@ -11,7 +11,7 @@ import click
 
 from forewarn import __version__
 from forewarn.cli import clock, fleet, sandbox, serve, waves
-from forewarn.cli.common import CONTEXT, DEFAULT_SERVER
+from forewarn.cli.common import CONTEXT, DEFAULT_SERVER, server_url
 from forewarn.cloud import registered
 from forewarn.recording.cli import COMMANDS as RECORDING_COMMANDS
 from forewarn.scenarios.cli import scenario
@@ -34,7 +34,8 @@ Docs: docs/ in the source tree (control.md lists every command and endpoint)."""
     envvar="FOREWARN_SERVER",
     default=DEFAULT_SERVER,
     show_default=True,
-    help="Control API of the server to drive (env FOREWARN_SERVER).",
+    callback=server_url,
+    help="Control API of the server to drive (env FOREWARN_SERVER); http:// when no scheme is given.",
 )
 @click.option(
     "--control-token",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from forewarn import __version__
-from forewarn.cli import clock, fleet, sandbox, serve, waves
+from forewarn.cli import clock, fleet, history, sandbox, serve, waves
 from forewarn.cli.common import CONTEXT, DEFAULT_SERVER, server_url
 from forewarn.cloud import registered
 from forewarn.recording.cli import COMMANDS as RECORDING_COMMANDS
@@ -51,6 +51,8 @@ def cli(server: str, control_token: str | None) -> None:
 for command in (
     serve.serve,
     clock.clock,
+    history.journal,
+    history.reset,
     fleet.fleet,
     waves.wave,
     scenario,

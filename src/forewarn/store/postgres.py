@@ -101,7 +101,7 @@ class PostgresStore(SQLStore):
         self._url = url
         given = conninfo_to_dict(url)
         self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
-        description = f"postgresql:{redacted(url)}"
+        description = redacted(url)  # a libpq URL names its database already (postgresql://...)
         self._writer_key: int | None = None
         try:
             connection, session = self._connect()

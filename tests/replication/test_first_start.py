@@ -23,7 +23,7 @@ from replication_helpers import FAST, SHARED_FLEET, converged, role, until
 psycopg = pytest.importorskip("psycopg")
 
 ROUNDS = 3
-START_WAIT = 60.0  # seconds for a process to answer /healthz on a loaded 2-core machine (launch_serve's bound)
+START_WAIT = 60.0  # seconds to wait for a start (launch_serve gives up after 30 s, and says why)
 
 
 def process(tmp_path, name: str, url: str, role_name: str, fleet: bool) -> Server:

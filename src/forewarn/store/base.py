@@ -269,14 +269,15 @@ class SQLStore:
         if not self._exclude_writers(cursor):
             return WritersIn(stored, todo[-1].version)
         dialect = Dialect(self.name, self.journal_id_type)
-        for migration in todo:
+        # Read again under the writers' lock: a release without the schema's lock may have migrated meanwhile.
+        for migration in pending(self.schema_version(cursor), self.description):
             migration.apply(cursor, dialect)
             self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
         return None
 
     def _lock_schema(self, cursor: Any) -> bool:
-        """Keep every other process from reading or changing the schema's version until the transaction under way
-        ends; False while another one does. A SQLite transaction (BEGIN IMMEDIATE) excludes the others already."""
+        """Keep every other process's creation or migration of the schema out until the transaction under way ends;
+        False while another one is in. A SQLite transaction (BEGIN IMMEDIATE) excludes the others already."""
         return True
 
     def _exclude_writers(self, cursor: Any) -> bool:

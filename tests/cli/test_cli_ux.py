@@ -58,7 +58,7 @@ def test_document_prints_the_exact_bytes_imds_serves(small_server):
     with fresh(small_server) as server:
         server.schedule(type="Freeze", vms=["solo"])
         served = server.scheduled_events()  # the shared metadata endpoint answers as the default VM, solo
-        run = forewarn(server, "document", "solo")
+        run = forewarn(server, "document", "solo", "--raw")
         pretty = forewarn(server, "document", "solo", "--pretty")
     assert served.status_code == 200
     assert run.stdout.encode() == served.content

@@ -23,15 +23,19 @@ def _print_clock(clock: dict) -> None:
 
 @click.group(
     context_settings=CONTEXT,
+    invoke_without_command=True,
     epilog="""\b
 Examples:
-  forewarn clock show
+  forewarn clock                    # the time, as `forewarn clock show` prints it
   forewarn clock advance 10m        # also 30s, 1h30m, PT15M
   forewarn clock set 2026-04-20T22:30:00Z
   forewarn clock next               # jump to the next NotBefore or end of an impact window""",
 )
-def clock():
+@click.pass_context
+def clock(ctx):
     """Show or move simulated time (moving needs a server started with --clock manual)."""
+    if ctx.invoked_subcommand is None:
+        _clock_call(ctx, False, "/v1/clock")
 
 
 def _print_clock_move(moved: dict) -> None:

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 import click
 
@@ -67,6 +68,7 @@ class CliClient:
         return self.request("POST", path, json=body or {})
 
     def describe(self, error: Unreachable | Refused | BadJson) -> str:
+        from forewarn.cli.ports import not_the_control_api
         from forewarn.net.control_client import BadJson, Unreachable
 
         if isinstance(error, Unreachable):
@@ -74,11 +76,34 @@ class CliClient:
                 f"cannot reach forewarn at {self.base_url} ({error.kind}). Is `forewarn serve` running? "
                 f"Point the CLI at it with {self.pointed_by}."
             )
+        wrong_port = not_the_control_api(self.base_url)  # an answer in another port's terms says nothing of that
+        if wrong_port is not None:
+            return wrong_port
         if isinstance(error, BadJson):
             return f"{self.base_url} answered HTTP {error.status} with JSON this client cannot use: {error}"
         if error.code is None:
             return f"HTTP {error.status}: {error.response.text[:500]}"
         return str(error)
+
+
+def server_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``--server`` as a URL: ``http://`` is assumed when no scheme is given (``127.0.0.1:8170``)."""
+    text = value.strip().rstrip("/")
+    if "://" not in text:
+        text = f"http://{text}"
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or not _port_valid(parts):
+        raise click.BadParameter(
+            f"{value!r} is not the URL of a forewarn control API: give http://HOST:PORT (e.g. {DEFAULT_SERVER})"
+        )
+    return text
+
+
+def _port_valid(parts: SplitResult) -> bool:
+    try:
+        return parts.port is None or parts.port > 0  # reading it raises for a port that is not a number in range
+    except ValueError:
+        return False
 
 
 def control_client(ctx: click.Context) -> CliClient:
@@ -111,6 +136,11 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], object]) -> None:
 def split_names(values: tuple[str, ...]) -> list[str]:
     """Names given comma-separated, repeated, or both."""
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
+
+
+def counted(count: int, singular: str, plural: str | None = None) -> str:
+    """``1 event``, ``2 events`` (``plural`` for words that do not take an s)."""
+    return f"{count} {singular if count == 1 else plural or singular + 's'}"
 
 
 def short_time(text: str | None) -> str:

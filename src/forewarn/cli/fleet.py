@@ -1,6 +1,10 @@
-"""``forewarn fleet``: the served fleet, and generated fleet files."""
+"""``forewarn fleet``: the served fleet, fleet files checked, and generated ones."""
 
 from __future__ import annotations
+
+import json
+import sys
+from typing import Any
 
 import click
 
@@ -8,6 +12,7 @@ from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
     control_client,
+    counted,
     emit,
     fail,
     print_table,
@@ -21,6 +26,7 @@ from forewarn.cli.common import (
     epilog="""\b
 Examples:
   forewarn fleet                                   # the served fleet's VMs
+  forewarn fleet validate fleet.yaml               # check a fleet file without serving it
   forewarn fleet generate --vms 100000 --out big.yaml
   forewarn serve --fleet big.yaml --db big.db --clock manual""",
 )
@@ -133,3 +139,53 @@ def fleet_generate(
     with open(out, "w") as handle:
         handle.write(text)
     click.echo(f"wrote {out}: {text.splitlines()[0].split(': ', 1)[1]}", err=True)
+
+
+@fleet.command(name="validate", context_settings=CONTEXT)
+@click.argument("file")
+@JSON_OPTION
+def fleet_validate(file, as_json):
+    """Check a fleet file as `forewarn serve --fleet FILE` reads it, without serving it (FILE may be demo). Problems
+    are printed as FILE:LINE: WHERE: PROBLEM, with a "did you mean" for a misspelt key; exit status 1 when there
+    are any. Its event_grid section, if any, is checked when served.
+
+    \b
+    Examples:
+      forewarn fleet validate fleet.yaml
+      forewarn fleet validate fleet.yaml --json | jq .valid"""
+    from forewarn.core.errors import CoreError
+    from forewarn.fleet.file import FleetFileError, load_fleet_document
+
+    try:
+        document = load_fleet_document(file)
+    except (FleetFileError, CoreError, ValueError) as error:
+        problems = str(error).splitlines()
+        if as_json:
+            click.echo(json.dumps({"file": file, "valid": False, "problems": problems}, indent=2))
+        else:
+            for problem in problems:
+                click.echo(problem, err=True)
+        sys.exit(1)
+    summary = _fleet_summary(document.fleet)
+    if as_json:
+        found = {"file": file, "valid": True, **summary, "event_grid_section": document.event_grid is not None}
+        click.echo(json.dumps(found, indent=2))
+        return
+    later = "; its event_grid section is checked when served" if document.event_grid is not None else ""
+    click.echo(
+        f"{file}: ok ({counted(summary['azure_vms'], 'Azure VM')} in {counted(summary['scopes'], 'scope')}, "
+        f"{counted(summary['ec2_instances'], 'EC2 instance')}, "
+        f"{counted(summary['gce_instances'], 'Compute Engine instance')}, on {counted(summary['hosts'], 'host')})"
+        f"{later}"
+    )
+
+
+def _fleet_summary(found: Any) -> dict[str, Any]:
+    return {
+        "azure_vms": len(found.vms),
+        "scopes": len(found.scopes),
+        "ec2_instances": len(found.ec2),
+        "gce_instances": len(found.gce),
+        "hosts": len(found.hosts),
+        "default_vm": found.default_vm,
+    }

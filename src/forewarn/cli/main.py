@@ -10,8 +10,8 @@ from __future__ import annotations
 import click
 
 from forewarn import __version__
-from forewarn.cli import clock, fleet, sandbox, serve, waves
-from forewarn.cli.common import CONTEXT, DEFAULT_SERVER
+from forewarn.cli import clock, fleet, history, sandbox, serve, waves
+from forewarn.cli.common import CONTEXT, DEFAULT_SERVER, server_url
 from forewarn.cloud import registered
 from forewarn.recording.cli import COMMANDS as RECORDING_COMMANDS
 from forewarn.scenarios.cli import scenario
@@ -34,7 +34,8 @@ Docs: docs/ in the source tree (control.md lists every command and endpoint)."""
     envvar="FOREWARN_SERVER",
     default=DEFAULT_SERVER,
     show_default=True,
-    help="Control API of the server to drive (env FOREWARN_SERVER).",
+    callback=server_url,
+    help="Control API of the server to drive (env FOREWARN_SERVER); http:// when no scheme is given.",
 )
 @click.option(
     "--control-token",
@@ -50,6 +51,8 @@ def cli(server: str, control_token: str | None) -> None:
 for command in (
     serve.serve,
     clock.clock,
+    history.journal,
+    history.reset,
     fleet.fleet,
     waves.wave,
     scenario,

@@ -6,7 +6,7 @@ import time
 
 import click
 
-from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, fail, run, split_names
+from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, counted, emit, fail, run, split_names
 
 
 def _print_wave(wave: dict, outcome: str | None = None) -> None:
@@ -140,7 +140,11 @@ def wave_start(
             body[key] = value
     started = run(lambda: control_client(ctx).post("/v1/waves", body))
     if not follow:
-        emit(started, as_json, lambda data: _print_wave(data["wave"], f"  {data['scheduled']} events scheduled"))
+        emit(
+            started,
+            as_json,
+            lambda data: _print_wave(data["wave"], f"  {counted(data['scheduled'], 'event')} scheduled"),
+        )
         return
     _follow(ctx, started["wave"]["wave_id"], as_json)
 
@@ -155,7 +159,7 @@ def _follow(ctx, wave_id: str, as_json: bool) -> None:
         current = run(lambda: client.get(f"/v1/waves/{wave_id}"))
         clock = run(lambda: client.get("/v1/clock"))
         line = (
-            f"{clock['now']}  {wave_id}: {current['done'] + len(current['skipped'])}/{current['units']} units, "
+            f"{clock['now']}  {wave_id}: {current['done'] + len(current['skipped'])}/{counted(current['units'], 'unit')}, "
             f"{len(current['in_flight'])} in flight"
         )
         if line != last:
@@ -184,7 +188,7 @@ def wave_list(ctx, as_json):
         for item in waves:
             click.echo(
                 f"{item['wave_id']:<12} {item['status']:<10} {item['cloud']:<5} {item['type']:<11} by {item['by']:<14} "
-                f"{item['done'] + len(item['skipped'])}/{item['units']} units  {item['name']}".rstrip()
+                f"{item['done'] + len(item['skipped'])}/{counted(item['units'], 'unit')}  {item['name']}".rstrip()
             )
 
     emit(run(lambda: control_client(ctx).get("/v1/waves")), as_json, render)
@@ -208,5 +212,5 @@ def wave_cancel(ctx, wave_id, as_json):
     emit(
         run(lambda: control_client(ctx).post(f"/v1/waves/{wave_id}/cancel")),
         as_json,
-        lambda data: _print_wave(data["wave"], f"  {data['canceled']} events canceled"),
+        lambda data: _print_wave(data["wave"], f"  {counted(data['canceled'], 'event')} canceled"),
     )

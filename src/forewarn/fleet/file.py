@@ -12,7 +12,8 @@ import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NoReturn
+from types import UnionType
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -28,7 +29,7 @@ from forewarn.azure.vms import (
     check_terminate_profile,
 )
 from forewarn.core.durations import parse_duration
-from forewarn.core.errors import CoreError
+from forewarn.core.errors import CoreError, did_you_mean
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.model import VM, Fleet, Host
 from forewarn.gcp.model import (
@@ -301,11 +302,40 @@ def _parse_fleet_document(text: str, filename: str, all_lines: bool) -> FleetDoc
             path = tuple(problem["loc"])
             message = problem["msg"]
             if problem["type"] == "extra_forbidden":
-                message = f"unknown key {path[-1]!r}"
+                message = f"unknown key {path[-1]!r}{did_you_mean(str(path[-1]), keys_at(path[:-1]))}"
             problems.append(f"{filename}:{line_of(path, lines)}: {where(path)}: {message}")
         raise FleetFileError("\n".join(problems)) from None
     document.data = data = None  # validated into spec: let it go before the VMs are built (hundreds of MB at 1M VMs)
     return FleetDocument(_build(spec, filename, lines), spec.event_grid)
+
+
+def keys_at(path: tuple) -> list[str]:
+    """The keys a fleet file's mapping at ``path`` (as pydantic locates it: keys and list indexes) may have; empty
+    for a path that is not one of the file's mappings of known keys."""
+    annotation: Any = FleetSpec
+    for step in path:
+        annotation = _optional_inner(annotation)
+        if isinstance(step, str) and _is_spec(annotation) and step in annotation.model_fields:
+            annotation = annotation.model_fields[step].annotation
+        elif isinstance(step, int) and get_origin(annotation) is list:
+            [annotation] = get_args(annotation)
+        else:
+            return []
+    annotation = _optional_inner(annotation)
+    return list(annotation.model_fields) if _is_spec(annotation) else []
+
+
+def _optional_inner(annotation: Any) -> Any:
+    """``X`` of ``X | None``; any other annotation as it is."""
+    if get_origin(annotation) in (Union, UnionType):
+        others = [arg for arg in get_args(annotation) if arg is not type(None)]
+        if len(others) == 1:
+            return others[0]
+    return annotation
+
+
+def _is_spec(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
 def _kind(data) -> str:

@@ -10,14 +10,15 @@ from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
 from forewarn.replication.forward import Leaders
 from forewarn.replication.node import SHARED, Node, NodeSettings
-from forewarn.replication.shared import FleetDiffers, SharedService
+from forewarn.replication.shared import LEADER, FleetDiffers, SharedService
 from forewarn.store import DatabaseInUse, Outgoing, SQLStore, StoreError
 from forewarn.store.lease import Lease
 from forewarn.store.writer import SINGLE
 
 log = logging.getLogger("forewarn.replication")
 
-FIRST_STATE_WAIT = 60.0  # seconds a replica started on an empty database waits for a leader to initialize it
+FIRST_STATE_WAIT = 60.0  # seconds a process started on an empty database waits for a leader to initialize it
+FIRST_STATE_POLL = 0.2  # seconds between two looks at an empty database
 
 
 def open_shared(
@@ -41,25 +42,59 @@ def open_shared(
     store.keeps_changes = True  # whichever process leads journals its commits for the others
     lease = Lease(url)
     try:
-        if settings.role == SHARED and lease.try_acquire():
-            previous = lease.leader()
-            service = open_leader()
-            if previous is not None and previous.role == SINGLE:
-                store.journal_reset()  # replicas that followed an earlier leader miss the single server's commits
-            # It holds the lock and just loaded the state: the engine is current, and its deadlines are as loaded.
-            service.promote(store.position, reschedule=False)
-            log.info("leading the shared database (lock %s)", lease.key)
-        else:
-            _refuse_beside_single(lease, store.description)
-            service = _replica(store, fleet, rules)
+        service = _lead_or_follow(store, lease, open_leader, fleet, rules, settings.role)
+        if service.role != LEADER:
             for derive in outboxes:  # used once this process takes over
                 service.add_outbox(derive)
-            log.info("a replica of the shared database (lock %s held by another process)", lease.key)
     except BaseException:
         lease.close()
         raise
     node = Node(service, url, lease, open_reader, settings, Leaders(control_token))
     return service, node
+
+
+def _lead_or_follow(
+    store: SQLStore,
+    lease: Lease,
+    open_leader: Callable[[], SharedService],
+    fleet: Fleet | None,
+    rules: Rules,
+    role: str,
+) -> SharedService:
+    """Lead if this process may and the lock is free, else follow. An empty database is led only by a process given
+    a fleet, which initializes it: processes started together in any order wait for it (up to FIRST_STATE_WAIT
+    seconds) rather than lead a database they cannot fill, or load one not filled yet."""
+    give_up = time.monotonic() + FIRST_STATE_WAIT
+    waiting = False
+    while True:
+        initialized = store.initialized()
+        if role == SHARED and (initialized or fleet is not None) and lease.try_acquire():
+            return _leader(store, lease, open_leader)
+        _refuse_beside_single(lease, store.description)
+        if initialized:
+            service = _replica(store, fleet, rules)
+            log.info("a replica of the shared database (lock %s held by another process)", lease.key)
+            return service
+        if time.monotonic() > give_up:
+            raise StoreError(
+                f"{store.description}: the database is empty, and no process given a fleet initialized it within "
+                f"{FIRST_STATE_WAIT:g} s: start one with --fleet FILE (or --fleet demo)"
+            )
+        if not waiting:
+            log.info("the database is empty: waiting for a process given a fleet (--fleet) to initialize it")
+            waiting = True
+        time.sleep(FIRST_STATE_POLL)
+
+
+def _leader(store: SQLStore, lease: Lease, open_leader: Callable[[], SharedService]) -> SharedService:
+    previous = lease.leader()
+    service = open_leader()
+    if previous is not None and previous.role == SINGLE:
+        store.journal_reset()  # replicas that followed an earlier leader miss the single server's commits
+    # It holds the lock and just loaded the state: the engine is current, and its deadlines are as loaded.
+    service.promote(store.position, reschedule=False)
+    log.info("leading the shared database (lock %s)", lease.key)
+    return service
 
 
 def _refuse_beside_single(lease: Lease, description: str) -> None:
@@ -74,14 +109,9 @@ def _refuse_beside_single(lease: Lease, description: str) -> None:
 
 
 def _replica(store: SQLStore, fleet: Fleet | None, rules: Rules) -> SharedService:
-    give_up = time.monotonic() + FIRST_STATE_WAIT
-    while True:
-        state = store.load()
-        if state is not None:
-            break
-        if time.monotonic() > give_up:
-            raise StoreError(f"the database is empty and no leader initialized it within {FIRST_STATE_WAIT:g} s")
-        time.sleep(0.2)
+    state = store.load()
+    if state is None:  # initialized databases stay so (a reset keeps the fleet); emptied by hand meanwhile
+        raise StoreError(f"{store.description}: the database was emptied while this process started")
     stored = Fleet.from_records(state.fleet_records)
     if fleet is not None and fleet != stored:
         raise FleetDiffers("the database holds a different fleet than --fleet gives; start the replica without --fleet")

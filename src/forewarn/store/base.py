@@ -241,22 +241,44 @@ class SQLStore:
     def migrate(self) -> None:
         """Bring the schema to the newest version (store/migrations.py), or refuse a database newer than the code.
 
-        A migration may rename what older code writes to, so it runs only while no other process writes to the
-        database (``_exclude_writers``): :class:`WritersIn` when one still does after ``MIGRATION_WAIT`` seconds.
-        A process that migrated the database meanwhile leaves nothing to do."""
-        dialect = Dialect(self.name, self.journal_id_type)
+        Processes started together on a new database create its tables one at a time (``_lock_schema``): the first
+        creates them, the others find them made. A migration may rename what older code writes to, so it runs only
+        while no other process writes to the database (``_exclude_writers``): :class:`WritersIn` when one still does
+        after ``MIGRATION_WAIT`` seconds. Each attempt is a transaction of its own, so that a process waiting for
+        the others holds nothing they wait for."""
         give_up = time.monotonic() + MIGRATION_WAIT
-        with self._transaction() as cursor:
-            while todo := pending(stored := self.schema_version(cursor), self.description):
-                if self._exclude_writers(cursor):
-                    # Read again, under the lock: the version may have moved since.
-                    for migration in pending(self.schema_version(cursor), self.description):
-                        migration.apply(cursor, dialect)
-                        self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
+        while True:
+            with self._transaction() as cursor:
+                waiting_for = self._migrate_now(cursor)
+                if waiting_for is None:
                     return
-                if time.monotonic() > give_up:
-                    raise WritersIn(stored, todo[-1].version)
-                time.sleep(MIGRATION_POLL)
+            if time.monotonic() > give_up:
+                raise waiting_for
+            time.sleep(MIGRATION_POLL)
+
+    def _migrate_now(self, cursor: Any) -> StoreError | None:
+        """Migrate in the transaction under way; None when done (or nothing to do), else what keeps it waiting."""
+        if not self._lock_schema(cursor):
+            return StoreError(
+                f"{self.description}: another process has been creating or migrating the schema for "
+                f"{MIGRATION_WAIT:g} s"
+            )
+        todo = pending(stored := self.schema_version(cursor), self.description)
+        if not todo:
+            return None
+        if not self._exclude_writers(cursor):
+            return WritersIn(stored, todo[-1].version)
+        dialect = Dialect(self.name, self.journal_id_type)
+        # Read again under the writers' lock: a release without the schema's lock may have migrated meanwhile.
+        for migration in pending(self.schema_version(cursor), self.description):
+            migration.apply(cursor, dialect)
+            self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
+        return None
+
+    def _lock_schema(self, cursor: Any) -> bool:
+        """Keep every other process's creation or migration of the schema out until the transaction under way ends;
+        False while another one is in. A SQLite transaction (BEGIN IMMEDIATE) excludes the others already."""
+        return True
 
     def _exclude_writers(self, cursor: Any) -> bool:
         """Keep every other writing process out of the database until the transaction under way ends; False while
@@ -272,6 +294,13 @@ class SQLStore:
         if cursor.fetchone()[0]:
             meta["fleet"] = ""  # stored: an initialized database
         return meta
+
+    @retried_on_a_new_connection
+    def initialized(self) -> bool:
+        """Whether the database holds a fleet (``initialize``): False for a new one."""
+        with self._transaction() as cursor:
+            self._execute(cursor, "SELECT COUNT(*) FROM forewarn_meta WHERE key = 'fleet'")
+            return bool(cursor.fetchone()[0])
 
     @retried_on_a_new_connection
     def fleet_records(self) -> dict[str, Any]:

@@ -52,7 +52,7 @@ class LeaderRow:
 
 class Lease:
     def __init__(self, url: str):
-        self.description = f"postgresql:{redacted(url)}"
+        self.description = redacted(url)
         options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in url}
         options["application_name"] = "forewarn-lease"
         try:

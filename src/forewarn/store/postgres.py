@@ -54,6 +54,9 @@ CONNECTION_DEFAULTS = {
     "keepalives_interval": "5",
     "keepalives_count": "3",
 }
+# The key of the lock under which the schema is created and migrated, one per schema as the writer's is (a URL
+# whose search_path names no existing schema has none: it is then refused by the first CREATE TABLE, naming why).
+SCHEMA_LOCK_KEY = "SELECT hashtext('forewarn-schema:' || COALESCE(current_schema(), ''))"
 RECONNECT_FIRST_DELAY = 0.1  # seconds before the background thread's first attempt; doubled after each failure
 RECONNECT_LONGEST_DELAY = 5.0  # the longest wait between two attempts
 RESOLVE_WITHIN = 10.0  # seconds a commit whose connection broke may wait for the database to learn its outcome
@@ -98,7 +101,7 @@ class PostgresStore(SQLStore):
         self._url = url
         given = conninfo_to_dict(url)
         self._options = {key: value for key, value in CONNECTION_DEFAULTS.items() if key not in given}
-        description = f"postgresql:{redacted(url)}"
+        description = redacted(url)  # a libpq URL names its database already (postgresql://...)
         self._writer_key: int | None = None
         try:
             connection, session = self._connect()
@@ -331,6 +334,18 @@ class PostgresStore(SQLStore):
             except psycopg.Error as error:
                 raise StoreError(f"{self.description}: {_one_line(error)}") from None
             self._published = True
+
+    def _lock_schema(self, cursor: psycopg.Cursor) -> bool:
+        # A lock of its own, for the transaction only, not the writer's: a single server holds the writer's lock
+        # while it migrates, and processes started together on a new database would otherwise each create the same
+        # tables at once, which PostgreSQL refuses to all but one (a duplicate key in its catalog, pg_type).
+        [taken] = cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", (self._schema_key(cursor),)).fetchall()[0]
+        return bool(taken)
+
+    @staticmethod
+    def _schema_key(cursor: psycopg.Cursor) -> int:
+        [key] = cursor.execute(SCHEMA_LOCK_KEY).fetchall()[0]
+        return int(key)
 
     def _exclude_writers(self, cursor: psycopg.Cursor) -> bool:
         # The writer's lock for the transaction only (a session that holds it already, an exclusive store's, is

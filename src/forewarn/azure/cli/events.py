@@ -131,12 +131,23 @@ def show(ctx, event_id, as_json):
     def render(data):
         event = data["event"]
         for key, value in event.items():
-            click.echo(f"{key:>22}: {value}")
+            click.echo(f"{key:>22}: {_readable(value)}")
         click.echo("journal:")
         for entry in data["journal"]:
             click.echo(f"  {entry['at']}  {entry['what']:<10} {entry.get('reason', '')}")
 
     emit({"event": event, "journal": journal}, as_json, render)
+
+
+def _readable(value: object) -> str:
+    """A field of an event as a person reads it: lists comma-separated, nothing as "-", records as JSON."""
+    if value is None or value == []:
+        return "-"
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return ", ".join(value)
+    if isinstance(value, list | dict):
+        return json.dumps(value)
+    return str(value)
 
 
 @click.command(context_settings=CONTEXT)
@@ -194,10 +205,13 @@ def cancel(ctx, event_id, as_json):
 @click.argument("vm")
 @click.option("--api-version", default="2020-07-01", show_default=True)
 @click.option("--pretty", is_flag=True, help="Indent the JSON for reading (no longer the served bytes).")
+@click.option("--raw", is_flag=True, help="The served bytes only, without the newline after them.")
 @click.pass_context
-def document(ctx, vm, api_version, pretty):
-    """Print the scheduled-events document VM sees right now: the exact bytes its IMDS serves (no newline added
-    when the output is a file or a pipe), or indented with --pretty."""
+def document(ctx, vm, api_version, pretty, raw):
+    """Print the scheduled-events document VM sees right now: the exact bytes its IMDS serves, then a newline (none
+    with --raw, to compare or hash the bytes), or indented with --pretty."""
+    if pretty and raw:
+        raise click.UsageError("--pretty and --raw exclude each other: --raw prints the served bytes as they are")
     response = run(
         lambda: control_client(ctx).send("GET", f"/v1/vms/{vm}/scheduledevents", params={"api-version": api_version})
     )
@@ -205,7 +219,5 @@ def document(ctx, vm, api_version, pretty):
         click.echo(json.dumps(response.json(), indent=2))
         return
     out = sys.stdout.buffer
-    out.write(response.content)
-    if sys.stdout.isatty():  # a terminal's prompt would otherwise follow the JSON on the same line
-        out.write(b"\n")
+    out.write(response.content if raw else response.content + b"\n")
     out.flush()

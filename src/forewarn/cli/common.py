@@ -36,13 +36,22 @@ class ClientError(Exception):
 class CliClient:
     """The control-API client, with its failures worded for the command line (:class:`ClientError`)."""
 
-    def __init__(self, base_url: str, headers: dict[str, str] | None = None, pointed_by: str = SERVER_POINTER):
+    def __init__(
+        self,
+        base_url: str,
+        headers: dict[str, str] | None = None,
+        pointed_by: str = SERVER_POINTER,
+        control_api: bool = True,
+    ):
+        """``control_api``: whether ``base_url`` should be the control API (a refusal then asks the port what it
+        is, to tell a user who pointed ``--server`` at another port); False for a client of another port (ARM)."""
         # http.client (and ssl with it) only for commands that call a server: `forewarn --help` does without.
         from forewarn.net.control_client import ControlClient
 
         self.http: ControlClient = ControlClient(base_url, headers=headers)
         self.base_url = self.http.base_url
         self.pointed_by = pointed_by
+        self.control_api = control_api
 
     def request(self, method: str, path: str, params: dict[str, Any] | None = None, json: Any = None) -> Any:
         from forewarn.net.control_client import BadJson, Refused, Unreachable
@@ -76,14 +85,18 @@ class CliClient:
                 f"cannot reach forewarn at {self.base_url} ({error.kind}). Is `forewarn serve` running? "
                 f"Point the CLI at it with {self.pointed_by}."
             )
-        wrong_port = not_the_control_api(self.base_url)  # an answer in another port's terms says nothing of that
-        if wrong_port is not None:
-            return wrong_port
         if isinstance(error, BadJson):
-            return f"{self.base_url} answered HTTP {error.status} with JSON this client cannot use: {error}"
-        if error.code is None:
-            return f"HTTP {error.status}: {error.response.text[:500]}"
-        return str(error)
+            said = f"{self.base_url} answered HTTP {error.status} with JSON this client cannot use: {error}"
+        elif error.code is None:
+            said = f"HTTP {error.status}: {error.response.text[:500]}"
+        else:
+            said = str(error)
+        if not self.control_api:
+            return said
+        port, hint = not_the_control_api(self.base_url)
+        if port is not None and hint is not None:  # another forewarn port: its answer says nothing of use
+            return hint
+        return said if hint is None else f"{said} ({hint})"
 
 
 def server_url(ctx: click.Context, param: click.Parameter, value: str) -> str:

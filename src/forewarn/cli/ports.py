@@ -46,22 +46,23 @@ def which_port(response: Response) -> str | None:
     return None
 
 
-def not_the_control_api(base_url: str) -> str | None:
-    """What to tell a user whose ``--server`` is not the control API (None: it is, or it cannot be told)."""
+def not_the_control_api(base_url: str) -> tuple[str | None, str | None]:
+    """Which forewarn port ``base_url`` is when it is not the control API (None: not one forewarn knows), and what to
+    tell a user whose ``--server`` names it (None: it is the control API, or it cannot be told)."""
     with ControlClient(base_url, timeout=PROBE_TIMEOUT) as client:
         try:
             answer = client.send("GET", "/healthz")
         except Unreachable:
-            return None
+            return None, None
         if is_control_health(answer):
-            return None
+            return None, None
         port = which_port(answer)
         what = (
             f"is {port} of a forewarn server"
             if port
             else f"does not answer as forewarn's control API (GET /healthz: HTTP {answer.status})"
         )
-        return f"{base_url} {what}, not its control API; {_where_control_is(client, base_url)}"
+        return port, f"{base_url} {what}, not its control API; {_where_control_is(client, base_url)}"
 
 
 def _where_control_is(client: ControlClient, base_url: str) -> str:

@@ -33,7 +33,9 @@ TOKEN_OPTION = click.option(
 
 def _arm(arm_url: str, token: str | None) -> CliClient:
     headers = {"Authorization": f"Bearer {token}"} if token else None
-    return CliClient(arm_url, headers=headers, pointed_by="--arm URL or FOREWARN_ARM (the server's --arm-port)")
+    return CliClient(
+        arm_url, headers=headers, pointed_by="--arm URL or FOREWARN_ARM (the server's --arm-port)", control_api=False
+    )
 
 
 def _cell(value) -> str:

@@ -18,12 +18,22 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+if str(SRC) not in sys.path:  # this tree's forewarn, whatever the venv has installed
+    sys.path.insert(0, str(SRC))
+
+# Where tests and benchmarks take ports and loopback addresses (FOREWARN_TEST_NET moves them: docs/testing.md).
+from forewarn.scenarios.testnet import free_ports as free_ports  # noqa: E402
+from forewarn.scenarios.testnet import loopback_address as loopback_address  # noqa: E402
+from forewarn.scenarios.testnet import numbered_address as numbered_address  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 SATURATED = 0.85  # of one core: a server below this was waiting on something other than its own work
@@ -57,7 +67,7 @@ def forewarn_environment() -> dict[str, str]:
     shell, which would change what the server asks of its clients."""
     env = dict(os.environ)
     env.pop("FOREWARN_CONTROL_TOKEN", None)
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(SRC)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     return env
 

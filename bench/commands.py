@@ -8,7 +8,7 @@ second through the control API, on SQLite and on PostgreSQL.
 
 For each store, ``forewarn serve`` runs as a real process (manual clock; SQLite: a file, ``synchronous=FULL`` as serve
 runs it; PostgreSQL: a fresh schema in ``--postgres``, dropped afterwards) with a fleet of N standalone VMs, each on
-its own host and with its own metadata address (127.0.x.y; a VM's client binds it as its source address, so the server
+its own host and with its own metadata address (127.0.x.y, or as FOREWARN_TEST_NET moves them; a VM's client binds it as its source address, so the server
 knows the caller). Then:
 
 1. **schedules**: one Freeze per VM through ``POST /v1/events`` (``{"vms": [name]}``), ``--clients`` requests in
@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchlib import machine_note, markdown_table, measured
+from benchlib import machine_note, markdown_table, measured, numbered_address
 from imds_vs_nginx import VENV_BIN, BenchError, Proc, free_port, guarded, http, say
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
@@ -51,7 +51,7 @@ PATH = "/metadata/scheduledevents?api-version=2020-07-01"
 
 
 def vm_address(index: int) -> str:
-    return f"127.0.{1 + index // 250}.{1 + index % 250}"
+    return numbered_address(index)
 
 
 def fleet_text(vms: int) -> str:

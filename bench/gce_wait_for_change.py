@@ -29,7 +29,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchlib import memory_mb  # noqa: E402
+from benchlib import loopback_address, memory_mb  # noqa: E402
 
 from forewarn.scenarios.server import free_ports, launch_serve  # noqa: E402
 
@@ -39,7 +39,7 @@ INSTANCES = 20
 def fleet_text(instances: int) -> str:
     lines = ["hosts: [{name: host-a}, {name: host-b}]", "gce_instances:"]
     for index in range(instances):
-        lines.append(f"  - {{name: vm-{index}, host: host-a, imds: {{address: 127.0.1.{index + 1}}}}}")
+        lines.append(f"  - {{name: vm-{index}, host: host-a, imds: {{address: {loopback_address(1, index + 1)}}}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -69,7 +69,7 @@ async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
     connections = []
     etags = {}
     for index in range(waiters):
-        address = f"127.0.1.{index // per + 1}"
+        address = loopback_address(1, index // per + 1)
         reader, writer = await asyncio.open_connection(address, imds_port)
         connections.append((address, reader, writer))
     path = "/computeMetadata/v1/instance/maintenance-event"

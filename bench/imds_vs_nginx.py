@@ -40,7 +40,7 @@ from http.client import HTTPConnection, HTTPException
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from benchlib import Meter, verdict
+from benchlib import Meter, free_ports, verdict
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "imds_vs_nginx.json"
@@ -103,9 +103,8 @@ def tool_version(command: list[str]) -> str:
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port for a server about to start, from the range FOREWARN_TEST_NET sets (docs/testing.md)."""
+    return free_ports(1)[0]
 
 
 def pinned(cpu: int | None, argv: list[str]) -> list[str]:

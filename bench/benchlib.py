@@ -8,8 +8,14 @@ records, from /proc:
 - the hypervisor's steal, as a share of the machine's time.
 
 ``verdict`` refuses a round where a server that should have been saturated used less than ``SATURATED`` of a core
-(or, named as a driver, the client used at least that much: then the client set the rate), where other processes used more than ``OTHERS_MAX`` cores, or where steal passed ``STEAL_MAX``. ``rounds`` re-runs a
+(or, named as a driver, the client used at least that much: then the client set the rate), where other processes used
+more than ``OTHERS_MAX`` cores over the round, where steal passed ``STEAL_MAX``, or where the round was too short for
+/proc/stat's clock ticks to tell ``OTHERS_MAX`` apart from an idle machine (``MIN_ROUND``). ``measured`` re-runs a
 refused round up to ``attempts`` times and reports it INVALID (never as a figure that meets a goal) if it still fails.
+
+The participants' CPU is read from each process's CPU clock (nanoseconds), the machine's busy time from /proc/stat
+(sampled at every tick, so off by up to a tick per CPU over a round): a PostgreSQL backend serving the server under
+test is a participant too (``postgres_backends``), not other load.
 CPU-time figures (CPU seconds per request or per query) are reported beside wall time: they barely move with other
 load and compare runs on a busy machine.
 """
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,21 +32,88 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+SRC = Path(__file__).resolve().parent.parent / "src"
+if str(SRC) not in sys.path:  # this tree's forewarn, whatever the venv has installed
+    sys.path.insert(0, str(SRC))
+
+# Where tests and benchmarks take ports and loopback addresses (FOREWARN_TEST_NET moves them: docs/testing.md).
+from forewarn.scenarios.testnet import free_ports as free_ports  # noqa: E402
+from forewarn.scenarios.testnet import loopback_address as loopback_address  # noqa: E402
+from forewarn.scenarios.testnet import numbered_address as numbered_address  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
 SATURATED = 0.85  # of one core: a server below this was waiting on something other than its own work
 OTHERS_MAX = 0.35  # cores used by processes outside the benchmark: above this the machine is busy
 STEAL_MAX = 0.05
+# /proc/stat's busy time is sampled once a tick on each CPU: over a round it is off by up to one tick per CPU. A round
+# must be long enough for that error to stay within half of OTHERS_MAX, or others' load cannot be judged at all.
+SAMPLING_ERROR = (os.cpu_count() or 1) / TICK  # CPU seconds
+MIN_ROUND = SAMPLING_ERROR / (OTHERS_MAX / 2)  # seconds
 
 T = TypeVar("T")
 
 
 def process_cpu(pid: int) -> float:
-    """utime + stime of one process (all its threads), in seconds; 0 if it is gone."""
+    """CPU seconds one process (all its threads) has used, from its CPU clock (nanoseconds; /proc's utime + stime,
+    in 10 ms ticks, where the clock cannot be read); 0 if it is gone."""
+    try:
+        return time.clock_gettime(_process_clock(pid))
+    except OSError:
+        pass
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def _process_clock(pid: int) -> int:
+    """The clock id of a process's CPU clock, as clock_getcpuclockid(3) makes it on Linux (CPUCLOCK_SCHED of the
+    whole process)."""
+    return ((~pid) << 3) | 2
+
+
+def postgres_backends(pids: Iterable[int], port: int = 5432) -> list[int]:
+    """The PostgreSQL backends serving connections that ``pids`` hold to ``port`` on this machine: their CPU is the
+    benchmark's own work (the server under test waits on it), not other load. Found without asking PostgreSQL: a
+    backend's process title names its client's address and port ("postgres: ... 127.0.0.1(54321) idle")."""
+    client_ports = {local for pid in pids for local in _connections_to(pid, port)}
+    backends = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if title.startswith("postgres: ") and any(f"({local})" in title for local in client_ports):
+            backends.append(int(entry.name))
+    return backends
+
+
+def _connections_to(pid: int, remote_port: int) -> list[int]:
+    """Local ports of ``pid``'s TCP connections (IPv4 and IPv6) whose far end is ``remote_port``."""
+    inodes = set()
+    try:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                inodes.add(os.readlink(fd).removeprefix("socket:[").removesuffix("]"))
+            except OSError:  # closed since the listing (the listing's own descriptor, for one)
+                continue
+    except OSError:
+        return []
+    found = []
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            columns = line.split()
+            local, remote, inode = columns[1], columns[2], columns[9]
+            if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                found.append(int(local.rsplit(":", 1)[1], 16))
+    return found
 
 
 def memory_mb(pid: int) -> dict[str, float]:
@@ -57,7 +131,7 @@ def forewarn_environment() -> dict[str, str]:
     shell, which would change what the server asks of its clients."""
     env = dict(os.environ)
     env.pop("FOREWARN_CONTROL_TOKEN", None)
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(SRC)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
     return env
 
@@ -193,9 +267,12 @@ def verdict(usage: Usage, saturated: Sequence[str] = (), drivers: Sequence[str] 
     for name in saturated if not limits else ():
         if usage.share(name) < SATURATED:
             reasons.append(f"{name} used {usage.share(name):.2f} of its core (< {SATURATED})")
-    # Ticks are 10 ms: over a short round, others' share is coarse; allow one tick per CPU of slack.
-    slack = 2 * (os.cpu_count() or 1) / TICK / usage.wall if usage.wall > 0 else 0.0
-    if usage.others_cores > OTHERS_MAX + slack:
+    if usage.wall < MIN_ROUND:
+        reasons.append(
+            f"the round lasted {usage.wall * 1000:.0f} ms: too short to judge other load at /proc/stat's"
+            f" {1000 / TICK:.0f} ms ticks (at least {MIN_ROUND * 1000:.0f} ms)"
+        )
+    elif usage.others_cores > OTHERS_MAX:
         reasons.append(f"other processes used {usage.others_cores:.2f} cores (> {OTHERS_MAX})")
     if usage.steal > STEAL_MAX:
         reasons.append(f"steal {usage.steal:.0%} (> {STEAL_MAX:.0%})")

@@ -2,13 +2,13 @@
 """The durable command path: approvals per second through the metadata POST from many VMs at once, and schedules per
 second through the control API, on SQLite and on PostgreSQL.
 
-    .venv/bin/python bench/commands.py                      # 400 VMs, 32 at once, SQLite and PostgreSQL
+    .venv/bin/python bench/commands.py                      # 4,000 VMs, 32 at once, SQLite and PostgreSQL
     .venv/bin/python bench/commands.py --vms 1000 --clients 64 --stores sqlite
     .venv/bin/python bench/commands.py --check              # small and fast: fails on a broken setup only
 
 For each store, ``forewarn serve`` runs as a real process (manual clock; SQLite: a file, ``synchronous=FULL`` as serve
 runs it; PostgreSQL: a fresh schema in ``--postgres``, dropped afterwards) with a fleet of N standalone VMs, each on
-its own host and with its own metadata address (127.0.x.y; a VM's client binds it as its source address, so the server
+its own host and with its own metadata address (127.0.x.y, or as FOREWARN_TEST_NET moves them; a VM's client binds it as its source address, so the server
 knows the caller). Then:
 
 1. **schedules**: one Freeze per VM through ``POST /v1/events`` (``{"vms": [name]}``), ``--clients`` requests in
@@ -21,7 +21,8 @@ the commands that arrive meanwhile form the next group; each command is answered
 
 Each phase records the server's CPU time (CPU µs per command: robust on a busy machine), this script's (the client:
 raw non-blocking sockets under one selector, requests encoded beforehand, so that it costs little per request), and
-the machine's other load (bench/benchlib.py). A phase where the server did not use its core, where the client used
+the machine's other load (bench/benchlib.py; on PostgreSQL, the backends serving the server count as its own work,
+not as other load). A phase where the server did not use its core, where the client used
 its own (then the client set the rate, and the round says so), or where other processes used the machine, is run
 again (up to 3 times, on a new server) and then reported INVALID. The goal (issue 16): at least
 5,000 approvals/s on SQLite, with nothing acknowledged before it is durable.
@@ -37,11 +38,12 @@ import socket
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from benchlib import machine_note, markdown_table, measured
+from benchlib import machine_note, markdown_table, measured, numbered_address, postgres_backends
 from imds_vs_nginx import VENV_BIN, BenchError, Proc, free_port, guarded, http, say
 
 POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
@@ -51,7 +53,7 @@ PATH = "/metadata/scheduledevents?api-version=2020-07-01"
 
 
 def vm_address(index: int) -> str:
-    return f"127.0.{1 + index // 250}.{1 + index % 250}"
+    return numbered_address(index)
 
 
 def fleet_text(vms: int) -> str:
@@ -215,6 +217,10 @@ def one_store(args: argparse.Namespace, store: str, tmp: Path, procs: list, atte
         db = f"{args.postgres}{'&' if '?' in args.postgres else '?'}options=-csearch_path%3D{schema}"
     server = Server(db, fleet, tmp, f"{store}-{attempt[0]}")
     procs.append(server.proc)
+    participants = {"server": server.proc.pids}
+    if schema is not None:
+        port = urlsplit(args.postgres).port or 5432
+        participants["postgres"] = lambda: postgres_backends(server.proc.pids(), port)
     try:
         names = [f"vm-{i:05d}" for i in range(args.vms)]
         schedules = [
@@ -228,7 +234,7 @@ def one_store(args: argparse.Namespace, store: str, tmp: Path, procs: list, atte
         ]
         scheduled = measured(
             lambda: run_clients(schedules, server.port, args.clients),
-            {"server": server.proc.pids},
+            participants,
             saturated=("server",),
             drivers=("client",),
             attempts=1,
@@ -247,7 +253,7 @@ def one_store(args: argparse.Namespace, store: str, tmp: Path, procs: list, atte
         ]
         approved = measured(
             lambda: run_clients(approvals, server.imds_port, args.clients),
-            {"server": server.proc.pids},
+            participants,
             saturated=("server",),
             drivers=("client",),
             attempts=1,
@@ -294,11 +300,12 @@ def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
                     f"{usage.share('server'):.2f}",
                     f"{usage.cpu.get('client', 0.0) / args.vms * 1e6:,.0f}",
                     f"{usage.share('client'):.2f}",
+                    f"{usage.cpu['postgres'] / args.vms * 1e6:,.0f}" if "postgres" in usage.cpu else "-",
                     status,
                 ]
             )
     headers = ["store", "commands", "count", "per second", "mean latency ms", "server CPU µs each", "server CPU/wall"]
-    headers += ["client CPU µs each", "client CPU/wall"]
+    headers += ["client CPU µs each", "client CPU/wall", "PostgreSQL backends' CPU µs each"]
     headers.append(f"≥ {GOAL_APPROVALS:,} approvals/s (SQLite)")
     say()
     say(markdown_table(headers, rows))
@@ -311,7 +318,7 @@ def run(args: argparse.Namespace, procs: list, tmp: Path) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vms", type=int, default=400, help="VMs: one schedule and one approval each (default 400)")
+    parser.add_argument("--vms", type=int, default=4000, help="VMs: one schedule and one approval each (default 4,000)")
     parser.add_argument("--clients", type=int, default=32, help="requests in flight at once (default 32)")
     parser.add_argument("--stores", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql")
     parser.add_argument("--postgres", default=POSTGRES, help=f"PostgreSQL database (default {POSTGRES})")

@@ -10,7 +10,10 @@ Run from the repository root:  .venv/bin/python bench/ec2_vs_moto.py
      scheduled events, so its answers carry none and are smaller);
   4. lists every instance with boto3's describe_instance_status paginator (IncludeAllInstances=True, PageSize 1000)
      against both servers, alternating round by round, and reports listings/s, p50 and p99 per server and the ratio
-     forewarn/moto; then the same with the raw HTTP request (no botocore: its parsing cost taken out).
+     forewarn/moto; then the same with the raw HTTP request (no botocore: its parsing cost taken out);
+  5. times forewarn's listings cold as well: after a change (``POST /v1/reset`` and the same events scheduled again,
+     so every instance's cached item is made anew and the answer is the same bytes), the first raw listing, then the
+     next one (warm), side by side with moto's raw listing (which caches nothing: every listing of it is cold).
 
 Both servers run on CPU 0, this script (the client) on CPU 1. Results also go to bench/results/ec2_vs_moto.json. The exit
 status is 0 whatever the figures; non-zero means the run itself failed (including a server not answering every
@@ -29,13 +32,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.client import HTTPConnection
 from pathlib import Path
 
 # Shared with the IMDS benchmark beside this file: process handling, CPU accounting, small HTTP helpers.
-from benchlib import Meter, machine_note, markdown_table, verdict
+from benchlib import Meter, machine_note, markdown_table, process_cpu, verdict
 from imds_vs_nginx import (
     ROOT,
     VENV_BIN,
@@ -328,6 +332,48 @@ def measure(targets: list[Target], once, warmup: int, rounds: int, server_cpu: i
     return out
 
 
+def measure_cold(target: Target, rounds: int, change: Callable[[], object]) -> dict:
+    """``rounds`` times: ``change`` (untimed), then the first raw listing (cold: every item rendered anew) and the
+    next (warm), each timed with the server's CPU from its CPU clock (a listing is a few ms: ticks would not do)."""
+    cold: list[float] = []
+    warm: list[float] = []
+    cold_cpu: list[float] = []
+    warm_cpu: list[float] = []
+    assert target.pids is not None
+    for _ in range(rounds):
+        change()
+        for walls, cpus in ((cold, cold_cpu), (warm, warm_cpu)):
+            cpu_before, started = sum(map(process_cpu, target.pids)), time.perf_counter()
+            post_raw(target)
+            walls.append(time.perf_counter() - started)
+            cpus.append(sum(map(process_cpu, target.pids)) - cpu_before)
+    return {
+        "rounds": rounds,
+        "cold_p50_ms": statistics.median(cold) * 1e3,
+        "cold_max_ms": max(cold) * 1e3,
+        "cold_server_cpu_ms": statistics.median(cold_cpu) * 1e3,
+        "warm_p50_ms": statistics.median(warm) * 1e3,
+        "warm_server_cpu_ms": statistics.median(warm_cpu) * 1e3,
+    }
+
+
+def report_cold(cold: dict, moto_raw: dict | None) -> None:
+    say("")
+    say(f"raw HTTP POST after a change that touched every instance ({cold['rounds']} rounds: change, cold, warm)")
+    say(
+        f"  forewarn cold: p50 {cold['cold_p50_ms']:.2f} ms (max {cold['cold_max_ms']:.2f} ms), server CPU "
+        f"{cold['cold_server_cpu_ms']:.1f} ms; warm right after: p50 {cold['warm_p50_ms']:.2f} ms, server CPU "
+        f"{cold['warm_server_cpu_ms']:.1f} ms"
+    )
+    if moto_raw is not None:
+        say(
+            f"  moto (no cache: every listing cold): p50 {moto_raw['p50_ms']:.2f} ms, server CPU "
+            f"{moto_raw['server_cpu_ms_per_listing']:.1f} ms; forewarn cold/moto: listings/s "
+            f"{moto_raw['p50_ms'] / cold['cold_p50_ms']:.2f}x, server CPU "
+            f"{moto_raw['server_cpu_ms_per_listing'] / max(cold['cold_server_cpu_ms'], 1e-6):.1f}x less"
+        )
+
+
 def report(title: str, result: dict, names: list[str]) -> dict:
     ours, theirs = result["forewarn"], result["moto"]
     ratio = {
@@ -371,6 +417,9 @@ def main() -> int:
         help="timed raw-HTTP listings per server (default 100; 0: skip the raw variant)",
     )
     parser.add_argument("--warmup", type=int, default=3, help="untimed listings per server first (default 3)")
+    parser.add_argument(
+        "--cold-rounds", type=int, default=10, help="forewarn's listings timed right after a change (default 10)"
+    )
     parser.add_argument("--keep-tmp", action="store_true", help="keep the temp dir (fleet file, server logs)")
     parser.add_argument(
         "--check",
@@ -382,7 +431,7 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.check:
-        args.instances, args.rounds, args.raw_rounds, args.warmup = 50, 2, 2, 0
+        args.instances, args.rounds, args.raw_rounds, args.warmup, args.cold_rounds = 50, 2, 2, 0, 2
     if not 1 <= args.instances <= PAGE_SIZE:
         parser.error(f"--instances must be 1..{PAGE_SIZE} (a listing is then one page on both servers)")
     if args.rounds < 2 or args.raw_rounds < 0 or args.raw_rounds == 1 or args.warmup < 0:
@@ -510,9 +559,19 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
             break
         refused.append(reasons)
         say(f"# raw round refused: {'; '.join(reasons)}")
+
+    def change() -> None:
+        control(forewarn.control, "POST", "/v1/reset", {})
+        schedule_events(forewarn, fleet_ids, args.event_every)
+
+    cold = measure_cold(targets[0], args.cold_rounds, change) if args.cold_rounds else None
+    if cold is not None and check_raw(targets[0])["events"] != raw_checked.get("forewarn", {}).get("events", 0):
+        raise BenchError("after the reset and the same events again, forewarn's answer has other events")
     for target in targets:
         if target.connection is not None:
             target.connection.close()
+    if cold is not None:
+        report_cold(cold, raw["moto"] if raw is not None and "moto" in raw else None)
     if len(names) < 2:
         say("")
         for name, result in (("boto3", boto), ("raw", raw)):
@@ -603,6 +662,7 @@ def run(args: argparse.Namespace, procs: list[Proc], tmp: Path) -> int:
         "boto3_ratio_forewarn_over_moto": boto_ratio,
         "raw": raw,
         "raw_ratio_forewarn_over_moto": raw_ratio,
+        "cold": cold,
         "note": "moto does not implement scheduled events: its answers carry no eventsSet and are smaller",
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)

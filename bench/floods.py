@@ -56,11 +56,12 @@ from forewarn.scenarios.server import free_ports  # noqa: E402
 GOAL = 0.100  # seconds: the longest wait an unrelated client may see during a flood
 ATTEMPTS = 3
 TIMEOUT = 30.0  # seconds for one answer: the code before the fixes made clients wait seconds, not minutes
-FLEET = """
-hosts: [{name: host-a}, {name: host-b}]
+FLOODER, PROBE, CHUNKER, BYSTANDER = (benchlib.loopback_address(*at) for at in ((2, 1), (2, 2), (0, 12), (4, 1)))
+FLEET = f"""
+hosts: [{{name: host-a}}, {{name: host-b}}]
 vms:
-  - {name: flooder, host: host-a, imds: {address: 127.0.2.1}}
-  - {name: probe, host: host-b, imds: {address: 127.0.2.2}}
+  - {{name: flooder, host: host-a, imds: {{address: {FLOODER}}}}}
+  - {{name: probe, host: host-b, imds: {{address: {PROBE}}}}}
 """
 METADATA_GET = b"GET /metadata/scheduledevents?api-version=2020-07-01 HTTP/1.1\r\nHost: 169.254.169.254\r\nMetadata: true\r\n\r\n"  # fmt: skip
 ARM_PATH = (
@@ -84,7 +85,7 @@ def connect(port: int, source: str, timeout: float | None = TIMEOUT) -> socket.s
 # Each runs in a spawned process: it sets ``ready`` once its flood is under way, floods until ``stop``, then puts what
 # it saw (the proof that the flood happened) on ``report``.
 def flood_pipelined(port: int, ready, stop, report) -> None:
-    sock = connect(port, "127.0.2.1", timeout=None)
+    sock = connect(port, FLOODER, timeout=None)
     answers = [0]
 
     def read() -> None:
@@ -112,7 +113,7 @@ def flood_chunks(port: int, ready, stop, report, connections: int = 8) -> None:
         piece = b"1\r\n \r\n" * 10_000
         while not stop.is_set():
             try:
-                with connect(port, "127.0.0.12", timeout=None) as sock:
+                with connect(port, CHUNKER, timeout=None) as sock:
                     sock.sendall(CHUNKED_POST + piece)
                     with lock:
                         started[0] += 1
@@ -133,7 +134,7 @@ def flood_chunks(port: int, ready, stop, report, connections: int = 8) -> None:
 def flood_idle(port: int, ready, stop, report, count: int = 1100) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(count + 200, hard)), hard))
-    held = [connect(port, f"127.0.3.{n // 64 + 1}") for n in range(count)]
+    held = [connect(port, benchlib.loopback_address(3, n // 64 + 1)) for n in range(count)]
     poller = select.poll()
     for sock in held:
         poller.register(sock, select.POLLIN)
@@ -208,9 +209,9 @@ def read_answer(sock: socket.socket) -> tuple[int, bytes]:
 def probe_for(seconds: float, ports: dict[str, int]) -> list[Target]:
     request = "GET {} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".format
     asked = [
-        Target("metadata GET of VM probe", ports["imds"], "127.0.2.2", METADATA_GET),
-        Target("control /healthz", ports["control"], "127.0.4.1", request("/healthz").encode()),
-        Target("ARM GET of VM probe", ports["arm"], "127.0.4.1", request(ARM_PATH).encode()),
+        Target("metadata GET of VM probe", ports["imds"], PROBE, METADATA_GET),
+        Target("control /healthz", ports["control"], BYSTANDER, request("/healthz").encode()),
+        Target("ARM GET of VM probe", ports["arm"], BYSTANDER, request(ARM_PATH).encode()),
     ]
     end = time.monotonic() + seconds
     while time.monotonic() < end:

@@ -5,7 +5,8 @@ The server runs on a manual clock with a fleet of Compute Engine instances, each
 control API announces maintenance on every instance two minutes ahead (upcoming maintenance: ``maintenance-event``
 stays ``NONE``). A client process (asyncio, raw sockets) opens N connections spread over the instances, asks each
 instance's ``maintenance-event`` once (so it gets the 60-second notice), then sends N hanging GETs with the current
-ETag. Once the server holds them all (its RSS is read from /proc), one clock step of 61 seconds passes the notice
+ETag. Once the server says it holds them all (``GET /v1/gce/hanging-gets`` on the control API; its RSS is then read
+from /proc), one clock step of 61 seconds passes the notice
 deadline, and every waiter is answered. Printed side by side: waiters, the server's RSS before and with them held,
 per waiter, and the time from the clock step to the last answer.
 
@@ -29,7 +30,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from benchlib import memory_mb  # noqa: E402
+from benchlib import loopback_address, memory_mb  # noqa: E402
 
 from forewarn.scenarios.server import free_ports, launch_serve  # noqa: E402
 
@@ -39,7 +40,7 @@ INSTANCES = 20
 def fleet_text(instances: int) -> str:
     lines = ["hosts: [{name: host-a}, {name: host-b}]", "gce_instances:"]
     for index in range(instances):
-        lines.append(f"  - {{name: vm-{index}, host: host-a, imds: {{address: 127.0.1.{index + 1}}}}}")
+        lines.append(f"  - {{name: vm-{index}, host: host-a, imds: {{address: {loopback_address(1, index + 1)}}}}}")
     return "\n".join(lines) + "\n"
 
 
@@ -57,6 +58,19 @@ async def read_answer(reader: asyncio.StreamReader) -> bytes:
     return etag if body == b"NONE" else b"CHANGED:" + body
 
 
+async def held_by_server(control: str, waiters: int, within: float = 60.0) -> float:
+    """Seconds until the server says (GET /v1/gce/hanging-gets) that it holds all ``waiters`` GETs: the step must
+    find every one of them waiting, not still being read. SystemExit if it does not within ``within`` seconds."""
+    started = time.perf_counter()
+    held = -1
+    while time.perf_counter() - started < within:
+        held = (await asyncio.to_thread(requests.get, f"{control}/v1/gce/hanging-gets", timeout=30)).json()["held"]
+        if held == waiters:
+            return time.perf_counter() - started
+        await asyncio.sleep(0.05)
+    raise SystemExit(f"the server holds {held} of {waiters} hanging GETs after {within:g} s")
+
+
 async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
     per = -(-waiters // INSTANCES)
     idle = memory_mb(pid)["VmRSS"]
@@ -69,7 +83,7 @@ async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
     connections = []
     etags = {}
     for index in range(waiters):
-        address = f"127.0.1.{index // per + 1}"
+        address = loopback_address(1, index // per + 1)
         reader, writer = await asyncio.open_connection(address, imds_port)
         connections.append((address, reader, writer))
     path = "/computeMetadata/v1/instance/maintenance-event"
@@ -81,7 +95,7 @@ async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
     for address, _reader, writer in connections:
         query = f"wait_for_change=true&last_etag={etags[address].decode()}"
         writer.write(f"GET {path}?{query} HTTP/1.1\r\nHost: {address}\r\nMetadata-Flavor: Google\r\n\r\n".encode())
-    await asyncio.sleep(2.0)  # let the server read every request and hold it
+    held_at = await held_by_server(control, waiters)
     held = memory_mb(pid)["VmRSS"]
     started = time.perf_counter()
     loop = asyncio.get_running_loop()
@@ -104,6 +118,8 @@ async def run(waiters: int, imds_port: int, control: str, pid: int) -> dict:
         "kb_per_waiter_beyond_its_connection": round((held - before) * 1024 / waiters, 2),
         "kb_per_connection_and_waiter": round((held - idle) * 1024 / waiters, 2),
         "clock_step_to_last_answer_s": round(last, 3),
+        "held_by_the_server_before_the_step": waiters,
+        "all_held_after_s": round(held_at, 3),
     }
 
 

@@ -4,7 +4,9 @@ under 20 s, and a clock step with the same work due costing the same as at 10,00
 
 For each fleet size, in its own temporary database (a SQLite file, or a fresh schema of ``--db postgresql://...``):
 
-1. ``forewarn fleet generate --vms N`` writes the fleet file (its size and the time it took are printed);
+1. the fleet generator (``forewarn fleet generate``'s, from Python) writes a fleet of N machines: a twentieth of
+   them EC2 instances, a twentieth Compute Engine instances, the rest Azure VMs (its size and the time it took are
+   printed);
 2. **first start**: ``forewarn serve --fleet FILE --db DB --clock manual`` with every surface on (control, IMDS,
    ARM with Resource Graph, EC2, Compute Engine), timed from the process start to the first 200 of ``/healthz``;
    beside the wall time, the server's CPU time (user + sys) by then, its resident memory (VmRSS) and its peak
@@ -14,7 +16,10 @@ For each fleet size, in its own temporary database (a SQLite file, or a fresh sc
    (``POST /v1/waves``), then 18 clock steps (``POST /v1/clock/next``): the server's CPU time per step. The work due
    at each step is the same at every size, so the figure should not grow with the fleet (1.0 against the smallest
    size);
-4. **restart** from the same database without ``--fleet`` (what a restarted service does), then **restart with
+4. **every surface used**: an ARM GET of a VM, a Resource Graph query, an EC2 DescribeInstanceStatus page, a
+   Compute Engine API listing (each builds what it builds on first use), then the server's memory now and at its
+   peak: the memory goal is judged on this peak, not on the figure at ready;
+5. **restart** from the same database without ``--fleet`` (what a restarted service does), then **restart with
    --fleet** (the same command run twice: the file is hashed and recognized as the one the stored fleet was read
    from, not parsed), each timed and measured like the first start, each answering the same GET.
 
@@ -142,6 +147,46 @@ def probe(server: Server, steps: int) -> dict[str, float]:
     return {"cpu_ms_per_step": cpu / steps * 1000, "wall_ms_per_step": wall / steps * 1000, "changes": changes}
 
 
+def use_every_surface(server: Server, vm: str) -> dict[str, int]:
+    """One call to each surface that builds something on first use: an ARM GET of ``vm``, a Resource Graph query, a
+    page of EC2 DescribeInstanceStatus, a Compute Engine API listing. Each must answer 200."""
+    subscription, group, _ = server.call("GET", f"/v1/vms/{vm}")["scope"].removeprefix("vm:").split("/")
+    arm = f"http://127.0.0.1:{server.ports['arm-port']}"
+    ec2 = f"http://127.0.0.1:{server.ports['ec2-port']}"
+    gce = f"http://127.0.0.1:{server.ports['gce-port']}"
+    vm_path = (
+        f"/subscriptions/{subscription}/resourceGroups/{group}/providers/Microsoft.Compute/"
+        f"virtualMachines/{vm}?api-version=2024-07-01"
+    )
+    instance = server.call("GET", "/v1/gce/instances/gce-00000")
+    calls = {
+        "arm_vm": httpx.get(arm + vm_path, timeout=600),
+        "resource_graph": httpx.post(
+            f"{arm}/providers/Microsoft.ResourceGraph/resources?api-version=2022-10-01",
+            json={"query": "maintenanceresources | summarize count()"},
+            timeout=600,
+        ),
+        "ec2_describe_instance_status": httpx.post(
+            ec2 + "/",
+            content=b"Action=DescribeInstanceStatus&Version=2016-11-15&IncludeAllInstances=true&MaxResults=1000",
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded; charset=utf-8",
+                "X-Amz-Date": "20261130T120000Z",
+                "Authorization": "AWS4-HMAC-SHA256 Credential=AKIDBENCH/20261130/us-east-1/ec2/aws4_request, "
+                "SignedHeaders=content-type;host;x-amz-date, Signature=" + "0" * 64,
+            },
+            timeout=600,
+        ),
+        "gce_instances": httpx.get(
+            f"{gce}/compute/v1/projects/{instance['project']}/zones/{instance['zone']}/instances", timeout=600
+        ),
+    }
+    for name, answer in calls.items():
+        if answer.status_code != 200:
+            raise SystemExit(f"{name}: {answer.status_code} {answer.text[:300]}")
+    return {name: len(answer.content) for name, answer in calls.items()}
+
+
 def start_figures(server: Server, vms: int) -> dict[str, float]:
     return {
         "ready_s": server.ready_s,
@@ -156,24 +201,10 @@ def one_size(vms: int, db_url: str | None, tmp: Path, steps: int) -> dict:
     result: dict = {"vms": vms}
     fleet = tmp / f"fleet-{vms}.yaml"
     started = time.perf_counter()
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "forewarn",
-            "fleet",
-            "generate",
-            "--vms",
-            str(vms),
-            "--seed",
-            "bench",
-            "--out",
-            str(fleet),
-        ],
-        check=True,
-        env=forewarn_environment(),
-        capture_output=True,
-    )
+    others = vms // 20
+    shape = f"FleetShape(vms={vms - 2 * others}, ec2={others}, gce={others}, seed='bench')"
+    write = f"from forewarn.fleet.generate import *; open({str(fleet)!r}, 'w').write(fleet_yaml({shape}))"
+    subprocess.run([sys.executable, "-c", write], check=True, env=forewarn_environment(), capture_output=True)
     result["generate_s"] = time.perf_counter() - started
     result["file_mb"] = fleet.stat().st_size / 2**20
     vm = "vm-00000"  # the first standalone VM: every generated fleet of more than a few VMs has one
@@ -185,6 +216,8 @@ def one_size(vms: int, db_url: str | None, tmp: Path, steps: int) -> dict:
         before = server.document(vm)
         result["probe"] = probe(server, steps)
         result["after_probe"] = server.memory()
+        result["surfaces"] = use_every_surface(server, vm)
+        result["after_surfaces"] = server.memory()
         after = server.document(vm)
         if after["DocumentIncarnation"] < before["DocumentIncarnation"]:
             raise SystemExit("DocumentIncarnation went backwards")
@@ -222,10 +255,14 @@ def drop_schema(url: str, schema: str) -> None:
 
 def table(rows: list[dict], database: str) -> str:
     header = (
-        "VMs | file MB | first start s (CPU s) | RSS MB | peak MB | KB/VM | restart s (CPU s) | RSS MB | peak MB "
-        "| restart --fleet s | probe CPU ms/step | probe wall ms/step"
+        "machines | file MB | first start s (CPU s) | RSS MB | peak MB | KB/VM | surfaces used: RSS MB | peak MB "
+        "| restart s (CPU s) | RSS MB | peak MB | restart --fleet s | probe CPU ms/step | probe wall ms/step"
     )
-    lines = [f"One forewarn serve, {database}, every surface on; memory at /healthz ready\n", header]
+    lines = [
+        f"One forewarn serve, {database}, every surface on; machines: 90% Azure VMs, 5% EC2, 5% Compute Engine; "
+        "memory at /healthz ready, then after the probe and a call to every surface\n",
+        header,
+    ]
     lines.append(" | ".join("---" for _ in header.split(" | ")))
     for row in rows:
         first, restart, again, step = row["first"], row["restart"], row["restart_fleet"], row["probe"]
@@ -238,6 +275,8 @@ def table(rows: list[dict], database: str) -> str:
                     f"{first['rss_mb']:.0f}",
                     f"{first['peak_mb']:.0f}",
                     f"{first['kb_per_vm']:.2f}",
+                    f"{row['after_surfaces']['VmRSS']:.0f}",
+                    f"{row['after_surfaces']['VmHWM']:.0f}",
                     f"{restart['ready_s']:.1f} ({restart['ready_cpu_s']:.1f})",
                     f"{restart['rss_mb']:.0f}",
                     f"{restart['peak_mb']:.0f}",
@@ -263,9 +302,11 @@ def verdicts(rows: list[dict]) -> list[str]:
         if row["vms"] != GOAL_VMS:
             continue
         peak = max(row[name]["peak_mb"] for name in ("first", "restart", "restart_fleet"))
+        used = row["after_surfaces"]
         checks = (
             ("resident at ready", row["first"]["rss_mb"], GOALS["rss_mb"], "MB"),
-            ("peak resident (any start)", peak, GOALS["rss_mb"], "MB"),
+            ("resident after every surface was used", used["VmRSS"], GOALS["rss_mb"], "MB"),
+            ("peak resident (every surface used, any start)", max(peak, used["VmHWM"]), GOALS["rss_mb"], "MB"),
             ("first start", row["first"]["ready_s"], GOALS["first_s"], "s"),
             ("restart", row["restart"]["ready_s"], GOALS["restart_s"], "s"),
         )

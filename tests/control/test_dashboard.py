@@ -17,6 +17,7 @@ import yaml
 from forewarn.app.runtime import ClockView
 from forewarn.control import dashboard
 from forewarn.control.dashboard import MAX_STREAMS, MAX_STREAMS_PER_SOURCE, QUEUE_LIMIT, LiveFeed
+from forewarn.scenarios.testnet import loopback_address
 from helpers import ROOT, Server
 
 
@@ -204,13 +205,13 @@ def test_one_address_holds_at_most_16_streams(tmp_path):
         held = []
         try:
             for _ in range(MAX_STREAMS_PER_SOURCE):
-                sock, answer = open_stream(server.port, "127.0.4.1")
+                sock, answer = open_stream(server.port, loopback_address(4, 1))
                 held.append(sock)
                 assert answer.startswith(b"HTTP/1.1 200 ")
-            status, refusal = stream_answer(server, "127.0.4.1")
+            status, refusal = stream_answer(server, loopback_address(4, 1))
             assert (status, refusal["error"]["code"]) == (503, "TooManyStreams")
-            assert refusal["error"]["message"] == "at most 16 open streams from one address (127.0.4.1)"
-            assert stream_answer(server, "127.0.4.2")[1]["hello"]  # another address still gets its stream
+            assert refusal["error"]["message"] == f"at most 16 open streams from one address ({loopback_address(4, 1)})"
+            assert stream_answer(server, loopback_address(4, 2))[1]["hello"]  # another address still gets its stream
         finally:
             for sock in held:
                 sock.close()
@@ -236,7 +237,7 @@ def test_streams_that_are_not_read_give_their_slots_back(tmp_path):
             reader.start()
             try:
                 for n in range(MAX_STREAMS - 1):
-                    sock, answer = open_stream(server.port, f"127.0.4.{n // MAX_STREAMS_PER_SOURCE + 2}")
+                    sock, answer = open_stream(server.port, loopback_address(4, n // MAX_STREAMS_PER_SOURCE + 2))
                     held.append(sock)
                     assert answer.startswith(b"HTTP/1.1 200 ")
                 assert stream_status(server) == 503  # every slot is taken

@@ -2,6 +2,7 @@
 manual clock, headers, listings, recursive and alt, and the refusals."""
 
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -314,3 +315,29 @@ def test_serve_options_set_the_compute_engine_timings(tmp_path):
         [sys.executable, "-m", "forewarn", "serve", "--gce-timing", "notise=2m"], capture_output=True, text=True
     )
     assert refused.returncode == 2 and "did you mean 'notice'" in refused.stderr
+
+
+def test_the_control_api_says_how_many_hanging_gets_the_server_holds(server):
+    def held():
+        return requests.get(f"{server.control}/v1/gce/hanging-gets", timeout=10).json()["held"]
+
+    def hang(name):
+        etag = get(server, "instance/maintenance-event", address=ADDRESSES[name]).headers["ETag"]
+        sock = socket.create_connection((ADDRESSES[name], server.imds_port), timeout=10)
+        path = f"/computeMetadata/v1/instance/maintenance-event?wait_for_change=true&last_etag={etag}"
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: metadata\r\nMetadata-Flavor: Google\r\n\r\n".encode())
+        return sock
+
+    assert held() == 0
+    waiting = [hang("web-1"), hang("web-1"), hang("gpu-1")]
+    try:
+        wait_until(lambda: held() == 3, "three hanging GETs held")
+        waiting.pop().close()  # a client that hangs up is no longer held
+        wait_until(lambda: held() == 2, "the closed one let go")
+        server.post("/v1/gce/maintenance", {"instances": ["web-1"], "notice": "60s"}, expect=201)
+        for sock in waiting:
+            assert b"MIGRATE_ON_HOST_MAINTENANCE" in sock.recv(4096)
+        assert held() == 0
+    finally:
+        for sock in waiting:
+            sock.close()

@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from forewarn.scenarios.testnet import loopback_address
 from helpers import Server
 
 SHORT = ["header_timeout=1", "body_timeout=1", "idle_timeout=2"]
@@ -516,7 +517,7 @@ def test_each_api_port_counts_its_own_connections(tmp_path):
     with Server(tmp_path) as server:  # the default limits: idle connections are kept 30 s
         try:
             for n in range(1100):  # 64 per address, the cap per source
-                held.append(connect(server.ec2_port, f"127.0.3.{n // 64 + 1}"))
+                held.append(connect(server.ec2_port, loopback_address(3, n // 64 + 1)))
             refusals = refusals_of(held, most_seconds=10)
             cap = 1100 - len(refusals)  # 1,024, or less where the descriptor limit is low
             assert refusals == [b"too many connections to this server (%d)" % cap] * len(refusals) and refusals

@@ -283,6 +283,21 @@ def test_generated_fleet_with_compute_engine_instances_shares_the_hosts(tmp_path
     assert (len(only_gce.vms), len(only_gce.gce), len(only_gce.hosts)) == (0, 30, 3)
 
 
+def test_generated_fleet_with_ec2_and_compute_engine_instances_shares_the_hosts():
+    text = fleet_yaml(FleetShape(vms=1_000, gce=300, ec2=200, seed="s1"))
+    assert text.splitlines()[0].endswith("300 Compute Engine instances, 200 EC2 instances.")
+    fleet = parse_fleet(text)
+    assert (len(fleet.vms), len(fleet.gce), len(fleet.ec2), len(fleet.hosts)) == (1_000, 300, 200, 150)
+    assert "ec2_instances" not in fleet_yaml(FleetShape(vms=1_000, gce=300, seed="s1"))
+    instances = list(fleet.ec2.values())
+    assert {i.availability_zone for i in instances} == {"us-east-1a", "us-east-1b", "us-east-1c", "eu-west-1a"}
+    assert 5 < sum(1 for i in instances if i.spot) < 40
+    per_host: dict[str, int] = {}
+    for host in [vm.host for vm in fleet.vms.values()] + [i.host for i in [*fleet.gce.values(), *instances]]:
+        per_host[host] = per_host.get(host, 0) + 1
+    assert max(per_host.values()) - min(per_host.values()) <= 1
+
+
 @pytest.mark.parametrize(
     "shape, message",
     [

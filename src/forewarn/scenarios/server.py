@@ -6,11 +6,9 @@ import multiprocessing
 import multiprocessing.context
 import multiprocessing.process
 import os
-import random
 import runpy
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +18,7 @@ from pathlib import Path
 import httpx
 
 from forewarn.scenarios.spec import Scenario
+from forewarn.scenarios.testnet import free_ports
 
 DEFAULT_SEED = "forewarn-scenario"
 
@@ -186,57 +185,6 @@ def _log_tail(path: Path) -> str:
         return "\n".join(path.read_text(errors="replace").strip().splitlines()[-20:])
     except OSError:
         return ""
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on every local address now, for servers about to be started.
-
-    A port from ``bind(("", 0))`` lies in the kernel's ephemeral range, which every outgoing connection draws from
-    too: on a busy machine one of them can take the port between this answer and the server's bind ("Address already
-    in use"). So where the range is known (Linux), ports are drawn at random from the thousands below it, which only
-    an explicit bind takes."""
-    low, _ = _ephemeral_range()
-    first = max(10000, low - 20000)
-    if low - first < 1000:
-        return _kernel_ports(count)
-    chooser = random.SystemRandom()
-    held: list[socket.socket] = []
-    try:
-        for port in chooser.sample(range(first, low), min(low - first, 50 * count)):
-            sock = socket.socket()
-            try:
-                sock.bind(("", port))
-            except OSError:
-                sock.close()
-                continue
-            held.append(sock)
-            if len(held) == count:
-                return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
-    return _kernel_ports(count)
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 0, 0
-
-
-def _kernel_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 class PrivateServer:

@@ -15,6 +15,7 @@ from forewarn.core.enums import parse_enum
 from forewarn.core.times import parse_optional_time
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
+from forewarn.gcp.metadata.server import hanging_gets
 from forewarn.gcp.model import MaintenanceKind, MaintenanceType, OnHostMaintenance
 from forewarn.gcp.views import GceEventOut
 
@@ -138,6 +139,11 @@ def router(service: Maintenance) -> APIRouter:
     async def instance(name: str):
         service.catch_up()
         return instance_out(name)
+
+    @router.get("/v1/gce/hanging-gets", tags=["gce"])
+    async def held() -> dict[str, int]:
+        """How many ``wait_for_change`` GETs the metadata server holds now, unanswered."""
+        return {"held": hanging_gets(service)}
 
     @router.get("/v1/gce/maintenance", tags=["gce"], response_model=list[GceEventOut])
     async def events(all: bool = Query(False, description="include completed and canceled maintenance")):

@@ -23,6 +23,7 @@ import html
 import itertools
 import json
 import logging
+import weakref
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
@@ -57,6 +58,8 @@ COMMON_HEADERS = (
 # The longest wait forewarn holds a hanging GET for when no timeout_sec is given: our bound (docs/limits.md).
 MAX_TIMEOUT = 3600 * 24
 WAITERS_PER_INSTANCE = 1024
+# Each service's metadata servers, so that the control API can say how many hanging GETs they hold (hanging_gets).
+_SERVERS: weakref.WeakKeyDictionary[Maintenance, weakref.WeakSet[GceMetadata]] = weakref.WeakKeyDictionary()
 
 
 def _error_page(status: int, title: str, message: str) -> bytes:
@@ -115,6 +118,11 @@ def camel(key: str) -> str:
 Tree = dict[str, Any]  # a directory: key -> sub-directory (dict) or value (str, int)
 
 
+def hanging_gets(service: Maintenance) -> int:
+    """The ``wait_for_change`` GETs the metadata servers of ``service`` hold now, unanswered."""
+    return sum(server.waiting for server in _SERVERS.get(service, ()))
+
+
 class Waiter:
     """A hanging GET: which instance and answer it waits on, the ETag it already has, and its simulated deadline."""
 
@@ -151,6 +159,7 @@ class GceMetadata:
         self._by_deferred: dict[Deferred, Waiter] = {}
         self._gone = 0  # timeouts in the heap whose waiter went away (its client hung up)
         service.subscribe(self._on_change)
+        _SERVERS.setdefault(service, weakref.WeakSet()).add(self)
 
     # ------------------------------------------------------------------------------------------ read model
     def tree(self, instance: GceInstance) -> Tree:

@@ -8,7 +8,7 @@ them names a cloud.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from forewarn.core.component import ComponentSource
@@ -64,6 +64,11 @@ class Cloud(ComponentSource, Protocol):
     ) -> MetadataSurface:
         """The cloud's metadata server (``settings``: each cloud's settings of its metadata surface, by cloud name;
         a cloud not named there runs with its defaults)."""
+        ...
+
+    def change_reports(self) -> Mapping[type, Callable[[Any], Any]]:
+        """Each kind of the cloud's changes worth a line when time moves (``clock next``), and its report: a
+        ``control.models.ChangeOut``, or None for a change of that kind that is bookkeeping."""
         ...
 
     def cli_commands(self) -> Sequence[click.Command]:

@@ -341,3 +341,19 @@ def test_the_control_api_says_how_many_hanging_gets_the_server_holds(server):
     finally:
         for sock in waiting:
             sock.close()
+
+
+def test_clock_moves_say_what_happened_to_compute_engine_instances(server):
+    """``clock next`` lists Compute Engine's steps as it lists Azure's (it once said "nothing happened" for each)."""
+    get(server, "instance/maintenance-event")  # web-1 has read the key: its maintenance gives a notice at once
+    [event] = server.post("/v1/gce/maintenance", {"instances": ["web-1"]}, expect=201).json()
+    started = forewarn(server, "clock", "next")
+    assert started.returncode == 0, started.stderr
+    assert any(
+        line.split()[:4] == ["started", event["event_id"], "MIGRATE_ON_HOST_MAINTENANCE", "web-1"]
+        for line in started.stdout.splitlines()
+    ), started.stdout
+    assert any(line.split()[:3] == ["migrated", "web-1", "instance"] for line in started.stdout.splitlines())
+    moved = json.loads(forewarn(server, "clock", "next", "--json").stdout)
+    kinds = {(change["kind"], change["what"]) for change in moved["changes"]}
+    assert ("gce_event", "completed") in kinds, moved["changes"]

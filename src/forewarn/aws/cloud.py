@@ -5,7 +5,7 @@ Light to import: each part is imported when it is first asked for (see azure/clo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,11 @@ class AwsCloud:
 
         given = settings.get(self.name)
         return Ec2Imds(service, resolver, given if isinstance(given, Ec2ImdsSettings) else Ec2ImdsSettings())
+
+    def change_reports(self) -> Mapping[type, Callable[[Any], Any]]:
+        from forewarn.aws.control.routes import CHANGE_REPORTS
+
+        return CHANGE_REPORTS
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

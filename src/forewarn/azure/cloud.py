@@ -6,7 +6,7 @@ none of them (``forewarn --help``) nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +72,11 @@ class AzureCloud:
 
         given = settings.get(self.name)
         return AzureImds(service, resolver, given if isinstance(given, ImdsSettings) else ImdsSettings())
+
+    def change_reports(self) -> Mapping[type, Callable[[Any], Any]]:
+        from forewarn.azure.control.events import CHANGE_REPORTS
+
+        return CHANGE_REPORTS
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm

@@ -45,7 +45,7 @@ def _print_clock_move(moved: dict) -> None:
     if not changes:
         click.echo("  nothing happened")
         return
-    kinds = {"vm": "VM", "instance": "instance", "wave": "wave"}
+    kinds = {"vm": "VM", "instance": "instance", "gce_instance": "instance", "wave": "wave"}
     rows = [
         (
             "",

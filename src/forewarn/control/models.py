@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, Literal
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from pydantic import BaseModel, Field
 
-from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.model import Event
+from forewarn.cloud import registered
 from forewarn.core.changes import Change
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import WaveChanged
@@ -61,70 +61,45 @@ MAX_LISTED_CHANGES = 1000
 
 
 class ChangeOut(BaseModel):
-    kind: Literal["event", "vm", "ec2_event", "instance", "wave"]
+    kind: str = Field(description="event, vm (Azure); ec2_event, instance (EC2); gce_event, gce_instance; wave")
     id: str
     what: str = Field(description="scheduled, approved, started, completed, canceled, impacted, recovered, ...")
     reason: str
-    type: str | None = Field(default=None, description="the event type (Azure) or code (EC2)")
+    type: str | None = Field(default=None, description="the event type (Azure), code (EC2) or kind (Compute Engine)")
     status: str | None = None
     targets: list[str] = Field(default_factory=list, description="VMs or the instance the change is about")
 
 
+# A change's report for a person reading ``clock next``: None for bookkeeping (incarnations, the clock itself,
+# policies, enabling, an instance's metadata being read).
+ChangeReport = Callable[[Any], "ChangeOut | None"]
+
+
+def _wave_out(change: WaveChanged) -> ChangeOut:
+    wave = change.wave
+    return ChangeOut(
+        kind="wave",
+        id=wave.wave_id,
+        what=change.what,
+        reason=change.reason,
+        type=wave.spec.event_type.value,
+        status=wave.status.value,
+    )
+
+
+@functools.cache
+def change_reports() -> dict[type, ChangeReport]:
+    """Each kind of change worth reporting, and its report: the waves' here, every registered cloud's from it."""
+    reports: dict[type, ChangeReport] = {WaveChanged: _wave_out}
+    for cloud in registered():
+        reports.update(cloud.change_reports())
+    return reports
+
+
 def change_out(change: Change) -> ChangeOut | None:
-    """What a person reading ``clock next`` wants to know of one change; None for bookkeeping (incarnations, the
-    clock itself, policies, enabling)."""
-    if isinstance(change, EventChanged):
-        event = change.event
-        return ChangeOut(
-            kind="event",
-            id=event.event_id,
-            what=change.what,
-            reason=change.reason,
-            type=event.event_type.value,
-            status=event.status.value,
-            targets=list(event.resources),
-        )
-    if isinstance(change, VmChanged):
-        return ChangeOut(
-            kind="vm",
-            id=change.state.name,
-            what=change.what,
-            reason=change.reason,
-            status=change.state.power.value,
-            targets=[change.state.name],
-        )
-    if isinstance(change, Ec2EventChanged):
-        ec2_event = change.event
-        return ChangeOut(
-            kind="ec2_event",
-            id=ec2_event.event_id,
-            what=change.what,
-            reason=change.reason,
-            type=ec2_event.code.value,
-            status=ec2_event.state.value,
-            targets=[ec2_event.instance_id],
-        )
-    if isinstance(change, Ec2StateChanged):
-        state = change.state
-        return ChangeOut(
-            kind="instance",
-            id=state.instance_id,
-            what=change.what,
-            reason=change.reason,
-            status=state.state.value,
-            targets=[state.instance_id],
-        )
-    if isinstance(change, WaveChanged):
-        wave = change.wave
-        return ChangeOut(
-            kind="wave",
-            id=wave.wave_id,
-            what=change.what,
-            reason=change.reason,
-            type=wave.spec.event_type.value,
-            status=wave.status.value,
-        )
-    return None
+    """What a person reading ``clock next`` wants to know of one change (None: nothing worth a line)."""
+    report = change_reports().get(type(change))
+    return None if report is None else report(change)
 
 
 def changes_out(changes: Iterable[Change]) -> tuple[list[ChangeOut], int]:

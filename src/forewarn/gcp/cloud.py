@@ -5,7 +5,7 @@ Light to import: each part is imported when it is first asked for (see azure/clo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +65,11 @@ class GcpCloud:
         from forewarn.gcp.metadata.server import GceMetadata
 
         return GceMetadata(service, resolver)
+
+    def change_reports(self) -> Mapping[type, Callable[[Any], Any]]:
+        from forewarn.gcp.control.routes import CHANGE_REPORTS
+
+        return CHANGE_REPORTS
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce

@@ -11,7 +11,7 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState
 from forewarn.aws.views import Ec2EventOut
-from forewarn.control.models import ERRORS
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
@@ -71,6 +71,35 @@ class SpotIn(BaseModel):
 class Ec2OutcomeOut(BaseModel):
     events: list[Ec2EventOut]
     instances: list[InstanceOut]
+
+
+def _event_change(change: Ec2EventChanged) -> ChangeOut:
+    event = change.event
+    return ChangeOut(
+        kind="ec2_event",
+        id=event.event_id,
+        what=change.what,
+        reason=change.reason,
+        type=event.code.value,
+        status=event.state.value,
+        targets=[event.instance_id],
+    )
+
+
+def _state_change(change: Ec2StateChanged) -> ChangeOut:
+    state = change.state
+    return ChangeOut(
+        kind="instance",
+        id=state.instance_id,
+        what=change.what,
+        reason=change.reason,
+        status=state.state.value,
+        targets=[state.instance_id],
+    )
+
+
+# EC2's changes worth a line of ``clock next`` (control/models.py's change_out).
+CHANGE_REPORTS: dict[type, ChangeReport] = {Ec2EventChanged: _event_change, Ec2StateChanged: _state_change}
 
 
 def router(service: Maintenance) -> APIRouter:

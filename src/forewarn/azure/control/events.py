@@ -8,10 +8,11 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS, AzureImds
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest
-from forewarn.control.models import ERRORS, EventOut
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, EventOut
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
@@ -57,6 +58,34 @@ class ApproveIn(BaseModel):
 def azure(service: Maintenance) -> AzureComponent:
     """The Azure component of the service's engine as the database has it."""
     return service.engine.component(AzureComponent)
+
+
+def _event_change(change: EventChanged) -> ChangeOut:
+    event = change.event
+    return ChangeOut(
+        kind="event",
+        id=event.event_id,
+        what=change.what,
+        reason=change.reason,
+        type=event.event_type.value,
+        status=event.status.value,
+        targets=list(event.resources),
+    )
+
+
+def _vm_change(change: VmChanged) -> ChangeOut:
+    return ChangeOut(
+        kind="vm",
+        id=change.state.name,
+        what=change.what,
+        reason=change.reason,
+        status=change.state.power.value,
+        targets=[change.state.name],
+    )
+
+
+# Azure's changes worth a line of ``clock next`` (control/models.py's change_out).
+CHANGE_REPORTS: dict[type, ChangeReport] = {EventChanged: _event_change, VmChanged: _vm_change}
 
 
 def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:

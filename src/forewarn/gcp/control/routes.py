@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
-from forewarn.control.models import ERRORS
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import parse_optional_time
@@ -88,6 +88,37 @@ class SchedulingIn(BaseModel):
 class GceOutcomeOut(BaseModel):
     events: list[GceEventOut]
     instances: list[GceInstanceOut]
+
+
+def _event_change(change: GceEventChanged) -> ChangeOut:
+    event = change.event
+    return ChangeOut(
+        kind="gce_event",
+        id=event.event_id,
+        what=change.what,
+        reason=change.reason,
+        type=event.kind.value,
+        status=event.state.value,
+        targets=[event.instance],
+    )
+
+
+def _state_change(change: GceStateChanged) -> ChangeOut | None:
+    if change.what == "watched":  # an agent read maintenance-event: bookkeeping, as the log says
+        return None
+    state = change.state
+    return ChangeOut(
+        kind="gce_instance",
+        id=state.name,
+        what=change.what,
+        reason=change.reason,
+        status=state.status.value,
+        targets=[state.name],
+    )
+
+
+# Compute Engine's changes worth a line of ``clock next`` (control/models.py's change_out).
+CHANGE_REPORTS: dict[type, ChangeReport] = {GceEventChanged: _event_change, GceStateChanged: _state_change}
 
 
 def router(service: Maintenance) -> APIRouter:

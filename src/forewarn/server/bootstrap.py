@@ -536,18 +536,25 @@ def own_listeners(built: Built, listeners: Listeners) -> OwnListeners:
     return OwnListeners.of([*built.management_sockets, *built.imds_sockets], roles)
 
 
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 host``, ``4 hosts``."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
 def describe(service: Maintenance, listeners: Listeners) -> str:
+    """The banner ``serve`` prints: what is served, and where each surface and each machine's endpoint answers."""
     control = f"http://{listeners.control[0]}:{listeners.control[1]}"
     imds = f"http://{listeners.imds[0]}:{listeners.imds[1]}"
     fleet = service.engine.fleet
     clock = service.clock
     lines = [
-        f"forewarn serving {len(fleet.vms)} Azure VMs ({len(fleet.scopes)} scopes), {len(fleet.ec2)} EC2 "
-        f"and {len(fleet.gce)} Compute Engine instances on {len(fleet.hosts)} hosts, "
-        f"store {service.store.description}, clock {clock.mode}"
+        f"forewarn serving {counted(len(fleet.vms), 'Azure VM')} ({counted(len(fleet.scopes), 'scope')}), "
+        f"{counted(len(fleet.ec2), 'EC2 instance')} and {counted(len(fleet.gce), 'Compute Engine instance')} on "
+        f"{counted(len(fleet.hosts), 'host')}, store {service.store.description}, clock {clock.mode}"
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
         f"  control API   {control}   (OpenAPI: {control}/openapi.json; CLI: export FOREWARN_SERVER={control})",
+        f"  dashboard     {control}/   (the fleet, its events and a timeline, live; docs/dashboard.md)",
         *(
             [
                 f"  Azure ARM     http://{listeners.arm[0]}:{listeners.arm[1]}   (management.azure.com paths: Compute, "
@@ -559,18 +566,6 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
         f"  Azure IMDS    {imds}/metadata/scheduledevents"
         + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else ""),
     ]
-    reachable = []
-    for vm in machines(service):
-        where = []
-        if vm.imds_address in listeners.vm_addresses:
-            where.append(f"http://{vm.imds_address}:{listeners.imds[1]}")
-        if vm.imds_port in listeners.vm_ports:
-            where.append(f"http://{listeners.imds[0]}:{vm.imds_port}")
-        if where:
-            reachable.append(f"    {vm.name:<20} {'  or  '.join(where)}")
-    lines.extend(reachable[:20])
-    if len(reachable) > 20:
-        lines.append(f"    ... and {len(reachable) - 20} more VMs (forewarn fleet lists them all)")
     if listeners.ec2_api:
         lines.append(
             f"  EC2 API       http://{listeners.ec2_api[0]}:{listeners.ec2_api[1]}   (boto3/aws CLI "
@@ -588,8 +583,35 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
             f"  GCE metadata  {imds}/computeMetadata/v1/   (Metadata-Flavor: Google; at each instance's own address "
             "or port; docs/gcp.md)"
         )
+    lines += own_endpoints(service, listeners)
     lines.append(f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'")
     return "\n".join(lines)
+
+
+def own_endpoints(service: Maintenance, listeners: Listeners, shown: int = 20) -> list[str]:
+    """Each machine's own metadata endpoint (its address or port), with its cloud: at most ``shown`` of them."""
+    reachable = []
+    for machine in machines(service):
+        where = []
+        if machine.imds_address in listeners.vm_addresses:
+            where.append(f"http://{machine.imds_address}:{listeners.imds[1]}")
+        if machine.imds_port in listeners.vm_ports:
+            where.append(f"http://{listeners.imds[0]}:{machine.imds_port}")
+        if where:
+            kind = (
+                "Azure VM"
+                if isinstance(machine, VM)
+                else "EC2 instance"
+                if isinstance(machine, Ec2Instance)
+                else "GCE instance"
+            )
+            reachable.append(f"    {machine.name:<20} {kind:<13} {'  or  '.join(where)}")
+    if not reachable:
+        return []
+    lines = ["  each machine's own metadata endpoint (what its agent reads as 169.254.169.254):", *reachable[:shown]]
+    if len(reachable) > shown:
+        lines.append(f"    ... and {len(reachable) - shown} more (forewarn fleet lists them all)")
+    return lines
 
 
 # ------------------------------------------------------------------------------------- from a ServeConfig

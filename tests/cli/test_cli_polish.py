@@ -183,3 +183,22 @@ def test_a_postgresql_store_is_named_by_its_url_once(tmp_path, postgres_url):
     log = server.log_path.read_text()
     assert "store postgresql://postgres@" in log
     assert "postgresql:postgresql" not in log
+
+
+MIXED_FLEET = """
+hosts: [{name: host-01}, {name: host-02}]
+vms: [{name: solo, host: host-01}]
+ec2_instances: [{id: i-0a1b2c3d4e5f60718, name: orders-db, host: host-01}]
+gce_instances: [{name: web-1, zone: us-central1-a, host: host-02}, {name: web-2, zone: us-central1-b, host: host-02}]
+"""
+
+
+def test_fleet_lists_every_clouds_machines(tmp_path):
+    """`forewarn fleet` once listed Azure VMs only; EC2 and Compute Engine instances follow them now."""
+    with Server(tmp_path, fleet_text=MIXED_FLEET) as server:
+        run = forewarn(server, "fleet")
+        found = json.loads(forewarn(server, "fleet", "--json").stdout)
+    titles = [line for line in run.stdout.splitlines() if line.endswith(")") and " (" in line]
+    assert titles == ["Azure VMs (1)", "EC2 instances (1)", "Compute Engine instances (2)"], run.stdout
+    assert "orders-db" in run.stdout and "web-2" in run.stdout
+    assert sorted(found) == ["azure", "ec2", "gce"] and [i["name"] for i in found["gce"]] == ["web-1", "web-2"]

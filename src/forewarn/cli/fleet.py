@@ -25,7 +25,7 @@ from forewarn.cli.common import (
     invoke_without_command=True,
     epilog="""\b
 Examples:
-  forewarn fleet                                   # the served fleet's VMs
+  forewarn fleet                                   # the served fleet's VMs and instances
   forewarn fleet validate fleet.yaml               # check a fleet file without serving it
   forewarn fleet generate --vms 100000 --out big.yaml
   forewarn serve --fleet big.yaml --db big.db --clock manual""",
@@ -33,15 +33,26 @@ Examples:
 @JSON_OPTION
 @click.pass_context
 def fleet(ctx, as_json):
-    """List the fleet's VMs: host, broadcast scope and where their metadata endpoint answers (or generate one)."""
+    """List the fleet's machines: Azure VMs (host, broadcast scope, domains, where their metadata endpoint answers),
+    then EC2 and Compute Engine instances (or check a fleet file, or generate one). --json gives GET /v1/fleet,
+    GET /v1/ec2/instances and GET /v1/gce/instances under "azure", "ec2" and "gce"."""
     if ctx.invoked_subcommand is not None:
         return
-    found = run(lambda: control_client(ctx).get("/v1/fleet"))
+    client = control_client(ctx)
+    found = {
+        "azure": run(lambda: client.get("/v1/fleet")),
+        "ec2": run(lambda: client.get("/v1/ec2/instances")),
+        "gce": run(lambda: client.get("/v1/gce/instances")),
+    }
+    emit(found, as_json, _print_fleet)
 
-    def render(data):
-        rows = [("VM", "HOST", "SCOPE", "FD", "UD", "IMDS ADDRESS", "IMDS PORT")]
-        for vm in data["vms"]:
-            rows.append(
+
+def _print_fleet(found: dict[str, Any]) -> None:
+    sections: list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]] = [
+        (
+            "Azure VMs",
+            ("VM", "HOST", "SCOPE", "FD", "UD", "IMDS ADDRESS", "IMDS PORT"),
+            [
                 (
                     vm["name"],
                     vm["host"],
@@ -51,10 +62,35 @@ def fleet(ctx, as_json):
                     vm["imds_address"] or "-",
                     str(vm["imds_port"] or "-"),
                 )
-            )
-        print_table(rows)
-
-    emit(found, as_json, render)
+                for vm in found["azure"]["vms"]
+            ],
+        ),
+        (
+            "EC2 instances",
+            ("INSTANCE", "NAME", "STATE", "HOST", "ZONE", "TYPE"),
+            [
+                (i["instance_id"], i["name"], i["state"], i["host"], i["availability_zone"], i["instance_type"])
+                for i in found["ec2"]
+            ],
+        ),
+        (
+            "Compute Engine instances",
+            ("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT"),
+            [
+                (i["name"], i["status"], i["host"], i["zone"], i["on_host_maintenance"], i["maintenance_event"])
+                for i in found["gce"]
+            ],
+        ),
+    ]
+    shown = [(title, header, rows) for title, header, rows in sections if rows]
+    for index, (title, header, rows) in enumerate(shown):
+        if index:
+            click.echo()
+        if len(shown) > 1:
+            click.echo(f"{title} ({len(rows)})")
+        print_table([header, *rows])
+    if not shown:
+        click.echo("no machines")
 
 
 @fleet.command(name="generate", context_settings=CONTEXT)

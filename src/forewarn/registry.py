@@ -5,8 +5,8 @@ command which needs none of them (``forewarn --help``, a client command) never l
 engine builds the components in this order, and deadlines due at one instant fire in the order they were set.
 
 More clouds come from ``FOREWARN_CLOUDS``: ``module:attribute`` entries, comma-separated, each naming an object that
-implements :class:`~forewarn.cloud.Cloud` (the test suite registers an example cloud that way; the variable
-is read by every process, servers forked for tests included).
+implements :class:`~forewarn.cloud.Cloud` (a cloud of one's own, kept outside this package; every process reads the
+variable, so a server started from a shell that sets it has the cloud too).
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """What a cloud gives the server: the one object each cloud package exports (its ``cloud.py``).
 
 A cloud holds everything of its own: its model, its engine component and rules, its records in the store, its
-surfaces. The corridors (the engine, the store, the control API) know a cloud only through this protocol, and find
-the clouds through the registry (``registry.py``; :func:`registered` gives them with this whole protocol); none of
-them names a cloud.
+surfaces. The engine, the store, the control app, the CLI's root group and the metadata listener know a cloud only
+through this protocol, and find the clouds through the registry (``registry.py``; :func:`registered` gives them with
+this whole protocol). The corridors that still name a cloud are listed in tests/test_dependencies.py
+(``NAMING_A_CLOUD``), a list that only shrinks.
 """
 
 from __future__ import annotations

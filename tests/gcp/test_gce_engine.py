@@ -309,3 +309,39 @@ def test_an_instance_that_never_asked_is_maintained_when_its_notice_would_come(s
 def run_all(service):
     while service.engine.next_deadline() is not None:
         service.step_clock()
+
+
+def test_the_default_notice_from_a_moment_between_two_seconds_is_a_notice_not_an_announcement(service):
+    """A running or paused clock stands between two seconds; the start, a whole second, is then up to a second more
+    than the notice away, and was taken for maintenance announced ahead (upcoming, can-reschedule, no notice)."""
+    service.set_clock(T0 + timedelta(milliseconds=300))
+    watch(service, "web-1")
+    [event] = events_of(
+        service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1",))))
+    ).values()
+    assert event.window_start == T0 + timedelta(seconds=61)
+    assert (event.announced, event.can_reschedule) == (False, False)
+    assert service.engine.component(GcpComponent).upcoming("web-1") is None
+
+
+def test_simulate_goes_ahead_beside_announced_maintenance_and_not_during_a_notice(service):
+    """ "Simulate a host maintenance event" limits simulation to instances outside sole-tenant node groups, at a
+    per-region rate; maintenance announced ahead does not stand in its way."""
+    watch(service, "web-1")
+    [announced] = events_of(
+        service.perform(
+            lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1",), notice=timedelta(days=2)))
+        )
+    ).values()
+    [simulated] = events_of(service.perform(lambda e: e.component(GcpComponent).simulate_gce("web-1"))).values()
+    gcp = service.engine.component(GcpComponent)
+    assert simulated.event_id != announced.event_id
+    assert gcp.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert gcp.upcoming("web-1").event_id == announced.event_id
+    with pytest.raises(Conflict, match="not ready"):  # its notice is under way
+        service.perform(lambda e: e.component(GcpComponent).simulate_gce("web-1"))
+    service.advance_clock(timedelta(minutes=2))
+    gcp = service.engine.component(GcpComponent)
+    assert gcp.gce_events[simulated.event_id].state is EventState.COMPLETED
+    assert gcp.gce_events[announced.event_id].state is EventState.PENDING
+    assert gcp.maintenance_event("web-1") == "NONE"

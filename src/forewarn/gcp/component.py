@@ -208,6 +208,13 @@ class GcpComponent:
         """Whether the instance has maintenance pending or under way (a new one is refused until it ends)."""
         return any(event.live for event in self.gce_events_of(name))
 
+    def only_upcoming(self, name: str) -> bool:
+        """Whether the instance's live maintenance is all announced ahead and not yet in its notice: nothing that
+        ``maintenance-event`` shows, nothing under way."""
+        return all(
+            event.announced and event.state is EventState.PENDING for event in self.gce_events_of(name) if event.live
+        )
+
     def names_on_host(self, host: str) -> list[str]:
         """The instances on ``host`` now (deleted ones too: their state says so), in the order they came."""
         return list(self._on_host.get(host, ()))
@@ -215,6 +222,13 @@ class GcpComponent:
     def host_names(self) -> list[str]:
         """Every host an instance runs or ran on, in the order they were first used."""
         return list(self._on_host)
+
+    def announced_at(self, start: datetime, notice: timedelta) -> bool:
+        """Whether maintenance that starts at ``start`` is announced ahead (upcoming maintenance) rather than given
+        the instance's ``notice`` alone. Starts are whole seconds, so the notice from a moment between two seconds
+        ends at the next whole second: a start there is the notice itself, not an announcement a fraction of a
+        second longer."""
+        return start > whole_second_ceiling(self.now + notice)
 
     def check_request(self, request: GceRequest) -> tuple[timedelta, dict[str, tuple[datetime, datetime]]]:
         """The window of a request and each named instance's start and latest start, or the reason it is refused
@@ -238,7 +252,7 @@ class GcpComponent:
             start = checked_not_before(request.start, request.notice, notice, self.now)
             latest = start
             if later is not None:
-                if start - self.now <= notice:
+                if not self.announced_at(start, notice):
                     raise Invalid(
                         f"a latest start needs maintenance announced ahead (a start further than the "
                         f"{_notice_phrase(notice)} notice of {name})"
@@ -248,7 +262,9 @@ class GcpComponent:
         return window, starts
 
     # ----------------------------------------------------------------------------------------------- commands
-    def schedule_gce(self, request: GceRequest) -> list[Change]:
+    def schedule_gce(self, request: GceRequest, beside_upcoming: bool = False) -> list[Change]:
+        """New maintenance for each named instance; refused for an instance that has maintenance pending or under
+        way, unless ``beside_upcoming`` and what it has is only announced ahead (:meth:`simulate_gce`)."""
         if not request.instances:
             raise Invalid("name at least one instance")
         instances = [self.gce_instance(name) for name in dict.fromkeys(request.instances)]
@@ -256,7 +272,7 @@ class GcpComponent:
             state = self.gce_states[instance.name]
             if state.deleted:
                 raise Conflict(f"instance {instance.name} is deleted")
-            if self.in_maintenance(instance.name):
+            if self.in_maintenance(instance.name) and not (beside_upcoming and self.only_upcoming(instance.name)):
                 raise Conflict(f"instance {instance.name} already has maintenance pending or under way")
             if request.kind is MaintenanceKind.MIGRATE and (instance.gpus or instance.interruptible):
                 raise Invalid(f"instance {instance.name} cannot live-migrate (GPUs, Spot or preemptible)")
@@ -265,7 +281,7 @@ class GcpComponent:
         for instance in instances:
             state = self.gce_states[instance.name]
             start, latest = starts[instance.name]
-            announced = start - self.now > self.notice_of(instance.name)
+            announced = self.announced_at(start, self.notice_of(instance.name))
             kind = request.kind or (
                 MaintenanceKind.MIGRATE
                 if state.on_host_maintenance is OnHostMaintenance.MIGRATE
@@ -297,11 +313,16 @@ class GcpComponent:
         """simulateMaintenanceEvent: the instance's own maintenance behaviour, after its usual notice (an hour for an
         instance with GPUs). "Simulate a host maintenance event": the simulated event "includes the different
         maintenance activities that occur in a regular maintenance event", to test the automation built on them;
-        for a GPU instance that is the hour between TERMINATE_ON_HOST_MAINTENANCE and the stop."""
+        for a GPU instance that is the hour between TERMINATE_ON_HOST_MAINTENANCE and the stop.
+
+        The page's limitations (sole-tenant node groups, a per-region rate) say nothing of maintenance already
+        announced: the simulated event goes ahead beside it, and the announced one stays as it was. Refused
+        (``resourceNotReady``) only while a maintenance is in its notice or under way, which one instance cannot
+        undergo twice at once."""
         self.gce_instance(name)
-        if self.gce_states[name].status is not InstanceStatus.RUNNING:
+        if self.gce_states[name].status is not InstanceStatus.RUNNING or not self.only_upcoming(name):
             raise Conflict(f"The resource 'instances/{name}' is not ready")
-        return self.schedule_gce(GceRequest((name,), reason="simulated maintenance event"))
+        return self.schedule_gce(GceRequest((name,), reason="simulated maintenance event"), beside_upcoming=True)
 
     def perform_maintenance(self, name: str) -> list[Change]:
         """performMaintenance: the announced maintenance starts now ("Monitor and plan for a host maintenance

@@ -202,3 +202,28 @@ def test_fleet_lists_every_clouds_machines(tmp_path):
     assert titles == ["Azure VMs (1)", "EC2 instances (1)", "Compute Engine instances (2)"], run.stdout
     assert "orders-db" in run.stdout and "web-2" in run.stdout
     assert sorted(found) == ["azure", "ec2", "gce"] and [i["name"] for i in found["gce"]] == ["web-1", "web-2"]
+
+
+def test_gce_maintain_says_when_an_instance_will_get_no_notice(tmp_path):
+    """An instance gets its maintenance-event notice only if it read the key since its last maintenance, and only if
+    it migrates or has GPUs; `gce maintain` said nothing of it, and the key just stayed NONE."""
+    fleet = MIXED_FLEET.replace(
+        "host: host-02}]",
+        "host: host-02}, {name: db-1, host: host-02, scheduling: {on_host_maintenance: TERMINATE}}]",
+    )
+    with Server(tmp_path, fleet_text=fleet) as server:
+        run = forewarn(server, "gce", "maintain", "web-1", "db-1")
+        as_json = forewarn(server, "gce", "maintain", "web-2", "--json")
+    assert "note: web-1 has not read maintenance-event since its last maintenance" in run.stdout, run.stdout
+    assert "note: db-1 terminates without GPUs: maintenance-event stays NONE" in run.stdout
+    assert "note:" not in as_json.stdout and json.loads(as_json.stdout)[0]["instance"] == "web-2"
+
+
+def test_no_note_for_an_instance_that_read_the_key_or_for_announced_maintenance():
+    from forewarn.gcp.cli.gce import notice_notes
+
+    event = {"instance": "web-1", "announced": False, "notice_at": None, "state": "pending"}
+    instance = {"name": "web-1", "on_host_maintenance": "MIGRATE", "gpus": 0, "watched": True}
+    assert notice_notes([event], [instance]) == []
+    assert notice_notes([{**event, "announced": True}], [{**instance, "watched": False}]) == []
+    assert len(notice_notes([event], [{**instance, "watched": False}])) == 1

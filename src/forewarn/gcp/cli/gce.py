@@ -45,6 +45,41 @@ def _print_events(events: list[dict]) -> None:
     print_table(rows)
 
 
+def notice_notes(events: list[dict], instances: list[dict]) -> list[str]:
+    """Why an instance whose maintenance was just made will see no ``maintenance-event`` notice: the key is given
+    only to an instance that migrates or has GPUs, and only if it read the key since its last maintenance ("Query
+    metadata server for maintenance event notices"); otherwise the maintenance starts when the notice would."""
+    by_name = {instance["name"]: instance for instance in instances}
+    notes = []
+    for event in events:
+        instance = by_name.get(event["instance"])
+        if instance is None or event["announced"] or event["notice_at"] or event["state"] not in ("pending", "ongoing"):
+            continue
+        name = instance["name"]
+        if instance["on_host_maintenance"] != "MIGRATE" and not instance["gpus"]:
+            notes.append(
+                f"note: {name} terminates without GPUs: maintenance-event stays NONE, and the maintenance starts "
+                "at its window"
+            )
+        elif not instance["watched"]:
+            notes.append(
+                f"note: {name} has not read maintenance-event since its last maintenance: it gets no notice, and "
+                "the maintenance starts when the notice would begin (an agent that reads the key first sees it)"
+            )
+    return notes
+
+
+def _print_with_notes(ctx: click.Context, events: list[dict], outcome: dict | None = None) -> None:
+    if outcome is None:
+        _print_events(events)
+    else:
+        _print_outcome(outcome)
+    if events:
+        instances = run(lambda: control_client(ctx).get("/v1/gce/instances"))
+        for note in notice_notes(events, instances):
+            click.echo(note)
+
+
 def _print_outcome(outcome: dict) -> None:
     if outcome["events"]:
         _print_events(outcome["events"])
@@ -135,7 +170,11 @@ def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, lat
         "latest": latest,
         "type": maintenance_type,
     }
-    emit(run(lambda: control_client(ctx).post("/v1/gce/maintenance", body)), as_json, _print_events)
+    emit(
+        run(lambda: control_client(ctx).post("/v1/gce/maintenance", body)),
+        as_json,
+        lambda events: _print_with_notes(ctx, events),
+    )
 
 
 @gce.command(name="cancel", context_settings=CONTEXT)
@@ -156,7 +195,7 @@ def gce_simulate(ctx, instance, as_json):
     emit(
         run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/simulate-maintenance")),
         as_json,
-        _print_outcome,
+        lambda outcome: _print_with_notes(ctx, outcome["events"], outcome),
     )
 
 

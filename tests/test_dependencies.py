@@ -221,16 +221,12 @@ NAMING_A_CLOUD = {
     "forewarn.control.dashboard": {"aws", "azure", "gcp"},
     "forewarn.control.imds": {"azure", "gcp"},
     "forewarn.control.models": {"azure"},
-    "forewarn.control.waves": {"azure", "gcp"},
     "forewarn.fleet.file": {"aws", "azure", "gcp"},
     "forewarn.fleet.model": {"aws", "azure", "gcp"},
     "forewarn.net.callers": {"aws", "gcp"},
     "forewarn.recording.replay": {"azure", "gcp"},
     "forewarn.replication.shared": {"azure"},
     "forewarn.server.bootstrap": {"aws", "azure", "gcp"},
-    "forewarn.waves.component": {"azure", "gcp"},
-    "forewarn.waves.model": {"azure", "gcp"},
-    "forewarn.waves.records": {"azure", "gcp"},
 }
 
 

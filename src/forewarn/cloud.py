@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 class MetadataSurface(Protocol):
@@ -75,6 +76,11 @@ class Cloud(ComponentSource, Protocol):
     def cli_commands(self) -> Sequence[click.Command]:
         """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
         ``cli/common.py``, as the CLI's start-up budget asks)."""
+        ...
+
+    def wave_units(self) -> WaveUnits | None:
+        """What a wave rolled over the cloud's machines needs of it (``waves/units.py``); None: the cloud has no
+        waves, and a wave request that names it is refused, saying so."""
         ...
 
 

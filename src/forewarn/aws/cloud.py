@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from forewarn.aws.model import Ec2Rules
     from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,10 @@ class AwsCloud:
         from forewarn.aws.cli import ec2
 
         return (ec2.ec2,)
+
+    def wave_units(self) -> WaveUnits | None:
+        """No waves over EC2 instances."""
+        return None
 
 
 AWS: Cloud = AwsCloud()

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from forewarn.azure.rules import AzureRules
     from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,11 @@ class AzureCloud:
             central.graph,
             central.acknowledge,
         )
+
+    def wave_units(self) -> WaveUnits:
+        from forewarn.azure.waves import AzureWaveUnits
+
+        return AzureWaveUnits()
 
 
 AZURE: Cloud = AzureCloud()

@@ -13,6 +13,7 @@ from forewarn.cloud import registered
 from forewarn.core.changes import Change
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import WaveChanged
+from forewarn.waves.units import units_named
 
 
 class EventOut(BaseModel):
@@ -82,7 +83,7 @@ def _wave_out(change: WaveChanged) -> ChangeOut:
         id=wave.wave_id,
         what=change.what,
         reason=change.reason,
-        type=wave.spec.event_type.value,
+        type=units_named(wave.spec.cloud).kind(wave.spec),
         status=wave.status.value,
     )
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from forewarn.gcp.model import GceRules
     from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,11 @@ class GcpCloud:
         from forewarn.gcp.cli import gce
 
         return (gce.gce,)
+
+    def wave_units(self) -> WaveUnits:
+        from forewarn.gcp.waves import GceWaveUnits
+
+        return GceWaveUnits()
 
 
 GCP: Cloud = GcpCloud()

@@ -60,12 +60,12 @@ class Engine:
             cloud.name: cloud.component(footing, stored.get(cloud.name)) for cloud in clouds()
         }
         self._by_type: dict[type, object] = {type(part): part for part in self.components.values()}
-        rollers = {
-            units.cloud: units.roller(self.components[cloud.name], footing)
+        waves = [
+            (units, units.roller(self.components[cloud.name], footing))
             for cloud in registered_clouds()
             if (units := cloud.wave_units()) is not None
-        }
-        self.wave_runner = WaveRunner(rollers, self.scheduler, self._sequence, stored.get("waves") or StoredWaves())
+        ]
+        self.wave_runner = WaveRunner(waves, self.scheduler, self._sequence, stored.get("waves") or StoredWaves())
         self._by_type[WaveRunner] = self.wave_runner
         self._sequence.past(next_seq - 1)
         self.repaired: list[Change] = [change for part in self.components.values() for change in part.repaired]

@@ -22,7 +22,7 @@ cloud's units are asked once per unit, never once per machine.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import partial
@@ -31,7 +31,8 @@ from typing import Any
 from forewarn.core.bounds import check_whole_number
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.core.scheduler import Scheduler
+from forewarn.core.scheduler import Sequence as Numbering
 from forewarn.waves.model import (
     MAX_CONCURRENCY,
     UnitRun,
@@ -43,7 +44,7 @@ from forewarn.waves.model import (
     WaveStatus,
     plain,
 )
-from forewarn.waves.units import UnitRoller, default_units, units_named
+from forewarn.waves.units import UnitRoller, WaveUnits, units_named
 
 # The names the rest of the code imports from here.
 __all__ = [
@@ -81,13 +82,15 @@ class WaveRunner:
 
     def __init__(
         self,
-        rollers: Mapping[str, UnitRoller],
+        clouds: Sequence[tuple[WaveUnits, UnitRoller]],
         scheduler: Scheduler,
-        sequence: Sequence,
+        sequence: Numbering,
         stored: StoredWaves,
     ) -> None:
-        """``rollers``: each cloud's wave units over its engine component, by the cloud's name in a wave request."""
-        self._rollers = dict(rollers)
+        """``clouds``: each cloud's wave units and their roller over its engine component, in the registry's order
+        (a wave that names no cloud rolls over the first)."""
+        self._units = {units.cloud: units for units, _ in clouds}
+        self._rollers = {units.cloud: roller for units, roller in clouds}
         self._scheduler = scheduler
         self._sequence = sequence
         self.waves: dict[str, Wave] = {}
@@ -104,6 +107,16 @@ class WaveRunner:
     @property
     def now(self) -> datetime:
         return self._scheduler.now
+
+    def units_of(self, cloud: str) -> WaveUnits:
+        """The wave units a wave's ``cloud`` names (case-insensitive; empty: the first cloud's), or why none."""
+        if not cloud and self._units:
+            return next(iter(self._units.values()))
+        asked = str(plain(cloud)).lower()
+        for name, units in self._units.items():
+            if str(plain(name)).lower() == asked:
+                return units
+        return units_named(cloud)  # refused, saying why: a registered cloud without waves, or no such cloud
 
     def _roller(self, spec: WaveSpec) -> UnitRoller:
         roller = self._rollers.get(spec.cloud)
@@ -128,7 +141,7 @@ class WaveRunner:
     def start_wave(self, spec: WaveSpec) -> list[Change]:
         """Create a wave and schedule its first units (up to the concurrency limit)."""
         check_whole_number(spec.concurrency, "concurrency", 1, MAX_CONCURRENCY)
-        units = units_named(spec.cloud) if spec.cloud else default_units()
+        units = self.units_of(spec.cloud)
         order = units.orders[0] if spec.order is None else WaveOrder(spec.order)
         if order not in units.orders:
             raise Invalid(
@@ -228,7 +241,7 @@ class WaveRunner:
             if not members:
                 wave = replace(wave, skipped=wave.skipped + (unit,))
                 self.waves[wave_id] = wave
-                nothing = units_named(wave.spec.cloud).nothing_left
+                nothing = self.units_of(wave.spec.cloud).nothing_left
                 changes.append(WaveChanged(wave, "unit-skipped", f"{wave.label(unit)}: {nothing}"))
                 continue
             scheduled = roller.schedule(wave.spec, members, reason, step)

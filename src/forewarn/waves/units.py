@@ -169,8 +169,3 @@ def units_named(cloud: str) -> WaveUnits:
         if registered.name.lower() == asked:
             raise Invalid(f"{registered.title} has no waves: a wave rolls over {' or '.join(map(plain, known))}")
     raise Invalid(f"unknown cloud {plain(cloud)!r}; expected one of {', '.join(map(plain, known))}")
-
-
-def default_units() -> WaveUnits:
-    """The wave units of a wave that names no cloud: the first registered cloud that has waves."""
-    return next(iter(wave_units().values()))

@@ -125,7 +125,10 @@ class WaveRunner:
         return roller
 
     def _track_unit(self, wave: Wave, run: UnitRun) -> None:
-        roller, operations = self._roller(wave.spec), self._wave_of_operation[wave.spec.cloud]
+        roller = self._rollers.get(wave.spec.cloud)
+        if roller is None:  # a stored wave of a cloud this server no longer has: none of its events are here
+            return
+        operations = self._wave_of_operation[wave.spec.cloud]
         for operation_id in run.operations:
             operations[operation_id] = (wave.wave_id, run.unit)
         self._open_in_unit[(wave.wave_id, run.unit)] = roller.open_events(run.operations)

@@ -16,9 +16,8 @@ machine: a wave over 100,000 VMs calls it as often as it has units.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from forewarn.core.changes import Change
@@ -147,16 +146,29 @@ def registered_clouds() -> tuple[CloudWithWaves, ...]:
     return cast("tuple[CloudWithWaves, ...]", clouds())
 
 
-@functools.cache
+@dataclass
+class KnownUnits:
+    """The wave units read from one loading of the registry's clouds."""
+
+    clouds: tuple[CloudWithWaves, ...] | None = None
+    units: Mapping[str, WaveUnits] = field(default_factory=dict)
+
+
+KNOWN = KnownUnits()
+
+
 def wave_units() -> Mapping[str, WaveUnits]:
     """The registered clouds' wave units by their name in a wave request, in the registry's order (the first is
-    the cloud a request that names none rolls over)."""
-    found: dict[str, WaveUnits] = {}
-    for cloud in registered_clouds():
-        units = cloud.wave_units()
-        if units is not None:
-            found[units.cloud] = units
-    return found
+    the cloud a request that names none rolls over); read again only when the registry loads its clouds again."""
+    registered = registered_clouds()
+    if KNOWN.clouds is not registered:
+        found: dict[str, WaveUnits] = {}
+        for cloud in registered:
+            units = cloud.wave_units()
+            if units is not None:
+                found[units.cloud] = units
+        KNOWN.clouds, KNOWN.units = registered, found
+    return KNOWN.units
 
 
 def units_named(cloud: str) -> WaveUnits:

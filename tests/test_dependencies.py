@@ -219,8 +219,6 @@ NAMING_A_CLOUD = {
     "forewarn.app.runtime": {"azure"},
     "forewarn.cli.serve": {"azure"},
     "forewarn.control.dashboard": {"aws", "azure", "gcp"},
-    "forewarn.control.imds": {"azure", "gcp"},
-    "forewarn.control.models": {"azure"},
     "forewarn.control.waves": {"azure", "gcp"},
     "forewarn.fleet.file": {"aws", "azure", "gcp"},
     "forewarn.fleet.model": {"aws", "azure", "gcp"},

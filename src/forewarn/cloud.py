@@ -72,6 +72,11 @@ class Cloud(ComponentSource, Protocol):
         ``control.models.ChangeOut``, or None for a change of that kind that is bookkeeping."""
         ...
 
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        """The name and kind ("vm", "ec2_instance", "gce_instance") of one of the cloud's machines, as the control
+        API lists the metadata listener's callers; None for a machine of another cloud."""
+        ...
+
     def cli_commands(self) -> Sequence[click.Command]:
         """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
         ``cli/common.py``, as the CLI's start-up budget asks)."""

@@ -72,6 +72,11 @@ class AwsCloud:
 
         return CHANGE_REPORTS
 
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        from forewarn.aws.model import Ec2Instance
+
+        return (machine.instance_id, "ec2_instance") if isinstance(machine, Ec2Instance) else None
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2
 

@@ -34,8 +34,9 @@ from forewarn.aws.views import Ec2EventOut
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus
+from forewarn.azure.views import EventOut
 from forewarn.azure.vms import Power
-from forewarn.control.models import ERRORS, EventOut
+from forewarn.control.models import ERRORS
 from forewarn.control.waves import WaveOut
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL

@@ -71,6 +71,11 @@ class GcpCloud:
 
         return CHANGE_REPORTS
 
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        from forewarn.gcp.model import GceInstance
+
+        return (machine.name, "gce_instance") if isinstance(machine, GceInstance) else None
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce
 

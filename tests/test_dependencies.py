@@ -218,7 +218,6 @@ CLOUDS = ("forewarn.azure", "forewarn.aws", "forewarn.gcp")
 NAMING_A_CLOUD = {
     "forewarn.app.runtime": {"azure"},
     "forewarn.cli.serve": {"azure"},
-    "forewarn.control.dashboard": {"aws", "azure", "gcp"},
     "forewarn.control.waves": {"azure", "gcp"},
     "forewarn.fleet.file": {"aws", "azure", "gcp"},
     "forewarn.fleet.model": {"aws", "azure", "gcp"},

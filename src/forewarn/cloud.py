@@ -9,7 +9,9 @@ this whole protocol). The corridors that still name a cloud are listed in tests/
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from forewarn.core.component import ComponentSource
@@ -20,6 +22,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.engine.engine import Engine
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
@@ -41,6 +44,82 @@ class MetadataSurface(Protocol):
 
     def refuse(self, path: str, refusal: Refusal) -> Any:
         """What the listener's guard refused (a web page's request, a rebound name), in this surface's style."""
+        ...
+
+
+class MachineState(IntEnum):
+    """What a machine is going through, as the dashboard's fleet view colours it; the most serious wins. The page
+    has the same list, in this order."""
+
+    OK = 0
+    SCHEDULED = 1
+    STARTED = 2
+    IMPACTED = 3
+    STOPPED = 4
+    DELETED = 5
+    EVICTED = 6
+
+
+@dataclass(frozen=True)
+class MachineRow:
+    """A machine's columns in the dashboard's fleet view that stay while the server runs."""
+
+    name: str
+    group: str  # the set it belongs to, as the page shows it: "scale set web", "EC2", "Compute Engine us-east1-b"
+    zone: str
+    update_domain: int  # 0 for a cloud without update domains
+
+
+@dataclass
+class Touched:
+    """What one committed batch changed of a cloud, in the order its changes named them: its events (by id) and its
+    machines."""
+
+    events: dict[str, Any] = field(default_factory=dict)
+    machines: dict[str, None] = field(default_factory=dict)
+
+
+class DashboardPanel(Protocol):
+    """A cloud's part of the dashboard (control/dashboard.py): its machines in the fleet view, and its events and
+    machines in each message of the live stream."""
+
+    @property
+    def events_key(self) -> str:
+        """The live stream's key for the cloud's events ("events", "ec2_events", "gce_events")."""
+        ...
+
+    def machines(self, engine: Engine) -> Iterable[MachineRow]:
+        """Every machine of the cloud, in the fleet view's order."""
+        ...
+
+    def machine_count(self, engine: Engine) -> int:
+        """How many machines the cloud has: the fleet view's fixed columns are read again when it changes."""
+        ...
+
+    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, MachineState]:
+        """What each machine (all, or those of ``names`` the cloud has) is going through now."""
+        ...
+
+    def host_of(self, engine: Engine) -> Callable[[str], str]:
+        """The host a machine runs on now (a redeploy moves it)."""
+        ...
+
+    def noting(self) -> Mapping[type, Callable[[Any, Touched], None]]:
+        """Each kind of the cloud's changes the live stream tells of, and how it marks what the change touched."""
+        ...
+
+    def event_json(self, event: Any) -> dict[str, Any]:
+        """One of the cloud's events as the live stream sends it (the control API's JSON of it)."""
+        ...
+
+    def unseen(self, engine: Engine, machines: Iterable[str]) -> bool:
+        """Whether a machine of ``machines`` is one the fleet file does not have (an Auto Scaling replacement): the
+        page then reads the fleet again."""
+        ...
+
+    def views_router(self, service: Maintenance, views: Any) -> APIRouter:
+        """The page's routes that show what the cloud's other surfaces answer now (``views``: their renderings, the
+        server's ``control.dashboard.SurfaceViews``)."""
         ...
 
 
@@ -75,6 +154,10 @@ class Cloud(ComponentSource, Protocol):
     def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
         """The name and kind ("vm", "ec2_instance", "gce_instance") of one of the cloud's machines, as the control
         API lists the metadata listener's callers; None for a machine of another cloud."""
+        ...
+
+    def dashboard_panel(self) -> DashboardPanel:
+        """The cloud's part of the dashboard's fleet view and live stream."""
         ...
 
     def cli_commands(self) -> Sequence[click.Command]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -76,6 +76,11 @@ class AwsCloud:
         from forewarn.aws.model import Ec2Instance
 
         return (machine.instance_id, "ec2_instance") if isinstance(machine, Ec2Instance) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.aws.control.dashboard import PANEL
+
+        return PANEL
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

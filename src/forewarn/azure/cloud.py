@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -85,6 +85,11 @@ class AzureCloud:
         from forewarn.fleet.model import VM
 
         return (machine.name, "vm") if isinstance(machine, VM) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.azure.control.dashboard import PANEL
+
+        return PANEL
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -75,6 +75,11 @@ class GcpCloud:
         from forewarn.gcp.model import GceInstance
 
         return (machine.name, "gce_instance") if isinstance(machine, GceInstance) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.gcp.control.dashboard import PANEL
+
+        return PANEL
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce

@@ -222,7 +222,6 @@ NAMING_A_CLOUD = {
     "forewarn.fleet.file": {"aws", "azure", "gcp"},
     "forewarn.fleet.model": {"aws", "azure", "gcp"},
     "forewarn.net.callers": {"aws", "gcp"},
-    "forewarn.recording.replay": {"azure", "gcp"},
     "forewarn.replication.shared": {"azure"},
     "forewarn.server.bootstrap": {"aws", "azure", "gcp"},
     "forewarn.waves.component": {"azure", "gcp"},

@@ -47,6 +47,71 @@ class MetadataSurface(Protocol):
         ...
 
 
+class RecordedAnswer(Protocol):
+    """One distinct answer in a recording of a metadata surface (``recording.model.Entry``)."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status (0: no answer, the connection failed)."""
+        ...
+
+    @property
+    def body(self) -> str:
+        """The exact bytes, as text."""
+        ...
+
+    @property
+    def etag(self) -> str | None:
+        """The answer's ETag header, where the surface sends one."""
+        ...
+
+    def events(self) -> list | None:
+        """A scheduled-events document's Events (None: no such document)."""
+        ...
+
+
+class RecordedSurface(Protocol):
+    """What a recording is of (``recording.model.Recording``)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def source(self) -> str:
+        """Which surface's answers it holds ("azure-scheduled-events", "gce-maintenance-event")."""
+        ...
+
+
+class Replaying(Protocol):
+    """A recording being replayed (``recording.replay.Replay``): which answer is current when, in seconds of
+    recording time since it started."""
+
+    @property
+    def recording(self) -> RecordedSurface: ...
+
+    @property
+    def entries(self) -> Sequence[RecordedAnswer]: ...
+
+    def entry_at(self, offset_seconds: float) -> RecordedAnswer: ...
+
+    def next_change(self, offset_seconds: float) -> float | None:
+        """When another answer becomes current (None: the last one stays)."""
+        ...
+
+
+class RecordingServer(Protocol):
+    """A recording of a cloud's metadata surface, served back as that surface answered (``forewarn replay``)."""
+
+    @property
+    def path(self) -> str:
+        """The path it serves: the one that was recorded."""
+        ...
+
+    def handle(self, request: Request) -> Any:
+        """The answer (a response, or a deferred one: net/http.py)."""
+        ...
+
+
 class MachineState(IntEnum):
     """What a machine is going through, as the dashboard's fleet view colours it; the most serious wins. The page
     has the same list, in this order."""
@@ -158,6 +223,15 @@ class Cloud(ComponentSource, Protocol):
 
     def dashboard_panel(self) -> DashboardPanel:
         """The cloud's part of the dashboard's fleet view and live stream."""
+        ...
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        """A server of ``replay`` (at ``speed`` recorded seconds per wall second) with
+        the request rules of the cloud's metadata surface, when the recording is of that surface
+        (``Recording.source``); None for any other recording. ``on_approval``: told of each approval a client
+        sends, where the surface takes approvals."""
         ...
 
     def cli_commands(self) -> Sequence[click.Command]:

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -81,6 +81,11 @@ class AwsCloud:
         from forewarn.aws.control.dashboard import PANEL
 
         return PANEL
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        return None  # forewarn records no EC2 metadata
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -90,6 +90,16 @@ class AzureCloud:
         from forewarn.azure.control.dashboard import PANEL
 
         return PANEL
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        from forewarn.azure.imds.replay import ReplayHandler
+        from forewarn.recording.model import AZURE
+
+        if replay.recording.source != AZURE:
+            return None
+        return ReplayHandler(replay, speed=speed, on_approval=on_approval)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from forewarn.core.component import ComponentSource
@@ -112,9 +111,9 @@ class RecordingServer(Protocol):
         ...
 
 
-class MachineState(IntEnum):
-    """What a machine is going through, as the dashboard's fleet view colours it; the most serious wins. The page
-    has the same list, in this order."""
+class MachineState:
+    """What a machine is going through, as the dashboard's fleet view colours it: codes, the most serious highest
+    (plain ints, not an enum: the fleet read looks them up for every machine). The page has the same list."""
 
     OK = 0
     SCHEDULED = 1
@@ -123,6 +122,7 @@ class MachineState(IntEnum):
     STOPPED = 4
     DELETED = 5
     EVICTED = 6
+    NAMES = ("ok", "scheduled", "started", "impacted", "stopped", "deleted", "evicted")
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ class DashboardPanel(Protocol):
         """How many machines the cloud has: the fleet view's fixed columns are read again when it changes."""
         ...
 
-    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, MachineState]:
+    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
         """What each machine (all, or those of ``names`` the cloud has) is going through now."""
         ...
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from forewarn.engine.engine import Engine
 
 # The fleet view's names of the machine states, the page's list (its codes are their indexes).
-STATE_NAMES = [state.name.lower() for state in MachineState]
+STATE_NAMES = list(MachineState.NAMES)
 
 # A batch touching more than this many events or machines is not itemised: the message says "resync" and pages read
 # the fleet again (a wave step over 100,000 VMs is one read, not a 10 MB message to every page).

@@ -21,7 +21,7 @@ from forewarn.engine.engine import Engine
 SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
 
 
-def state_of(state: Ec2State, spot: bool, has_active_event: bool) -> MachineState:
+def state_of(state: Ec2State, spot: bool, has_active_event: bool) -> int:
     if state.state is InstanceState.TERMINATED:
         return MachineState.EVICTED if spot and state.spot_action else MachineState.DELETED
     if state.state is InstanceState.STOPPED:
@@ -53,7 +53,7 @@ class Ec2Panel:
     def machine_count(self, engine: Engine) -> int:
         return len(engine.component(Ec2Component).ec2_instances)
 
-    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, MachineState]:
+    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
         ec2 = engine.component(Ec2Component)
         instances = ec2.ec2_instances
         wanted = instances.keys() if names is None else [i for i in names if i in instances]

@@ -25,9 +25,9 @@ def group_of(vm: VM) -> str:
     return f"availability set {vm.availability_set}" if vm.availability_set else "standalone"
 
 
-def states_from_events(engine: Engine, scopes: Iterable[str]) -> dict[str, MachineState]:
+def states_from_events(engine: Engine, scopes: Iterable[str]) -> dict[str, int]:
     """The most serious state the live events of ``scopes`` give each VM they name."""
-    from_events: dict[str, MachineState] = {}
+    from_events: dict[str, int] = {}
     for scope in scopes:
         for event in engine.component(AzureComponent).live_events(scope):
             code = MachineState.STARTED if event.status is EventStatus.STARTED else MachineState.SCHEDULED
@@ -56,14 +56,14 @@ class AzurePanel:
     def machine_count(self, engine: Engine) -> int:
         return len(engine.fleet.vms)
 
-    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, MachineState]:
+    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
         """From each VM's power state and the live events that name it."""
         fleet = engine.fleet
         wanted = fleet.vms.keys() if names is None else [n for n in names if n in fleet.vms]
         scopes = {fleet.vms[name].scope for name in wanted} if names is not None else fleet.vms_by_scope.keys()
         from_events = states_from_events(engine, scopes)
         power_of = engine.component(AzureComponent).vm_states.power
-        states: dict[str, MachineState] = {}
+        states: dict[str, int] = {}
         for name in wanted:
             code = from_events.get(name, MachineState.OK)
             power = power_of(name)

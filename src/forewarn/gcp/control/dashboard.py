@@ -22,12 +22,12 @@ from forewarn.gcp.views import GceEventOut
 MAINTENANCE_EVENT_PATH = "/computeMetadata/v1/instance/maintenance-event"
 
 
-def states_from_events(engine: Engine, wanted: Iterable[str], whole_fleet: bool) -> dict[str, MachineState]:
+def states_from_events(engine: Engine, wanted: Iterable[str], whole_fleet: bool) -> dict[str, int]:
     """Announced or notified maintenance is scheduled, a live migration under way started. A few instances (one
     commit's): their own events; the whole fleet: one pass over every event."""
     gcp = engine.component(GcpComponent)
     events = gcp.gce_events.values() if whole_fleet else (e for n in wanted for e in gcp.gce_events_of(n))
-    from_events: dict[str, MachineState] = {}
+    from_events: dict[str, int] = {}
     for event in events:
         if event.live:
             code = MachineState.STARTED if event.state is EventState.ONGOING else MachineState.SCHEDULED
@@ -36,7 +36,7 @@ def states_from_events(engine: Engine, wanted: Iterable[str], whole_fleet: bool)
     return from_events
 
 
-def state_of(state: GceState, from_events: MachineState | None) -> MachineState:
+def state_of(state: GceState, from_events: int | None) -> int:
     """A preempted Spot or preemptible instance is started during its 30-second notice, evicted once stopped or
     deleted; an instance down for maintenance (or after a host error, until automaticRestart) impacted."""
     if state.preempted:
@@ -68,7 +68,7 @@ class GcePanel:
     def machine_count(self, engine: Engine) -> int:
         return len(engine.fleet.gce)
 
-    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, MachineState]:
+    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
         instances = engine.fleet.gce
         wanted = list(instances) if names is None else [n for n in names if n in instances]
         from_events = states_from_events(engine, wanted, whole_fleet=names is None)

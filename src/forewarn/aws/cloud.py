@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -71,6 +71,21 @@ class AwsCloud:
         from forewarn.aws.control.routes import CHANGE_REPORTS
 
         return CHANGE_REPORTS
+
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        from forewarn.aws.model import Ec2Instance
+
+        return (machine.instance_id, "ec2_instance") if isinstance(machine, Ec2Instance) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.aws.control.dashboard import PANEL
+
+        return PANEL
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        return None  # forewarn records no EC2 metadata
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

@@ -68,7 +68,11 @@ class Steps:
 def steps() -> Steps:
     """The registered clouds' steps in the registry's order, then the waves'. Loaded once per process, when a
     scenario is first read."""
-    clouds = {cloud.name: cloud.scenario_steps() for cloud in registered()}
+    return steps_of({cloud.name: cloud.scenario_steps() for cloud in registered()})
+
+
+def steps_of(clouds: Mapping[str, ScenarioSteps]) -> Steps:
+    """The clouds' steps (by cloud name, in order), then the waves'; a step name two of them give is refused."""
     actions: dict[str, StepAction] = {}
     cloud_of: dict[str, str | None] = {}
     for name, cloud_steps in clouds.items():
@@ -82,4 +86,4 @@ def steps() -> Steps:
     time_keys = dict.fromkeys(COMMON_TIME_KEYS)
     for cloud_steps in clouds.values():
         time_keys.update(dict.fromkeys(cloud_steps.time_keys))
-    return Steps(actions, cloud_of, clouds, tuple(time_keys))
+    return Steps(actions, cloud_of, dict(clouds), tuple(time_keys))

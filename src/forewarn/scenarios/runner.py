@@ -410,14 +410,23 @@ class Runner:
             document_names = [name for name in self.azure if self.scope_of.get(name) in changes.scopes]
             state_names = [name for name in self.azure if name in changes.vms]
             ec2 = changes.ec2
+        self._observe_documents(document_names)
+        self._observe_vm_states(state_names)
+        if self.watch_ec2 and ec2:
+            self._instance_rows = self.api.get("/v1/ec2/instances")
+            self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
+        if self.gce_instances and gce:
+            self._observe_gce(self.api.get("/v1/gce/instances"))
+
+    def _observe_documents(self, names: list[str]) -> None:
+        """Each VM's document, recorded when it changed."""
         by_scope: dict[str, str] = {}  # the VMs of a scope share one document: read it once
         texts = {}
-        for name in document_names:
+        for name in names:
             scope = self.scope_of.get(name, name)
             if scope not in by_scope:
                 by_scope[scope] = self.api.document(name)
             texts[name] = by_scope[scope]
-        rows = self._vm_rows(state_names)
         for name, text in texts.items():
             if self._last_text.get(name) == text:
                 continue
@@ -429,7 +438,11 @@ class Runner:
                 {**self._stamp(), "incarnation": document.get("DocumentIncarnation"), "document": document}
             )
             self._line(name, f"#{document.get('DocumentIncarnation')}", document_summary(document))
-        for name in state_names:
+
+    def _observe_vm_states(self, names: list[str]) -> None:
+        """Each VM's power, host and boot, recorded when one of them changed."""
+        rows = self._vm_rows(names)
+        for name in names:
             vm = rows.get(name)
             if vm is None:
                 continue
@@ -451,11 +464,6 @@ class Runner:
             )
             if not first:
                 self._line(name, "", f"{vm['power']} on {vm['host']}")
-        if self.watch_ec2 and ec2:
-            self._instance_rows = self.api.get("/v1/ec2/instances")
-            self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
-        if self.gce_instances and gce:
-            self._observe_gce(self.api.get("/v1/gce/instances"))
 
     def _observe_gce(self, rows: list[dict]) -> None:
         """A snapshot of each observed Compute Engine instance whenever what its metadata server or the API shows
@@ -666,32 +674,17 @@ class Runner:
     # ----------------------------------------------------------------------------------------------- timeline
     def _timeline(self, settled: bool, aborted: str | None) -> dict:
         scenario = self.scenario
-        events, ec2_events, ec2_instances, approvals = [], [], [], []
+        events: list[dict] = []
+        ec2_events: list[dict] = []
+        ec2_instances: list[dict] = []
+        approvals: list[dict] = []
         start = self.start
         if start is not None:
             try:
                 self._changes()  # the journal's last entries, for the events' histories
                 events = [e for e in self.api.get("/v1/events", all="true") if parse_time(e["created_at"]) >= start]
                 for event in events:
-                    history = (
-                        self.event_journal.get(event["event_id"], [])
-                        if self.journal_complete
-                        else self.api.get(f"/v1/events/{event['event_id']}/journal")
-                    )
-                    event["journal"] = [
-                        {**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history
-                    ]
-                    for entry in event["journal"]:
-                        if entry["what"] == "approved":
-                            at = parse_time(entry["at"])
-                            approvals.append(
-                                {
-                                    "time": format_time(at),
-                                    "offset": (at - start).total_seconds(),
-                                    "event_id": event["event_id"],
-                                    "by": entry.get("reason", "").removeprefix("by "),
-                                }
-                            )
+                    approvals += self._with_history(event, start)
                 if scenario.instances:
                     ec2_events = [
                         e for e in self.api.get("/v1/ec2/events", all="true") if parse_time(e["created_at"]) >= start
@@ -740,6 +733,28 @@ class Runner:
         timeline["expectations"] = results
         timeline["passed"] = aborted is None and all(r["passed"] for r in results)
         return timeline
+
+    def _with_history(self, event: dict, start: datetime) -> list[dict]:
+        """Give the event its history (``journal``); the approvals in it."""
+        history = (
+            self.event_journal.get(event["event_id"], [])
+            if self.journal_complete
+            else self.api.get(f"/v1/events/{event['event_id']}/journal")
+        )
+        event["journal"] = [{**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history]
+        approvals = []
+        for entry in event["journal"]:
+            if entry["what"] == "approved":
+                at = parse_time(entry["at"])
+                approvals.append(
+                    {
+                        "time": format_time(at),
+                        "offset": (at - start).total_seconds(),
+                        "event_id": event["event_id"],
+                        "by": entry.get("reason", "").removeprefix("by "),
+                    }
+                )
+        return approvals
 
     def _tolerance(self) -> float:
         """How far a recorded time may be from an expected one: exact on a manual clock; on a real clock, a few

@@ -134,6 +134,10 @@ def test_compute_engine_maintenance_its_notice_at_the_instances_own_endpoint_and
     assert (simulated["instance"], simulated["kind"]) == ("trainer-1", "TERMINATE_ON_HOST_MAINTENANCE")
     assert fw.gce_maintenance_event("trainer-1") == "TERMINATE_ON_HOST_MAINTENANCE"  # an hour ahead, with GPUs
     assert fw.gce_instance("trainer-1")["status"] == "RUNNING"
+    [ahead] = fw.maintain_gce(["api-1"], notice="1d")  # announced a day ahead: upcoming maintenance, cancelable
+    assert fw.gce_instance("api-1")["upcoming"]["window_start"] == ahead["window_start"]
+    assert fw.cancel_gce(ahead["event_id"])["state"] == "canceled"
+    assert fw.gce_instance("api-1")["upcoming"] is None
     with pytest.raises(ForewarnError) as refused:
         fw.simulate_gce_maintenance("nope")
     assert refused.value.code == "NotFound"

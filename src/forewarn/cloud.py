@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -237,6 +238,11 @@ class Cloud(ComponentSource, Protocol):
     def cli_commands(self) -> Sequence[click.Command]:
         """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
         ``cli/common.py``, as the CLI's start-up budget asks)."""
+        ...
+
+    def scenario_steps(self) -> ScenarioSteps:
+        """The cloud's steps of a scenario file (``do:``), their checks and how they run: a client of the server
+        (forewarn/scenario_steps.py), loaded when a scenario is read or run."""
         ...
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
     from forewarn.net.callers import CallerResolver
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -91,6 +92,11 @@ class AwsCloud:
         from forewarn.aws.cli import ec2
 
         return (ec2.ec2,)
+
+    def scenario_steps(self) -> ScenarioSteps:
+        from forewarn.aws.scenario.steps import STEPS
+
+        return STEPS
 
 
 AWS: Cloud = AwsCloud()

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
     from forewarn.net.callers import CallerResolver
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -118,6 +119,11 @@ class AzureCloud:
             central.graph,
             central.acknowledge,
         )
+
+    def scenario_steps(self) -> ScenarioSteps:
+        from forewarn.azure.scenario.steps import STEPS
+
+        return STEPS
 
 
 AZURE: Cloud = AzureCloud()

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
     from forewarn.net.callers import CallerResolver
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -95,6 +96,11 @@ class GcpCloud:
         from forewarn.gcp.cli import gce
 
         return (gce.gce,)
+
+    def scenario_steps(self) -> ScenarioSteps:
+        from forewarn.gcp.scenario.steps import STEPS
+
+        return STEPS
 
 
 GCP: Cloud = GcpCloud()

@@ -55,15 +55,16 @@ class Agent:
         self.failures = 0
         self.metrics.add("forewarn_agent_polls_total", outcome="ok")
         self.metrics.set("forewarn_agent_last_poll_seconds", time.time())
-        self.reconcile(notices, time.time())
+        self.reconcile(notices, self.watcher.now())
 
     def reconcile(self, notices: List[Notice], now: float) -> None:
-        own = {notice.key: notice for notice in notices if notice.own}
+        own = {notice.key: notice for notice in notices if notice.own and not notice.finished}
+        finished = {notice.key: notice.finished for notice in notices if notice.own and notice.finished}
         for notice in own.values():
             self._present(notice, now)
         for key, record in self.state.open_records().items():
             if key not in own:
-                self._gone(key, record, now)
+                self._gone(key, record, finished.get(key) or self.watcher.gone_phase(record, now), now)
         self.state.forget_old(now)
 
     # --------------------------------------------------------------------------------------------- an event
@@ -129,9 +130,8 @@ class Agent:
         except (Unreachable, ValueError, AttributeError):
             return False
 
-    def _gone(self, key: str, record: Dict[str, Any], now: float) -> None:
+    def _gone(self, key: str, record: Dict[str, Any], phase: str, now: float) -> None:
         not_before = record.get("not_before")
-        phase = "ended" if record.get("started") or (not_before is not None and now >= not_before) else "canceled"
         notice = Notice(
             key=key,
             cloud=record.get("cloud", self.watcher.cloud),

@@ -34,7 +34,35 @@ class Watcher:
         self.endpoint = (endpoint or LINK_LOCAL).rstrip("/")
         self.timeout = timeout
         self.machine = ""
+        self.clock_offset = 0.0
         self._stop = threading.Event()
+
+    def now(self) -> float:
+        """The cloud's time as its metadata service last told it (its ``Date`` header), else this machine's: a VM's
+        clock may be off, and a simulated cloud's clock may run at another pace than the wall's."""
+        return time.time() + self.clock_offset
+
+    def _call(
+        self,
+        method: str,
+        url: str,
+        headers: Optional[Dict[str, str]] = None,
+        body: Optional[bytes] = None,
+        timeout: float = 5.0,
+    ) -> Answer:
+        answer = request(method, url, headers, body, timeout)
+        told = rfc1123_seconds(answer.headers.get("date", ""))
+        if told is not None:
+            self.clock_offset = told - time.time()
+        return answer
+
+    def gone_phase(self, record: Dict[str, Any], now: float) -> str:
+        """What an event of this machine that left the metadata became: ``ended`` once it started (the agent saw it
+        Started, or approved it, which starts it) or its NotBefore passed; ``canceled`` otherwise."""
+        not_before = record.get("not_before")
+        if record.get("started") or record.get("approved") or (not_before is not None and now >= not_before):
+            return "ended"
+        return "canceled"
 
     def identify(self) -> str:
         raise NotImplementedError
@@ -69,7 +97,7 @@ class AzureWatcher(Watcher):
 
     def identify(self) -> str:
         url = f"{self.endpoint}/metadata/instance/compute?api-version=2021-02-01"
-        answer = _expect(request("GET", url, self.HEADERS, timeout=self.timeout), "instance metadata")
+        answer = _expect(self._call("GET", url, self.HEADERS, timeout=self.timeout), "instance metadata")
         self.machine = str(answer.json().get("name", ""))
         return self.machine
 
@@ -77,7 +105,9 @@ class AzureWatcher(Watcher):
         headers = dict(self.HEADERS)
         if self._etag:
             headers["If-None-Match"] = self._etag
-        answer = request("GET", f"{self.endpoint}/metadata/scheduledevents?{self.API}", headers, timeout=self.timeout)
+        answer = self._call(
+            "GET", f"{self.endpoint}/metadata/scheduledevents?{self.API}", headers, timeout=self.timeout
+        )
         if answer.status != 304:
             _expect(answer, "scheduled events")
             try:
@@ -108,7 +138,7 @@ class AzureWatcher(Watcher):
         body = json.dumps({"StartRequests": [{"EventId": notice.event_id}]}).encode()
         headers = dict(self.HEADERS, **{"Content-Type": "application/json"})
         url = f"{self.endpoint}/metadata/scheduledevents?{self.API}"
-        _expect(request("POST", url, headers, body, self.timeout), "approval", (200, 201, 202, 204))
+        _expect(self._call("POST", url, headers, body, self.timeout), "approval", (200, 201, 202, 204))
 
 
 # ---------------------------------------------------------------------------------------------------------- EC2
@@ -129,7 +159,7 @@ class Ec2Watcher(Watcher):
     def _fresh_token(self) -> str:
         if time.time() < self._token_until:
             return self._token
-        answer = request(
+        answer = self._call(
             "PUT",
             f"{self.endpoint}/latest/api/token",
             {"X-aws-ec2-metadata-token-ttl-seconds": str(self.TTL)},
@@ -140,14 +170,27 @@ class Ec2Watcher(Watcher):
         return self._token
 
     def _get(self, path: str) -> Answer:
-        answer = request(
+        answer = self._call(
             "GET", self.endpoint + path, {"X-aws-ec2-metadata-token": self._fresh_token()}, None, self.timeout
         )
         if answer.status == 401:  # expired or revoked early: one new token, once
             self._token_until = 0.0
             headers = {"X-aws-ec2-metadata-token": self._fresh_token()}
-            answer = request("GET", self.endpoint + path, headers, None, self.timeout)
+            answer = self._call("GET", self.endpoint + path, headers, None, self.timeout)
         return answer
+
+    def gone_phase(self, record: Dict[str, Any], now: float) -> str:
+        """An event that left ``scheduled`` is in ``history`` with its State ("Scheduled events for your instances":
+        completed or canceled); an event that is in neither is judged by its time."""
+        try:
+            answer = self._get("/latest/meta-data/events/maintenance/history")
+            events = answer.json() if answer.status == 200 and answer.body.strip() else []
+        except (Unreachable, ValueError):
+            events = []
+        for event in events if isinstance(events, list) else []:
+            if isinstance(event, dict) and event.get("EventId") == record.get("event_id"):
+                return "canceled" if event.get("State") == "canceled" else "ended"
+        return super().gone_phase(record, now)
 
     def identify(self) -> str:
         self.machine = _expect(self._get("/latest/meta-data/instance-id"), "instance-id").text.strip()
@@ -172,8 +215,8 @@ class Ec2Watcher(Watcher):
             raise MetadataError(f"scheduled events: not JSON: {error}") from error
         notices = []
         for event in events:
-            if str(event.get("State", "active")) != "active":
-                continue  # completed or canceled: gone, as far as hooks go
+            state = str(event.get("State", "active"))
+            finished = {"completed": "ended", "canceled": "canceled"}.get(state)
             notices.append(
                 Notice(
                     key=f"aws:{event.get('EventId')}",
@@ -184,6 +227,7 @@ class Ec2Watcher(Watcher):
                     not_before=ec2_time_seconds(str(event.get("NotBefore", ""))),
                     resources=(self.machine,),
                     description=str(event.get("Description", "")),
+                    finished=finished,
                     raw=event,
                 )
             )
@@ -245,7 +289,7 @@ class GceWatcher(Watcher):
         return f"{self.endpoint}/computeMetadata/v1/instance/{key}"
 
     def identify(self) -> str:
-        answer = _expect(request("GET", self._url("name"), self.HEADERS, timeout=self.timeout), "instance name")
+        answer = _expect(self._call("GET", self._url("name"), self.HEADERS, timeout=self.timeout), "instance name")
         self.machine = answer.text.strip()
         return self.machine
 
@@ -261,7 +305,7 @@ class GceWatcher(Watcher):
         while not self._stop.is_set():
             query = f"?wait_for_change=true&last_etag={etag}&timeout_sec={self.HOLD}" if etag else ""
             try:
-                answer = request("GET", self._url(key) + query, self.HEADERS, timeout=self.HOLD + 10)
+                answer = self._call("GET", self._url(key) + query, self.HEADERS, timeout=self.HOLD + 10)
             except Unreachable as error:
                 self._set(key, None, str(error))
                 self._stop.wait(backoff)
@@ -312,19 +356,24 @@ class GceWatcher(Watcher):
             self.memory.pop("preempted-since", None)
         return notices
 
+    def gone_phase(self, record: Dict[str, Any], now: float) -> str:
+        """``maintenance-event`` back to ``NONE``, or a preempted instance started again: the notice was given, so
+        what it announced happened."""
+        return "ended"
+
     def _maintenance(self, value: str) -> List[Notice]:
         current = self.memory.get("maintenance")
         if value in ("", "NONE"):
             self.memory.pop("maintenance", None)
             return []
         if not current or current.get("value") != value:
-            current = {"value": value, "id": f"maintenance-{int(time.time() * 1000)}", "since": time.time()}
+            current = {"value": value, "id": f"maintenance-{int(time.time() * 1000)}", "since": self.now()}
             self.memory["maintenance"] = current
         not_before = current["since"] + self.NOTICE.get(value, 60.0)
         return [self._notice(current["id"], value, not_before)]
 
     def _first_seen(self, what: str) -> float:
-        return float(self.memory.setdefault(f"{what}-since", time.time()))
+        return float(self.memory.setdefault(f"{what}-since", self.now()))
 
     def _notice(self, event_id: str, kind: str, not_before: Optional[float]) -> Notice:
         return Notice(

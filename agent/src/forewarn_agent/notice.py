@@ -29,6 +29,7 @@ class Notice:
     own: bool = True
     approvable: bool = False
     description: str = ""
+    finished: Optional[str] = None  # "ended" or "canceled": the cloud says the event is over (EC2's State)
     raw: Dict[str, Any] = field(default_factory=dict, compare=False)
 
     def seconds_left(self, now: float) -> Optional[float]:

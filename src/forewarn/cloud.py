@@ -9,7 +9,8 @@ this whole protocol). The corridors that still name a cloud are listed in tests/
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from forewarn.core.component import ComponentSource
@@ -20,9 +21,11 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.engine.engine import Engine
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
     from forewarn.waves.units import WaveUnits
 
@@ -42,6 +45,148 @@ class MetadataSurface(Protocol):
 
     def refuse(self, path: str, refusal: Refusal) -> Any:
         """What the listener's guard refused (a web page's request, a rebound name), in this surface's style."""
+        ...
+
+
+class RecordedAnswer(Protocol):
+    """One distinct answer in a recording of a metadata surface (``recording.model.Entry``)."""
+
+    @property
+    def status(self) -> int:
+        """The HTTP status (0: no answer, the connection failed)."""
+        ...
+
+    @property
+    def body(self) -> str:
+        """The exact bytes, as text."""
+        ...
+
+    @property
+    def etag(self) -> str | None:
+        """The answer's ETag header, where the surface sends one."""
+        ...
+
+    def events(self) -> list | None:
+        """A scheduled-events document's Events (None: no such document)."""
+        ...
+
+
+class RecordedSurface(Protocol):
+    """What a recording is of (``recording.model.Recording``)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def source(self) -> str:
+        """Which surface's answers it holds ("azure-scheduled-events", "gce-maintenance-event")."""
+        ...
+
+
+class Replaying(Protocol):
+    """A recording being replayed (``recording.replay.Replay``): which answer is current when, in seconds of
+    recording time since it started."""
+
+    @property
+    def recording(self) -> RecordedSurface: ...
+
+    @property
+    def entries(self) -> Sequence[RecordedAnswer]: ...
+
+    def entry_at(self, offset_seconds: float) -> RecordedAnswer: ...
+
+    def next_change(self, offset_seconds: float) -> float | None:
+        """When another answer becomes current (None: the last one stays)."""
+        ...
+
+
+class RecordingServer(Protocol):
+    """A recording of a cloud's metadata surface, served back as that surface answered (``forewarn replay``)."""
+
+    @property
+    def path(self) -> str:
+        """The path it serves: the one that was recorded."""
+        ...
+
+    def handle(self, request: Request) -> Any:
+        """The answer (a response, or a deferred one: net/http.py)."""
+        ...
+
+
+class MachineState:
+    """What a machine is going through, as the dashboard's fleet view colours it: codes, the most serious highest
+    (plain ints, not an enum: the fleet read looks them up for every machine). The page has the same list."""
+
+    OK = 0
+    SCHEDULED = 1
+    STARTED = 2
+    IMPACTED = 3
+    STOPPED = 4
+    DELETED = 5
+    EVICTED = 6
+    NAMES = ("ok", "scheduled", "started", "impacted", "stopped", "deleted", "evicted")
+
+
+@dataclass(frozen=True)
+class MachineRow:
+    """A machine's columns in the dashboard's fleet view that stay while the server runs."""
+
+    name: str
+    group: str  # the set it belongs to, as the page shows it: "scale set web", "EC2", "Compute Engine us-east1-b"
+    zone: str
+    update_domain: int  # 0 for a cloud without update domains
+
+
+@dataclass
+class Touched:
+    """What one committed batch changed of a cloud, in the order its changes named them: its events (by id) and its
+    machines."""
+
+    events: dict[str, Any] = field(default_factory=dict)
+    machines: dict[str, None] = field(default_factory=dict)
+
+
+class DashboardPanel(Protocol):
+    """A cloud's part of the dashboard (control/dashboard.py): its machines in the fleet view, and its events and
+    machines in each message of the live stream."""
+
+    @property
+    def events_key(self) -> str:
+        """The live stream's key for the cloud's events ("events", "ec2_events", "gce_events")."""
+        ...
+
+    def machines(self, engine: Engine) -> Iterable[MachineRow]:
+        """Every machine of the cloud, in the fleet view's order."""
+        ...
+
+    def machine_count(self, engine: Engine) -> int:
+        """How many machines the cloud has: the fleet view's fixed columns are read again when it changes."""
+        ...
+
+    def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
+        """What each machine (all, or those of ``names`` the cloud has) is going through now."""
+        ...
+
+    def host_of(self, engine: Engine) -> Callable[[str], str]:
+        """The host a machine runs on now (a redeploy moves it)."""
+        ...
+
+    def noting(self) -> Mapping[type, Callable[[Any, Touched], None]]:
+        """Each kind of the cloud's changes the live stream tells of, and how it marks what the change touched."""
+        ...
+
+    def event_json(self, event: Any) -> dict[str, Any]:
+        """One of the cloud's events as the live stream sends it (the control API's JSON of it)."""
+        ...
+
+    def unseen(self, engine: Engine, machines: Iterable[str]) -> bool:
+        """Whether a machine of ``machines`` is one the fleet file does not have (an Auto Scaling replacement): the
+        page then reads the fleet again."""
+        ...
+
+    def views_router(self, service: Maintenance, views: Any) -> APIRouter:
+        """The page's routes that show what the cloud's other surfaces answer now (``views``: their renderings, the
+        server's ``control.dashboard.SurfaceViews``)."""
         ...
 
 
@@ -73,6 +218,24 @@ class Cloud(ComponentSource, Protocol):
         ``control.models.ChangeOut``, or None for a change of that kind that is bookkeeping."""
         ...
 
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        """The name and kind ("vm", "ec2_instance", "gce_instance") of one of the cloud's machines, as the control
+        API lists the metadata listener's callers; None for a machine of another cloud."""
+        ...
+
+    def dashboard_panel(self) -> DashboardPanel:
+        """The cloud's part of the dashboard's fleet view and live stream."""
+        ...
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        """A server of ``replay`` (at ``speed`` recorded seconds per wall second) with
+        the request rules of the cloud's metadata surface, when the recording is of that surface
+        (``Recording.source``); None for any other recording. ``on_approval``: told of each approval a client
+        sends, where the surface takes approvals."""
+        ...
+
     def cli_commands(self) -> Sequence[click.Command]:
         """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
         ``cli/common.py``, as the CLI's start-up budget asks)."""
@@ -81,6 +244,11 @@ class Cloud(ComponentSource, Protocol):
     def wave_units(self) -> WaveUnits | None:
         """What a wave rolled over the cloud's machines needs of it (``waves/units.py``); None: the cloud has no
         waves, and a wave request that names it is refused, saying so."""
+        ...
+
+    def scenario_steps(self) -> ScenarioSteps:
+        """The cloud's steps of a scenario file (``do:``), their checks and how they run: a client of the server
+        (forewarn/scenario_steps.py), loaded when a scenario is read or run."""
         ...
 
 

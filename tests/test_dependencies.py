@@ -227,7 +227,6 @@ NAMING_A_CLOUD = {
     "forewarn.net.callers": {"aws", "gcp"},
     "forewarn.recording.replay": {"azure", "gcp"},
     "forewarn.replication.shared": {"azure"},
-    "forewarn.server.bootstrap": {"aws", "azure", "gcp"},
     "forewarn.waves.component": {"azure", "gcp"},
     "forewarn.waves.model": {"azure", "gcp"},
     "forewarn.waves.records": {"azure", "gcp"},

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -71,6 +71,11 @@ class AwsCloud:
         from forewarn.aws.control.routes import CHANGE_REPORTS
 
         return CHANGE_REPORTS
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.aws.serving.wiring import AwsServing
+
+        return AwsServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -77,6 +77,11 @@ class AzureCloud:
         from forewarn.azure.control.events import CHANGE_REPORTS
 
         return CHANGE_REPORTS
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.azure.serving.wiring import AzureServing
+
+        return AzureServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm

@@ -1,4 +1,4 @@
-"""``forewarn serve``: the server's options, parsed into a :class:`ServeConfig`; ``server.bootstrap`` runs it.
+"""``forewarn serve``: the server's options, parsed into a :class:`ServeConfig`; ``server.composition`` runs it.
 
 The server's modules (FastAPI, uvicorn, the engine, the stores) are imported only when ``serve`` runs, so that every
 other command starts fast.
@@ -534,7 +534,7 @@ def serve(
         exit_with_parent=exit_with_parent,
         log_level=log_level,
     )
-    from forewarn.server.bootstrap import ListenError, run_server
+    from forewarn.server.composition import ListenError, run_server
 
     try:
         run_server(config)

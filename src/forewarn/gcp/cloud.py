@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -70,6 +70,11 @@ class GcpCloud:
         from forewarn.gcp.control.routes import CHANGE_REPORTS
 
         return CHANGE_REPORTS
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.gcp.serving.wiring import GcpServing
+
+        return GcpServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce

@@ -1,5 +1,5 @@
 """Every setting of a forewarn server, as one value: ``forewarn serve`` fills a :class:`ServeConfig` from its
-options, and ``server.bootstrap.run_server`` turns it into a running server.
+options, and ``server.composition.run_server`` turns it into a running server.
 
 Light on purpose (standard library only): the CLI imports it, and the CLI must start fast.
 """

@@ -217,7 +217,6 @@ CLOUDS = ("forewarn.azure", "forewarn.aws", "forewarn.gcp")
 # test, and so does one listed here that no longer does (so the list stays true).
 NAMING_A_CLOUD = {
     "forewarn.app.runtime": {"azure"},
-    "forewarn.cli.serve": {"azure"},
     "forewarn.control.dashboard": {"aws", "azure", "gcp"},
     "forewarn.control.imds": {"azure", "gcp"},
     "forewarn.control.models": {"azure"},

@@ -48,7 +48,12 @@ class MetadataSurface(Protocol):
 
 
 class CloudSetupError(Exception):
-    """A cloud's file or setting the server cannot start with: the message says which and why."""
+    """A cloud's file or setting the server cannot start with: the message says which and why; ``option``, where
+    one option's value is refused, names it as the command line spells it (``--notice``)."""
+
+    def __init__(self, message: str, option: str | None = None):
+        super().__init__(message)
+        self.option = option
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,8 @@ class Serving(Protocol):
         ...
 
     def rules(self, rules: Any) -> Any:
-        """The engine's rules (``engine.rules.Rules``) with this cloud's part set as the options say."""
+        """The engine's rules (``engine.rules.Rules``) with this cloud's part set as the options say. An option
+        value it cannot use raises :class:`CloudSetupError` naming the option."""
         ...
 
     def metadata_settings(self) -> object:

@@ -95,12 +95,16 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
     option that set it) or :class:`ListenError` (a listener that could not be bound)."""
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     clouds = served_clouds(config)
+    try:
+        rules = rules_of(clouds)
+    except CloudSetupError as error:
+        raise SettingError(str(error), error.option or "") from None
     warn_of_exposure(config, clouds)
     # No cyclic collection while the fleet loads: a million-VM fleet is millions of objects, and the collector would
     # walk them over and over as they are made (it was most of the start-up time). serve() settles the heap once the
     # surfaces are built.
     gc.disable()
-    service, _, node = open_service(config, clouds)
+    service, _, node = open_service(config, clouds, rules)
     try:
         try:
             metadata_limits = Limits().updated(config.imds_limits)
@@ -157,16 +161,22 @@ def listeners_of(config: ServeConfig, clouds: Sequence[Served]) -> Listeners:
     return listeners
 
 
+def rules_of(clouds: Sequence[Served]) -> Rules:
+    """The engine's rules, each cloud's part as its options set it (a value refused: :class:`CloudSetupError`)."""
+    rules = Rules()
+    for served in clouds:
+        rules = served.serving.rules(rules)
+    return rules
+
+
 def open_service(
-    config: ServeConfig, clouds: Sequence[Served] | None = None
+    config: ServeConfig, clouds: Sequence[Served] | None = None, rules: Rules | None = None
 ) -> tuple[Maintenance, dict[str, Serving], Node | None]:
     """The store and the service on it, each cloud's serving (by cloud name) opened on it, and the process's part in
     a shared database (None: it serves alone). Any failure (fleet file, store, a fleet that differs from the stored
     one, a cloud's files or settings) is a :class:`ServeError`; the store is closed again then."""
     clouds = served_clouds(config) if clouds is None else clouds
-    rules = Rules()
-    for served in clouds:
-        rules = served.serving.rules(rules)
+    rules = rules_of(clouds) if rules is None else rules
     store: SQLStore | None = None
     try:
         fleet_file = read_fleet_file(config.fleet_source) if config.fleet_source else None

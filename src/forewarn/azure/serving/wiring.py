@@ -26,6 +26,9 @@ from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.azure.rules import AzureRules
 from forewarn.cloud import ApiPort, Banner, CloudSetupError, Listening
+from forewarn.core.durations import parse_duration
+from forewarn.core.enums import parse_enum
+from forewarn.core.errors import CoreError
 from forewarn.fleet.model import VM
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 
@@ -67,7 +70,9 @@ class AzureServing:
             extra["disable_after"] = timedelta(seconds=options.disable_after)
         if options.hardware_failure_type is not None:
             extra["hardware_failure_type"] = EventType(options.hardware_failure_type)
-        azure = rules.of(AzureRules).with_overrides(options.notice, options.impact_window, **extra)
+        notice = per_type(options.notice, "--notice")
+        impact_window = per_type(options.impact_window, "--impact-window")
+        azure = rules.of(AzureRules).with_overrides(notice, impact_window, **extra)
         return rules.with_part(azure)
 
     def metadata_settings(self) -> ImdsSettings:
@@ -160,6 +165,20 @@ class AzureServing:
             surfaces=surfaces,
             closing=[f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'"],
         )
+
+
+def per_type(values: Sequence[str], option: str) -> dict[EventType, timedelta]:
+    """``TYPE=DURATION`` values (``Freeze=5m``), by event type."""
+    result = {}
+    for value in values:
+        name, sep, duration = value.partition("=")
+        if not sep:
+            raise CloudSetupError(f"expected TYPE=DURATION, e.g. Freeze=5m; got {value!r}", option)
+        try:
+            result[parse_enum(EventType, name, "event type")] = parse_duration(duration)
+        except CoreError as error:
+            raise CloudSetupError(str(error), option) from None
+    return result
 
 
 def counted(number: int, noun: str) -> str:

@@ -13,41 +13,32 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
 
 from forewarn.app.outbox import OutboxSender
-from forewarn.app.runtime import FleetMismatch, Maintenance
-from forewarn.cloud import Cloud, CloudSetupError, Listening, MetadataSurface, Serving, registered
+from forewarn.app.runtime import Maintenance
+from forewarn.cloud import CloudSetupError, Listening, MetadataSurface
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
 from forewarn.control.scenario_runs import ScenarioRuns
-from forewarn.core.errors import CoreError
-from forewarn.core.times import parse_time
-from forewarn.engine.rules import Rules
-from forewarn.fleet.file import FleetFileError, read_fleet_file
-from forewarn.fleet.model import Fleet
 from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
 from forewarn.net.callers import CallerResolver
 from forewarn.net.callers import Machine as Caller
 from forewarn.net.http import Request
 from forewarn.net.own_listeners import own_url
-from forewarn.replication.shared import FleetDiffers
 from forewarn.server.banner import describe
 from forewarn.server.config import ServeConfig, ServeError, SettingError
-from forewarn.server.fleet_source import fleet_sections, given_fleet, remember_fleet_file
 from forewarn.server.http1 import Http1Server, Limits
 from forewarn.server.listeners import ASGIApp, Bound, ByPort, ListenError, Listeners, bind, own_listeners
 from forewarn.server.metadata_router import MetadataRouter
-from forewarn.server.shared import open_shared_service, shared_surfaces
-from forewarn.server.stores import is_postgres, open_fleet_store
+from forewarn.server.opening import Served, open_service, rules_of, served_clouds
+from forewarn.server.shared import shared_surfaces
 from forewarn.server.timer import DeadlineTimer
 from forewarn.server.tuning import event_loop_runner, exit_with, probe_database, settle_heap, tune_collector
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
-from forewarn.store import SQLStore, StoreError
 
 if TYPE_CHECKING:
     from forewarn.replication.node import Node
@@ -55,18 +46,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("forewarn.server")
 
 __all__ = ["ListenError", "open_service", "run_server", "serve"]
-
-
-@dataclass(frozen=True)
-class Served:
-    """A registered cloud and its part in this server."""
-
-    cloud: Cloud
-    serving: Serving
-
-
-def served_clouds(config: ServeConfig) -> tuple[Served, ...]:
-    return tuple(Served(cloud, cloud.serving(config)) for cloud in registered())
 
 
 @dataclass(frozen=True)
@@ -159,77 +138,6 @@ def listeners_of(config: ServeConfig, clouds: Sequence[Served]) -> Listeners:
                 listeners.apis[api.role] = (config.host, api.port)
                 listeners.api_titles[api.role] = api.title
     return listeners
-
-
-def rules_of(clouds: Sequence[Served]) -> Rules:
-    """The engine's rules, each cloud's part as its options set it (a value refused: :class:`CloudSetupError`)."""
-    rules = Rules()
-    for served in clouds:
-        rules = served.serving.rules(rules)
-    return rules
-
-
-def open_service(
-    config: ServeConfig, clouds: Sequence[Served] | None = None, rules: Rules | None = None
-) -> tuple[Maintenance, dict[str, Serving], Node | None]:
-    """The store and the service on it, each cloud's serving (by cloud name) opened on it, and the process's part in
-    a shared database (None: it serves alone). Any failure (fleet file, store, a fleet that differs from the stored
-    one, a cloud's files or settings) is a :class:`ServeError`; the store is closed again then."""
-    clouds = served_clouds(config) if clouds is None else clouds
-    rules = rules_of(clouds) if rules is None else rules
-    store: SQLStore | None = None
-    try:
-        fleet_file = read_fleet_file(config.fleet_source) if config.fleet_source else None
-        start_time = parse_time(config.start) if config.start else None
-        store = open_configured_store(config)
-        given = given_fleet(fleet_file, store)
-        fleet_file = None  # its text (86 MB at a million VMs) is not needed while the fleet is built
-        service, node = open_on(store, config, clouds, rules, start_time, given)
-    except (FleetFileError, StoreError, FleetMismatch, CoreError, CloudSetupError, FleetDiffers) as error:
-        if store is not None:
-            store.close()
-        raise ServeError(str(error)) from None
-    except BaseException:
-        if store is not None:
-            store.close()
-        raise
-    return service, {served.cloud.name: served.serving for served in clouds}, node
-
-
-def open_on(
-    store: SQLStore,
-    config: ServeConfig,
-    clouds: Sequence[Served],
-    rules: Rules,
-    start_time: datetime | None,
-    given: tuple[Fleet | None, dict[str, Any] | None, str | None],
-) -> tuple[Maintenance, Node | None]:
-    """The service on the opened store, from the fleet ``--fleet`` gives (server/fleet_source.py's
-    :func:`given_fleet`), with each cloud's outboxes; then each cloud's serving attached to it."""
-    fleet, section, file_digest = given
-    sections = fleet_sections(config.fleet_source, section)
-    outboxes = [outbox for served in clouds for outbox in served.serving.opened(store, sections)]
-    node: Node | None = None
-    if config.role == "single":
-        service = Maintenance.open(
-            store, fleet, config.clock_mode, config.speed, start_time, config.seed, rules, outboxes=outboxes
-        )
-    else:
-        service, node = open_shared_service(config, store, fleet, start_time, rules, outboxes)
-    leads = node is None or node.service.role == "leader"
-    for served in clouds:
-        served.serving.attach(service, leads)
-    if file_digest is not None and leads:
-        remember_fleet_file(store, file_digest, section)
-    return service, node
-
-
-def open_configured_store(config: ServeConfig) -> SQLStore:
-    """The store --db names, with every component's records; the one place the server opens it. A server that writes
-    alone holds its database for its whole life (a SQLite file's lock, a PostgreSQL database's writer lock): a
-    second writer on it is refused, instead of sharing it unawares. A shared process's leader holds the writer lock
-    on its lease instead (replication/start.py)."""
-    return open_fleet_store(config.db, exclusive=config.role == "single" or not is_postgres(config.db))
 
 
 # ------------------------------------------------------------------------------------- the surfaces

@@ -87,7 +87,9 @@ class Banner:
 
 class Serving(Protocol):
     """A cloud in a running server, made by :meth:`Cloud.serving` from the server's settings (``ServeConfig``): its
-    APIs and their apps, its outboxes, its rules and metadata settings as the options set them, its banner."""
+    APIs and their apps, its outboxes, its rules and metadata settings as the options set them, its banner. A cloud's
+    serving may subclass this protocol for the defaults: no outbox, rules and metadata settings as they are, nothing
+    to warn of, to show on the dashboard or to start."""
 
     def apis(self) -> Sequence[ApiPort]:
         """Its APIs on ports of their own, in the order they are bound (the ones whose port is 0 too: they are off)."""
@@ -95,26 +97,26 @@ class Serving(Protocol):
 
     def exposure(self, host: str) -> Sequence[str]:
         """What to warn about when its APIs listen on ``host`` (beyond loopback) without their own credentials."""
-        ...
+        return ()
 
     def rules(self, rules: Any) -> Any:
         """The engine's rules (``engine.rules.Rules``) with this cloud's part set as the options say. An option
         value it cannot use raises :class:`CloudSetupError` naming the option."""
-        ...
+        return rules
 
     def metadata_settings(self) -> object:
         """The settings of its metadata surface (``Cloud.metadata_surface``'s ``settings``), or None: its defaults."""
-        ...
+        return None
 
     def opened(self, store: SQLStore, fleet_sections: Mapping[str, tuple[str, Any]]) -> Sequence[Any]:
         """The store is open: read the files its options name, and give the outbox functions its changes feed
         (``Maintenance.open(outboxes=...)``). ``fleet_sections``: the fleet file's sections beyond the fleet, by
         key, each with where it was read. A file or setting it cannot use raises :class:`CloudSetupError`."""
-        ...
+        return ()
 
     def attach(self, service: Maintenance, leads: bool) -> None:
         """The service is open (``leads``: this process writes, alone or as the leader of a shared database)."""
-        ...
+        return None
 
     def app(self, role: str, service: Maintenance, surface: MetadataSurface, listening: Listening) -> Any:
         """The ASGI app of its API ``role`` (one of :meth:`apis`)."""
@@ -122,19 +124,19 @@ class Serving(Protocol):
 
     def views(self, service: Maintenance, surface: MetadataSurface, listening: Listening) -> Mapping[str, Any]:
         """What the dashboard shows of its surfaces: fields of ``control.dashboard.SurfaceViews``."""
-        ...
+        return {}
 
     def client_urls(self, listening: Listening) -> Mapping[str, str]:
         """Where the server's own scenario runs reach its APIs: keyword arguments of ``ScenarioRuns``."""
-        ...
+        return {}
 
     def delivery_policies(self) -> Sequence[Any]:
         """The outbox sender's policies for its deliveries (``app.outbox.SendingPolicy``)."""
-        ...
+        return ()
 
     def started(self, own: OwnListeners, listening: Listening) -> None:
         """Every listener is bound and the server about to serve: start what needs them."""
-        ...
+        return None
 
     def machines(self, service: Maintenance) -> Sequence[Any]:
         """Its machines of the fleet (each with ``name``, ``imds_port``, ``imds_address``), as the listeners need."""

@@ -12,19 +12,18 @@ from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
 from forewarn.aws.model import Ec2Instance
-from forewarn.cloud import ApiPort, Banner, Listening
+from forewarn.cloud import ApiPort, Banner, Listening, Serving
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 from forewarn.net.own_listeners import own_url
 
 if TYPE_CHECKING:
     from forewarn.app.runtime import Maintenance
-    from forewarn.net.own_listeners import OwnListeners
     from forewarn.store.base import SQLStore
 
 EC2_API = "ec2_api"
 
 
-class AwsServing:
+class AwsServing(Serving):
     """``options``: a ``ServeConfig`` (read for EC2's settings only)."""
 
     machine_kind = "EC2 instance"
@@ -43,9 +42,6 @@ class AwsServing:
             "reschedule events and change event windows",
         )
 
-    def rules(self, rules: Any) -> Any:
-        return rules
-
     def metadata_settings(self) -> Ec2ImdsSettings:
         # --while-down, else what --imds-profile sets for every metadata surface (realistic: dropped)
         options = self.options
@@ -55,9 +51,6 @@ class AwsServing:
     def opened(self, store: SQLStore, fleet_sections: Mapping[str, tuple[str, Any]]) -> Sequence[Any]:
         health = HealthSettings(targets=self.options.health_webhooks, entity=self.options.health_entity)
         return (health_outbox(health),) if health.targets else ()
-
-    def attach(self, service: Maintenance, leads: bool) -> None:
-        pass
 
     def app(self, role: str, service: Maintenance, surface: Any, listening: Listening) -> Any:
         hosts = HostNames.for_server(listening.control[0], listening.allowed_hosts)
@@ -75,12 +68,6 @@ class AwsServing:
     def client_urls(self, listening: Listening) -> Mapping[str, str]:
         address = listening.apis.get(EC2_API)
         return {} if address is None else {"ec2_url": own_url(address)}
-
-    def delivery_policies(self) -> Sequence[Any]:
-        return ()
-
-    def started(self, own: OwnListeners, listening: Listening) -> None:
-        pass
 
     def machines(self, service: Maintenance) -> Sequence[Ec2Instance]:
         return list(service.engine.fleet.ec2.values())

@@ -25,7 +25,7 @@ from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.azure.rules import AzureRules
-from forewarn.cloud import ApiPort, Banner, CloudSetupError, Listening
+from forewarn.cloud import ApiPort, Banner, CloudSetupError, Listening, Serving
 from forewarn.core.durations import parse_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.errors import CoreError
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 ARM = "arm"
 
 
-class AzureServing:
+class AzureServing(Serving):
     """``options``: a ``ServeConfig`` (read for Azure's settings only)."""
 
     machine_kind = "Azure VM"
@@ -121,9 +121,6 @@ class AzureServing:
         if self.resource_graph is None or ARM not in listening.apis:
             return {}
         return {"central_row": self.resource_graph.row_of}
-
-    def client_urls(self, listening: Listening) -> Mapping[str, str]:
-        return {}
 
     def delivery_policies(self) -> Sequence[Any]:
         delivery = self.event_grid.delivery if self.event_grid is not None else None

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import ApiPort, Banner, Listening
+from forewarn.cloud import ApiPort, Banner, Listening, Serving
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
@@ -16,13 +16,11 @@ from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_l
 
 if TYPE_CHECKING:
     from forewarn.app.runtime import Maintenance
-    from forewarn.net.own_listeners import OwnListeners
-    from forewarn.store.base import SQLStore
 
 GCE_API = "gce_api"
 
 
-class GcpServing:
+class GcpServing(Serving):
     """``options``: a ``ServeConfig`` (read for Compute Engine's settings only)."""
 
     machine_kind = "GCE instance"
@@ -45,30 +43,12 @@ class GcpServing:
         timings = self.options.gce_timings
         return rules.with_part(replace(rules.of(GceRules), **timings)) if timings else rules
 
-    def metadata_settings(self) -> None:
-        return None
-
-    def opened(self, store: SQLStore, fleet_sections: Mapping[str, tuple[str, Any]]) -> Sequence[Any]:
-        return ()
-
-    def attach(self, service: Maintenance, leads: bool) -> None:
-        pass
-
     def app(self, role: str, service: Maintenance, surface: Any, listening: Listening) -> Any:
         hosts = HostNames.for_server(listening.control[0], listening.allowed_hosts)
         return create_compute_app(service, guard=BrowserGuard(hosts, json_api=True))
 
     def views(self, service: Maintenance, surface: Any, listening: Listening) -> Mapping[str, Any]:
         return {"gce_metadata": metadata_answer(surface)}
-
-    def client_urls(self, listening: Listening) -> Mapping[str, str]:
-        return {}
-
-    def delivery_policies(self) -> Sequence[Any]:
-        return ()
-
-    def started(self, own: OwnListeners, listening: Listening) -> None:
-        pass
 
     def machines(self, service: Maintenance) -> Sequence[GceInstance]:
         return list(service.engine.fleet.gce.values())

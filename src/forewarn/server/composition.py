@@ -222,7 +222,10 @@ async def serve(
     if node is not None:
         ports, token = built.management_app, access.control_token
         handler = shared_surfaces(node, ports, handler, built.resolver, listeners, token)
-    metadata = Http1Server(handler, metadata_limits)
+    # A metadata service tells its cloud's time in its Date header: here, the simulated time (a handler may read
+    # it as the cloud's clock, as forewarn-agent does). Every commit may have moved it.
+    metadata = Http1Server(handler, metadata_limits, clock=lambda: service.now().timestamp())
+    service.subscribe(lambda _changes: metadata.clock_moved())
     await metadata.start(built.bound.metadata)
     background = [asyncio.create_task(DeadlineTimer(service).run())]
     background += start_background(service, clouds, own, node, exit_with_parent)

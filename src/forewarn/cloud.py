@@ -25,13 +25,15 @@ if TYPE_CHECKING:
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
+    from forewarn.net.own_listeners import OwnListeners
     from forewarn.scenario_steps import ScenarioSteps
+    from forewarn.store.base import SQLStore
     from forewarn.store.records import Records
     from forewarn.waves.units import WaveUnits
 
 
 class MetadataSurface(Protocol):
-    """A cloud's metadata server, as the metadata listener routes to it (server/bootstrap.py's MetadataRouter):
+    """A cloud's metadata server, as the metadata listener routes to it (server/metadata_router.py):
     one address for every cloud, as on a real VM."""
 
     def claims(self, path: str) -> bool:
@@ -187,6 +189,111 @@ class DashboardPanel(Protocol):
     def views_router(self, service: Maintenance, views: Any) -> APIRouter:
         """The page's routes that show what the cloud's other surfaces answer now (``views``: their renderings, the
         server's ``control.dashboard.SurfaceViews``)."""
+
+
+class CloudSetupError(Exception):
+    """A cloud's file or setting the server cannot start with: the message says which and why; ``option``, where
+    one option's value is refused, names it as the command line spells it (``--notice``)."""
+
+    def __init__(self, message: str, option: str | None = None):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class ApiPort:
+    """One of a cloud's APIs, on a port of its own on ``--host`` (served by uvicorn, beside the control API)."""
+
+    role: str  # names the listener: in start-up errors (cli/serve.py), a replica's request counts, a leader's addresses
+    port: int  # 0: off
+    title: str  # how a refused outgoing request names it: "the ARM port"
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Where the server listens, once every socket is bound: what a cloud's serving needs to wire its parts."""
+
+    control: tuple[str, int]
+    metadata: tuple[str, int]
+    apis: Mapping[str, tuple[str, int]]  # each API that is on, by its role
+    allowed_hosts: tuple[str, ...] = ()  # Host names the API ports answer beyond the default ones (--allowed-host)
+
+
+@dataclass
+class Banner:
+    """A cloud's part of what ``serve`` prints: its machines in the first line (``3 Azure VMs (2 scopes)``), its
+    surfaces' lines, and the lines that end the banner (a command to try)."""
+
+    fleet: str
+    surfaces: list[str] = field(default_factory=list)
+    closing: list[str] = field(default_factory=list)
+
+
+class Serving(Protocol):
+    """A cloud in a running server, made by :meth:`Cloud.serving` from the server's settings (``ServeConfig``): its
+    APIs and their apps, its outboxes, its rules and metadata settings as the options set them, its banner. A cloud's
+    serving may subclass this protocol for the defaults: no outbox, rules and metadata settings as they are, nothing
+    to warn of, to show on the dashboard or to start."""
+
+    def apis(self) -> Sequence[ApiPort]:
+        """Its APIs on ports of their own, in the order they are bound (the ones whose port is 0 too: they are off)."""
+        ...
+
+    def exposure(self, host: str) -> Sequence[str]:
+        """What to warn about when its APIs listen on ``host`` (beyond loopback) without their own credentials."""
+        return ()
+
+    def rules(self, rules: Any) -> Any:
+        """The engine's rules (``engine.rules.Rules``) with this cloud's part set as the options say. An option
+        value it cannot use raises :class:`CloudSetupError` naming the option."""
+        return rules
+
+    def metadata_settings(self) -> object:
+        """The settings of its metadata surface (``Cloud.metadata_surface``'s ``settings``), or None: its defaults."""
+        return None
+
+    def opened(self, store: SQLStore, fleet_sections: Mapping[str, tuple[str, Any]]) -> Sequence[Any]:
+        """The store is open: read the files its options name, and give the outbox functions its changes feed
+        (``Maintenance.open(outboxes=...)``). ``fleet_sections``: the fleet file's sections beyond the fleet, by
+        key, each with where it was read. A file or setting it cannot use raises :class:`CloudSetupError`."""
+        return ()
+
+    def attach(self, service: Maintenance, leads: bool) -> None:
+        """The service is open (``leads``: this process writes, alone or as the leader of a shared database)."""
+        return None
+
+    def app(self, role: str, service: Maintenance, surface: MetadataSurface, listening: Listening) -> Any:
+        """The ASGI app of its API ``role`` (one of :meth:`apis`)."""
+        ...
+
+    def views(self, service: Maintenance, surface: MetadataSurface, listening: Listening) -> Mapping[str, Any]:
+        """What the dashboard shows of its surfaces: fields of ``control.dashboard.SurfaceViews``."""
+        return {}
+
+    def client_urls(self, listening: Listening) -> Mapping[str, str]:
+        """Where the server's own scenario runs reach its APIs: keyword arguments of ``ScenarioRuns``."""
+        return {}
+
+    def delivery_policies(self) -> Sequence[Any]:
+        """The outbox sender's policies for its deliveries (``app.outbox.SendingPolicy``)."""
+        return ()
+
+    def started(self, own: OwnListeners, listening: Listening) -> None:
+        """Every listener is bound and the server about to serve: start what needs them."""
+        return None
+
+    def machines(self, service: Maintenance) -> Sequence[Any]:
+        """Its machines of the fleet (each with ``name``, ``imds_port``, ``imds_address``), as the listeners need."""
+        ...
+
+    machine_kind: str  # how the banner names one of its machines: "Azure VM"
+
+    def current_host(self, service: Maintenance, machine: Any) -> str | None:
+        """The host ``machine`` runs on now, or None when it is not one of this cloud's machines."""
+        ...
+
+    def banner(self, service: Maintenance, listening: Listening) -> Banner:
+        """Its part of the banner."""
         ...
 
 
@@ -234,6 +341,10 @@ class Cloud(ComponentSource, Protocol):
         the request rules of the cloud's metadata surface, when the recording is of that surface
         (``Recording.source``); None for any other recording. ``on_approval``: told of each approval a client
         sends, where the surface takes approvals."""
+
+    def serving(self, options: Any) -> Serving:
+        """The cloud in a server started with ``options`` (a ``server.config.ServeConfig``: the cloud reads the
+        settings that are its own)."""
         ...
 
     def cli_commands(self) -> Sequence[click.Command]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from datetime import UTC, datetime
 
 import pytest
 import requests
@@ -38,8 +37,9 @@ gce_instances:
 
 @pytest.fixture
 def server(tmp_path):
-    # The simulated clock starts at the wall's time: the agent reads the time off its own clock.
-    with Server(tmp_path, fleet_text=FLEET, start=datetime.now(UTC).replace(microsecond=0)) as running:
+    # The simulated clock starts months before the wall's time: the agent reads the cloud's time off the metadata
+    # service's Date header, so the time an event leaves is the simulated one.
+    with Server(tmp_path, fleet_text=FLEET) as running:
         yield running
 
 

@@ -241,3 +241,12 @@ def test_ec2_instances_are_named_by_id_or_name_tag_with_suggestions(tmp_path):
     assert json.loads(by_name.stdout)[0]["instance_id"] == "i-0a1b2c3d4e5f60718"
     assert typo.returncode != 0 and "did you mean 'orders-db'?" in typo.stderr, typo.stderr
     assert "did you mean 'i-0a1b2c3d4e5f60718'?" in id_typo.stderr, id_typo.stderr
+
+
+def test_hardware_failure_says_which_host_failed_and_where_its_vms_went(small_server):
+    """The VMs' table shows each VM on the host it moved to: without a line above it, the failed host's VMs read as
+    another host's."""
+    run = forewarn(small_server, "platform", "hardware-failure", "host-01")
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("host-01 failed: 2 VMs impacted (WestNO_0, WestNO_1), now on host-"), run.stdout
+    assert "host-01" not in first.split("now on", 1)[1]

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -88,6 +88,11 @@ class AwsCloud:
         self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
     ) -> RecordingServer | None:
         return None  # forewarn records no EC2 metadata
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.aws.serving.wiring import AwsServing
+
+        return AwsServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -102,6 +102,11 @@ class AzureCloud:
         if replay.recording.source != AZURE:
             return None
         return ReplayHandler(replay, speed=speed, on_approval=on_approval)
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.azure.serving.wiring import AzureServing
+
+        return AzureServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm

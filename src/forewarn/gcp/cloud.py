@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -92,6 +92,11 @@ class GcpCloud:
         if replay.recording.source != GCE:
             return None
         return GceReplayHandler(replay, speed=speed)  # the metadata server takes no approvals
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.gcp.serving.wiring import GcpServing
+
+        return GcpServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.conformance.model import CloudCases
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
@@ -75,6 +76,11 @@ class Cloud(ComponentSource, Protocol):
     def cli_commands(self) -> Sequence[click.Command]:
         """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
         ``cli/common.py``, as the CLI's start-up budget asks)."""
+        ...
+
+    def conformance(self) -> CloudCases | None:
+        """The cloud's conformance cases (YAML files in its package) and the observer that reads its metadata calls
+        (docs/conformance.md); None for a cloud that ships none yet."""
         ...
 
 

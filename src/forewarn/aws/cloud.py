@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from forewarn.aws.component import Ec2Component
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
+    from forewarn.conformance.model import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
 
@@ -76,6 +77,9 @@ class AwsCloud:
         from forewarn.aws.cli import ec2
 
         return (ec2.ec2,)
+
+    def conformance(self) -> CloudCases | None:
+        return None
 
 
 AWS: Cloud = AwsCloud()

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from forewarn.azure.component import AzureComponent
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
+    from forewarn.conformance.model import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.store.records import Records
 
@@ -95,6 +96,11 @@ class AzureCloud:
             central.graph,
             central.acknowledge,
         )
+
+    def conformance(self) -> CloudCases | None:
+        from forewarn.azure.conformance import cases
+
+        return cases()
 
 
 AZURE: Cloud = AzureCloud()

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.conformance.model import CloudCases
     from forewarn.gcp.component import GcpComponent
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
@@ -75,6 +76,9 @@ class GcpCloud:
         from forewarn.gcp.cli import gce
 
         return (gce.gce,)
+
+    def conformance(self) -> CloudCases | None:
+        return None
 
 
 GCP: Cloud = GcpCloud()

@@ -79,7 +79,9 @@ class AwsCloud:
         return (ec2.ec2,)
 
     def conformance(self) -> CloudCases | None:
-        return None
+        from forewarn.aws.conformance import cases
+
+        return cases()
 
 
 AWS: Cloud = AwsCloud()

@@ -46,12 +46,13 @@ def battery(
     cases = []
     for name in clouds or list(shipped):
         for file in shipped[name].files:
-            cases += [(case, shipped[name]) for case in load_cases(file, name, timing)]
+            cases += [(case, shipped[name]) for case in load_cases(file, name, timing, shipped[name].observer.checks())]
     for given in files:
         name, _, path = given.rpartition(":")
         if name not in shipped:
             raise CaseFileError(f"{given}: say whose cases these are, as CLOUD:PATH ({', '.join(shipped)})")
-        cases += [(case, shipped[name]) for case in load_cases(user_file(path), name, timing)]
+        checks = shipped[name].observer.checks()
+        cases += [(case, shipped[name]) for case in load_cases(user_file(path), name, timing, checks)]
     return cases
 
 

@@ -39,8 +39,9 @@ def seconds(value: Any, where: str) -> float:
         raise CaseFileError(f"{where}: {error}") from None
 
 
-def load_cases(source: Any, cloud: str, timing: str) -> list[Case]:
-    """The cases of one file (a path or a packaged resource), for ``timing``."""
+def load_cases(source: Any, cloud: str, timing: str, cloud_checks: Iterable[str] = ()) -> list[Case]:
+    """The cases of one file (a path or a packaged resource), for ``timing``; ``cloud_checks``: the names of the
+    cloud's own checks, beside the common ones."""
     name = getattr(source, "name", str(source))
     try:
         data = yaml.safe_load(source.read_text())
@@ -48,10 +49,13 @@ def load_cases(source: Any, cloud: str, timing: str) -> list[Case]:
         raise CaseFileError(f"{name}: not valid YAML: {error}") from None
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise CaseFileError(f"{name}: a case file is a mapping with a list of cases under 'cases'")
-    return [case_of(entry, cloud, timing, f"{name}: cases[{index}]") for index, entry in enumerate(data["cases"])]
+    checks = set(cloud_checks)
+    return [
+        case_of(entry, cloud, timing, f"{name}: cases[{index}]", checks) for index, entry in enumerate(data["cases"])
+    ]
 
 
-def case_of(entry: Any, cloud: str, timing: str, where: str) -> Case:
+def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[str]) -> Case:
     if not isinstance(entry, dict):
         raise CaseFileError(f"{where}: a case is a mapping")
     unknown = set(entry) - CASE_KEYS
@@ -67,7 +71,7 @@ def case_of(entry: Any, cloud: str, timing: str, where: str) -> Case:
         title=str(entry["title"]),
         machines=[str(machine) for machine in entry["machines"]],
         steps=[step_of(step, f"{where}.steps[{i}]") for i, step in enumerate(entry.get("steps", []))],
-        checks=[check_of(check, f"{where}.checks[{i}]") for i, check in enumerate(entry["checks"])],
+        checks=[check_of(check, f"{where}.checks[{i}]", cloud_checks) for i, check in enumerate(entry["checks"])],
         source=str(entry["source"]),
         limit=seconds(entry.get("limit", "60s"), f"{where}.limit"),
         settle=seconds(entry.get("settle", "1s"), f"{where}.settle"),
@@ -95,14 +99,15 @@ def step_of(entry: Any, where: str) -> Step:
     )
 
 
-def check_of(entry: Any, where: str) -> Check:
+def check_of(entry: Any, where: str, cloud_checks: set[str]) -> Check:
     from forewarn.conformance.grading import CHECKS
 
     kind, options = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()), ("", {}))
     if isinstance(entry, dict) and len(entry) != 1:
         raise CaseFileError(f"{where}: a check is a name, or one name with its options")
-    if kind not in CHECKS:
-        raise CaseFileError(f"{where}: unknown check {kind!r}; the checks are {', '.join(sorted(CHECKS))}")
+    if kind not in CHECKS and kind not in cloud_checks:
+        known = ", ".join(sorted({*CHECKS, *cloud_checks}))
+        raise CaseFileError(f"{where}: unknown check {kind!r}; the checks are {known}")
     options = dict(options or {})
     if "within" in options:
         options["within"] = seconds(options["within"], f"{where}.within")

@@ -31,8 +31,8 @@ def list_cases(clouds: tuple[str, ...], timing: str) -> None:
     except CaseFileError as error:
         raise click.ClickException(str(error)) from None
     for case, _ in cases:
-        click.echo(f"{case.cloud:<6} {case.name:<22} {','.join(case.machines):<22} {case.title}")
-        click.echo(f"{'':<6} {'':<22} source: {case.source}")
+        click.echo(f"{case.cloud:<6} {case.name:<26} {','.join(case.machines):<22} {case.title}")
+        click.echo(f"{'':<6} {'':<26} source: {case.source}")
 
 
 @conformance.command("run", context_settings={"ignore_unknown_options": True})

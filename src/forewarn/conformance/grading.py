@@ -46,10 +46,10 @@ def noticed(obs: Observation, check: Check) -> Grade:
             for call in obs.calls
             if call.machine == machine
             for event_id in ids
-            if event_id.encode() in call.answer
+            if obs.observer.seen(call, event_id)
         ]
         if not seen:
-            return Grade("noticed", FAIL, f"{machine} never read a document holding the event")
+            return Grade("noticed", FAIL, f"{machine} never read an answer that told of the event")
         at, event_id = min(seen)
         slowest.append((max(0.0, at - ids[event_id]), machine))
     latency, machine = max(slowest)
@@ -127,7 +127,7 @@ def no_approval_before_all_drained(obs: Observation, check: Check) -> Grade:
 
 def restored(obs: Observation, check: Check) -> Grade:
     within = float(check.options.get("within", 10.0))
-    canceled = [e for e in obs.events.values() if e.status == "Canceled"]
+    canceled = [e for e in obs.events.values() if e.status.lower() == "canceled"]
     if len(canceled) < len(obs.events) or not obs.events:
         states = ", ".join(f"{e.event_id} {e.status}" for e in obs.events.values())
         return Grade("restored", FAIL, f"the event was not canceled ({states}): it had gone ahead")
@@ -161,6 +161,7 @@ def stayed_up(obs: Observation) -> Grade:
 
 
 def grade_case(obs: Observation) -> CaseResult:
-    grades = [CHECKS[check.kind](obs, check) for check in obs.case.checks]
+    known = {**CHECKS, **obs.observer.checks()}
+    grades = [known[check.kind](obs, check) for check in obs.case.checks]
     grades.append(stayed_up(obs))
     return CaseResult(obs.case, worst([g.grade for g in grades]), grades, obs.wall, tuple(obs.notes))

@@ -4,7 +4,7 @@ answers, and each check's grade. Plain data, no cloud named here: a cloud gives 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -86,6 +86,7 @@ class Observation:
     """Everything seen during one case."""
 
     case: Case
+    observer: Observer
     calls: list[Call] = field(default_factory=list)
     event_ids: list[str] = field(default_factory=list)
     appeared: dict[str, float] = field(default_factory=dict)  # event id: when its step's call returned
@@ -125,6 +126,10 @@ class Observer(Protocol):
         """The ids of the events (notices) a step's control-API answer created."""
         ...
 
+    def seen(self, call: Call, event_id: str) -> bool:
+        """Whether this call's answer told the handler of the event."""
+        ...
+
     def approvals(self, calls: Sequence[Call]) -> list[Approval]:
         """The approvals among a handler's metadata calls (an empty list where the cloud has none)."""
         ...
@@ -134,8 +139,13 @@ class Observer(Protocol):
         ``seconds_since_start(iso)`` turns a simulated time into seconds since the case began."""
         ...
 
-    def settled(self, states: Mapping[str, EventState]) -> bool:
-        """Whether every event has left the phase in which a handler acts on it."""
+    def settled(self, states: Mapping[str, EventState], now: float) -> bool:
+        """Whether every event has left the phase in which a handler acts on it (``now``: seconds since the case
+        began)."""
+        ...
+
+    def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
+        """The cloud's own checks, beside the common ones (EC2: IMDSv2 token use)."""
         ...
 
 

@@ -26,7 +26,7 @@ def scorecard(results: Sequence[CaseResult], timing: str, wall: float) -> str:
     lines = [f"conformance ({timing} timing{': notices compressed to seconds' if timing == 'fast' else ''})"]
     for result in results:
         lines.append(
-            f"{MARKS[result.grade]}  {result.case.cloud:<6} {result.case.name:<22} {result.wall:5.1f} s  {result.case.title}"
+            f"{MARKS[result.grade]}  {result.case.cloud:<6} {result.case.name:<26} {result.wall:5.1f} s  {result.case.title}"
         )
         for grade in result.grades:
             if grade.grade != PASS or result.grade != PASS:

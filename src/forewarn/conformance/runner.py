@@ -45,7 +45,7 @@ class CaseRun:
 
     def __init__(self, server: Any, case: Case, cloud: CloudCases, options: RunOptions, logs: Path):
         self.server, self.case, self.cloud, self.options, self.logs = server, case, cloud, options, logs
-        self.obs = Observation(case, probes=(options.drained is not None, options.restored is not None))
+        self.obs = Observation(case, cloud.observer, probes=(options.drained is not None, options.restored is not None))
         self.began = 0.0
         self.sim_start = datetime.now()
         self.proxies: dict[str, ObservingProxy] = {}
@@ -117,10 +117,10 @@ class CaseRun:
                 self.obs.exits.append((machine, now, status))
 
     def noticed_at(self) -> float | None:
-        ids = [event_id.encode() for event_id in self.obs.event_ids]
+        seen = self.cloud.observer.seen
         for proxy in self.proxies.values():
             for call in proxy.taken():
-                if any(event_id in call.answer for event_id in ids):
+                if any(seen(call, event_id) for event_id in self.obs.event_ids):
                     return call.done
         return None
 
@@ -188,7 +188,7 @@ class CaseRun:
         if len(self.done_steps) < len(self.case.steps) or self.restarts or now - self.last_state < STATE_EVERY:
             return False
         self.last_state = now
-        if not self.obs.event_ids or not self.cloud.observer.settled(self.read_states()):
+        if not self.obs.event_ids or not self.cloud.observer.settled(self.read_states(), now):
             self.settled_at = None
             return False
         if self.settled_at is None:

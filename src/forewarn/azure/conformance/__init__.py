@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from forewarn.conformance.model import Approval, Call, CloudCases, EventState
+from forewarn.conformance.model import Approval, Call, Check, CloudCases, EventState, Grade, Observation
 
 SCHEDULED_EVENTS = "/metadata/scheduledevents"
 
@@ -19,6 +19,12 @@ class AzureObserver:
         if not isinstance(events, list):
             return []
         return [str(event["event_id"]) for event in events if isinstance(event, dict) and "event_id" in event]
+
+    def seen(self, call: Call, event_id: str) -> bool:
+        return event_id.encode() in call.answer
+
+    def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
+        return {}
 
     def approvals(self, calls: Sequence[Call]) -> list[Approval]:
         found = []
@@ -48,7 +54,7 @@ class AzureObserver:
             )
         return states
 
-    def settled(self, states: Mapping[str, EventState]) -> bool:
+    def settled(self, states: Mapping[str, EventState], now: float) -> bool:
         return all(state.status != "Scheduled" for state in states.values())
 
 

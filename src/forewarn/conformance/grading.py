@@ -74,6 +74,20 @@ def drained_in_time(obs: Observation, check: Check) -> Grade:
     return Grade("drained_in_time", PASS, "every named machine was drained before its event went ahead")
 
 
+def drained_within(obs: Observation, check: Check) -> Grade:
+    """Each machine an event names drained within ``within`` seconds of the event's appearance (for notices with no
+    NotBefore to drain before, such as a preemption's)."""
+    within = float(check.options.get("within", 10.0))
+    if not obs.probes[0]:
+        return Grade("drained_within", NOT_JUDGED, NO_DRAINED_PROBE)
+    for event in obs.events.values():
+        appeared = obs.appeared.get(event.event_id, 0.0)
+        for machine in named_machines(obs, event):
+            if not drained_by(obs, machine, appeared + within):
+                return Grade("drained_within", FAIL, f"{machine} was not drained within {within:g} s of the notice")
+    return Grade("drained_within", PASS, f"drained within {within:g} s of the notice")
+
+
 def approved_before_not_before(obs: Observation, check: Check) -> Grade:
     if not obs.events:
         return Grade("approved_before_not_before", FAIL, "the case made no event")
@@ -145,6 +159,7 @@ def restored(obs: Observation, check: Check) -> Grade:
 CHECKS: dict[str, Callable[[Observation, Check], Grade]] = {
     "noticed": noticed,
     "drained_in_time": drained_in_time,
+    "drained_within": drained_within,
     "approved_before_not_before": approved_before_not_before,
     "not_approved": not_approved,
     "not_drained": not_drained,

@@ -156,7 +156,6 @@ class CloudCases:
     cloud: str
     files: Sequence[Any]  # paths or importlib.resources Traversables
     observer: Observer
-    fleet: str = "demo"
 
 
 def worst(grades: Sequence[str]) -> str:

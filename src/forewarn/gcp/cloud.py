@@ -78,7 +78,9 @@ class GcpCloud:
         return (gce.gce,)
 
     def conformance(self) -> CloudCases | None:
-        return None
+        from forewarn.gcp.conformance import cases
+
+        return cases()
 
 
 GCP: Cloud = GcpCloud()

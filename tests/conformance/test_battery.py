@@ -41,8 +41,8 @@ def test_the_correct_handler_passes(forewarn_conformance, handler):
     verdict.assert_passes()
 
 
-def test_the_correct_handler_survives_a_sigkill_mid_drain(forewarn_conformance, handler):
-    verdict = judged(forewarn_conformance, handler, ["killed-mid-drain", "other-vm-event"])
+def test_the_correct_handler_survives_a_sigkill_mid_drain_and_throttling(forewarn_conformance, handler):
+    verdict = judged(forewarn_conformance, handler, ["killed-mid-drain", "other-vm-event", "imds-throttled"])
     verdict.assert_passes()
 
 
@@ -73,9 +73,11 @@ def test_microsofts_sample_unmodified_through_http_proxy(forewarn_conformance):
     """The sample hard-codes http://169.254.169.254 and reads its menu from stdin: it reaches the battery's proxy
     through HTTP_PROXY (requests honours it), and `yes 1` keeps choosing "poll"."""
     command = ["sh", "-c", f'yes 1 | "{sys.executable}" "{SAMPLE}"']
-    verdict = forewarn_conformance(command, clouds=["azure"], cases=["own-freeze", "own-reboot", "other-vm-event"])
+    cases = ["own-freeze", "own-reboot", "other-vm-event", "imds-throttled"]
+    verdict = forewarn_conformance(command, clouds=["azure"], cases=cases)
     grades = {r.case.name: {g.check: g.grade for g in r.grades} for r in verdict.results}
     assert grades["own-freeze"]["approved_before_not_before"] == "pass"  # a Freeze under 9 s: approved at once
     assert grades["own-reboot"]["approved_before_not_before"] == "fail"  # "TODO Custom handling": never approved
     assert grades["other-vm-event"]["not_approved"] == "fail"  # it approves a Freeze whatever VMs it names
     assert grades["own-reboot"]["noticed"] == "pass"
+    assert grades["imds-throttled"]["stayed_up"] == "fail"  # a 429's body has no DocumentIncarnation: KeyError

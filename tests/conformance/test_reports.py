@@ -31,7 +31,7 @@ def test_the_shipped_azure_cases_load_in_both_timings():
     fast = {c.name: c for c, _ in battery(["azure"], "fast")}
     realistic = {c.name: c for c, _ in battery(["azure"], "realistic")}
     assert fast.keys() == realistic.keys() >= {"own-freeze", "own-preempt", "other-vm-event", "killed-mid-drain"}
-    assert fast["own-reboot"].steps[0].body["notice"] == "10s"
+    assert fast["own-reboot"].steps[0].body["notice"] == "6s"
     assert realistic["own-reboot"].steps[0].body["notice"] == "15m"
 
 

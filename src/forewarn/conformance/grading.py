@@ -175,8 +175,20 @@ def stayed_up(obs: Observation) -> Grade:
     return Grade("stayed_up", PASS, "the handler kept running")
 
 
+def poll_rates(obs: Observation) -> list[str]:
+    """Per machine: how many metadata calls, and the median time between two (its poll rate)."""
+    lines = []
+    for machine in obs.case.machines:
+        times = [call.at for call in obs.calls if call.machine == machine]
+        gaps = sorted(later - earlier for earlier, later in zip(times, times[1:]))
+        every = f", one every {gaps[len(gaps) // 2]:.2f} s (median)" if gaps else ""
+        lines.append(f"{machine}: {len(times)} metadata calls{every}")
+    return lines
+
+
 def grade_case(obs: Observation) -> CaseResult:
     known = {**CHECKS, **obs.observer.checks()}
     grades = [known[check.kind](obs, check) for check in obs.case.checks]
     grades.append(stayed_up(obs))
-    return CaseResult(obs.case, worst([g.grade for g in grades]), grades, obs.wall, tuple(obs.notes))
+    notes = (*obs.notes, *poll_rates(obs))
+    return CaseResult(obs.case, worst([g.grade for g in grades]), grades, obs.wall, notes)

@@ -97,12 +97,13 @@ def html_page(results: Sequence[CaseResult], timing: str, wall: float) -> str:
     rows = []
     for r in results:
         css = {PASS: "pass", FAIL: "fail", NOT_JUDGED: "nj"}[r.grade]
+        notes = "".join(f"<br><small>{html.escape(note)}</small>" for note in r.notes)
         checks = "<br>".join(
             f"<b>{html.escape(g.grade)}</b> {html.escape(g.check)}: {html.escape(g.reason)}" for g in r.grades
         )
         rows.append(
             f'<tr class="{css}"><td>{html.escape(r.grade)}</td><td>{html.escape(r.case.cloud)}</td>'
-            f"<td>{html.escape(r.case.name)}<br><small>{html.escape(r.case.title)}</small></td><td>{checks}</td>"
+            f"<td>{html.escape(r.case.name)}<br><small>{html.escape(r.case.title)}</small></td><td>{checks}{notes}</td>"
             f"<td><small>{html.escape(r.case.source)}</small></td><td>{r.wall:.1f} s</td></tr>"
         )
     counts = summary(results)

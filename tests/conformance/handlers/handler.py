@@ -42,34 +42,38 @@ def main():
     approved = set()
     while True:
         try:
-            events = document(args.endpoint)["Events"]
-        except OSError:
-            time.sleep(0.5)
-            continue
-        mine = []
-        for event in events:
-            if args.broken == "approve-all":
-                if event["EventStatus"] == "Scheduled" and event["EventId"] not in approved:
-                    approve(args.endpoint, event["EventId"])
-                    approved.add(event["EventId"])
-                continue
-            if args.broken == "ignore-freeze" and event["EventType"] == "Freeze":
-                continue
-            resources = [args.machine] if args.broken == "other-vms" else event["Resources"]
-            if args.machine in resources:
-                mine.append((event, resources))
-        if mine and not os.path.exists(drained_file):
-            time.sleep(args.drain_seconds)  # the service drains
-            open(drained_file, "w").close()
-        for event, resources in mine:
-            alone = resources == [args.machine]
-            if event["EventStatus"] == "Scheduled" and alone and args.broken != "never-approve":
-                if event["EventId"] not in approved:
-                    approve(args.endpoint, event["EventId"])
-                    approved.add(event["EventId"])
-        if not mine and os.path.exists(drained_file) and not any(e["EventStatus"] == "Started" for e in events):
-            os.remove(drained_file)  # nothing ahead for this VM any more: back in service
+            handle(args, drained_file, approved)
+        except OSError as error:  # throttled (429), a server error, a dropped connection: try again
+            print("metadata:", error, flush=True)
         time.sleep(0.5)
+
+
+def handle(args, drained_file, approved):
+    """One look at the document: drain for the events naming this VM, approve those naming it alone."""
+    events = document(args.endpoint)["Events"]
+    mine = []
+    for event in events:
+        if args.broken == "approve-all":
+            if event["EventStatus"] == "Scheduled" and event["EventId"] not in approved:
+                approve(args.endpoint, event["EventId"])
+                approved.add(event["EventId"])
+            continue
+        if args.broken == "ignore-freeze" and event["EventType"] == "Freeze":
+            continue
+        resources = [args.machine] if args.broken == "other-vms" else event["Resources"]
+        if args.machine in resources:
+            mine.append((event, resources))
+    if mine and not os.path.exists(drained_file):
+        time.sleep(args.drain_seconds)  # the service drains
+        open(drained_file, "w").close()
+    for event, resources in mine:
+        alone = resources == [args.machine]
+        if event["EventStatus"] == "Scheduled" and alone and args.broken != "never-approve":
+            if event["EventId"] not in approved:
+                approve(args.endpoint, event["EventId"])
+                approved.add(event["EventId"])
+    if not mine and os.path.exists(drained_file) and not any(e["EventStatus"] == "Started" for e in events):
+        os.remove(drained_file)  # nothing ahead for this VM any more: back in service
 
 
 if __name__ == "__main__":

@@ -76,3 +76,12 @@ def test_list_shows_each_case_with_its_source():
     result = CliRunner().invoke(cli, ["conformance", "list", "--cloud", "azure"])
     assert result.exit_code == 0, result.output
     assert "own-preempt" in result.output and "source: Azure Metadata Service" in result.output
+
+
+def test_a_case_needing_more_machines_than_allowed_is_not_judged():
+    from forewarn.conformance.runner import RunOptions, run_cases
+
+    [(shared, cloud)] = [(c, o) for c, o in battery(["azure"]) if c.name == "shared-event"]
+    [result] = run_cases(None, [(shared, cloud)], RunOptions(["true"], machines=1))
+    assert result.grade == NOT_JUDGED
+    assert result.grades[0].reason == "needs 2 machines; --machines is 1"

@@ -21,7 +21,7 @@ FORWARDED_HEADERS_LEFT_OUT = {"host", "connection", "proxy-connection", "keep-al
 class ObservingProxy:
     def __init__(self, machine: str, target: str, began: float, before_write: Callable[[str], None] | None = None):
         self.machine = machine
-        self.before_write = before_write  # runs before a call that can change something (an approval) goes on
+        self.before_write = before_write  # runs before a POST (an approval) goes on
         self.target = urlsplit(target)
         self.began = began
         self.calls: list[Call] = []
@@ -66,7 +66,7 @@ class ObservingProxy:
             protocol_version = "HTTP/1.0"
 
             def relay(self) -> None:
-                if self.command != "GET" and proxy.before_write is not None:
+                if self.command == "POST" and proxy.before_write is not None:
                     proxy.before_write(proxy.machine)  # the probes' answer at the very moment of an approval
                 at = time.monotonic() - proxy.began
                 parts = urlsplit(self.path)  # absolute-form when the handler uses us as its HTTP proxy

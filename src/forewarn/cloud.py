@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.conformance.model import CloudCases
     from forewarn.engine.engine import Engine
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
@@ -360,6 +361,10 @@ class Cloud(ComponentSource, Protocol):
     def scenario_steps(self) -> ScenarioSteps:
         """The cloud's steps of a scenario file (``do:``), their checks and how they run: a client of the server
         (forewarn/scenario_steps.py), loaded when a scenario is read or run."""
+
+    def conformance(self) -> CloudCases | None:
+        """The cloud's conformance cases (YAML files in its package) and the observer that reads its metadata calls
+        (docs/conformance.md); None for a cloud that ships none yet."""
         ...
 
 

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.conformance.model import CloudCases
     from forewarn.gcp.component import GcpComponent
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
@@ -112,6 +113,11 @@ class GcpCloud:
         from forewarn.gcp.scenario.steps import STEPS
 
         return STEPS
+
+    def conformance(self) -> CloudCases | None:
+        from forewarn.gcp.conformance import cases
+
+        return cases()
 
 
 GCP: Cloud = GcpCloud()

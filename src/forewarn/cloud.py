@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
-    from forewarn.conformance.model import CloudCases
+    from forewarn.conformance_cases import CloudCases
     from forewarn.engine.engine import Engine
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver

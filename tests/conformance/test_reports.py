@@ -10,8 +10,8 @@ from click.testing import CliRunner
 from forewarn.cli.main import cli
 from forewarn.conformance import battery
 from forewarn.conformance.cases import CaseFileError, load_cases
-from forewarn.conformance.model import FAIL, NOT_JUDGED, PASS, Case, CaseResult, Grade
 from forewarn.conformance.report import as_json, failed, html_page, junit, scorecard
+from forewarn.conformance_cases import FAIL, NOT_JUDGED, PASS, Case, CaseResult, Grade
 
 
 def case(name: str, required: bool = True) -> Case:

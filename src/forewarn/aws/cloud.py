@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from forewarn.aws.component import Ec2Component
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
-    from forewarn.conformance.model import CloudCases
+    from forewarn.conformance_cases import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from forewarn.azure.component import AzureComponent
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
-    from forewarn.conformance.model import CloudCases
+    from forewarn.conformance_cases import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
-    from forewarn.conformance.model import Case, CaseResult, CloudCases
+    from forewarn.conformance_cases import Case, CaseResult, CloudCases
 
 __all__ = ["battery", "run"]
 

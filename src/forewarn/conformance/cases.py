@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from forewarn.conformance.model import TIMINGS, Case, Check, Step
+from forewarn.conformance_cases import TIMINGS, Case, Check, Step
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 

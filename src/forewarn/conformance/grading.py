@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from forewarn.conformance.model import (
+from forewarn.conformance_cases import (
     FAIL,
     NOT_JUDGED,
     PASS,

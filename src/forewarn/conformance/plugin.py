@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from forewarn.conformance.model import FAIL, PASS, CaseResult
+from forewarn.conformance_cases import FAIL, PASS, CaseResult
 
 
 @dataclass(frozen=True)

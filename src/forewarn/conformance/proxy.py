@@ -12,7 +12,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from forewarn.conformance.model import Call
+from forewarn.conformance_cases import Call
 
 KEPT_ANSWER = 256 * 1024  # bytes of an answer kept for the grader: a document is a few KB
 FORWARDED_HEADERS_LEFT_OUT = {"host", "connection", "proxy-connection", "keep-alive"}

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 from xml.etree import ElementTree
 
-from forewarn.conformance.model import FAIL, NOT_JUDGED, PASS, CaseResult
+from forewarn.conformance_cases import FAIL, NOT_JUDGED, PASS, CaseResult
 
 MARKS = {PASS: "pass", FAIL: "FAIL", NOT_JUDGED: "n/j "}
 

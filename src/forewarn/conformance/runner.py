@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from forewarn.conformance.grading import grade_case
-from forewarn.conformance.model import Case, CaseResult, CloudCases, Observation
 from forewarn.conformance.processes import HandlerProcess, probe
 from forewarn.conformance.proxy import ObservingProxy
+from forewarn.conformance_cases import Case, CaseResult, CloudCases, Observation
 
 TICK = 0.1  # seconds between two clock moves
 PROBE_EVERY = 0.25
@@ -214,6 +214,6 @@ def run_cases(server: Any, cases: Sequence[tuple[Case, CloudCases]], options: Ru
 
 
 def skipped(case: Case, reason: str) -> CaseResult:
-    from forewarn.conformance.model import NOT_JUDGED, Grade
+    from forewarn.conformance_cases import NOT_JUDGED, Grade
 
     return CaseResult(case, NOT_JUDGED, [Grade("run", NOT_JUDGED, reason)], 0.0)

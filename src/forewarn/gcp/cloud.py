@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
-    from forewarn.conformance.model import CloudCases
+    from forewarn.conformance_cases import CloudCases
     from forewarn.gcp.component import GcpComponent
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from forewarn.conformance.model import (
+from forewarn.conformance_cases import (
     FAIL,
     NOT_JUDGED,
     PASS,

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from forewarn.conformance.model import Approval, Call, Check, CloudCases, EventState, Grade, Observation
+from forewarn.conformance_cases import Approval, Call, Check, CloudCases, EventState, Grade, Observation
 
 SCHEDULED_EVENTS = "/metadata/scheduledevents"
 

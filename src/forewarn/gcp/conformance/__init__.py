@@ -11,7 +11,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from forewarn.conformance.model import (
+from forewarn.conformance_cases import (
     FAIL,
     NOT_JUDGED,
     PASS,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.component import AzureComponent
+    from forewarn.azure.fleet import AzureFleetSection
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
     from forewarn.net.callers import CallerResolver
@@ -54,6 +55,11 @@ class AzureCloud:
             stored or StoredAzure(),
             footing.created_at,
         )
+
+    def fleet_section(self) -> AzureFleetSection:
+        from forewarn.azure.fleet import AzureFleetSection
+
+        return AzureFleetSection()
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         from fastapi import APIRouter

@@ -29,10 +29,12 @@ from fastapi.responses import HTMLResponse, Response, StreamingResponse
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component
+from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.model import Ec2EventState, InstanceState
 from forewarn.aws.views import Ec2EventOut
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventStatus
 from forewarn.azure.vms import Power
 from forewarn.control.models import ERRORS, EventOut
@@ -44,6 +46,7 @@ from forewarn.core.times import format_optional_time, format_time
 from forewarn.engine.engine import Engine
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import EventState, InstanceStatus
 from forewarn.gcp.views import GceEventOut
 from forewarn.waves.component import WaveChanged
@@ -76,9 +79,13 @@ CONTENT_TYPES = {
 def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
     """State codes of Azure VMs (all, or ``names``): from their power state and the live events that name them."""
     fleet = engine.fleet
-    wanted = fleet.vms.keys() if names is None else [n for n in names if n in fleet.vms]
+    wanted = azure_fleet(fleet).vms.keys() if names is None else [n for n in names if n in azure_fleet(fleet).vms]
     states: dict[str, int] = {}
-    scopes = {fleet.vms[name].scope for name in wanted} if names is not None else fleet.vms_by_scope.keys()
+    scopes = (
+        {azure_fleet(fleet).vms[name].scope for name in wanted}
+        if names is not None
+        else azure_fleet(fleet).vms_by_scope.keys()
+    )
     from_events: dict[str, int] = {}
     for scope in scopes:
         for event in engine.component(AzureComponent).live_events(scope):
@@ -91,7 +98,7 @@ def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[st
         code = from_events.get(name, OK)
         power = power_of(name)
         if power is Power.DELETED:
-            code = EVICTED if fleet.vms[name].spot else DELETED
+            code = EVICTED if azure_fleet(fleet).vms[name].spot else DELETED
         elif power is not Power.RUNNING:
             code = IMPACTED
         states[name] = code
@@ -134,7 +141,7 @@ def _gce_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str,
     """Compute Engine instances: announced or notified maintenance is scheduled, a live migration under way started,
     an instance down for maintenance (or after a host error, until automaticRestart) impacted; a preempted Spot or
     preemptible instance is started during its 30-second notice, evicted once stopped or deleted."""
-    instances = engine.fleet.gce
+    instances = gce_fleet(engine.fleet).instances
     wanted = instances.keys() if names is None else [n for n in names if n in instances]
     from_events: dict[str, int] = {}
     # A few instances (one commit's): their own events; the whole fleet: one pass over every event.
@@ -204,12 +211,12 @@ class FleetRead:
             columns["zone"].append(zones.setdefault(zone, len(zones)))
             columns["domain"].append(domain)
 
-        for vm in engine.fleet.vms.values():
+        for vm in azure_fleet(engine.fleet).vms.values():
             add(0, vm.name, _group(vm), f"{vm.location} {vm.zone}".strip(), vm.update_domain)
         for instance_id, instance in engine.component(Ec2Component).ec2_instances.items():
             group = f"auto scaling group {instance.auto_scaling_group}" if instance.auto_scaling_group else "EC2"
             add(1, instance_id, group, instance.availability_zone, 0)
-        for name, gce in engine.fleet.gce.items():
+        for name, gce in gce_fleet(engine.fleet).instances.items():
             add(2, name, f"Compute Engine {gce.zone}", gce.zone, 0)
         encode = json.JSONEncoder(separators=(",", ":")).encode
         self._order = order
@@ -286,7 +293,9 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
         return {"resync": True, "reason": f"{len(changes)} changes in one step", "clock": clock_json(service)}
     states = {**_azure_states(engine, vms), **_ec2_states(engine, instances), **_gce_states(engine, gce_instances)}
     new_machines = [
-        i for i in instances if i in engine.component(Ec2Component).ec2_instances and i not in engine.fleet.ec2
+        i
+        for i in instances
+        if i in engine.component(Ec2Component).ec2_instances and i not in ec2_fleet(engine.fleet).instances
     ]
     return {
         "events": [EventOut.of(event).model_dump() for event in events.values()],

@@ -9,11 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.azure.imds.scheduled_events import AzureImds, Fault
 from forewarn.azure.rules import AzureRules
+from forewarn.azure.vms import VM
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time
-from forewarn.fleet.model import VM
 from forewarn.gcp.model import GceInstance
 from forewarn.net.callers import Machine, canonical_address
 
@@ -60,7 +60,7 @@ def _caller_out(address: str, machine: Machine, listener: tuple[str, int] | None
     elif isinstance(machine, GceInstance):
         name, kind = machine.name, "gce_instance"
     else:
-        name, kind = machine.instance_id, "ec2_instance"
+        name, kind = machine.fleet_name, "ec2_instance"
     return {
         "address": address,
         "machine": name,

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import uvicorn
 
@@ -31,6 +31,7 @@ from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
+from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
 from forewarn.aws.model import Ec2Instance
@@ -41,11 +42,13 @@ from forewarn.azure.component import AzureComponent
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import PROFILES, AzureImds, ImdsSettings
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.azure.rules import AzureRules
+from forewarn.azure.vms import VM
 from forewarn.cloud import MetadataSurface, registered
 from forewarn.control.access import ControlGate, exposure
 from forewarn.control.app import create_control_app
@@ -56,9 +59,10 @@ from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
 from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
-from forewarn.fleet.model import VM, Fleet
+from forewarn.fleet.model import Fleet
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.gcp.model import GceRules
 from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
@@ -171,18 +175,6 @@ class MetadataRouter:
         return surface.serve(request) if refused is None else surface.refuse(path, refused)
 
 
-class Machine(Protocol):
-    """What the listeners need of an Azure VM, an EC2 or a Compute Engine instance: where its own metadata endpoint
-    answers."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def imds_port(self) -> int | None: ...
-    @property
-    def imds_address(self) -> str | None: ...
-
-
 def host_now(service: Maintenance) -> Callable[[Caller], str]:
     """The host a machine runs on now (a redeploy moves an Azure VM, a stop and start an EC2 instance)."""
 
@@ -194,16 +186,15 @@ def host_now(service: Maintenance) -> Callable[[Caller], str]:
         elif isinstance(machine, Ec2Instance):
             state = engine.component(Ec2Component).ec2_states.get(machine.instance_id)
         else:
-            state = engine.component(GcpComponent).gce_states.get(machine.name)
+            state = engine.component(GcpComponent).gce_states.get(machine.fleet_name)
         return machine.host if state is None else state.host
 
     return host_of
 
 
-def machines(service: Maintenance) -> list[Machine]:
+def machines(service: Maintenance) -> list[Caller]:
     """Azure VMs, EC2 and Compute Engine instances alike."""
-    fleet = service.engine.fleet
-    return [*fleet.vms.values(), *fleet.ec2.values(), *fleet.gce.values()]
+    return list(service.engine.fleet.machines())
 
 
 ASGIApp = Callable[..., Awaitable[None]]
@@ -548,8 +539,8 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
     fleet = service.engine.fleet
     clock = service.clock
     lines = [
-        f"forewarn serving {counted(len(fleet.vms), 'Azure VM')} ({counted(len(fleet.scopes), 'scope')}), "
-        f"{counted(len(fleet.ec2), 'EC2 instance')} and {counted(len(fleet.gce), 'Compute Engine instance')} on "
+        f"forewarn serving {counted(len(azure_fleet(fleet).vms), 'Azure VM')} ({counted(len(azure_fleet(fleet).scopes), 'scope')}), "
+        f"{counted(len(ec2_fleet(fleet).instances), 'EC2 instance')} and {counted(len(gce_fleet(fleet).instances), 'Compute Engine instance')} on "
         f"{counted(len(fleet.hosts), 'host')}, store {service.store.description}, clock {clock.mode}"
         + (f" x{clock.speed:g}" if clock.mode == "real" and clock.speed != 1 else "")
         + f", simulated time {service.now().replace(microsecond=0).isoformat()}",
@@ -571,14 +562,14 @@ def describe(service: Maintenance, listeners: Listeners) -> str:
             f"  EC2 API       http://{listeners.ec2_api[0]}:{listeners.ec2_api[1]}   (boto3/aws CLI "
             "endpoint_url; docs/aws-api.md)"
         )
-    if fleet.ec2:
+    if ec2_fleet(fleet).instances:
         lines.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
-    if listeners.gce_api and fleet.gce:
+    if listeners.gce_api and gce_fleet(fleet).instances:
         lines.append(
             f"  GCE API       http://{listeners.gce_api[0]}:{listeners.gce_api[1]}   (google-cloud-compute "
             "api_endpoint, anonymous credentials; docs/gcp.md)"
         )
-    if fleet.gce:
+    if gce_fleet(fleet).instances:
         lines.append(
             f"  GCE metadata  {imds}/computeMetadata/v1/   (Metadata-Flavor: Google; at each instance's own address "
             "or port; docs/gcp.md)"

@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.azure.component import AzureComponent, DocumentStep
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import VM
 from forewarn.core.bounds import check_whole_number
@@ -35,6 +36,7 @@ from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import EventState, GceMaintenance, InstanceStatus
 from forewarn.waves.model import (
     MAX_CONCURRENCY,
@@ -158,7 +160,7 @@ class WaveRunner:
             # Every instance the wave may maintain, as a unit will ask for it: a notice that announces maintenance
             # to most of them may not to a GPU instance, whose own notice is an hour (no latest start then).
             wanted = frozenset(owners)
-            targeted = tuple(name for name in self.gcp.fleet.gce if self._gce_targeted(wanted, name))
+            targeted = tuple(name for name in gce_fleet(self.gcp.fleet).instances if self._gce_targeted(wanted, name))
             self.gcp.check_request(self._gce_request(spec, targeted, "check"))
         else:
             if spec.event_type in (EventType.PREEMPT, EventType.TERMINATE):
@@ -167,7 +169,7 @@ class WaveRunner:
                 )
             if spec.window is not None or spec.latest is not None or not spec.can_reschedule:
                 raise Invalid("window, latest and can-reschedule are Compute Engine's: an Azure wave has none")
-            owners = tuple(dict.fromkeys(self.fleet.owner(name) for name in spec.groups))
+            owners = tuple(dict.fromkeys(azure_fleet(self.fleet).owner(name) for name in spec.groups))
             units = self._wave_units(spec.order, owners)
             if not units:
                 raise Invalid("the wave has nothing to do: no running VM in its targets")
@@ -349,9 +351,9 @@ class WaveRunner:
         """The running VMs a wave covers."""
         vms: Iterable[VM]
         if owners:
-            vms = (vm for owner in owners for vm in self.fleet.vms_by_owner[owner])
+            vms = (vm for owner in owners for vm in azure_fleet(self.fleet).vms_by_owner[owner])
         else:
-            vms = iter(self.fleet.vms.values())
+            vms = iter(azure_fleet(self.fleet).vms.values())
         return [vm for vm in vms if not self.azure.vm_states[vm.name].deleted]
 
     def _unit_vms(self, wave: Wave, unit: int) -> tuple[str, ...]:
@@ -360,7 +362,7 @@ class WaveRunner:
             names = self.azure.names_on_host(value)
             if wave.owners:
                 owners = set(wave.owners)
-                return tuple(name for name in names if self.fleet.vms[name].policy_owner in owners)
+                return tuple(name for name in names if azure_fleet(self.fleet).vms[name].policy_owner in owners)
             return tuple(names)
         attribute = "update_domain" if wave.spec.order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
         domain = int(value)
@@ -369,11 +371,11 @@ class WaveRunner:
     # ------------------------------------------------------------------------------------ Compute Engine targets
     def _gce_owners(self, spec: WaveSpec) -> tuple[str, ...]:
         """The groups as ``zones/ZONE`` or ``instances/NAME`` (either form is accepted as given, or a bare name)."""
-        zones = {instance.zone for instance in self.gcp.fleet.gce.values()}
+        zones = {instance.zone for instance in gce_fleet(self.gcp.fleet).instances.values()}
         owners: list[str] = []
         for name in spec.groups:
             kind, _, bare = name.rpartition("/")
-            is_instance = bare in self.gcp.fleet.gce and kind in ("", "instances")
+            is_instance = bare in gce_fleet(self.gcp.fleet).instances and kind in ("", "instances")
             is_zone = bare in zones and kind in ("", "zones")
             if is_instance and is_zone:
                 raise Invalid(f"{name!r} is both an instance and a zone: say instances/{bare} or zones/{bare}")
@@ -381,13 +383,17 @@ class WaveRunner:
                 raise NotFound(
                     f"no Compute Engine instance or zone named {name!r} in the fleet",
                     name=name,
-                    known=[*zones, *self.gcp.fleet.gce],
+                    known=[*zones, *gce_fleet(self.gcp.fleet).instances],
                 )
             owners.append(f"instances/{bare}" if is_instance else f"zones/{bare}")
         return tuple(dict.fromkeys(owners))
 
     def _gce_targeted(self, owners: frozenset[str], name: str) -> bool:
-        return not owners or f"instances/{name}" in owners or f"zones/{self.gcp.fleet.gce[name].zone}" in owners
+        return (
+            not owners
+            or f"instances/{name}" in owners
+            or f"zones/{gce_fleet(self.gcp.fleet).instances[name].zone}" in owners
+        )
 
     def _gce_units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
         """Zones in the fleet file's order, or hosts (in the fleet's host order, then spare hosts) with a running
@@ -399,7 +405,7 @@ class WaveRunner:
             if self._gce_targeted(wanted, name) and state.status is InstanceStatus.RUNNING and not state.deleted
         ]
         if order is WaveOrder.ZONE:
-            return tuple(dict.fromkeys(self.gcp.fleet.gce[name].zone for name in running))
+            return tuple(dict.fromkeys(gce_fleet(self.gcp.fleet).instances[name].zone for name in running))
         hosts = {self.gcp.gce_states[name].host for name in running}
         ordered = [host for host in self.fleet.hosts if host in hosts]
         spare = [host for host in self.gcp.host_names() if host in hosts and host not in self.fleet.hosts]
@@ -412,7 +418,7 @@ class WaveRunner:
         if wave.spec.order is WaveOrder.ZONE:
             if self._gce_by_zone is None:
                 self._gce_by_zone = {}
-                for instance in self.gcp.fleet.gce.values():
+                for instance in gce_fleet(self.gcp.fleet).instances.values():
                     self._gce_by_zone.setdefault(instance.zone, []).append(instance.name)
             names: Iterable[str] = self._gce_by_zone.get(value, ())
         else:

@@ -244,7 +244,7 @@ def test_a_valid_file_resolves_per_timing():
         (("observe: [a]", "observe: [c]"), "mine.yaml:17: observe[0]: 'c' is not a VM or an instance of the fleet"),
         (
             ("    - {name: b, host: h1}", "    - {name: b, hots: h1}"),
-            "mine.yaml:6: azure_fleet(fleet).vms[1].hots: unknown key 'hots'",
+            "mine.yaml:6: fleet.vms[1].hots: unknown key 'hots'",
         ),
         (
             ("description: a test", "description: a test\ndescription: again"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -52,6 +52,12 @@ class Ec2Fleet:
         """The instance whose Name tag is ``name``, when no other instance has it."""
         named = [instance for instance in self.instances.values() if instance.name == name]
         return named[0] if len(named) == 1 else None
+
+    def summary(self) -> dict[str, int]:
+        return {"ec2_instances": len(self.instances)}
+
+    def described(self, counted: Callable[[int, str], str]) -> str:
+        return counted(len(self.instances), "EC2 instance")
 
     def to_records(self) -> dict[str, Any]:
         return {"ec2": [asdict(instance) for instance in self.instances.values()]}

@@ -127,6 +127,12 @@ class AzureFleet:
     def scopes(self) -> list[str]:
         return list(self.vms_by_scope)
 
+    def summary(self) -> dict[str, int]:
+        return {"azure_vms": len(self.vms), "scopes": len(self.vms_by_scope)}
+
+    def described(self, counted: Callable[[int, str], str]) -> str:
+        return f"{counted(len(self.vms), 'Azure VM')} in {counted(len(self.vms_by_scope), 'scope')}"
+
     def to_records(self) -> dict[str, Any]:
         """The VMs in columns (format 2), one list per field, the repeated text (hosts, subscriptions, groups,
         locations, sizes, sets) as indexes into one table of strings, and a field that is the same for every VM as

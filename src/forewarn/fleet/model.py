@@ -7,7 +7,7 @@ and Compute Engine's instances), reached by that cloud's typed accessor. What th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -67,6 +67,14 @@ class FleetPart(Protocol):
 
     def to_records(self) -> dict[str, Any]:
         """The part's keys of the fleet's records (plain data for the store)."""
+        ...
+
+    def summary(self) -> dict[str, int]:
+        """What ``forewarn fleet validate --json`` counts of the part (``azure_vms``, ``scopes``, ...)."""
+        ...
+
+    def described(self, counted: Callable[[int, str], str]) -> str:
+        """The part's counts in words (``counted(3, "Azure VM")``: ``3 Azure VMs``)."""
         ...
 
 

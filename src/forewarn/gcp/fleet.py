@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -51,6 +51,12 @@ class GceFleet:
 
     def also_named(self, name: str) -> GceInstance | None:
         return None
+
+    def summary(self) -> dict[str, int]:
+        return {"gce_instances": len(self.instances)}
+
+    def described(self, counted: Callable[[int, str], str]) -> str:
+        return counted(len(self.instances), "Compute Engine instance")
 
     def to_records(self) -> dict[str, Any]:
         return {"gce": [gce_record(instance) for instance in self.instances.values()]}

@@ -22,7 +22,6 @@ from forewarn.fleet.model import Fleet, FleetPart, Host
 from forewarn.fleet.section import BuildContext, FleetFileError, FleetSection, sections
 from forewarn.yamlfile import YamlFileError, line_of, where
 
-
 DEMO_FLEET = "demo"
 
 

@@ -60,9 +60,8 @@ vms:
         (1, 1),
         (0, 2),
     ]
-    assert (
-        azure_fleet(fleet).vm("b0").scope != azure_fleet(fleet).vm("a0").scope
-    )  # same name, another subscription: another set
+    # same name, another subscription: another set
+    assert azure_fleet(fleet).vm("b0").scope != azure_fleet(fleet).vm("a0").scope
     assert azure_fleet(fleet).vm("a0").host == "a0-host"
     assert parse_fleet("vms: [{name: only}]").default_vm == "only"
 

@@ -238,9 +238,6 @@ def test_a_clouds_scenario_steps_stay_a_client():
 # test, and so does one listed here that no longer does (so the list stays true).
 NAMING_A_CLOUD = {
     "forewarn.app.runtime": {"azure"},
-    "forewarn.fleet.file": {"aws", "azure", "gcp"},
-    "forewarn.fleet.model": {"aws", "azure", "gcp"},
-    "forewarn.net.callers": {"aws", "gcp"},
     "forewarn.replication.shared": {"azure"},
 }
 

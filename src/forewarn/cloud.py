@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from forewarn.app.runtime import Maintenance
     from forewarn.conformance_cases import CloudCases
     from forewarn.engine.engine import Engine
+    from forewarn.fleet.section import FleetSection
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
@@ -307,6 +308,11 @@ class Cloud(ComponentSource, Protocol):
     @property
     def records(self) -> Records:
         """What the cloud writes to the store, and how its stored state is read back."""
+        ...
+
+    def fleet_section(self) -> FleetSection:
+        """The cloud's section of the fleet file (its keys, their checks, its machines) and of the fleet's records;
+        its machines are its part of the :class:`~forewarn.fleet.model.Fleet`, by the cloud's name."""
         ...
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:

@@ -14,6 +14,7 @@ import pytest
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import AzureImds
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.errors import CoreError
@@ -252,7 +253,7 @@ def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
     service, ids = scheduled(tmp_path)
     imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
     approved = service.engine.component(AzureComponent).events[ids[0]]
-    other_scope = next(scope for scope in service.engine.fleet.vms_by_scope if scope != approved.scope)
+    other_scope = next(scope for scope in azure_fleet(service.engine.fleet).vms_by_scope if scope != approved.scope)
     before = {scope: imds.document(scope, "2020-07-01") for scope in (approved.scope, other_scope)}
     held = HeldCommits(service)
 

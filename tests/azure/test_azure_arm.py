@@ -14,6 +14,7 @@ import pytest
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.arm.compute import create_arm_app
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import Power
 from helpers import T0, open_store, parse_fleet
@@ -96,7 +97,7 @@ class Arm:
 
     def live(self, vm_name: str):
         engine = self.service.engine
-        return engine.component(AzureComponent).live_events(engine.fleet.vm(vm_name).scope)
+        return engine.component(AzureComponent).live_events(azure_fleet(engine.fleet).vm(vm_name).scope)
 
 
 @pytest.fixture
@@ -247,7 +248,7 @@ def test_a_put_of_a_name_azure_refuses_is_refused_for_its_name(arm, name):
 # ------------------------------------------------------------------------------------------------------ resources
 def test_vm_body_and_instance_view(arm):
     body = arm.call("GET", f"{VMS}/WestNO_0", **{"$expand": "instanceView"}).json()
-    vm = arm.service.engine.fleet.vm("WestNO_0")
+    vm = azure_fleet(arm.service.engine.fleet).vm("WestNO_0")
     assert body["type"] == "Microsoft.Compute/virtualMachines" and body["location"] == "westeurope"
     properties = body["properties"]
     assert properties["vmId"] == vm.vm_id and properties["hardwareProfile"] == {"vmSize": "Standard_D2s_v3"}
@@ -403,7 +404,7 @@ def test_policy_is_set_on_the_availability_set_and_refused_on_its_members(arm):
         "userInitiatedRedeploy": {"automaticallyApprove": True},
         "userInitiatedReboot": {"automaticallyApprove": True},  # unchanged: PATCH merges
     }
-    owner = arm.service.engine.fleet.vm("WestNO_0").policy_owner
+    owner = azure_fleet(arm.service.engine.fleet).vm("WestNO_0").policy_owner
     assert arm.service.engine.component(AzureComponent).policies[owner].auto_approve_redeploy
 
     response = arm.call("PATCH", f"{VMS}/WestNO_1", body)
@@ -439,7 +440,7 @@ def test_policy_needs_api_version_2024_03_01(arm):
         "message": "Could not find member 'scheduledEventsPolicy' on object of type 'AvailabilitySetProperties'. "
         "Path 'properties.scheduledEventsPolicy'.",
     }
-    owner = arm.service.engine.fleet.vm("WestNO_0").policy_owner
+    owner = azure_fleet(arm.service.engine.fleet).vm("WestNO_0").policy_owner
     assert arm.service.engine.component(AzureComponent).policies[owner].auto_approve_reboot  # unchanged
 
 
@@ -452,7 +453,7 @@ def test_central_publishing_opt_in_applies_to_new_events(arm):
         }
     }
     engine = arm.service.engine
-    owner = engine.fleet.vm("web_0").policy_owner
+    owner = azure_fleet(engine.fleet).vm("web_0").policy_owner
     older = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2024-11-01")
     assert older.status_code == 400 and error_of(older)["code"] == "BadRequest"
     assert "scheduledEventsAdditionalPublishingTargets" in error_of(older)["message"]
@@ -621,7 +622,7 @@ def test_a_refused_step_leaves_nothing_changed(arm):
     body = terminate_profile("PT12M")
     body["sku"] = {"capacity": 9}
     assert arm.call("PATCH", f"{VMSS}/web", body).status_code == 409
-    owner = arm.service.engine.fleet.vm("web_0").policy_owner
+    owner = azure_fleet(arm.service.engine.fleet).vm("web_0").policy_owner
     assert arm.service.engine.component(AzureComponent).policies[owner].terminate.not_before_timeout == timedelta(
         minutes=5
     )
@@ -640,7 +641,7 @@ def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, mon
     body["sku"] = {"capacity": 1}
     response = arm.call("PATCH", f"{VMSS}/web", body)
     assert response.status_code == 400 and error_of(response)["message"] == "no scale-in today"
-    owner = arm.service.engine.fleet.vm("web_0").policy_owner
+    owner = azure_fleet(arm.service.engine.fleet).vm("web_0").policy_owner
     assert arm.service.engine.component(AzureComponent).policies[owner].terminate.not_before_timeout == timedelta(
         minutes=5
     )

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from forewarn.azure.imds import instance as ai
-from forewarn.fleet.model import VM
+from forewarn.azure.vms import VM
 
 NEWEST = ai.INSTANCE_API_VERSIONS[0]
 SUB = "6f1c9b2e-5d4a-4e0b-9c3f-2a7d8e1b4c01"

@@ -31,8 +31,8 @@ from forewarn.azure.eventgrid.model import (
 )
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType
+from forewarn.azure.vms import VM
 from forewarn.core.ids import derived_guid
-from forewarn.fleet.model import VM
 from forewarn.store import Delivery
 from helpers import ROOT, T0, Server, free_port, open_store
 

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.engine.engine import Engine
 from helpers import ROOT, T0, Server, forewarn, free_port, fresh, small_fleet
@@ -204,11 +205,12 @@ def test_unknown_names_get_a_did_you_mean(small_server):
 
 def test_ec2_api_messages_stay_as_aws_words_them(tmp_path):
     """The suggestion is the control API's: the EC2 Query API keeps AWS's own message."""
+    from forewarn.aws.fleet import ec2_fleet
     from forewarn.core.errors import NotFound
     from forewarn.fleet.model import Fleet
 
     with pytest.raises(NotFound) as raised:
-        Fleet(hosts=[], vms=[]).instance("i-0123456789abcdef0")
+        ec2_fleet(Fleet(hosts=[])).instance("i-0123456789abcdef0")
     assert str(raised.value) == "The instance ID 'i-0123456789abcdef0' does not exist"
 
 
@@ -309,7 +311,9 @@ def test_resource_graph_and_event_grid_agree_on_resource_type(tmp_path):
     [change] = engine.component(AzureComponent).schedule(ScheduleRequest(event_type=EventType.FREEZE, vms=("web_0",)))[
         :1
     ]
-    published = scheduled_event_emitted(change.event, fleet.vms["web_0"], "scheduled", T0, "test", EventGridSettings())
+    published = scheduled_event_emitted(
+        change.event, azure_fleet(fleet).vms["web_0"], "scheduled", T0, "test", EventGridSettings()
+    )
     event_grid_type = published["data"]["resourceInfo"]["properties"]["ResourceType"]
     assert event_grid_type == "VirtualMachine"
     assert {row["properties"]["ResourceType"] for row in rows.values()} == {event_grid_type}

@@ -15,6 +15,7 @@ from forewarn.aws.component import Ec2Component, Ec2Request, StoredEc2
 from forewarn.aws.model import Ec2Code
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, StoredAzure
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.core.bounds import (
     EARLIEST_TIME,
@@ -36,7 +37,7 @@ from helpers import SMALL_FLEET, T0
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 FLEET = parse_fleet(SMALL_FLEET + f"ec2_instances:\n  - {{id: {EBS}, host: host-01}}\n", "bounds.yaml")
-VM_NAMES = sorted(FLEET.vms)
+VM_NAMES = sorted(azure_fleet(FLEET).vms)
 US = timedelta(microseconds=1)
 FAR = timezone(timedelta(hours=14))  # the largest offset in use: its times near datetime.min have no UTC form
 

@@ -6,6 +6,7 @@ import pytest
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine
@@ -122,7 +123,7 @@ def test_approval_of_started_or_gone_event_is_a_no_op():
 def test_scale_set_placement_group_is_one_scope():
     e = engine()
     e.component(AzureComponent).schedule(ScheduleRequest(EventType.REBOOT, vms=("myvmss_0", "myvmss_2")))
-    scope = e.fleet.vm("myvmss_1").scope
+    scope = azure_fleet(e.fleet).vm("myvmss_1").scope
     [event] = e.component(AzureComponent).live_events(scope)
     assert event.resources == ("myvmss_0", "myvmss_2")
 
@@ -132,7 +133,7 @@ def test_next_deadline_and_zero_impact_window():
     e.component(AzureComponent).schedule(
         ScheduleRequest(EventType.FREEZE, vms=("solo",), notice=timedelta(0), impact_window=timedelta(0))
     )
-    scope = e.fleet.vm("solo").scope
+    scope = azure_fleet(e.fleet).vm("solo").scope
     assert e.next_deadline() == T0
     e.advance(T0)
     # Started and Completed at the same instant are two steps: two incarnations.
@@ -153,7 +154,7 @@ def test_a_vm_approves_only_the_events_of_its_scope():
     [mine] = {
         c.event for c in azure.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",))) if isinstance(c, EventChanged)
     }
-    solo = e.fleet.vm("solo").scope
+    solo = azure_fleet(e.fleet).vm("solo").scope
     assert azure.in_scope(solo, [mine.event_id, theirs.event_id, "NOPE"]) == (
         [mine.event_id],
         [theirs.event_id, "NOPE"],

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, StoredAzure
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import ALLOWED_TRANSITIONS, EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.rules import AzureRules
 from forewarn.azure.vms import NotificationProfile, Power
@@ -16,7 +17,7 @@ from forewarn.engine.rules import Rules
 from helpers import T0, small_fleet
 
 FLEET = small_fleet()
-VM_NAMES = sorted(FLEET.vms)
+VM_NAMES = sorted(azure_fleet(FLEET).vms)
 HOSTS = sorted(FLEET.hosts)
 
 schedule = st.tuples(
@@ -66,7 +67,7 @@ def snapshot(engine: Engine) -> dict:
                 for e in engine.component(AzureComponent).live_events(scope)
             ),
         )
-        for scope in FLEET.scopes
+        for scope in azure_fleet(FLEET).scopes
     }
 
 
@@ -112,7 +113,7 @@ def apply(engine: Engine, command: tuple, created: list[str]) -> None:
         elif kind == "update_instances":
             engine.component(AzureComponent).update_instances("myvmss")
         elif kind == "seen":
-            engine.component(AzureComponent).request_seen(FLEET.vm(command[1]).scope)
+            engine.component(AzureComponent).request_seen(azure_fleet(FLEET).vm(command[1]).scope)
         elif kind == "scale_in":
             changes = engine.component(AzureComponent).scale_in("myvmss", command[1])
             created.extend(
@@ -131,7 +132,7 @@ def test_incarnation_moves_exactly_when_the_document_changes(sequence):
     for command in sequence:
         apply(engine, command, created)
         after = snapshot(engine)
-        for scope in FLEET.scopes:
+        for scope in azure_fleet(FLEET).scopes:
             (inc_before, events_before), (inc_after, events_after) = before[scope], after[scope]
             assert inc_after >= inc_before
             assert (inc_after > inc_before) == (events_after != events_before)
@@ -188,7 +189,7 @@ def test_approval_starts_the_event_for_all_its_resources(sequence, approver):
     created: list[str] = []
     for command in sequence:
         apply(engine, command, created)
-    for event in list(engine.component(AzureComponent).live_events(FLEET.vm(approver).scope)):
+    for event in list(engine.component(AzureComponent).live_events(azure_fleet(FLEET).vm(approver).scope)):
         if (
             event.status is EventStatus.SCHEDULED
             and len(engine.component(AzureComponent).operations[event.operation_id]) == 1
@@ -196,7 +197,8 @@ def test_approval_starts_the_event_for_all_its_resources(sequence, approver):
             engine.component(AzureComponent).approve([event.event_id], by=approver)
             for name in event.resources:
                 visible = {
-                    e.event_id: e.status for e in engine.component(AzureComponent).live_events(FLEET.vm(name).scope)
+                    e.event_id: e.status
+                    for e in engine.component(AzureComponent).live_events(azure_fleet(FLEET).vm(name).scope)
                 }
                 assert visible[event.event_id] is EventStatus.STARTED
 

@@ -2,7 +2,10 @@
 
 import pytest
 
+from forewarn.aws.fleet import ec2_fleet
+from forewarn.azure.fleet import azure_fleet
 from forewarn.fleet.file import FleetFileError, load_fleet, parse_fleet
+from forewarn.gcp.fleet import gce_fleet
 
 
 def test_issue_example_and_defaults():
@@ -20,7 +23,7 @@ scale_sets:
     instances: 3
     hosts: [host-02]
 """)
-    vm = fleet.vm("WestNO_0")
+    vm = azure_fleet(fleet).vm("WestNO_0")
     assert (vm.subscription_id, vm.resource_group, vm.location, vm.size, vm.spot) == (
         "00000000-0000-0000-0000-000000000000",
         "forewarn-rg",
@@ -29,16 +32,16 @@ scale_sets:
         False,
     )
     assert (vm.imds_address, vm.imds_port) == ("127.0.0.10", 9010)
-    assert [v.name for v in fleet.vms.values()] == ["WestNO_0", "myvmss_0", "myvmss_1", "myvmss_2"]
-    assert fleet.vm("myvmss_2").scope == fleet.vm("myvmss_0").scope
-    assert fleet.vm("myvmss_1").update_domain == 1 and fleet.vm("myvmss_1").instance_id == "1"
+    assert [v.name for v in azure_fleet(fleet).vms.values()] == ["WestNO_0", "myvmss_0", "myvmss_1", "myvmss_2"]
+    assert azure_fleet(fleet).vm("myvmss_2").scope == azure_fleet(fleet).vm("myvmss_0").scope
+    assert azure_fleet(fleet).vm("myvmss_1").update_domain == 1 and azure_fleet(fleet).vm("myvmss_1").instance_id == "1"
     assert fleet.default_vm is None
 
 
 def test_placement_groups_split_large_scale_sets():
     fleet = parse_fleet("scale_sets: [{name: big, instances: 250, placement_group_size: 100}]")
-    scopes = {fleet.vm(f"big_{i}").scope for i in (0, 99, 100, 199, 200)}
-    assert len(scopes) == 3 and fleet.vm("big_99").scope != fleet.vm("big_100").scope
+    scopes = {azure_fleet(fleet).vm(f"big_{i}").scope for i in (0, 99, 100, 199, 200)}
+    assert len(scopes) == 3 and azure_fleet(fleet).vm("big_99").scope != azure_fleet(fleet).vm("big_100").scope
 
 
 def test_availability_set_domains_and_subscriptions():
@@ -50,25 +53,28 @@ vms:
   - {name: a2, availability_set: a}
   - {name: b0, availability_set: a, subscription: 11111111-1111-1111-1111-111111111111}
 """)
-    assert [(fleet.vm(n).fault_domain, fleet.vm(n).update_domain) for n in ("a0", "a1", "a2")] == [
+    assert [
+        (azure_fleet(fleet).vm(n).fault_domain, azure_fleet(fleet).vm(n).update_domain) for n in ("a0", "a1", "a2")
+    ] == [
         (0, 0),
         (1, 1),
         (0, 2),
     ]
-    assert fleet.vm("b0").scope != fleet.vm("a0").scope  # same name, another subscription: another set
-    assert fleet.vm("a0").host == "a0-host"
+    # same name, another subscription: another set
+    assert azure_fleet(fleet).vm("b0").scope != azure_fleet(fleet).vm("a0").scope
+    assert azure_fleet(fleet).vm("a0").host == "a0-host"
     assert parse_fleet("vms: [{name: only}]").default_vm == "only"
 
 
 def test_demo_fleet_has_what_the_readme_promises():
     fleet = load_fleet("demo")
-    subscriptions = {vm.subscription_id for vm in fleet.vms_by_host["host-02"]}
+    subscriptions = {vm.subscription_id for vm in azure_fleet(fleet).vms_by_host["host-02"]}
     assert len(subscriptions) == 2
-    kinds = {scope.split(":")[0] for scope in fleet.scopes}
+    kinds = {scope.split(":")[0] for scope in azure_fleet(fleet).scopes}
     assert kinds == {"vm", "avset", "vmss"}
     assert fleet.default_vm == "standalone-01"
     # Addresses, no fixed ports: any number of demo servers run side by side, each on its own --imds-port.
-    machines = [*fleet.vms.values(), *fleet.ec2.values()]
+    machines = [*azure_fleet(fleet).vms.values(), *ec2_fleet(fleet).instances.values()]
     assert all(machine.imds_address and machine.imds_port is None for machine in machines)
 
 
@@ -157,9 +163,14 @@ def test_names_each_cloud_allows_are_taken():
         "{name: '" + "é" * 256 + "'}]\n"
         "gce_instances: [{name: web-1}]\n"
     )
-    assert len(fleet.vms) == 4 and len(fleet.gce) == 1
-    assert sorted(instance.name for instance in fleet.ec2.values())[:4] == ["a+b=c:d/e@f", "rel x", "rel-x", "relá"]
-    assert len({instance.instance_id for instance in fleet.ec2.values()}) == 6
+    assert len(azure_fleet(fleet).vms) == 4 and len(gce_fleet(fleet).instances) == 1
+    assert sorted(instance.name for instance in ec2_fleet(fleet).instances.values())[:4] == [
+        "a+b=c:d/e@f",
+        "rel x",
+        "rel-x",
+        "relá",
+    ]
+    assert len({instance.instance_id for instance in ec2_fleet(fleet).instances.values()}) == 6
 
 
 def test_missing_file():
@@ -183,12 +194,12 @@ scale_sets:
       terminate_notification_profile: {enable: true, not_before_timeout: PT7M}
       os_image_notification_profile: {enable: true, not_before_timeout: PT15M}
 """)
-    a = fleet.policies[fleet.vm("a0").policy_owner]
+    a = azure_fleet(fleet).policies[azure_fleet(fleet).vm("a0").policy_owner]
     assert (a.auto_approve_reboot, a.auto_approve_redeploy) == (False, True)
-    assert fleet.policies[fleet.vm("solo").policy_owner].auto_approve_reboot
-    s = fleet.policies[fleet.vm("s_1").policy_owner]
+    assert azure_fleet(fleet).policies[azure_fleet(fleet).vm("solo").policy_owner].auto_approve_reboot
+    s = azure_fleet(fleet).policies[azure_fleet(fleet).vm("s_1").policy_owner]
     assert s.terminate.enable and s.terminate.not_before_timeout.total_seconds() == 420 and s.os_image.enable
-    assert load_fleet("demo").policies  # the demo scale set announces deletes
+    assert azure_fleet(load_fleet("demo")).policies  # the demo scale set announces deletes
 
 
 @pytest.mark.parametrize(

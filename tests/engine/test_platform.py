@@ -7,6 +7,7 @@ import pytest
 
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventSource, EventStatus, EventType, Impact, ScheduleRequest
 from forewarn.azure.vms import NotificationProfile, Power
 from forewarn.core.errors import Conflict, Invalid
@@ -44,7 +45,7 @@ def test_automatically_approved_user_operations_skip_scheduled():
     """From "Scheduled Events for Azure Virtual Machines": with automaticallyApprove the event appears as Started; no Scheduled document ever exists."""
     e = engine()
     e.component(AzureComponent).update_policy("westno", auto_approve_reboot=True)
-    scope = e.fleet.vm("WestNO_0").scope
+    scope = azure_fleet(e.fleet).vm("WestNO_0").scope
     changes = e.component(AzureComponent).restart(["WestNO_0"])
     [event] = events(changes)
     assert event.status is EventStatus.STARTED and [c.what for c in changes if isinstance(c, EventChanged)] == [
@@ -289,7 +290,7 @@ def test_a_refused_request_changes_nothing_even_when_enabling_splits_it():
     from forewarn.engine.rules import Rules
 
     e = Engine(small_fleet(), seed="test", now=T0, rules=Rules().with_part(AzureRules(enabling_required=True)))
-    e.component(AzureComponent).request_seen(e.fleet.vm("solo").scope)
+    e.component(AzureComponent).request_seen(azure_fleet(e.fleet).vm("solo").scope)
     with pytest.raises(Invalid, match="notice cannot be negative"):
         e.component(AzureComponent).schedule(
             ScheduleRequest(EventType.REBOOT, vms=("solo", "WestNO_0"), notice=timedelta(seconds=-1))

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from forewarn import yamlfile
+from forewarn.azure.fleet import azure_fleet
 from forewarn.fleet.file import FleetFileError, load_fleet, parse_fleet
 from forewarn.scenarios import ScenarioError, load_library, load_scenario, parse_scenario
 from helpers import ROOT, SMALL_FLEET, free_port
@@ -107,14 +108,20 @@ def test_anchors_aliases_and_merge_keys_within_the_bounds_work():
           - {name: solo, tags: *tags}
         """)
     fleet = parse_fleet(text, "anchors.yaml")
-    assert sorted(fleet.vms) == ["solo", "web-0", "web-1", "web-2"]
-    assert fleet.vms["web-1"].availability_set == "web" and fleet.vms["web-1"].tags == {"team": "web", "tier": "front"}
-    assert fleet.vms["web-2"].tags == {"team": "db"} and fleet.vms["solo"].tags == fleet.vms["web-0"].tags
+    assert sorted(azure_fleet(fleet).vms) == ["solo", "web-0", "web-1", "web-2"]
+    assert azure_fleet(fleet).vms["web-1"].availability_set == "web" and azure_fleet(fleet).vms["web-1"].tags == {
+        "team": "web",
+        "tier": "front",
+    }
+    assert (
+        azure_fleet(fleet).vms["web-2"].tags == {"team": "db"}
+        and azure_fleet(fleet).vms["solo"].tags == azure_fleet(fleet).vms["web-0"].tags
+    )
     # Many aliases of a small anchor are normal use: 2,000 VMs sharing one tag map.
     many = "vms:\n  - {name: vm-0, tags: &t {a: '1', b: '2', c: '3'}}\n" + "".join(
         f"  - {{name: vm-{i}, tags: *t}}\n" for i in range(1, 2000)
     )
-    assert len(parse_fleet(many, "many.yaml").vms) == 2000
+    assert len(azure_fleet(parse_fleet(many, "many.yaml")).vms) == 2000
 
 
 @pytest.mark.parametrize(
@@ -167,7 +174,7 @@ def test_a_problem_in_merged_keys_is_reported_on_the_merge_line():
 
 
 def test_the_shipped_fleet_and_scenarios_still_load():
-    assert len(load_fleet("demo").vms) > 5
+    assert len(azure_fleet(load_fleet("demo")).vms) > 5
     assert len(load_library()) >= 13
     for path in sorted((ROOT / "src/forewarn/scenarios/library").glob("*.yaml")):
         assert load_scenario(str(path)).name == path.stem

@@ -15,6 +15,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.engine.engine import Engine
@@ -133,7 +134,11 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
             ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1"), notice=timedelta(minutes=15))
         ),
         lambda: leader.approve(
-            [leader.engine.component(AzureComponent).live_events(leader.engine.fleet.vm("WestNO_0").scope)[0].event_id],
+            [
+                leader.engine.component(AzureComponent)
+                .live_events(azure_fleet(leader.engine.fleet).vm("WestNO_0").scope)[0]
+                .event_id
+            ],
             by="WestNO_0",
         ),
         lambda: leader.schedule(ScheduleRequest(EventType.REBOOT, hosts=("host-02",), notice=timedelta(minutes=10))),

@@ -11,6 +11,7 @@ import pytest
 
 from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import AzureImds
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import VM_FIELDS, NotificationProfile, Power
@@ -81,8 +82,10 @@ def test_the_fleet_is_stored_in_columns_and_read_back_the_same(store_url):
 
     again = open_manual(store_url)
     assert again.engine.fleet == fleet
-    assert [vm.record() for vm in again.engine.fleet.vms.values()] == [vm.record() for vm in fleet.vms.values()]
-    instances = again.engine.fleet.vms_by_owner[again.engine.fleet.vms["ss_0"].policy_owner]
+    assert [vm.record() for vm in azure_fleet(again.engine.fleet).vms.values()] == [
+        vm.record() for vm in azure_fleet(fleet).vms.values()
+    ]
+    instances = azure_fleet(again.engine.fleet).vms_by_owner[azure_fleet(again.engine.fleet).vms["ss_0"].policy_owner]
     # The VMs of a scope share its strings, and the VMs of a set its tags
     assert instances[0].scope is instances[1].scope and instances[0].tags is instances[1].tags
     assert again.engine.component(AzureComponent).vm_states["ss_0"].terminate == NotificationProfile(
@@ -104,7 +107,8 @@ def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):
     old = small_fleet().to_records()
     old.pop("format")
     old["vms"] = [
-        {name: value for name, value in asdict(vm).items() if name in VM_FIELDS} for vm in small_fleet().vms.values()
+        {name: value for name, value in asdict(vm).items() if name in VM_FIELDS}
+        for vm in azure_fleet(small_fleet()).vms.values()
     ]
     _execute(store_url, "UPDATE forewarn_meta SET value = ? WHERE key = 'fleet'", (json.dumps(old, sort_keys=True),))
     _execute(store_url, "DELETE FROM forewarn_meta WHERE key = 'fleet_digest'", ())
@@ -182,7 +186,7 @@ def test_scopes_with_no_live_event_share_their_documents(tmp_path):
     service = open_manual(str(tmp_path / "f.db"), small_fleet())
     imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
     fleet = service.engine.fleet
-    solo, spotty, westno = (fleet.vms[name].scope for name in ("solo", "spotty", "WestNO_0"))
+    solo, spotty, westno = (azure_fleet(fleet).vms[name].scope for name in ("solo", "spotty", "WestNO_0"))
     assert imds.document(solo, VERSION) is imds.document(spotty, VERSION)
     assert json.loads(imds.document(solo, VERSION)) == {"DocumentIncarnation": 1, "Events": []}
 

@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from forewarn.app.runtime import Maintenance
+from forewarn.aws.fleet import ec2_fleet
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, StoredAzure
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventStatus, EventType
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine
@@ -18,6 +20,7 @@ from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml, generate_fleet
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent, StoredGcp
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceKind
 from forewarn.waves.component import StoredWaves, WaveChanged, WaveCloud, WaveOrder, WaveRunner, WaveSpec, WaveStatus
 from forewarn.waves.model import ORDERS
@@ -94,7 +97,7 @@ def test_no_two_units_overlap_with_concurrency_one():
     by_unit: dict[int, list] = {}
     fleet = e.fleet
     for event in e.component(AzureComponent).events.values():
-        domains = {fleet.vms[name].fault_domain for name in event.resources}
+        domains = {azure_fleet(fleet).vms[name].fault_domain for name in event.resources}
         assert len(domains) == 1  # an event never mixes fault domains
         by_unit.setdefault(domains.pop(), []).append(event)
     spans = sorted((min(ev.created_at for ev in evs), max(ev.ended_at for ev in evs)) for evs in by_unit.values())
@@ -117,7 +120,7 @@ def test_concurrency_limits_the_hosts_in_flight_and_every_vm_is_covered_once():
         e.advance(e.next_deadline())
     assert max_in_flight == 2
     covered = sorted(name for ev in e.component(AzureComponent).events.values() for name in ev.resources)
-    assert covered == sorted(e.fleet.vms)
+    assert covered == sorted(azure_fleet(e.fleet).vms)
     assert all(ev.status is EventStatus.COMPLETED for ev in e.component(AzureComponent).events.values())
 
 
@@ -227,13 +230,13 @@ def test_property_every_vm_once_never_more_units_than_the_limit_and_state_surviv
         e.advance(e.next_deadline())
         rounds += 1
     covered = [name for ev in e.component(AzureComponent).events.values() for name in ev.resources]
-    assert sorted(covered) == sorted(fleet.vms)  # every VM exactly once
+    assert sorted(covered) == sorted(azure_fleet(fleet).vms)  # every VM exactly once
     attribute = {WaveOrder.UPDATE_DOMAIN: "update_domain", WaveOrder.FAULT_DOMAIN: "fault_domain"}.get(order)
     for ev in e.component(AzureComponent).events.values():
         if attribute:
-            assert len({getattr(fleet.vms[n], attribute) for n in ev.resources}) == 1
+            assert len({getattr(azure_fleet(fleet).vms[n], attribute) for n in ev.resources}) == 1
         else:
-            assert len({fleet.vms[n].host for n in ev.resources}) == 1
+            assert len({azure_fleet(fleet).vms[n].host for n in ev.resources}) == 1
 
 
 # ------------------------------------------------------------------------------------------ generated fleets
@@ -242,12 +245,12 @@ def test_generated_fleet_is_reproducible_and_has_the_mix_asked():
     assert fleet_yaml(shape) == fleet_yaml(FleetShape(vms=2_000, seed="s1"))
     assert fleet_yaml(shape) != fleet_yaml(FleetShape(vms=2_000, seed="s2"))
     fleet = parse_fleet(fleet_yaml(shape))
-    assert len(fleet.vms) == 2_000 and len(fleet.hosts) == 200
-    in_scale_sets = sum(1 for vm in fleet.vms.values() if vm.scale_set)
-    in_sets = sum(1 for vm in fleet.vms.values() if vm.availability_set)
+    assert len(azure_fleet(fleet).vms) == 2_000 and len(fleet.hosts) == 200
+    in_scale_sets = sum(1 for vm in azure_fleet(fleet).vms.values() if vm.scale_set)
+    in_sets = sum(1 for vm in azure_fleet(fleet).vms.values() if vm.availability_set)
     assert (in_scale_sets, in_sets) == (1_200, 600)
-    assert any(vm.spot for vm in fleet.vms.values())
-    per_host = [len(vms) for vms in fleet.vms_by_host.values()]
+    assert any(vm.spot for vm in azure_fleet(fleet).vms.values())
+    per_host = [len(vms) for vms in azure_fleet(fleet).vms_by_host.values()]
     assert max(per_host) - min(per_host) <= 1  # tenants share hosts evenly
 
 
@@ -257,10 +260,10 @@ def test_generated_fleet_with_compute_engine_instances_shares_the_hosts(tmp_path
     assert text == fleet_yaml(FleetShape(vms=1_000, gce=500, seed="s1"))
     assert text.splitlines()[0].endswith("500 Compute Engine instances.")
     fleet = parse_fleet(text)
-    assert (len(fleet.vms), len(fleet.gce), len(fleet.hosts)) == (1_000, 500, 150)
+    assert (len(azure_fleet(fleet).vms), len(gce_fleet(fleet).instances), len(fleet.hosts)) == (1_000, 500, 150)
     # Without --gce the file is the one it always was: the instances' choices come after every VM's.
     assert "gce_instances" not in fleet_yaml(FleetShape(vms=1_000, seed="s1"))
-    instances = list(fleet.gce.values())
+    instances = list(gce_fleet(fleet).instances.values())
     assert {i.zone for i in instances} == {
         "us-central1-a",
         "us-central1-b",
@@ -276,24 +279,31 @@ def test_generated_fleet_with_compute_engine_instances_shares_the_hosts(tmp_path
     assert all(not i.automatic_restart for i in spot)
     assert {i.on_host_maintenance.value for i in instances if i not in gpu + spot} == {"MIGRATE"}
     per_host: dict[str, int] = {}
-    for host in [vm.host for vm in fleet.vms.values()] + [i.host for i in instances]:
+    for host in [vm.host for vm in azure_fleet(fleet).vms.values()] + [i.host for i in instances]:
         per_host[host] = per_host.get(host, 0) + 1
     assert max(per_host.values()) - min(per_host.values()) <= 1  # both clouds fill the hosts evenly
     only_gce = parse_fleet(fleet_yaml(FleetShape(vms=0, gce=30, seed="s1")))
-    assert (len(only_gce.vms), len(only_gce.gce), len(only_gce.hosts)) == (0, 30, 3)
+    assert (len(azure_fleet(only_gce).vms), len(gce_fleet(only_gce).instances), len(only_gce.hosts)) == (0, 30, 3)
 
 
 def test_generated_fleet_with_ec2_and_compute_engine_instances_shares_the_hosts():
     text = fleet_yaml(FleetShape(vms=1_000, gce=300, ec2=200, seed="s1"))
     assert text.splitlines()[0].endswith("300 Compute Engine instances, 200 EC2 instances.")
     fleet = parse_fleet(text)
-    assert (len(fleet.vms), len(fleet.gce), len(fleet.ec2), len(fleet.hosts)) == (1_000, 300, 200, 150)
+    assert (
+        len(azure_fleet(fleet).vms),
+        len(gce_fleet(fleet).instances),
+        len(ec2_fleet(fleet).instances),
+        len(fleet.hosts),
+    ) == (1_000, 300, 200, 150)
     assert "ec2_instances" not in fleet_yaml(FleetShape(vms=1_000, gce=300, seed="s1"))
-    instances = list(fleet.ec2.values())
+    instances = list(ec2_fleet(fleet).instances.values())
     assert {i.availability_zone for i in instances} == {"us-east-1a", "us-east-1b", "us-east-1c", "eu-west-1a"}
     assert 5 < sum(1 for i in instances if i.spot) < 40
     per_host: dict[str, int] = {}
-    for host in [vm.host for vm in fleet.vms.values()] + [i.host for i in [*fleet.gce.values(), *instances]]:
+    for host in [vm.host for vm in azure_fleet(fleet).vms.values()] + [
+        i.host for i in [*gce_fleet(fleet).instances.values(), *instances]
+    ]:
         per_host[host] = per_host.get(host, 0) + 1
     assert max(per_host.values()) - min(per_host.values()) <= 1
 
@@ -390,7 +400,7 @@ def test_cli_fleet_generate_writes_a_file_serve_accepts(tmp_path):
         assert "120 hosts" in result.stderr
         bad = forewarn(server, "fleet", "generate", "--vms", "0", check=False)
         assert bad.returncode == 1 and "--vms" in bad.stderr
-    assert len(parse_fleet(out.read_text()).vms) == 1200
+    assert len(azure_fleet(parse_fleet(out.read_text())).vms) == 1200
 
 
 def test_a_generated_fleet_with_gce_instances_serves_their_maintenance(tmp_path):
@@ -438,7 +448,7 @@ def test_a_compute_engine_wave_goes_zone_by_zone_with_each_instances_own_mainten
     wave = e.component(WaveRunner).wave(wave_id)
     assert (wave.spec.order, wave.units) == (WaveOrder.ZONE, ("us-central1-a", "europe-west1-b"))
     # The first zone's instances are announced a week ahead; nothing in Europe yet, nor on the Azure VM.
-    upcoming = {name: e.component(GcpComponent).upcoming(name) for name in e.fleet.gce}
+    upcoming = {name: e.component(GcpComponent).upcoming(name) for name in gce_fleet(e.fleet).instances}
     assert {name for name, event in upcoming.items() if event} == {"web-1", "web-2", "gpu-1"}
     assert upcoming["web-1"].kind is MaintenanceKind.MIGRATE and upcoming["gpu-1"].kind is MaintenanceKind.TERMINATE
     assert upcoming["web-1"].window_start == T0 + timedelta(days=7) and not e.component(AzureComponent).events
@@ -458,7 +468,10 @@ def test_a_compute_engine_wave_goes_zone_by_zone_with_each_instances_own_mainten
     assert {ev.reason for ev in second} == {f"{wave_id}, zone europe-west1-b"}
     done = e.component(WaveRunner).wave(wave_id)
     assert (done.status, done.done, done.skipped) == (WaveStatus.COMPLETED, 2, ())
-    assert all(e.component(GcpComponent).gce_states[name].status is InstanceStatus.RUNNING for name in e.fleet.gce)
+    assert all(
+        e.component(GcpComponent).gce_states[name].status is InstanceStatus.RUNNING
+        for name in gce_fleet(e.fleet).instances
+    )
     assert (
         e.component(GcpComponent).gce_states["web-1"].host != "h1"
         and e.component(GcpComponent).gce_states["gpu-1"].host != "h1"
@@ -470,8 +483,8 @@ def test_by_host_an_instance_is_maintained_once_even_if_it_moves_onto_a_later_ho
     wave_id = gce_wave(e, order=WaveOrder.HOST, concurrency=1)
     assert e.component(WaveRunner).wave(wave_id).units == ("h1", "h2", "h3")
     run_to_end(e, wave_id)
-    per_instance = {name: len(e.component(GcpComponent).gce_events_of(name)) for name in e.fleet.gce}
-    assert per_instance == dict.fromkeys(e.fleet.gce, 1)
+    per_instance = {name: len(e.component(GcpComponent).gce_events_of(name)) for name in gce_fleet(e.fleet).instances}
+    assert per_instance == dict.fromkeys(gce_fleet(e.fleet).instances, 1)
     # web-1 migrated from h1 to h2 and gpu-1 restarted there, before h2's unit: not maintained again.
     assert [ev.instance for ev in e.component(GcpComponent).gce_events.values() if ev.reason.endswith("host h2")] == [
         "web-2"
@@ -569,7 +582,7 @@ def test_property_every_compute_engine_instance_once_never_more_units_than_the_l
 ):
     fleet = parse_fleet(fleet_yaml(FleetShape(vms=0, gce=instances, seed="g")))
     e = Engine(fleet, seed="p", now=T0)
-    names = list(fleet.gce)
+    names = list(gce_fleet(fleet).instances)
     for index in watched:
         if index < len(names):
             e.component(GcpComponent).watch(names[index])
@@ -599,11 +612,11 @@ def test_property_every_compute_engine_instance_once_never_more_units_than_the_l
         e.advance(e.next_deadline())
         rounds += 1
     maintained = sorted(ev.instance for ev in e.component(GcpComponent).gce_events.values())
-    assert maintained == sorted(fleet.gce)  # every instance exactly once
+    assert maintained == sorted(gce_fleet(fleet).instances)  # every instance exactly once
     for ev in e.component(GcpComponent).gce_events.values():
         unit = ev.reason.split(", ", 1)[1]
         if order is WaveOrder.ZONE:
-            assert unit == f"zone {fleet.gce[ev.instance].zone}"
+            assert unit == f"zone {gce_fleet(fleet).instances[ev.instance].zone}"
         assert ev.state is EventState.COMPLETED
 
 

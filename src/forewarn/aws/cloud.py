@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.aws.component import Ec2Component
+    from forewarn.aws.fleet import Ec2FleetSection
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
     from forewarn.conformance_cases import CloudCases
@@ -56,6 +57,11 @@ class AwsCloud:
             stored or StoredEc2(),
             footing.created_at,
         )
+
+    def fleet_section(self) -> Ec2FleetSection:
+        from forewarn.aws.fleet import Ec2FleetSection
+
+        return Ec2FleetSection()
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         from forewarn.aws.control import routes

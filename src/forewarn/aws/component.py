@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 from forewarn.aws.changes import (
     Ec2EventChanged,
@@ -15,6 +15,7 @@ from forewarn.aws.changes import (
     Ec2StateChanged,
     Ec2WindowChanged,
 )
+from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.model import (
     DESCRIPTIONS,
     INSTANCE_ID,
@@ -52,6 +53,7 @@ from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.fleet.model import Fleet
 
 
 @dataclass(frozen=True)
@@ -69,14 +71,6 @@ class Ec2Request:
 
 def hex17(seed: str, *parts: object) -> str:
     return derived_guid(seed, *parts).replace("-", "").lower()[:17]
-
-
-class Ec2Fleet(Protocol):
-    """What the EC2 component reads of the fleet (``fleet/model.py``): the instances as deployed."""
-
-    @property
-    def ec2(self) -> Mapping[str, Ec2Instance]: ...
-    def next_host(self, current: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -106,7 +100,7 @@ class Ec2Component:
 
     def __init__(
         self,
-        fleet: Ec2Fleet,
+        fleet: Fleet,
         seed: str,
         rules: Ec2Rules,
         scheduler: Scheduler,
@@ -125,10 +119,10 @@ class Ec2Component:
         self.repaired: list[Change] = []  # see AzureComponent.repaired
         self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in stored.windows if w.state != "deleted"}
         self.notification_attributes = stored.notification_attributes or NotificationAttributes()
-        self.ec2_instances: dict[str, Ec2Instance] = dict(fleet.ec2)
+        self.ec2_instances: dict[str, Ec2Instance] = dict(ec2_fleet(fleet).instances)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
-            for iid, instance in fleet.ec2.items()
+            for iid, instance in ec2_fleet(fleet).instances.items()
         }
         for state in stored.states:
             state = self._ec2_state_within_bounds(state)
@@ -597,7 +591,9 @@ class Ec2Component:
 
     def _replacement_record(self, origin: str, new_id: str, host: str) -> Ec2Instance:
         # A replacement has its group's launch configuration, not the old instance's metadata endpoint.
-        return replace(self.fleet.ec2[origin], instance_id=new_id, host=host, imds_address=None, imds_port=None)
+        return replace(
+            ec2_fleet(self.fleet).instances[origin], instance_id=new_id, host=host, imds_address=None, imds_port=None
+        )
 
     def _end_ec2(self, event_id: str) -> list[Change]:
         event = replace(self.ec2_events[event_id], state=Ec2EventState.COMPLETED, ended_at=self.now)
@@ -678,7 +674,7 @@ class Ec2Component:
         for instance_id, state in rows.states.items():
             old = self.ec2_states.get(instance_id)
             if state is None:
-                deployed = self.fleet.ec2.get(instance_id)
+                deployed = ec2_fleet(self.fleet).instances.get(instance_id)
                 if deployed is None:  # a replacement the replica launched in a projection
                     removed |= self.ec2_states.pop(instance_id, None) is not None
                     self.ec2_instances.pop(instance_id, None)

@@ -112,6 +112,15 @@ class Ec2Instance:
         return self.availability_zone[:-1] if self.availability_zone[-1:].isalpha() else self.availability_zone
 
     @property
+    def fleet_name(self) -> str:
+        """The instance's name in the fleet: its id (its Name tag need not be unique)."""
+        return self.instance_id
+
+    @property
+    def interruptible(self) -> bool:
+        return self.spot
+
+    @property
     def name(self) -> str:
         return self.tags.get("Name", self.instance_id)
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
     from forewarn.app.runtime import Maintenance
     from forewarn.azure.component import AzureComponent
+    from forewarn.azure.fleet import AzureFleetSection
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
     from forewarn.conformance_cases import CloudCases
@@ -58,6 +59,11 @@ class AzureCloud:
             footing.created_at,
         )
 
+    def fleet_section(self) -> AzureFleetSection:
+        from forewarn.azure.fleet import AzureFleetSection
+
+        return AzureFleetSection()
+
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         from fastapi import APIRouter
 
@@ -85,7 +91,7 @@ class AzureCloud:
         return CHANGE_REPORTS
 
     def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
-        from forewarn.fleet.model import VM
+        from forewarn.azure.vms import VM
 
         return (machine.name, "vm") if isinstance(machine, VM) else None
 

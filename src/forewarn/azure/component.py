@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact, ScheduleRequest
 from forewarn.azure.rules import AzureRules
 from forewarn.azure.vms import (
@@ -50,6 +50,7 @@ from forewarn.core.durations import format_duration
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.fleet.model import Fleet
 
 INITIAL_INCARNATION = 1
 MAX_EXTRA_IMPACTS = 100
@@ -57,25 +58,6 @@ MAX_EXTRA_IMPACTS = 100
 # soon as a few dozen events exist.
 MIN_EVENT_ID_PREFIX = 4
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
-
-
-class AzureFleet(Protocol):
-    """What the Azure component reads of the fleet (``fleet/model.py``): the VMs as deployed, never changed."""
-
-    @property
-    def hosts(self) -> Mapping[str, object]: ...
-    @property
-    def vms(self) -> Mapping[str, VM]: ...
-    @property
-    def vms_by_owner(self) -> Mapping[str, list[VM]]: ...
-    @property
-    def vms_by_host(self) -> Mapping[str, list[VM]]: ...
-    @property
-    def policies(self) -> Mapping[str, Policy]: ...
-    def vm(self, name: str) -> VM: ...
-    def owner(self, name: str) -> str: ...
-    def next_host(self, current: str) -> str: ...
-    def position(self, name: str) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -123,7 +105,7 @@ class AzureComponent:
 
     def __init__(
         self,
-        fleet: AzureFleet,
+        fleet: Fleet,
         seed: str,
         rules: AzureRules,
         scheduler: Scheduler,
@@ -148,10 +130,12 @@ class AzureComponent:
         # logs these changes and writes them back before it serves.
         self.repaired: list[Change] = []
         self.last_seen: dict[str, datetime] = dict(stored.enabled)
-        self.policies = Policies(fleet.vms_by_owner, [*fleet.policies.values(), *stored.policies])
+        self.policies = Policies(
+            azure_fleet(fleet).vms_by_owner, [*azure_fleet(fleet).policies.values(), *stored.policies]
+        )
         # A VM nothing happened to is in the state it was deployed in, on its owner's deployed model: only the others
         # are held (and stored).
-        self.vm_states = VmStates(fleet.vms, created_at, fleet.policies)
+        self.vm_states = VmStates(azure_fleet(fleet).vms, created_at, azure_fleet(fleet).policies)
         for state in stored.vm_states:
             if state.name in self.vm_states:
                 self.vm_states[state.name] = state
@@ -160,7 +144,7 @@ class AzureComponent:
         # exactly as the one that never stopped
         self._host_members: dict[str, dict[str, None]] = {}
         for state in list(self.vm_states.changed()):
-            deployed_on = fleet.vms[state.name].host
+            deployed_on = azure_fleet(fleet).vms[state.name].host
             if state.deleted or state.host != deployed_on:
                 self._members(deployed_on).pop(state.name, None)
                 if not state.deleted:
@@ -239,13 +223,13 @@ class AzureComponent:
         """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
         if host not in self.fleet.hosts:
             raise NotFound(f"no host named {host!r} in the fleet", name=host, known=self.fleet.hosts.keys())
-        return [self.fleet.vms[name] for name in self.names_on_host(host)]
+        return [azure_fleet(self.fleet).vms[name] for name in self.names_on_host(host)]
 
     def names_on_host(self, host: str) -> list[str]:
         members = self._host_members.get(host)
         if members is None:
-            return [vm.name for vm in self.fleet.vms_by_host.get(host, ())]
-        return sorted(members, key=self.fleet.position)
+            return [vm.name for vm in azure_fleet(self.fleet).vms_by_host.get(host, ())]
+        return sorted(members, key=azure_fleet(self.fleet).position)
 
     def host_names(self) -> list[str]:
         """Every host that runs or ran a VM: the fleet's, in fleet order, then the spare hosts redeploys made."""
@@ -255,7 +239,9 @@ class AzureComponent:
         """The VMs on ``host``, to change: from now on held for that host, no longer read from the fleet."""
         members = self._host_members.get(host)
         if members is None:
-            members = self._host_members[host] = {vm.name: None for vm in self.fleet.vms_by_host.get(host, ())}
+            members = self._host_members[host] = {
+                vm.name: None for vm in azure_fleet(self.fleet).vms_by_host.get(host, ())
+            }
         return members
 
     def impact_of(self, event: Event) -> Impact:
@@ -563,12 +549,12 @@ class AzureComponent:
 
     def scale_in(self, scale_set: str, count: int) -> list[Change]:
         """Remove ``count`` instances, highest instance ids first (the "Default" scale-in policy's last step)."""
-        owner = self.fleet.owner(scale_set)
+        owner = azure_fleet(self.fleet).owner(scale_set)
         if not owner.startswith("vmss:"):
             raise Invalid(f"{scale_set} is not a scale set")
         running = [
             vm
-            for vm in self.fleet.vms_by_owner[owner]
+            for vm in azure_fleet(self.fleet).vms_by_owner[owner]
             if not self.vm_states[vm.name].deleted and not self._being_deleted(vm.name)
         ]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1 or count > len(running):
@@ -583,7 +569,7 @@ class AzureComponent:
 
     # ------------------------------------------------------------------------------------ policies and models
     def policy(self, owner_name: str) -> Policy:
-        return self.policies[self.fleet.owner(owner_name)]
+        return self.policies[azure_fleet(self.fleet).owner(owner_name)]
 
     def update_policy(
         self,
@@ -597,9 +583,9 @@ class AzureComponent:
         """Change a scheduledEventsPolicy or a scale set's notification profiles. Profile changes make a new model
         version; instances follow it only when updated to the latest model (``update_instances``). Central
         publishing (Event Grid and Resource Graph) applies to the events created from then on."""
-        owner = self.fleet.owner(owner_name)
+        owner = azure_fleet(self.fleet).owner(owner_name)
         policy = self.policies[owner]
-        members = self.fleet.vms_by_owner[owner]
+        members = azure_fleet(self.fleet).vms_by_owner[owner]
         if (terminate is not None or os_image is not None) and not owner.startswith("vmss:"):
             raise Invalid("terminate and OS image notification profiles belong to scale sets")
         if terminate is not None:
@@ -625,11 +611,11 @@ class AzureComponent:
 
     def update_instances(self, scale_set: str, vms: Iterable[str] = ()) -> list[Change]:
         """Bring instances (all when none are named) to the scale set's latest model, with its profiles."""
-        owner = self.fleet.owner(scale_set)
+        owner = azure_fleet(self.fleet).owner(scale_set)
         if not owner.startswith("vmss:"):
             raise Invalid(f"{scale_set} is not a scale set")
         policy = self.policies[owner]
-        members = {vm.name: vm for vm in self.fleet.vms_by_owner[owner]}
+        members = {vm.name: vm for vm in azure_fleet(self.fleet).vms_by_owner[owner]}
         names = list(vms) or list(members)
         for name in names:
             if name not in members:
@@ -674,7 +660,7 @@ class AzureComponent:
         """Spot eviction: Preempt with 30 s notice (best effort), then the VM is deleted."""
         names = list(vms)
         for name in names:
-            if not self.fleet.vm(name).spot:
+            if not azure_fleet(self.fleet).vm(name).spot:
                 raise Invalid(f"{name} is not a Spot VM; only Spot VMs are evicted")
         return self.schedule(ScheduleRequest(EventType.PREEMPT, vms=tuple(names), reason="Spot eviction"))
 
@@ -727,7 +713,7 @@ class AzureComponent:
             raise Invalid("name at least one VM, host, or a scale set or availability set with a domain")
         seen: dict[str, VM] = {}
         for name in request.vms:
-            vm = self.fleet.vm(name)
+            vm = azure_fleet(self.fleet).vm(name)
             if self.vm_states[vm.name].deleted:
                 raise Conflict(f"VM {vm.name} is deleted")
             seen.setdefault(vm.name, vm)
@@ -743,14 +729,14 @@ class AzureComponent:
         return list(seen.values())
 
     def _domain(self, group: str, update_domain: int | None, fault_domain: int | None) -> list[VM]:
-        owner = self.fleet.owner(group)
+        owner = azure_fleet(self.fleet).owner(group)
         if owner.startswith("vm:"):
             raise Invalid(f"{group} is a VM; update and fault domains belong to scale sets and availability sets")
         if (update_domain is None) == (fault_domain is None):
             raise Invalid("give either an update domain or a fault domain of the set")
         vms = [
             vm
-            for vm in self.fleet.vms_by_owner[owner]
+            for vm in azure_fleet(self.fleet).vms_by_owner[owner]
             if not self.vm_states[vm.name].deleted
             and (vm.update_domain == update_domain if update_domain is not None else vm.fault_domain == fault_domain)
         ]
@@ -880,14 +866,14 @@ class AzureComponent:
         own uncommitted projection), and what was derived is to be dropped."""
         changes: list[Change] = []
         for owner, policy in rows.policies.items():
-            policy = policy or self.fleet.policies.get(owner) or Policy(owner)
+            policy = policy or azure_fleet(self.fleet).policies.get(owner) or Policy(owner)
             self.policies[owner] = policy
             changes.append(PolicyChanged(policy))
         for name, state in rows.vm_states.items():
             if state is None:
-                if name not in self.fleet.vms:
+                if name not in azure_fleet(self.fleet).vms:
                     continue
-                state = self.vm_states.deployed(self.fleet.vms[name])
+                state = self.vm_states.deployed(azure_fleet(self.fleet).vms[name])
             old = self.vm_states.get(name)
             self.vm_states[name] = state
             old_host = None if old is None or old.deleted else old.host

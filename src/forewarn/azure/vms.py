@@ -243,6 +243,14 @@ class VM:
         object.__setattr__(self, "policy_owner", owner)
         object.__setattr__(self, "scope", scope)
 
+    @property
+    def fleet_name(self) -> str:
+        return self.name
+
+    @property
+    def interruptible(self) -> bool:
+        return self.spot
+
     def record(self) -> dict[str, Any]:
         """The VM's own fields (what :class:`VM` takes), without the derived ones."""
         return {name: getattr(self, name) for name in VM_FIELDS}

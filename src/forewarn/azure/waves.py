@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, DocumentStep
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventSource, EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import VM
 from forewarn.core import scheduler
@@ -92,7 +93,7 @@ class AzureUnitRoller:
         self.azure.on_event_ended(lambda event, step: ended(event.operation_id, step))
 
     def targets(self, spec: WaveSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        owners = tuple(dict.fromkeys(self.fleet.owner(name) for name in spec.groups))
+        owners = tuple(dict.fromkeys(azure_fleet(self.fleet).owner(name) for name in spec.groups))
         units = self._units(WaveOrder(spec.order), owners)
         if not units:
             raise Invalid("the wave has nothing to do: no running VM in its targets")
@@ -106,7 +107,7 @@ class AzureUnitRoller:
             names = self.azure.names_on_host(value)
             if wave.owners:
                 owners = set(wave.owners)
-                return tuple(name for name in names if self.fleet.vms[name].policy_owner in owners)
+                return tuple(name for name in names if azure_fleet(self.fleet).vms[name].policy_owner in owners)
             return tuple(names)
         attribute = "update_domain" if wave.spec.order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
         domain = int(value)
@@ -156,9 +157,9 @@ class AzureUnitRoller:
         """The running VMs a wave covers."""
         vms: Iterable[VM]
         if owners:
-            vms = (vm for owner in owners for vm in self.fleet.vms_by_owner[owner])
+            vms = (vm for owner in owners for vm in azure_fleet(self.fleet).vms_by_owner[owner])
         else:
-            vms = iter(self.fleet.vms.values())
+            vms = iter(azure_fleet(self.fleet).vms.values())
         return [vm for vm in vms if not self.azure.vm_states[vm.name].deleted]
 
     @staticmethod

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +18,9 @@ from forewarn.cli.common import (
     print_table,
     run,
 )
+
+if TYPE_CHECKING:
+    from forewarn.fleet.model import Fleet
 
 
 @click.group(
@@ -208,20 +211,11 @@ def fleet_validate(file, as_json):
         click.echo(json.dumps(found, indent=2))
         return
     later = "; its event_grid section is checked when served" if document.event_grid is not None else ""
-    click.echo(
-        f"{file}: ok ({counted(summary['azure_vms'], 'Azure VM')} in {counted(summary['scopes'], 'scope')}, "
-        f"{counted(summary['ec2_instances'], 'EC2 instance')}, "
-        f"{counted(summary['gce_instances'], 'Compute Engine instance')}, on {counted(summary['hosts'], 'host')})"
-        f"{later}"
-    )
+    fleet = document.fleet
+    parts = ", ".join(part.described(counted) for part in fleet.parts.values())
+    click.echo(f"{file}: ok ({parts}, on {counted(summary['hosts'], 'host')}){later}")
 
 
-def _fleet_summary(found: Any) -> dict[str, Any]:
-    return {
-        "azure_vms": len(found.vms),
-        "scopes": len(found.scopes),
-        "ec2_instances": len(found.ec2),
-        "gce_instances": len(found.gce),
-        "hosts": len(found.hosts),
-        "default_vm": found.default_vm,
-    }
+def _fleet_summary(found: Fleet) -> dict[str, Any]:
+    counts = {key: count for part in found.parts.values() for key, count in part.summary().items()}
+    return {**counts, "hosts": len(found.hosts), "default_vm": found.default_vm}

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from forewarn.app.runtime import Maintenance
     from forewarn.conformance_cases import CloudCases
     from forewarn.gcp.component import GcpComponent
+    from forewarn.gcp.fleet import GceFleetSection
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
     from forewarn.net.callers import CallerResolver
@@ -56,6 +57,11 @@ class GcpCloud:
             stored or StoredGcp(),
             footing.created_at,
         )
+
+    def fleet_section(self) -> GceFleetSection:
+        from forewarn.gcp.fleet import GceFleetSection
+
+        return GceFleetSection()
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         from forewarn.gcp.control import routes

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Protocol
 
 from forewarn.core.bounds import (
     MAX_EVENT_LENGTH,
@@ -23,7 +22,9 @@ from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.fleet.model import Fleet
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import (
     NONE,
     EventState,
@@ -38,14 +39,6 @@ from forewarn.gcp.model import (
     TerminationAction,
     check_scheduling,
 )
-
-
-class GceFleet(Protocol):
-    """What the component reads of the fleet (``fleet/model.py``)."""
-
-    @property
-    def gce(self) -> Mapping[str, GceInstance]: ...
-    def next_host(self, current: str) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +101,7 @@ class GcpComponent:
 
     def __init__(
         self,
-        fleet: GceFleet,
+        fleet: Fleet,
         seed: str,
         rules: GceRules,
         scheduler: Scheduler,
@@ -139,7 +132,7 @@ class GcpComponent:
                 instance.automatic_restart,
                 created_at,
             )
-            for name, instance in fleet.gce.items()
+            for name, instance in gce_fleet(fleet).instances.items()
         }
         for state in self.gce_states.values():
             self._on_host.setdefault(state.host, {})[state.name] = None
@@ -167,9 +160,13 @@ class GcpComponent:
 
     # ------------------------------------------------------------------------------------------------ queries
     def gce_instance(self, name: str) -> GceInstance:
-        found = self.fleet.gce.get(name)
+        found = gce_fleet(self.fleet).instances.get(name)
         if found is None:
-            raise NotFound(f"The resource 'instances/{name}' was not found", name=name, known=self.fleet.gce.keys())
+            raise NotFound(
+                f"The resource 'instances/{name}' was not found",
+                name=name,
+                known=gce_fleet(self.fleet).instances.keys(),
+            )
         return found
 
     def gce_events_of(self, name: str) -> list[GceMaintenance]:
@@ -187,7 +184,7 @@ class GcpComponent:
         notice, while normal VMs receive only a 60-second notice"), 60 seconds for the others ("Query metadata
         server for maintenance event notices"). Also the default notice of its maintenance, the start beyond which
         it is announced as upcoming maintenance, and the earliest start it can be rescheduled to."""
-        return self.rules.gpu_notice if self.fleet.gce[name].gpus > 0 else self.rules.notice
+        return self.rules.gpu_notice if gce_fleet(self.fleet).instances[name].gpus > 0 else self.rules.notice
 
     def maintenance_event(self, name: str) -> str:
         """The ``maintenance-event`` value: the notice of an event from the time it was given to the event's end."""
@@ -515,7 +512,7 @@ class GcpComponent:
         maintenance; one that never asked is maintained at once ("Query metadata server for maintenance event
         notices"): a GPU instance an hour before the start."""
         event = self.gce_events[event_id]
-        instance = self.fleet.gce[event.instance]
+        instance = gce_fleet(self.fleet).instances[event.instance]
         state = self.gce_states[event.instance]
         if state.deleted:
             event = replace(event, state=EventState.CANCELED, ended_at=self.now)
@@ -575,7 +572,7 @@ class GcpComponent:
         return changes + self._ended(event)
 
     def _preempted(self, name: str) -> list[Change]:
-        instance = self.fleet.gce[name]
+        instance = gce_fleet(self.fleet).instances[name]
         delete = instance.termination_action is TerminationAction.DELETE
         state = replace(
             self.gce_states[name],
@@ -626,7 +623,7 @@ class GcpComponent:
         changes: list[Change] = []
         removed = False
         for name, state in rows.states.items():
-            instance = self.fleet.gce.get(name)
+            instance = gce_fleet(self.fleet).instances.get(name)
             if instance is None:  # loading ignores them too
                 continue
             old = self.gce_states.get(name)

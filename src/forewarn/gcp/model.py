@@ -102,6 +102,10 @@ class GceInstance:
         return self.zone.rsplit("-", 1)[0]
 
     @property
+    def fleet_name(self) -> str:
+        return self.name
+
+    @property
     def interruptible(self) -> bool:
         return self.preemptible or self.provisioning_model is ProvisioningModel.SPOT
 

@@ -17,6 +17,7 @@ from forewarn.core.enums import parse_enum
 from forewarn.core.errors import CoreError, Invalid, NotFound
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceType
 from forewarn.waves.model import Wave, WaveCloud, WaveOrder, WaveRequest, WaveSpec, plain
 from forewarn.waves.units import MemberEnded, ScheduledUnit
@@ -105,7 +106,7 @@ class GceUnitRoller:
         # Every instance the wave may maintain, as a unit will ask for it: a notice that announces maintenance
         # to most of them may not to a GPU instance, whose own notice is an hour (no latest start then).
         wanted = frozenset(owners)
-        targeted = tuple(name for name in self.gcp.fleet.gce if self._targeted(wanted, name))
+        targeted = tuple(name for name in gce_fleet(self.gcp.fleet).instances if self._targeted(wanted, name))
         self.gcp.check_request(self._request(spec, targeted, "check"))
         return owners, units
 
@@ -165,11 +166,11 @@ class GceUnitRoller:
 
     def _owners(self, spec: WaveSpec) -> tuple[str, ...]:
         """The groups as ``zones/ZONE`` or ``instances/NAME`` (either form is accepted as given, or a bare name)."""
-        zones = {instance.zone for instance in self.gcp.fleet.gce.values()}
+        zones = {instance.zone for instance in gce_fleet(self.gcp.fleet).instances.values()}
         owners: list[str] = []
         for name in spec.groups:
             kind, _, bare = name.rpartition("/")
-            is_instance = bare in self.gcp.fleet.gce and kind in ("", "instances")
+            is_instance = bare in gce_fleet(self.gcp.fleet).instances and kind in ("", "instances")
             is_zone = bare in zones and kind in ("", "zones")
             if is_instance and is_zone:
                 raise Invalid(f"{name!r} is both an instance and a zone: say instances/{bare} or zones/{bare}")
@@ -177,13 +178,17 @@ class GceUnitRoller:
                 raise NotFound(
                     f"no Compute Engine instance or zone named {name!r} in the fleet",
                     name=name,
-                    known=[*zones, *self.gcp.fleet.gce],
+                    known=[*zones, *gce_fleet(self.gcp.fleet).instances],
                 )
             owners.append(f"instances/{bare}" if is_instance else f"zones/{bare}")
         return tuple(dict.fromkeys(owners))
 
     def _targeted(self, owners: frozenset[str], name: str) -> bool:
-        return not owners or f"instances/{name}" in owners or f"zones/{self.gcp.fleet.gce[name].zone}" in owners
+        return (
+            not owners
+            or f"instances/{name}" in owners
+            or f"zones/{gce_fleet(self.gcp.fleet).instances[name].zone}" in owners
+        )
 
     def _units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
         """Zones in the fleet file's order, or hosts (in the fleet's host order, then spare hosts) with a running
@@ -195,7 +200,7 @@ class GceUnitRoller:
             if self._targeted(wanted, name) and state.status is InstanceStatus.RUNNING and not state.deleted
         ]
         if order is WaveOrder.ZONE:
-            return tuple(dict.fromkeys(self.gcp.fleet.gce[name].zone for name in running))
+            return tuple(dict.fromkeys(gce_fleet(self.gcp.fleet).instances[name].zone for name in running))
         hosts = {self.gcp.gce_states[name].host for name in running}
         ordered = [host for host in self._fleet_hosts if host in hosts]
         spare = [host for host in self.gcp.host_names() if host in hosts and host not in self._fleet_hosts]
@@ -204,7 +209,7 @@ class GceUnitRoller:
     def _zone_instances(self) -> dict[str, list[str]]:
         if self._by_zone is None:
             self._by_zone = {}
-            for instance in self.gcp.fleet.gce.values():
+            for instance in gce_fleet(self.gcp.fleet).instances.values():
                 self._by_zone.setdefault(instance.zone, []).append(instance.name)
         return self._by_zone
 

@@ -16,14 +16,11 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 from collections.abc import Callable
-from itertools import chain
 
-from forewarn.aws.model import Ec2Instance
 from forewarn.core.errors import Conflict, Invalid, NotFound
-from forewarn.fleet.model import VM, Fleet
-from forewarn.gcp.model import GceInstance
+from forewarn.fleet.model import Fleet, Machine
 
-Machine = VM | Ec2Instance | GceInstance
+__all__ = ["CallerResolver", "Machine", "OtherHost", "UnknownCaller", "canonical_address", "machine_name"]
 
 
 class UnknownCaller(Exception):
@@ -36,7 +33,7 @@ class OtherHost(UnknownCaller):
 
 class CallerResolver:
     def __init__(self, fleet: Fleet, shared_ports: set[int]):
-        machines: list[Machine] = [*fleet.vms.values(), *fleet.ec2.values(), *fleet.gce.values()]
+        machines = list(fleet.machines())
         self._by_port = {m.imds_port: m for m in machines if m.imds_port is not None}
         # A VM port that is also the shared listening port identifies nobody by itself.
         for port in shared_ports:
@@ -45,10 +42,9 @@ class CallerResolver:
         default = fleet.default_vm
         self._default: Machine | None = None
         if default:
-            self._default = fleet.vms.get(default) or fleet.ec2.get(default) or fleet.gce.get(default)
+            self._default = fleet.machine(default)
         self._cache: dict[tuple[str, int, str], Machine] = {}
         self._fleet = fleet
-        self._instances = list(fleet.ec2.values())
         self._registered: dict[str, Machine] = {}
         self._hosts: str | None = None  # a glob over host names: only the machines on them are served
         self._host_of: Callable[[Machine], str] = lambda machine: machine.host
@@ -80,15 +76,12 @@ class CallerResolver:
         addresses (the sandbox's ``127.253.x.y``) are used only by a client that binds them."""
         canonical = _registrable(address)
         fleet = self._fleet
-        machine: Machine | None = fleet.vms.get(name) or fleet.ec2.get(name) or fleet.gce.get(name)
-        if machine is None:  # an EC2 instance by its Name tag, when no other instance has that name
-            named = [instance for instance in self._instances if instance.name == name]
-            machine = named[0] if len(named) == 1 else None
+        machine = fleet.machine_called(name)
         if machine is None:
             raise NotFound(
                 f"no VM, EC2 instance or Compute Engine instance named {name!r} in the fleet",
                 name=name,
-                known=chain(fleet.vms, fleet.ec2, fleet.gce),
+                known=fleet.names(),
             )
         owner = self._fleet_address_owner(canonical)
         if owner is not None and owner is not machine:
@@ -156,7 +149,7 @@ class CallerResolver:
 
 
 def machine_name(machine: Machine) -> str:
-    return machine.instance_id if isinstance(machine, Ec2Instance) else machine.name
+    return machine.fleet_name
 
 
 #: Addresses a connection comes from whatever machine the program on this host stands for.

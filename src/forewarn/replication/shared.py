@@ -28,6 +28,7 @@ from typing import Any
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Check, Command, Maintenance
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.rules import AzureRules
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
@@ -118,7 +119,7 @@ class SharedService(Maintenance):
             raise NotLeader(f"this forewarn is a replica ({self.no_leader_reason})")
         if not self.rules.of(AzureRules).enabling_required:
             return
-        known = self.engine.fleet.vms_by_scope
+        known = azure_fleet(self.engine.fleet).vms_by_scope
         asked = [scope for scope in dict.fromkeys(scopes) if scope in known]
         if not asked:
             return

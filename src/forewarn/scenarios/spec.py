@@ -366,11 +366,11 @@ def _check_fleet(
                     f"{filename}:{report.line_of(('fleet',))}: fleet: {label}:{match.group(1)}: {match.group(2)}"
                 )
         return "", [], [], [], False
-    ports = any(vm.imds_port is not None for vm in parsed.vms.values()) or any(
-        instance.imds_port is not None for instance in parsed.ec2.values()
-    )
-    # EC2 and Compute Engine instances are both `instances` of a scenario (their names never collide in a fleet).
-    return fleet_text, list(parsed.vms), list(parsed.hosts), [*parsed.ec2, *parsed.gce], ports
+    ports = any(machine.imds_port is not None for machine in parsed.machines())
+    # Every cloud's instances are `instances` of a scenario (their names never collide in a fleet).
+    vms = [name for part in parsed.parts.values() if part.machine_kind == "vm" for name in part.machines]
+    instances = [name for part in parsed.parts.values() if part.machine_kind != "vm" for name in part.machines]
+    return fleet_text, vms, list(parsed.hosts), instances, ports
 
 
 def _check_server(server: Any, timing_names: set[str], report: _Report) -> None:

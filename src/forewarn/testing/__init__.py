@@ -286,17 +286,15 @@ class Forewarn:
     def metadata_url(self, name: str) -> str:
         """The base URL of VM or EC2 instance ``name``'s own metadata endpoint (Azure VM name, or instance id or
         Name tag, Compute Engine instance name): what its agent would reach at http://169.254.169.254."""
-        machine = self.fleet.vms.get(name) or self.fleet.ec2.get(name) or self.fleet.gce.get(name)
+        machine = self.fleet.machine_called(name)
         if machine is None:
-            machine = next((i for i in self.fleet.ec2.values() if i.name == name), None)
-        if machine is None:
-            known = sorted([*self.fleet.vms, *self.fleet.ec2, *self.fleet.gce])
+            known = sorted(self.fleet.names())
             raise ForewarnError(f"no VM or instance {name!r} in the fleet; it has {', '.join(known)}")
         if machine.imds_port is not None:
             return f"http://127.0.0.1:{machine.imds_port}"
         if machine.imds_address is not None:
             return f"http://{machine.imds_address}:{self.imds_port}"
-        if self.fleet.default_vm in (name, getattr(machine, "instance_id", name)):
+        if self.fleet.default_vm in (name, machine.fleet_name):
             return self.imds_url
         raise ForewarnError(
             f"{name} has no metadata endpoint of its own: give it imds: {{address: 127.0.0.N}} in the fleet, or make "
@@ -307,7 +305,7 @@ class Forewarn:
     def metadata_urls(self) -> dict[str, str]:
         """Every VM's and instance's own metadata endpoint, by name (instances by id)."""
         urls = {}
-        for name in [*self.fleet.vms, *self.fleet.ec2, *self.fleet.gce]:
+        for name in self.fleet.names():
             try:
                 urls[name] = self.metadata_url(name)
             except ForewarnError:

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component
+from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2State, InstanceState
 from forewarn.aws.views import Ec2EventOut
 from forewarn.cloud import MachineRow, MachineState, Touched
@@ -75,7 +76,7 @@ class Ec2Panel:
 
     def unseen(self, engine: Engine, machines: Iterable[str]) -> bool:
         instances = engine.component(Ec2Component).ec2_instances
-        return any(i in instances and i not in engine.fleet.ec2 for i in machines)
+        return any(i in instances and i not in ec2_fleet(engine.fleet).instances for i in machines)
 
     def views_router(self, service: Maintenance, views: Any) -> APIRouter:
         router = APIRouter()

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
+from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
 from forewarn.aws.model import Ec2Instance
@@ -70,7 +71,7 @@ class AwsServing(Serving):
         return {} if address is None else {"ec2_url": own_url(address)}
 
     def machines(self, service: Maintenance) -> Sequence[Ec2Instance]:
-        return list(service.engine.fleet.ec2.values())
+        return list(ec2_fleet(service.engine.fleet).instances.values())
 
     def current_host(self, service: Maintenance, machine: Any) -> str | None:
         if not isinstance(machine, Ec2Instance):
@@ -80,12 +81,12 @@ class AwsServing(Serving):
 
     def banner(self, service: Maintenance, listening: Listening) -> Banner:
         fleet = service.engine.fleet
-        count = len(fleet.ec2)
+        count = len(ec2_fleet(fleet).instances)
         surfaces = []
         api = listening.apis.get(EC2_API)
         if api:
             surfaces.append(f"  EC2 API       http://{api[0]}:{api[1]}   (boto3/aws CLI endpoint_url; docs/aws-api.md)")
-        if fleet.ec2:
+        if ec2_fleet(fleet).instances:
             imds = f"http://{listening.metadata[0]}:{listening.metadata[1]}"
             surfaces.append(f"  EC2 IMDS      {imds}/latest/meta-data/   (at each instance's own address or port)")
         return Banner(fleet=f"{count:,} EC2 instance{'' if count == 1 else 's'}", surfaces=surfaces)

@@ -31,6 +31,7 @@ from forewarn.azure.arm.wire import (
     resource_not_found,
 )
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import Event, EventType
 from forewarn.azure.names import name_problem
 from forewarn.azure.vms import VM, NotificationProfile, Policy, Power, VmState
@@ -152,7 +153,7 @@ class ComputeResources:
         """Built on the first ARM request: a server whose ARM port is never called does not hold it (a million-VM
         fleet's indexes are tens of megabytes)."""
         if self._fleet is None:
-            self._fleet = ComputeFleet(self.service.engine.fleet.vms.values())
+            self._fleet = ComputeFleet(azure_fleet(self.service.engine.fleet).vms.values())
         return self._fleet
 
     @property

@@ -10,13 +10,13 @@ from fastapi import APIRouter
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import Event, EventStatus
 from forewarn.azure.views import EventOut
-from forewarn.azure.vms import Power
+from forewarn.azure.vms import VM, Power
 from forewarn.cloud import MachineRow, MachineState, Touched
 from forewarn.control.models import ERRORS
 from forewarn.engine.engine import Engine
-from forewarn.fleet.model import VM
 
 
 def group_of(vm: VM) -> str:
@@ -50,17 +50,21 @@ class AzurePanel:
     events_key = "events"
 
     def machines(self, engine: Engine) -> Iterator[MachineRow]:
-        for vm in engine.fleet.vms.values():
+        for vm in azure_fleet(engine.fleet).vms.values():
             yield MachineRow(vm.name, group_of(vm), f"{vm.location} {vm.zone}".strip(), vm.update_domain)
 
     def machine_count(self, engine: Engine) -> int:
-        return len(engine.fleet.vms)
+        return len(azure_fleet(engine.fleet).vms)
 
     def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
         """From each VM's power state and the live events that name it."""
         fleet = engine.fleet
-        wanted = fleet.vms.keys() if names is None else [n for n in names if n in fleet.vms]
-        scopes = {fleet.vms[name].scope for name in wanted} if names is not None else fleet.vms_by_scope.keys()
+        wanted = azure_fleet(fleet).vms.keys() if names is None else [n for n in names if n in azure_fleet(fleet).vms]
+        scopes = (
+            {azure_fleet(fleet).vms[name].scope for name in wanted}
+            if names is not None
+            else azure_fleet(fleet).vms_by_scope.keys()
+        )
         from_events = states_from_events(engine, scopes)
         power_of = engine.component(AzureComponent).vm_states.power
         states: dict[str, int] = {}
@@ -68,7 +72,7 @@ class AzurePanel:
             code = from_events.get(name, MachineState.OK)
             power = power_of(name)
             if power is Power.DELETED:
-                code = MachineState.EVICTED if fleet.vms[name].spot else MachineState.DELETED
+                code = MachineState.EVICTED if azure_fleet(fleet).vms[name].spot else MachineState.DELETED
             elif power is not Power.RUNNING:
                 code = MachineState.IMPACTED
             states[name] = code

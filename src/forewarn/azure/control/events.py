@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS, AzureImds
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest
 from forewarn.azure.views import EventOut
@@ -158,7 +159,8 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
         return {
             "default_vm": engine.fleet.default_vm,
             "hosts": [
-                {"name": name, "vms": [vm.name for vm in engine.fleet.vms_by_host[name]]} for name in engine.fleet.hosts
+                {"name": name, "vms": [vm.name for vm in azure_fleet(engine.fleet).vms_by_host.get(name, ())]}
+                for name in engine.fleet.hosts
             ],
             "scopes": [
                 {
@@ -166,7 +168,7 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
                     "incarnation": engine.component(AzureComponent).incarnation(scope),
                     "vms": [vm.name for vm in vms],
                 }
-                for scope, vms in engine.fleet.vms_by_scope.items()
+                for scope, vms in azure_fleet(engine.fleet).vms_by_scope.items()
             ],
             "vms": [
                 {
@@ -187,7 +189,7 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
                     "imds_address": vm.imds_address,
                     "imds_port": vm.imds_port,
                 }
-                for vm in engine.fleet.vms.values()
+                for vm in azure_fleet(engine.fleet).vms.values()
             ],
         }
 
@@ -196,7 +198,7 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
         @router.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
         async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
             """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
-            vm = service.engine.fleet.vm(name)
+            vm = azure_fleet(service.engine.fleet).vm(name)
             if api_version not in SCHEDULED_EVENTS_VERSIONS:
                 raise Invalid(
                     f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}"

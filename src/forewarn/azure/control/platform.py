@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventType
 from forewarn.azure.views import EventOut
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
@@ -38,7 +39,7 @@ class VmOut(BaseModel):
 
     @classmethod
     def of(cls, state: VmState, service: Maintenance) -> VmOut:
-        vm = service.engine.fleet.vms[state.name]
+        vm = azure_fleet(service.engine.fleet).vms[state.name]
         policy = service.engine.component(AzureComponent).policies[vm.policy_owner]
         return cls(
             name=state.name,
@@ -162,7 +163,7 @@ def router(service: Maintenance) -> APIRouter:
     @router.get("/v1/vms/{name}", tags=["vms"], response_model=VmOut, responses=ERRORS)
     async def get_vm(name: str):
         service.catch_up()
-        vm = service.engine.fleet.vm(name)
+        vm = azure_fleet(service.engine.fleet).vm(name)
         return VmOut.of(service.engine.component(AzureComponent).vm_states[vm.name], service)
 
     def user_operation(action: str):

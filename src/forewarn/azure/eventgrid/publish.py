@@ -22,6 +22,7 @@ from forewarn.azure.eventgrid.events import PUBLISHED, in_schema, scheduled_even
 from forewarn.azure.eventgrid.filters import matches
 from forewarn.azure.eventgrid.registry import EventGridRegistry
 from forewarn.azure.eventgrid.settings import EventGridSettings
+from forewarn.azure.fleet import azure_fleet
 from forewarn.core.changes import Change
 from forewarn.engine.engine import Engine
 from forewarn.store import Outgoing
@@ -45,7 +46,7 @@ def eventgrid_outbox(registry: EventGridRegistry, settings: EventGridSettings):
             if not isinstance(change, EventChanged) or change.what not in PUBLISHED or not change.event.central:
                 continue
             event = change.event
-            vm = engine.fleet.vms[event.resources[0]]
+            vm = azure_fleet(engine.fleet).vms[event.resources[0]]
             topic = registry.topic_of_source(vm.subscription_id)
             if topic is None:
                 continue  # nobody created the system topic: Azure publishes to no one

@@ -28,6 +28,7 @@ from forewarn.azure.eventgrid.model import SUCCEEDED, EventSubscription, SystemT
 from forewarn.azure.eventgrid.publish import eventgrid_outbox
 from forewarn.azure.eventgrid.registry import EventGridRegistry
 from forewarn.azure.eventgrid.settings import EventGridSettings
+from forewarn.azure.fleet import azure_fleet
 from forewarn.net.own_listeners import OwnListeners
 from forewarn.store import SQLStore
 
@@ -69,7 +70,7 @@ class EventGrid:
         """The fleet's spelling of an Azure subscription id, or None if no VM of the fleet is in it."""
         if self._azure_subscriptions is None:  # the fleet never changes while serving
             self._azure_subscriptions = {}
-            for vm in self.attached.engine.fleet.vms.values():
+            for vm in azure_fleet(self.attached.engine.fleet).vms.values():
                 self._azure_subscriptions.setdefault(vm.subscription_id.lower(), vm.subscription_id)
         return self._azure_subscriptions.get(text.lower())
 

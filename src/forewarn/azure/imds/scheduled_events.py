@@ -27,6 +27,7 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import IncarnationChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds import instance as azure_instance
 from forewarn.azure.imds.errors import (
     DUPLICATE_PARAMETER,
@@ -327,7 +328,7 @@ class AzureImds:
     # --------------------------------------------------------------------------------------- fault injection
     def inject(self, status: int, vms: list[str], requests: int | None, until: datetime | None, delay: float) -> Fault:
         for name in vms:
-            self.service.engine.fleet.vm(name)  # unknown names are refused
+            azure_fleet(self.service.engine.fleet).vm(name)  # unknown names are refused
         if status not in (0, 410, 429, 500):
             raise Invalid(f"faults answer 410, 429 or 500 (or 0 with a delay), not {status}")
         if status == 0 and delay <= 0:

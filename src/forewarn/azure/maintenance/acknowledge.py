@@ -30,6 +30,7 @@ from forewarn.azure.arm.wire import (
     read_body,
 )
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import Event, EventStatus
 
 # The Maintenance REST API's TypeSpec version, and the two the az CLI's maintenance group targets. The list form
@@ -61,7 +62,7 @@ class MaintenanceApi:
     def _owners(self) -> dict[str, str]:
         """Policy owners by their lowered key: ARM matches names case-insensitively."""
         if self._lowered is None:
-            self._lowered = {owner.lower(): owner for owner in self.service.engine.fleet.vms_by_owner}
+            self._lowered = {owner.lower(): owner for owner in azure_fleet(self.service.engine.fleet).vms_by_owner}
         return self._lowered
 
     async def handle(self, call: ManagementCall) -> Response:
@@ -111,7 +112,7 @@ class MaintenanceApi:
     def _belongs(self, event: Event, owner: str) -> bool:
         if owner.startswith("member:"):
             return owner.removeprefix("member:") in event.resources
-        return self.service.engine.fleet.vms[event.resources[0]].policy_owner == owner
+        return azure_fleet(self.service.engine.fleet).vms[event.resources[0]].policy_owner == owner
 
     def _acknowledge_one(self, call: ManagementCall, owner: str, event_id: str) -> Response:
         event = self._event(owner, event_id)
@@ -174,7 +175,7 @@ class MaintenanceApi:
         if key in self._owners:
             return self._owners[key]
         if kind == "vm":  # a VM of a set: its events belong to the set, and name it in Resources
-            vm = self.service.engine.fleet.vms.get(segments[7])
+            vm = azure_fleet(self.service.engine.fleet).vms.get(segments[7])
             if (
                 vm is not None
                 and vm.subscription_id.lower() == segments[1].lower()

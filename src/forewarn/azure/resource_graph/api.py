@@ -45,6 +45,7 @@ from forewarn.azure.arm.router import ManagementCall
 from forewarn.azure.arm.wire import ArmError, method_not_allowed, parse_body, read_body, well_formed_api_version
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import not_before_text
 from forewarn.azure.model import Event
 from forewarn.azure.resource_graph.request import (
@@ -146,7 +147,7 @@ class ResourceGraphApi:
         self.table.remove_older_than(cutoff)
 
     def _row(self, engine: Engine, event: Event) -> dict:
-        vm = engine.fleet.vms[event.resources[0]]
+        vm = azure_fleet(engine.fleet).vms[event.resources[0]]
         return scheduled_event_row(
             event_id=event.event_id,
             status=event.status.value,

@@ -20,16 +20,17 @@ from forewarn.azure.component import AzureComponent
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid
+from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import PROFILES, ImdsSettings
 from forewarn.azure.maintenance.acknowledge import MaintenanceApi
 from forewarn.azure.model import EventType
 from forewarn.azure.resource_graph.api import ResourceGraphApi, ResourceGraphSettings
 from forewarn.azure.rules import AzureRules
+from forewarn.azure.vms import VM
 from forewarn.cloud import ApiPort, Banner, CloudSetupError, Listening, Serving
 from forewarn.core.durations import parse_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.errors import CoreError
-from forewarn.fleet.model import VM
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ class AzureServing(Serving):
         self.event_grid.start_validating(f"http://{arm[0]}:{arm[1]}" if arm else None)
 
     def machines(self, service: Maintenance) -> Sequence[VM]:
-        return list(service.engine.fleet.vms.values())
+        return list(azure_fleet(service.engine.fleet).vms.values())
 
     def current_host(self, service: Maintenance, machine: Any) -> str | None:
         if not isinstance(machine, VM):
@@ -158,7 +159,7 @@ class AzureServing(Serving):
             + (f"   (answers as {fleet.default_vm})" if fleet.default_vm else "")
         )
         return Banner(
-            fleet=f"{counted(len(fleet.vms), 'Azure VM')} ({counted(len(fleet.scopes), 'scope')})",
+            fleet=f"{counted(len(azure_fleet(fleet).vms), 'Azure VM')} ({counted(len(azure_fleet(fleet).scopes), 'scope')})",
             surfaces=surfaces,
             closing=[f"  try: curl -s -H Metadata:true '{imds}/metadata/scheduledevents?api-version=2020-07-01'"],
         )

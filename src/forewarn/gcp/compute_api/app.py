@@ -23,6 +23,7 @@ from forewarn.app.runtime import Maintenance
 from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.gcp.component import GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import GceInstance, GceMaintenance, OnHostMaintenance
 from forewarn.net.browser_guard import BrowserGuard
 from forewarn.net.untrusted_json import JsonInputError, parse_json
@@ -114,7 +115,7 @@ class ComputeApi:
         return body
 
     def _instance(self, project: str, zone: str, name: str) -> GceInstance:
-        found = self.service.engine.fleet.gce.get(name)
+        found = gce_fleet(self.service.engine.fleet).instances.get(name)
         if (
             found is None
             or found.project != project
@@ -184,7 +185,7 @@ class ComputeApi:
         if not rest and method == "GET":
             items = [
                 self.instance_json(i)
-                for i in service.engine.fleet.gce.values()
+                for i in gce_fleet(service.engine.fleet).instances.values()
                 if i.project == project
                 and i.zone == zone
                 and not service.engine.component(GcpComponent).gce_states[i.name].deleted
@@ -227,7 +228,7 @@ class ComputeApi:
     def aggregated(self, project: str) -> dict[str, Any]:
         engine = self.service.engine
         scoped: dict[str, list[dict[str, Any]]] = {}
-        for instance in engine.fleet.gce.values():
+        for instance in gce_fleet(engine.fleet).instances.values():
             if instance.project == project and not engine.component(GcpComponent).gce_states[instance.name].deleted:
                 scoped.setdefault(f"zones/{instance.zone}", []).append(self.instance_json(instance))
         return {

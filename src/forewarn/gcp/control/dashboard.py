@@ -16,6 +16,7 @@ from forewarn.core.errors import Invalid
 from forewarn.engine.engine import Engine
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import EventState, GceMaintenance, GceState, InstanceStatus
 from forewarn.gcp.views import GceEventOut
 
@@ -62,14 +63,14 @@ class GcePanel:
     events_key = "gce_events"
 
     def machines(self, engine: Engine) -> Iterator[MachineRow]:
-        for name, gce in engine.fleet.gce.items():
+        for name, gce in gce_fleet(engine.fleet).instances.items():
             yield MachineRow(name, f"Compute Engine {gce.zone}", gce.zone, 0)
 
     def machine_count(self, engine: Engine) -> int:
-        return len(engine.fleet.gce)
+        return len(gce_fleet(engine.fleet).instances)
 
     def states(self, engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
-        instances = engine.fleet.gce
+        instances = gce_fleet(engine.fleet).instances
         wanted = list(instances) if names is None else [n for n in names if n in instances]
         from_events = states_from_events(engine, wanted, whole_fleet=names is None)
         gce_states = engine.component(GcpComponent).gce_states

@@ -15,6 +15,7 @@ from forewarn.core.enums import parse_enum
 from forewarn.core.times import parse_optional_time
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.metadata.server import hanging_gets
 from forewarn.gcp.model import MaintenanceKind, MaintenanceType, OnHostMaintenance
 from forewarn.gcp.views import GceEventOut
@@ -164,7 +165,7 @@ def router(service: Maintenance) -> APIRouter:
     @router.get("/v1/gce/instances", tags=["gce"], response_model=list[GceInstanceOut])
     async def instances():
         service.catch_up()
-        return [instance_out(name) for name in service.engine.fleet.gce]
+        return [instance_out(name) for name in gce_fleet(service.engine.fleet).instances]
 
     @router.get("/v1/gce/instances/{name}", tags=["gce"], response_model=GceInstanceOut, responses=ERRORS)
     async def instance(name: str):

@@ -35,6 +35,7 @@ from forewarn.core.bounds import iso_time
 from forewarn.core.changes import Rebuilt, TimeMoved
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpComponent
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import GceInstance, GceMaintenance
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
@@ -252,7 +253,7 @@ class GceMetadata:
             self._expire(self.service.now())
 
     def _wake(self, name: str) -> None:
-        instance = self.service.engine.fleet.gce[name]
+        instance = gce_fleet(self.service.engine.fleet).instances[name]
         for waiter in list(self._waiters.get(name, ())):
             answer = self.answer(instance, *waiter.key)
             if etag_of(answer) != waiter.last:
@@ -273,7 +274,7 @@ class GceMetadata:
         while heap and (heap[0][0] <= now or heap[0][2].deferred.done):
             _, _, waiter = heapq.heappop(heap)
             if not waiter.deferred.done:
-                instance = self.service.engine.fleet.gce[waiter.instance]
+                instance = gce_fleet(self.service.engine.fleet).instances[waiter.instance]
                 self._finish(waiter, self.answer(instance, *waiter.key))
         self._arm_timer()
 

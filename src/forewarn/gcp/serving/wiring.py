@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from forewarn.cloud import ApiPort, Banner, Listening, Serving
 from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.compute_api.app import create_compute_app
+from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.metadata.server import GceMetadata, etag_of
 from forewarn.gcp.model import GceInstance, GceRules
 from forewarn.net.browser_guard import BrowserGuard, HostNames, listens_beyond_loopback
@@ -51,7 +52,7 @@ class GcpServing(Serving):
         return {"gce_metadata": metadata_answer(surface)}
 
     def machines(self, service: Maintenance) -> Sequence[GceInstance]:
-        return list(service.engine.fleet.gce.values())
+        return list(gce_fleet(service.engine.fleet).instances.values())
 
     def current_host(self, service: Maintenance, machine: Any) -> str | None:
         if not isinstance(machine, GceInstance):
@@ -61,15 +62,15 @@ class GcpServing(Serving):
 
     def banner(self, service: Maintenance, listening: Listening) -> Banner:
         fleet = service.engine.fleet
-        count = len(fleet.gce)
+        count = len(gce_fleet(fleet).instances)
         surfaces = []
         api = listening.apis.get(GCE_API)
-        if api and fleet.gce:
+        if api and gce_fleet(fleet).instances:
             surfaces.append(
                 f"  GCE API       http://{api[0]}:{api[1]}   (google-cloud-compute api_endpoint, anonymous credentials; "
                 "docs/gcp.md)"
             )
-        if fleet.gce:
+        if gce_fleet(fleet).instances:
             imds = f"http://{listening.metadata[0]}:{listening.metadata[1]}"
             surfaces.append(
                 f"  GCE metadata  {imds}/computeMetadata/v1/   (Metadata-Flavor: Google; at each instance's own address "

@@ -120,7 +120,7 @@ def test_the_entry_point_declared_in_pyproject_loads_the_plugin_without_p(pytest
     """The pyproject's pytest11 entry point, installed as pip would write it (a dist-info directory on the path):
     pytest finds the fixture with no -p and no conftest."""
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
-    assert declared == {PLUGIN: PLUGIN}
+    assert PLUGIN in declared and all(name == module for name, module in declared.items())  # one name a plugin
     site = tmp_path / "site"
     dist_info = site / "forewarn_plugin_check-0.1.0.dist-info"
     dist_info.mkdir(parents=True)

@@ -1,5 +1,5 @@
 """The battery in pytest: the ``forewarn_conformance`` fixture (loaded through the ``pytest11`` entry point
-``forewarn-conformance``) gives a function that runs a handler through cases and returns a :class:`Verdict`.
+``forewarn.conformance.plugin``) gives a function that runs a handler through cases and returns a :class:`Verdict`.
 
 It lives here, not in ``forewarn.testing``: the battery runs its server through ``forewarn.testing``, so that
 package cannot import this one."""

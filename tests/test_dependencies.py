@@ -216,7 +216,6 @@ CLOUDS = ("forewarn.azure", "forewarn.aws", "forewarn.gcp")
 # (forewarn/cloud.py's protocol), and leaves this list when it does. A module that starts naming a cloud fails the
 # test, and so does one listed here that no longer does (so the list stays true).
 NAMING_A_CLOUD = {
-    "forewarn.app.runtime": {"azure"},
     "forewarn.cli.serve": {"azure"},
     "forewarn.control.dashboard": {"aws", "azure", "gcp"},
     "forewarn.control.imds": {"azure", "gcp"},
@@ -226,7 +225,6 @@ NAMING_A_CLOUD = {
     "forewarn.fleet.model": {"aws", "azure", "gcp"},
     "forewarn.net.callers": {"aws", "gcp"},
     "forewarn.recording.replay": {"azure", "gcp"},
-    "forewarn.replication.shared": {"azure"},
     "forewarn.server.bootstrap": {"aws", "azure", "gcp"},
     "forewarn.waves.component": {"azure", "gcp"},
     "forewarn.waves.model": {"azure", "gcp"},

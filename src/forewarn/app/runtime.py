@@ -26,13 +26,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from forewarn.app.errors import Unavailable
-from forewarn.azure.changes import EventChanged
-from forewarn.azure.component import AzureComponent
-from forewarn.azure.model import Event, ScheduleRequest
-from forewarn.azure.rules import AzureRules
 from forewarn.core.changes import Change, Rebuilt, Reset, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
@@ -100,6 +96,48 @@ Check = Callable[[Engine], None]
 Member = tuple[Command, "asyncio.Future[list[Change]]", Check | None]
 
 
+T = TypeVar("T")
+
+
+class Role(Protocol):
+    """The part a process plays in writing the database it serves. A process serving alone always leads (``ALONE``);
+    one sharing its database with others (``replication/``) leads it or follows the leader, and can change."""
+
+    def admit(self, write: str) -> None:
+        """Nothing when this process may make ``write`` ("command", "reset"); else raise an ``Unavailable`` saying
+        why not, before anything is changed."""
+
+    def took(self, seconds: float) -> None:
+        """An admitted command took ``seconds``, from handed in to durable (or failed)."""
+
+    def catch_up(self, service: Maintenance) -> list[Change]:
+        """Bring the engine to the clock's time: a leader commits the deadlines that fell due
+        (``Maintenance.commit_due``); a follower applies them in memory only (``Maintenance.follow``)."""
+
+    def relays_read(self, scope: str) -> bool:
+        """A machine of ``scope`` read its metadata here. True: the write that reading makes (an idle timer moved, a
+        scope enabled) is noted for the leader, which makes it (``Maintenance.reads_relayed``); False: make it here."""
+
+
+class Alone:
+    """A process that serves its database alone: it makes every write, and commits what falls due."""
+
+    def admit(self, write: str) -> None:
+        return None
+
+    def took(self, seconds: float) -> None:
+        return None
+
+    def catch_up(self, service: Maintenance) -> list[Change]:
+        return service.commit_due()
+
+    def relays_read(self, scope: str) -> bool:
+        return False
+
+
+ALONE = Alone()
+
+
 class _Group:
     """A group commit whose transaction is under way in the worker thread."""
 
@@ -121,8 +159,18 @@ class _Group:
 
 
 class Maintenance:
-    def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        store: SQLStore,
+        engine: Engine,
+        clock: Clock,
+        wall: Callable[[], float] = time.time,
+        role: Role = ALONE,
+    ):
         self.store = store
+        self.role = role  # whether this process writes, and how time passes here (leader or follower)
+        # What a leader does with the reads a follower relayed (``reads_relayed``): each cloud that tracks them.
+        self._read_handlers: list[Callable[[list[str]], None]] = []
         self._engine = engine
         # The engine's rules, read without waiting for a group commit (a rebuilt engine keeps them).
         self.rules: Rules = engine.rules
@@ -171,6 +219,7 @@ class Maintenance:
         rules: Rules | None = None,
         wall: Callable[[], float] = time.time,
         outboxes: Iterable[Callable[[list[Change], Engine], list[Outgoing]]] = (),
+        role: Role = ALONE,
     ) -> Maintenance:
         """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down.
 
@@ -198,13 +247,13 @@ class Maintenance:
         if clock_repair:
             log.warning("%s", clock_repair)
         # One Fleet object in memory, not one more built from the records (a million VMs are hundreds of megabytes).
-        engine = cls._engine_from(state, rules, served)
+        engine = cls.engine_from(state, rules, served)
         for change in engine.repaired:
             log.warning("%s", _repair_line(change))
         if clock_repair or engine.repaired:
             store.commit(engine.repaired, engine.now, stored_clock)
             engine.repaired = []
-        service = cls(store, engine, stored_clock, wall)
+        service = cls(store, engine, stored_clock, wall, role)
         for derive in outboxes:  # before catching up, so that what happened while down is delivered too
             service.add_outbox(derive)
         stored = stored_clock
@@ -231,7 +280,7 @@ class Maintenance:
         return service
 
     @staticmethod
-    def _engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
+    def engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
         # Each component's stored state comes under the names the engine takes it by (its Records.load).
         return Engine(
             fleet or Fleet.from_records(state.fleet_records),
@@ -266,6 +315,14 @@ class Maintenance:
         self._outboxes.append(derive)
 
     def _run(self, command: Command, clock: Clock | None = None, check: Check | None = None) -> list[Change]:
+        self.role.admit("command")
+        started = time.perf_counter()
+        try:
+            return self._commit(command, clock, check)
+        finally:
+            self.role.took(time.perf_counter() - started)
+
+    def _commit(self, command: Command, clock: Clock | None, check: Check | None) -> list[Change]:
         self.settle()  # after the group commit under way, which this command's state follows
         with self._lock:
             # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
@@ -291,7 +348,7 @@ class Maintenance:
             if clock is not None:
                 self.clock = clock
             self._refresh_due()
-        self._announce(changes)
+        self.announce(changes)
         if outgoing or clock is not None or any(isinstance(change, TimeMoved) for change in reversed(changes)):
             self._deliveries_changed()
         return changes
@@ -318,14 +375,12 @@ class Maintenance:
 
     def _take(self, state: StoredState, cause: Exception) -> None:
         """The engine rebuilt from ``state``, what was derived from the old one dropped."""
-        self._engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
+        self._engine = self.engine_from(state, self._engine.rules, self._engine.fleet)
         self.clock = state.clock.within_bounds()[0]
         self._unsettled = None
         self._refresh_due()
         what = "refused" if isinstance(cause, CoreError) else "commit failed"
-        rebuilt: list[Change] = [Rebuilt(f"{what}: {cause}")]
-        for listener in self._listeners:
-            listener(rebuilt)
+        self.tell([Rebuilt(f"{what}: {cause}")])
         self._deliveries_changed()
 
     def _resettle(self) -> None:
@@ -348,7 +403,8 @@ class Maintenance:
             self._take(state, cause)
         log.warning("reloaded the engine from the database after a failed commit; serving again")
 
-    def _announce(self, changes: list[Change]) -> None:
+    def announce(self, changes: list[Change]) -> None:
+        """Tell the log and the listeners of ``changes`` (nothing, when there are none)."""
         if not changes:
             return  # nothing happened (an approval of a Started event, a policy set to what it was)
         if log.isEnabledFor(logging.INFO):
@@ -358,6 +414,51 @@ class Maintenance:
                     log.info("%s", line)
         for listener in self._listeners:
             listener(changes)
+
+    def tell(self, changes: list[Change]) -> None:
+        """Tell the listeners of ``changes`` as they are, unlogged: what a follower took from the leader."""
+        for listener in self._listeners:
+            listener(changes)
+
+    # ------------------------------------------------------------------------------------------ following
+    # What a role that follows another process's commits does with the engine (replication/): it changes the engine
+    # in memory only, under the lock commands take, and never commits.
+    def follow(self, change: Callable[[Engine], T], clock: Clock | None = None) -> T:
+        """``change(engine)`` without committing it, under the commands' lock; then ``clock`` (if given) is the
+        clock, and the next deadline is found again. The caller tells the listeners what they are to hear."""
+        with self._lock:
+            made = change(self.engine)
+            if clock is not None:
+                self.clock = clock
+            self._refresh_due()
+        return made
+
+    def adopt(self, engine: Engine, clock: Clock, told: Change) -> None:
+        """Serve ``engine`` and ``clock`` from now on (built elsewhere from what the database holds); the listeners
+        hear ``told`` (a ``Rebuilt``), so that whatever was derived from the old engine is dropped."""
+        with self._lock:
+            self.engine = engine
+            self.clock = clock
+            self._refresh_due()
+        self.tell([told])
+
+    def in_memory(self, read: Callable[[Engine], T]) -> T:
+        """``read(engine)`` under the commands' lock, without waiting for a group commit under way: only for what no
+        command of a group changes and nothing commits (an idle timer that lives in memory)."""
+        with self._lock:
+            return read(self._engine)
+
+    def on_reads_relayed(self, handle: Callable[[list[str]], None]) -> None:
+        """``handle(scopes)`` at the leader for the scopes whose machines read their metadata at a follower
+        (``Role.relays_read``): the writes those reads make here."""
+        self._read_handlers.append(handle)
+
+    def reads_relayed(self, scopes: list[str]) -> None:
+        """A follower's report of the scopes read there, each as if read here; refused where this process may not
+        write."""
+        self.role.admit("report")
+        for handle in self._read_handlers:
+            handle(scopes)
 
     def _refresh_due(self) -> None:
         due = self._engine.next_deadline()
@@ -384,6 +485,11 @@ class Maintenance:
             raise Unavailable(str(error), error.retry_after) from error
 
     def catch_up(self) -> list[Change]:
+        """Bring the engine to the clock's time (real clocks; manual ones move only by command), as this process's
+        role does it: committed where it leads (``commit_due``), in memory where it follows."""
+        return self.role.catch_up(self)
+
+    def commit_due(self) -> list[Change]:
         """Bring the engine to the clock's time (real clocks; manual ones move only by command).
 
         Deadlines that fell due are applied and committed. Time that passes with nothing due needs no commit: a real
@@ -422,6 +528,13 @@ class Maintenance:
         command waits for the transaction under way, then for its own group's."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Change]] = loop.create_future()
+        try:
+            self.role.admit("command")
+        except Unavailable as refusal:
+            future.set_exception(refusal)
+            return future
+        started = time.perf_counter()
+        future.add_done_callback(lambda _: self.role.took(time.perf_counter() - started))
         self._grouped.append((command, future, check))
         if len(self._grouped) == 1 and self._in_flight is None:
             loop.call_soon(self._start_group)
@@ -532,7 +645,7 @@ class Maintenance:
             _fail(group.members, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
             return
         self._refresh_due()
-        self._announce(group.changes)
+        self.announce(group.changes)
         if group.delivers:
             self._deliveries_changed()
         self._answer(group.members, group.outcomes)
@@ -546,56 +659,6 @@ class Maintenance:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-
-    def approve_soon(self, event_ids: Iterable[str], by: str) -> asyncio.Future[list[Change]]:
-        ids = list(event_ids)
-        return self.perform_soon(
-            lambda engine: engine.component(AzureComponent).approve(ids, by),
-            lambda engine: engine.component(AzureComponent).check_approve(ids),
-        )
-
-    async def schedule_soon(self, request: ScheduleRequest) -> list[Event]:
-        """``schedule`` through the group commit (``perform_soon``): the events, once durable."""
-        changes = await self.perform_soon(
-            lambda engine: engine.component(AzureComponent).schedule(request),
-            lambda engine: engine.component(AzureComponent).check_schedule(request),
-        )
-        return [c.event for c in changes if isinstance(c, EventChanged)]
-
-    def schedule(self, request: ScheduleRequest) -> list[Event]:
-        changes = self.perform(
-            lambda engine: engine.component(AzureComponent).schedule(request),
-            lambda engine: engine.component(AzureComponent).check_schedule(request),
-        )
-        return [c.event for c in changes if isinstance(c, EventChanged)]
-
-    def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
-        ids = list(event_ids)
-        return self.perform(
-            lambda engine: engine.component(AzureComponent).approve(ids, by),
-            lambda engine: engine.component(AzureComponent).check_approve(ids),
-        )
-
-    def request_seen(self, scope: str) -> None:
-        """A VM asked for its scheduled events (only tracked when enabling is required)."""
-        if not self.rules.of(AzureRules).enabling_required:
-            return
-        self.catch_up()
-        with self._lock:
-            # Without waiting for a group commit: its commands do not enable scopes (this does, through _run), and
-            # the idle timer lives in memory only.
-            engine = self._engine
-            if engine.component(AzureComponent).is_enabled(scope):
-                engine.component(AzureComponent).last_seen[scope] = engine.now
-                return
-        self._run(lambda engine: engine.component(AzureComponent).request_seen(scope))
-
-    def cancel(self, event_id: str) -> Event:
-        changes = self.perform(
-            lambda engine: engine.component(AzureComponent).cancel(event_id),
-            lambda engine: engine.component(AzureComponent).check_cancel(event_id),
-        )
-        return next(c.event for c in changes if isinstance(c, EventChanged))
 
     def advance_clock(self, delta: timedelta) -> list[Change]:
         clock = self.clock.advanced_by(delta, self.wall())
@@ -625,6 +688,7 @@ class Maintenance:
         """Back to the server's start, as a new database with the same fleet and seed would be: the clock at its start
         time (same mode and speed), no events, waves, deliveries or journal, every incarnation back to 1. Committed
         before the engine is rebuilt from the store, as ``open`` builds it."""
+        self.role.admit("reset")
         self.settle()
         with self._lock:
             try:
@@ -635,13 +699,11 @@ class Maintenance:
                 state = _stored(self.store)
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
-            self.engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
+            self.engine = self.engine_from(state, self._engine.rules, self._engine.fleet)
             self.clock = clock
             self._unsettled = None
             self._refresh_due()
-        reset: list[Change] = [Reset("reset to the start")]
-        for listener in self._listeners:
-            listener(reset)
+        self.tell([Reset("reset to the start")])
         self._deliveries_changed()
 
     def clock_view(self) -> ClockView:

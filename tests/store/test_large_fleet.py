@@ -122,7 +122,7 @@ def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):
 
 def test_a_restart_never_reads_the_stored_fleet_when_it_has_the_fleet_or_is_given_it(store_url, monkeypatch):
     first = open_manual(store_url, small_fleet())
-    first.schedule(ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",)))
+    azure_commands.schedule(first, ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",)))
     first.store.close()
 
     def refused(self):

@@ -93,7 +93,39 @@ Command = Callable[[Engine], list[Change]]
 # that comes from the command itself costs a rebuild of the engine from the store (it may have changed part of it);
 # one from its check costs nothing, which is why the commands clients send often come with one.
 Check = Callable[[Engine], None]
-Member = tuple[Command, "asyncio.Future[list[Change]]", Check | None]
+# A clock move, found when it runs (after the commands before it in its group): from the clock those left, the
+# engine and the wall time, the clock it leaves and the simulated time the engine goes to (deadlines up to it fire).
+ClockMove = Callable[[Clock, Engine, float], tuple[Clock, datetime]]
+# A command waiting for its group commit: the command and its check, or the clock move that gives them.
+Member = tuple[Command | None, "asyncio.Future[list[Change]]", Check | None, ClockMove | None]
+
+
+def _by(delta: timedelta) -> ClockMove:
+    def move(clock: Clock, engine: Engine, wall: float) -> tuple[Clock, datetime]:
+        moved = clock.advanced_by(delta, wall)
+        return moved, moved.anchor_sim
+
+    return move
+
+
+def _to(moment: datetime) -> ClockMove:
+    return lambda clock, engine, wall: (clock.moved_to(moment, wall), moment)
+
+
+def _to_next_deadline(clock: Clock, engine: Engine, wall: float) -> tuple[Clock, datetime]:
+    """Manual clocks: to the next deadline, or nowhere when nothing is pending."""
+    due = engine.next_deadline()
+    moment = due if due is not None else clock.anchor_sim
+    return clock.moved_to(moment, wall), moment
+
+
+def _reconfigured(mode: str, speed: float) -> ClockMove:
+    def move(clock: Clock, engine: Engine, wall: float) -> tuple[Clock, datetime]:
+        # The engine goes to the same instant, as a clock move takes it (deadlines up to it fire, committed together).
+        reconfigured = clock.reconfigured(mode, speed, wall)
+        return reconfigured, max(reconfigured.anchor_sim, engine.now)
+
+    return move
 
 
 T = TypeVar("T")
@@ -141,20 +173,22 @@ ALONE = Alone()
 class _Group:
     """A group commit whose transaction is under way in the worker thread."""
 
-    __slots__ = ("members", "outcomes", "changes", "delivers", "commit")
+    __slots__ = ("members", "outcomes", "changes", "clock", "delivers", "commit")
 
     def __init__(
         self,
         members: list[Member],
         outcomes: list[list[Change] | CoreError],
         changes: list[Change],
+        clock: Clock | None,
         delivers: bool,
         commit: concurrent.futures.Future[None],
     ):
         self.members = members
         self.outcomes = outcomes
         self.changes = changes
-        self.delivers = delivers  # it writes deliveries to the outbox
+        self.clock = clock  # the clock it commits, when one of its commands moved it
+        self.delivers = delivers  # it writes deliveries to the outbox, or moves the clock
         self.commit = commit
 
 
@@ -507,12 +541,19 @@ class Maintenance:
         return self._run(lambda engine: engine.advance(max(now, engine.now)))
 
     def now(self) -> datetime:
-        # A grouped command never moves the engine's time (catch_up does, before the group runs): no need to wait.
+        # Only a grouped clock move changes the engine's time (catch_up does too, before the group runs): only such a
+        # group under way is waited for.
+        if self._in_flight is not None and self._in_flight.clock is not None:
+            self.settle()
         return max(self.clock.now(self.wall()), self._engine.now)
 
     # ------------------------------------------------------------------------------------------ commands
     def perform(self, command: Command, check: Check | None = None) -> list[Change]:
-        """Run one engine command at the current time, committed before this returns; ``check`` first, if given."""
+        """Run one engine command at the current time, committed before this returns; ``check`` first, if given.
+
+        The transaction runs in the calling thread: only for callers with no event loop (start-up, tests, scripts)
+        or code that must see the command durable before it goes on without awaiting (a metadata read that enables
+        its scope). Surfaces on the event loop use ``perform_soon``, which commits off the loop."""
         self.catch_up()
         return self._run(command, check=check)
 
@@ -526,6 +567,11 @@ class Maintenance:
         The transaction runs in a worker thread: the event loop goes on reading requests meanwhile, and the commands
         they bring form the next group, which runs on the engine once this one is durable. The cost is latency: a
         command waits for the transaction under way, then for its own group's."""
+        return self._enqueue(command, check, None)
+
+    def _enqueue(
+        self, command: Command | None, check: Check | None, move: ClockMove | None
+    ) -> asyncio.Future[list[Change]]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Change]] = loop.create_future()
         try:
@@ -535,7 +581,7 @@ class Maintenance:
             return future
         started = time.perf_counter()
         future.add_done_callback(lambda _: self.role.took(time.perf_counter() - started))
-        self._grouped.append((command, future, check))
+        self._grouped.append((command, future, check, move))
         if len(self._grouped) == 1 and self._in_flight is None:
             loop.call_soon(self._start_group)
         return future
@@ -560,21 +606,22 @@ class Maintenance:
                 _fail(group, error)
                 return
             try:
-                outcomes, changes, outgoing = self._run_group(group)
+                outcomes, changes, outgoing, clock = self._run_group(group)
                 engine = self._engine
-                if not changes and not outgoing:  # nothing to make durable (all refused, or changing nothing)
+                if not changes and not outgoing and clock is None:  # nothing to make durable (all refused, or no-ops)
                     self._answer(group, outcomes)
                     return
                 if self._worker is None:
                     self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forewarn-commit")
                 # The worker encodes the rows too: from the changes, and from engine objects that nothing changes
                 # until this group lands (commands wait for it, and so does every read of ``engine``).
-                commit = self._worker.submit(self.store.commit, changes, engine.now, None, outgoing, engine.next_seq)
+                commit = self._worker.submit(self.store.commit, changes, engine.now, clock, outgoing, engine.next_seq)
             except Exception as error:  # a defect (or no worker, at exit): the engine may hold part of the group
                 self._rebuild(error)
                 _fail(group, error)
                 return
-            self._in_flight = _Group(group, outcomes, changes, bool(outgoing), commit)
+            delivers = bool(outgoing) or clock is not None
+            self._in_flight = _Group(group, outcomes, changes, clock, delivers, commit)
         loop = asyncio.get_running_loop()
 
         # The callback names no group: the future keeps its callbacks, and one that held the group would make a
@@ -587,25 +634,34 @@ class Maintenance:
 
         commit.add_done_callback(landed)
 
-    def _run_group(self, group: list[Member]) -> tuple[list[list[Change] | CoreError], list[Change], list[Outgoing]]:
+    def _run_group(
+        self, group: list[Member]
+    ) -> tuple[list[list[Change] | CoreError], list[Change], list[Outgoing], Clock | None]:
         """Each command of ``group`` on the engine in turn: what each made or why it was refused, all their changes
-        and deliveries. A command refused by its check fails alone. One refused only after it may have changed the
-        engine has the engine rebuilt from the store, and the group runs again without it."""
+        and deliveries, and the clock they leave when one moved it (None: unmoved). A command refused by its check
+        fails alone. One refused only after it may have changed the engine has the engine rebuilt from the store,
+        and the group runs again without it."""
         refused: dict[int, CoreError] = {}
         while True:
             engine = self._engine
             outcomes: list[list[Change] | CoreError] = []
             changes: list[Change] = []
             outgoing: list[Outgoing] = []
-            for index, (command, _, check) in enumerate(group):
+            clock: Clock | None = None
+            for index, (command, _, check, move) in enumerate(group):
+                moved: Clock | None = None
                 try:
                     if index in refused:
                         raise refused[index]
+                    if move is not None:
+                        moved, to = move(clock or self.clock, engine, self.wall())
+                        command, check = _advance(to), _check_advance(to)
                     if check is not None:
                         check(engine)
                 except CoreError as refusal:
                     outcomes.append(refusal)
                     continue
+                assert command is not None  # a member has a command, or a move that gives one
                 try:
                     made = command(engine)
                 except CoreError as refusal:
@@ -613,11 +669,12 @@ class Maintenance:
                     self._rebuild(refusal)
                     self.catch_up()  # the rebuilt engine is at the time last committed
                     break
+                clock = moved or clock
                 outcomes.append(made)
                 changes += made
                 outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
             else:
-                return outcomes, changes, outgoing
+                return outcomes, changes, outgoing, clock
 
     def _landed(self) -> None:
         """The worker finished a transaction: answer its group (unless ``settle`` did), then start the next."""
@@ -644,6 +701,8 @@ class Maintenance:
                 self._rebuild(error)
             _fail(group.members, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
             return
+        if group.clock is not None:
+            self.clock = group.clock
         self._refresh_due()
         self.announce(group.changes)
         if group.delivers:
@@ -652,7 +711,7 @@ class Maintenance:
 
     @staticmethod
     def _answer(members: list[Member], outcomes: list[list[Change] | CoreError]) -> None:
-        for (_, future, _check), outcome in zip(members, outcomes):
+        for (_, future, _check, _move), outcome in zip(members, outcomes):
             if future.done():  # its caller gave up (the connection closed)
                 continue
             if isinstance(outcome, CoreError):
@@ -660,29 +719,39 @@ class Maintenance:
             else:
                 future.set_result(outcome)
 
+    # Clock moves: each committed with the clock it leaves, the deadlines it passes fired in the same transaction.
+    # The ``*_soon`` forms go through the group commit (surfaces on the event loop); the others commit at once, as
+    # ``perform`` does (callers with no loop).
     def advance_clock(self, delta: timedelta) -> list[Change]:
-        clock = self.clock.advanced_by(delta, self.wall())
-        return self._moved(clock.anchor_sim, clock)
+        return self._move_now(_by(delta))
 
     def set_clock(self, moment: datetime) -> list[Change]:
-        clock = self.clock.moved_to(moment, self.wall())
-        return self._moved(moment, clock)
+        return self._move_now(_to(moment))
 
     def configure_clock(self, mode: str, speed: float) -> list[Change]:
         """Pause (manual) or run (real, at ``speed``) the clock from the simulated time it shows now; committed."""
         self.catch_up()
-        clock = self.clock.reconfigured(mode, speed, self.wall())
-        # The engine goes to the same instant, as a clock move takes it (deadlines up to it fire, committed together).
-        return self._moved(max(clock.anchor_sim, self._engine.now), clock)
-
-    def _moved(self, to: datetime, clock: Clock) -> list[Change]:
-        """Time moved to ``to`` (deadlines up to it fire), committed with ``clock``."""
-        return self._run(lambda engine: engine.advance(to), clock, lambda engine: engine.check_advance(to))
+        return self._move_now(_reconfigured(mode, speed))
 
     def step_clock(self) -> list[Change]:
         """Manual clocks: jump to the next deadline (or stay, when nothing is pending)."""
-        due = self.engine.next_deadline()
-        return self.set_clock(due if due is not None else self.clock.anchor_sim)
+        return self._move_now(_to_next_deadline)
+
+    def advance_clock_soon(self, delta: timedelta) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _by(delta))
+
+    def set_clock_soon(self, moment: datetime) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _to(moment))
+
+    def configure_clock_soon(self, mode: str, speed: float) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _reconfigured(mode, speed))
+
+    def step_clock_soon(self) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _to_next_deadline)
+
+    def _move_now(self, move: ClockMove) -> list[Change]:
+        clock, to = move(self.clock, self.engine, self.wall())
+        return self._run(_advance(to), clock, _check_advance(to))
 
     def reset(self) -> None:
         """Back to the server's start, as a new database with the same fleet and seed would be: the clock at its start
@@ -710,7 +779,15 @@ class Maintenance:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
 
 
+def _advance(to: datetime) -> Command:
+    return lambda engine: engine.advance(to)
+
+
+def _check_advance(to: datetime) -> Check:
+    return lambda engine: engine.check_advance(to)
+
+
 def _fail(group: list[Member], error: BaseException) -> None:
-    for _, future, _check in group:
+    for _, future, _check, _move in group:
         if not future.done():
             future.set_exception(error)

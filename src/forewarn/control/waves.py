@@ -153,7 +153,7 @@ def waves_router(service: Maintenance) -> APIRouter:
                 else MaintenanceType.SCHEDULED
             ),
         )
-        changes = service.perform(lambda engine: engine.component(WaveRunner).start_wave(spec))
+        changes = await service.perform_soon(lambda engine: engine.component(WaveRunner).start_wave(spec))
         wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
         return outcome(changes, wave_id)
 
@@ -172,6 +172,8 @@ def waves_router(service: Maintenance) -> APIRouter:
     async def cancel_wave(wave_id: str):
         """Stop a wave: nothing more is scheduled, and the Scheduled events of the units in flight are canceled
         (Started ones finish)."""
-        return outcome(service.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id)), wave_id)
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id)), wave_id
+        )
 
     return router

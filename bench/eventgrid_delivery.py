@@ -88,6 +88,7 @@ def fleet_text(events: int) -> str:
 async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     from forewarn.app.outbox import OutboxSender
     from forewarn.app.runtime import Maintenance
+    from forewarn.azure import commands as azure_commands
     from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
     from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
     from forewarn.azure.model import EventType, ScheduleRequest
@@ -106,7 +107,7 @@ async def deliver_all(events: int, batch: int, webhook: str, tmp: Path) -> dict:
     eventgrid.registry.put_topic(topic)
     destination = WebHookDestination(webhook, max_events_per_batch=batch, preferred_batch_kb=1024)
     eventgrid.registry.put_subscription(EventSubscription(topic.id, f"bench-{batch}", destination))
-    service.schedule(ScheduleRequest(EventType.FREEZE, hosts=tuple(fleet.hosts)))
+    azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, hosts=tuple(fleet.hosts)))
     queued = len(store.due_deliveries(service.now(), limit=events + 1))
     if queued != events:
         raise BenchError(f"expected {events} queued deliveries, found {queued}")

@@ -236,10 +236,7 @@ def test_a_clouds_scenario_steps_stay_a_client():
 # The corridors that still import a cloud's package, and which: each is to learn of the clouds through the registry
 # (forewarn/cloud.py's protocol), and leaves this list when it does. A module that starts naming a cloud fails the
 # test, and so does one listed here that no longer does (so the list stays true).
-NAMING_A_CLOUD = {
-    "forewarn.app.runtime": {"azure"},
-    "forewarn.replication.shared": {"azure"},
-}
+NAMING_A_CLOUD = {}
 
 
 def clouds_imported() -> dict[str, set[str]]:

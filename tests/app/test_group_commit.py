@@ -13,6 +13,7 @@ import pytest
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import AzureImds
@@ -25,7 +26,9 @@ from helpers import T0, open_store, small_fleet
 
 def scheduled(tmp_path) -> tuple[Maintenance, list[str]]:
     service = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    events = service.schedule(ScheduleRequest(EventType.FREEZE, hosts=tuple(service.engine.fleet.hosts)))
+    events = azure_commands.schedule(
+        service, ScheduleRequest(EventType.FREEZE, hosts=tuple(service.engine.fleet.hosts))
+    )
     assert len(events) >= 2
     return service, [event.event_id for event in events]
 
@@ -43,8 +46,8 @@ def test_the_commands_of_one_turn_share_one_transaction_answered_after_it(tmp_pa
     futures: list[asyncio.Future] = []
 
     async def approve_all() -> list:
-        futures.extend(service.approve_soon([event_id], by="test") for event_id in ids)
-        futures.append(service.approve_soon(["NO-SUCH-EVENT"], by="test"))
+        futures.extend(azure_commands.approve_soon(service, [event_id], by="test") for event_id in ids)
+        futures.append(azure_commands.approve_soon(service, ["NO-SUCH-EVENT"], by="test"))
         return await asyncio.gather(*futures, return_exceptions=True)
 
     outcomes = asyncio.run(approve_all())
@@ -69,7 +72,7 @@ def test_a_failed_group_commit_fails_every_command_and_changes_nothing(tmp_path)
 
     async def approve_all() -> list:
         return await asyncio.gather(
-            *(service.approve_soon([event_id], by="test") for event_id in ids), return_exceptions=True
+            *(azure_commands.approve_soon(service, [event_id], by="test") for event_id in ids), return_exceptions=True
         )
 
     outcomes = asyncio.run(approve_all())
@@ -84,7 +87,7 @@ def test_a_failed_group_commit_fails_every_command_and_changes_nothing(tmp_path)
 def test_perform_soon_needs_a_running_loop(tmp_path):
     service, ids = scheduled(tmp_path)
     with pytest.raises(RuntimeError):
-        service.approve_soon(ids[:1], by="test")
+        azure_commands.approve_soon(service, ids[:1], by="test")
     service.store.close()
 
 
@@ -130,9 +133,9 @@ def test_the_next_group_forms_while_a_transaction_is_under_way(tmp_path):
     held = HeldCommits(service)
 
     async def run() -> None:
-        first = service.approve_soon([ids[0]], by="test")
+        first = azure_commands.approve_soon(service, [ids[0]], by="test")
         await held.wait_entered()  # the first group's transaction is under way (held)
-        later = [service.approve_soon([event_id], by="test") for event_id in ids[1:]]
+        later = [azure_commands.approve_soon(service, [event_id], by="test") for event_id in ids[1:]]
         for _ in range(5):
             await asyncio.sleep(0)  # turns of the loop: nothing starts while the first transaction is held
         assert not first.done() and not any(future.done() for future in later)
@@ -153,7 +156,7 @@ def test_reading_the_engine_waits_for_the_transaction_under_way(tmp_path):
     held = HeldCommits(service)
 
     async def run() -> None:
-        approval = service.approve_soon([ids[0]], by="test")
+        approval = azure_commands.approve_soon(service, [ids[0]], by="test")
         await held.wait_entered()
         threading.Thread(target=held.release.set).start()
         seen = status(service, ids[0])  # blocks until the commit is done
@@ -170,10 +173,10 @@ def test_a_command_waits_for_the_group_under_way_and_follows_it(tmp_path):
     held = HeldCommits(service)
 
     async def run() -> None:
-        approval = service.approve_soon([ids[0]], by="test")
+        approval = azure_commands.approve_soon(service, [ids[0]], by="test")
         await held.wait_entered()
         threading.Thread(target=held.release.set).start()
-        service.cancel(ids[1])  # committed synchronously, after the approval's transaction
+        azure_commands.cancel(service, ids[1])  # committed synchronously, after the approval's transaction
         await approval
 
     asyncio.run(run())
@@ -188,9 +191,9 @@ def test_a_failed_transaction_fails_its_group_only_and_the_next_runs_on_the_rebu
     held = HeldCommits(service, fail_first=True)
 
     async def run() -> list:
-        first = service.approve_soon([ids[0]], by="test")
+        first = azure_commands.approve_soon(service, [ids[0]], by="test")
         await held.wait_entered()
-        later = [service.approve_soon([event_id], by="test") for event_id in ids[1:]]
+        later = [azure_commands.approve_soon(service, [event_id], by="test") for event_id in ids[1:]]
         held.release.set()
         return await asyncio.gather(first, *later, return_exceptions=True)
 
@@ -216,7 +219,7 @@ def test_reads_of_the_store_wait_for_the_transaction_in_the_worker(tmp_path):
     async def run() -> None:
         pending = []
         for event_id in ids:
-            pending.append(service.approve_soon([event_id], by="test"))
+            pending.append(azure_commands.approve_soon(service, [event_id], by="test"))
             await asyncio.sleep(0)
             service.journal(limit=5)
             service.deliveries(limit=5)
@@ -232,9 +235,9 @@ def test_schedules_through_the_group_commit(tmp_path):
 
     async def run() -> list:
         return await asyncio.gather(
-            service.schedule_soon(ScheduleRequest(EventType.FREEZE, vms=("solo",))),
-            service.schedule_soon(ScheduleRequest(EventType.FREEZE, vms=("ghost",))),
-            service.schedule_soon(ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",))),
+            azure_commands.schedule_soon(service, ScheduleRequest(EventType.FREEZE, vms=("solo",))),
+            azure_commands.schedule_soon(service, ScheduleRequest(EventType.FREEZE, vms=("ghost",))),
+            azure_commands.schedule_soon(service, ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",))),
             return_exceptions=True,
         )
 
@@ -258,7 +261,7 @@ def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
     held = HeldCommits(service)
 
     async def run() -> None:
-        approval = service.approve_soon([ids[0]], by="test")
+        approval = azure_commands.approve_soon(service, [ids[0]], by="test")
         await held.wait_entered()
         # Both documents come from the cache, the commit still held: the approved scope's too, as committed.
         assert imds.document(other_scope, "2020-07-01") == before[other_scope]

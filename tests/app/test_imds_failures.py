@@ -4,6 +4,7 @@ import asyncio
 import json
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.imds.scheduled_events import AzureImds
 from forewarn.azure.model import EventType, ScheduleRequest
@@ -15,7 +16,7 @@ from helpers import T0, open_store, small_fleet
 
 def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     service = Maintenance.open(open_store(str(tmp_path / "f.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
 
     def broken(*args, **kwargs):

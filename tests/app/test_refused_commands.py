@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.changes import Change
@@ -69,7 +70,9 @@ def test_a_wave_whose_next_unit_falls_past_the_end_of_time_stops_and_time_moves_
 
 def service_with_events(tmp_path) -> tuple[Maintenance, list[str]]:
     service = Maintenance.open(open_store(str(tmp_path / "r.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    events = service.schedule(ScheduleRequest(EventType.FREEZE, hosts=tuple(service.engine.fleet.hosts)))
+    events = azure_commands.schedule(
+        service, ScheduleRequest(EventType.FREEZE, hosts=tuple(service.engine.fleet.hosts))
+    )
     assert len(events) >= 2
     return service, [event.event_id for event in events]
 
@@ -92,7 +95,7 @@ def test_a_command_refused_after_it_changed_the_engine_leaves_no_trace(tmp_path)
         service.perform(approves_then_refuses(ids[0]))
     assert statuses(service, ids) == [EventStatus.SCHEDULED] * len(ids)
     assert service.engine.component(AzureComponent).events[ids[0]].approvals == ()
-    service.approve([ids[1]], "test")  # the engine goes on from what was committed
+    azure_commands.approve(service, [ids[1]], "test")  # the engine goes on from what was committed
     assert service.engine.component(AzureComponent).events[ids[1]].approvals == ("test",)
     service.store.close()
 
@@ -103,9 +106,9 @@ def test_a_grouped_command_refused_after_a_change_fails_alone_and_the_others_com
 
     async def group() -> list:
         return await asyncio.gather(
-            service.approve_soon([first], by="test"),
+            azure_commands.approve_soon(service, [first], by="test"),
             service.perform_soon(approves_then_refuses(second)),
-            service.approve_soon([second], by="other"),
+            azure_commands.approve_soon(service, [second], by="other"),
             return_exceptions=True,
         )
 
@@ -126,7 +129,7 @@ def test_a_refusal_by_its_check_does_not_rebuild_the_engine(tmp_path):
     service, ids = service_with_events(tmp_path)
     engine = service.engine
     with pytest.raises(NotFound):
-        service.approve(["NO-SUCH-EVENT"], "test")
+        azure_commands.approve(service, ["NO-SUCH-EVENT"], "test")
     assert service.engine is engine
     with pytest.raises(Invalid):
         service.perform(approves_then_refuses(ids[0]))

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.arm.compute import create_arm_app
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
@@ -378,7 +379,7 @@ def test_unknown_or_tampered_operations_are_not_found(arm):
 def test_canceled_event_cancels_the_operation(arm):
     response = arm.call("POST", f"{VMS}/solo/restart")
     [event] = arm.live("solo")
-    arm.service.cancel(event.event_id)
+    azure_commands.cancel(arm.service, event.event_id)
     status = arm.follow(response.headers["Azure-AsyncOperation"]).json()
     assert status["status"] == "Canceled" and status["error"]["code"] == "OperationCanceled"
     assert arm.follow(response.headers["Location"]).status_code == 409
@@ -466,14 +467,14 @@ def test_central_publishing_opt_in_applies_to_new_events(arm):
     assert refused.status_code == 400 and error_of(refused)["code"] == "InvalidParameter"
     assert not engine.component(AzureComponent).policies[owner].publish_central
 
-    before = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_0",)))
+    before = azure_commands.schedule(arm.service, ScheduleRequest(EventType.FREEZE, vms=("web_0",)))
     response = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2025-04-01")
     assert response.status_code == 200, response.text
     assert (
         response.json()["properties"]["scheduledEventsPolicy"]["scheduledEventsAdditionalPublishingTargets"]
         == targets["scheduledEventsAdditionalPublishingTargets"]
     )
-    after = arm.service.schedule(ScheduleRequest(EventType.FREEZE, vms=("web_1",)))
+    after = azure_commands.schedule(arm.service, ScheduleRequest(EventType.FREEZE, vms=("web_1",)))
     assert [e.central for e in before] == [False] and [e.central for e in after] == [True]
 
 

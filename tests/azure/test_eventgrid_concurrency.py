@@ -17,6 +17,7 @@ import pytest
 
 from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic, WebHookDestination
 from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
@@ -92,7 +93,7 @@ def open_service(db: Path, settings: EventGridSettings, webhook: str | None) -> 
         topic = SystemTopic(SUB, "events-rg", "maintenance", metric_resource_id(topic.key))
         eventgrid.registry.put_topic(topic)
         eventgrid.registry.put_subscription(EventSubscription(topic.id, "hook", WebHookDestination(webhook)))
-        service.schedule(ScheduleRequest(EventType.FREEZE, hosts=tuple(fleet.hosts)))
+        azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, hosts=tuple(fleet.hosts)))
     return service, eventgrid
 
 

@@ -14,6 +14,7 @@ import requests
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventType, ScheduleRequest
@@ -130,10 +131,11 @@ def pair(postgres_url):
 def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
     leader = pair.leader
     commands = [
-        lambda: leader.schedule(
-            ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1"), notice=timedelta(minutes=15))
+        lambda: azure_commands.schedule(
+            leader, ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1"), notice=timedelta(minutes=15))
         ),
-        lambda: leader.approve(
+        lambda: azure_commands.approve(
+            leader,
             [
                 leader.engine.component(AzureComponent)
                 .live_events(azure_fleet(leader.engine.fleet).vm("WestNO_0").scope)[0]
@@ -141,7 +143,9 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
             ],
             by="WestNO_0",
         ),
-        lambda: leader.schedule(ScheduleRequest(EventType.REBOOT, hosts=("host-02",), notice=timedelta(minutes=10))),
+        lambda: azure_commands.schedule(
+            leader, ScheduleRequest(EventType.REBOOT, hosts=("host-02",), notice=timedelta(minutes=10))
+        ),
         lambda: leader.perform(lambda engine: engine.component(AzureComponent).redeploy(["WestNO_2"])),
         lambda: leader.perform(lambda engine: engine.component(AzureComponent).delete(["myvmss_0"])),
         lambda: leader.perform(lambda engine: engine.component(AzureComponent).evict(["spot-worker-01"])),
@@ -224,8 +228,8 @@ def test_a_replica_reads_back_what_its_own_projection_changed(postgres_url):
     pair = Pair(postgres_url, clock="real", wall=wall)
     try:
         leader, replica = pair.leader, pair.replica
-        [event] = leader.schedule(
-            ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(seconds=10))
+        [event] = azure_commands.schedule(
+            leader, ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(seconds=10))
         )
         leader.perform(
             lambda engine: engine.component(WaveRunner).start_wave(
@@ -234,7 +238,7 @@ def test_a_replica_reads_back_what_its_own_projection_changed(postgres_url):
         )
         pair.refresh()
         pair.check()
-        leader.cancel(event.event_id)  # not yet replicated
+        azure_commands.cancel(leader, event.event_id)  # not yet replicated
         wave_id = next(iter(leader.engine.component(WaveRunner).waves))
         leader.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id))
         wall.value += 3600  # every deadline of the hour passes
@@ -264,12 +268,16 @@ def test_a_projection_made_while_a_refresh_is_read_is_read_back_by_the_next_one(
     pair = Pair(postgres_url, clock="real", wall=wall)
     try:
         leader, replica = pair.leader, pair.replica
-        [first] = leader.schedule(
-            ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(seconds=10))
+        [first] = azure_commands.schedule(
+            leader, ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(seconds=10))
         )
-        [second] = leader.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",), notice=timedelta(seconds=60)))
+        [second] = azure_commands.schedule(
+            leader, ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",), notice=timedelta(seconds=60))
+        )
         pair.refresh()
-        leader.schedule(ScheduleRequest(EventType.FREEZE, vms=("fabrikam-db-01",)))  # something to refresh
+        azure_commands.schedule(
+            leader, ScheduleRequest(EventType.FREEZE, vms=("fabrikam-db-01",))
+        )  # something to refresh
         wall.value += 20
         assert replica.catch_up()  # the first event starts, in a projection
         changed = pair.reader.changes_since(pair.position, replica.projected_rows())  # the thread reads...
@@ -293,7 +301,9 @@ def test_a_replica_that_projected_the_same_deadlines_takes_the_leaders_commit(po
     pair = Pair(postgres_url, clock="real", wall=wall)
     try:
         leader, replica = pair.leader, pair.replica
-        leader.schedule(ScheduleRequest(EventType.REBOOT, hosts=("host-03",), notice=timedelta(seconds=30)))
+        azure_commands.schedule(
+            leader, ScheduleRequest(EventType.REBOOT, hosts=("host-03",), notice=timedelta(seconds=30))
+        )
         leader.perform(
             lambda engine: engine.component(Ec2Component).schedule_ec2(
                 Ec2Request(Ec2Code.INSTANCE_STOP, ("i-0a1b2c3d4e5f60718",))
@@ -315,7 +325,7 @@ def test_a_replica_that_projected_the_same_deadlines_takes_the_leaders_commit(po
 
 def test_the_journal_says_when_it_cannot_tell(pair, postgres_url):
     leader = pair.leader
-    leader.schedule(ScheduleRequest(EventType.FREEZE, vms=("standalone-01",)))
+    azure_commands.schedule(leader, ScheduleRequest(EventType.FREEZE, vms=("standalone-01",)))
     pair.refresh()
     nothing = pair.reader.changes_since(pair.position)
     assert nothing is not None and nothing.commits == 0 and nothing.records == {}
@@ -342,7 +352,7 @@ def test_commits_take_consecutive_positions_in_their_own_transaction(postgres_ur
         service = Maintenance.open(store, load_fleet("demo"), "manual", 1.0, T0, "seed")
         first = store.position
         service.advance_clock(timedelta(minutes=1))
-        service.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",)))
+        azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",)))
         assert store.position == first + 2
         with psycopg.connect(postgres_url, autocommit=True) as connection:
             rows = connection.execute("SELECT position, keys FROM forewarn_changes ORDER BY position").fetchall()

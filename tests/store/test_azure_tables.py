@@ -16,6 +16,7 @@ import pytest
 
 import forewarn.store as forewarn_store
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.store import DatabaseInUse, base, migrations
@@ -50,9 +51,9 @@ def _served(path: str) -> Maintenance:
     """A server's state with rows in every Azure table: events and their scopes' incarnations, VM states, a
     policy, an enabled scope."""
     service = Maintenance.open(open_store(path), small_fleet(), "manual", 1.0, T0, "seed")
-    [frozen] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
-    [reboot] = service.schedule(ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",)))
-    service.approve([reboot.event_id], by="WestNO_0")  # started: the VM is impacted
+    [frozen] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    [reboot] = azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",)))
+    azure_commands.approve(service, [reboot.event_id], by="WestNO_0")  # started: the VM is impacted
     service.perform(lambda engine: engine.component(AzureComponent).update_policy("myvmss", auto_approve_reboot=True))
     service.perform(lambda engine: engine.component(AzureComponent).request_seen(frozen.scope))
     service.advance_clock(timedelta(minutes=1))
@@ -125,7 +126,7 @@ def test_a_version_7_database_is_upgraded_in_place_and_the_engine_holds_the_same
     statuses = sorted(event.status for event in after.engine.component(AzureComponent).events.values())
     assert statuses == sorted([EventStatus.SCHEDULED, EventStatus.STARTED])
     # And it takes writes, which the next start reads back.
-    [later] = after.schedule(ScheduleRequest(EventType.REDEPLOY, vms=("other-tenant",)))
+    [later] = azure_commands.schedule(after, ScheduleRequest(EventType.REDEPLOY, vms=("other-tenant",)))
     after.store.close()
     again = Maintenance.open(open_store(store_url), None, "manual", 1.0, T0, "seed")
     assert again.engine.component(AzureComponent).event(later.event_id).status is EventStatus.SCHEDULED
@@ -163,7 +164,7 @@ def test_the_journal_that_named_the_old_tables_is_reset_and_later_commits_name_t
         # Later commits of a shared leader name the new tables, which a replica at 4 reads back.
         store.keeps_changes = True
         service = Maintenance.open(store, None, "manual", 1.0, T0, "seed")
-        [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("spotty",)))
+        [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("spotty",)))
         changed = store.changes_since(4)
         assert changed is not None and changed.position == 5
         assert event.event_id in changed.touched["forewarn_azure_events"]

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from forewarn.app.runtime import FleetMismatch, Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds.scheduled_events import AzureImds
@@ -101,7 +102,7 @@ def test_a_generated_fleet_round_trips_through_its_records():
 
 def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):
     service = open_manual(store_url, small_fleet())
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     service.store.close()
     # As a release before format 2 wrote it: one mapping per VM, no digest, schema version 4.
     old = small_fleet().to_records()
@@ -125,7 +126,7 @@ def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):
 
 def test_a_restart_never_reads_the_stored_fleet_when_it_has_the_fleet_or_is_given_it(store_url, monkeypatch):
     first = open_manual(store_url, small_fleet())
-    first.schedule(ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",)))
+    azure_commands.schedule(first, ScheduleRequest(EventType.REBOOT, vms=("WestNO_0",)))
     first.store.close()
 
     def refused(self):
@@ -147,14 +148,14 @@ def test_only_the_vm_states_that_differ_from_the_deployed_ones_are_held(tmp_path
         service.engine.component(AzureComponent).vm_states["solo"].power is Power.RUNNING
         and len(service.engine.component(AzureComponent).vm_states) == 9
     )
-    [freeze] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",), start_now=True))
+    [freeze] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",), start_now=True))
     assert [state.name for state in service.engine.component(AzureComponent).vm_states.changed()] == ["solo"]
     service.advance_clock(timedelta(hours=1))
     assert service.engine.component(AzureComponent).event(freeze.event_id).status is EventStatus.COMPLETED
     assert (
         list(service.engine.component(AzureComponent).vm_states.changed()) == []
     )  # frozen, then running as deployed: nothing held
-    service.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), start_now=True))
+    azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",), start_now=True))
     service.advance_clock(timedelta(hours=1))
     [rebooted] = service.engine.component(AzureComponent).vm_states.changed()  # booted again: held, and stored
     assert rebooted.name == "solo" and rebooted.memory_generation == 2
@@ -190,10 +191,10 @@ def test_scopes_with_no_live_event_share_their_documents(tmp_path):
     assert imds.document(solo, VERSION) is imds.document(spotty, VERSION)
     assert json.loads(imds.document(solo, VERSION)) == {"DocumentIncarnation": 1, "Events": []}
 
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     assert json.loads(imds.document(solo, VERSION))["Events"][0]["EventId"] == event.event_id
     assert imds.document(spotty, VERSION) is imds.document(westno, VERSION)  # untouched: still the shared one
-    service.cancel(event.event_id)
+    azure_commands.cancel(service, event.event_id)
     assert json.loads(imds.document(solo, VERSION)) == {"DocumentIncarnation": 3, "Events": []}
     assert json.loads(imds.document(spotty, VERSION)) == {"DocumentIncarnation": 1, "Events": []}
     service.store.close()

@@ -7,6 +7,7 @@ import pytest
 
 import forewarn.store as forewarn_store
 from forewarn.app.runtime import FleetMismatch, Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.records import AZURE_RECORDS
@@ -31,8 +32,8 @@ def open_manual(url, fleet=None):
 
 def test_round_trip_and_restart(store_url):
     service = open_manual(store_url, small_fleet())
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1")))
-    service.approve([event.event_id], by="WestNO_0")
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("WestNO_0", "WestNO_1")))
+    azure_commands.approve(service, [event.event_id], by="WestNO_0")
     service.advance_clock(timedelta(minutes=1))
     service.store.close()
 
@@ -68,9 +69,13 @@ def test_empty_store_needs_a_fleet(store_url):
 def test_deadlines_passed_while_down_are_applied_in_order_at_start(store_url):
     wall = FakeWall(1_000_000.0)
     service = Maintenance.open(open_store(store_url), small_fleet(), "real", 1.0, T0, "seed", wall=wall)
-    [first] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",), notice=timedelta(minutes=1)))
+    [first] = azure_commands.schedule(
+        service, ScheduleRequest(EventType.FREEZE, vms=("solo",), notice=timedelta(minutes=1))
+    )
     wall.value += 30
-    [second] = service.schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(minutes=1)))
+    [second] = azure_commands.schedule(
+        service, ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(minutes=1))
+    )
     service.store.close()
 
     wall.value += 3600  # down for an hour
@@ -119,14 +124,14 @@ def test_manual_clock_cannot_go_backwards(store_url):
 
 def test_failed_commit_leaves_memory_as_the_database(tmp_path):
     service = open_manual(str(tmp_path / "s.db"), small_fleet())
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
 
     def broken(*args, **kwargs):
         raise RuntimeError("disk on fire")
 
     service.store.commit = broken
     with pytest.raises(RuntimeError):
-        service.approve([event.event_id], by="solo")
+        azure_commands.approve(service, [event.event_id], by="solo")
     del service.store.commit
     assert service.engine.component(AzureComponent).event(event.event_id).approvals == ()
     assert service.engine.component(AzureComponent).incarnation(event.scope) == 2
@@ -136,10 +141,10 @@ def test_listeners_hear_of_changes_and_of_rebuilds_but_not_of_commands_that_chan
     service = open_manual(store_url, small_fleet())
     heard: list[list] = []
     service.subscribe(heard.append)
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
-    service.approve([event.event_id], by="solo")
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    azure_commands.approve(service, [event.event_id], by="solo")
     assert len(heard) == 2 and all(heard)
-    service.approve([event.event_id], by="solo")  # already Started: nothing changes
+    azure_commands.approve(service, [event.event_id], by="solo")  # already Started: nothing changes
     assert len(heard) == 2
     service._rebuild(RuntimeError("simulated"))
     assert len(heard[-1]) == 1 and isinstance(heard[-1][0], Rebuilt)
@@ -175,7 +180,7 @@ def test_a_new_database_is_at_the_latest_schema_version(store_url):
 
 def test_an_old_version_database_is_migrated_and_keeps_its_state(store_url):
     service = open_manual(store_url, small_fleet())
-    [event] = service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     service.store.close()
     # As a version-1 database of a release before outbox deliveries had a kind and a detail: the outbox lacks the
     # two columns, and holds a pending delivery.
@@ -199,7 +204,7 @@ def test_an_old_version_database_is_migrated_and_keeps_its_state(store_url):
     [delivery] = again.store.due_deliveries(T0)
     assert (delivery.target, delivery.kind, delivery.detail) == ("http://127.0.0.1:9/hook", "webhook", None)
     assert again.engine.component(AzureComponent).event(event.event_id).status is EventStatus.SCHEDULED
-    again.approve([event.event_id], by="solo")  # and it takes writes
+    azure_commands.approve(again, [event.event_id], by="solo")  # and it takes writes
     again.store.close()
 
 
@@ -243,7 +248,7 @@ def test_a_store_opened_without_a_component_refuses_its_changes(tmp_path):
     store = forewarn_store.open_store(str(tmp_path / "bare.db"), [])
     service = Maintenance.open(store, small_fleet(), "manual", 1.0, T0, "seed")
     with pytest.raises(UnregisteredChange, match="EventChanged"):
-        service.schedule(ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+        azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     store.close()
 
 

@@ -26,13 +26,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from forewarn.app.errors import Unavailable
-from forewarn.azure.changes import EventChanged
-from forewarn.azure.component import AzureComponent
-from forewarn.azure.model import Event, ScheduleRequest
-from forewarn.azure.rules import AzureRules
 from forewarn.core.changes import Change, Rebuilt, Reset, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
 from forewarn.core.errors import CoreError
@@ -97,32 +93,118 @@ Command = Callable[[Engine], list[Change]]
 # that comes from the command itself costs a rebuild of the engine from the store (it may have changed part of it);
 # one from its check costs nothing, which is why the commands clients send often come with one.
 Check = Callable[[Engine], None]
-Member = tuple[Command, "asyncio.Future[list[Change]]", Check | None]
+# A clock move, found when it runs (after the commands before it in its group): from the clock those left, the
+# engine and the wall time, the clock it leaves and the simulated time the engine goes to (deadlines up to it fire).
+ClockMove = Callable[[Clock, Engine, float], tuple[Clock, datetime]]
+# A command waiting for its group commit: the command and its check, or the clock move that gives them.
+Member = tuple[Command | None, "asyncio.Future[list[Change]]", Check | None, ClockMove | None]
+
+
+def _by(delta: timedelta) -> ClockMove:
+    def move(clock: Clock, engine: Engine, wall: float) -> tuple[Clock, datetime]:
+        moved = clock.advanced_by(delta, wall)
+        return moved, moved.anchor_sim
+
+    return move
+
+
+def _to(moment: datetime) -> ClockMove:
+    return lambda clock, engine, wall: (clock.moved_to(moment, wall), moment)
+
+
+def _to_next_deadline(clock: Clock, engine: Engine, wall: float) -> tuple[Clock, datetime]:
+    """Manual clocks: to the next deadline, or nowhere when nothing is pending."""
+    due = engine.next_deadline()
+    moment = due if due is not None else clock.anchor_sim
+    return clock.moved_to(moment, wall), moment
+
+
+def _reconfigured(mode: str, speed: float) -> ClockMove:
+    def move(clock: Clock, engine: Engine, wall: float) -> tuple[Clock, datetime]:
+        # The engine goes to the same instant, as a clock move takes it (deadlines up to it fire, committed together).
+        reconfigured = clock.reconfigured(mode, speed, wall)
+        return reconfigured, max(reconfigured.anchor_sim, engine.now)
+
+    return move
+
+
+T = TypeVar("T")
+
+
+class Role(Protocol):
+    """The part a process plays in writing the database it serves. A process serving alone always leads (``ALONE``);
+    one sharing its database with others (``replication/``) leads it or follows the leader, and can change."""
+
+    def admit(self, write: str) -> None:
+        """Nothing when this process may make ``write`` ("command", "reset"); else raise an ``Unavailable`` saying
+        why not, before anything is changed."""
+
+    def took(self, seconds: float) -> None:
+        """An admitted command took ``seconds``, from handed in to durable (or failed)."""
+
+    def catch_up(self, service: Maintenance) -> list[Change]:
+        """Bring the engine to the clock's time: a leader commits the deadlines that fell due
+        (``Maintenance.commit_due``); a follower applies them in memory only (``Maintenance.follow``)."""
+
+    def relays_read(self, scope: str) -> bool:
+        """A machine of ``scope`` read its metadata here. True: the write that reading makes (an idle timer moved, a
+        scope enabled) is noted for the leader, which makes it (``Maintenance.reads_relayed``); False: make it here."""
+
+
+class Alone:
+    """A process that serves its database alone: it makes every write, and commits what falls due."""
+
+    def admit(self, write: str) -> None:
+        return None
+
+    def took(self, seconds: float) -> None:
+        return None
+
+    def catch_up(self, service: Maintenance) -> list[Change]:
+        return service.commit_due()
+
+    def relays_read(self, scope: str) -> bool:
+        return False
+
+
+ALONE = Alone()
 
 
 class _Group:
     """A group commit whose transaction is under way in the worker thread."""
 
-    __slots__ = ("members", "outcomes", "changes", "delivers", "commit")
+    __slots__ = ("members", "outcomes", "changes", "clock", "delivers", "commit")
 
     def __init__(
         self,
         members: list[Member],
         outcomes: list[list[Change] | CoreError],
         changes: list[Change],
+        clock: Clock | None,
         delivers: bool,
         commit: concurrent.futures.Future[None],
     ):
         self.members = members
         self.outcomes = outcomes
         self.changes = changes
-        self.delivers = delivers  # it writes deliveries to the outbox
+        self.clock = clock  # the clock it commits, when one of its commands moved it
+        self.delivers = delivers  # it writes deliveries to the outbox, or moves the clock
         self.commit = commit
 
 
 class Maintenance:
-    def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
+    def __init__(
+        self,
+        store: SQLStore,
+        engine: Engine,
+        clock: Clock,
+        wall: Callable[[], float] = time.time,
+        role: Role = ALONE,
+    ):
         self.store = store
+        self.role = role  # whether this process writes, and how time passes here (leader or follower)
+        # What a leader does with the reads a follower relayed (``reads_relayed``): each cloud that tracks them.
+        self._read_handlers: list[Callable[[list[str]], None]] = []
         self._engine = engine
         # The engine's rules, read without waiting for a group commit (a rebuilt engine keeps them).
         self.rules: Rules = engine.rules
@@ -171,6 +253,7 @@ class Maintenance:
         rules: Rules | None = None,
         wall: Callable[[], float] = time.time,
         outboxes: Iterable[Callable[[list[Change], Engine], list[Outgoing]]] = (),
+        role: Role = ALONE,
     ) -> Maintenance:
         """Open a store: initialize it with ``fleet``, or load it and apply deadlines that passed while it was down.
 
@@ -198,13 +281,13 @@ class Maintenance:
         if clock_repair:
             log.warning("%s", clock_repair)
         # One Fleet object in memory, not one more built from the records (a million VMs are hundreds of megabytes).
-        engine = cls._engine_from(state, rules, served)
+        engine = cls.engine_from(state, rules, served)
         for change in engine.repaired:
             log.warning("%s", _repair_line(change))
         if clock_repair or engine.repaired:
             store.commit(engine.repaired, engine.now, stored_clock)
             engine.repaired = []
-        service = cls(store, engine, stored_clock, wall)
+        service = cls(store, engine, stored_clock, wall, role)
         for derive in outboxes:  # before catching up, so that what happened while down is delivered too
             service.add_outbox(derive)
         stored = stored_clock
@@ -231,7 +314,7 @@ class Maintenance:
         return service
 
     @staticmethod
-    def _engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
+    def engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
         # Each component's stored state comes under the names the engine takes it by (its Records.load).
         return Engine(
             fleet or Fleet.from_records(state.fleet_records),
@@ -266,6 +349,14 @@ class Maintenance:
         self._outboxes.append(derive)
 
     def _run(self, command: Command, clock: Clock | None = None, check: Check | None = None) -> list[Change]:
+        self.role.admit("command")
+        started = time.perf_counter()
+        try:
+            return self._commit(command, clock, check)
+        finally:
+            self.role.took(time.perf_counter() - started)
+
+    def _commit(self, command: Command, clock: Clock | None, check: Check | None) -> list[Change]:
         self.settle()  # after the group commit under way, which this command's state follows
         with self._lock:
             # Before the engine changes: a database out of reach refuses the command here, with nothing to undo.
@@ -291,7 +382,7 @@ class Maintenance:
             if clock is not None:
                 self.clock = clock
             self._refresh_due()
-        self._announce(changes)
+        self.announce(changes)
         if outgoing or clock is not None or any(isinstance(change, TimeMoved) for change in reversed(changes)):
             self._deliveries_changed()
         return changes
@@ -318,14 +409,12 @@ class Maintenance:
 
     def _take(self, state: StoredState, cause: Exception) -> None:
         """The engine rebuilt from ``state``, what was derived from the old one dropped."""
-        self._engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
+        self._engine = self.engine_from(state, self._engine.rules, self._engine.fleet)
         self.clock = state.clock.within_bounds()[0]
         self._unsettled = None
         self._refresh_due()
         what = "refused" if isinstance(cause, CoreError) else "commit failed"
-        rebuilt: list[Change] = [Rebuilt(f"{what}: {cause}")]
-        for listener in self._listeners:
-            listener(rebuilt)
+        self.tell([Rebuilt(f"{what}: {cause}")])
         self._deliveries_changed()
 
     def _resettle(self) -> None:
@@ -348,7 +437,8 @@ class Maintenance:
             self._take(state, cause)
         log.warning("reloaded the engine from the database after a failed commit; serving again")
 
-    def _announce(self, changes: list[Change]) -> None:
+    def announce(self, changes: list[Change]) -> None:
+        """Tell the log and the listeners of ``changes`` (nothing, when there are none)."""
         if not changes:
             return  # nothing happened (an approval of a Started event, a policy set to what it was)
         if log.isEnabledFor(logging.INFO):
@@ -358,6 +448,51 @@ class Maintenance:
                     log.info("%s", line)
         for listener in self._listeners:
             listener(changes)
+
+    def tell(self, changes: list[Change]) -> None:
+        """Tell the listeners of ``changes`` as they are, unlogged: what a follower took from the leader."""
+        for listener in self._listeners:
+            listener(changes)
+
+    # ------------------------------------------------------------------------------------------ following
+    # What a role that follows another process's commits does with the engine (replication/): it changes the engine
+    # in memory only, under the lock commands take, and never commits.
+    def follow(self, change: Callable[[Engine], T], clock: Clock | None = None) -> T:
+        """``change(engine)`` without committing it, under the commands' lock; then ``clock`` (if given) is the
+        clock, and the next deadline is found again. The caller tells the listeners what they are to hear."""
+        with self._lock:
+            made = change(self.engine)
+            if clock is not None:
+                self.clock = clock
+            self._refresh_due()
+        return made
+
+    def adopt(self, engine: Engine, clock: Clock, told: Change) -> None:
+        """Serve ``engine`` and ``clock`` from now on (built elsewhere from what the database holds); the listeners
+        hear ``told`` (a ``Rebuilt``), so that whatever was derived from the old engine is dropped."""
+        with self._lock:
+            self.engine = engine
+            self.clock = clock
+            self._refresh_due()
+        self.tell([told])
+
+    def in_memory(self, read: Callable[[Engine], T]) -> T:
+        """``read(engine)`` under the commands' lock, without waiting for a group commit under way: only for what no
+        command of a group changes and nothing commits (an idle timer that lives in memory)."""
+        with self._lock:
+            return read(self._engine)
+
+    def on_reads_relayed(self, handle: Callable[[list[str]], None]) -> None:
+        """``handle(scopes)`` at the leader for the scopes whose machines read their metadata at a follower
+        (``Role.relays_read``): the writes those reads make here."""
+        self._read_handlers.append(handle)
+
+    def reads_relayed(self, scopes: list[str]) -> None:
+        """A follower's report of the scopes read there, each as if read here; refused where this process may not
+        write."""
+        self.role.admit("report")
+        for handle in self._read_handlers:
+            handle(scopes)
 
     def _refresh_due(self) -> None:
         due = self._engine.next_deadline()
@@ -384,6 +519,11 @@ class Maintenance:
             raise Unavailable(str(error), error.retry_after) from error
 
     def catch_up(self) -> list[Change]:
+        """Bring the engine to the clock's time (real clocks; manual ones move only by command), as this process's
+        role does it: committed where it leads (``commit_due``), in memory where it follows."""
+        return self.role.catch_up(self)
+
+    def commit_due(self) -> list[Change]:
         """Bring the engine to the clock's time (real clocks; manual ones move only by command).
 
         Deadlines that fell due are applied and committed. Time that passes with nothing due needs no commit: a real
@@ -401,12 +541,19 @@ class Maintenance:
         return self._run(lambda engine: engine.advance(max(now, engine.now)))
 
     def now(self) -> datetime:
-        # A grouped command never moves the engine's time (catch_up does, before the group runs): no need to wait.
+        # Only a grouped clock move changes the engine's time (catch_up does too, before the group runs): only such a
+        # group under way is waited for.
+        if self._in_flight is not None and self._in_flight.clock is not None:
+            self.settle()
         return max(self.clock.now(self.wall()), self._engine.now)
 
     # ------------------------------------------------------------------------------------------ commands
     def perform(self, command: Command, check: Check | None = None) -> list[Change]:
-        """Run one engine command at the current time, committed before this returns; ``check`` first, if given."""
+        """Run one engine command at the current time, committed before this returns; ``check`` first, if given.
+
+        The transaction runs in the calling thread: only for callers with no event loop (start-up, tests, scripts)
+        or code that must see the command durable before it goes on without awaiting (a metadata read that enables
+        its scope). Surfaces on the event loop use ``perform_soon``, which commits off the loop."""
         self.catch_up()
         return self._run(command, check=check)
 
@@ -420,9 +567,21 @@ class Maintenance:
         The transaction runs in a worker thread: the event loop goes on reading requests meanwhile, and the commands
         they bring form the next group, which runs on the engine once this one is durable. The cost is latency: a
         command waits for the transaction under way, then for its own group's."""
+        return self._enqueue(command, check, None)
+
+    def _enqueue(
+        self, command: Command | None, check: Check | None, move: ClockMove | None
+    ) -> asyncio.Future[list[Change]]:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[Change]] = loop.create_future()
-        self._grouped.append((command, future, check))
+        try:
+            self.role.admit("command")
+        except Unavailable as refusal:
+            future.set_exception(refusal)
+            return future
+        started = time.perf_counter()
+        future.add_done_callback(lambda _: self.role.took(time.perf_counter() - started))
+        self._grouped.append((command, future, check, move))
         if len(self._grouped) == 1 and self._in_flight is None:
             loop.call_soon(self._start_group)
         return future
@@ -447,21 +606,22 @@ class Maintenance:
                 _fail(group, error)
                 return
             try:
-                outcomes, changes, outgoing = self._run_group(group)
+                outcomes, changes, outgoing, clock = self._run_group(group)
                 engine = self._engine
-                if not changes and not outgoing:  # nothing to make durable (all refused, or changing nothing)
+                if not changes and not outgoing and clock is None:  # nothing to make durable (all refused, or no-ops)
                     self._answer(group, outcomes)
                     return
                 if self._worker is None:
                     self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="forewarn-commit")
                 # The worker encodes the rows too: from the changes, and from engine objects that nothing changes
                 # until this group lands (commands wait for it, and so does every read of ``engine``).
-                commit = self._worker.submit(self.store.commit, changes, engine.now, None, outgoing, engine.next_seq)
+                commit = self._worker.submit(self.store.commit, changes, engine.now, clock, outgoing, engine.next_seq)
             except Exception as error:  # a defect (or no worker, at exit): the engine may hold part of the group
                 self._rebuild(error)
                 _fail(group, error)
                 return
-            self._in_flight = _Group(group, outcomes, changes, bool(outgoing), commit)
+            delivers = bool(outgoing) or clock is not None
+            self._in_flight = _Group(group, outcomes, changes, clock, delivers, commit)
         loop = asyncio.get_running_loop()
 
         # The callback names no group: the future keeps its callbacks, and one that held the group would make a
@@ -474,25 +634,34 @@ class Maintenance:
 
         commit.add_done_callback(landed)
 
-    def _run_group(self, group: list[Member]) -> tuple[list[list[Change] | CoreError], list[Change], list[Outgoing]]:
+    def _run_group(
+        self, group: list[Member]
+    ) -> tuple[list[list[Change] | CoreError], list[Change], list[Outgoing], Clock | None]:
         """Each command of ``group`` on the engine in turn: what each made or why it was refused, all their changes
-        and deliveries. A command refused by its check fails alone. One refused only after it may have changed the
-        engine has the engine rebuilt from the store, and the group runs again without it."""
+        and deliveries, and the clock they leave when one moved it (None: unmoved). A command refused by its check
+        fails alone. One refused only after it may have changed the engine has the engine rebuilt from the store,
+        and the group runs again without it."""
         refused: dict[int, CoreError] = {}
         while True:
             engine = self._engine
             outcomes: list[list[Change] | CoreError] = []
             changes: list[Change] = []
             outgoing: list[Outgoing] = []
-            for index, (command, _, check) in enumerate(group):
+            clock: Clock | None = None
+            for index, (command, _, check, move) in enumerate(group):
+                moved: Clock | None = None
                 try:
                     if index in refused:
                         raise refused[index]
+                    if move is not None:
+                        moved, to = move(clock or self.clock, engine, self.wall())
+                        command, check = _advance(to), _check_advance(to)
                     if check is not None:
                         check(engine)
                 except CoreError as refusal:
                     outcomes.append(refusal)
                     continue
+                assert command is not None  # a member has a command, or a move that gives one
                 try:
                     made = command(engine)
                 except CoreError as refusal:
@@ -500,11 +669,12 @@ class Maintenance:
                     self._rebuild(refusal)
                     self.catch_up()  # the rebuilt engine is at the time last committed
                     break
+                clock = moved or clock
                 outcomes.append(made)
                 changes += made
                 outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
             else:
-                return outcomes, changes, outgoing
+                return outcomes, changes, outgoing, clock
 
     def _landed(self) -> None:
         """The worker finished a transaction: answer its group (unless ``settle`` did), then start the next."""
@@ -531,15 +701,17 @@ class Maintenance:
                 self._rebuild(error)
             _fail(group.members, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
             return
+        if group.clock is not None:
+            self.clock = group.clock
         self._refresh_due()
-        self._announce(group.changes)
+        self.announce(group.changes)
         if group.delivers:
             self._deliveries_changed()
         self._answer(group.members, group.outcomes)
 
     @staticmethod
     def _answer(members: list[Member], outcomes: list[list[Change] | CoreError]) -> None:
-        for (_, future, _check), outcome in zip(members, outcomes):
+        for (_, future, _check, _move), outcome in zip(members, outcomes):
             if future.done():  # its caller gave up (the connection closed)
                 continue
             if isinstance(outcome, CoreError):
@@ -547,84 +719,45 @@ class Maintenance:
             else:
                 future.set_result(outcome)
 
-    def approve_soon(self, event_ids: Iterable[str], by: str) -> asyncio.Future[list[Change]]:
-        ids = list(event_ids)
-        return self.perform_soon(
-            lambda engine: engine.component(AzureComponent).approve(ids, by),
-            lambda engine: engine.component(AzureComponent).check_approve(ids),
-        )
-
-    async def schedule_soon(self, request: ScheduleRequest) -> list[Event]:
-        """``schedule`` through the group commit (``perform_soon``): the events, once durable."""
-        changes = await self.perform_soon(
-            lambda engine: engine.component(AzureComponent).schedule(request),
-            lambda engine: engine.component(AzureComponent).check_schedule(request),
-        )
-        return [c.event for c in changes if isinstance(c, EventChanged)]
-
-    def schedule(self, request: ScheduleRequest) -> list[Event]:
-        changes = self.perform(
-            lambda engine: engine.component(AzureComponent).schedule(request),
-            lambda engine: engine.component(AzureComponent).check_schedule(request),
-        )
-        return [c.event for c in changes if isinstance(c, EventChanged)]
-
-    def approve(self, event_ids: Iterable[str], by: str) -> list[Change]:
-        ids = list(event_ids)
-        return self.perform(
-            lambda engine: engine.component(AzureComponent).approve(ids, by),
-            lambda engine: engine.component(AzureComponent).check_approve(ids),
-        )
-
-    def request_seen(self, scope: str) -> None:
-        """A VM asked for its scheduled events (only tracked when enabling is required)."""
-        if not self.rules.of(AzureRules).enabling_required:
-            return
-        self.catch_up()
-        with self._lock:
-            # Without waiting for a group commit: its commands do not enable scopes (this does, through _run), and
-            # the idle timer lives in memory only.
-            engine = self._engine
-            if engine.component(AzureComponent).is_enabled(scope):
-                engine.component(AzureComponent).last_seen[scope] = engine.now
-                return
-        self._run(lambda engine: engine.component(AzureComponent).request_seen(scope))
-
-    def cancel(self, event_id: str) -> Event:
-        changes = self.perform(
-            lambda engine: engine.component(AzureComponent).cancel(event_id),
-            lambda engine: engine.component(AzureComponent).check_cancel(event_id),
-        )
-        return next(c.event for c in changes if isinstance(c, EventChanged))
-
+    # Clock moves: each committed with the clock it leaves, the deadlines it passes fired in the same transaction.
+    # The ``*_soon`` forms go through the group commit (surfaces on the event loop); the others commit at once, as
+    # ``perform`` does (callers with no loop).
     def advance_clock(self, delta: timedelta) -> list[Change]:
-        clock = self.clock.advanced_by(delta, self.wall())
-        return self._moved(clock.anchor_sim, clock)
+        return self._move_now(_by(delta))
 
     def set_clock(self, moment: datetime) -> list[Change]:
-        clock = self.clock.moved_to(moment, self.wall())
-        return self._moved(moment, clock)
+        return self._move_now(_to(moment))
 
     def configure_clock(self, mode: str, speed: float) -> list[Change]:
         """Pause (manual) or run (real, at ``speed``) the clock from the simulated time it shows now; committed."""
         self.catch_up()
-        clock = self.clock.reconfigured(mode, speed, self.wall())
-        # The engine goes to the same instant, as a clock move takes it (deadlines up to it fire, committed together).
-        return self._moved(max(clock.anchor_sim, self._engine.now), clock)
-
-    def _moved(self, to: datetime, clock: Clock) -> list[Change]:
-        """Time moved to ``to`` (deadlines up to it fire), committed with ``clock``."""
-        return self._run(lambda engine: engine.advance(to), clock, lambda engine: engine.check_advance(to))
+        return self._move_now(_reconfigured(mode, speed))
 
     def step_clock(self) -> list[Change]:
         """Manual clocks: jump to the next deadline (or stay, when nothing is pending)."""
-        due = self.engine.next_deadline()
-        return self.set_clock(due if due is not None else self.clock.anchor_sim)
+        return self._move_now(_to_next_deadline)
+
+    def advance_clock_soon(self, delta: timedelta) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _by(delta))
+
+    def set_clock_soon(self, moment: datetime) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _to(moment))
+
+    def configure_clock_soon(self, mode: str, speed: float) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _reconfigured(mode, speed))
+
+    def step_clock_soon(self) -> asyncio.Future[list[Change]]:
+        return self._enqueue(None, None, _to_next_deadline)
+
+    def _move_now(self, move: ClockMove) -> list[Change]:
+        clock, to = move(self.clock, self.engine, self.wall())
+        return self._run(_advance(to), clock, _check_advance(to))
 
     def reset(self) -> None:
         """Back to the server's start, as a new database with the same fleet and seed would be: the clock at its start
         time (same mode and speed), no events, waves, deliveries or journal, every incarnation back to 1. Committed
         before the engine is rebuilt from the store, as ``open`` builds it."""
+        self.role.admit("reset")
         self.settle()
         with self._lock:
             try:
@@ -635,20 +768,26 @@ class Maintenance:
                 state = _stored(self.store)
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
-            self.engine = self._engine_from(state, self._engine.rules, self._engine.fleet)
+            self.engine = self.engine_from(state, self._engine.rules, self._engine.fleet)
             self.clock = clock
             self._unsettled = None
             self._refresh_due()
-        reset: list[Change] = [Reset("reset to the start")]
-        for listener in self._listeners:
-            listener(reset)
+        self.tell([Reset("reset to the start")])
         self._deliveries_changed()
 
     def clock_view(self) -> ClockView:
         return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
 
 
+def _advance(to: datetime) -> Command:
+    return lambda engine: engine.advance(to)
+
+
+def _check_advance(to: datetime) -> Check:
+    return lambda engine: engine.check_advance(to)
+
+
 def _fail(group: list[Member], error: BaseException) -> None:
-    for _, future, _check in group:
+    for _, future, _check, _move in group:
         if not future.done():
             future.set_exception(error)

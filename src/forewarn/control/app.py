@@ -182,21 +182,21 @@ def clock_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
 
     @router.post("/v1/clock/advance", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def advance(body: AdvanceIn):
-        return clock_moved(service.advance_clock(parse_duration(body.by)))
+        return clock_moved(await service.advance_clock_soon(parse_duration(body.by)))
 
     @router.post("/v1/clock/set", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def set_clock(body: SetIn):
-        return clock_moved(service.set_clock(parse_time(body.to)))
+        return clock_moved(await service.set_clock_soon(parse_time(body.to)))
 
     @router.post("/v1/clock/next", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def next_deadline():
-        return clock_moved(service.step_clock())
+        return clock_moved(await service.step_clock_soon())
 
     @router.post("/v1/clock/mode", tags=["clock"], response_model=ClockOut, responses=ERRORS)
     async def clock_mode(body: ClockModeIn):
         """Pause (manual) or run (real) the clock, at a speed; simulated time goes on from where it is."""
         speed = service.clock.speed if body.speed is None else body.speed
-        service.configure_clock(MANUAL if body.mode == "manual" else REAL, speed)
+        await service.configure_clock_soon(MANUAL if body.mode == "manual" else REAL, speed)
         feed.clock_moved()
         return clock_out()
 

@@ -150,7 +150,7 @@ def waves_router(service: Maintenance) -> APIRouter:
         at a time; the next unit is scheduled as soon as every event of a unit has completed."""
         units, request = wave_request(body)
         spec = units.spec(request, units.orders[0] if request.by is None else WaveOrder(request.by))
-        changes = service.perform(lambda engine: engine.component(WaveRunner).start_wave(spec))
+        changes = await service.perform_soon(lambda engine: engine.component(WaveRunner).start_wave(spec))
         wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
         return outcome(changes, wave_id)
 
@@ -169,6 +169,8 @@ def waves_router(service: Maintenance) -> APIRouter:
     async def cancel_wave(wave_id: str):
         """Stop a wave: nothing more is scheduled, and the Scheduled events of the units in flight are canceled
         (Started ones finish)."""
-        return outcome(service.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id)), wave_id)
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id)), wave_id
+        )
 
     return router

@@ -1,6 +1,7 @@
 """The service of a process that shares its PostgreSQL database with others: a leader, or a metadata replica.
 
-A leader is ``Maintenance`` as it is everywhere else: it runs every command and commits it. A replica holds an
+The runtime (``Maintenance``) is the same in every process; the part it plays is its ``Role``. A leader
+(``Leading``) runs every command and commits it, as a process serving alone does. A replica (``Following``) holds an
 engine built from what the leader committed, and keeps it current with the rows each later commit touched
 (``replicate``: the cost of the commits, not of the fleet; ``replace`` takes a whole state when the journal cannot
 tell what changed), and runs no command: a write that reaches it is forwarded to the leader before a surface sees it
@@ -19,27 +20,24 @@ takes to arrive.)
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any
 
 from forewarn.app.errors import Unavailable
-from forewarn.app.runtime import Check, Command, Maintenance
-from forewarn.azure.component import AzureComponent
-from forewarn.azure.fleet import azure_fleet
-from forewarn.azure.rules import AzureRules
+from forewarn.app.runtime import Alone, Maintenance
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
 from forewarn.engine.engine import Engine
-from forewarn.store import SQLStore, StoredChanges, StoredState, StoreError
+from forewarn.engine.rules import Rules
+from forewarn.fleet.model import Fleet
+from forewarn.store import Outgoing, SQLStore, StoredChanges, StoredState, StoreError
 from forewarn.store.records import Touched
-
-log = logging.getLogger("forewarn.replication")
 
 LEADER = "leader"
 REPLICA = "replica"
+MAX_LATENCIES = 100_000  # command latencies kept between two scrapes of the metrics
 
 
 class FleetDiffers(Exception):
@@ -50,141 +48,212 @@ class NotLeader(Unavailable):
     """A command reached a replica and no leader took it: nothing was changed; retry."""
 
 
-class SharedService(Maintenance):
-    def __init__(self, store: SQLStore, engine: Engine, clock: Clock, wall: Callable[[], float] = time.time):
-        super().__init__(store, engine, clock, wall)
-        self.role = REPLICA
+class Leading(Alone):
+    """The leader's role: as a process serving alone, it makes every write and commits what falls due; it also times
+    its commands for the metrics."""
+
+    def __init__(self) -> None:
+        self.command_seconds: list[float] = []  # latencies of the commands run here, drained by the metrics
+
+    def took(self, seconds: float) -> None:
+        if len(self.command_seconds) < MAX_LATENCIES:
+            self.command_seconds.append(seconds)
+
+
+class Following:
+    """A replica's role: it refuses every write (the leader's to make), notes the scopes read here for the leader,
+    and applies the deadlines that pass in memory only (projections), noting the rows they changed."""
+
+    def __init__(self) -> None:
         self.no_leader_reason = "no leader has published itself yet"
-        self.projected = False  # a replica applied a deadline the leader had not committed (real clocks)
+        self.projected = False  # a deadline the leader had not committed was applied here (real clocks)
         # The scopes whose VMs asked this replica for their events since its last report to the leader.
         self.seen_here: set[str] = set()
         # The rows such deadlines changed, to read back from the database: table -> key -> the number of the
-        # projection that last changed it (counted in _projections), so that a refresh read before a later projection
-        # leaves that projection's rows to the next one.
+        # projection that last changed it (counted in ``projections``), so that a refresh read before a later
+        # projection leaves that projection's rows to the next one.
         self._projection: dict[str, dict[str, int]] = {}
         self._projections = 0
         self._read_through = 0  # the projections the last projected_rows() covered
-        self.command_seconds: list[float] = []  # latencies of the commands run here, drained by the metrics
+        self._lock = threading.Lock()  # projected_rows is read from the replication thread
+
+    def admit(self, write: str) -> None:
+        if write == "report":
+            raise NotLeader(f"this forewarn is a replica ({self.no_leader_reason})")
+        raise NotLeader(f"this forewarn is a replica and no leader took the {write} ({self.no_leader_reason})")
+
+    def took(self, seconds: float) -> None:
+        return None
+
+    def relays_read(self, scope: str) -> bool:
+        # Enabling a scope is a write, and the idle timer that disables it is the leader's: the SeenReporter
+        # (replication/forward.py) hands the leader what was noted twice a second. Until the enabling comes back
+        # with the next refresh, the replica answers as for a scope not yet enabled.
+        self.seen_here.add(scope)
+        return True
+
+    def catch_up(self, service: Maintenance) -> list[Change]:
+        if service.clock.mode == MANUAL:
+            return []
+        now = service.clock.now(service.wall())
+        changes = service.follow(lambda engine: self._project(service.store, engine, now))
+        service.announce(changes)
+        return changes
+
+    def _project(self, store: SQLStore, engine: Engine, now: datetime) -> list[Change]:
+        if now <= engine.now:
+            return []
+        due = engine.next_deadline()
+        changes = engine.advance(now)
+        if due is not None and due <= now:
+            with self._lock:
+                self.projected = True
+                self._projections += 1
+                for table, keys in store.registry.touched_by(changes, engine.now).items():
+                    self._projection.setdefault(table, {}).update(dict.fromkeys(keys, self._projections))
+        return changes
+
+    def projected_rows(self) -> Touched:
+        with self._lock:
+            self._read_through = self._projections
+            return {table: dict.fromkeys(keys) for table, keys in self._projection.items() if keys}
+
+    def read_back(self, touched: Touched) -> None:
+        """The rows a refresh read again from the database: projections up to the one it covered are done."""
+        with self._lock:
+            for table, keys in touched.items():
+                left = self._projection.get(table)
+                if left:
+                    for key in keys:
+                        if left.get(key, self._read_through + 1) <= self._read_through:
+                            del left[key]
+            self.projected = any(self._projection.values())
+
+    def forget(self) -> None:
+        """A whole state was taken from the database: no projection is left in the engine."""
+        with self._lock:
+            self.projected = False
+            self._projection = {}
+
+
+class SharedService:
+    """A process of a shared database: its runtime (``Maintenance``), which plays the leader's role (``Leading``) or
+    a replica's (``Following``), and what the replication node asks of it."""
+
+    def __init__(self, runtime: Maintenance, following: Following):
+        self.runtime = runtime
+        self.following = following
+        self.leading = Leading()
+
+    @classmethod
+    def open(
+        cls,
+        store: SQLStore,
+        fleet: Fleet | None,
+        clock_mode: str | None = None,
+        speed: float | None = None,
+        start: datetime | None = None,
+        seed: str | None = None,
+        rules: Rules | None = None,
+        outboxes: Iterable[Callable[[list[Change], Engine], list[Outgoing]]] = (),
+    ) -> SharedService:
+        """As ``Maintenance.open``, following until it is promoted: a leader is one once it holds the lock
+        (``promote``)."""
+        following = Following()
+        runtime = Maintenance.open(
+            store, fleet, clock_mode, speed, start, seed, rules, outboxes=outboxes, role=following
+        )
+        return cls(runtime, following)
 
     @classmethod
     def replica_of(cls, store: SQLStore, state: StoredState, rules: Any, fleet: Any) -> SharedService:
         """A replica's service over what the database holds (nothing is written)."""
-        return cls(store, cls._engine_from(state, rules, fleet), state.clock.within_bounds()[0])
+        following = Following()
+        engine = Maintenance.engine_from(state, rules, fleet)
+        return cls(Maintenance(store, engine, state.clock.within_bounds()[0], role=following), following)
 
-    # -------------------------------------------------------------------------------------------- replica
-    def _run(self, command: Command, clock: Clock | None = None, check: Check | None = None) -> list[Change]:
-        if self.role != LEADER:
-            raise NotLeader(f"this forewarn is a replica and no leader took the command ({self.no_leader_reason})")
-        started = time.perf_counter()
-        try:
-            return super()._run(command, clock, check)
-        finally:
-            self._took(started)
+    # ----------------------------------------------------------------------------------------- the runtime
+    @property
+    def role(self) -> str:
+        return LEADER if self.runtime.role is self.leading else REPLICA
 
-    def _took(self, started: float) -> None:
-        if len(self.command_seconds) < 100_000:
-            self.command_seconds.append(time.perf_counter() - started)
+    @property
+    def store(self) -> SQLStore:
+        return self.runtime.store
 
-    def perform_soon(self, command: Command, check: Check | None = None) -> asyncio.Future[list[Change]]:
-        # The group commit of approvals is a write like any other: at a replica, the leader's to make.
-        if self.role != LEADER:
-            refused: asyncio.Future[list[Change]] = asyncio.get_running_loop().create_future()
-            refused.set_exception(
-                NotLeader(f"this forewarn is a replica and no leader took the command ({self.no_leader_reason})")
-            )
-            return refused
-        started = time.perf_counter()
-        future = super().perform_soon(command, check)
-        future.add_done_callback(lambda _: self._took(started))  # from handed in to durable (or failed)
-        return future
+    @property
+    def engine(self) -> Engine:
+        return self.runtime.engine
 
-    def reset(self) -> None:
-        if self.role != LEADER:
-            raise NotLeader(f"this forewarn is a replica and no leader took the reset ({self.no_leader_reason})")
-        super().reset()
+    @property
+    def clock(self) -> Clock:
+        return self.runtime.clock
 
-    def request_seen(self, scope: str) -> None:
-        # Enabling a scope is a write, and the idle timer that disables it is the leader's: a replica notes the scope,
-        # and its SeenReporter (replication/forward.py) hands the leader what it noted twice a second. Until the
-        # enabling comes back with the next refresh, the replica answers as for a scope not yet enabled.
-        if self.role == LEADER:
-            super().request_seen(scope)
-        else:
-            self.seen_here.add(scope)
+    @property
+    def wall(self) -> Callable[[], float]:
+        return self.runtime.wall
 
-    def seen_at_replica(self, scopes: list[str]) -> None:
-        """The leader's side of a replica's report: the scopes its VMs asked for, each as if asked here (enabling
-        committed, the idle timer moved); names that are no scope of the fleet are passed over."""
-        if self.role != LEADER:
-            raise NotLeader(f"this forewarn is a replica ({self.no_leader_reason})")
-        if not self.rules.of(AzureRules).enabling_required:
-            return
-        known = azure_fleet(self.engine.fleet).vms_by_scope
-        asked = [scope for scope in dict.fromkeys(scopes) if scope in known]
-        if not asked:
-            return
-        self.catch_up()
-        unseen = []
-        with self._lock:  # as request_seen: an enabled scope's idle timer moves in memory, with no commit
-            engine = self._engine
-            for scope in asked:
-                if engine.component(AzureComponent).is_enabled(scope):
-                    engine.component(AzureComponent).last_seen[scope] = engine.now
-                else:
-                    unseen.append(scope)
-        if unseen:  # one commit for all the scopes the report enables
-            self._run(
-                lambda engine: [
-                    change for scope in unseen for change in engine.component(AzureComponent).request_seen(scope)
-                ]
-            )
+    @wall.setter
+    def wall(self, wall: Callable[[], float]) -> None:
+        self.runtime.wall = wall
+
+    def subscribe(self, listener: Callable[[list[Change]], None]) -> None:
+        self.runtime.subscribe(listener)
 
     def catch_up(self) -> list[Change]:
-        if self.role == LEADER:
-            return super().catch_up()
-        if self.clock.mode == MANUAL:
-            return []
-        now = self.clock.now(self.wall())
-        with self._lock:
-            if now <= self.engine.now:
-                return []
-            due = self.engine.next_deadline()
-            changes = self.engine.advance(now)
-            if due is not None and due <= now:
-                self.projected = True
-                self._projections += 1
-                for table, keys in self.store.registry.touched_by(changes, self.engine.now).items():
-                    self._projection.setdefault(table, {}).update(dict.fromkeys(keys, self._projections))
-            self._refresh_due()
-        self._announce(changes)
-        return changes
+        return self.runtime.catch_up()
 
+    # ------------------------------------------------------------------------------------ the roles' state
+    @property
+    def no_leader_reason(self) -> str:
+        return self.following.no_leader_reason
+
+    @no_leader_reason.setter
+    def no_leader_reason(self, reason: str) -> None:
+        self.following.no_leader_reason = reason
+
+    @property
+    def seen_here(self) -> set[str]:
+        return self.following.seen_here
+
+    @seen_here.setter
+    def seen_here(self, scopes: set[str]) -> None:
+        self.following.seen_here = scopes
+
+    @property
+    def projected(self) -> bool:
+        return self.following.projected
+
+    @property
+    def command_seconds(self) -> list[float]:
+        return self.leading.command_seconds
+
+    @command_seconds.setter
+    def command_seconds(self, latencies: list[float]) -> None:
+        self.leading.command_seconds = latencies
+
+    def seen_at_replica(self, scopes: list[str]) -> None:
+        """The leader's side of a replica's report: the scopes its VMs asked for, each as if asked here."""
+        self.runtime.reads_relayed(scopes)
+
+    # -------------------------------------------------------------------------------------------- replica
     def engine_of(self, state: StoredState) -> Engine:
         """An engine over a state the leader committed (built off the event loop: the costly part of a refresh)."""
-        return self._engine_from(state, self.engine.rules, self.engine.fleet)
+        return Maintenance.engine_from(state, self.engine.rules, self.engine.fleet)
 
     def replace(self, engine: Engine, state: StoredState) -> None:
         """A replica takes a whole state the leader committed (called on the event loop, so no request sees half of
         it)."""
         if self.role == LEADER:
             return
-        with self._lock:
-            self.engine = engine
-            self.clock = state.clock.within_bounds()[0]
-            self.projected = False
-            self._projection = {}
-            self._refresh_due()
-        replaced: list[Change] = [Rebuilt("replicated from the leader")]
-        for listener in self._listeners:
-            listener(replaced)
+        self.following.forget()
+        self.runtime.adopt(engine, state.clock.within_bounds()[0], Rebuilt("replicated from the leader"))
         self.catch_up()  # deadlines that passed since the leader's commit (real clocks)
 
     def projected_rows(self) -> Touched:
         """The rows this replica's projections changed since its last refresh (a copy: read from another thread,
         for the refresh about to be read, which ``replicate`` then takes)."""
-        with self._lock:
-            self._read_through = self._projections
-            return {table: dict.fromkeys(keys) for table, keys in self._projection.items() if keys}
+        return self.following.projected_rows()
 
     def replicate(self, changed: StoredChanges, catch_up: bool = True) -> None:
         """A replica takes the rows the leader's commits touched (and those its own projections changed, read back),
@@ -193,21 +262,16 @@ class SharedService(Maintenance):
         deadlines that passed since (real clocks)."""
         if self.role == LEADER:
             return
-        with self._lock:
-            changes = self.engine.replicate(changed.now, changed.next_seq, changed.created_at, changed.records)
-            self.clock = changed.clock.within_bounds()[0]
-            for table, keys in changed.touched.items():  # read back: committed rows again
-                left = self._projection.get(table)
-                if left:
-                    for key in keys:
-                        if left.get(key, self._read_through + 1) <= self._read_through:
-                            del left[key]
-            self.projected = any(self._projection.values())
-            self._refresh_due()
+
+        def take(engine: Engine) -> list[Change]:
+            changes = engine.replicate(changed.now, changed.next_seq, changed.created_at, changed.records)
+            self.following.read_back(changed.touched)
+            return changes
+
+        changes = self.runtime.follow(take, changed.clock.within_bounds()[0])
         if any(isinstance(change, Rebuilt) for change in changes):
             changes = [Rebuilt("replicated from the leader")]
-        for listener in self._listeners:
-            listener(changes)
+        self.runtime.tell(changes)
         if catch_up:
             self.catch_up()
 
@@ -220,12 +284,9 @@ class SharedService(Maintenance):
         (``reschedule``), as loading the state would set them. Without it, or when a projection of this replica's
         is left in the engine, the engine is rebuilt from the database."""
         if position is not None and not self.projected:
-            with self._lock:
-                if reschedule:
-                    self.engine.reschedule()
-                self.store.position = position
-                self.role = LEADER
-                self._refresh_due()
+            self.runtime.follow(lambda engine: engine.reschedule() if reschedule else None)
+            self.store.position = position
+            self.runtime.role = self.leading
             self.catch_up()
             return
         try:
@@ -234,14 +295,8 @@ class SharedService(Maintenance):
             raise Unavailable(str(error), error.retry_after) from error
         if state is None:
             raise Unavailable("the database holds no fleet")
-        with self._lock:
-            self.engine = self._engine_from(state, self.engine.rules, self.engine.fleet)
-            self.clock = state.clock.within_bounds()[0]
-            self.projected = False
-            self._projection = {}
-            self.role = LEADER
-            self._refresh_due()
-        rebuilt: list[Change] = [Rebuilt("became the leader")]
-        for listener in self._listeners:
-            listener(rebuilt)
+        self.following.forget()
+        self.runtime.role = self.leading
+        engine = Maintenance.engine_from(state, self.engine.rules, self.engine.fleet)
+        self.runtime.adopt(engine, state.clock.within_bounds()[0], Rebuilt("became the leader"))
         self.catch_up()

@@ -6,6 +6,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from forewarn.app.runtime import Maintenance
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
 from forewarn.replication.forward import Leaders
@@ -31,9 +32,10 @@ def open_shared(
     outboxes: list[Callable[..., list[Outgoing]]],
     settings: NodeSettings,
     control_token: str | None,
-) -> tuple[SharedService, Node]:
-    """The service and its node. The leader's service is opened as ``Maintenance.open`` opens one (initializing an
-    empty database, catching up deadlines); a replica's is built from what the database holds, writing nothing."""
+) -> tuple[Maintenance, Node]:
+    """The runtime the surfaces serve from, and its node (which holds it, with its roles, as a ``SharedService``).
+    The leader's is opened as ``Maintenance.open`` opens one (initializing an empty database, catching up deadlines);
+    a replica's is built from what the database holds, writing nothing."""
     if not url.startswith(("postgresql://", "postgres://")):
         raise StoreError(
             "a shared forewarn (--role shared or replica) needs PostgreSQL (--db postgresql://...): SQLite serves one "
@@ -45,12 +47,12 @@ def open_shared(
         service = _lead_or_follow(store, lease, open_leader, fleet, rules, settings.role)
         if service.role != LEADER:
             for derive in outboxes:  # used once this process takes over
-                service.add_outbox(derive)
+                service.runtime.add_outbox(derive)
     except BaseException:
         lease.close()
         raise
     node = Node(service, url, lease, open_reader, settings, Leaders(control_token))
-    return service, node
+    return service.runtime, node
 
 
 def _lead_or_follow(

@@ -169,12 +169,12 @@ def router(service: Maintenance) -> APIRouter:
             no_deadline=body.no_deadline,
             description=body.description,
         )
-        changes = service.perform(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
+        changes = await service.perform_soon(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
         return [Ec2EventOut.of(c.event) for c in changes if isinstance(c, Ec2EventChanged)]
 
     @router.post("/v1/ec2/events/{event_id}/cancel", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(event_id))
+        await service.perform_soon(lambda engine: engine.component(Ec2Component).cancel_ec2(event_id))
         return Ec2EventOut.of(service.engine.component(Ec2Component).ec2_event(event_id))
 
     @router.post("/v1/ec2/events/{event_id}/reschedule", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
@@ -182,26 +182,34 @@ def router(service: Maintenance) -> APIRouter:
         """What ModifyInstanceEventStartTime does, with the same rules."""
         event = service.engine.component(Ec2Component).ec2_event(event_id)
         when = parse_time(body.not_before)
-        service.perform(lambda engine: engine.component(Ec2Component).reschedule_ec2(event.instance_id, event_id, when))
+        await service.perform_soon(
+            lambda engine: engine.component(Ec2Component).reschedule_ec2(event.instance_id, event_id, when)
+        )
         return Ec2EventOut.of(service.engine.component(Ec2Component).ec2_event(event_id))
 
     @router.post("/v1/ec2/instances/{instance_id}/start", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def start(instance_id: str):
         """Start a stopped instance (after an instance-stop event it comes up on a new host)."""
-        return outcome(service.perform(lambda engine: engine.component(Ec2Component).start_instance(instance_id)))
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(Ec2Component).start_instance(instance_id))
+        )
 
     @router.post("/v1/ec2/spot/interrupt", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def interrupt(body: SpotIn):
         """A Spot interruption notice: the action happens two minutes later."""
         return outcome(
-            service.perform(lambda engine: engine.component(Ec2Component).interrupt_spot(body.instances, body.action))
+            await service.perform_soon(
+                lambda engine: engine.component(Ec2Component).interrupt_spot(body.instances, body.action)
+            )
         )
 
     @router.post("/v1/ec2/spot/rebalance", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def rebalance(body: SpotIn):
         """A rebalance recommendation for Spot instances."""
         return outcome(
-            service.perform(lambda engine: engine.component(Ec2Component).recommend_rebalance(body.instances))
+            await service.perform_soon(
+                lambda engine: engine.component(Ec2Component).recommend_rebalance(body.instances)
+            )
         )
 
     @router.get("/v1/deliveries", tags=["ec2"])

@@ -4,6 +4,7 @@ refusal, and every failure, is answered in EC2's error shape."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import uuid
 
@@ -59,7 +60,7 @@ class Ec2Api:
                 body = await request.body() if request.method == "POST" else b""
                 self.verifier.verify(received(request, body))
             params = await read_params(request)
-            return self.dispatch(params, request_id)
+            return await self.dispatch(params, request_id)
         except Ec2Error as error:
             return error_response(error, request_id)
         except Unavailable as error:
@@ -75,7 +76,7 @@ class Ec2Api:
                 request_id,
             )
 
-    def dispatch(self, params: Params, request_id: str) -> Response:
+    async def dispatch(self, params: Params, request_id: str) -> Response:
         action = params.get("Action")
         if not action:
             raise Ec2Error("MissingAction", "The request must contain the parameter Action")
@@ -87,7 +88,8 @@ class Ec2Api:
             raise missing("Version")
         if version != API_VERSION:
             raise Ec2Error("NoSuchVersion", f"The requested version ({version}) of service AmazonEC2 does not exist")
-        return handler(self.backend, params, request_id)
+        answer = handler(self.backend, params, request_id)
+        return await answer if inspect.isawaitable(answer) else answer
 
 
 def create_ec2_app(

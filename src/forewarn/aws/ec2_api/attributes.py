@@ -4,7 +4,7 @@ notifications carry ("Customize scheduled event notifications")."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable
 
 from starlette.responses import Response
 
@@ -55,15 +55,15 @@ def tag_attribute(params: Params) -> tuple[bool, tuple[str, ...]]:
     return include_all, keys
 
 
-def _changed(command: Callable[[], NotificationAttributes]) -> NotificationAttributes:
+async def _changed(command: Awaitable[NotificationAttributes]) -> NotificationAttributes:
     try:
-        return command()
+        return await command
     except CoreError as error:
         raise Ec2Error("InvalidParameterValue", str(error)) from None
 
 
 @action("RegisterInstanceEventNotificationAttributes")
-def register_notification_attributes(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def register_notification_attributes(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     include_all, keys = tag_attribute(params)
     if not include_all and not keys:
         raise Ec2Error(
@@ -72,16 +72,16 @@ def register_notification_attributes(backend: Ec2Backend, params: Params, reques
         )
     if params.boolean("DryRun"):
         raise dry_run()
-    attributes = _changed(lambda: backend.register_attributes(include_all, keys))
+    attributes = await _changed(backend.register_attributes(include_all, keys))
     return answer("RegisterInstanceEventNotificationAttributes", request_id, attributes_xml(attributes))
 
 
 @action("DeregisterInstanceEventNotificationAttributes")
-def deregister_notification_attributes(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def deregister_notification_attributes(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     include_all, keys = tag_attribute(params)
     if params.boolean("DryRun"):
         raise dry_run()
-    attributes = _changed(lambda: backend.deregister_attributes(include_all, keys))
+    attributes = await _changed(backend.deregister_attributes(include_all, keys))
     return answer("DeregisterInstanceEventNotificationAttributes", request_id, attributes_xml(attributes))
 
 

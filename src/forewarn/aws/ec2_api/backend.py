@@ -150,8 +150,8 @@ class Ec2Backend:
             self.shown_events(instance_id, now),
         )
 
-    def reschedule_event(self, instance_id: str, event_id: str, not_before: datetime) -> Ec2Event:
-        changes = self._perform(
+    async def reschedule_event(self, instance_id: str, event_id: str, not_before: datetime) -> Ec2Event:
+        changes = await self._perform(
             lambda engine: engine.component(Ec2Component).reschedule_ec2(instance_id, event_id, not_before)
         )
         return next(change.event for change in changes if isinstance(change, Ec2EventChanged))
@@ -161,39 +161,41 @@ class Ec2Backend:
     def windows(self) -> Mapping[str, EventWindow]:
         return self._engine.component(Ec2Component).ec2_windows
 
-    def create_window(self, name: str, ranges: tuple[TimeRange, ...], cron: str | None, tags: Tags) -> EventWindow:
-        return self._window_command(
+    async def create_window(
+        self, name: str, ranges: tuple[TimeRange, ...], cron: str | None, tags: Tags
+    ) -> EventWindow:
+        return await self._window_command(
             lambda engine: engine.component(Ec2Component).create_window(name, ranges, cron, tags)
         )
 
-    def modify_window(
+    async def modify_window(
         self, window_id: str, name: str | None, ranges: tuple[TimeRange, ...] | None, cron: str | None
     ) -> EventWindow:
-        return self._window_command(
+        return await self._window_command(
             lambda engine: engine.component(Ec2Component).modify_window(
                 window_id, name=name, time_ranges=ranges, cron=cron
             )
         )
 
-    def delete_window(self, window_id: str, force: bool) -> EventWindow:
-        return self._window_command(lambda engine: engine.component(Ec2Component).delete_window(window_id, force))
+    async def delete_window(self, window_id: str, force: bool) -> EventWindow:
+        return await self._window_command(lambda engine: engine.component(Ec2Component).delete_window(window_id, force))
 
-    def associate_window(
+    async def associate_window(
         self, window_id: str, instance_ids: tuple[str, ...], tags: Tags, hosts: tuple[str, ...]
     ) -> EventWindow:
-        return self._window_command(
+        return await self._window_command(
             lambda engine: engine.component(Ec2Component).associate_window(window_id, instance_ids, tags, hosts)
         )
 
-    def disassociate_window(
+    async def disassociate_window(
         self, window_id: str, instance_ids: tuple[str, ...], tags: Tags, hosts: tuple[str, ...]
     ) -> EventWindow:
-        return self._window_command(
+        return await self._window_command(
             lambda engine: engine.component(Ec2Component).disassociate_window(window_id, instance_ids, tags, hosts)
         )
 
-    def _window_command(self, command: Callable[[Engine], list[Change]]) -> EventWindow:
-        changes = self._perform(command)
+    async def _window_command(self, command: Callable[[Engine], list[Change]]) -> EventWindow:
+        changes = await self._perform(command)
         return next(change.window for change in changes if isinstance(change, Ec2WindowChanged))
 
     # --------------------------------------------------------------------------- event notification attributes
@@ -201,26 +203,27 @@ class Ec2Backend:
     def notification_attributes(self) -> NotificationAttributes:
         return self._engine.component(Ec2Component).notification_attributes
 
-    def register_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
-        return self._attributes_command(
+    async def register_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
+        return await self._attributes_command(
             lambda engine: engine.component(Ec2Component).register_notification_attributes(
                 include_all=include_all, keys=keys
             )
         )
 
-    def deregister_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
-        return self._attributes_command(
+    async def deregister_attributes(self, include_all: bool, keys: tuple[str, ...]) -> NotificationAttributes:
+        return await self._attributes_command(
             lambda engine: engine.component(Ec2Component).deregister_notification_attributes(
                 include_all=include_all, keys=keys
             )
         )
 
-    def _attributes_command(self, command: Callable[[Engine], list[Change]]) -> NotificationAttributes:
-        changes = self._perform(command)
+    async def _attributes_command(self, command: Callable[[Engine], list[Change]]) -> NotificationAttributes:
+        changes = await self._perform(command)
         return next(change.attributes for change in changes if isinstance(change, Ec2NotificationAttributesChanged))
 
-    def _perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
-        return self.service.perform(command)
+    async def _perform(self, command: Callable[[Engine], list[Change]]) -> list[Change]:
+        # Through the group commit, as every command a surface hands in: durable before the answer, off the loop.
+        return await self.service.perform_soon(command)
 
 
 def _recent(events: list[Ec2Event], now: datetime) -> list[Ec2Event]:

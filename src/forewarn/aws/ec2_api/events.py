@@ -17,7 +17,7 @@ PARAMS = frozenset({"DryRun", "InstanceId", "InstanceEventId", "NotBefore"})
 
 
 @action("ModifyInstanceEventStartTime")
-def modify_instance_event_start_time(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def modify_instance_event_start_time(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     params.check_known(lambda name: name in PARAMS)
     given = {}
     for name in ("InstanceId", "InstanceEventId", "NotBefore"):
@@ -38,7 +38,7 @@ def modify_instance_event_start_time(backend: Ec2Backend, params: Params, reques
     if not backend.visible(instance_id, params.region, backend.now()):
         raise instances_not_found([instance_id])
     try:
-        event = backend.reschedule_event(instance_id, event_id, not_before)
+        event = await backend.reschedule_event(instance_id, event_id, not_before)
     except RescheduleRefused as refused:
         raise Ec2Error(
             "InvalidInstanceEventStartTime",

@@ -9,15 +9,16 @@ refuse, and returns ``protocol.answer(...)``. docs/aws-api.md documents each act
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from starlette.responses import Response
 
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.ec2_api.params import Params
 
-# (the engine's door, the request's parameters, its request ID) → the answer; refusals raise Ec2Error.
-Handler = Callable[[Ec2Backend, Params, str], Response]
+# (the engine's door, the request's parameters, its request ID) → the answer; refusals raise Ec2Error. A handler that
+# changes something is a coroutine function: its command goes through the group commit, awaited.
+Handler = Callable[[Ec2Backend, Params, str], Response | Awaitable[Response]]
 
 ACTIONS: dict[str, Handler] = {}
 

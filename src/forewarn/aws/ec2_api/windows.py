@@ -5,7 +5,7 @@ filters and pages."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from starlette.responses import Response
 
@@ -97,10 +97,10 @@ def windows_not_found(window_ids: list[str]) -> Ec2Error:
     return Ec2Error(WINDOW_NOT_FOUND, f"The event window IDs '{', '.join(window_ids)}' do not exist")
 
 
-def _changed(command: Callable[[], EventWindow]) -> EventWindow:
+async def _changed(command: Awaitable[EventWindow]) -> EventWindow:
     """Run a window command; the engine's refusals in EC2's codes."""
     try:
-        return command()
+        return await command
     except WindowNotFound as error:
         raise Ec2Error(WINDOW_NOT_FOUND, str(error)) from None
     except WindowCombination as error:
@@ -117,7 +117,7 @@ def _changed(command: Callable[[], EventWindow]) -> EventWindow:
 
 # ------------------------------------------------------------------------------------------------------ actions
 @action("CreateInstanceEventWindow")
-def create_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def create_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     params.check_known(
         lambda name: (
             name in ("DryRun", "Name", "CronExpression")
@@ -131,12 +131,12 @@ def create_instance_event_window(backend: Ec2Backend, params: Params, request_id
     tags = tag_specifications(params)
     if params.boolean("DryRun"):
         raise dry_run()
-    window = _changed(lambda: backend.create_window(name, ranges, cron, tags))
+    window = await _changed(backend.create_window(name, ranges, cron, tags))
     return _window_answer("CreateInstanceEventWindow", window, request_id)
 
 
 @action("ModifyInstanceEventWindow")
-def modify_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def modify_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     params.check_known(
         lambda name: (
             name in ("DryRun", "Name", "CronExpression", "InstanceEventWindowId") or bool(TIME_RANGE.match(name))
@@ -147,18 +147,18 @@ def modify_instance_event_window(backend: Ec2Backend, params: Params, request_id
     ranges, cron = schedule(params)
     if params.boolean("DryRun"):
         raise dry_run()
-    changed = _changed(lambda: backend.modify_window(window, name, ranges or None, cron))
+    changed = await _changed(backend.modify_window(window, name, ranges or None, cron))
     return _window_answer("ModifyInstanceEventWindow", changed, request_id)
 
 
 @action("DeleteInstanceEventWindow")
-def delete_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def delete_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     params.check_known(lambda name: name in ("DryRun", "ForceDelete", "InstanceEventWindowId"))
     window = window_id(params)
     force = params.boolean("ForceDelete")
     if params.boolean("DryRun"):
         raise dry_run()
-    deleted = _changed(lambda: backend.delete_window(window, force))
+    deleted = await _changed(backend.delete_window(window, force))
     return answer(
         "DeleteInstanceEventWindow",
         request_id,
@@ -190,20 +190,20 @@ def _association(backend: Ec2Backend, params: Params) -> tuple[str, tuple[str, .
 
 
 @action("AssociateInstanceEventWindow")
-def associate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def associate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     window, instance_ids, tags, hosts = _association(backend, params)
     now = backend.now()
     unknown = [iid for iid in instance_ids if not backend.visible(iid, params.region, now)]
     if unknown:
         raise instances_not_found(unknown)
-    changed = _changed(lambda: backend.associate_window(window, instance_ids, tags, hosts))
+    changed = await _changed(backend.associate_window(window, instance_ids, tags, hosts))
     return _window_answer("AssociateInstanceEventWindow", changed, request_id)
 
 
 @action("DisassociateInstanceEventWindow")
-def disassociate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
+async def disassociate_instance_event_window(backend: Ec2Backend, params: Params, request_id: str) -> Response:
     window, instance_ids, tags, hosts = _association(backend, params)
-    changed = _changed(lambda: backend.disassociate_window(window, instance_ids, tags, hosts))
+    changed = await _changed(backend.disassociate_window(window, instance_ids, tags, hosts))
     return _window_answer("DisassociateInstanceEventWindow", changed, request_id)
 
 

@@ -53,7 +53,7 @@ class AvailabilitySets:
             properties = json_object(member(body, "properties"), "properties")
             patch = policy_patch(properties, "properties", "AvailabilitySetProperties", ctx.api)
             if not patch.empty:
-                resources.perform([update_policy(first.policy_owner, patch)])
+                await resources.perform([update_policy(first.policy_owner, patch)])
         return json_response(200, self.body(members, ctx.api))
 
     def body(self, members: list[VM], api: ApiVersion) -> dict[str, Any]:

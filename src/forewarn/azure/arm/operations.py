@@ -19,12 +19,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.arm.wire import ApiVersion, ArmError, RefusedAfterChange, json_response
+from forewarn.azure.arm.wire import ApiVersion, ArmError, json_response
 from forewarn.azure.changes import VmChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus
 from forewarn.core.changes import Change
-from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
 
 COMPUTE = "Microsoft.Compute"
@@ -103,25 +102,22 @@ class Operations:
         self.service = service
         self.retry_after = retry_after
 
-    def perform(self, steps: list[Step], attach: Iterable[int] = ()) -> Done:
+    async def perform(self, steps: list[Step], attach: Iterable[int] = ()) -> Done:
         """Run steps as one command (committed together), and describe it as an operation."""
         box: dict[str, Any] = {}
 
+        # A step refused after an earlier one changed the engine refuses the whole command: the runtime rebuilds the
+        # engine from what was committed (a refusal from a command), so nothing of the earlier steps stays.
         def command(engine: Engine) -> list[Change]:
             before = engine.next_seq
             changes: list[Change] = []
             for step in steps:
-                try:
-                    changes += step(engine)
-                except CoreError as error:
-                    if changes:
-                        raise RefusedAfterChange(error) from error
-                    raise
+                changes += step(engine)
             box["seqs"] = range(before, engine.next_seq)
             box["now"] = engine.now
             return changes
 
-        changes = self.service.perform(command)
+        changes = await self.service.perform_soon(command)  # the group commit, as every command
         now: datetime = box["now"]
         wait = now
         for change in changes:

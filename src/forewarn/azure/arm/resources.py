@@ -236,13 +236,13 @@ class ComputeResources:
         }
 
     # ------------------------------------------------------------------------------------------------ commands
-    def perform(self, steps: list[Step], attach: Iterable[int] = ()) -> Done:
-        return self.operations.perform(steps, attach)
+    async def perform(self, steps: list[Step], attach: Iterable[int] = ()) -> Done:
+        return await self.operations.perform(steps, attach)
 
     def accepted(self, ctx: Context, location: str, done: Done) -> Response:
         return self.operations.accepted(ctx.request, ctx.api, ctx.sub, location, done.operation)
 
-    def act(self, ctx: Context, action: str, vms: list[VM], location: str) -> Response:
+    async def act(self, ctx: Context, action: str, vms: list[VM], location: str) -> Response:
         """restart, redeploy, reimage or delete VMs: one engine command, answered 202 with an operation."""
         names = [vm.name for vm in vms]
         attach: list[int] = []
@@ -255,7 +255,7 @@ class ComputeResources:
                 if self.marked(vm):
                     raise _marked_for_deletion(action, vm.name)
         steps: list[Step] = [vm_action(action, names)] if names else []
-        return self.accepted(ctx, location, self.perform(steps, attach))
+        return self.accepted(ctx, location, await self.perform(steps, attach))
 
 
 def _marked_for_deletion(operation: str, name: str) -> ArmError:

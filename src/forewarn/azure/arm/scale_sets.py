@@ -94,7 +94,7 @@ class ScaleSets:
         if len(names) == 3:
             allow(method, ("GET", "DELETE", "PUT", "PATCH"))
             if method == "DELETE":
-                return resources.act(ctx, "delete", [vm], vm.location)
+                return await resources.act(ctx, "delete", [vm], vm.location)
             if method in ("PUT", "PATCH"):
                 await self.update_instance(ctx, vm)
             return json_response(200, self.instance_body(vm, ctx.api, ctx.expand_instance_view))
@@ -104,7 +104,7 @@ class ScaleSets:
         if len(names) == 4 and lnames[3] in VM_ACTIONS:
             allow(method, ("POST",))
             await object_body(ctx.request, required=False)
-            return resources.act(ctx, lnames[3], [vm], vm.location)
+            return await resources.act(ctx, lnames[3], [vm], vm.location)
         raise ctx.no_route()
 
     async def update_instance(self, ctx: Context, vm: VM) -> None:
@@ -197,7 +197,7 @@ class ScaleSets:
                 steps.append(scale_in(owner, removed))
         if not steps:
             return json_response(200, self.body(members, ctx.api))
-        done = resources.perform(steps)
+        done = await resources.perform(steps)
         if removed:
             return resources.accepted(ctx, first.location, done)
         return json_response(200, self.body(members, ctx.api))
@@ -245,9 +245,9 @@ class ScaleSets:
                         targets.append(vm)
         if action == "manualupgrade":
             names = [vm.name for vm in targets]
-            done = resources.perform([update_instances(first.policy_owner, names)] if names else [])
+            done = await resources.perform([update_instances(first.policy_owner, names)] if names else [])
             return resources.accepted(ctx, first.location, done)
-        return resources.act(ctx, action, targets, first.location)
+        return await resources.act(ctx, action, targets, first.location)
 
     # ------------------------------------------------------------------------------------------------- bodies
     def body(self, members: list[VM], api: ApiVersion) -> dict[str, Any]:

@@ -40,7 +40,7 @@ class VirtualMachines:
         if len(names) == 1:
             allow(method, ("GET", "PATCH", "PUT", "DELETE"))
             if method == "DELETE":
-                return self.delete(ctx, name)
+                return await self.delete(ctx, name)
             vm = self._vm(ctx, name, create=method == "PUT")
             if method == "GET":
                 return json_response(200, self.body(vm, ctx.api, ctx.expand_instance_view))
@@ -53,7 +53,7 @@ class VirtualMachines:
             allow(method, ("POST",))
             vm = self._vm(ctx, name)
             await object_body(ctx.request, required=False)  # the body (tempDisk, osProfile...) is read and ignored
-            return resources.act(ctx, lnames[1], [vm], vm.location)
+            return await resources.act(ctx, lnames[1], [vm], vm.location)
         raise ctx.no_route()
 
     def _vm(self, ctx: Context, name: str, create: bool = False) -> VM:
@@ -70,12 +70,12 @@ class VirtualMachines:
             raise ctx.not_found(name)
         return vm
 
-    def delete(self, ctx: Context, name: str) -> Response:
+    async def delete(self, ctx: Context, name: str) -> Response:
         self.resources.catch_up()
         vm = self.resources.fleet.vms.get(ctx.key + (name.lower(),))
         if vm is None or not self.resources.exists(vm):
             return Response(status_code=204)  # ARM RPC: deleting what does not exist is 204 No Content
-        return self.resources.act(ctx, "delete", [vm], vm.location)
+        return await self.resources.act(ctx, "delete", [vm], vm.location)
 
     async def update(self, ctx: Context, vm: VM) -> Response:
         body = await object_body(ctx.request, required=True)
@@ -100,7 +100,7 @@ class VirtualMachines:
                     f"scheduledEventsPolicy on all its members; set it on the availability set instead.",
                     "properties.scheduledEventsPolicy",
                 )
-            self.resources.perform([update_policy(vm.policy_owner, patch)])
+            await self.resources.perform([update_policy(vm.policy_owner, patch)])
         return json_response(200, self.body(vm, ctx.api, False))
 
     def body(self, vm: VM, api: ApiVersion, expand: bool) -> dict[str, Any]:

@@ -47,15 +47,6 @@ class ArmError(Exception):
         return json_response(self.status, {"error": error})
 
 
-class RefusedAfterChange(Exception):
-    """A later step of a composed command was refused after an earlier step changed the engine. Not a CoreError, so
-    the service rebuilds its engine from the database (dropping the uncommitted earlier step) before we answer."""
-
-    def __init__(self, error: CoreError):
-        super().__init__(str(error))
-        self.error = error
-
-
 def json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> Response:
     """A JSON answer as ARM sends it: compact, UTF-8."""
     return Response(
@@ -72,8 +63,6 @@ async def answered(request: Request, produce: Callable[[], Awaitable[Response]])
         response = await produce()
     except ArmError as error:
         response = error.response()
-    except RefusedAfterChange as refused:
-        response = core_error(refused.error).response()
     except CoreError as error:
         response = core_error(error).response()
     except Unavailable as error:

@@ -8,6 +8,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
 from forewarn.azure.fleet import azure_fleet
@@ -120,7 +121,7 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
         )
         # Committed with the other commands that arrive while the transaction before theirs is under way
         # (group commit); answered once durable.
-        return [EventOut.of(e) for e in await service.schedule_soon(request)]
+        return [EventOut.of(e) for e in await azure_commands.schedule_soon(service, request)]
 
     @router.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def get_event(event_id: str):
@@ -135,22 +136,19 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
     @router.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
     async def approve(body: ApproveIn):
         ids = [azure(service).resolve_event_id(event_id) for event_id in body.event_ids]
-        await service.approve_soon(ids, by=body.by)  # through the group commit, as every command
+        await azure_commands.approve_soon(service, ids, by=body.by)  # through the group commit, as every command
         return [EventOut.of(azure(service).event(event_id)) for event_id in ids]
 
     @router.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def approve_one(event_id: str):
         event_id = azure(service).resolve_event_id(event_id)
-        await service.approve_soon([event_id], by="control")
+        await azure_commands.approve_soon(service, [event_id], by="control")
         return EventOut.of(azure(service).event(event_id))
 
     @router.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
     async def cancel(event_id: str):
         event_id = azure(service).resolve_event_id(event_id)
-        await service.perform_soon(
-            lambda engine: engine.component(AzureComponent).cancel(event_id),
-            lambda engine: engine.component(AzureComponent).check_cancel(event_id),
-        )
+        await azure_commands.cancel_soon(service, event_id)
         return EventOut.of(azure(service).event(event_id))
 
     @router.get("/v1/fleet", tags=["fleet"])

@@ -172,11 +172,13 @@ def router(service: Maintenance) -> APIRouter:
                 raise Invalid(f"{action} takes no notice")
             if action in ("restart", "redeploy"):
                 notice = parse_optional_duration(body.notice)
-                changes = service.perform(
+                changes = await service.perform_soon(
                     lambda engine: getattr(engine.component(AzureComponent), action)(body.vms, notice)
                 )
             else:
-                changes = service.perform(lambda engine: getattr(engine.component(AzureComponent), action)(body.vms))
+                changes = await service.perform_soon(
+                    lambda engine: getattr(engine.component(AzureComponent), action)(body.vms)
+                )
             return outcome(changes, service)
 
         return run
@@ -207,7 +209,7 @@ def router(service: Maintenance) -> APIRouter:
         notification profiles. Instances follow profile changes once updated to the latest model."""
         terminate = _profile_in(body.terminate_notification)
         os_image = _profile_in(body.os_image_notification)
-        service.perform(
+        await service.perform_soon(
             lambda engine: engine.component(AzureComponent).update_policy(
                 owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central
             )
@@ -217,13 +219,17 @@ def router(service: Maintenance) -> APIRouter:
     @router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
     async def scale_in(name: str, body: CountIn):
         return outcome(
-            service.perform(lambda engine: engine.component(AzureComponent).scale_in(name, body.count)), service
+            await service.perform_soon(lambda engine: engine.component(AzureComponent).scale_in(name, body.count)),
+            service,
         )
 
     @router.post("/v1/scale-sets/{name}/update-instances", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
     async def update_instances(name: str, body: InstancesIn):
         return outcome(
-            service.perform(lambda engine: engine.component(AzureComponent).update_instances(name, body.vms)), service
+            await service.perform_soon(
+                lambda engine: engine.component(AzureComponent).update_instances(name, body.vms)
+            ),
+            service,
         )
 
     @router.post("/v1/platform/hardware-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
@@ -233,7 +239,9 @@ def router(service: Maintenance) -> APIRouter:
         if event_type not in (None, EventType.REDEPLOY, EventType.REBOOT):
             raise Invalid("a hardware failure is a Redeploy or a Reboot")
         return outcome(
-            service.perform(lambda engine: engine.component(AzureComponent).hardware_failure(body.hosts, event_type)),
+            await service.perform_soon(
+                lambda engine: engine.component(AzureComponent).hardware_failure(body.hosts, event_type)
+            ),
             service,
         )
 
@@ -244,7 +252,9 @@ def router(service: Maintenance) -> APIRouter:
             raise Invalid("a predicted failure is always a Redeploy")
         notice = parse_optional_duration(body.notice)
         return outcome(
-            service.perform(lambda engine: engine.component(AzureComponent).predicted_failure(body.hosts, notice)),
+            await service.perform_soon(
+                lambda engine: engine.component(AzureComponent).predicted_failure(body.hosts, notice)
+            ),
             service,
         )
 
@@ -253,6 +263,8 @@ def router(service: Maintenance) -> APIRouter:
         """Spot eviction: Preempt with 30 s notice, then the VMs are deleted."""
         if body.notice is not None:
             raise Invalid("Spot eviction notice is fixed by the rules (30 s)")
-        return outcome(service.perform(lambda engine: engine.component(AzureComponent).evict(body.vms)), service)
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(AzureComponent).evict(body.vms)), service
+        )
 
     return router

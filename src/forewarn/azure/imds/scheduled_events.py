@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.changes import IncarnationChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
@@ -169,6 +170,8 @@ class AzureImds:
         self.faults: list[Fault] = []
         self._next_fault = 1
         service.subscribe(self._on_change)
+        # The scopes whose VMs asked a follower for their events: the leader enables them, as if asked here.
+        service.on_reads_relayed(lambda scopes: azure_commands.seen_in(scopes, service))
 
     # ------------------------------------------------------------------------------------------ read model
     def _on_change(self, changes) -> None:
@@ -353,7 +356,7 @@ class AzureImds:
         first_call = False
         if self.service.rules.of(AzureRules).enabling_required:
             first_call = not self.service.engine.component(AzureComponent).is_enabled(vm.scope)
-            self.service.request_seen(vm.scope)
+            azure_commands.request_seen(self.service, vm.scope)
         delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
         if delay > 0:
             return Later(delay, lambda: self._scheduled_events_answer(vm, query, request))

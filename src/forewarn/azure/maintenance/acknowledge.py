@@ -20,6 +20,7 @@ import re
 from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
+from forewarn.azure import commands as azure_commands
 from forewarn.azure.arm.router import ManagementCall
 from forewarn.azure.arm.wire import (
     ArmError,
@@ -90,7 +91,7 @@ class MaintenanceApi:
         owner = self._resource(segments, lower)
         self.service.catch_up()
         if len(lower) == 13:
-            return self._acknowledge_one(call, owner, segments[11])
+            return await self._acknowledge_one(call, owner, segments[11])
         if version < LIST_SINCE:
             raise ArmError(
                 400,
@@ -114,11 +115,11 @@ class MaintenanceApi:
             return owner.removeprefix("member:") in event.resources
         return azure_fleet(self.service.engine.fleet).vms[event.resources[0]].policy_owner == owner
 
-    def _acknowledge_one(self, call: ManagementCall, owner: str, event_id: str) -> Response:
+    async def _acknowledge_one(self, call: ManagementCall, owner: str, event_id: str) -> Response:
         event = self._event(owner, event_id)
         if event.status is not EventStatus.SCHEDULED:
             raise _not_acknowledgeable(event)
-        self.service.approve([event.event_id], by=_approver(call))
+        await azure_commands.approve_soon(self.service, [event.event_id], by=_approver(call))
         return json_response(200, {"value": APPROVED})
 
     async def _acknowledge_list(self, call: ManagementCall, owner: str) -> Response:
@@ -146,7 +147,8 @@ class MaintenanceApi:
             except ArmError as error:
                 details.append({"target": event_id, "code": error.code, "message": error.message})
         if approvable:
-            self.service.approve(approvable, by=_approver(call))  # one command, committed before the answer
+            # one command, through the group commit, durable before the answer
+            await azure_commands.approve_soon(self.service, approvable, by=_approver(call))
         if not details:
             return json_response(200, {"value": APPROVED})
         return json_response(

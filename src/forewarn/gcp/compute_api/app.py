@@ -160,14 +160,14 @@ class ComputeApi:
             if refusal is not None:
                 raise ApiError(refusal.status, "forbidden" if refusal.status == 403 else "badRequest", refusal.message)
             body = await request.body()
-            return self.route(request.method, request.url.path, dict(request.query_params), body)
+            return await self.route(request.method, request.url.path, dict(request.query_params), body)
         except ApiError as error:
             return Response(error_body(error), error.status, media_type="application/json; charset=UTF-8")
         except Unavailable as error:
             failure = ApiError(503, "backendError", f"Nothing was changed; the store failed: {error}")
             return Response(error_body(failure), 503, media_type="application/json; charset=UTF-8")
 
-    def route(self, method: str, path: str, query: dict[str, str], body: bytes) -> Response:
+    async def route(self, method: str, path: str, query: dict[str, str], body: bytes) -> Response:
         if not path.startswith(PREFIX):
             raise ApiError(404, "notFound", f"The requested URL {path} was not found on this server.")
         parts = path[len(PREFIX) :].split("/")
@@ -206,12 +206,14 @@ class ComputeApi:
             name = instance.name
             try:
                 if action == "simulateMaintenanceEvent":
-                    service.perform(lambda engine: engine.component(GcpComponent).simulate_gce(name))
+                    await service.perform_soon(lambda engine: engine.component(GcpComponent).simulate_gce(name))
                 elif action == "performMaintenance":
-                    service.perform(lambda engine: engine.component(GcpComponent).perform_maintenance(name))
+                    await service.perform_soon(lambda engine: engine.component(GcpComponent).perform_maintenance(name))
                 elif action == "setScheduling":
                     policy, restart = scheduling_of(body)
-                    service.perform(lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, restart))
+                    await service.perform_soon(
+                        lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, restart)
+                    )
                 else:
                     raise ApiError(400, "invalid", f"Invalid value for field 'resource': '{action}'")
             except NotFound as error:

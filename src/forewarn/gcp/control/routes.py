@@ -200,13 +200,13 @@ def router(service: Maintenance) -> APIRouter:
             maintenance_type=parse_enum(MaintenanceType, body.type, "maintenance type"),
             latest=parse_optional_duration(body.latest),
         )
-        changes = service.perform(lambda engine: engine.component(GcpComponent).schedule_gce(request))
+        changes = await service.perform_soon(lambda engine: engine.component(GcpComponent).schedule_gce(request))
         latest = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
         return [GceEventOut.of(event) for event in latest.values()]
 
     @router.post("/v1/gce/maintenance/{event_id}/cancel", tags=["gce"], response_model=GceEventOut, responses=ERRORS)
     async def cancel(event_id: str):
-        service.perform(lambda engine: engine.component(GcpComponent).cancel_gce(event_id))
+        await service.perform_soon(lambda engine: engine.component(GcpComponent).cancel_gce(event_id))
         return GceEventOut.of(service.engine.component(GcpComponent).gce_event(event_id))
 
     @router.post(
@@ -215,7 +215,7 @@ def router(service: Maintenance) -> APIRouter:
     async def simulate(name: str):
         """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, after its notice (60
         seconds; an hour for an instance with GPUs)."""
-        return outcome(service.perform(lambda engine: engine.component(GcpComponent).simulate_gce(name)))
+        return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).simulate_gce(name)))
 
     @router.post(
         "/v1/gce/instances/{name}/perform-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
@@ -223,7 +223,9 @@ def router(service: Maintenance) -> APIRouter:
     async def perform(name: str):
         """What performMaintenance does: maintenance-event changes now and the announced maintenance starts 60
         seconds later (GPU instances too: the maintenance starts at once when its user asks)."""
-        return outcome(service.perform(lambda engine: engine.component(GcpComponent).perform_maintenance(name)))
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(GcpComponent).perform_maintenance(name))
+        )
 
     @router.post(
         "/v1/gce/instances/{name}/reschedule-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
@@ -235,7 +237,9 @@ def router(service: Maintenance) -> APIRouter:
         describes."""
         start, notice = parse_optional_time(body.start), parse_optional_duration(body.notice)
         return outcome(
-            service.perform(lambda engine: engine.component(GcpComponent).reschedule_gce(name, start, notice))
+            await service.perform_soon(
+                lambda engine: engine.component(GcpComponent).reschedule_gce(name, start, notice)
+            )
         )
 
     @router.post("/v1/gce/instances/{name}/scheduling", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
@@ -247,7 +251,7 @@ def router(service: Maintenance) -> APIRouter:
             else parse_enum(OnHostMaintenance, body.on_host_maintenance, "onHostMaintenance")
         )
         return outcome(
-            service.perform(
+            await service.perform_soon(
                 lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, body.automatic_restart)
             )
         )
@@ -257,21 +261,25 @@ def router(service: Maintenance) -> APIRouter:
         """As if the instance read maintenance-event: its next maintenance gets the notice (a scenario's
         watcher, without a metadata client)."""
         service.engine.component(GcpComponent).gce_instance(name)
-        return outcome(service.perform(lambda engine: engine.component(GcpComponent).watch(name)))
+        return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).watch(name)))
 
     @router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def start(name: str):
-        return outcome(service.perform(lambda engine: engine.component(GcpComponent).start_gce(name)))
+        return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).start_gce(name)))
 
     @router.post("/v1/gce/preempt", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def preempt(body: GceInstancesIn):
         """Preempt Spot or preemptible instances: preempted is TRUE now, they stop (or are deleted) 30 s later."""
-        return outcome(service.perform(lambda engine: engine.component(GcpComponent).preempt(body.instances)))
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(GcpComponent).preempt(body.instances))
+        )
 
     @router.post("/v1/gce/host-error", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
     async def host_error(body: GceInstancesIn):
         """The instances' host fails: they crash without notice and restart elsewhere if automaticRestart."""
-        return outcome(service.perform(lambda engine: engine.component(GcpComponent).host_error(body.instances)))
+        return outcome(
+            await service.perform_soon(lambda engine: engine.component(GcpComponent).host_error(body.instances))
+        )
 
     return router
 

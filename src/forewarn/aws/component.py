@@ -28,6 +28,7 @@ from forewarn.aws.model import (
     NotificationAttributes,
     check_code_applies,
 )
+from forewarn.aws.queues import Message, MessageChanged, Queue, Queues
 from forewarn.aws.windows import (
     MAX_WINDOWS,
     PLACED_CODES,
@@ -87,6 +88,8 @@ class StoredEc2:
     states: Iterable[Ec2State] = ()
     windows: Iterable[EventWindow] = ()
     notification_attributes: NotificationAttributes | None = None
+    queues: Iterable[Queue] = ()
+    messages: Iterable[Message] = ()
 
 
 @dataclass(frozen=True)
@@ -98,11 +101,13 @@ class Ec2Rows:
     states: Mapping[str, Ec2State | None] = field(default_factory=dict)
     windows: Mapping[str, EventWindow | None] = field(default_factory=dict)
     notification_attributes: NotificationAttributes | None = None
+    queues: Mapping[str, Queue | None] = field(default_factory=dict)
+    messages: Mapping[str, Message | None] = field(default_factory=dict)  # by ``queue/message ID``
 
 
 class Ec2Component:
     """State: ``ec2_instances`` (deployed and launched), ``ec2_states``, ``ec2_events`` and the per-instance event
-    order, ``ec2_windows`` and ``notification_attributes``."""
+    order, ``ec2_windows`` and ``notification_attributes``; ``queues``, the SQS queues and their messages."""
 
     def __init__(
         self,
@@ -126,6 +131,7 @@ class Ec2Component:
         self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in stored.windows if w.state != "deleted"}
         self.notification_attributes = stored.notification_attributes or NotificationAttributes()
         self.ec2_instances: dict[str, Ec2Instance] = dict(fleet.ec2)
+        self.queues = Queues(seed, lambda: scheduler.now, sequence, stored.queues, stored.messages)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
             for iid, instance in fleet.ec2.items()
@@ -645,6 +651,8 @@ class Ec2Component:
         """A replica takes rows the leader committed: as AzureComponent.replicate."""
         changes: list[Change] = []
         removed = False
+        self.queues.replicate(rows.queues, rows.messages)
+        changes += [MessageChanged(message, REPLICATED) for message in rows.messages.values() if message is not None]
         if rows.notification_attributes is not None:
             self.notification_attributes = rows.notification_attributes
             changes.append(Ec2NotificationAttributesChanged(rows.notification_attributes))

@@ -15,6 +15,7 @@ from forewarn.aws.changes import (
     Ec2StateChanged,
     Ec2WindowChanged,
 )
+from forewarn.aws.eventbus import EventBus, Rule
 from forewarn.aws.model import (
     DESCRIPTIONS,
     INSTANCE_ID,
@@ -90,6 +91,7 @@ class StoredEc2:
     notification_attributes: NotificationAttributes | None = None
     queues: Iterable[Queue] = ()
     messages: Iterable[Message] = ()
+    rules: Iterable[Rule] = ()
 
 
 @dataclass(frozen=True)
@@ -103,11 +105,12 @@ class Ec2Rows:
     notification_attributes: NotificationAttributes | None = None
     queues: Mapping[str, Queue | None] = field(default_factory=dict)
     messages: Mapping[str, Message | None] = field(default_factory=dict)  # by ``queue/message ID``
+    rules: Mapping[str, Rule | None] = field(default_factory=dict)
 
 
 class Ec2Component:
     """State: ``ec2_instances`` (deployed and launched), ``ec2_states``, ``ec2_events`` and the per-instance event
-    order, ``ec2_windows`` and ``notification_attributes``; ``queues``, the SQS queues and their messages."""
+    order, ``ec2_windows`` and ``notification_attributes``; ``queues``, the SQS queues and their messages; ``bus``, the EventBridge rules."""
 
     def __init__(
         self,
@@ -132,6 +135,7 @@ class Ec2Component:
         self.notification_attributes = stored.notification_attributes or NotificationAttributes()
         self.ec2_instances: dict[str, Ec2Instance] = dict(fleet.ec2)
         self.queues = Queues(seed, lambda: scheduler.now, sequence, stored.queues, stored.messages)
+        self.bus = EventBus(stored.rules)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
             for iid, instance in fleet.ec2.items()
@@ -652,6 +656,7 @@ class Ec2Component:
         changes: list[Change] = []
         removed = False
         self.queues.replicate(rows.queues, rows.messages)
+        self.bus.replicate(rows.rules)
         changes += [MessageChanged(message, REPLICATED) for message in rows.messages.values() if message is not None]
         if rows.notification_attributes is not None:
             self.notification_attributes = rows.notification_attributes

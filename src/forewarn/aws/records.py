@@ -14,6 +14,7 @@ from typing import Any
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
 from forewarn.aws.component import Ec2Rows, StoredEc2
+from forewarn.aws.eventbus import Rule, RuleChanged, Target
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState, NotificationAttributes
 from forewarn.aws.queues import (
     Message,
@@ -211,6 +212,37 @@ def decode_message(text: str) -> Message:
     )
 
 
+def encode_rule(rule: Rule) -> str:
+    data = {
+        "name": rule.name,
+        "pattern": rule.pattern_text,
+        "region": rule.region,
+        "account_id": rule.account_id,
+        "created_at": time_text(rule.created_at),
+        "state": rule.state,
+        "description": rule.description,
+        "targets": [[target.target_id, target.arn] for target in rule.targets],
+        "deleted": rule.deleted,
+    }
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_rule(text: str) -> Rule:
+    data = json.loads(text)
+    return Rule(
+        name=data["name"],
+        pattern=json.loads(data["pattern"]),
+        pattern_text=data["pattern"],
+        region=data["region"],
+        account_id=data["account_id"],
+        created_at=datetime.fromisoformat(data["created_at"]),
+        state=data["state"],
+        description=data["description"],
+        targets=tuple(Target(target_id, arn) for target_id, arn in data["targets"]),
+        deleted=data["deleted"],
+    )
+
+
 # ------------------------------------------------------------------------------------------------------ writers
 def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
     event = change.event
@@ -265,6 +297,18 @@ def _queue_changed(change: QueueChanged, rows: Rows) -> None:
     rows.journal(f"queue {change.what}", None, {"queue": queue.name})
 
 
+def _rule_changed(change: RuleChanged, rows: Rows) -> None:
+    # As queues: a deleted rule keeps its row, marked deleted.
+    rule = change.rule
+    rows.write(
+        "INSERT INTO forewarn_eventbridge_rules (name, data) VALUES (?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+        (rule.name, encode_rule(rule)),
+    )
+    rows.touch("forewarn_eventbridge_rules", rule.name)
+    rows.journal(f"rule {change.what}", None, {"rule": rule.name})
+
+
 MESSAGE_UPSERT = (
     "INSERT INTO forewarn_sqs_messages (message_key, seq, queue, data) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (message_key) DO UPDATE SET data = excluded.data"
@@ -299,6 +343,7 @@ def _load(reader: Reader) -> dict[str, Any]:
             messages=[
                 decode_message(row[0]) for row in reader.rows("SELECT data FROM forewarn_sqs_messages ORDER BY seq")
             ],
+            rules=[decode_rule(row[0]) for row in reader.rows("SELECT data FROM forewarn_eventbridge_rules")],
         )
     }
 
@@ -339,6 +384,12 @@ def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
                 touched.get("forewarn_sqs_messages", ()),
                 lambda row: decode_message(row[1]),
             ),
+            rules=reader.current(
+                "SELECT name, data FROM forewarn_eventbridge_rules",
+                "name",
+                touched.get("forewarn_eventbridge_rules", ()),
+                lambda row: decode_rule(row[1]),
+            ),
             notification_attributes=(
                 decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
                 if attributes
@@ -354,6 +405,7 @@ EC2_TABLES = (
     "forewarn_ec2_windows",
     "forewarn_sqs_queues",
     "forewarn_sqs_messages",
+    "forewarn_eventbridge_rules",
 )
 EC2_RECORDS = Records(
     "aws",
@@ -364,6 +416,7 @@ EC2_RECORDS = Records(
         Writer(Ec2WindowChanged, _window_changed),
         Writer(QueueChanged, _queue_changed),
         Writer(MessageChanged, _message_changed),
+        Writer(RuleChanged, _rule_changed),
     ],
     _load,
     tables=EC2_TABLES,

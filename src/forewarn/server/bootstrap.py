@@ -31,6 +31,7 @@ from forewarn.app.runtime import FleetMismatch, Maintenance
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
+from forewarn.aws.eventbridge.delivery import QueueDelivery
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
 from forewarn.aws.model import Ec2Instance
@@ -364,7 +365,9 @@ async def serve(
 
     def start_outbox() -> None:  # only a leader delivers: a replica starts it when it takes over
         policies = [event_grid.delivery] if event_grid is not None and event_grid.delivery is not None else []
-        background.append(asyncio.create_task(OutboxSender(service, policies=policies, own=own).run()))
+        background.append(
+            asyncio.create_task(OutboxSender(service, policies=[*policies, QueueDelivery(service)], own=own).run())
+        )
 
     if node is None or node.service.role == "leader":
         start_outbox()

@@ -20,6 +20,7 @@ from forewarn.aws.ec2_api.params import Params, read_params
 from forewarn.aws.ec2_api.protocol import API_VERSION, Ec2Error, error_response, missing
 from forewarn.aws.ec2_api.registry import ACTIONS
 from forewarn.aws.ec2_api.sigv4 import SigV4Verifier, received, signed_region
+from forewarn.aws.eventbridge import api as events_api
 from forewarn.aws.sqs import api as sqs_api
 from forewarn.aws.sqs import protocol as sqs_protocol
 from forewarn.net.browser_guard import BrowserGuard, Refusal
@@ -44,6 +45,7 @@ class Ec2Api:
     ):
         self.backend = Ec2Backend(service)
         self.sqs = sqs_api.SqsApi(service)
+        self.events = events_api.EventsApi(service)
         self.guard = guard
         # None: signatures are not verified (any credentials, or none, are accepted).
         self.verifier = None if credentials is None else SigV4Verifier(credentials, self.backend.wall)
@@ -61,6 +63,8 @@ class Ec2Api:
             target = request.headers.get("x-amz-target")
             if target is not None and target.startswith(sqs_protocol.TARGET_PREFIX):
                 return await self.sqs_json(request, target, request_id)
+            if target is not None and target.startswith(events_api.TARGET_PREFIX):
+                return await self.events_json(request, target, request_id)
             try:
                 params: Params | None = await read_params(request)
             except Ec2Error:
@@ -97,6 +101,18 @@ class Ec2Api:
             )
         region = signed_region(request.headers.get("authorization"), {})
         return await sqs_api.json_call(self.sqs, target, body, _origin(request), region, request_id)
+
+    async def events_json(self, request: Request, target: str, request_id: str) -> Response:
+        body = await request.body()
+        try:
+            if self.verifier is not None:
+                self.verifier.verify(received(request, body), "events")
+        except Ec2Error as error:
+            return events_api.error_response(
+                events_api.EventsError(error.code, error.message, error.status), request_id
+            )
+        region = signed_region(request.headers.get("authorization"), {})
+        return await self.events.call(target, body, region, request_id)
 
     async def sqs_query(self, request: Request, params: Params, request_id: str) -> Response:
         try:

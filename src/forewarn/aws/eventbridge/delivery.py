@@ -1,0 +1,92 @@
+"""EventBridge's delivery to SQS targets: each event a command puts on the bus is matched against the rules, and
+each matching rule's queue target gets a delivery committed with the command (the outbox: ``Maintenance.add_outbox``),
+sent by the outbox's sender under the ``sqs`` policy below. At least once, as EventBridge delivers: a target whose
+queue does not exist (yet) is retried for 24 hours, EventBridge's default retry window ("Event retry policy and
+using dead-letter queues")."""
+
+from __future__ import annotations
+
+import json
+import logging
+import weakref
+from datetime import timedelta
+
+from forewarn.app.errors import Unavailable
+from forewarn.app.outbox import retry_delay
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.component import Ec2Component
+from forewarn.aws.eventbridge.events import bus_events
+from forewarn.aws.queues import QueueMissing
+from forewarn.core.changes import Change
+from forewarn.core.errors import CoreError
+from forewarn.engine.engine import Engine
+from forewarn.net.outbound import Outbound
+from forewarn.store import Attempt, Delivery, Outgoing
+
+log = logging.getLogger("forewarn.eventbridge")
+
+KIND = "sqs"
+RETRY_FOR = timedelta(hours=24)
+_ATTACHED: weakref.WeakSet[Maintenance] = weakref.WeakSet()
+
+
+def bus_outbox(changes: list[Change], engine: Engine) -> list[Outgoing]:
+    """One delivery per event and matching rule's target (``Maintenance.add_outbox``)."""
+    bus = engine.component(Ec2Component).bus
+    if not bus.rules:
+        return []
+    items: list[Outgoing] = []
+    for event in bus_events(changes, engine):
+        payload = None
+        for _rule, target in bus.targets_of(event):
+            payload = payload or json.dumps(event, separators=(",", ":"))
+            items.append(Outgoing(target.arn, payload, engine.now + RETRY_FOR, kind=KIND))
+    return items
+
+
+def attach(service: Maintenance) -> None:
+    """Route the service's events to the rules' targets from now on (once per service)."""
+    if service not in _ATTACHED:
+        _ATTACHED.add(service)
+        service.add_outbox(bus_outbox)
+
+
+class QueueDelivery:
+    """The ``sqs`` sending policy: a delivery is a message sent to the queue its target ARN names."""
+
+    kind = KIND
+
+    def __init__(self, service: Maintenance):
+        self.service = service
+
+    async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
+        for delivery in deliveries:
+            await self.attempt(delivery)
+
+    async def attempt(self, delivery: Delivery) -> None:
+        attempts = delivery.attempts + 1
+        name = delivery.target.rpartition(":")[2]
+        error = None
+        try:
+            await self.service.perform_soon(
+                lambda engine: engine.component(Ec2Component).queues.send(name, delivery.payload),
+                check=lambda engine: self.check(engine, delivery.target, name),
+            )
+        except CoreError as refused:
+            error = str(refused)
+        except Unavailable as failure:
+            error = f"the store failed: {failure}"
+        now = self.service.now()
+        if error is None:
+            self.service.store.record_attempts([Attempt(delivery.delivery_id, "delivered", attempts, now, None)])
+            return
+        next_at = now + retry_delay(delivery.delivery_id, attempts)
+        status = "expired" if next_at > delivery.expires_at else "pending"
+        self.service.store.record_attempts([Attempt(delivery.delivery_id, status, attempts, next_at, error)])
+        log.info("delivery %s to %s: %s (attempt %s)", delivery.delivery_id, delivery.target, error, attempts)
+
+    @staticmethod
+    def check(engine: Engine, arn: str, name: str) -> None:
+        """Refused before anything changes: the target's queue is not there (or is another region's)."""
+        if engine.component(Ec2Component).queues.by_arn(arn) is None:
+            raise QueueMissing(f"the target queue {arn} does not exist", name=name)

@@ -15,6 +15,7 @@ from typing import Any
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
 from forewarn.aws.component import Ec2Rows, StoredEc2
 from forewarn.aws.eventbus import Rule, RuleChanged, Target
+from forewarn.aws.lifecycle import HookChanged, LifecycleAction, LifecycleActionChanged, LifecycleHook
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState, NotificationAttributes
 from forewarn.aws.queues import (
     Message,
@@ -243,6 +244,31 @@ def decode_rule(text: str) -> Rule:
     )
 
 
+_ACTION_TIMES = ("started_at", "timeout_at", "global_at")
+
+
+def encode_hook(hook: LifecycleHook) -> str:
+    return json.dumps({key: getattr(hook, key) for key in LifecycleHook.__dataclass_fields__}, separators=(",", ":"))
+
+
+def decode_hook(text: str) -> LifecycleHook:
+    return LifecycleHook(**json.loads(text))
+
+
+def encode_action(action: LifecycleAction) -> str:
+    data = {key: getattr(action, key) for key in LifecycleAction.__dataclass_fields__}
+    for key in _ACTION_TIMES:
+        data[key] = time_text(data[key])
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_action(text: str) -> LifecycleAction:
+    data = json.loads(text)
+    for key in _ACTION_TIMES:
+        data[key] = datetime.fromisoformat(data[key])
+    return LifecycleAction(**data)
+
+
 # ------------------------------------------------------------------------------------------------------ writers
 def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
     event = change.event
@@ -309,6 +335,29 @@ def _rule_changed(change: RuleChanged, rows: Rows) -> None:
     rows.journal(f"rule {change.what}", None, {"rule": rule.name})
 
 
+def _hook_changed(change: HookChanged, rows: Rows) -> None:
+    hook = change.hook
+    rows.write(
+        "INSERT INTO forewarn_asg_hooks (hook_key, data) VALUES (?, ?) "
+        "ON CONFLICT (hook_key) DO UPDATE SET data = excluded.data",
+        (hook.key, encode_hook(hook)),
+    )
+    rows.touch("forewarn_asg_hooks", hook.key)
+    rows.journal(f"lifecycle hook {change.what}", None, {"hook": hook.key})
+
+
+def _action_changed(change: LifecycleActionChanged, rows: Rows) -> None:
+    action = change.action
+    rows.write(
+        "INSERT INTO forewarn_asg_actions (token, data) VALUES (?, ?) "
+        "ON CONFLICT (token) DO UPDATE SET data = excluded.data",
+        (action.token, encode_action(action)),
+    )
+    rows.touch("forewarn_asg_actions", action.token)
+    detail = {"instance": action.instance_id, "hook": action.hook, "result": action.result}
+    rows.journal(f"lifecycle action {change.what}", None, detail)
+
+
 MESSAGE_UPSERT = (
     "INSERT INTO forewarn_sqs_messages (message_key, seq, queue, data) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (message_key) DO UPDATE SET data = excluded.data"
@@ -344,6 +393,8 @@ def _load(reader: Reader) -> dict[str, Any]:
                 decode_message(row[0]) for row in reader.rows("SELECT data FROM forewarn_sqs_messages ORDER BY seq")
             ],
             rules=[decode_rule(row[0]) for row in reader.rows("SELECT data FROM forewarn_eventbridge_rules")],
+            hooks=[decode_hook(row[0]) for row in reader.rows("SELECT data FROM forewarn_asg_hooks")],
+            actions=[decode_action(row[0]) for row in reader.rows("SELECT data FROM forewarn_asg_actions")],
         )
     }
 
@@ -390,6 +441,18 @@ def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
                 touched.get("forewarn_eventbridge_rules", ()),
                 lambda row: decode_rule(row[1]),
             ),
+            hooks=reader.current(
+                "SELECT hook_key, data FROM forewarn_asg_hooks",
+                "hook_key",
+                touched.get("forewarn_asg_hooks", ()),
+                lambda row: decode_hook(row[1]),
+            ),
+            actions=reader.current(
+                "SELECT token, data FROM forewarn_asg_actions",
+                "token",
+                touched.get("forewarn_asg_actions", ()),
+                lambda row: decode_action(row[1]),
+            ),
             notification_attributes=(
                 decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
                 if attributes
@@ -406,6 +469,8 @@ EC2_TABLES = (
     "forewarn_sqs_queues",
     "forewarn_sqs_messages",
     "forewarn_eventbridge_rules",
+    "forewarn_asg_hooks",
+    "forewarn_asg_actions",
 )
 EC2_RECORDS = Records(
     "aws",
@@ -417,6 +482,8 @@ EC2_RECORDS = Records(
         Writer(QueueChanged, _queue_changed),
         Writer(MessageChanged, _message_changed),
         Writer(RuleChanged, _rule_changed),
+        Writer(HookChanged, _hook_changed),
+        Writer(LifecycleActionChanged, _action_changed),
     ],
     _load,
     tables=EC2_TABLES,

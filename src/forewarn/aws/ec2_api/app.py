@@ -14,6 +14,7 @@ from starlette.routing import Route, request_response
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.aws.autoscaling import api as autoscaling_api
 from forewarn.aws.ec2_api import attributes, events, instances, windows
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.ec2_api.params import Params, read_params
@@ -46,6 +47,7 @@ class Ec2Api:
         self.backend = Ec2Backend(service)
         self.sqs = sqs_api.SqsApi(service)
         self.events = events_api.EventsApi(service)
+        self.autoscaling = autoscaling_api.AutoScalingApi(service)
         self.guard = guard
         # None: signatures are not verified (any credentials, or none, are accepted).
         self.verifier = None if credentials is None else SigV4Verifier(credentials, self.backend.wall)
@@ -71,6 +73,8 @@ class Ec2Api:
                 params = None  # refused below, after the signature (as before SQS shared the port)
             if params is not None and params.get("Version") == sqs_protocol.API_VERSION:
                 return await self.sqs_query(request, params, request_id)
+            if params is not None and params.get("Version") == autoscaling_api.API_VERSION:
+                return await self.autoscaling_query(request, params, request_id)
             if self.verifier is not None:
                 body = await request.body() if request.method == "POST" else b""
                 self.verifier.verify(received(request, body))
@@ -113,6 +117,17 @@ class Ec2Api:
             )
         region = signed_region(request.headers.get("authorization"), {})
         return await self.events.call(target, body, region, request_id)
+
+    async def autoscaling_query(self, request: Request, params: Params, request_id: str) -> Response:
+        try:
+            if self.verifier is not None:
+                body = await request.body() if request.method == "POST" else b""
+                self.verifier.verify(received(request, body), "autoscaling")
+        except Ec2Error as error:
+            return autoscaling_api.error_response(
+                autoscaling_api.AutoScalingError(error.code, error.message, error.status), request_id
+            )
+        return await self.autoscaling.call(params.values, request_id)
 
     async def sqs_query(self, request: Request, params: Params, request_id: str) -> Response:
         try:

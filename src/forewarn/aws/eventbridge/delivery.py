@@ -15,7 +15,8 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.outbox import retry_delay
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
-from forewarn.aws.eventbridge.events import bus_events
+from forewarn.aws.eventbridge.events import bus_events, hook_message
+from forewarn.aws.lifecycle import LifecycleActionChanged
 from forewarn.aws.queues import QueueMissing
 from forewarn.core.changes import Change
 from forewarn.core.errors import CoreError
@@ -32,16 +33,35 @@ _ATTACHED: weakref.WeakSet[Maintenance] = weakref.WeakSet()
 
 def bus_outbox(changes: list[Change], engine: Engine) -> list[Outgoing]:
     """One delivery per event and matching rule's target (``Maintenance.add_outbox``)."""
-    bus = engine.component(Ec2Component).bus
+    component = engine.component(Ec2Component)
+    bus = component.bus
+    items = [
+        Outgoing(target, json.dumps(message, separators=(",", ":")), engine.now + RETRY_FOR, kind=KIND)
+        for target, message in hook_notifications(changes, engine)
+    ]
     if not bus.rules:
-        return []
-    items: list[Outgoing] = []
+        return items
     for event in bus_events(changes, engine):
         payload = None
         for _rule, target in bus.targets_of(event):
             payload = payload or json.dumps(event, separators=(",", ":"))
             items.append(Outgoing(target.arn, payload, engine.now + RETRY_FOR, kind=KIND))
     return items
+
+
+def hook_notifications(changes: list[Change], engine: Engine) -> list[tuple[str, dict]]:
+    """The messages lifecycle hooks with an SQS notification target send when an instance starts to wait."""
+    component = engine.component(Ec2Component)
+    found = []
+    for change in changes:
+        if isinstance(change, LifecycleActionChanged) and change.what == "started":
+            hook = component.lifecycle.hooks.get(f"{change.action.group}/{change.action.hook}")
+            if hook is not None and hook.notification_target_arn:
+                message = hook_message(change.action, hook.notification_metadata)
+                instance = component.ec2_instances[change.action.instance_id]
+                message["AccountId"] = instance.account_id
+                found.append((hook.notification_target_arn, message))
+    return found
 
 
 def attach(service: Maintenance) -> None:

@@ -230,3 +230,30 @@ def test_messages_survive_kill_9(tmp_path):
         )
     finally:
         server.stop()
+
+
+def test_signatures_are_verified_for_each_services_signing_name(tmp_path):
+    server = Server(tmp_path, FLEET, extra=["--ec2-credential", "AKIAFOREWARNTEST0001:the-right-secret"]).start()
+    try:
+        settings = {"endpoint_url": server.ec2, "region_name": "eu-west-1"}
+        right = {"aws_access_key_id": "AKIAFOREWARNTEST0001", "aws_secret_access_key": "the-right-secret"}
+        wrong = {"aws_access_key_id": "AKIAFOREWARNTEST0001", "aws_secret_access_key": "a-wrong-secret"}
+        url = boto3.client("sqs", **settings, **right).create_queue(QueueName="signed")["QueueUrl"]
+        assert (
+            boto3.client("sqs", **settings, **right).get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])[
+                "Attributes"
+            ]["QueueArn"]
+            == "arn:aws:sqs:eu-west-1:123456789012:signed"
+        )
+        assert code(boto3.client("sqs", **settings, **wrong).get_queue_url, QueueName="signed") == (
+            "SignatureDoesNotMatch"
+        )
+        assert code(boto3.client("events", **settings, **wrong).list_rules) == "SignatureDoesNotMatch"
+        assert code(boto3.client("autoscaling", **settings, **wrong).describe_auto_scaling_instances) == (
+            "SignatureDoesNotMatch"
+        )
+        assert boto3.client("events", **settings, **right).list_rules()["Rules"] == []
+        unsigned = requests.post(server.ec2, data={"Action": "ListQueues", "Version": "2012-11-05"}, timeout=10)
+        assert unsigned.status_code == 400 and b"<Code>MissingParameter</Code>" in unsigned.content
+    finally:
+        server.stop()

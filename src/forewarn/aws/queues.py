@@ -302,7 +302,7 @@ class Queues:
         """Deleted by its latest receipt handle; an older one of a message received again is accepted and deletes
         nothing, and one of a message already deleted is accepted too (DeleteMessage)."""
         self.queue(name)
-        message = self.messages[name].get(_message_of(receipt))
+        message = self.messages[name].get(message_of(receipt))
         if message is None or message.receipt != receipt:
             return []
         return [self._drop(message, "deleted")]
@@ -313,7 +313,7 @@ class Queues:
         self.queue(name)
         seconds = _visibility(timeout)
         now = self._now()
-        message = self.messages[name].get(_message_of(receipt))
+        message = self.messages[name].get(message_of(receipt))
         if message is None or message.receipt != receipt or not message.in_flight(now):
             raise NotInFlight("Message does not exist or is not available for visibility timeout change.")
         message = replace(message, visible_at=now + timedelta(seconds=seconds))
@@ -393,7 +393,7 @@ def _visibility(seconds: int) -> int:
     return seconds
 
 
-def _message_of(receipt: str) -> str:
+def message_of(receipt: str) -> str:
     """The message a receipt handle names (handles are ``<message ID>.<receive count>.<token>``)."""
     parts = receipt.split(".")
     if len(parts) != 3 or not parts[1].isdigit() or len(parts[0]) != 36:

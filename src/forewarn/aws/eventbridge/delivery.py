@@ -6,6 +6,7 @@ using dead-letter queues")."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import weakref
@@ -80,10 +81,11 @@ class QueueDelivery:
         self.service = service
 
     async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
-        for delivery in deliveries:
-            await self.attempt(delivery)
+        """The lane's deliveries sent together (one group commit), their outcomes recorded together."""
+        outcomes = await asyncio.gather(*(self.attempt(delivery) for delivery in deliveries))
+        self.service.store.record_attempts(list(outcomes))
 
-    async def attempt(self, delivery: Delivery) -> None:
+    async def attempt(self, delivery: Delivery) -> Attempt:
         attempts = delivery.attempts + 1
         name = delivery.target.rpartition(":")[2]
         error = None
@@ -98,12 +100,11 @@ class QueueDelivery:
             error = f"the store failed: {failure}"
         now = self.service.now()
         if error is None:
-            self.service.store.record_attempts([Attempt(delivery.delivery_id, "delivered", attempts, now, None)])
-            return
+            return Attempt(delivery.delivery_id, "delivered", attempts, now, None)
         next_at = now + retry_delay(delivery.delivery_id, attempts)
-        status = "expired" if next_at > delivery.expires_at else "pending"
-        self.service.store.record_attempts([Attempt(delivery.delivery_id, status, attempts, next_at, error)])
         log.info("delivery %s to %s: %s (attempt %s)", delivery.delivery_id, delivery.target, error, attempts)
+        status = "expired" if next_at > delivery.expires_at else "pending"
+        return Attempt(delivery.delivery_id, status, attempts, next_at, error)
 
     @staticmethod
     def check(engine: Engine, arn: str, name: str) -> None:

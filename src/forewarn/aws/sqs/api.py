@@ -51,7 +51,7 @@ from forewarn.aws.sqs.protocol import (
     query_input,
     query_response,
 )
-from forewarn.core.changes import Change, Rebuilt, TimeMoved
+from forewarn.core.changes import REPLICATED, Change, Rebuilt, TimeMoved
 from forewarn.core.errors import CoreError, Invalid, NotFound
 from forewarn.engine.engine import Engine
 
@@ -59,6 +59,8 @@ DEFAULT_ACCOUNT = "123456789012"  # the fleet file's default aws_account_id
 DEFAULT_REGION = "us-east-1"
 MAX_WAIT = 20  # "WaitTimeSeconds ... Valid values: 0 to 20"
 MAX_BATCH = 10
+# The changes that may make a message receivable: sent, made visible again, a leader's rows on a replica.
+ARRIVALS = ("sent", "visibility", REPLICATED)
 
 # Settable attributes: (the QueueSettings field, the wire's name).
 SETTABLE = {
@@ -108,42 +110,58 @@ class Call:
 
 
 class Waiters:
-    """The long polls held now, by queue: woken when a message is sent to it or becomes visible, when time moves,
-    and when the engine is rebuilt."""
+    """The long polls held now, by queue, oldest first. A message sent to a queue (or made visible again) wakes one
+    of its polls, the oldest, not all of them: a thousand polls on one queue are not a thousand receives per send.
+    Time moving (messages delayed or in flight may be visible now) and a rebuilt engine wake them all."""
 
     def __init__(self, service: Maintenance):
         self.service = service
-        self.held: dict[str, set[asyncio.Event]] = {}
-        # Wakes so far: a poll that looked at its queue after wake N and finds the count past N when it is about to
-        # wait was woken meanwhile (while its receive was being committed), and looks again at once.
-        self.wakes = 0
+        self.held: dict[str, dict[asyncio.Event, None]] = {}
+        # Wakes of each queue so far: a poll that looked at its queue after wake N and finds the count past N when it
+        # is about to wait was woken meanwhile (while its receive was being committed), and looks again at once.
+        self.wakes: dict[str, int] = {}
         service.subscribe(self.on_change)
+
+    def seen(self, name: str) -> int:
+        return self.wakes.get(name, 0)
 
     def on_change(self, changes: list[Change]) -> None:
         if any(isinstance(change, TimeMoved | Rebuilt) for change in changes):
-            self.wake(list(self.held))
+            for name in set(self.wakes) | set(self.held):
+                self.wake(name, len(self.held.get(name, ())))
             return
-        self.wake({c.message.queue for c in changes if isinstance(c, MessageChanged) and c.what != "deleted"})
+        arrived: dict[str, int] = {}
+        for change in changes:
+            if isinstance(change, MessageChanged) and change.what in ARRIVALS:
+                arrived[change.message.queue] = arrived.get(change.message.queue, 0) + 1
+        for name, count in arrived.items():
+            self.wake(name, count)
 
-    def wake(self, queues: Any) -> None:
-        self.wakes += 1
-        for name in queues:
-            for event in self.held.get(name, ()):
+    def wake(self, name: str, count: int) -> None:
+        self.wakes[name] = self.wakes.get(name, 0) + 1
+        waiting = self.held.get(name)
+        if waiting:
+            for event in list(waiting)[:count]:
                 event.set()
+                del waiting[event]
 
     async def wait(self, name: str, seconds: float, seen: int) -> None:
-        if self.wakes != seen:
+        if self.wakes.get(name, 0) != seen:
             return
         event = asyncio.Event()
-        self.held.setdefault(name, set()).add(event)
+        self.held.setdefault(name, {})[event] = None
         try:
             await asyncio.wait_for(event.wait(), max(seconds, 0.0))
         except TimeoutError:
             pass
+        except asyncio.CancelledError:
+            if event.is_set():  # woken for a message, then its client went away: the next poll gets the wake
+                self.wake(name, 1)
+            raise
         finally:
             waiting = self.held.get(name)
             if waiting is not None:
-                waiting.discard(event)
+                waiting.pop(event, None)
                 if not waiting:
                     del self.held[name]
 
@@ -326,7 +344,7 @@ class SqsApi:
         loop = asyncio.get_running_loop()
         until = loop.time() + wait
         while True:
-            seen = self.waiters.wakes
+            seen = self.waiters.seen(queue.name)
             received = await self.take(queue.name, most, visibility)
             left = until - loop.time()
             if received or left <= 0:

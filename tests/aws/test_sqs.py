@@ -257,3 +257,22 @@ def test_signatures_are_verified_for_each_services_signing_name(tmp_path):
         assert unsigned.status_code == 400 and b"<Code>MissingParameter</Code>" in unsigned.content
     finally:
         server.stop()
+
+
+def test_delay_and_retention_on_forewarns_clock(server, sqs):
+    url = sqs.create_queue(QueueName="timed", Attributes={"DelaySeconds": "45", "MessageRetentionPeriod": "60"})[
+        "QueueUrl"
+    ]
+    sqs.send_message(QueueUrl=url, MessageBody="delayed by the queue")
+    sqs.send_message(QueueUrl=url, MessageBody="at once", DelaySeconds=0)
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesDelayed"]) == ("1", "1")
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]] == ["at once"]
+    server.advance("45s")
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]] == [
+        "delayed by the queue"
+    ]
+    server.advance("15s")  # 60 s after they were sent: past the retention period, neither is counted nor received
+    counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
+    assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)

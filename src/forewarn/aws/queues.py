@@ -186,10 +186,15 @@ class Queues:
         return found if found is not None and found.arn == arn else None
 
     def counts(self, name: str) -> tuple[int, int, int]:
-        """(visible, in flight, delayed) messages of the queue now."""
+        """(visible, in flight, delayed) messages of the queue now (a receive drops those past the retention period;
+        they are not counted: a queue whose only messages expired answers a receive at once, with nothing)."""
         now = self._now()
+        queue = self.queue(name)
+        kept_from = now - timedelta(seconds=queue.settings.message_retention_period)
         visible = in_flight = delayed = 0
-        for message in self.messages[self.queue(name).name].values():
+        for message in self.messages[name].values():
+            if message.sent_at <= kept_from:
+                continue  # past the retention period: dropped at the next receive, and not counted
             if message.visible_at <= now:
                 visible += 1
             elif message.receipt is not None:

@@ -91,9 +91,12 @@ def test_spot_warning_then_state_change_reach_the_handlers_queue(server, aws):
         "detail",
     }
     server.advance("2m")
-    [terminated] = drain(sqs, url)
-    assert terminated["detail-type"] == "EC2 Instance State-change Notification"
-    assert terminated["detail"] == {"instance-id": SPOT, "state": "terminated"}
+    changes = drain(sqs, url)
+    assert [event["detail-type"] for event in changes] == ["EC2 Instance State-change Notification"] * 2
+    assert [event["detail"] for event in changes] == [
+        {"instance-id": SPOT, "state": "shutting-down"},
+        {"instance-id": SPOT, "state": "terminated"},
+    ]
     assert drain(sqs, url, wait=0) == []
 
 
@@ -169,7 +172,7 @@ def test_rules_and_undelivered_events_survive_kill_9(tmp_path):
         sqs, events = clients(server)
         assert [rule["Name"] for rule in events.list_rules()["Rules"]] == ["durable"]
         server.advance("2m")
-        bodies = [event["detail-type"] for event in drain(sqs, url)]
-        assert bodies == ["EC2 Spot Instance Interruption Warning", "EC2 Instance State-change Notification"]
+        bodies = [event["detail"].get("state", event["detail-type"]) for event in drain(sqs, url)]
+        assert bodies == ["EC2 Spot Instance Interruption Warning", "shutting-down", "terminated"]
     finally:
         server.stop()

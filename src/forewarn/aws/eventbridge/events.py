@@ -20,8 +20,14 @@ from forewarn.core.changes import Change
 from forewarn.core.ids import derived_guid
 from forewarn.engine.engine import Engine
 
-# An instance state change's ``what`` (aws/changes.py) and the state EC2 reports for it.
-STATES = {"started": "running", "launched": "running", "stopped": "stopped", "terminated": "terminated"}
+# An instance state change's ``what`` (aws/changes.py) and the states EC2 reports on the way, in order: forewarn
+# moves an instance in one step, EC2 through a transitional state first ("Amazon EC2 instance state changes").
+STATES = {
+    "started": ("pending", "running"),
+    "launched": ("pending", "running"),
+    "stopped": ("stopping", "stopped"),
+    "terminated": ("shutting-down", "terminated"),
+}
 
 
 def envelope(
@@ -116,11 +122,15 @@ def _instance_events(change: Ec2StateChanged, instance: Ec2Instance, now: dateti
     if change.what == "rebalance":
         detail = {"instance-id": instance.instance_id}
         return [envelope("EC2 Instance Rebalance Recommendation", "aws.ec2", instance, now, seed, detail)]
-    if change.what in STATES:
-        detail = {"instance-id": instance.instance_id, "state": STATES[change.what]}
-        return [
-            envelope(
-                "EC2 Instance State-change Notification", "aws.ec2", instance, now, seed, detail, STATES[change.what]
-            )
-        ]
-    return []
+    return [
+        envelope(
+            "EC2 Instance State-change Notification",
+            "aws.ec2",
+            instance,
+            now,
+            seed,
+            {"instance-id": instance.instance_id, "state": reported},
+            reported,
+        )
+        for reported in STATES.get(change.what, ())
+    ]

@@ -276,3 +276,38 @@ def test_delay_and_retention_on_forewarns_clock(server, sqs):
     counts = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert (counts["ApproximateNumberOfMessages"], counts["ApproximateNumberOfMessagesNotVisible"]) == ("0", "0")
     assert "Messages" not in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+
+
+def test_send_and_change_visibility_in_batches(server, sqs):
+    url = sqs.create_queue(QueueName="batches")["QueueUrl"]
+    sent = sqs.send_message_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "a", "MessageBody": "first"},
+            {
+                "Id": "b",
+                "MessageBody": "second",
+                "MessageAttributes": {"k": {"DataType": "String", "StringValue": "v"}},
+            },
+            {"Id": "c", "MessageBody": "late", "DelaySeconds": 901},
+        ],
+    )
+    assert [entry["Id"] for entry in sent["Successful"]] == ["a", "b"]
+    assert sent["Successful"][0]["MD5OfMessageBody"] == "8b04d5e3775d298e78455efc5ca404d5"
+    assert "MD5OfMessageAttributes" in sent["Successful"][1]
+    assert [(entry["Id"], entry["Code"]) for entry in sent["Failed"]] == [("c", "InvalidParameterValue")]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    changed = sqs.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "x", "ReceiptHandle": got[0]["ReceiptHandle"], "VisibilityTimeout": 0},
+            {"Id": "y", "ReceiptHandle": "garbage", "VisibilityTimeout": 0},
+        ],
+    )
+    assert [entry["Id"] for entry in changed["Successful"]] == ["x"]
+    assert [(entry["Id"], entry["Code"]) for entry in changed["Failed"]] == [("y", "ReceiptHandleIsInvalid")]
+    assert [m["Body"] for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]] == ["first"]
+    assert (
+        code(sqs.send_message_batch, QueueUrl=url, Entries=[{"Id": "same", "MessageBody": "1"}] * 2)
+        == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
+    )

@@ -1,6 +1,6 @@
 """The Amazon SQS actions a queue-mode handler uses, over either wire (protocol.py), served on the EC2 API's port:
-CreateQueue, GetQueueUrl, ListQueues, GetQueueAttributes, SetQueueAttributes, DeleteQueue, SendMessage,
-ReceiveMessage (long polling), DeleteMessage, DeleteMessageBatch, ChangeMessageVisibility, PurgeQueue.
+CreateQueue, GetQueueUrl, ListQueues, GetQueueAttributes, SetQueueAttributes, DeleteQueue, SendMessage(Batch),
+ReceiveMessage (long polling), DeleteMessage(Batch), ChangeMessageVisibility(Batch), PurgeQueue.
 
 Every write goes through :meth:`Maintenance.perform_soon` (committed before answered). A ReceiveMessage that finds
 nothing and asks to wait (``WaitTimeSeconds``, or the queue's ``ReceiveMessageWaitTimeSeconds``) is held without
@@ -181,6 +181,8 @@ class SqsApi:
             "ReceiveMessage": self.receive_message,
             "DeleteMessage": self.delete_message,
             "DeleteMessageBatch": self.delete_message_batch,
+            "SendMessageBatch": self.send_message_batch,
+            "ChangeMessageVisibilityBatch": self.change_message_visibility_batch,
             "ChangeMessageVisibility": self.change_message_visibility,
             "PurgeQueue": self.purge_queue,
         }
@@ -401,6 +403,31 @@ class SqsApi:
             await self.perform(delete_all)
         return {"Successful": [{"Id": entry_id} for entry_id in receipts], "Failed": failed}
 
+    async def send_message_batch(self, call: Call) -> dict[str, Any]:
+        """Each entry sent on its own (one group commit together) and answered on its own."""
+        queue = self.queue_of(call)
+        entries = _entries(call.input.get("Entries"))
+        answers = await asyncio.gather(
+            *(
+                self.send_message(Call({**entry, "QueueUrl": queue.name}, call.base_url, call.region))
+                for entry in entries
+            ),
+            return_exceptions=True,
+        )
+        return _batch_answer(entries, answers)
+
+    async def change_message_visibility_batch(self, call: Call) -> dict[str, Any]:
+        queue = self.queue_of(call)
+        entries = _entries(call.input.get("Entries"))
+        answers = await asyncio.gather(
+            *(
+                self.change_message_visibility(Call({**entry, "QueueUrl": queue.name}, call.base_url, call.region))
+                for entry in entries
+            ),
+            return_exceptions=True,
+        )
+        return _batch_answer(entries, answers)
+
     async def change_message_visibility(self, call: Call) -> dict[str, Any]:
         name = self.queue_of(call).name
         receipt = _receipt(call.input)
@@ -471,6 +498,20 @@ def _entries(value: Any) -> list[dict[str, Any]]:
             "AWS.SimpleQueueService.BatchEntryIdsNotDistinct",
         )
     return entries
+
+
+def _batch_answer(entries: list[dict[str, Any]], answers: list[Any]) -> dict[str, Any]:
+    successful: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for entry, answer in zip(entries, answers, strict=True):
+        if isinstance(answer, CoreError | SqsError):
+            refusal = sqs_error(answer) if isinstance(answer, CoreError) else answer
+            failed.append({"Id": entry["Id"], "SenderFault": True, "Code": refusal.code, "Message": refusal.message})
+        elif isinstance(answer, BaseException):
+            raise answer
+        else:
+            successful.append({"Id": entry["Id"], **answer})
+    return {"Successful": successful, "Failed": failed}
 
 
 def _message_attributes(given: dict[str, Any]) -> tuple[MessageAttribute, ...]:

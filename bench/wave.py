@@ -51,12 +51,12 @@ def one(size: int) -> dict:
     from forewarn.fleet.file import parse_fleet
     from forewarn.fleet.generate import FleetShape, fleet_yaml
     from forewarn.net.callers import CallerResolver
-    from forewarn.server.bootstrap import settle_heap
     from forewarn.server.stores import open_fleet_store as open_store
+    from forewarn.server.tuning import settle_heap
     from forewarn.waves.component import WaveChanged, WaveOrder, WaveSpec, WaveStatus
 
     result: dict = {"vms": size}
-    gc.disable()  # as forewarn serve loads its fleet (server/bootstrap.py), then settles the heap once it is built
+    gc.disable()  # as forewarn serve loads its fleet (server/composition.py), then settles the heap once it is built
     started = time.perf_counter()
     text = fleet_yaml(FleetShape(vms=size, seed="bench"))
     fleet = parse_fleet(text)

@@ -52,7 +52,7 @@ def test_event_shape_and_defaults():
         schedule(e, "instance-stop", STORE)
     with pytest.raises(NotFound, match="The instance ID 'i-0eeeeeeeeeeeeeee5' does not exist"):
         schedule(e, "system-reboot", "i-0eeeeeeeeeeeeeee5")
-    with pytest.raises(Invalid):
+    with pytest.raises(NotFound, match="no EC2 instance 'i-bad' \\(an instance id or Name tag\\)"):
         schedule(e, "system-reboot", "i-bad")
 
 

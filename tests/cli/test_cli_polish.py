@@ -227,3 +227,26 @@ def test_no_note_for_an_instance_that_read_the_key_or_for_announced_maintenance(
     assert notice_notes([event], [instance]) == []
     assert notice_notes([{**event, "announced": True}], [{**instance, "watched": False}]) == []
     assert len(notice_notes([event], [{**instance, "watched": False}])) == 1
+
+
+def test_ec2_instances_are_named_by_id_or_name_tag_with_suggestions(tmp_path):
+    """The sandbox and the banner name EC2 instances by their Name tag; `schedule --instance orders-db` said
+    `Invalid id`, and a misspelt id got no suggestion."""
+    with Server(tmp_path, fleet_text=MIXED_FLEET) as server:
+        by_name = forewarn(server, "schedule", "--code", "system-reboot", "--instance", "orders-db", "--json")
+        typo = forewarn(server, "schedule", "--code", "system-reboot", "--instance", "orders-dbb", check=False)
+        id_typo = forewarn(
+            server, "schedule", "--code", "system-reboot", "--instance", "i-0a1b2c3d4e5f60719", check=False
+        )
+    assert json.loads(by_name.stdout)[0]["instance_id"] == "i-0a1b2c3d4e5f60718"
+    assert typo.returncode != 0 and "did you mean 'orders-db'?" in typo.stderr, typo.stderr
+    assert "did you mean 'i-0a1b2c3d4e5f60718'?" in id_typo.stderr, id_typo.stderr
+
+
+def test_hardware_failure_says_which_host_failed_and_where_its_vms_went(small_server):
+    """The VMs' table shows each VM on the host it moved to: without a line above it, the failed host's VMs read as
+    another host's."""
+    run = forewarn(small_server, "platform", "hardware-failure", "host-01")
+    first = run.stdout.splitlines()[0]
+    assert first.startswith("host-01 failed: 2 VMs impacted (WestNO_0, WestNO_1), now on host-"), run.stdout
+    assert "host-01" not in first.split("now on", 1)[1]

@@ -106,6 +106,20 @@ def test_a_port_out_of_range_is_a_usage_error():
     assert run.returncode == 2 and "Traceback" not in run.stderr and "70000" in run.stderr
 
 
+@pytest.mark.parametrize(
+    "option, value, said",
+    [
+        ("--notice", "Frieze=5m", "unknown event type 'Frieze'; expected one of Freeze, Reboot"),
+        ("--notice", "Freeze", "expected TYPE=DURATION, e.g. Freeze=5m; got 'Freeze'"),
+        ("--impact-window", "Reboot=soon", "invalid duration 'soon'"),
+    ],
+)
+def test_an_event_type_setting_it_cannot_use_is_a_usage_error_naming_the_option(option, value, said):
+    run = _serve("--port", "0", "--imds-port", "0", option, value)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert f"Error: Invalid value for {option}: {said}" in run.stderr
+
+
 def test_approve_on_shared_hardware_says_the_other_tenants_must_approve_too(small_server):
     with fresh(small_server) as server:
         events = server.schedule(type="Reboot", hosts=["host-02"])  # WestNO_2, solo and other-tenant: three scopes

@@ -15,6 +15,7 @@ import requests
 import yaml
 
 from forewarn.app.runtime import ClockView
+from forewarn.cloud import MachineState
 from forewarn.control import dashboard
 from forewarn.control.dashboard import MAX_STREAMS, MAX_STREAMS_PER_SOURCE, QUEUE_LIMIT, LiveFeed
 from forewarn.scenarios.testnet import loopback_address
@@ -99,7 +100,7 @@ def test_stream_carries_each_committed_change(server):
         started = next(received)
         assert started["events"][0]["status"] == "Started"
         assert started["clock"]["now"] == event["not_before"]
-        assert set(started["states"].values()) == {dashboard.IMPACTED}  # rebooting
+        assert set(started["states"].values()) == {MachineState.IMPACTED}  # rebooting
         server.post("/v1/reset", expect=200)
         assert next(received)["resync"] is True
 
@@ -392,7 +393,7 @@ def test_gce_instances_in_the_fleet_read_the_stream_and_their_metadata_view(tmp_
             scheduled = next(received)
             [event] = scheduled["gce_events"]
             assert (event["instance"], event["state"]) == ("web-1", "pending")
-            assert scheduled["states"] == {"web-1": dashboard.SCHEDULED}
+            assert scheduled["states"] == {"web-1": MachineState.SCHEDULED}
             server.post("/v1/clock/next", expect=200)  # the 60-second notice
             notified = next(received)
             assert notified["gce_events"][0]["state"] == "notified"
@@ -403,7 +404,7 @@ def test_gce_instances_in_the_fleet_read_the_stream_and_their_metadata_view(tmp_
             assert view.content == seen.content and view.headers["etag"] == seen.headers["etag"]
             server.post("/v1/clock/next", expect=200)  # the live migration starts
             started = next(received)
-            assert started["states"] == {"web-1": dashboard.STARTED}
+            assert started["states"] == {"web-1": MachineState.STARTED}
             assert gce_states()["web-1"][0] == "started"
         # Announced maintenance: upcoming-maintenance as trainer-1's metadata server serves it, and its 404 after.
         server.post("/v1/gce/maintenance", {"instances": ["trainer-1"], "notice": "7d"}, expect=201)

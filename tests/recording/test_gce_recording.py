@@ -15,10 +15,10 @@ import time
 import pytest
 import requests
 
+from forewarn.gcp.metadata.replay import GceReplayHandler
 from forewarn.recording import Entry, Recording, Replay, load_recording, record, save_recording, serve_replay
 from forewarn.recording.model import GCE, RecordingError
 from forewarn.recording.recorder import gce_fetch, maintenance_event_url
-from forewarn.recording.replay import GceReplayHandler
 from helpers import ROOT, Server, free_port
 
 FLAVOR = {"Metadata-Flavor": "Google"}

@@ -19,23 +19,25 @@ from forewarn.azure.imds.errors import (
     NOT_FOUND,
     bad_api_version,
 )
+from forewarn.azure.imds.replay import ReplayHandler
 from forewarn.azure.imds.scheduled_events import (
     BAD_START_REQUESTS,
     NEWEST_SCHEDULED_EVENTS_VERSIONS,
 )
+from forewarn.gcp.metadata.replay import GceReplayHandler
 from forewarn.recording import (
     Entry,
     Recording,
     Replay,
-    ReplayHandler,
     http_fetch,
     load_recording,
     record,
     save_recording,
     serve_replay,
 )
-from forewarn.recording.model import RecordingError
+from forewarn.recording.model import AZURE, GCE, RecordingError
 from forewarn.recording.recorder import scheduled_events_url
+from forewarn.recording.replay import replay_handler
 from helpers import ROOT, Server
 
 VERSION = "2020-07-01"
@@ -368,3 +370,14 @@ def test_cli_record_then_replay(server, tmp_path):
     finally:
         replaying.terminate()
         replaying.wait(10)
+
+
+def test_a_recording_is_served_by_the_cloud_whose_surface_it_is_of():
+    def recording(source: str) -> Recording:
+        entry = Entry(0.0, "2026-04-20T22:00:00Z", 200, "NONE", etag="a1")
+        return Recording("http://169.254.169.254/x", "", "2026-04-20T22:00:00Z", 1.0, [entry], source=source)
+
+    assert isinstance(replay_handler(Replay(recording(AZURE))), ReplayHandler)
+    assert isinstance(replay_handler(Replay(recording(GCE))), GceReplayHandler)
+    with pytest.raises(ValueError, match="no registered cloud serves a recording of 'ec2-metadata'"):
+        replay_handler(Replay(recording("ec2-metadata")))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from forewarn.fleet.file import FleetFile, parse_fleet
-from forewarn.server.bootstrap import ServeError, open_service
+from forewarn.server.composition import ServeError, open_service
 from forewarn.server.config import ServeConfig
 
 FLEET = """\
@@ -54,9 +54,9 @@ def start(db: Path, fleet: str | Path | None):
     """Open the service as ``forewarn serve --db DB --fleet FLEET --clock manual`` does; the fleet it serves, the
     Event Grid settings, and what the store keeps of the fleet file."""
     config = ServeConfig(db=str(db), fleet_source=None if fleet is None else str(fleet), clock_mode="manual")
-    service, azure, _ = open_service(config)
+    service, servings, _ = open_service(config)
     try:
-        return service.engine.fleet, azure.event_grid.settings, service.store.fleet_file()
+        return service.engine.fleet, servings["azure"].event_grid.settings, service.store.fleet_file()
     finally:
         service.store.close()
 

@@ -26,6 +26,13 @@ scale_sets:
   - {name: web, instances: 2, hosts: [host-01], imds: {port: 9020}}
 ec2_instances:
   - {id: i-0aaaaaaaaaaaaaaa1, name: db, availability_zone: eu-west-1b, imds: {address: 127.0.0.81}}
+gce_instances:
+  - {name: api-1, host: host-02, imds: {address: 127.0.0.82}}
+  - name: trainer-1
+    host: host-02
+    gpus: {count: 1, type: nvidia-l4}
+    scheduling: {on_host_maintenance: TERMINATE}
+    imds: {address: 127.0.0.83}
 """
 START = "2026-04-20T22:00:00Z"
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -109,11 +116,38 @@ def test_ec2_events_by_code_at_the_instances_own_endpoint_and_on_the_ec2_api(fw)
     assert fw.ec2_events() == []
 
 
+def test_compute_engine_maintenance_its_notice_at_the_instances_own_endpoint_and_a_simulated_event(fw):
+    assert fw.gce_maintenance_event("api-1") == "NONE"  # read once: from now on, api-1 gets its 60-second notice
+    [event] = fw.maintain_gce("api-1", kind="migrate", notice="5m")
+    assert [e["event_id"] for e in fw.gce_maintenance()] == [event["event_id"]]
+    fw.advance("3m")  # two minutes before the start
+    assert fw.gce_maintenance_event("api-1") == "NONE"
+    fw.advance("90s")  # 30 seconds before it: within its 60-second notice
+    assert fw.gce_maintenance_event("api-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert fw.gce_instance("api-1")["maintenance_event"] == "MIGRATE_ON_HOST_MAINTENANCE"
+    fw.advance("1h")
+    assert fw.gce_maintenance_event("api-1") == "NONE" and fw.gce_maintenance() == []
+    assert [e["state"] for e in fw.gce_maintenance(all=True)] == ["completed"]
+
+    fw.gce_maintenance_event("trainer-1")  # watched: its simulated maintenance comes with its notice
+    [simulated] = fw.simulate_gce_maintenance("trainer-1")["events"]
+    assert (simulated["instance"], simulated["kind"]) == ("trainer-1", "TERMINATE_ON_HOST_MAINTENANCE")
+    assert fw.gce_maintenance_event("trainer-1") == "TERMINATE_ON_HOST_MAINTENANCE"  # an hour ahead, with GPUs
+    assert fw.gce_instance("trainer-1")["status"] == "RUNNING"
+    [ahead] = fw.maintain_gce(["api-1"], notice="1d")  # announced a day ahead: upcoming maintenance, cancelable
+    assert fw.gce_instance("api-1")["upcoming"]["window_start"] == ahead["window_start"]
+    assert fw.cancel_gce(ahead["event_id"])["state"] == "canceled"
+    assert fw.gce_instance("api-1")["upcoming"] is None
+    with pytest.raises(ForewarnError) as refused:
+        fw.simulate_gce_maintenance("nope")
+    assert refused.value.code == "NotFound"
+
+
 def test_a_reset_leaves_no_trace_of_the_test_before(fw):
     fw.schedule("Freeze", ["ha-0"], notice="5m")
     fw.advance("2h")
     fw.reset()
-    assert fw.events(all=True) == [] and fw.ec2_events(all=True) == []
+    assert fw.events(all=True) == [] and fw.ec2_events(all=True) == [] and fw.gce_maintenance(all=True) == []
     assert fw.now == START
     assert scheduled_events(fw.metadata_url("ha-0")) == {"DocumentIncarnation": 1, "Events": []}
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
     from forewarn.net.callers import CallerResolver
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -72,10 +73,35 @@ class AwsCloud:
 
         return CHANGE_REPORTS
 
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        from forewarn.aws.model import Ec2Instance
+
+        return (machine.instance_id, "ec2_instance") if isinstance(machine, Ec2Instance) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.aws.control.dashboard import PANEL
+
+        return PANEL
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        return None  # forewarn records no EC2 metadata
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.aws.serving.wiring import AwsServing
+
+        return AwsServing(options)
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2
 
         return (ec2.ec2,)
+
+    def scenario_steps(self) -> ScenarioSteps:
+        from forewarn.aws.scenario.steps import STEPS
+
+        return STEPS
 
 
 AWS: Cloud = AwsCloud()

@@ -58,7 +58,7 @@ from forewarn.core.bounds import (
     whole_second_ceiling,
 )
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
-from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Scheduler, Sequence
 
@@ -192,6 +192,27 @@ class Ec2Component:
             )
         return found
 
+    def ec2_named(self, reference: str) -> Ec2Instance:
+        """The instance an operator names (forewarn's own commands, not the EC2 API): by its id or by its Name tag,
+        as the sandbox and the banner show instances. An unknown one is NotFound with the ids and Name tags to
+        suggest; a Name tag that several instances carry is Ambiguous."""
+        found = self.ec2_instances.get(reference)
+        if found is not None:
+            return found
+        tagged = [instance for instance in self.ec2_instances.values() if instance.tags.get("Name") == reference]
+        if len(tagged) == 1:
+            return tagged[0]
+        if tagged:
+            ids = ", ".join(instance.instance_id for instance in tagged)
+            raise Ambiguous(f"the Name tag {reference!r} names several EC2 instances ({ids}); give an instance id")
+        names = [instance.tags["Name"] for instance in self.ec2_instances.values() if "Name" in instance.tags]
+        message = (
+            f"The instance ID '{reference}' does not exist"
+            if INSTANCE_ID.match(reference)
+            else f"no EC2 instance {reference!r} (an instance id or Name tag)"
+        )
+        raise NotFound(message, name=reference, known=[*self.ec2_instances, *names])
+
     def ec2_events_of(self, instance_id: str) -> list[Ec2Event]:
         return [self.ec2_events[event_id] for event_id in self._ec2_by_instance.get(instance_id, ())]
 
@@ -207,7 +228,7 @@ class Ec2Component:
         rules = self.rules
         if not request.instances:
             raise Invalid("name at least one instance")
-        instances = [self.ec2_instance(iid) for iid in dict.fromkeys(request.instances)]
+        instances = list({i.instance_id: i for i in map(self.ec2_named, request.instances)}.values())
         for instance in instances:
             check_code_applies(request.code, instance)
             if self.ec2_states[instance.instance_id].gone:
@@ -312,7 +333,7 @@ class Ec2Component:
         """A Spot interruption: spot/instance-action shows the action two minutes ahead, then it happens."""
         if action not in ("terminate", "stop", "hibernate"):
             raise Invalid(f"a Spot interruption is terminate, stop or hibernate, not {action!r}")
-        instances = [self.ec2_instance(iid) for iid in instance_ids]
+        instances = [self.ec2_named(reference) for reference in instance_ids]
         for instance in instances:
             if not instance.spot:
                 raise Invalid(f"{instance.instance_id} is not a Spot instance")
@@ -328,7 +349,7 @@ class Ec2Component:
         return changes
 
     def recommend_rebalance(self, instance_ids: Iterable[str]) -> list[Change]:
-        instances = [self.ec2_instance(iid) for iid in instance_ids]
+        instances = [self.ec2_named(reference) for reference in instance_ids]
         for instance in instances:
             if not instance.spot:
                 raise Invalid(f"{instance.instance_id} is not a Spot instance")

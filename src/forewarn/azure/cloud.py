@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
     from forewarn.net.callers import CallerResolver
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -58,11 +59,14 @@ class AzureCloud:
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         from fastapi import APIRouter
 
-        from forewarn.azure.control import events, platform
+        from forewarn.azure.control import events, imds, platform
 
+        surface = metadata.get(self.name)
         router = APIRouter()
-        router.include_router(events.router(service, metadata.get(self.name)))  # type: ignore[arg-type]
+        router.include_router(events.router(service, surface))  # type: ignore[arg-type]
         router.include_router(platform.router(service))
+        if surface is not None:
+            router.include_router(imds.router(surface))  # type: ignore[arg-type]
         return router
 
     def metadata_surface(
@@ -77,6 +81,31 @@ class AzureCloud:
         from forewarn.azure.control.events import CHANGE_REPORTS
 
         return CHANGE_REPORTS
+
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        from forewarn.fleet.model import VM
+
+        return (machine.name, "vm") if isinstance(machine, VM) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.azure.control.dashboard import PANEL
+
+        return PANEL
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        from forewarn.azure.imds.replay import ReplayHandler
+        from forewarn.recording.model import AZURE
+
+        if replay.recording.source != AZURE:
+            return None
+        return ReplayHandler(replay, speed=speed, on_approval=on_approval)
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.azure.serving.wiring import AzureServing
+
+        return AzureServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm
@@ -95,6 +124,11 @@ class AzureCloud:
             central.graph,
             central.acknowledge,
         )
+
+    def scenario_steps(self) -> ScenarioSteps:
+        from forewarn.azure.scenario.steps import STEPS
+
+        return STEPS
 
 
 AZURE: Cloud = AzureCloud()

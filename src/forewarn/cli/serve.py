@@ -1,4 +1,4 @@
-"""``forewarn serve``: the server's options, parsed into a :class:`ServeConfig`; ``server.bootstrap`` runs it.
+"""``forewarn serve``: the server's options, parsed into a :class:`ServeConfig`; ``server.composition`` runs it.
 
 The server's modules (FastAPI, uvicorn, the engine, the stores) are imported only when ``serve`` runs, so that every
 other command starts fast.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import errno
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import click
 
@@ -16,9 +15,6 @@ from forewarn.cli.common import CONTEXT, fail
 from forewarn.core.clock import MODES
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
-
-if TYPE_CHECKING:
-    from forewarn.azure.model import EventType
 
 
 def key_pairs(values: tuple[str, ...]) -> dict[str, str] | None:
@@ -64,22 +60,6 @@ def memory_size(value: str, option: str) -> int:
     if size < _LEAST_MEMORY:
         raise click.BadParameter("must be at least 64MiB", param_hint=option)
     return size
-
-
-def per_type(values: tuple[str, ...], option: str) -> dict[EventType, timedelta]:
-    from forewarn.azure.model import EventType
-    from forewarn.core.enums import parse_enum
-
-    result = {}
-    for value in values:
-        name, sep, duration = value.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected TYPE=DURATION, e.g. Freeze=5m; got {value!r}", param_hint=option)
-        try:
-            result[parse_enum(EventType, name, "event type")] = parse_duration(duration)
-        except CoreError as error:
-            raise click.BadParameter(str(error), param_hint=option) from None
-    return result
 
 
 #: ``--gce-timing`` keys: the Compute Engine rules (gcp/model.py ``GceRules``) a user may set, by their option name.
@@ -497,8 +477,8 @@ def serve(
         speed=speed,
         start=start,
         seed=seed,
-        notice=per_type(notice, "--notice"),
-        impact_window=per_type(impact_window, "--impact-window"),
+        notice=tuple(notice),
+        impact_window=tuple(impact_window),
         gce_timings=gce_timings(gce_timing),
         hardware_failure_type=hardware_failure_type,
         imds_profile=imds_profile,
@@ -534,7 +514,7 @@ def serve(
         exit_with_parent=exit_with_parent,
         log_level=log_level,
     )
-    from forewarn.server.bootstrap import ListenError, run_server
+    from forewarn.server.composition import ListenError, run_server
 
     try:
         run_server(config)

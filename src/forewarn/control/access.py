@@ -68,13 +68,10 @@ class ControlGate:
         return error_response(401, "Unauthorized", message, {"www-authenticate": 'Bearer realm="forewarn control API"'})
 
 
-def exposure(
-    host: str, token: str | None, insecure: bool, open_arm: bool = False, open_ec2: bool = False
-) -> tuple[str | None, list[str]]:
+def exposure(host: str, token: str | None, insecure: bool) -> tuple[str | None, list[str]]:
     """Whether ``forewarn serve --host HOST`` may start, and what it must warn about: (a refusal or None, warnings).
-    The control API beyond loopback needs a token, or ``--insecure``. The ARM and EC2 ports bound there without their
-    own credentials (``open_arm``: no ``--access``; ``open_ec2``: no ``--ec2-credential``) are warned about only:
-    their clients send those credentials, not the control token."""
+    The control API beyond loopback needs a token, or ``--insecure``. Each cloud warns of its own APIs bound there
+    without their own credentials (``cloud.Serving.exposure``): their clients send those, not the control token."""
     if not listens_beyond_loopback(host):
         return None, []
     warnings = []
@@ -93,14 +90,4 @@ def exposure(
             f"{TOKEN_ENV}) instead.",
             "!" * 100,
         ]
-    if open_arm:
-        warnings.append(
-            f"the ARM port listens on {host} without --access: anyone who can reach it can restart VMs "
-            "and change policies and Event Grid subscriptions"
-        )
-    if open_ec2:
-        warnings.append(
-            f"the EC2 API listens on {host} without --ec2-credential: anyone who can reach it can "
-            "reschedule events and change event windows"
-        )
     return None, warnings

@@ -7,9 +7,10 @@ Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 40
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal
 
-from fastapi import FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,11 +66,13 @@ class ClockMoveOut(ClockOut):
 
 def create_control_app(
     service: Maintenance,
-    imds=None,
+    metadata: Mapping[str, object] | None = None,
     imds_listener: tuple[str, int] | None = None,
     views: SurfaceViews | None = None,
     scenario_runs: ScenarioRuns | None = None,
 ) -> FastAPI:
+    """The control API over ``service``. ``metadata``: each cloud's metadata surface, by cloud name, where the server
+    runs them (``imds_listener``: where they listen); ``views``: what the dashboard shows of other surfaces."""
     app = FastAPI(
         title="forewarn control API",
         version=__version__,
@@ -78,14 +81,37 @@ def create_control_app(
         redoc_url=None,
     )
     app.add_middleware(JsonBodyGuard)  # bounded, depth-checked JSON bodies (control_json.py)
-
     install_error_handlers(app)
+    install_domain_errors(app)
     feed = LiveFeed(service)
     app.state.live_feed = feed
 
     @app.get("/docs", include_in_schema=False)
     async def docs():
         return docs_page(app.openapi_url or "/openapi.json")
+
+    surfaces = dict(metadata or {})
+    app.include_router(service_router(service))
+    app.include_router(clock_router(service, feed))
+    app.include_router(dashboard_router(service, feed, views))
+    if scenario_runs is not None:
+        app.include_router(scenarios_router(scenario_runs))
+    for cloud in registered():
+        app.include_router(cloud.control_router(service, surfaces))
+    app.include_router(waves_router(service))
+    imds = surfaces.get(IMDS_CLOUD)
+    if imds is not None:
+        app.include_router(imds_router(imds, imds_listener))  # type: ignore[arg-type]
+    return app
+
+
+#: The cloud whose metadata surface the control API's /v1/imds routes (control/imds.py) configure.
+IMDS_CLOUD = "azure"
+
+
+def install_domain_errors(app: FastAPI) -> None:
+    """The engine's errors (400, 404 with "did you mean", 409), an unreachable store (503) and a body that does not
+    match its model (400), in the control API's error shape."""
 
     @app.exception_handler(CoreError)
     async def core_error(request: Request, error: CoreError):
@@ -109,18 +135,30 @@ def create_control_app(
         )
         return error_response(400, "Invalid", problems)
 
-    @app.get("/healthz", tags=["service"])
+
+def service_router(service: Maintenance) -> APIRouter:
+    """The server itself: its health, its journal, and a reset."""
+    router = APIRouter()
+
+    @router.get("/healthz", tags=["service"])
     async def health() -> dict:
         # The database as the latest real operation on it found it (a commit, a read or the periodic probe).
         return {"status": "ok", "version": __version__, "database": service.store.reachability.report()}
 
-    @app.get("/v1/journal", tags=["events"])
+    @router.get("/v1/journal", tags=["events"])
     async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
         """Every change the server committed (events, VMs, policies, waves, ...), latest ``limit``."""
         return [
             {"seq": entry.seq, "at": entry.at, "what": entry.kind, "event_id": entry.event_id, **entry.detail}
             for entry in service.journal(limit=limit)
         ]
+
+    return router
+
+
+def clock_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
+    """The simulated clock: read it, move it, pause or run it; and the reset, which puts it back at its start."""
+    router = APIRouter()
 
     def clock_out() -> ClockOut:
         view = service.clock_view()
@@ -133,7 +171,7 @@ def create_control_app(
             next_deadline=format_optional_time(view.next_deadline),
         )
 
-    @app.get("/v1/clock", tags=["clock"], response_model=ClockOut)
+    @router.get("/v1/clock", tags=["clock"], response_model=ClockOut)
     async def get_clock():
         service.catch_up()
         return clock_out()
@@ -142,19 +180,19 @@ def create_control_app(
         listed, total = changes_out(changes)
         return ClockMoveOut(**clock_out().model_dump(), changes=listed, changes_total=total)
 
-    @app.post("/v1/clock/advance", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
+    @router.post("/v1/clock/advance", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def advance(body: AdvanceIn):
         return clock_moved(service.advance_clock(parse_duration(body.by)))
 
-    @app.post("/v1/clock/set", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
+    @router.post("/v1/clock/set", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def set_clock(body: SetIn):
         return clock_moved(service.set_clock(parse_time(body.to)))
 
-    @app.post("/v1/clock/next", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
+    @router.post("/v1/clock/next", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def next_deadline():
         return clock_moved(service.step_clock())
 
-    @app.post("/v1/clock/mode", tags=["clock"], response_model=ClockOut, responses=ERRORS)
+    @router.post("/v1/clock/mode", tags=["clock"], response_model=ClockOut, responses=ERRORS)
     async def clock_mode(body: ClockModeIn):
         """Pause (manual) or run (real) the clock, at a speed; simulated time goes on from where it is."""
         speed = service.clock.speed if body.speed is None else body.speed
@@ -162,22 +200,11 @@ def create_control_app(
         feed.clock_moved()
         return clock_out()
 
-    @app.post("/v1/reset", tags=["service"], response_model=ClockOut, responses=ERRORS)
+    @router.post("/v1/reset", tags=["service"], response_model=ClockOut, responses=ERRORS)
     async def reset():
         """Back to the server's start: the fleet, the clock at its start time, no events, waves, deliveries or
         journal, every incarnation 1 (committed before the answer)."""
         service.reset()
         return clock_out()
 
-    app.include_router(dashboard_router(service, feed, views))
-    if scenario_runs is not None:
-        app.include_router(scenarios_router(scenario_runs))
-    metadata = {} if imds is None else {"azure": imds}
-    for cloud in registered():
-        app.include_router(cloud.control_router(service, metadata))
-    app.include_router(waves_router(service))
-
-    if imds is not None:
-        app.include_router(imds_router(imds, imds_listener))
-
-    return app
+    return router

@@ -3,7 +3,8 @@ stream of committed changes (server-sent events).
 
 The page is plain files shipped in the package (``control/static/``), served from here: no build step, nothing
 loaded from the internet. Every action the page takes is a request to the control API itself; this module only
-adds reads. The stream is fed by the same listener hook the IMDS read models use (``Maintenance.subscribe``): a
+adds reads. Each cloud gives its part through its panel (``Cloud.dashboard_panel``): its machines and their
+states, its events, and the routes that show what its other surfaces answer. The stream is fed by the same listener hook the IMDS read models use (``Maintenance.subscribe``): a
 listener turns each committed batch into one small message (the events, waves and machines it touched, and the
 clock) and offers it to every open stream. Each stream has a bounded queue; a client too slow to drain it is cut
 off (it reconnects and reads the fleet afresh), so a page left open for hours holds nothing that grows. Streams are
@@ -14,43 +15,32 @@ behind, or takes nothing of what it is sent for the port's send timeout (the ser
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from forewarn.app.runtime import Maintenance
-from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.aws.component import Ec2Component
-from forewarn.aws.model import Ec2EventState, InstanceState
-from forewarn.aws.views import Ec2EventOut
-from forewarn.azure.changes import EventChanged, VmChanged
-from forewarn.azure.component import AzureComponent
-from forewarn.azure.model import EventStatus
-from forewarn.azure.vms import Power
-from forewarn.control.models import ERRORS, EventOut
+from forewarn.cloud import DashboardPanel, MachineState, Touched, registered
 from forewarn.control.waves import WaveOut
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL
-from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time
-from forewarn.engine.engine import Engine
-from forewarn.gcp.changes import GceEventChanged, GceStateChanged
-from forewarn.gcp.component import GcpComponent
-from forewarn.gcp.model import EventState, InstanceStatus
-from forewarn.gcp.views import GceEventOut
 from forewarn.waves.component import WaveChanged
 
-# What a machine is going through, as the fleet view colours it; the most serious wins. The page has the same list.
-OK, SCHEDULED, STARTED, IMPACTED, STOPPED, DELETED, EVICTED = range(7)
-STATE_NAMES = ["ok", "scheduled", "started", "impacted", "stopped", "deleted", "evicted"]
+if TYPE_CHECKING:
+    from forewarn.engine.engine import Engine
+
+# The fleet view's names of the machine states, the page's list (its codes are their indexes).
+STATE_NAMES = list(MachineState.NAMES)
 
 # A batch touching more than this many events or machines is not itemised: the message says "resync" and pages read
 # the fleet again (a wave step over 100,000 VMs is one read, not a 10 MB message to every page).
@@ -73,95 +63,16 @@ CONTENT_TYPES = {
 }
 
 
-def _azure_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
-    """State codes of Azure VMs (all, or ``names``): from their power state and the live events that name them."""
-    fleet = engine.fleet
-    wanted = fleet.vms.keys() if names is None else [n for n in names if n in fleet.vms]
-    states: dict[str, int] = {}
-    scopes = {fleet.vms[name].scope for name in wanted} if names is not None else fleet.vms_by_scope.keys()
-    from_events: dict[str, int] = {}
-    for scope in scopes:
-        for event in engine.component(AzureComponent).live_events(scope):
-            code = STARTED if event.status is EventStatus.STARTED else SCHEDULED
-            for resource in event.resources:
-                if from_events.get(resource, OK) < code:
-                    from_events[resource] = code
-    power_of = engine.component(AzureComponent).vm_states.power
-    for name in wanted:
-        code = from_events.get(name, OK)
-        power = power_of(name)
-        if power is Power.DELETED:
-            code = EVICTED if fleet.vms[name].spot else DELETED
-        elif power is not Power.RUNNING:
-            code = IMPACTED
-        states[name] = code
-    return states
+@functools.cache
+def panels() -> tuple[DashboardPanel, ...]:
+    """Each registered cloud's part of the dashboard; a machine's cloud in the fleet view is its index here."""
+    return tuple(cloud.dashboard_panel() for cloud in registered())
 
 
-def _ec2_states(engine: Engine, ids: Iterable[str] | None = None) -> dict[str, int]:
-    wanted = (
-        engine.component(Ec2Component).ec2_instances.keys()
-        if ids is None
-        else [i for i in ids if i in engine.component(Ec2Component).ec2_instances]
-    )
-    active: set[str] = {
-        event.instance_id
-        for event in engine.component(Ec2Component).ec2_events.values()
-        if event.state is Ec2EventState.ACTIVE
-    }
-    states: dict[str, int] = {}
-    for instance_id in wanted:
-        state = engine.component(Ec2Component).ec2_states[instance_id]
-        if state.state is InstanceState.TERMINATED:
-            code = (
-                EVICTED
-                if engine.component(Ec2Component).ec2_instances[instance_id].spot and state.spot_action
-                else DELETED
-            )
-        elif state.state is InstanceState.STOPPED:
-            code = STOPPED
-        elif state.impacted_by is not None or state.state is not InstanceState.RUNNING:
-            code = IMPACTED
-        elif state.spot_action is not None:
-            code = STARTED
-        else:
-            code = SCHEDULED if instance_id in active else OK
-        states[instance_id] = code
-    return states
-
-
-def _gce_states(engine: Engine, names: Iterable[str] | None = None) -> dict[str, int]:
-    """Compute Engine instances: announced or notified maintenance is scheduled, a live migration under way started,
-    an instance down for maintenance (or after a host error, until automaticRestart) impacted; a preempted Spot or
-    preemptible instance is started during its 30-second notice, evicted once stopped or deleted."""
-    instances = engine.fleet.gce
-    wanted = instances.keys() if names is None else [n for n in names if n in instances]
-    from_events: dict[str, int] = {}
-    # A few instances (one commit's): their own events; the whole fleet: one pass over every event.
-    events = (
-        engine.component(GcpComponent).gce_events.values()
-        if names is None
-        else (e for n in wanted for e in engine.component(GcpComponent).gce_events_of(n))
-    )
-    for event in events:
-        if event.live:
-            code = STARTED if event.state is EventState.ONGOING else SCHEDULED
-            if from_events.get(event.instance, OK) < code:
-                from_events[event.instance] = code
-    states: dict[str, int] = {}
-    for name in wanted:
-        state = engine.component(GcpComponent).gce_states[name]
-        if state.preempted:
-            code = STARTED if state.status is InstanceStatus.STOPPING else EVICTED
-        elif state.deleted:
-            code = DELETED
-        elif state.status is not InstanceStatus.RUNNING:
-            down_for_platform = state.restart_at is not None or from_events.get(name) == STARTED
-            code = IMPACTED if down_for_platform else STOPPED
-        else:
-            code = from_events.get(name, OK)
-        states[name] = code
-    return states
+@functools.cache
+def noting() -> dict[type, tuple[int, Callable[[Any, Touched], None]]]:
+    """Each kind of change a cloud's panel tells of: the panel's index, and how the change marks what it touched."""
+    return {kind: (index, note) for index, panel in enumerate(panels()) for kind, note in panel.noting().items()}
 
 
 def clock_json(service: Maintenance) -> dict[str, Any]:
@@ -174,19 +85,13 @@ def clock_json(service: Maintenance) -> dict[str, Any]:
     }
 
 
-def _group(vm) -> str:
-    if vm.scale_set:
-        return f"scale set {vm.scale_set}"
-    return f"availability set {vm.availability_set}" if vm.availability_set else "standalone"
-
-
 class FleetRead:
     """Every machine in columns (name, cloud, host, set, zone, update domain, state; host, set and zone as indexes
     into string tables): about 36 bytes a machine, so 100,000 VMs are one read of under 4 MB. What never changes
     while serving (names, sets, zones, domains) is encoded once; hosts (a redeploy moves a VM) and states each time."""
 
     def __init__(self) -> None:
-        self._key: tuple[int, int] | None = None
+        self._key: tuple[int, tuple[int, ...]] | None = None
         self._order: list[tuple[int, str]] = []  # (cloud, name) in column order
         self._fixed = ""  # the JSON of the fixed columns and tables, without braces
 
@@ -195,22 +100,14 @@ class FleetRead:
         zones: dict[str, int] = {}
         columns: dict[str, list] = {"name": [], "cloud": [], "set": [], "zone": [], "domain": []}
         order: list[tuple[int, str]] = []
-
-        def add(cloud: int, name: str, group: str, zone: str, domain: int) -> None:
-            order.append((cloud, name))
-            columns["name"].append(name)
-            columns["cloud"].append(cloud)
-            columns["set"].append(sets.setdefault(group, len(sets)))
-            columns["zone"].append(zones.setdefault(zone, len(zones)))
-            columns["domain"].append(domain)
-
-        for vm in engine.fleet.vms.values():
-            add(0, vm.name, _group(vm), f"{vm.location} {vm.zone}".strip(), vm.update_domain)
-        for instance_id, instance in engine.component(Ec2Component).ec2_instances.items():
-            group = f"auto scaling group {instance.auto_scaling_group}" if instance.auto_scaling_group else "EC2"
-            add(1, instance_id, group, instance.availability_zone, 0)
-        for name, gce in engine.fleet.gce.items():
-            add(2, name, f"Compute Engine {gce.zone}", gce.zone, 0)
+        for cloud, panel in enumerate(panels()):
+            for row in panel.machines(engine):
+                order.append((cloud, row.name))
+                columns["name"].append(row.name)
+                columns["cloud"].append(cloud)
+                columns["set"].append(sets.setdefault(row.group, len(sets)))
+                columns["zone"].append(zones.setdefault(row.zone, len(zones)))
+                columns["domain"].append(row.update_domain)
         encode = json.JSONEncoder(separators=(",", ":")).encode
         self._order = order
         self._fixed = f'"sets":{encode(list(sets))},"zones":{encode(list(zones))},"machines":{{' + ",".join(
@@ -219,24 +116,14 @@ class FleetRead:
 
     def body(self, service: Maintenance) -> str:
         engine = service.engine
-        key = (
-            id(engine.fleet),
-            len(engine.component(Ec2Component).ec2_instances),
-        )  # an Auto Scaling replacement adds an instance
+        # A cloud's machines can change while serving (an Auto Scaling replacement adds an instance).
+        key = (id(engine.fleet), tuple(panel.machine_count(engine) for panel in panels()))
         if key != self._key:
             self._encode_fixed(engine)
             self._key = key
         hosts = {name: n for n, name in enumerate(engine.fleet.hosts)}
-        azure = _azure_states(engine)
-        ec2 = _ec2_states(engine)
-        gce = _gce_states(engine)
-        ec2_states, gce_states = engine.component(Ec2Component).ec2_states, engine.component(GcpComponent).gce_states
-        host_of = (
-            engine.component(AzureComponent).vm_states.host,
-            lambda name: ec2_states[name].host,
-            lambda name: gce_states[name].host,
-        )
-        codes = (azure, ec2, gce)
+        codes = [panel.states(engine) for panel in panels()]
+        host_of = [panel.host_of(engine) for panel in panels()]
         host_column: list[int] = []
         state_column: list[int] = []
         for cloud, name in self._order:
@@ -249,52 +136,45 @@ class FleetRead:
         )
 
 
+def touched_by(changes: list[Change]) -> tuple[list[Touched], dict[str, Any]]:
+    """What a batch touched of each cloud (by its panel's index), and the waves it changed."""
+    touched = [Touched() for _ in panels()]
+    waves: dict[str, Any] = {}
+    table = noting()
+    for change in changes:
+        found = table.get(type(change))
+        if found is not None:
+            index, note = found
+            note(change, touched[index])
+        elif isinstance(change, WaveChanged):
+            waves[change.wave.wave_id] = change.wave
+    return touched, waves
+
+
 def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any]:
     """One committed batch as the page needs it: touched events, waves and machines' new states, and the clock."""
     if isinstance(changes[0], Rebuilt):
         return {"resync": True, "reason": changes[0].cause, "clock": clock_json(service)}
     engine = service.engine
-    events: dict[str, Any] = {}
-    ec2_events: dict[str, Any] = {}
-    waves: dict[str, Any] = {}
-    vms: dict[str, None] = {}  # ordered: the message lists machines in the order the changes named them
-    instances: dict[str, None] = {}
-    gce_events: dict[str, Any] = {}
-    gce_instances: dict[str, None] = {}
-    for change in changes:
-        if isinstance(change, EventChanged):
-            events[change.event.event_id] = change.event
-            vms.update(dict.fromkeys(change.event.resources))
-        elif isinstance(change, VmChanged):
-            vms[change.state.name] = None
-        elif isinstance(change, Ec2EventChanged):
-            ec2_events[change.event.event_id] = change.event
-            instances[change.event.instance_id] = None
-        elif isinstance(change, Ec2StateChanged):
-            instances[change.state.instance_id] = None
-        elif isinstance(change, GceEventChanged):
-            gce_events[change.event.event_id] = change.event
-            gce_instances[change.event.instance] = None
-        elif isinstance(change, GceStateChanged):
-            gce_instances[change.state.name] = None
-        elif isinstance(change, WaveChanged):
-            waves[change.wave.wave_id] = change.wave
+    touched, waves = touched_by(changes)
     if (
-        len(events) + len(ec2_events) + len(gce_events) > MAX_ITEMS_PER_MESSAGE
-        or len(vms) + len(instances) + len(gce_instances) > MAX_ITEMS_PER_MESSAGE
+        sum(len(part.events) for part in touched) > MAX_ITEMS_PER_MESSAGE
+        or sum(len(part.machines) for part in touched) > MAX_ITEMS_PER_MESSAGE
     ):
         return {"resync": True, "reason": f"{len(changes)} changes in one step", "clock": clock_json(service)}
-    states = {**_azure_states(engine, vms), **_ec2_states(engine, instances), **_gce_states(engine, gce_instances)}
-    new_machines = [
-        i for i in instances if i in engine.component(Ec2Component).ec2_instances and i not in engine.fleet.ec2
-    ]
+    message: dict[str, Any] = {
+        panel.events_key: [panel.event_json(event) for event in part.events.values()]
+        for panel, part in zip(panels(), touched, strict=True)
+    }
+    states: dict[str, int] = {}
+    for panel, part in zip(panels(), touched, strict=True):
+        states.update(panel.states(engine, part.machines))
     return {
-        "events": [EventOut.of(event).model_dump() for event in events.values()],
-        "ec2_events": [Ec2EventOut.of(event).model_dump() for event in ec2_events.values()],
-        "gce_events": [GceEventOut.of(event).model_dump() for event in gce_events.values()],
+        **message,
         "waves": [WaveOut.of(wave).model_dump() for wave in waves.values()],
         "states": states,
-        "resync": bool(new_machines),  # an Auto Scaling replacement: a machine the page has not seen
+        # a machine the page has not seen (an Auto Scaling replacement): it reads the fleet again
+        "resync": any(panel.unseen(engine, part.machines) for panel, part in zip(panels(), touched, strict=True)),
         "clock": clock_json(service),
     }
 
@@ -310,10 +190,6 @@ class SurfaceViews:
     ec2_status: Callable[[str], str]
     central_row: Callable[[str], dict | None] | None = None
     gce_metadata: Callable[[str, str], tuple[int, bytes, str, str | None]] | None = None  # ... and the ETag
-
-
-SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
-MAINTENANCE_EVENT_PATH = "/computeMetadata/v1/instance/maintenance-event"
 
 
 class _Stream:
@@ -468,53 +344,8 @@ def dashboard_router(service: Maintenance, feed: LiveFeed, views: SurfaceViews |
     router = APIRouter()
 
     if views is not None:
-
-        @router.get("/v1/ec2/instances/{instance_id}/metadata", tags=["ec2"], responses=ERRORS)
-        async def instance_metadata(
-            instance_id: str, path: str = Query(SCHEDULED_PATH, description="an instance metadata path")
-        ) -> Response:
-            """What the instance's metadata endpoint answers for ``path`` now, the same status and bytes (by default
-            its scheduled events: ``/latest/meta-data/events/maintenance/scheduled``; a path it does not have: its
-            404 page)."""
-            service.catch_up()
-            service.engine.component(Ec2Component).ec2_instance(instance_id)
-            if not path.startswith("/"):
-                raise Invalid(f"path must start with '/': {path!r}")
-            status, body, content_type = views.ec2_metadata(instance_id, path)
-            return Response(body, status_code=status, media_type=content_type)
-
-        @router.get("/v1/ec2/instances/{instance_id}/status", tags=["ec2"], responses=ERRORS)
-        async def instance_status(instance_id: str) -> Response:
-            """The instance's item of DescribeInstanceStatus now (with IncludeAllInstances), as the EC2 API
-            renders it: XML."""
-            service.catch_up()
-            service.engine.component(Ec2Component).ec2_instance(instance_id)
-            return Response(views.ec2_status(instance_id), media_type="text/xml")
-
-        @router.get("/v1/gce/instances/{name}/metadata", tags=["gce"], responses=ERRORS)
-        async def gce_metadata(
-            name: str, path: str = Query(MAINTENANCE_EVENT_PATH, description="a metadata server path")
-        ) -> Response:
-            """What the instance's metadata server answers for ``path`` now (a plain GET with ``Metadata-Flavor:
-            Google``): the same status, bytes, content type and ``ETag`` (by default its maintenance-event; a path it
-            does not have: its 404 page). Reading it here does not count as the instance asking for maintenance-event:
-            it does not earn the instance the maintenance-event notice."""
-            service.catch_up()
-            service.engine.component(GcpComponent).gce_instance(name)
-            if not path.startswith("/"):
-                raise Invalid(f"path must start with '/': {path!r}")
-            if views.gce_metadata is None:
-                raise Invalid("this server has no Compute Engine metadata surface")
-            status, body, content_type, tag = views.gce_metadata(name, path)
-            return Response(body, status_code=status, media_type=content_type, headers={"etag": tag} if tag else None)
-
-        @router.get("/v1/events/{event_id}/central", tags=["events"], responses=ERRORS)
-        async def central(event_id: str) -> dict:
-            """The event's row in Resource Graph's maintenanceresources as it is now (null when its VMs' policy does
-            not publish centrally, or the ARM port is off)."""
-            event_id = service.engine.component(AzureComponent).resolve_event_id(event_id)
-            row = views.central_row(event_id) if views.central_row is not None else None
-            return {"event_id": event_id, "resource_graph": row}
+        for panel in panels():
+            router.include_router(panel.views_router(service, views))
 
     @router.get("/", include_in_schema=False)
     async def page() -> Response:

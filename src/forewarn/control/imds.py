@@ -1,50 +1,15 @@
-"""The control API's IMDS routes: the endpoint's settings, and faults injected to test clients' retry logic."""
+"""The control API's routes for the metadata listener's callers: which address stands for which machine."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from typing import Protocol
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from forewarn.azure.imds.scheduled_events import AzureImds, Fault
-from forewarn.azure.rules import AzureRules
+from forewarn.cloud import registered
 from forewarn.control.models import ERRORS
-from forewarn.core.durations import parse_duration
-from forewarn.core.errors import Invalid
-from forewarn.core.times import format_optional_time
-from forewarn.fleet.model import VM
-from forewarn.gcp.model import GceInstance
-from forewarn.net.callers import Machine, canonical_address
-
-
-class FaultIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    status: int = Field(default=0, strict=True, description="410, 429 or 500; 0 with a delay for slowness only")
-    vms: list[str] = Field(default_factory=list, description="VMs affected; all when empty")
-    requests: int | None = Field(default=None, strict=True, description="how many requests fail; unlimited when absent")
-    duration: str | None = Field(default=None, description="how long, in simulated time (30s, 5m, PT70S)")
-    delay: str | None = Field(default=None, description="added latency per answer, wall time (e.g. 2s)")
-
-
-class FaultOut(BaseModel):
-    fault_id: int
-    status: int
-    vms: list[str]
-    requests_left: int | None
-    until: str | None
-    delay_seconds: float
-
-    @classmethod
-    def of(cls, fault: Fault) -> FaultOut:
-        return cls(
-            fault_id=fault.fault_id,
-            status=fault.status,
-            vms=sorted(fault.vms),
-            requests_left=fault.requests,
-            until=format_optional_time(fault.until),
-            delay_seconds=fault.delay,
-        )
+from forewarn.net.callers import CallerResolver, Machine, canonical_address
 
 
 class CallerIn(BaseModel):
@@ -54,13 +19,24 @@ class CallerIn(BaseModel):
     )
 
 
-def _caller_out(address: str, machine: Machine, listener: tuple[str, int] | None) -> dict:
-    if isinstance(machine, VM):
-        name, kind = machine.name, "vm"
-    elif isinstance(machine, GceInstance):
-        name, kind = machine.name, "gce_instance"
-    else:
-        name, kind = machine.instance_id, "ec2_instance"
+class ResolvesCallers(Protocol):
+    """A metadata surface that answers as the machine behind each connection."""
+
+    @property
+    def resolver(self) -> CallerResolver: ...
+
+
+def name_and_kind(machine: Machine) -> tuple[str, str]:
+    """The machine's name and kind, from the cloud whose machine it is."""
+    for cloud in registered():
+        named = cloud.machine_name_and_kind(machine)
+        if named is not None:
+            return named
+    raise LookupError(f"no registered cloud has a machine of type {type(machine).__name__}")
+
+
+def caller_out(address: str, machine: Machine, listener: tuple[str, int] | None) -> dict:
+    name, kind = name_and_kind(machine)
     return {
         "address": address,
         "machine": name,
@@ -69,14 +45,14 @@ def _caller_out(address: str, machine: Machine, listener: tuple[str, int] | None
     }
 
 
-def imds_router(imds: AzureImds, listener: tuple[str, int] | None = None) -> APIRouter:
+def imds_router(imds: ResolvesCallers, listener: tuple[str, int] | None = None) -> APIRouter:
     router = APIRouter()
     resolver = imds.resolver
 
     @router.get("/v1/imds/callers", tags=["imds"])
     async def callers():
         """Addresses registered as machines while the server runs (by ``forewarn sandbox``)."""
-        return [_caller_out(address, machine, listener) for address, machine in resolver.registered().items()]
+        return [caller_out(address, machine, listener) for address, machine in resolver.registered().items()]
 
     @router.put("/v1/imds/callers/{address}", tags=["imds"], responses=ERRORS)
     async def register_caller(address: str, body: CallerIn):
@@ -84,38 +60,10 @@ def imds_router(imds: AzureImds, listener: tuple[str, int] | None = None) -> API
         relay registers for each namespace. The answer says where the metadata listener is. In memory only: a
         restart forgets it."""
         machine = resolver.register(address, body.machine)
-        return _caller_out(canonical_address(address), machine, listener)
+        return caller_out(canonical_address(address), machine, listener)
 
     @router.delete("/v1/imds/callers/{address}", tags=["imds"], responses=ERRORS)
     async def unregister_caller(address: str):
         return {"removed": resolver.unregister(address)}
-
-    @router.get("/v1/imds/settings", tags=["imds"])
-    async def settings():
-        """The endpoint's behaviour: the profile's settings after the command line's overrides."""
-        rules = imds.service.engine.rules.of(AzureRules)
-        return {
-            **asdict(imds.settings),
-            "enabling_required": rules.enabling_required,
-            "disable_after_seconds": rules.disable_after.total_seconds(),
-        }
-
-    @router.get("/v1/imds/faults", tags=["imds"], response_model=list[FaultOut])
-    async def faults():
-        return [FaultOut.of(fault) for fault in imds.faults]
-
-    @router.post("/v1/imds/faults", tags=["imds"], status_code=201, response_model=FaultOut, responses=ERRORS)
-    async def inject(body: FaultIn):
-        """Make the metadata endpoint fail (410, 429, 500) or slow down for some VMs, for a number of requests or a
-        period of simulated time. Faults live in memory: a restart clears them."""
-        if body.requests is None and body.duration is None and body.status:
-            raise Invalid("say how long the fault lasts: requests, duration, or both")
-        until = None if body.duration is None else imds.service.now() + parse_duration(body.duration)
-        delay = 0.0 if body.delay is None else parse_duration(body.delay).total_seconds()
-        return FaultOut.of(imds.inject(body.status, body.vms, body.requests, until, delay))
-
-    @router.delete("/v1/imds/faults", tags=["imds"])
-    async def clear():
-        return {"cleared": imds.clear_faults()}
 
     return router

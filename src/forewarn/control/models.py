@@ -1,4 +1,4 @@
-"""Shapes shared by the control API's routers: events, errors, times."""
+"""Shapes shared by the control API's routers: the changes a clock move reports, and errors."""
 
 from __future__ import annotations
 
@@ -8,52 +8,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from forewarn.azure.model import Event
 from forewarn.cloud import registered
 from forewarn.core.changes import Change
-from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import WaveChanged
-
-
-class EventOut(BaseModel):
-    event_id: str
-    status: str
-    type: str
-    source: str
-    resources: list[str]
-    scope: str
-    not_before: str
-    description: str
-    duration_seconds: int
-    impact_window_seconds: float
-    created_at: str
-    started_at: str | None
-    ends_at: str | None
-    ended_at: str | None
-    approvals: list[str]
-    operation_id: str
-
-    @classmethod
-    def of(cls, event: Event) -> EventOut:
-        return cls(
-            event_id=event.event_id,
-            status=event.status.value,
-            type=event.event_type.value,
-            source=event.source.value,
-            resources=list(event.resources),
-            scope=event.scope,
-            not_before=format_time(event.not_before),
-            description=event.description,
-            duration_seconds=event.duration_seconds,
-            impact_window_seconds=event.impact_window.total_seconds(),
-            created_at=format_time(event.created_at),
-            started_at=format_optional_time(event.started_at),
-            ends_at=format_optional_time(event.ends_at),
-            ended_at=format_optional_time(event.ended_at),
-            approvals=list(event.approvals),
-            operation_id=event.operation_id,
-        )
-
 
 # A clock move reports at most this many changes one by one (a wave step can touch 100,000 events); the rest are
 # counted in ``changes_total`` and are in the journal (GET /v1/journal).

@@ -29,7 +29,7 @@ class RunIn(BaseModel):
 
 
 class ScenarioRuns:
-    def __init__(self, service: Maintenance, control_url: str, ec2_url: str | None, token: str | None):
+    def __init__(self, service: Maintenance, control_url: str, ec2_url: str | None = None, token: str | None = None):
         self.service = service
         self.control_url = control_url
         self.ec2_url = ec2_url

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud
+from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
     from forewarn.net.callers import CallerResolver
+    from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
 
 
@@ -71,10 +72,40 @@ class GcpCloud:
 
         return CHANGE_REPORTS
 
+    def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
+        from forewarn.gcp.model import GceInstance
+
+        return (machine.name, "gce_instance") if isinstance(machine, GceInstance) else None
+
+    def dashboard_panel(self) -> DashboardPanel:
+        from forewarn.gcp.control.dashboard import PANEL
+
+        return PANEL
+
+    def replay_handler(
+        self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
+    ) -> RecordingServer | None:
+        from forewarn.gcp.metadata.replay import GceReplayHandler
+        from forewarn.recording.model import GCE
+
+        if replay.recording.source != GCE:
+            return None
+        return GceReplayHandler(replay, speed=speed)  # the metadata server takes no approvals
+
+    def serving(self, options: Any) -> Serving:
+        from forewarn.gcp.serving.wiring import GcpServing
+
+        return GcpServing(options)
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce
 
         return (gce.gce,)
+
+    def scenario_steps(self) -> ScenarioSteps:
+        from forewarn.gcp.scenario.steps import STEPS
+
+        return STEPS
 
 
 GCP: Cloud = GcpCloud()

@@ -126,3 +126,9 @@ class OwnListeners:
         netloc = (f"{userinfo}@" if userinfo else "") + literal + (f":{parts.port}" if parts.port else "")
         original = host + (f":{parts.port}" if parts.port else "")
         return Destination(urlunsplit(parts._replace(netloc=netloc)), {"host": original})
+
+
+def own_url(address: tuple[str, int]) -> str:
+    """How the server's own clients (scenario runs) reach one of its ports: a wildcard address by loopback."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address[0], address[0])
+    return f"http://[{host}]:{address[1]}" if ":" in host else f"http://{host}:{address[1]}"

@@ -1,10 +1,11 @@
 """Recordings of a scheduled-events endpoint (``forewarn record``) and their replay (``forewarn replay``).
 
 ``model``: the file format; ``recorder``: the polling loop (a fetch and a sleep function in, a recording out);
-``replay``: which entry is current at an offset, and the IMDS handler that serves it. See docs/recordings.md.
+``replay``: which entry is current at an offset, and the server of a recording (each cloud serves its own:
+``Cloud.replay_handler``). See docs/recordings.md.
 
 The recorder and the replay server are loaded on first use: ``forewarn`` imports this package for its commands,
-and the replay server brings the IMDS surface and an HTTP server with it.
+and the replay server brings a cloud's metadata surface and an HTTP server with it.
 """
 
 from typing import Any
@@ -24,10 +25,10 @@ __all__ = [
     "Recording",
     "RecordingError",
     "Replay",
-    "ReplayHandler",
     "http_fetch",
     "load_recording",
     "record",
+    "replay_handler",
     "save_recording",
     "serve_replay",
 ]
@@ -36,7 +37,7 @@ _LAZY = {
     "http_fetch": "forewarn.recording.recorder",
     "record": "forewarn.recording.recorder",
     "Replay": "forewarn.recording.replay",
-    "ReplayHandler": "forewarn.recording.replay",
+    "replay_handler": "forewarn.recording.replay",
     "serve_replay": "forewarn.recording.replay",
 }
 

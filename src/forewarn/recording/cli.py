@@ -193,7 +193,7 @@ def replay_command(file, host, port, speed, loop, approvals_file):
     Compute Engine recording is served as its metadata server's key, with its ETags and wait_for_change."""
     import asyncio  # the server's modules, only when it serves (every forewarn command imports this module)
 
-    from forewarn.recording.replay import GceReplayHandler, Replay, ReplayHandler, serve_replay
+    from forewarn.recording.replay import Replay, replay_handler, serve_replay
     from forewarn.server.http1 import listening_socket
 
     if speed <= 0:
@@ -225,16 +225,10 @@ def replay_command(file, host, port, speed, loop, approvals_file):
         _fail(f"cannot listen on {host}:{port}: {error.strerror}{hint}")
     shown = f"[{host}]" if ":" in host else host
     end = recording.entries[-1].offset_seconds / speed
-    handler: ReplayHandler | GceReplayHandler
-    if recording.source == GCE:
-        handler = GceReplayHandler(Replay(recording, loop=loop), speed=speed)
-        path = handler.path
-    else:
-        handler = ReplayHandler(Replay(recording, loop=loop), speed=speed, on_approval=on_approval)
-        path = "/metadata/scheduledevents"
+    handler = replay_handler(Replay(recording, loop=loop), speed, on_approval)
     click.echo(
         f"replaying {file} ({len(recording.entries)} documents over {end:g}s{', looping' if loop else ''}) at "
-        f"http://{shown}:{sock.getsockname()[1]}{path}",
+        f"http://{shown}:{sock.getsockname()[1]}{handler.path}",
         nl=True,
     )
     run: Callable[[Coroutine[Any, Any, None]], None]

@@ -6,11 +6,16 @@ import json
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
+
+if TYPE_CHECKING:
+    from forewarn.scenarios.runner import StopRequest
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110, "show_default": True}  # defaults in --help
 DEFAULT_EC2_URL = "http://127.0.0.1:8172"
@@ -172,8 +177,8 @@ def run_command(
     ctx, name, timing, manual, speed, server_url, ec2_url, out, seed, max_moves, every_deadline, timeout, quiet, as_json
 ):
     """Run a scenario (NAME of a shipped scenario, or a path) and check its expectations."""
-    from forewarn.scenarios.runner import RunInterrupted, RunOptions, StopRequest, run_scenario
-    from forewarn.scenarios.server import DEFAULT_SEED, ServerError
+    from forewarn.scenarios.runner import RunOptions, StopRequest, run_scenario
+    from forewarn.scenarios.server import DEFAULT_SEED
     from forewarn.scenarios.spec import ScenarioError, load_scenario
 
     if as_json:
@@ -219,14 +224,8 @@ def run_command(
         stop=stop_request,
     )
 
-    def stop(signal_number, frame):
-        stop_request.request(signal.Signals(signal_number).name)
-
-    handled = (signal.SIGINT, signal.SIGTERM)
-    for number in handled:
-        signal.signal(number, stop)
-    try:
-        timeline = run_scenario(
+    timeline = _run_until_stopped(
+        lambda: run_scenario(
             resolved,
             server=server_url,
             ec2_url=ec2_url if server_url else None,
@@ -235,7 +234,33 @@ def run_command(
             emit=emit,
             progress=progress,
             control_token=root.params.get("control_token") if server_url else None,
-        )
+        ),
+        stop_request,
+        progress,
+    )
+    report = click.echo if not to_stdout else (lambda line: click.echo(line, err=True))
+    _report_expectations(timeline, report)
+    _write_timeline(timeline, out_path, report)
+    if timeline["interrupted"]:
+        sys.exit(128 + signal.Signals[timeline["interrupted"]].value)
+    if not timeline["passed"]:
+        sys.exit(1)
+
+
+def _run_until_stopped(run: Callable[[], dict], stop_request: StopRequest, progress: ProgressLine | None) -> dict:
+    """The run's timeline; SIGINT and SIGTERM stop it through ``stop_request`` (the runner still gives the timeline,
+    marked partial), and are ignored once it is over: a second one would lose the timeline while it is written."""
+    from forewarn.scenarios.runner import RunInterrupted
+    from forewarn.scenarios.server import ServerError
+
+    def stop(signal_number, frame):
+        stop_request.request(signal.Signals(signal_number).name)
+
+    handled = (signal.SIGINT, signal.SIGTERM)
+    for number in handled:
+        signal.signal(number, stop)
+    try:
+        timeline = run()
     except ServerError as error:
         _fail(str(error))
     except RunInterrupted as interrupted:  # outside the run itself: while the private server started or stopped
@@ -244,10 +269,13 @@ def run_command(
     finally:
         if progress is not None:
             progress.clear()
-    # The timeline is written whatever comes next: a second Ctrl-C or SIGTERM now would lose it.
     for number in handled:
         signal.signal(number, signal.SIG_IGN)
-    report = click.echo if not to_stdout else (lambda line: click.echo(line, err=True))
+    return timeline
+
+
+def _report_expectations(timeline: dict, report: Callable[[str], None]) -> None:
+    """Each expectation's result, and the run's verdict."""
     results = timeline["expectations"]
     if results:
         report("expectations:")
@@ -265,6 +293,10 @@ def run_command(
         report(f"FAILED: {len(failed)} of {len(results)} checks")
     else:
         report(f"passed: {len(results)} checks")
+
+
+def _write_timeline(timeline: dict, out_path: Path | None, report: Callable[[str], None]) -> None:
+    """The timeline JSON, on stdout (``out_path`` None) or in its file."""
     # Indented for reading; a large timeline compact, as the indenting encoder is ten times slower (16 s for the
     # 70 MB of a 5,000-VM week).
     text = json.dumps(timeline, indent=2 if len(timeline["events"]) <= LARGE_TIMELINE_EVENTS else None)
@@ -275,10 +307,6 @@ def run_command(
         partial_path.write_text(text + "\n")
         partial_path.replace(out_path)
         report(f"timeline: {out_path}" + (" (partial)" if timeline["partial"] else ""))
-    if timeline["interrupted"]:
-        sys.exit(128 + signal.Signals[timeline["interrupted"]].value)
-    if not timeline["passed"]:
-        sys.exit(1)
 
 
 class ProgressLine:

@@ -84,6 +84,35 @@ def _observed(check: _Check, timeline: dict, kind: str) -> list[dict] | None:
     return recorded
 
 
+def _document_problems(expected: list[dict], documents: list[dict], tolerance: float) -> list[str]:
+    """How the recorded documents differ from the expected ones: their count, and each one's incarnation, events
+    and time."""
+    problems = []
+    if len(expected) != len(documents):
+        problems.append(f"{len(documents)} documents, expected {len(expected)}")
+    for number, (want, entry) in enumerate(zip(expected, documents, strict=False)):
+        if "incarnation" in want and want["incarnation"] != entry["incarnation"]:
+            problems.append(f"document {number}: incarnation {entry['incarnation']}, expected {want['incarnation']}")
+        if "events" in want:
+            events = entry["document"].get("Events") or []
+            patterns = want["events"]
+            matched = all(event_matches(ev, p) for ev, p in zip(events, patterns, strict=False))
+            if len(patterns) != len(events) or not matched:
+                shown = [f"{ev.get('EventStatus')} {ev.get('EventType')}" for ev in events]
+                problems.append(
+                    f"document {number} (incarnation {entry['incarnation']}): events {shown}, "
+                    f"expected {[render_pattern(p) for p in patterns]}"
+                )
+        if "at" in want:
+            at = duration_value(want["at"]).total_seconds()
+            if abs(entry["offset"] - at) > tolerance:
+                problems.append(
+                    f"document {number} (incarnation {entry['incarnation']}) at "
+                    f"{format_offset(entry['offset'])}, expected {format_offset(at)}"
+                )
+    return problems
+
+
 def _vm(check: _Check, timeline: dict, tolerance: float) -> None:
     e = check.expectation
     documents = _observed(check, timeline, "vms")
@@ -92,32 +121,7 @@ def _vm(check: _Check, timeline: dict, tolerance: float) -> None:
     checks = e.checks
     seen = " -> ".join(render_document(entry) for entry in documents)
     if "documents" in checks:
-        expected = checks["documents"]
-        problems = []
-        if len(expected) != len(documents):
-            problems.append(f"{len(documents)} documents, expected {len(expected)}")
-        for number, (want, entry) in enumerate(zip(expected, documents, strict=False)):
-            if "incarnation" in want and want["incarnation"] != entry["incarnation"]:
-                problems.append(
-                    f"document {number}: incarnation {entry['incarnation']}, expected {want['incarnation']}"
-                )
-            if "events" in want:
-                events = entry["document"].get("Events") or []
-                patterns = want["events"]
-                matched = all(event_matches(ev, p) for ev, p in zip(events, patterns, strict=False))
-                if len(patterns) != len(events) or not matched:
-                    shown = [f"{ev.get('EventStatus')} {ev.get('EventType')}" for ev in events]
-                    problems.append(
-                        f"document {number} (incarnation {entry['incarnation']}): events {shown}, "
-                        f"expected {[render_pattern(p) for p in patterns]}"
-                    )
-            if "at" in want:
-                at = duration_value(want["at"]).total_seconds()
-                if abs(entry["offset"] - at) > tolerance:
-                    problems.append(
-                        f"document {number} (incarnation {entry['incarnation']}) at "
-                        f"{format_offset(entry['offset'])}, expected {format_offset(at)}"
-                    )
+        problems = _document_problems(checks["documents"], documents, tolerance)
         check.add("documents", not problems, "; ".join(problems) + (f" (seen: {seen})" if problems else seen))
     if "never" in checks:
         found = [

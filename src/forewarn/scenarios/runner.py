@@ -19,11 +19,12 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
-from forewarn.scenarios.actions import ACTION_HANDLERS, StepRefused, flat
+from forewarn.scenario_steps import StepRefused, flat
+from forewarn.scenarios.actions import WAVE, steps
 from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
 from forewarn.scenarios.expect import evaluate
 from forewarn.scenarios.lines import describe_step, document_summary, instance_summary
-from forewarn.scenarios.spec import TIME_KEYS, Scenario, Step, format_offset, time_value
+from forewarn.scenarios.spec import Scenario, Step, format_offset, time_value
 
 DEFAULT_MAX_MOVES = 1000  # and MOVES_PER_STEP more for each step of the scenario
 MOVES_PER_STEP = 10
@@ -125,13 +126,17 @@ class Runner:
         self.server_info = server_info or {}
         self.steps_done = 0
         self.phase = "steps"
-        # What the run itself created: what it waits for after its last step, and nothing else.
-        self.created: set[str] = set()  # Azure EventIds
-        self.created_ec2: set[str] = set()  # EC2 event ids
+        self.steps = steps()
+        # What the run itself created: what it waits for after its last step, and nothing else. By cloud: the
+        # events its steps and waves created, the instances its steps acted on (a Spot interruption, a preemption).
+        self.created: dict[str, set[str]] = {name: set() for name in self.steps.clouds}
+        self.targets: dict[str, set[str]] = {name: set() for name in self.steps.clouds}
         self.created_waves: set[str] = set()
-        self.spot_targets: set[str] = set()  # instances the run interrupted (their Spot action is its own)
-        self.created_gce: set[str] = set()  # Compute Engine maintenance ids
-        self.gce_targets: set[str] = set()  # Compute Engine instances the run preempted or crashed
+        self.wave_scheduled = {
+            cloud_steps.scheduled_by_wave: name
+            for name, cloud_steps in self.steps.clouds.items()
+            if cloud_steps.scheduled_by_wave
+        }
         self.gce_names: set[str] = set()  # the fleet's Compute Engine instances (read at the start)
         self.gce_instances: dict[str, list[dict]] = {}  # observed ones: their snapshots
         self._last_gce: dict[str, dict] = {}
@@ -377,39 +382,13 @@ class Runner:
         """(settled, until): whether everything the run created is over, and if not, the earliest time it can
         change (None when that cannot be told: step deadline by deadline)."""
         times: list[datetime | None] = []
-        if self.created:
-            for event in self.api.get("/v1/events"):
-                if event["event_id"] in self.created:
-                    times.append(
-                        parse_optional_time(event["not_before"] if event["status"] == "Scheduled" else event["ends_at"])
-                    )
+        for name, cloud_steps in self.steps.clouds.items():
+            if self.created[name] or self.targets[name]:
+                times += cloud_steps.pending(self.api, self.created[name], self.targets[name], self.clock_now)
         if self.created_waves and any(
             wave["wave_id"] in self.created_waves and wave["status"] == "running" for wave in self.api.get("/v1/waves")
         ):
             times.append(None)
-        if self.created and not times:  # the events are over; an impact ends with its event at the latest
-            for vm in self.api.get("/v1/vms"):
-                if vm.get("impact_until") and _event_of(vm.get("impacted_by")) in self.created:
-                    times.append(parse_optional_time(vm["impact_until"]))
-        if self.created_ec2 or self.spot_targets:
-            if any(e["event_id"] in self.created_ec2 for e in self.api.get("/v1/ec2/events")):
-                times.append(None)
-            for instance in self.api.get("/v1/ec2/instances"):
-                if _event_of(instance.get("impacted_by")) in self.created_ec2:
-                    times.append(None)
-                action_time = parse_optional_time(instance.get("spot_action_time"))
-                if (
-                    instance["instance_id"] in self.spot_targets
-                    and action_time is not None
-                    and action_time > self.clock_now
-                ):
-                    times.append(None)
-        if self.created_gce or self.gce_targets:
-            if any(e["event_id"] in self.created_gce for e in self.api.get("/v1/gce/maintenance")):
-                times.append(None)
-            for instance in self.api.get("/v1/gce/instances"):
-                if instance["name"] in self.gce_targets and instance["status"] == "STOPPING":
-                    times.append(None)
         if not times:
             return True, None
         known = [moment for moment in times if moment is not None]
@@ -431,14 +410,23 @@ class Runner:
             document_names = [name for name in self.azure if self.scope_of.get(name) in changes.scopes]
             state_names = [name for name in self.azure if name in changes.vms]
             ec2 = changes.ec2
+        self._observe_documents(document_names)
+        self._observe_vm_states(state_names)
+        if self.watch_ec2 and ec2:
+            self._instance_rows = self.api.get("/v1/ec2/instances")
+            self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
+        if self.gce_instances and gce:
+            self._observe_gce(self.api.get("/v1/gce/instances"))
+
+    def _observe_documents(self, names: list[str]) -> None:
+        """Each VM's document, recorded when it changed."""
         by_scope: dict[str, str] = {}  # the VMs of a scope share one document: read it once
         texts = {}
-        for name in document_names:
+        for name in names:
             scope = self.scope_of.get(name, name)
             if scope not in by_scope:
                 by_scope[scope] = self.api.document(name)
             texts[name] = by_scope[scope]
-        rows = self._vm_rows(state_names)
         for name, text in texts.items():
             if self._last_text.get(name) == text:
                 continue
@@ -450,7 +438,11 @@ class Runner:
                 {**self._stamp(), "incarnation": document.get("DocumentIncarnation"), "document": document}
             )
             self._line(name, f"#{document.get('DocumentIncarnation')}", document_summary(document))
-        for name in state_names:
+
+    def _observe_vm_states(self, names: list[str]) -> None:
+        """Each VM's power, host and boot, recorded when one of them changed."""
+        rows = self._vm_rows(names)
+        for name in names:
             vm = rows.get(name)
             if vm is None:
                 continue
@@ -472,11 +464,6 @@ class Runner:
             )
             if not first:
                 self._line(name, "", f"{vm['power']} on {vm['host']}")
-        if self.watch_ec2 and ec2:
-            self._instance_rows = self.api.get("/v1/ec2/instances")
-            self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
-        if self.gce_instances and gce:
-            self._observe_gce(self.api.get("/v1/gce/instances"))
 
     def _observe_gce(self, rows: list[dict]) -> None:
         """A snapshot of each observed Compute Engine instance whenever what its metadata server or the API shows
@@ -533,10 +520,9 @@ class Runner:
                 self.event_journal.setdefault(entry["event_id"], []).append(
                     {key: value for key, value in entry.items() if key not in ("seq", "event_id")}
                 )
-                if what in ("scheduled", "gce scheduled") and str(entry.get("reason", "")).split(",")[0] in (
-                    self.created_waves
-                ):  # scheduled by one of the run's waves
-                    (self.created_gce if what == "gce scheduled" else self.created).add(entry["event_id"])
+                wave_cloud = self.wave_scheduled.get(what)
+                if wave_cloud and str(entry.get("reason", "")).split(",")[0] in self.created_waves:
+                    self.created[wave_cloud].add(entry["event_id"])  # scheduled by one of the run's waves
             if "scope" in entry:
                 changes.scopes.add(entry["scope"])
             if "vm" in entry:
@@ -613,7 +599,7 @@ class Runner:
         try:
             params = self._resolve(step.params, step)
             entry["request"] = params
-            result, ids = ACTION_HANDLERS[step.do](self.api, step, params)
+            result, ids = self.steps.actions[step.do].run(self.api, step, params)
         except StepRefused as error:
             raise RunAborted(str(error)) from None
         except ApiError as error:
@@ -650,25 +636,23 @@ class Runner:
     def _note_created(self, step: Step, params: dict, result: Any, ids: list[str]) -> None:
         """Remember what the step created (what the run waits for at its end): the events its answer holds that
         were created since the run began, its wave, the instances whose Spot interruption it asked for."""
-        if step.do == "wave":
+        if step.do == WAVE:
             self.created_waves.update(ids)
             self.waves_running = True
             self._quiet = None
             return
-        if step.do in ("ec2-interrupt", "ec2-rebalance"):
-            self.spot_targets.update(flat(params.get("instances")))
-        if step.do in ("gce-preempt", "gce-host-error"):
-            self.gce_targets.update(flat(params.get("instances")))
+        cloud = self.steps.cloud_of[step.do]
+        if cloud is None:
+            return
+        if self.steps.actions[step.do].targets_instances:
+            self.targets[cloud].update(flat(params.get("instances")))
         events = result if isinstance(result, list) else result.get("events") if isinstance(result, dict) else None
         for event in events or []:
             if not isinstance(event, dict) or "event_id" not in event:
                 continue
             created = parse_optional_time(event.get("created_at"))
             if created is not None and created >= self.run_start:
-                if step.do.startswith("gce-"):
-                    self.created_gce.add(event["event_id"])
-                else:
-                    (self.created_ec2 if step.do.startswith("ec2-") else self.created).add(event["event_id"])
+                self.created[cloud].add(event["event_id"])
 
     def _resolve(self, value: Any, step: Step, key: str | None = None) -> Any:
         if isinstance(value, str) and value.startswith("$"):
@@ -679,7 +663,7 @@ class Runner:
                     "timing, or it failed)"
                 )
             return list(self.produced[name])
-        if isinstance(value, str) and key in TIME_KEYS:
+        if isinstance(value, str) and key in self.steps.time_keys:
             return format_time(time_value(value, self.run_start))
         if isinstance(value, dict):
             return {k: self._resolve(v, step, k) for k, v in value.items()}
@@ -690,32 +674,17 @@ class Runner:
     # ----------------------------------------------------------------------------------------------- timeline
     def _timeline(self, settled: bool, aborted: str | None) -> dict:
         scenario = self.scenario
-        events, ec2_events, ec2_instances, approvals = [], [], [], []
+        events: list[dict] = []
+        ec2_events: list[dict] = []
+        ec2_instances: list[dict] = []
+        approvals: list[dict] = []
         start = self.start
         if start is not None:
             try:
                 self._changes()  # the journal's last entries, for the events' histories
                 events = [e for e in self.api.get("/v1/events", all="true") if parse_time(e["created_at"]) >= start]
                 for event in events:
-                    history = (
-                        self.event_journal.get(event["event_id"], [])
-                        if self.journal_complete
-                        else self.api.get(f"/v1/events/{event['event_id']}/journal")
-                    )
-                    event["journal"] = [
-                        {**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history
-                    ]
-                    for entry in event["journal"]:
-                        if entry["what"] == "approved":
-                            at = parse_time(entry["at"])
-                            approvals.append(
-                                {
-                                    "time": format_time(at),
-                                    "offset": (at - start).total_seconds(),
-                                    "event_id": event["event_id"],
-                                    "by": entry.get("reason", "").removeprefix("by "),
-                                }
-                            )
+                    approvals += self._with_history(event, start)
                 if scenario.instances:
                     ec2_events = [
                         e for e in self.api.get("/v1/ec2/events", all="true") if parse_time(e["created_at"]) >= start
@@ -765,6 +734,28 @@ class Runner:
         timeline["passed"] = aborted is None and all(r["passed"] for r in results)
         return timeline
 
+    def _with_history(self, event: dict, start: datetime) -> list[dict]:
+        """Give the event its history (``journal``); the approvals in it."""
+        history = (
+            self.event_journal.get(event["event_id"], [])
+            if self.journal_complete
+            else self.api.get(f"/v1/events/{event['event_id']}/journal")
+        )
+        event["journal"] = [{**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history]
+        approvals = []
+        for entry in event["journal"]:
+            if entry["what"] == "approved":
+                at = parse_time(entry["at"])
+                approvals.append(
+                    {
+                        "time": format_time(at),
+                        "offset": (at - start).total_seconds(),
+                        "event_id": event["event_id"],
+                        "by": entry.get("reason", "").removeprefix("by "),
+                    }
+                )
+        return approvals
+
     def _tolerance(self) -> float:
         """How far a recorded time may be from an expected one: exact on a manual clock; on a real clock, a few
         polls of simulated time."""
@@ -779,11 +770,6 @@ def _entry_time(entry: dict, event: dict) -> datetime | None:
     from the event itself."""
     exact = {"started": event.get("started_at"), "completed": event.get("ended_at")}.get(entry["what"])
     return parse_optional_time(exact or entry["at"])
-
-
-def _event_of(impacted_by: str | None) -> str | None:
-    """The EventId of a VM's or an instance's ``impacted_by`` ("EVENTID" or "EVENTID (extra impact)")."""
-    return impacted_by.split(" ", 1)[0] if impacted_by else None
 
 
 def run_scenario(

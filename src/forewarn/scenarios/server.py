@@ -92,7 +92,7 @@ def preload_servers() -> None:
         # forewarn (a git worktree beside the editable install) would fork servers of the other checkout's code.
         os.environ["PYTHONPATH"] = _with_package_root(os.environ.get("PYTHONPATH"))
         context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(["forewarn.cli.main", "forewarn.cli.serve", "forewarn.server.bootstrap"])
+        context.set_forkserver_preload(["forewarn.cli.main", "forewarn.cli.serve", "forewarn.server.preload"])
         _preloaded = context
 
 

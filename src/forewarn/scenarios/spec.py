@@ -23,7 +23,9 @@ from forewarn import yamlfile
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError, did_you_mean
 from forewarn.core.times import parse_time
+from forewarn.scenario_steps import StepAction
 from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
+from forewarn.scenarios.actions import steps as steps_of_clouds
 from forewarn.yamlfile import YamlFileError, line_of, where
 
 LIBRARY_DIR = "library"
@@ -37,112 +39,9 @@ class ScenarioError(Exception):
     """A scenario file was refused; the message names the file, the line, where and the problem (one per line)."""
 
 
-# ------------------------------------------------------------------------------------------------------ actions
-@dataclass(frozen=True)
-class Action:
-    """What a step's ``do`` can be: the keys its ``with`` takes, which are required, and which name fleet members."""
-
-    required: tuple[str, ...] = ()
-    optional: tuple[str, ...] = ()
-    any_keys: bool = False  # ec2-api: Query parameters are free-form
-    summary: str = ""
-
-
-_SCHEDULE_KEYS = (
-    "vms",
-    "hosts",
-    "source",
-    "notice",
-    "not_before",
-    "duration_seconds",
-    "description",
-    "impact_window",
-    "extra_impacts",
-    "group",
-    "update_domain",
-    "fault_domain",
-)
-_EC2_SCHEDULE_KEYS = ("notice", "not_before", "window", "no_not_after", "deadline", "no_deadline", "description")
-
-ACTIONS: dict[str, Action] = {
-    "schedule": Action(
-        ("type",), _SCHEDULE_KEYS, summary="POST /v1/events: Azure maintenance (one event per host and scope)"
-    ),
-    "approve": Action(
-        (), ("event", "vm"), summary="POST /v1/approvals, as `as` (a VM: only events it sees; default control)"
-    ),
-    "cancel": Action(("event",), ("vm",), summary="POST /v1/events/{id}/cancel, for each event in order"),
-    "restart": Action(("vms",), ("notice",), summary="POST /v1/vms/restart: a User Reboot"),
-    "redeploy": Action(("vms",), ("notice",), summary="POST /v1/vms/redeploy: a User Redeploy"),
-    "reimage": Action(("vms",), (), summary="POST /v1/vms/reimage"),
-    "delete": Action(("vms",), (), summary="POST /v1/vms/delete"),
-    "policy": Action(
-        ("owner",),
-        ("auto_approve_reboot", "auto_approve_redeploy", "terminate_notification", "os_image_notification"),
-        summary="PATCH /v1/policies/{owner}",
-    ),
-    "scale-in": Action(("scale_set",), ("count",), summary="POST /v1/scale-sets/{scale_set}/scale-in"),
-    "update-instances": Action(("scale_set",), ("vms",), summary="POST /v1/scale-sets/{scale_set}/update-instances"),
-    "hardware-failure": Action(("hosts",), ("type",), summary="POST /v1/platform/hardware-failure"),
-    "predicted-failure": Action(("hosts",), ("notice",), summary="POST /v1/platform/predicted-failure"),
-    "evict": Action(("vms",), (), summary="POST /v1/platform/evict: Spot Preempt"),
-    "ec2-schedule": Action(("code", "instances"), _EC2_SCHEDULE_KEYS, summary="POST /v1/ec2/events"),
-    "ec2-cancel": Action(("event",), (), summary="POST /v1/ec2/events/{id}/cancel"),
-    "ec2-reschedule": Action(("event", "not_before"), (), summary="POST /v1/ec2/events/{id}/reschedule"),
-    "ec2-start": Action(("instance",), (), summary="POST /v1/ec2/instances/{instance}/start"),
-    "ec2-interrupt": Action(("instances",), ("action",), summary="POST /v1/ec2/spot/interrupt"),
-    "ec2-rebalance": Action(("instances",), (), summary="POST /v1/ec2/spot/rebalance"),
-    "ec2-api": Action(("Action",), (), any_keys=True, summary="the EC2 Query API (form POST to --ec2-url)"),
-    "gce-maintain": Action(
-        ("instances",),
-        ("kind", "notice", "start", "window", "can_reschedule", "latest", "type"),
-        summary="POST /v1/gce/maintenance: Compute Engine host maintenance",
-    ),
-    "gce-cancel": Action(("event",), (), summary="POST /v1/gce/maintenance/{id}/cancel"),
-    "gce-perform": Action(("instance",), (), summary="POST /v1/gce/instances/{instance}/perform-maintenance"),
-    "gce-reschedule": Action(
-        ("instance",),
-        ("start", "notice"),
-        summary="POST /v1/gce/instances/{instance}/reschedule-maintenance: move announced maintenance",
-    ),
-    "gce-simulate": Action(("instance",), (), summary="POST /v1/gce/instances/{instance}/simulate-maintenance"),
-    "gce-scheduling": Action(
-        ("instance",),
-        ("on_host_maintenance", "automatic_restart"),
-        summary="POST /v1/gce/instances/{instance}/scheduling",
-    ),
-    "gce-preempt": Action(("instances",), (), summary="POST /v1/gce/preempt: Spot or preemptible preemption"),
-    "gce-host-error": Action(("instances",), (), summary="POST /v1/gce/host-error"),
-    "gce-watch": Action(
-        ("instance",), (), summary="GET the instance's maintenance-event once, as a watcher does (it gets the notice)"
-    ),
-    "wave": Action(
-        (),
-        (
-            "cloud",
-            "type",
-            "by",
-            "concurrency",
-            "groups",
-            "source",
-            "notice",
-            "duration_seconds",
-            "impact_window",
-            "description",
-            "window",
-            "can_reschedule",
-            "latest",
-            "name",
-        ),
-        summary="POST /v1/waves: roll maintenance by update domain, fault domain, zone or host",
-    ),
-    "cancel-wave": Action(("wave",), (), summary="POST /v1/waves/{wave}/cancel"),
-}
-
 # ``with`` keys whose values are fleet members, checked against the fleet when the file is read.
 _MEMBER_KEYS = {"vms": "vm", "vm": "vm", "hosts": "host", "instances": "instance", "instance": "instance"}
 _LIST_KEYS = ("vms", "hosts", "instances", "groups")
-TIME_KEYS = ("not_before", "NotBefore", "not_after", "start")  # values: ISO 8601, or start+DURATION
 
 STEP_KEYS = ("at", "after", "do", "id", "as", "with", "fails", "note", "only")
 TOP_KEYS = (
@@ -535,57 +434,14 @@ def _check_steps(
         if not isinstance(step, dict):
             report.add(path, "a step is a mapping: {at: 0s, do: schedule, with: {...}}")
             continue
-        for key in step:
-            if key not in STEP_KEYS:
-                report.add(path + (key,), f"unknown key {key!r}; a step takes {', '.join(STEP_KEYS)}")
-        if ("at" in step) == ("after" in step):
-            report.add(
-                path, "give exactly one of `at` (time from the start) and `after` (time after the previous step)"
-            )
-        for key in ("at", "after"):
-            if key in step:
-                _check_refs(step[key], path + (key,), timing_names, set(), report)
-        if "only" in step and step["only"] not in TIMINGS:
-            report.add(path + ("only",), f"expected one of {', '.join(TIMINGS)}")
-        do = step.get("do")
-        action = ACTIONS.get(do) if isinstance(do, str) else None
-        if "do" not in step:
-            report.add(path, "missing key 'do' (the action)")
-        elif action is None:
-            report.add(path + ("do",), f"unknown action {do!r}; expected one of {', '.join(ACTIONS)}")
-        params = step.get("with", {})
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
-            report.add(path + ("with",), "expected a mapping of the action's parameters")
-            params = {}
+        _check_step_timing(step, path, timing_names, report)
+        action = _check_action(step, path, report)
+        params = _step_params(step, path, report)
         if action is not None:
-            for key in action.required:
-                if key not in params:
-                    report.add(path + ("with",), f"{do} needs `{key}`")
-            if not action.any_keys:
-                allowed = action.required + action.optional
-                for key in params:
-                    if key not in allowed:
-                        report.add(
-                            path + ("with", key), f"{do} takes no {key!r}; it takes {', '.join(allowed) or 'nothing'}"
-                        )
-            for key, kind in _MEMBER_KEYS.items():
-                if key in params and not action.any_keys:
-                    names = params[key] if isinstance(params[key], list) else [params[key]]
-                    for name in names:
-                        if isinstance(name, str) and not name.startswith("$") and name not in members[kind]:
-                            report.add(path + ("with", key), f"{name!r} is not a {kind} of the fleet")
-            if do == "approve" and "event" not in params and step.get("as") in (None, "control"):
-                report.add(path, "approve needs `with: {event: $STEP}`, or `as: VM` to approve what that VM sees")
-        if "as" in step and action is not None:
-            if do != "approve":
-                report.add(path + ("as",), "only approve takes `as` (who approves)")
-            elif step["as"] != "control" and step["as"] not in members["vm"]:
-                report.add(path + ("as",), f"{step['as']!r} is not a VM of the fleet (or `control`)")
+            _check_params(step, params, action, members, path, report)
         if "fails" in step and (not isinstance(step["fails"], str) or not step["fails"]):
             report.add(path + ("fails",), "expected the error code the step must fail with, e.g. Conflict")
-        for key in TIME_KEYS:
+        for key in steps_of_clouds().time_keys:
             value = params.get(key)
             if isinstance(value, str) and not value.startswith("$"):
                 try:
@@ -593,15 +449,87 @@ def _check_steps(
                 except ValueError as error:
                     report.add(path + ("with", key), str(error))
         _check_refs(params, path + ("with",), timing_names, ids, report)
-        if "id" in step:
-            step_id = step["id"]
-            if not isinstance(step_id, str) or not IDENT.match(step_id):
-                report.add(path + ("id",), "an id is a letter followed by letters, digits, '-' or '_'")
-            elif step_id in ids or step_id in timing_names:
-                report.add(path + ("id",), f"id {step_id!r} is already used (ids and timing names are shared)")
-            else:
-                ids.add(step_id)
+        _check_step_id(step, path, timing_names, ids, report)
     return ids
+
+
+def _check_step_timing(step: dict, path: tuple, timing_names: set[str], report: _Report) -> None:
+    """Its keys, and when it runs (`at` or `after`, and `only` a timing)."""
+    for key in step:
+        if key not in STEP_KEYS:
+            report.add(path + (key,), f"unknown key {key!r}; a step takes {', '.join(STEP_KEYS)}")
+    if ("at" in step) == ("after" in step):
+        report.add(path, "give exactly one of `at` (time from the start) and `after` (time after the previous step)")
+    for key in ("at", "after"):
+        if key in step:
+            _check_refs(step[key], path + (key,), timing_names, set(), report)
+    if "only" in step and step["only"] not in TIMINGS:
+        report.add(path + ("only",), f"expected one of {', '.join(TIMINGS)}")
+
+
+def _check_action(step: dict, path: tuple, report: _Report) -> StepAction | None:
+    actions = steps_of_clouds().actions
+    do = step.get("do")
+    action = actions.get(do) if isinstance(do, str) else None
+    if "do" not in step:
+        report.add(path, "missing key 'do' (the action)")
+    elif action is None:
+        report.add(path + ("do",), f"unknown action {do!r}; expected one of {', '.join(actions)}")
+    return action
+
+
+def _step_params(step: dict, path: tuple, report: _Report) -> dict:
+    params = step.get("with", {})
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        report.add(path + ("with",), "expected a mapping of the action's parameters")
+        return {}
+    return params
+
+
+def _check_params(
+    step: dict, params: dict, action: StepAction, members: dict[str, Container[str]], path: tuple, report: _Report
+) -> None:
+    """What the step's action takes: its keys, the fleet's members it names, its own checks, and who it acts as."""
+    do = step["do"]
+    for key in action.required:
+        if key not in params:
+            report.add(path + ("with",), f"{do} needs `{key}`")
+    if not action.any_keys:
+        allowed = action.required + action.optional
+        for key in params:
+            if key not in allowed:
+                report.add(path + ("with", key), f"{do} takes no {key!r}; it takes {', '.join(allowed) or 'nothing'}")
+        for key, kind in _MEMBER_KEYS.items():
+            value = params.get(key)
+            for name in (value if isinstance(value, list) else [value]) if key in params else []:
+                if isinstance(name, str) and not name.startswith("$") and name not in members[kind]:
+                    report.add(path + ("with", key), f"{name!r} is not a {kind} of the fleet")
+    for where_, message in action.check(step, params, members) if action.check else []:
+        report.add(path + where_, message)
+    if "as" in step and action.actor is None:
+        report.add(path + ("as",), _who_takes_as())
+
+
+def _who_takes_as() -> str:
+    actors = {name: action.actor for name, action in steps_of_clouds().actions.items() if action.actor}
+    if len(actors) == 1:
+        [(name, actor)] = actors.items()
+        return f"only {name} takes `as` ({actor})"
+    return f"only {', '.join(actors) or 'no action'} take `as`"
+
+
+def _check_step_id(step: dict, path: tuple, timing_names: set[str], ids: set[str], report: _Report) -> None:
+    if "id" not in step:
+        return
+    step_id = step["id"]
+    if not isinstance(step_id, str) or not IDENT.match(step_id):
+        report.add(path + ("id",), "an id is a letter followed by letters, digits, '-' or '_'")
+    elif step_id in ids or step_id in timing_names:
+        report.add(path + ("id",), f"id {step_id!r} is already used (ids and timing names are shared)")
+    else:
+        ids.add(step_id)
 
 
 def _check_observe(observe: Any, vms: Container[str], instances: Container[str], report: _Report) -> None:
@@ -661,25 +589,7 @@ def _check_expect(
         checks = {key: value for key, value in item.items() if key in EXPECT_CHECKS[kind]}
         _check_refs(checks, path, timing_names, set(), report)
         if "documents" in checks:
-            documents = checks["documents"]
-            if not isinstance(documents, list):
-                report.add(path + ("documents",), "expected a list of {incarnation, events, at}")
-            else:
-                for number, document in enumerate(documents):
-                    if not isinstance(document, dict):
-                        report.add(path + ("documents", number), "expected {incarnation: N, events: [...]}")
-                        continue
-                    for key in document:
-                        if key not in DOCUMENT_KEYS:
-                            report.add(
-                                path + ("documents", number, key),
-                                f"unknown key {key!r}; expected {', '.join(DOCUMENT_KEYS)}",
-                            )
-                    if "events" in document and not isinstance(document["events"], list):
-                        report.add(
-                            path + ("documents", number, "events"),
-                            "expected a list: 'Status Type' strings or mappings of document fields",
-                        )
+            _check_documents(checks["documents"], path + ("documents",), report)
         for key in ("never", "power", "states", "not_befores", "journal", "approved_by", "upcoming", "notified"):
             if key in checks and not isinstance(checks[key], list):
                 report.add(path + (key,), "expected a list")
@@ -689,6 +599,24 @@ def _check_expect(
         for key in ("event_ids", "count"):
             if key in checks and (not isinstance(checks[key], int) or isinstance(checks[key], bool)):
                 report.add(path + (key,), "expected a number")
+
+
+def _check_documents(documents: Any, path: tuple, report: _Report) -> None:
+    """A VM check's expected documents: each {incarnation, events, at}."""
+    if not isinstance(documents, list):
+        report.add(path, "expected a list of {incarnation, events, at}")
+        return
+    for number, document in enumerate(documents):
+        if not isinstance(document, dict):
+            report.add(path + (number,), "expected {incarnation: N, events: [...]}")
+            continue
+        for key in document:
+            if key not in DOCUMENT_KEYS:
+                report.add(path + (number, key), f"unknown key {key!r}; expected {', '.join(DOCUMENT_KEYS)}")
+        if "events" in document and not isinstance(document["events"], list):
+            report.add(
+                path + (number, "events"), "expected a list: 'Status Type' strings or mappings of document fields"
+            )
 
 
 # -------------------------------------------------------------------------------------------------- resolving
@@ -744,9 +672,42 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
     report = report or _Report(scenario.path, scenario.lines)
     data = scenario.data
     timings = {key: value for key, value in (data.get("timing") or {}).items() if _is_choice(value)}
+    steps = _resolve_steps(data["steps"], timing, timings, report)
+    expectations = _resolve_expectations(data.get("expect") or [], timing, timings, report)
+    server = _choose(data.get("server") or {}, timing, timings)
+    for key in ("notice", "impact_window"):
+        for event_type, value in (server.get(key) or {}).items():
+            try:
+                duration_value(value)
+            except ValueError as error:
+                report.add(("server", key, event_type), f"{error} ({timing} timing)")
+    report.check()
+    observe = data.get("observe")
+    return Scenario(
+        name=scenario.name,
+        title=scenario.title,
+        description=scenario.description,
+        source=scenario.source,
+        path=scenario.path,
+        timing=timing,
+        start=_parse_time(str(data["start"])) if data.get("start") else None,
+        fleet_text=scenario.server_fleet_text(),
+        vms=scenario.vms,
+        instances=scenario.instances,
+        observe=tuple(observe) if observe else scenario.vms + scenario.instances,
+        observe_all=not observe,
+        server=server,
+        steps=tuple(steps),
+        expectations=tuple(expectations),
+    )
+
+
+def _resolve_steps(raw_steps: list, timing: str, timings: dict, report: _Report) -> list[Step]:
+    """The steps of the timing, each at its time from the start (in order: a step before the previous one is a
+    problem)."""
     steps: list[Step] = []
     previous = timedelta(0)
-    for index, raw in enumerate(data["steps"]):
+    for index, raw in enumerate(raw_steps):
         path = ("steps", index)
         key = "at" if "at" in raw else "after"
         try:
@@ -780,35 +741,17 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
                 note=raw.get("note"),
             )
         )
+    return steps
+
+
+def _resolve_expectations(raw_checks: list, timing: str, timings: dict, report: _Report) -> list[Expectation]:
     expectations: list[Expectation] = []
-    for index, raw in enumerate(data.get("expect") or []):
+    for index, raw in enumerate(raw_checks):
         if raw.get("only", timing) != timing:
             continue
         kind = "event" if "event" in raw else next(kind for kind in EXPECT_CHECKS if kind in raw)
         checks = _choose({key: value for key, value in raw.items() if key in EXPECT_CHECKS[kind]}, timing, timings)
-        for key in ("min_notice", "max_notice"):
-            if key in checks:
-                try:
-                    duration_value(checks[key])
-                except ValueError as error:
-                    report.add(("expect", index, key), f"{error} ({timing} timing)")
-        times: list[tuple[tuple[str | int, ...], Any]] = [
-            ((key,), checks[key]) for key in ("not_before", "not_after") if key in checks
-        ]
-        for key in ("not_befores", "upcoming", "notified"):
-            if isinstance(checks.get(key), list):
-                times += [((key, number), value) for number, value in enumerate(checks[key])]
-        for where_, value in times:
-            try:
-                _parse_time_expression(str(value))
-            except ValueError as error:
-                report.add(("expect", index) + where_, f"{error} ({timing} timing)")
-        for number, document in enumerate(checks.get("documents") or []):
-            if isinstance(document, dict) and "at" in document:
-                try:
-                    duration_value(document["at"])
-                except ValueError as error:
-                    report.add(("expect", index, "documents", number, "at"), f"{error} ({timing} timing)")
+        _check_resolved_times(checks, index, timing, report)
         expectations.append(
             Expectation(
                 index=index,
@@ -819,32 +762,34 @@ def _resolve(scenario: ScenarioFile, timing: str, report: _Report | None = None)
                 note=raw.get("note"),
             )
         )
-    server = _choose(data.get("server") or {}, timing, timings)
-    for key in ("notice", "impact_window"):
-        for event_type, value in (server.get(key) or {}).items():
+    return expectations
+
+
+def _check_resolved_times(checks: dict, index: int, timing: str, report: _Report) -> None:
+    """An expectation's durations and times, as the timing resolved them."""
+    for key in ("min_notice", "max_notice"):
+        if key in checks:
             try:
-                duration_value(value)
+                duration_value(checks[key])
             except ValueError as error:
-                report.add(("server", key, event_type), f"{error} ({timing} timing)")
-    report.check()
-    observe = data.get("observe")
-    return Scenario(
-        name=scenario.name,
-        title=scenario.title,
-        description=scenario.description,
-        source=scenario.source,
-        path=scenario.path,
-        timing=timing,
-        start=_parse_time(str(data["start"])) if data.get("start") else None,
-        fleet_text=scenario.server_fleet_text(),
-        vms=scenario.vms,
-        instances=scenario.instances,
-        observe=tuple(observe) if observe else scenario.vms + scenario.instances,
-        observe_all=not observe,
-        server=server,
-        steps=tuple(steps),
-        expectations=tuple(expectations),
-    )
+                report.add(("expect", index, key), f"{error} ({timing} timing)")
+    times: list[tuple[tuple[str | int, ...], Any]] = [
+        ((key,), checks[key]) for key in ("not_before", "not_after") if key in checks
+    ]
+    for key in ("not_befores", "upcoming", "notified"):
+        if isinstance(checks.get(key), list):
+            times += [((key, number), value) for number, value in enumerate(checks[key])]
+    for where_, value in times:
+        try:
+            _parse_time_expression(str(value))
+        except ValueError as error:
+            report.add(("expect", index) + where_, f"{error} ({timing} timing)")
+    for number, document in enumerate(checks.get("documents") or []):
+        if isinstance(document, dict) and "at" in document:
+            try:
+                duration_value(document["at"])
+            except ValueError as error:
+                report.add(("expect", index, "documents", number, "at"), f"{error} ({timing} timing)")
 
 
 def server_fleet(fleet_text: str) -> str:

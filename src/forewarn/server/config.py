@@ -1,5 +1,5 @@
 """Every setting of a forewarn server, as one value: ``forewarn serve`` fills a :class:`ServeConfig` from its
-options, and ``server.bootstrap.run_server`` turns it into a running server.
+options, and ``server.composition.run_server`` turns it into a running server.
 
 Light on purpose (standard library only): the CLI imports it, and the CLI must start fast.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 
 class ServeError(Exception):
@@ -45,8 +44,8 @@ class ServeConfig:
     speed: float | None = None
     start: str | None = None  # ISO 8601
     seed: str | None = None
-    notice: dict[Any, timedelta] = field(default_factory=dict)  # by azure.model.EventType
-    impact_window: dict[Any, timedelta] = field(default_factory=dict)
+    notice: tuple[str, ...] = ()  # TYPE=DURATION, as given (Azure's serving reads them: azure/serving/wiring.py)
+    impact_window: tuple[str, ...] = ()
     gce_timings: dict[str, timedelta] = field(default_factory=dict)  # GceRules fields over their defaults
     hardware_failure_type: str | None = None
     # Azure IMDS: a profile, and single settings over it.

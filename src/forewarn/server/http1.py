@@ -222,30 +222,37 @@ class _Refusal(asyncio.Protocol):
 
 
 class _HttpDate:
-    """The ``Date`` header line, rebuilt at most once a second."""
+    """The ``Date`` header line, rebuilt at most once a second of the wall's, or when told the clock moved.
 
-    def __init__(self):
+    ``clock`` gives the time the line tells (seconds since the epoch): the wall's, or a simulated cloud's, whose
+    metadata service tells its own time as a real one does."""
+
+    def __init__(self, clock: Callable[[], float] = time.time):
+        self._clock = clock
         self._second = -1
         self._line = b""
 
     def line(self) -> bytes:
-        now = time.time()
-        second = int(now)
+        second = int(time.time())
         if second != self._second:
             self._second = second
-            self._line = b"date: " + formatdate(now, usegmt=True).encode() + b"\r\n"
+            self._line = b"date: " + formatdate(self._clock(), usegmt=True).encode() + b"\r\n"
         return self._line
+
+    def moved(self) -> None:
+        """The clock jumped: the next line is made anew."""
+        self._second = -1
 
 
 class _Shared:
     """What every connection of one server shares: the handler, the limits, the wire cache, the clock line, the open
     set and the connection budget."""
 
-    def __init__(self, handler: Handler, limits: Limits):
+    def __init__(self, handler: Handler, limits: Limits, clock: Callable[[], float] = time.time):
         self.handler = handler
         self.limits = limits
         self.budget = ConnectionBudget(limits)
-        self.date = _HttpDate()
+        self.date = _HttpDate(clock)
         self.wire: dict[Response, tuple[bytes, bytes]] = {}
         self.connections: set[_Connection] = set()
 
@@ -659,10 +666,14 @@ def _address(value) -> tuple[str, int]:
 class Http1Server:
     """Serves ``handler`` on already-bound listening sockets until closed."""
 
-    def __init__(self, handler: Handler, limits: Limits = Limits()):
-        self.shared = _Shared(handler, limits)
+    def __init__(self, handler: Handler, limits: Limits = Limits(), clock: Callable[[], float] = time.time):
+        """``clock``: the time the ``Date`` header tells (:class:`_HttpDate`); :meth:`clock_moved` after it jumps."""
+        self.shared = _Shared(handler, limits, clock)
         self._servers: list[asyncio.AbstractServer] = []
         self._sweeper: asyncio.Task | None = None
+
+    def clock_moved(self) -> None:
+        self.shared.date.moved()
 
     async def start(self, sockets) -> None:
         loop = asyncio.get_running_loop()

@@ -398,6 +398,49 @@ class Forewarn:
         except ValueError:
             return response.text
 
+    # Compute Engine
+    def maintain_gce(self, instances: str | Sequence[str], **fields: Any) -> list[dict]:
+        """Schedule Compute Engine host maintenance on ``instances`` (names), one event each; ``fields`` as ``POST
+        /v1/gce/maintenance`` takes them: ``kind`` (migrate, terminate), ``notice``, ``start``, ``window``,
+        ``can_reschedule``, ``latest``, ``type``."""
+        names = [instances] if isinstance(instances, str) else list(instances)
+        result: list[dict] = self.call("POST", "/v1/gce/maintenance", {"instances": names, **fields})
+        return result
+
+    def cancel_gce(self, event_id: str) -> dict:
+        result: dict = self.call("POST", f"/v1/gce/maintenance/{event_id}/cancel")
+        return result
+
+    def gce_maintenance(self, all: bool = False) -> list[dict]:
+        """Compute Engine maintenance events: the live ones, or ``all`` (completed and canceled too)."""
+        result: list[dict] = self.call("GET", "/v1/gce/maintenance", all=str(all).lower())
+        return result
+
+    def simulate_gce_maintenance(self, instance: str) -> dict:
+        """What ``instances.simulateMaintenanceEvent`` does: the instance's own maintenance behaviour after its
+        notice (60 seconds; an hour for an instance with GPUs). The outcome, with its ``events``."""
+        result: dict = self.call("POST", f"/v1/gce/instances/{instance}/simulate-maintenance")
+        return result
+
+    def gce_instance(self, instance: str) -> dict:
+        """A Compute Engine instance as the control API shows it (``status``, ``host``, ``maintenance_event``,
+        ``upcoming``...), read without counting as the instance reading its metadata."""
+        result: dict = self.call("GET", f"/v1/gce/instances/{instance}")
+        return result
+
+    def gce_maintenance_event(self, instance: str) -> str:
+        """What the instance's metadata server serves at ``instance/maintenance-event`` now (NONE,
+        MIGRATE_ON_HOST_MAINTENANCE, TERMINATE_ON_HOST_MAINTENANCE), read as the instance's agent reads it: a read
+        that Compute Engine counts as watching, so the instance gets its notice of later maintenance."""
+        response = self.client.send(
+            "GET",
+            f"{self.metadata_url(instance)}/computeMetadata/v1/instance/maintenance-event",
+            headers={"Metadata-Flavor": "Google"},
+        )
+        if response.status != 200:
+            raise ForewarnError(f"{instance}: maintenance-event answered {response.status}", response.status)
+        return response.text
+
     # The clock
     @property
     def now(self) -> str:

@@ -17,7 +17,6 @@ from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
-from forewarn.aws.eventbridge.delivery import attach
 from forewarn.aws.lifecycle import TERMINATING, LifecycleHook
 from forewarn.core.changes import Change
 from forewarn.core.errors import CoreError
@@ -69,7 +68,6 @@ def _required(params: Mapping[str, str], name: str) -> str:
 class AutoScalingApi:
     def __init__(self, service: Maintenance):
         self.service = service
-        attach(service)
         self.actions: dict[str, Callable[[Mapping[str, str]], Any]] = {
             "PutLifecycleHook": self.put_lifecycle_hook,
             "DescribeLifecycleHooks": self.describe_lifecycle_hooks,

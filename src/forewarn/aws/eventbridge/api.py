@@ -15,7 +15,6 @@ from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
-from forewarn.aws.eventbridge.delivery import attach
 from forewarn.aws.eventbus import (
     EventBus,
     PatternInvalid,
@@ -61,7 +60,6 @@ def _validation(message: str) -> EventsError:
 class EventsApi:
     def __init__(self, service: Maintenance):
         self.service = service
-        attach(service)
         self.actions: dict[str, Callable[[dict[str, Any], str | None], Awaitable[dict[str, Any]]]] = {
             "PutRule": self.put_rule,
             "DescribeRule": self.describe_rule,

@@ -1,5 +1,5 @@
 """EventBridge's delivery to SQS targets: each event a command puts on the bus is matched against the rules, and
-each matching rule's queue target gets a delivery committed with the command (the outbox: ``Maintenance.add_outbox``),
+each matching rule's queue target gets a delivery committed with the command (the outbox: aws/serving/wiring.py gives ``bus_outbox`` to the service as it opens),
 sent by the outbox's sender under the ``sqs`` policy below. At least once, as EventBridge delivers: a target whose
 queue does not exist (yet) is retried for 24 hours, EventBridge's default retry window ("Event retry policy and
 using dead-letter queues")."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import weakref
 from datetime import timedelta
 
 from forewarn.app.errors import Unavailable
@@ -29,7 +28,6 @@ log = logging.getLogger("forewarn.eventbridge")
 
 KIND = "sqs"
 RETRY_FOR = timedelta(hours=24)
-_ATTACHED: weakref.WeakSet[Maintenance] = weakref.WeakSet()
 
 
 def bus_outbox(changes: list[Change], engine: Engine) -> list[Outgoing]:
@@ -63,13 +61,6 @@ def hook_notifications(changes: list[Change], engine: Engine) -> list[tuple[str,
                 message["AccountId"] = instance.account_id
                 found.append((hook.notification_target_arn, message))
     return found
-
-
-def attach(service: Maintenance) -> None:
-    """Route the service's events to the rules' targets from now on (once per service)."""
-    if service not in _ATTACHED:
-        _ATTACHED.add(service)
-        service.add_outbox(bus_outbox)
 
 
 class QueueDelivery:

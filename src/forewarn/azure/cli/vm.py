@@ -231,7 +231,22 @@ def platform_hardware_failure(ctx, hosts, event_type, as_json):
     body = {"hosts": split_names(hosts)}
     if event_type:
         body["type"] = event_type
-    emit(run(lambda: control_client(ctx).post("/v1/platform/hardware-failure", body)), as_json, _print_outcome)
+    emit(
+        run(lambda: control_client(ctx).post("/v1/platform/hardware-failure", body)),
+        as_json,
+        lambda outcome: _print_failure(split_names(hosts), outcome),
+    )
+
+
+def _print_failure(hosts: list[str], outcome: dict) -> None:
+    """Which hosts failed and where their VMs went, above the events and the VMs (whose HOST is the new one)."""
+    names = [vm["name"] for vm in outcome["vms"]]
+    moved_to = sorted({vm["host"] for vm in outcome["vms"]} - set(hosts))
+    counted = f"{len(names)} VM{'' if len(names) == 1 else 's'}"
+    where = f", now on {', '.join(moved_to)}" if moved_to else ""
+    failed = ", ".join(hosts)
+    click.echo(f"{failed} failed: {counted} impacted{' (' + ', '.join(names) + ')' if names else ''}{where}")
+    _print_outcome(outcome)
 
 
 @platform.command(name="predicted-failure", context_settings=CONTEXT)

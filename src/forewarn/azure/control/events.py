@@ -12,7 +12,8 @@ from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
 from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS, AzureImds
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest
-from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, EventOut
+from forewarn.azure.views import EventOut
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum

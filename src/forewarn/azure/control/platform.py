@@ -10,8 +10,9 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventType
+from forewarn.azure.views import EventOut
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
-from forewarn.control.models import ERRORS, EventOut
+from forewarn.control.models import ERRORS
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.enums import parse_enum

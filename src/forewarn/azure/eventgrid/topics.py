@@ -1,7 +1,7 @@
 """Event Grid in one object: the registry of topics and subscriptions, the publishing outbox, the delivery policy,
 the ARM provider, and the topics and subscriptions declared in the ``--event-grid`` file.
 
-Wiring (cli/main.py, server/bootstrap.py)::
+Wiring (cli/main.py, azure/serving/wiring.py)::
 
     eventgrid = EventGrid(store, settings, declared)          # before Maintenance.open
     Maintenance.open(..., outboxes=[..., eventgrid.outbox])   # publications committed with their changes

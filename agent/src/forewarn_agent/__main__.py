@@ -1,0 +1,3 @@
+from forewarn_agent.cli import main
+
+main()

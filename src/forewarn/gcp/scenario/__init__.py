@@ -1,0 +1,1 @@
+"""Compute Engine's steps of a scenario file: a client of the server (HTTP and JSON only), given through its plugin."""

@@ -1,0 +1,124 @@
+"""The server's own listeners: the control API and each cloud's API on ``--host``, the metadata endpoint on
+``--imds-host``, plus each machine's own metadata port (the fleet's ``imds.port``) and loopback address (its
+``imds.address``: ``http://127.0.0.10:8169`` is WestNO_0's metadata endpoint)."""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from forewarn.net.own_listeners import OwnListeners
+from forewarn.server.http1 import listening_socket
+
+log = logging.getLogger("forewarn.server")
+
+ASGIApp = Callable[..., Awaitable[None]]
+
+
+@dataclass
+class Listeners:
+    control: tuple[str, int]
+    imds: tuple[str, int]
+    apis: dict[str, tuple[str, int]] = field(default_factory=dict)  # each cloud's API that is on, by its role
+    api_titles: dict[str, str] = field(default_factory=dict)  # by role: "the ARM port"
+    vm_ports: dict[int, str] = field(default_factory=dict)
+    vm_addresses: dict[str, str] = field(default_factory=dict)
+    open_vm_ports: bool = True  # the fleet's per-VM imds.port listeners (serve --vm-ports/--no-vm-ports)
+    hosts: str | None = None  # the metadata listeners serve the machines on these hosts only (a glob; serve --hosts)
+
+
+class ListenError(OSError):
+    """One of the server's own listeners could not be bound: which one (``role``: control, imds, a cloud's API such
+    as arm, or vm_port with the ``machine`` whose fleet entry names the port) and where, so that the message can name
+    the address and the setting that chose it."""
+
+    def __init__(self, role: str, address: tuple[str, int], cause: OSError, machine: str | None = None):
+        super().__init__(cause.errno, cause.strerror or str(cause))
+        self.role = role
+        self.address = address
+        self.machine = machine
+
+
+def listen(role: str, address: tuple[str, int], machine: str | None = None) -> socket.socket:
+    try:
+        return listening_socket(*address)
+    except (OSError, OverflowError) as error:  # OverflowError: a port outside 0-65535
+        cause = error if isinstance(error, OSError) else OSError(None, str(error))
+        raise ListenError(role, address, cause, machine) from None
+
+
+class Machine(Protocol):
+    """What the listeners need of any cloud's machine: where its own metadata endpoint answers."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def imds_port(self) -> int | None: ...
+    @property
+    def imds_address(self) -> str | None: ...
+
+
+@dataclass
+class Bound:
+    management: list[socket.socket]  # the control API's, then each cloud API's
+    metadata: list[socket.socket]
+
+
+def bind(listeners: Listeners, machines: Sequence[Machine]) -> Bound:
+    """Every socket. A VM's own port (the fleet's ``imds.port``) that cannot be bound stops the start
+    (:class:`ListenError`): skipped, its agent would read whichever server holds the port, another forewarn's
+    documents. A VM's own loopback address that cannot be bound is skipped with a warning (the system may have no
+    such address; nothing else answers there then)."""
+    bound = Bound([listen("control", listeners.control)], [])
+    for role, address in listeners.apis.items():
+        bound.management.append(listen(role, address))
+    bound.metadata.append(listen("imds", listeners.imds))
+    taken = {address[1] for address in (listeners.imds, listeners.control, *listeners.apis.values())}
+    try:
+        for machine in machines:
+            bind_machine(listeners, machine, taken, bound)
+    except ListenError:
+        for opened in [*bound.management, *bound.metadata]:
+            opened.close()
+        raise
+    return bound
+
+
+def bind_machine(listeners: Listeners, machine: Machine, taken: set[int], bound: Bound) -> None:
+    name, port, address = machine.name, machine.imds_port, machine.imds_address
+    if port is not None and port not in taken and listeners.open_vm_ports:
+        bound.metadata.append(listen("vm_port", (listeners.imds[0], port), name))
+        listeners.vm_ports[port] = name
+    if address is not None and address != listeners.imds[0]:
+        if ipaddress.ip_address(address).is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
+            try:
+                bound.metadata.append(listening_socket(address, listeners.imds[1]))
+                listeners.vm_addresses[address] = name
+            except OSError as error:
+                log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
+
+
+class ByPort:
+    """One ASGI app per listening port, for the surfaces uvicorn serves."""
+
+    def __init__(self, apps: dict[int, ASGIApp]):
+        self.apps = apps
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return
+        await self.apps[scope["server"][1]](scope, receive, send)
+
+
+def own_listeners(bound: Bound, listeners: Listeners) -> OwnListeners:
+    """Every port this server listens on, named for the messages of refused outgoing requests."""
+    roles = {port: f"the metadata endpoint of {name}" for port, name in listeners.vm_ports.items()}
+    roles[listeners.imds[1]] = "the metadata endpoint"
+    for role, address in reversed(listeners.apis.items()):
+        roles[address[1]] = listeners.api_titles.get(role, role)
+    roles[listeners.control[1]] = "the control API"
+    return OwnListeners.of([*bound.management, *bound.metadata], roles)

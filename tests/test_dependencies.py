@@ -239,14 +239,10 @@ def test_a_clouds_scenario_steps_stay_a_client():
 # test, and so does one listed here that no longer does (so the list stays true).
 NAMING_A_CLOUD = {
     "forewarn.app.runtime": {"azure"},
-    "forewarn.control.waves": {"azure", "gcp"},
     "forewarn.fleet.file": {"aws", "azure", "gcp"},
     "forewarn.fleet.model": {"aws", "azure", "gcp"},
     "forewarn.net.callers": {"aws", "gcp"},
     "forewarn.replication.shared": {"azure"},
-    "forewarn.waves.component": {"azure", "gcp"},
-    "forewarn.waves.model": {"azure", "gcp"},
-    "forewarn.waves.records": {"azure", "gcp"},
 }
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.conformance.model import CloudCases
     from forewarn.engine.engine import Engine
     from forewarn.net.browser_guard import Refusal
     from forewarn.net.callers import CallerResolver
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.base import SQLStore
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 class MetadataSurface(Protocol):
@@ -351,9 +353,18 @@ class Cloud(ComponentSource, Protocol):
         ``cli/common.py``, as the CLI's start-up budget asks)."""
         ...
 
+    def wave_units(self) -> WaveUnits | None:
+        """What a wave rolled over the cloud's machines needs of it (``waves/units.py``); None: the cloud has no
+        waves, and a wave request that names it is refused, saying so."""
+        ...
+
     def scenario_steps(self) -> ScenarioSteps:
         """The cloud's steps of a scenario file (``do:``), their checks and how they run: a client of the server
         (forewarn/scenario_steps.py), loaded when a scenario is read or run."""
+
+    def conformance(self) -> CloudCases | None:
+        """The cloud's conformance cases (YAML files in its package) and the observer that reads its metadata calls
+        (docs/conformance.md); None for a cloud that ships none yet."""
         ...
 
 

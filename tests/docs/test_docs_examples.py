@@ -114,6 +114,8 @@ def test_block_says_what_it_is(block: Block):
 def yaml_kind(data) -> str:
     if not isinstance(data, dict):
         return "unknown"
+    if "cases" in data:
+        return "conformance"
     if "steps" in data:
         return "scenario"
     if "principals" in data:
@@ -131,11 +133,15 @@ def yaml_kind(data) -> str:
 def parse_yaml_file(block: Block, directory: Path) -> None:
     from forewarn.azure.arm.access import load_access
     from forewarn.azure.eventgrid.config import load_event_grid_file
+    from forewarn.conformance import battery
     from forewarn.fleet.file import load_fleet
     from forewarn.scenarios.spec import load_scenario
 
     path = directory / (block.file or "example.yaml")
     path.write_text(block.body)
+    if yaml_kind(yaml.safe_load(block.body)) == "conformance":  # a case file: read as azure's, its checks and all
+        battery(["azure"], files=[f"azure:{path}"])
+        return
     loader = {"scenario": load_scenario, "access": load_access, "event grid": load_event_grid_file}
     loader.get(yaml_kind(yaml.safe_load(block.body)), load_fleet)(path)
 

@@ -20,9 +20,11 @@ if TYPE_CHECKING:
     from forewarn.aws.component import Ec2Component
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
+    from forewarn.conformance.model import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 @dataclass(frozen=True)
@@ -98,10 +100,19 @@ class AwsCloud:
 
         return (ec2.ec2,)
 
+    def wave_units(self) -> WaveUnits | None:
+        """No waves over EC2 instances."""
+        return None
+
     def scenario_steps(self) -> ScenarioSteps:
         from forewarn.aws.scenario.steps import STEPS
 
         return STEPS
+
+    def conformance(self) -> CloudCases | None:
+        from forewarn.aws.conformance import cases
+
+        return cases()
 
 
 AWS: Cloud = AwsCloud()

@@ -21,9 +21,11 @@ if TYPE_CHECKING:
     from forewarn.azure.component import AzureComponent
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
+    from forewarn.conformance.model import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 @dataclass(frozen=True)
@@ -125,10 +127,20 @@ class AzureCloud:
             central.acknowledge,
         )
 
+    def wave_units(self) -> WaveUnits:
+        from forewarn.azure.waves import AzureWaveUnits
+
+        return AzureWaveUnits()
+
     def scenario_steps(self) -> ScenarioSteps:
         from forewarn.azure.scenario.steps import STEPS
 
         return STEPS
+
+    def conformance(self) -> CloudCases | None:
+        from forewarn.azure.conformance import cases
+
+        return cases()
 
 
 AZURE: Cloud = AzureCloud()

@@ -13,6 +13,7 @@ from forewarn import __version__
 from forewarn.cli import clock, fleet, history, sandbox, serve, waves
 from forewarn.cli.common import CONTEXT, DEFAULT_SERVER, server_url
 from forewarn.cloud import registered
+from forewarn.conformance.cli import conformance
 from forewarn.recording.cli import COMMANDS as RECORDING_COMMANDS
 from forewarn.scenarios.cli import scenario
 
@@ -56,6 +57,7 @@ for command in (
     fleet.fleet,
     waves.wave,
     scenario,
+    conformance,
     sandbox.sandbox,
     *RECORDING_COMMANDS,
     *(command for cloud in registered() for command in cloud.cli_commands()),

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 from forewarn.cloud import registered
 from forewarn.core.changes import Change
 from forewarn.waves.component import WaveChanged
+from forewarn.waves.units import units_named
 
 # A clock move reports at most this many changes one by one (a wave step can touch 100,000 events); the rest are
 # counted in ``changes_total`` and are in the journal (GET /v1/journal).
@@ -39,7 +40,7 @@ def _wave_out(change: WaveChanged) -> ChangeOut:
         id=wave.wave_id,
         what=change.what,
         reason=change.reason,
-        type=wave.spec.event_type.value,
+        type=units_named(wave.spec.cloud).kind(wave.spec),
         status=wave.status.value,
     )
 

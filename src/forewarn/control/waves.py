@@ -1,5 +1,6 @@
 """The control API's wave routes: roll maintenance across a fleet by update domain, fault domain or host (Azure VMs),
-or by zone or host (Compute Engine instances)."""
+or by zone or host (Compute Engine instances). The request's cloud-specific fields are read by that cloud's wave
+units (``waves/units.py``); these routes name no cloud."""
 
 from __future__ import annotations
 
@@ -7,17 +8,15 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
-from forewarn.azure.changes import EventChanged
-from forewarn.azure.model import EventSource, EventType
 from forewarn.control.models import ERRORS
 from forewarn.core.bounds import MAX_DURATION_SECONDS
+from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time
-from forewarn.gcp.changes import GceEventChanged
-from forewarn.gcp.model import MaintenanceType
-from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveCloud, WaveOrder, WaveRunner, WaveSpec
-from forewarn.waves.model import ORDERS
+from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveRunner
+from forewarn.waves.model import WaveRequest, plain
+from forewarn.waves.units import WaveUnits, units_named
 
 
 class WaveIn(BaseModel):
@@ -90,9 +89,9 @@ class WaveOut(BaseModel):
             wave_id=wave.wave_id,
             name=wave.spec.name,
             status=wave.status.value,
-            cloud=wave.spec.cloud.value,
-            type=(wave.spec.maintenance_type.value if wave.spec.cloud is WaveCloud.GCE else wave.spec.event_type.value),
-            by=wave.spec.order.value,
+            cloud=plain(wave.spec.cloud),
+            type=units_named(wave.spec.cloud).kind(wave.spec),
+            by=plain(wave.spec.order),
             concurrency=wave.spec.concurrency,
             groups=list(wave.spec.groups),
             units=len(wave.units),
@@ -115,44 +114,42 @@ def _wave_order(wave_id: str) -> int:
     return int(wave_id.rsplit("-", 1)[-1])
 
 
+def wave_request(body: WaveIn) -> tuple[WaveUnits, WaveRequest]:
+    """The cloud's wave units a request names, and the request, its durations parsed."""
+    units = units_named(body.cloud)
+    order = None if body.by is None else parse_enum(WaveOrder, body.by, "wave order")
+    return units, WaveRequest(
+        cloud=units.cloud,
+        type=body.type,
+        by=None if order is None else order.value,
+        concurrency=body.concurrency,
+        groups=tuple(body.groups),
+        source=body.source,
+        notice=parse_optional_duration(body.notice),
+        duration_seconds=body.duration_seconds,
+        impact_window=parse_optional_duration(body.impact_window),
+        description=body.description,
+        window=parse_optional_duration(body.window),
+        can_reschedule=body.can_reschedule,
+        latest=parse_optional_duration(body.latest),
+        name=body.name,
+    )
+
+
 def waves_router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
-    def outcome(changes, wave_id: str) -> WaveOutcome:
-        events = [c for c in changes if isinstance(c, (EventChanged, GceEventChanged))]
-        return WaveOutcome(
-            wave=WaveOut.of(service.engine.component(WaveRunner).wave(wave_id)),
-            scheduled=sum(1 for c in events if c.what == "scheduled"),
-            canceled=sum(1 for c in events if c.what == "canceled"),
-        )
+    def outcome(changes: list[Change], wave_id: str) -> WaveOutcome:
+        wave = service.engine.component(WaveRunner).wave(wave_id)
+        scheduled, canceled = units_named(wave.spec.cloud).scheduled_and_canceled(changes)
+        return WaveOutcome(wave=WaveOut.of(wave), scheduled=scheduled, canceled=canceled)
 
     @router.post("/v1/waves", tags=["waves"], response_model=WaveOutcome, status_code=201, responses=ERRORS)
     async def start_wave(body: WaveIn):
         """Start a wave: units (update domains, fault domains, zones or hosts) go in order, at most `concurrency`
         at a time; the next unit is scheduled as soon as every event of a unit has completed."""
-        cloud = parse_enum(WaveCloud, body.cloud, "cloud")
-        gce = cloud is WaveCloud.GCE
-        spec = WaveSpec(
-            event_type=EventType.FREEZE if gce or body.type is None else parse_enum(EventType, body.type, "event type"),
-            order=ORDERS[cloud][0] if body.by is None else parse_enum(WaveOrder, body.by, "wave order"),
-            concurrency=body.concurrency,
-            groups=tuple(body.groups),
-            source=EventSource.PLATFORM if body.source is None else parse_enum(EventSource, body.source, "source"),
-            notice=parse_optional_duration(body.notice),
-            duration_seconds=body.duration_seconds,
-            impact_window=parse_optional_duration(body.impact_window),
-            description=body.description,
-            name=body.name,
-            cloud=cloud,
-            window=parse_optional_duration(body.window),
-            can_reschedule=body.can_reschedule,
-            latest=parse_optional_duration(body.latest),
-            maintenance_type=(
-                parse_enum(MaintenanceType, body.type, "maintenance type")
-                if gce and body.type is not None
-                else MaintenanceType.SCHEDULED
-            ),
-        )
+        units, request = wave_request(body)
+        spec = units.spec(request, units.orders[0] if request.by is None else WaveOrder(request.by))
         changes = service.perform(lambda engine: engine.component(WaveRunner).start_wave(spec))
         wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
         return outcome(changes, wave_id)

@@ -5,7 +5,7 @@ Each command returns the list of changes it caused, which the service commits to
 
 The engine holds one component per registered cloud (``registry.py``), each with its own state, commands and
 queries, reached by type: ``engine.component(AzureComponent)``. It also holds the waves, which roll maintenance
-across a fleet through the clouds' components. They share one simulated ``now``, one deadline heap and one numbering
+across a fleet through each cloud's wave units (``Cloud.wave_units()``) over its component. They share one simulated ``now``, one deadline heap and one numbering
 (``core/scheduler.py``); the engine builds them, moves time, and replicates a leader's commits into them. It names
 no cloud.
 """
@@ -25,6 +25,7 @@ from forewarn.engine.rules import Rules, check_rules
 from forewarn.fleet.model import Fleet
 from forewarn.registry import clouds
 from forewarn.waves.component import StoredWaves, WaveRunner
+from forewarn.waves.units import registered_clouds
 
 __all__ = ["Change", "Engine"]
 
@@ -59,9 +60,12 @@ class Engine:
             cloud.name: cloud.component(footing, stored.get(cloud.name)) for cloud in clouds()
         }
         self._by_type: dict[type, object] = {type(part): part for part in self.components.values()}
-        self.wave_runner = WaveRunner(
-            self.component, self.scheduler, self._sequence, stored.get("waves") or StoredWaves()
-        )
+        waves = [
+            (units, units.roller(self.components[cloud.name], footing))
+            for cloud in registered_clouds()
+            if (units := cloud.wave_units()) is not None
+        ]
+        self.wave_runner = WaveRunner(waves, self.scheduler, self._sequence, stored.get("waves") or StoredWaves())
         self._by_type[WaveRunner] = self.wave_runner
         self._sequence.past(next_seq - 1)
         self.repaired: list[Change] = [change for part in self.components.values() for change in part.repaired]

@@ -17,12 +17,14 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from forewarn.app.runtime import Maintenance
+    from forewarn.conformance.model import CloudCases
     from forewarn.gcp.component import GcpComponent
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
+    from forewarn.waves.units import WaveUnits
 
 
 @dataclass(frozen=True)
@@ -102,10 +104,20 @@ class GcpCloud:
 
         return (gce.gce,)
 
+    def wave_units(self) -> WaveUnits:
+        from forewarn.gcp.waves import GceWaveUnits
+
+        return GceWaveUnits()
+
     def scenario_steps(self) -> ScenarioSteps:
         from forewarn.gcp.scenario.steps import STEPS
 
         return STEPS
+
+    def conformance(self) -> CloudCases | None:
+        from forewarn.gcp.conformance import cases
+
+        return cases()
 
 
 GCP: Cloud = GcpCloud()

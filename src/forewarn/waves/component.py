@@ -1,44 +1,40 @@
 """Waves: maintenance rolled across a fleet the way a region rolls a host update.
 
-A wave cuts its targets into *units*, each a set of VMs the platform takes at once: one update domain, one fault
-domain, or one host. Units go in order, at most ``concurrency`` at a time. As soon as every event of a unit is
-Completed (or Canceled), the next unit's events are Scheduled, at that very instant: domains take their turns, and a
-new Scheduled follows at once when another domain completes (how long Azure waits between domains is not
-documented: at once is our choice, the hardest case).
+A wave cuts its targets into *units*, each a set of machines the platform takes at once: an update domain, a fault
+domain, a zone or a host. Units go in order, at most ``concurrency`` at a time. As soon as every event of a unit is
+completed (or canceled), the next unit's maintenance starts, at that very instant: units take their turns, and the
+next follows at once when another completes (how long a cloud waits between domains is not documented: at once is
+our choice, the hardest case).
 
-A Compute Engine wave does the same over instances, by zone or by host: each unit's instances get host maintenance
-from the Compute Engine component (announced as upcoming maintenance if the notice is long enough, then the
-``maintenance-event`` notice, then a live migration or a termination, per each instance's onHostMaintenance), and
-the next unit goes when every instance's maintenance is completed or canceled. A live migration moves an instance to
-another host, maybe one of a later unit: an instance is maintained at most once per wave.
+The runner keeps the order, the concurrency and the count of each unit's open events; everything that touches a
+cloud is the cloud's wave units (``waves/units.py``, from ``Cloud.wave_units()``): which machines a unit holds, how
+their maintenance starts (Azure: Scheduled Events; Compute Engine: host maintenance, each instance's as its
+onHostMaintenance says), and when an event ends. A live migration may move an instance onto a host of a later unit:
+a cloud's units maintain a machine at most once per wave.
 
-A unit's VMs are chosen when the unit is scheduled, not when the wave is created: a VM deleted or redeployed in the
-meantime is taken where it is then. A unit with nothing left to do is skipped, and said so.
+A unit's machines are chosen when the unit is scheduled, not when the wave is created: a machine deleted or moved
+in the meantime is taken where it is then. A unit with nothing left to do is skipped, and said so.
 
 Cost: a wave keeps a count of the open events of each unit in flight, so an event that ends costs O(1) and a unit
-costs what its own VMs cost; nothing scans the fleet while time moves (bench/wave.py: a 100,000-VM wave).
+costs what its own machines cost; nothing scans the fleet while time moves (bench/wave.py: a 100,000-VM wave). The
+cloud's units are asked once per unit, never once per machine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
-from forewarn.azure.component import AzureComponent, DocumentStep
-from forewarn.azure.model import Event, EventSource, EventStatus, EventType, ScheduleRequest
-from forewarn.azure.vms import VM
 from forewarn.core.bounds import check_whole_number
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
-from forewarn.core.errors import Conflict, CoreError, Invalid, NotFound
-from forewarn.core.scheduler import Scheduler, Sequence
-from forewarn.gcp.changes import GceEventChanged
-from forewarn.gcp.component import GceRequest, GcpComponent
-from forewarn.gcp.model import EventState, GceMaintenance, InstanceStatus
+from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.scheduler import Scheduler
+from forewarn.core.scheduler import Sequence as Numbering
 from forewarn.waves.model import (
     MAX_CONCURRENCY,
-    ORDERS,
     UnitRun,
     Wave,
     WaveChanged,
@@ -46,7 +42,9 @@ from forewarn.waves.model import (
     WaveOrder,
     WaveSpec,
     WaveStatus,
+    plain,
 )
+from forewarn.waves.units import UnitRoller, WaveUnits, units_named
 
 # The names the rest of the code imports from here.
 __all__ = [
@@ -78,31 +76,29 @@ class WaveRows:
 
 class WaveRunner:
     """The waves component. State: ``waves`` and, for the units in flight, how many of their events are still open
-    and which unit each operation (Azure) or maintenance event (Compute Engine) belongs to. It creates and cancels
-    events through the Azure and Compute Engine components, and hears of each event's end from them
-    (:meth:`event_ended` and :meth:`gce_event_ended`)."""
+    and which unit each of their operations belongs to (one table per cloud: the clouds' operation ids are their
+    own). It starts and cancels maintenance through each cloud's :class:`UnitRoller`, and hears of each event's end
+    from it."""
 
     def __init__(
         self,
-        component: Callable[[type[Any]], Any],
+        clouds: Sequence[tuple[WaveUnits, UnitRoller]],
         scheduler: Scheduler,
-        sequence: Sequence,
+        sequence: Numbering,
         stored: StoredWaves,
     ) -> None:
-        """``component``: the engine's lookup of its components by type (the waves hear of the ends of the
-        Azure and Compute Engine components' events, and schedule through them)."""
-        self.azure: AzureComponent = component(AzureComponent)
-        self.gcp: GcpComponent = component(GcpComponent)
-        self.azure.on_event_ended(self.event_ended)
-        self.gcp.on_event_ended(self.gce_event_ended)
-        self.fleet = self.azure.fleet
+        """``clouds``: each cloud's wave units and their roller over its engine component, in the registry's order
+        (a wave that names no cloud rolls over the first)."""
+        self._units = {units.cloud: units for units, _ in clouds}
+        self._rollers = {units.cloud: roller for units, roller in clouds}
         self._scheduler = scheduler
         self._sequence = sequence
         self.waves: dict[str, Wave] = {}
-        # An Azure operation id or a Compute Engine maintenance id (a 19-digit number: never an operation's GUID).
-        self._wave_of_operation: dict[str, tuple[str, int]] = {}
+        # Per cloud: an operation of a unit in flight -> (wave id, unit).
+        self._wave_of_operation: dict[str, dict[str, tuple[str, int]]] = {cloud: {} for cloud in self._rollers}
         self._open_in_unit: dict[tuple[str, int], int] = {}
-        self._gce_by_zone: dict[str, list[str]] | None = None  # built by the first zone wave: zones never change
+        for cloud, roller in self._rollers.items():
+            roller.when_ended(partial(self._member_ended, cloud))
         for wave in stored.waves:
             self.waves[wave.wave_id] = wave
             for run in wave.in_flight:
@@ -112,15 +108,30 @@ class WaveRunner:
     def now(self) -> datetime:
         return self._scheduler.now
 
+    def units_of(self, cloud: str) -> WaveUnits:
+        """The wave units a wave's ``cloud`` names (case-insensitive; empty: the first cloud's), or why none."""
+        if not cloud and self._units:
+            return next(iter(self._units.values()))
+        asked = str(plain(cloud)).lower()
+        for name, units in self._units.items():
+            if str(plain(name)).lower() == asked:
+                return units
+        return units_named(cloud)  # refused, saying why: a registered cloud without waves, or no such cloud
+
+    def _roller(self, spec: WaveSpec) -> UnitRoller:
+        roller = self._rollers.get(spec.cloud)
+        if roller is None:  # a stored wave of a cloud this server does not have
+            raise NotFound(f"no cloud {plain(spec.cloud)!r} with waves in this engine", name=spec.cloud)
+        return roller
+
     def _track_unit(self, wave: Wave, run: UnitRun) -> None:
-        open_events = 0
+        roller = self._rollers.get(wave.spec.cloud)
+        if roller is None:  # a stored wave of a cloud this server no longer has: none of its events are here
+            return
+        operations = self._wave_of_operation[wave.spec.cloud]
         for operation_id in run.operations:
-            self._wave_of_operation[operation_id] = (wave.wave_id, run.unit)
-            if wave.spec.cloud is WaveCloud.GCE:
-                open_events += self.gcp.gce_event(operation_id).live
-            else:
-                open_events += sum(1 for event in self.azure.operation_events(operation_id) if event.status.live)
-        self._open_in_unit[(wave.wave_id, run.unit)] = open_events
+            operations[operation_id] = (wave.wave_id, run.unit)
+        self._open_in_unit[(wave.wave_id, run.unit)] = roller.open_events(run.operations)
 
     # ------------------------------------------------------------------------------------------------ queries
     def wave(self, wave_id: str) -> Wave:
@@ -133,118 +144,76 @@ class WaveRunner:
     def start_wave(self, spec: WaveSpec) -> list[Change]:
         """Create a wave and schedule its first units (up to the concurrency limit)."""
         check_whole_number(spec.concurrency, "concurrency", 1, MAX_CONCURRENCY)
-        if spec.order not in ORDERS[spec.cloud]:
+        units = self.units_of(spec.cloud)
+        order = units.orders[0] if spec.order is None else WaveOrder(spec.order)
+        if order not in units.orders:
             raise Invalid(
-                f"a {spec.cloud.value} wave goes by {' or '.join(order.value for order in ORDERS[spec.cloud])}, "
-                f"not {spec.order.value}"
+                f"a {plain(units.cloud)} wave goes by {' or '.join(order.value for order in units.orders)}, "
+                f"not {order.value}"
             )
-        if spec.cloud is WaveCloud.GCE:
-            azure_only = (
-                spec.event_type is not EventType.FREEZE
-                or spec.source is not EventSource.PLATFORM
-                or spec.duration_seconds is not None
-                or spec.impact_window is not None
-                or spec.description is not None
-            )
-            if azure_only:
-                raise Invalid(
-                    "event type, source, duration, impact window and description are Azure's: a Compute Engine wave "
-                    "gives each instance the maintenance its onHostMaintenance says"
-                )
-            owners = self._gce_owners(spec)
-            units = self._gce_units(spec.order, owners)
-            if not units:
-                raise Invalid("the wave has nothing to do: no running instance in its targets")
-            # Every instance the wave may maintain, as a unit will ask for it: a notice that announces maintenance
-            # to most of them may not to a GPU instance, whose own notice is an hour (no latest start then).
-            wanted = frozenset(owners)
-            targeted = tuple(name for name in self.gcp.fleet.gce if self._gce_targeted(wanted, name))
-            self.gcp.check_request(self._gce_request(spec, targeted, "check"))
-        else:
-            if spec.event_type in (EventType.PREEMPT, EventType.TERMINATE):
-                raise Invalid(
-                    f"a wave rolls platform maintenance; {spec.event_type.value} is not one (Freeze, Reboot or Redeploy)"
-                )
-            if spec.window is not None or spec.latest is not None or not spec.can_reschedule:
-                raise Invalid("window, latest and can-reschedule are Compute Engine's: an Azure wave has none")
-            owners = tuple(dict.fromkeys(self.fleet.owner(name) for name in spec.groups))
-            units = self._wave_units(spec.order, owners)
-            if not units:
-                raise Invalid("the wave has nothing to do: no running VM in its targets")
-            # Checked like any schedule request, before anything changes.
-            self.azure.check_request(self._unit_request(spec, (), "check"))
+        spec = units.checked(replace(spec, cloud=units.cloud, order=order))
+        roller = self._roller(spec)
+        owners, unit_names = roller.targets(spec)
         wave_id = f"wave-{self._sequence.take()}"
-        wave = Wave(wave_id, spec, owners, units, self.now)
+        wave = Wave(wave_id, spec, owners, unit_names, self.now)
         self.waves[wave_id] = wave
         target = ", ".join(spec.groups) or "the whole fleet"
-        what = "Compute Engine host maintenance" if spec.cloud is WaveCloud.GCE else spec.event_type.value
         changes: list[Change] = [
             WaveChanged(
                 wave,
                 "started",
-                f"{what} over {target} in {len(units)} units by {spec.order.value}, {spec.concurrency} at a time",
+                f"{units.describe(spec)} over {target} in {len(unit_names)} units by {order.value}, "
+                f"{spec.concurrency} at a time",
             )
         ]
-        step = DocumentStep()
+        step = roller.begin_step()
         changes += self._wave_fill(wave_id, step)
-        return changes + self.azure.end_step(step)
+        return changes + roller.end_step(step)
 
     def cancel_wave(self, wave_id: str, reason: str = "wave canceled by the operator") -> list[Change]:
-        """Stop a wave: no further unit is scheduled, and the Scheduled events of the units in flight are canceled.
-        Started events finish their impact window (a Started event cannot be canceled)."""
+        """Stop a wave: no further unit is scheduled, and the maintenance of the units in flight that has not
+        started is canceled (started maintenance finishes: a Started event cannot be canceled)."""
         wave = self.wave(wave_id)
         if wave.status is not WaveStatus.RUNNING:
             raise Conflict(f"{wave_id} is {wave.status.value}")
-        step = DocumentStep()
-        return self._stop(wave, reason, step) + self.azure.end_step(step)
+        roller = self._roller(wave.spec)
+        step = roller.begin_step()
+        return self._stop(wave, reason, step) + roller.end_step(step)
 
-    def _stop(self, wave: Wave, reason: str, step: DocumentStep) -> list[Change]:
-        """``wave`` canceled, within ``step``: the Scheduled events of its units in flight with it."""
+    def _stop(self, wave: Wave, reason: str, step: Any) -> list[Change]:
+        """``wave`` canceled, within ``step``: the maintenance of its units in flight that has not started with it."""
         wave_id = wave.wave_id
         wave = replace(wave, status=WaveStatus.CANCELED, finished_at=self.now)
         self.waves[wave_id] = wave
         changes: list[Change] = [WaveChanged(wave, "canceled", reason)]
+        roller = self._roller(wave.spec)
         for run in wave.in_flight:
-            for operation_id in run.operations:
-                if wave.spec.cloud is WaveCloud.GCE:
-                    if self.gcp.gce_event(operation_id).state is EventState.PENDING:
-                        changes += self.gcp.cancel_gce(operation_id, f"{reason} ({wave_id})")
-                    continue
-                for event in self.azure.operation_events(operation_id):
-                    if event.status is EventStatus.SCHEDULED:
-                        changes += self.azure.cancel_scheduled(event, f"{reason} ({wave_id})", step)
+            changes += roller.cancel(run.operations, f"{reason} ({wave_id})", step)
         return changes
 
     # ------------------------------------------------------------------------------------------------ progress
-    def event_ended(self, event: Event, step: DocumentStep) -> list[Change]:
-        """An event became Completed or Canceled: the end of its unit, if it was the last open one."""
-        unit_key = self._unit_ended_by(event.operation_id)
+    def _member_ended(self, cloud: str, operation_id: str, step: Any) -> list[Change]:
+        """One of ``cloud``'s events was completed or canceled: the end of its unit, if it was the last open one.
+        ``step``: the cloud's step it ended in (None: the runner takes one of its own for the next unit)."""
+        unit_key = self._wave_of_operation[cloud].get(operation_id)
         if unit_key is None:
             return []
-        return self._unit_done(*unit_key, step)
-
-    def gce_event_ended(self, event: GceMaintenance) -> list[Change]:
-        """A Compute Engine maintenance event was completed or canceled: the end of its unit, if it was the last."""
-        unit_key = self._unit_ended_by(event.event_id)
-        if unit_key is None:
-            return []
-        step = DocumentStep()  # the next unit's events are Compute Engine's: no Azure document changes
-        return self._unit_done(*unit_key, step) + self.azure.end_step(step)
-
-    def _unit_ended_by(self, operation_id: str) -> tuple[str, int] | None:
-        """The wave unit whose last open operation this one was, or None (not a wave's, or others still open)."""
-        unit_key = self._wave_of_operation.get(operation_id)
-        if unit_key is None:
-            return None
         self._open_in_unit[unit_key] -= 1
-        return None if self._open_in_unit[unit_key] > 0 else unit_key
+        if self._open_in_unit[unit_key] > 0:
+            return []
+        if step is not None:
+            return self._unit_done(*unit_key, step)
+        roller = self._rollers[cloud]
+        own_step = roller.begin_step()
+        return self._unit_done(*unit_key, own_step) + roller.end_step(own_step)
 
-    def _unit_done(self, wave_id: str, unit: int, step: DocumentStep) -> list[Change]:
+    def _unit_done(self, wave_id: str, unit: int, step: Any) -> list[Change]:
         del self._open_in_unit[(wave_id, unit)]
         wave = self.waves[wave_id]
         run = next(run for run in wave.in_flight if run.unit == unit)
+        operations = self._wave_of_operation[wave.spec.cloud]
         for operation_id in run.operations:
-            self._wave_of_operation.pop(operation_id, None)
+            operations.pop(operation_id, None)
         wave = replace(
             wave,
             in_flight=tuple(r for r in wave.in_flight if r.unit != unit),
@@ -256,44 +225,35 @@ class WaveRunner:
             changes += self._wave_fill(wave_id, step)
         return changes
 
-    def _wave_fill(self, wave_id: str, step: DocumentStep) -> list[Change]:
+    def _wave_fill(self, wave_id: str, step: Any) -> list[Change]:
         """Schedule units until the concurrency limit is reached or none is left; finish the wave when all are."""
         changes: list[Change] = []
         wave = self.waves[wave_id]
+        roller = self._roller(wave.spec)
         while len(wave.in_flight) < wave.spec.concurrency and wave.next_unit < len(wave.units):
             unit = wave.next_unit
             reason = f"{wave_id}, {wave.label(unit)}"
-            gce = wave.spec.cloud is WaveCloud.GCE
-            names = self._unit_instances(wave, unit) if gce else self._unit_vms(wave, unit)
-            refusal = self._unit_refusal(wave.spec, names, reason) if names else None
+            members = roller.members(wave, unit)
+            refusal = roller.refusal(wave.spec, members, reason) if members else None
             if refusal is not None:
                 # Time brought the wave here, and time cannot be refused: the wave stops, as an operator's cancel
                 # would stop it, and says why.
                 why = f"wave stopped: {wave.label(unit)} cannot be scheduled: {refusal}"
                 return changes + self._stop(wave, why, step)
             wave = replace(wave, next_unit=unit + 1)
-            if not names:
+            if not members:
                 wave = replace(wave, skipped=wave.skipped + (unit,))
                 self.waves[wave_id] = wave
-                what = "no running instance left to maintain" if gce else "no running VM"
-                changes.append(WaveChanged(wave, "unit-skipped", f"{wave.label(unit)}: {what}"))
+                nothing = self.units_of(wave.spec.cloud).nothing_left
+                changes.append(WaveChanged(wave, "unit-skipped", f"{wave.label(unit)}: {nothing}"))
                 continue
-            if gce:
-                created = self.gcp.schedule_gce(self._gce_request(wave.spec, names, reason))
-                operations = tuple(dict.fromkeys(c.event.event_id for c in created if isinstance(c, GceEventChanged)))
-                scheduled = f"{len(names)} instances"
-            else:
-                first_seq = self._sequence.next_number
-                created = self.azure.create_events(self._unit_request(wave.spec, names, reason), step)
-                events = (self.azure.event_by_seq(seq) for seq in range(first_seq, self._sequence.next_number))
-                operations = tuple(dict.fromkeys(event.operation_id for event in events if event is not None))
-                scheduled = f"{len(names)} VMs, {len(operations)} operations"
-            run = UnitRun(unit, operations)
+            scheduled = roller.schedule(wave.spec, members, reason, step)
+            run = UnitRun(unit, scheduled.operations)
             wave = replace(wave, in_flight=wave.in_flight + (run,))
             self.waves[wave_id] = wave
             self._track_unit(wave, run)
-            changes.append(WaveChanged(wave, "unit-scheduled", f"{wave.label(unit)}: {scheduled}"))
-            changes += created
+            changes.append(WaveChanged(wave, "unit-scheduled", f"{wave.label(unit)}: {scheduled.summary}"))
+            changes += scheduled.changes
             if self._open_in_unit[(wave_id, unit)] == 0:  # e.g. nothing to wait for
                 changes += self._unit_done(wave_id, unit, step)
                 return changes
@@ -303,22 +263,10 @@ class WaveRunner:
             changes.append(WaveChanged(wave, "completed", f"{wave.done} units completed, {len(wave.skipped)} skipped"))
         return changes
 
-    def _unit_refusal(self, spec: WaveSpec, names: tuple[str, ...], reason: str) -> CoreError | None:
-        """Why a unit's maintenance cannot be scheduled now (its NotBefore past the end of simulated time), checked
-        before anything changes; None when it can."""
-        try:
-            if spec.cloud is WaveCloud.GCE:
-                self.gcp.check_request(self._gce_request(spec, names, reason))
-            else:
-                self.azure.check_request(self._unit_request(spec, names, reason))
-        except CoreError as refusal:
-            return refusal
-        return None
-
     # -------------------------------------------------------------------------------------------- replication
     def replicate(self, rows: WaveRows | None) -> list[Change]:
         """A replica takes waves the leader committed, and counts the open events of the units in flight again
-        (after the Azure and Compute Engine components took their rows: the counts come from their events)."""
+        (after the clouds' components took their rows: the counts come from their events)."""
         changes: list[Change] = []
         removed = False
         for wave_id, wave in (rows.waves if rows is not None else {}).items():
@@ -327,7 +275,8 @@ class WaveRunner:
             else:
                 self.waves[wave_id] = wave
                 changes.append(WaveChanged(wave, REPLICATED, "committed by the leader"))
-        self._wave_of_operation.clear()
+        for operations in self._wave_of_operation.values():
+            operations.clear()
         self._open_in_unit.clear()
         for wave in self.waves.values():
             for run in wave.in_flight:
@@ -335,125 +284,3 @@ class WaveRunner:
         if removed:
             changes.append(Rebuilt("waves a replica projected were not committed"))
         return changes
-
-    # ------------------------------------------------------------------------------------------------ targets
-    def _wave_units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
-        if order is WaveOrder.HOST:
-            hosts = {self.azure.vm_states[vm.name].host: None for vm in self._wave_targets(owners)}
-            ordered = [host for host in self.azure.host_names() if host in hosts]
-            return tuple(ordered)
-        attribute = "update_domain" if order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
-        return tuple(str(d) for d in sorted({getattr(vm, attribute) for vm in self._wave_targets(owners)}))
-
-    def _wave_targets(self, owners: tuple[str, ...]) -> list[VM]:
-        """The running VMs a wave covers."""
-        vms: Iterable[VM]
-        if owners:
-            vms = (vm for owner in owners for vm in self.fleet.vms_by_owner[owner])
-        else:
-            vms = iter(self.fleet.vms.values())
-        return [vm for vm in vms if not self.azure.vm_states[vm.name].deleted]
-
-    def _unit_vms(self, wave: Wave, unit: int) -> tuple[str, ...]:
-        value = wave.units[unit]
-        if wave.spec.order is WaveOrder.HOST:
-            names = self.azure.names_on_host(value)
-            if wave.owners:
-                owners = set(wave.owners)
-                return tuple(name for name in names if self.fleet.vms[name].policy_owner in owners)
-            return tuple(names)
-        attribute = "update_domain" if wave.spec.order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
-        domain = int(value)
-        return tuple(vm.name for vm in self._wave_targets(wave.owners) if getattr(vm, attribute) == domain)
-
-    # ------------------------------------------------------------------------------------ Compute Engine targets
-    def _gce_owners(self, spec: WaveSpec) -> tuple[str, ...]:
-        """The groups as ``zones/ZONE`` or ``instances/NAME`` (either form is accepted as given, or a bare name)."""
-        zones = {instance.zone for instance in self.gcp.fleet.gce.values()}
-        owners: list[str] = []
-        for name in spec.groups:
-            kind, _, bare = name.rpartition("/")
-            is_instance = bare in self.gcp.fleet.gce and kind in ("", "instances")
-            is_zone = bare in zones and kind in ("", "zones")
-            if is_instance and is_zone:
-                raise Invalid(f"{name!r} is both an instance and a zone: say instances/{bare} or zones/{bare}")
-            if not (is_instance or is_zone):
-                raise NotFound(
-                    f"no Compute Engine instance or zone named {name!r} in the fleet",
-                    name=name,
-                    known=[*zones, *self.gcp.fleet.gce],
-                )
-            owners.append(f"instances/{bare}" if is_instance else f"zones/{bare}")
-        return tuple(dict.fromkeys(owners))
-
-    def _gce_targeted(self, owners: frozenset[str], name: str) -> bool:
-        return not owners or f"instances/{name}" in owners or f"zones/{self.gcp.fleet.gce[name].zone}" in owners
-
-    def _gce_units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
-        """Zones in the fleet file's order, or hosts (in the fleet's host order, then spare hosts) with a running
-        target instance on them now."""
-        wanted = frozenset(owners)
-        running = [
-            name
-            for name, state in self.gcp.gce_states.items()
-            if self._gce_targeted(wanted, name) and state.status is InstanceStatus.RUNNING and not state.deleted
-        ]
-        if order is WaveOrder.ZONE:
-            return tuple(dict.fromkeys(self.gcp.fleet.gce[name].zone for name in running))
-        hosts = {self.gcp.gce_states[name].host for name in running}
-        ordered = [host for host in self.fleet.hosts if host in hosts]
-        spare = [host for host in self.gcp.host_names() if host in hosts and host not in self.fleet.hosts]
-        return tuple(ordered + spare)
-
-    def _unit_instances(self, wave: Wave, unit: int) -> tuple[str, ...]:
-        """The unit's instances that can be maintained now: targeted, running, not in maintenance already, and not
-        maintained by this wave before (a live migration may have brought it to this unit's host)."""
-        value = wave.units[unit]
-        if wave.spec.order is WaveOrder.ZONE:
-            if self._gce_by_zone is None:
-                self._gce_by_zone = {}
-                for instance in self.gcp.fleet.gce.values():
-                    self._gce_by_zone.setdefault(instance.zone, []).append(instance.name)
-            names: Iterable[str] = self._gce_by_zone.get(value, ())
-        else:
-            names = self.gcp.names_on_host(value)
-        wanted = frozenset(wave.owners)
-        mark = f"{wave.wave_id},"
-        found = []
-        for name in names:
-            state = self.gcp.gce_states[name]
-            if (
-                state.status is not InstanceStatus.RUNNING
-                or state.deleted
-                or not self._gce_targeted(wanted, name)
-                or self.gcp.in_maintenance(name)
-                or any(event.reason.startswith(mark) for event in self.gcp.gce_events_of(name))
-            ):
-                continue
-            found.append(name)
-        return tuple(found)
-
-    @staticmethod
-    def _gce_request(spec: WaveSpec, instances: tuple[str, ...], reason: str) -> GceRequest:
-        return GceRequest(
-            instances,
-            notice=spec.notice,
-            window=spec.window,
-            can_reschedule=spec.can_reschedule,
-            maintenance_type=spec.maintenance_type,
-            latest=spec.latest,
-            reason=reason,
-        )
-
-    @staticmethod
-    def _unit_request(spec: WaveSpec, vms: tuple[str, ...], reason: str) -> ScheduleRequest:
-        return ScheduleRequest(
-            spec.event_type,
-            vms=vms,
-            source=spec.source,
-            notice=spec.notice,
-            duration_seconds=spec.duration_seconds,
-            impact_window=spec.impact_window,
-            description=spec.description,
-            reason=reason,
-        )

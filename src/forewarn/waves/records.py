@@ -10,42 +10,41 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from forewarn.azure.model import EventSource, EventType
-from forewarn.gcp.model import MaintenanceType
 from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
-from forewarn.waves.component import (
-    StoredWaves,
-    UnitRun,
-    Wave,
-    WaveChanged,
-    WaveCloud,
-    WaveOrder,
-    WaveRows,
-    WaveSpec,
-    WaveStatus,
-)
+from forewarn.waves.component import StoredWaves, UnitRun, Wave, WaveChanged, WaveOrder, WaveRows, WaveSpec, WaveStatus
+from forewarn.waves.model import WaveCloud, plain
+from forewarn.waves.units import wave_units
+
+# A plan that names no cloud is an Azure wave's: Azure's were the only waves when plans did not name their cloud.
+UNNAMED_CLOUD = WaveCloud.AZURE
+
+
+def seconds_of(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
 
 
 def encode_wave_plan(wave: Wave) -> str:
+    """The plan: every field of the spec (a field the wave's cloud does not read is null), its owners and units.
+    The enumerated fields are their values, as the wire spells them."""
     spec = wave.spec
     return json.dumps(
         {
             "wave_id": wave.wave_id,
-            "event_type": spec.event_type.value,
-            "order": spec.order.value,
+            "event_type": plain(spec.event_type),
+            "order": plain(spec.order),
             "concurrency": spec.concurrency,
             "groups": list(spec.groups),
-            "source": spec.source.value,
-            "notice": None if spec.notice is None else spec.notice.total_seconds(),
+            "source": plain(spec.source),
+            "notice": seconds_of(spec.notice),
             "duration_seconds": spec.duration_seconds,
-            "impact_window": None if spec.impact_window is None else spec.impact_window.total_seconds(),
+            "impact_window": seconds_of(spec.impact_window),
             "description": spec.description,
             "name": spec.name,
-            "cloud": spec.cloud.value,
-            "window": None if spec.window is None else spec.window.total_seconds(),
+            "cloud": plain(spec.cloud),
+            "window": seconds_of(spec.window),
             "can_reschedule": spec.can_reschedule,
-            "latest": None if spec.latest is None else spec.latest.total_seconds(),
-            "maintenance_type": spec.maintenance_type.value,
+            "latest": seconds_of(spec.latest),
+            "maintenance_type": plain(spec.maintenance_type),
             "owners": list(wave.owners),
             "units": list(wave.units),
             "created_at": time_text(wave.created_at),
@@ -68,6 +67,13 @@ def encode_wave_progress(wave: Wave) -> str:
     )
 
 
+def stored_cloud(name: str | None) -> str:
+    """The name of the wave units a plan's ``cloud`` names (as they spell it), or the name as stored when no
+    registered cloud answers to it."""
+    text = UNNAMED_CLOUD.value if name is None else name
+    return next((cloud for cloud in wave_units() if plain(cloud) == text), text)
+
+
 def decode_wave(plan_text: str, progress_text: str) -> Wave:
     plan, progress = json.loads(plan_text), json.loads(progress_text)
 
@@ -75,22 +81,22 @@ def decode_wave(plan_text: str, progress_text: str) -> Wave:
         return None if value is None else timedelta(seconds=value)
 
     spec = WaveSpec(
-        event_type=EventType(plan["event_type"]),
+        event_type=plan["event_type"],
         order=WaveOrder(plan["order"]),
         concurrency=plan["concurrency"],
         groups=tuple(plan["groups"]),
-        source=EventSource(plan["source"]),
+        source=plan["source"],
         notice=seconds(plan["notice"]),
         duration_seconds=plan["duration_seconds"],
         impact_window=seconds(plan["impact_window"]),
         description=plan["description"],
         name=plan["name"],
-        # Plans written before Compute Engine waves have none of these: they are Azure waves.
-        cloud=WaveCloud(plan.get("cloud", WaveCloud.AZURE.value)),
+        # The fields below are absent from the plans of waves that did not name their cloud.
+        cloud=stored_cloud(plan.get("cloud")),
         window=seconds(plan.get("window")),
         can_reschedule=plan.get("can_reschedule", True),
         latest=seconds(plan.get("latest")),
-        maintenance_type=MaintenanceType(plan.get("maintenance_type", MaintenanceType.SCHEDULED.value)),
+        maintenance_type=plan.get("maintenance_type"),
     )
     return Wave(
         wave_id=plan["wave_id"],

@@ -1,0 +1,175 @@
+"""Azure's wave units (``waves/units.py``): a wave's units are update domains, fault domains or hosts of Azure VMs,
+and a unit's maintenance is one Scheduled Events request for its VMs (an event per scope on each host, an operation
+per host). A unit waits for the events of its operations; every command of a wave is one DocumentStep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.component import AzureComponent, DocumentStep
+from forewarn.azure.model import EventSource, EventStatus, EventType, ScheduleRequest
+from forewarn.azure.vms import VM
+from forewarn.core import scheduler
+from forewarn.core.changes import Change
+from forewarn.core.component import Footing
+from forewarn.core.enums import parse_enum
+from forewarn.core.errors import CoreError, Invalid
+from forewarn.waves.model import Wave, WaveCloud, WaveOrder, WaveRequest, WaveSpec, plain
+from forewarn.waves.units import MemberEnded, ScheduledUnit
+
+
+@dataclass(frozen=True)
+class AzureWaveUnits:
+    cloud: str = WaveCloud.AZURE
+    orders: tuple[WaveOrder, ...] = (WaveOrder.UPDATE_DOMAIN, WaveOrder.FAULT_DOMAIN, WaveOrder.HOST)
+    nothing_left: str = "no running VM"
+
+    def spec(self, request: WaveRequest, order: WaveOrder) -> WaveSpec:
+        return WaveSpec(
+            event_type=EventType.FREEZE if request.type is None else parse_enum(EventType, request.type, "event type"),
+            order=order,
+            concurrency=request.concurrency,
+            groups=request.groups,
+            source=EventSource.PLATFORM
+            if request.source is None
+            else parse_enum(EventSource, request.source, "source"),
+            notice=request.notice,
+            duration_seconds=request.duration_seconds,
+            impact_window=request.impact_window,
+            description=request.description,
+            name=request.name,
+            cloud=self.cloud,
+            window=request.window,
+            can_reschedule=request.can_reschedule,
+            latest=request.latest,
+        )
+
+    def checked(self, spec: WaveSpec) -> WaveSpec:
+        event_type = EventType.FREEZE if spec.event_type is None else EventType(plain(spec.event_type))
+        if event_type in (EventType.PREEMPT, EventType.TERMINATE):
+            raise Invalid(
+                f"a wave rolls platform maintenance; {event_type.value} is not one (Freeze, Reboot or Redeploy)"
+            )
+        compute_engines = (
+            spec.window is not None
+            or spec.latest is not None
+            or not spec.can_reschedule
+            or spec.maintenance_type is not None
+        )
+        if compute_engines:
+            raise Invalid(
+                "window, latest, can-reschedule and maintenance type are Compute Engine's: an Azure wave has none"
+            )
+        source = EventSource.PLATFORM if spec.source is None else EventSource(plain(spec.source))
+        return replace(spec, event_type=event_type, source=source)
+
+    def kind(self, spec: WaveSpec) -> str:
+        return str(plain(spec.event_type))
+
+    def describe(self, spec: WaveSpec) -> str:
+        return self.kind(spec)
+
+    def scheduled_and_canceled(self, changes: Iterable[Change]) -> tuple[int, int]:
+        whats = [change.what for change in changes if isinstance(change, EventChanged)]
+        return whats.count("scheduled"), whats.count("canceled")
+
+    def roller(self, component: AzureComponent, footing: Footing) -> AzureUnitRoller:
+        return AzureUnitRoller(component, footing.sequence)
+
+
+class AzureUnitRoller:
+    """A unit's operations are the Azure operations its request created (one per host)."""
+
+    def __init__(self, azure: AzureComponent, sequence: scheduler.Sequence) -> None:
+        self.azure = azure
+        self.fleet = azure.fleet
+        self._sequence = sequence
+
+    def when_ended(self, ended: MemberEnded) -> None:
+        self.azure.on_event_ended(lambda event, step: ended(event.operation_id, step))
+
+    def targets(self, spec: WaveSpec) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        owners = tuple(dict.fromkeys(self.fleet.owner(name) for name in spec.groups))
+        units = self._units(WaveOrder(spec.order), owners)
+        if not units:
+            raise Invalid("the wave has nothing to do: no running VM in its targets")
+        # Checked like any schedule request, before anything changes.
+        self.azure.check_request(self._request(spec, (), "check"))
+        return owners, units
+
+    def members(self, wave: Wave, unit: int) -> tuple[str, ...]:
+        value = wave.units[unit]
+        if wave.spec.order is WaveOrder.HOST:
+            names = self.azure.names_on_host(value)
+            if wave.owners:
+                owners = set(wave.owners)
+                return tuple(name for name in names if self.fleet.vms[name].policy_owner in owners)
+            return tuple(names)
+        attribute = "update_domain" if wave.spec.order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
+        domain = int(value)
+        return tuple(vm.name for vm in self._targets(wave.owners) if getattr(vm, attribute) == domain)
+
+    def refusal(self, spec: WaveSpec, members: tuple[str, ...], reason: str) -> Exception | None:
+        try:
+            self.azure.check_request(self._request(spec, members, reason))
+        except CoreError as refusal:
+            return refusal
+        return None
+
+    def schedule(self, spec: WaveSpec, members: tuple[str, ...], reason: str, step: DocumentStep) -> ScheduledUnit:
+        first_seq = self._sequence.next_number
+        created = self.azure.create_events(self._request(spec, members, reason), step)
+        events = (self.azure.event_by_seq(seq) for seq in range(first_seq, self._sequence.next_number))
+        operations = tuple(dict.fromkeys(event.operation_id for event in events if event is not None))
+        return ScheduledUnit(created, operations, f"{len(members)} VMs, {len(operations)} operations")
+
+    def open_events(self, operations: Sequence[str]) -> int:
+        return sum(
+            1 for operation_id in operations for event in self.azure.operation_events(operation_id) if event.status.live
+        )
+
+    def cancel(self, operations: Sequence[str], reason: str, step: DocumentStep) -> list[Change]:
+        changes: list[Change] = []
+        for operation_id in operations:
+            for event in self.azure.operation_events(operation_id):
+                if event.status is EventStatus.SCHEDULED:
+                    changes += self.azure.cancel_scheduled(event, reason, step)
+        return changes
+
+    def begin_step(self) -> DocumentStep:
+        return DocumentStep()
+
+    def end_step(self, step: DocumentStep) -> list[Change]:
+        return self.azure.end_step(step)
+
+    def _units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
+        if order is WaveOrder.HOST:
+            hosts = {self.azure.vm_states[vm.name].host: None for vm in self._targets(owners)}
+            return tuple(host for host in self.azure.host_names() if host in hosts)
+        attribute = "update_domain" if order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
+        return tuple(str(d) for d in sorted({getattr(vm, attribute) for vm in self._targets(owners)}))
+
+    def _targets(self, owners: tuple[str, ...]) -> list[VM]:
+        """The running VMs a wave covers."""
+        vms: Iterable[VM]
+        if owners:
+            vms = (vm for owner in owners for vm in self.fleet.vms_by_owner[owner])
+        else:
+            vms = iter(self.fleet.vms.values())
+        return [vm for vm in vms if not self.azure.vm_states[vm.name].deleted]
+
+    @staticmethod
+    def _request(spec: WaveSpec, vms: tuple[str, ...], reason: str) -> ScheduleRequest:
+        return ScheduleRequest(
+            EventType(plain(spec.event_type)),
+            vms=vms,
+            source=EventSource(plain(spec.source)),
+            notice=spec.notice,
+            duration_seconds=spec.duration_seconds,
+            impact_window=spec.impact_window,
+            description=spec.description,
+            reason=reason,
+        )

@@ -1,0 +1,132 @@
+"""Case files: YAML, one or more cases each, shipped inside each cloud's package and written by users the same way
+(docs/conformance.md). A value given as ``{fast: X, realistic: Y}`` takes the one of the run's timing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from forewarn.conformance.model import TIMINGS, Case, Check, Step
+from forewarn.core.durations import parse_duration
+from forewarn.core.errors import Invalid
+
+CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required"}
+STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine"}
+
+
+class CaseFileError(Exception):
+    pass
+
+
+def by_timing(value: Any, timing: str) -> Any:
+    """``value`` with every ``{fast: X, realistic: Y}`` replaced by the one for ``timing``."""
+    if isinstance(value, dict):
+        if value and set(value) == set(TIMINGS):
+            return by_timing(value[timing], timing)
+        return {key: by_timing(item, timing) for key, item in value.items()}
+    if isinstance(value, list):
+        return [by_timing(item, timing) for item in value]
+    return value
+
+
+def seconds(value: Any, where: str) -> float:
+    try:
+        return parse_duration(str(value)).total_seconds()
+    except Invalid as error:
+        raise CaseFileError(f"{where}: {error}") from None
+
+
+def load_cases(source: Any, cloud: str, timing: str, cloud_checks: Iterable[str] = ()) -> list[Case]:
+    """The cases of one file (a path or a packaged resource), for ``timing``; ``cloud_checks``: the names of the
+    cloud's own checks, beside the common ones."""
+    name = getattr(source, "name", str(source))
+    try:
+        data = yaml.safe_load(source.read_text())
+    except yaml.YAMLError as error:
+        raise CaseFileError(f"{name}: not valid YAML: {error}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise CaseFileError(f"{name}: a case file is a mapping with a list of cases under 'cases'")
+    checks = set(cloud_checks)
+    return [
+        case_of(entry, cloud, timing, f"{name}: cases[{index}]", checks) for index, entry in enumerate(data["cases"])
+    ]
+
+
+def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[str]) -> Case:
+    if not isinstance(entry, dict):
+        raise CaseFileError(f"{where}: a case is a mapping")
+    unknown = set(entry) - CASE_KEYS
+    if unknown:
+        raise CaseFileError(f"{where}: unknown key {sorted(unknown)[0]!r}")
+    for key in ("name", "title", "source", "machines", "checks"):
+        if key not in entry:
+            raise CaseFileError(f"{where}: {key!r} is missing")
+    entry = by_timing(entry, timing)
+    return Case(
+        name=str(entry["name"]),
+        cloud=cloud,
+        title=str(entry["title"]),
+        machines=[str(machine) for machine in entry["machines"]],
+        steps=[step_of(step, f"{where}.steps[{i}]") for i, step in enumerate(entry.get("steps", []))],
+        checks=[check_of(check, f"{where}.checks[{i}]", cloud_checks) for i, check in enumerate(entry["checks"])],
+        source=str(entry["source"]),
+        limit=seconds(entry.get("limit", "60s"), f"{where}.limit"),
+        settle=seconds(entry.get("settle", "1s"), f"{where}.settle"),
+        required=bool(entry.get("required", True)),
+        file=str(where.split(":")[0]),
+    )
+
+
+def step_of(entry: Any, where: str) -> Step:
+    if not isinstance(entry, dict) or set(entry) - STEP_KEYS:
+        raise CaseFileError(f"{where}: a step has the keys {', '.join(sorted(STEP_KEYS))}")
+    if ("call" in entry) == ("kill" in entry):
+        raise CaseFileError(f"{where}: a step is either a 'call' (METHOD /v1/PATH) or a 'kill' (a signal name)")
+    if "after" in entry and entry["after"] != "noticed":
+        raise CaseFileError(f"{where}: 'after' can only be 'noticed'")
+    restart = entry.get("restart")
+    return Step(
+        at=seconds(entry.get("at", 0), f"{where}.at"),
+        call=entry.get("call"),
+        body=entry.get("body"),
+        kill=entry.get("kill"),
+        restart=None if restart is None else seconds(restart, f"{where}.restart"),
+        after=entry.get("after"),
+        machine=entry.get("machine"),
+    )
+
+
+def check_of(entry: Any, where: str, cloud_checks: set[str]) -> Check:
+    from forewarn.conformance.grading import CHECKS
+
+    kind, options = (entry, {}) if isinstance(entry, str) else next(iter(entry.items()), ("", {}))
+    if isinstance(entry, dict) and len(entry) != 1:
+        raise CaseFileError(f"{where}: a check is a name, or one name with its options")
+    if kind not in CHECKS and kind not in cloud_checks:
+        known = ", ".join(sorted({*CHECKS, *cloud_checks}))
+        raise CaseFileError(f"{where}: unknown check {kind!r}; the checks are {known}")
+    options = dict(options or {})
+    if "within" in options:
+        options["within"] = seconds(options["within"], f"{where}.within")
+    return Check(kind, options)
+
+
+def select(cases: Iterable[Case], names: Sequence[str] | None) -> list[Case]:
+    cases = list(cases)
+    if not names:
+        return cases
+    known = {case.name for case in cases}
+    missing = [name for name in names if name not in known]
+    if missing:
+        raise CaseFileError(f"no case {missing[0]!r}; the cases are {', '.join(sorted(known))}")
+    return [case for case in cases if case.name in names]
+
+
+def user_file(path: str) -> Path:
+    file = Path(path)
+    if not file.is_file():
+        raise CaseFileError(f"{path}: no such case file")
+    return file

@@ -1,0 +1,166 @@
+"""What a conformance run is made of: cases (read from a cloud's YAML files), the calls a handler made, the probes'
+answers, and each check's grade. Plain data, no cloud named here: a cloud gives its cases and an :class:`Observer`
+(``Cloud.conformance()``), which reads its own metadata answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+PASS, FAIL, NOT_JUDGED = "pass", "fail", "not judged"
+TIMINGS = ("fast", "realistic")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One action of a case: a control-API call (``call: POST /v1/events``, ``body``) or a signal to the handler
+    (``kill: SIGKILL``, then started again after ``restart``), at ``at`` seconds after the case starts, or after
+    the handler first saw the case's event (``after: noticed``)."""
+
+    at: float
+    call: str | None = None
+    body: Any = None
+    kill: str | None = None
+    restart: float | None = None
+    after: str | None = None
+    machine: str | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    kind: str  # noticed, drained_in_time, approved_before_not_before, not_approved, not_drained, ...
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    cloud: str
+    title: str
+    machines: Sequence[str]
+    steps: Sequence[Step]
+    checks: Sequence[Check]
+    source: str
+    limit: float  # the longest a case runs, in seconds of wall time
+    settle: float  # how long it goes on once every event of the case left Scheduled
+    required: bool = True
+    file: str = ""
+
+
+@dataclass(frozen=True)
+class Call:
+    """A metadata request the handler made, as the observing proxy saw it (times: seconds since the case began)."""
+
+    machine: str
+    at: float
+    done: float
+    method: str
+    path: str  # with its query
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+    status: int  # 0: no answer from the server
+    answer: bytes
+
+
+@dataclass(frozen=True)
+class Approval:
+    machine: str
+    at: float
+    event_id: str
+
+
+@dataclass(frozen=True)
+class EventState:
+    """A case's event as the server reports it after the case (``not_before``: seconds since the case began)."""
+
+    event_id: str
+    status: str
+    resources: Sequence[str]
+    not_before: float | None
+    approved_by: Sequence[str]
+
+
+@dataclass
+class Observation:
+    """Everything seen during one case."""
+
+    case: Case
+    observer: Observer
+    calls: list[Call] = field(default_factory=list)
+    event_ids: list[str] = field(default_factory=list)
+    appeared: dict[str, float] = field(default_factory=dict)  # event id: when its step's call returned
+    events: dict[str, EventState] = field(default_factory=dict)
+    drained: dict[str, list[float]] = field(default_factory=dict)  # machine: times the drained probe said yes
+    restored: dict[str, list[float]] = field(default_factory=dict)
+    exits: list[tuple[str, float, int]] = field(default_factory=list)  # machine, time, status (not ours)
+    kills: list[tuple[str, float]] = field(default_factory=list)
+    cancels: list[float] = field(default_factory=list)  # when a step canceled something
+    notes: list[str] = field(default_factory=list)
+    probes: tuple[bool, bool] = (False, False)  # whether --drained, --restored were given
+    wall: float = 0.0
+    approvals: list[Approval] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Grade:
+    check: str
+    grade: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    case: Case
+    grade: str
+    grades: Sequence[Grade]
+    wall: float
+    notes: Sequence[str] = ()
+
+
+class Observer(Protocol):
+    """A cloud's reading of what only it knows: which events a case's calls made, which metadata calls approve
+    them, and their state on the server."""
+
+    def event_ids(self, answer: Any) -> list[str]:
+        """The ids of the events (notices) a step's control-API answer created."""
+        ...
+
+    def seen(self, call: Call, event_id: str) -> bool:
+        """Whether this call's answer told the handler of the event."""
+        ...
+
+    def approvals(self, calls: Sequence[Call]) -> list[Approval]:
+        """The approvals among a handler's metadata calls (an empty list where the cloud has none)."""
+        ...
+
+    def event_states(self, client: Any, event_ids: Sequence[str], seconds_since_start: Any) -> dict[str, EventState]:
+        """The events' state now, read through the control API (``client.call(method, path)``);
+        ``seconds_since_start(iso)`` turns a simulated time into seconds since the case began."""
+        ...
+
+    def settled(self, states: Mapping[str, EventState], now: float) -> bool:
+        """Whether every event has left the phase in which a handler acts on it (``now``: seconds since the case
+        began)."""
+        ...
+
+    def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
+        """The cloud's own checks, beside the common ones (EC2: IMDSv2 token use)."""
+        ...
+
+
+@dataclass(frozen=True)
+class CloudCases:
+    """What ``Cloud.conformance()`` returns: the cloud's case files and its observer."""
+
+    cloud: str
+    files: Sequence[Any]  # paths or importlib.resources Traversables
+    observer: Observer
+
+
+def worst(grades: Sequence[str]) -> str:
+    if FAIL in grades:
+        return FAIL
+    if NOT_JUDGED in grades:
+        return NOT_JUDGED
+    return PASS

@@ -1,0 +1,59 @@
+"""A reference EC2 handler for the conformance tests: IMDSv2 tokens, scheduled events and the Spot
+interruption notice checked every second; drains (STATE/MACHINE.drained) for an active event or an interruption,
+and restores when nothing is ahead any more. ``--broken v1`` reads without a token."""
+
+import argparse
+import json
+import os
+import time
+import urllib.error
+import urllib.request
+
+
+def read(base, path, token):
+    headers = {"X-aws-ec2-metadata-token": token} if token else {}
+    request = urllib.request.Request(f"{base}/latest/meta-data/{path}", headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=5) as answer:
+            return answer.read().decode()
+    except urllib.error.HTTPError as error:
+        if error.code == 404:
+            return None
+        raise
+
+
+def new_token(base):
+    request = urllib.request.Request(
+        f"{base}/latest/api/token", method="PUT", headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"}
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return answer.read().decode()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--machine", required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--broken", default="")
+    args = parser.parse_args()
+    drained_file = os.path.join(args.state, args.machine + ".drained")
+    while True:
+        try:
+            token = None if args.broken == "v1" else new_token(args.endpoint)
+            events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
+            interruption = read(args.endpoint, "spot/instance-action", token)
+        except (OSError, ValueError):
+            time.sleep(1)
+            continue
+        ahead = interruption is not None or any(event["State"] == "active" for event in events)
+        if ahead and not os.path.exists(drained_file):
+            time.sleep(0.5)  # the service drains
+            open(drained_file, "w").close()
+        elif not ahead and os.path.exists(drained_file):
+            os.remove(drained_file)
+        time.sleep(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""A reference Azure Scheduled Events handler for the conformance tests, with deliberately broken variants.
+
+Correct: for each event naming this VM, drain (a file ``STATE/MACHINE.drained``, written after a drain that takes
+``--drain-seconds``), then approve it when it names only this VM (an approval lets the event go ahead for every VM
+it names); when no event names the VM any more without having started, restore (remove the file).
+
+``--broken`` variants: ``approve-all`` approves every Scheduled event at once, drains nothing; ``never-approve``
+drains and never approves; ``ignore-freeze`` does nothing for a Freeze; ``other-vms`` takes every event as its own
+(drains and approves events that name other VMs only).
+"""
+
+import argparse
+import json
+import os
+import time
+import urllib.request
+
+PATH = "/metadata/scheduledevents?api-version=2020-07-01"
+HEADERS = {"Metadata": "true"}
+
+
+def document(base):
+    with urllib.request.urlopen(urllib.request.Request(base + PATH, headers=HEADERS), timeout=5) as answer:
+        return json.load(answer)
+
+
+def approve(base, event_id):
+    body = json.dumps({"StartRequests": [{"EventId": event_id}]}).encode()
+    request = urllib.request.Request(base + PATH, body, {**HEADERS, "Content-Type": "application/json"})
+    urllib.request.urlopen(request, timeout=5).close()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--endpoint", required=True)
+    parser.add_argument("--machine", required=True)
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--drain-seconds", type=float, default=1.0)
+    parser.add_argument("--broken", default="")
+    args = parser.parse_args()
+    drained_file = os.path.join(args.state, args.machine + ".drained")
+    approved = set()
+    while True:
+        try:
+            handle(args, drained_file, approved)
+        except OSError as error:  # throttled (429), a server error, a dropped connection: try again
+            print("metadata:", error, flush=True)
+        time.sleep(0.5)
+
+
+def handle(args, drained_file, approved):
+    """One look at the document: drain for the events naming this VM, approve those naming it alone."""
+    events = document(args.endpoint)["Events"]
+    mine = []
+    for event in events:
+        if args.broken == "approve-all":
+            if event["EventStatus"] == "Scheduled" and event["EventId"] not in approved:
+                approve(args.endpoint, event["EventId"])
+                approved.add(event["EventId"])
+            continue
+        if args.broken == "ignore-freeze" and event["EventType"] == "Freeze":
+            continue
+        resources = [args.machine] if args.broken == "other-vms" else event["Resources"]
+        if args.machine in resources:
+            mine.append((event, resources))
+    if mine and not os.path.exists(drained_file):
+        time.sleep(args.drain_seconds)  # the service drains
+        open(drained_file, "w").close()
+    for event, resources in mine:
+        alone = resources == [args.machine]
+        if event["EventStatus"] == "Scheduled" and alone and args.broken != "never-approve":
+            if event["EventId"] not in approved:
+                approve(args.endpoint, event["EventId"])
+                approved.add(event["EventId"])
+    if not mine and os.path.exists(drained_file) and not any(e["EventStatus"] == "Started" for e in events):
+        os.remove(drained_file)  # nothing ahead for this VM any more: back in service
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ CHECKS = {
     "replicas.py": ["--db", POSTGRES_URL],
     "million.py": [],
     "floods.py": [],
+    "queues.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

@@ -33,6 +33,7 @@ SURFACES = (
     "forewarn.azure.resource_graph.api",
     "forewarn.aws.imds",
     "forewarn.aws.ec2_api",
+    "forewarn.aws.sqs",
     "forewarn.gcp.metadata",
     "forewarn.gcp.compute_api",
     "forewarn.control",

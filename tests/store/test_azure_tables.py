@@ -116,7 +116,7 @@ def test_a_version_7_database_is_upgraded_in_place_and_the_engine_holds_the_same
     assert set(OLD_NAMES) <= _tables(store_url) and not set(NEW_NAMES) & _tables(store_url)
 
     after = Maintenance.open(open_store(store_url), None, "manual", 1.0, T0, "seed")
-    assert _version(store_url) == "8"
+    assert _version(store_url) == str(migrations.LATEST)
     tables = _tables(store_url)
     assert set(NEW_NAMES) <= tables and not set(OLD_NAMES) & tables
     # Keys and indexes carry the new names (PostgreSQL's primary keys keep the old table's name unless renamed).
@@ -217,7 +217,10 @@ def test_a_database_an_older_leader_writes_to_is_not_migrated_and_the_refusal_na
             open_store(postgres_url)
         waited = time.monotonic() - started
         message = str(refused.value)
-        assert "the database has schema version 7, which this forewarn migrates to 8 only while no other " in message
+        assert (
+            f"the database has schema version 7, which this forewarn migrates to {migrations.LATEST} only while no "
+            "other " in message
+        )
         assert "(a forewarn server (role leader, older-host:4242, since 2026-04-20T22:00:00+00:00;" in message
         assert "stop it and its replicas" in message
         assert waited >= 1.0
@@ -228,7 +231,7 @@ def test_a_database_an_older_leader_writes_to_is_not_migrated_and_the_refusal_na
         older.close()
     # Once it has stopped, the next start migrates.
     open_store(postgres_url).close()
-    assert _version(postgres_url) == "8"
+    assert _version(postgres_url) == str(migrations.LATEST)
 
 
 def test_a_start_waits_for_another_process_migrating_the_same_database(postgres_url, monkeypatch):
@@ -244,4 +247,4 @@ def test_a_start_waits_for_another_process_migrating_the_same_database(postgres_
     finally:
         release.join()
     assert time.monotonic() - started >= 1.0
-    assert _version(postgres_url) == "8"
+    assert _version(postgres_url) == str(migrations.LATEST)

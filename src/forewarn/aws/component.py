@@ -15,7 +15,15 @@ from forewarn.aws.changes import (
     Ec2StateChanged,
     Ec2WindowChanged,
 )
+from forewarn.aws.eventbus import EventBus, Rule
 from forewarn.aws.fleet import ec2_fleet
+from forewarn.aws.lifecycle import (
+    TERMINATING,
+    LifecycleAction,
+    LifecycleHook,
+    LifecycleHooks,
+    LifecycleRefused,
+)
 from forewarn.aws.model import (
     DESCRIPTIONS,
     INSTANCE_ID,
@@ -29,6 +37,7 @@ from forewarn.aws.model import (
     NotificationAttributes,
     check_code_applies,
 )
+from forewarn.aws.queues import Message, MessageChanged, Queue, Queues
 from forewarn.aws.windows import (
     MAX_WINDOWS,
     PLACED_CODES,
@@ -81,6 +90,11 @@ class StoredEc2:
     states: Iterable[Ec2State] = ()
     windows: Iterable[EventWindow] = ()
     notification_attributes: NotificationAttributes | None = None
+    queues: Iterable[Queue] = ()
+    messages: Iterable[Message] = ()
+    rules: Iterable[Rule] = ()
+    hooks: Iterable[LifecycleHook] = ()
+    actions: Iterable[LifecycleAction] = ()
 
 
 @dataclass(frozen=True)
@@ -92,11 +106,17 @@ class Ec2Rows:
     states: Mapping[str, Ec2State | None] = field(default_factory=dict)
     windows: Mapping[str, EventWindow | None] = field(default_factory=dict)
     notification_attributes: NotificationAttributes | None = None
+    queues: Mapping[str, Queue | None] = field(default_factory=dict)
+    messages: Mapping[str, Message | None] = field(default_factory=dict)  # by ``queue/message ID``
+    rules: Mapping[str, Rule | None] = field(default_factory=dict)
+    hooks: Mapping[str, LifecycleHook | None] = field(default_factory=dict)
+    actions: Mapping[str, LifecycleAction | None] = field(default_factory=dict)
 
 
 class Ec2Component:
     """State: ``ec2_instances`` (deployed and launched), ``ec2_states``, ``ec2_events`` and the per-instance event
-    order, ``ec2_windows`` and ``notification_attributes``."""
+    order, ``ec2_windows`` and ``notification_attributes``; ``queues``, the SQS queues and their messages; ``bus``, the EventBridge rules;
+    ``lifecycle``, the Auto Scaling lifecycle hooks and the actions instances wait on."""
 
     def __init__(
         self,
@@ -120,6 +140,12 @@ class Ec2Component:
         self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in stored.windows if w.state != "deleted"}
         self.notification_attributes = stored.notification_attributes or NotificationAttributes()
         self.ec2_instances: dict[str, Ec2Instance] = dict(ec2_fleet(fleet).instances)
+        self.queues = Queues(seed, lambda: scheduler.now, sequence, stored.queues, stored.messages)
+        self.bus = EventBus(stored.rules)
+        self._hook_deadline = scheduler.kind("asg-hook", self._hook_timeout, self._hook_stale)
+        self.lifecycle = LifecycleHooks(stored.hooks, stored.actions)
+        for action in self.lifecycle.actions.values():
+            scheduler.add(action.timeout_at, self._hook_deadline, action.token)
         self.ec2_states: dict[str, Ec2State] = {
             iid: Ec2State(iid, InstanceState.RUNNING, instance.host, created_at, created_at)
             for iid, instance in ec2_fleet(fleet).instances.items()
@@ -662,6 +688,13 @@ class Ec2Component:
         """A replica takes rows the leader committed: as AzureComponent.replicate."""
         changes: list[Change] = []
         removed = False
+        self.queues.replicate(rows.queues, rows.messages)
+        self.bus.replicate(rows.rules)
+        self.lifecycle.replicate(rows.hooks, rows.actions)
+        for action in rows.actions.values():
+            if action is not None and action.result is None:
+                self._scheduler.add(action.timeout_at, self._hook_deadline, action.token)
+        changes += [MessageChanged(message, REPLICATED) for message in rows.messages.values() if message is not None]
         if rows.notification_attributes is not None:
             self.notification_attributes = rows.notification_attributes
             changes.append(Ec2NotificationAttributesChanged(rows.notification_attributes))
@@ -720,6 +753,101 @@ class Ec2Component:
         for state in self.ec2_states.values():
             if (at := _pending_spot_action(state)) is not None:
                 self._scheduler.add(at, self._spot_deadline, state.instance_id)
+        for action in self.lifecycle.actions.values():
+            self._scheduler.add(action.timeout_at, self._hook_deadline, action.token)
+
+    # ----------------------------------------------------------------------------------- Auto Scaling hooks
+    def put_lifecycle_hook(self, hook: LifecycleHook) -> list[Change]:
+        self._group(hook.group)
+        return self.lifecycle.put(hook)
+
+    def delete_lifecycle_hook(self, group: str, name: str) -> list[Change]:
+        self._group(group)
+        return self.lifecycle.delete(group, name)
+
+    def _group(self, group: str) -> list[Ec2Instance]:
+        members = [i for i in self.ec2_instances.values() if i.auto_scaling_group == group]
+        if not members:
+            raise LifecycleRefused(f"AutoScalingGroup name not found - AutoScalingGroup {group} not found")
+        return members
+
+    def terminate_in_group(self, instance_id: str, decrement: bool) -> list[Change]:
+        """TerminateInstanceInAutoScalingGroup: with terminating hooks the instance waits in Terminating:Wait
+        (target-lifecycle-state Terminated), one action per hook; without, it is terminated at once. Replaced
+        unless the group's desired capacity goes down."""
+        instance = self.ec2_instances.get(instance_id)
+        state = self.ec2_states.get(instance_id)
+        if instance is None or state is None or instance.auto_scaling_group is None or state.gone:
+            raise LifecycleRefused(f"Instance Id not found - No managed instance found for instance ID: {instance_id}")
+        if self.lifecycle.waiting(instance_id) or state.lifecycle_state != "InService":
+            raise LifecycleRefused(f"The instance {instance_id} is not in InService.")
+        hooks = self.lifecycle.of_group(instance.auto_scaling_group, TERMINATING)
+        if not hooks:
+            return self._group_terminates(state, decrement)
+        state = replace(state, lifecycle_state="Terminated")
+        self.ec2_states[instance_id] = state
+        changes: list[Change] = [Ec2StateChanged(state, "terminating", "Terminating:Wait on its lifecycle hooks")]
+        for hook in hooks:
+            action = LifecycleAction(
+                token=derived_guid(self.seed, "lifecycle", instance_id, hook.name, self._sequence.take()).lower(),
+                group=hook.group,
+                hook=hook.name,
+                instance_id=instance_id,
+                transition=TERMINATING,
+                started_at=self.now,
+                timeout_at=self.now + timedelta(seconds=hook.heartbeat_timeout),
+                global_at=self.now + timedelta(seconds=hook.global_timeout),
+                decrement=decrement,
+            )
+            self._scheduler.add(action.timeout_at, self._hook_deadline, action.token)
+            changes += self.lifecycle.start(action)
+        return changes
+
+    def complete_lifecycle_action(
+        self, group: str, hook: str, token: str | None, instance_id: str | None, result: str
+    ) -> list[Change]:
+        action = self.lifecycle.find(group, hook, token, instance_id)
+        return self.lifecycle.finish(action, result, "completed") + self._after_action(action)
+
+    def record_lifecycle_heartbeat(
+        self, group: str, hook: str, token: str | None, instance_id: str | None
+    ) -> list[Change]:
+        found = self.lifecycle.find(group, hook, token, instance_id)
+        changes = self.lifecycle.heartbeat(found, self.now)
+        moved = self.lifecycle.actions[found.token]
+        self._scheduler.add(moved.timeout_at, self._hook_deadline, moved.token)
+        return changes
+
+    def _hook_stale(self, token: str, at: datetime) -> bool:
+        action = self.lifecycle.actions.get(token)
+        return action is None or action.timeout_at != at
+
+    def _hook_timeout(self, token: str) -> list[Change]:
+        action = self.lifecycle.actions[token]
+        hook = self.lifecycle.hooks.get(f"{action.group}/{action.hook}")
+        result = hook.default_result if hook is not None else "ABANDON"
+        return self.lifecycle.finish(action, result, "timed-out") + self._after_action(action)
+
+    def _after_action(self, action: LifecycleAction) -> list[Change]:
+        """Once no hook holds the instance any more, the termination goes on (CONTINUE and ABANDON alike)."""
+        if self.lifecycle.waiting(action.instance_id):
+            return []
+        return self._group_terminates(self.ec2_states[action.instance_id], action.decrement)
+
+    def _group_terminates(self, state: Ec2State, decrement: bool) -> list[Change]:
+        cause = "its Auto Scaling group (scale-in)"
+        if not decrement:
+            return self._ec2_down(state, InstanceState.TERMINATED, cause)
+        state = replace(
+            state,
+            state=InstanceState.TERMINATED,
+            impacted_by=None,
+            impact_until=None,
+            lifecycle_state="Terminated",
+            terminated_at=self.now,
+        )
+        self.ec2_states[state.instance_id] = state
+        return [Ec2StateChanged(state, "terminated", f"by {cause}; not replaced (desired capacity decremented)")]
 
 
 class RescheduleRefused(Invalid):

@@ -1,4 +1,5 @@
-"""The EC2 component's part of the store: events, instance states, event windows and notification attributes.
+"""The EC2 component's part of the store: events, instance states, event windows and notification attributes, and
+the SQS queues and their messages.
 
 Each record is plain JSON text in one column (the same for every database); each kind of change the component makes
 (aws/changes.py) has its writer here, and ``load`` reads the stored state back under the engine's names for it.
@@ -6,13 +7,25 @@ Each record is plain JSON text in one column (the same for every database); each
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime
 from typing import Any
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
 from forewarn.aws.component import Ec2Rows, StoredEc2
+from forewarn.aws.eventbus import Rule, RuleChanged, Target
+from forewarn.aws.lifecycle import HookChanged, LifecycleAction, LifecycleActionChanged, LifecycleHook
 from forewarn.aws.model import Ec2Code, Ec2Event, Ec2EventState, Ec2State, InstanceState, NotificationAttributes
+from forewarn.aws.queues import (
+    Message,
+    MessageAttribute,
+    MessageChanged,
+    Queue,
+    QueueChanged,
+    QueueSettings,
+    Redrive,
+)
 from forewarn.aws.windows import EventWindow, TimeRange
 from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
 
@@ -105,6 +118,157 @@ def decode_attributes(text: str | None) -> NotificationAttributes | None:
     return NotificationAttributes(data["include_all"], tuple(data["keys"]))
 
 
+def encode_queue(queue: Queue) -> str:
+    settings = queue.settings
+    redrive = settings.redrive
+    data = {
+        "name": queue.name,
+        "region": queue.region,
+        "account_id": queue.account_id,
+        "settings": [
+            settings.visibility_timeout,
+            settings.message_retention_period,
+            settings.delay_seconds,
+            settings.receive_message_wait_time_seconds,
+            settings.maximum_message_size,
+        ],
+        "redrive": None if redrive is None else [redrive.dead_letter_target_arn, redrive.max_receive_count],
+        "created_at": time_text(queue.created_at),
+        "modified_at": time_text(queue.modified_at),
+        "purged_at": time_text(queue.purged_at),
+        "deleted": queue.deleted,
+    }
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_queue(text: str) -> Queue:
+    data = json.loads(text)
+    settings, redrive = data["settings"], data["redrive"]
+    return Queue(
+        name=data["name"],
+        region=data["region"],
+        account_id=data["account_id"],
+        settings=QueueSettings(
+            visibility_timeout=settings[0],
+            message_retention_period=settings[1],
+            delay_seconds=settings[2],
+            receive_message_wait_time_seconds=settings[3],
+            maximum_message_size=settings[4],
+            redrive=None if redrive is None else Redrive(redrive[0], int(redrive[1])),
+        ),
+        created_at=datetime.fromisoformat(data["created_at"]),
+        modified_at=datetime.fromisoformat(data["modified_at"]),
+        purged_at=time_from_text(data["purged_at"]),
+        deleted=data["deleted"],
+    )
+
+
+def message_key(message: Message) -> str:
+    return f"{message.queue}/{message.message_id}"
+
+
+def encode_message(message: Message) -> str:
+    attributes = [
+        [
+            a.name,
+            a.data_type,
+            a.string_value,
+            None if a.binary_value is None else base64.b64encode(a.binary_value).decode(),
+        ]
+        for a in message.attributes
+    ]
+    data = {
+        "message_id": message.message_id,
+        "seq": message.seq,
+        "queue": message.queue,
+        "body": message.body,
+        "sent_at": time_text(message.sent_at),
+        "visible_at": time_text(message.visible_at),
+        "attributes": attributes,
+        "receive_count": message.receive_count,
+        "first_received_at": time_text(message.first_received_at),
+        "receipt": message.receipt,
+        "dead_letter_source": message.dead_letter_source,
+    }
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_message(text: str) -> Message:
+    data = json.loads(text)
+    return Message(
+        message_id=data["message_id"],
+        seq=data["seq"],
+        queue=data["queue"],
+        body=data["body"],
+        sent_at=datetime.fromisoformat(data["sent_at"]),
+        visible_at=datetime.fromisoformat(data["visible_at"]),
+        attributes=tuple(
+            MessageAttribute(name, kind, string, None if binary is None else base64.b64decode(binary))
+            for name, kind, string, binary in data["attributes"]
+        ),
+        receive_count=data["receive_count"],
+        first_received_at=time_from_text(data["first_received_at"]),
+        receipt=data["receipt"],
+        dead_letter_source=data["dead_letter_source"],
+    )
+
+
+def encode_rule(rule: Rule) -> str:
+    data = {
+        "name": rule.name,
+        "pattern": rule.pattern_text,
+        "region": rule.region,
+        "account_id": rule.account_id,
+        "created_at": time_text(rule.created_at),
+        "state": rule.state,
+        "description": rule.description,
+        "targets": [[target.target_id, target.arn] for target in rule.targets],
+        "deleted": rule.deleted,
+    }
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_rule(text: str) -> Rule:
+    data = json.loads(text)
+    return Rule(
+        name=data["name"],
+        pattern=json.loads(data["pattern"]),
+        pattern_text=data["pattern"],
+        region=data["region"],
+        account_id=data["account_id"],
+        created_at=datetime.fromisoformat(data["created_at"]),
+        state=data["state"],
+        description=data["description"],
+        targets=tuple(Target(target_id, arn) for target_id, arn in data["targets"]),
+        deleted=data["deleted"],
+    )
+
+
+_ACTION_TIMES = ("started_at", "timeout_at", "global_at")
+
+
+def encode_hook(hook: LifecycleHook) -> str:
+    return json.dumps({key: getattr(hook, key) for key in LifecycleHook.__dataclass_fields__}, separators=(",", ":"))
+
+
+def decode_hook(text: str) -> LifecycleHook:
+    return LifecycleHook(**json.loads(text))
+
+
+def encode_action(action: LifecycleAction) -> str:
+    data = {key: getattr(action, key) for key in LifecycleAction.__dataclass_fields__}
+    for key in _ACTION_TIMES:
+        data[key] = time_text(data[key])
+    return json.dumps(data, separators=(",", ":"))
+
+
+def decode_action(text: str) -> LifecycleAction:
+    data = json.loads(text)
+    for key in _ACTION_TIMES:
+        data[key] = datetime.fromisoformat(data[key])
+    return LifecycleAction(**data)
+
+
 # ------------------------------------------------------------------------------------------------------ writers
 def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
     event = change.event
@@ -147,6 +311,74 @@ def _window_changed(change: Ec2WindowChanged, rows: Rows) -> None:
     rows.journal(f"window {change.what}", None, {"window": window.window_id})
 
 
+def _queue_changed(change: QueueChanged, rows: Rows) -> None:
+    # A deleted queue keeps its row, marked deleted (one statement per table keeps a queue deleted and created again
+    # in one group commit in order; queues are few).
+    queue = change.queue
+    rows.write(
+        "INSERT INTO forewarn_sqs_queues (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+        (queue.name, encode_queue(queue)),
+    )
+    rows.touch("forewarn_sqs_queues", queue.name)
+    rows.journal(f"queue {change.what}", None, {"queue": queue.name})
+
+
+def _rule_changed(change: RuleChanged, rows: Rows) -> None:
+    # As queues: a deleted rule keeps its row, marked deleted.
+    rule = change.rule
+    rows.write(
+        "INSERT INTO forewarn_eventbridge_rules (name, data) VALUES (?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
+        (rule.name, encode_rule(rule)),
+    )
+    rows.touch("forewarn_eventbridge_rules", rule.name)
+    rows.journal(f"rule {change.what}", None, {"rule": rule.name})
+
+
+def _hook_changed(change: HookChanged, rows: Rows) -> None:
+    hook = change.hook
+    rows.write(
+        "INSERT INTO forewarn_asg_hooks (hook_key, data) VALUES (?, ?) "
+        "ON CONFLICT (hook_key) DO UPDATE SET data = excluded.data",
+        (hook.key, encode_hook(hook)),
+    )
+    rows.touch("forewarn_asg_hooks", hook.key)
+    rows.journal(f"lifecycle hook {change.what}", None, {"hook": hook.key})
+
+
+def _action_changed(change: LifecycleActionChanged, rows: Rows) -> None:
+    action = change.action
+    rows.write(
+        "INSERT INTO forewarn_asg_actions (token, data) VALUES (?, ?) "
+        "ON CONFLICT (token) DO UPDATE SET data = excluded.data",
+        (action.token, encode_action(action)),
+    )
+    rows.touch("forewarn_asg_actions", action.token)
+    detail = {"instance": action.instance_id, "hook": action.hook, "result": action.result}
+    rows.journal(f"lifecycle action {change.what}", None, detail)
+
+
+MESSAGE_UPSERT = (
+    "INSERT INTO forewarn_sqs_messages (message_key, seq, queue, data) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (message_key) DO UPDATE SET data = excluded.data"
+)
+
+
+def _message_changed(change: MessageChanged, rows: Rows) -> None:
+    message = change.message
+    key = message_key(message)
+    # Upserts run before deletes (a commit runs each statement in the order it first appeared): a message received
+    # and deleted in one group commit is gone after it. A deleted key is never written again (IDs are not reused).
+    rows.statements.setdefault(MESSAGE_UPSERT, [])
+    if message.deleted:
+        rows.write("DELETE FROM forewarn_sqs_messages WHERE message_key = ?", (key,))
+    else:
+        rows.write(MESSAGE_UPSERT, (key, message.seq, message.queue, encode_message(message)))
+    rows.touch("forewarn_sqs_messages", key)
+    if change.what in ("moved", "expired"):  # the rest are a queue's everyday traffic, not worth a journal line
+        rows.journal(f"message {change.what}", None, {"queue": message.queue, "message": message.message_id})
+
+
 def _load(reader: Reader) -> dict[str, Any]:
     return {
         "aws": StoredEc2(
@@ -156,6 +388,13 @@ def _load(reader: Reader) -> dict[str, Any]:
             states=[decode_ec2_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_ec2_instances")],
             windows=[decode_window(row[0]) for row in reader.rows("SELECT data FROM forewarn_ec2_windows")],
             notification_attributes=decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)),
+            queues=[decode_queue(row[0]) for row in reader.rows("SELECT data FROM forewarn_sqs_queues")],
+            messages=[
+                decode_message(row[0]) for row in reader.rows("SELECT data FROM forewarn_sqs_messages ORDER BY seq")
+            ],
+            rules=[decode_rule(row[0]) for row in reader.rows("SELECT data FROM forewarn_eventbridge_rules")],
+            hooks=[decode_hook(row[0]) for row in reader.rows("SELECT data FROM forewarn_asg_hooks")],
+            actions=[decode_action(row[0]) for row in reader.rows("SELECT data FROM forewarn_asg_actions")],
         )
     }
 
@@ -184,6 +423,36 @@ def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
                 touched.get("forewarn_ec2_windows", ()),
                 lambda row: decode_window(row[1]),
             ),
+            queues=reader.current(
+                "SELECT name, data FROM forewarn_sqs_queues",
+                "name",
+                touched.get("forewarn_sqs_queues", ()),
+                lambda row: decode_queue(row[1]),
+            ),
+            messages=reader.current(
+                "SELECT message_key, data FROM forewarn_sqs_messages",
+                "message_key",
+                touched.get("forewarn_sqs_messages", ()),
+                lambda row: decode_message(row[1]),
+            ),
+            rules=reader.current(
+                "SELECT name, data FROM forewarn_eventbridge_rules",
+                "name",
+                touched.get("forewarn_eventbridge_rules", ()),
+                lambda row: decode_rule(row[1]),
+            ),
+            hooks=reader.current(
+                "SELECT hook_key, data FROM forewarn_asg_hooks",
+                "hook_key",
+                touched.get("forewarn_asg_hooks", ()),
+                lambda row: decode_hook(row[1]),
+            ),
+            actions=reader.current(
+                "SELECT token, data FROM forewarn_asg_actions",
+                "token",
+                touched.get("forewarn_asg_actions", ()),
+                lambda row: decode_action(row[1]),
+            ),
             notification_attributes=(
                 decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
                 if attributes
@@ -193,7 +462,16 @@ def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
     }
 
 
-EC2_TABLES = ("forewarn_ec2_events", "forewarn_ec2_instances", "forewarn_ec2_windows")
+EC2_TABLES = (
+    "forewarn_ec2_events",
+    "forewarn_ec2_instances",
+    "forewarn_ec2_windows",
+    "forewarn_sqs_queues",
+    "forewarn_sqs_messages",
+    "forewarn_eventbridge_rules",
+    "forewarn_asg_hooks",
+    "forewarn_asg_actions",
+)
 EC2_RECORDS = Records(
     "aws",
     [
@@ -201,6 +479,11 @@ EC2_RECORDS = Records(
         Writer(Ec2StateChanged, _state_changed),
         Writer(Ec2NotificationAttributesChanged, _attributes_changed),
         Writer(Ec2WindowChanged, _window_changed),
+        Writer(QueueChanged, _queue_changed),
+        Writer(MessageChanged, _message_changed),
+        Writer(RuleChanged, _rule_changed),
+        Writer(HookChanged, _hook_changed),
+        Writer(LifecycleActionChanged, _action_changed),
     ],
     _load,
     tables=EC2_TABLES,

@@ -181,6 +181,21 @@ def _reset_the_changes(cursor: Any) -> None:
     cursor.execute(f"DELETE FROM forewarn_changes WHERE position < {position}")
 
 
+def _sqs_tables(cursor: Any, dialect: Dialect) -> None:
+    # Amazon SQS queues and their messages (aws/queues.py), EventBridge rules (aws/eventbus.py), Auto Scaling lifecycle
+    # hooks and the actions instances wait on (aws/lifecycle.py), as JSON records; a message's key is
+    # ``queue/message ID`` (a message moved to a dead-letter queue keeps its ID there).
+    for statement in (
+        "CREATE TABLE IF NOT EXISTS forewarn_sqs_queues (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS forewarn_sqs_messages (message_key TEXT PRIMARY KEY, seq BIGINT NOT NULL, "
+        "queue TEXT NOT NULL, data TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS forewarn_eventbridge_rules (name TEXT PRIMARY KEY, data TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS forewarn_asg_hooks (hook_key TEXT PRIMARY KEY, data TEXT NOT NULL)",
+        "CREATE TABLE IF NOT EXISTS forewarn_asg_actions (token TEXT PRIMARY KEY, data TEXT NOT NULL)",
+    ):
+        cursor.execute(statement)
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -196,6 +211,9 @@ MIGRATIONS: Sequence[Migration] = (
     # Not additive: code before it reads the old names. It runs only while no process holds the writer's lock
     # (store/postgres.py), and code before it refuses the database from then on (SchemaTooNew).
     Migration(8, "Azure's tables get its prefix (forewarn_azure_*); the replicas' journal is reset", _azure_prefix),
+    Migration(
+        9, "SQS queues and messages, EventBridge rules, Auto Scaling lifecycle hooks (aws/records.py)", _sqs_tables
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 

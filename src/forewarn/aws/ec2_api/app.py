@@ -15,12 +15,16 @@ from starlette.routing import Route, request_response
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.aws.autoscaling import api as autoscaling_api
 from forewarn.aws.ec2_api import attributes, events, instances, windows
 from forewarn.aws.ec2_api.backend import Ec2Backend
 from forewarn.aws.ec2_api.params import Params, read_params
 from forewarn.aws.ec2_api.protocol import API_VERSION, Ec2Error, error_response, missing
 from forewarn.aws.ec2_api.registry import ACTIONS
-from forewarn.aws.ec2_api.sigv4 import SigV4Verifier, received
+from forewarn.aws.ec2_api.sigv4 import SigV4Verifier, received, signed_region
+from forewarn.aws.eventbridge import api as events_api
+from forewarn.aws.sqs import api as sqs_api
+from forewarn.aws.sqs import protocol as sqs_protocol
 from forewarn.net.browser_guard import BrowserGuard, Refusal
 
 log = logging.getLogger("forewarn.ec2api")
@@ -42,6 +46,9 @@ class Ec2Api:
         self, service: Maintenance, credentials: dict[str, str] | None = None, guard: BrowserGuard | None = None
     ):
         self.backend = Ec2Backend(service)
+        self.sqs = sqs_api.SqsApi(service)
+        self.events = events_api.EventsApi(service)
+        self.autoscaling = autoscaling_api.AutoScalingApi(service)
         self.guard = guard
         # None: signatures are not verified (any credentials, or none, are accepted).
         self.verifier = None if credentials is None else SigV4Verifier(credentials, self.backend.wall)
@@ -56,11 +63,23 @@ class Ec2Api:
                 raise Ec2Error(
                     "MethodNotAllowed", f"The HTTP method {request.method} is not supported; use POST or GET.", 405
                 )
+            target = request.headers.get("x-amz-target")
+            if target is not None and target.startswith(sqs_protocol.TARGET_PREFIX):
+                return await self.sqs_json(request, target, request_id)
+            if target is not None and target.startswith(events_api.TARGET_PREFIX):
+                return await self.events_json(request, target, request_id)
+            try:
+                params: Params | None = await read_params(request)
+            except Ec2Error:
+                params = None  # refused below, after the signature (as before SQS shared the port)
+            if params is not None and params.get("Version") == sqs_protocol.API_VERSION:
+                return await self.sqs_query(request, params, request_id)
+            if params is not None and params.get("Version") == autoscaling_api.API_VERSION:
+                return await self.autoscaling_query(request, params, request_id)
             if self.verifier is not None:
                 body = await request.body() if request.method == "POST" else b""
                 self.verifier.verify(received(request, body))
-            params = await read_params(request)
-            return await self.dispatch(params, request_id)
+            return await self.dispatch(params or await read_params(request), request_id)
         except Ec2Error as error:
             return error_response(error, request_id)
         except Unavailable as error:
@@ -76,6 +95,53 @@ class Ec2Api:
                 request_id,
             )
 
+    async def sqs_json(self, request: Request, target: str, request_id: str) -> Response:
+        body = await request.body()
+        try:
+            if self.verifier is not None:
+                self.verifier.verify(received(request, body), "sqs")
+        except Ec2Error as error:
+            return sqs_protocol.json_error(
+                sqs_protocol.SqsError(error.code, error.message, status=error.status), request_id
+            )
+        region = signed_region(request.headers.get("authorization"), {})
+        return await sqs_api.json_call(self.sqs, target, body, _origin(request), region, request_id)
+
+    async def events_json(self, request: Request, target: str, request_id: str) -> Response:
+        body = await request.body()
+        try:
+            if self.verifier is not None:
+                self.verifier.verify(received(request, body), "events")
+        except Ec2Error as error:
+            return events_api.error_response(
+                events_api.EventsError(error.code, error.message, error.status), request_id
+            )
+        region = signed_region(request.headers.get("authorization"), {})
+        return await self.events.call(target, body, region, request_id)
+
+    async def autoscaling_query(self, request: Request, params: Params, request_id: str) -> Response:
+        try:
+            if self.verifier is not None:
+                body = await request.body() if request.method == "POST" else b""
+                self.verifier.verify(received(request, body), "autoscaling")
+        except Ec2Error as error:
+            return autoscaling_api.error_response(
+                autoscaling_api.AutoScalingError(error.code, error.message, error.status), request_id
+            )
+        return await self.autoscaling.call(params.values, request_id)
+
+    async def sqs_query(self, request: Request, params: Params, request_id: str) -> Response:
+        try:
+            if self.verifier is not None:
+                body = await request.body() if request.method == "POST" else b""
+                self.verifier.verify(received(request, body), "sqs")
+        except Ec2Error as error:
+            return sqs_protocol.query_error(
+                sqs_protocol.SqsError(error.code, error.message, status=error.status), request_id
+            )
+        url = _origin(request) + request.url.path
+        return await sqs_api.query_call(self.sqs, dict(params.values), url, params.region, request_id)
+
     async def dispatch(self, params: Params, request_id: str) -> Response:
         action = params.get("Action")
         if not action:
@@ -90,6 +156,10 @@ class Ec2Api:
             raise Ec2Error("NoSuchVersion", f"The requested version ({version}) of service AmazonEC2 does not exist")
         answer = handler(self.backend, params, request_id)
         return await answer if inspect.isawaitable(answer) else answer
+
+
+def _origin(request: Request) -> str:
+    return f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}"
 
 
 def create_ec2_app(

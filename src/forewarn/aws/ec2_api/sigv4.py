@@ -195,13 +195,14 @@ class SigV4Verifier:
 
         self.signer_class: Any = Recompute
 
-    def verify(self, request: Received) -> None:
+    def verify(self, request: Received, service: str = "ec2") -> None:
+        """Refused unless signed for ``service`` (the endpoint also serves SQS, EventBridge and Auto Scaling)."""
         authorization = request.header("authorization")
         query = dict(request.query)
         if authorization is not None:
-            self.verify_header(request, authorization)
+            self.verify_header(request, authorization, service)
         elif "X-Amz-Algorithm" in query or "X-Amz-Signature" in query:
-            self.verify_presigned(request, query)
+            self.verify_presigned(request, query, service)
         elif "Signature" in query and "AWSAccessKeyId" in query:
             raise incomplete(
                 "Signature Version 2 is not supported by this endpoint; sign requests with "
@@ -210,7 +211,7 @@ class SigV4Verifier:
         else:
             raise missing("AWSAccessKeyId")
 
-    def verify_header(self, request: Received, authorization: str) -> None:
+    def verify_header(self, request: Received, authorization: str, service: str = "ec2") -> None:
         header = parse_authorization(authorization)
         stamp = request.header("x-amz-date")
         date = request.header("date")
@@ -225,10 +226,17 @@ class SigV4Verifier:
                 f"Authorization={authorization}"
             )
         self.check(
-            request, request.query, header.credential, header.signed_headers, header.signature, stamp, expires=None
+            request,
+            request.query,
+            header.credential,
+            header.signed_headers,
+            header.signature,
+            stamp,
+            expires=None,
+            service=service,
         )
 
-    def verify_presigned(self, request: Received, query: dict[str, str]) -> None:
+    def verify_presigned(self, request: Received, query: dict[str, str], service: str = "ec2") -> None:
         absent = [name for name in PRESIGNED_PARAMS if not query.get(name)]
         if absent:
             raise incomplete(
@@ -255,6 +263,7 @@ class SigV4Verifier:
             query["X-Amz-Signature"],
             query["X-Amz-Date"],
             expires=expires,
+            service=service,
         )
 
     def check(
@@ -266,9 +275,10 @@ class SigV4Verifier:
         signature: str,
         stamp: str,
         expires: int | None,
+        service: str = "ec2",
     ) -> None:
         scope = credential_scope(credential)
-        access_key, region, service = scope.access_key, scope.region, scope.service
+        access_key, region, signed_for = scope.access_key, scope.region, scope.service
         secret = self.credentials.get(access_key)
         if secret is None:
             raise Ec2Error("AuthFailure", AUTH_FAILURE, 401)
@@ -292,9 +302,9 @@ class SigV4Verifier:
         if content_hash is not None:
             recomputed.headers["X-Amz-Content-SHA256"] = content_hash
         recomputed.context["timestamp"] = stamp
-        signer = self.signer_class(self.credentials_class(access_key, secret), service, region, signed)
+        signer = self.signer_class(self.credentials_class(access_key, secret), signed_for, region, signed)
         expected = signer.signature(signer.string_to_sign(recomputed, signer.canonical_request(recomputed)), recomputed)
-        if service != "ec2" or not hmac.compare_digest(expected, signature.strip().lower()):
+        if signed_for != service or not hmac.compare_digest(expected, signature.strip().lower()):
             raise mismatch()
         # Against the wall clock (the simulated clock may be anywhere): a signed request within 15 minutes either way;
         # a presigned URL until it expires, and not signed more than 15 minutes ahead.

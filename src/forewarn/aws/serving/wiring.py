@@ -1,5 +1,6 @@
 """How Amazon EC2 runs in a forewarn server (``forewarn/cloud.py``'s ``Serving``), from ``forewarn serve``'s options:
-the EC2 Query API on its port, the instance metadata settings, AWS Health's outbox, its banner lines."""
+the EC2 Query API on its port (with SQS, EventBridge and Auto Scaling beside it), the instance metadata settings, AWS
+Health's outbox and EventBridge's (with its SQS delivery policy), its banner lines."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.app import create_ec2_app
 from forewarn.aws.ec2_api.backend import Ec2Backend
+from forewarn.aws.eventbridge.delivery import QueueDelivery, bus_outbox
 from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
@@ -50,8 +52,16 @@ class AwsServing(Serving):
         return Ec2ImdsSettings(tokens=options.ec2_imds_tokens, while_down=while_down)
 
     def opened(self, store: SQLStore, fleet_sections: Mapping[str, tuple[str, Any]]) -> Sequence[Any]:
+        # EventBridge's deliveries to SQS targets (and lifecycle hooks' to theirs), from the first catch-up on: what
+        # happened while the server was down reaches the queues too.
         health = HealthSettings(targets=self.options.health_webhooks, entity=self.options.health_entity)
-        return (health_outbox(health),) if health.targets else ()
+        return ((health_outbox(health),) if health.targets else ()) + (bus_outbox,)
+
+    def attach(self, service: Maintenance, leads: bool) -> None:
+        self.service = service
+
+    def delivery_policies(self) -> Sequence[Any]:
+        return (QueueDelivery(self.service),)
 
     def app(self, role: str, service: Maintenance, surface: Any, listening: Listening) -> Any:
         hosts = HostNames.for_server(listening.control[0], listening.allowed_hosts)

@@ -3,6 +3,7 @@ one maintenance event without a reload, and the page's load at 10,000 VMs within
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -80,7 +81,8 @@ def test_schedule_approve_and_complete_an_event_from_the_page(page, server):
         "id => (document.querySelector('#vm-document') || {}).textContent?.includes(id)", arg=event_id
     )
     served = requests.get(server.control + "/v1/vms/WestNO_0/scheduledevents", timeout=10)
-    assert page.text_content("#vm-document") == served.text
+    assert page.text_content("#vm-document-raw") == served.text
+    assert page.text_content("#vm-document") == json.dumps(served.json(), indent=2)  # shown indented
     assert page.text_content("#vm-etag") == served.headers["etag"]
     assert page.text_content("#vm-incarnation") == "2"
 
@@ -101,8 +103,10 @@ def test_schedule_approve_and_complete_an_event_from_the_page(page, server):
     page.wait_for_function(
         "id => forewarn.timeline.visibleBars.some(b => b.id === id && b.status === 'Completed')", arg=event_id
     )
-    page.wait_for_function("() => document.querySelector('#vm-document').textContent.includes('\"Events\":[]')")
-    assert page.text_content("#vm-document") == requests.get(server.control + "/v1/vms/WestNO_0/scheduledevents").text
+    page.wait_for_function("() => document.querySelector('#vm-document-raw').textContent.includes('\"Events\":[]')")
+    assert (
+        page.text_content("#vm-document-raw") == requests.get(server.control + "/v1/vms/WestNO_0/scheduledevents").text
+    )
     assert "Started" in page.text_content("#vm-history")  # the documents it served before
     assert not page.query_selector_all("#events tbody tr")
     assert page.evaluate("window.notReloaded") is True
@@ -206,7 +210,8 @@ def test_gce_maintenance_from_the_page_with_the_metadata_servers_own_answers(bro
         assert page.text_content("#gce-maintenance-event") == served.text == "NONE"
         assert page.text_content("#gce-maintenance-event-etag") == served.headers["etag"]
         assert page.text_content("#gce-upcoming-maintenance-status") == "200"
-        assert '"maintenance_status":"PENDING"' in page.text_content("#gce-upcoming-maintenance")
+        assert '"maintenance_status":"PENDING"' in page.text_content("#gce-upcoming-maintenance-raw")
+        assert '"maintenance_status": "PENDING"' in page.text_content("#gce-upcoming-maintenance")  # indented
 
         page.click("#clock-next")  # the notice, 60 s before the migration
         page.wait_for_function(

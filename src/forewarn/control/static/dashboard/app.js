@@ -49,6 +49,14 @@ function toSecond(time) {
   return new Date(typeof time === "string" ? Date.parse(time) : time).toISOString().slice(0, 19) + "Z";
 }
 
+// A time in a table: the time of day when it is today (simulated, UTC), with the day otherwise.
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+function shortTime(time) {
+  const iso = toSecond(time);
+  if (iso.slice(0, 10) === toSecond(simNow()).slice(0, 10)) return iso.slice(11, 19);
+  return `${MONTHS[Number(iso.slice(5, 7)) - 1]} ${Number(iso.slice(8, 10))} ${iso.slice(11, 16)}`;
+}
+
 function tick() {
   const now = simNow();
   $("clock-now").textContent = toSecond(now);
@@ -193,7 +201,7 @@ function selected(cloud) {
 }
 
 function selectionChanged() {
-  const names = selected();
+  const names = [...fleet.selected].map((i) => fleet.label(i));
   $("selection-count").textContent = names.length;
   $("selection-names").textContent = names.slice(0, 8).join(", ") + (names.length > 8 ? ", …" : "");
 }
@@ -215,7 +223,7 @@ function renderEvents() {
     const tr = document.createElement("tr");
     tr.dataset.eventId = r.id;
     tr.innerHTML = `<td><a href="#" title="${escape(r.id)}">${escape(r.id.replace(/^instance-event-/, "").slice(0, 8))}</a></td><td>${escape(r.type)}</td><td class="status">${escape(r.status)}</td>` +
-      `<td class="targets"></td><td>${escape(r.nb ? toSecond(r.nb).replace("T", " ") : "")}</td><td></td>`;
+      `<td class="targets"></td><td title="${escape(r.nb ?? "")}">${escape(r.nb ? shortTime(r.nb) : "")}</td><td></td>`;
     tr.querySelector(".targets").textContent = r.targets;
     tr.cells[4].className = "when";
     if (r.label) tr.querySelector(".targets").title = r.label;

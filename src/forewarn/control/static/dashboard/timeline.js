@@ -62,6 +62,9 @@ export class Timeline {
     this.names = {};  // machine labels (an EC2 instance's Name tag) by name
     this.rowLabels = [];  // what the last paint wrote in the label column: {text, row, y}
     this.ticks = [];  // the axis's last labels: {text, x}
+    this.barLabels = [];  // the bars' and waves' texts the last paint wrote: {text, x}
+    this.waveBands = [];  // where the last paint drew each wave: {id, x0, x1}
+    this.labelWidth = LABEL;
     this.showEnded = true;
     this.visibleBars = [];
     this.selected = null;
@@ -267,6 +270,8 @@ export class Timeline {
     ctx.beginPath();
     ctx.rect(LABEL, 0, width - LABEL, height);
     ctx.clip();
+    this.barLabels = [];
+    this.waveBands = [];
     // waves: a band from start to finish (or now), with progress
     waves.forEach((w, k) => {
       const y = AXIS + k * WAVE_ROW;
@@ -276,7 +281,10 @@ export class Timeline {
       ctx.fillStyle = "rgba(59,125,216,0.18)";
       ctx.fillRect(x0, y + 1, Math.max(x1 - x0, 4), WAVE_ROW - 2);
       ctx.fillStyle = "#0b3d91";
-      ctx.fillText(`${w.wave_id} ${w.type} by ${w.by}: ${w.done}/${w.units} ${w.status}`, Math.max(x0, LABEL) + 3, y + WAVE_ROW / 2);
+      const text = `${w.wave_id} ${w.type} by ${w.by}: ${w.done}/${w.units} ${w.status}`;
+      ctx.fillText(text, Math.max(x0, LABEL) + 3, y + WAVE_ROW / 2);
+      this.barLabels.push({ text, x: Math.max(x0, LABEL) + 3 });
+      this.waveBands.push({ id: w.wave_id, x0: Math.max(x0, LABEL), x1: Math.min(x1, width) });
     });
     ctx.restore();
     // rows
@@ -328,6 +336,7 @@ export class Timeline {
           ctx.rect(Math.max(x0, LABEL), y, room, ROW);
           ctx.clip();
           ctx.fillText(`${bar.text} · ${bar.status}`, Math.max(x0, LABEL) + 3, y + ROW / 2);
+          this.barLabels.push({ text: `${bar.text} · ${bar.status}`, x: Math.max(x0, LABEL) + 3 });
           ctx.restore();
         }
         if (bar.approvals.length) {

@@ -358,6 +358,10 @@ export class Timeline {
     ctx.moveTo(LABEL - 0.5, 0);
     ctx.lineTo(LABEL - 0.5, height);
     ctx.stroke();
+    if (!rows.length && !waves.length) {
+      ctx.fillStyle = "#667";
+      ctx.fillText("No events yet: select machines and schedule one, or start a wave or a scenario.", LABEL + 12, AXIS + 16);
+    }
     // the simulated now
     const nx = this.x(this.now, width);
     if (nx < LABEL) { this.visibleBars = bars; return; }

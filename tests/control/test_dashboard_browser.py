@@ -385,6 +385,7 @@ def test_tooltip_search_and_documents(browser, demo_server, width, height):
     assert page.is_hidden("#fleet-empty")
     page.fill("#fleet-search", "no-such-machine")
     page.wait_for_selector("#fleet-empty:not([hidden])")
+    assert page.is_hidden("#fleet-tooltip")  # the machine it named is no longer shown
     assert "nothing matches" in page.text_content("#fleet-empty")
     assert within(page.locator("#fleet-empty").bounding_box(), width, height)
     page.screenshot(path=str(shots / "search-none.png"))

@@ -24,6 +24,7 @@ export class FleetView {
     this.scroll = scroll;
     this.canvas = canvas;
     this.spacer = scroll.querySelector("div");
+    this.tooltip = scroll.parentElement.querySelector(".tooltip");
     this.onSelect = onSelect;
     this.onOpen = onOpen;
     this.selected = new Set();
@@ -37,10 +38,9 @@ export class FleetView {
     this.labels = [];  // the names the last paint wrote, with where: {name, text, x, y, width} (canvas pixels)
     this.painted = 0;  // cells drawn by the last paint
     this.drawn = 0;  // paints so far
-    scroll.addEventListener("scroll", () => this.draw());
+    scroll.addEventListener("scroll", () => { this.tooltip.hidden = true; this.draw(); });
     new ResizeObserver(() => { this.layout(); this.draw(); }).observe(scroll);
     canvas.addEventListener("click", (e) => this.click(e));
-    this.tooltip = scroll.parentElement.querySelector(".tooltip");
     canvas.addEventListener("mousemove", (e) => this.hover(e));
     canvas.addEventListener("mouseleave", () => { this.tooltip.hidden = true; });
     canvas.addEventListener("dblclick", (e) => {
@@ -82,6 +82,7 @@ export class FleetView {
 
   layout() {
     if (!this.data) return;
+    this.tooltip.hidden = true;  // the cell it named may have moved or gone
     const m = this.data.machines;
     const table = this.groupBy === "zone" ? this.data.zones : this.groupBy === "host" ? this.data.hosts : this.data.sets;
     const column = m[this.groupBy];

@@ -357,7 +357,9 @@ def assert_timeline_on_now(page) -> None:
     assert not any("/" in row for row in rows), rows  # no scope keys
     for text in page.evaluate("forewarn.timeline.barLabels"):
         assert text["x"] >= label_width, text
-    ticks = [tick["text"] for tick in page.evaluate("forewarn.timeline.ticks")]
+    drawn = page.evaluate("forewarn.timeline.ticks")
+    assert all(tick["x"] >= label_width and tick["x"] < canvas_width - 30 for tick in drawn), drawn  # none cut
+    ticks = [tick["text"] for tick in drawn]
     assert len(ticks) >= 4 and all(re.search(r"\d\d:\d\d$", tick) for tick in ticks), ticks
     assert ticks[0].startswith("Apr 20 "), ticks  # the day once, on the first tick
 

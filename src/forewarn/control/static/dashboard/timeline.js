@@ -261,6 +261,7 @@ export class Timeline {
       const day = new Date(t).toISOString().slice(0, 10);
       const text = tickText(t, step, day !== lastDay);
       lastDay = day;
+      if (x + 3 + ctx.measureText(text).width > width) continue;  // a label the edge would cut: its line is enough
       ctx.fillStyle = "#556";
       ctx.fillText(text, x + 3, AXIS / 2);
       this.ticks.push({ text, x });

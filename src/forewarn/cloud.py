@@ -139,6 +139,7 @@ class MachineRow:
     group: str  # the set it belongs to, as the page shows it: "scale set web", "EC2", "Compute Engine us-east1-b"
     zone: str
     update_domain: int  # 0 for a cloud without update domains
+    label: str = ""  # the name people know it by when that is not its id (an EC2 instance's Name tag)
 
 
 @dataclass

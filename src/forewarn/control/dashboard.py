@@ -87,7 +87,7 @@ def clock_json(service: Maintenance) -> dict[str, Any]:
 
 class FleetRead:
     """Every machine in columns (name, cloud, host, set, zone, update domain, state; host, set and zone as indexes
-    into string tables): about 36 bytes a machine, so 100,000 VMs are one read of under 4 MB. What never changes
+    into string tables), and the labels of the few machines known by another name (an EC2 instance's Name tag): about 36 bytes a machine, so 100,000 VMs are one read of under 4 MB. What never changes
     while serving (names, sets, zones, domains) is encoded once; hosts (a redeploy moves a VM) and states each time."""
 
     def __init__(self) -> None:
@@ -99,10 +99,13 @@ class FleetRead:
         sets: dict[str, int] = {}
         zones: dict[str, int] = {}
         columns: dict[str, list] = {"name": [], "cloud": [], "set": [], "zone": [], "domain": []}
+        labels: dict[str, str] = {}  # only the machines that have one: most have none
         order: list[tuple[int, str]] = []
         for cloud, panel in enumerate(panels()):
             for row in panel.machines(engine):
                 order.append((cloud, row.name))
+                if row.label and row.label != row.name:
+                    labels[row.name] = row.label
                 columns["name"].append(row.name)
                 columns["cloud"].append(cloud)
                 columns["set"].append(sets.setdefault(row.group, len(sets)))
@@ -110,8 +113,9 @@ class FleetRead:
                 columns["domain"].append(row.update_domain)
         encode = json.JSONEncoder(separators=(",", ":")).encode
         self._order = order
-        self._fixed = f'"sets":{encode(list(sets))},"zones":{encode(list(zones))},"machines":{{' + ",".join(
-            f'"{name}":{encode(values)}' for name, values in columns.items()
+        self._fixed = (
+            f'"sets":{encode(list(sets))},"zones":{encode(list(zones))},"labels":{encode(labels)},"machines":{{'
+            + ",".join(f'"{name}":{encode(values)}' for name, values in columns.items())
         )
 
     def body(self, service: Maintenance) -> str:

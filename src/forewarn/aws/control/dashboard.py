@@ -49,7 +49,7 @@ class Ec2Panel:
     def machines(self, engine: Engine) -> Iterator[MachineRow]:
         for instance_id, instance in engine.component(Ec2Component).ec2_instances.items():
             group = f"auto scaling group {instance.auto_scaling_group}" if instance.auto_scaling_group else "EC2"
-            yield MachineRow(instance_id, group, instance.availability_zone, 0)
+            yield MachineRow(instance_id, group, instance.availability_zone, 0, instance.tags.get("Name", ""))
 
     def machine_count(self, engine: Engine) -> int:
         return len(engine.component(Ec2Component).ec2_instances)

@@ -39,14 +39,27 @@ function simNow() {
 function setClock(clock) {
   state.clock = { ...clock, wall: Date.now() / 1000 };  // a running clock goes on from here, on the page's own time
   $("clock-mode").textContent = clock.mode === "real" ? `running ×${clock.speed}` : "paused (manual)";
-  $("clock-next-deadline").textContent = clock.next_deadline ? `next deadline ${clock.next_deadline}` : "no deadline pending";
+  $("clock-next-deadline").textContent = clock.next_deadline ? `next deadline ${toSecond(clock.next_deadline)}` : "no deadline pending";
   $("clock-speed").value = clock.speed;
   tick();
 }
 
+// A time as the page shows it: UTC, to the second (a running clock's times have microseconds).
+function toSecond(time) {
+  return new Date(typeof time === "string" ? Date.parse(time) : time).toISOString().slice(0, 19) + "Z";
+}
+
+// A time in a table: the time of day when it is today (simulated, UTC), with the day otherwise.
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+function shortTime(time) {
+  const iso = toSecond(time);
+  if (iso.slice(0, 10) === toSecond(simNow()).slice(0, 10)) return iso.slice(11, 19);
+  return `${MONTHS[Number(iso.slice(5, 7)) - 1]} ${Number(iso.slice(8, 10))} ${iso.slice(11, 16)}`;
+}
+
 function tick() {
   const now = simNow();
-  $("clock-now").textContent = new Date(now).toISOString().slice(0, 19) + "Z";  // to the second
+  $("clock-now").textContent = toSecond(now);
   timeline.now = now;
 }
 
@@ -61,6 +74,7 @@ async function loadAll() {
     get("/v1/gce/maintenance?all=true"), get("/v1/waves"),
   ]);
   fleet.load(snapshot);
+  timeline.names = snapshot.labels || {};
   timeline.events = new Map(events.map((e) => [e.event_id, e]));
   timeline.ec2Events = new Map(ec2.map((e) => [e.event_id, e]));
   timeline.gceEvents = new Map(gce.map((e) => [e.event_id, e]));
@@ -72,7 +86,7 @@ async function loadAll() {
     $("fleet-legend").innerHTML = snapshot.state_names
       .map((name) => `<span class="swatch" style="background:${COLORS[name]}"></span>${escape(name)}`).join("");
   }
-  if (!timeline.view) timeline.fit(); else timeline.draw();
+  if (!timeline.view) timeline.follow(); else timeline.draw();
   refreshDeliveries().catch(() => {});
   loadScenarios().then(followRuns).catch(showError);
   renderSummary();
@@ -91,6 +105,12 @@ function renderSummary() {
   $("fleet-summary").textContent =
     `${m.name.length} machines on ${fleet.data.hosts.length} hosts: ${parts.join(", ")}` +
     (fleet.aggregate ? ` · ${fleet.shown} shown as totals per group (click one to open it)` : "");
+  const empty = $("fleet-empty");
+  empty.hidden = fleet.shown > 0;
+  if (!empty.hidden) {
+    const filters = [fleet.search && `named like “${fleet.search}”`, fleet.stateFilter && `${fleet.stateFilter}`].filter(Boolean);
+    empty.textContent = `No machine ${filters.join(" and ")}: nothing matches (names, EC2 Name tags).`;
+  }
 }
 
 // ------------------------------------------------------------------------------------------- the stream
@@ -181,26 +201,32 @@ function selected(cloud) {
 }
 
 function selectionChanged() {
-  const names = selected();
+  const names = [...fleet.selected].map((i) => fleet.label(i));
   $("selection-count").textContent = names.length;
   $("selection-names").textContent = names.slice(0, 8).join(", ") + (names.length > 8 ? ", …" : "");
 }
 
 // ------------------------------------------------------------------------------------------ events table
+const GCE_KINDS = { MIGRATE_ON_HOST_MAINTENANCE: "migrate", TERMINATE_ON_HOST_MAINTENANCE: "terminate" };
+
 function renderEvents() {
   const rows = [...timeline.events.values()].filter((e) => e.status === "Scheduled" || e.status === "Started")
     .map((e) => ({ id: e.event_id, type: e.type, status: e.status, targets: e.resources.join(", "), nb: e.not_before, kind: "azure" }))
     .concat([...timeline.ec2Events.values()].filter((e) => e.state === "active")
-      .map((e) => ({ id: e.event_id, type: e.code, status: e.state, targets: e.instance_id, nb: e.not_before, kind: "ec2" })))
+      .map((e) => ({ id: e.event_id, type: e.code, status: e.state, targets: timeline.names[e.instance_id] ?? e.instance_id, label: e.instance_id, nb: e.not_before, kind: "ec2" })))
     .concat([...timeline.gceEvents.values()].filter((e) => ["pending", "notified", "ongoing"].includes(e.state))
-      .map((e) => ({ id: e.event_id, type: e.kind, status: e.state, targets: e.instance, nb: e.window_start, kind: "gce" })));
+      .map((e) => ({ id: e.event_id, type: GCE_KINDS[e.kind] ?? e.kind, status: e.state, targets: e.instance, nb: e.window_start, kind: "gce" })));
+  $("events-count").textContent = rows.length ? `(${rows.length} live)` : "";
+  $("events-none").hidden = rows.length > 0;
   const body = $("events").tBodies[0];
   body.replaceChildren(...rows.slice(0, 200).map((r) => {
     const tr = document.createElement("tr");
     tr.dataset.eventId = r.id;
-    tr.innerHTML = `<td><a href="#">${escape(r.id.slice(0, 8))}</a></td><td>${escape(r.type)}</td><td class="status">${escape(r.status)}</td>` +
-      `<td class="targets"></td><td>${escape(r.nb.slice(0, 19))}</td><td></td>`;
+    tr.innerHTML = `<td><a href="#" title="${escape(r.id)}">${escape(r.id.replace(/^instance-event-/, "").slice(0, 8))}</a></td><td>${escape(r.type)}</td><td class="status">${escape(r.status)}</td>` +
+      `<td class="targets"></td><td title="${escape(r.nb ?? "")}">${escape(r.nb ? shortTime(r.nb) : "")}</td><td></td>`;
     tr.querySelector(".targets").textContent = r.targets;
+    tr.cells[4].className = "when";
+    if (r.label) tr.querySelector(".targets").title = r.label;
     tr.querySelector("a").onclick = (e) => { e.preventDefault(); openEvent(r.id, r.kind); };
     const cell = tr.lastElementChild;
     if (r.kind === "azure" && r.status === "Scheduled") {
@@ -224,8 +250,17 @@ const CANCEL = { azure: (id) => `/v1/events/${id}/cancel`, ec2: (id) => `/v1/ec2
 const cancelEvent = (id, kind) => act(() => post(CANCEL[kind](id)));
 
 // ----------------------------------------------------------------------------------------- one event
+// The detail pane shows what was opened last at its top, in view (a machine opened under an open event included).
+function bringToTop(view) {
+  const detail = $("detail");
+  $("detail-none").hidden = true;
+  detail.insertBefore(view, $("detail-none").nextSibling);
+  detail.scrollTop = 0;
+}
+
 function openEvent(id, kind) {
   state.event = { id, kind };
+  bringToTop($("event-view"));
   timeline.selected = id;
   timeline.draw();
   renderEvent();
@@ -273,6 +308,35 @@ async function refreshDeliveries() {
   if (state.event && state.event.kind === "azure") renderCentral(state.event.id, false);
 }
 
+// A document as people read it: JSON indented (the bytes served are under it); anything else as it is.
+function formatted(body) {
+  const text = body.trim();
+  if (!text.startsWith("{") && !text.startsWith("[")) return body;
+  try {
+    return JSON.stringify(JSON.parse(text), null, 2);
+  } catch (_) {
+    return body;
+  }
+}
+
+// XML indented, one element a line (the EC2 API's answers come on one line).
+function formattedXml(body) {
+  const xml = new DOMParser().parseFromString(body, "application/xml");
+  if (xml.querySelector("parsererror")) return body;
+  const lines = [];
+  const walk = (node, depth) => {
+    const pad = "  ".repeat(depth);
+    const children = [...node.children];
+    const name = node.nodeName;
+    if (!children.length) { lines.push(`${pad}<${name}>${node.textContent}</${name}>`); return; }
+    lines.push(`${pad}<${name}>`);
+    for (const child of children) walk(child, depth + 1);
+    lines.push(`${pad}</${name}>`);
+  };
+  walk(xml.documentElement, 0);
+  return lines.join("\n");
+}
+
 function escape(text) {
   return String(text).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]);
 }
@@ -297,6 +361,7 @@ function openMachine(i) {
   const m = fleet.data.machines;
   state.vm = { name: m.name[i], cloud: m.cloud[i], scope: null, etag: null };
   state.vmHistory = [];
+  bringToTop($("vm-view"));
   refreshMachine();
 }
 
@@ -323,13 +388,14 @@ async function refreshMachine() {
       const incarnation = JSON.parse(body).DocumentIncarnation;
       view.innerHTML = `<h2>VM <code>${escape(vm.name)}</code> <span class="meta">${escape(`${info.power}, host ${info.host}, scope ${info.scope}`)}</span></h2>
         <div class="meta">GET /metadata/scheduledevents: DocumentIncarnation <b id="vm-incarnation">${incarnation}</b>, ETag <code id="vm-etag"></code></div>
-        <pre id="vm-document"></pre>
+        <pre id="vm-document"></pre><details><summary>the bytes served</summary><pre id="vm-document-raw"></pre></details>
         <h2>Earlier documents (since this view opened)</h2><div id="vm-history"></div>`;
       $("vm-etag").textContent = etag;
-      $("vm-document").textContent = body;
+      $("vm-document").textContent = formatted(body);
+      $("vm-document-raw").textContent = body;
       $("vm-history").replaceChildren(...state.vmHistory.map((h) => {
         const pre = document.createElement("pre");
-        pre.textContent = `${h.seen}  ETag ${h.etag}\n${h.body}`;
+        pre.textContent = `${toSecond(h.seen)}  ETag ${h.etag}\n${formatted(h.body)}`;
         return pre;
       }));
     } else if (vm.cloud === 2) {
@@ -343,12 +409,15 @@ async function refreshMachine() {
       ]);
       if (state.vm !== vm) return;
       const mine = events.filter((e) => e.instance_id === vm.name);
-      view.innerHTML = `<h2>EC2 instance <code>${escape(vm.name)}</code> <span class="meta">${escape(`${info.state}, ${info.instance_type}, ${info.availability_zone}, host ${info.host}`)}</span></h2>
+      const named = info.name && info.name !== vm.name ? `${info.name} ` : "";
+      view.innerHTML = `<h2>EC2 instance <code>${escape(named)}${escape(vm.name)}</code> <span class="meta">${escape(`${info.state}, ${info.instance_type}, ${info.availability_zone}, host ${info.host}`)}</span></h2>
         <div class="meta">GET /latest/meta-data/events/maintenance/scheduled</div><pre id="vm-document"></pre>
+        <details><summary>the bytes served</summary><pre id="vm-document-raw"></pre></details>
         <div class="meta">DescribeInstanceStatus (its item)</div><pre id="vm-status"></pre>
         <h2>Its events</h2><pre id="vm-history"></pre>`;
-      $("vm-document").textContent = metadata;
-      $("vm-status").textContent = status;
+      $("vm-document").textContent = formatted(metadata);
+      $("vm-document-raw").textContent = metadata;
+      $("vm-status").textContent = formattedXml(status);
       $("vm-history").textContent = JSON.stringify(mine, null, 2);
     }
   } catch (error) {
@@ -373,13 +442,15 @@ async function renderGceInstance(vm, view) {
     (info.preempted ? ", preempted" : "") + (info.watched ? ", watches maintenance-event" : ", has not read maintenance-event (no notice)");
   view.innerHTML = `<h2>Compute Engine instance <code>${escape(vm.name)}</code> <span class="meta"></span></h2>` +
     GCE_KEYS.map((key) => `<div class="meta">GET /computeMetadata/v1/instance/${key}: <b id="gce-${key}-status"></b>, ETag <code id="gce-${key}-etag"></code></div>
-      <pre id="gce-${key}"></pre>`).join("") +
+      <pre id="gce-${key}"></pre><details><summary>the bytes served</summary><pre id="gce-${key}-raw"></pre></details>`).join("") +
     `<div class="row" id="gce-actions"></div><h2>Its maintenance</h2><pre id="vm-history"></pre>`;
   view.querySelector(".meta").textContent = meta;
   GCE_KEYS.forEach((key, k) => {
     $(`gce-${key}-status`).textContent = answers[k].status;
     $(`gce-${key}-etag`).textContent = answers[k].etag ?? "none";
-    $(`gce-${key}`).textContent = answers[k].body;
+    // A 404 is the metadata server's HTML page for a key it does not have now: nothing announced.
+    $(`gce-${key}`).textContent = answers[k].status === 404 ? "none (404: nothing announced now)" : formatted(answers[k].body);
+    $(`gce-${key}-raw`).textContent = answers[k].body;
   });
   $("vm-history").textContent = JSON.stringify(mine, null, 2);
   const actions = $("gce-actions");
@@ -439,7 +510,7 @@ function wire() {
     await post(`/v1/scenarios/${$("scenario-name").value}/run`, { timing: $("scenario-timing").value });
     await followRuns();
   });
-  $("fleet-search").oninput = (e) => { fleet.search = e.target.value; fleet.layout(); fleet.draw(); renderSummary(); };
+  $("fleet-search").oninput = (e) => { fleet.search = e.target.value.trim(); fleet.layout(); fleet.draw(); renderSummary(); };
   $("fleet-group").onchange = (e) => { fleet.groupBy = e.target.value; fleet.layout(); fleet.draw(); };
   $("fleet-state").onchange = (e) => { fleet.stateFilter = e.target.value; fleet.layout(); fleet.draw(); renderSummary(); };
   $("fleet-select-matching").onclick = () => { for (const i of fleet.members()) fleet.selected.add(i); fleet.draw(); selectionChanged(); };

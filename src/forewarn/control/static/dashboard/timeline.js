@@ -1,20 +1,50 @@
 // The timeline: one row per scope (Azure) or instance (EC2, Compute Engine), each event a bar: pale from its creation to NotBefore
 // (Scheduled), solid while Started, to Completed or Canceled; approvals marked with who approved; the simulated now a
 // red line; waves as bands above the rows. Wheel zooms around the pointer, drag pans. Only rows in view are drawn.
+// Until the user zooms or pans, the view follows the simulated now: from a little before it to the deadlines of the
+// next few hours (a 14-day EC2 notice runs off the right edge rather than squeezing everything else to a sliver).
 
 import { sizedContext } from "./canvas.js";
+import { fitText } from "./fleet.js";
 
 const TYPE_COLORS = {
   Freeze: "#4dabf7", Reboot: "#f59f00", Redeploy: "#e8590c", Preempt: "#862e9c", Terminate: "#495057",
 };
 const EC2_COLOR = "#12b886";
 const GCE_COLORS = { MIGRATE_ON_HOST_MAINTENANCE: "#4263eb", TERMINATE_ON_HOST_MAINTENANCE: "#c2255c" };
-const LABEL = 150;
-const AXIS = 22;
+const LABEL = 170;
+const AXIS = 30;
+const MINUTE = 60 * 1000;
+const HOUR = 60 * MINUTE;
+// The opening view reaches the deadlines this close to now (and, when none is, the next one).
+const HORIZON = 6 * HOUR;
 const ROW = 18;
 const WAVE_ROW = 16;
 
 const ms = (text) => (text ? Date.parse(text) : null);
+
+// A broadcast scope's key as people read it: "vm:SUB/RG/name" → "name", "avset:SUB/RG/westno" → "availability set
+// westno", "vmss:SUB/RG/web/pg0" → "scale set web · pg0".
+export function scopeLabel(scope) {
+  const [kind, rest] = scope.split(/:(.*)/s);
+  const parts = (rest ?? "").split("/");
+  if (kind === "vm") return parts.slice(2).join("/") || scope;
+  if (kind === "avset") return `availability set ${parts.slice(2).join("/")}`;
+  if (kind === "vmss") return `scale set ${parts[2]}` + (parts[3] ? ` · ${parts[3]}` : "");
+  return scope;
+}
+
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const two = (n) => String(n).padStart(2, "0");
+
+// An axis tick in UTC: the time, with the day where the day changes (and on the first tick).
+function tickText(t, step, withDay) {
+  const d = new Date(t);
+  const day = `${MONTHS[d.getUTCMonth()]} ${d.getUTCDate()}`;
+  if (step >= 86400000) return day;
+  const time = `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}` + (step < MINUTE ? `:${two(d.getUTCSeconds())}` : "");
+  return withDay ? `${day} ${time}` : time;
+}
 
 export class Timeline {
   constructor(scroll, canvas, onSelectEvent) {
@@ -28,6 +58,13 @@ export class Timeline {
     this.waves = new Map();
     this.now = Date.now();
     this.view = null;
+    this.following = true;  // the view follows now until the user zooms, pans or fits
+    this.names = {};  // machine labels (an EC2 instance's Name tag) by name
+    this.rowLabels = [];  // what the last paint wrote in the label column: {text, row, y}
+    this.ticks = [];  // the axis's last labels: {text, x}
+    this.barLabels = [];  // the bars' and waves' texts the last paint wrote: {text, x}
+    this.waveBands = [];  // where the last paint drew each wave: {id, x0, x1}
+    this.labelWidth = LABEL;
     this.showEnded = true;
     this.visibleBars = [];
     this.selected = null;
@@ -47,7 +84,7 @@ export class Timeline {
     };
     for (const e of this.events.values()) {
       if (!this.showEnded && (e.status === "Completed" || e.status === "Canceled")) continue;
-      add("a:" + e.scope, e.scope, {
+      add("a:" + e.scope, scopeLabel(e.scope), {
         id: e.event_id, kind: "azure", status: e.status, color: TYPE_COLORS[e.type] || "#888",
         start: ms(e.created_at), notBefore: ms(e.not_before), started: ms(e.started_at),
         end: ms(e.ended_at) ?? (e.status === "Started" ? ms(e.ends_at) : null), approvals: e.approvals,
@@ -56,7 +93,8 @@ export class Timeline {
     }
     for (const e of this.ec2Events.values()) {
       if (!this.showEnded && e.state !== "active") continue;
-      add("e:" + e.instance_id, e.instance_id, {
+      const name = this.names[e.instance_id];
+      add("e:" + e.instance_id, name ? `${name} (${e.instance_id})` : e.instance_id, {
         id: e.event_id, kind: "ec2", status: e.state, color: EC2_COLOR,
         start: ms(e.created_at), notBefore: ms(e.not_before), started: ms(e.started_at), end: ms(e.ended_at),
         approvals: [], text: e.code,
@@ -88,7 +126,30 @@ export class Timeline {
     return lanes;
   }
 
+  // The events that matter now: from a little before now to the live events' deadlines within HORIZON (or the next
+  // one when none is that close), waves included.
+  nowView() {
+    const deadlines = [];
+    const live = (times) => { for (const t of times) if (t !== null && t > this.now) deadlines.push(t); };
+    for (const e of this.events.values()) {
+      if (e.status === "Scheduled" || e.status === "Started") live([ms(e.not_before), ms(e.ends_at)]);
+    }
+    for (const e of this.ec2Events.values()) if (e.state === "active") live([ms(e.not_before)]);
+    for (const e of this.gceEvents.values()) if (!["completed", "canceled"].includes(e.state)) live([ms(e.window_start)]);
+    const near = deadlines.filter((t) => t <= this.now + HORIZON);
+    const until = near.length ? Math.max(...near) : deadlines.length ? Math.min(...deadlines) : this.now;
+    const ahead = Math.max(until - this.now, 15 * MINUTE) * 1.25;
+    return { t0: this.now - Math.max(ahead * 0.15, 2 * MINUTE), t1: this.now + ahead };
+  }
+
+  follow() {
+    this.following = true;
+    this.view = this.nowView();
+    this.draw();
+  }
+
   fit() {
+    this.following = false;
     let lo = Infinity;
     let hi = -Infinity;
     for (const e of this.events.values()) {
@@ -111,10 +172,7 @@ export class Timeline {
   }
 
   centerNow() {
-    if (!this.view) return this.fit();
-    const span = this.view.t1 - this.view.t0;
-    this.view = { t0: this.now - span / 2, t1: this.now + span / 2 };
-    this.draw();
+    this.follow();
   }
 
   x(t, width) {
@@ -124,6 +182,7 @@ export class Timeline {
   zoom(e) {
     e.preventDefault();
     if (!this.view) return;
+    this.following = false;
     const width = this.scroll.clientWidth;
     const rect = this.canvas.getBoundingClientRect();
     const px = Math.max(LABEL, e.clientX - rect.left);
@@ -143,6 +202,8 @@ export class Timeline {
     const move = (m) => {
       const dx = m.clientX - startX;
       if (Math.abs(dx) > 3) moved = true;
+      if (!moved) return;
+      this.following = false;
       const perPx = (start.t1 - start.t0) / (this.scroll.clientWidth - LABEL);
       this.view = { t0: start.t0 - dx * perPx, t1: start.t1 - dx * perPx };
       this.draw();
@@ -170,6 +231,7 @@ export class Timeline {
 
   draw() {
     if (!this.view) return;
+    if (this.following) this.view = this.nowView();
     const { ctx, width, height } = sizedContext(this.canvas, this.scroll);
     ctx.font = "11px system-ui, sans-serif";
     ctx.textBaseline = "middle";
@@ -180,10 +242,15 @@ export class Timeline {
     const top = this.scroll.scrollTop;
     // time axis
     const span = this.view.t1 - this.view.t0;
-    const steps = [1, 5, 15, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 86400, 7 * 86400].map((s) => s * 1000);
-    const step = steps.find((s) => (s / span) * (width - LABEL) > 90) || steps[steps.length - 1];
+    const steps = [1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400]
+      .map((s) => s * 1000);
+    const step = steps.find((s) => (s / span) * (width - LABEL) > 80) || steps[steps.length - 1];
     ctx.fillStyle = "#f4f5f7";
     ctx.fillRect(0, 0, width, AXIS);
+    ctx.fillStyle = "#556";
+    ctx.fillText("UTC", 4, AXIS / 2);
+    this.ticks = [];
+    let lastDay = null;
     for (let t = Math.ceil(this.view.t0 / step) * step; t < this.view.t1; t += step) {
       const x = this.x(t, width);
       ctx.strokeStyle = "#e4e6ea";
@@ -191,29 +258,54 @@ export class Timeline {
       ctx.moveTo(x, AXIS);
       ctx.lineTo(x, height);
       ctx.stroke();
+      const day = new Date(t).toISOString().slice(0, 10);
+      const text = tickText(t, step, day !== lastDay);
+      lastDay = day;
+      if (x + 3 + ctx.measureText(text).width > width) continue;  // a label the edge would cut: its line is enough
       ctx.fillStyle = "#556";
-      const iso = new Date(t).toISOString();
-      ctx.fillText(step >= 86400000 ? iso.slice(0, 10) : iso.slice(11, step < 60000 ? 19 : 16), x + 2, AXIS / 2);
+      ctx.fillText(text, x + 3, AXIS / 2);
+      this.ticks.push({ text, x });
     }
+    // Bars, waves and their labels stay right of the label column.
+    ctx.save();
+    ctx.beginPath();
+    ctx.rect(LABEL, 0, width - LABEL, height);
+    ctx.clip();
+    this.barLabels = [];
+    this.waveBands = [];
     // waves: a band from start to finish (or now), with progress
     waves.forEach((w, k) => {
       const y = AXIS + k * WAVE_ROW;
       const x0 = this.x(ms(w.created_at), width);
-      const x1 = this.x(ms(w.finished_at) ?? this.now, width);
+      // A running wave goes on past now: its band reaches the right edge.
+      const x1 = w.finished_at ? this.x(ms(w.finished_at), width) : w.status === "running" ? width : this.x(this.now, width);
       ctx.fillStyle = "rgba(59,125,216,0.18)";
-      ctx.fillRect(x0, y + 1, Math.max(x1 - x0, 2), WAVE_ROW - 2);
+      ctx.fillRect(x0, y + 1, Math.max(x1 - x0, 4), WAVE_ROW - 2);
       ctx.fillStyle = "#0b3d91";
-      ctx.fillText(`${w.wave_id} ${w.type} by ${w.by}: ${w.done}/${w.units} ${w.status}`, Math.max(x0, LABEL) + 3, y + WAVE_ROW / 2);
+      const text = `${w.wave_id} ${w.type} by ${w.by}: ${w.done}/${w.units} ${w.status}`;
+      ctx.fillText(text, Math.max(x0, LABEL) + 3, y + WAVE_ROW / 2);
+      this.barLabels.push({ text, x: Math.max(x0, LABEL) + 3 });
+      this.waveBands.push({ id: w.wave_id, x0: Math.max(x0, LABEL), x1: Math.min(x1, width) });
     });
+    ctx.restore();
     // rows
     const bars = [];
     const first = Math.max(0, Math.floor((top - 10) / ROW));
     const last = Math.min(rows.length, first + Math.ceil((height - header) / ROW) + 1);
+    this.rowLabels = [];
     for (let r = first; r < last; r++) {
       const row = rows[r];
       const y = header + (r - first) * ROW;
-      ctx.fillStyle = "#1d2330";
-      ctx.fillText(row.label.length > 24 ? "…" + row.label.slice(-23) : row.label, 4, y + ROW / 2);
+      if (row.label) {
+        ctx.fillStyle = "#1d2330";
+        const text = fitText(ctx, row.label, LABEL - 10);
+        ctx.fillText(text, 4, y + ROW / 2);
+        this.rowLabels.push({ text, row: row.label, y });
+      }
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(LABEL, y, width - LABEL, ROW);
+      ctx.clip();
       for (const bar of row.bars) {
         const x0 = this.x(bar.start, width);
         const phaseEnd = bar.started ?? (bar.end ?? Math.max(bar.notBefore, this.now));
@@ -245,6 +337,7 @@ export class Timeline {
           ctx.rect(Math.max(x0, LABEL), y, room, ROW);
           ctx.clip();
           ctx.fillText(`${bar.text} · ${bar.status}`, Math.max(x0, LABEL) + 3, y + ROW / 2);
+          this.barLabels.push({ text: `${bar.text} · ${bar.status}`, x: Math.max(x0, LABEL) + 3 });
           ctx.restore();
         }
         if (bar.approvals.length) {
@@ -259,9 +352,20 @@ export class Timeline {
         }
         bars.push({ id: bar.id, kind: bar.kind, status: bar.status, row: row.label, x0, x1: Math.max(x1, nb), y: y + 2 });
       }
+      ctx.restore();
+    }
+    ctx.strokeStyle = "#ccd";
+    ctx.beginPath();
+    ctx.moveTo(LABEL - 0.5, 0);
+    ctx.lineTo(LABEL - 0.5, height);
+    ctx.stroke();
+    if (!rows.length && !waves.length) {
+      ctx.fillStyle = "#667";
+      ctx.fillText("No events yet: select machines and schedule one, or start a wave or a scenario.", LABEL + 12, AXIS + 16);
     }
     // the simulated now
     const nx = this.x(this.now, width);
+    if (nx < LABEL) { this.visibleBars = bars; return; }
     ctx.strokeStyle = "#e03131";
     ctx.lineWidth = 2;
     ctx.beginPath();

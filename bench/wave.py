@@ -86,10 +86,10 @@ def one(size: int) -> dict:
             wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
             steps = 0
             stepping = 0.0
-            while service.engine.component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
+            while service.settled_engine().component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
                 if max_steps is not None and steps == max_steps:
                     service.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id))
-                    while service.engine.next_deadline() is not None:  # let what was Started finish
+                    while service.settled_engine().next_deadline() is not None:  # let what was Started finish
                         service.step_clock()
                     break
                 step_begin = time.perf_counter()
@@ -101,15 +101,15 @@ def one(size: int) -> dict:
                 wall,
                 stepping,
                 steps,
-                len(service.engine.component(AzureComponent).events),
+                len(service.settled_engine().component(AzureComponent).events),
                 (service.now() - begin_sim).total_seconds() / 3600,
             )
 
-        before = len(service.engine.component(AzureComponent).events)
+        before = len(service.settled_engine().component(AzureComponent).events)
         _, stepping, steps, events, _ = run_wave(50, max_steps=18)  # 6 rounds: started, completed (+next), ...
         result["probe_events"] = events - before
         result["probe_ms_per_step"] = stepping / max(steps, 1) * 1000
-        before = len(service.engine.component(AzureComponent).events)
+        before = len(service.settled_engine().component(AzureComponent).events)
         wall, _, steps, events, sim_hours = run_wave(max(1, hosts // 20))
         result.update(
             wave_events=events - before,

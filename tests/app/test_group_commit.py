@@ -27,7 +27,7 @@ from helpers import T0, open_store, small_fleet
 def scheduled(tmp_path) -> tuple[Maintenance, list[str]]:
     service = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
     events = azure_commands.schedule(
-        service, ScheduleRequest(EventType.FREEZE, hosts=tuple(service.engine.fleet.hosts))
+        service, ScheduleRequest(EventType.FREEZE, hosts=tuple(service.settled_engine().fleet.hosts))
     )
     assert len(events) >= 2
     return service, [event.event_id for event in events]
@@ -56,7 +56,7 @@ def test_the_commands_of_one_turn_share_one_transaction_answered_after_it(tmp_pa
     assert isinstance(outcomes[-1], CoreError)  # refused alone
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert {again.engine.component(AzureComponent).events[event_id].status for event_id in ids} == {
+    assert {again.settled_engine().component(AzureComponent).events[event_id].status for event_id in ids} == {
         EventStatus.STARTED
     }  # durable
     again.store.close()
@@ -78,7 +78,7 @@ def test_a_failed_group_commit_fails_every_command_and_changes_nothing(tmp_path)
     outcomes = asyncio.run(approve_all())
     assert all(isinstance(outcome, Unavailable) for outcome in outcomes)
     # The engine was rebuilt from the database: no approval shows anywhere.
-    assert {service.engine.component(AzureComponent).events[event_id].status for event_id in ids} == {
+    assert {service.settled_engine().component(AzureComponent).events[event_id].status for event_id in ids} == {
         EventStatus.SCHEDULED
     }
     service.store.close()
@@ -123,7 +123,7 @@ class HeldCommits:
 
 
 def status(service: Maintenance, event_id: str) -> EventStatus:
-    return service.engine.component(AzureComponent).events[event_id].status
+    return service.settled_engine().component(AzureComponent).events[event_id].status
 
 
 def test_the_next_group_forms_while_a_transaction_is_under_way(tmp_path):
@@ -204,8 +204,8 @@ def test_a_failed_transaction_fails_its_group_only_and_the_next_runs_on_the_rebu
     assert {status(service, event_id) for event_id in ids[1:]} == {EventStatus.STARTED}
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "g.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert again.engine.component(AzureComponent).events[ids[0]].status is EventStatus.SCHEDULED
-    assert {again.engine.component(AzureComponent).events[event_id].status for event_id in ids[1:]} == {
+    assert again.settled_engine().component(AzureComponent).events[ids[0]].status is EventStatus.SCHEDULED
+    assert {again.settled_engine().component(AzureComponent).events[event_id].status for event_id in ids[1:]} == {
         EventStatus.STARTED
     }
     again.store.close()
@@ -245,7 +245,7 @@ def test_schedules_through_the_group_commit(tmp_path):
     assert isinstance(ghost, CoreError)  # refused alone
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "s.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert {event.event_id for event in solo + west} <= set(again.engine.component(AzureComponent).events)
+    assert {event.event_id for event in solo + west} <= set(again.settled_engine().component(AzureComponent).events)
     again.store.close()
 
 
@@ -254,9 +254,11 @@ def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
     drops a document only once the change that moved it is committed, so it shows what the database holds. Another
     scope's GET would otherwise sit behind the fsync, and every request on the loop with it."""
     service, ids = scheduled(tmp_path)
-    imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
-    approved = service.engine.component(AzureComponent).events[ids[0]]
-    other_scope = next(scope for scope in azure_fleet(service.engine.fleet).vms_by_scope if scope != approved.scope)
+    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}))
+    approved = service.settled_engine().component(AzureComponent).events[ids[0]]
+    other_scope = next(
+        scope for scope in azure_fleet(service.settled_engine().fleet).vms_by_scope if scope != approved.scope
+    )
     before = {scope: imds.document(scope, "2020-07-01") for scope in (approved.scope, other_scope)}
     held = HeldCommits(service)
 

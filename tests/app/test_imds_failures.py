@@ -17,7 +17,7 @@ from helpers import T0, open_store, small_fleet
 def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     service = Maintenance.open(open_store(str(tmp_path / "f.db")), small_fleet(), "manual", 1.0, T0, "seed")
     [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
-    imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
+    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}))
 
     def broken(*args, **kwargs):
         raise StoreError("sqlite: disk I/O error")
@@ -43,4 +43,4 @@ def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     assert fetched[0] == 200
     document = json.loads(fetched[1])
     assert document["Events"][0]["EventStatus"] == "Scheduled" and document["DocumentIncarnation"] == 2
-    assert service.engine.component(AzureComponent).event(event.event_id).approvals == ()
+    assert service.settled_engine().component(AzureComponent).event(event.event_id).approvals == ()

@@ -71,7 +71,7 @@ def test_a_wave_whose_next_unit_falls_past_the_end_of_time_stops_and_time_moves_
 def service_with_events(tmp_path) -> tuple[Maintenance, list[str]]:
     service = Maintenance.open(open_store(str(tmp_path / "r.db")), small_fleet(), "manual", 1.0, T0, "seed")
     events = azure_commands.schedule(
-        service, ScheduleRequest(EventType.FREEZE, hosts=tuple(service.engine.fleet.hosts))
+        service, ScheduleRequest(EventType.FREEZE, hosts=tuple(service.settled_engine().fleet.hosts))
     )
     assert len(events) >= 2
     return service, [event.event_id for event in events]
@@ -86,7 +86,7 @@ def approves_then_refuses(event_id: str):
 
 
 def statuses(service: Maintenance, ids: list[str]) -> list[EventStatus]:
-    return [service.engine.component(AzureComponent).events[event_id].status for event_id in ids]
+    return [service.settled_engine().component(AzureComponent).events[event_id].status for event_id in ids]
 
 
 def test_a_command_refused_after_it_changed_the_engine_leaves_no_trace(tmp_path):
@@ -94,9 +94,9 @@ def test_a_command_refused_after_it_changed_the_engine_leaves_no_trace(tmp_path)
     with pytest.raises(Invalid):
         service.perform(approves_then_refuses(ids[0]))
     assert statuses(service, ids) == [EventStatus.SCHEDULED] * len(ids)
-    assert service.engine.component(AzureComponent).events[ids[0]].approvals == ()
+    assert service.settled_engine().component(AzureComponent).events[ids[0]].approvals == ()
     azure_commands.approve(service, [ids[1]], "test")  # the engine goes on from what was committed
-    assert service.engine.component(AzureComponent).events[ids[1]].approvals == ("test",)
+    assert service.settled_engine().component(AzureComponent).events[ids[1]].approvals == ("test",)
     service.store.close()
 
 
@@ -115,10 +115,12 @@ def test_a_grouped_command_refused_after_a_change_fails_alone_and_the_others_com
     outcomes = asyncio.run(group())
     assert isinstance(outcomes[1], Invalid), outcomes
     assert all(isinstance(outcome, list) and outcome for outcome in (outcomes[0], outcomes[2])), outcomes
-    assert service.engine.component(AzureComponent).events[second].approvals == ("other",)
+    assert service.settled_engine().component(AzureComponent).events[second].approvals == ("other",)
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "r.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    assert [again.engine.component(AzureComponent).events[event_id].approvals for event_id in (first, second)] == [
+    assert [
+        again.settled_engine().component(AzureComponent).events[event_id].approvals for event_id in (first, second)
+    ] == [
         ("test",),
         ("other",),
     ]
@@ -127,11 +129,11 @@ def test_a_grouped_command_refused_after_a_change_fails_alone_and_the_others_com
 
 def test_a_refusal_by_its_check_does_not_rebuild_the_engine(tmp_path):
     service, ids = service_with_events(tmp_path)
-    engine = service.engine
+    engine = service.settled_engine()
     with pytest.raises(NotFound):
         azure_commands.approve(service, ["NO-SUCH-EVENT"], "test")
-    assert service.engine is engine
+    assert service.settled_engine() is engine
     with pytest.raises(Invalid):
         service.perform(approves_then_refuses(ids[0]))
-    assert service.engine is not engine
+    assert service.settled_engine() is not engine
     service.store.close()

@@ -416,7 +416,9 @@ def test_auto_scaling_replacement_appears(wire):
     schedule(wire.service, "instance-retirement", ASG, notice=timedelta(minutes=1))
     wire.service.advance_clock(timedelta(minutes=1))
     [replacement] = [
-        s.instance_id for s in wire.service.engine.component(Ec2Component).ec2_states.values() if s.origin == ASG
+        s.instance_id
+        for s in wire.service.settled_engine().component(Ec2Component).ec2_states.values()
+        if s.origin == ASG
     ]
     running = wire.describe()
     assert replacement in running and ASG not in running
@@ -460,7 +462,7 @@ def test_modify_instance_event_start_time_wire(wire):
         "Request would have succeeded, but DryRun flag is set.",
     )
     assert (
-        wire.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
+        wire.service.settled_engine().component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
     )  # nothing changed
     response = wire.call("ModifyInstanceEventStartTime", **params)
     assert response.status_code == 200 and response.headers["content-type"] == "text/xml;charset=UTF-8"
@@ -475,7 +477,9 @@ def test_modify_instance_event_start_time_wire(wire):
         iso(new + timedelta(hours=2)),
         iso(event.not_before_deadline),
     ]
-    assert wire.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == new  # committed
+    assert (
+        wire.service.settled_engine().component(Ec2Component).ec2_events[event.event_id].not_before == new
+    )  # committed
     assert q(wire.describe(InstanceId_1=EBS)[EBS], "eventsSet/item/notBefore").text == iso(new)
     code, message = error(wire.call("ModifyInstanceEventStartTime", **{**params, "NotBefore": iso(T0)}))
     assert code == "InvalidInstanceEventStartTime" and "at least 60 minutes from now" in message
@@ -776,7 +780,9 @@ def test_boto3_dry_run(ec2):
             "Message": "Request would have succeeded, but DryRun flag is set.",
         }
         assert error["ResponseMetadata"]["HTTPStatusCode"] == 412
-    assert ec2.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
+    assert (
+        ec2.service.settled_engine().component(Ec2Component).ec2_events[event.event_id].not_before == event.not_before
+    )
 
 
 def test_boto3_modify_instance_event_start_time_and_its_refusals(ec2):
@@ -823,7 +829,7 @@ def test_boto3_modify_instance_event_start_time_and_its_refusals(ec2):
     assert refused("i-xyz", reboot.event_id, new)["Code"] == "InvalidInstanceID.Malformed"
     assert refused(WEST, reboot.event_id, new)["Code"] == "InvalidInstanceID.NotFound"  # in another region
     assert (
-        ec2.service.engine.component(Ec2Component).ec2_events[reboot.event_id].not_before == new
+        ec2.service.settled_engine().component(Ec2Component).ec2_events[reboot.event_id].not_before == new
     )  # refusals changed nothing
 
 
@@ -890,7 +896,7 @@ def test_aws_cli(ec2, tmp_path):
     )
     assert moved.returncode == 0, moved.stderr
     assert json.loads(moved.stdout)["Event"]["NotBefore"] == "2026-04-25T10:00:00.000Z"
-    assert ec2.service.engine.component(Ec2Component).ec2_events[event.event_id].not_before == datetime(
+    assert ec2.service.settled_engine().component(Ec2Component).ec2_events[event.event_id].not_before == datetime(
         2026, 4, 25, 10, tzinfo=UTC
     )
     refused = aws(
@@ -1010,7 +1016,7 @@ def test_create_instance_event_window_wire_shape(wwire, tmp_path):
     assert q(window, "name").text == "nightly" and q(window, "state").text == "creating"
     assert targets(window) == ([], [], [])
     assert [(q(i, "key").text, q(i, "value").text) for i in q(window, "tagSet")] == [("K1", "V1"), ("empty", None)]
-    stored = wwire.service.engine.component(Ec2Component).ec2_windows[window_id]
+    stored = wwire.service.settled_engine().component(Ec2Component).ec2_windows[window_id]
     assert stored.time_ranges == (TimeRange("monday", 2, "wednesday", 8), TimeRange("thursday", 2, "friday", 8))
     assert stored.tags == (("K1", "V1"), ("empty", ""))
     assert window_id in {w.window_id for w in wwire.service.store.load().records["aws"].windows}  # committed
@@ -1078,7 +1084,7 @@ def test_create_instance_event_window_refusals(wwire):
         "The parameter TimeRanges.1.StartHour is not recognized",
     )
     assert error(wwire.call("CreateInstanceEventWindow", DryRun="true", **SATURDAY), 412)[0] == "DryRunOperation"
-    assert wwire.service.engine.component(Ec2Component).ec2_windows == {}  # nothing was created
+    assert wwire.service.settled_engine().component(Ec2Component).ec2_windows == {}  # nothing was created
     for n in range(200):
         wwire.service.perform(
             lambda engine, n=n: engine.component(Ec2Component).create_window(
@@ -1167,7 +1173,7 @@ def test_associate_and_disassociate_on_the_wire(wwire):
         "The request must contain the parameter AssociationTarget.InstanceTag.1.Key",
     )
     assert error(associate(AssociationTarget_InstanceId_1=ASG, DryRun="true"), 412)[0] == "DryRunOperation"
-    assert wwire.service.engine.component(Ec2Component).ec2_windows[window_id].instance_ids == (
+    assert wwire.service.settled_engine().component(Ec2Component).ec2_windows[window_id].instance_ids == (
         EBS,
         STORE,
     )  # refusals changed nothing
@@ -1278,7 +1284,7 @@ def test_modify_and_delete_on_the_wire(wwire):
         ]
         == "DryRunOperation"
     )
-    assert wwire.service.engine.component(Ec2Component).ec2_windows[window_id].name == "n2"
+    assert wwire.service.settled_engine().component(Ec2Component).ec2_windows[window_id].name == "n2"
     # Delete: with targets only with ForceDelete; the answer says deleting; then the window is gone.
     wwire.call("AssociateInstanceEventWindow", InstanceEventWindowId=window_id, AssociationTarget_InstanceId_1=EBS)
     assert error(wwire.call("DeleteInstanceEventWindow", InstanceEventWindowId=window_id)) == (
@@ -1298,7 +1304,7 @@ def test_modify_and_delete_on_the_wire(wwire):
     assert names(root) == ["requestId", "instanceEventWindowState"]
     assert names(q(root, "instanceEventWindowState")) == ["instanceEventWindowId", "state"]
     assert [c.text for c in q(root, "instanceEventWindowState")] == [window_id, "deleting"]
-    assert window_id not in wwire.service.engine.component(Ec2Component).ec2_windows
+    assert window_id not in wwire.service.settled_engine().component(Ec2Component).ec2_windows
     assert window_id not in {w.window_id for w in wwire.service.store.load().records["aws"].windows}
     assert (
         error(wwire.call("DescribeInstanceEventWindows", InstanceEventWindowId_1=window_id))[0]
@@ -1402,7 +1408,7 @@ def test_describe_instance_event_windows_paging(wwire):
                 f"w{n:02}", (TimeRange("sunday", 0, "sunday", 4),)
             )
         )
-    everything = sorted(wwire.service.engine.component(Ec2Component).ec2_windows)
+    everything = sorted(wwire.service.settled_engine().component(Ec2Component).ec2_windows)
     for value, message in (
         ("19", "Value ( 19 ) for parameter maxResults is invalid. Expecting a value from 20 to 500."),
         ("501", "Value ( 501 ) for parameter maxResults is invalid. Expecting a value from 20 to 500."),
@@ -1448,7 +1454,9 @@ def test_describe_instance_event_windows_paging(wwire):
     assert error(wwire.call("DescribeInstanceEventWindows", NextToken=status_token))[0] == "InvalidNextToken"
     # A filtered query pages over what matches.
     assert described_ids(wwire, ("event-window-name", "w4*"), MaxResults=500) == sorted(
-        w for w in everything if wwire.service.engine.component(Ec2Component).ec2_windows[w].name.startswith("w4")
+        w
+        for w in everything
+        if wwire.service.settled_engine().component(Ec2Component).ec2_windows[w].name.startswith("w4")
     )
 
 
@@ -1700,7 +1708,7 @@ def test_boto3_event_window_actions_and_errors(wec2):
     pages = list(client.get_paginator("describe_instance_event_windows").paginate(PaginationConfig={"PageSize": 20}))
     assert [len(page["InstanceEventWindows"]) for page in pages] == [20, 13]
     listed = [w["InstanceEventWindowId"] for page in pages for w in page["InstanceEventWindows"]]
-    assert listed == sorted(wec2.service.engine.component(Ec2Component).ec2_windows)
+    assert listed == sorted(wec2.service.settled_engine().component(Ec2Component).ec2_windows)
     # Disassociate, then delete: deleting, and gone.
     untied = client.disassociate_instance_event_window(
         InstanceEventWindowId=window_id, AssociationTarget={"InstanceTags": [{"Key": "env", "Value": "prod"}]}
@@ -1729,7 +1737,7 @@ def test_boto3_event_notification_attributes(wec2):
         "InstanceTagKeys": ["owner", "project"],
         "IncludeAllTagsOfInstance": False,
     }
-    assert wec2.service.engine.component(Ec2Component).notification_attributes.keys == ("owner", "project")
+    assert wec2.service.settled_engine().component(Ec2Component).notification_attributes.keys == ("owner", "project")
     error = client_error(
         client.register_instance_event_notification_attributes,
         InstanceTagAttribute={"IncludeAllTagsOfInstance": True, "InstanceTagKeys": ["x"]},
@@ -1798,7 +1806,10 @@ def test_aws_cli_create_instance_event_window(wec2, tmp_path):
         "AssociationTarget": {"InstanceIds": [], "Tags": [], "DedicatedHostIds": []},
         "Tags": [{"Key": "K1", "Value": "V1"}],
     }
-    assert wec2.service.engine.component(Ec2Component).ec2_windows[window["InstanceEventWindowId"]].name == "cli-window"
+    assert (
+        wec2.service.settled_engine().component(Ec2Component).ec2_windows[window["InstanceEventWindowId"]].name
+        == "cli-window"
+    )
     refused = aws(wec2, tmp_path, "create-instance-event-window", "--cron-expression", "* 0-1 * * *")
     assert refused.returncode != 0 and "(InvalidParameterValue)" in refused.stderr
 
@@ -1872,7 +1883,9 @@ def test_sigv4_right_key_wrong_secret_unknown_key(signed):
         "Message": "AWS was not able to validate the provided access credentials",
     }
     assert unknown["ResponseMetadata"]["HTTPStatusCode"] == 401
-    assert len(signed.service.engine.component(Ec2Component).ec2_windows) == 1  # refused requests changed nothing
+    assert (
+        len(signed.service.settled_engine().component(Ec2Component).ec2_windows) == 1
+    )  # refused requests changed nothing
 
 
 def test_sigv4_on_the_wire(signed):

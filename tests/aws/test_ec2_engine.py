@@ -189,11 +189,11 @@ def test_ec2_state_survives_a_restart(tmp_path, url_kind, request):
     service.advance_clock(timedelta(minutes=2))
     service.store.close()
     again = Maintenance.open(open_store(url), None, "manual", 1.0, None, None)
-    assert again.engine.component(Ec2Component).ec2_states[ASG].state is InstanceState.TERMINATED
-    [replacement] = [s for s in again.engine.component(Ec2Component).ec2_states.values() if s.origin == ASG]
-    assert replacement.instance_id in again.engine.component(Ec2Component).ec2_instances
+    assert again.settled_engine().component(Ec2Component).ec2_states[ASG].state is InstanceState.TERMINATED
+    [replacement] = [s for s in again.settled_engine().component(Ec2Component).ec2_states.values() if s.origin == ASG]
+    assert replacement.instance_id in again.settled_engine().component(Ec2Component).ec2_instances
     again.advance_clock(timedelta(hours=1))
-    assert again.engine.component(Ec2Component).ec2_states[EBS].impacted_by == event.event.event_id
+    assert again.settled_engine().component(Ec2Component).ec2_states[EBS].impacted_by == event.event.event_id
     again.store.close()
 
 
@@ -292,7 +292,7 @@ def test_notification_attributes_choose_the_tags_health_events_carry(tmp_path):
     service.perform(lambda engine: engine.component(Ec2Component).register_notification_attributes(include_all=True))
     service.store.close()
     again = Maintenance.open(open_store(str(tmp_path / "n.db")), None, "manual", 1.0, None, None)
-    assert again.engine.component(Ec2Component).notification_attributes.include_all
+    assert again.settled_engine().component(Ec2Component).notification_attributes.include_all
 
 
 def test_ids_that_are_not_events_are_never_reused_after_a_restart(tmp_path):
@@ -308,5 +308,5 @@ def test_ids_that_are_not_events_are_never_reused_after_a_restart(tmp_path):
         lambda e: e.component(Ec2Component).create_window("b", (TimeRange("monday", 2, "monday", 8),))
     )
     assert first.window.window_id != second.window.window_id
-    assert len(again.engine.component(Ec2Component).ec2_windows) == 2
+    assert len(again.settled_engine().component(Ec2Component).ec2_windows) == 2
     again.store.close()

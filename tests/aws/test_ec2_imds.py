@@ -67,7 +67,9 @@ class Env:
         self.service = Maintenance.open(
             open_store(str(tmp_path / "f.db")), parse_fleet(FLEET), clock, 1.0, T0, "seed", wall=self.wall
         )
-        self.imds = Ec2Imds(self.service, CallerResolver(self.service.engine.fleet, shared_ports={8169}), settings)
+        self.imds = Ec2Imds(
+            self.service, CallerResolver(self.service.settled_engine().fleet, shared_ports={8169}), settings
+        )
 
     def request(self, path: str, who: str = EBS, method: str = "GET", headers=(), peer_port: int = 50000):
         request = Request(

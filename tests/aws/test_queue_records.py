@@ -26,7 +26,7 @@ def open_service(url: str) -> Maintenance:
 
 
 def component(service: Maintenance) -> Ec2Component:
-    return service.engine.component(Ec2Component)
+    return service.settled_engine().component(Ec2Component)
 
 
 def test_everything_comes_back_after_a_restart(store_url):

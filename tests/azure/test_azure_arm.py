@@ -97,7 +97,7 @@ class Arm:
         self.service.advance_clock(timedelta(**delta))
 
     def live(self, vm_name: str):
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         return engine.component(AzureComponent).live_events(azure_fleet(engine.fleet).vm(vm_name).scope)
 
 
@@ -229,7 +229,7 @@ def test_the_fleet_file_fixes_what_arm_cannot_change(arm):
     body["properties"]["scheduledEventsPolicy"]["userInitiatedRedeploy"]["automaticallyApprove"] = True
     response = arm.call("PUT", f"{VMS}/solo", body)
     assert response.status_code == 200, response.text
-    assert arm.service.engine.component(AzureComponent).policy("solo").auto_approve_redeploy
+    assert arm.service.settled_engine().component(AzureComponent).policy("solo").auto_approve_redeploy
 
 
 @pytest.mark.parametrize("name", ["rel%20x", "_x", "x-", "x.", "a%3Cb", "a" * 65])
@@ -249,7 +249,7 @@ def test_a_put_of_a_name_azure_refuses_is_refused_for_its_name(arm, name):
 # ------------------------------------------------------------------------------------------------------ resources
 def test_vm_body_and_instance_view(arm):
     body = arm.call("GET", f"{VMS}/WestNO_0", **{"$expand": "instanceView"}).json()
-    vm = azure_fleet(arm.service.engine.fleet).vm("WestNO_0")
+    vm = azure_fleet(arm.service.settled_engine().fleet).vm("WestNO_0")
     assert body["type"] == "Microsoft.Compute/virtualMachines" and body["location"] == "westeurope"
     properties = body["properties"]
     assert properties["vmId"] == vm.vm_id and properties["hardwareProfile"] == {"vmSize": "Standard_D2s_v3"}
@@ -316,7 +316,7 @@ def test_restart_under_automatically_approve_starts_at_once_and_the_operation_su
     [event] = arm.live("WestNO_0")
     assert (event.event_type, event.source, event.status) == (EventType.REBOOT, EventSource.USER, EventStatus.STARTED)
     assert event.resources == ("WestNO_0",)
-    assert arm.service.engine.component(AzureComponent).vm_states["WestNO_0"].power is Power.REBOOTING
+    assert arm.service.settled_engine().component(AzureComponent).vm_states["WestNO_0"].power is Power.REBOOTING
     view = arm.call("GET", f"{VMS}/WestNO_0/instanceView").json()
     assert [s["code"] for s in view["statuses"]] == ["ProvisioningState/updating", "PowerState/starting"]
 
@@ -389,7 +389,7 @@ def test_delete_of_a_standalone_vm_is_unannounced_and_done_at_once(arm):
     response = arm.call("DELETE", f"{VMS}/solo")
     assert response.status_code == 202
     assert arm.live("solo") == []
-    assert arm.service.engine.component(AzureComponent).vm_states["solo"].deleted
+    assert arm.service.settled_engine().component(AzureComponent).vm_states["solo"].deleted
     assert arm.follow(response.headers["Azure-AsyncOperation"]).json()["status"] == "Succeeded"
     assert arm.call("GET", f"{VMS}/solo").status_code == 404
     assert arm.call("DELETE", f"{VMS}/solo").status_code == 204  # ARM RPC: deleting what is gone
@@ -405,8 +405,8 @@ def test_policy_is_set_on_the_availability_set_and_refused_on_its_members(arm):
         "userInitiatedRedeploy": {"automaticallyApprove": True},
         "userInitiatedReboot": {"automaticallyApprove": True},  # unchanged: PATCH merges
     }
-    owner = azure_fleet(arm.service.engine.fleet).vm("WestNO_0").policy_owner
-    assert arm.service.engine.component(AzureComponent).policies[owner].auto_approve_redeploy
+    owner = azure_fleet(arm.service.settled_engine().fleet).vm("WestNO_0").policy_owner
+    assert arm.service.settled_engine().component(AzureComponent).policies[owner].auto_approve_redeploy
 
     response = arm.call("PATCH", f"{VMS}/WestNO_1", body)
     assert response.status_code == 400
@@ -441,8 +441,8 @@ def test_policy_needs_api_version_2024_03_01(arm):
         "message": "Could not find member 'scheduledEventsPolicy' on object of type 'AvailabilitySetProperties'. "
         "Path 'properties.scheduledEventsPolicy'.",
     }
-    owner = azure_fleet(arm.service.engine.fleet).vm("WestNO_0").policy_owner
-    assert arm.service.engine.component(AzureComponent).policies[owner].auto_approve_reboot  # unchanged
+    owner = azure_fleet(arm.service.settled_engine().fleet).vm("WestNO_0").policy_owner
+    assert arm.service.settled_engine().component(AzureComponent).policies[owner].auto_approve_reboot  # unchanged
 
 
 def test_central_publishing_opt_in_applies_to_new_events(arm):
@@ -453,7 +453,7 @@ def test_central_publishing_opt_in_applies_to_new_events(arm):
             "eventGridAndResourceGraph": {"enable": True, "scheduledEventsApiVersion": "2020-07-01"}
         }
     }
-    engine = arm.service.engine
+    engine = arm.service.settled_engine()
     owner = azure_fleet(engine.fleet).vm("web_0").policy_owner
     older = arm.call("PATCH", f"{VMSS}/web", {"properties": {"scheduledEventsPolicy": targets}}, api="2024-11-01")
     assert older.status_code == 400 and error_of(older)["code"] == "BadRequest"
@@ -587,7 +587,7 @@ def test_manual_upgrade_then_delete_announces_one_terminate_per_vm(arm):
 
     status_url = response.headers["Azure-AsyncOperation"]
     arm.advance(minutes=10)  # all NotBefore passed: the batch started, the VMs are deleted
-    assert all(arm.service.engine.component(AzureComponent).vm_states[f"web_{i}"].deleted for i in range(3))
+    assert all(arm.service.settled_engine().component(AzureComponent).vm_states[f"web_{i}"].deleted for i in range(3))
     assert arm.call("GET", f"{VMSS}/web/virtualMachines/0").status_code == 404
     assert arm.follow(status_url).json()["status"] == "InProgress"  # the events are Started until their window ends
     arm.advance(minutes=10)
@@ -614,7 +614,9 @@ def test_scale_in_through_capacity(arm):
     # Without a terminate profile, instances go at once and the operation is done.
     response = arm.call("PUT", f"{VMSS}/workers", {"sku": {"capacity": 0}})
     assert response.status_code == 202
-    assert all(arm.service.engine.component(AzureComponent).vm_states[f"workers_{i}"].deleted for i in range(2))
+    assert all(
+        arm.service.settled_engine().component(AzureComponent).vm_states[f"workers_{i}"].deleted for i in range(2)
+    )
     assert arm.follow(response.headers["Azure-AsyncOperation"]).json()["status"] == "Succeeded"
 
 
@@ -623,10 +625,10 @@ def test_a_refused_step_leaves_nothing_changed(arm):
     body = terminate_profile("PT12M")
     body["sku"] = {"capacity": 9}
     assert arm.call("PATCH", f"{VMSS}/web", body).status_code == 409
-    owner = azure_fleet(arm.service.engine.fleet).vm("web_0").policy_owner
-    assert arm.service.engine.component(AzureComponent).policies[owner].terminate.not_before_timeout == timedelta(
-        minutes=5
-    )
+    owner = azure_fleet(arm.service.settled_engine().fleet).vm("web_0").policy_owner
+    assert arm.service.settled_engine().component(AzureComponent).policies[
+        owner
+    ].terminate.not_before_timeout == timedelta(minutes=5)
 
 
 def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, monkeypatch):
@@ -637,15 +639,15 @@ def test_a_step_refused_after_another_changed_the_engine_is_rolled_back(arm, mon
     def refuse(scale_set, count):
         raise Invalid("no scale-in today")
 
-    monkeypatch.setattr(arm.service.engine.component(AzureComponent), "scale_in", refuse)
+    monkeypatch.setattr(arm.service.settled_engine().component(AzureComponent), "scale_in", refuse)
     body = terminate_profile("PT12M")
     body["sku"] = {"capacity": 1}
     response = arm.call("PATCH", f"{VMSS}/web", body)
     assert response.status_code == 400 and error_of(response)["message"] == "no scale-in today"
-    owner = azure_fleet(arm.service.engine.fleet).vm("web_0").policy_owner
-    assert arm.service.engine.component(AzureComponent).policies[owner].terminate.not_before_timeout == timedelta(
-        minutes=5
-    )
+    owner = azure_fleet(arm.service.settled_engine().fleet).vm("web_0").policy_owner
+    assert arm.service.settled_engine().component(AzureComponent).policies[
+        owner
+    ].terminate.not_before_timeout == timedelta(minutes=5)
     assert (
         arm.call("GET", f"{VMSS}/web").json()["properties"]["virtualMachineProfile"]["scheduledEventsProfile"][
             "terminateNotificationProfile"
@@ -664,11 +666,11 @@ def test_reimage_is_announced_only_with_the_os_image_profile(arm):
     response = arm.call("POST", f"{VMSS}/workers/reimage", {"instanceIds": ["0"]})
     assert response.status_code == 202
     assert arm.live("workers_0") == []  # no OS image profile: unannounced
-    assert arm.service.engine.component(AzureComponent).vm_states["workers_0"].power is Power.REIMAGING
+    assert arm.service.settled_engine().component(AzureComponent).vm_states["workers_0"].power is Power.REIMAGING
     status_url = response.headers["Azure-AsyncOperation"]
     assert arm.follow(status_url).json()["status"] == "InProgress"
     arm.advance(minutes=2)
-    assert arm.service.engine.component(AzureComponent).vm_states["workers_0"].power is Power.RUNNING
+    assert arm.service.settled_engine().component(AzureComponent).vm_states["workers_0"].power is Power.RUNNING
     assert arm.follow(status_url).json()["status"] == "Succeeded"
 
 

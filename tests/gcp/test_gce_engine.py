@@ -42,19 +42,19 @@ def test_a_restart_keeps_a_maintenance_under_way(tmp_path):
         )
     ][-1:]
     first.advance_clock(timedelta(days=2) - timedelta(seconds=60))
-    assert first.engine.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert first.settled_engine().component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     first.store.close()
     second = open_service(url)
-    assert second.engine.component(GcpComponent).gce_events[event.event_id].state is EventState.NOTIFIED
-    assert second.engine.component(GcpComponent).gce_states["web-1"].watched is True
-    assert second.engine.component(GcpComponent).upcoming("web-1") is not None
+    assert second.settled_engine().component(GcpComponent).gce_events[event.event_id].state is EventState.NOTIFIED
+    assert second.settled_engine().component(GcpComponent).gce_states["web-1"].watched is True
+    assert second.settled_engine().component(GcpComponent).upcoming("web-1") is not None
     second.step_clock()  # the start: web-1 moves
     second.step_clock()  # the end
-    assert second.engine.component(GcpComponent).maintenance_event("web-1") == "NONE"
-    assert second.engine.component(GcpComponent).gce_states["web-1"].host == "host-b"
-    assert second.engine.component(GcpComponent).gce_events[event.event_id].state is EventState.COMPLETED
+    assert second.settled_engine().component(GcpComponent).maintenance_event("web-1") == "NONE"
+    assert second.settled_engine().component(GcpComponent).gce_states["web-1"].host == "host-b"
+    assert second.settled_engine().component(GcpComponent).gce_events[event.event_id].state is EventState.COMPLETED
     assert (
-        second.engine.component(GcpComponent).gce_states["web-1"].watched is False
+        second.settled_engine().component(GcpComponent).gce_states["web-1"].watched is False
     )  # asked again before the next notice
 
 
@@ -65,14 +65,14 @@ def test_terminate_without_gpus_has_no_notice_and_no_restart_without_automatic_r
     )
     service.advance_clock(timedelta(minutes=4))
     assert (
-        service.engine.component(GcpComponent).maintenance_event("db-1") == "NONE"
+        service.settled_engine().component(GcpComponent).maintenance_event("db-1") == "NONE"
     )  # not populated for TERMINATE without GPUs
     service.advance_clock(timedelta(minutes=1))
-    assert service.engine.component(GcpComponent).gce_states["db-1"].status is InstanceStatus.TERMINATED
+    assert service.settled_engine().component(GcpComponent).gce_states["db-1"].status is InstanceStatus.TERMINATED
     service.advance_clock(timedelta(hours=1))
-    assert service.engine.component(GcpComponent).gce_states["db-1"].status is InstanceStatus.TERMINATED
+    assert service.settled_engine().component(GcpComponent).gce_states["db-1"].status is InstanceStatus.TERMINATED
     service.perform(lambda engine: engine.component(GcpComponent).start_gce("db-1"))
-    assert service.engine.component(GcpComponent).gce_states["db-1"].status is InstanceStatus.RUNNING
+    assert service.settled_engine().component(GcpComponent).gce_states["db-1"].status is InstanceStatus.RUNNING
 
 
 def test_refusals_change_nothing(service):
@@ -95,19 +95,22 @@ def test_refusals_change_nothing(service):
         service.perform(lambda e: e.component(GcpComponent).perform_maintenance("web-1"))
     with pytest.raises(Conflict, match="already has maintenance"):
         service.perform(lambda e: e.component(GcpComponent).schedule_gce(GceRequest(("web-1",))))
-    assert service.engine.component(GcpComponent).gce_states["gpu-1"].on_host_maintenance is OnHostMaintenance.TERMINATE
+    assert (
+        service.settled_engine().component(GcpComponent).gce_states["gpu-1"].on_host_maintenance
+        is OnHostMaintenance.TERMINATE
+    )
 
 
 def test_preemption_stops_a_spot_instance_after_thirty_seconds(service):
     service.perform(lambda engine: engine.component(GcpComponent).preempt(["spot-1"]))
-    assert service.engine.component(GcpComponent).gce_states["spot-1"].preempted is True
+    assert service.settled_engine().component(GcpComponent).gce_states["spot-1"].preempted is True
     service.advance_clock(timedelta(seconds=29))
-    assert service.engine.component(GcpComponent).gce_states["spot-1"].status is InstanceStatus.STOPPING
+    assert service.settled_engine().component(GcpComponent).gce_states["spot-1"].status is InstanceStatus.STOPPING
     service.advance_clock(timedelta(seconds=1))
-    state = service.engine.component(GcpComponent).gce_states["spot-1"]
+    state = service.settled_engine().component(GcpComponent).gce_states["spot-1"]
     assert state.status is InstanceStatus.TERMINATED and not state.deleted  # STOP, the default termination action
     service.perform(lambda engine: engine.component(GcpComponent).start_gce("spot-1"))
-    assert service.engine.component(GcpComponent).gce_states["spot-1"].preempted is False
+    assert service.settled_engine().component(GcpComponent).gce_states["spot-1"].preempted is False
 
 
 def test_the_fleet_file_refuses_what_compute_engine_refuses():
@@ -135,16 +138,16 @@ def test_rescheduling_moves_the_window_up_to_its_latest_start_and_survives_a_res
         if hasattr(c, "event")
     ]
     assert moved.what == "rescheduled" and "from 2026-04-22T22:11:58Z to 2026-04-24T22:11:58Z" in moved.reason
-    upcoming = first.engine.component(GcpComponent).upcoming("gpu-1")
+    upcoming = first.settled_engine().component(GcpComponent).upcoming("gpu-1")
     assert (upcoming.window_start, upcoming.window_end) == (later, later + timedelta(hours=2))
     assert upcoming.latest_window_start == T0 + timedelta(days=5)  # the bound does not move
     first.store.close()
 
     second = open_service(url)  # the notice (gpu-1's hour) follows the new start after a restart too
-    assert second.engine.component(GcpComponent).upcoming("gpu-1") == upcoming
-    assert second.engine.next_deadline() == later - timedelta(hours=1)
+    assert second.settled_engine().component(GcpComponent).upcoming("gpu-1") == upcoming
+    assert second.settled_engine().next_deadline() == later - timedelta(hours=1)
     second.step_clock()
-    assert second.engine.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert second.settled_engine().component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
     assert second.now() == later - timedelta(hours=1)
     kinds = [entry.kind for entry in second.store.journal() if entry.kind.startswith("gce")]
     assert kinds == ["gce scheduled", "gce rescheduled", "gce notified"]
@@ -157,7 +160,7 @@ def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
     service.perform(
         lambda e: e.component(GcpComponent).reschedule_gce("web-1", notice=timedelta(hours=1))
     )  # earlier: a notice from now
-    assert service.engine.component(GcpComponent).upcoming("web-1").window_start == T0 + timedelta(hours=1)
+    assert service.settled_engine().component(GcpComponent).upcoming("web-1").window_start == T0 + timedelta(hours=1)
     assert (
         service.perform(lambda e: e.component(GcpComponent).reschedule_gce("web-1", T0 + timedelta(hours=1))) == []
     )  # no move: no change
@@ -172,7 +175,7 @@ def test_rescheduling_earlier_and_by_notice_and_its_refusals(service):
             service.perform(
                 lambda e, start=start, notice=notice: e.component(GcpComponent).reschedule_gce("web-1", start, notice)
             )
-    assert service.engine.component(GcpComponent).upcoming("web-1").window_start == T0 + timedelta(hours=1)
+    assert service.settled_engine().component(GcpComponent).upcoming("web-1").window_start == T0 + timedelta(hours=1)
     with pytest.raises(Conflict, match="no pending maintenance to reschedule"):
         service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", T0 + timedelta(hours=1)))
     service.perform(
@@ -218,18 +221,20 @@ def test_a_gpu_instance_gets_an_hour_of_notice_the_others_sixty_seconds(service)
     assert {event.window_start for event in events_of(changes).values()} == {T0 + timedelta(hours=2)}
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=1)
-    assert service.engine.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
-    assert service.engine.component(GcpComponent).maintenance_event("web-1") == "NONE"
     assert (
-        service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.RUNNING
+        service.settled_engine().component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    )
+    assert service.settled_engine().component(GcpComponent).maintenance_event("web-1") == "NONE"
+    assert (
+        service.settled_engine().component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.RUNNING
     )  # it stops at the start
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=2) - timedelta(seconds=60)
-    assert service.engine.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert service.settled_engine().component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=2)
-    assert service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
-    notified = [e.notice_at for e in service.engine.component(GcpComponent).gce_events.values()]
+    assert service.settled_engine().component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    notified = [e.notice_at for e in service.settled_engine().component(GcpComponent).gce_events.values()]
     assert sorted(notified) == [T0 + timedelta(hours=1), T0 + timedelta(hours=2) - timedelta(seconds=60)]
 
 
@@ -242,7 +247,9 @@ def test_the_default_notice_is_each_instances_own_and_nothing_is_announced(servi
     assert events["gpu-1"].window_start == T0 + timedelta(hours=1)
     assert not any(event.announced or event.can_reschedule for event in events.values())
     assert {event.state for event in events.values()} == {EventState.NOTIFIED}  # the notice at once
-    assert events["gpu-1"].notice_at == T0 and service.engine.component(GcpComponent).upcoming("gpu-1") is None
+    assert (
+        events["gpu-1"].notice_at == T0 and service.settled_engine().component(GcpComponent).upcoming("gpu-1") is None
+    )
 
 
 def test_announcing_a_latest_start_and_rescheduling_count_from_a_gpu_instances_hour(service):
@@ -268,8 +275,10 @@ def test_announcing_a_latest_start_and_rescheduling_count_from_a_gpu_instances_h
         service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", T0 + timedelta(minutes=59)))
     # The earliest start: its notice is due at once.
     service.perform(lambda e: e.component(GcpComponent).reschedule_gce("gpu-1", notice=timedelta(hours=1)))
-    assert service.engine.component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
-    assert service.engine.component(GcpComponent).upcoming("gpu-1").window_start == T0 + timedelta(hours=1)
+    assert (
+        service.settled_engine().component(GcpComponent).maintenance_event("gpu-1") == "TERMINATE_ON_HOST_MAINTENANCE"
+    )
+    assert service.settled_engine().component(GcpComponent).upcoming("gpu-1").window_start == T0 + timedelta(hours=1)
 
 
 def test_simulate_gives_a_gpu_instance_its_hour_and_perform_starts_at_once(service):
@@ -288,7 +297,7 @@ def test_simulate_gives_a_gpu_instance_its_hour_and_perform_starts_at_once(servi
     [performed] = events_of(service.perform(lambda e: e.component(GcpComponent).perform_maintenance("gpu-1"))).values()
     assert (performed.window_start, performed.notice_at) == (now + timedelta(seconds=60), now)
     service.advance_clock(timedelta(seconds=60))
-    assert service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    assert service.settled_engine().component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
 
 
 def test_an_instance_that_never_asked_is_maintained_when_its_notice_would_come(service):
@@ -301,13 +310,13 @@ def test_an_instance_that_never_asked_is_maintained_when_its_notice_would_come(s
     ).values()
     service.step_clock()
     assert service.now() == T0 + timedelta(hours=2)
-    started = service.engine.component(GcpComponent).gce_events[event.event_id]
+    started = service.settled_engine().component(GcpComponent).gce_events[event.event_id]
     assert (started.state, started.started_at, started.notice_at) == (EventState.ONGOING, T0 + timedelta(hours=2), None)
-    assert service.engine.component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
+    assert service.settled_engine().component(GcpComponent).gce_states["gpu-1"].status is InstanceStatus.TERMINATED
 
 
 def run_all(service):
-    while service.engine.next_deadline() is not None:
+    while service.settled_engine().next_deadline() is not None:
         service.step_clock()
 
 
@@ -321,7 +330,7 @@ def test_the_default_notice_from_a_moment_between_two_seconds_is_a_notice_not_an
     ).values()
     assert event.window_start == T0 + timedelta(seconds=61)
     assert (event.announced, event.can_reschedule) == (False, False)
-    assert service.engine.component(GcpComponent).upcoming("web-1") is None
+    assert service.settled_engine().component(GcpComponent).upcoming("web-1") is None
 
 
 def test_simulate_goes_ahead_beside_announced_maintenance_and_not_during_a_notice(service):
@@ -334,14 +343,14 @@ def test_simulate_goes_ahead_beside_announced_maintenance_and_not_during_a_notic
         )
     ).values()
     [simulated] = events_of(service.perform(lambda e: e.component(GcpComponent).simulate_gce("web-1"))).values()
-    gcp = service.engine.component(GcpComponent)
+    gcp = service.settled_engine().component(GcpComponent)
     assert simulated.event_id != announced.event_id
     assert gcp.maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     assert gcp.upcoming("web-1").event_id == announced.event_id
     with pytest.raises(Conflict, match="not ready"):  # its notice is under way
         service.perform(lambda e: e.component(GcpComponent).simulate_gce("web-1"))
     service.advance_clock(timedelta(minutes=2))
-    gcp = service.engine.component(GcpComponent)
+    gcp = service.settled_engine().component(GcpComponent)
     assert gcp.gce_events[simulated.event_id].state is EventState.COMPLETED
     assert gcp.gce_events[announced.event_id].state is EventState.PENDING
     assert gcp.maintenance_event("web-1") == "NONE"

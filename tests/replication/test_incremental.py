@@ -108,13 +108,15 @@ class Pair:
     def fresh(self) -> Engine:
         state = self.reader.load()
         assert state is not None and state.position == self.position
-        return SharedService.replica_of(self.reader, state, None, self.fleet).engine
+        return SharedService.replica_of(self.reader, state, None, self.fleet).settled_engine()
 
     def check(self) -> None:
         fresh = self.fresh()
-        if self.replica.clock.mode == "real" and self.replica.engine.now > fresh.now:
-            fresh.advance(self.replica.engine.now)  # a freshly loaded replica's catch-up: what the replica did
-        assert snapshot(self.replica.engine) == snapshot(fresh)
+        if self.replica.clock.mode == "real" and self.replica.settled_engine().now > fresh.now:
+            fresh.advance(
+                self.replica.settled_engine().now
+            )  # a freshly loaded replica's catch-up: what the replica did
+        assert snapshot(self.replica.settled_engine()) == snapshot(fresh)
 
     def close(self) -> None:
         for store in (self.leader.store, self.reader, self.replica.store):
@@ -137,8 +139,9 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
         lambda: azure_commands.approve(
             leader,
             [
-                leader.engine.component(AzureComponent)
-                .live_events(azure_fleet(leader.engine.fleet).vm("WestNO_0").scope)[0]
+                leader.settled_engine()
+                .component(AzureComponent)
+                .live_events(azure_fleet(leader.settled_engine().fleet).vm("WestNO_0").scope)[0]
                 .event_id
             ],
             by="WestNO_0",
@@ -204,20 +207,22 @@ def test_a_replica_refreshed_commit_by_commit_equals_a_fresh_load(pair):
         if step % 3 == 2:  # several commits in one refresh, as under load
             assert pair.refresh() == 3
             pair.check()
-    assert any(wave.done for wave in leader.engine.component(WaveRunner).waves.values())
+    assert any(wave.done for wave in leader.settled_engine().component(WaveRunner).waves.values())
     [gce_wave] = [
-        wave for wave in leader.engine.component(WaveRunner).waves.values() if wave.spec.cloud is WaveCloud.GCE
+        wave
+        for wave in leader.settled_engine().component(WaveRunner).waves.values()
+        if wave.spec.cloud is WaveCloud.GCE
     ]
     assert gce_wave.done >= 1, gce_wave  # a unit whose instance was maintained, not only skipped ones
-    [gpu] = leader.engine.component(GcpComponent).gce_events_of("trainer-1")
+    [gpu] = leader.settled_engine().component(GcpComponent).gce_events_of("trainer-1")
     assert gpu.notice_at == gpu.window_start - timedelta(hours=1), gpu
     # Only what moved was told: incarnations of the touched scopes, never a whole rebuild.
     assert not any(isinstance(change, Rebuilt) for heard in pair.heard for change in heard)
     # And the engine goes on as the fresh one does (what a replica that takes over does next): the deadlines, the
     # waves' counts of open events, the numbering.
-    fresh, later = pair.fresh(), leader.engine.now + timedelta(hours=2)
-    assert pair.replica.engine.advance(later) == fresh.advance(later)
-    assert snapshot(pair.replica.engine) == snapshot(fresh)
+    fresh, later = pair.fresh(), leader.settled_engine().now + timedelta(hours=2)
+    assert pair.replica.settled_engine().advance(later) == fresh.advance(later)
+    assert snapshot(pair.replica.settled_engine()) == snapshot(fresh)
 
 
 def test_a_replica_reads_back_what_its_own_projection_changed(postgres_url):
@@ -239,20 +244,20 @@ def test_a_replica_reads_back_what_its_own_projection_changed(postgres_url):
         pair.refresh()
         pair.check()
         azure_commands.cancel(leader, event.event_id)  # not yet replicated
-        wave_id = next(iter(leader.engine.component(WaveRunner).waves))
+        wave_id = next(iter(leader.settled_engine().component(WaveRunner).waves))
         leader.perform(lambda engine: engine.component(WaveRunner).cancel_wave(wave_id))
         wall.value += 3600  # every deadline of the hour passes
         projected = replica.catch_up()
         assert replica.projected and projected
-        assert replica.engine.component(AzureComponent).event(event.event_id).status.value == "Completed"
-        assert len(replica.engine.component(AzureComponent).events) > len(
-            leader.engine.component(AzureComponent).events
+        assert replica.settled_engine().component(AzureComponent).event(event.event_id).status.value == "Completed"
+        assert len(replica.settled_engine().component(AzureComponent).events) > len(
+            leader.settled_engine().component(AzureComponent).events
         )  # the wave's next units, in the projection
         pair.refresh()
         assert not replica.projected
         # the leader's own catch-up has not been committed: compare with the committed state, at its time
         pair.check()
-        assert replica.engine.component(AzureComponent).event(event.event_id).status.value == "Canceled"
+        assert replica.settled_engine().component(AzureComponent).event(event.event_id).status.value == "Canceled"
         assert any(isinstance(heard[0], Rebuilt) for heard in pair.heard)  # phantom events: the read models reset
         # The leader commits the hour; the replica projects it again, then takes the commit: the same state.
         leader.catch_up()

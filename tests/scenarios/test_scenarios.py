@@ -458,7 +458,7 @@ def test_the_runner_is_a_client_it_never_imports_the_engine():
     code = (
         "import sys, forewarn.scenarios.runner, forewarn.scenarios.cli; "
         "from forewarn.scenarios import load_library; load_library(); "
-        "print(sorted(m for m in sys.modules if m.startswith(('forewarn.engine.engine', 'forewarn.service', "
+        "print(sorted(m for m in sys.modules if m.startswith(('forewarn.engine.settled_engine()', 'forewarn.service', "
         "'forewarn.surfaces', 'forewarn.store'))))"
     )
     result = subprocess.run(

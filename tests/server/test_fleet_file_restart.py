@@ -56,7 +56,7 @@ def start(db: Path, fleet: str | Path | None):
     config = ServeConfig(db=str(db), fleet_source=None if fleet is None else str(fleet), clock_mode="manual")
     service, servings, _ = open_service(config)
     try:
-        return service.engine.fleet, servings["azure"].event_grid.settings, service.store.fleet_file()
+        return service.settled_engine().fleet, servings["azure"].event_grid.settings, service.store.fleet_file()
     finally:
         service.store.close()
 

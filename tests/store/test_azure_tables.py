@@ -101,7 +101,7 @@ def _version(url) -> str:
 
 
 def _azure(service: Maintenance) -> tuple:
-    azure = service.engine.component(AzureComponent)
+    azure = service.settled_engine().component(AzureComponent)
     return azure.events, azure.incarnations, azure.vm_states, azure.policies, azure.last_seen
 
 
@@ -121,15 +121,15 @@ def test_a_version_7_database_is_upgraded_in_place_and_the_engine_holds_the_same
     assert set(NEW_NAMES) <= tables and not set(OLD_NAMES) & tables
     # Keys and indexes carry the new names (PostgreSQL's primary keys keep the old table's name unless renamed).
     assert not [name for name in tables if any(old in name for old in OLD_NAMES)]
-    assert after.engine.now == before.engine.now
+    assert after.settled_engine().now == before.settled_engine().now
     assert _azure(after) == _azure(before)
-    statuses = sorted(event.status for event in after.engine.component(AzureComponent).events.values())
+    statuses = sorted(event.status for event in after.settled_engine().component(AzureComponent).events.values())
     assert statuses == sorted([EventStatus.SCHEDULED, EventStatus.STARTED])
     # And it takes writes, which the next start reads back.
     [later] = azure_commands.schedule(after, ScheduleRequest(EventType.REDEPLOY, vms=("other-tenant",)))
     after.store.close()
     again = Maintenance.open(open_store(store_url), None, "manual", 1.0, T0, "seed")
-    assert again.engine.component(AzureComponent).event(later.event_id).status is EventStatus.SCHEDULED
+    assert again.settled_engine().component(AzureComponent).event(later.event_id).status is EventStatus.SCHEDULED
     again.store.close()
     before.store.close()
 

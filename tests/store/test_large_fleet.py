@@ -82,14 +82,16 @@ def test_the_fleet_is_stored_in_columns_and_read_back_the_same(store_url):
     assert _meta(store_url, "fleet_digest")
 
     again = open_manual(store_url)
-    assert again.engine.fleet == fleet
-    assert [vm.record() for vm in azure_fleet(again.engine.fleet).vms.values()] == [
+    assert again.settled_engine().fleet == fleet
+    assert [vm.record() for vm in azure_fleet(again.settled_engine().fleet).vms.values()] == [
         vm.record() for vm in azure_fleet(fleet).vms.values()
     ]
-    instances = azure_fleet(again.engine.fleet).vms_by_owner[azure_fleet(again.engine.fleet).vms["ss_0"].policy_owner]
+    instances = azure_fleet(again.settled_engine().fleet).vms_by_owner[
+        azure_fleet(again.settled_engine().fleet).vms["ss_0"].policy_owner
+    ]
     # The VMs of a scope share its strings, and the VMs of a set its tags
     assert instances[0].scope is instances[1].scope and instances[0].tags is instances[1].tags
-    assert again.engine.component(AzureComponent).vm_states["ss_0"].terminate == NotificationProfile(
+    assert again.settled_engine().component(AzureComponent).vm_states["ss_0"].terminate == NotificationProfile(
         True, timedelta(minutes=7)
     )
     again.store.close()
@@ -116,8 +118,8 @@ def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):
     _execute(store_url, "UPDATE forewarn_meta SET value = '4' WHERE key = 'schema_version'", ())
 
     again = open_manual(store_url)
-    assert again.engine.fleet == small_fleet()
-    assert again.engine.component(AzureComponent).event(event.event_id).status is EventStatus.SCHEDULED
+    assert again.settled_engine().fleet == small_fleet()
+    assert again.settled_engine().component(AzureComponent).event(event.event_id).status is EventStatus.SCHEDULED
     again.store.close()
     open_manual(store_url, small_fleet()).store.close()  # the same fleet given again: compared, accepted
     with pytest.raises(FleetMismatch, match="different fleet"):
@@ -135,7 +137,7 @@ def test_a_restart_never_reads_the_stored_fleet_when_it_has_the_fleet_or_is_give
     monkeypatch.setattr(SQLStore, "fleet_records", refused)
     again = open_manual(store_url, small_fleet())  # the same file given again: the digests are compared
     again.reset()  # an engine rebuilt from the database keeps the fleet it has
-    assert again.engine.fleet == small_fleet()
+    assert again.settled_engine().fleet == small_fleet()
     again.store.close()
     with pytest.raises(FleetMismatch, match="different fleet"):
         open_manual(store_url, parse_fleet("vms: [{name: lonely}]"))
@@ -143,25 +145,27 @@ def test_a_restart_never_reads_the_stored_fleet_when_it_has_the_fleet_or_is_give
 
 def test_only_the_vm_states_that_differ_from_the_deployed_ones_are_held(tmp_path):
     service = open_manual(str(tmp_path / "f.db"), small_fleet())
-    assert list(service.engine.component(AzureComponent).vm_states.changed()) == []
+    assert list(service.settled_engine().component(AzureComponent).vm_states.changed()) == []
     assert (
-        service.engine.component(AzureComponent).vm_states["solo"].power is Power.RUNNING
-        and len(service.engine.component(AzureComponent).vm_states) == 9
+        service.settled_engine().component(AzureComponent).vm_states["solo"].power is Power.RUNNING
+        and len(service.settled_engine().component(AzureComponent).vm_states) == 9
     )
     [freeze] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",), start_now=True))
-    assert [state.name for state in service.engine.component(AzureComponent).vm_states.changed()] == ["solo"]
+    assert [state.name for state in service.settled_engine().component(AzureComponent).vm_states.changed()] == ["solo"]
     service.advance_clock(timedelta(hours=1))
-    assert service.engine.component(AzureComponent).event(freeze.event_id).status is EventStatus.COMPLETED
+    assert service.settled_engine().component(AzureComponent).event(freeze.event_id).status is EventStatus.COMPLETED
     assert (
-        list(service.engine.component(AzureComponent).vm_states.changed()) == []
+        list(service.settled_engine().component(AzureComponent).vm_states.changed()) == []
     )  # frozen, then running as deployed: nothing held
     azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",), start_now=True))
     service.advance_clock(timedelta(hours=1))
-    [rebooted] = service.engine.component(AzureComponent).vm_states.changed()  # booted again: held, and stored
+    [rebooted] = (
+        service.settled_engine().component(AzureComponent).vm_states.changed()
+    )  # booted again: held, and stored
     assert rebooted.name == "solo" and rebooted.memory_generation == 2
     service.store.close()
     again = open_manual(str(tmp_path / "f.db"))
-    assert list(again.engine.component(AzureComponent).vm_states.changed()) == [rebooted]
+    assert list(again.settled_engine().component(AzureComponent).vm_states.changed()) == [rebooted]
     again.store.close()
 
 
@@ -177,7 +181,7 @@ def test_instances_not_updated_keep_their_deployed_model_across_a_restart(tmp_pa
     service.perform(lambda engine: engine.component(AzureComponent).update_instances("ss", ["ss_1"]))
     service.store.close()
     again = open_manual(url)
-    states = again.engine.component(AzureComponent).vm_states
+    states = again.settled_engine().component(AzureComponent).vm_states
     assert (states["ss_0"].model_version, states["ss_0"].terminate) == (1, seven)  # as deployed, as before the restart
     assert states["ss_1"].model_version == 2 and states["ss_1"].terminate.not_before_timeout == timedelta(minutes=9)
     again.store.close()
@@ -185,8 +189,8 @@ def test_instances_not_updated_keep_their_deployed_model_across_a_restart(tmp_pa
 
 def test_scopes_with_no_live_event_share_their_documents(tmp_path):
     service = open_manual(str(tmp_path / "f.db"), small_fleet())
-    imds = AzureImds(service, CallerResolver(service.engine.fleet, shared_ports={8169}))
-    fleet = service.engine.fleet
+    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}))
+    fleet = service.settled_engine().fleet
     solo, spotty, westno = (azure_fleet(fleet).vms[name].scope for name in ("solo", "spotty", "WestNO_0"))
     assert imds.document(solo, VERSION) is imds.document(spotty, VERSION)
     assert json.loads(imds.document(solo, VERSION)) == {"DocumentIncarnation": 1, "Events": []}

@@ -38,13 +38,13 @@ def test_round_trip_and_restart(store_url):
     service.store.close()
 
     again = open_manual(store_url)  # no fleet: the stored one is used
-    assert again.engine.fleet == small_fleet()
-    restored = again.engine.component(AzureComponent).event(event.event_id)
+    assert again.settled_engine().fleet == small_fleet()
+    restored = again.settled_engine().component(AzureComponent).event(event.event_id)
     assert restored.status is EventStatus.STARTED and restored.approvals == ("WestNO_0",)
-    assert again.engine.component(AzureComponent).incarnation(event.scope) == 3
+    assert again.settled_engine().component(AzureComponent).incarnation(event.scope) == 3
     assert again.now() == T0 + timedelta(minutes=1)
     again.advance_clock(timedelta(minutes=5))
-    assert again.engine.component(AzureComponent).event(event.event_id).status is EventStatus.COMPLETED
+    assert again.settled_engine().component(AzureComponent).event(event.event_id).status is EventStatus.COMPLETED
     assert [entry.kind for entry in again.store.journal(event.event_id)] == [
         "scheduled",
         "approved",
@@ -81,7 +81,7 @@ def test_deadlines_passed_while_down_are_applied_in_order_at_start(store_url):
     wall.value += 3600  # down for an hour
     again = Maintenance.open(open_store(store_url), None, "real", 1.0, None, None, wall=wall)
     for event_id in (first.event_id, second.event_id):
-        assert again.engine.component(AzureComponent).event(event_id).status is EventStatus.COMPLETED
+        assert again.settled_engine().component(AzureComponent).event(event_id).status is EventStatus.COMPLETED
     kinds = [(entry.event_id, entry.kind, entry.at) for entry in again.store.journal() if entry.event_id]
     ordered = [(event_id, kind) for event_id, kind, _ in kinds]
     assert ordered == [
@@ -94,7 +94,7 @@ def test_deadlines_passed_while_down_are_applied_in_order_at_start(store_url):
     ]
     assert [at for *_, at in kinds] == sorted(at for *_, at in kinds)
     # 1 -> 2 (first) -> 3 (second) -> 4, 5 (starts) -> 6, 7 (completions), one step per instant
-    assert again.engine.component(AzureComponent).incarnation(first.scope) == 7
+    assert again.settled_engine().component(AzureComponent).incarnation(first.scope) == 7
     again.store.close()
 
 
@@ -133,8 +133,8 @@ def test_failed_commit_leaves_memory_as_the_database(tmp_path):
     with pytest.raises(RuntimeError):
         azure_commands.approve(service, [event.event_id], by="solo")
     del service.store.commit
-    assert service.engine.component(AzureComponent).event(event.event_id).approvals == ()
-    assert service.engine.component(AzureComponent).incarnation(event.scope) == 2
+    assert service.settled_engine().component(AzureComponent).event(event.event_id).approvals == ()
+    assert service.settled_engine().component(AzureComponent).incarnation(event.scope) == 2
 
 
 def test_listeners_hear_of_changes_and_of_rebuilds_but_not_of_commands_that_changed_nothing(store_url):
@@ -203,7 +203,7 @@ def test_an_old_version_database_is_migrated_and_keeps_its_state(store_url):
     assert _stored_version(store_url) == str(LATEST)
     [delivery] = again.store.due_deliveries(T0)
     assert (delivery.target, delivery.kind, delivery.detail) == ("http://127.0.0.1:9/hook", "webhook", None)
-    assert again.engine.component(AzureComponent).event(event.event_id).status is EventStatus.SCHEDULED
+    assert again.settled_engine().component(AzureComponent).event(event.event_id).status is EventStatus.SCHEDULED
     azure_commands.approve(again, [event.event_id], by="solo")  # and it takes writes
     again.store.close()
 
@@ -238,7 +238,7 @@ def test_a_change_with_no_writer_fails_its_commit_and_the_engine_is_rebuilt(stor
             ]
         )
     assert (
-        service.engine.component(AzureComponent).events == {}
+        service.settled_engine().component(AzureComponent).events == {}
     )  # nothing half-applied: the scheduled event was not committed
     assert [type(change) for changes in heard for change in changes] == [Rebuilt]
     service.store.close()

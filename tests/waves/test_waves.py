@@ -329,9 +329,9 @@ def test_generator_refuses_impossible_shapes(shape, message):
 def finishes_with_every_unit(service: Maintenance, wave_id: str, units: int) -> None:
     """A wave reopened after a restart runs to its end on the clock, each of its units completed once; the store is
     closed after."""
-    while service.engine.component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
+    while service.settled_engine().component(WaveRunner).wave(wave_id).status is WaveStatus.RUNNING:
         service.step_clock()
-    assert service.engine.component(WaveRunner).wave(wave_id).done == units
+    assert service.settled_engine().component(WaveRunner).wave(wave_id).done == units
     kinds = [entry.kind for entry in service.store.journal() if entry.kind.startswith("wave")]
     assert kinds[0] == "wave started" and kinds[-1] == "wave completed"
     assert kinds.count("wave unit-completed") == units
@@ -348,11 +348,11 @@ def test_a_wave_survives_a_restart_mid_way(store_url):
     service.step_clock()  # h1 Started
     service.step_clock()  # h1 completed (the freeze recovers first), ...
     service.step_clock()
-    before = service.engine.component(WaveRunner).wave(wave_id)
+    before = service.settled_engine().component(WaveRunner).wave(wave_id)
     service.store.close()
 
     again = Maintenance.open(open_store(store_url), None, "manual")
-    assert again.engine.component(WaveRunner).wave(wave_id) == before
+    assert again.settled_engine().component(WaveRunner).wave(wave_id) == before
     finishes_with_every_unit(again, wave_id, 4)
 
 
@@ -632,12 +632,12 @@ def test_a_compute_engine_wave_survives_a_restart_mid_way(store_url):
     wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
     # gpu-1 never asked: its maintenance started at once (its notice is the hour); web-1's notice is 60 s ahead.
     service.advance_clock(timedelta(minutes=59))
-    before = service.engine.component(WaveRunner).wave(wave_id)
+    before = service.settled_engine().component(WaveRunner).wave(wave_id)
     service.store.close()
 
     again = Maintenance.open(open_store(store_url), None, "manual")
-    assert again.engine.component(WaveRunner).wave(wave_id) == before
-    assert again.engine.component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
+    assert again.settled_engine().component(WaveRunner).wave(wave_id) == before
+    assert again.settled_engine().component(GcpComponent).maintenance_event("web-1") == "MIGRATE_ON_HOST_MAINTENANCE"
     finishes_with_every_unit(again, wave_id, 2)
 
 

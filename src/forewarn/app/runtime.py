@@ -225,18 +225,17 @@ class Maintenance:
         self._due_wall = float("inf")
         self._refresh_due()
 
-    @property
-    def engine(self) -> Engine:
-        """The engine as the database has it: a group commit under way is waited for (and announced) first.
-        Unavailable while the engine may hold changes the database lacks and the database is out of reach."""
+    def settled_engine(self) -> Engine:
+        """The engine as the database has it: a group commit under way is waited for (and announced) first, which
+        blocks the caller (the event loop, in a route) for what is left of its transaction. Unavailable while the
+        engine may hold changes the database lacks and the database is out of reach."""
         if self._in_flight is not None:
             self.settle()
         if self._unsettled is not None:
             self._resettle()
         return self._engine
 
-    @engine.setter
-    def engine(self, engine: Engine) -> None:
+    def _install(self, engine: Engine) -> None:
         self._engine = engine
         self.rules = engine.rules
 
@@ -296,7 +295,7 @@ class Maintenance:
         )
         if reconfigured != stored:
             service.clock = reconfigured
-            store.commit([], service.engine.now, reconfigured)
+            store.commit([], service.settled_engine().now, reconfigured)
             log.info(
                 "clock: %s, as given (--clock/--speed); the database had %s",
                 _describe_clock(reconfigured),
@@ -461,7 +460,7 @@ class Maintenance:
         """``change(engine)`` without committing it, under the commands' lock; then ``clock`` (if given) is the
         clock, and the next deadline is found again. The caller tells the listeners what they are to hear."""
         with self._lock:
-            made = change(self.engine)
+            made = change(self.settled_engine())
             if clock is not None:
                 self.clock = clock
             self._refresh_due()
@@ -471,7 +470,7 @@ class Maintenance:
         """Serve ``engine`` and ``clock`` from now on (built elsewhere from what the database holds); the listeners
         hear ``told`` (a ``Rebuilt``), so that whatever was derived from the old engine is dropped."""
         with self._lock:
-            self.engine = engine
+            self._install(engine)
             self.clock = clock
             self._refresh_due()
         self.tell([told])
@@ -533,10 +532,10 @@ class Maintenance:
             return []
         now = self.clock.now(self.wall())
         with self._lock:
-            due = self.engine.next_deadline()
+            due = self.settled_engine().next_deadline()
             if due is None or now < due:
-                if now > self.engine.now:
-                    self.engine.advance(now)
+                if now > self.settled_engine().now:
+                    self.settled_engine().advance(now)
                 return []
         return self._run(lambda engine: engine.advance(max(now, engine.now)))
 
@@ -750,7 +749,7 @@ class Maintenance:
         return self._enqueue(None, None, _to_next_deadline)
 
     def _move_now(self, move: ClockMove) -> list[Change]:
-        clock, to = move(self.clock, self.engine, self.wall())
+        clock, to = move(self.clock, self.settled_engine(), self.wall())
         return self._run(_advance(to), clock, _check_advance(to))
 
     def reset(self) -> None:
@@ -768,7 +767,7 @@ class Maintenance:
                 state = _stored(self.store)
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error
-            self.engine = self.engine_from(state, self._engine.rules, self._engine.fleet)
+            self._install(self.engine_from(state, self._engine.rules, self._engine.fleet))
             self.clock = clock
             self._unsettled = None
             self._refresh_due()
@@ -776,7 +775,7 @@ class Maintenance:
         self._deliveries_changed()
 
     def clock_view(self) -> ClockView:
-        return ClockView(self.clock.mode, self.clock.speed, self.now(), self.engine.next_deadline())
+        return ClockView(self.clock.mode, self.clock.speed, self.now(), self.settled_engine().next_deadline())
 
 
 def _advance(to: datetime) -> Command:

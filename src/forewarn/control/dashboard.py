@@ -119,7 +119,7 @@ class FleetRead:
         )
 
     def body(self, service: Maintenance) -> str:
-        engine = service.engine
+        engine = service.settled_engine()
         # A cloud's machines can change while serving (an Auto Scaling replacement adds an instance).
         key = (id(engine.fleet), tuple(panel.machine_count(engine) for panel in panels()))
         if key != self._key:
@@ -159,7 +159,7 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
     """One committed batch as the page needs it: touched events, waves and machines' new states, and the clock."""
     if isinstance(changes[0], Rebuilt):
         return {"resync": True, "reason": changes[0].cause, "clock": clock_json(service)}
-    engine = service.engine
+    engine = service.settled_engine()
     touched, waves = touched_by(changes)
     if (
         sum(len(part.events) for part in touched) > MAX_ITEMS_PER_MESSAGE

@@ -140,7 +140,7 @@ def waves_router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     def outcome(changes: list[Change], wave_id: str) -> WaveOutcome:
-        wave = service.engine.component(WaveRunner).wave(wave_id)
+        wave = service.settled_engine().component(WaveRunner).wave(wave_id)
         scheduled, canceled = units_named(wave.spec.cloud).scheduled_and_canceled(changes)
         return WaveOutcome(wave=WaveOut.of(wave), scheduled=scheduled, canceled=canceled)
 
@@ -157,13 +157,15 @@ def waves_router(service: Maintenance) -> APIRouter:
     @router.get("/v1/waves", tags=["waves"], response_model=list[WaveOut])
     async def list_waves():
         service.catch_up()
-        waves = sorted(service.engine.component(WaveRunner).waves.values(), key=lambda w: _wave_order(w.wave_id))
+        waves = sorted(
+            service.settled_engine().component(WaveRunner).waves.values(), key=lambda w: _wave_order(w.wave_id)
+        )
         return [WaveOut.of(wave) for wave in waves]
 
     @router.get("/v1/waves/{wave_id}", tags=["waves"], response_model=WaveOut, responses=ERRORS)
     async def get_wave(wave_id: str):
         service.catch_up()
-        return WaveOut.of(service.engine.component(WaveRunner).wave(wave_id))
+        return WaveOut.of(service.settled_engine().component(WaveRunner).wave(wave_id))
 
     @router.post("/v1/waves/{wave_id}/cancel", tags=["waves"], response_model=WaveOutcome, responses=ERRORS)
     async def cancel_wave(wave_id: str):

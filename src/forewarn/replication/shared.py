@@ -181,9 +181,8 @@ class SharedService:
     def store(self) -> SQLStore:
         return self.runtime.store
 
-    @property
-    def engine(self) -> Engine:
-        return self.runtime.engine
+    def settled_engine(self) -> Engine:
+        return self.runtime.settled_engine()
 
     @property
     def clock(self) -> Clock:
@@ -239,7 +238,7 @@ class SharedService:
     # -------------------------------------------------------------------------------------------- replica
     def engine_of(self, state: StoredState) -> Engine:
         """An engine over a state the leader committed (built off the event loop: the costly part of a refresh)."""
-        return Maintenance.engine_from(state, self.engine.rules, self.engine.fleet)
+        return Maintenance.engine_from(state, self.settled_engine().rules, self.settled_engine().fleet)
 
     def replace(self, engine: Engine, state: StoredState) -> None:
         """A replica takes a whole state the leader committed (called on the event loop, so no request sees half of
@@ -297,6 +296,6 @@ class SharedService:
             raise Unavailable("the database holds no fleet")
         self.following.forget()
         self.runtime.role = self.leading
-        engine = Maintenance.engine_from(state, self.engine.rules, self.engine.fleet)
+        engine = Maintenance.engine_from(state, self.settled_engine().rules, self.settled_engine().fleet)
         self.runtime.adopt(engine, state.clock.within_bounds()[0], Rebuilt("became the leader"))
         self.catch_up()

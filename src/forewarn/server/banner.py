@@ -25,7 +25,7 @@ def describe(service: Maintenance, listeners: Listeners, servings: Sequence[Serv
     own endpoints, and each cloud's closing lines."""
     control = f"http://{listeners.control[0]}:{listeners.control[1]}"
     parts: list[Banner] = [serving.banner(service, listening) for serving in servings]
-    fleet, clock = service.engine.fleet, service.clock
+    fleet, clock = service.settled_engine().fleet, service.clock
     lines = [
         f"forewarn serving {in_words([part.fleet for part in parts])} on {counted(len(fleet.hosts), 'host')}, "
         f"store {service.store.description}, clock {clock.mode}"

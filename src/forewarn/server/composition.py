@@ -162,7 +162,7 @@ def build(service: Maintenance, listeners: Listeners, clouds: Sequence[Served], 
     """The surfaces and their bound sockets (server/listeners.py's :func:`bind` says which)."""
     machines = [machine for served in clouds for machine in served.serving.machines(service)]
     bound = bind(listeners, machines)
-    resolver = CallerResolver(service.engine.fleet, shared_ports={listeners.imds[1]})
+    resolver = CallerResolver(service.settled_engine().fleet, shared_ports={listeners.imds[1]})
     if listeners.hosts is not None:
         resolver.serve_hosts(listeners.hosts, host_now(service, clouds))
     settings = {served.cloud.name: served.serving.metadata_settings() for served in clouds}

@@ -80,7 +80,7 @@ class AutoScalingApi:
 
     @property
     def component(self) -> Ec2Component:
-        return self.service.engine.component(Ec2Component)
+        return self.service.settled_engine().component(Ec2Component)
 
     async def call(self, params: Mapping[str, str], request_id: str) -> Response:
         action = params.get("Action") or ""

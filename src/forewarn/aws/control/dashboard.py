@@ -89,7 +89,7 @@ class Ec2Panel:
             its scheduled events: ``/latest/meta-data/events/maintenance/scheduled``; a path it does not have: its
             404 page)."""
             service.catch_up()
-            service.engine.component(Ec2Component).ec2_instance(instance_id)
+            service.settled_engine().component(Ec2Component).ec2_instance(instance_id)
             if not path.startswith("/"):
                 raise Invalid(f"path must start with '/': {path!r}")
             status, body, content_type = views.ec2_metadata(instance_id, path)
@@ -100,7 +100,7 @@ class Ec2Panel:
             """The instance's item of DescribeInstanceStatus now (with IncludeAllInstances), as the EC2 API
             renders it: XML."""
             service.catch_up()
-            service.engine.component(Ec2Component).ec2_instance(instance_id)
+            service.settled_engine().component(Ec2Component).ec2_instance(instance_id)
             return Response(views.ec2_status(instance_id), media_type="text/xml")
 
         return router

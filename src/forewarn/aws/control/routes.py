@@ -106,7 +106,7 @@ def router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     def instance_out(instance_id: str) -> InstanceOut:
-        engine = service.engine
+        engine = service.settled_engine()
         record, state = (
             engine.component(Ec2Component).ec2_instances[instance_id],
             engine.component(Ec2Component).ec2_states[instance_id],
@@ -141,18 +141,18 @@ def router(service: Maintenance) -> APIRouter:
     @router.get("/v1/ec2/instances", tags=["ec2"], response_model=list[InstanceOut])
     async def instances():
         service.catch_up()
-        return [instance_out(iid) for iid in service.engine.component(Ec2Component).ec2_instances]
+        return [instance_out(iid) for iid in service.settled_engine().component(Ec2Component).ec2_instances]
 
     @router.get("/v1/ec2/instances/{instance_id}", tags=["ec2"], response_model=InstanceOut, responses=ERRORS)
     async def instance(instance_id: str):
         service.catch_up()
-        service.engine.component(Ec2Component).ec2_instance(instance_id)
+        service.settled_engine().component(Ec2Component).ec2_instance(instance_id)
         return instance_out(instance_id)
 
     @router.get("/v1/ec2/events", tags=["ec2"], response_model=list[Ec2EventOut])
     async def events(all: bool = Query(False, description="include completed and canceled events")):
         service.catch_up()
-        found = sorted(service.engine.component(Ec2Component).ec2_events.values(), key=lambda e: e.seq)
+        found = sorted(service.settled_engine().component(Ec2Component).ec2_events.values(), key=lambda e: e.seq)
         return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
 
     @router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)
@@ -175,17 +175,17 @@ def router(service: Maintenance) -> APIRouter:
     @router.post("/v1/ec2/events/{event_id}/cancel", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
     async def cancel(event_id: str):
         await service.perform_soon(lambda engine: engine.component(Ec2Component).cancel_ec2(event_id))
-        return Ec2EventOut.of(service.engine.component(Ec2Component).ec2_event(event_id))
+        return Ec2EventOut.of(service.settled_engine().component(Ec2Component).ec2_event(event_id))
 
     @router.post("/v1/ec2/events/{event_id}/reschedule", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
     async def reschedule(event_id: str, body: RescheduleIn):
         """What ModifyInstanceEventStartTime does, with the same rules."""
-        event = service.engine.component(Ec2Component).ec2_event(event_id)
+        event = service.settled_engine().component(Ec2Component).ec2_event(event_id)
         when = parse_time(body.not_before)
         await service.perform_soon(
             lambda engine: engine.component(Ec2Component).reschedule_ec2(event.instance_id, event_id, when)
         )
-        return Ec2EventOut.of(service.engine.component(Ec2Component).ec2_event(event_id))
+        return Ec2EventOut.of(service.settled_engine().component(Ec2Component).ec2_event(event_id))
 
     @router.post("/v1/ec2/instances/{instance_id}/start", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
     async def start(instance_id: str):

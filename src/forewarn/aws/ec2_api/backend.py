@@ -41,7 +41,7 @@ class Ec2Backend:
 
     @property
     def _engine(self) -> Engine:
-        return self.service.engine  # a property: the service rebuilds its engine (a restored snapshot, say)
+        return self.service.settled_engine()  # a property: the service rebuilds its engine (a restored snapshot, say)
 
     # ------------------------------------------------------------------------------------------------ clock
     def catch_up(self) -> None:

@@ -75,7 +75,7 @@ class EventsApi:
 
     @property
     def bus(self) -> EventBus:
-        return self.service.engine.component(Ec2Component).bus
+        return self.service.settled_engine().component(Ec2Component).bus
 
     async def perform(self, command: Callable[[EventBus], list[Change]]) -> list[Change]:
         return await self.service.perform_soon(lambda engine: command(engine.component(Ec2Component).bus))
@@ -110,7 +110,7 @@ class EventsApi:
             raise _validation("Parameter(s) EventPattern or ScheduleExpression must be specified.")
         pattern = _pattern(text)
         self.service.catch_up()
-        component = self.service.engine.component(Ec2Component)
+        component = self.service.settled_engine().component(Ec2Component)
         account = next((i.account_id for i in component.ec2_instances.values()), DEFAULT_ACCOUNT)
         rule = Rule(
             name=name,

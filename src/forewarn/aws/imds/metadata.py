@@ -280,7 +280,7 @@ class Ec2Imds:
         return machine if machine.__class__ is Ec2Instance else None
 
     def _is_down(self, instance_id: str) -> bool:
-        state = self.service.engine.component(Ec2Component).ec2_states.get(instance_id)
+        state = self.service.settled_engine().component(Ec2Component).ec2_states.get(instance_id)
         return state is not None and (state.state is not InstanceState.RUNNING or state.impacted_by is not None)
 
     # ------------------------------------------------------------------------------------------------ IMDSv2
@@ -386,7 +386,7 @@ class Ec2Imds:
             per_version = self._trees[instance_id] = {}
         found = per_version.get(version)
         if found is None:
-            engine = self.service.engine
+            engine = self.service.settled_engine()
             instance = engine.component(Ec2Component).ec2_instances[instance_id]
             state = engine.component(Ec2Component).ec2_states[instance_id]
             found = {}
@@ -407,7 +407,7 @@ class Ec2Imds:
         def scheduled() -> str:
             active = [
                 e
-                for e in service.engine.component(Ec2Component).ec2_events_of(instance_id)
+                for e in service.settled_engine().component(Ec2Component).ec2_events_of(instance_id)
                 if e.state is Ec2EventState.ACTIVE
             ]
             return render_events(active, deadline)
@@ -415,7 +415,7 @@ class Ec2Imds:
         def history() -> str:
             ended = [
                 e
-                for e in service.engine.component(Ec2Component).ec2_events_of(instance_id)
+                for e in service.settled_engine().component(Ec2Component).ec2_events_of(instance_id)
                 if e.state is not Ec2EventState.ACTIVE
             ]
             return render_events(ended, deadline)

@@ -81,16 +81,16 @@ class AwsServing(Serving):
         return {} if address is None else {"ec2_url": own_url(address)}
 
     def machines(self, service: Maintenance) -> Sequence[Ec2Instance]:
-        return list(ec2_fleet(service.engine.fleet).instances.values())
+        return list(ec2_fleet(service.settled_engine().fleet).instances.values())
 
     def current_host(self, service: Maintenance, machine: Any) -> str | None:
         if not isinstance(machine, Ec2Instance):
             return None
-        state = service.engine.component(Ec2Component).ec2_states.get(machine.instance_id)
+        state = service.settled_engine().component(Ec2Component).ec2_states.get(machine.instance_id)
         return machine.host if state is None else state.host
 
     def banner(self, service: Maintenance, listening: Listening) -> Banner:
-        fleet = service.engine.fleet
+        fleet = service.settled_engine().fleet
         count = len(ec2_fleet(fleet).instances)
         surfaces = []
         api = listening.apis.get(EC2_API)

@@ -189,7 +189,7 @@ class SqsApi:
 
     @property
     def queues(self) -> Queues:
-        return self.service.engine.component(Ec2Component).queues
+        return self.service.settled_engine().component(Ec2Component).queues
 
     async def run(self, action: str, call: Call) -> dict[str, Any]:
         handler = self.actions.get(action)
@@ -226,7 +226,7 @@ class SqsApi:
         return {"QueueUrl": self.url(call, self.queues.queue(name))}
 
     def account(self) -> str:
-        instances = self.service.engine.component(Ec2Component).ec2_instances
+        instances = self.service.settled_engine().component(Ec2Component).ec2_instances
         return next((instance.account_id for instance in instances.values()), DEFAULT_ACCOUNT)
 
     async def get_queue_url(self, call: Call) -> dict[str, Any]:

@@ -131,7 +131,7 @@ class Operations:
 
     def accepted(self, request: Request, api: ApiVersion, sub: str, location: str, operation: Operation) -> Response:
         """``202 Accepted`` with the operation's two URLs."""
-        url = _operation_url(request, sub, location, operation.encode(self.service.engine.seed))
+        url = _operation_url(request, sub, location, operation.encode(self.service.settled_engine().seed))
         version = quote(api.text, safe="")
         return Response(
             status_code=202,
@@ -146,7 +146,7 @@ class Operations:
         """``GET .../locations/{location}/operations/{id}``: the Azure-AsyncOperation body, or with ``monitor=true``
         the Location protocol."""
         self.service.catch_up()
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         operation = Operation.decode(engine.seed, operation_id)
         events = []
         if operation is not None:

@@ -153,12 +153,12 @@ class ComputeResources:
         """Built on the first ARM request: a server whose ARM port is never called does not hold it (a million-VM
         fleet's indexes are tens of megabytes)."""
         if self._fleet is None:
-            self._fleet = ComputeFleet(azure_fleet(self.service.engine.fleet).vms.values())
+            self._fleet = ComputeFleet(azure_fleet(self.service.settled_engine().fleet).vms.values())
         return self._fleet
 
     @property
     def engine(self) -> Engine:
-        return self.service.engine
+        return self.service.settled_engine()
 
     def catch_up(self) -> None:
         self.service.catch_up()

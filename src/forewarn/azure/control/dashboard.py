@@ -97,7 +97,7 @@ class AzurePanel:
         async def central(event_id: str) -> dict:
             """The event's row in Resource Graph's maintenanceresources as it is now (null when its VMs' policy does
             not publish centrally, or the ARM port is off)."""
-            event_id = service.engine.component(AzureComponent).resolve_event_id(event_id)
+            event_id = service.settled_engine().component(AzureComponent).resolve_event_id(event_id)
             row = views.central_row(event_id) if views.central_row is not None else None
             return {"event_id": event_id, "resource_graph": row}
 

@@ -60,7 +60,7 @@ class ApproveIn(BaseModel):
 
 def azure(service: Maintenance) -> AzureComponent:
     """The Azure component of the service's engine as the database has it."""
-    return service.engine.component(AzureComponent)
+    return service.settled_engine().component(AzureComponent)
 
 
 def _event_change(change: EventChanged) -> ChangeOut:
@@ -153,7 +153,7 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
 
     @router.get("/v1/fleet", tags=["fleet"])
     async def fleet():
-        engine = service.engine
+        engine = service.settled_engine()
         return {
             "default_vm": engine.fleet.default_vm,
             "hosts": [
@@ -196,7 +196,7 @@ def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
         @router.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
         async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
             """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
-            vm = azure_fleet(service.engine.fleet).vm(name)
+            vm = azure_fleet(service.settled_engine().fleet).vm(name)
             if api_version not in SCHEDULED_EVENTS_VERSIONS:
                 raise Invalid(
                     f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}"

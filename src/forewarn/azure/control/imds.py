@@ -51,7 +51,7 @@ def router(imds: AzureImds) -> APIRouter:
     @router.get("/v1/imds/settings", tags=["imds"])
     async def settings():
         """The endpoint's behaviour: the profile's settings after the command line's overrides."""
-        rules = imds.service.engine.rules.of(AzureRules)
+        rules = imds.service.settled_engine().rules.of(AzureRules)
         return {
             **asdict(imds.settings),
             "enabling_required": rules.enabling_required,

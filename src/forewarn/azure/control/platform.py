@@ -39,8 +39,8 @@ class VmOut(BaseModel):
 
     @classmethod
     def of(cls, state: VmState, service: Maintenance) -> VmOut:
-        vm = azure_fleet(service.engine.fleet).vms[state.name]
-        policy = service.engine.component(AzureComponent).policies[vm.policy_owner]
+        vm = azure_fleet(service.settled_engine().fleet).vms[state.name]
+        policy = service.settled_engine().component(AzureComponent).policies[vm.policy_owner]
         return cls(
             name=state.name,
             power=state.power.value,
@@ -158,13 +158,15 @@ def router(service: Maintenance) -> APIRouter:
     async def list_vms():
         """Every VM's running state: power, host, boot time, disks and memory generations, model version."""
         service.catch_up()
-        return [VmOut.of(state, service) for state in service.engine.component(AzureComponent).vm_states.values()]
+        return [
+            VmOut.of(state, service) for state in service.settled_engine().component(AzureComponent).vm_states.values()
+        ]
 
     @router.get("/v1/vms/{name}", tags=["vms"], response_model=VmOut, responses=ERRORS)
     async def get_vm(name: str):
         service.catch_up()
-        vm = azure_fleet(service.engine.fleet).vm(name)
-        return VmOut.of(service.engine.component(AzureComponent).vm_states[vm.name], service)
+        vm = azure_fleet(service.settled_engine().fleet).vm(name)
+        return VmOut.of(service.settled_engine().component(AzureComponent).vm_states[vm.name], service)
 
     def user_operation(action: str):
         async def run(body: VmsIn) -> OutcomeOut:
@@ -201,7 +203,7 @@ def router(service: Maintenance) -> APIRouter:
 
     @router.get("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
     async def get_policy(owner: str):
-        return PolicyOut.of(service.engine.component(AzureComponent).policy(owner))
+        return PolicyOut.of(service.settled_engine().component(AzureComponent).policy(owner))
 
     @router.patch("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
     async def update_policy(owner: str, body: PolicyIn):
@@ -214,7 +216,7 @@ def router(service: Maintenance) -> APIRouter:
                 owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central
             )
         )
-        return PolicyOut.of(service.engine.component(AzureComponent).policy(owner))
+        return PolicyOut.of(service.settled_engine().component(AzureComponent).policy(owner))
 
     @router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
     async def scale_in(name: str, body: CountIn):

@@ -303,7 +303,7 @@ class EventGridArm:
         code = call.request.query_params.get("id", "")
         token = call.request.query_params.get("token", "")
         subscription = self.registry.awaiting(code) if code else None
-        seed = self.eventgrid.service.engine.seed
+        seed = self.eventgrid.service.settled_engine().seed
         if (
             subscription is None
             or subscription.name.lower() != lower[2]

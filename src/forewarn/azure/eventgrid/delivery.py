@@ -432,7 +432,9 @@ class EventGridDelivery:
         the name is derived from the deliveries, so a write repeated after a crash replaces the same file."""
         assert subscription.dead_letter is not None
         moment = now.astimezone(UTC)
-        guid = derived_guid(self.service.engine.seed, "deadletter", *(d.delivery_id for d in deliveries)).lower()
+        guid = derived_guid(
+            self.service.settled_engine().seed, "deadletter", *(d.delivery_id for d in deliveries)
+        ).lower()
         return (
             self.settings.dead_letter_dir
             / subscription.dead_letter.container

@@ -70,7 +70,7 @@ class EventGrid:
         """The fleet's spelling of an Azure subscription id, or None if no VM of the fleet is in it."""
         if self._azure_subscriptions is None:  # the fleet never changes while serving
             self._azure_subscriptions = {}
-            for vm in azure_fleet(self.attached.engine.fleet).vms.values():
+            for vm in azure_fleet(self.attached.settled_engine().fleet).vms.values():
                 self._azure_subscriptions.setdefault(vm.subscription_id.lower(), vm.subscription_id)
         return self._azure_subscriptions.get(text.lower())
 
@@ -166,7 +166,7 @@ class EventGrid:
         outcome = await validate(
             subscription,
             topic,
-            seed=self.attached.engine.seed,
+            seed=self.attached.settled_engine().seed,
             now=now,
             public_base=public_base,
             timeout=self.settings.handshake_timeout,

@@ -196,7 +196,7 @@ class AzureImds:
                 # what the database holds, even while a group commit is under way (reading the engine would wait
                 # for that commit, and hold every request on the loop behind its fsync).
                 return found
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         if per_scope is None:
             if engine.component(AzureComponent).live_events(scope):
                 per_scope = {}
@@ -292,7 +292,7 @@ class AzureImds:
         settings = self.settings
         if (
             settings.while_down == "drop"
-            and self.service.engine.component(AzureComponent).vm_states.power(vm.name) not in _ANSWERING
+            and self.service.settled_engine().component(AzureComponent).vm_states.power(vm.name) not in _ANSWERING
         ):
             raise _Refused((DROP, b"", JSON, ()))
         if settings.rate_limit > 0:
@@ -331,7 +331,7 @@ class AzureImds:
     # --------------------------------------------------------------------------------------- fault injection
     def inject(self, status: int, vms: list[str], requests: int | None, until: datetime | None, delay: float) -> Fault:
         for name in vms:
-            azure_fleet(self.service.engine.fleet).vm(name)  # unknown names are refused
+            azure_fleet(self.service.settled_engine().fleet).vm(name)  # unknown names are refused
         if status not in (0, 410, 429, 500):
             raise Invalid(f"faults answer 410, 429 or 500 (or 0 with a delay), not {status}")
         if status == 0 and delay <= 0:
@@ -355,7 +355,7 @@ class AzureImds:
         vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
         first_call = False
         if self.service.rules.of(AzureRules).enabling_required:
-            first_call = not self.service.engine.component(AzureComponent).is_enabled(vm.scope)
+            first_call = not self.service.settled_engine().component(AzureComponent).is_enabled(vm.scope)
             azure_commands.request_seen(self.service, vm.scope)
         delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
         if delay > 0:

@@ -63,7 +63,9 @@ class MaintenanceApi:
     def _owners(self) -> dict[str, str]:
         """Policy owners by their lowered key: ARM matches names case-insensitively."""
         if self._lowered is None:
-            self._lowered = {owner.lower(): owner for owner in azure_fleet(self.service.engine.fleet).vms_by_owner}
+            self._lowered = {
+                owner.lower(): owner for owner in azure_fleet(self.service.settled_engine().fleet).vms_by_owner
+            }
         return self._lowered
 
     async def handle(self, call: ManagementCall) -> Response:
@@ -102,7 +104,7 @@ class MaintenanceApi:
 
     def _event(self, owner: str, event_id: str) -> Event:
         found = (
-            self.service.engine.component(AzureComponent).events.get(event_id.upper())
+            self.service.settled_engine().component(AzureComponent).events.get(event_id.upper())
             if _GUID.match(event_id)
             else None
         )
@@ -113,7 +115,7 @@ class MaintenanceApi:
     def _belongs(self, event: Event, owner: str) -> bool:
         if owner.startswith("member:"):
             return owner.removeprefix("member:") in event.resources
-        return azure_fleet(self.service.engine.fleet).vms[event.resources[0]].policy_owner == owner
+        return azure_fleet(self.service.settled_engine().fleet).vms[event.resources[0]].policy_owner == owner
 
     async def _acknowledge_one(self, call: ManagementCall, owner: str, event_id: str) -> Response:
         event = self._event(owner, event_id)
@@ -177,7 +179,7 @@ class MaintenanceApi:
         if key in self._owners:
             return self._owners[key]
         if kind == "vm":  # a VM of a set: its events belong to the set, and name it in Resources
-            vm = azure_fleet(self.service.engine.fleet).vms.get(segments[7])
+            vm = azure_fleet(self.service.settled_engine().fleet).vms.get(segments[7])
             if (
                 vm is not None
                 and vm.subscription_id.lower() == segments[1].lower()

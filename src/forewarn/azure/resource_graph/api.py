@@ -101,7 +101,7 @@ class ResourceGraphApi:
         self._table_lock = threading.Lock()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resource-graph-writer")
         self._written: Future | None = None  # the last write queued: a query waits for it
-        self._load(service.engine)
+        self._load(service.settled_engine())
         service.subscribe(self._on_change)
 
     # ----------------------------------------------------------------------------------------------- read model
@@ -168,7 +168,7 @@ class ResourceGraphApi:
     def row_of(self, event_id: str) -> dict | None:
         """The maintenanceresources row of an event as it is now (None: the event is not published centrally). A
         query sees it once the configured lag is over."""
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         event = engine.component(AzureComponent).events.get(event_id)
         return None if event is None or not event.central else self._row(engine, event)
 
@@ -180,7 +180,7 @@ class ResourceGraphApi:
             self._write(self._replace_table, rows, engine.now)
 
     def _on_change(self, changes) -> None:
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         if isinstance(changes[0], Rebuilt):
             # the service rebuilt its engine from the database (or was reset): what it holds is the truth
             self._purged_at = None  # a reset moves the clock back

@@ -136,16 +136,16 @@ class AzureServing(Serving):
         self.event_grid.start_validating(f"http://{arm[0]}:{arm[1]}" if arm else None)
 
     def machines(self, service: Maintenance) -> Sequence[VM]:
-        return list(azure_fleet(service.engine.fleet).vms.values())
+        return list(azure_fleet(service.settled_engine().fleet).vms.values())
 
     def current_host(self, service: Maintenance, machine: Any) -> str | None:
         if not isinstance(machine, VM):
             return None
-        state = service.engine.component(AzureComponent).vm_states.get(machine.name)
+        state = service.settled_engine().component(AzureComponent).vm_states.get(machine.name)
         return machine.host if state is None else state.host
 
     def banner(self, service: Maintenance, listening: Listening) -> Banner:
-        fleet = service.engine.fleet
+        fleet = service.settled_engine().fleet
         imds = f"http://{listening.metadata[0]}:{listening.metadata[1]}"
         surfaces = []
         arm = listening.apis.get(ARM)

@@ -74,7 +74,7 @@ class ComputeApi:
 
     # ------------------------------------------------------------------------------------------ resources
     def instance_json(self, instance: GceInstance) -> dict[str, Any]:
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         state = engine.component(GcpComponent).gce_states[instance.name]
         zone_link = f"https://www.googleapis.com/compute/v1/projects/{instance.project}/zones/{instance.zone}"
         scheduling: dict[str, Any] = {
@@ -115,12 +115,12 @@ class ComputeApi:
         return body
 
     def _instance(self, project: str, zone: str, name: str) -> GceInstance:
-        found = gce_fleet(self.service.engine.fleet).instances.get(name)
+        found = gce_fleet(self.service.settled_engine().fleet).instances.get(name)
         if (
             found is None
             or found.project != project
             or found.zone != zone
-            or self.service.engine.component(GcpComponent).gce_states[name].deleted
+            or self.service.settled_engine().component(GcpComponent).gce_states[name].deleted
         ):
             raise ApiError(
                 404, "notFound", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' was not found"
@@ -185,10 +185,10 @@ class ComputeApi:
         if not rest and method == "GET":
             items = [
                 self.instance_json(i)
-                for i in gce_fleet(service.engine.fleet).instances.values()
+                for i in gce_fleet(service.settled_engine().fleet).instances.values()
                 if i.project == project
                 and i.zone == zone
-                and not service.engine.component(GcpComponent).gce_states[i.name].deleted
+                and not service.settled_engine().component(GcpComponent).gce_states[i.name].deleted
             ]
             return _json(
                 {
@@ -228,7 +228,7 @@ class ComputeApi:
         raise ApiError(404, "notFound", f"The requested URL {path} was not found on this server.")
 
     def aggregated(self, project: str) -> dict[str, Any]:
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         scoped: dict[str, list[dict[str, Any]]] = {}
         for instance in gce_fleet(engine.fleet).instances.values():
             if instance.project == project and not engine.component(GcpComponent).gce_states[instance.name].deleted:

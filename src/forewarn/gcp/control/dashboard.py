@@ -101,7 +101,7 @@ class GcePanel:
             does not have: its 404 page). Reading it here does not count as the instance asking for maintenance-event:
             it does not earn the instance the maintenance-event notice."""
             service.catch_up()
-            service.engine.component(GcpComponent).gce_instance(name)
+            service.settled_engine().component(GcpComponent).gce_instance(name)
             if not path.startswith("/"):
                 raise Invalid(f"path must start with '/': {path!r}")
             if views.gce_metadata is None:

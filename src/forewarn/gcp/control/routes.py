@@ -126,7 +126,7 @@ def router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
     def instance_out(name: str) -> GceInstanceOut:
-        engine = service.engine
+        engine = service.settled_engine()
         record, state = (
             engine.component(GcpComponent).gce_instance(name),
             engine.component(GcpComponent).gce_states[name],
@@ -165,7 +165,7 @@ def router(service: Maintenance) -> APIRouter:
     @router.get("/v1/gce/instances", tags=["gce"], response_model=list[GceInstanceOut])
     async def instances():
         service.catch_up()
-        return [instance_out(name) for name in gce_fleet(service.engine.fleet).instances]
+        return [instance_out(name) for name in gce_fleet(service.settled_engine().fleet).instances]
 
     @router.get("/v1/gce/instances/{name}", tags=["gce"], response_model=GceInstanceOut, responses=ERRORS)
     async def instance(name: str):
@@ -180,7 +180,7 @@ def router(service: Maintenance) -> APIRouter:
     @router.get("/v1/gce/maintenance", tags=["gce"], response_model=list[GceEventOut])
     async def events(all: bool = Query(False, description="include completed and canceled maintenance")):
         service.catch_up()
-        found = sorted(service.engine.component(GcpComponent).gce_events.values(), key=lambda e: e.seq)
+        found = sorted(service.settled_engine().component(GcpComponent).gce_events.values(), key=lambda e: e.seq)
         return [GceEventOut.of(e) for e in found if all or e.live]
 
     @router.post(
@@ -207,7 +207,7 @@ def router(service: Maintenance) -> APIRouter:
     @router.post("/v1/gce/maintenance/{event_id}/cancel", tags=["gce"], response_model=GceEventOut, responses=ERRORS)
     async def cancel(event_id: str):
         await service.perform_soon(lambda engine: engine.component(GcpComponent).cancel_gce(event_id))
-        return GceEventOut.of(service.engine.component(GcpComponent).gce_event(event_id))
+        return GceEventOut.of(service.settled_engine().component(GcpComponent).gce_event(event_id))
 
     @router.post(
         "/v1/gce/instances/{name}/simulate-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
@@ -260,7 +260,7 @@ def router(service: Maintenance) -> APIRouter:
     async def watch(name: str):
         """As if the instance read maintenance-event: its next maintenance gets the notice (a scenario's
         watcher, without a metadata client)."""
-        service.engine.component(GcpComponent).gce_instance(name)
+        service.settled_engine().component(GcpComponent).gce_instance(name)
         return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).watch(name)))
 
     @router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)

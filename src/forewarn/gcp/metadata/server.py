@@ -164,7 +164,7 @@ class GceMetadata:
 
     # ------------------------------------------------------------------------------------------ read model
     def tree(self, instance: GceInstance) -> Tree:
-        engine = self.service.engine
+        engine = self.service.settled_engine()
         state = engine.component(GcpComponent).gce_states[instance.name]
         project_number = str(int(hashlib.blake2b(instance.project.encode(), digest_size=5).hexdigest(), 16))
         node: Tree = {
@@ -253,7 +253,7 @@ class GceMetadata:
             self._expire(self.service.now())
 
     def _wake(self, name: str) -> None:
-        instance = gce_fleet(self.service.engine.fleet).instances[name]
+        instance = gce_fleet(self.service.settled_engine().fleet).instances[name]
         for waiter in list(self._waiters.get(name, ())):
             answer = self.answer(instance, *waiter.key)
             if etag_of(answer) != waiter.last:
@@ -274,7 +274,7 @@ class GceMetadata:
         while heap and (heap[0][0] <= now or heap[0][2].deferred.done):
             _, _, waiter = heapq.heappop(heap)
             if not waiter.deferred.done:
-                instance = gce_fleet(self.service.engine.fleet).instances[waiter.instance]
+                instance = gce_fleet(self.service.settled_engine().fleet).instances[waiter.instance]
                 self._finish(waiter, self.answer(instance, *waiter.key))
         self._arm_timer()
 
@@ -339,7 +339,10 @@ class GceMetadata:
             except Unavailable as error:
                 log.error("applying a due deadline failed: %s", error)
         name = instance.name
-        if path.endswith("/maintenance-event") and not service.engine.component(GcpComponent).gce_states[name].watched:
+        if (
+            path.endswith("/maintenance-event")
+            and not service.settled_engine().component(GcpComponent).gce_states[name].watched
+        ):
             try:
                 service.perform(lambda engine: engine.component(GcpComponent).watch(name))
             except Unavailable:
@@ -373,7 +376,7 @@ class GceMetadata:
         """The answer a plain GET of ``target`` (a path, with ``recursive`` and ``alt`` if it has a query) with
         ``Metadata-Flavor: Google`` gets from instance ``name`` now: the control API's view of it. Unlike the
         instance's own read, it does not count as the instance asking for maintenance-event, and never waits."""
-        instance = self.service.engine.component(GcpComponent).gce_instance(name)
+        instance = self.service.settled_engine().component(GcpComponent).gce_instance(name)
         path, _, query_text = target.partition("?")
         if not path.startswith(ROOT):
             return _outside_root(path)

@@ -52,16 +52,16 @@ class GcpServing(Serving):
         return {"gce_metadata": metadata_answer(surface)}
 
     def machines(self, service: Maintenance) -> Sequence[GceInstance]:
-        return list(gce_fleet(service.engine.fleet).instances.values())
+        return list(gce_fleet(service.settled_engine().fleet).instances.values())
 
     def current_host(self, service: Maintenance, machine: Any) -> str | None:
         if not isinstance(machine, GceInstance):
             return None
-        state = service.engine.component(GcpComponent).gce_states.get(machine.name)
+        state = service.settled_engine().component(GcpComponent).gce_states.get(machine.name)
         return machine.host if state is None else state.host
 
     def banner(self, service: Maintenance, listening: Listening) -> Banner:
-        fleet = service.engine.fleet
+        fleet = service.settled_engine().fleet
         count = len(gce_fleet(fleet).instances)
         surfaces = []
         api = listening.apis.get(GCE_API)

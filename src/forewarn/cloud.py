@@ -318,7 +318,8 @@ class Cloud(ComponentSource, Protocol):
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         """The cloud's routes in forewarn's control API (``metadata``: each cloud's metadata surface, by cloud
-        name, where the server runs one)."""
+        name, where the server runs one). Routes declared once, at module level, reach the service and the surfaces
+        of the app that answers through the dependencies of ``forewarn.control.service``."""
         ...
 
     def metadata_surface(

@@ -29,6 +29,7 @@ from forewarn.control.models import (
     changes_out,
 )
 from forewarn.control.scenario_runs import ScenarioRuns, scenarios_router
+from forewarn.control.service import attach
 from forewarn.control.waves import waves_router
 from forewarn.core.clock import MANUAL, REAL
 from forewarn.core.durations import parse_duration
@@ -91,6 +92,7 @@ def create_control_app(
         return docs_page(app.openapi_url or "/openapi.json")
 
     surfaces = dict(metadata or {})
+    attach(app, service, surfaces)  # what the clouds' routes work on (control/service.py)
     app.include_router(service_router(service))
     app.include_router(clock_router(service, feed))
     app.include_router(dashboard_router(service, feed, views))

@@ -7,6 +7,10 @@ from its CPU clock and its RSS (now and at its peak, from /proc), and the polls 
 is a named participant; a round where other processes used more than benchlib's OTHERS_MAX of the machine, or with too
 much steal, is run again and then reported INVALID, never as met.
 
+Then, on each cloud, one event (an Azure Freeze, an EC2 system-reboot, a Compute Engine migration) and the time from
+its appearance (the control API has answered that it is scheduled) to the moment its drain hook starts (the hook
+writes the time): a poll's interval at most on Azure and EC2, the held GET's answer on Compute Engine.
+
     .venv/bin/python bench/agent.py                  # a 60-second round
     .venv/bin/python bench/agent.py --seconds 300
     .venv/bin/python bench/agent.py --check          # a few seconds: fails on a broken setup only
@@ -54,7 +58,8 @@ def start_agent(cloud: str, imds_port: int, directory: Path, interval: float) ->
     address = MACHINES[cloud][2]
     command = [sys.executable, "-m", "forewarn_agent", "--cloud", cloud, "--endpoint", f"http://{address}:{imds_port}"]
     command += ["--state", str(directory / f"{cloud}.json"), "--listen", f"127.0.0.1:{port}"]
-    command += ["--interval", str(interval), "--on-drain", "true", "--on-restore", "true"]
+    hook = f"date +%s.%N > {directory / (cloud + '.drained')}"
+    command += ["--interval", str(interval), "--on-drain", hook, "--on-restore", "true"]
     env = {**os.environ, "PYTHONPATH": str(AGENT_SOURCE)}
     with open(directory / f"{cloud}.log", "ab") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -113,6 +118,29 @@ def measure(agents: dict[str, tuple[subprocess.Popen, str]], server_pid: int, se
     return rows
 
 
+TRIGGERS = {
+    "azure": ["schedule", "--type", "Freeze", "--vm", MACHINES["azure"][1], "--notice", "15m"],
+    "aws": ["schedule", "--code", "system-reboot", "--instance", MACHINES["aws"][1], "--notice", "1h"],
+    "gcp": ["gce", "maintain", MACHINES["gcp"][1]],
+}
+
+
+def first_hook_seconds(cloud: str, control: str, directory: Path) -> float:
+    """Seconds from the event's appearance to its drain hook's start, on the wall clock of both."""
+    env = {**os.environ, "FOREWARN_SERVER": control, "PYTHONPATH": str(ROOT / "src")}
+    done = subprocess.run([sys.executable, "-m", "forewarn", *TRIGGERS[cloud]], capture_output=True, text=True, env=env)
+    appeared = time.time()  # the event is in the metadata once the control API has answered
+    if done.returncode != 0:
+        raise SystemExit(f"forewarn {' '.join(TRIGGERS[cloud])}: {done.stderr}")
+    drained = directory / f"{cloud}.drained"
+    deadline = time.monotonic() + 30
+    while not drained.exists() or not drained.read_text().strip():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{cloud}: no drain hook within 30 s of the event")
+        time.sleep(0.01)
+    return float(drained.read_text()) - appeared
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="the measured round (default 60)")
@@ -137,6 +165,8 @@ def main() -> None:
                 wait_listening(process, url, directory / f"{cloud}.log")
             time.sleep(1.0 if options.check else WARM_UP)
             rows = measure(agents, server.pid, seconds, options.check)
+            for row in rows:
+                row.append(f"{first_hook_seconds(row[0], control, directory) * 1000:.0f}")
         finally:
             for process, _ in agents.values():
                 process.terminate()
@@ -144,6 +174,7 @@ def main() -> None:
             server.terminate()
             server.wait(10)
     headers = ["cloud", "RSS MB", "peak RSS MB", "CPU ms", "of a core", "polls", "verdict (< 30 MB, < 1%)"]
+    headers.append("event to first hook, ms")
     print(markdown_table(headers, rows))
     expected = seconds / options.interval
     short = [row[0] for row in rows if row[5] < expected * 0.5]

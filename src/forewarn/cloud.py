@@ -3,8 +3,7 @@
 A cloud holds everything of its own: its model, its engine component and rules, its records in the store, its
 surfaces. The engine, the store, the control app, the CLI's root group and the metadata listener know a cloud only
 through this protocol, and find the clouds through the registry (``registry.py``; :func:`registered` gives them with
-this whole protocol). The corridors that still name a cloud are listed in tests/test_dependencies.py
-(``NAMING_A_CLOUD``), a list that only shrinks.
+this whole protocol): no module outside a cloud's package imports it (tests/test_dependencies.py).
 """
 
 from __future__ import annotations

@@ -162,6 +162,10 @@ class Records:
     writers: Sequence[Writer[Any]]
     load: Callable[[Reader], dict[str, Any]] = field(default=lambda reader: {})
     tables: tuple[str, ...] = ()  # what holds its state: emptied by a reset (store.reset)
+    # ``CREATE TABLE IF NOT EXISTS`` statements of its tables, run each time a store opens, after the migrations: the
+    # schema of a cloud kept outside forewarn, whose tables no numbered migration (store/migrations.py) creates. Only
+    # tables to add, never a change to one: a table's later columns need a migration of the cloud's own.
+    schema: tuple[str, ...] = ()
     # The rows of ``touched`` as they are now, under the engine's names for them (each component's Engine.replicate
     # argument); nothing for a component none of whose rows were touched.
     reload: Callable[[Reader, Touched], dict[str, Any]] = field(default=lambda reader, touched: {})
@@ -182,6 +186,7 @@ class Registry:
         self.writers: dict[type[Change], Writer[Any]] = {}
         self.loaders: list[Records] = []
         self.tables: list[str] = []  # every registered part's state tables, in registration order
+        self.schema: list[str] = []  # the statements creating the tables of parts no migration knows
         owners: dict[type[Change], str] = {}
         for part in (CORE_RECORDS, *records):
             for writer in part.writers:
@@ -194,6 +199,7 @@ class Registry:
                 self.writers[writer.kind] = writer
             self.loaders.append(part)
             self.tables.extend(part.tables)
+            self.schema.extend(part.schema)
 
     def write(self, change: Change, rows: Rows) -> None:
         writer = self.writers.get(type(change))

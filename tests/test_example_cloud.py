@@ -134,6 +134,15 @@ def test_a_reboot_is_announced_by_the_cli_and_read_at_the_machines_metadata_key(
     assert server.journal_kinds()[-2:] == ["example reboot announced", "example reboot rebooted"]
 
 
+def test_the_fleet_lists_the_example_machines_with_every_clouds(server):
+    machines = requests.get(f"{server.control}/v1/fleet/machines", timeout=10).json()
+
+    assert machines == [
+        {"name": "ex-1", "cloud": "example", "host": "rack-1"},
+        {"name": "ex-2", "cloud": "example", "host": "rack-1"},
+    ]
+
+
 def test_the_cli_says_what_the_server_refused(server):
     unknown = cli("--server", server.control, "example", "maintain", "ex-3")
     cli("--server", server.control, "example", "maintain", "ex-1")

@@ -162,13 +162,13 @@ class Records:
     writers: Sequence[Writer[Any]]
     load: Callable[[Reader], dict[str, Any]] = field(default=lambda reader: {})
     tables: tuple[str, ...] = ()  # what holds its state: emptied by a reset (store.reset)
-    # ``CREATE TABLE IF NOT EXISTS`` statements of its tables, run each time a store opens, after the migrations: the
-    # schema of a cloud kept outside forewarn, whose tables no numbered migration (store/migrations.py) creates. Only
-    # tables to add, never a change to one: a table's later columns need a migration of the cloud's own.
-    schema: tuple[str, ...] = ()
     # The rows of ``touched`` as they are now, under the engine's names for them (each component's Engine.replicate
     # argument); nothing for a component none of whose rows were touched.
     reload: Callable[[Reader, Touched], dict[str, Any]] = field(default=lambda reader, touched: {})
+    # ``CREATE TABLE IF NOT EXISTS`` statements of its tables, run each time a store opens, after the migrations: the
+    # schema of a cloud kept outside forewarn, whose tables no numbered migration (store/migrations.py) creates. They
+    # only add a table that is missing: a table already there is left as it is.
+    schema: tuple[str, ...] = ()
 
 
 def _time_moved(change: TimeMoved, rows: Rows) -> None:

@@ -143,6 +143,18 @@ def test_the_fleet_lists_the_example_machines_with_every_clouds(server):
     ]
 
 
+def test_what_the_example_has_none_of_is_left_out_or_refused_saying_so(server):
+    dashboard = requests.get(f"{server.control}/v1/dashboard/fleet", timeout=10)
+    wave = requests.post(f"{server.control}/v1/waves", json={"cloud": "example"}, timeout=10)
+    caller = requests.put(f"{server.control}/v1/imds/callers/127.0.0.77", json={"machine": "ex-1"}, timeout=10)
+
+    assert dashboard.status_code == 200, dashboard.text
+    assert dashboard.json()["machines"]["name"] == []  # no panel: the page shows none of its machines
+    assert wave.status_code == 400
+    assert "Example has no waves" in wave.json()["error"]["message"]
+    assert (caller.status_code, caller.json()["machine"], caller.json()["kind"]) == (200, "ex-1", "example_machine")
+
+
 def test_the_cli_says_what_the_server_refused(server):
     unknown = cli("--server", server.control, "example", "maintain", "ex-3")
     cli("--server", server.control, "example", "maintain", "ex-1")

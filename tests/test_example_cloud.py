@@ -81,9 +81,9 @@ class ExampleServer:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log.read_text()
             try:
-                if requests.get(f"{self.control}/healthz", timeout=1).status_code == 200:
+                if requests.get(f"{self.control}/healthz", timeout=2).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or still starting up
                 pass
             time.sleep(0.05)
         raise AssertionError(f"the server did not answer: {self.log.read_text()}")

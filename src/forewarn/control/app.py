@@ -99,7 +99,9 @@ def create_control_app(
     if scenario_runs is not None:
         app.include_router(scenarios_router(scenario_runs))
     for cloud in registered():
-        app.include_router(cloud.control_router(service, surfaces))
+        router = cloud.control_router(service, surfaces)
+        if router is not None:  # a cloud with no routes of its own
+            app.include_router(router)
     app.include_router(waves_router(service))
     imds = surfaces.get(IMDS_CLOUD)
     if imds is not None:
@@ -153,6 +155,17 @@ def service_router(service: Maintenance) -> APIRouter:
         return [
             {"seq": entry.seq, "at": entry.at, "what": entry.kind, "event_id": entry.event_id, **entry.detail}
             for entry in service.journal(limit=limit)
+        ]
+
+    @router.get("/v1/fleet/machines", tags=["fleet"])
+    async def machines() -> list[dict[str, str]]:
+        """Every machine of the fleet, of every registered cloud in the registry's order: its name in the fleet (an
+        EC2 instance: its id), its cloud, the host the fleet file puts it on."""
+        parts = service.settled_engine().fleet.parts
+        return [
+            {"name": name, "cloud": cloud, "host": machine.host}
+            for cloud, part in parts.items()
+            for name, machine in part.machines.items()
         ]
 
     return router

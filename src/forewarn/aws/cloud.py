@@ -64,9 +64,11 @@ class AwsCloud:
         return Ec2FleetSection()
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
-        from forewarn.aws.control import routes
+        from forewarn.aws.control import queues, routes
 
-        return routes.router(service)
+        router = routes.router(service)
+        router.include_router(queues.router(service))
+        return router
 
     def metadata_surface(
         self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
@@ -102,9 +104,9 @@ class AwsCloud:
         return AwsServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
-        from forewarn.aws.cli import ec2
+        from forewarn.aws.cli import ec2, queues
 
-        return (ec2.ec2,)
+        return (ec2.ec2, queues.queues)
 
     def wave_units(self) -> WaveUnits | None:
         """No waves over EC2 instances."""

@@ -580,9 +580,13 @@ class Ec2Component:
 
     def _ec2_down(self, state: Ec2State, to: InstanceState, cause: str, move_on_start: bool = False) -> list[Change]:
         """The instance stops or terminates. In an Auto Scaling group it is replaced (the AWS page "Scheduled
-        events for your instances", its note on Auto Scaling)."""
+        events for your instances", its note on Auto Scaling); when the group has terminating lifecycle hooks, its
+        termination goes through them first ("Amazon EC2 Auto Scaling lifecycle hooks": they apply to every
+        termination), and the replacement is launched once they are done."""
         instance = self.ec2_instances[state.instance_id]
         if instance.auto_scaling_group is not None:
+            hooks = self.lifecycle.of_group(instance.auto_scaling_group, TERMINATING)
+            held = bool(hooks) and state.lifecycle_state == "InService"
             state = replace(
                 state,
                 state=InstanceState.TERMINATED,
@@ -592,6 +596,9 @@ class Ec2Component:
                 terminated_at=self.now,
             )
             self.ec2_states[state.instance_id] = state
+            if held:
+                down = Ec2StateChanged(state, "terminated", f"by {cause}; Terminating:Wait on its lifecycle hooks")
+                return [down] + self._hold_for_hooks(state.instance_id, hooks, decrement=False)
             return [
                 Ec2StateChanged(state, "terminated", f"by {cause}; replaced by its Auto Scaling group")
             ] + self._launch_replacement(instance, cause)
@@ -787,6 +794,11 @@ class Ec2Component:
         state = replace(state, lifecycle_state="Terminated")
         self.ec2_states[instance_id] = state
         changes: list[Change] = [Ec2StateChanged(state, "terminating", "Terminating:Wait on its lifecycle hooks")]
+        return changes + self._hold_for_hooks(instance_id, hooks, decrement)
+
+    def _hold_for_hooks(self, instance_id: str, hooks: list[LifecycleHook], decrement: bool) -> list[Change]:
+        """One lifecycle action per terminating hook: the instance waits in Terminating:Wait until each is done."""
+        changes: list[Change] = []
         for hook in hooks:
             action = LifecycleAction(
                 token=derived_guid(self.seed, "lifecycle", instance_id, hook.name, self._sequence.take()).lower(),
@@ -835,6 +847,8 @@ class Ec2Component:
         return self._group_terminates(self.ec2_states[action.instance_id], action.decrement)
 
     def _group_terminates(self, state: Ec2State, decrement: bool) -> list[Change]:
+        if state.state is InstanceState.TERMINATED:  # EC2 ended it (a retirement, a Spot interruption) before its hooks
+            return self._launch_replacement(self.ec2_instances[state.instance_id], "its Auto Scaling group")
         cause = "its Auto Scaling group (scale-in)"
         if not decrement:
             return self._ec2_down(state, InstanceState.TERMINATED, cause)

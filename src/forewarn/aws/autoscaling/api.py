@@ -198,9 +198,9 @@ class AutoScalingApi:
         for instance_id in sorted(wanted or component.ec2_instances):
             instance = component.ec2_instances.get(instance_id)
             state = component.ec2_states.get(instance_id)
-            if instance is None or state is None or instance.auto_scaling_group is None or state.gone:
-                continue
             waiting = bool(component.lifecycle.waiting(instance_id))
+            if instance is None or state is None or instance.auto_scaling_group is None or (state.gone and not waiting):
+                continue  # an instance EC2 ended is its group's until its terminating hooks are done
             fields = [
                 ("InstanceId", instance_id),
                 ("InstanceType", instance.instance_type),

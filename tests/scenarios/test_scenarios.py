@@ -38,6 +38,9 @@ REQUIRED = {
     "gce-gpu-terminate-performed",  # terminate-on-maintenance of a GPU VM, announced, started early by its user
     "gce-gpu-terminate-rescheduled",  # the same, with advance notice rescheduled (later) by the user
     "gce-spot-preemption",
+    "ec2-spot-interruption-queue",  # issue 27: the AWS queue path
+    "ec2-asg-scale-in-lifecycle-hook",
+    "ec2-asg-lifecycle-hook-timeout",
 }
 
 

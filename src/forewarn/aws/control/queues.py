@@ -1,5 +1,6 @@
-"""The control API's routes for the AWS queue path: the SQS queues and what they hold, and the faults of the path
-(throttled API actions, delayed or duplicated deliveries; aws/faults.py)."""
+"""The control API's routes for the AWS queue path: the SQS queues and what they hold, the lifecycle actions
+instances wait on, and the faults of the path (throttled API actions, delayed or duplicated deliveries;
+aws/faults.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.faults import SERVICES, DeliveryFaults, QueueFaults, Throttle, faults_of
+from forewarn.aws.lifecycle import LifecycleAction
 from forewarn.aws.queues import Message, Queue, Queues
 from forewarn.control.models import ERRORS
 from forewarn.core.durations import parse_duration
@@ -67,6 +69,30 @@ class MessageOut(BaseModel):
 
 class QueueShown(QueueOut):
     messages: list[MessageOut]
+
+
+class LifecycleActionOut(BaseModel):
+    token: str
+    group: str
+    hook: str
+    instance_id: str
+    transition: str
+    started_at: str
+    timeout_at: str
+    global_at: str
+
+    @classmethod
+    def of(cls, action: LifecycleAction) -> LifecycleActionOut:
+        return cls(
+            token=action.token,
+            group=action.group,
+            hook=action.hook,
+            instance_id=action.instance_id,
+            transition=action.transition,
+            started_at=format_time(action.started_at),
+            timeout_at=format_time(action.timeout_at),
+            global_at=format_time(action.global_at),
+        )
 
 
 class ThrottleIn(BaseModel):
@@ -153,6 +179,13 @@ def router(service: Maintenance) -> APIRouter:
         return QueueShown(
             **QueueOut.of(queue, held).model_dump(), messages=[MessageOut.of(m, service.now()) for m in messages]
         )
+
+    @router.get("/v1/ec2/lifecycle-actions", tags=["ec2 queues"], response_model=list[LifecycleActionOut])
+    async def lifecycle_actions():
+        """The lifecycle actions instances wait on now (Terminating:Wait), oldest first."""
+        service.catch_up()
+        actions = service.settled_engine().component(Ec2Component).lifecycle.actions.values()
+        return [LifecycleActionOut.of(a) for a in sorted(actions, key=lambda a: (a.started_at, a.token))]
 
     @router.get("/v1/ec2/faults", tags=["ec2 queues"], response_model=FaultsOut)
     async def list_faults():

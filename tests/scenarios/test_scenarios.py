@@ -114,6 +114,36 @@ def test_two_vm_freeze_is_the_seed_example_flow(timing):
     assert timeline["approvals"] == []
 
 
+QUEUE_FAULTS = """
+name: duplicated-warning
+description: A Spot interruption warning delivered twice to the handler's queue, and SQS throttled after that.
+fleet:
+  hosts: [{name: h1}]
+  ec2_instances: [{id: i-0c00000000000000a, host: h1, spot: true}]
+steps:
+  - {at: 0s, do: sqs-create-queue, with: {name: nth}}
+  - after: 0s
+    do: events-put-rule
+    with: {name: spot, queue: nth, pattern: {detail-type: [EC2 Spot Instance Interruption Warning]}}
+  - {after: 0s, do: queue-faults, with: {deliveries: {duplicate: 1}}}
+  - {at: 10s, do: ec2-interrupt, with: {instances: [i-0c00000000000000a]}}
+  - {at: 20s, id: warnings, do: sqs-handle, with: {queue: nth, expect: [EC2 Spot Instance Interruption Warning]}}
+  - {after: 0s, do: queue-faults, with: {throttle: {service: sqs, actions: [ReceiveMessage]}}}
+  - {after: 0s, do: sqs-handle, with: {queue: nth}, fails: RequestThrottled}
+expect:
+  - instance: i-0c00000000000000a
+    states: [running, terminated]
+"""
+
+
+def test_queue_path_steps_set_faults_and_handle_what_comes():
+    timeline = run_scenario(parse_scenario(QUEUE_FAULTS, "queue-faults.yaml").resolve("fast"))
+    assert timeline["passed"], failures(timeline)
+    handled = next(a for a in timeline["actions"] if a["do"] == "sqs-handle")
+    assert handled["produced"] == ["EC2 Spot Instance Interruption Warning"] * 2  # the duplicate, handled too
+    assert [check["passed"] for check in timeline["expectations"]] == [True, True]
+
+
 def test_canceled_maintenance_approval_does_not_cancel_and_cancellation_removes_it():
     timeline = run("canceled-maintenance", "realistic")
     assert timeline["passed"], failures(timeline)

@@ -22,6 +22,8 @@ from forewarn.core.errors import Invalid
 # The services on the EC2 API's port, by the name their requests are signed for.
 SERVICES = ("ec2", "sqs", "events", "autoscaling")
 MAX_DELAY = 900  # an SQS message's delay is at most 15 minutes ("SendMessage", DelaySeconds)
+MAX_RATE = 1_000_000.0  # requests a second: past any a test sends
+MAX_BURST = 1_000_000
 
 
 @dataclass
@@ -81,8 +83,8 @@ class QueueFaults:
     def throttle(self, service: str, actions: Iterable[str], rate: float, burst: int) -> Throttle:
         if service not in SERVICES:
             raise Invalid(f"the services throttled are {', '.join(SERVICES)}, not {service!r}")
-        if rate < 0 or burst < 0:
-            raise Invalid("a throttle's rate and burst are not negative")
+        if not (0 <= rate <= MAX_RATE and 0 <= burst <= MAX_BURST):
+            raise Invalid(f"a throttle's rate is 0 to {MAX_RATE:g} a second, its burst 0 to {MAX_BURST}")
         throttle = Throttle(self.next_id, service, frozenset(actions), rate, burst, float(burst), self.clock())
         self.next_id += 1
         self.throttles.append(throttle)

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
-from forewarn.aws.faults import SERVICES, DeliveryFaults, QueueFaults, Throttle, faults_of
+from forewarn.aws.faults import MAX_BURST, MAX_RATE, SERVICES, DeliveryFaults, QueueFaults, Throttle, faults_of
 from forewarn.aws.lifecycle import LifecycleAction
 from forewarn.aws.queues import Message, Queue, Queues
 from forewarn.control.models import ERRORS
@@ -104,9 +104,14 @@ class ThrottleIn(BaseModel):
         examples=[["DescribeInstanceStatus"]],
     )
     rate: float = Field(
-        default=0.0, description="requests a second let through, wall-clock time (0: none after the burst)"
+        default=0.0,
+        ge=0,
+        le=MAX_RATE,
+        description="requests a second let through, wall-clock time (0: none after the burst)",
     )
-    burst: int = Field(default=0, strict=True, description="requests let through at once before throttling starts")
+    burst: int = Field(
+        default=0, ge=0, le=MAX_BURST, strict=True, description="requests let through at once before throttling starts"
+    )
 
 
 class ThrottleOut(BaseModel):
@@ -131,8 +136,10 @@ class ThrottleOut(BaseModel):
 
 class DeliveryFaultsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    duplicate: float = Field(default=0.0, description="the fraction of deliveries to queues sent twice (0 to 1)")
-    delayed: float = Field(default=0.0, description="the fraction of deliveries held back (0 to 1)")
+    duplicate: float = Field(
+        default=0.0, ge=0, le=1, description="the fraction of deliveries to queues sent twice (0 to 1)"
+    )
+    delayed: float = Field(default=0.0, ge=0, le=1, description="the fraction of deliveries held back (0 to 1)")
     delay: str | None = Field(default=None, description="how long a delayed delivery waits, forewarn's clock (≤ 15m)")
 
 

@@ -110,3 +110,37 @@ def test_without_a_terminating_hook_the_group_replaces_at_once(server, aws):
     server.advance("2m")
     assert waiting(autoscaling, SPOT) is None
     assert len(workers_running(server)) == 2
+
+
+def test_a_replacement_waits_in_pending_wait_on_a_launching_hook(server, aws):
+    sqs, autoscaling, url = aws
+    autoscaling.delete_lifecycle_hook(AutoScalingGroupName="workers", LifecycleHookName="drain")
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    autoscaling.put_lifecycle_hook(
+        AutoScalingGroupName="workers",
+        LifecycleHookName="warm-up",
+        LifecycleTransition="autoscaling:EC2_INSTANCE_LAUNCHING",
+        HeartbeatTimeout=60,
+        NotificationTargetARN=arn,
+    )
+    server.post("/v1/ec2/spot/interrupt", {"instances": [SPOT]}, expect=200)
+    server.advance("2m")
+    [first] = [i["instance_id"] for i in server.get("/v1/ec2/instances") if i["replaces"] == SPOT]
+    assert waiting(autoscaling, first) == "Pending:Wait"
+    [message] = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5)["Messages"]
+    body = json.loads(message["Body"])
+    assert (body["LifecycleTransition"], body["EC2InstanceId"]) == ("autoscaling:EC2_INSTANCE_LAUNCHING", first)
+    assert (body["Origin"], body["Destination"]) == ("EC2", "AutoScalingGroup")
+    server.advance("60s")  # the heartbeat timeout: ABANDON, the default result, ends the launch; another follows
+    assert server.get(f"/v1/ec2/instances/{first}")["state"] == "terminated"
+    [second] = [
+        i["instance_id"]
+        for i in server.get("/v1/ec2/instances")
+        if i["state"] == "running" and i["instance_id"] not in (STORE, first)
+    ]
+    assert waiting(autoscaling, second) == "Pending:Wait"
+    autoscaling.complete_lifecycle_action(
+        AutoScalingGroupName="workers", LifecycleHookName="warm-up", InstanceId=second, LifecycleActionResult="CONTINUE"
+    )
+    assert waiting(autoscaling, second) == "InService"
+    assert sorted(workers_running(server)) == sorted([STORE, second])

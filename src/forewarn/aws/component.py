@@ -18,6 +18,7 @@ from forewarn.aws.changes import (
 from forewarn.aws.eventbus import EventBus, Rule
 from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.lifecycle import (
+    LAUNCHING,
     TERMINATING,
     LifecycleAction,
     LifecycleHook,
@@ -620,7 +621,10 @@ class Ec2Component:
         self.ec2_instances[new_id] = self._replacement_record(origin, new_id, host)
         state = Ec2State(new_id, InstanceState.RUNNING, host, self.now, self.now, origin=origin)
         self.ec2_states[new_id] = state
-        return [Ec2StateChanged(state, "launched", f"replaces {instance.instance_id} ({cause})")]
+        launched: list[Change] = [Ec2StateChanged(state, "launched", f"replaces {instance.instance_id} ({cause})")]
+        group = instance.auto_scaling_group
+        hooks = [] if group is None else self.lifecycle.of_group(group, LAUNCHING)
+        return launched + (self._hold_for_hooks(new_id, hooks, False, LAUNCHING) if hooks else [])
 
     def _replacement_record(self, origin: str, new_id: str, host: str) -> Ec2Instance:
         # A replacement has its group's launch configuration, not the old instance's metadata endpoint.
@@ -796,8 +800,11 @@ class Ec2Component:
         changes: list[Change] = [Ec2StateChanged(state, "terminating", "Terminating:Wait on its lifecycle hooks")]
         return changes + self._hold_for_hooks(instance_id, hooks, decrement)
 
-    def _hold_for_hooks(self, instance_id: str, hooks: list[LifecycleHook], decrement: bool) -> list[Change]:
-        """One lifecycle action per terminating hook: the instance waits in Terminating:Wait until each is done."""
+    def _hold_for_hooks(
+        self, instance_id: str, hooks: list[LifecycleHook], decrement: bool, transition: str = TERMINATING
+    ) -> list[Change]:
+        """One lifecycle action per hook of the transition: the instance waits (Terminating:Wait, or Pending:Wait
+        for a launch) until each is done."""
         changes: list[Change] = []
         for hook in hooks:
             action = LifecycleAction(
@@ -805,7 +812,7 @@ class Ec2Component:
                 group=hook.group,
                 hook=hook.name,
                 instance_id=instance_id,
-                transition=TERMINATING,
+                transition=transition,
                 started_at=self.now,
                 timeout_at=self.now + timedelta(seconds=hook.heartbeat_timeout),
                 global_at=self.now + timedelta(seconds=hook.global_timeout),
@@ -819,7 +826,7 @@ class Ec2Component:
         self, group: str, hook: str, token: str | None, instance_id: str | None, result: str
     ) -> list[Change]:
         action = self.lifecycle.find(group, hook, token, instance_id)
-        return self.lifecycle.finish(action, result, "completed") + self._after_action(action)
+        return self.lifecycle.finish(action, result, "completed") + self._after_action(action, result)
 
     def record_lifecycle_heartbeat(
         self, group: str, hook: str, token: str | None, instance_id: str | None
@@ -838,10 +845,18 @@ class Ec2Component:
         action = self.lifecycle.actions[token]
         hook = self.lifecycle.hooks.get(f"{action.group}/{action.hook}")
         result = hook.default_result if hook is not None else "ABANDON"
-        return self.lifecycle.finish(action, result, "timed-out") + self._after_action(action)
+        return self.lifecycle.finish(action, result, "timed-out") + self._after_action(action, result)
 
-    def _after_action(self, action: LifecycleAction) -> list[Change]:
-        """Once no hook holds the instance any more, the termination goes on (CONTINUE and ABANDON alike)."""
+    def _after_action(self, action: LifecycleAction, result: str) -> list[Change]:
+        """Once no hook holds the instance any more, a termination goes on (CONTINUE and ABANDON alike); a launch
+        puts the instance in service, or with ABANDON the group terminates it and launches another ("Complete a
+        lifecycle action")."""
+        if action.transition == LAUNCHING:
+            if result == "CONTINUE":
+                return []
+            state = replace(self.ec2_states[action.instance_id], lifecycle_state="Terminated")
+            self.ec2_states[state.instance_id] = state
+            return self._ec2_down(state, InstanceState.TERMINATED, "its Auto Scaling group (launch abandoned)")
         if self.lifecycle.waiting(action.instance_id):
             return []
         return self._group_terminates(self.ec2_states[action.instance_id], action.decrement)

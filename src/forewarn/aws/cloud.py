@@ -64,10 +64,13 @@ class AwsCloud:
         return Ec2FleetSection()
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+        from fastapi import APIRouter
+
         from forewarn.aws.control import queues, routes
 
-        router = routes.router(service)
-        router.include_router(queues.router(service))
+        router = APIRouter()
+        router.include_router(routes.router)
+        router.include_router(queues.router)
         return router
 
     def metadata_surface(

@@ -15,6 +15,7 @@ from forewarn.aws.faults import MAX_BURST, MAX_RATE, SERVICES, DeliveryFaults, Q
 from forewarn.aws.lifecycle import LifecycleAction
 from forewarn.aws.queues import Message, Queue, Queues
 from forewarn.control.models import ERRORS
+from forewarn.control.service import ControlService
 from forewarn.core.durations import parse_duration
 from forewarn.core.times import format_optional_time, format_time
 
@@ -164,59 +165,63 @@ class FaultsOut(BaseModel):
         )
 
 
-def router(service: Maintenance) -> APIRouter:
-    router = APIRouter()
+def _queues(service: Maintenance) -> Queues:
+    service.catch_up()
+    return service.settled_engine().component(Ec2Component).queues
+
+
+router = APIRouter()
+
+
+@router.get("/v1/ec2/queues", tags=["ec2 queues"], response_model=list[QueueOut])
+async def list_queues(service: ControlService):
+    held = _queues(service)
+    return [QueueOut.of(held.queues[name], held) for name in sorted(held.queues)]
+
+
+@router.get("/v1/ec2/queues/{name}", tags=["ec2 queues"], response_model=QueueShown, responses=ERRORS)
+async def show_queue(service: ControlService, name: str):
+    """A queue and every message it holds, oldest first (reading them receives nothing)."""
+    held = _queues(service)
+    queue = held.queue(name)
+    messages = sorted(held.messages[name].values(), key=lambda m: m.seq)
+    now = service.now()
+    return QueueShown(**QueueOut.of(queue, held).model_dump(), messages=[MessageOut.of(m, now) for m in messages])
+
+
+@router.get("/v1/ec2/lifecycle-actions", tags=["ec2 queues"], response_model=list[LifecycleActionOut])
+async def lifecycle_actions(service: ControlService):
+    """The lifecycle actions instances wait on now (Terminating:Wait, Pending:Wait), oldest first."""
+    service.catch_up()
+    actions = service.settled_engine().component(Ec2Component).lifecycle.actions.values()
+    return [LifecycleActionOut.of(a) for a in sorted(actions, key=lambda a: (a.started_at, a.token))]
+
+
+@router.get("/v1/ec2/faults", tags=["ec2 queues"], response_model=FaultsOut)
+async def list_faults(service: ControlService):
+    return FaultsOut.of(faults_of(service))
+
+
+@router.post(
+    "/v1/ec2/faults/throttles", tags=["ec2 queues"], status_code=201, response_model=ThrottleOut, responses=ERRORS
+)
+async def throttle(service: ControlService, body: ThrottleIn):
+    """Throttle a service's actions on the EC2 API's port (a token bucket: ``burst`` at once, then ``rate`` a
+    second); a throttled request gets its service's throttling error (EC2's RequestLimitExceeded, SQS's
+    RequestThrottled, EventBridge's ThrottlingException, Auto Scaling's Throttling). In memory only."""
+    return ThrottleOut.of(faults_of(service).throttle(body.service, body.actions, body.rate, body.burst))
+
+
+@router.put("/v1/ec2/faults/deliveries", tags=["ec2 queues"], response_model=DeliveryFaultsOut, responses=ERRORS)
+async def deliveries(service: ControlService, body: DeliveryFaultsIn):
+    """Duplicate or delay a fraction of the deliveries rules and lifecycle hooks make to queues (replaces the
+    previous setting). In memory only."""
+    seconds = 0 if body.delay is None else int(parse_duration(body.delay).total_seconds())
     faults = faults_of(service)
+    faults.deliveries = DeliveryFaults(body.duplicate, body.delayed, seconds).check()
+    return DeliveryFaultsOut.of(faults.deliveries)
 
-    def queues() -> Queues:
-        service.catch_up()
-        return service.settled_engine().component(Ec2Component).queues
 
-    @router.get("/v1/ec2/queues", tags=["ec2 queues"], response_model=list[QueueOut])
-    async def list_queues():
-        held = queues()
-        return [QueueOut.of(held.queues[name], held) for name in sorted(held.queues)]
-
-    @router.get("/v1/ec2/queues/{name}", tags=["ec2 queues"], response_model=QueueShown, responses=ERRORS)
-    async def show_queue(name: str):
-        """A queue and every message it holds, oldest first (reading them receives nothing)."""
-        held = queues()
-        queue = held.queue(name)
-        messages = sorted(held.messages[name].values(), key=lambda m: m.seq)
-        return QueueShown(
-            **QueueOut.of(queue, held).model_dump(), messages=[MessageOut.of(m, service.now()) for m in messages]
-        )
-
-    @router.get("/v1/ec2/lifecycle-actions", tags=["ec2 queues"], response_model=list[LifecycleActionOut])
-    async def lifecycle_actions():
-        """The lifecycle actions instances wait on now (Terminating:Wait), oldest first."""
-        service.catch_up()
-        actions = service.settled_engine().component(Ec2Component).lifecycle.actions.values()
-        return [LifecycleActionOut.of(a) for a in sorted(actions, key=lambda a: (a.started_at, a.token))]
-
-    @router.get("/v1/ec2/faults", tags=["ec2 queues"], response_model=FaultsOut)
-    async def list_faults():
-        return FaultsOut.of(faults)
-
-    @router.post(
-        "/v1/ec2/faults/throttles", tags=["ec2 queues"], status_code=201, response_model=ThrottleOut, responses=ERRORS
-    )
-    async def throttle(body: ThrottleIn):
-        """Throttle a service's actions on the EC2 API's port (a token bucket: ``burst`` at once, then ``rate`` a
-        second); a throttled request gets its service's throttling error (EC2's RequestLimitExceeded, SQS's
-        RequestThrottled, EventBridge's ThrottlingException, Auto Scaling's Throttling). In memory only."""
-        return ThrottleOut.of(faults.throttle(body.service, body.actions, body.rate, body.burst))
-
-    @router.put("/v1/ec2/faults/deliveries", tags=["ec2 queues"], response_model=DeliveryFaultsOut, responses=ERRORS)
-    async def deliveries(body: DeliveryFaultsIn):
-        """Duplicate or delay a fraction of the deliveries rules and lifecycle hooks make to queues (replaces the
-        previous setting). In memory only."""
-        seconds = 0 if body.delay is None else int(parse_duration(body.delay).total_seconds())
-        faults.deliveries = DeliveryFaults(body.duplicate, body.delayed, seconds).check()
-        return DeliveryFaultsOut.of(faults.deliveries)
-
-    @router.delete("/v1/ec2/faults", tags=["ec2 queues"])
-    async def clear_faults():
-        return {"cleared": faults.clear()}
-
-    return router
+@router.delete("/v1/ec2/faults", tags=["ec2 queues"])
+async def clear_faults(service: ControlService):
+    return {"cleared": faults_of(service).clear()}

@@ -130,6 +130,7 @@ class Server:
             argv += [f"--{name}", str(port)]
         self.control = f"http://127.0.0.1:{self.ports['port']}"
         self.arm = f"http://127.0.0.1:{self.ports['arm-port']}"
+        self.log = log
         started = time.perf_counter()
         with open(log, "ab") as out:
             self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=forewarn_environment())
@@ -152,7 +153,10 @@ class Server:
     def call(self, method: str, path: str, body: dict | None = None, base: str | None = None) -> dict | list:
         response = httpx.request(method, f"{base or self.control}{path}", json=body, timeout=900)
         if response.status_code >= 300:
-            raise SystemExit(f"{method} {path}: {response.status_code} {response.text[:500]}")
+            tail = self.log.read_text(errors="replace")[-3000:]
+            raise SystemExit(
+                f"{method} {path}: {response.status_code} {response.text[:500]}\nthe server's log:\n{tail}"
+            )
         return response.json()
 
     def stop(self) -> None:
@@ -354,14 +358,16 @@ def main() -> None:
         return
     sizes = [2000] if args.check else [int(size) for size in args.sizes.split(",")]
     rows: dict[int, dict[str, dict]] = {}
+    results = ROOT / "bench" / "results"
+    results.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="forewarn-stalls-") as directory:
         for size in sizes:
             print(f"{size:,} machines ...", file=sys.stderr, flush=True)
             rows[size] = one_size(size, Path(directory), args)
+            # Each size as it ends: a larger one may take minutes, or fail.
+            print(report({size: rows[size]}, args.check), file=sys.stderr, flush=True)
+            (results / "stalls.json").write_text(json.dumps({str(size): row for size, row in rows.items()}, indent=2))
     print(report(rows, args.check))
-    results = ROOT / "bench" / "results"
-    results.mkdir(exist_ok=True)
-    (results / "stalls.json").write_text(json.dumps({str(size): row for size, row in rows.items()}, indent=2))
 
 
 if __name__ == "__main__":

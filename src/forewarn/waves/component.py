@@ -238,13 +238,17 @@ class WaveRunner:
     def _unit_done(self, wave_id: str, unit: int, step: Any) -> list[Change]:
         del self._open_in_unit[(wave_id, unit)]
         wave = self.waves[wave_id]
-        run = next(run for run in wave.in_flight if run.unit == unit)
+        # Units mostly end in the order they went, so the search stops at once and the rest is copied by slices: a
+        # step that ends thousands of units of a wave with thousands in flight (5% of a million VMs' hosts) reads
+        # none of the others unit by unit.
+        index = next(index for index, run in enumerate(wave.in_flight) if run.unit == unit)
+        run = wave.in_flight[index]
         operations = self._wave_of_operation[wave.spec.cloud]
         for operation_id in run.operations:
             operations.pop(operation_id, None)
         wave = replace(
             wave,
-            in_flight=tuple(r for r in wave.in_flight if r.unit != unit),
+            in_flight=wave.in_flight[:index] + wave.in_flight[index + 1 :],
             done=wave.done + 1,
         )
         self.waves[wave_id] = wave

@@ -7,8 +7,9 @@ makes the server do, one after another, on a generated fleet (90% Azure VMs, 5% 
 
 1. **wave start**: a Freeze wave by host over the whole fleet, 5% of the hosts at a time (``POST /v1/waves``; the
    wave ``bench/wave.py`` times);
-2. **clock step: start**: the step that starts those events (``POST /v1/clock/next``);
-3. **clock step: end**: the step that ends them and schedules the wave's next units;
+2. **clock step: start**: the step that starts those events (``POST /v1/clock/next``), freezing their VMs;
+3. **clock step: recover**: the step in which those VMs recover (the events' DurationInSeconds);
+   **clock step: end**: the step that completes the events, ending their units and scheduling the wave's next ones;
 4. **wave cancel**: the wave canceled (its Scheduled events canceled), then the clock run until nothing is due
    (not timed);
 5. **fleet-wide schedule**: a Freeze over every twentieth host of the fleet (``POST /v1/events``);
@@ -240,6 +241,7 @@ def operations(server: Server, hosts: int) -> list[tuple[str, object]]:
     return [
         ("wave start", start_wave),
         ("clock step: start", step),
+        ("clock step: recover", step),
         ("clock step: end", step),
         ("wave cancel", cancel),
         ("fleet-wide schedule", schedule),

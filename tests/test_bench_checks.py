@@ -32,6 +32,7 @@ CHECKS = {
     "floods.py": [],
     "queues.py": [],
     "agent.py": [],
+    "stalls.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

@@ -12,7 +12,7 @@ from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, DocumentStep
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventSource, EventStatus, EventType, ScheduleRequest
-from forewarn.azure.vms import VM
+from forewarn.azure.vms import VM, Power
 from forewarn.core import scheduler
 from forewarn.core.changes import Change
 from forewarn.core.component import Footing
@@ -148,10 +148,38 @@ class AzureUnitRoller:
 
     def _units(self, order: WaveOrder, owners: tuple[str, ...]) -> tuple[str, ...]:
         if order is WaveOrder.HOST:
-            hosts = {self.azure.vm_states[vm.name].host: None for vm in self._targets(owners)}
+            if not owners:
+                return self._fleet_hosts()
+            vm_states = self.azure.vm_states
+            hosts = {vm_states.host(vm.name): None for vm in self._targets(owners)}
             return tuple(host for host in self.azure.host_names() if host in hosts)
         attribute = "update_domain" if order is WaveOrder.UPDATE_DOMAIN else "fault_domain"
         return tuple(str(d) for d in sorted({getattr(vm, attribute) for vm in self._targets(owners)}))
+
+    def _fleet_hosts(self) -> tuple[str, ...]:
+        """The hosts that run a VM that is not deleted, in the order of ``host_names``. A VM nothing changed runs on
+        the host the fleet put it on, so only the hosts of the VMs that changed are looked at VM by VM: this costs
+        the fleet's hosts and changed VMs, not all its VMs (a wave's start runs on the event loop)."""
+        fleet, vm_states = azure_fleet(self.fleet), self.azure.vm_states
+        changed: set[str] = set()
+        left_by_changed: set[str] = set()  # hosts where a VM that changed was deployed
+        running_changed: set[str] = set()  # hosts where a VM that changed runs now
+        for state in vm_states.changed():
+            changed.add(state.name)
+            left_by_changed.add(fleet.vms[state.name].host)
+            if state.power is not Power.DELETED:
+                running_changed.add(state.host)
+
+        def runs_a_vm(host: str) -> bool:
+            return host in running_changed or any(vm.name not in changed for vm in fleet.vms_by_host.get(host, ()))
+
+        # Most hosts are decided by one look-up (a hundred thousand at a million VMs): no call for them.
+        looked_at, deployed = left_by_changed | running_changed, fleet.vms_by_host
+        return tuple(
+            host
+            for host in self.azure.host_names()
+            if (host in deployed and host not in looked_at) or (host in looked_at and runs_a_vm(host))
+        )
 
     def _targets(self, owners: tuple[str, ...]) -> list[VM]:
         """The running VMs a wave covers."""
@@ -160,7 +188,8 @@ class AzureUnitRoller:
             vms = (vm for owner in owners for vm in azure_fleet(self.fleet).vms_by_owner[owner])
         else:
             vms = iter(azure_fleet(self.fleet).vms.values())
-        return [vm for vm in vms if not self.azure.vm_states[vm.name].deleted]
+        power = self.azure.vm_states.power  # no state built for the VMs nothing changed
+        return [vm for vm in vms if power(vm.name) is not Power.DELETED]
 
     @staticmethod
     def _request(spec: WaveSpec, vms: tuple[str, ...], reason: str) -> ScheduleRequest:

@@ -14,7 +14,7 @@ from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time
-from forewarn.waves.component import MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveRunner
+from forewarn.waves.component import MACHINES_PER_COMMAND, MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveRunner
 from forewarn.waves.model import WaveRequest, plain
 from forewarn.waves.units import WaveUnits, units_named
 
@@ -150,8 +150,16 @@ def waves_router(service: Maintenance) -> APIRouter:
         at a time; the next unit is scheduled as soon as every event of a unit has completed."""
         units, request = wave_request(body)
         spec = units.spec(request, units.orders[0] if request.by is None else WaveOrder(request.by))
-        changes = await service.perform_soon(lambda engine: engine.component(WaveRunner).start_wave(spec))
+        budget = MACHINES_PER_COMMAND
+        changes = await service.perform_soon(lambda engine: engine.component(WaveRunner).start_wave(spec, budget))
         wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+        # The rest of its first units, a command at a time, each committed: all at once, the first units of a wave
+        # over a large fleet would hold the event loop (and every metadata request) for seconds. The command that
+        # finds nothing left to schedule changes nothing and commits nothing.
+        while more := await service.perform_soon(
+            lambda engine: engine.component(WaveRunner).fill_wave(wave_id, budget)
+        ):
+            changes += more
         return outcome(changes, wave_id)
 
     @router.get("/v1/waves", tags=["waves"], response_model=list[WaveOut])

@@ -1,0 +1,91 @@
+"""A wave's start over a large fleet does not hold the event loop: its first units are scheduled a bounded number of
+machines a command (``MACHINES_PER_COMMAND``), each command committed on its own, and a whole-fleet wave by host
+finds its hosts without reading every VM's state (bench/stalls.py measures both at up to a million VMs)."""
+
+from fastapi.testclient import TestClient
+
+import forewarn.control.waves as wave_routes
+from forewarn.app.runtime import Maintenance
+from forewarn.azure.changes import EventChanged
+from forewarn.azure.component import AzureComponent
+from forewarn.azure.model import EventType
+from forewarn.control.app import create_control_app
+from forewarn.engine.engine import Engine
+from forewarn.fleet.file import parse_fleet
+from forewarn.fleet.generate import FleetShape, fleet_yaml
+from forewarn.waves.component import WaveChanged, WaveOrder, WaveRunner, WaveSpec
+from helpers import T0, open_store
+
+# 120 VMs on 12 hosts, 10 a host.
+GENERATED = fleet_yaml(FleetShape(vms=120, seed="steps"))
+WHOLE_FLEET = WaveSpec(EventType.FREEZE, WaveOrder.HOST, concurrency=8)
+
+
+def engine(text: str = GENERATED) -> Engine:
+    return Engine(parse_fleet(text), seed="test", now=T0)
+
+
+def events_of(changes) -> list[tuple[str, tuple[str, ...]]]:
+    return [(c.event.event_id, c.event.resources) for c in changes if isinstance(c, EventChanged)]
+
+
+def test_a_budgeted_start_stops_after_the_unit_that_reaches_the_budget_and_fill_wave_schedules_the_rest():
+    whole = engine()
+    at_once = whole.component(WaveRunner).start_wave(WHOLE_FLEET)
+    [wave_id] = {c.wave.wave_id for c in at_once if isinstance(c, WaveChanged)}
+    expected = whole.component(WaveRunner).wave(wave_id)
+    assert len(expected.in_flight) == 8
+
+    stepped = engine()
+    runner = stepped.component(WaveRunner)
+    first = runner.start_wave(WHOLE_FLEET, budget=25)  # 10 VMs a host: the third host passes 25
+    assert len(runner.wave(wave_id).in_flight) == 3 and runner.filling(runner.wave(wave_id))
+    commands = [first]
+    while more := runner.fill_wave(wave_id, budget=25):
+        commands.append(more)
+    scheduled = [
+        [c for c in command if isinstance(c, WaveChanged) and c.what == "unit-scheduled"] for command in commands
+    ]
+    assert [len(units) for units in scheduled] == [3, 3, 2]
+    assert not runner.filling(runner.wave(wave_id))
+    assert runner.wave(wave_id) == expected
+    assert [e for command in commands for e in events_of(command)] == events_of(at_once)
+    assert runner.fill_wave(wave_id, budget=25) == []
+
+
+def test_the_hosts_of_a_whole_fleet_wave_leave_out_hosts_whose_vms_are_all_deleted():
+    e = engine()
+    azure = e.component(AzureComponent)
+    on_first = azure.names_on_host("host-00000")
+    azure.delete(on_first[:-1])
+    runner = e.component(WaveRunner)
+    wave = runner.wave(runner.start_wave(WHOLE_FLEET)[0].subject())
+    assert wave.units[0] == "host-00000"  # one VM left there
+    azure.delete(on_first[-1:] + azure.names_on_host("host-00005"))
+    wave = runner.wave(runner.start_wave(WHOLE_FLEET)[0].subject())
+    assert "host-00000" not in wave.units and "host-00005" not in wave.units
+    assert len(wave.units) == 10
+
+
+def test_the_control_api_starts_a_wave_in_several_commits_and_answers_with_all_of_them(store_url, monkeypatch):
+    service = Maintenance.open(open_store(store_url), parse_fleet(GENERATED), "manual", 1.0, T0, "seed")
+    commands = []
+    perform_soon = service.perform_soon
+
+    def counted(command, check=None):
+        commands.append(command)
+        return perform_soon(command, check)
+
+    monkeypatch.setattr(service, "perform_soon", counted)
+    monkeypatch.setattr(wave_routes, "MACHINES_PER_COMMAND", 25)
+    try:
+        client = TestClient(create_control_app(service))
+        response = client.post("/v1/waves", json={"by": "host", "concurrency": 8, "notice": "15m"})
+        assert response.status_code == 201, response.text
+        body = response.json()
+        assert body["scheduled"] == 56 and len(body["wave"]["in_flight"]) == 8  # 7 scopes a host
+        assert len(commands) == 4  # the start, two fills, and the fill that found nothing left
+        wave_entries = [entry.kind for entry in service.store.journal() if entry.kind.startswith("wave")]
+        assert wave_entries.count("wave unit-scheduled") == 8
+    finally:
+        service.store.close()

@@ -14,9 +14,10 @@ TIMINGS = ("fast", "realistic")
 
 @dataclass(frozen=True)
 class Step:
-    """One action of a case: a control-API call (``call: POST /v1/events``, ``body``) or a signal to the handler
-    (``kill: SIGKILL``, then started again after ``restart``), at ``at`` seconds after the case starts, or after
-    the handler first saw the case's event (``after: noticed``)."""
+    """One action of a case: a control-API call (``call: POST /v1/events``, ``body``), a signal to the handler
+    (``kill: SIGKILL``, then started again after ``restart``), or its metadata connections dropped for ``drop``
+    seconds (those open, and each one opened meanwhile, closed unanswered), at ``at`` seconds after the case starts,
+    or after the handler first saw the case's event (``after: noticed``)."""
 
     at: float
     call: str | None = None
@@ -25,6 +26,7 @@ class Step:
     restart: float | None = None
     after: str | None = None
     machine: str | None = None
+    drop: float | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 
 CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required"}
-STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine"}
+STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine", "drop"}
 
 
 class CaseFileError(Exception):
@@ -83,11 +83,13 @@ def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[s
 def step_of(entry: Any, where: str) -> Step:
     if not isinstance(entry, dict) or set(entry) - STEP_KEYS:
         raise CaseFileError(f"{where}: a step has the keys {', '.join(sorted(STEP_KEYS))}")
-    if ("call" in entry) == ("kill" in entry):
-        raise CaseFileError(f"{where}: a step is either a 'call' (METHOD /v1/PATH) or a 'kill' (a signal name)")
+    if sum(key in entry for key in ("call", "kill", "drop")) != 1:
+        raise CaseFileError(
+            f"{where}: a step is one of a 'call' (METHOD /v1/PATH), a 'kill' (a signal name) or a 'drop' (a duration)"
+        )
     if "after" in entry and entry["after"] != "noticed":
         raise CaseFileError(f"{where}: 'after' can only be 'noticed'")
-    restart = entry.get("restart")
+    restart, drop = entry.get("restart"), entry.get("drop")
     return Step(
         at=seconds(entry.get("at", 0), f"{where}.at"),
         call=entry.get("call"),
@@ -96,6 +98,7 @@ def step_of(entry: Any, where: str) -> Step:
         restart=None if restart is None else seconds(restart, f"{where}.restart"),
         after=entry.get("after"),
         machine=entry.get("machine"),
+        drop=None if drop is None else seconds(drop, f"{where}.drop"),
     )
 
 

@@ -138,6 +138,11 @@ class CaseRun:
             self.perform(step)
 
     def perform(self, step: Any) -> None:
+        if step.drop is not None:
+            for machine in [step.machine] if step.machine else self.case.machines:
+                self.proxies[machine].drop(step.drop)
+            self.obs.notes.append(f"metadata connections dropped for {step.drop:g} s at {self.elapsed():.1f} s")
+            return
         if step.kill is not None:
             machine = step.machine or self.case.machines[0]
             self.handlers[machine].signal(step.kill)

@@ -6,13 +6,15 @@ it names); when no event names the VM any more without having started, restore (
 
 ``--broken`` variants: ``approve-all`` approves every Scheduled event at once, drains nothing; ``never-approve``
 drains and never approves; ``ignore-freeze`` does nothing for a Freeze; ``other-vms`` takes every event as its own
-(drains and approves events that name other VMs only).
+(drains and approves events that name other VMs only); ``http-errors-only`` retries after an HTTP error (429, 500)
+but stops at a dropped connection.
 """
 
 import argparse
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 
 PATH = "/metadata/scheduledevents?api-version=2020-07-01"
@@ -40,10 +42,11 @@ def main():
     args = parser.parse_args()
     drained_file = os.path.join(args.state, args.machine + ".drained")
     approved = set()
+    retried = urllib.error.HTTPError if args.broken == "http-errors-only" else OSError
     while True:
         try:
             handle(args, drained_file, approved)
-        except OSError as error:  # throttled (429), a server error, a dropped connection: try again
+        except retried as error:  # throttled (429), a server error, a dropped connection: try again
             print("metadata:", error, flush=True)
         time.sleep(0.5)
 

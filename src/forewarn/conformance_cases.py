@@ -15,9 +15,10 @@ TIMINGS = ("fast", "realistic")
 @dataclass(frozen=True)
 class Step:
     """One action of a case: a control-API call (``call: POST /v1/events``, ``body``), a signal to the handler
-    (``kill: SIGKILL``, then started again after ``restart``), or its metadata connections dropped for ``drop``
-    seconds (those open, and each one opened meanwhile, closed unanswered), at ``at`` seconds after the case starts,
-    or after the handler first saw the case's event (``after: noticed``)."""
+    (``kill: SIGKILL``, then started again after ``restart``), its metadata connections dropped for ``drop``
+    seconds (those open, and each one opened meanwhile, closed unanswered), or the simulated clock moved ``advance``
+    seconds ahead at once, at ``at`` seconds after the case starts, or after the handler first saw the case's event
+    (``after: noticed``)."""
 
     at: float
     call: str | None = None
@@ -27,6 +28,7 @@ class Step:
     after: str | None = None
     machine: str | None = None
     drop: float | None = None
+    advance: float | None = None
 
 
 @dataclass(frozen=True)
@@ -74,13 +76,15 @@ class Approval:
 
 @dataclass(frozen=True)
 class EventState:
-    """A case's event as the server reports it after the case (``not_before``: seconds since the case began)."""
+    """A case's event as the server reports it after the case (``not_before``, ``ended``: seconds since the case
+    began; ``ended`` where the cloud says when an event ended)."""
 
     event_id: str
     status: str
     resources: Sequence[str]
     not_before: float | None
     approved_by: Sequence[str]
+    ended: float | None = None
 
 
 @dataclass
@@ -98,6 +102,7 @@ class Observation:
     exits: list[tuple[str, float, int]] = field(default_factory=list)  # machine, time, status (not ours)
     kills: list[tuple[str, float]] = field(default_factory=list)
     cancels: list[float] = field(default_factory=list)  # when a step canceled something
+    steps_done: list[tuple[float, str, Any]] = field(default_factory=list)  # when, the call made, its answer
     notes: list[str] = field(default_factory=list)
     probes: tuple[bool, bool] = (False, False)  # whether --drained, --restored were given
     wall: float = 0.0

@@ -14,7 +14,7 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 
 CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required"}
-STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine", "drop"}
+STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine", "drop", "advance"}
 
 
 class CaseFileError(Exception):
@@ -83,13 +83,14 @@ def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[s
 def step_of(entry: Any, where: str) -> Step:
     if not isinstance(entry, dict) or set(entry) - STEP_KEYS:
         raise CaseFileError(f"{where}: a step has the keys {', '.join(sorted(STEP_KEYS))}")
-    if sum(key in entry for key in ("call", "kill", "drop")) != 1:
+    if sum(key in entry for key in ("call", "kill", "drop", "advance")) != 1:
         raise CaseFileError(
-            f"{where}: a step is one of a 'call' (METHOD /v1/PATH), a 'kill' (a signal name) or a 'drop' (a duration)"
+            f"{where}: a step is one of a 'call' (METHOD /v1/PATH), a 'kill' (a signal name), a 'drop' or an"
+            " 'advance' (a duration)"
         )
     if "after" in entry and entry["after"] != "noticed":
         raise CaseFileError(f"{where}: 'after' can only be 'noticed'")
-    restart, drop = entry.get("restart"), entry.get("drop")
+    restart, drop, advance = entry.get("restart"), entry.get("drop"), entry.get("advance")
     return Step(
         at=seconds(entry.get("at", 0), f"{where}.at"),
         call=entry.get("call"),
@@ -99,6 +100,7 @@ def step_of(entry: Any, where: str) -> Step:
         after=entry.get("after"),
         machine=entry.get("machine"),
         drop=None if drop is None else seconds(drop, f"{where}.drop"),
+        advance=None if advance is None else seconds(advance, f"{where}.advance"),
     )
 
 

@@ -6,6 +6,7 @@ engine."""
 
 from __future__ import annotations
 
+import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ TICK = 0.1  # seconds between two clock moves
 PROBE_EVERY = 0.25
 STATE_EVERY = 0.5
 WARM_UP = 10.0  # the longest the runner waits for each handler's first metadata call
+CLOCK_PLACEHOLDER = re.compile(r"\{clock\+([^{}]+)\}")  # {clock+61m}: the simulated time then, plus 61 minutes
 
 
 @dataclass
@@ -40,6 +42,24 @@ def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def iso_time(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def with_times(value: Any, now: datetime) -> Any:
+    """``value`` (a step's body) with each string ``{clock+DURATION}`` replaced by the time ``now`` plus DURATION,
+    for a call that takes an absolute time (a reschedule's new start)."""
+    from forewarn.core.durations import parse_duration
+
+    if isinstance(value, dict):
+        return {key: with_times(item, now) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_times(item, now) for item in value]
+    if isinstance(value, str):
+        return CLOCK_PLACEHOLDER.sub(lambda found: iso_time(now + parse_duration(found.group(1))), value)
+    return value
+
+
 class CaseRun:
     """One case on a reset server."""
 
@@ -55,12 +75,26 @@ class CaseRun:
         self.last_probe = self.last_state = -1.0
         self.settled_at: float | None = None
         self.steps_from = 0.0
+        self.jumps: list[tuple[float, float]] = []  # (when, the clock's lead over wall time from then on)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.began
 
+    def lead(self) -> float:
+        return self.jumps[-1][1] if self.jumps else 0.0
+
     def seconds_since_start(self, iso: str) -> float:
-        return (parse_time(iso) - self.sim_start).total_seconds()
+        """When the simulated time ``iso`` came, in seconds of the case's wall time: a time the clock jumped over
+        came at the jump."""
+        simulated = (parse_time(iso) - self.sim_start).total_seconds()
+        wall, lead_before = simulated, 0.0
+        for at, lead in self.jumps:
+            if simulated >= at + lead:
+                wall = simulated - lead
+            elif simulated >= at + lead_before:
+                wall = at
+            lead_before = lead
+        return wall
 
     def run(self) -> Observation:
         self.server.reset()
@@ -99,9 +133,11 @@ class CaseRun:
             self.obs.notes.append(f"no metadata call within {WARM_UP:g} s of starting: {', '.join(silent)}")
         self.steps_from = self.elapsed()
 
+    def clock(self) -> datetime:
+        return self.sim_start + timedelta(seconds=self.elapsed() + self.lead())
+
     def move_clock(self) -> None:
-        now = self.sim_start + timedelta(seconds=self.elapsed())
-        self.server.set_clock(now.isoformat().replace("+00:00", "Z"))
+        self.server.set_clock(iso_time(self.clock()))
 
     def tick(self) -> None:
         self.move_clock()
@@ -138,6 +174,11 @@ class CaseRun:
             self.perform(step)
 
     def perform(self, step: Any) -> None:
+        if step.advance is not None:
+            self.jumps.append((self.elapsed(), self.lead() + step.advance))
+            self.move_clock()
+            self.obs.notes.append(f"the clock jumped {step.advance:g} s ahead at {self.elapsed():.1f} s")
+            return
         if step.drop is not None:
             for machine in [step.machine] if step.machine else self.case.machines:
                 self.proxies[machine].drop(step.drop)
@@ -156,10 +197,11 @@ class CaseRun:
                 return
             path = path.replace("{event}", self.obs.event_ids[0])
         try:
-            answer = self.server.call(method, path, step.body)
+            answer = self.server.call(method, path, with_times(step.body, self.clock()))
         except Exception as error:  # a refused step is part of what happened: graded, not raised
             self.obs.notes.append(f"{step.call} at {self.elapsed():.1f} s was refused: {error}")
             return
+        self.obs.steps_done.append((self.elapsed(), f"{method} {path}", answer))
         for event_id in self.cloud.observer.event_ids(answer):
             self.obs.event_ids.append(event_id)
             self.obs.appeared[event_id] = self.elapsed()

@@ -1,6 +1,8 @@
 """A reference EC2 handler for the conformance tests: IMDSv2 tokens, scheduled events and the Spot
 interruption notice checked every second; drains (STATE/MACHINE.drained) for an active event or an interruption,
-and restores when nothing is ahead any more. ``--broken v1`` reads without a token."""
+and restores when nothing is ahead any more. ``--broken v1`` reads without a token; ``--broken once`` stops reading
+the scheduled events once it has drained for one (it misses a reschedule); ``--broken never-restore`` stays drained
+after the event completed."""
 
 import argparse
 import json
@@ -38,10 +40,12 @@ def main():
     parser.add_argument("--broken", default="")
     args = parser.parse_args()
     drained_file = os.path.join(args.state, args.machine + ".drained")
+    events = []
     while True:
         try:
             token = None if args.broken == "v1" else new_token(args.endpoint)
-            events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
+            if not (args.broken == "once" and os.path.exists(drained_file)):
+                events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
             interruption = read(args.endpoint, "spot/instance-action", token)
         except (OSError, ValueError):
             time.sleep(1)
@@ -50,7 +54,7 @@ def main():
         if ahead and not os.path.exists(drained_file):
             time.sleep(0.5)  # the service drains
             open(drained_file, "w").close()
-        elif not ahead and os.path.exists(drained_file):
+        elif not ahead and os.path.exists(drained_file) and args.broken != "never-restore":
             os.remove(drained_file)
         time.sleep(1)
 

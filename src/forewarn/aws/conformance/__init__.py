@@ -5,7 +5,9 @@ approval: the handler drains before NotBefore (or the Spot action's time)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
@@ -71,13 +73,14 @@ class Ec2Observer:
                 )
                 continue
             event = events[event_id]
-            not_before = event.get("not_before")
+            not_before, ended = event.get("not_before"), event.get("ended_at")
             states[event_id] = EventState(
                 event_id,
                 str(event["state"]),
                 [event["instance_id"]],
                 seconds_since_start(not_before) if not_before else None,
                 [],
+                seconds_since_start(ended) if ended else None,
             )
         return states
 
@@ -90,7 +93,11 @@ class Ec2Observer:
         )
 
     def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
-        return {"imdsv2": imdsv2}
+        return {
+            "imdsv2": imdsv2,
+            "noticed_reschedule": noticed_reschedule,
+            "restored_after_completed": restored_after_completed,
+        }
 
 
 def imdsv2(obs: Observation, check: Check) -> Grade:
@@ -103,6 +110,60 @@ def imdsv2(obs: Observation, check: Check) -> Grade:
         first = without[0]
         return Grade("imdsv2", FAIL, f"{len(without)} of {len(reads)} reads had no token (first: {first.path})")
     return Grade("imdsv2", PASS, f"all {len(reads)} reads carried a session token")
+
+
+def not_befores(call: Call) -> set[datetime]:
+    """The NotBefore of each event in a scheduled-events answer (IMDS writes ``1 Jan 2021 02:00:00 GMT``)."""
+    if call.status != 200 or "events/maintenance/scheduled" not in call.path:
+        return set()
+    try:
+        events = json.loads(call.answer)
+        return {
+            datetime.strptime(str(event["NotBefore"]), "%d %b %Y %H:%M:%S GMT").replace(tzinfo=UTC)
+            for event in events
+            if isinstance(event, dict) and "NotBefore" in event
+        }
+    except (ValueError, TypeError):
+        return set()
+
+
+def noticed_reschedule(obs: Observation, check: Check) -> Grade:
+    """Each machine read the event's new NotBefore within ``within`` seconds of the reschedule."""
+    within = float(check.options.get("within", 5.0))
+    moved = [(at, answer) for at, call, answer in obs.steps_done if call.rstrip("/").endswith("/reschedule")]
+    if not moved:
+        return Grade("noticed_reschedule", FAIL, "the case rescheduled nothing (its step was refused)")
+    at, answer = moved[-1]
+    new = datetime.fromisoformat(str(answer["not_before"]).replace("Z", "+00:00"))
+    for machine in obs.case.machines:
+        read = [c.done for c in obs.calls if c.machine == machine and c.done >= at and new in not_befores(c)]
+        if not read:
+            return Grade("noticed_reschedule", FAIL, f"{machine} never read the new NotBefore ({answer['not_before']})")
+        if read[0] - at > within:
+            reason = (
+                f"{machine} read the new NotBefore {read[0] - at:.1f} s after the reschedule (at most {within:g} s)"
+            )
+            return Grade("noticed_reschedule", FAIL, reason)
+    return Grade("noticed_reschedule", PASS, f"the new NotBefore was read within {within:g} s of the reschedule")
+
+
+def restored_after_completed(obs: Observation, check: Check) -> Grade:
+    """The events completed, and each machine they name was back in service within ``within`` seconds of it."""
+    within = float(check.options.get("within", 5.0))
+    unfinished = [f"{e.event_id} {e.status}" for e in obs.events.values() if e.ended is None or e.status != "completed"]
+    if not obs.events or unfinished:
+        return Grade("restored_after_completed", FAIL, f"the event did not complete ({', '.join(unfinished)})")
+    if not obs.probes[1]:
+        return Grade("restored_after_completed", NOT_JUDGED, "no --restored probe was given")
+    for event in obs.events.values():
+        ended = event.ended or 0.0
+        for machine in (m for m in obs.case.machines if m in event.resources):
+            after = [at for at in obs.restored.get(machine, []) if at >= ended]
+            if not after or after[0] - ended > within:
+                return Grade(
+                    "restored_after_completed", FAIL, f"{machine} was not restored within {within:g} s of completion"
+                )
+    return Grade("restored_after_completed", PASS, f"restored within {within:g} s of completion")
 
 
 def cases() -> CloudCases:

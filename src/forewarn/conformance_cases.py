@@ -18,7 +18,8 @@ class Step:
     (``kill: SIGKILL``, then started again after ``restart``), its metadata connections dropped for ``drop``
     seconds (those open, and each one opened meanwhile, closed unanswered), or the simulated clock moved ``advance``
     seconds ahead at once, at ``at`` seconds after the case starts, or after the handler first saw the case's event
-    (``after: noticed``)."""
+    (``after: noticed``). A call with ``port`` (a port of the server other than the control API's, ``ec2``) is a
+    form POST of ``body`` there, for what only a cloud's own API does."""
 
     at: float
     call: str | None = None
@@ -29,6 +30,7 @@ class Step:
     machine: str | None = None
     drop: float | None = None
     advance: float | None = None
+    port: str | None = None
 
 
 @dataclass(frozen=True)

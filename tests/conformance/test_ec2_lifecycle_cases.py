@@ -32,3 +32,12 @@ def test_the_reference_ec2_handler_passes_the_rescheduled_and_completed_cases(fo
 def test_each_broken_ec2_handler_fails_its_case_only(forewarn_conformance, tmp_path, broken, case):
     verdict = forewarn_conformance(**options(tmp_path / "state", broken), cases=[case, "system-reboot"])
     assert verdict.grades == {case: "fail", "system-reboot": "pass"}, verdict.explain()
+
+
+def test_the_target_lifecycle_state_case_discriminates(forewarn_conformance, tmp_path):
+    verdict = forewarn_conformance(**options(tmp_path / "good"), cases=["target-lifecycle-state"])
+    verdict.assert_passes()
+    verdict = forewarn_conformance(
+        **options(tmp_path / "blind", "no-lifecycle"), cases=["target-lifecycle-state", "spot-interruption"]
+    )
+    assert verdict.grades == {"target-lifecycle-state": "fail", "spot-interruption": "pass"}, verdict.explain()

@@ -14,7 +14,7 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 
 CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required"}
-STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine", "drop", "advance"}
+STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine", "drop", "advance", "port"}
 
 
 class CaseFileError(Exception):
@@ -90,6 +90,8 @@ def step_of(entry: Any, where: str) -> Step:
         )
     if "after" in entry and entry["after"] != "noticed":
         raise CaseFileError(f"{where}: 'after' can only be 'noticed'")
+    if "port" in entry and ("call" not in entry or not str(entry["port"]).isalnum()):
+        raise CaseFileError(f"{where}: 'port' names one of the server's ports (ec2, gce, arm), for a 'call'")
     restart, drop, advance = entry.get("restart"), entry.get("drop"), entry.get("advance")
     return Step(
         at=seconds(entry.get("at", 0), f"{where}.at"),
@@ -101,6 +103,7 @@ def step_of(entry: Any, where: str) -> Step:
         machine=entry.get("machine"),
         drop=None if drop is None else seconds(drop, f"{where}.drop"),
         advance=None if advance is None else seconds(advance, f"{where}.advance"),
+        port=None if entry.get("port") is None else str(entry["port"]),
     )
 
 

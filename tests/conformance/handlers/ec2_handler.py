@@ -1,8 +1,8 @@
-"""A reference EC2 handler for the conformance tests: IMDSv2 tokens, scheduled events and the Spot
-interruption notice checked every second; drains (STATE/MACHINE.drained) for an active event or an interruption,
-and restores when nothing is ahead any more. ``--broken v1`` reads without a token; ``--broken once`` stops reading
+"""A reference EC2 handler for the conformance tests: IMDSv2 tokens, scheduled events, the Spot interruption
+notice and the Auto Scaling target lifecycle state checked every second; drains (STATE/MACHINE.drained) for an
+active event, an interruption or a termination by its group, and restores when nothing is ahead any more. ``--broken v1`` reads without a token; ``--broken once`` stops reading
 the scheduled events once it has drained for one (it misses a reschedule); ``--broken never-restore`` stays drained
-after the event completed."""
+after the event completed; ``--broken no-lifecycle`` does not read the Auto Scaling target lifecycle state."""
 
 import argparse
 import json
@@ -10,6 +10,8 @@ import os
 import time
 import urllib.error
 import urllib.request
+
+LIFECYCLE = "autoscaling/target-lifecycle-state"
 
 
 def read(base, path, token):
@@ -47,10 +49,12 @@ def main():
             if not (args.broken == "once" and os.path.exists(drained_file)):
                 events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
             interruption = read(args.endpoint, "spot/instance-action", token)
+            lifecycle = None if args.broken == "no-lifecycle" else read(args.endpoint, LIFECYCLE, token)
         except (OSError, ValueError):
             time.sleep(1)
             continue
-        ahead = interruption is not None or any(event["State"] == "active" for event in events)
+        leaving = lifecycle == "Terminated"  # its group terminates it (404 outside a group)
+        ahead = interruption is not None or leaving or any(event["State"] == "active" for event in events)
         if ahead and not os.path.exists(drained_file):
             time.sleep(0.5)  # the service drains
             open(drained_file, "w").close()

@@ -6,6 +6,7 @@ approval: the handler drains before NotBefore (or the Spot action's time)."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
@@ -26,6 +27,8 @@ from forewarn.conformance_cases import (
 
 SPOT = "spot:"  # the id the battery gives a Spot interruption of an instance: spot:INSTANCE
 REBALANCE = "rebalance:"
+LIFECYCLE = "lifecycle:"  # an Auto Scaling group's termination of an instance, held by a lifecycle hook
+TERMINATING = re.compile(r"<Description>Terminating EC2 instance: (i-[0-9a-f]+)</Description>")
 TOKEN_HEADER = "x-aws-ec2-metadata-token"
 NOTICE_PATHS = {
     SPOT: ("spot/instance-action", "spot/termination-time"),
@@ -35,6 +38,8 @@ NOTICE_PATHS = {
 
 class Ec2Observer:
     def event_ids(self, answer: Any) -> list[str]:
+        if isinstance(answer, str):  # the Auto Scaling API's TerminateInstanceInAutoScalingGroup
+            return [LIFECYCLE + instance_id for instance_id in TERMINATING.findall(answer)]
         if isinstance(answer, list):
             return [str(event["event_id"]) for event in answer if isinstance(event, dict) and "event_id" in event]
         if isinstance(answer, dict) and isinstance(answer.get("instances"), list):
@@ -48,6 +53,8 @@ class Ec2Observer:
         return []
 
     def seen(self, call: Call, event_id: str) -> bool:
+        if event_id.startswith(LIFECYCLE):
+            return "autoscaling/target-lifecycle-state" in call.path and call.answer.strip() == b"Terminated"
         for prefix, paths in NOTICE_PATHS.items():
             if event_id.startswith(prefix):
                 return call.status == 200 and any(path in call.path for path in paths)
@@ -62,6 +69,12 @@ class Ec2Observer:
         states = {}
         events = {e["event_id"]: e for e in client.call("GET", "/v1/ec2/events", all="true")}
         for event_id in event_ids:
+            if event_id.startswith(LIFECYCLE):
+                instance_id = event_id.removeprefix(LIFECYCLE)
+                instance = client.call("GET", f"/v1/ec2/instances/{instance_id}")
+                status = "active" if instance.get("state") == "running" else "over"
+                states[event_id] = EventState(event_id, status, [instance_id], None, [])
+                continue
             if event_id.startswith((SPOT, REBALANCE)):
                 instance_id = event_id.split(":", 1)[1]
                 instance = client.call("GET", f"/v1/ec2/instances/{instance_id}")

@@ -16,8 +16,9 @@ TIMINGS = ("fast", "realistic")
 class Step:
     """One action of a case: a control-API call (``call: POST /v1/events``, ``body``), a signal to the handler
     (``kill: SIGKILL``, then started again after ``restart``), its metadata connections dropped for ``drop``
-    seconds (those open, and each one opened meanwhile, closed unanswered), or the simulated clock moved ``advance``
-    seconds ahead at once, at ``at`` seconds after the case starts, or after the handler first saw the case's event
+    seconds (those open, and each one opened meanwhile, closed unanswered), its metadata calls answered 429 for
+    ``throttle`` seconds, the session tokens it was given so far expired (``expire``: the request header that
+    carries them), or the simulated clock moved ``advance`` seconds ahead at once, at ``at`` seconds after the case starts, or after the handler first saw the case's event
     (``after: noticed``). A call with ``port`` (a port of the server other than the control API's, ``ec2``) is a
     form POST of ``body`` there, for what only a cloud's own API does."""
 
@@ -31,6 +32,8 @@ class Step:
     drop: float | None = None
     advance: float | None = None
     port: str | None = None
+    throttle: float | None = None
+    expire: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""EC2's rescheduled and completed cases discriminate: the reference EC2 handler passes them, and a variant that
-stops reading after its drain, or never restores, fails the one it breaks and no other
+"""EC2's rescheduled, completed, target-lifecycle-state, imds-throttled and token-expiry cases discriminate: the
+reference EC2 handler passes them, and a variant that stops reading after its drain, never restores, ignores the
+target lifecycle state, stops at an error answer or keeps its first token fails the one it breaks and no other
 (tests/conformance/handlers/ec2_handler.py)."""
 
 from __future__ import annotations
@@ -41,3 +42,11 @@ def test_the_target_lifecycle_state_case_discriminates(forewarn_conformance, tmp
         **options(tmp_path / "blind", "no-lifecycle"), cases=["target-lifecycle-state", "spot-interruption"]
     )
     assert verdict.grades == {"target-lifecycle-state": "fail", "spot-interruption": "pass"}, verdict.explain()
+
+
+@pytest.mark.parametrize("broken, case", [("no-retry", "imds-throttled"), ("token-once", "token-expiry")])
+def test_throttling_and_token_expiry_discriminate(forewarn_conformance, tmp_path, broken, case):
+    verdict = forewarn_conformance(**options(tmp_path / "good"), cases=[case])
+    verdict.assert_passes()
+    verdict = forewarn_conformance(**options(tmp_path / "broken", broken), cases=[case, "system-reboot"])
+    assert verdict.grades == {case: "fail", "system-reboot": "pass"}, verdict.explain()

@@ -32,6 +32,8 @@ class ObservingProxy:
         self.open: set[socket.socket] = set()  # the handler's connections, to close when dropping
         self.drop_until = 0.0  # monotonic time until which connections are dropped
         self.drops = 0  # how many drops began: a call that saw one begin while it waited is dropped too
+        self.throttle_until = 0.0
+        self.expired: dict[str, set[str]] = {}  # header name: the session tokens it may no longer carry
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler_class())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name=f"proxy-{machine}", daemon=True)
@@ -77,6 +79,43 @@ class ObservingProxy:
     def dropping(self) -> bool:
         return time.monotonic() < self.drop_until
 
+    def throttle(self, seconds: float) -> None:
+        """For ``seconds``, answer every request 429 Too Many Requests without passing it on."""
+        self.throttle_until = time.monotonic() + seconds
+
+    def expire(self, header: str) -> None:
+        """From now on, answer 401 Unauthorized to a request whose ``header`` carries a session token given before
+        now: a value the header carried, or the answer of a PUT (how a token is handed out)."""
+        name = header.lower()
+        with self.lock:
+            given = {call.headers[name] for call in self.calls if name in call.headers}
+            given |= {call.answer.decode(errors="replace").strip() for call in self.calls if call.method == "PUT"}
+            self.expired[name] = self.expired.get(name, set()) | given
+
+    def refusal(self, headers: dict[str, str]) -> tuple[int, list, bytes] | None:
+        """The answer the case gives in the server's place, if any: a throttled or expired-token answer."""
+        if time.monotonic() < self.throttle_until:
+            return 429, [("Content-Type", "text/plain")], b"Too Many Requests"
+        lowered = {name.lower(): value for name, value in headers.items()}
+        for name, values in self.expired.items():
+            if lowered.get(name) in values:
+                return 401, [("Content-Type", "text/plain")], b"Unauthorized"
+        return None
+
+    def answer(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple[int, list, bytes]:
+        """The answer the handler gets: the server's, or the case's refusal; status 0 when the connection is
+        dropped (before the answer, or while the handler waited for it)."""
+        drops = self.drops
+        try:
+            if self.dropping():
+                raise ConnectionAbortedError("dropped by the case")
+            status, answer_headers, answer = self.refusal(headers) or self.forward(method, path, headers, body)
+        except OSError:
+            return 0, [], b""
+        if self.drops != drops:  # dropped while it waited: the handler never got this answer
+            return 0, [], b""
+        return status, answer_headers, answer
+
     def track(self, connection: socket.socket, is_open: bool) -> None:
         with self.lock:
             (self.open.add if is_open else self.open.discard)(connection)
@@ -111,15 +150,7 @@ class ObservingProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in FORWARDED_HEADERS_LEFT_OUT}
-                drops = proxy.drops
-                try:
-                    if proxy.dropping():
-                        raise ConnectionAbortedError("dropped by the case")
-                    status, answer_headers, answer = proxy.forward(self.command, path, headers, body)
-                except OSError:
-                    status, answer_headers, answer = 0, [], b""
-                if proxy.drops != drops:  # dropped while it waited: the handler never got this answer
-                    status, answer_headers, answer = 0, [], b""
+                status, answer_headers, answer = proxy.answer(self.command, path, headers, body)
                 proxy.record(
                     Call(
                         proxy.machine,

@@ -193,6 +193,8 @@ class CaseRun:
             for machine in [step.machine] if step.machine else self.case.machines:
                 self.proxies[machine].drop(step.drop)
             self.obs.notes.append(f"metadata connections dropped for {step.drop:g} s at {self.elapsed():.1f} s")
+        elif step.throttle is not None or step.expire is not None:
+            self.refuse(step)
         elif step.kill is not None:
             machine = step.machine or self.case.machines[0]
             self.handlers[machine].signal(step.kill)
@@ -200,6 +202,15 @@ class CaseRun:
             self.restarts.append((self.elapsed() + (step.restart or 0.0), machine))
         else:
             self.call(step)
+
+    def refuse(self, step: Any) -> None:
+        for machine in [step.machine] if step.machine else self.case.machines:
+            if step.throttle is not None:
+                self.proxies[machine].throttle(step.throttle)
+            else:
+                self.proxies[machine].expire(step.expire)
+        what = f"answered 429 for {step.throttle:g} s" if step.throttle is not None else f"{step.expire} expired"
+        self.obs.notes.append(f"metadata calls {what} at {self.elapsed():.1f} s")
 
     def call(self, step: Any) -> None:
         method, path = str(step.call).split(maxsplit=1)

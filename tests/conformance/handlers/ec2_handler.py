@@ -2,7 +2,9 @@
 notice and the Auto Scaling target lifecycle state checked every second; drains (STATE/MACHINE.drained) for an
 active event, an interruption or a termination by its group, and restores when nothing is ahead any more. ``--broken v1`` reads without a token; ``--broken once`` stops reading
 the scheduled events once it has drained for one (it misses a reschedule); ``--broken never-restore`` stays drained
-after the event completed; ``--broken no-lifecycle`` does not read the Auto Scaling target lifecycle state."""
+after the event completed; ``--broken no-lifecycle`` does not read the Auto Scaling target lifecycle state;
+``--broken token-once`` keeps its first IMDSv2 token for ever (not renewed when it expires); ``--broken no-retry``
+stops at the first error answer (a 429)."""
 
 import argparse
 import json
@@ -42,15 +44,18 @@ def main():
     parser.add_argument("--broken", default="")
     args = parser.parse_args()
     drained_file = os.path.join(args.state, args.machine + ".drained")
-    events = []
+    events, token = [], None
     while True:
         try:
-            token = None if args.broken == "v1" else new_token(args.endpoint)
+            if args.broken != "v1" and not (args.broken == "token-once" and token):
+                token = new_token(args.endpoint)
             if not (args.broken == "once" and os.path.exists(drained_file)):
                 events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
             interruption = read(args.endpoint, "spot/instance-action", token)
             lifecycle = None if args.broken == "no-lifecycle" else read(args.endpoint, LIFECYCLE, token)
         except (OSError, ValueError):
+            if args.broken == "no-retry":
+                raise
             time.sleep(1)
             continue
         leaving = lifecycle == "Terminated"  # its group terminates it (404 outside a group)

@@ -55,6 +55,7 @@ class Case:
     settle: float  # how long it goes on once every event of the case left Scheduled
     required: bool = True
     file: str = ""
+    serve: Sequence[str] = ()  # options of ``forewarn serve`` the case needs: it runs on a server of its own
 
 
 @dataclass(frozen=True)

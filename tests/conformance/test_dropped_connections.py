@@ -40,3 +40,13 @@ def test_a_gce_handler_that_does_not_reconnect_fails_the_dropped_case_only(forew
     given = options("gce_handler.py", "gcp", tmp_path / "state", "no-reconnect")
     verdict = forewarn_conformance(**given, cases=["wait-for-change-dropped", "live-migration"])
     assert verdict.grades == {"wait-for-change-dropped": "fail", "live-migration": "pass"}, verdict.explain()
+
+
+def test_the_service_enabled_again_discriminates(forewarn_conformance, tmp_path):
+    """The case runs on a server of its own (--require-enabling, a slow enabling answer): the reference handler
+    waits for the slow answer; one that gives up after 2 s stops."""
+    verdict = forewarn_conformance(**options("handler.py", "azure", tmp_path / "good", ""), cases=["service-reenabled"])
+    verdict.assert_passes()
+    given = options("handler.py", "azure", tmp_path / "impatient", "impatient")
+    verdict = forewarn_conformance(**given, cases=["service-reenabled", "own-reboot"])
+    assert verdict.grades == {"service-reenabled": "fail", "own-reboot": "pass"}, verdict.explain()

@@ -86,5 +86,18 @@ def run(
         Path(logs) if logs else None,
         progress or (lambda line: None),
     )
-    with Forewarn() as server:
-        return run_cases(server, picked, options)
+    results: dict[int, CaseResult] = {}
+    for serve, entries in by_server(picked).items():  # a case with serve options gets a server of its own
+        with Forewarn(args=serve) as server:
+            results.update(zip([index for index, _ in entries], run_cases(server, [e for _, e in entries], options)))
+    return [results[index] for index in sorted(results)]
+
+
+def by_server(
+    picked: Sequence[tuple[Case, CloudCases]],
+) -> dict[tuple[str, ...], list[tuple[int, tuple[Case, CloudCases]]]]:
+    """The cases (with their place in ``picked``) grouped by the options of ``forewarn serve`` they need."""
+    groups: dict[tuple[str, ...], list[tuple[int, tuple[Case, CloudCases]]]] = {}
+    for index, entry in enumerate(picked):
+        groups.setdefault(tuple(entry[0].serve), []).append((index, entry))
+    return groups

@@ -13,7 +13,7 @@ from forewarn.conformance_cases import TIMINGS, Case, Check, Step
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 
-CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required"}
+CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required", "serve"}
 ACTIONS = ("call", "kill", "drop", "throttle", "advance", "expire")
 STEP_KEYS = {
     "at",
@@ -91,6 +91,7 @@ def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[s
         settle=seconds(entry.get("settle", "1s"), f"{where}.settle"),
         required=bool(entry.get("required", True)),
         file=str(where.split(":")[0]),
+        serve=[str(option) for option in entry.get("serve", [])],
     )
 
 

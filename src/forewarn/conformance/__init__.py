@@ -68,13 +68,21 @@ def run(
     files: Sequence[str] = (),
     logs: str | Path | None = None,
     progress: Any = None,
+    sandbox: bool = False,
 ) -> list[CaseResult]:
     """Run ``command`` (the handler; ``{metadata_url}`` and ``{machine}`` in it are replaced) through the battery
-    on a private server; the graded cases."""
+    on a private server; the graded cases. ``sandbox``: each handler runs in a sandbox of its machine, where
+    http://169.254.169.254 is its metadata endpoint (root only: docs/sandbox.md)."""
     from forewarn.conformance.cases import select
     from forewarn.conformance.runner import RunOptions, run_cases
     from forewarn.testing import Forewarn
 
+    if sandbox:
+        from forewarn.sandbox import SandboxUnavailable, unavailable_reason
+
+        reason = unavailable_reason()
+        if reason is not None:
+            raise SandboxUnavailable(reason)
     chosen = battery(clouds, timing, files)
     picked = [entry for entry in chosen if entry[0] in select([case for case, _ in chosen], cases)]
     options = RunOptions(
@@ -85,6 +93,7 @@ def run(
         machines,
         Path(logs) if logs else None,
         progress or (lambda line: None),
+        sandbox,
     )
     results: dict[int, CaseResult] = {}
     for serve, entries in by_server(picked).items():  # a case with serve options gets a server of its own

@@ -36,6 +36,7 @@ class RunOptions:
     machines: int | None = None  # the most machines a case may run the handler on
     logs: Path | None = None
     progress: Callable[[str], None] = field(default=lambda line: None)
+    sandbox: bool = False  # run each machine's handler in a sandbox of the machine (root: docs/sandbox.md)
 
 
 def parse_time(text: str) -> datetime:
@@ -120,19 +121,28 @@ class CaseRun:
         finally:
             for handler in self.handlers.values():
                 handler.stop()
-            for proxy in self.proxies.values():
+            for machine, proxy in self.proxies.items():
+                if self.options.sandbox:
+                    self.server.sandbox().down(machine)
                 proxy.stop()
         self.obs.calls = sorted((c for p in self.proxies.values() for c in p.taken()), key=lambda call: call.at)
         self.obs.approvals = self.cloud.observer.approvals(self.obs.calls)
         self.obs.wall = self.elapsed()
         return self.obs
 
+    def sandboxed(self, machine: str, proxy: ObservingProxy) -> list[str]:
+        """What runs a command in ``machine``'s sandbox, whose metadata address leads to ``proxy``."""
+        host, port = proxy.server.server_address[:2]
+        vm = self.server.sandbox().up(machine, relay_to=(str(host), int(port)))
+        return vm.command([])
+
     def start_handlers(self) -> None:
         for machine in self.case.machines:
             proxy = ObservingProxy(machine, self.server.metadata_url(machine), self.began, self.probe_drained)
             proxy.start()
             self.proxies[machine] = proxy
-            handler = HandlerProcess(self.options.command, machine, proxy.url, self.logs / f"{machine}.log")
+            inside = self.sandboxed(machine, proxy) if self.options.sandbox else ()
+            handler = HandlerProcess(self.options.command, machine, proxy.url, self.logs / f"{machine}.log", inside)
             self.handlers[machine] = handler
             handler.start()
         deadline = time.monotonic() + WARM_UP

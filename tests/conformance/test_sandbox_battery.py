@@ -1,0 +1,39 @@
+"""--sandbox: the handler runs in a sandbox of its machine (docs/sandbox.md), reaching http://169.254.169.254 with no
+proxy set, and the battery still sees its every call. Needs root (network namespaces): skipped otherwise."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forewarn.cli.main import cli
+from forewarn.sandbox import unavailable_reason
+
+HANDLER = Path(__file__).parent / "handlers" / "handler.py"
+REASON = unavailable_reason() if os.geteuid() == 0 else "the sandbox needs root"
+
+
+@pytest.mark.skipif(REASON is not None, reason=str(REASON))
+def test_a_handler_in_the_sandbox_is_graded(forewarn_conformance, tmp_path):
+    state = tmp_path / "state"
+    state.mkdir()
+    # The metadata address as the handler would hard-code it; the sandbox sets no HTTP_PROXY.
+    command = [sys.executable, str(HANDLER), "--endpoint", "http://169.254.169.254", "--machine", "{machine}"]
+    verdict = forewarn_conformance(
+        [*command, "--state", str(state)],
+        clouds=["azure"],
+        cases=["own-freeze", "other-vm-event"],
+        drained=f'test -f "{state}/$FOREWARN_MACHINE.drained"',
+        sandbox=True,
+    )
+    verdict.assert_passes()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="as root the sandbox is available")
+def test_without_root_the_sandbox_option_says_why():
+    result = CliRunner().invoke(cli, ["conformance", "run", "--sandbox", "--cases", "own-freeze", "--", "true"])
+    assert result.exit_code == 1 and "root" in result.output, result.output

@@ -14,9 +14,13 @@ TIMINGS = ("fast", "realistic")
 
 @dataclass(frozen=True)
 class Step:
-    """One action of a case: a control-API call (``call: POST /v1/events``, ``body``) or a signal to the handler
-    (``kill: SIGKILL``, then started again after ``restart``), at ``at`` seconds after the case starts, or after
-    the handler first saw the case's event (``after: noticed``)."""
+    """One action of a case: a control-API call (``call: POST /v1/events``, ``body``), a signal to the handler
+    (``kill: SIGKILL``, then started again after ``restart``), its metadata connections dropped for ``drop``
+    seconds (those open, and each one opened meanwhile, closed unanswered), its metadata calls answered 429 for
+    ``throttle`` seconds, the session tokens it was given so far expired (``expire``: the request header that
+    carries them), or the simulated clock moved ``advance`` seconds ahead at once, at ``at`` seconds after the case starts, or after the handler first saw the case's event
+    (``after: noticed``). A call with ``port`` (a port of the server other than the control API's, ``ec2``) is a
+    form POST of ``body`` there, for what only a cloud's own API does."""
 
     at: float
     call: str | None = None
@@ -25,6 +29,11 @@ class Step:
     restart: float | None = None
     after: str | None = None
     machine: str | None = None
+    drop: float | None = None
+    advance: float | None = None
+    port: str | None = None
+    throttle: float | None = None
+    expire: str | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class Case:
     settle: float  # how long it goes on once every event of the case left Scheduled
     required: bool = True
     file: str = ""
+    serve: Sequence[str] = ()  # options of ``forewarn serve`` the case needs: it runs on a server of its own
 
 
 @dataclass(frozen=True)
@@ -72,13 +82,15 @@ class Approval:
 
 @dataclass(frozen=True)
 class EventState:
-    """A case's event as the server reports it after the case (``not_before``: seconds since the case began)."""
+    """A case's event as the server reports it after the case (``not_before``, ``ended``: seconds since the case
+    began; ``ended`` where the cloud says when an event ended)."""
 
     event_id: str
     status: str
     resources: Sequence[str]
     not_before: float | None
     approved_by: Sequence[str]
+    ended: float | None = None
 
 
 @dataclass
@@ -96,6 +108,7 @@ class Observation:
     exits: list[tuple[str, float, int]] = field(default_factory=list)  # machine, time, status (not ours)
     kills: list[tuple[str, float]] = field(default_factory=list)
     cancels: list[float] = field(default_factory=list)  # when a step canceled something
+    steps_done: list[tuple[float, str, Any]] = field(default_factory=list)  # when, the call made, its answer
     notes: list[str] = field(default_factory=list)
     probes: tuple[bool, bool] = (False, False)  # whether --drained, --restored were given
     wall: float = 0.0

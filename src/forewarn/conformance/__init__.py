@@ -68,13 +68,21 @@ def run(
     files: Sequence[str] = (),
     logs: str | Path | None = None,
     progress: Any = None,
+    sandbox: bool = False,
 ) -> list[CaseResult]:
     """Run ``command`` (the handler; ``{metadata_url}``, ``{machine}`` and ``{state_dir}`` in it are replaced)
-    through the battery on a private server; the graded cases."""
+    through the battery on a private server; the graded cases. ``sandbox``: each handler runs in a sandbox of its
+    machine, where http://169.254.169.254 is its metadata endpoint (root only: docs/sandbox.md)."""
     from forewarn.conformance.cases import select
     from forewarn.conformance.runner import RunOptions, run_cases
     from forewarn.testing import Forewarn
 
+    if sandbox:
+        from forewarn.sandbox import SandboxUnavailable, unavailable_reason
+
+        reason = unavailable_reason()
+        if reason is not None:
+            raise SandboxUnavailable(reason)
     chosen = battery(clouds, timing, files)
     picked = [entry for entry in chosen if entry[0] in select([case for case, _ in chosen], cases)]
     options = RunOptions(
@@ -85,6 +93,20 @@ def run(
         machines,
         Path(logs) if logs else None,
         progress or (lambda line: None),
+        sandbox,
     )
-    with Forewarn() as server:
-        return run_cases(server, picked, options)
+    results: dict[int, CaseResult] = {}
+    for serve, entries in by_server(picked).items():  # a case with serve options gets a server of its own
+        with Forewarn(args=serve) as server:
+            results.update(zip([index for index, _ in entries], run_cases(server, [e for _, e in entries], options)))
+    return [results[index] for index in sorted(results)]
+
+
+def by_server(
+    picked: Sequence[tuple[Case, CloudCases]],
+) -> dict[tuple[str, ...], list[tuple[int, tuple[Case, CloudCases]]]]:
+    """The cases (with their place in ``picked``) grouped by the options of ``forewarn serve`` they need."""
+    groups: dict[tuple[str, ...], list[tuple[int, tuple[Case, CloudCases]]]] = {}
+    for index, entry in enumerate(picked):
+        groups.setdefault(tuple(entry[0].serve), []).append((index, entry))
+    return groups

@@ -13,8 +13,22 @@ from forewarn.conformance_cases import TIMINGS, Case, Check, Step
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 
-CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required"}
-STEP_KEYS = {"at", "call", "body", "kill", "restart", "after", "machine"}
+CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required", "serve"}
+ACTIONS = ("call", "kill", "drop", "throttle", "advance", "expire")
+STEP_KEYS = {
+    "at",
+    "call",
+    "body",
+    "kill",
+    "restart",
+    "after",
+    "machine",
+    "drop",
+    "advance",
+    "port",
+    "throttle",
+    "expire",
+}
 
 
 class CaseFileError(Exception):
@@ -77,25 +91,38 @@ def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[s
         settle=seconds(entry.get("settle", "1s"), f"{where}.settle"),
         required=bool(entry.get("required", True)),
         file=str(where.split(":")[0]),
+        serve=[str(option) for option in entry.get("serve", [])],
     )
 
 
 def step_of(entry: Any, where: str) -> Step:
     if not isinstance(entry, dict) or set(entry) - STEP_KEYS:
         raise CaseFileError(f"{where}: a step has the keys {', '.join(sorted(STEP_KEYS))}")
-    if ("call" in entry) == ("kill" in entry):
-        raise CaseFileError(f"{where}: a step is either a 'call' (METHOD /v1/PATH) or a 'kill' (a signal name)")
+    if sum(key in entry for key in ACTIONS) != 1:
+        raise CaseFileError(
+            f"{where}: a step is one of a 'call' (METHOD /v1/PATH), a 'kill' (a signal name), a 'drop', 'throttle'"
+            " or 'advance' (a duration), an 'expire' (a header name)"
+        )
     if "after" in entry and entry["after"] != "noticed":
         raise CaseFileError(f"{where}: 'after' can only be 'noticed'")
-    restart = entry.get("restart")
+    if "port" in entry and ("call" not in entry or not str(entry["port"]).isalnum()):
+        raise CaseFileError(f"{where}: 'port' names one of the server's ports (ec2, gce, arm), for a 'call'")
+    durations = {
+        key: seconds(entry[key], f"{where}.{key}") for key in ("restart", "drop", "throttle", "advance") if key in entry
+    }
     return Step(
         at=seconds(entry.get("at", 0), f"{where}.at"),
         call=entry.get("call"),
         body=entry.get("body"),
         kill=entry.get("kill"),
-        restart=None if restart is None else seconds(restart, f"{where}.restart"),
+        restart=durations.get("restart"),
         after=entry.get("after"),
         machine=entry.get("machine"),
+        drop=durations.get("drop"),
+        advance=durations.get("advance"),
+        throttle=durations.get("throttle"),
+        expire=None if entry.get("expire") is None else str(entry["expire"]),
+        port=None if entry.get("port") is None else str(entry["port"]),
     )
 
 

@@ -47,6 +47,11 @@ def list_cases(clouds: tuple[str, ...], timing: str) -> None:
 @click.option("--junit", metavar="FILE", help="Write a JUnit XML report.")
 @click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
 @click.option("--logs", metavar="DIR", help="Keep each case's handler output here.")
+@click.option(
+    "--sandbox",
+    is_flag=True,
+    help="Run each handler in a sandbox of its machine, where http://169.254.169.254 is its endpoint (needs root).",
+)
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     clouds: tuple[str, ...],
@@ -60,14 +65,17 @@ def run(
     junit: str | None,
     html: str | None,
     logs: str | None,
+    sandbox: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run HANDLER COMMAND... as each machine of each case: `{metadata_url}`, `{machine}` and `{state_dir}` (the
     machine's own directory for the case) in it are replaced, and FOREWARN_METADATA_URL, FOREWARN_MACHINE,
-    FOREWARN_STATE_DIR and HTTP_PROXY are set. Exits 1 when a required case fails."""
+    FOREWARN_STATE_DIR and HTTP_PROXY are set (with --sandbox: http://169.254.169.254 and no proxy). Exits 1 when a
+    required case fails."""
     from forewarn import conformance as battery
     from forewarn.conformance import report
     from forewarn.conformance.cases import CaseFileError
+    from forewarn.sandbox import SandboxUnavailable
 
     began = time.monotonic()
     progress = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
@@ -83,8 +91,9 @@ def run(
             files=files,
             logs=logs,
             progress=progress,
+            sandbox=sandbox,
         )
-    except CaseFileError as error:
+    except (CaseFileError, SandboxUnavailable) as error:
         raise click.ClickException(str(error)) from None
     wall = time.monotonic() - began
     if as_json:

@@ -21,13 +21,18 @@ from pathlib import Path
 
 PROXY_VARIABLES = ("HTTP_PROXY", "http_proxy")
 BYPASS_VARIABLES = ("NO_PROXY", "no_proxy")
+SANDBOX_URL = "http://169.254.169.254"  # the metadata address inside a sandbox (docs/sandbox.md)
 
 
-def handler_environment(machine: str, metadata_url: str, state_dir: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in BYPASS_VARIABLES}
+def handler_environment(machine: str, metadata_url: str, state_dir: Path, proxied: bool = True) -> dict[str, str]:
+    """``proxied``: ``HTTP_PROXY`` points at the metadata URL; else no proxy is set at all (in a sandbox, where
+    the metadata address itself reaches the machine's endpoint, and nothing else is reachable)."""
+    left_out = BYPASS_VARIABLES if proxied else (*BYPASS_VARIABLES, *PROXY_VARIABLES)
+    env = {k: v for k, v in os.environ.items() if k not in left_out}
     env.update({"FOREWARN_MACHINE": machine, "FOREWARN_METADATA_URL": metadata_url})
     env["FOREWARN_STATE_DIR"] = str(state_dir)
-    env.update(dict.fromkeys(PROXY_VARIABLES, metadata_url))
+    if proxied:
+        env.update(dict.fromkeys(PROXY_VARIABLES, metadata_url))
     return env
 
 
@@ -44,9 +49,20 @@ def expanded(command: Sequence[str], machine: str, metadata_url: str, state_dir:
 class HandlerProcess:
     """One machine's handler: started, killed and started again by the runner; its output goes to a log file."""
 
-    def __init__(self, command: Sequence[str], machine: str, metadata_url: str, log: Path, state_dir: Path):
-        self.command = expanded(command, machine, metadata_url, state_dir)
-        self.env = handler_environment(machine, metadata_url, state_dir)
+    def __init__(
+        self,
+        command: Sequence[str],
+        machine: str,
+        metadata_url: str,
+        log: Path,
+        state_dir: Path,
+        inside: Sequence[str] = (),
+    ):
+        """``inside``: what runs the command in the machine's sandbox (``ip netns exec NAME``); the command then
+        gets the sandbox's metadata address, and no proxy."""
+        url = SANDBOX_URL if inside else metadata_url
+        self.command = [*inside, *expanded(command, machine, url, state_dir)]
+        self.env = handler_environment(machine, url, state_dir, proxied=not inside)
         self.machine = machine
         self.log = log
         self.process: subprocess.Popen | None = None

@@ -6,6 +6,7 @@ engine."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 import time
@@ -24,6 +25,7 @@ TICK = 0.1  # seconds between two clock moves
 PROBE_EVERY = 0.25
 STATE_EVERY = 0.5
 WARM_UP = 10.0  # the longest the runner waits for each handler's first metadata call
+CLOCK_PLACEHOLDER = re.compile(r"\{clock\+([^{}]+)\}")  # {clock+61m}: the simulated time then, plus 61 minutes
 
 
 @dataclass
@@ -35,10 +37,40 @@ class RunOptions:
     machines: int | None = None  # the most machines a case may run the handler on
     logs: Path | None = None
     progress: Callable[[str], None] = field(default=lambda line: None)
+    sandbox: bool = False  # run each machine's handler in a sandbox of the machine (root: docs/sandbox.md)
 
 
 def parse_time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def iso_time(moment: datetime) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def with_times(value: Any, now: datetime) -> Any:
+    """``value`` (a step's body) with each string ``{clock+DURATION}`` replaced by the time ``now`` plus DURATION,
+    for a call that takes an absolute time (a reschedule's new start)."""
+    from forewarn.core.durations import parse_duration
+
+    if isinstance(value, dict):
+        return {key: with_times(item, now) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_times(item, now) for item in value]
+    if isinstance(value, str):
+        return CLOCK_PLACEHOLDER.sub(lambda found: iso_time(now + parse_duration(found.group(1))), value)
+    return value
+
+
+def form_post(url: str, fields: dict) -> str:
+    """A form POST to one of the server's other ports (a cloud's own API, for what the control API has no route
+    for); its answer's text. An answer other than 2xx raises."""
+    import urllib.parse
+    import urllib.request
+
+    data = urllib.parse.urlencode({key: str(value) for key, value in fields.items()}).encode()
+    with urllib.request.urlopen(urllib.request.Request(url, data, method="POST"), timeout=30) as answer:
+        return answer.read().decode()
 
 
 class CaseRun:
@@ -56,12 +88,26 @@ class CaseRun:
         self.last_probe = self.last_state = -1.0
         self.settled_at: float | None = None
         self.steps_from = 0.0
+        self.jumps: list[tuple[float, float]] = []  # (when, the clock's lead over wall time from then on)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.began
 
+    def lead(self) -> float:
+        return self.jumps[-1][1] if self.jumps else 0.0
+
     def seconds_since_start(self, iso: str) -> float:
-        return (parse_time(iso) - self.sim_start).total_seconds()
+        """When the simulated time ``iso`` came, in seconds of the case's wall time: a time the clock jumped over
+        came at the jump."""
+        simulated = (parse_time(iso) - self.sim_start).total_seconds()
+        wall, lead_before = simulated, 0.0
+        for at, lead in self.jumps:
+            if simulated >= at + lead:
+                wall = simulated - lead
+            elif simulated >= at + lead_before:
+                wall = at
+            lead_before = lead
+        return wall
 
     def run(self) -> Observation:
         self.server.reset()
@@ -76,12 +122,20 @@ class CaseRun:
         finally:
             for handler in self.handlers.values():
                 handler.stop()
-            for proxy in self.proxies.values():
+            for machine, proxy in self.proxies.items():
+                if self.options.sandbox:
+                    self.server.sandbox().down(machine)
                 proxy.stop()
         self.obs.calls = sorted((c for p in self.proxies.values() for c in p.taken()), key=lambda call: call.at)
         self.obs.approvals = self.cloud.observer.approvals(self.obs.calls)
         self.obs.wall = self.elapsed()
         return self.obs
+
+    def sandboxed(self, machine: str, proxy: ObservingProxy) -> list[str]:
+        """What runs a command in ``machine``'s sandbox, whose metadata address leads to ``proxy``."""
+        host, port = proxy.server.server_address[:2]
+        vm = self.server.sandbox().up(machine, relay_to=(str(host), int(port)))
+        return vm.command([])
 
     def start_handlers(self) -> None:
         for machine in self.case.machines:
@@ -92,7 +146,8 @@ class CaseRun:
             shutil.rmtree(state_dir, ignore_errors=True)  # a --logs directory used before: the case starts clean
             state_dir.mkdir(parents=True)
             log = self.logs / f"{machine}.log"
-            handler = HandlerProcess(self.options.command, machine, proxy.url, log, state_dir)
+            inside = self.sandboxed(machine, proxy) if self.options.sandbox else ()
+            handler = HandlerProcess(self.options.command, machine, proxy.url, log, state_dir, inside)
             self.handlers[machine] = handler
             handler.start()
         deadline = time.monotonic() + WARM_UP
@@ -108,9 +163,11 @@ class CaseRun:
         """The machine's own directory for this case (processes.py): beside its log, empty when the case starts."""
         return self.logs / f"{machine}.state"
 
+    def clock(self) -> datetime:
+        return self.sim_start + timedelta(seconds=self.elapsed() + self.lead())
+
     def move_clock(self) -> None:
-        now = self.sim_start + timedelta(seconds=self.elapsed())
-        self.server.set_clock(now.isoformat().replace("+00:00", "Z"))
+        self.server.set_clock(iso_time(self.clock()))
 
     def tick(self) -> None:
         self.move_clock()
@@ -147,23 +204,50 @@ class CaseRun:
             self.perform(step)
 
     def perform(self, step: Any) -> None:
-        if step.kill is not None:
+        if step.advance is not None:
+            self.jumps.append((self.elapsed(), self.lead() + step.advance))
+            self.move_clock()
+            self.obs.notes.append(f"the clock jumped {step.advance:g} s ahead at {self.elapsed():.1f} s")
+        elif step.drop is not None:
+            for machine in [step.machine] if step.machine else self.case.machines:
+                self.proxies[machine].drop(step.drop)
+            self.obs.notes.append(f"metadata connections dropped for {step.drop:g} s at {self.elapsed():.1f} s")
+        elif step.throttle is not None or step.expire is not None:
+            self.refuse(step)
+        elif step.kill is not None:
             machine = step.machine or self.case.machines[0]
             self.handlers[machine].signal(step.kill)
             self.obs.kills.append((machine, self.elapsed()))
             self.restarts.append((self.elapsed() + (step.restart or 0.0), machine))
-            return
+        else:
+            self.call(step)
+
+    def refuse(self, step: Any) -> None:
+        for machine in [step.machine] if step.machine else self.case.machines:
+            if step.throttle is not None:
+                self.proxies[machine].throttle(step.throttle)
+            else:
+                self.proxies[machine].expire(step.expire)
+        what = f"answered 429 for {step.throttle:g} s" if step.throttle is not None else f"{step.expire} expired"
+        self.obs.notes.append(f"metadata calls {what} at {self.elapsed():.1f} s")
+
+    def call(self, step: Any) -> None:
         method, path = str(step.call).split(maxsplit=1)
         if "{event}" in path:
             if not self.obs.event_ids:
                 self.obs.notes.append(f"{step.call}: the case has no event yet")
                 return
             path = path.replace("{event}", self.obs.event_ids[0])
+        body = with_times(step.body, self.clock())
         try:
-            answer = self.server.call(method, path, step.body)
+            if step.port:
+                answer: Any = form_post(f"{getattr(self.server, step.port + '_url')}{path}", body or {})
+            else:
+                answer = self.server.call(method, path, body)
         except Exception as error:  # a refused step is part of what happened: graded, not raised
             self.obs.notes.append(f"{step.call} at {self.elapsed():.1f} s was refused: {error}")
             return
+        self.obs.steps_done.append((self.elapsed(), f"{method} {path}", answer))
         for event_id in self.cloud.observer.event_ids(answer):
             self.obs.event_ids.append(event_id)
             self.obs.appeared[event_id] = self.elapsed()

@@ -103,10 +103,12 @@ class Sandbox:
         except KeyError:
             raise SandboxError(f"{machine} is not up in this sandbox (up: {', '.join(self._vms) or 'none'})") from None
 
-    def up(self, machine: str) -> VmNamespace:
+    def up(self, machine: str, relay_to: tuple[str, int] | None = None) -> VmNamespace:
         """A namespace for ``machine`` (a VM's name, an EC2 instance's id or Name tag), ready when this returns: inside it,
         169.254.169.254:80 (and [fd00:ec2::254]:80 for an EC2 instance) is the server's metadata endpoint as
-        ``machine``, metadata.google.internal resolves to 169.254.169.254, and nothing else is reachable."""
+        ``machine``, metadata.google.internal resolves to 169.254.169.254, and nothing else is reachable.
+        ``relay_to`` (an IPv4 host and port): relay there instead, to something that stands between the machine and
+        the server and answers as the machine (the conformance battery's observing proxy)."""
         if machine in self._vms:
             return self._vms[machine]
         started = time.perf_counter()
@@ -116,6 +118,8 @@ class Sandbox:
             # The server says who the machine is (an instance's Name tag is not its identity): the namespace is
             # named after that.
             registered = self._request("PUT", f"/v1/imds/callers/{address}", {"machine": machine})
+            if relay_to is not None:
+                registered = {**registered, "imds": {"host": relay_to[0], "port": relay_to[1]}}
             try:
                 record = self._claim(machine, registered, address)
             except BaseException:

@@ -1,6 +1,10 @@
-"""A reference EC2 handler for the conformance tests: IMDSv2 tokens, scheduled events and the Spot
-interruption notice checked every second; drains (STATE/MACHINE.drained) for an active event or an interruption,
-and restores when nothing is ahead any more. ``--broken v1`` reads without a token."""
+"""A reference EC2 handler for the conformance tests: IMDSv2 tokens, scheduled events, the Spot interruption
+notice and the Auto Scaling target lifecycle state checked every second; drains (STATE/MACHINE.drained) for an
+active event, an interruption or a termination by its group, and restores when nothing is ahead any more. ``--broken v1`` reads without a token; ``--broken once`` stops reading
+the scheduled events once it has drained for one (it misses a reschedule); ``--broken never-restore`` stays drained
+after the event completed; ``--broken no-lifecycle`` does not read the Auto Scaling target lifecycle state;
+``--broken token-once`` keeps its first IMDSv2 token for ever (not renewed when it expires); ``--broken no-retry``
+stops at the first error answer (a 429)."""
 
 import argparse
 import json
@@ -8,6 +12,8 @@ import os
 import time
 import urllib.error
 import urllib.request
+
+LIFECYCLE = "autoscaling/target-lifecycle-state"
 
 
 def read(base, path, token):
@@ -38,19 +44,26 @@ def main():
     parser.add_argument("--broken", default="")
     args = parser.parse_args()
     drained_file = os.path.join(args.state, args.machine + ".drained")
+    events, token = [], None
     while True:
         try:
-            token = None if args.broken == "v1" else new_token(args.endpoint)
-            events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
+            if args.broken != "v1" and not (args.broken == "token-once" and token):
+                token = new_token(args.endpoint)
+            if not (args.broken == "once" and os.path.exists(drained_file)):
+                events = json.loads(read(args.endpoint, "events/maintenance/scheduled", token) or "[]")
             interruption = read(args.endpoint, "spot/instance-action", token)
+            lifecycle = None if args.broken == "no-lifecycle" else read(args.endpoint, LIFECYCLE, token)
         except (OSError, ValueError):
+            if args.broken == "no-retry":
+                raise
             time.sleep(1)
             continue
-        ahead = interruption is not None or any(event["State"] == "active" for event in events)
+        leaving = lifecycle == "Terminated"  # its group terminates it (404 outside a group)
+        ahead = interruption is not None or leaving or any(event["State"] == "active" for event in events)
         if ahead and not os.path.exists(drained_file):
             time.sleep(0.5)  # the service drains
             open(drained_file, "w").close()
-        elif not ahead and os.path.exists(drained_file):
+        elif not ahead and os.path.exists(drained_file) and args.broken != "never-restore":
             os.remove(drained_file)
         time.sleep(1)
 

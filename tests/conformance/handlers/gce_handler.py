@@ -1,6 +1,7 @@
 """A reference Compute Engine handler for the conformance tests: waits on maintenance-event with wait_for_change,
 checks instance/preempted, and drains (STATE/MACHINE.drained) when either says something is coming.
-``--broken polling`` reads maintenance-event without wait_for_change, every second."""
+``--broken polling`` reads maintenance-event without wait_for_change, every second; ``--broken no-reconnect`` stops
+watching maintenance-event when its connection is dropped."""
 
 import argparse
 import os
@@ -49,6 +50,9 @@ def main():
         try:
             value = read(args.endpoint, path, timeout=600)
         except OSError:
+            if args.broken == "no-reconnect":
+                print("maintenance-event: connection lost; no longer watching", flush=True)
+                return
             time.sleep(1)
             continue
         if value != "NONE":

@@ -10,21 +10,23 @@ every VM it names has drained.
 drains and never approves; ``ignore-freeze`` does nothing for a Freeze; ``other-vms`` takes every event as its own
 (drains and approves events that name other VMs only); ``own-drain-only`` approves an event naming several VMs once
 its own drain is done, not waiting for theirs (its drain takes longer the later the event names its VM, so that the
-first named VM approves while the others still drain).
+first named VM approves while the others still drain); ``http-errors-only`` retries after an HTTP error (429, 500)
+but stops at a dropped connection; ``impatient`` waits 2 s for an answer, and stops when one takes longer.
 """
 
 import argparse
 import json
 import os
 import time
+import urllib.error
 import urllib.request
 
 PATH = "/metadata/scheduledevents?api-version=2020-07-01"
 HEADERS = {"Metadata": "true"}
 
 
-def document(base):
-    with urllib.request.urlopen(urllib.request.Request(base + PATH, headers=HEADERS), timeout=5) as answer:
+def document(base, timeout=5):
+    with urllib.request.urlopen(urllib.request.Request(base + PATH, headers=HEADERS), timeout=timeout) as answer:
         return json.load(answer)
 
 
@@ -45,17 +47,20 @@ def main():
     args = parser.parse_args()
     drained_file = os.path.join(args.state, args.machine + ".drained")
     approved = set()
+    retried = {"http-errors-only": urllib.error.HTTPError, "impatient": (urllib.error.HTTPError, ConnectionError)}.get(
+        args.broken, OSError
+    )
     while True:
         try:
             handle(args, drained_file, approved)
-        except OSError as error:  # throttled (429), a server error, a dropped connection: try again
+        except retried as error:  # throttled (429), a server error, a dropped connection: try again
             print("metadata:", error, flush=True)
         time.sleep(0.5)
 
 
 def handle(args, drained_file, approved):
     """One look at the document: drain for the events naming this VM, approve those naming it alone."""
-    events = document(args.endpoint)["Events"]
+    events = document(args.endpoint, 2 if args.broken == "impatient" else 5)["Events"]
     mine = []
     for event in events:
         if args.broken == "approve-all":

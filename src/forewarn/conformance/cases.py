@@ -79,20 +79,28 @@ def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[s
         if key not in entry:
             raise CaseFileError(f"{where}: {key!r} is missing")
     entry = by_timing(entry, timing)
+    checks = [check_of(check, f"{where}.checks[{i}]", cloud_checks) for i, check in enumerate(entry["checks"])]
     return Case(
         name=str(entry["name"]),
         cloud=cloud,
         title=str(entry["title"]),
         machines=[str(machine) for machine in entry["machines"]],
         steps=[step_of(step, f"{where}.steps[{i}]") for i, step in enumerate(entry.get("steps", []))],
-        checks=[check_of(check, f"{where}.checks[{i}]", cloud_checks) for i, check in enumerate(entry["checks"])],
+        checks=checks,
         source=str(entry["source"]),
         limit=seconds(entry.get("limit", "60s"), f"{where}.limit"),
-        settle=seconds(entry.get("settle", "1s"), f"{where}.settle"),
+        settle=max(seconds(entry.get("settle", "1s"), f"{where}.settle"), restore_window(checks)),
         required=bool(entry.get("required", True)),
         file=str(where.split(":")[0]),
         serve=[str(option) for option in entry.get("serve", [])],
     )
+
+
+def restore_window(checks: list[Check]) -> float:
+    """The longest window a restore check grades (``within``): a case goes on that long once its events settled,
+    so that a restore that comes within the window is seen, not cut off by the case's end."""
+    windows = [float(c.options.get("within", 10.0)) for c in checks if c.kind.startswith("restored")]
+    return max(windows, default=0.0)
 
 
 def step_of(entry: Any, where: str) -> Step:

@@ -154,6 +154,63 @@ class Reader:
 
 
 @dataclass(frozen=True)
+class RecordTable:
+    """A table that holds one record per key: the key column, the columns written beside the record when its row is
+    made (what queries order or select by), and the record's own column. Its statements, its touches and its reads
+    are made here once for every component."""
+
+    name: str
+    key: str
+    beside: tuple[str, ...] = ()
+    record: str = "data"
+    updated: tuple[str, ...] = ()  # columns of ``beside`` that an update rewrites too (the record always is)
+
+    @functools.cached_property
+    def upsert(self) -> str:
+        columns = (self.key, *self.beside, self.record)
+        updates = ", ".join(f"{column} = excluded.{column}" for column in (*self.updated, self.record))
+        return (
+            f"INSERT INTO {self.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT ({self.key}) DO UPDATE SET {updates}"
+        )
+
+    def put(self, rows: Rows, key: str, *values: Any) -> None:
+        """Write the row of ``key`` (``values``: the columns beside, then the record) and name it touched."""
+        rows.write(self.upsert, (key, *values))
+        rows.touch(self.name, key)
+
+    def put_last(self, rows: Rows, key: str, params: Callable[[], tuple[Any, ...]]) -> None:
+        """As ``put``, written once per command with the latest params (Rows.write_last)."""
+        rows.write_last(self.upsert, key, params)
+        rows.touch(self.name, key)
+
+    def delete(self, rows: Rows, key: str) -> None:
+        rows.write(f"DELETE FROM {self.name} WHERE {self.key} = ?", (key,))
+        rows.touch(self.name, key)
+
+    def records(self, reader: Reader, decode: Callable[[Any], T], order_by: str = "") -> list[T]:
+        """Every stored record, decoded (in ``order_by``'s order when it names a column)."""
+        order = f" ORDER BY {order_by}" if order_by else ""
+        return [decode(row[0]) for row in reader.rows(f"SELECT {self.record} FROM {self.name}{order}")]
+
+    def by_key(self, reader: Reader, decode: Callable[[Any], T]) -> dict[str, T]:
+        return {key: decode(value) for key, value in reader.rows(f"SELECT {self.key}, {self.record} FROM {self.name}")}
+
+    def current(self, reader: Reader, touched: Touched, decode: Callable[[Any], T]) -> dict[str, T | None]:
+        """The touched rows of this table as they are now, decoded (None for a row that is gone)."""
+        return reader.current(
+            f"SELECT {self.key}, {self.record} FROM {self.name}",
+            self.key,
+            touched.get(self.name, ()),
+            lambda row: decode(row[1]),
+        )
+
+
+def any_touched(touched: Touched, tables: Iterable[RecordTable]) -> bool:
+    return any(table.name in touched for table in tables)
+
+
+@dataclass(frozen=True)
 class Records:
     """A component's part of the store: the writers of the changes it makes, and ``load``, which reads its stored
     state back as named values (the names the engine takes them by, each name given by one component only)."""

@@ -146,6 +146,49 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], object]) -> None:
         render(data)
 
 
+def print_answer(ctx: click.Context, path: str, as_json: bool, render: Callable[[Any], object], **query: Any) -> None:
+    """GET ``path`` of the control API (``query``: its parameters) and print the answer (as JSON with --json)."""
+    emit(run(lambda: control_client(ctx).get(path, params=query or None)), as_json, render)
+
+
+def print_outcome_of(
+    ctx: click.Context,
+    path: str,
+    as_json: bool,
+    render: Callable[[Any], object],
+    body: dict[str, Any] | None = None,
+    one: bool = False,
+) -> None:
+    """POST ``body`` to ``path`` of the control API and print the outcome (``one``: a single record, printed as a list
+    of one, as the listing prints it)."""
+    outcome = run(lambda: control_client(ctx).post(path, body))
+    emit([outcome] if one else outcome, as_json, render)
+
+
+def listing_command(
+    group: click.Group,
+    name: str,
+    path: str,
+    render: Callable[[Any], object],
+    help_text: str,
+    all_help: str | None = None,
+) -> None:
+    """Add to ``group`` the command ``name`` that prints what GET ``path`` answers; with ``all_help``, its flag --all
+    asks for every record, the ended ones too."""
+
+    @click.pass_context
+    def listing(ctx: click.Context, as_json: bool, include_all: bool = False) -> None:
+        if all_help is None:
+            print_answer(ctx, path, as_json, render)
+        else:
+            print_answer(ctx, path, as_json, render, all=str(include_all).lower())
+
+    command = JSON_OPTION(listing)
+    if all_help is not None:
+        command = click.option("--all", "include_all", is_flag=True, help=all_help)(command)
+    group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
+
+
 def split_names(values: tuple[str, ...]) -> list[str]:
     """Names given comma-separated, repeated, or both."""
     return [name.strip() for value in values for name in value.split(",") if name.strip()]

@@ -7,11 +7,10 @@ import click
 from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
-    control_client,
-    emit,
+    listing_command,
     print_ec2_events,
+    print_outcome_of,
     print_table,
-    run,
     split_names,
 )
 
@@ -55,25 +54,21 @@ def ec2():
     """EC2 instances and their scheduled events."""
 
 
-@ec2.command(name="instances", context_settings=CONTEXT)
-@JSON_OPTION
-@click.pass_context
-def ec2_instances(ctx, as_json):
-    """Every instance's state, host and lifecycle (Auto Scaling replacements included)."""
-    emit(run(lambda: control_client(ctx).get("/v1/ec2/instances")), as_json, _print_instances)
-
-
-@ec2.command(name="events", context_settings=CONTEXT)
-@click.option("--all", "include_all", is_flag=True, help="Include completed and canceled events.")
-@JSON_OPTION
-@click.pass_context
-def ec2_events(ctx, include_all, as_json):
-    """Active EC2 events, or all with --all."""
-    emit(
-        run(lambda: control_client(ctx).get("/v1/ec2/events", params={"all": str(include_all).lower()})),
-        as_json,
-        print_ec2_events,
-    )
+listing_command(
+    ec2,
+    "instances",
+    "/v1/ec2/instances",
+    _print_instances,
+    "Every instance's state, host and lifecycle (Auto Scaling replacements included).",
+)
+listing_command(
+    ec2,
+    "events",
+    "/v1/ec2/events",
+    print_ec2_events,
+    "Active EC2 events, or all with --all.",
+    all_help="Include completed and canceled events.",
+)
 
 
 @ec2.command(name="cancel", context_settings=CONTEXT)
@@ -82,7 +77,7 @@ def ec2_events(ctx, include_all, as_json):
 @click.pass_context
 def ec2_cancel(ctx, event_id, as_json):
     """Cancel an event that has not started ([Canceled] in the history)."""
-    emit([run(lambda: control_client(ctx).post(f"/v1/ec2/events/{event_id}/cancel"))], as_json, print_ec2_events)
+    print_outcome_of(ctx, f"/v1/ec2/events/{event_id}/cancel", as_json, print_ec2_events, one=True)
 
 
 @ec2.command(name="reschedule", context_settings=CONTEXT)
@@ -92,11 +87,8 @@ def ec2_cancel(ctx, event_id, as_json):
 @click.pass_context
 def ec2_reschedule(ctx, event_id, not_before, as_json):
     """Move an event's start, with ModifyInstanceEventStartTime's rules."""
-    emit(
-        [run(lambda: control_client(ctx).post(f"/v1/ec2/events/{event_id}/reschedule", {"not_before": not_before}))],
-        as_json,
-        print_ec2_events,
-    )
+    body = {"not_before": not_before}
+    print_outcome_of(ctx, f"/v1/ec2/events/{event_id}/reschedule", as_json, print_ec2_events, body, one=True)
 
 
 @ec2.command(name="start", context_settings=CONTEXT)
@@ -105,7 +97,7 @@ def ec2_reschedule(ctx, event_id, not_before, as_json):
 @click.pass_context
 def ec2_start(ctx, instance_id, as_json):
     """Start a stopped instance."""
-    emit(run(lambda: control_client(ctx).post(f"/v1/ec2/instances/{instance_id}/start")), as_json, _print_ec2_outcome)
+    print_outcome_of(ctx, f"/v1/ec2/instances/{instance_id}/start", as_json, _print_ec2_outcome)
 
 
 @ec2.command(name="interrupt", context_settings=CONTEXT)
@@ -116,7 +108,7 @@ def ec2_start(ctx, instance_id, as_json):
 def ec2_interrupt(ctx, instances, action, as_json):
     """Spot interruption notice: spot/instance-action now, the action two minutes later."""
     body = {"instances": split_names(instances), "action": action}
-    emit(run(lambda: control_client(ctx).post("/v1/ec2/spot/interrupt", body)), as_json, _print_ec2_outcome)
+    print_outcome_of(ctx, "/v1/ec2/spot/interrupt", as_json, _print_ec2_outcome, body)
 
 
 @ec2.command(name="rebalance", context_settings=CONTEXT)
@@ -125,8 +117,5 @@ def ec2_interrupt(ctx, instances, action, as_json):
 @click.pass_context
 def ec2_rebalance(ctx, instances, as_json):
     """Rebalance recommendation for Spot instances."""
-    emit(
-        run(lambda: control_client(ctx).post("/v1/ec2/spot/rebalance", {"instances": split_names(instances)})),
-        as_json,
-        _print_ec2_outcome,
-    )
+    body = {"instances": split_names(instances)}
+    print_outcome_of(ctx, "/v1/ec2/spot/rebalance", as_json, _print_ec2_outcome, body)

@@ -9,7 +9,10 @@ from forewarn.cli.common import (
     JSON_OPTION,
     control_client,
     emit,
+    listing_command,
+    print_answer,
     print_events,
+    print_outcome_of,
     print_table,
     run,
     short_time,
@@ -48,12 +51,7 @@ def vm():
     """VMs: their running state, and the operations a user starts on them."""
 
 
-@vm.command(name="list", context_settings=CONTEXT)
-@JSON_OPTION
-@click.pass_context
-def vm_list(ctx, as_json):
-    """Every VM's power state, host, boot time and model version."""
-    emit(run(lambda: control_client(ctx).get("/v1/vms")), as_json, _print_vms)
+listing_command(vm, "list", "/v1/vms", _print_vms, "Every VM's power state, host, boot time and model version.")
 
 
 @vm.command(name="show", context_settings=CONTEXT)
@@ -62,7 +60,7 @@ def vm_list(ctx, as_json):
 @click.pass_context
 def vm_show(ctx, name, as_json):
     """One VM's running state."""
-    emit(run(lambda: control_client(ctx).get(f"/v1/vms/{name}")), as_json, lambda data: _print_vms([data]))
+    print_answer(ctx, f"/v1/vms/{name}", as_json, lambda data: _print_vms([data]))
 
 
 def _vm_operation(action: str, help_text: str, with_notice: bool):
@@ -78,7 +76,7 @@ def _vm_operation(action: str, help_text: str, with_notice: bool):
         body = {"vms": split_names(names)}
         if notice is not None:
             body["notice"] = notice
-        emit(run(lambda: control_client(ctx).post(f"/v1/vms/{action}", body)), as_json, _print_outcome)
+        print_outcome_of(ctx, f"/v1/vms/{action}", as_json, _print_outcome, body)
 
     vm.add_command(click.Command(action, callback=command, params=params, help=help_text, context_settings=CONTEXT))
 
@@ -101,11 +99,7 @@ def vmss():
 @click.pass_context
 def vmss_scale_in(ctx, name, count, as_json):
     """Remove instances, highest instance ids first (Terminate events if the profile is on)."""
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/scale-sets/{name}/scale-in", {"count": count})),
-        as_json,
-        _print_outcome,
-    )
+    print_outcome_of(ctx, f"/v1/scale-sets/{name}/scale-in", as_json, _print_outcome, {"count": count})
 
 
 @vmss.command(name="update-instances", context_settings=CONTEXT)
@@ -115,11 +109,8 @@ def vmss_scale_in(ctx, name, count, as_json):
 @click.pass_context
 def vmss_update_instances(ctx, name, instances, as_json):
     """Bring instances (all when none are named) to the latest model, so that profile changes apply to them."""
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/scale-sets/{name}/update-instances", {"vms": list(instances)})),
-        as_json,
-        _print_outcome,
-    )
+    body = {"vms": list(instances)}
+    print_outcome_of(ctx, f"/v1/scale-sets/{name}/update-instances", as_json, _print_outcome, body)
 
 
 def _print_policy(policy: dict) -> None:
@@ -147,7 +138,7 @@ def policy():
 @click.pass_context
 def policy_show(ctx, owner, as_json):
     """The policy of a scale set, an availability set or a standalone VM."""
-    emit(run(lambda: control_client(ctx).get(f"/v1/policies/{owner}")), as_json, _print_policy)
+    print_answer(ctx, f"/v1/policies/{owner}", as_json, _print_policy)
 
 
 def _profile_option(value: str | None) -> dict | None:
@@ -231,10 +222,9 @@ def platform_hardware_failure(ctx, hosts, event_type, as_json):
     body = {"hosts": split_names(hosts)}
     if event_type:
         body["type"] = event_type
-    emit(
-        run(lambda: control_client(ctx).post("/v1/platform/hardware-failure", body)),
-        as_json,
-        lambda outcome: _print_failure(split_names(hosts), outcome),
+    failed = split_names(hosts)
+    print_outcome_of(
+        ctx, "/v1/platform/hardware-failure", as_json, lambda outcome: _print_failure(failed, outcome), body
     )
 
 
@@ -259,7 +249,7 @@ def platform_predicted_failure(ctx, hosts, notice, as_json):
     body = {"hosts": split_names(hosts)}
     if notice:
         body["notice"] = notice
-    emit(run(lambda: control_client(ctx).post("/v1/platform/predicted-failure", body)), as_json, _print_outcome)
+    print_outcome_of(ctx, "/v1/platform/predicted-failure", as_json, _print_outcome, body)
 
 
 @platform.command(name="evict", context_settings=CONTEXT)
@@ -268,6 +258,4 @@ def platform_predicted_failure(ctx, hosts, notice, as_json):
 @click.pass_context
 def platform_evict(ctx, vms, as_json):
     """Evict Spot VMs: Preempt with 30 s notice, then deleted."""
-    emit(
-        run(lambda: control_client(ctx).post("/v1/platform/evict", {"vms": split_names(vms)})), as_json, _print_outcome
-    )
+    print_outcome_of(ctx, "/v1/platform/evict", as_json, _print_outcome, {"vms": split_names(vms)})

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
 from forewarn.aws.component import Ec2Rows, StoredEc2
@@ -27,17 +27,10 @@ from forewarn.aws.queues import (
     Redrive,
 )
 from forewarn.aws.windows import EventWindow, TimeRange
-from forewarn.store.records import (
-    Reader,
-    Records,
-    RecordTable,
-    Rows,
-    Touched,
-    Writer,
-    any_touched,
-    time_from_text,
-    time_text,
-)
+from forewarn.store.records import Records, RecordTable, Writer, any_touched, time_from_text, time_text
+
+if TYPE_CHECKING:
+    from forewarn.store.records import Reader, Rows, Touched
 
 NOTIFICATION_ATTRIBUTES_KEY = "ec2_notification_attributes"  # in forewarn_meta
 

@@ -9,24 +9,16 @@ from __future__ import annotations
 import functools
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
-from forewarn.store.records import (
-    Reader,
-    Records,
-    RecordTable,
-    Rows,
-    Touched,
-    Writer,
-    any_touched,
-    compact,
-    time_from_text,
-    time_text,
-)
+from forewarn.store.records import Records, RecordTable, Writer, any_touched, compact, time_from_text, time_text
+
+if TYPE_CHECKING:
+    from forewarn.store.records import Reader, Rows, Touched
 
 
 def encode_event(event: Event) -> str:

@@ -566,15 +566,7 @@ class Ec2Component(OnFooting[Ec2Rules]):
         events for your instances", its note on Auto Scaling)."""
         instance = self.ec2_instances[state.instance_id]
         if instance.auto_scaling_group is not None:
-            state = replace(
-                state,
-                state=InstanceState.TERMINATED,
-                impacted_by=None,
-                impact_until=None,
-                lifecycle_state="Terminated",
-                terminated_at=self.now,
-            )
-            self.ec2_states[state.instance_id] = state
+            state = self._terminated(state)
             return [
                 Ec2StateChanged(state, "terminated", f"by {cause}; replaced by its Auto Scaling group")
             ] + self._launch_replacement(instance, cause)
@@ -821,6 +813,11 @@ class Ec2Component(OnFooting[Ec2Rules]):
         cause = "its Auto Scaling group (scale-in)"
         if not decrement:
             return self._ec2_down(state, InstanceState.TERMINATED, cause)
+        state = self._terminated(state)
+        return [Ec2StateChanged(state, "terminated", f"by {cause}; not replaced (desired capacity decremented)")]
+
+    def _terminated(self, state: Ec2State) -> Ec2State:
+        """The instance terminated now by its Auto Scaling group, kept as such."""
         state = replace(
             state,
             state=InstanceState.TERMINATED,
@@ -830,7 +827,7 @@ class Ec2Component(OnFooting[Ec2Rules]):
             terminated_at=self.now,
         )
         self.ec2_states[state.instance_id] = state
-        return [Ec2StateChanged(state, "terminated", f"by {cause}; not replaced (desired capacity decremented)")]
+        return state
 
 
 class RescheduleRefused(Invalid):

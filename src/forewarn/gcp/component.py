@@ -95,6 +95,18 @@ def numeric_id(seed: str, *parts: object) -> str:
     return str(10**18 + int(derived_guid(seed, *parts).replace("-", ""), 16) % (9 * 10**18))
 
 
+def _as_deployed(name: str, instance: GceInstance, created_at: datetime) -> GceState:
+    """An instance's state before anything happened to it: running where the fleet put it, since its deployment."""
+    return GceState(
+        name,
+        InstanceStatus.RUNNING,
+        instance.host,
+        instance.on_host_maintenance,
+        instance.automatic_restart,
+        created_at,
+    )
+
+
 class GcpComponent(OnFooting[GceRules]):
     """State: ``gce_states`` (per instance), ``gce_events`` and each instance's event order."""
 
@@ -111,15 +123,7 @@ class GcpComponent(OnFooting[GceRules]):
         # Where each instance runs now (migrations and restarts move it): a wave's host units read it.
         self._on_host: dict[str, dict[str, None]] = {}
         self.gce_states: dict[str, GceState] = {
-            name: GceState(
-                name,
-                InstanceStatus.RUNNING,
-                instance.host,
-                instance.on_host_maintenance,
-                instance.automatic_restart,
-                created_at,
-            )
-            for name, instance in gce_fleet(fleet).instances.items()
+            name: _as_deployed(name, instance, created_at) for name, instance in gce_fleet(fleet).instances.items()
         }
         for state in self.gce_states.values():
             self._on_host.setdefault(state.host, {})[state.name] = None
@@ -611,14 +615,7 @@ class GcpComponent(OnFooting[GceRules]):
                 continue
             old = self.gce_states.get(name)
             if state is None:
-                state = GceState(
-                    name,
-                    InstanceStatus.RUNNING,
-                    instance.host,
-                    instance.on_host_maintenance,
-                    instance.automatic_restart,
-                    created_at,
-                )
+                state = _as_deployed(name, instance, created_at)
             self.gce_states[name] = state
             if state.preempt_at is not None and (old is None or old.preempt_at != state.preempt_at):
                 self.scheduler.add(state.preempt_at, self._preempt, name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import SplitResult, urlsplit
@@ -214,33 +214,58 @@ def print_table(rows: Sequence[Sequence[str]], cell_limit: int | None = None) ->
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
-def print_events(events: list[dict[str, Any]]) -> None:
-    if not events:
-        click.echo("no events")
+def print_records(
+    records: list[dict[str, Any]],
+    header: tuple[str, ...],
+    row: Callable[[dict[str, Any]], tuple[str, ...]],
+    empty: str | None = None,
+) -> None:
+    """Records as a table under ``header``, one ``row`` each; ``empty``, when given, is said instead of an empty
+    table."""
+    if not records and empty is not None:
+        click.echo(empty)
         return
-    rows = [("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES")]
-    for e in events:
-        rows.append(
-            (e["event_id"], e["status"], e["type"], e["source"], short_time(e["not_before"]), ",".join(e["resources"]))
-        )
-    print_table(rows)
+    print_table([header, *(row(record) for record in records)])
+
+
+def print_parts(outcome: dict[str, Any], printers: Mapping[str, Callable[[Any], None]], nothing: str = "") -> None:
+    """Each non-empty part of a command's outcome with its printer, in the printers' order; ``nothing``, when given,
+    is said when every part is empty."""
+    for part, render in printers.items():
+        if outcome[part]:
+            render(outcome[part])
+    if nothing and not any(outcome[part] for part in printers):
+        click.echo(nothing)
+
+
+def print_events(events: list[dict[str, Any]]) -> None:
+    print_records(
+        events,
+        ("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES"),
+        lambda e: (
+            e["event_id"],
+            e["status"],
+            e["type"],
+            e["source"],
+            short_time(e["not_before"]),
+            ",".join(e["resources"]),
+        ),
+        empty="no events",
+    )
 
 
 def print_ec2_events(events: list[dict[str, Any]]) -> None:
-    if not events:
-        click.echo("no events")
-        return
-    rows = [("EVENT ID", "INSTANCE", "CODE", "STATE", "NOT BEFORE (UTC)", "NOT AFTER", "DEADLINE")]
-    for e in events:
-        rows.append(
-            (
-                e["event_id"],
-                e["instance_id"],
-                e["code"],
-                e["state"],
-                short_time(e["not_before"]),
-                short_time(e["not_after"]),
-                short_time(e["not_before_deadline"]),
-            )
-        )
-    print_table(rows)
+    print_records(
+        events,
+        ("EVENT ID", "INSTANCE", "CODE", "STATE", "NOT BEFORE (UTC)", "NOT AFTER", "DEADLINE"),
+        lambda e: (
+            e["event_id"],
+            e["instance_id"],
+            e["code"],
+            e["state"],
+            short_time(e["not_before"]),
+            short_time(e["not_after"]),
+            short_time(e["not_before_deadline"]),
+        ),
+        empty="no events",
+    )

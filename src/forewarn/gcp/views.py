@@ -36,14 +36,6 @@ class GceEventOut(BaseModel):
             announced=event.announced,
             can_reschedule=event.can_reschedule,
             reason=event.reason,
-            **formatted_times(
-                event,
-                "window_start",
-                "window_end",
-                "latest_window_start",
-                "created_at",
-                "notice_at",
-                "started_at",
-                "ended_at",
-            ),
+            **formatted_times(event, "window_start", "window_end", "latest_window_start", "created_at"),
+            **formatted_times(event, "notice_at", "started_at", "ended_at"),
         )

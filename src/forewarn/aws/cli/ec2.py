@@ -10,34 +10,31 @@ from forewarn.cli.common import (
     listing_command,
     print_ec2_events,
     print_outcome_of,
-    print_table,
+    print_parts,
+    print_records,
     split_names,
 )
 
 
 def _print_instances(instances: list[dict]) -> None:
-    rows = [("INSTANCE", "NAME", "STATE", "HOST", "TYPE", "ZONE", "IMPACTED BY", "LIFECYCLE")]
-    for i in instances:
-        rows.append(
-            (
-                i["instance_id"],
-                i["name"],
-                i["state"],
-                i["host"],
-                i["instance_type"],
-                i["availability_zone"],
-                i["impacted_by"] or "-",
-                i["lifecycle_state"],
-            )
-        )
-    print_table(rows)
+    print_records(
+        instances,
+        ("INSTANCE", "NAME", "STATE", "HOST", "TYPE", "ZONE", "IMPACTED BY", "LIFECYCLE"),
+        lambda i: (
+            i["instance_id"],
+            i["name"],
+            i["state"],
+            i["host"],
+            i["instance_type"],
+            i["availability_zone"],
+            i["impacted_by"] or "-",
+            i["lifecycle_state"],
+        ),
+    )
 
 
 def _print_ec2_outcome(outcome: dict) -> None:
-    if outcome["events"]:
-        print_ec2_events(outcome["events"])
-    if outcome["instances"]:
-        _print_instances(outcome["instances"])
+    print_parts(outcome, {"events": print_ec2_events, "instances": _print_instances})
 
 
 @click.group(

@@ -13,7 +13,8 @@ from forewarn.cli.common import (
     print_answer,
     print_events,
     print_outcome_of,
-    print_table,
+    print_parts,
+    print_records,
     run,
     short_time,
     split_names,
@@ -21,20 +22,22 @@ from forewarn.cli.common import (
 
 
 def _print_vms(vms: list[dict]) -> None:
-    rows = [("VM", "POWER", "HOST", "BOOTED (UTC)", "IMPACTED BY", "MODEL")]
-    for vm in vms:
-        model = f"{vm['model_version']}" + ("" if vm["latest_model"] else " (not latest)")
-        rows.append((vm["name"], vm["power"], vm["host"], short_time(vm["booted_at"]), vm["impacted_by"] or "-", model))
-    print_table(rows)
+    print_records(
+        vms,
+        ("VM", "POWER", "HOST", "BOOTED (UTC)", "IMPACTED BY", "MODEL"),
+        lambda vm: (
+            vm["name"],
+            vm["power"],
+            vm["host"],
+            short_time(vm["booted_at"]),
+            vm["impacted_by"] or "-",
+            f"{vm['model_version']}" + ("" if vm["latest_model"] else " (not latest)"),
+        ),
+    )
 
 
 def _print_outcome(outcome: dict) -> None:
-    if outcome["events"]:
-        print_events(outcome["events"])
-    if outcome["vms"]:
-        _print_vms(outcome["vms"])
-    if not outcome["events"] and not outcome["vms"]:
-        click.echo("nothing changed")
+    print_parts(outcome, {"events": print_events, "vms": _print_vms}, nothing="nothing changed")
 
 
 @click.group(

@@ -10,48 +10,44 @@ from forewarn.cli.common import (
     control_client,
     listing_command,
     print_outcome_of,
-    print_table,
+    print_parts,
+    print_records,
     run,
     split_names,
 )
 
 
 def _print_instances(instances: list[dict]) -> None:
-    rows = [("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT", "UPCOMING")]
-    for i in instances:
-        upcoming = i["upcoming"]
-        rows.append(
-            (
-                i["name"],
-                i["status"] + (" (deleted)" if i["deleted"] else "") + (" (preempted)" if i["preempted"] else ""),
-                i["host"],
-                i["zone"],
-                i["on_host_maintenance"] + ("" if i["automatic_restart"] else ", no restart"),
-                i["maintenance_event"],
-                "-" if upcoming is None else f"{upcoming['window_start']} ({upcoming['type']})",
-            )
-        )
-    print_table(rows)
+    print_records(
+        instances,
+        ("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT", "UPCOMING"),
+        lambda i: (
+            i["name"],
+            i["status"] + (" (deleted)" if i["deleted"] else "") + (" (preempted)" if i["preempted"] else ""),
+            i["host"],
+            i["zone"],
+            i["on_host_maintenance"] + ("" if i["automatic_restart"] else ", no restart"),
+            i["maintenance_event"],
+            "-" if i["upcoming"] is None else f"{i['upcoming']['window_start']} ({i['upcoming']['type']})",
+        ),
+    )
 
 
 def _print_events(events: list[dict]) -> None:
-    if not events:
-        click.echo("no maintenance")
-        return
-    rows = [("EVENT ID", "INSTANCE", "KIND", "STATE", "WINDOW START", "WINDOW END", "ANNOUNCED")]
-    for e in events:
-        rows.append(
-            (
-                e["event_id"],
-                e["instance"],
-                e["kind"],
-                e["state"],
-                e["window_start"],
-                e["window_end"],
-                "yes" if e["announced"] else "no",
-            )
-        )
-    print_table(rows)
+    print_records(
+        events,
+        ("EVENT ID", "INSTANCE", "KIND", "STATE", "WINDOW START", "WINDOW END", "ANNOUNCED"),
+        lambda e: (
+            e["event_id"],
+            e["instance"],
+            e["kind"],
+            e["state"],
+            e["window_start"],
+            e["window_end"],
+            "yes" if e["announced"] else "no",
+        ),
+        empty="no maintenance",
+    )
 
 
 def notice_notes(events: list[dict], instances: list[dict]) -> list[str]:
@@ -90,10 +86,7 @@ def _print_with_notes(ctx: click.Context, events: list[dict], outcome: dict | No
 
 
 def _print_outcome(outcome: dict) -> None:
-    if outcome["events"]:
-        _print_events(outcome["events"])
-    if outcome["instances"]:
-        _print_instances(outcome["instances"])
+    print_parts(outcome, {"events": _print_events, "instances": _print_instances})
 
 
 @click.group(

@@ -189,6 +189,35 @@ def listing_command(
     group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
 
 
+def action_command(
+    group: click.Group, name: str, path: str, render: Callable[[Any], object], help_text: str, one: bool = False
+) -> None:
+    """Add to ``group`` the command ``name`` with one argument, the one ``path`` names in braces: it POSTs to ``path``
+    with the argument put in and prints the outcome (``one``: a single record, printed as a list of one)."""
+    argument = path[path.index("{") + 1 : path.index("}")]
+
+    @click.pass_context
+    def action(ctx: click.Context, as_json: bool, **given: str) -> None:
+        print_outcome_of(ctx, path.format(**given), as_json, render, one=one)
+
+    command = click.argument(argument)(JSON_OPTION(action))
+    group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
+
+
+def names_command(
+    group: click.Group, name: str, path: str, argument: str, render: Callable[[Any], object], help_text: str
+) -> None:
+    """Add to ``group`` the command ``name`` that POSTs the names it is given (``argument``: one or more, each
+    comma-separated or not) to ``path`` under that key, and prints the outcome."""
+
+    @click.pass_context
+    def names(ctx: click.Context, as_json: bool, **given: tuple[str, ...]) -> None:
+        print_outcome_of(ctx, path, as_json, render, {argument: split_names(given[argument])})
+
+    command = click.argument(argument, nargs=-1, required=True)(JSON_OPTION(names))
+    group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
+
+
 def split_names(values: tuple[str, ...]) -> list[str]:
     """Names given comma-separated, repeated, or both."""
     return [name.strip() for value in values for name in value.split(",") if name.strip()]

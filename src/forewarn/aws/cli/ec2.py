@@ -7,7 +7,9 @@ import click
 from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
+    action_command,
     listing_command,
+    names_command,
     print_ec2_events,
     print_outcome_of,
     print_parts,
@@ -68,13 +70,14 @@ listing_command(
 )
 
 
-@ec2.command(name="cancel", context_settings=CONTEXT)
-@click.argument("event_id")
-@JSON_OPTION
-@click.pass_context
-def ec2_cancel(ctx, event_id, as_json):
-    """Cancel an event that has not started ([Canceled] in the history)."""
-    print_outcome_of(ctx, f"/v1/ec2/events/{event_id}/cancel", as_json, print_ec2_events, one=True)
+action_command(
+    ec2,
+    "cancel",
+    "/v1/ec2/events/{event_id}/cancel",
+    print_ec2_events,
+    "Cancel an event that has not started ([Canceled] in the history).",
+    one=True,
+)
 
 
 @ec2.command(name="reschedule", context_settings=CONTEXT)
@@ -88,13 +91,7 @@ def ec2_reschedule(ctx, event_id, not_before, as_json):
     print_outcome_of(ctx, f"/v1/ec2/events/{event_id}/reschedule", as_json, print_ec2_events, body, one=True)
 
 
-@ec2.command(name="start", context_settings=CONTEXT)
-@click.argument("instance_id")
-@JSON_OPTION
-@click.pass_context
-def ec2_start(ctx, instance_id, as_json):
-    """Start a stopped instance."""
-    print_outcome_of(ctx, f"/v1/ec2/instances/{instance_id}/start", as_json, _print_ec2_outcome)
+action_command(ec2, "start", "/v1/ec2/instances/{instance_id}/start", _print_ec2_outcome, "Start a stopped instance.")
 
 
 @ec2.command(name="interrupt", context_settings=CONTEXT)
@@ -108,11 +105,11 @@ def ec2_interrupt(ctx, instances, action, as_json):
     print_outcome_of(ctx, "/v1/ec2/spot/interrupt", as_json, _print_ec2_outcome, body)
 
 
-@ec2.command(name="rebalance", context_settings=CONTEXT)
-@click.argument("instances", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def ec2_rebalance(ctx, instances, as_json):
-    """Rebalance recommendation for Spot instances."""
-    body = {"instances": split_names(instances)}
-    print_outcome_of(ctx, "/v1/ec2/spot/rebalance", as_json, _print_ec2_outcome, body)
+names_command(
+    ec2,
+    "rebalance",
+    "/v1/ec2/spot/rebalance",
+    "instances",
+    _print_ec2_outcome,
+    "Rebalance recommendation for Spot instances.",
+)

@@ -10,6 +10,7 @@ from forewarn.cli.common import (
     control_client,
     emit,
     listing_command,
+    names_command,
     print_answer,
     print_events,
     print_outcome_of,
@@ -255,10 +256,11 @@ def platform_predicted_failure(ctx, hosts, notice, as_json):
     print_outcome_of(ctx, "/v1/platform/predicted-failure", as_json, _print_outcome, body)
 
 
-@platform.command(name="evict", context_settings=CONTEXT)
-@click.argument("vms", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def platform_evict(ctx, vms, as_json):
-    """Evict Spot VMs: Preempt with 30 s notice, then deleted."""
-    print_outcome_of(ctx, "/v1/platform/evict", as_json, _print_outcome, {"vms": split_names(vms)})
+names_command(
+    platform,
+    "evict",
+    "/v1/platform/evict",
+    "vms",
+    _print_outcome,
+    "Evict Spot VMs: Preempt with 30 s notice, then deleted.",
+)

@@ -7,8 +7,10 @@ import click
 from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
+    action_command,
     control_client,
     listing_command,
+    names_command,
     print_outcome_of,
     print_parts,
     print_records,
@@ -171,13 +173,14 @@ def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, lat
     print_outcome_of(ctx, "/v1/gce/maintenance", as_json, lambda events: _print_with_notes(ctx, events), body)
 
 
-@gce.command(name="cancel", context_settings=CONTEXT)
-@click.argument("event_id")
-@JSON_OPTION
-@click.pass_context
-def gce_cancel(ctx, event_id, as_json):
-    """Cancel maintenance that has not given its notice yet."""
-    print_outcome_of(ctx, f"/v1/gce/maintenance/{event_id}/cancel", as_json, _print_events, one=True)
+action_command(
+    gce,
+    "cancel",
+    "/v1/gce/maintenance/{event_id}/cancel",
+    _print_events,
+    "Cancel maintenance that has not given its notice yet.",
+    one=True,
+)
 
 
 @gce.command(name="simulate", context_settings=CONTEXT)
@@ -194,13 +197,13 @@ def gce_simulate(ctx, instance, as_json):
     )
 
 
-@gce.command(name="perform", context_settings=CONTEXT)
-@click.argument("instance")
-@JSON_OPTION
-@click.pass_context
-def gce_perform(ctx, instance, as_json):
-    """What performMaintenance does: announced maintenance starts 60 s from now (GPU instances too)."""
-    print_outcome_of(ctx, f"/v1/gce/instances/{instance}/perform-maintenance", as_json, _print_outcome)
+action_command(
+    gce,
+    "perform",
+    "/v1/gce/instances/{instance}/perform-maintenance",
+    _print_outcome,
+    "What performMaintenance does: announced maintenance starts 60 s from now (GPU instances too).",
+)
 
 
 @gce.command(name="reschedule", context_settings=CONTEXT)
@@ -228,30 +231,26 @@ def gce_scheduling(ctx, instance, on_host_maintenance, automatic_restart, as_jso
     print_outcome_of(ctx, f"/v1/gce/instances/{instance}/scheduling", as_json, _print_outcome, body)
 
 
-@gce.command(name="preempt", context_settings=CONTEXT)
-@click.argument("instances", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def gce_preempt(ctx, instances, as_json):
-    """Preempt Spot or preemptible instances: preempted TRUE now, stopped (or deleted) 30 s later."""
-    body = {"instances": split_names(instances)}
-    print_outcome_of(ctx, "/v1/gce/preempt", as_json, _print_outcome, body)
+names_command(
+    gce,
+    "preempt",
+    "/v1/gce/preempt",
+    "instances",
+    _print_outcome,
+    "Preempt Spot or preemptible instances: preempted TRUE now, stopped (or deleted) 30 s later.",
+)
 
 
-@gce.command(name="host-error", context_settings=CONTEXT)
-@click.argument("instances", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def gce_host_error(ctx, instances, as_json):
-    """The instances' host fails: no notice; they restart elsewhere if automaticRestart."""
-    body = {"instances": split_names(instances)}
-    print_outcome_of(ctx, "/v1/gce/host-error", as_json, _print_outcome, body)
+names_command(
+    gce,
+    "host-error",
+    "/v1/gce/host-error",
+    "instances",
+    _print_outcome,
+    "The instances' host fails: no notice; they restart elsewhere if automaticRestart.",
+)
 
 
-@gce.command(name="start", context_settings=CONTEXT)
-@click.argument("instance")
-@JSON_OPTION
-@click.pass_context
-def gce_start(ctx, instance, as_json):
-    """Start a stopped (TERMINATED) instance."""
-    print_outcome_of(ctx, f"/v1/gce/instances/{instance}/start", as_json, _print_outcome)
+action_command(
+    gce, "start", "/v1/gce/instances/{instance}/start", _print_outcome, "Start a stopped (TERMINATED) instance."
+)

@@ -27,7 +27,16 @@ from forewarn.aws.queues import (
     Redrive,
 )
 from forewarn.aws.windows import EventWindow, TimeRange
-from forewarn.store.records import Records, RecordTable, Writer, any_touched, time_from_text, time_text
+from forewarn.store.records import (
+    Records,
+    RecordTable,
+    Writer,
+    any_touched,
+    load_tables,
+    reload_tables,
+    time_from_text,
+    time_text,
+)
 
 if TYPE_CHECKING:
     from forewarn.store.records import Reader, Rows, Touched
@@ -273,15 +282,25 @@ def decode_action(text: str) -> LifecycleAction:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
-EVENTS = RecordTable("forewarn_ec2_events", "event_id", ("seq", "instance_id"))
-INSTANCES = RecordTable("forewarn_ec2_instances", "instance_id")
-WINDOWS = RecordTable("forewarn_ec2_windows", "window_id")
-QUEUES = RecordTable("forewarn_sqs_queues", "name")
-MESSAGES = RecordTable("forewarn_sqs_messages", "message_key", ("seq", "queue"))
-RULES = RecordTable("forewarn_eventbridge_rules", "name")
-HOOKS = RecordTable("forewarn_asg_hooks", "hook_key")
-ACTIONS = RecordTable("forewarn_asg_actions", "token")
-EC2_TABLES = (EVENTS, INSTANCES, WINDOWS, QUEUES, MESSAGES, RULES, HOOKS, ACTIONS)
+EVENTS = RecordTable("forewarn_ec2_events", "event_id", decode_ec2_event, ("seq", "instance_id"), order_by="seq")
+INSTANCES = RecordTable("forewarn_ec2_instances", "instance_id", decode_ec2_state)
+WINDOWS = RecordTable("forewarn_ec2_windows", "window_id", decode_window)
+QUEUES = RecordTable("forewarn_sqs_queues", "name", decode_queue)
+MESSAGES = RecordTable("forewarn_sqs_messages", "message_key", decode_message, ("seq", "queue"), order_by="seq")
+RULES = RecordTable("forewarn_eventbridge_rules", "name", decode_rule)
+HOOKS = RecordTable("forewarn_asg_hooks", "hook_key", decode_hook)
+ACTIONS = RecordTable("forewarn_asg_actions", "token", decode_action)
+# under StoredEc2's and Ec2Rows' names (the notification attributes are a meta key)
+EC2_STATE = {
+    "events": EVENTS,
+    "states": INSTANCES,
+    "windows": WINDOWS,
+    "queues": QUEUES,
+    "messages": MESSAGES,
+    "rules": RULES,
+    "hooks": HOOKS,
+    "actions": ACTIONS,
+}
 
 
 def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
@@ -350,42 +369,20 @@ def _message_changed(change: MessageChanged, rows: Rows) -> None:
 
 
 def _load(reader: Reader) -> dict[str, Any]:
-    return {
-        "aws": StoredEc2(
-            events=EVENTS.records(reader, decode_ec2_event, order_by="seq"),
-            states=INSTANCES.records(reader, decode_ec2_state),
-            windows=WINDOWS.records(reader, decode_window),
-            notification_attributes=decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)),
-            queues=QUEUES.records(reader, decode_queue),
-            messages=MESSAGES.records(reader, decode_message, order_by="seq"),
-            rules=RULES.records(reader, decode_rule),
-            hooks=HOOKS.records(reader, decode_hook),
-            actions=ACTIONS.records(reader, decode_action),
-        )
-    }
+    attributes = decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY))
+    return {"aws": StoredEc2(**load_tables(reader, EC2_STATE), notification_attributes=attributes)}
 
 
 def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
     attributes = NOTIFICATION_ATTRIBUTES_KEY in touched.get("forewarn_meta", ())
-    if not attributes and not any_touched(touched, EC2_TABLES):
+    if not attributes and not any_touched(touched, EC2_STATE.values()):
         return {}
-    return {
-        "aws": Ec2Rows(
-            events=EVENTS.current(reader, touched, decode_ec2_event),
-            states=INSTANCES.current(reader, touched, decode_ec2_state),
-            windows=WINDOWS.current(reader, touched, decode_window),
-            queues=QUEUES.current(reader, touched, decode_queue),
-            messages=MESSAGES.current(reader, touched, decode_message),
-            rules=RULES.current(reader, touched, decode_rule),
-            hooks=HOOKS.current(reader, touched, decode_hook),
-            actions=ACTIONS.current(reader, touched, decode_action),
-            notification_attributes=(
-                decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
-                if attributes
-                else None
-            ),
-        )
-    }
+    current_attributes = (
+        decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
+        if attributes
+        else None
+    )
+    return {"aws": Ec2Rows(**reload_tables(reader, touched, EC2_STATE), notification_attributes=current_attributes)}
 
 
 EC2_RECORDS = Records(
@@ -402,6 +399,6 @@ EC2_RECORDS = Records(
         Writer(LifecycleActionChanged, _action_changed),
     ],
     _load,
-    tables=tuple(table.name for table in EC2_TABLES),
+    tables=tuple(table.name for table in EC2_STATE.values()),
     reload=_reload,
 )

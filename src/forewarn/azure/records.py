@@ -15,7 +15,17 @@ from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChang
 from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
-from forewarn.store.records import Records, RecordTable, Writer, any_touched, compact, time_from_text, time_text
+from forewarn.store.records import (
+    Records,
+    RecordTable,
+    Writer,
+    any_touched,
+    compact,
+    load_tables,
+    reload_tables,
+    time_from_text,
+    time_text,
+)
 
 if TYPE_CHECKING:
     from forewarn.store.records import Reader, Rows, Touched
@@ -133,12 +143,15 @@ def decode_policy(text: str) -> Policy:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
-EVENTS = RecordTable("forewarn_azure_events", "event_id", ("seq", "scope", "status"), updated=("status",))
-SCOPES = RecordTable("forewarn_azure_scopes", "scope", record="incarnation")
-VMS = RecordTable("forewarn_azure_vms", "name")
-POLICIES = RecordTable("forewarn_azure_policies", "owner")
-ENABLED = RecordTable("forewarn_azure_enabled", "scope", record="at")
-AZURE_TABLES = (EVENTS, SCOPES, VMS, POLICIES, ENABLED)
+EVENTS = RecordTable(
+    "forewarn_azure_events", "event_id", decode_event, ("seq", "scope", "status"), updated=("status",), order_by="seq"
+)
+SCOPES = RecordTable("forewarn_azure_scopes", "scope", int, record="incarnation", keyed=True)
+VMS = RecordTable("forewarn_azure_vms", "name", decode_vm_state)
+POLICIES = RecordTable("forewarn_azure_policies", "owner", decode_policy)
+ENABLED = RecordTable("forewarn_azure_enabled", "scope", datetime.fromisoformat, record="at", keyed=True)
+# under StoredAzure's and AzureRows' names
+AZURE_STATE = {"events": EVENTS, "incarnations": SCOPES, "vm_states": VMS, "policies": POLICIES, "enabled": ENABLED}
 
 
 # An event, a VM or a scope that one commit changes several times (an approval moves its event to approved, then to
@@ -173,29 +186,13 @@ def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
 
 
 def _load(reader: Reader) -> dict[str, Any]:
-    return {
-        "azure": StoredAzure(
-            events=EVENTS.records(reader, decode_event, order_by="seq"),
-            incarnations=SCOPES.by_key(reader, int),
-            vm_states=VMS.records(reader, decode_vm_state),
-            policies=POLICIES.records(reader, decode_policy),
-            enabled=ENABLED.by_key(reader, datetime.fromisoformat),
-        )
-    }
+    return {"azure": StoredAzure(**load_tables(reader, AZURE_STATE))}
 
 
 def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
-    if not any_touched(touched, AZURE_TABLES):
+    if not any_touched(touched, AZURE_STATE.values()):
         return {}
-    return {
-        "azure": AzureRows(
-            events=EVENTS.current(reader, touched, decode_event),
-            incarnations=SCOPES.current(reader, touched, int),
-            vm_states=VMS.current(reader, touched, decode_vm_state),
-            policies=POLICIES.current(reader, touched, decode_policy),
-            enabled=ENABLED.current(reader, touched, datetime.fromisoformat),
-        )
-    }
+    return {"azure": AzureRows(**reload_tables(reader, touched, AZURE_STATE))}
 
 
 AZURE_RECORDS = Records(
@@ -208,6 +205,6 @@ AZURE_RECORDS = Records(
         Writer(IncarnationChanged, _incarnation_changed),
     ],
     _load,
-    tables=tuple(table.name for table in AZURE_TABLES),
+    tables=tuple(table.name for table in AZURE_STATE.values()),
     reload=_reload,
 )

@@ -19,7 +19,17 @@ from forewarn.gcp.model import (
     MaintenanceType,
     OnHostMaintenance,
 )
-from forewarn.store.records import Reader, Records, RecordTable, Rows, Touched, Writer, any_touched
+from forewarn.store.records import (
+    Reader,
+    Records,
+    RecordTable,
+    Rows,
+    Touched,
+    Writer,
+    any_touched,
+    load_tables,
+    reload_tables,
+)
 
 _ENUMS: dict[str, Any] = {
     "kind": MaintenanceKind,
@@ -87,9 +97,9 @@ def decode_gce_state(text: str) -> GceState:
     return state
 
 
-EVENTS = RecordTable("forewarn_gce_events", "event_id", ("seq", "instance"))
-INSTANCES = RecordTable("forewarn_gce_instances", "name")
-GCP_TABLES = (EVENTS, INSTANCES)
+EVENTS = RecordTable("forewarn_gce_events", "event_id", decode_gce_event, ("seq", "instance"), order_by="seq")
+INSTANCES = RecordTable("forewarn_gce_instances", "name", decode_gce_state)
+GCP_STATE = {"events": EVENTS, "states": INSTANCES}  # under StoredGcp's and GcpRows' names
 
 
 def _event_changed(change: GceEventChanged, rows: Rows) -> None:
@@ -106,29 +116,19 @@ def _state_changed(change: GceStateChanged, rows: Rows) -> None:
 
 
 def _load(reader: Reader) -> dict[str, Any]:
-    return {
-        "gcp": StoredGcp(
-            events=EVENTS.records(reader, decode_gce_event, order_by="seq"),
-            states=INSTANCES.records(reader, decode_gce_state),
-        )
-    }
+    return {"gcp": StoredGcp(**load_tables(reader, GCP_STATE))}
 
 
 def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
-    if not any_touched(touched, GCP_TABLES):
+    if not any_touched(touched, GCP_STATE.values()):
         return {}
-    return {
-        "gcp": GcpRows(
-            events=EVENTS.current(reader, touched, decode_gce_event),
-            states=INSTANCES.current(reader, touched, decode_gce_state),
-        )
-    }
+    return {"gcp": GcpRows(**reload_tables(reader, touched, GCP_STATE))}
 
 
 GCP_RECORDS = Records(
     "gcp",
     [Writer(GceEventChanged, _event_changed), Writer(GceStateChanged, _state_changed)],
     _load,
-    tables=tuple(table.name for table in GCP_TABLES),
+    tables=tuple(table.name for table in GCP_STATE.values()),
     reload=_reload,
 )

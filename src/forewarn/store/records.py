@@ -156,14 +156,17 @@ class Reader:
 @dataclass(frozen=True)
 class RecordTable:
     """A table that holds one record per key: the key column, the columns written beside the record when its row is
-    made (what queries order or select by), and the record's own column. Its statements, its touches and its reads
-    are made here once for every component."""
+    made (what queries order or select by), and the record's own column, which ``decode`` reads back. Its statements,
+    its touches and its reads are made here once for every component."""
 
     name: str
     key: str
+    decode: Callable[[Any], Any]
     beside: tuple[str, ...] = ()
     record: str = "data"
     updated: tuple[str, ...] = ()  # columns of ``beside`` that an update rewrites too (the record always is)
+    order_by: str = ""  # the column the records load in the order of (none: the database's order)
+    keyed: bool = False  # loads as {key: record} rather than a list of records
 
     @functools.cached_property
     def upsert(self) -> str:
@@ -188,22 +191,32 @@ class RecordTable:
         rows.write(f"DELETE FROM {self.name} WHERE {self.key} = ?", (key,))
         rows.touch(self.name, key)
 
-    def records(self, reader: Reader, decode: Callable[[Any], T], order_by: str = "") -> list[T]:
-        """Every stored record, decoded (in ``order_by``'s order when it names a column)."""
-        order = f" ORDER BY {order_by}" if order_by else ""
-        return [decode(row[0]) for row in reader.rows(f"SELECT {self.record} FROM {self.name}{order}")]
+    def load(self, reader: Reader) -> list[Any] | dict[str, Any]:
+        """Every stored record, decoded: a list, or by key for a ``keyed`` table."""
+        if self.keyed:
+            select = f"SELECT {self.key}, {self.record} FROM {self.name}"
+            return {key: self.decode(value) for key, value in reader.rows(select)}
+        order = f" ORDER BY {self.order_by}" if self.order_by else ""
+        return [self.decode(row[0]) for row in reader.rows(f"SELECT {self.record} FROM {self.name}{order}")]
 
-    def by_key(self, reader: Reader, decode: Callable[[Any], T]) -> dict[str, T]:
-        return {key: decode(value) for key, value in reader.rows(f"SELECT {self.key}, {self.record} FROM {self.name}")}
-
-    def current(self, reader: Reader, touched: Touched, decode: Callable[[Any], T]) -> dict[str, T | None]:
+    def current(self, reader: Reader, touched: Touched) -> dict[str, Any]:
         """The touched rows of this table as they are now, decoded (None for a row that is gone)."""
         return reader.current(
             f"SELECT {self.key}, {self.record} FROM {self.name}",
             self.key,
             touched.get(self.name, ()),
-            lambda row: decode(row[1]),
+            lambda row: self.decode(row[1]),
         )
+
+
+def load_tables(reader: Reader, tables: Mapping[str, RecordTable]) -> dict[str, Any]:
+    """Each table's records under the name the component's stored state takes them by."""
+    return {name: table.load(reader) for name, table in tables.items()}
+
+
+def reload_tables(reader: Reader, touched: Touched, tables: Mapping[str, RecordTable]) -> dict[str, Any]:
+    """Each table's touched rows as they are now, under the name the component's replicated rows take them by."""
+    return {name: table.current(reader, touched) for name, table in tables.items()}
 
 
 def any_touched(touched: Touched, tables: Iterable[RecordTable]) -> bool:

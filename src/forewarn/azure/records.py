@@ -9,26 +9,16 @@ from __future__ import annotations
 import functools
 import json
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
-from forewarn.store.records import (
-    Records,
-    RecordTable,
-    Writer,
-    any_touched,
-    compact,
-    load_tables,
-    reload_tables,
-    time_from_text,
-    time_text,
-)
+from forewarn.store.records import RecordTable, Writer, compact, records_of_tables, time_from_text, time_text
 
 if TYPE_CHECKING:
-    from forewarn.store.records import Reader, Rows, Touched
+    from forewarn.store.records import Rows
 
 
 def encode_event(event: Event) -> str:
@@ -185,17 +175,7 @@ def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
     SCOPES.put_last(rows, change.scope, lambda: (change.scope, change.incarnation))
 
 
-def _load(reader: Reader) -> dict[str, Any]:
-    return {"azure": StoredAzure(**load_tables(reader, AZURE_STATE))}
-
-
-def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
-    if not any_touched(touched, AZURE_STATE.values()):
-        return {}
-    return {"azure": AzureRows(**reload_tables(reader, touched, AZURE_STATE))}
-
-
-AZURE_RECORDS = Records(
+AZURE_RECORDS = records_of_tables(
     "azure",
     [
         Writer(EventChanged, _event_changed),
@@ -204,7 +184,7 @@ AZURE_RECORDS = Records(
         Writer(ScopeEnabled, _scope_enabled),
         Writer(IncarnationChanged, _incarnation_changed),
     ],
-    _load,
-    tables=tuple(table.name for table in AZURE_STATE.values()),
-    reload=_reload,
+    AZURE_STATE,
+    StoredAzure,
+    AzureRows,
 )

@@ -19,17 +19,7 @@ from forewarn.gcp.model import (
     MaintenanceType,
     OnHostMaintenance,
 )
-from forewarn.store.records import (
-    Reader,
-    Records,
-    RecordTable,
-    Rows,
-    Touched,
-    Writer,
-    any_touched,
-    load_tables,
-    reload_tables,
-)
+from forewarn.store.records import RecordTable, Rows, Writer, records_of_tables
 
 _ENUMS: dict[str, Any] = {
     "kind": MaintenanceKind,
@@ -115,20 +105,10 @@ def _state_changed(change: GceStateChanged, rows: Rows) -> None:
         rows.journal(f"gce instance {change.what}", None, {"instance": state.name, "reason": change.reason})
 
 
-def _load(reader: Reader) -> dict[str, Any]:
-    return {"gcp": StoredGcp(**load_tables(reader, GCP_STATE))}
-
-
-def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
-    if not any_touched(touched, GCP_STATE.values()):
-        return {}
-    return {"gcp": GcpRows(**reload_tables(reader, touched, GCP_STATE))}
-
-
-GCP_RECORDS = Records(
+GCP_RECORDS = records_of_tables(
     "gcp",
     [Writer(GceEventChanged, _event_changed), Writer(GceStateChanged, _state_changed)],
-    _load,
-    tables=tuple(table.name for table in GCP_STATE.values()),
-    reload=_reload,
+    GCP_STATE,
+    StoredGcp,
+    GcpRows,
 )

@@ -237,6 +237,27 @@ class Records:
     reload: Callable[[Reader, Touched], dict[str, Any]] = field(default=lambda reader, touched: {})
 
 
+def records_of_tables(
+    owner: str,
+    writers: Sequence[Writer[Any]],
+    tables: Mapping[str, RecordTable],
+    stored: Callable[..., Any],
+    replicated: Callable[..., Any],
+) -> Records:
+    """The Records of a component whose whole stored state is ``tables`` (by the names its state takes them under):
+    loaded as ``stored(**records)``, reloaded as ``replicated(**touched rows)``."""
+
+    def load(reader: Reader) -> dict[str, Any]:
+        return {owner: stored(**load_tables(reader, tables))}
+
+    def reload(reader: Reader, touched: Touched) -> dict[str, Any]:
+        if not any_touched(touched, tables.values()):
+            return {}
+        return {owner: replicated(**reload_tables(reader, touched, tables))}
+
+    return Records(owner, writers, load, tables=tuple(table.name for table in tables.values()), reload=reload)
+
+
 def _time_moved(change: TimeMoved, rows: Rows) -> None:
     """Time needs no row of its own: the commit writes the time the command left the engine at."""
 

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench clean bytecode
+.PHONY: run test lint bench clean bytecode agent
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ bench: bytecode
 	$(BIN)/python bench/eventgrid_delivery.py
 	$(BIN)/python bench/commands.py
 	$(BIN)/python bench/startup.py
+
+## make agent: forewarn-agent as one executable file, dist/forewarn-agent.pyz (a zipapp for any python3 >= 3.8;
+## docs/agent.md). It needs nothing installed: the standard library's zipapp builds it.
+agent:
+	$(PYTHON) agent/build.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .hypothesis

@@ -31,6 +31,7 @@ CHECKS = {
     "million.py": [],
     "floods.py": [],
     "queues.py": [],
+    "agent.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

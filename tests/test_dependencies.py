@@ -8,8 +8,8 @@
 - ``scenarios``, ``recording``, ``sandbox`` and ``testing`` are clients: they never import the engine or a cloud's component or
   model. So is each cloud's ``scenario`` package (its steps of a scenario file): it imports, of forewarn, only the steps'
   protocol, the runner's HTTP client and the core's time helpers.
-- A cloud's package imports no other cloud's; outside the clouds, only the registry loads one (by name), but for the
-  corridors that still name a cloud, listed in ``NAMING_A_CLOUD``: a list that only shrinks.
+- A cloud's package imports no other cloud's; outside the clouds, no module imports one: only the registry loads
+  them, by name (``registry.py``), and every corridor knows a cloud through ``forewarn/cloud.py``'s protocol.
 - ``docs/architecture.md`` shows the packages and whom each imports; the picture there is this graph.
 """
 
@@ -234,12 +234,6 @@ def test_a_clouds_scenario_steps_stay_a_client():
     assert not wrong, "a cloud's scenario steps are a client of the server:\n" + "\n".join(wrong)
 
 
-# The corridors that still import a cloud's package, and which: each is to learn of the clouds through the registry
-# (forewarn/cloud.py's protocol), and leaves this list when it does. A module that starts naming a cloud fails the
-# test, and so does one listed here that no longer does (so the list stays true).
-NAMING_A_CLOUD = {}
-
-
 def clouds_imported() -> dict[str, set[str]]:
     """Module -> the clouds it imports, for every module outside those clouds' packages."""
     found_by_module: dict[str, set[str]] = {}
@@ -255,9 +249,11 @@ def test_no_cloud_imports_another():
     assert not crossing, crossing
 
 
-def test_outside_the_clouds_only_the_listed_corridors_still_name_one():
+def test_outside_the_clouds_no_module_imports_one():
     corridors = {module: names for module, names in clouds_imported().items() if not within(module, CLOUDS)}
-    assert corridors == NAMING_A_CLOUD
+    assert not corridors, (
+        f"these modules import a cloud; reach it through the registry and the Cloud protocol: {corridors}"
+    )
 
 
 def test_the_rules_see_function_local_imports():

@@ -1,10 +1,17 @@
 """What a cloud gives the server: the one object each cloud package exports (its ``cloud.py``).
 
+Some parts every cloud has (its name, records, rules, component, fleet-file section, metadata surface, serving,
+the name and kind of its machines); the others a small cloud may not have (control routes, CLI commands, scenario
+steps, reports of ``clock next``, a dashboard panel, a recording served back, waves, conformance cases). A cloud's
+object may declare its class a subclass of :class:`Cloud` (as of :class:`Serving`): it then takes the defaults
+below, each meaning "this cloud has none", and the type checker refuses to build one that lacks a required part
+(those whose body is ``...``). The corridors take "none" plainly: nothing added, or a refusal that says which cloud
+has none where a user asks for it.
+
 A cloud holds everything of its own: its model, its engine component and rules, its records in the store, its
 surfaces. The engine, the store, the control app, the CLI's root group and the metadata listener know a cloud only
 through this protocol, and find the clouds through the registry (``registry.py``; :func:`registered` gives them with
-this whole protocol). The corridors that still name a cloud are listed in tests/test_dependencies.py
-(``NAMING_A_CLOUD``), a list that only shrinks.
+this whole protocol): no module outside a cloud's package imports it (tests/test_dependencies.py).
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from forewarn.core.component import ComponentSource
 from forewarn.registry import clouds
+from forewarn.scenario_steps import NO_STEPS
 
 if TYPE_CHECKING:
     import click
@@ -235,12 +243,13 @@ class Banner:
 class Serving(Protocol):
     """A cloud in a running server, made by :meth:`Cloud.serving` from the server's settings (``ServeConfig``): its
     APIs and their apps, its outboxes, its rules and metadata settings as the options set them, its banner. A cloud's
-    serving may subclass this protocol for the defaults: no outbox, rules and metadata settings as they are, nothing
-    to warn of, to show on the dashboard or to start."""
+    serving may subclass this protocol for the defaults: no API of its own, no outbox, rules and metadata settings as
+    they are, nothing to warn of, to show on the dashboard or to start."""
 
     def apis(self) -> Sequence[ApiPort]:
-        """Its APIs on ports of their own, in the order they are bound (the ones whose port is 0 too: they are off)."""
-        ...
+        """Its APIs on ports of their own, in the order they are bound (the ones whose port is 0 too: they are off);
+        none by default."""
+        return ()
 
     def exposure(self, host: str) -> Sequence[str]:
         """What to warn about when its APIs listen on ``host`` (beyond loopback) without their own credentials."""
@@ -266,8 +275,8 @@ class Serving(Protocol):
         return None
 
     def app(self, role: str, service: Maintenance, surface: MetadataSurface, listening: Listening) -> Any:
-        """The ASGI app of its API ``role`` (one of :meth:`apis`)."""
-        ...
+        """The ASGI app of its API ``role`` (one of :meth:`apis`: a serving with none is never asked)."""
+        raise LookupError(f"this cloud has no API {role!r}")
 
     def views(self, service: Maintenance, surface: MetadataSurface, listening: Listening) -> Mapping[str, Any]:
         """What the dashboard shows of its surfaces: fields of ``control.dashboard.SurfaceViews``."""
@@ -316,10 +325,11 @@ class Cloud(ComponentSource, Protocol):
         its machines are its part of the :class:`~forewarn.fleet.model.Fleet`, by the cloud's name."""
         ...
 
-    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter | None:
         """The cloud's routes in forewarn's control API (``metadata``: each cloud's metadata surface, by cloud
-        name, where the server runs one)."""
-        ...
+        name, where the server runs one); None: it has none. Routes declared once, at module level, reach the
+        service and the surfaces of the app that answers through the dependencies of ``forewarn.control.service``."""
+        return None
 
     def metadata_surface(
         self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
@@ -330,17 +340,18 @@ class Cloud(ComponentSource, Protocol):
 
     def change_reports(self) -> Mapping[type, Callable[[Any], Any]]:
         """Each kind of the cloud's changes worth a line when time moves (``clock next``), and its report: a
-        ``control.models.ChangeOut``, or None for a change of that kind that is bookkeeping."""
-        ...
+        ``control.models.ChangeOut``, or None for a change of that kind that is bookkeeping. None by default: time
+        moving reports none of the cloud's changes."""
+        return {}
 
     def machine_name_and_kind(self, machine: object) -> tuple[str, str] | None:
         """The name and kind ("vm", "ec2_instance", "gce_instance") of one of the cloud's machines, as the control
         API lists the metadata listener's callers; None for a machine of another cloud."""
         ...
 
-    def dashboard_panel(self) -> DashboardPanel:
-        """The cloud's part of the dashboard's fleet view and live stream."""
-        ...
+    def dashboard_panel(self) -> DashboardPanel | None:
+        """The cloud's part of the dashboard's fleet view and live stream; None: the dashboard shows none of it."""
+        return None
 
     def replay_handler(
         self, replay: Replaying, speed: float, on_approval: Callable[[dict], None] | None
@@ -348,7 +359,9 @@ class Cloud(ComponentSource, Protocol):
         """A server of ``replay`` (at ``speed`` recorded seconds per wall second) with
         the request rules of the cloud's metadata surface, when the recording is of that surface
         (``Recording.source``); None for any other recording. ``on_approval``: told of each approval a client
-        sends, where the surface takes approvals."""
+        sends, where the surface takes approvals. None by default: ``forewarn record`` records none of its
+        surfaces."""
+        return None
 
     def serving(self, options: Any) -> Serving:
         """The cloud in a server started with ``options`` (a ``server.config.ServeConfig``: the cloud reads the
@@ -357,22 +370,23 @@ class Cloud(ComponentSource, Protocol):
 
     def cli_commands(self) -> Sequence[click.Command]:
         """The cloud's commands of the ``forewarn`` CLI, added to its root group (light to import: click and
-        ``cli/common.py``, as the CLI's start-up budget asks)."""
-        ...
+        ``cli/common.py``, as the CLI's start-up budget asks); none by default."""
+        return ()
 
     def wave_units(self) -> WaveUnits | None:
         """What a wave rolled over the cloud's machines needs of it (``waves/units.py``); None: the cloud has no
-        waves, and a wave request that names it is refused, saying so."""
-        ...
+        waves, and a wave request that names it is refused, saying so (the default)."""
+        return None
 
     def scenario_steps(self) -> ScenarioSteps:
         """The cloud's steps of a scenario file (``do:``), their checks and how they run: a client of the server
-        (forewarn/scenario_steps.py), loaded when a scenario is read or run."""
+        (forewarn/scenario_steps.py), loaded when a scenario is read or run; none by default."""
+        return NO_STEPS
 
     def conformance(self) -> CloudCases | None:
         """The cloud's conformance cases (YAML files in its package) and the observer that reads its metadata calls
-        (docs/conformance.md); None for a cloud that ships none yet."""
-        ...
+        (docs/conformance.md); None for a cloud that ships none (the default)."""
+        return None
 
 
 def registered() -> tuple[Cloud, ...]:

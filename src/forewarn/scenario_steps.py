@@ -13,7 +13,7 @@ not on each other.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -120,3 +120,18 @@ def event_ids_of(answer: Any) -> list[str]:
     """The ids of the events an answer holds: a list of events, or a mapping with ``events``."""
     events = answer if isinstance(answer, list) else (answer or {}).get("events", [])
     return [event["event_id"] for event in events]
+
+
+@dataclass(frozen=True)
+class NoSteps:
+    """The steps of a cloud that gives a scenario none (``Cloud.scenario_steps``'s default)."""
+
+    actions: Mapping[str, StepAction] = field(default_factory=dict)
+    time_keys: Sequence[str] = ()
+    scheduled_by_wave: str | None = None
+
+    def pending(self, api: StepApi, created: set[str], targets: set[str], now: datetime) -> list[datetime | None]:
+        return []
+
+
+NO_STEPS: ScenarioSteps = NoSteps()

@@ -639,7 +639,8 @@ def test_the_dead_letter_path_is_laid_out_like_the_blob():
         seed = "seed"
 
     class Service:
-        engine = Engine()
+        def settled_engine(self):
+            return Engine()
 
     subscription = parse_subscription_body(
         _body(

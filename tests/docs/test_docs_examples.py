@@ -27,7 +27,8 @@ What the harness changes, and nothing else: the well-known ports (8169 metadata,
 and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
 examples can run beside another forewarn; the CLI's defaults follow (``FOREWARN_SERVER``, ``FOREWARN_ARM``), and a
 ``forewarn serve ... &`` gets the ports it does not name. This checkout's entry points (pyproject.toml's: the pytest
-plugin) are on the path, as its code is. Pages run side by side, a few at a time.
+plugin) are on the path, as its code is, and its ``agent/`` (forewarn-agent's sources) is in the page's directory, as
+in a checkout. Pages run side by side, a few at a time.
 """
 
 from __future__ import annotations
@@ -372,6 +373,7 @@ def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Pat
             (directory / block.file).write_text(block.body)
     bin_dir = Path(sys.executable).parent
     (directory / ".venv").symlink_to(bin_dir.parent)
+    (directory / "agent").symlink_to(ROOT / "agent")  # forewarn-agent's sources: a page builds it as a user would
     entry_points = checkout_entry_points(directory / ".entry-points")
     (directory / ".expect.py").write_text(EXPECT_SCRIPT)
     (directory / ".page.sh").write_text(script)

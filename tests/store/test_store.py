@@ -13,7 +13,7 @@ from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.records import AZURE_RECORDS
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.errors import Conflict
-from forewarn.store import SchemaTooNew, StoreError, UnregisteredChange
+from forewarn.store import Records, SchemaTooNew, StoreError, UnregisteredChange
 from forewarn.store.migrations import LATEST, MIGRATIONS
 from helpers import T0, open_store, parse_fleet, small_fleet
 
@@ -176,6 +176,28 @@ def test_a_new_database_is_at_the_latest_schema_version(store_url):
     assert _stored_version(store_url) == str(LATEST) == str(MIGRATIONS[-1].version)
     open_store(store_url).close()  # migrating again changes nothing
     assert _stored_version(store_url) == str(LATEST)
+
+
+def test_records_that_bring_their_schema_have_their_tables_made_on_every_open(store_url):
+    """A cloud kept outside forewarn (no numbered migration knows its tables) creates them through its records."""
+    table = "forewarn_extra_rows"
+    extra = Records("extra", [], schema=(f"CREATE TABLE IF NOT EXISTS {table} (key TEXT PRIMARY KEY)",))
+    forewarn_store.open_store(store_url, [extra]).close()
+    connection = _raw(store_url)
+    try:
+        connection.execute(f"INSERT INTO {table} (key) VALUES ('kept')")
+        connection.commit()
+    finally:
+        connection.close()
+
+    forewarn_store.open_store(store_url, [extra]).close()  # a table already there stays as it is
+
+    connection = _raw(store_url)
+    try:
+        assert connection.execute(f"SELECT key FROM {table}").fetchall() == [("kept",)]
+    finally:
+        connection.close()
+    assert _stored_version(store_url) == str(LATEST)  # no migration of forewarn's ran for it
 
 
 def test_an_old_version_database_is_migrated_and_keeps_its_state(store_url):

@@ -60,12 +60,14 @@ class AzureCloud:
 
         from forewarn.azure.control import events, imds, platform
 
-        surface = metadata.get(self.name)
+        served = metadata.get(self.name) is not None  # the server runs Azure's IMDS
         router = APIRouter()
-        router.include_router(events.router(service, surface))  # type: ignore[arg-type]
-        router.include_router(platform.router(service))
-        if surface is not None:
-            router.include_router(imds.router(surface))  # type: ignore[arg-type]
+        router.include_router(events.router)
+        if served:
+            router.include_router(events.document_router)
+        router.include_router(platform.router)
+        if served:
+            router.include_router(imds.router)
         return router
 
     def metadata_surface(

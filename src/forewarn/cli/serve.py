@@ -388,118 +388,13 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     "run's private server and the test fixtures' servers are started with, so none outlives its user.",
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
-def serve(
-    fleet_source: str | None,
-    db: str,
-    host: str,
-    port: int,
-    arm_port: int,
-    ec2_port: int,
-    gce_port: int,
-    imds_host: str,
-    imds_port: int,
-    vm_ports: bool,
-    clock_mode: str | None,
-    speed: float | None,
-    start: str | None,
-    seed: str | None,
-    notice: tuple[str, ...],
-    impact_window: tuple[str, ...],
-    gce_timing: tuple[str, ...],
-    imds_profile: str,
-    unknown_event_ids: str | None,
-    rate_limit: float | None,
-    first_call_delay: str | None,
-    require_enabling: bool | None,
-    disable_after: str | None,
-    while_down: str | None,
-    hardware_failure_type: str | None,
-    ec2_imds_tokens: str,
-    ec2_credential: tuple[str, ...],
-    health_webhook: tuple[str, ...],
-    health_entity: str,
-    access_file: str | None,
-    resource_graph_retention: str,
-    resource_graph_delay: str,
-    resource_graph_query_timeout: str,
-    resource_graph_memory: str,
-    event_grid_file: str | None,
-    event_grid_dead_letters: str | None,
-    event_grid_duplicates: float | None,
-    event_grid_no_retry: str | None,
-    imds_limits: tuple[str, ...],
-    api_limits: tuple[str, ...],
-    control_token: str | None,
-    insecure: bool,
-    allowed_hosts: tuple[str, ...],
-    role: str,
-    failover_poll: str,
-    catch_up_interval: str,
-    advertise_host: str | None,
-    hosts: str | None,
-    exit_with_parent: bool,
-    log_level: str,
-) -> None:
+def serve(**options: Any) -> None:
     """Run the server: control API and Azure IMDS, on one store and one clock."""
-    if control_token is not None and (not control_token.strip() or control_token != control_token.strip()):
-        raise click.BadParameter(
-            "expected a non-empty token without leading or trailing spaces", param_hint="--control-token"
-        )
+    check_control_token(options["control_token"])
     # The server's modules only when it runs: every other command imports this module too.
     from forewarn.server.config import ServeConfig, ServeError, SettingError
 
-    config = ServeConfig(
-        db=db,
-        fleet_source=fleet_source,
-        host=host,
-        port=port,
-        arm_port=arm_port,
-        ec2_port=ec2_port,
-        gce_port=gce_port,
-        imds_host=imds_host,
-        imds_port=imds_port,
-        vm_ports=vm_ports,
-        clock_mode=clock_mode,
-        speed=speed,
-        start=start,
-        seed=seed,
-        notice=tuple(notice),
-        impact_window=tuple(impact_window),
-        gce_timings=gce_timings(gce_timing),
-        hardware_failure_type=hardware_failure_type,
-        imds_profile=imds_profile,
-        unknown_event_ids=unknown_event_ids,
-        rate_limit=rate_limit,
-        first_call_delay=seconds(first_call_delay, "--first-call-delay"),
-        require_enabling=require_enabling,
-        disable_after=seconds(disable_after, "--disable-after"),
-        while_down=while_down,
-        ec2_imds_tokens=ec2_imds_tokens,
-        ec2_credentials=key_pairs(ec2_credential),
-        health_webhooks=tuple(health_webhook),
-        health_entity=health_entity,
-        access_file=access_file,
-        resource_graph_retention=stated_duration(resource_graph_retention),
-        resource_graph_delay=stated_duration(resource_graph_delay),
-        resource_graph_query_timeout=positive_seconds(resource_graph_query_timeout, "--resource-graph-query-timeout"),
-        resource_graph_memory=memory_size(resource_graph_memory, "--resource-graph-memory"),
-        event_grid_file=event_grid_file,
-        event_grid_dead_letters=event_grid_dead_letters,
-        event_grid_duplicates=event_grid_duplicates,
-        event_grid_no_retry=http_codes(event_grid_no_retry),
-        imds_limits=tuple(imds_limits),
-        api_limits=tuple(api_limits),
-        control_token=control_token,
-        insecure=insecure,
-        allowed_hosts=tuple(allowed_hosts),
-        role=role,
-        failover_poll=positive_seconds(failover_poll, "--failover-poll"),
-        catch_up_interval=positive_seconds(catch_up_interval, "--catch-up-interval"),
-        advertise_host=advertise_host,
-        hosts=hosts,
-        exit_with_parent=exit_with_parent,
-        log_level=log_level,
-    )
+    config = ServeConfig(**config_fields(options))
     from forewarn.server.composition import ListenError, run_server
 
     try:
@@ -510,6 +405,45 @@ def serve(
         raise click.BadParameter(str(error), param_hint=error.option) from None
     except ListenError as error:
         fail(listen_failure(error.role, error.address, error.errno, error.strerror, error.machine))
+
+
+def check_control_token(control_token: str | None) -> None:
+    if control_token is not None and (not control_token.strip() or control_token != control_token.strip()):
+        raise click.BadParameter(
+            "expected a non-empty token without leading or trailing spaces", param_hint="--control-token"
+        )
+
+
+#: The options of ``serve`` whose ServeConfig field has another name (each is parsed by ``config_fields``).
+RENAMED_OPTIONS = frozenset({"gce_timing", "ec2_credential", "health_webhook"})
+
+
+def config_fields(options: dict[str, Any]) -> dict[str, Any]:
+    """ServeConfig's fields from ``serve``'s options: most as given, the others parsed here, in this order (of two
+    wrong options, the first below is the one reported)."""
+    parsed = {
+        "notice": tuple(options["notice"]),
+        "impact_window": tuple(options["impact_window"]),
+        "gce_timings": gce_timings(options["gce_timing"]),
+        "first_call_delay": seconds(options["first_call_delay"], "--first-call-delay"),
+        "disable_after": seconds(options["disable_after"], "--disable-after"),
+        "ec2_credentials": key_pairs(options["ec2_credential"]),
+        "health_webhooks": tuple(options["health_webhook"]),
+        "resource_graph_retention": stated_duration(options["resource_graph_retention"]),
+        "resource_graph_delay": stated_duration(options["resource_graph_delay"]),
+        "resource_graph_query_timeout": positive_seconds(
+            options["resource_graph_query_timeout"], "--resource-graph-query-timeout"
+        ),
+        "resource_graph_memory": memory_size(options["resource_graph_memory"], "--resource-graph-memory"),
+        "event_grid_no_retry": http_codes(options["event_grid_no_retry"]),
+        "imds_limits": tuple(options["imds_limits"]),
+        "api_limits": tuple(options["api_limits"]),
+        "allowed_hosts": tuple(options["allowed_hosts"]),
+        "failover_poll": positive_seconds(options["failover_poll"], "--failover-poll"),
+        "catch_up_interval": positive_seconds(options["catch_up_interval"], "--catch-up-interval"),
+    }
+    given = {name: value for name, value in options.items() if name not in RENAMED_OPTIONS and name not in parsed}
+    return given | parsed
 
 
 # Which serve options choose the address of each of the server's listeners (ListenError.role).

@@ -29,6 +29,7 @@ from forewarn.control.models import (
     changes_out,
 )
 from forewarn.control.scenario_runs import ScenarioRuns, scenarios_router
+from forewarn.control.service import attach
 from forewarn.control.waves import waves_router
 from forewarn.core.clock import MANUAL, REAL
 from forewarn.core.durations import parse_duration
@@ -91,13 +92,16 @@ def create_control_app(
         return docs_page(app.openapi_url or "/openapi.json")
 
     surfaces = dict(metadata or {})
+    attach(app, service, surfaces)  # what the clouds' routes work on (control/service.py)
     app.include_router(service_router(service))
     app.include_router(clock_router(service, feed))
     app.include_router(dashboard_router(service, feed, views))
     if scenario_runs is not None:
         app.include_router(scenarios_router(scenario_runs))
     for cloud in registered():
-        app.include_router(cloud.control_router(service, surfaces))
+        router = cloud.control_router(service, surfaces)
+        if router is not None:  # a cloud with no routes of its own
+            app.include_router(router)
     app.include_router(waves_router(service))
     imds = surfaces.get(IMDS_CLOUD)
     if imds is not None:
@@ -151,6 +155,17 @@ def service_router(service: Maintenance) -> APIRouter:
         return [
             {"seq": entry.seq, "at": entry.at, "what": entry.kind, "event_id": entry.event_id, **entry.detail}
             for entry in service.journal(limit=limit)
+        ]
+
+    @router.get("/v1/fleet/machines", tags=["fleet"])
+    async def machines() -> list[dict[str, str]]:
+        """Every machine of the fleet, of every registered cloud in the registry's order: its name in the fleet (an
+        EC2 instance: its id), its cloud, the host the fleet file puts it on."""
+        parts = service.settled_engine().fleet.parts
+        return [
+            {"name": name, "cloud": cloud, "host": machine.host}
+            for cloud, part in parts.items()
+            for name, machine in part.machines.items()
         ]
 
     return router

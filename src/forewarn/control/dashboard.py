@@ -65,8 +65,9 @@ CONTENT_TYPES = {
 
 @functools.cache
 def panels() -> tuple[DashboardPanel, ...]:
-    """Each registered cloud's part of the dashboard; a machine's cloud in the fleet view is its index here."""
-    return tuple(cloud.dashboard_panel() for cloud in registered())
+    """Each registered cloud's part of the dashboard, but those of the clouds that have none (the page shows none of
+    their machines); a machine's cloud in the fleet view is its index here."""
+    return tuple(panel for cloud in registered() if (panel := cloud.dashboard_panel()) is not None)
 
 
 @functools.cache

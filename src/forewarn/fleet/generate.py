@@ -73,40 +73,76 @@ class FleetShape:
 
 def generate_fleet(shape: FleetShape) -> dict:
     """The fleet file's content as plain data (hosts, availability_sets, vms, scale_sets, and gce_instances when
-    asked for)."""
+    asked for). The random choices are drawn in a fixed order (subscriptions, scale sets, availability sets,
+    standalone VMs, then Compute Engine and EC2 instances), so the same shape gives the same file."""
     shape = shape.checked()
     rng = random.Random(shape.seed)
-    host_count = max(1, -(-(shape.vms + shape.gce + shape.ec2) // shape.vms_per_host))
-    hosts = [f"host-{i:05d}" for i in range(host_count)]
-    subscription_count = shape.subscriptions or max(1, shape.vms // 10_000)
-    subscriptions = [
-        f"{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-4{rng.getrandbits(12):03x}-"
-        f"{8 + rng.getrandbits(2):x}{rng.getrandbits(12):03x}-{rng.getrandbits(48):012x}"
-        for _ in range(subscription_count)
-    ]
-    cursor = 0  # the next host a VM goes to: tenants share hosts, and every host fills up evenly
-
-    def next_hosts(count: int) -> list[str]:
-        nonlocal cursor
-        chosen = [hosts[(cursor + i) % host_count] for i in range(min(count, host_count))]
-        cursor = (cursor + count) % host_count
-        return chosen
-
-    def placement(index: int) -> dict:
-        subscription = subscriptions[index % subscription_count]
-        return {
-            "subscription": subscription,
-            "resource_group": f"rg-{index % 7:02d}",
-            "location": LOCATIONS[index % len(LOCATIONS)],
-            "size": rng.choice(SIZES),
-        }
-
+    hosts = HostCursor(max(1, -(-(shape.vms + shape.gce + shape.ec2) // shape.vms_per_host)))
+    placement = Placement(random_subscriptions(rng, shape.subscriptions or max(1, shape.vms // 10_000)), rng)
     in_scale_sets = round(shape.vms * shape.scale_set_share)
     in_availability_sets = round(shape.vms * shape.availability_set_share)
     standalone = shape.vms - in_scale_sets - in_availability_sets
 
+    scale_sets = scale_sets_of(in_scale_sets, rng, hosts, placement)
+    availability_sets, vms = availability_sets_of(in_availability_sets, rng, hosts, placement)
+    vms += standalone_vms(standalone, shape.spot_share, rng, hosts, placement)
+    content: dict[str, Any] = {
+        "hosts": [{"name": name} for name in hosts.names],
+        "availability_sets": availability_sets,
+        "vms": vms,
+        "scale_sets": scale_sets,
+    }
+    if shape.gce:
+        content["gce_instances"] = _gce_instances(shape, rng, hosts.next)
+    if shape.ec2:
+        content["ec2_instances"] = _ec2_instances(shape, rng, hosts.next)
+    return content
+
+
+class HostCursor:
+    """The hosts machines go to in turn: tenants share hosts, and every host fills up evenly."""
+
+    def __init__(self, count: int):
+        self.names = [f"host-{i:05d}" for i in range(count)]
+        self._cursor = 0
+
+    def next(self, count: int) -> list[str]:
+        """The hosts of the next ``count`` machines (each host once, when there are fewer hosts than machines)."""
+        host_count = len(self.names)
+        chosen = [self.names[(self._cursor + i) % host_count] for i in range(min(count, host_count))]
+        self._cursor = (self._cursor + count) % host_count
+        return chosen
+
+
+def random_subscriptions(rng: random.Random, count: int) -> list[str]:
+    """``count`` subscription ids, GUIDs of version 4."""
+    return [
+        f"{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-4{rng.getrandbits(12):03x}-"
+        f"{8 + rng.getrandbits(2):x}{rng.getrandbits(12):03x}-{rng.getrandbits(48):012x}"
+        for _ in range(count)
+    ]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the ``index``-th scale set, availability set or standalone VM lives, and its size (drawn)."""
+
+    subscriptions: list[str]
+    rng: random.Random
+
+    def __call__(self, index: int) -> dict:
+        return {
+            "subscription": self.subscriptions[index % len(self.subscriptions)],
+            "resource_group": f"rg-{index % 7:02d}",
+            "location": LOCATIONS[index % len(LOCATIONS)],
+            "size": self.rng.choice(SIZES),
+        }
+
+
+def scale_sets_of(count: int, rng: random.Random, hosts: HostCursor, placement: Placement) -> list[dict[str, Any]]:
+    """Scale sets of assorted sizes holding ``count`` VMs in all, every third one zonal."""
     scale_sets: list[dict[str, Any]] = []
-    left = in_scale_sets
+    left = count
     while left > 0:
         size = min(left, rng.choice((2, 5, 10, 20, 50, 100, 100, 250, 500, 1000)))
         index = len(scale_sets)
@@ -114,16 +150,23 @@ def generate_fleet(shape: FleetShape) -> dict:
             {
                 "name": f"vmss-{index:04d}",
                 "instances": size,
-                "hosts": next_hosts(size),
-                "zones": ["1", "2", "3"] if index % 3 == 0 else [],
+                "hosts": hosts.next(size),
+                **({"zones": ["1", "2", "3"]} if index % 3 == 0 else {}),
                 **placement(index),
             }
         )
         left -= size
+    return scale_sets
 
+
+def availability_sets_of(
+    count: int, rng: random.Random, hosts: HostCursor, placement: Placement
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Availability sets holding ``count`` VMs in all, and those VMs (one entry each, on distinct hosts while there
+    are enough)."""
     availability_sets: list[dict[str, Any]] = []
     vms: list[dict[str, Any]] = []
-    left = in_availability_sets
+    left = count
     while left > 0:
         size = min(left, rng.choice((2, 3, 3, 5, 8, 12, 20)))
         index = len(availability_sets)
@@ -137,9 +180,8 @@ def generate_fleet(shape: FleetShape) -> dict:
                 "update_domains": rng.choice((5, 5, 10, 20)),
             }
         )
-        for member, host in enumerate(next_hosts(size) * (size // host_count + 1)):
-            if member == size:
-                break
+        member_hosts = hosts.next(size) * (size // len(hosts.names) + 1)
+        for member, host in enumerate(member_hosts[:size]):
             vms.append(
                 {
                     "name": f"avset-{index:04d}-vm{member}",
@@ -149,27 +191,19 @@ def generate_fleet(shape: FleetShape) -> dict:
                 }
             )
         left -= size
+    return availability_sets, vms
 
-    for index in range(standalone):
-        vm = {"name": f"vm-{index:05d}", "host": next_hosts(1)[0], **placement(index)}
-        if rng.random() < shape.spot_share:
+
+def standalone_vms(
+    count: int, spot_share: float, rng: random.Random, hosts: HostCursor, placement: Placement
+) -> list[dict[str, Any]]:
+    vms: list[dict[str, Any]] = []
+    for index in range(count):
+        vm = {"name": f"vm-{index:05d}", "host": hosts.next(1)[0], **placement(index)}
+        if rng.random() < spot_share:
             vm["spot"] = True
         vms.append(vm)
-
-    for scale_set in scale_sets:
-        if not scale_set["zones"]:
-            del scale_set["zones"]
-    content: dict[str, Any] = {
-        "hosts": [{"name": name} for name in hosts],
-        "availability_sets": availability_sets,
-        "vms": vms,
-        "scale_sets": scale_sets,
-    }
-    if shape.gce:
-        content["gce_instances"] = _gce_instances(shape, rng, next_hosts)
-    if shape.ec2:
-        content["ec2_instances"] = _ec2_instances(shape, rng, next_hosts)
-    return content
+    return vms
 
 
 def _ec2_instances(shape: FleetShape, rng: random.Random, next_hosts) -> list[dict[str, Any]]:

@@ -57,7 +57,7 @@ class GcpCloud:
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
         from forewarn.gcp.control import routes
 
-        return routes.router(service)
+        return routes.router
 
     def metadata_surface(
         self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]

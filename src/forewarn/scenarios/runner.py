@@ -272,10 +272,9 @@ class Runner:
         known = set(self.scope_of)
         missing = [name for name in self.scenario.vms if name not in known]
         if self.scenario.instances:
-            known_instances = {i["instance_id"] for i in self.api.get("/v1/ec2/instances")}
-            self.gce_names = {i["name"] for i in self.api.get("/v1/gce/instances")}
-            known_instances |= self.gce_names
+            known_instances = {machine["name"] for machine in self.api.get("/v1/fleet/machines")}
             missing += [name for name in self.scenario.instances if name not in known_instances]
+            self.gce_names = {i["name"] for i in self.api.get("/v1/gce/instances")}
             self.gce_instances = {name: [] for name in self.scenario.observe if name in self.gce_names}
             if self.scenario.observe_all:
                 self.gce_instances = {name: [] for name in self.gce_names}

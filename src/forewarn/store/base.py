@@ -239,7 +239,8 @@ class SQLStore:
 
     @retried_on_a_new_connection
     def migrate(self) -> None:
-        """Bring the schema to the newest version (store/migrations.py), or refuse a database newer than the code.
+        """Bring the schema to the newest version (store/migrations.py), or refuse a database newer than the code;
+        then create the tables of the records that bring their own (``Records.schema``) where they are missing.
 
         Processes started together on a new database create its tables one at a time (``_lock_schema``): the first
         creates them, the others find them made. A migration may rename what older code writes to, so it runs only
@@ -264,15 +265,17 @@ class SQLStore:
                 f"{MIGRATION_WAIT:g} s"
             )
         todo = pending(stored := self.schema_version(cursor), self.description)
-        if not todo:
-            return None
-        if not self._exclude_writers(cursor):
-            return WritersIn(stored, todo[-1].version)
-        dialect = Dialect(self.name, self.journal_id_type)
-        # Read again under the writers' lock: a release without the schema's lock may have migrated meanwhile.
-        for migration in pending(self.schema_version(cursor), self.description):
-            migration.apply(cursor, dialect)
-            self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
+        if todo:
+            if not self._exclude_writers(cursor):
+                return WritersIn(stored, todo[-1].version)
+            dialect = Dialect(self.name, self.journal_id_type)
+            # Read again under the writers' lock: a release without the schema's lock may have migrated meanwhile.
+            for migration in pending(self.schema_version(cursor), self.description):
+                migration.apply(cursor, dialect)
+                self._execute(cursor, META_PUT, (VERSION_KEY, str(migration.version)))
+        # Only tables that are not there yet: no writer's rows can be in the way, so no writer is kept out.
+        for statement in self.registry.schema:
+            cursor.execute(statement)
         return None
 
     def _lock_schema(self, cursor: Any) -> bool:

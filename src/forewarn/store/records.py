@@ -235,6 +235,10 @@ class Records:
     # The rows of ``touched`` as they are now, under the engine's names for them (each component's Engine.replicate
     # argument); nothing for a component none of whose rows were touched.
     reload: Callable[[Reader, Touched], dict[str, Any]] = field(default=lambda reader, touched: {})
+    # ``CREATE TABLE IF NOT EXISTS`` statements of its tables, run each time a store opens, after the migrations: the
+    # schema of a cloud kept outside forewarn, whose tables no numbered migration (store/migrations.py) creates. They
+    # only add a table that is missing: a table already there is left as it is.
+    schema: tuple[str, ...] = ()
 
 
 def records_of_tables(
@@ -273,6 +277,7 @@ class Registry:
         self.writers: dict[type[Change], Writer[Any]] = {}
         self.loaders: list[Records] = []
         self.tables: list[str] = []  # every registered part's state tables, in registration order
+        self.schema: list[str] = []  # the statements creating the tables of parts no migration knows
         owners: dict[type[Change], str] = {}
         for part in (CORE_RECORDS, *records):
             for writer in part.writers:
@@ -285,6 +290,7 @@ class Registry:
                 self.writers[writer.kind] = writer
             self.loaders.append(part)
             self.tables.extend(part.tables)
+            self.schema.extend(part.schema)
 
     def write(self, change: Change, rows: Rows) -> None:
         writer = self.writers.get(type(change))

@@ -12,6 +12,8 @@ from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState
 from forewarn.aws.views import Ec2EventOut
 from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
+from forewarn.control.service import ControlService
+from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
@@ -102,119 +104,136 @@ def _state_change(change: Ec2StateChanged) -> ChangeOut:
 CHANGE_REPORTS: dict[type, ChangeReport] = {Ec2EventChanged: _event_change, Ec2StateChanged: _state_change}
 
 
-def router(service: Maintenance) -> APIRouter:
-    router = APIRouter()
+def ec2(service: Maintenance) -> Ec2Component:
+    """The EC2 component of the service's engine as the database has it."""
+    return service.settled_engine().component(Ec2Component)
 
-    def instance_out(instance_id: str) -> InstanceOut:
-        engine = service.settled_engine()
-        record, state = (
-            engine.component(Ec2Component).ec2_instances[instance_id],
-            engine.component(Ec2Component).ec2_states[instance_id],
-        )
-        return InstanceOut(
-            instance_id=instance_id,
-            name=record.name,
-            state=state.state.value,
-            host=state.host,
-            instance_type=record.instance_type,
-            availability_zone=record.availability_zone,
-            root_device=record.root_device,
-            spot=record.spot,
-            auto_scaling_group=record.auto_scaling_group,
-            lifecycle_state=state.lifecycle_state,
-            launched_at=format_time(state.launched_at),
-            booted_at=format_time(state.booted_at),
-            impacted_by=state.impacted_by,
-            replaces=state.origin,
-            spot_action=state.spot_action,
-            spot_action_time=format_optional_time(state.spot_action_time),
-            rebalance_at=format_optional_time(state.rebalance_at),
-        )
 
-    def outcome(changes) -> Ec2OutcomeOut:
-        events = {c.event.event_id: c.event for c in changes if isinstance(c, Ec2EventChanged)}
-        instances = dict.fromkeys(c.state.instance_id for c in changes if isinstance(c, Ec2StateChanged))
-        return Ec2OutcomeOut(
-            events=[Ec2EventOut.of(e) for e in events.values()], instances=[instance_out(i) for i in instances]
-        )
+def instance_out(service: Maintenance, instance_id: str) -> InstanceOut:
+    component = ec2(service)
+    record, state = component.ec2_instances[instance_id], component.ec2_states[instance_id]
+    return InstanceOut(
+        instance_id=instance_id,
+        name=record.name,
+        state=state.state.value,
+        host=state.host,
+        instance_type=record.instance_type,
+        availability_zone=record.availability_zone,
+        root_device=record.root_device,
+        spot=record.spot,
+        auto_scaling_group=record.auto_scaling_group,
+        lifecycle_state=state.lifecycle_state,
+        launched_at=format_time(state.launched_at),
+        booted_at=format_time(state.booted_at),
+        impacted_by=state.impacted_by,
+        replaces=state.origin,
+        spot_action=state.spot_action,
+        spot_action_time=format_optional_time(state.spot_action_time),
+        rebalance_at=format_optional_time(state.rebalance_at),
+    )
 
-    @router.get("/v1/ec2/instances", tags=["ec2"], response_model=list[InstanceOut])
-    async def instances():
-        service.catch_up()
-        return [instance_out(iid) for iid in service.settled_engine().component(Ec2Component).ec2_instances]
 
-    @router.get("/v1/ec2/instances/{instance_id}", tags=["ec2"], response_model=InstanceOut, responses=ERRORS)
-    async def instance(instance_id: str):
-        service.catch_up()
-        service.settled_engine().component(Ec2Component).ec2_instance(instance_id)
-        return instance_out(instance_id)
+def outcome(service: Maintenance, changes: list[Change]) -> Ec2OutcomeOut:
+    events = {c.event.event_id: c.event for c in changes if isinstance(c, Ec2EventChanged)}
+    instances = dict.fromkeys(c.state.instance_id for c in changes if isinstance(c, Ec2StateChanged))
+    return Ec2OutcomeOut(
+        events=[Ec2EventOut.of(e) for e in events.values()], instances=[instance_out(service, i) for i in instances]
+    )
 
-    @router.get("/v1/ec2/events", tags=["ec2"], response_model=list[Ec2EventOut])
-    async def events(all: bool = Query(False, description="include completed and canceled events")):
-        service.catch_up()
-        found = sorted(service.settled_engine().component(Ec2Component).ec2_events.values(), key=lambda e: e.seq)
-        return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
 
-    @router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)
-    async def schedule(body: Ec2EventIn):
-        """Schedule an EC2 event on instances: one event each."""
-        request = Ec2Request(
-            code=parse_enum(Ec2Code, body.code, "event code"),
-            instances=tuple(body.instances),
-            notice=parse_optional_duration(body.notice),
-            not_before=parse_optional_time(body.not_before),
-            window=parse_optional_duration(body.window),
-            no_not_after=body.no_not_after,
-            deadline=parse_optional_duration(body.deadline),
-            no_deadline=body.no_deadline,
-            description=body.description,
-        )
-        changes = await service.perform_soon(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
-        return [Ec2EventOut.of(c.event) for c in changes if isinstance(c, Ec2EventChanged)]
+router = APIRouter()
 
-    @router.post("/v1/ec2/events/{event_id}/cancel", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
-    async def cancel(event_id: str):
-        await service.perform_soon(lambda engine: engine.component(Ec2Component).cancel_ec2(event_id))
-        return Ec2EventOut.of(service.settled_engine().component(Ec2Component).ec2_event(event_id))
 
-    @router.post("/v1/ec2/events/{event_id}/reschedule", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
-    async def reschedule(event_id: str, body: RescheduleIn):
-        """What ModifyInstanceEventStartTime does, with the same rules."""
-        event = service.settled_engine().component(Ec2Component).ec2_event(event_id)
-        when = parse_time(body.not_before)
+@router.get("/v1/ec2/instances", tags=["ec2"], response_model=list[InstanceOut])
+async def instances(service: ControlService):
+    service.catch_up()
+    return [instance_out(service, iid) for iid in ec2(service).ec2_instances]
+
+
+@router.get("/v1/ec2/instances/{instance_id}", tags=["ec2"], response_model=InstanceOut, responses=ERRORS)
+async def instance(service: ControlService, instance_id: str):
+    service.catch_up()
+    ec2(service).ec2_instance(instance_id)
+    return instance_out(service, instance_id)
+
+
+@router.get("/v1/ec2/events", tags=["ec2"], response_model=list[Ec2EventOut])
+async def events(
+    service: ControlService, all: bool = Query(False, description="include completed and canceled events")
+):
+    service.catch_up()
+    found = sorted(ec2(service).ec2_events.values(), key=lambda e: e.seq)
+    return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
+
+
+@router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)
+async def schedule(service: ControlService, body: Ec2EventIn):
+    """Schedule an EC2 event on instances: one event each."""
+    request = ec2_request(body)
+    changes = await service.perform_soon(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
+    return [Ec2EventOut.of(c.event) for c in changes if isinstance(c, Ec2EventChanged)]
+
+
+def ec2_request(body: Ec2EventIn) -> Ec2Request:
+    return Ec2Request(
+        code=parse_enum(Ec2Code, body.code, "event code"),
+        instances=tuple(body.instances),
+        notice=parse_optional_duration(body.notice),
+        not_before=parse_optional_time(body.not_before),
+        window=parse_optional_duration(body.window),
+        no_not_after=body.no_not_after,
+        deadline=parse_optional_duration(body.deadline),
+        no_deadline=body.no_deadline,
+        description=body.description,
+    )
+
+
+@router.post("/v1/ec2/events/{event_id}/cancel", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
+async def cancel(service: ControlService, event_id: str):
+    await service.perform_soon(lambda engine: engine.component(Ec2Component).cancel_ec2(event_id))
+    return Ec2EventOut.of(ec2(service).ec2_event(event_id))
+
+
+@router.post("/v1/ec2/events/{event_id}/reschedule", tags=["ec2"], response_model=Ec2EventOut, responses=ERRORS)
+async def reschedule(service: ControlService, event_id: str, body: RescheduleIn):
+    """What ModifyInstanceEventStartTime does, with the same rules."""
+    event = ec2(service).ec2_event(event_id)
+    when = parse_time(body.not_before)
+    await service.perform_soon(
+        lambda engine: engine.component(Ec2Component).reschedule_ec2(event.instance_id, event_id, when)
+    )
+    return Ec2EventOut.of(ec2(service).ec2_event(event_id))
+
+
+@router.post("/v1/ec2/instances/{instance_id}/start", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
+async def start(service: ControlService, instance_id: str):
+    """Start a stopped instance (after an instance-stop event it comes up on a new host)."""
+    return outcome(
+        service, await service.perform_soon(lambda engine: engine.component(Ec2Component).start_instance(instance_id))
+    )
+
+
+@router.post("/v1/ec2/spot/interrupt", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
+async def interrupt(service: ControlService, body: SpotIn):
+    """A Spot interruption notice: the action happens two minutes later."""
+    return outcome(
+        service,
         await service.perform_soon(
-            lambda engine: engine.component(Ec2Component).reschedule_ec2(event.instance_id, event_id, when)
-        )
-        return Ec2EventOut.of(service.settled_engine().component(Ec2Component).ec2_event(event_id))
+            lambda engine: engine.component(Ec2Component).interrupt_spot(body.instances, body.action)
+        ),
+    )
 
-    @router.post("/v1/ec2/instances/{instance_id}/start", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
-    async def start(instance_id: str):
-        """Start a stopped instance (after an instance-stop event it comes up on a new host)."""
-        return outcome(
-            await service.perform_soon(lambda engine: engine.component(Ec2Component).start_instance(instance_id))
-        )
 
-    @router.post("/v1/ec2/spot/interrupt", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
-    async def interrupt(body: SpotIn):
-        """A Spot interruption notice: the action happens two minutes later."""
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(Ec2Component).interrupt_spot(body.instances, body.action)
-            )
-        )
+@router.post("/v1/ec2/spot/rebalance", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
+async def rebalance(service: ControlService, body: SpotIn):
+    """A rebalance recommendation for Spot instances."""
+    return outcome(
+        service,
+        await service.perform_soon(lambda engine: engine.component(Ec2Component).recommend_rebalance(body.instances)),
+    )
 
-    @router.post("/v1/ec2/spot/rebalance", tags=["ec2"], response_model=Ec2OutcomeOut, responses=ERRORS)
-    async def rebalance(body: SpotIn):
-        """A rebalance recommendation for Spot instances."""
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(Ec2Component).recommend_rebalance(body.instances)
-            )
-        )
 
-    @router.get("/v1/deliveries", tags=["ec2"])
-    async def deliveries(limit: int = Query(1000, ge=1, le=100000)):
-        """Outgoing messages (AWS Health events): status pending, delivered or expired, attempts, last error."""
-        return service.deliveries(limit)
-
-    return router
+@router.get("/v1/deliveries", tags=["ec2"])
+async def deliveries(service: ControlService, limit: int = Query(1000, ge=1, le=100000)):
+    """Outgoing messages (AWS Health events): status pending, delivered or expired, attempts, last error."""
+    return service.deliveries(limit)

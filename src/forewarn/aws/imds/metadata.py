@@ -400,7 +400,59 @@ class Ec2Imds:
         """The ``meta-data/`` tree as ``version`` shows it: a category appears from the version that introduced it
         (the AWS page "Instance metadata categories"; version strings compare as dates, "1.0" first, "latest"
         last). Listings are alphabetical, as real IMDS sends them."""
-        instance_id = instance.instance_id
+
+        def since(date: str) -> bool:
+            return version >= date
+
+        hostname = local_hostname(instance)
+        network = network_of(instance)
+        tree: dict = {
+            "ami-id": instance.ami_id,
+            "ami-launch-index": "0",
+            "ami-manifest-path": "(unknown)",  # the guide: EBS-backed AMIs answer "unknown"; ours have no manifest
+            "hostname": hostname,
+            "instance-id": instance.instance_id,
+            "local-ipv4": instance.private_ip,
+            "profile": "default-hvm",  # on every real HVM instance; undocumented, so shown in every version
+            "reservation-id": network.reservation_id,
+            "security-groups": "\n".join(network.security_group_names),
+        }
+        if since("2007-01-19"):
+            tree["local-hostname"] = hostname
+        if since("2007-08-29"):
+            tree["instance-type"] = instance.instance_type
+        if since("2007-12-15"):
+            tree["block-device-mapping"] = block_device_mapping(instance)
+        if since("2008-02-01"):
+            tree["placement"] = placement_tree(instance, version)
+        if since("2008-09-01"):
+            tree["instance-action"] = "none"
+        if since("2011-01-01"):
+            tree["mac"] = network.mac
+            tree["network"] = {"interfaces": {"macs": {network.mac: interface_tree(instance, network, version)}}}
+        if since("2014-02-25"):
+            domain, partition = services_of(instance.region)
+            tree["services"] = {"domain": domain, **({"partition": partition} if since("2015-10-20") else {})}
+        spot = spot_tree(state, version)
+        if spot:
+            tree["spot"] = spot
+        if since("2018-05-23"):
+            tree["identity-credentials"] = identity_credentials_tree(instance, state, network)
+        if since("2018-08-17"):
+            tree["events"] = self._events_tree(instance.instance_id, state, version)
+        if since("2019-10-01"):
+            tree["instance-life-cycle"] = "spot" if instance.spot else "on-demand"
+        if since("2021-03-23") and self.settings.instance_tags:
+            tree["tags"] = {"instance": {key: value for key, value in instance.tags.items() if tag_addressable(key)}}
+        if since("2021-07-15") and instance.auto_scaling_group is not None:
+            tree["autoscaling"] = {"target-lifecycle-state": state.lifecycle_state}
+        if since("2022-09-24"):
+            tree["system"] = "nitro"  # our choice: every simulated instance is a Nitro instance
+        return dict(sorted(tree.items()))
+
+    def _events_tree(self, instance_id: str, state: Ec2State, version: str) -> dict:
+        """``events/``: the maintenance events, read when asked (the engine's events of the instance, not the tree's
+        copy), and from 2020-10-27 the rebalance recommendation."""
         service = self.service
         deadline = self.settings.not_before_deadline
 
@@ -420,67 +472,25 @@ class Ec2Imds:
             ]
             return render_events(ended, deadline)
 
-        def since(date: str) -> bool:
-            return version >= date
+        events: dict = {"maintenance": {"history": history, "scheduled": scheduled}}
+        if version >= "2020-10-27":
+            recommendations: dict = {}
+            if state.rebalance_at is not None:
+                recommendations["rebalance"] = json.dumps({"noticeTime": iso_z(state.rebalance_at)})
+            events["recommendations"] = recommendations
+        return events
 
-        hostname = local_hostname(instance)
-        network = network_of(instance)
-        tree: dict = {
-            "ami-id": instance.ami_id,
-            "ami-launch-index": "0",
-            "ami-manifest-path": "(unknown)",  # the guide: EBS-backed AMIs answer "unknown"; ours have no manifest
-            "hostname": hostname,
-            "instance-id": instance_id,
-            "local-ipv4": instance.private_ip,
-            "profile": "default-hvm",  # on every real HVM instance; undocumented, so shown in every version
-            "reservation-id": network.reservation_id,
-            "security-groups": "\n".join(network.security_group_names),
-        }
-        if since("2007-01-19"):
-            tree["local-hostname"] = hostname
-        if since("2007-08-29"):
-            tree["instance-type"] = instance.instance_type
-        if since("2007-12-15"):
-            tree["block-device-mapping"] = block_device_mapping(instance)
-        if since("2008-02-01"):
-            placement = {"availability-zone": instance.availability_zone}
-            if since("2019-10-01"):
-                placement["availability-zone-id"] = availability_zone_id(instance.availability_zone)
-            if since("2020-08-24"):
-                if instance.dedicated_host is not None:
-                    placement["host-id"] = instance.dedicated_host
-                placement["region"] = instance.region
-            tree["placement"] = placement
-        if since("2008-09-01"):
-            tree["instance-action"] = "none"
-        if since("2011-01-01"):
-            tree["mac"] = network.mac
-            tree["network"] = {"interfaces": {"macs": {network.mac: interface_tree(instance, network, version)}}}
-        if since("2014-02-25"):
-            domain, partition = services_of(instance.region)
-            tree["services"] = {"domain": domain, **({"partition": partition} if since("2015-10-20") else {})}
-        spot = spot_tree(state, version)
-        if spot:
-            tree["spot"] = spot
-        if since("2018-05-23"):
-            tree["identity-credentials"] = identity_credentials_tree(instance, state, network)
-        if since("2018-08-17"):
-            events: dict = {"maintenance": {"history": history, "scheduled": scheduled}}
-            if since("2020-10-27"):
-                recommendations: dict = {}
-                if state.rebalance_at is not None:
-                    recommendations["rebalance"] = json.dumps({"noticeTime": iso_z(state.rebalance_at)})
-                events["recommendations"] = recommendations
-            tree["events"] = events
-        if since("2019-10-01"):
-            tree["instance-life-cycle"] = "spot" if instance.spot else "on-demand"
-        if since("2021-03-23") and self.settings.instance_tags:
-            tree["tags"] = {"instance": {key: value for key, value in instance.tags.items() if tag_addressable(key)}}
-        if since("2021-07-15") and instance.auto_scaling_group is not None:
-            tree["autoscaling"] = {"target-lifecycle-state": state.lifecycle_state}
-        if since("2022-09-24"):
-            tree["system"] = "nitro"  # our choice: every simulated instance is a Nitro instance
-        return dict(sorted(tree.items()))
+
+def placement_tree(instance: Ec2Instance, version: str) -> dict:
+    """``placement/`` as ``version`` shows it (from 2008-02-01)."""
+    placement = {"availability-zone": instance.availability_zone}
+    if version >= "2019-10-01":
+        placement["availability-zone-id"] = availability_zone_id(instance.availability_zone)
+    if version >= "2020-08-24":
+        if instance.dedicated_host is not None:
+            placement["host-id"] = instance.dedicated_host
+        placement["region"] = instance.region
+    return placement
 
 
 def browser_refusal(refusal: Refusal) -> Response:

@@ -43,7 +43,7 @@ from forewarn.azure.arm.wire import (
     missing_member,
     object_body,
 )
-from forewarn.azure.vms import OS_IMAGE_TIMEOUT, VM, NotificationProfile
+from forewarn.azure.vms import OS_IMAGE_TIMEOUT, VM, NotificationProfile, Policy
 from forewarn.core.ids import derived_guid
 
 TERMINATE_DEFAULT_TIMEOUT = timedelta(minutes=5)  # compute API: "the default value is 5 minutes (PT5M)"
@@ -129,55 +129,10 @@ class ScaleSets:
         policy = resources.policy(first)
         zones = sorted({vm.zone for vm in members if vm.zone})
         check_fixed(body, first.location, first.tags, zones)
-        capacity: int | None = None
-        sku = json_object(member(body, "sku"), "sku")
-        if sku is not None:
-            size = member(sku, "name")
-            if given(size) and str(size).lower() != first.size.lower():
-                raise ArmError(
-                    409,
-                    "OperationNotAllowed",
-                    f"forewarn cannot resize scale set '{first.scale_set}': its size ({first.size}) is set "
-                    "by the fleet file.",
-                )
-            raw = member(sku, "capacity")
-            if given(raw):
-                if isinstance(raw, bool) or not isinstance(raw, int):
-                    raise convert_error(raw, "System.Int64", "sku.capacity")
-                if raw < 0:
-                    raise ArmError(
-                        400, "InvalidParameter", "The value of sku.capacity cannot be negative.", "sku.capacity"
-                    )
-                capacity = raw
+        capacity = sku_capacity(body, first)
         properties = json_object(member(body, "properties"), "properties")
         patch = policy_patch(properties, "properties", "VirtualMachineScaleSetProperties", ctx.api)
-        terminate = os_image = None
-        profile = (
-            None
-            if properties is None
-            else json_object(member(properties, "virtualMachineProfile"), "properties.virtualMachineProfile")
-        )
-        if profile is not None:
-            raw_events = member(profile, "scheduledEventsProfile")
-            path = "properties.virtualMachineProfile.scheduledEventsProfile"
-            if raw_events is not ABSENT and not ctx.api.at_least(SCHEDULED_EVENTS_PROFILE_SINCE):
-                raise missing_member("scheduledEventsProfile", "VirtualMachineProfile", path)
-            events = json_object(raw_events, path)
-            if events is not None:
-                raw_os = member(events, "osImageNotificationProfile")
-                if raw_os is not ABSENT and not ctx.api.at_least(OS_IMAGE_PROFILE_SINCE):
-                    raise missing_member(
-                        "osImageNotificationProfile", "ScheduledEventsProfile", f"{path}.osImageNotificationProfile"
-                    )
-                terminate = _profile_patch(
-                    member(events, "terminateNotificationProfile"),
-                    f"{path}.terminateNotificationProfile",
-                    policy.terminate,
-                    TERMINATE_DEFAULT_TIMEOUT,
-                )
-                os_image = _profile_patch(
-                    raw_os, f"{path}.osImageNotificationProfile", policy.os_image, OS_IMAGE_TIMEOUT
-                )
+        terminate, os_image = profile_patches(properties, policy, ctx.api)
         steps: list[Step] = []
         if not patch.empty or terminate is not None or os_image is not None:
             steps.append(update_policy(owner, patch, terminate, os_image))
@@ -346,3 +301,59 @@ def _profile_patch(
     else:
         timeout = current.not_before_timeout if current.enable else default_timeout
     return NotificationProfile(current.enable if enable is None else enable, timeout)
+
+
+def sku_capacity(body: dict[str, Any], first: VM) -> int | None:
+    """The capacity a scale set's PATCH asks for (None: not given); its size cannot change (the fleet file's)."""
+    sku = json_object(member(body, "sku"), "sku")
+    if sku is None:
+        return None
+    size = member(sku, "name")
+    if given(size) and str(size).lower() != first.size.lower():
+        raise ArmError(
+            409,
+            "OperationNotAllowed",
+            f"forewarn cannot resize scale set '{first.scale_set}': its size ({first.size}) is set by the fleet file.",
+        )
+    raw = member(sku, "capacity")
+    if not given(raw):
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        raise convert_error(raw, "System.Int64", "sku.capacity")
+    if raw < 0:
+        raise ArmError(400, "InvalidParameter", "The value of sku.capacity cannot be negative.", "sku.capacity")
+    return raw
+
+
+def profile_patches(
+    properties: dict[str, Any] | None, policy: Policy, api: ApiVersion
+) -> tuple[NotificationProfile | None, NotificationProfile | None]:
+    """The terminate and OS image notification profiles a scale set's PATCH sets (None: left as they are), each
+    member refused in an API version older than it."""
+    profile = (
+        None
+        if properties is None
+        else json_object(member(properties, "virtualMachineProfile"), "properties.virtualMachineProfile")
+    )
+    if profile is None:
+        return None, None
+    raw_events = member(profile, "scheduledEventsProfile")
+    path = "properties.virtualMachineProfile.scheduledEventsProfile"
+    if raw_events is not ABSENT and not api.at_least(SCHEDULED_EVENTS_PROFILE_SINCE):
+        raise missing_member("scheduledEventsProfile", "VirtualMachineProfile", path)
+    events = json_object(raw_events, path)
+    if events is None:
+        return None, None
+    raw_os = member(events, "osImageNotificationProfile")
+    if raw_os is not ABSENT and not api.at_least(OS_IMAGE_PROFILE_SINCE):
+        raise missing_member(
+            "osImageNotificationProfile", "ScheduledEventsProfile", f"{path}.osImageNotificationProfile"
+        )
+    terminate = _profile_patch(
+        member(events, "terminateNotificationProfile"),
+        f"{path}.terminateNotificationProfile",
+        policy.terminate,
+        TERMINATE_DEFAULT_TIMEOUT,
+    )
+    os_image = _profile_patch(raw_os, f"{path}.osImageNotificationProfile", policy.os_image, OS_IMAGE_TIMEOUT)
+    return terminate, os_image

@@ -11,11 +11,14 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure import commands as azure_commands
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import MAX_EXTRA_IMPACTS, AzureComponent
+from forewarn.azure.control.imds import ServedImds
 from forewarn.azure.fleet import azure_fleet
-from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS, AzureImds
+from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest
 from forewarn.azure.views import EventOut
+from forewarn.azure.vms import VM
 from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
+from forewarn.control.service import ControlService
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
@@ -91,118 +94,130 @@ def _vm_change(change: VmChanged) -> ChangeOut:
 CHANGE_REPORTS: dict[type, ChangeReport] = {EventChanged: _event_change, VmChanged: _vm_change}
 
 
-def router(service: Maintenance, imds: AzureImds | None) -> APIRouter:
-    """``imds``: the server's Azure IMDS, whose documents ``/v1/vms/NAME/scheduledevents`` shows (None: no such
-    route, as in an app built without the metadata listener)."""
-    router = APIRouter()
+# The event routes, in the order the OpenAPI document lists them; ``document_router`` is included after them where
+# the server runs the metadata listener.
+router = APIRouter()
+document_router = APIRouter()
 
-    @router.get("/v1/events", tags=["events"], response_model=list[EventOut])
-    async def list_events(all: bool = Query(False, description="include Completed and Canceled events")):
-        service.catch_up()
-        events = sorted(azure(service).events.values(), key=lambda e: e.seq)
-        return [EventOut.of(e) for e in events if all or e.status.live]
 
-    @router.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)
-    async def schedule(body: ScheduleIn):
-        request = ScheduleRequest(
-            event_type=parse_enum(EventType, body.type, "event type"),
-            vms=tuple(body.vms),
-            hosts=tuple(body.hosts),
-            source=parse_enum(EventSource, body.source, "event source"),
-            notice=parse_optional_duration(body.notice),
-            not_before=parse_optional_time(body.not_before),
-            duration_seconds=body.duration_seconds,
-            description=body.description,
-            impact_window=parse_optional_duration(body.impact_window),
-            extra_impacts=body.extra_impacts,
-            group=body.group,
-            update_domain=body.update_domain,
-            fault_domain=body.fault_domain,
-        )
-        # Committed with the other commands that arrive while the transaction before theirs is under way
-        # (group commit); answered once durable.
-        return [EventOut.of(e) for e in await azure_commands.schedule_soon(service, request)]
+@router.get("/v1/events", tags=["events"], response_model=list[EventOut])
+async def list_events(
+    service: ControlService, all: bool = Query(False, description="include Completed and Canceled events")
+):
+    service.catch_up()
+    events = sorted(azure(service).events.values(), key=lambda e: e.seq)
+    return [EventOut.of(e) for e in events if all or e.status.live]
 
-    @router.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
-    async def get_event(event_id: str):
-        service.catch_up()
-        return EventOut.of(azure(service).event(azure(service).resolve_event_id(event_id)))
 
-    @router.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
-    async def event_journal(event_id: str):
-        event = azure(service).event(azure(service).resolve_event_id(event_id))
-        return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.journal(event.event_id)]
+@router.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)
+async def schedule(service: ControlService, body: ScheduleIn):
+    # Committed with the other commands that arrive while the transaction before theirs is under way (group
+    # commit); answered once durable.
+    return [EventOut.of(e) for e in await azure_commands.schedule_soon(service, schedule_request(body))]
 
-    @router.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
-    async def approve(body: ApproveIn):
-        ids = [azure(service).resolve_event_id(event_id) for event_id in body.event_ids]
-        await azure_commands.approve_soon(service, ids, by=body.by)  # through the group commit, as every command
-        return [EventOut.of(azure(service).event(event_id)) for event_id in ids]
 
-    @router.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
-    async def approve_one(event_id: str):
-        event_id = azure(service).resolve_event_id(event_id)
-        await azure_commands.approve_soon(service, [event_id], by="control")
-        return EventOut.of(azure(service).event(event_id))
+def schedule_request(body: ScheduleIn) -> ScheduleRequest:
+    return ScheduleRequest(
+        event_type=parse_enum(EventType, body.type, "event type"),
+        vms=tuple(body.vms),
+        hosts=tuple(body.hosts),
+        source=parse_enum(EventSource, body.source, "event source"),
+        notice=parse_optional_duration(body.notice),
+        not_before=parse_optional_time(body.not_before),
+        duration_seconds=body.duration_seconds,
+        description=body.description,
+        impact_window=parse_optional_duration(body.impact_window),
+        extra_impacts=body.extra_impacts,
+        group=body.group,
+        update_domain=body.update_domain,
+        fault_domain=body.fault_domain,
+    )
 
-    @router.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
-    async def cancel(event_id: str):
-        event_id = azure(service).resolve_event_id(event_id)
-        await azure_commands.cancel_soon(service, event_id)
-        return EventOut.of(azure(service).event(event_id))
 
-    @router.get("/v1/fleet", tags=["fleet"])
-    async def fleet():
-        engine = service.settled_engine()
-        return {
-            "default_vm": engine.fleet.default_vm,
-            "hosts": [
-                {"name": name, "vms": [vm.name for vm in azure_fleet(engine.fleet).vms_by_host.get(name, ())]}
-                for name in engine.fleet.hosts
-            ],
-            "scopes": [
-                {
-                    "scope": scope,
-                    "incarnation": engine.component(AzureComponent).incarnation(scope),
-                    "vms": [vm.name for vm in vms],
-                }
-                for scope, vms in azure_fleet(engine.fleet).vms_by_scope.items()
-            ],
-            "vms": [
-                {
-                    "name": vm.name,
-                    "host": vm.host,
-                    "scope": vm.scope,
-                    "subscription_id": vm.subscription_id,
-                    "resource_group": vm.resource_group,
-                    "availability_set": vm.availability_set,
-                    "scale_set": vm.scale_set,
-                    "location": vm.location,
-                    "zone": vm.zone,
-                    "size": vm.size,
-                    "fault_domain": vm.fault_domain,
-                    "update_domain": vm.update_domain,
-                    "spot": vm.spot,
-                    "vm_id": vm.vm_id,
-                    "imds_address": vm.imds_address,
-                    "imds_port": vm.imds_port,
-                }
-                for vm in azure_fleet(engine.fleet).vms.values()
-            ],
-        }
+@router.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
+async def get_event(service: ControlService, event_id: str):
+    service.catch_up()
+    return EventOut.of(azure(service).event(azure(service).resolve_event_id(event_id)))
 
-    if imds is not None:
 
-        @router.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
-        async def vm_document(name: str, api_version: str = Query("2020-07-01", alias="api-version")):
-            """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
-            vm = azure_fleet(service.settled_engine().fleet).vm(name)
-            if api_version not in SCHEDULED_EVENTS_VERSIONS:
-                raise Invalid(
-                    f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}"
-                )
-            service.catch_up()
-            body, etag = imds.document_with_etag(vm.scope, api_version)
-            return Response(body, media_type="application/json", headers={"etag": etag})
+@router.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
+async def event_journal(service: ControlService, event_id: str):
+    event = azure(service).event(azure(service).resolve_event_id(event_id))
+    return [{"at": entry.at, "what": entry.kind, **entry.detail} for entry in service.journal(event.event_id)]
 
-    return router
+
+@router.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
+async def approve(service: ControlService, body: ApproveIn):
+    ids = [azure(service).resolve_event_id(event_id) for event_id in body.event_ids]
+    await azure_commands.approve_soon(service, ids, by=body.by)  # through the group commit, as every command
+    return [EventOut.of(azure(service).event(event_id)) for event_id in ids]
+
+
+@router.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
+async def approve_one(service: ControlService, event_id: str):
+    event_id = azure(service).resolve_event_id(event_id)
+    await azure_commands.approve_soon(service, [event_id], by="control")
+    return EventOut.of(azure(service).event(event_id))
+
+
+@router.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
+async def cancel(service: ControlService, event_id: str):
+    event_id = azure(service).resolve_event_id(event_id)
+    await azure_commands.cancel_soon(service, event_id)
+    return EventOut.of(azure(service).event(event_id))
+
+
+@router.get("/v1/fleet", tags=["fleet"])
+async def fleet(service: ControlService):
+    engine = service.settled_engine()
+    vms = azure_fleet(engine.fleet)
+    return {
+        "default_vm": engine.fleet.default_vm,
+        "hosts": [
+            {"name": name, "vms": [vm.name for vm in vms.vms_by_host.get(name, ())]} for name in engine.fleet.hosts
+        ],
+        "scopes": [
+            {
+                "scope": scope,
+                "incarnation": engine.component(AzureComponent).incarnation(scope),
+                "vms": [vm.name for vm in in_scope],
+            }
+            for scope, in_scope in vms.vms_by_scope.items()
+        ],
+        "vms": [fleet_vm(vm) for vm in vms.vms.values()],
+    }
+
+
+def fleet_vm(vm: VM) -> dict[str, object]:
+    """A VM as ``/v1/fleet`` lists it: where it runs, what it belongs to, where its IMDS listens."""
+    return {
+        "name": vm.name,
+        "host": vm.host,
+        "scope": vm.scope,
+        "subscription_id": vm.subscription_id,
+        "resource_group": vm.resource_group,
+        "availability_set": vm.availability_set,
+        "scale_set": vm.scale_set,
+        "location": vm.location,
+        "zone": vm.zone,
+        "size": vm.size,
+        "fault_domain": vm.fault_domain,
+        "update_domain": vm.update_domain,
+        "spot": vm.spot,
+        "vm_id": vm.vm_id,
+        "imds_address": vm.imds_address,
+        "imds_port": vm.imds_port,
+    }
+
+
+@document_router.get("/v1/vms/{name}/scheduledevents", tags=["fleet"], responses=ERRORS)
+async def vm_document(
+    service: ControlService, imds: ServedImds, name: str, api_version: str = Query("2020-07-01", alias="api-version")
+):
+    """The scheduled-events document this VM's IMDS serves right now (same bytes, same ETag)."""
+    vm = azure_fleet(service.settled_engine().fleet).vm(name)
+    if api_version not in SCHEDULED_EVENTS_VERSIONS:
+        raise Invalid(f"unknown api-version {api_version!r}; expected one of {', '.join(SCHEDULED_EVENTS_VERSIONS)}")
+    service.catch_up()
+    body, etag = imds.document_with_etag(vm.scope, api_version)
+    return Response(body, media_type="application/json", headers={"etag": etag})

@@ -4,13 +4,15 @@ logic."""
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Annotated, cast
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.azure.imds.scheduled_events import AzureImds, Fault
 from forewarn.azure.rules import AzureRules
 from forewarn.control.models import ERRORS
+from forewarn.control.service import metadata_surface
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time
@@ -45,35 +47,44 @@ class FaultOut(BaseModel):
         )
 
 
-def router(imds: AzureImds) -> APIRouter:
-    router = APIRouter()
+async def azure_imds(request: Request) -> AzureImds:
+    """The server's Azure IMDS: the routes that take it are included only where the server runs one."""
+    return cast(AzureImds, metadata_surface(request, "azure"))  # by AzureCloud's name
 
-    @router.get("/v1/imds/settings", tags=["imds"])
-    async def settings():
-        """The endpoint's behaviour: the profile's settings after the command line's overrides."""
-        rules = imds.service.settled_engine().rules.of(AzureRules)
-        return {
-            **asdict(imds.settings),
-            "enabling_required": rules.enabling_required,
-            "disable_after_seconds": rules.disable_after.total_seconds(),
-        }
 
-    @router.get("/v1/imds/faults", tags=["imds"], response_model=list[FaultOut])
-    async def faults():
-        return [FaultOut.of(fault) for fault in imds.faults]
+#: A route's parameter that receives the server's Azure IMDS: ``imds: ServedImds``.
+ServedImds = Annotated[AzureImds, Depends(azure_imds)]
 
-    @router.post("/v1/imds/faults", tags=["imds"], status_code=201, response_model=FaultOut, responses=ERRORS)
-    async def inject(body: FaultIn):
-        """Make the metadata endpoint fail (410, 429, 500) or slow down for some VMs, for a number of requests or a
-        period of simulated time. Faults live in memory: a restart clears them."""
-        if body.requests is None and body.duration is None and body.status:
-            raise Invalid("say how long the fault lasts: requests, duration, or both")
-        until = None if body.duration is None else imds.service.now() + parse_duration(body.duration)
-        delay = 0.0 if body.delay is None else parse_duration(body.delay).total_seconds()
-        return FaultOut.of(imds.inject(body.status, body.vms, body.requests, until, delay))
+router = APIRouter()
 
-    @router.delete("/v1/imds/faults", tags=["imds"])
-    async def clear():
-        return {"cleared": imds.clear_faults()}
 
-    return router
+@router.get("/v1/imds/settings", tags=["imds"])
+async def settings(imds: ServedImds):
+    """The endpoint's behaviour: the profile's settings after the command line's overrides."""
+    rules = imds.service.settled_engine().rules.of(AzureRules)
+    return {
+        **asdict(imds.settings),
+        "enabling_required": rules.enabling_required,
+        "disable_after_seconds": rules.disable_after.total_seconds(),
+    }
+
+
+@router.get("/v1/imds/faults", tags=["imds"], response_model=list[FaultOut])
+async def faults(imds: ServedImds):
+    return [FaultOut.of(fault) for fault in imds.faults]
+
+
+@router.post("/v1/imds/faults", tags=["imds"], status_code=201, response_model=FaultOut, responses=ERRORS)
+async def inject(imds: ServedImds, body: FaultIn):
+    """Make the metadata endpoint fail (410, 429, 500) or slow down for some VMs, for a number of requests or a
+    period of simulated time. Faults live in memory: a restart clears them."""
+    if body.requests is None and body.duration is None and body.status:
+        raise Invalid("say how long the fault lasts: requests, duration, or both")
+    until = None if body.duration is None else imds.service.now() + parse_duration(body.duration)
+    delay = 0.0 if body.delay is None else parse_duration(body.delay).total_seconds()
+    return FaultOut.of(imds.inject(body.status, body.vms, body.requests, until, delay))
+
+
+@router.delete("/v1/imds/faults", tags=["imds"])
+async def clear(imds: ServedImds):
+    return {"cleared": imds.clear_faults()}

@@ -3,17 +3,21 @@ notification profiles, and the platform's exceptional cases (hardware failure, p
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, PolicyChanged, VmChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.control.events import azure
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import EventType
 from forewarn.azure.views import EventOut
 from forewarn.azure.vms import NotificationProfile, Policy, VmState
 from forewarn.control.models import ERRORS
+from forewarn.control.service import ControlService
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_duration, parse_optional_duration
 from forewarn.core.enums import parse_enum
@@ -151,46 +155,55 @@ def outcome(changes: list[Change], service: Maintenance) -> OutcomeOut:
     )
 
 
-def router(service: Maintenance) -> APIRouter:
-    router = APIRouter()
+router = APIRouter()
 
-    @router.get("/v1/vms", tags=["vms"], response_model=list[VmOut])
-    async def list_vms():
-        """Every VM's running state: power, host, boot time, disks and memory generations, model version."""
-        service.catch_up()
-        return [
-            VmOut.of(state, service) for state in service.settled_engine().component(AzureComponent).vm_states.values()
-        ]
 
-    @router.get("/v1/vms/{name}", tags=["vms"], response_model=VmOut, responses=ERRORS)
-    async def get_vm(name: str):
-        service.catch_up()
-        vm = azure_fleet(service.settled_engine().fleet).vm(name)
-        return VmOut.of(service.settled_engine().component(AzureComponent).vm_states[vm.name], service)
+@router.get("/v1/vms", tags=["vms"], response_model=list[VmOut])
+async def list_vms(service: ControlService):
+    """Every VM's running state: power, host, boot time, disks and memory generations, model version."""
+    service.catch_up()
+    return [VmOut.of(state, service) for state in azure(service).vm_states.values()]
 
-    def user_operation(action: str):
-        async def run(body: VmsIn) -> OutcomeOut:
-            if body.notice is not None and action not in ("restart", "redeploy"):
-                raise Invalid(f"{action} takes no notice")
-            if action in ("restart", "redeploy"):
-                notice = parse_optional_duration(body.notice)
-                changes = await service.perform_soon(
-                    lambda engine: getattr(engine.component(AzureComponent), action)(body.vms, notice)
-                )
-            else:
-                changes = await service.perform_soon(
-                    lambda engine: getattr(engine.component(AzureComponent), action)(body.vms)
-                )
-            return outcome(changes, service)
 
-        return run
+@router.get("/v1/vms/{name}", tags=["vms"], response_model=VmOut, responses=ERRORS)
+async def get_vm(service: ControlService, name: str):
+    service.catch_up()
+    vm = azure_fleet(service.settled_engine().fleet).vm(name)
+    return VmOut.of(azure(service).vm_states[vm.name], service)
 
-    for action, summary in (
-        ("restart", "A user restart: a User Reboot event (started at once under automaticallyApprove)."),
-        ("redeploy", "A user redeploy: a User Redeploy event (started at once under automaticallyApprove)."),
-        ("reimage", "Reimage: announced as a Reboot where the instance's model enables OS image notifications."),
-        ("delete", "Delete: Terminate events where the instance's model enables terminate notifications."),
-    ):
+
+def user_operation(action: str) -> Callable[..., Awaitable[OutcomeOut]]:
+    """The route of a user's operation on VMs: ``action`` is the component's method, which takes the VMs (and, for
+    restart and redeploy, the notice)."""
+
+    async def run(service: ControlService, body: VmsIn) -> OutcomeOut:
+        if body.notice is not None and action not in ("restart", "redeploy"):
+            raise Invalid(f"{action} takes no notice")
+        if action in ("restart", "redeploy"):
+            notice = parse_optional_duration(body.notice)
+            changes = await service.perform_soon(
+                lambda engine: getattr(engine.component(AzureComponent), action)(body.vms, notice)
+            )
+        else:
+            changes = await service.perform_soon(
+                lambda engine: getattr(engine.component(AzureComponent), action)(body.vms)
+            )
+        return outcome(changes, service)
+
+    return run
+
+
+USER_OPERATIONS = (
+    ("restart", "A user restart: a User Reboot event (started at once under automaticallyApprove)."),
+    ("redeploy", "A user redeploy: a User Redeploy event (started at once under automaticallyApprove)."),
+    ("reimage", "Reimage: announced as a Reboot where the instance's model enables OS image notifications."),
+    ("delete", "Delete: Terminate events where the instance's model enables terminate notifications."),
+)
+
+
+def declare_user_operations() -> None:
+    """``POST /v1/vms/{action}`` for each of the user's operations, between the VM and the policy routes."""
+    for action, summary in USER_OPERATIONS:
         router.add_api_route(
             f"/v1/vms/{action}",
             user_operation(action),
@@ -201,72 +214,76 @@ def router(service: Maintenance) -> APIRouter:
             responses=ERRORS,
         )
 
-    @router.get("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
-    async def get_policy(owner: str):
-        return PolicyOut.of(service.settled_engine().component(AzureComponent).policy(owner))
 
-    @router.patch("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
-    async def update_policy(owner: str, body: PolicyIn):
-        """Update a scheduledEventsPolicy (scale set, availability set or standalone VM) or a scale set's
-        notification profiles. Instances follow profile changes once updated to the latest model."""
-        terminate = _profile_in(body.terminate_notification)
-        os_image = _profile_in(body.os_image_notification)
+declare_user_operations()
+
+
+@router.get("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
+async def get_policy(service: ControlService, owner: str):
+    return PolicyOut.of(azure(service).policy(owner))
+
+
+@router.patch("/v1/policies/{owner}", tags=["policies"], response_model=PolicyOut, responses=ERRORS)
+async def update_policy(service: ControlService, owner: str, body: PolicyIn):
+    """Update a scheduledEventsPolicy (scale set, availability set or standalone VM) or a scale set's
+    notification profiles. Instances follow profile changes once updated to the latest model."""
+    terminate = _profile_in(body.terminate_notification)
+    os_image = _profile_in(body.os_image_notification)
+    await service.perform_soon(
+        lambda engine: engine.component(AzureComponent).update_policy(
+            owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central
+        )
+    )
+    return PolicyOut.of(azure(service).policy(owner))
+
+
+@router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
+async def scale_in(service: ControlService, name: str, body: CountIn):
+    return outcome(
+        await service.perform_soon(lambda engine: engine.component(AzureComponent).scale_in(name, body.count)),
+        service,
+    )
+
+
+@router.post("/v1/scale-sets/{name}/update-instances", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
+async def update_instances(service: ControlService, name: str, body: InstancesIn):
+    return outcome(
+        await service.perform_soon(lambda engine: engine.component(AzureComponent).update_instances(name, body.vms)),
+        service,
+    )
+
+
+@router.post("/v1/platform/hardware-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
+async def hardware_failure(service: ControlService, body: HostsIn):
+    """Hosts fail: their VMs' events appear directly as Started, without notice."""
+    event_type = None if body.type is None else parse_enum(EventType, body.type, "event type")
+    if event_type not in (None, EventType.REDEPLOY, EventType.REBOOT):
+        raise Invalid("a hardware failure is a Redeploy or a Reboot")
+    return outcome(
         await service.perform_soon(
-            lambda engine: engine.component(AzureComponent).update_policy(
-                owner, body.auto_approve_reboot, body.auto_approve_redeploy, terminate, os_image, body.publish_central
-            )
-        )
-        return PolicyOut.of(service.settled_engine().component(AzureComponent).policy(owner))
+            lambda engine: engine.component(AzureComponent).hardware_failure(body.hosts, event_type)
+        ),
+        service,
+    )
 
-    @router.post("/v1/scale-sets/{name}/scale-in", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
-    async def scale_in(name: str, body: CountIn):
-        return outcome(
-            await service.perform_soon(lambda engine: engine.component(AzureComponent).scale_in(name, body.count)),
-            service,
-        )
 
-    @router.post("/v1/scale-sets/{name}/update-instances", tags=["vms"], response_model=OutcomeOut, responses=ERRORS)
-    async def update_instances(name: str, body: InstancesIn):
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(AzureComponent).update_instances(name, body.vms)
-            ),
-            service,
-        )
+@router.post("/v1/platform/predicted-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
+async def predicted_failure(service: ControlService, body: HostsIn):
+    """Degraded hosts: a Redeploy with NotBefore days ahead (default 7)."""
+    if body.type is not None:
+        raise Invalid("a predicted failure is always a Redeploy")
+    notice = parse_optional_duration(body.notice)
+    return outcome(
+        await service.perform_soon(
+            lambda engine: engine.component(AzureComponent).predicted_failure(body.hosts, notice)
+        ),
+        service,
+    )
 
-    @router.post("/v1/platform/hardware-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
-    async def hardware_failure(body: HostsIn):
-        """Hosts fail: their VMs' events appear directly as Started, without notice."""
-        event_type = None if body.type is None else parse_enum(EventType, body.type, "event type")
-        if event_type not in (None, EventType.REDEPLOY, EventType.REBOOT):
-            raise Invalid("a hardware failure is a Redeploy or a Reboot")
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(AzureComponent).hardware_failure(body.hosts, event_type)
-            ),
-            service,
-        )
 
-    @router.post("/v1/platform/predicted-failure", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
-    async def predicted_failure(body: HostsIn):
-        """Degraded hosts: a Redeploy with NotBefore days ahead (default 7)."""
-        if body.type is not None:
-            raise Invalid("a predicted failure is always a Redeploy")
-        notice = parse_optional_duration(body.notice)
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(AzureComponent).predicted_failure(body.hosts, notice)
-            ),
-            service,
-        )
-
-    @router.post("/v1/platform/evict", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
-    async def evict(body: VmsIn):
-        """Spot eviction: Preempt with 30 s notice, then the VMs are deleted."""
-        if body.notice is not None:
-            raise Invalid("Spot eviction notice is fixed by the rules (30 s)")
-        return outcome(
-            await service.perform_soon(lambda engine: engine.component(AzureComponent).evict(body.vms)), service
-        )
-
-    return router
+@router.post("/v1/platform/evict", tags=["platform"], response_model=OutcomeOut, responses=ERRORS)
+async def evict(service: ControlService, body: VmsIn):
+    """Spot eviction: Preempt with 30 s notice, then the VMs are deleted."""
+    if body.notice is not None:
+        raise Invalid("Spot eviction notice is fixed by the rules (30 s)")
+    return outcome(await service.perform_soon(lambda engine: engine.component(AzureComponent).evict(body.vms)), service)

@@ -358,46 +358,13 @@ class EventGridDelivery:
         """Deliveries that will not be retried: to the dead-letter destination after the delay, or dropped."""
         attempts_by_id = {d.delivery_id: max(made, d.attempts) for d in deliveries}
         if subscription.dead_letter is None:
-            self.store.record_attempts(
-                [
-                    Attempt(
-                        d.delivery_id,
-                        "dropped",
-                        attempts_by_id[d.delivery_id],
-                        now,
-                        f"{reason}: {error}" if error else reason,
-                    )
-                    for d in deliveries
-                ]
-            )
-            log.warning(
-                "event grid %s to subscription %s: dropped (%s; no dead-letter destination)",
-                _describe(deliveries),
-                subscription.name.upper(),
-                reason,
-            )
+            self._drop_undeliverable(subscription, deliveries, now, reason, attempts_by_id, error)
             return
         write_at = now + self.settings.dead_letter_delay
-        rows = []
-        for delivery in deliveries:
-            previous = json.loads(delivery.detail) if delivery.detail else {}
-            state = {
-                **previous,
-                **(detail or {}),
-                "deadLetterReason": reason,
-                "deliveryAttempts": attempts_by_id[delivery.delivery_id],
-                "deadLetteredAt": now.isoformat(),
-            }
-            rows.append(
-                Attempt(
-                    delivery.delivery_id,
-                    "dead-lettering",
-                    attempts_by_id[delivery.delivery_id],
-                    write_at,
-                    error or reason,
-                    json.dumps(state),
-                )
-            )
+        rows = [
+            self._dead_lettering(delivery, now, write_at, reason, detail, attempts_by_id[delivery.delivery_id], error)
+            for delivery in deliveries
+        ]
         self.store.record_attempts(rows)
         log.info(
             "event grid %s to subscription %s: dead-lettered (%s); written at %s",
@@ -425,6 +392,57 @@ class EventGridDelivery:
                 for d in [stored[row.delivery_id]]
             ]
             self._write_dead_letters(subscription, refreshed, now)
+
+    def _drop_undeliverable(
+        self,
+        subscription: EventSubscription,
+        deliveries: list[Delivery],
+        now: datetime,
+        reason: str,
+        attempts_by_id: dict[int, int],
+        error: str | None,
+    ) -> None:
+        """Deliveries that will not be retried, for a subscription without a dead-letter destination."""
+        self.store.record_attempts(
+            [
+                Attempt(
+                    d.delivery_id,
+                    "dropped",
+                    attempts_by_id[d.delivery_id],
+                    now,
+                    f"{reason}: {error}" if error else reason,
+                )
+                for d in deliveries
+            ]
+        )
+        log.warning(
+            "event grid %s to subscription %s: dropped (%s; no dead-letter destination)",
+            _describe(deliveries),
+            subscription.name.upper(),
+            reason,
+        )
+
+    @staticmethod
+    def _dead_lettering(
+        delivery: Delivery,
+        now: datetime,
+        write_at: datetime,
+        reason: str,
+        detail: dict | None,
+        attempts: int,
+        error: str | None,
+    ) -> Attempt:
+        """The delivery's row until its dead letter is written at ``write_at``: the dead-letter properties over what
+        its detail held."""
+        previous = json.loads(delivery.detail) if delivery.detail else {}
+        state = {
+            **previous,
+            **(detail or {}),
+            "deadLetterReason": reason,
+            "deliveryAttempts": attempts,
+            "deadLetteredAt": now.isoformat(),
+        }
+        return Attempt(delivery.delivery_id, "dead-lettering", attempts, write_at, error or reason, json.dumps(state))
 
     def dead_letter_path(self, subscription: EventSubscription, deliveries: list[Delivery], now: datetime) -> Path:
         """``{dir}/{container}/{SUBSCRIPTION-NAME}/{Y}/{M}/{D}/{H}/{guid}.json``, UTC, not zero padded ("Event

@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
 from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
+from forewarn.control.service import ControlService
+from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import parse_optional_time
@@ -122,166 +124,187 @@ def _state_change(change: GceStateChanged) -> ChangeOut | None:
 CHANGE_REPORTS: dict[type, ChangeReport] = {GceEventChanged: _event_change, GceStateChanged: _state_change}
 
 
-def router(service: Maintenance) -> APIRouter:
-    router = APIRouter()
+def gcp(service: Maintenance) -> GcpComponent:
+    """The Compute Engine component of the service's engine as the database has it."""
+    return service.settled_engine().component(GcpComponent)
 
-    def instance_out(name: str) -> GceInstanceOut:
-        engine = service.settled_engine()
-        record, state = (
-            engine.component(GcpComponent).gce_instance(name),
-            engine.component(GcpComponent).gce_states[name],
-        )
-        upcoming = engine.component(GcpComponent).upcoming(name)
-        return GceInstanceOut(
-            name=name,
-            id=record.instance_id,
-            project=record.project,
-            zone=record.zone,
-            machine_type=record.machine_type,
-            status=state.status.value,
-            host=state.host,
-            on_host_maintenance=state.on_host_maintenance.value,
-            automatic_restart=state.automatic_restart,
-            provisioning_model=record.provisioning_model.value,
-            preemptible=record.preemptible,
-            gpus=record.gpus,
-            maintenance_event=engine.component(GcpComponent).maintenance_event(name),
-            notice_seconds=engine.component(GcpComponent).notice_of(name).total_seconds(),
-            preempted=state.preempted,
-            deleted=state.deleted,
-            watched=state.watched,
-            upcoming=None if upcoming is None else GceEventOut.of(upcoming),
-        )
 
-    def outcome(changes) -> GceOutcomeOut:
-        events = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
-        names = dict.fromkeys(
-            [c.state.name for c in changes if isinstance(c, GceStateChanged)] + [e.instance for e in events.values()]
-        )
-        return GceOutcomeOut(
-            events=[GceEventOut.of(e) for e in events.values()], instances=[instance_out(n) for n in names]
-        )
-
-    @router.get("/v1/gce/instances", tags=["gce"], response_model=list[GceInstanceOut])
-    async def instances():
-        service.catch_up()
-        return [instance_out(name) for name in gce_fleet(service.settled_engine().fleet).instances]
-
-    @router.get("/v1/gce/instances/{name}", tags=["gce"], response_model=GceInstanceOut, responses=ERRORS)
-    async def instance(name: str):
-        service.catch_up()
-        return instance_out(name)
-
-    @router.get("/v1/gce/hanging-gets", tags=["gce"])
-    async def held() -> dict[str, int]:
-        """How many ``wait_for_change`` GETs the metadata server holds now, unanswered."""
-        return {"held": hanging_gets(service)}
-
-    @router.get("/v1/gce/maintenance", tags=["gce"], response_model=list[GceEventOut])
-    async def events(all: bool = Query(False, description="include completed and canceled maintenance")):
-        service.catch_up()
-        found = sorted(service.settled_engine().component(GcpComponent).gce_events.values(), key=lambda e: e.seq)
-        return [GceEventOut.of(e) for e in found if all or e.live]
-
-    @router.post(
-        "/v1/gce/maintenance", tags=["gce"], status_code=201, response_model=list[GceEventOut], responses=ERRORS
+def instance_out(service: Maintenance, name: str) -> GceInstanceOut:
+    component = gcp(service)
+    record, state = component.gce_instance(name), component.gce_states[name]
+    upcoming = component.upcoming(name)
+    return GceInstanceOut(
+        name=name,
+        id=record.instance_id,
+        project=record.project,
+        zone=record.zone,
+        machine_type=record.machine_type,
+        status=state.status.value,
+        host=state.host,
+        on_host_maintenance=state.on_host_maintenance.value,
+        automatic_restart=state.automatic_restart,
+        provisioning_model=record.provisioning_model.value,
+        preemptible=record.preemptible,
+        gpus=record.gpus,
+        maintenance_event=component.maintenance_event(name),
+        notice_seconds=component.notice_of(name).total_seconds(),
+        preempted=state.preempted,
+        deleted=state.deleted,
+        watched=state.watched,
+        upcoming=None if upcoming is None else GceEventOut.of(upcoming),
     )
-    async def schedule(body: GceMaintenanceIn):
-        """Host maintenance of instances, one event each. maintenance-event changes 60 seconds before the start, an
-        hour for an instance with GPUs (at once when the start is closer); a start further ahead than that notice
-        is announced to the instance as upcoming maintenance."""
-        request = GceRequest(
-            instances=tuple(body.instances),
-            kind=None if body.kind is None else _kind(body.kind),
-            notice=parse_optional_duration(body.notice),
-            start=parse_optional_time(body.start),
-            window=parse_optional_duration(body.window),
-            can_reschedule=body.can_reschedule,
-            maintenance_type=parse_enum(MaintenanceType, body.type, "maintenance type"),
-            latest=parse_optional_duration(body.latest),
-        )
-        changes = await service.perform_soon(lambda engine: engine.component(GcpComponent).schedule_gce(request))
-        latest = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
-        return [GceEventOut.of(event) for event in latest.values()]
 
-    @router.post("/v1/gce/maintenance/{event_id}/cancel", tags=["gce"], response_model=GceEventOut, responses=ERRORS)
-    async def cancel(event_id: str):
-        await service.perform_soon(lambda engine: engine.component(GcpComponent).cancel_gce(event_id))
-        return GceEventOut.of(service.settled_engine().component(GcpComponent).gce_event(event_id))
 
-    @router.post(
-        "/v1/gce/instances/{name}/simulate-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+def outcome(service: Maintenance, changes: list[Change]) -> GceOutcomeOut:
+    events = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
+    names = dict.fromkeys(
+        [c.state.name for c in changes if isinstance(c, GceStateChanged)] + [e.instance for e in events.values()]
     )
-    async def simulate(name: str):
-        """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, after its notice (60
-        seconds; an hour for an instance with GPUs)."""
-        return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).simulate_gce(name)))
-
-    @router.post(
-        "/v1/gce/instances/{name}/perform-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+    return GceOutcomeOut(
+        events=[GceEventOut.of(e) for e in events.values()], instances=[instance_out(service, n) for n in names]
     )
-    async def perform(name: str):
-        """What performMaintenance does: maintenance-event changes now and the announced maintenance starts 60
-        seconds later (GPU instances too: the maintenance starts at once when its user asks)."""
-        return outcome(
-            await service.perform_soon(lambda engine: engine.component(GcpComponent).perform_maintenance(name))
-        )
 
-    @router.post(
-        "/v1/gce/instances/{name}/reschedule-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+
+router = APIRouter()
+
+
+@router.get("/v1/gce/instances", tags=["gce"], response_model=list[GceInstanceOut])
+async def instances(service: ControlService):
+    service.catch_up()
+    return [instance_out(service, name) for name in gce_fleet(service.settled_engine().fleet).instances]
+
+
+@router.get("/v1/gce/instances/{name}", tags=["gce"], response_model=GceInstanceOut, responses=ERRORS)
+async def instance(service: ControlService, name: str):
+    service.catch_up()
+    return instance_out(service, name)
+
+
+@router.get("/v1/gce/hanging-gets", tags=["gce"])
+async def held(service: ControlService) -> dict[str, int]:
+    """How many ``wait_for_change`` GETs the metadata server holds now, unanswered."""
+    return {"held": hanging_gets(service)}
+
+
+@router.get("/v1/gce/maintenance", tags=["gce"], response_model=list[GceEventOut])
+async def events(
+    service: ControlService, all: bool = Query(False, description="include completed and canceled maintenance")
+):
+    service.catch_up()
+    found = sorted(gcp(service).gce_events.values(), key=lambda e: e.seq)
+    return [GceEventOut.of(e) for e in found if all or e.live]
+
+
+@router.post("/v1/gce/maintenance", tags=["gce"], status_code=201, response_model=list[GceEventOut], responses=ERRORS)
+async def schedule(service: ControlService, body: GceMaintenanceIn):
+    """Host maintenance of instances, one event each. maintenance-event changes 60 seconds before the start, an
+    hour for an instance with GPUs (at once when the start is closer); a start further ahead than that notice
+    is announced to the instance as upcoming maintenance."""
+    request = gce_request(body)
+    changes = await service.perform_soon(lambda engine: engine.component(GcpComponent).schedule_gce(request))
+    latest = {c.event.event_id: c.event for c in changes if isinstance(c, GceEventChanged)}
+    return [GceEventOut.of(event) for event in latest.values()]
+
+
+def gce_request(body: GceMaintenanceIn) -> GceRequest:
+    return GceRequest(
+        instances=tuple(body.instances),
+        kind=None if body.kind is None else _kind(body.kind),
+        notice=parse_optional_duration(body.notice),
+        start=parse_optional_time(body.start),
+        window=parse_optional_duration(body.window),
+        can_reschedule=body.can_reschedule,
+        maintenance_type=parse_enum(MaintenanceType, body.type, "maintenance type"),
+        latest=parse_optional_duration(body.latest),
     )
-    async def reschedule(name: str, body: RescheduleIn):
-        """Move announced maintenance (pending, can-reschedule) to another start: no earlier than the instance's
-        notice from now (60 seconds; an hour with GPUs), no later than its latest window start. Compute Engine's API
-        has no such method for a VM: this is the user's choice of time that docs/gcp.md ("Rescheduling")
-        describes."""
-        start, notice = parse_optional_time(body.start), parse_optional_duration(body.notice)
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(GcpComponent).reschedule_gce(name, start, notice)
-            )
-        )
 
-    @router.post("/v1/gce/instances/{name}/scheduling", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
-    async def scheduling(name: str, body: SchedulingIn):
-        """What setScheduling does, with Compute Engine's checks (Spot, preemptible and GPU instances TERMINATE)."""
-        policy = (
-            None
-            if body.on_host_maintenance is None
-            else parse_enum(OnHostMaintenance, body.on_host_maintenance, "onHostMaintenance")
-        )
-        return outcome(
-            await service.perform_soon(
-                lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, body.automatic_restart)
-            )
-        )
 
-    @router.post("/v1/gce/instances/{name}/watch", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
-    async def watch(name: str):
-        """As if the instance read maintenance-event: its next maintenance gets the notice (a scenario's
-        watcher, without a metadata client)."""
-        service.settled_engine().component(GcpComponent).gce_instance(name)
-        return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).watch(name)))
+@router.post("/v1/gce/maintenance/{event_id}/cancel", tags=["gce"], response_model=GceEventOut, responses=ERRORS)
+async def cancel(service: ControlService, event_id: str):
+    await service.perform_soon(lambda engine: engine.component(GcpComponent).cancel_gce(event_id))
+    return GceEventOut.of(gcp(service).gce_event(event_id))
 
-    @router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
-    async def start(name: str):
-        return outcome(await service.perform_soon(lambda engine: engine.component(GcpComponent).start_gce(name)))
 
-    @router.post("/v1/gce/preempt", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
-    async def preempt(body: GceInstancesIn):
-        """Preempt Spot or preemptible instances: preempted is TRUE now, they stop (or are deleted) 30 s later."""
-        return outcome(
-            await service.perform_soon(lambda engine: engine.component(GcpComponent).preempt(body.instances))
-        )
+@router.post(
+    "/v1/gce/instances/{name}/simulate-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+)
+async def simulate(service: ControlService, name: str):
+    """What simulateMaintenanceEvent does: the instance's own maintenance behaviour, after its notice (60
+    seconds; an hour for an instance with GPUs)."""
+    return outcome(
+        service, await service.perform_soon(lambda engine: engine.component(GcpComponent).simulate_gce(name))
+    )
 
-    @router.post("/v1/gce/host-error", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
-    async def host_error(body: GceInstancesIn):
-        """The instances' host fails: they crash without notice and restart elsewhere if automaticRestart."""
-        return outcome(
-            await service.perform_soon(lambda engine: engine.component(GcpComponent).host_error(body.instances))
-        )
 
-    return router
+@router.post(
+    "/v1/gce/instances/{name}/perform-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+)
+async def perform(service: ControlService, name: str):
+    """What performMaintenance does: maintenance-event changes now and the announced maintenance starts 60
+    seconds later (GPU instances too: the maintenance starts at once when its user asks)."""
+    return outcome(
+        service, await service.perform_soon(lambda engine: engine.component(GcpComponent).perform_maintenance(name))
+    )
+
+
+@router.post(
+    "/v1/gce/instances/{name}/reschedule-maintenance", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS
+)
+async def reschedule(service: ControlService, name: str, body: RescheduleIn):
+    """Move announced maintenance (pending, can-reschedule) to another start: no earlier than the instance's
+    notice from now (60 seconds; an hour with GPUs), no later than its latest window start. Compute Engine's API
+    has no such method for a VM: this is the user's choice of time that docs/gcp.md ("Rescheduling")
+    describes."""
+    start, notice = parse_optional_time(body.start), parse_optional_duration(body.notice)
+    return outcome(
+        service,
+        await service.perform_soon(lambda engine: engine.component(GcpComponent).reschedule_gce(name, start, notice)),
+    )
+
+
+@router.post("/v1/gce/instances/{name}/scheduling", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+async def scheduling(service: ControlService, name: str, body: SchedulingIn):
+    """What setScheduling does, with Compute Engine's checks (Spot, preemptible and GPU instances TERMINATE)."""
+    policy = (
+        None
+        if body.on_host_maintenance is None
+        else parse_enum(OnHostMaintenance, body.on_host_maintenance, "onHostMaintenance")
+    )
+    return outcome(
+        service,
+        await service.perform_soon(
+            lambda engine: engine.component(GcpComponent).set_scheduling(name, policy, body.automatic_restart)
+        ),
+    )
+
+
+@router.post("/v1/gce/instances/{name}/watch", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+async def watch(service: ControlService, name: str):
+    """As if the instance read maintenance-event: its next maintenance gets the notice (a scenario's
+    watcher, without a metadata client)."""
+    gcp(service).gce_instance(name)
+    return outcome(service, await service.perform_soon(lambda engine: engine.component(GcpComponent).watch(name)))
+
+
+@router.post("/v1/gce/instances/{name}/start", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+async def start(service: ControlService, name: str):
+    return outcome(service, await service.perform_soon(lambda engine: engine.component(GcpComponent).start_gce(name)))
+
+
+@router.post("/v1/gce/preempt", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+async def preempt(service: ControlService, body: GceInstancesIn):
+    """Preempt Spot or preemptible instances: preempted is TRUE now, they stop (or are deleted) 30 s later."""
+    return outcome(
+        service, await service.perform_soon(lambda engine: engine.component(GcpComponent).preempt(body.instances))
+    )
+
+
+@router.post("/v1/gce/host-error", tags=["gce"], response_model=GceOutcomeOut, responses=ERRORS)
+async def host_error(service: ControlService, body: GceInstancesIn):
+    """The instances' host fails: they crash without notice and restart elsewhere if automaticRestart."""
+    return outcome(
+        service, await service.perform_soon(lambda engine: engine.component(GcpComponent).host_error(body.instances))
+    )
 
 
 def _kind(text: str) -> MaintenanceKind:

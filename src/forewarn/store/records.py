@@ -247,9 +247,10 @@ def records_of_tables(
     tables: Mapping[str, RecordTable],
     stored: Callable[..., Any],
     replicated: Callable[..., Any],
+    schema: tuple[str, ...] = (),
 ) -> Records:
     """The Records of a component whose whole stored state is ``tables`` (by the names its state takes them under):
-    loaded as ``stored(**records)``, reloaded as ``replicated(**touched rows)``."""
+    loaded as ``stored(**records)``, reloaded as ``replicated(**touched rows)`` (``schema``: as Records')."""
 
     def load(reader: Reader) -> dict[str, Any]:
         return {owner: stored(**load_tables(reader, tables))}
@@ -259,7 +260,8 @@ def records_of_tables(
             return {}
         return {owner: replicated(**reload_tables(reader, touched, tables))}
 
-    return Records(owner, writers, load, tables=tuple(table.name for table in tables.values()), reload=reload)
+    names = tuple(table.name for table in tables.values())
+    return Records(owner, writers, load, tables=names, reload=reload, schema=schema)
 
 
 def _time_moved(change: TimeMoved, rows: Rows) -> None:

@@ -34,7 +34,14 @@ def wait_for(condition: Callable[[], object], what: str, timeout: float = WAIT) 
 
 class AgentProcess:
     def __init__(
-        self, tmp_path: Path, name: str, endpoint: str, *args: str, hook: str | None = None, env: dict | None = None
+        self,
+        tmp_path: Path,
+        name: str,
+        endpoint: str,
+        *args: str,
+        hook: str | None = None,
+        env: dict | None = None,
+        listen: bool = True,  # False: no --listen, the agent finds its port itself (its own entry of the peers list)
     ):
         self.name = name
         self.env = env or {}
@@ -48,8 +55,7 @@ class AgentProcess:
             endpoint,
             "--state",
             str(self.state),
-            "--listen",
-            f"127.0.0.1:{self.port}",
+            *(["--listen", f"127.0.0.1:{self.port}"] if listen else []),
             "--on-drain",
             self.hook,
             "--on-restore",

@@ -32,12 +32,19 @@ class StepApi(Protocol):
 
     def patch(self, path: str, body: dict) -> Any: ...
 
+    def put(self, path: str, body: dict) -> Any: ...
+
     def document(self, vm: str) -> str:
         """The exact bytes the VM's Scheduled Events document is now."""
         ...
 
     def ec2_query(self, params: dict[str, str]) -> tuple[str, list[str]]:
         """An EC2 Query API form's answer (XML) and the ids it names."""
+        ...
+
+    def ec2_json(self, target: str, body: dict) -> dict:
+        """A JSON-protocol call on the EC2 API's port (``X-Amz-Target``, e.g. ``AmazonSQS.ReceiveMessage``): its
+        answer."""
         ...
 
 

@@ -112,6 +112,20 @@ def test_azure_shared_event_is_approved_only_once_every_named_vm_is_drained(serv
     wait_for(lambda: azure_events(server)[event["event_id"]]["status"] == "Started", "the approval")
 
 
+def test_one_peers_list_for_every_vm_each_agent_listens_at_its_own_entry(server, agents, tmp_path):
+    """The same settings on each VM: the peers list names every agent, this one too, and no --listen is given; each
+    agent serves where the list says the others will ask it, so the shared event is approved once both drained."""
+    web0 = AgentProcess(tmp_path, "web-0", endpoint(server, WEB0), listen=False)
+    web1 = AgentProcess(tmp_path, "web-1", endpoint(server, WEB1), listen=False)
+    agents += [web0, web1]
+    peers = ["--peer", f"web-0={web0.url}", "--peer", f"web-1={web1.url}"]
+    web0.start(*peers)
+    web1.start(*peers)
+    [event] = schedule(server, "--type", "Freeze", "--vm", "web-0,web-1")
+    wait_for(lambda: azure_events(server)[event["event_id"]]["status"] == "Started", "the approval")
+    assert web0.drained(event["event_id"]) and web1.drained(event["event_id"])
+
+
 def test_a_kill_in_the_middle_of_a_drain_resumes_and_a_finished_drain_does_not_run_again(server, agents, tmp_path):
     hold = tmp_path / "hold"
     hold.touch()
@@ -175,6 +189,16 @@ def test_gce_maintenance_event_and_preemption(server, agents, tmp_path):
     wait_for(lambda: ("ended", "MIGRATE_ON_HOST_MAINTENANCE") in gweb.phases(), "the restore after the migration")
     forewarn(server, "gce", "preempt", "gspot-1")
     wait_for(lambda: gspot.phases() == [("drain", "PREEMPTED")], "the preemption's drain")
+
+
+def test_gce_maintenance_announced_days_ahead_is_told_and_not_drained_for(server, agents, tmp_path):
+    """upcoming-maintenance ("Monitor and plan for a host maintenance event"): a week ahead, the agent logs and
+    remembers it; the drain waits for maintenance-event's notice."""
+    gweb = agent(agents, tmp_path, server, "gweb", GWEB)
+    forewarn(server, "gce", "maintain", "gweb-1", "--notice", "7d")
+    wait_for(lambda: "announced: UPCOMING_" in gweb.log_path.read_text(), "the announcement in the log")
+    [record] = json.loads(gweb.state.read_text())["events"].values()
+    assert record["advance"] and record["kind"].startswith("UPCOMING_") and gweb.hooks() == []
 
 
 # ------------------------------------------------------------------------------------------------ its settings

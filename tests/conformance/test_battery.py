@@ -37,8 +37,23 @@ def judged(forewarn_conformance, handler, cases, broken: str = "") -> Verdict:
 
 
 def test_the_correct_handler_passes(forewarn_conformance, handler):
-    verdict = judged(forewarn_conformance, handler, ["own-freeze", "shared-event", "canceled-restored"])
+    verdict = judged(
+        forewarn_conformance, handler, ["own-freeze", "shared-event", "three-vm-event", "canceled-restored"]
+    )
     verdict.assert_passes()
+
+
+def test_an_approval_right_after_a_peers_drain_counts_that_drain(forewarn_conformance, handler):
+    """The coordinating handlers approve the event naming three VMs within milliseconds of the last drain: the
+    battery probes every machine as the approval goes on, so no drain is missed between two periodic probes."""
+    given = handler()
+    verdict = forewarn_conformance(
+        [*given["command"], "--coordinate"], drained=given["drained"], clouds=["azure"], cases=["three-vm-event"]
+    )
+    verdict.assert_passes()
+    [result] = verdict.results
+    reasons = {grade.check: grade.reason for grade in result.grades}
+    assert reasons["no_approval_before_all_drained"] == "every approval came after every named machine drained"
 
 
 def test_the_correct_handler_survives_a_sigkill_mid_drain_and_throttling(forewarn_conformance, handler):
@@ -53,6 +68,7 @@ def test_the_correct_handler_survives_a_sigkill_mid_drain_and_throttling(forewar
         ("never-approve", ["own-reboot", "other-vm-event"], ["own-reboot"]),
         ("ignore-freeze", ["own-freeze", "own-reboot"], ["own-freeze"]),
         ("other-vms", ["own-reboot", "other-vm-event"], ["other-vm-event"]),
+        ("own-drain-only", ["own-reboot", "three-vm-event"], ["three-vm-event"]),
     ],
 )
 def test_each_broken_handler_fails_what_it_breaks(forewarn_conformance, handler, broken, cases, failed):

@@ -38,6 +38,9 @@ REQUIRED = {
     "gce-gpu-terminate-performed",  # terminate-on-maintenance of a GPU VM, announced, started early by its user
     "gce-gpu-terminate-rescheduled",  # the same, with advance notice rescheduled (later) by the user
     "gce-spot-preemption",
+    "ec2-spot-interruption-queue",  # issue 27: the AWS queue path
+    "ec2-asg-scale-in-lifecycle-hook",
+    "ec2-asg-lifecycle-hook-timeout",
 }
 
 
@@ -109,6 +112,36 @@ def test_two_vm_freeze_is_the_seed_example_flow(timing):
         assert timeline["start"] == "2026-04-20T22:11:58Z"
         assert timeline["vms"]["WestNO_0"][1]["document"]["Events"][0]["NotBefore"] == "Mon, 20 Apr 2026 22:26:58 GMT"
     assert timeline["approvals"] == []
+
+
+QUEUE_FAULTS = """
+name: duplicated-warning
+description: A Spot interruption warning delivered twice to the handler's queue, and SQS throttled after that.
+fleet:
+  hosts: [{name: h1}]
+  ec2_instances: [{id: i-0c00000000000000a, host: h1, spot: true}]
+steps:
+  - {at: 0s, do: sqs-create-queue, with: {name: nth}}
+  - after: 0s
+    do: events-put-rule
+    with: {name: spot, queue: nth, pattern: {detail-type: [EC2 Spot Instance Interruption Warning]}}
+  - {after: 0s, do: queue-faults, with: {deliveries: {duplicate: 1}}}
+  - {at: 10s, do: ec2-interrupt, with: {instances: [i-0c00000000000000a]}}
+  - {at: 20s, id: warnings, do: sqs-handle, with: {queue: nth, expect: [EC2 Spot Instance Interruption Warning]}}
+  - {after: 0s, do: queue-faults, with: {throttle: {service: sqs, actions: [ReceiveMessage]}}}
+  - {after: 0s, do: sqs-handle, with: {queue: nth}, fails: RequestThrottled}
+expect:
+  - instance: i-0c00000000000000a
+    states: [running, terminated]
+"""
+
+
+def test_queue_path_steps_set_faults_and_handle_what_comes():
+    timeline = run_scenario(parse_scenario(QUEUE_FAULTS, "queue-faults.yaml").resolve("fast"))
+    assert timeline["passed"], failures(timeline)
+    handled = next(a for a in timeline["actions"] if a["do"] == "sqs-handle")
+    assert handled["produced"] == ["EC2 Spot Instance Interruption Warning"] * 2  # the duplicate, handled too
+    assert [check["passed"] for check in timeline["expectations"]] == [True, True]
 
 
 def test_canceled_maintenance_approval_does_not_cancel_and_cancellation_removes_it():

@@ -28,7 +28,22 @@ AZURE = (
     "predicted-failure",
     "evict",
 )
-EC2 = ("ec2-schedule", "ec2-cancel", "ec2-reschedule", "ec2-start", "ec2-interrupt", "ec2-rebalance", "ec2-api")
+EC2 = (
+    "ec2-schedule",
+    "ec2-cancel",
+    "ec2-reschedule",
+    "ec2-start",
+    "ec2-interrupt",
+    "ec2-rebalance",
+    "ec2-api",
+    "sqs-create-queue",
+    "events-put-rule",
+    "asg-put-hook",
+    "asg-terminate",
+    "asg-complete",
+    "sqs-handle",
+    "queue-faults",
+)
 GCE = (
     "gce-maintain",
     "gce-cancel",

@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import boto3
 import pytest
 import requests
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from forewarn.testing import Forewarn, ForewarnError, SandboxUnavailable
 
@@ -114,6 +117,33 @@ def test_ec2_events_by_code_at_the_instances_own_endpoint_and_on_the_ec2_api(fw)
     assert described.status_code == 200 and event["event_id"] in described.text
     assert fw.cancel_ec2(event["event_id"])["state"] == "canceled"
     assert fw.ec2_events() == []
+
+
+def test_queue_messages_and_faults_of_the_queue_path(fw):
+    sqs = boto3.client(
+        "sqs",
+        endpoint_url=fw.ec2_url,
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+        config=Config(retries={"total_max_attempts": 1}),
+    )
+    url = sqs.create_queue(QueueName="handler")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="drain db")
+    [message] = fw.queue_messages("handler")
+    assert (message["body"], message["receive_count"], message["in_flight"]) == ("drain db", 0, False)
+    assert fw.throttle("sqs", "SendMessage")["refused"] == 0
+    with pytest.raises(ClientError) as refused:
+        sqs.send_message(QueueUrl=url, MessageBody="again")
+    assert refused.value.response["Error"]["Code"] == "RequestThrottled"
+    assert fw.delivery_faults(duplicate=1)["duplicate"] == 1
+    with pytest.raises(ForewarnError) as wrong:
+        fw.delivery_faults(delayed=1)  # held back for how long?
+    assert wrong.value.status == 400
+    fw.reset()  # no fault left
+    sqs.create_queue(QueueName="handler")
+    sqs.send_message(QueueUrl=url, MessageBody="again")
+    assert fw.call("GET", "/v1/ec2/faults")["throttles"] == []
 
 
 def test_compute_engine_maintenance_its_notice_at_the_instances_own_endpoint_and_a_simulated_event(fw):

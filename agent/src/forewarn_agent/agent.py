@@ -69,6 +69,9 @@ class Agent:
 
     # --------------------------------------------------------------------------------------------- an event
     def _present(self, notice: Notice, now: float) -> None:
+        if notice.advance:
+            self._announced(notice, now)
+            return
         record = self.state.record(notice.key)
         if record is None:
             record = {"event_id": notice.event_id, "cloud": notice.cloud, "kind": notice.kind, "first_seen": now}
@@ -130,7 +133,22 @@ class Agent:
         except (Unreachable, ValueError, AttributeError):
             return False
 
+    def _announced(self, notice: Notice, now: float) -> None:
+        """Maintenance announced days ahead: logged, counted and sent to the webhook once; the drain waits for the
+        notice itself, which comes the cloud's notice before the window."""
+        if self.state.record(notice.key) is not None:
+            return
+        record = {"event_id": notice.event_id, "cloud": notice.cloud, "kind": notice.kind, "first_seen": now}
+        self._save(notice.key, dict(record, advance=True, not_before=notice.not_before))
+        self.metrics.add("forewarn_agent_events_total", kind=notice.kind)
+        self._log("announced", notice, not_before=notice.not_before, details=notice.raw)
+        self._webhook("announced", notice, True)
+
     def _gone(self, key: str, record: Dict[str, Any], phase: str, now: float) -> None:
+        if record.get("advance"):  # the announcement left (its notice came, or it was moved): nothing to restore
+            record.update(done=True, done_at=time.time())
+            self._save(key, record)
+            return
         not_before = record.get("not_before")
         notice = Notice(
             key=key,

@@ -43,7 +43,11 @@ def parser() -> argparse.ArgumentParser:
     add("--endpoint", help="the metadata service's base URL (default http://169.254.169.254)")
     add("--interval", help="seconds between polls (default 1)")
     add("--state", help="the state file (default /var/lib/forewarn-agent/state.json)")
-    add("--listen", help="HOST:PORT of the status port for peers and /metrics ('' for none; default 127.0.0.1:8181)")
+    add(
+        "--listen",
+        help="HOST:PORT of the status port for peers and /metrics ('' for none; default: this VM's own entry of the "
+        "peers list, else 127.0.0.1:8181)",
+    )
     add("--margin", help="seconds kept free before NotBefore: drain hooks stop that much before it (default 10)")
     add("--hook-timeout", help="the longest a phase's hooks may run (default 600)")
     add("--on-drain", action="append", default=[], metavar="CMD", help="a drain hook (repeatable)")
@@ -143,9 +147,10 @@ def main(argv: Optional[List[str]] = None) -> None:
     metrics = Metrics()
     agent = Agent(config, watcher, state, metrics)
     identity = {"machine": watcher.machine, "cloud": watcher.cloud}
-    server = serve_status(config.listen, state, metrics, lambda: identity)
+    listen = config.listen_address(watcher.machine)
+    server = serve_status(listen, state, metrics, lambda: identity)
     logging.getLogger("forewarn_agent").info(
-        "watching %s as %s", watcher.cloud, watcher.machine, extra={"fields": dict(identity, listen=config.listen)}
+        "watching %s as %s", watcher.cloud, watcher.machine, extra={"fields": dict(identity, listen=listen)}
     )
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     signal.signal(signal.SIGINT, lambda *_: agent.stop())

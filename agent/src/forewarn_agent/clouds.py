@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Dict, List, MutableMapping, Optional, Tuple
 
 from forewarn_agent.http import Answer, Unreachable, request
@@ -268,11 +269,15 @@ class GceWatcher(Watcher):
     """Compute Engine's metadata server ("About host events", "Query metadata server for maintenance event
     notices"): a ``wait_for_change`` GET held on ``maintenance-event`` and one on ``preempted``, each with the ETag it
     last saw, reconnecting after a dropped connection. ``maintenance-event`` has no id: the agent numbers each
-    occurrence (kept in its state file, so that a restart in the middle of one does not run its hooks again)."""
+    occurrence (kept in its state file, so that a restart in the middle of one does not run its hooks again).
+    ``upcoming-maintenance`` ("Monitor and plan for a host maintenance event") is held the same way while it exists;
+    while it does not (404, which no GET can wait on) it is asked again every ``ABSENT_EVERY`` seconds."""
 
     cloud = "gcp"
     HEADERS = {"Metadata-Flavor": "Google"}
     HOLD = 60  # timeout_sec of each held GET
+    ABSENT_EVERY = 1.0
+    UPCOMING = "upcoming-maintenance"
     NOTICE = {"MIGRATE_ON_HOST_MAINTENANCE": 60.0, "TERMINATE_ON_HOST_MAINTENANCE": 60.0}
 
     def __init__(
@@ -294,7 +299,7 @@ class GceWatcher(Watcher):
         return self.machine
 
     def start(self) -> None:
-        for key in ("maintenance-event", "preempted"):
+        for key in ("maintenance-event", "preempted", self.UPCOMING):
             thread = threading.Thread(target=self._hold, args=(key,), name=f"gce-{key}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -310,6 +315,11 @@ class GceWatcher(Watcher):
                 self._set(key, None, str(error))
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
+                continue
+            if answer.status == 404 and key == self.UPCOMING:  # none announced
+                etag = ""
+                self._set(key, "", None)
+                self._stop.wait(self.ABSENT_EVERY)
                 continue
             if answer.status != 200:  # 503 during maintenance: the page says to retry
                 self._set(key, None, f"HTTP {answer.status}")
@@ -349,7 +359,7 @@ class GceWatcher(Watcher):
             errors = dict(self._errors)
         if "maintenance-event" not in values:
             raise MetadataError("; ".join(f"{key}: {error}" for key, error in errors.items()))
-        notices = self._maintenance(values["maintenance-event"])
+        notices = self._maintenance(values["maintenance-event"]) + self._upcoming(values.get(self.UPCOMING, ""))
         if values.get("preempted") == "TRUE":  # the instance stops 30 seconds later ("Preemption process")
             notices.append(self._notice("preempted", "PREEMPTED", self._first_seen("preempted") + 30.0))
         else:
@@ -371,6 +381,18 @@ class GceWatcher(Watcher):
             self.memory["maintenance"] = current
         not_before = current["since"] + self.NOTICE.get(value, 60.0)
         return [self._notice(current["id"], value, not_before)]
+
+    def _upcoming(self, value: str) -> List[Notice]:
+        try:
+            announced = json.loads(value) if value else None
+        except ValueError:
+            return []
+        if not isinstance(announced, dict):
+            return []
+        start = str(announced.get("window_start_time", ""))
+        kind = f"UPCOMING_{announced.get('type', 'MAINTENANCE')}"
+        notice = self._notice(f"upcoming-{start}", kind, iso_seconds(start))
+        return [replace(notice, advance=True, raw=announced)]
 
     def _first_seen(self, what: str) -> float:
         return float(self.memory.setdefault(f"{what}-since", self.now()))

@@ -5,10 +5,13 @@ wins. Each setting has one name in all three (``approve_margin``, ``FOREWARN_AGE
 from __future__ import annotations
 
 import json
+import urllib.parse
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from forewarn_agent.hooks import Hook
+
+DEFAULT_LISTEN = "127.0.0.1:8181"
 
 
 class ConfigError(Exception):
@@ -21,7 +24,7 @@ class Config:
     endpoint: str = ""  # the metadata service's base URL; empty: the cloud's own (169.254.169.254)
     interval: float = 1.0  # seconds between polls (Azure, EC2); Compute Engine holds wait_for_change GETs
     state: str = "/var/lib/forewarn-agent/state.json"
-    listen: str = "127.0.0.1:8181"  # the status port (peers, /metrics); empty: none
+    listen: Optional[str] = None  # the status port (peers, /metrics); empty: none; unset: listen_address()
     margin: float = 10.0  # seconds kept free before NotBefore: hooks are stopped that much before it
     hook_timeout: float = 600.0  # the longest a phase's hooks may take, whatever the notice
     approve: bool = True  # Azure: approve an event of this VM once drained (and its peers, for a shared event)
@@ -32,6 +35,18 @@ class Config:
     webhook: str = ""  # POST of each phase's outcome, as JSON
     log_format: str = "json"  # or text
     hooks: List[Hook] = field(default_factory=list)
+
+    def listen_address(self, machine: str) -> str:
+        """Where the status port listens: ``listen`` when it is set, else the HOST:PORT of this VM's own entry of the
+        peers list (one list, the same on every VM, names each agent where the others ask it), else loopback."""
+        if self.listen is not None:
+            return self.listen
+        own = self.peers.get(machine)
+        if own:
+            parts = urllib.parse.urlsplit(own)
+            if parts.hostname and parts.port:
+                return f"{parts.hostname}:{parts.port}"
+        return DEFAULT_LISTEN
 
     def peer_address(self, name: str) -> Optional[str]:
         if name in self.peers:

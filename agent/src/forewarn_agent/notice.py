@@ -30,6 +30,7 @@ class Notice:
     approvable: bool = False
     description: str = ""
     finished: Optional[str] = None  # "ended" or "canceled": the cloud says the event is over (EC2's State)
+    advance: bool = False  # announced days ahead (Compute Engine's upcoming-maintenance): told, not drained for
     raw: Dict[str, Any] = field(default_factory=dict, compare=False)
 
     def seconds_left(self, now: float) -> Optional[float]:

@@ -55,9 +55,14 @@ class AwsCloud:
         return Ec2FleetSection()
 
     def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
-        from forewarn.aws.control import routes
+        from fastapi import APIRouter
 
-        return routes.router
+        from forewarn.aws.control import queues, routes
+
+        router = APIRouter()
+        router.include_router(routes.router)
+        router.include_router(queues.router)
+        return router
 
     def metadata_surface(
         self, service: Maintenance, resolver: CallerResolver, settings: Mapping[str, object]
@@ -93,9 +98,9 @@ class AwsCloud:
         return AwsServing(options)
 
     def cli_commands(self) -> Sequence[click.Command]:
-        from forewarn.aws.cli import ec2
+        from forewarn.aws.cli import ec2, queues
 
-        return (ec2.ec2,)
+        return (ec2.ec2, queues.queues)
 
     def wave_units(self) -> WaveUnits | None:
         """No waves over EC2 instances."""

@@ -18,6 +18,7 @@ from forewarn.aws.changes import (
 from forewarn.aws.eventbus import EventBus, Rule
 from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.lifecycle import (
+    LAUNCHING,
     TERMINATING,
     LifecycleAction,
     LifecycleHook,
@@ -563,10 +564,17 @@ class Ec2Component(OnFooting[Ec2Rules]):
 
     def _ec2_down(self, state: Ec2State, to: InstanceState, cause: str, move_on_start: bool = False) -> list[Change]:
         """The instance stops or terminates. In an Auto Scaling group it is replaced (the AWS page "Scheduled
-        events for your instances", its note on Auto Scaling)."""
+        events for your instances", its note on Auto Scaling); when the group has terminating lifecycle hooks, its
+        termination goes through them first ("Amazon EC2 Auto Scaling lifecycle hooks": they apply to every
+        termination), and the replacement is launched once they are done."""
         instance = self.ec2_instances[state.instance_id]
         if instance.auto_scaling_group is not None:
+            hooks = self.lifecycle.of_group(instance.auto_scaling_group, TERMINATING)
+            held = bool(hooks) and state.lifecycle_state == "InService"
             state = self._terminated(state)
+            if held:
+                down = Ec2StateChanged(state, "terminated", f"by {cause}; Terminating:Wait on its lifecycle hooks")
+                return [down] + self._hold_for_hooks(state.instance_id, hooks, decrement=False)
             return [
                 Ec2StateChanged(state, "terminated", f"by {cause}; replaced by its Auto Scaling group")
             ] + self._launch_replacement(instance, cause)
@@ -588,7 +596,10 @@ class Ec2Component(OnFooting[Ec2Rules]):
         self.ec2_instances[new_id] = self._replacement_record(origin, new_id, host)
         state = Ec2State(new_id, InstanceState.RUNNING, host, self.now, self.now, origin=origin)
         self.ec2_states[new_id] = state
-        return [Ec2StateChanged(state, "launched", f"replaces {instance.instance_id} ({cause})")]
+        launched: list[Change] = [Ec2StateChanged(state, "launched", f"replaces {instance.instance_id} ({cause})")]
+        group = instance.auto_scaling_group
+        hooks = [] if group is None else self.lifecycle.of_group(group, LAUNCHING)
+        return launched + (self._hold_for_hooks(new_id, hooks, False, LAUNCHING) if hooks else [])
 
     def _replacement_record(self, origin: str, new_id: str, host: str) -> Ec2Instance:
         # A replacement has its group's launch configuration, not the old instance's metadata endpoint.
@@ -762,13 +773,21 @@ class Ec2Component(OnFooting[Ec2Rules]):
         state = replace(state, lifecycle_state="Terminated")
         self.ec2_states[instance_id] = state
         changes: list[Change] = [Ec2StateChanged(state, "terminating", "Terminating:Wait on its lifecycle hooks")]
+        return changes + self._hold_for_hooks(instance_id, hooks, decrement)
+
+    def _hold_for_hooks(
+        self, instance_id: str, hooks: list[LifecycleHook], decrement: bool, transition: str = TERMINATING
+    ) -> list[Change]:
+        """One lifecycle action per hook of the transition: the instance waits (Terminating:Wait, or Pending:Wait
+        for a launch) until each is done."""
+        changes: list[Change] = []
         for hook in hooks:
             action = LifecycleAction(
                 token=derived_guid(self.seed, "lifecycle", instance_id, hook.name, self.sequence.take()).lower(),
                 group=hook.group,
                 hook=hook.name,
                 instance_id=instance_id,
-                transition=TERMINATING,
+                transition=transition,
                 started_at=self.now,
                 timeout_at=self.now + timedelta(seconds=hook.heartbeat_timeout),
                 global_at=self.now + timedelta(seconds=hook.global_timeout),
@@ -782,7 +801,7 @@ class Ec2Component(OnFooting[Ec2Rules]):
         self, group: str, hook: str, token: str | None, instance_id: str | None, result: str
     ) -> list[Change]:
         action = self.lifecycle.find(group, hook, token, instance_id)
-        return self.lifecycle.finish(action, result, "completed") + self._after_action(action)
+        return self.lifecycle.finish(action, result, "completed") + self._after_action(action, result)
 
     def record_lifecycle_heartbeat(
         self, group: str, hook: str, token: str | None, instance_id: str | None
@@ -801,15 +820,25 @@ class Ec2Component(OnFooting[Ec2Rules]):
         action = self.lifecycle.actions[token]
         hook = self.lifecycle.hooks.get(f"{action.group}/{action.hook}")
         result = hook.default_result if hook is not None else "ABANDON"
-        return self.lifecycle.finish(action, result, "timed-out") + self._after_action(action)
+        return self.lifecycle.finish(action, result, "timed-out") + self._after_action(action, result)
 
-    def _after_action(self, action: LifecycleAction) -> list[Change]:
-        """Once no hook holds the instance any more, the termination goes on (CONTINUE and ABANDON alike)."""
+    def _after_action(self, action: LifecycleAction, result: str) -> list[Change]:
+        """Once no hook holds the instance any more, a termination goes on (CONTINUE and ABANDON alike); a launch
+        puts the instance in service, or with ABANDON the group terminates it and launches another ("Complete a
+        lifecycle action")."""
+        if action.transition == LAUNCHING:
+            if result == "CONTINUE":
+                return []
+            state = replace(self.ec2_states[action.instance_id], lifecycle_state="Terminated")
+            self.ec2_states[state.instance_id] = state
+            return self._ec2_down(state, InstanceState.TERMINATED, "its Auto Scaling group (launch abandoned)")
         if self.lifecycle.waiting(action.instance_id):
             return []
         return self._group_terminates(self.ec2_states[action.instance_id], action.decrement)
 
     def _group_terminates(self, state: Ec2State, decrement: bool) -> list[Change]:
+        if state.state is InstanceState.TERMINATED:  # EC2 ended it (a retirement, a Spot interruption) before its hooks
+            return self._launch_replacement(self.ec2_instances[state.instance_id], "its Auto Scaling group")
         cause = "its Auto Scaling group (scale-in)"
         if not decrement:
             return self._ec2_down(state, InstanceState.TERMINATED, cause)

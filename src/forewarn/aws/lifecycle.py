@@ -1,4 +1,4 @@
-"""Amazon EC2 Auto Scaling lifecycle hooks for instance termination, on forewarn's clock ("Amazon EC2 Auto Scaling
+"""Amazon EC2 Auto Scaling lifecycle hooks for instance termination and launch, on forewarn's clock ("Amazon EC2 Auto Scaling
 lifecycle hooks", "Complete a lifecycle action", "Retrieve the target lifecycle state through instance metadata" in
 the Amazon EC2 Auto Scaling User Guide; the Auto Scaling API Reference's PutLifecycleHook, CompleteLifecycleAction,
 RecordLifecycleActionHeartbeat).
@@ -6,7 +6,9 @@ RecordLifecycleActionHeartbeat).
 An instance a group terminates while the group has a terminating hook waits in ``Terminating:Wait`` (its
 ``target-lifecycle-state`` is already ``Terminated``) until every hook's action is completed, a heartbeat timeout
 passes (the hook's default result applies), or the global timeout (100 heartbeat timeouts, at most 48 hours) passes.
-For a terminating instance CONTINUE and ABANDON both let the termination go on. Pure: the wire is aws/autoscaling/."""
+For a terminating instance CONTINUE and ABANDON both let the termination go on. A replacement the group launches
+while it has a launching hook waits likewise in ``Pending:Wait``: CONTINUE puts it in service, ABANDON ends it.
+Pure: the wire is aws/autoscaling/."""
 
 from __future__ import annotations
 

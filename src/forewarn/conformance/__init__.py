@@ -69,8 +69,8 @@ def run(
     logs: str | Path | None = None,
     progress: Any = None,
 ) -> list[CaseResult]:
-    """Run ``command`` (the handler; ``{metadata_url}`` and ``{machine}`` in it are replaced) through the battery
-    on a private server; the graded cases."""
+    """Run ``command`` (the handler; ``{metadata_url}``, ``{machine}`` and ``{state_dir}`` in it are replaced)
+    through the battery on a private server; the graded cases."""
     from forewarn.conformance.cases import select
     from forewarn.conformance.runner import RunOptions, run_cases
     from forewarn.testing import Forewarn

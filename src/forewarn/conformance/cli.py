@@ -62,8 +62,9 @@ def run(
     logs: str | None,
     command: tuple[str, ...],
 ) -> None:
-    """Run HANDLER COMMAND... as each machine of each case: `{metadata_url}` and `{machine}` in it are replaced,
-    and FOREWARN_METADATA_URL, FOREWARN_MACHINE and HTTP_PROXY are set. Exits 1 when a required case fails."""
+    """Run HANDLER COMMAND... as each machine of each case: `{metadata_url}`, `{machine}` and `{state_dir}` (the
+    machine's own directory for the case) in it are replaced, and FOREWARN_METADATA_URL, FOREWARN_MACHINE,
+    FOREWARN_STATE_DIR and HTTP_PROXY are set. Exits 1 when a required case fails."""
     from forewarn import conformance as battery
     from forewarn.conformance import report
     from forewarn.conformance.cases import CaseFileError

@@ -16,6 +16,7 @@ from forewarn.conformance_cases import Call
 
 KEPT_ANSWER = 256 * 1024  # bytes of an answer kept for the grader: a document is a few KB
 FORWARDED_HEADERS_LEFT_OUT = {"host", "connection", "proxy-connection", "keep-alive"}
+ANSWER_HEADERS_LEFT_OUT = {"connection", "transfer-encoding", "content-length"}  # this connection's own
 
 
 class ObservingProxy:
@@ -94,9 +95,9 @@ class ObservingProxy:
                 if status == 0:  # the server dropped it: so do we
                     self.close_connection = True
                     return
-                self.send_response_only(status)
+                self.send_response_only(status)  # the service's own Date: the simulated time a handler reads
                 for name, value in answer_headers:
-                    if name.lower() not in {"connection", "transfer-encoding", "content-length", "date", "server"}:
+                    if name.lower() not in ANSWER_HEADERS_LEFT_OUT:
                         self.send_header(name, value)
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()

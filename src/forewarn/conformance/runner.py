@@ -6,6 +6,7 @@ engine."""
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -87,7 +88,11 @@ class CaseRun:
             proxy = ObservingProxy(machine, self.server.metadata_url(machine), self.began, self.probe_drained)
             proxy.start()
             self.proxies[machine] = proxy
-            handler = HandlerProcess(self.options.command, machine, proxy.url, self.logs / f"{machine}.log")
+            state_dir = self.state_dir(machine)
+            shutil.rmtree(state_dir, ignore_errors=True)  # a --logs directory used before: the case starts clean
+            state_dir.mkdir(parents=True)
+            log = self.logs / f"{machine}.log"
+            handler = HandlerProcess(self.options.command, machine, proxy.url, log, state_dir)
             self.handlers[machine] = handler
             handler.start()
         deadline = time.monotonic() + WARM_UP
@@ -98,6 +103,10 @@ class CaseRun:
         if silent:
             self.obs.notes.append(f"no metadata call within {WARM_UP:g} s of starting: {', '.join(silent)}")
         self.steps_from = self.elapsed()
+
+    def state_dir(self, machine: str) -> Path:
+        """The machine's own directory for this case (processes.py): beside its log, empty when the case starts."""
+        return self.logs / f"{machine}.state"
 
     def move_clock(self) -> None:
         now = self.sim_start + timedelta(seconds=self.elapsed())
@@ -166,15 +175,22 @@ class CaseRun:
             self.restarts.remove(due)
             self.handlers[due[1]].start()
 
-    def probe_drained(self, machine: str) -> None:
-        if self.options.drained and probe(self.options.drained, machine, self.proxies[machine].url):
-            self.obs.drained.setdefault(machine, []).append(self.elapsed())
+    def probe_drained(self, approver: str) -> None:
+        """Just before an approval goes on: every machine's probe, not only the approver's. The approval lets the
+        event go ahead for every VM it names, and a peer's drain done a moment earlier (its agent told the approver)
+        must count, though the periodic probes have not run since."""
+        if not self.options.drained:
+            return
+        for machine, proxy in list(self.proxies.items()):
+            if probe(self.options.drained, machine, proxy.url, self.state_dir(machine)):
+                self.obs.drained.setdefault(machine, []).append(self.elapsed())
 
     def run_probes(self, now: float) -> None:
         for machine, proxy in self.proxies.items():
-            if self.options.drained and probe(self.options.drained, machine, proxy.url):
+            state_dir = self.state_dir(machine)
+            if self.options.drained and probe(self.options.drained, machine, proxy.url, state_dir):
                 self.obs.drained.setdefault(machine, []).append(now)
-            if self.options.restored and probe(self.options.restored, machine, proxy.url):
+            if self.options.restored and probe(self.options.restored, machine, proxy.url, state_dir):
                 self.obs.restored.setdefault(machine, []).append(now)
 
     def read_states(self) -> dict:

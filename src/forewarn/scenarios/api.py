@@ -1,5 +1,5 @@
-"""The runner's client: forewarn's control API (JSON), and the EC2 Query API for what only it can do (event
-windows). The runner drives a server only through these; it never imports the engine."""
+"""The runner's client: forewarn's control API (JSON), and the EC2 API's port for what only it can do (event
+windows over the EC2 Query API; queues, rules and lifecycle hooks over SQS's, EventBridge's and Auto Scaling's own). The runner drives a server only through these; it never imports the engine."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, pars
 
 EC2_API_VERSION = "2016-11-15"
 SCHEDULED_EVENTS_VERSION = "2020-07-01"
+ERROR_FIELDS = ("Code", "Message")
 
 
 class ApiError(Exception):
@@ -74,6 +75,9 @@ class Api:
     def patch(self, path: str, body: dict) -> Any:
         return self.request("PATCH", path, body)
 
+    def put(self, path: str, body: dict) -> Any:
+        return self.request("PUT", path, body)
+
     def document(self, vm: str) -> str:
         """The exact bytes the VM's IMDS serves now (GET /v1/vms/{vm}/scheduledevents)."""
         response = self._send(
@@ -97,14 +101,32 @@ class Api:
         except ET.ParseError:
             raise ApiError(response.status, f"HTTP{response.status}", response.text[:500]) from None
         if response.status >= 400 or root.tag == "Response":
-            code = root.findtext(".//Error/Code") or f"HTTP{response.status}"
-            raise ApiError(response.status, code, root.findtext(".//Error/Message") or response.text[:500])
+            # EC2's errors have no namespace; Auto Scaling's and SQS's <ErrorResponse> have their service's
+            found = {e.tag.rsplit("}", 1)[-1]: e.text for e in root.iter() if e.tag.rsplit("}", 1)[-1] in ERROR_FIELDS}
+            code = found.get("Code") or f"HTTP{response.status}"
+            raise ApiError(response.status, code, found.get("Message") or response.text[:500])
         ids: list[str] = []
         for element in root.iter():
             tag = element.tag.rsplit("}", 1)[-1]
             if tag in ("instanceEventWindowId", "instanceEventId") and element.text and element.text not in ids:
                 ids.append(element.text)
         return response.text, ids
+
+    def ec2_json(self, target: str, body: dict) -> dict:
+        """A JSON-protocol call on the EC2 API's port (SQS, EventBridge): its answer, or ApiError with the
+        service's error code."""
+        if self.ec2 is None:
+            raise ApiError(0, "NoEc2Api", "no EC2 API URL (give --ec2-url)")
+        response = self._send("POST", f"{self.ec2}/", json_body=body, headers={"X-Amz-Target": target})
+        try:
+            answer = parse_json(response.content or b"{}", max_bytes=MAX_DOCUMENT_BYTES)
+        except JsonInputError:
+            raise ApiError(response.status, f"HTTP{response.status}", response.text[:500]) from None
+        if response.status >= 400 or not isinstance(answer, dict):
+            code = str(answer.get("__type", "")).rpartition("#")[2] if isinstance(answer, dict) else ""
+            message = str(answer.get("message", "")) if isinstance(answer, dict) else response.text[:500]
+            raise ApiError(response.status, code or f"HTTP{response.status}", message)
+        return answer
 
 
 def parse_document(text: str) -> dict:

@@ -245,9 +245,10 @@ class Forewarn:
     def reset(self) -> Forewarn:
         """Back to the state of a fresh server on the same fleet: ``POST /v1/reset`` (the clock at its start, no
         events, waves, deliveries or journal, every DocumentIncarnation 1; tests/app/test_reset.py proves it
-        complete) and no IMDS fault left."""
+        complete) and no IMDS fault nor queue-path fault left."""
         self.call("POST", "/v1/reset")
         self.call("DELETE", "/v1/imds/faults")
+        self.call("DELETE", "/v1/ec2/faults")
         return self
 
     @property
@@ -395,6 +396,27 @@ class Forewarn:
             return response.json()
         except ValueError:
             return response.text
+
+    # The AWS queue path (docs/aws-queues.md)
+    def queue_messages(self, queue: str) -> list[dict]:
+        """Every message queue ``queue`` holds now, oldest first (``body``, ``receive_count``, ``in_flight``, ...),
+        read without receiving any: what a test checks after its handler ran."""
+        shown: dict = self.call("GET", f"/v1/ec2/queues/{queue}")
+        return list(shown["messages"])
+
+    def throttle(self, service: str, *actions: str, rate: float = 0.0, burst: int = 0) -> dict:
+        """Throttle ``service``'s ``actions`` (ec2, sqs, events, autoscaling; every action when none is named):
+        ``burst`` requests at once, then ``rate`` a second; the others get the service's throttling error."""
+        body = {"service": service, "actions": list(actions), "rate": rate, "burst": burst}
+        result: dict = self.call("POST", "/v1/ec2/faults/throttles", body)
+        return result
+
+    def delivery_faults(self, duplicate: float = 0.0, delayed: float = 0.0, delay: str | None = None) -> dict:
+        """Send a fraction of the deliveries to queues twice (``duplicate``), or hold a fraction back by ``delay``
+        of the simulated clock (``delayed``); replaces the previous setting."""
+        body = {"duplicate": duplicate, "delayed": delayed, "delay": delay}
+        result: dict = self.call("PUT", "/v1/ec2/faults/deliveries", body)
+        return result
 
     # Compute Engine
     def maintain_gce(self, instances: str | Sequence[str], **fields: Any) -> list[dict]:

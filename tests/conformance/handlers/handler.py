@@ -2,11 +2,15 @@
 
 Correct: for each event naming this VM, drain (a file ``STATE/MACHINE.drained``, written after a drain that takes
 ``--drain-seconds``), then approve it when it names only this VM (an approval lets the event go ahead for every VM
-it names); when no event names the VM any more without having started, restore (remove the file).
+it names); when no event names the VM any more without having started, restore (remove the file). With
+``--coordinate`` (the handlers of a case share ``STATE``) it also approves an event naming several VMs, the moment
+every VM it names has drained.
 
 ``--broken`` variants: ``approve-all`` approves every Scheduled event at once, drains nothing; ``never-approve``
 drains and never approves; ``ignore-freeze`` does nothing for a Freeze; ``other-vms`` takes every event as its own
-(drains and approves events that name other VMs only).
+(drains and approves events that name other VMs only); ``own-drain-only`` approves an event naming several VMs once
+its own drain is done, not waiting for theirs (its drain takes longer the later the event names its VM, so that the
+first named VM approves while the others still drain).
 """
 
 import argparse
@@ -37,6 +41,7 @@ def main():
     parser.add_argument("--state", required=True)
     parser.add_argument("--drain-seconds", type=float, default=1.0)
     parser.add_argument("--broken", default="")
+    parser.add_argument("--coordinate", action="store_true")
     args = parser.parse_args()
     drained_file = os.path.join(args.state, args.machine + ".drained")
     approved = set()
@@ -64,16 +69,35 @@ def handle(args, drained_file, approved):
         if args.machine in resources:
             mine.append((event, resources))
     if mine and not os.path.exists(drained_file):
-        time.sleep(args.drain_seconds)  # the service drains
+        time.sleep(drain_seconds(args, mine))  # the service drains
         open(drained_file, "w").close()
     for event, resources in mine:
-        alone = resources == [args.machine]
+        alone = resources == [args.machine] or args.broken == "own-drain-only" or all_drained(args, resources)
         if event["EventStatus"] == "Scheduled" and alone and args.broken != "never-approve":
             if event["EventId"] not in approved:
                 approve(args.endpoint, event["EventId"])
                 approved.add(event["EventId"])
     if not mine and os.path.exists(drained_file) and not any(e["EventStatus"] == "Started" for e in events):
         os.remove(drained_file)  # nothing ahead for this VM any more: back in service
+
+
+def all_drained(args, resources, wait=5.0):
+    """With --coordinate: whether every VM the event names has drained, looked at closely (every 10 ms) for a while,
+    so that the approval follows the last drain at once."""
+    if not args.coordinate:
+        return False
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        if all(os.path.exists(os.path.join(args.state, name + ".drained")) for name in resources):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def drain_seconds(args, mine):
+    if args.broken != "own-drain-only":
+        return args.drain_seconds
+    return args.drain_seconds * (1 + max(resources.index(args.machine) for _, resources in mine))
 
 
 if __name__ == "__main__":

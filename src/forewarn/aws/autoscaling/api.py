@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
-from forewarn.aws.lifecycle import TERMINATING, LifecycleHook
+from forewarn.aws.lifecycle import TERMINATING, LifecycleAction, LifecycleHook
 from forewarn.core.changes import Change
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
@@ -198,20 +198,28 @@ class AutoScalingApi:
         for instance_id in sorted(wanted or component.ec2_instances):
             instance = component.ec2_instances.get(instance_id)
             state = component.ec2_states.get(instance_id)
-            if instance is None or state is None or instance.auto_scaling_group is None or state.gone:
-                continue
-            waiting = bool(component.lifecycle.waiting(instance_id))
+            actions = component.lifecycle.waiting(instance_id)
+            waiting = bool(actions)
+            if instance is None or state is None or instance.auto_scaling_group is None or (state.gone and not waiting):
+                continue  # an instance EC2 ended is its group's until its terminating hooks are done
             fields = [
                 ("InstanceId", instance_id),
                 ("InstanceType", instance.instance_type),
                 ("AutoScalingGroupName", instance.auto_scaling_group),
                 ("AvailabilityZone", instance.availability_zone),
-                ("LifecycleState", "Terminating:Wait" if waiting else "InService"),
+                ("LifecycleState", _lifecycle_state(actions)),
                 ("HealthStatus", "HEALTHY"),
                 ("ProtectedFromScaleIn", "false"),
             ]
             members.append("".join(f"<{k}>{_text(v)}</{k}>" for k, v in fields))
         return "<AutoScalingInstances>" + "".join(f"<member>{m}</member>" for m in members) + "</AutoScalingInstances>"
+
+
+def _lifecycle_state(actions: list[LifecycleAction]) -> str:
+    """An instance's state in its group: waiting on a termination's hooks, a launch's, or in service."""
+    if any(action.transition == TERMINATING for action in actions):
+        return "Terminating:Wait"
+    return "Pending:Wait" if actions else "InService"
 
 
 def _whole(text: str | None, default: int) -> int:

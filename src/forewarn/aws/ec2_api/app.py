@@ -23,6 +23,7 @@ from forewarn.aws.ec2_api.protocol import API_VERSION, Ec2Error, error_response,
 from forewarn.aws.ec2_api.registry import ACTIONS
 from forewarn.aws.ec2_api.sigv4 import SigV4Verifier, received, signed_region
 from forewarn.aws.eventbridge import api as events_api
+from forewarn.aws.faults import faults_of
 from forewarn.aws.sqs import api as sqs_api
 from forewarn.aws.sqs import protocol as sqs_protocol
 from forewarn.net.browser_guard import BrowserGuard, Refusal
@@ -35,6 +36,10 @@ ACTION_MODULES = (instances, events, windows, attributes)
 # The browser guard's refusals in EC2's codes: a Host it does not answer to is a bad request; a request from a web
 # page of another origin is not authorized.
 GUARD_CODES = {"InvalidHost": "InvalidRequest", "CrossOriginRequest": "UnauthorizedOperation"}
+
+# The throttling errors each service answers with ("Request throttling for the Amazon EC2 API"; the Amazon SQS,
+# EventBridge and EC2 Auto Scaling API References, "Common Errors").
+SQS_THROTTLED = sqs_protocol.SqsError("RequestThrottled", "Rate exceeded")
 
 
 def guard_error(refusal: Refusal) -> Ec2Error:
@@ -50,6 +55,7 @@ class Ec2Api:
         self.events = events_api.EventsApi(service)
         self.autoscaling = autoscaling_api.AutoScalingApi(service)
         self.guard = guard
+        self.faults = faults_of(service)
         # None: signatures are not verified (any credentials, or none, are accepted).
         self.verifier = None if credentials is None else SigV4Verifier(credentials, self.backend.wall)
 
@@ -104,6 +110,8 @@ class Ec2Api:
             return sqs_protocol.json_error(
                 sqs_protocol.SqsError(error.code, error.message, status=error.status), request_id
             )
+        if self.faults.throttled("sqs", target[len(sqs_protocol.TARGET_PREFIX) :]):
+            return sqs_protocol.json_error(SQS_THROTTLED, request_id)
         region = signed_region(request.headers.get("authorization"), {})
         return await sqs_api.json_call(self.sqs, target, body, _origin(request), region, request_id)
 
@@ -116,6 +124,8 @@ class Ec2Api:
             return events_api.error_response(
                 events_api.EventsError(error.code, error.message, error.status), request_id
             )
+        if self.faults.throttled("events", target[len(events_api.TARGET_PREFIX) :]):
+            return events_api.error_response(events_api.EventsError("ThrottlingException", "Rate exceeded"), request_id)
         region = signed_region(request.headers.get("authorization"), {})
         return await self.events.call(target, body, region, request_id)
 
@@ -128,6 +138,10 @@ class Ec2Api:
             return autoscaling_api.error_response(
                 autoscaling_api.AutoScalingError(error.code, error.message, error.status), request_id
             )
+        if self.faults.throttled("autoscaling", params.get("Action") or ""):
+            return autoscaling_api.error_response(
+                autoscaling_api.AutoScalingError("Throttling", "Rate exceeded"), request_id
+            )
         return await self.autoscaling.call(params.values, request_id)
 
     async def sqs_query(self, request: Request, params: Params, request_id: str) -> Response:
@@ -139,6 +153,8 @@ class Ec2Api:
             return sqs_protocol.query_error(
                 sqs_protocol.SqsError(error.code, error.message, status=error.status), request_id
             )
+        if self.faults.throttled("sqs", params.get("Action") or ""):
+            return sqs_protocol.query_error(SQS_THROTTLED, request_id)
         url = _origin(request) + request.url.path
         return await sqs_api.query_call(self.sqs, dict(params.values), url, params.region, request_id)
 
@@ -154,6 +170,8 @@ class Ec2Api:
             raise missing("Version")
         if version != API_VERSION:
             raise Ec2Error("NoSuchVersion", f"The requested version ({version}) of service AmazonEC2 does not exist")
+        if self.faults.throttled("ec2", action):
+            raise Ec2Error("RequestLimitExceeded", "Request limit exceeded.", 503)
         answer = handler(self.backend, params, request_id)
         return await answer if inspect.isawaitable(answer) else answer
 

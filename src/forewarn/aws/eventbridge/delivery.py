@@ -2,7 +2,7 @@
 each matching rule's queue target gets a delivery committed with the command (the outbox: aws/serving/wiring.py gives ``bus_outbox`` to the service as it opens),
 sent by the outbox's sender under the ``sqs`` policy below. At least once, as EventBridge delivers: a target whose
 queue does not exist (yet) is retried for 24 hours, EventBridge's default retry window ("Event retry policy and
-using dead-letter queues")."""
+using dead-letter queues"). Faults (aws/faults.py) may send a delivery twice, or with a delay."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from forewarn.app.outbox import retry_delay
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.eventbridge.events import bus_events, hook_message
+from forewarn.aws.faults import faults_of
 from forewarn.aws.lifecycle import LifecycleActionChanged
 from forewarn.aws.queues import QueueMissing
 from forewarn.core.changes import Change
@@ -79,10 +80,16 @@ class QueueDelivery:
     async def attempt(self, delivery: Delivery) -> Attempt:
         attempts = delivery.attempts + 1
         name = delivery.target.rpartition(":")[2]
+        copies, delay = faults_of(self.service).fate(delivery.delivery_id)
         error = None
+
+        def send(engine: Engine) -> list[Change]:
+            queues = engine.component(Ec2Component).queues
+            return [change for _ in range(copies) for change in queues.send(name, delivery.payload, delay=delay)]
+
         try:
             await self.service.perform_soon(
-                lambda engine: engine.component(Ec2Component).queues.send(name, delivery.payload),
+                send,
                 check=lambda engine: self.check(engine, delivery.target, name),
             )
         except CoreError as refused:

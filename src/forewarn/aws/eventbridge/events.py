@@ -62,7 +62,7 @@ def bus_events(changes: list[Change], engine: Engine) -> list[dict[str, Any]]:
             action = change.action
             instance = component.ec2_instances[action.instance_id]
             metadata = _metadata(engine, action)
-            detail = {**hook_message(action, metadata), "Origin": "AutoScalingGroup", "Destination": "EC2"}
+            detail = hook_message(action, metadata)
             for key in ("Service", "Time", "AccountId", "RequestId"):
                 detail.pop(key)
             event = envelope(
@@ -96,10 +96,13 @@ def _metadata(engine: Engine, action: LifecycleAction) -> str | None:
 
 def hook_message(action: LifecycleAction, metadata: str | None) -> dict[str, Any]:
     """The message a lifecycle hook sends to its notification target (an SQS queue)."""
+    origin, destination = (
+        ("AutoScalingGroup", "EC2") if action.transition == TERMINATING else ("EC2", "AutoScalingGroup")
+    )
     message: dict[str, Any] = {
-        "Origin": "AutoScalingGroup",
+        "Origin": origin,
         "LifecycleHookName": action.hook,
-        "Destination": "EC2",
+        "Destination": destination,
         "AccountId": "",
         "RequestId": action.token,
         "LifecycleTransition": action.transition,

@@ -4,7 +4,7 @@ answers, and each check's grade. Plain data, no cloud named here: a cloud gives 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -160,6 +160,27 @@ class Observer(Protocol):
     def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
         """The cloud's own checks, beside the common ones (EC2: IMDSv2 token use)."""
         ...
+
+
+class ObserverWithoutApproval:
+    """What the observers of clouds whose handlers approve nothing (EC2, Compute Engine) share: no call approves, and
+    an event is over for the handler once it has left the ``live`` statuses or its start (NotBefore) has come, after
+    which what happens is the platform's."""
+
+    live: Collection[str] = ()
+
+    def approvals(self, calls: Sequence[Call]) -> list[Approval]:
+        return []
+
+    def settled(self, states: Mapping[str, EventState], now: float) -> bool:
+        return all(
+            state.status not in self.live or (state.not_before is not None and state.not_before <= now)
+            for state in states.values()
+        )
+
+    def listed_events(self, client: Any, path: str) -> dict[str, dict[str, Any]]:
+        """Every event the control API lists at ``path`` (the ended ones too), by its id."""
+        return {str(event["event_id"]): event for event in client.call("GET", path, all="true")}
 
 
 @dataclass(frozen=True)

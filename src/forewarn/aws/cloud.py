@@ -46,17 +46,8 @@ class AwsCloud:
 
     def component(self, footing: Footing, stored: Any | None) -> Ec2Component:
         from forewarn.aws.component import Ec2Component, StoredEc2
-        from forewarn.aws.model import Ec2Rules
 
-        return Ec2Component(
-            footing.fleet,
-            footing.seed,
-            footing.rules.of(Ec2Rules),
-            footing.scheduler,
-            footing.sequence,
-            stored or StoredEc2(),
-            footing.created_at,
-        )
+        return Ec2Component(footing, stored or StoredEc2())
 
     def fleet_section(self) -> Ec2FleetSection:
         from forewarn.aws.fleet import Ec2FleetSection

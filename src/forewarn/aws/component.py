@@ -60,10 +60,9 @@ from forewarn.core.bounds import (
     whole_second_ceiling,
 )
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
+from forewarn.core.component import Footing, OnFooting
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
-from forewarn.core.scheduler import Scheduler, Sequence
-from forewarn.fleet.model import Fleet
 
 
 @dataclass(frozen=True)
@@ -114,26 +113,14 @@ class Ec2Rows:
     actions: Mapping[str, LifecycleAction | None] = field(default_factory=dict)
 
 
-class Ec2Component:
+class Ec2Component(OnFooting[Ec2Rules]):
     """State: ``ec2_instances`` (deployed and launched), ``ec2_states``, ``ec2_events`` and the per-instance event
     order, ``ec2_windows`` and ``notification_attributes``; ``queues``, the SQS queues and their messages; ``bus``, the EventBridge rules;
     ``lifecycle``, the Auto Scaling lifecycle hooks and the actions instances wait on."""
 
-    def __init__(
-        self,
-        fleet: Fleet,
-        seed: str,
-        rules: Ec2Rules,
-        scheduler: Scheduler,
-        sequence: Sequence,
-        stored: StoredEc2,
-        created_at: datetime,
-    ) -> None:
-        self.fleet = fleet
-        self.seed = seed
-        self.rules = rules
-        self._scheduler = scheduler
-        self._sequence = sequence
+    def __init__(self, footing: Footing, stored: StoredEc2) -> None:
+        super().__init__(footing, footing.rules.of(Ec2Rules))
+        fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
         self._start_deadline = scheduler.kind("ec2-start", self._start_ec2, self._start_stale)
         self._end_deadline = scheduler.kind("ec2-end", self._end_ec2, self._end_stale)
         self._spot_deadline = scheduler.kind("spot", self._spot_action, self._spot_stale)
@@ -141,7 +128,7 @@ class Ec2Component:
         self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in stored.windows if w.state != "deleted"}
         self.notification_attributes = stored.notification_attributes or NotificationAttributes()
         self.ec2_instances: dict[str, Ec2Instance] = dict(ec2_fleet(fleet).instances)
-        self.queues = Queues(seed, lambda: scheduler.now, sequence, stored.queues, stored.messages)
+        self.queues = Queues(self.seed, lambda: scheduler.now, sequence, stored.queues, stored.messages)
         self.bus = EventBus(stored.rules)
         self._hook_deadline = scheduler.kind("asg-hook", self._hook_timeout, self._hook_stale)
         self.lifecycle = LifecycleHooks(stored.hooks, stored.actions)
@@ -171,10 +158,6 @@ class Ec2Component:
         for state in self.ec2_states.values():
             if (at := _pending_spot_action(state)) is not None:
                 scheduler.add(at, self._spot_deadline, state.instance_id)
-
-    @property
-    def now(self) -> datetime:
-        return self._scheduler.now
 
     # ------------------------------------------------------------------------------------------------ queries
     def ec2_instance(self, instance_id: str) -> Ec2Instance:
@@ -243,7 +226,7 @@ class Ec2Component:
             if event_window is not None and request.code in PLACED_CODES and request.not_before is None:
                 start, end = event_window.place(not_before, window)  # the platform picks a time in the window
                 end = None if window is None else end
-            seq = self._sequence.take()
+            seq = self.sequence.take()
             event = Ec2Event(
                 event_id=f"instance-event-{hex17(self.seed, 'ec2-event', seq)}",
                 seq=seq,
@@ -257,7 +240,7 @@ class Ec2Component:
                 created_at=self.now,
             )
             self._index_ec2(event)
-            self._scheduler.add(start, self._start_deadline, event.event_id)
+            self.scheduler.add(start, self._start_deadline, event.event_id)
             placed = f" in event window {event_window.window_id}" if event_window and start != not_before else ""
             changes.append(Ec2EventChanged(event, "scheduled", f"for {instance.instance_id}{placed}"))
         return changes
@@ -299,7 +282,7 @@ class Ec2Component:
             event, not_before=not_before, not_after=None if event.not_after is None else event.not_after + shift
         )
         self._index_ec2(event)
-        self._scheduler.add(not_before, self._start_deadline, event.event_id)
+        self.scheduler.add(not_before, self._start_deadline, event.event_id)
         return [Ec2EventChanged(event, "rescheduled", f"to {not_before.isoformat()}")]
 
     def start_instance(self, instance_id: str) -> list[Change]:
@@ -339,7 +322,7 @@ class Ec2Component:
         for instance in instances:
             state = replace(self.ec2_states[instance.instance_id], spot_action=action, spot_action_time=at)
             self.ec2_states[instance.instance_id] = state
-            self._scheduler.add(at, self._spot_deadline, instance.instance_id)
+            self.scheduler.add(at, self._spot_deadline, instance.instance_id)
             changes.append(Ec2StateChanged(state, "interrupted", f"Spot interruption: {action} at {at.isoformat()}"))
         return changes
 
@@ -399,7 +382,7 @@ class Ec2Component:
         if len(self.ec2_windows) >= MAX_WINDOWS:
             raise Invalid(f"at most {MAX_WINDOWS} event windows per Region")
         window = EventWindow(
-            f"iew-{hex17(self.seed, 'window', self._sequence.take())}", name, tuple(time_ranges), cron, tags=tuple(tags)
+            f"iew-{hex17(self.seed, 'window', self.sequence.take())}", name, tuple(time_ranges), cron, tags=tuple(tags)
         )
         self.ec2_windows[window.window_id] = window
         return [Ec2WindowChanged(window, "created")]
@@ -552,7 +535,7 @@ class Ec2Component:
         ends_at = self.now + self.rules.impact[event.code]
         event = replace(event, started_at=self.now, ends_at=ends_at)
         self._index_ec2(event)
-        self._scheduler.add(ends_at, self._end_deadline, event.event_id)
+        self.scheduler.add(ends_at, self._end_deadline, event.event_id)
         changes: list[Change] = [Ec2EventChanged(event, "started", "NotBefore passed")]
         return changes + self._ec2_impact(event, state)
 
@@ -588,15 +571,7 @@ class Ec2Component:
         if instance.auto_scaling_group is not None:
             hooks = self.lifecycle.of_group(instance.auto_scaling_group, TERMINATING)
             held = bool(hooks) and state.lifecycle_state == "InService"
-            state = replace(
-                state,
-                state=InstanceState.TERMINATED,
-                impacted_by=None,
-                impact_until=None,
-                lifecycle_state="Terminated",
-                terminated_at=self.now,
-            )
-            self.ec2_states[state.instance_id] = state
+            state = self._terminated(state)
             if held:
                 down = Ec2StateChanged(state, "terminated", f"by {cause}; Terminating:Wait on its lifecycle hooks")
                 return [down] + self._hold_for_hooks(state.instance_id, hooks, decrement=False)
@@ -615,7 +590,7 @@ class Ec2Component:
         return [Ec2StateChanged(state, to.value, f"by {cause}")]
 
     def _launch_replacement(self, instance: Ec2Instance, cause: str) -> list[Change]:
-        new_id = f"i-{hex17(self.seed, 'replacement', instance.instance_id, self._sequence.take())}"
+        new_id = f"i-{hex17(self.seed, 'replacement', instance.instance_id, self.sequence.take())}"
         host = self.fleet.next_host(self.ec2_states[instance.instance_id].host)
         origin = self.ec2_states[instance.instance_id].origin or instance.instance_id
         self.ec2_instances[new_id] = self._replacement_record(origin, new_id, host)
@@ -704,7 +679,7 @@ class Ec2Component:
         self.lifecycle.replicate(rows.hooks, rows.actions)
         for action in rows.actions.values():
             if action is not None and action.result is None:
-                self._scheduler.add(action.timeout_at, self._hook_deadline, action.token)
+                self.scheduler.add(action.timeout_at, self._hook_deadline, action.token)
         changes += [MessageChanged(message, REPLICATED) for message in rows.messages.values() if message is not None]
         if rows.notification_attributes is not None:
             self.notification_attributes = rows.notification_attributes
@@ -729,7 +704,7 @@ class Ec2Component:
                 self.ec2_instances[instance_id] = self._replacement_record(state.origin, instance_id, state.host)
             at = _pending_spot_action(state)
             if at is not None and (old is None or (old.spot_action_time, old.state) != (at, state.state)):
-                self._scheduler.add(at, self._spot_deadline, instance_id)
+                self.scheduler.add(at, self._spot_deadline, instance_id)
             changes.append(Ec2StateChanged(state, REPLICATED, "committed by the leader"))
         instances: set[str] = set()
         for event_id, gone in rows.events.items():
@@ -743,9 +718,9 @@ class Ec2Component:
             instances.add(event.instance_id)
             if event.state is Ec2EventState.ACTIVE and old_event != event:  # stale ones are told by their times
                 if event.started_at is None:
-                    self._scheduler.add(event.not_before, self._start_deadline, event.event_id)
+                    self.scheduler.add(event.not_before, self._start_deadline, event.event_id)
                 elif event.ends_at is not None:
-                    self._scheduler.add(event.ends_at, self._end_deadline, event.event_id)
+                    self.scheduler.add(event.ends_at, self._end_deadline, event.event_id)
             changes.append(Ec2EventChanged(event, REPLICATED, "committed by the leader"))
         for instance_id in instances:
             self._ec2_by_instance[instance_id].sort(key=lambda event_id: self.ec2_events[event_id].seq)
@@ -758,14 +733,14 @@ class Ec2Component:
         for event in sorted(self.ec2_events.values(), key=lambda e: e.seq):
             if event.state is Ec2EventState.ACTIVE:
                 if event.started_at is None:
-                    self._scheduler.add(event.not_before, self._start_deadline, event.event_id)
+                    self.scheduler.add(event.not_before, self._start_deadline, event.event_id)
                 elif event.ends_at is not None:
-                    self._scheduler.add(event.ends_at, self._end_deadline, event.event_id)
+                    self.scheduler.add(event.ends_at, self._end_deadline, event.event_id)
         for state in self.ec2_states.values():
             if (at := _pending_spot_action(state)) is not None:
-                self._scheduler.add(at, self._spot_deadline, state.instance_id)
+                self.scheduler.add(at, self._spot_deadline, state.instance_id)
         for action in self.lifecycle.actions.values():
-            self._scheduler.add(action.timeout_at, self._hook_deadline, action.token)
+            self.scheduler.add(action.timeout_at, self._hook_deadline, action.token)
 
     # ----------------------------------------------------------------------------------- Auto Scaling hooks
     def put_lifecycle_hook(self, hook: LifecycleHook) -> list[Change]:
@@ -808,7 +783,7 @@ class Ec2Component:
         changes: list[Change] = []
         for hook in hooks:
             action = LifecycleAction(
-                token=derived_guid(self.seed, "lifecycle", instance_id, hook.name, self._sequence.take()).lower(),
+                token=derived_guid(self.seed, "lifecycle", instance_id, hook.name, self.sequence.take()).lower(),
                 group=hook.group,
                 hook=hook.name,
                 instance_id=instance_id,
@@ -818,7 +793,7 @@ class Ec2Component:
                 global_at=self.now + timedelta(seconds=hook.global_timeout),
                 decrement=decrement,
             )
-            self._scheduler.add(action.timeout_at, self._hook_deadline, action.token)
+            self.scheduler.add(action.timeout_at, self._hook_deadline, action.token)
             changes += self.lifecycle.start(action)
         return changes
 
@@ -834,7 +809,7 @@ class Ec2Component:
         found = self.lifecycle.find(group, hook, token, instance_id)
         changes = self.lifecycle.heartbeat(found, self.now)
         moved = self.lifecycle.actions[found.token]
-        self._scheduler.add(moved.timeout_at, self._hook_deadline, moved.token)
+        self.scheduler.add(moved.timeout_at, self._hook_deadline, moved.token)
         return changes
 
     def _hook_stale(self, token: str, at: datetime) -> bool:
@@ -867,6 +842,11 @@ class Ec2Component:
         cause = "its Auto Scaling group (scale-in)"
         if not decrement:
             return self._ec2_down(state, InstanceState.TERMINATED, cause)
+        state = self._terminated(state)
+        return [Ec2StateChanged(state, "terminated", f"by {cause}; not replaced (desired capacity decremented)")]
+
+    def _terminated(self, state: Ec2State) -> Ec2State:
+        """The instance terminated now by its Auto Scaling group, kept as such."""
         state = replace(
             state,
             state=InstanceState.TERMINATED,
@@ -876,7 +856,7 @@ class Ec2Component:
             terminated_at=self.now,
         )
         self.ec2_states[state.instance_id] = state
-        return [Ec2StateChanged(state, "terminated", f"by {cause}; not replaced (desired capacity decremented)")]
+        return state
 
 
 class RescheduleRefused(Invalid):

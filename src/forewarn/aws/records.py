@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChanged, Ec2StateChanged, Ec2WindowChanged
 from forewarn.aws.component import Ec2Rows, StoredEc2
@@ -27,7 +27,19 @@ from forewarn.aws.queues import (
     Redrive,
 )
 from forewarn.aws.windows import EventWindow, TimeRange
-from forewarn.store.records import Reader, Records, Rows, Touched, Writer, time_from_text, time_text
+from forewarn.store.records import (
+    Records,
+    RecordTable,
+    Writer,
+    any_touched,
+    load_tables,
+    reload_tables,
+    time_from_text,
+    time_text,
+)
+
+if TYPE_CHECKING:
+    from forewarn.store.records import Reader, Rows, Touched
 
 NOTIFICATION_ATTRIBUTES_KEY = "ec2_notification_attributes"  # in forewarn_meta
 
@@ -270,25 +282,36 @@ def decode_action(text: str) -> LifecycleAction:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
+EVENTS = RecordTable("forewarn_ec2_events", "event_id", decode_ec2_event, ("seq", "instance_id"), order_by="seq")
+INSTANCES = RecordTable("forewarn_ec2_instances", "instance_id", decode_ec2_state)
+WINDOWS = RecordTable("forewarn_ec2_windows", "window_id", decode_window)
+QUEUES = RecordTable("forewarn_sqs_queues", "name", decode_queue)
+MESSAGES = RecordTable("forewarn_sqs_messages", "message_key", decode_message, ("seq", "queue"), order_by="seq")
+RULES = RecordTable("forewarn_eventbridge_rules", "name", decode_rule)
+HOOKS = RecordTable("forewarn_asg_hooks", "hook_key", decode_hook)
+ACTIONS = RecordTable("forewarn_asg_actions", "token", decode_action)
+# under StoredEc2's and Ec2Rows' names (the notification attributes are a meta key)
+EC2_STATE = {
+    "events": EVENTS,
+    "states": INSTANCES,
+    "windows": WINDOWS,
+    "queues": QUEUES,
+    "messages": MESSAGES,
+    "rules": RULES,
+    "hooks": HOOKS,
+    "actions": ACTIONS,
+}
+
+
 def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
     event = change.event
-    rows.write(
-        "INSERT INTO forewarn_ec2_events (event_id, seq, instance_id, data) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
-        (event.event_id, event.seq, event.instance_id, encode_ec2_event(event)),
-    )
-    rows.touch("forewarn_ec2_events", event.event_id)
+    EVENTS.put(rows, event.event_id, event.seq, event.instance_id, encode_ec2_event(event))
     rows.journal(f"ec2 {change.what}", event.event_id, {"instance": event.instance_id, "reason": change.reason})
 
 
 def _state_changed(change: Ec2StateChanged, rows: Rows) -> None:
     state = change.state
-    rows.write(
-        "INSERT INTO forewarn_ec2_instances (instance_id, data) VALUES (?, ?) "
-        "ON CONFLICT (instance_id) DO UPDATE SET data = excluded.data",
-        (state.instance_id, encode_ec2_state(state)),
-    )
-    rows.touch("forewarn_ec2_instances", state.instance_id)
+    INSTANCES.put(rows, state.instance_id, encode_ec2_state(state))
     rows.journal(f"instance {change.what}", None, {"instance": state.instance_id, "reason": change.reason})
 
 
@@ -300,68 +323,35 @@ def _attributes_changed(change: Ec2NotificationAttributesChanged, rows: Rows) ->
 def _window_changed(change: Ec2WindowChanged, rows: Rows) -> None:
     window = change.window
     if window.state == "deleted":
-        rows.write("DELETE FROM forewarn_ec2_windows WHERE window_id = ?", (window.window_id,))
+        WINDOWS.delete(rows, window.window_id)
     else:
-        rows.write(
-            "INSERT INTO forewarn_ec2_windows (window_id, data) VALUES (?, ?) "
-            "ON CONFLICT (window_id) DO UPDATE SET data = excluded.data",
-            (window.window_id, encode_window(window)),
-        )
-    rows.touch("forewarn_ec2_windows", window.window_id)
+        WINDOWS.put(rows, window.window_id, encode_window(window))
     rows.journal(f"window {change.what}", None, {"window": window.window_id})
 
 
 def _queue_changed(change: QueueChanged, rows: Rows) -> None:
     # A deleted queue keeps its row, marked deleted (one statement per table keeps a queue deleted and created again
     # in one group commit in order; queues are few).
-    queue = change.queue
-    rows.write(
-        "INSERT INTO forewarn_sqs_queues (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data",
-        (queue.name, encode_queue(queue)),
-    )
-    rows.touch("forewarn_sqs_queues", queue.name)
-    rows.journal(f"queue {change.what}", None, {"queue": queue.name})
+    QUEUES.put(rows, change.queue.name, encode_queue(change.queue))
+    rows.journal(f"queue {change.what}", None, {"queue": change.queue.name})
 
 
 def _rule_changed(change: RuleChanged, rows: Rows) -> None:
     # As queues: a deleted rule keeps its row, marked deleted.
-    rule = change.rule
-    rows.write(
-        "INSERT INTO forewarn_eventbridge_rules (name, data) VALUES (?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
-        (rule.name, encode_rule(rule)),
-    )
-    rows.touch("forewarn_eventbridge_rules", rule.name)
-    rows.journal(f"rule {change.what}", None, {"rule": rule.name})
+    RULES.put(rows, change.rule.name, encode_rule(change.rule))
+    rows.journal(f"rule {change.what}", None, {"rule": change.rule.name})
 
 
 def _hook_changed(change: HookChanged, rows: Rows) -> None:
-    hook = change.hook
-    rows.write(
-        "INSERT INTO forewarn_asg_hooks (hook_key, data) VALUES (?, ?) "
-        "ON CONFLICT (hook_key) DO UPDATE SET data = excluded.data",
-        (hook.key, encode_hook(hook)),
-    )
-    rows.touch("forewarn_asg_hooks", hook.key)
-    rows.journal(f"lifecycle hook {change.what}", None, {"hook": hook.key})
+    HOOKS.put(rows, change.hook.key, encode_hook(change.hook))
+    rows.journal(f"lifecycle hook {change.what}", None, {"hook": change.hook.key})
 
 
 def _action_changed(change: LifecycleActionChanged, rows: Rows) -> None:
     action = change.action
-    rows.write(
-        "INSERT INTO forewarn_asg_actions (token, data) VALUES (?, ?) "
-        "ON CONFLICT (token) DO UPDATE SET data = excluded.data",
-        (action.token, encode_action(action)),
-    )
-    rows.touch("forewarn_asg_actions", action.token)
+    ACTIONS.put(rows, action.token, encode_action(action))
     detail = {"instance": action.instance_id, "hook": action.hook, "result": action.result}
     rows.journal(f"lifecycle action {change.what}", None, detail)
-
-
-MESSAGE_UPSERT = (
-    "INSERT INTO forewarn_sqs_messages (message_key, seq, queue, data) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (message_key) DO UPDATE SET data = excluded.data"
-)
 
 
 def _message_changed(change: MessageChanged, rows: Rows) -> None:
@@ -369,109 +359,32 @@ def _message_changed(change: MessageChanged, rows: Rows) -> None:
     key = message_key(message)
     # Upserts run before deletes (a commit runs each statement in the order it first appeared): a message received
     # and deleted in one group commit is gone after it. A deleted key is never written again (IDs are not reused).
-    rows.statements.setdefault(MESSAGE_UPSERT, [])
+    rows.statements.setdefault(MESSAGES.upsert, [])
     if message.deleted:
-        rows.write("DELETE FROM forewarn_sqs_messages WHERE message_key = ?", (key,))
+        MESSAGES.delete(rows, key)
     else:
-        rows.write(MESSAGE_UPSERT, (key, message.seq, message.queue, encode_message(message)))
-    rows.touch("forewarn_sqs_messages", key)
+        MESSAGES.put(rows, key, message.seq, message.queue, encode_message(message))
     if change.what in ("moved", "expired"):  # the rest are a queue's everyday traffic, not worth a journal line
         rows.journal(f"message {change.what}", None, {"queue": message.queue, "message": message.message_id})
 
 
 def _load(reader: Reader) -> dict[str, Any]:
-    return {
-        "aws": StoredEc2(
-            events=[
-                decode_ec2_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_ec2_events ORDER BY seq")
-            ],
-            states=[decode_ec2_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_ec2_instances")],
-            windows=[decode_window(row[0]) for row in reader.rows("SELECT data FROM forewarn_ec2_windows")],
-            notification_attributes=decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)),
-            queues=[decode_queue(row[0]) for row in reader.rows("SELECT data FROM forewarn_sqs_queues")],
-            messages=[
-                decode_message(row[0]) for row in reader.rows("SELECT data FROM forewarn_sqs_messages ORDER BY seq")
-            ],
-            rules=[decode_rule(row[0]) for row in reader.rows("SELECT data FROM forewarn_eventbridge_rules")],
-            hooks=[decode_hook(row[0]) for row in reader.rows("SELECT data FROM forewarn_asg_hooks")],
-            actions=[decode_action(row[0]) for row in reader.rows("SELECT data FROM forewarn_asg_actions")],
-        )
-    }
+    attributes = decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY))
+    return {"aws": StoredEc2(**load_tables(reader, EC2_STATE), notification_attributes=attributes)}
 
 
 def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
     attributes = NOTIFICATION_ATTRIBUTES_KEY in touched.get("forewarn_meta", ())
-    if not attributes and not any(table in touched for table in EC2_TABLES):
+    if not attributes and not any_touched(touched, EC2_STATE.values()):
         return {}
-    return {
-        "aws": Ec2Rows(
-            events=reader.current(
-                "SELECT event_id, data FROM forewarn_ec2_events",
-                "event_id",
-                touched.get("forewarn_ec2_events", ()),
-                lambda row: decode_ec2_event(row[1]),
-            ),
-            states=reader.current(
-                "SELECT instance_id, data FROM forewarn_ec2_instances",
-                "instance_id",
-                touched.get("forewarn_ec2_instances", ()),
-                lambda row: decode_ec2_state(row[1]),
-            ),
-            windows=reader.current(
-                "SELECT window_id, data FROM forewarn_ec2_windows",
-                "window_id",
-                touched.get("forewarn_ec2_windows", ()),
-                lambda row: decode_window(row[1]),
-            ),
-            queues=reader.current(
-                "SELECT name, data FROM forewarn_sqs_queues",
-                "name",
-                touched.get("forewarn_sqs_queues", ()),
-                lambda row: decode_queue(row[1]),
-            ),
-            messages=reader.current(
-                "SELECT message_key, data FROM forewarn_sqs_messages",
-                "message_key",
-                touched.get("forewarn_sqs_messages", ()),
-                lambda row: decode_message(row[1]),
-            ),
-            rules=reader.current(
-                "SELECT name, data FROM forewarn_eventbridge_rules",
-                "name",
-                touched.get("forewarn_eventbridge_rules", ()),
-                lambda row: decode_rule(row[1]),
-            ),
-            hooks=reader.current(
-                "SELECT hook_key, data FROM forewarn_asg_hooks",
-                "hook_key",
-                touched.get("forewarn_asg_hooks", ()),
-                lambda row: decode_hook(row[1]),
-            ),
-            actions=reader.current(
-                "SELECT token, data FROM forewarn_asg_actions",
-                "token",
-                touched.get("forewarn_asg_actions", ()),
-                lambda row: decode_action(row[1]),
-            ),
-            notification_attributes=(
-                decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
-                if attributes
-                else None
-            ),
-        )
-    }
+    current_attributes = (
+        decode_attributes(reader.meta.get(NOTIFICATION_ATTRIBUTES_KEY)) or NotificationAttributes()
+        if attributes
+        else None
+    )
+    return {"aws": Ec2Rows(**reload_tables(reader, touched, EC2_STATE), notification_attributes=current_attributes)}
 
 
-EC2_TABLES = (
-    "forewarn_ec2_events",
-    "forewarn_ec2_instances",
-    "forewarn_ec2_windows",
-    "forewarn_sqs_queues",
-    "forewarn_sqs_messages",
-    "forewarn_eventbridge_rules",
-    "forewarn_asg_hooks",
-    "forewarn_asg_actions",
-)
 EC2_RECORDS = Records(
     "aws",
     [
@@ -486,6 +399,6 @@ EC2_RECORDS = Records(
         Writer(LifecycleActionChanged, _action_changed),
     ],
     _load,
-    tables=EC2_TABLES,
+    tables=tuple(table.name for table in EC2_STATE.values()),
     reload=_reload,
 )

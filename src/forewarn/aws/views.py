@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from forewarn.aws.model import Ec2Event
-from forewarn.core.times import format_optional_time, format_time
+from forewarn.core.times import formatted_times
 
 
 class Ec2EventOut(BaseModel):
@@ -29,10 +29,7 @@ class Ec2EventOut(BaseModel):
             code=event.code.value,
             state=event.state.value,
             description=event.shown_description,
-            not_before=format_time(event.not_before),
-            not_after=format_optional_time(event.not_after),
-            not_before_deadline=format_optional_time(event.not_before_deadline),
-            created_at=format_time(event.created_at),
-            started_at=format_optional_time(event.started_at),
-            ended_at=format_optional_time(event.ended_at),
+            **formatted_times(
+                event, "not_before", "not_after", "not_before_deadline", "created_at", "started_at", "ended_at"
+            ),
         )

@@ -47,17 +47,8 @@ class AzureCloud:
 
     def component(self, footing: Footing, stored: Any | None) -> AzureComponent:
         from forewarn.azure.component import AzureComponent, StoredAzure
-        from forewarn.azure.rules import AzureRules
 
-        return AzureComponent(
-            footing.fleet,
-            footing.seed,
-            footing.rules.of(AzureRules),
-            footing.scheduler,
-            footing.sequence,
-            stored or StoredAzure(),
-            footing.created_at,
-        )
+        return AzureComponent(footing, stored or StoredAzure())
 
     def fleet_section(self) -> AzureFleetSection:
         from forewarn.azure.fleet import AzureFleetSection

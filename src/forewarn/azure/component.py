@@ -46,11 +46,10 @@ from forewarn.core.bounds import (
     iso_time,
 )
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
+from forewarn.core.component import Footing, OnFooting
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
-from forewarn.core.scheduler import Scheduler, Sequence
-from forewarn.fleet.model import Fleet
 
 INITIAL_INCARNATION = 1
 MAX_EXTRA_IMPACTS = 100
@@ -98,26 +97,14 @@ class DocumentStep:
 EventEndedListener = Callable[[Event, DocumentStep], list[Change]]
 
 
-class AzureComponent:
+class AzureComponent(OnFooting[AzureRules]):
     """State: ``events`` (by EventId) and their ``operations``, each scope's ``incarnations``, ``vm_states``,
     ``policies`` and ``last_seen`` (enabling); in memory only, which VMs each host runs and the live events of each
     scope."""
 
-    def __init__(
-        self,
-        fleet: Fleet,
-        seed: str,
-        rules: AzureRules,
-        scheduler: Scheduler,
-        sequence: Sequence,
-        stored: StoredAzure,
-        created_at: datetime,
-    ) -> None:
-        self.fleet = fleet
-        self.seed = seed
-        self.rules = rules
-        self._scheduler = scheduler
-        self._sequence = sequence
+    def __init__(self, footing: Footing, stored: StoredAzure) -> None:
+        super().__init__(footing, footing.rules.of(AzureRules))
+        fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
         self._event_ended: list[EventEndedListener] = []
         self._start_deadline = scheduler.kind("azure-start", self._start_due, self._start_stale)
         self._complete_deadline = scheduler.kind("azure-complete", self._complete_due, self._not_started)
@@ -168,10 +155,6 @@ class AzureComponent:
         for state in self.vm_states.changed():
             if state.impact_until is not None:
                 scheduler.add(state.impact_until, self._recover_deadline, state.name)
-
-    @property
-    def now(self) -> datetime:
-        return self._scheduler.now
 
     def on_event_ended(self, listener: EventEndedListener) -> None:
         """``listener(event, step)`` whenever an event becomes Completed or Canceled."""
@@ -289,10 +272,10 @@ class AzureComponent:
             group = vm.name if request.per_vm else vm.scope
             operations.setdefault(host, {}).setdefault(group, []).append(vm)
         for host, groups in operations.items():
-            operation_id = derived_guid(self.seed, "operation", self._sequence.next_number)
+            operation_id = derived_guid(self.seed, "operation", self.sequence.next_number)
             for vms in groups.values():
                 scope = vms[0].scope
-                seq = self._sequence.take()
+                seq = self.sequence.take()
                 event = Event(
                     event_id=derived_guid(self.seed, "event", seq),
                     seq=seq,
@@ -319,7 +302,7 @@ class AzureComponent:
             if request.start_now:
                 changes += self._start_operation(operation_id, request.reason or "started at once", step)
             else:
-                self._scheduler.add(not_before, self._start_deadline, operation_id)
+                self.scheduler.add(not_before, self._start_deadline, operation_id)
         return changes
 
     def check_request(self, request: ScheduleRequest) -> tuple[datetime, timedelta, int, str]:
@@ -771,7 +754,7 @@ class AzureComponent:
             event = event.moved_to(EventStatus.STARTED, self.now)
             self._index(event)
             ends_at = _impact_end(event)
-            self._scheduler.add(ends_at, self._complete_deadline, event.event_id)
+            self.scheduler.add(ends_at, self._complete_deadline, event.event_id)
             step.touch(event.scope)
             changes.append(EventChanged(event, "started", reason))
             impact = self.impact_of(event)
@@ -783,7 +766,7 @@ class AzureComponent:
     def _set_extra_impacts(self, event: Event) -> None:
         for at in event.extra_impact_times():
             if at > self.now or (at == self.now and event.started_at == self.now):
-                self._scheduler.add(at, self._extra_deadline, event.event_id)
+                self.scheduler.add(at, self._extra_deadline, event.event_id)
 
     def _impact(self, name: str, impact: Impact, cause: str, duration_seconds: int, latest: datetime) -> list[Change]:
         """An impact begins on one VM; it recovers after the event's DurationInSeconds (or the rule's default for
@@ -803,7 +786,7 @@ class AzureComponent:
                 self._members(state.host)[name] = None
         if impact is Impact.DELETE:
             return [VmChanged(state, "deleted", f"{impact.value} by {cause}")]
-        self._scheduler.add(until, self._recover_deadline, name)
+        self.scheduler.add(until, self._recover_deadline, name)
         detail = f" to host {new_host}" if new_host else ""
         return [VmChanged(state, "impacted", f"{impact.value}{detail} by {cause}")]
 
@@ -884,7 +867,7 @@ class AzureComponent:
                 if new_host is not None:
                     self._members(new_host)[name] = None
             if state.impact_until is not None and (old is None or old.impact_until != state.impact_until):
-                self._scheduler.add(state.impact_until, self._recover_deadline, name)
+                self.scheduler.add(state.impact_until, self._recover_deadline, name)
             changes.append(VmChanged(state, REPLICATED, "committed by the leader"))
         scopes: set[str] = set()
         removed = False
@@ -904,9 +887,9 @@ class AzureComponent:
                 event.ends_at,
             ):
                 if event.status is EventStatus.SCHEDULED:
-                    self._scheduler.add(event.not_before, self._start_deadline, event.operation_id)
+                    self.scheduler.add(event.not_before, self._start_deadline, event.operation_id)
                 elif event.status is EventStatus.STARTED:
-                    self._scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
+                    self.scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
                     self._set_extra_impacts(event)
             changes.append(EventChanged(event, REPLICATED, "committed by the leader"))
         for scope, incarnation in rows.incarnations.items():
@@ -942,13 +925,13 @@ class AzureComponent:
         """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""
         for event in sorted(self.events.values(), key=lambda e: e.seq):
             if event.status is EventStatus.SCHEDULED:
-                self._scheduler.add(event.not_before, self._start_deadline, event.operation_id)
+                self.scheduler.add(event.not_before, self._start_deadline, event.operation_id)
             elif event.status is EventStatus.STARTED:
-                self._scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
+                self.scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
                 self._set_extra_impacts(event)
         for state in self.vm_states.values():
             if state.impact_until is not None:
-                self._scheduler.add(state.impact_until, self._recover_deadline, state.name)
+                self.scheduler.add(state.impact_until, self._recover_deadline, state.name)
 
 
 def _impact_end(event: Event) -> datetime:

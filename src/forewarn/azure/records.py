@@ -9,13 +9,16 @@ from __future__ import annotations
 import functools
 import json
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
-from forewarn.store.records import Reader, Records, Rows, Touched, Writer, compact, time_from_text, time_text
+from forewarn.store.records import RecordTable, Writer, compact, records_of_tables, time_from_text, time_text
+
+if TYPE_CHECKING:
+    from forewarn.store.records import Rows
 
 
 def encode_event(event: Event) -> str:
@@ -130,130 +133,49 @@ def decode_policy(text: str) -> Policy:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
-EVENT_UPSERT = (
-    "INSERT INTO forewarn_azure_events (event_id, seq, scope, status, data) VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (event_id) DO UPDATE SET status = excluded.status, data = excluded.data"
+EVENTS = RecordTable(
+    "forewarn_azure_events", "event_id", decode_event, ("seq", "scope", "status"), updated=("status",), order_by="seq"
 )
-VM_UPSERT = (
-    "INSERT INTO forewarn_azure_vms (name, data) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET data = excluded.data"
-)
-SCOPE_UPSERT = (
-    "INSERT INTO forewarn_azure_scopes (scope, incarnation) VALUES (?, ?) "
-    "ON CONFLICT (scope) DO UPDATE SET incarnation = excluded.incarnation"
-)
+SCOPES = RecordTable("forewarn_azure_scopes", "scope", int, record="incarnation", keyed=True)
+VMS = RecordTable("forewarn_azure_vms", "name", decode_vm_state)
+POLICIES = RecordTable("forewarn_azure_policies", "owner", decode_policy)
+ENABLED = RecordTable("forewarn_azure_enabled", "scope", datetime.fromisoformat, record="at", keyed=True)
+# under StoredAzure's and AzureRows' names
+AZURE_STATE = {"events": EVENTS, "incarnations": SCOPES, "vm_states": VMS, "policies": POLICIES, "enabled": ENABLED}
 
 
 # An event, a VM or a scope that one commit changes several times (an approval moves its event to approved, then to
 # Started) gets one row, its latest state (Rows.write_last); the journal keeps every step.
 def _event_changed(change: EventChanged, rows: Rows) -> None:
     event = change.event
-    rows.write_last(
-        EVENT_UPSERT,
-        event.event_id,
-        lambda: (event.event_id, event.seq, event.scope, event.status.value, encode_event(event)),
+    EVENTS.put_last(
+        rows, event.event_id, lambda: (event.event_id, event.seq, event.scope, event.status.value, encode_event(event))
     )
-    rows.touch("forewarn_azure_events", event.event_id)
     rows.journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
 
 
 def _vm_changed(change: VmChanged, rows: Rows) -> None:
     state = change.state
-    rows.write_last(VM_UPSERT, state.name, lambda: (state.name, encode_vm_state(state)))
-    rows.touch("forewarn_azure_vms", state.name)
+    VMS.put_last(rows, state.name, lambda: (state.name, encode_vm_state(state)))
     rows.journal(f"vm {change.what}", None, {"vm": state.name, "reason": change.reason})
 
 
 def _policy_changed(change: PolicyChanged, rows: Rows) -> None:
-    rows.write(
-        "INSERT INTO forewarn_azure_policies (owner, data) VALUES (?, ?) "
-        "ON CONFLICT (owner) DO UPDATE SET data = excluded.data",
-        (change.policy.owner, encode_policy(change.policy)),
-    )
-    rows.touch("forewarn_azure_policies", change.policy.owner)
+    POLICIES.put(rows, change.policy.owner, encode_policy(change.policy))
     rows.journal("policy", None, {"owner": change.policy.owner})
 
 
 def _scope_enabled(change: ScopeEnabled, rows: Rows) -> None:
-    rows.write(
-        "INSERT INTO forewarn_azure_enabled (scope, at) VALUES (?, ?) "
-        "ON CONFLICT (scope) DO UPDATE SET at = excluded.at",
-        (change.scope, change.at.isoformat()),
-    )
-    rows.touch("forewarn_azure_enabled", change.scope)
+    ENABLED.put(rows, change.scope, change.at.isoformat())
     rows.journal("enabled", None, {"scope": change.scope})
 
 
 def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
     # No journal line: the event change that moved the incarnation has one.
-    rows.write_last(SCOPE_UPSERT, change.scope, lambda: (change.scope, change.incarnation))
-    rows.touch("forewarn_azure_scopes", change.scope)
+    SCOPES.put_last(rows, change.scope, lambda: (change.scope, change.incarnation))
 
 
-def _load(reader: Reader) -> dict[str, Any]:
-    enabled: dict[str, datetime] = {
-        scope: datetime.fromisoformat(at) for scope, at in reader.rows("SELECT scope, at FROM forewarn_azure_enabled")
-    }
-    return {
-        "azure": StoredAzure(
-            events=[decode_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_azure_events ORDER BY seq")],
-            incarnations={
-                scope: int(value)
-                for scope, value in reader.rows("SELECT scope, incarnation FROM forewarn_azure_scopes")
-            },
-            vm_states=[decode_vm_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_azure_vms")],
-            policies=[decode_policy(row[0]) for row in reader.rows("SELECT data FROM forewarn_azure_policies")],
-            enabled=enabled,
-        )
-    }
-
-
-def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
-    if not any(table in touched for table in AZURE_TABLES):
-        return {}
-    return {
-        "azure": AzureRows(
-            events=reader.current(
-                "SELECT event_id, data FROM forewarn_azure_events",
-                "event_id",
-                touched.get("forewarn_azure_events", ()),
-                lambda row: decode_event(row[1]),
-            ),
-            incarnations=reader.current(
-                "SELECT scope, incarnation FROM forewarn_azure_scopes",
-                "scope",
-                touched.get("forewarn_azure_scopes", ()),
-                lambda row: int(row[1]),
-            ),
-            vm_states=reader.current(
-                "SELECT name, data FROM forewarn_azure_vms",
-                "name",
-                touched.get("forewarn_azure_vms", ()),
-                lambda row: decode_vm_state(row[1]),
-            ),
-            policies=reader.current(
-                "SELECT owner, data FROM forewarn_azure_policies",
-                "owner",
-                touched.get("forewarn_azure_policies", ()),
-                lambda row: decode_policy(row[1]),
-            ),
-            enabled=reader.current(
-                "SELECT scope, at FROM forewarn_azure_enabled",
-                "scope",
-                touched.get("forewarn_azure_enabled", ()),
-                lambda row: datetime.fromisoformat(row[1]),
-            ),
-        )
-    }
-
-
-AZURE_TABLES = (
-    "forewarn_azure_events",
-    "forewarn_azure_scopes",
-    "forewarn_azure_vms",
-    "forewarn_azure_policies",
-    "forewarn_azure_enabled",
-)
-AZURE_RECORDS = Records(
+AZURE_RECORDS = records_of_tables(
     "azure",
     [
         Writer(EventChanged, _event_changed),
@@ -262,7 +184,7 @@ AZURE_RECORDS = Records(
         Writer(ScopeEnabled, _scope_enabled),
         Writer(IncarnationChanged, _incarnation_changed),
     ],
-    _load,
-    tables=AZURE_TABLES,
-    reload=_reload,
+    AZURE_STATE,
+    StoredAzure,
+    AzureRows,
 )

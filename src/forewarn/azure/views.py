@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 from forewarn.azure.model import Event
-from forewarn.core.times import format_optional_time, format_time
+from forewarn.core.times import format_time, formatted_times
 
 
 class EventOut(BaseModel):
@@ -39,10 +39,7 @@ class EventOut(BaseModel):
             description=event.description,
             duration_seconds=event.duration_seconds,
             impact_window_seconds=event.impact_window.total_seconds(),
-            created_at=format_time(event.created_at),
-            started_at=format_optional_time(event.started_at),
-            ends_at=format_optional_time(event.ends_at),
-            ended_at=format_optional_time(event.ended_at),
+            **formatted_times(event, "created_at", "started_at", "ends_at", "ended_at"),
             approvals=list(event.approvals),
             operation_id=event.operation_id,
         )

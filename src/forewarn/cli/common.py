@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import SplitResult, urlsplit
@@ -146,6 +146,78 @@ def emit(data: Any, as_json: bool, render: Callable[[Any], object]) -> None:
         render(data)
 
 
+def print_answer(ctx: click.Context, path: str, as_json: bool, render: Callable[[Any], object], **query: Any) -> None:
+    """GET ``path`` of the control API (``query``: its parameters) and print the answer (as JSON with --json)."""
+    emit(run(lambda: control_client(ctx).get(path, params=query or None)), as_json, render)
+
+
+def print_outcome_of(
+    ctx: click.Context,
+    path: str,
+    as_json: bool,
+    render: Callable[[Any], object],
+    body: dict[str, Any] | None = None,
+    one: bool = False,
+) -> None:
+    """POST ``body`` to ``path`` of the control API and print the outcome (``one``: a single record, printed as a list
+    of one, as the listing prints it)."""
+    outcome = run(lambda: control_client(ctx).post(path, body))
+    emit([outcome] if one else outcome, as_json, render)
+
+
+def listing_command(
+    group: click.Group,
+    name: str,
+    path: str,
+    render: Callable[[Any], object],
+    help_text: str,
+    all_help: str | None = None,
+) -> None:
+    """Add to ``group`` the command ``name`` that prints what GET ``path`` answers; with ``all_help``, its flag --all
+    asks for every record, the ended ones too."""
+
+    @click.pass_context
+    def listing(ctx: click.Context, as_json: bool, include_all: bool = False) -> None:
+        if all_help is None:
+            print_answer(ctx, path, as_json, render)
+        else:
+            print_answer(ctx, path, as_json, render, all=str(include_all).lower())
+
+    command = JSON_OPTION(listing)
+    if all_help is not None:
+        command = click.option("--all", "include_all", is_flag=True, help=all_help)(command)
+    group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
+
+
+def action_command(
+    group: click.Group, name: str, path: str, render: Callable[[Any], object], help_text: str, one: bool = False
+) -> None:
+    """Add to ``group`` the command ``name`` with one argument, the one ``path`` names in braces: it POSTs to ``path``
+    with the argument put in and prints the outcome (``one``: a single record, printed as a list of one)."""
+    argument = path[path.index("{") + 1 : path.index("}")]
+
+    @click.pass_context
+    def action(ctx: click.Context, as_json: bool, **given: str) -> None:
+        print_outcome_of(ctx, path.format(**given), as_json, render, one=one)
+
+    command = click.argument(argument)(JSON_OPTION(action))
+    group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
+
+
+def names_command(
+    group: click.Group, name: str, path: str, argument: str, render: Callable[[Any], object], help_text: str
+) -> None:
+    """Add to ``group`` the command ``name`` that POSTs the names it is given (``argument``: one or more, each
+    comma-separated or not) to ``path`` under that key, and prints the outcome."""
+
+    @click.pass_context
+    def names(ctx: click.Context, as_json: bool, **given: tuple[str, ...]) -> None:
+        print_outcome_of(ctx, path, as_json, render, {argument: split_names(given[argument])})
+
+    command = click.argument(argument, nargs=-1, required=True)(JSON_OPTION(names))
+    group.command(name=name, context_settings=CONTEXT, help=help_text)(command)
+
+
 def split_names(values: tuple[str, ...]) -> list[str]:
     """Names given comma-separated, repeated, or both."""
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
@@ -171,33 +243,58 @@ def print_table(rows: Sequence[Sequence[str]], cell_limit: int | None = None) ->
         click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
 
 
-def print_events(events: list[dict[str, Any]]) -> None:
-    if not events:
-        click.echo("no events")
+def print_records(
+    records: list[dict[str, Any]],
+    header: tuple[str, ...],
+    row: Callable[[dict[str, Any]], tuple[str, ...]],
+    empty: str | None = None,
+) -> None:
+    """Records as a table under ``header``, one ``row`` each; ``empty``, when given, is said instead of an empty
+    table."""
+    if not records and empty is not None:
+        click.echo(empty)
         return
-    rows = [("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES")]
-    for e in events:
-        rows.append(
-            (e["event_id"], e["status"], e["type"], e["source"], short_time(e["not_before"]), ",".join(e["resources"]))
-        )
-    print_table(rows)
+    print_table([header, *(row(record) for record in records)])
+
+
+def print_parts(outcome: dict[str, Any], printers: Mapping[str, Callable[[Any], None]], nothing: str = "") -> None:
+    """Each non-empty part of a command's outcome with its printer, in the printers' order; ``nothing``, when given,
+    is said when every part is empty."""
+    for part, render in printers.items():
+        if outcome[part]:
+            render(outcome[part])
+    if nothing and not any(outcome[part] for part in printers):
+        click.echo(nothing)
+
+
+def print_events(events: list[dict[str, Any]]) -> None:
+    print_records(
+        events,
+        ("EVENT ID", "STATUS", "TYPE", "SOURCE", "NOT BEFORE (UTC)", "RESOURCES"),
+        lambda e: (
+            e["event_id"],
+            e["status"],
+            e["type"],
+            e["source"],
+            short_time(e["not_before"]),
+            ",".join(e["resources"]),
+        ),
+        empty="no events",
+    )
 
 
 def print_ec2_events(events: list[dict[str, Any]]) -> None:
-    if not events:
-        click.echo("no events")
-        return
-    rows = [("EVENT ID", "INSTANCE", "CODE", "STATE", "NOT BEFORE (UTC)", "NOT AFTER", "DEADLINE")]
-    for e in events:
-        rows.append(
-            (
-                e["event_id"],
-                e["instance_id"],
-                e["code"],
-                e["state"],
-                short_time(e["not_before"]),
-                short_time(e["not_after"]),
-                short_time(e["not_before_deadline"]),
-            )
-        )
-    print_table(rows)
+    print_records(
+        events,
+        ("EVENT ID", "INSTANCE", "CODE", "STATE", "NOT BEFORE (UTC)", "NOT AFTER", "DEADLINE"),
+        lambda e: (
+            e["event_id"],
+            e["instance_id"],
+            e["code"],
+            e["state"],
+            short_time(e["not_before"]),
+            short_time(e["not_after"]),
+            short_time(e["not_before_deadline"]),
+        ),
+        empty="no events",
+    )

@@ -7,8 +7,9 @@ other command starts fast.
 from __future__ import annotations
 
 import errno
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -16,6 +17,18 @@ from forewarn.cli.common import CONTEXT, fail
 from forewarn.core.clock import MODES
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def port_option(flag: str, default: int, help_text: str) -> Callable[[F], F]:
+    """An option naming a port (0 to 65535), its default shown in the help."""
+    return click.option(flag, default=default, type=click.IntRange(0, 65535), show_default=True, help=help_text)
+
+
+def measure_option(flag: str, metavar: str, default: str, help_text: str) -> Callable[[F], F]:
+    """An option giving a duration or a size as text, its default shown in the help."""
+    return click.option(flag, metavar=metavar, default=default, show_default=True, help=help_text)
 
 
 def key_pairs(values: tuple[str, ...]) -> dict[str, str] | None:
@@ -134,36 +147,12 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 )
 @click.option("--db", default="forewarn.db", show_default=True, help="SQLite file, ':memory:', or a postgresql:// URL.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
-@click.option("--port", default=8170, type=click.IntRange(0, 65535), show_default=True, help="Control API port.")
-@click.option(
-    "--arm-port",
-    default=8171,
-    type=click.IntRange(0, 65535),
-    show_default=True,
-    help="Azure Resource Manager–shaped management API port, on --host (0: off).",
-)
-@click.option(
-    "--ec2-port",
-    default=8172,
-    type=click.IntRange(0, 65535),
-    show_default=True,
-    help="EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).",
-)
-@click.option(
-    "--gce-port",
-    default=8173,
-    type=click.IntRange(0, 65535),
-    show_default=True,
-    help="Compute Engine API port, on --host, for google-cloud-compute (api_endpoint; 0: off).",
-)
+@port_option("--port", 8170, "Control API port.")
+@port_option("--arm-port", 8171, "Azure Resource Manager–shaped management API port, on --host (0: off).")
+@port_option("--ec2-port", 8172, "EC2 Query API port, on --host, for boto3 and the aws CLI (--endpoint-url; 0: off).")
+@port_option("--gce-port", 8173, "Compute Engine API port, on --host, for google-cloud-compute (api_endpoint; 0: off).")
 @click.option("--imds-host", default="127.0.0.1", show_default=True, help="Metadata endpoint address.")
-@click.option(
-    "--imds-port",
-    default=8169,
-    type=click.IntRange(0, 65535),
-    show_default=True,
-    help="Metadata endpoint port (real IMDS: 169.254.169.254:80).",
-)
+@port_option("--imds-port", 8169, "Metadata endpoint port (real IMDS: 169.254.169.254:80).")
 @click.option(
     "--vm-ports/--no-vm-ports",
     default=True,
@@ -267,33 +256,29 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     metavar="FILE",
     help="Bearer tokens and role assignments for the ARM port (docs/azure-central.md); without it, no token is needed.",
 )
-@click.option(
+@measure_option(
     "--resource-graph-retention",
-    metavar="DURATION",
-    default="30d",
-    show_default=True,
-    help="How long Resource Graph keeps a scheduled event's row after its last change (live ones stay).",
+    "DURATION",
+    "30d",
+    "How long Resource Graph keeps a scheduled event's row after its last change (live ones stay).",
 )
-@click.option(
+@measure_option(
     "--resource-graph-delay",
-    metavar="DURATION",
-    default="0s",
-    show_default=True,
-    help="How long a change takes to show in Resource Graph (Azure: 'within 5 minutes in general').",
+    "DURATION",
+    "0s",
+    "How long a change takes to show in Resource Graph (Azure: 'within 5 minutes in general').",
 )
-@click.option(
+@measure_option(
     "--resource-graph-query-timeout",
-    metavar="DURATION",
-    default="30s",
-    show_default=True,
-    help="Wall time a Resource Graph query may run before it is stopped and answered QueryTimeout.",
+    "DURATION",
+    "30s",
+    "Wall time a Resource Graph query may run before it is stopped and answered QueryTimeout.",
 )
-@click.option(
+@measure_option(
     "--resource-graph-memory",
-    metavar="SIZE",
-    default="2GiB",
-    show_default=True,
-    help="Memory Resource Graph's DuckDB may use for its rows and all queries together; a query needing more is "
+    "SIZE",
+    "2GiB",
+    "Memory Resource Graph's DuckDB may use for its rows and all queries together; a query needing more is "
     "refused (QueryMemoryLimitExceeded).",
 )
 @click.option(

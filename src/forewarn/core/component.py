@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from forewarn.core.changes import Change
 from forewarn.core.scheduler import Scheduler, Sequence
@@ -29,6 +29,25 @@ class Footing:
     scheduler: Scheduler
     sequence: Sequence
     created_at: datetime
+
+
+R = TypeVar("R")
+
+
+class OnFooting(Generic[R]):
+    """What every cloud's component keeps of its footing (with the rules read as the cloud's own type ``R``), and
+    the engine's time, which is its deadline heap's."""
+
+    def __init__(self, footing: Footing, rules: R) -> None:
+        self.fleet = footing.fleet
+        self.seed = footing.seed
+        self.rules = rules
+        self.scheduler = footing.scheduler
+        self.sequence = footing.sequence
+
+    @property
+    def now(self) -> datetime:
+        return self.scheduler.now
 
 
 class Component(Protocol):

@@ -7,6 +7,7 @@ UTC, and people paste ``2026-04-20T22:26:58`` meaning just that). Times are writ
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from forewarn.core.errors import Invalid
 
@@ -32,3 +33,9 @@ def format_time(moment: datetime) -> str:
 
 def format_optional_time(moment: datetime | None) -> str | None:
     return None if moment is None else format_time(moment)
+
+
+def formatted_times(record: object, *names: str) -> dict[str, Any]:
+    """The moments ``names`` of ``record`` (its attributes), each formatted as ``format_time`` does (None kept): what a
+    view shows of a record's times, under the record's names for them."""
+    return {name: format_optional_time(getattr(record, name)) for name in names}

@@ -46,17 +46,8 @@ class GcpCloud:
 
     def component(self, footing: Footing, stored: Any | None) -> GcpComponent:
         from forewarn.gcp.component import GcpComponent, StoredGcp
-        from forewarn.gcp.model import GceRules
 
-        return GcpComponent(
-            footing.fleet,
-            footing.seed,
-            footing.rules.of(GceRules),
-            footing.scheduler,
-            footing.sequence,
-            stored or StoredGcp(),
-            footing.created_at,
-        )
+        return GcpComponent(footing, stored or StoredGcp())
 
     def fleet_section(self) -> GceFleetSection:
         from forewarn.gcp.fleet import GceFleetSection

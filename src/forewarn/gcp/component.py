@@ -19,10 +19,9 @@ from forewarn.core.bounds import (
     whole_second_ceiling,
 )
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
+from forewarn.core.component import Footing, OnFooting
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
-from forewarn.core.scheduler import Scheduler, Sequence
-from forewarn.fleet.model import Fleet
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import (
@@ -96,24 +95,24 @@ def numeric_id(seed: str, *parts: object) -> str:
     return str(10**18 + int(derived_guid(seed, *parts).replace("-", ""), 16) % (9 * 10**18))
 
 
-class GcpComponent:
+def _as_deployed(name: str, instance: GceInstance, created_at: datetime) -> GceState:
+    """An instance's state before anything happened to it: running where the fleet put it, since its deployment."""
+    return GceState(
+        name,
+        InstanceStatus.RUNNING,
+        instance.host,
+        instance.on_host_maintenance,
+        instance.automatic_restart,
+        created_at,
+    )
+
+
+class GcpComponent(OnFooting[GceRules]):
     """State: ``gce_states`` (per instance), ``gce_events`` and each instance's event order."""
 
-    def __init__(
-        self,
-        fleet: Fleet,
-        seed: str,
-        rules: GceRules,
-        scheduler: Scheduler,
-        sequence: Sequence,
-        stored: StoredGcp,
-        created_at: datetime,
-    ) -> None:
-        self.fleet = fleet
-        self.seed = seed
-        self.rules = rules
-        self._scheduler = scheduler
-        self._sequence = sequence
+    def __init__(self, footing: Footing, stored: StoredGcp) -> None:
+        super().__init__(footing, footing.rules.of(GceRules))
+        fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
         self._notice = scheduler.kind("gce-notice", self._give_notice, self._notice_stale)
         self._start = scheduler.kind("gce-start", self._start_event, self._start_stale)
         self._end = scheduler.kind("gce-end", self._end_event, self._end_stale)
@@ -124,15 +123,7 @@ class GcpComponent:
         # Where each instance runs now (migrations and restarts move it): a wave's host units read it.
         self._on_host: dict[str, dict[str, None]] = {}
         self.gce_states: dict[str, GceState] = {
-            name: GceState(
-                name,
-                InstanceStatus.RUNNING,
-                instance.host,
-                instance.on_host_maintenance,
-                instance.automatic_restart,
-                created_at,
-            )
-            for name, instance in gce_fleet(fleet).instances.items()
+            name: _as_deployed(name, instance, created_at) for name, instance in gce_fleet(fleet).instances.items()
         }
         for state in self.gce_states.values():
             self._on_host.setdefault(state.host, {})[state.name] = None
@@ -149,10 +140,6 @@ class GcpComponent:
             self._index(event)
             sequence.past(event.seq)
             self._stored_deadline(event)
-
-    @property
-    def now(self) -> datetime:
-        return self._scheduler.now
 
     def on_event_ended(self, listener: EventEndedListener) -> None:
         """``listener(event)`` whenever a maintenance event becomes completed or canceled."""
@@ -284,7 +271,7 @@ class GcpComponent:
                 if state.on_host_maintenance is OnHostMaintenance.MIGRATE
                 else MaintenanceKind.TERMINATE
             )
-            seq = self._sequence.take()
+            seq = self.sequence.take()
             event = GceMaintenance(
                 event_id=numeric_id(self.seed, "gce-maintenance", seq),
                 seq=seq,
@@ -434,7 +421,7 @@ class GcpComponent:
                 self.gce_states[instance.name], preempted=True, preempt_at=at, status=InstanceStatus.STOPPING
             )
             self._put(state)
-            self._scheduler.add(at, self._preempt, instance.name)
+            self.scheduler.add(at, self._preempt, instance.name)
             changes.append(GceStateChanged(state, "preempted", f"preemption notice; stops at {at.isoformat()}"))
         return changes
 
@@ -455,7 +442,7 @@ class GcpComponent:
             state = replace(state, status=InstanceStatus.TERMINATED, stopped_at=self.now, restart_at=restart_at)
             self._put(state)
             if restart_at is not None:
-                self._scheduler.add(restart_at, self._restart, instance.name)
+                self.scheduler.add(restart_at, self._restart, instance.name)
             changes.append(GceStateChanged(state, "crashed", f"host error on {state.host}"))
         return changes
 
@@ -477,11 +464,11 @@ class GcpComponent:
             at = self._notice_time(event)
             if at <= self.now:
                 return self._give_notice(event.event_id)
-            self._scheduler.add(at, self._notice, event.event_id)
+            self.scheduler.add(at, self._notice, event.event_id)
         elif event.state is EventState.NOTIFIED:
-            self._scheduler.add(event.window_start, self._start, event.event_id)
+            self.scheduler.add(event.window_start, self._start, event.event_id)
         elif event.state is EventState.ONGOING and event.ends_at is not None:
-            self._scheduler.add(event.ends_at, self._end, event.event_id)
+            self.scheduler.add(event.ends_at, self._end, event.event_id)
         return []
 
     def _notice_time(self, event: GceMaintenance) -> datetime:
@@ -628,19 +615,12 @@ class GcpComponent:
                 continue
             old = self.gce_states.get(name)
             if state is None:
-                state = GceState(
-                    name,
-                    InstanceStatus.RUNNING,
-                    instance.host,
-                    instance.on_host_maintenance,
-                    instance.automatic_restart,
-                    created_at,
-                )
+                state = _as_deployed(name, instance, created_at)
             self.gce_states[name] = state
             if state.preempt_at is not None and (old is None or old.preempt_at != state.preempt_at):
-                self._scheduler.add(state.preempt_at, self._preempt, name)
+                self.scheduler.add(state.preempt_at, self._preempt, name)
             if state.restart_at is not None and (old is None or old.restart_at != state.restart_at):
-                self._scheduler.add(state.restart_at, self._restart, name)
+                self.scheduler.add(state.restart_at, self._restart, name)
             changes.append(GceStateChanged(state, REPLICATED, "committed by the leader"))
         instances: set[str] = set()
         for event_id, gone in rows.events.items():
@@ -664,7 +644,7 @@ class GcpComponent:
     def _stored_deadline(self, event: GceMaintenance) -> None:
         """The deadline a stored event sets, as loading it sets it: a notice already due fires at the catch-up."""
         if event.state is EventState.PENDING:
-            self._scheduler.add(self._notice_time(event), self._notice, event.event_id)
+            self.scheduler.add(self._notice_time(event), self._notice, event.event_id)
         else:
             self._set_deadline(event)
 
@@ -672,8 +652,8 @@ class GcpComponent:
         """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""
         for state in self.gce_states.values():
             if state.preempt_at is not None:
-                self._scheduler.add(state.preempt_at, self._preempt, state.name)
+                self.scheduler.add(state.preempt_at, self._preempt, state.name)
             if state.restart_at is not None:
-                self._scheduler.add(state.restart_at, self._restart, state.name)
+                self.scheduler.add(state.restart_at, self._restart, state.name)
         for event in sorted(self.gce_events.values(), key=lambda e: e.seq):
             self._stored_deadline(event)

@@ -19,7 +19,7 @@ from forewarn.gcp.model import (
     MaintenanceType,
     OnHostMaintenance,
 )
-from forewarn.store.records import Reader, Records, Rows, Touched, Writer
+from forewarn.store.records import RecordTable, Rows, Writer, records_of_tables
 
 _ENUMS: dict[str, Any] = {
     "kind": MaintenanceKind,
@@ -87,66 +87,28 @@ def decode_gce_state(text: str) -> GceState:
     return state
 
 
+EVENTS = RecordTable("forewarn_gce_events", "event_id", decode_gce_event, ("seq", "instance"), order_by="seq")
+INSTANCES = RecordTable("forewarn_gce_instances", "name", decode_gce_state)
+GCP_STATE = {"events": EVENTS, "states": INSTANCES}  # under StoredGcp's and GcpRows' names
+
+
 def _event_changed(change: GceEventChanged, rows: Rows) -> None:
     event = change.event
-    rows.write(
-        "INSERT INTO forewarn_gce_events (event_id, seq, instance, data) VALUES (?, ?, ?, ?) "
-        "ON CONFLICT (event_id) DO UPDATE SET data = excluded.data",
-        (event.event_id, event.seq, event.instance, encode_gce_event(event)),
-    )
-    rows.touch("forewarn_gce_events", event.event_id)
+    EVENTS.put(rows, event.event_id, event.seq, event.instance, encode_gce_event(event))
     rows.journal(f"gce {change.what}", event.event_id, {"instance": event.instance, "reason": change.reason})
 
 
 def _state_changed(change: GceStateChanged, rows: Rows) -> None:
     state = change.state
-    rows.write(
-        "INSERT INTO forewarn_gce_instances (name, data) VALUES (?, ?) "
-        "ON CONFLICT (name) DO UPDATE SET data = excluded.data",
-        (state.name, encode_gce_state(state)),
-    )
-    rows.touch("forewarn_gce_instances", state.name)
+    INSTANCES.put(rows, state.name, encode_gce_state(state))
     if change.what != "watched":  # every first read after a maintenance: not worth a journal line each
         rows.journal(f"gce instance {change.what}", None, {"instance": state.name, "reason": change.reason})
 
 
-def _load(reader: Reader) -> dict[str, Any]:
-    return {
-        "gcp": StoredGcp(
-            events=[
-                decode_gce_event(row[0]) for row in reader.rows("SELECT data FROM forewarn_gce_events ORDER BY seq")
-            ],
-            states=[decode_gce_state(row[0]) for row in reader.rows("SELECT data FROM forewarn_gce_instances")],
-        )
-    }
-
-
-def _reload(reader: Reader, touched: Touched) -> dict[str, Any]:
-    if not any(table in touched for table in GCP_TABLES):
-        return {}
-    return {
-        "gcp": GcpRows(
-            events=reader.current(
-                "SELECT event_id, data FROM forewarn_gce_events",
-                "event_id",
-                touched.get("forewarn_gce_events", ()),
-                lambda row: decode_gce_event(row[1]),
-            ),
-            states=reader.current(
-                "SELECT name, data FROM forewarn_gce_instances",
-                "name",
-                touched.get("forewarn_gce_instances", ()),
-                lambda row: decode_gce_state(row[1]),
-            ),
-        )
-    }
-
-
-GCP_TABLES = ("forewarn_gce_events", "forewarn_gce_instances")
-GCP_RECORDS = Records(
+GCP_RECORDS = records_of_tables(
     "gcp",
     [Writer(GceEventChanged, _event_changed), Writer(GceStateChanged, _state_changed)],
-    _load,
-    tables=GCP_TABLES,
-    reload=_reload,
+    GCP_STATE,
+    StoredGcp,
+    GcpRows,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from forewarn.core.times import format_optional_time, format_time
+from forewarn.core.times import formatted_times
 from forewarn.gcp.model import GceMaintenance
 
 
@@ -35,12 +35,7 @@ class GceEventOut(BaseModel):
             state=event.state.value,
             announced=event.announced,
             can_reschedule=event.can_reschedule,
-            window_start=format_time(event.window_start),
-            window_end=format_time(event.window_end),
-            latest_window_start=format_time(event.latest_window_start),
-            created_at=format_time(event.created_at),
-            notice_at=format_optional_time(event.notice_at),
-            started_at=format_optional_time(event.started_at),
-            ended_at=format_optional_time(event.ended_at),
             reason=event.reason,
+            **formatted_times(event, "window_start", "window_end", "latest_window_start", "created_at"),
+            **formatted_times(event, "notice_at", "started_at", "ended_at"),
         )

@@ -154,6 +154,76 @@ class Reader:
 
 
 @dataclass(frozen=True)
+class RecordTable:
+    """A table that holds one record per key: the key column, the columns written beside the record when its row is
+    made (what queries order or select by), and the record's own column, which ``decode`` reads back. Its statements,
+    its touches and its reads are made here once for every component."""
+
+    name: str
+    key: str
+    decode: Callable[[Any], Any]
+    beside: tuple[str, ...] = ()
+    record: str = "data"
+    updated: tuple[str, ...] = ()  # columns of ``beside`` that an update rewrites too (the record always is)
+    order_by: str = ""  # the column the records load in the order of (none: the database's order)
+    keyed: bool = False  # loads as {key: record} rather than a list of records
+
+    @functools.cached_property
+    def upsert(self) -> str:
+        columns = (self.key, *self.beside, self.record)
+        updates = ", ".join(f"{column} = excluded.{column}" for column in (*self.updated, self.record))
+        return (
+            f"INSERT INTO {self.name} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))}) "
+            f"ON CONFLICT ({self.key}) DO UPDATE SET {updates}"
+        )
+
+    def put(self, rows: Rows, key: str, *values: Any) -> None:
+        """Write the row of ``key`` (``values``: the columns beside, then the record) and name it touched."""
+        rows.write(self.upsert, (key, *values))
+        rows.touch(self.name, key)
+
+    def put_last(self, rows: Rows, key: str, params: Callable[[], tuple[Any, ...]]) -> None:
+        """As ``put``, written once per command with the latest params (Rows.write_last)."""
+        rows.write_last(self.upsert, key, params)
+        rows.touch(self.name, key)
+
+    def delete(self, rows: Rows, key: str) -> None:
+        rows.write(f"DELETE FROM {self.name} WHERE {self.key} = ?", (key,))
+        rows.touch(self.name, key)
+
+    def load(self, reader: Reader) -> list[Any] | dict[str, Any]:
+        """Every stored record, decoded: a list, or by key for a ``keyed`` table."""
+        if self.keyed:
+            select = f"SELECT {self.key}, {self.record} FROM {self.name}"
+            return {key: self.decode(value) for key, value in reader.rows(select)}
+        order = f" ORDER BY {self.order_by}" if self.order_by else ""
+        return [self.decode(row[0]) for row in reader.rows(f"SELECT {self.record} FROM {self.name}{order}")]
+
+    def current(self, reader: Reader, touched: Touched) -> dict[str, Any]:
+        """The touched rows of this table as they are now, decoded (None for a row that is gone)."""
+        return reader.current(
+            f"SELECT {self.key}, {self.record} FROM {self.name}",
+            self.key,
+            touched.get(self.name, ()),
+            lambda row: self.decode(row[1]),
+        )
+
+
+def load_tables(reader: Reader, tables: Mapping[str, RecordTable]) -> dict[str, Any]:
+    """Each table's records under the name the component's stored state takes them by."""
+    return {name: table.load(reader) for name, table in tables.items()}
+
+
+def reload_tables(reader: Reader, touched: Touched, tables: Mapping[str, RecordTable]) -> dict[str, Any]:
+    """Each table's touched rows as they are now, under the name the component's replicated rows take them by."""
+    return {name: table.current(reader, touched) for name, table in tables.items()}
+
+
+def any_touched(touched: Touched, tables: Iterable[RecordTable]) -> bool:
+    return any(table.name in touched for table in tables)
+
+
+@dataclass(frozen=True)
 class Records:
     """A component's part of the store: the writers of the changes it makes, and ``load``, which reads its stored
     state back as named values (the names the engine takes them by, each name given by one component only)."""
@@ -169,6 +239,29 @@ class Records:
     # schema of a cloud kept outside forewarn, whose tables no numbered migration (store/migrations.py) creates. They
     # only add a table that is missing: a table already there is left as it is.
     schema: tuple[str, ...] = ()
+
+
+def records_of_tables(
+    owner: str,
+    writers: Sequence[Writer[Any]],
+    tables: Mapping[str, RecordTable],
+    stored: Callable[..., Any],
+    replicated: Callable[..., Any],
+    schema: tuple[str, ...] = (),
+) -> Records:
+    """The Records of a component whose whole stored state is ``tables`` (by the names its state takes them under):
+    loaded as ``stored(**records)``, reloaded as ``replicated(**touched rows)`` (``schema``: as Records')."""
+
+    def load(reader: Reader) -> dict[str, Any]:
+        return {owner: stored(**load_tables(reader, tables))}
+
+    def reload(reader: Reader, touched: Touched) -> dict[str, Any]:
+        if not any_touched(touched, tables.values()):
+            return {}
+        return {owner: replicated(**reload_tables(reader, touched, tables))}
+
+    names = tuple(table.name for table in tables.values())
+    return Records(owner, writers, load, tables=names, reload=reload, schema=schema)
 
 
 def _time_moved(change: TimeMoved, rows: Rows) -> None:

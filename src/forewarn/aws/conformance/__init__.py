@@ -10,20 +10,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from forewarn.conformance_cases import (
-    FAIL,
-    NOT_JUDGED,
-    PASS,
-    Approval,
-    Call,
-    Check,
-    CloudCases,
-    EventState,
-    Grade,
-    Observation,
-)
+from forewarn.conformance_cases import FAIL, NOT_JUDGED, PASS, CloudCases, EventState, Grade, ObserverWithoutApproval
+
+if TYPE_CHECKING:
+    from forewarn.conformance_cases import Call, Check, Observation
 
 SPOT = "spot:"  # the id the battery gives a Spot interruption of an instance: spot:INSTANCE
 REBALANCE = "rebalance:"
@@ -36,7 +28,9 @@ NOTICE_PATHS = {
 }
 
 
-class Ec2Observer:
+class Ec2Observer(ObserverWithoutApproval):
+    live = frozenset({"active"})  # EC2 asks for no approval: after NotBefore, what happens is the platform's
+
     def event_ids(self, answer: Any) -> list[str]:
         if isinstance(answer, str):  # the Auto Scaling API's TerminateInstanceInAutoScalingGroup
             return [LIFECYCLE + instance_id for instance_id in TERMINATING.findall(answer)]
@@ -60,14 +54,11 @@ class Ec2Observer:
                 return call.status == 200 and any(path in call.path for path in paths)
         return event_id.encode() in call.answer
 
-    def approvals(self, calls: Sequence[Call]) -> list[Approval]:
-        return []
-
     def event_states(
         self, client: Any, event_ids: Sequence[str], seconds_since_start: Callable[[str], float]
     ) -> dict[str, EventState]:
         states = {}
-        events = {e["event_id"]: e for e in client.call("GET", "/v1/ec2/events", all="true")}
+        events = self.listed_events(client, "/v1/ec2/events")
         for event_id in event_ids:
             if event_id.startswith(LIFECYCLE):
                 instance_id = event_id.removeprefix(LIFECYCLE)
@@ -96,14 +87,6 @@ class Ec2Observer:
                 seconds_since_start(ended) if ended else None,
             )
         return states
-
-    def settled(self, states: Mapping[str, EventState], now: float) -> bool:
-        """An event is over for the handler once it is no longer active, or once its NotBefore has come: EC2 asks
-        for no approval, and what happens after NotBefore is the platform's."""
-        return all(
-            state.status != "active" or (state.not_before is not None and state.not_before <= now)
-            for state in states.values()
-        )
 
     def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
         return {

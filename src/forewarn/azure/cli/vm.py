@@ -9,8 +9,13 @@ from forewarn.cli.common import (
     JSON_OPTION,
     control_client,
     emit,
+    listing_command,
+    names_command,
+    print_answer,
     print_events,
-    print_table,
+    print_outcome_of,
+    print_parts,
+    print_records,
     run,
     short_time,
     split_names,
@@ -18,20 +23,22 @@ from forewarn.cli.common import (
 
 
 def _print_vms(vms: list[dict]) -> None:
-    rows = [("VM", "POWER", "HOST", "BOOTED (UTC)", "IMPACTED BY", "MODEL")]
-    for vm in vms:
-        model = f"{vm['model_version']}" + ("" if vm["latest_model"] else " (not latest)")
-        rows.append((vm["name"], vm["power"], vm["host"], short_time(vm["booted_at"]), vm["impacted_by"] or "-", model))
-    print_table(rows)
+    print_records(
+        vms,
+        ("VM", "POWER", "HOST", "BOOTED (UTC)", "IMPACTED BY", "MODEL"),
+        lambda vm: (
+            vm["name"],
+            vm["power"],
+            vm["host"],
+            short_time(vm["booted_at"]),
+            vm["impacted_by"] or "-",
+            f"{vm['model_version']}" + ("" if vm["latest_model"] else " (not latest)"),
+        ),
+    )
 
 
 def _print_outcome(outcome: dict) -> None:
-    if outcome["events"]:
-        print_events(outcome["events"])
-    if outcome["vms"]:
-        _print_vms(outcome["vms"])
-    if not outcome["events"] and not outcome["vms"]:
-        click.echo("nothing changed")
+    print_parts(outcome, {"events": print_events, "vms": _print_vms}, nothing="nothing changed")
 
 
 @click.group(
@@ -48,12 +55,7 @@ def vm():
     """VMs: their running state, and the operations a user starts on them."""
 
 
-@vm.command(name="list", context_settings=CONTEXT)
-@JSON_OPTION
-@click.pass_context
-def vm_list(ctx, as_json):
-    """Every VM's power state, host, boot time and model version."""
-    emit(run(lambda: control_client(ctx).get("/v1/vms")), as_json, _print_vms)
+listing_command(vm, "list", "/v1/vms", _print_vms, "Every VM's power state, host, boot time and model version.")
 
 
 @vm.command(name="show", context_settings=CONTEXT)
@@ -62,7 +64,7 @@ def vm_list(ctx, as_json):
 @click.pass_context
 def vm_show(ctx, name, as_json):
     """One VM's running state."""
-    emit(run(lambda: control_client(ctx).get(f"/v1/vms/{name}")), as_json, lambda data: _print_vms([data]))
+    print_answer(ctx, f"/v1/vms/{name}", as_json, lambda data: _print_vms([data]))
 
 
 def _vm_operation(action: str, help_text: str, with_notice: bool):
@@ -78,7 +80,7 @@ def _vm_operation(action: str, help_text: str, with_notice: bool):
         body = {"vms": split_names(names)}
         if notice is not None:
             body["notice"] = notice
-        emit(run(lambda: control_client(ctx).post(f"/v1/vms/{action}", body)), as_json, _print_outcome)
+        print_outcome_of(ctx, f"/v1/vms/{action}", as_json, _print_outcome, body)
 
     vm.add_command(click.Command(action, callback=command, params=params, help=help_text, context_settings=CONTEXT))
 
@@ -101,11 +103,7 @@ def vmss():
 @click.pass_context
 def vmss_scale_in(ctx, name, count, as_json):
     """Remove instances, highest instance ids first (Terminate events if the profile is on)."""
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/scale-sets/{name}/scale-in", {"count": count})),
-        as_json,
-        _print_outcome,
-    )
+    print_outcome_of(ctx, f"/v1/scale-sets/{name}/scale-in", as_json, _print_outcome, {"count": count})
 
 
 @vmss.command(name="update-instances", context_settings=CONTEXT)
@@ -115,11 +113,8 @@ def vmss_scale_in(ctx, name, count, as_json):
 @click.pass_context
 def vmss_update_instances(ctx, name, instances, as_json):
     """Bring instances (all when none are named) to the latest model, so that profile changes apply to them."""
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/scale-sets/{name}/update-instances", {"vms": list(instances)})),
-        as_json,
-        _print_outcome,
-    )
+    body = {"vms": list(instances)}
+    print_outcome_of(ctx, f"/v1/scale-sets/{name}/update-instances", as_json, _print_outcome, body)
 
 
 def _print_policy(policy: dict) -> None:
@@ -147,7 +142,7 @@ def policy():
 @click.pass_context
 def policy_show(ctx, owner, as_json):
     """The policy of a scale set, an availability set or a standalone VM."""
-    emit(run(lambda: control_client(ctx).get(f"/v1/policies/{owner}")), as_json, _print_policy)
+    print_answer(ctx, f"/v1/policies/{owner}", as_json, _print_policy)
 
 
 def _profile_option(value: str | None) -> dict | None:
@@ -231,10 +226,9 @@ def platform_hardware_failure(ctx, hosts, event_type, as_json):
     body = {"hosts": split_names(hosts)}
     if event_type:
         body["type"] = event_type
-    emit(
-        run(lambda: control_client(ctx).post("/v1/platform/hardware-failure", body)),
-        as_json,
-        lambda outcome: _print_failure(split_names(hosts), outcome),
+    failed = split_names(hosts)
+    print_outcome_of(
+        ctx, "/v1/platform/hardware-failure", as_json, lambda outcome: _print_failure(failed, outcome), body
     )
 
 
@@ -259,15 +253,14 @@ def platform_predicted_failure(ctx, hosts, notice, as_json):
     body = {"hosts": split_names(hosts)}
     if notice:
         body["notice"] = notice
-    emit(run(lambda: control_client(ctx).post("/v1/platform/predicted-failure", body)), as_json, _print_outcome)
+    print_outcome_of(ctx, "/v1/platform/predicted-failure", as_json, _print_outcome, body)
 
 
-@platform.command(name="evict", context_settings=CONTEXT)
-@click.argument("vms", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def platform_evict(ctx, vms, as_json):
-    """Evict Spot VMs: Preempt with 30 s notice, then deleted."""
-    emit(
-        run(lambda: control_client(ctx).post("/v1/platform/evict", {"vms": split_names(vms)})), as_json, _print_outcome
-    )
+names_command(
+    platform,
+    "evict",
+    "/v1/platform/evict",
+    "vms",
+    _print_outcome,
+    "Evict Spot VMs: Preempt with 30 s notice, then deleted.",
+)

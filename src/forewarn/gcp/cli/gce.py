@@ -4,45 +4,52 @@ from __future__ import annotations
 
 import click
 
-from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, print_table, run, split_names
+from forewarn.cli.common import (
+    CONTEXT,
+    JSON_OPTION,
+    action_command,
+    control_client,
+    listing_command,
+    names_command,
+    print_outcome_of,
+    print_parts,
+    print_records,
+    run,
+    split_names,
+)
 
 
 def _print_instances(instances: list[dict]) -> None:
-    rows = [("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT", "UPCOMING")]
-    for i in instances:
-        upcoming = i["upcoming"]
-        rows.append(
-            (
-                i["name"],
-                i["status"] + (" (deleted)" if i["deleted"] else "") + (" (preempted)" if i["preempted"] else ""),
-                i["host"],
-                i["zone"],
-                i["on_host_maintenance"] + ("" if i["automatic_restart"] else ", no restart"),
-                i["maintenance_event"],
-                "-" if upcoming is None else f"{upcoming['window_start']} ({upcoming['type']})",
-            )
-        )
-    print_table(rows)
+    print_records(
+        instances,
+        ("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT", "UPCOMING"),
+        lambda i: (
+            i["name"],
+            i["status"] + (" (deleted)" if i["deleted"] else "") + (" (preempted)" if i["preempted"] else ""),
+            i["host"],
+            i["zone"],
+            i["on_host_maintenance"] + ("" if i["automatic_restart"] else ", no restart"),
+            i["maintenance_event"],
+            "-" if i["upcoming"] is None else f"{i['upcoming']['window_start']} ({i['upcoming']['type']})",
+        ),
+    )
 
 
 def _print_events(events: list[dict]) -> None:
-    if not events:
-        click.echo("no maintenance")
-        return
-    rows = [("EVENT ID", "INSTANCE", "KIND", "STATE", "WINDOW START", "WINDOW END", "ANNOUNCED")]
-    for e in events:
-        rows.append(
-            (
-                e["event_id"],
-                e["instance"],
-                e["kind"],
-                e["state"],
-                e["window_start"],
-                e["window_end"],
-                "yes" if e["announced"] else "no",
-            )
-        )
-    print_table(rows)
+    print_records(
+        events,
+        ("EVENT ID", "INSTANCE", "KIND", "STATE", "WINDOW START", "WINDOW END", "ANNOUNCED"),
+        lambda e: (
+            e["event_id"],
+            e["instance"],
+            e["kind"],
+            e["state"],
+            e["window_start"],
+            e["window_end"],
+            "yes" if e["announced"] else "no",
+        ),
+        empty="no maintenance",
+    )
 
 
 def notice_notes(events: list[dict], instances: list[dict]) -> list[str]:
@@ -81,10 +88,7 @@ def _print_with_notes(ctx: click.Context, events: list[dict], outcome: dict | No
 
 
 def _print_outcome(outcome: dict) -> None:
-    if outcome["events"]:
-        _print_events(outcome["events"])
-    if outcome["instances"]:
-        _print_instances(outcome["instances"])
+    print_parts(outcome, {"events": _print_events, "instances": _print_instances})
 
 
 @click.group(
@@ -107,25 +111,21 @@ def gce():
     """Compute Engine instances: host maintenance, preemption, host errors."""
 
 
-@gce.command(name="instances", context_settings=CONTEXT)
-@JSON_OPTION
-@click.pass_context
-def gce_instances(ctx, as_json):
-    """Every instance's status, host, scheduling, maintenance-event value and upcoming maintenance."""
-    emit(run(lambda: control_client(ctx).get("/v1/gce/instances")), as_json, _print_instances)
-
-
-@gce.command(name="events", context_settings=CONTEXT)
-@click.option("--all", "include_all", is_flag=True, help="Include completed and canceled maintenance.")
-@JSON_OPTION
-@click.pass_context
-def gce_events(ctx, include_all, as_json):
-    """Pending and ongoing maintenance, or all with --all."""
-    emit(
-        run(lambda: control_client(ctx).get("/v1/gce/maintenance", params={"all": str(include_all).lower()})),
-        as_json,
-        _print_events,
-    )
+listing_command(
+    gce,
+    "instances",
+    "/v1/gce/instances",
+    _print_instances,
+    "Every instance's status, host, scheduling, maintenance-event value and upcoming maintenance.",
+)
+listing_command(
+    gce,
+    "events",
+    "/v1/gce/maintenance",
+    _print_events,
+    "Pending and ongoing maintenance, or all with --all.",
+    all_help="Include completed and canceled maintenance.",
+)
 
 
 @gce.command(name="maintain", context_settings=CONTEXT)
@@ -170,20 +170,17 @@ def gce_maintain(ctx, instances, kind, notice, start, window, no_reschedule, lat
         "latest": latest,
         "type": maintenance_type,
     }
-    emit(
-        run(lambda: control_client(ctx).post("/v1/gce/maintenance", body)),
-        as_json,
-        lambda events: _print_with_notes(ctx, events),
-    )
+    print_outcome_of(ctx, "/v1/gce/maintenance", as_json, lambda events: _print_with_notes(ctx, events), body)
 
 
-@gce.command(name="cancel", context_settings=CONTEXT)
-@click.argument("event_id")
-@JSON_OPTION
-@click.pass_context
-def gce_cancel(ctx, event_id, as_json):
-    """Cancel maintenance that has not given its notice yet."""
-    emit([run(lambda: control_client(ctx).post(f"/v1/gce/maintenance/{event_id}/cancel"))], as_json, _print_events)
+action_command(
+    gce,
+    "cancel",
+    "/v1/gce/maintenance/{event_id}/cancel",
+    _print_events,
+    "Cancel maintenance that has not given its notice yet.",
+    one=True,
+)
 
 
 @gce.command(name="simulate", context_settings=CONTEXT)
@@ -192,24 +189,21 @@ def gce_cancel(ctx, event_id, as_json):
 @click.pass_context
 def gce_simulate(ctx, instance, as_json):
     """What simulateMaintenanceEvent does: the instance's own maintenance, after its notice (1 h with GPUs)."""
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/simulate-maintenance")),
+    print_outcome_of(
+        ctx,
+        f"/v1/gce/instances/{instance}/simulate-maintenance",
         as_json,
         lambda outcome: _print_with_notes(ctx, outcome["events"], outcome),
     )
 
 
-@gce.command(name="perform", context_settings=CONTEXT)
-@click.argument("instance")
-@JSON_OPTION
-@click.pass_context
-def gce_perform(ctx, instance, as_json):
-    """What performMaintenance does: announced maintenance starts 60 s from now (GPU instances too)."""
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/perform-maintenance")),
-        as_json,
-        _print_outcome,
-    )
+action_command(
+    gce,
+    "perform",
+    "/v1/gce/instances/{instance}/perform-maintenance",
+    _print_outcome,
+    "What performMaintenance does: announced maintenance starts 60 s from now (GPU instances too).",
+)
 
 
 @gce.command(name="reschedule", context_settings=CONTEXT)
@@ -222,11 +216,7 @@ def gce_reschedule(ctx, instance, start, notice, as_json):
     """Move announced maintenance to another start: at least the instance's notice from now (60 s; 1 h with GPUs), at
     most its latest window start."""
     body = {"start": start, "notice": notice}
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/reschedule-maintenance", body)),
-        as_json,
-        _print_outcome,
-    )
+    print_outcome_of(ctx, f"/v1/gce/instances/{instance}/reschedule-maintenance", as_json, _print_outcome, body)
 
 
 @gce.command(name="scheduling", context_settings=CONTEXT)
@@ -238,35 +228,29 @@ def gce_reschedule(ctx, instance, start, notice, as_json):
 def gce_scheduling(ctx, instance, on_host_maintenance, automatic_restart, as_json):
     """What setScheduling does, with Compute Engine's checks."""
     body = {"on_host_maintenance": on_host_maintenance, "automatic_restart": automatic_restart}
-    emit(
-        run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/scheduling", body)), as_json, _print_outcome
-    )
+    print_outcome_of(ctx, f"/v1/gce/instances/{instance}/scheduling", as_json, _print_outcome, body)
 
 
-@gce.command(name="preempt", context_settings=CONTEXT)
-@click.argument("instances", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def gce_preempt(ctx, instances, as_json):
-    """Preempt Spot or preemptible instances: preempted TRUE now, stopped (or deleted) 30 s later."""
-    body = {"instances": split_names(instances)}
-    emit(run(lambda: control_client(ctx).post("/v1/gce/preempt", body)), as_json, _print_outcome)
+names_command(
+    gce,
+    "preempt",
+    "/v1/gce/preempt",
+    "instances",
+    _print_outcome,
+    "Preempt Spot or preemptible instances: preempted TRUE now, stopped (or deleted) 30 s later.",
+)
 
 
-@gce.command(name="host-error", context_settings=CONTEXT)
-@click.argument("instances", nargs=-1, required=True)
-@JSON_OPTION
-@click.pass_context
-def gce_host_error(ctx, instances, as_json):
-    """The instances' host fails: no notice; they restart elsewhere if automaticRestart."""
-    body = {"instances": split_names(instances)}
-    emit(run(lambda: control_client(ctx).post("/v1/gce/host-error", body)), as_json, _print_outcome)
+names_command(
+    gce,
+    "host-error",
+    "/v1/gce/host-error",
+    "instances",
+    _print_outcome,
+    "The instances' host fails: no notice; they restart elsewhere if automaticRestart.",
+)
 
 
-@gce.command(name="start", context_settings=CONTEXT)
-@click.argument("instance")
-@JSON_OPTION
-@click.pass_context
-def gce_start(ctx, instance, as_json):
-    """Start a stopped (TERMINATED) instance."""
-    emit(run(lambda: control_client(ctx).post(f"/v1/gce/instances/{instance}/start")), as_json, _print_outcome)
+action_command(
+    gce, "start", "/v1/gce/instances/{instance}/start", _print_outcome, "Start a stopped (TERMINATED) instance."
+)

@@ -8,29 +8,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
-from forewarn.conformance_cases import (
-    FAIL,
-    NOT_JUDGED,
-    PASS,
-    Approval,
-    Call,
-    Check,
-    CloudCases,
-    EventState,
-    Grade,
-    Observation,
-)
+from forewarn.conformance_cases import FAIL, NOT_JUDGED, PASS, CloudCases, EventState, Grade, ObserverWithoutApproval
+
+if TYPE_CHECKING:
+    from forewarn.conformance_cases import Call, Check, Observation
 
 PREEMPTED = "preempted:"  # the id the battery gives a preemption of an instance: preempted:NAME
 UPCOMING = "upcoming:"  # maintenance announced ahead, by its event id
 MAINTENANCE_EVENT = "/instance/maintenance-event"
-LIVE = {"notified", "upcoming", "scheduled", "pending"}
 
 
-class GceObserver:
+class GceObserver(ObserverWithoutApproval):
+    live = frozenset({"notified", "upcoming", "scheduled", "pending"})
+
     def event_ids(self, answer: Any) -> list[str]:
         if isinstance(answer, list):
             return [
@@ -52,14 +45,11 @@ class GceObserver:
             return path.endswith("/instance/upcoming-maintenance")
         return path.endswith(MAINTENANCE_EVENT) and call.answer.strip() not in (b"NONE", b"")
 
-    def approvals(self, calls: Sequence[Call]) -> list[Approval]:
-        return []
-
     def event_states(
         self, client: Any, event_ids: Sequence[str], seconds_since_start: Callable[[str], float]
     ) -> dict[str, EventState]:
         states = {}
-        events = {str(e["event_id"]): e for e in client.call("GET", "/v1/gce/maintenance", all="true")}
+        events = self.listed_events(client, "/v1/gce/maintenance")
         for event_id in event_ids:
             if event_id.startswith(PREEMPTED):
                 name = event_id.removeprefix(PREEMPTED)
@@ -72,12 +62,6 @@ class GceObserver:
             when = seconds_since_start(start) if start else None
             states[event_id] = EventState(event_id, str(event["state"]), [event["instance"]], when, [])
         return states
-
-    def settled(self, states: Mapping[str, EventState], now: float) -> bool:
-        return all(
-            state.status not in LIVE or (state.not_before is not None and state.not_before <= now)
-            for state in states.values()
-        )
 
     def checks(self) -> Mapping[str, Callable[[Observation, Check], Grade]]:
         return {"wait_for_change": wait_for_change}

@@ -1,7 +1,8 @@
 """forewarn-agent (agent/) through every case of each cloud's battery, fast timing: the agent runs unmodified as a
 real process per machine, against the battery's real server, with the hooks docs/conformance.md gives it (a drain
-leaves a marker in the machine's own directory, a restore removes it; the probes check the marker). One test per
-cloud, so that xdist runs them side by side."""
+leaves a marker in the machine's own directory, a restore removes it; the probes check the marker). The tests are
+tests/conformance/test_agent_battery_{azure,aws,gcp}.py: a file per cloud, so that xdist (one worker a file) runs
+them side by side."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from forewarn.conformance import battery
 from forewarn.scenarios.testnet import free_ports
 
-AGENT_SOURCE = Path(__file__).resolve().parents[2] / "agent" / "src"
+AGENT_SOURCE = Path(__file__).resolve().parents[1] / "agent" / "src"
 DRAINED = 'test -f "$FOREWARN_STATE_DIR/drained"'
 RESTORED = 'test ! -f "$FOREWARN_STATE_DIR/drained"'
 DRAIN_HOOK = 'sleep 1; touch "$FOREWARN_STATE_DIR/drained"'
@@ -43,8 +44,8 @@ def agent_on_path(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(AGENT_SOURCE), os.environ.get("PYTHONPATH", "")]))
 
 
-@pytest.mark.parametrize("cloud", ["azure", "aws", "gcp"])
-def test_the_agent_passes_every_case_of_the_battery(forewarn_conformance, agent_on_path, cloud):
+def passes_every_case(forewarn_conformance, cloud: str) -> None:
+    """The agent through every case of ``cloud``'s battery: each passes."""
     verdict = forewarn_conformance(
         agent_command(cloud), clouds=[cloud], timing="fast", drained=DRAINED, restored=RESTORED
     )

@@ -25,11 +25,12 @@ run: bytecode
 
 ## make test: install test dependencies and run the whole suite (PostgreSQL at 127.0.0.1:5432, database test), on
 ## PYTEST_WORKERS processes (pytest-xdist; each test file stays on one worker, so a module's server is started once).
-## Three on two cores: much of the suite waits (timeouts, failovers, browsers), and a third worker fills that time
-## (2 min 39 s against 3 min 6 s with two, on the same commit; four took 3 min 4 s).
+## Three on two cores: much of the suite waits (timeouts, failovers, browsers, battery cases), and a third worker fills
+## that time. --no-loadscope-reorder keeps the files in collection order, which tests/conftest.py sets longest first
+## (xdist would otherwise hand out the files with the most tests first, and the one-test batteries last).
 PYTEST_WORKERS ?= 3
 test: bytecode
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 ## make lint: ruff (lint and format) and mypy, as CI runs them (scripts/check).
 lint: $(STAMP)

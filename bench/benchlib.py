@@ -193,13 +193,17 @@ def _machine() -> tuple[float, float, float]:
 
 @dataclass
 class Usage:
-    """What one round cost: wall seconds, CPU seconds per named participant, other processes' cores, steal share."""
+    """What one round cost: wall seconds, CPU seconds per named participant, other processes' cores, steal share;
+    ``gone``: per participant, the CPU seconds (read at the round's start) of its processes that ended during the
+    round, whose CPU in the round is unknown and so counted as other load (a script that reaped one, and so knows
+    its CPU, can take it back)."""
 
     wall: float
     cpu: dict[str, float]
     others_cores: float
     steal: float
     loadavg: float
+    gone: dict[str, float] = field(default_factory=dict)
 
     def share(self, name: str) -> float:
         """The participant's CPU over wall time: 1.0 is one saturated core."""
@@ -212,6 +216,7 @@ class Usage:
             "others_cores": self.others_cores,
             "steal": self.steal,
             "loadavg": self.loadavg,
+            "gone": self.gone,
         }
 
 
@@ -219,7 +224,9 @@ class Meter:
     """Measures one round: ``with Meter({"server": [pid]}) as meter: ...`` then ``meter.usage``.
 
     This script's own process is counted as ``"client"`` unless named otherwise; ``own`` is False when the script is
-    the measured thing itself (an in-process benchmark), so it is counted under that name."""
+    the measured thing itself (an in-process benchmark), so it is counted under that name. Each participant's CPU
+    is counted process by process: one that started during the round counts whole, one that ended during it counts
+    nothing (its start reading is in ``Usage.gone``), never less than nothing."""
 
     def __init__(self, participants: Mapping[str, Iterable[int] | Callable[[], Iterable[int]]], own: str = "client"):
         self._participants = participants
@@ -229,11 +236,10 @@ class Meter:
     def _pids(self) -> dict[str, list[int]]:
         return {name: list(pids() if callable(pids) else pids) for name, pids in self._participants.items()}
 
-    def _read(self) -> tuple[float, dict[str, float], tuple[float, float, float]]:
-        cpu = {name: sum(process_cpu(pid) for pid in pids) for name, pids in self._pids().items()}
+    def _read(self) -> tuple[float, dict[str, dict[int, float]], float, tuple[float, float, float]]:
+        cpu = {name: {pid: process_cpu(pid) for pid in pids} for name, pids in self._pids().items()}
         times = os.times()
-        cpu[self._own] = cpu.get(self._own, 0.0) + times.user + times.system
-        return time.perf_counter(), cpu, _machine()
+        return time.perf_counter(), cpu, times.user + times.system, _machine()
 
     def __enter__(self) -> Meter:
         self._start = self._read()
@@ -242,10 +248,18 @@ class Meter:
     def __exit__(self, *exc: object) -> None:
         end = self._read()
         wall = end[0] - self._start[0]
-        cpu = {name: end[1][name] - self._start[1].get(name, 0.0) for name in end[1]}
-        busy = end[2][0] - self._start[2][0]
-        steal = end[2][1] - self._start[2][1]
-        total = end[2][2] - self._start[2][2]
+        cpu: dict[str, float] = {}
+        gone: dict[str, float] = {}
+        for name in set(end[1]) | set(self._start[1]):
+            before, after = self._start[1].get(name, {}), end[1].get(name, {})
+            # A process's CPU clock only grows: a reading below the start's is a process that has ended.
+            ended = {pid for pid, used in before.items() if after.get(pid, 0.0) < used}
+            cpu[name] = sum(used - before.get(pid, 0.0) for pid, used in after.items() if pid not in ended)
+            gone[name] = sum(before[pid] for pid in ended)
+        cpu[self._own] = cpu.get(self._own, 0.0) + end[2] - self._start[2]
+        busy = end[3][0] - self._start[3][0]
+        steal = end[3][1] - self._start[3][1]
+        total = end[3][2] - self._start[3][2]
         others = max(0.0, busy - sum(cpu.values()))
         self.usage = Usage(
             wall=wall,
@@ -253,6 +267,7 @@ class Meter:
             others_cores=others / wall if wall > 0 else 0.0,
             steal=steal / total if total > 0 else 0.0,
             loadavg=float(Path("/proc/loadavg").read_text().split()[0]),
+            gone={name: seconds for name, seconds in gone.items() if seconds},
         )
 
 

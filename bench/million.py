@@ -17,8 +17,9 @@ For each fleet size, in its own temporary database (a SQLite file, or a fresh sc
    at each step is the same at every size, so the figure should not grow with the fleet (1.0 against the smallest
    size);
 4. **every surface used**: an ARM GET of a VM, a Resource Graph query, an EC2 DescribeInstanceStatus page, a
-   Compute Engine API listing (each builds what it builds on first use), then the server's memory now and at its
-   peak: the memory goal is judged on this peak, not on the figure at ready;
+   Compute Engine API listing, a GET of the EC2 and of the Compute Engine metadata as one of their instances (each
+   builds what it builds on first use), then the server's memory now and at its peak: the memory goal is judged on
+   this peak, not on the figure at ready;
 5. **restart** from the same database without ``--fleet`` (what a restarted service does), then **restart with
    --fleet** (the same command run twice: the file is hashed and recognized as the one the stored fleet was read
    from, not parsed), each timed and measured like the first start, each answering the same GET.
@@ -48,7 +49,7 @@ import time
 from pathlib import Path
 
 import httpx
-from benchlib import forewarn_environment, memory_mb, process_cpu, wait_healthy
+from benchlib import forewarn_environment, loopback_address, memory_mb, process_cpu, wait_healthy
 
 from forewarn.scenarios.server import free_ports
 
@@ -63,7 +64,7 @@ GOAL_VMS = 1_000_000
 GOALS = {"rss_mb": 3 * 1024, "first_s": 60.0, "restart_s": 20.0}
 
 
-CALLER = "127.253.0.9"  # the address this script asks the metadata port from
+CALLER = loopback_address(253, 9)  # the address this script asks the metadata port from (FOREWARN_TEST_NET moves it)
 
 
 class Server:
@@ -96,15 +97,18 @@ class Server:
         return response.json()
 
     def document(self, vm: str) -> dict:
-        """The scheduled-events document the metadata port serves to ``vm``: asked from a loopback address of this
-        script's own, registered as ``vm`` (127.0.0.1 is every local program's, which the server refuses to give
-        one machine)."""
-        self.call("PUT", f"/v1/imds/callers/{CALLER}", {"machine": vm})
+        """The scheduled-events document the metadata port serves to ``vm``."""
+        return self.metadata(vm, self.imds, {"Metadata": "true"}).json()
+
+    def metadata(self, machine: str, url: str, headers: dict[str, str]) -> httpx.Response:
+        """A GET of the metadata port as ``machine``: asked from a loopback address of this script's own, registered
+        as that machine (127.0.0.1 is every local program's, which the server refuses to give one machine)."""
+        self.call("PUT", f"/v1/imds/callers/{CALLER}", {"machine": machine})
         with httpx.Client(transport=httpx.HTTPTransport(local_address=CALLER), timeout=30) as client:
-            response = client.get(self.imds, headers={"Metadata": "true"})
+            response = client.get(url, headers=headers)
         if response.status_code != 200:
-            raise SystemExit(f"metadata GET as {vm}: {response.status_code} {response.text[:300]}")
-        return response.json()
+            raise SystemExit(f"metadata GET as {machine}: {response.status_code} {response.text[:300]}")
+        return response
 
     def memory(self) -> dict[str, float]:
         return memory_mb(self.process.pid)
@@ -149,7 +153,8 @@ def probe(server: Server, steps: int) -> dict[str, float]:
 
 def use_every_surface(server: Server, vm: str) -> dict[str, int]:
     """One call to each surface that builds something on first use: an ARM GET of ``vm``, a Resource Graph query, a
-    page of EC2 DescribeInstanceStatus, a Compute Engine API listing. Each must answer 200."""
+    page of EC2 DescribeInstanceStatus, a Compute Engine API listing, the EC2 and Compute Engine metadata as one of
+    their instances (Azure's metadata is asked before and after). Each must answer 200."""
     subscription, group, _ = server.call("GET", f"/v1/vms/{vm}")["scope"].removeprefix("vm:").split("/")
     arm = f"http://127.0.0.1:{server.ports['arm-port']}"
     ec2 = f"http://127.0.0.1:{server.ports['ec2-port']}"
@@ -184,6 +189,11 @@ def use_every_surface(server: Server, vm: str) -> dict[str, int]:
     for name, answer in calls.items():
         if answer.status_code != 200:
             raise SystemExit(f"{name}: {answer.status_code} {answer.text[:300]}")
+    metadata = f"http://127.0.0.1:{server.ports['imds-port']}"
+    ec2_events = f"{metadata}/latest/meta-data/events/maintenance/scheduled"
+    calls["ec2_metadata"] = server.metadata("ec2-00000", ec2_events, {})
+    gce_event = f"{metadata}/computeMetadata/v1/instance/maintenance-event"
+    calls["gce_metadata"] = server.metadata("gce-00000", gce_event, {"Metadata-Flavor": "Google"})
     return {name: len(answer.content) for name, answer in calls.items()}
 
 

@@ -80,7 +80,9 @@ class AgentProcess:
     def _answers(self) -> bool:
         assert self.process is not None and self.process.poll() is None, self.log_path.read_text()
         try:
-            return requests.get(self.url + "/healthz", timeout=1).status_code == 200
+            health = requests.get(self.url + "/healthz", timeout=1)
+            # this agent's answer, not that of a process that took the port first (this one then exits)
+            return health.status_code == 200 and health.json().get("pid") == self.process.pid
         except requests.RequestException:
             return False
 

@@ -53,3 +53,48 @@ def pytest_configure(config):
     from forewarn.testing import preload_servers
 
     preload_servers()  # hundreds of servers start: fork each from one process that imported the server
+
+
+# The files that keep a worker busiest (seconds of one worker, quiet machine, 2026-12-04), run first: pytest-xdist
+# hands out whole files in collection order (make test's --dist loadfile --no-loadscope-reorder), so a long file
+# left for the end is the suite's tail, its other workers idle. Longest first, the short files fill in around them.
+LONGEST_FIRST = (
+    "tests/conformance/test_ec2_lifecycle_cases.py",  # 138 s
+    "tests/docs/test_docs_examples.py",  # 123 s
+    "tests/conformance/test_battery.py",  # 87 s
+    "tests/conformance/test_dropped_connections.py",  # 85 s
+    "tests/scenarios/test_scenarios.py",  # 59 s
+    "tests/conformance/test_agent_battery_aws.py",  # 50 s
+    "tests/test_bench_checks.py",  # 48 s
+    "tests/conformance/test_agent_battery_azure.py",  # 45 s
+    "tests/conformance/test_agent_battery_gcp.py",  # 35 s
+    "tests/server/test_http_limits.py",  # 32 s
+    "tests/conformance/test_gce_battery.py",  # 31 s
+    "tests/conformance/test_queue_battery.py",  # 29 s
+    "tests/agent/test_agent.py",  # 29 s
+    "tests/scenarios/test_scenario_generation.py",  # 28 s
+    "tests/conformance/test_ec2_battery.py",  # 28 s
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    root = Path(__file__).resolve().parent.parent
+    rank = {str(root / name): place for place, name in enumerate(LONGEST_FIRST)}
+
+    def place(item) -> int:
+        return rank.get(str(Path(item.fspath).resolve()), len(rank))
+
+    items.sort(key=place)  # stable: the other files, and each file's tests, keep their order
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A failed test's report ends with the log of each test server still running or started during the test: a
+    failure seen once in CI (a port another process took, a server that died) is then told by its server's log."""
+    from helpers import servers_of_the_test
+
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for name, tail in servers_of_the_test(item.nodeid):
+            report.sections.append((f"server log {name}", tail))

@@ -1,21 +1,25 @@
-"""Shared test helpers: small fleets, and a real server process on loopback."""
+"""Shared test helpers: small fleets, a store commit held until released, and a real server process on loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
 
+from forewarn.app.runtime import Maintenance
 from forewarn.fleet.file import parse_fleet
 from forewarn.scenarios.server import START_TRIES, PortTaken, free_ports, launch_serve
 from forewarn.server.stores import open_fleet_store
-from forewarn.store import SQLStore
+from forewarn.store import SQLStore, StoreError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -57,6 +61,56 @@ def small_fleet():
 
 def free_port() -> int:
     return free_ports(1)[0]
+
+
+class HeldCommits:
+    """The store's commit, held at its start until released (each call in turn), recording what each wrote and
+    when it finished."""
+
+    def __init__(self, service: Maintenance, fail_first: bool = False):
+        self.service = service
+        self.real = service.store.commit
+        self.fail_first = fail_first
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.sizes: list[int] = []
+        self.finished: list[bool] = []
+        service.store.commit = self  # type: ignore[method-assign]
+
+    def __call__(self, changes, *rest, **named):
+        self.sizes.append(len(changes))
+        first = len(self.sizes) == 1
+        if first:
+            self.entered.set()
+            assert self.release.wait(10)
+        try:
+            if first and self.fail_first:
+                raise StoreError("disk full")
+            self.real(changes, *rest, **named)
+        finally:
+            self.finished.append(True)
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, 10)
+
+
+# Every Server started in this process, with the test that started it (nodeid from PYTEST_CURRENT_TEST).
+STARTED: list[tuple[str, Server]] = []
+
+
+def servers_of_the_test(nodeid: str, lines: int = 40) -> list[tuple[str, str]]:
+    """(which server, the end of its log) of each Server started by the test ``nodeid`` or still running."""
+    found = []
+    for started_by, server in STARTED:
+        running = server.process is not None and server.process.poll() is None
+        if started_by == nodeid or running:
+            try:
+                tail = server.log_path.read_text(errors="replace").splitlines()[-lines:]
+            except OSError as error:
+                tail = [f"(no log: {error})"]
+            pid = server.process.pid if server.process is not None else None
+            found.append((f"pid {pid}, control port {server.port}, {server.log_path}", "\n".join(tail)))
+    return found
 
 
 class Server:
@@ -132,6 +186,8 @@ class Server:
         for attempt in range(1, START_TRIES + 1):
             try:
                 self.process = launch_serve(self.args, self.log_path, self.control)
+                STARTED[:] = [entry for entry in STARTED if entry[1] is not self]
+                STARTED.append((os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" (", 1)[0], self))
                 return self
             except PortTaken:
                 if attempt == START_TRIES:

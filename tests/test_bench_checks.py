@@ -32,7 +32,7 @@ CHECKS = {
     "floods.py": [],
     "queues.py": [],
     "agent.py": [],
-    "stalls.py": [],
+    "stalls.py": ["--db", POSTGRES_URL],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []
@@ -83,3 +83,21 @@ def test_the_imds_benchmark_passes_its_check():
         timeout=BOUND,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(
+    shutil.which("wrk") is None or shutil.which("valgrind") is None,
+    reason="imds_instructions.py needs valgrind and wrk (apt-get install valgrind wrk)",
+)
+def test_the_imds_instruction_count_passes_its_check():
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src")}
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "imds_instructions.py"), "--check"],
+        capture_output=True,
+        text=True,
+        cwd=BENCH.parent,
+        env=env,
+        timeout=BOUND,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "instructions per request in all" in done.stdout

@@ -1,8 +1,9 @@
 """The benchmarks' verdicts are as strict as the goals bench/README.md prints: IMDS at >= 0.6 of an nginx tuned for a
-static file, over the rounds that counted only."""
+static file, over the rounds that counted only; EC2 listings against moto cold (after a change) as well as warm."""
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 import subprocess
 import sys
@@ -54,3 +55,39 @@ def test_nginx_is_tuned_for_a_static_file(tmp_path):
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
+
+
+def wave_row(vms: int, cpu_us: float, peak_mb: float) -> dict:
+    return {"vms": vms, "cpu_us_per_event": cpu_us, "rss_wave_peak_mb": peak_mb}
+
+
+def test_the_wave_is_judged_on_its_peak_at_a_million_vms_and_on_a_flat_cpu_per_event():
+    # by its path: the standard library has a module named wave
+    spec = importlib.util.spec_from_file_location(
+        "bench_wave", Path(__file__).resolve().parent.parent / "bench/wave.py"
+    )
+    assert spec is not None and spec.loader is not None
+    wave = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(wave)
+
+    met = wave.verdicts([wave_row(10_000, 100, 60), wave_row(100_000, 109, 150), wave_row(1_000_000, 92, 1_150)])
+    assert met == [
+        "MET: wave peak at 1,000,000 VMs 1,150 MB (goal: under 1,200 MB)",
+        "MET: CPU per event 109 µs at 100,000 VMs against 100 µs at 10,000 (+9%; goal: within ±10% at every size)",
+    ]
+    missed = wave.verdicts([wave_row(10_000, 100, 60), wave_row(1_000_000, 111, 1_200)])
+    assert [line.split(":")[0] for line in missed] == ["NOT met", "NOT met"]
+    assert "no verdict on the peak" in wave.verdicts([wave_row(10_000, 100, 60), wave_row(100_000, 100, 60)])[0]
+
+
+def test_the_ec2_goal_is_judged_on_the_cold_listings_too():
+    import ec2_vs_moto
+
+    cold = {"refused": [], "cold_listings_per_s": 80.0}
+    moto = {"listings_per_s": 4.0}
+    assert ec2_vs_moto.cold_row(cold, moto, check=False)[0][2:] == ["20.00x", "not met"]  # warm listings met 38x
+    assert ec2_vs_moto.cold_verdict({**cold, "cold_listings_per_s": 120.0}, 30.0) == "met"
+    assert (
+        ec2_vs_moto.cold_verdict({**cold, "refused": ["other processes used 0.90 cores (> 0.35)"]}, 40.0) == "INVALID"
+    )
+    assert ec2_vs_moto.cold_row(None, moto, check=False) == []

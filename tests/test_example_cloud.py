@@ -14,9 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import requests
 
+from forewarn.scenarios.server import answered_by
 from helpers import ROOT, T0, free_port
 
 PACKAGE = ROOT / "tests" / "example_cloud"
@@ -38,6 +40,8 @@ steps:
   - at: 0s
     do: example-maintain
     with: {machine: ex-9, notice: 5m}
+expect:
+  - {example: ex-9, states: [none, announced, rebooted]}
 """
 
 
@@ -81,9 +85,9 @@ class ExampleServer:
         while time.monotonic() < deadline:
             assert self.process.poll() is None, self.log.read_text()
             try:
-                if requests.get(f"{self.control}/healthz", timeout=2).status_code == 200:
+                if answered_by(httpx.get(f"{self.control}/healthz", timeout=2), self.process):
                     return self
-            except (requests.ConnectionError, requests.Timeout):  # not listening yet, or still starting up
+            except httpx.TransportError:  # not listening yet, or still starting up
                 pass
             time.sleep(0.05)
         raise AssertionError(f"the server did not answer: {self.log.read_text()}")
@@ -141,6 +145,11 @@ def test_the_fleet_lists_the_example_machines_with_every_clouds(server):
         {"name": "ex-1", "cloud": "example", "host": "rack-1"},
         {"name": "ex-2", "cloud": "example", "host": "rack-1"},
     ]
+    listed = cli("--server", server.control, "fleet")
+    as_json = cli("--server", server.control, "fleet", "--json")
+    assert listed.stdout.split() == ["MACHINE", "HOST", "ex-1", "rack-1", "ex-2", "rack-1"], listed.stdout
+    found = json.loads(as_json.stdout)
+    assert (list(found), found["azure"]["vms"], found["example"]) == (["azure", "ec2", "gce", "example"], [], machines)
 
 
 def test_what_the_example_has_none_of_is_left_out_or_refused_saying_so(server):
@@ -194,6 +203,11 @@ def test_a_scenario_takes_the_example_step_and_waits_for_the_reboot(tmp_path):
         ["reboot-1"],
     )
     assert (timeline["settled"], timeline["end"]) == (True, "2026-04-20T22:16:58Z")  # it waited for the reboot
+    # Its observer recorded the machine, and its check of a machine read that.
+    assert [entry["state"] for entry in timeline["example_machines"]["ex-9"]] == ["none", "announced", "rebooted"]
+    assert [(result["what"], result["passed"]) for result in timeline["expectations"]] == [
+        ("example ex-9: states", True)
+    ]
 
 
 def test_only_the_example_package_names_it():

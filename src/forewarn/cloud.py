@@ -1,12 +1,12 @@
 """What a cloud gives the server: the one object each cloud package exports (its ``cloud.py``).
 
 Some parts every cloud has (its name, records, rules, component, fleet-file section, metadata surface, serving,
-the name and kind of its machines); the others a small cloud may not have (control routes, CLI commands, scenario
-steps, reports of ``clock next``, a dashboard panel, a recording served back, waves, conformance cases). A cloud's
-object may declare its class a subclass of :class:`Cloud` (as of :class:`Serving`): it then takes the defaults
-below, each meaning "this cloud has none", and the type checker refuses to build one that lacks a required part
-(those whose body is ``...``). The corridors take "none" plainly: nothing added, or a refusal that says which cloud
-has none where a user asks for it.
+the name and kind of its machines); the others a small cloud may not have (control routes, CLI commands, its
+table in ``forewarn fleet``, scenario steps, reports of ``clock next``, a dashboard panel, a recording served back,
+waves, conformance cases). A cloud's object may declare its class a subclass of :class:`Cloud` (as of
+:class:`Serving`): it then takes the defaults below, each meaning "this cloud has none", and the type checker
+refuses to build one that lacks a required part (those whose body is ``...``). The corridors take "none" plainly:
+nothing added, or a refusal that says which cloud has none where a user asks for it.
 
 A cloud holds everything of its own: its model, its engine component and rules, its records in the store, its
 surfaces. The engine, the store, the control app, the CLI's root group and the metadata listener know a cloud only
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from forewarn.net.callers import CallerResolver
     from forewarn.net.http import Request
     from forewarn.net.own_listeners import OwnListeners
-    from forewarn.scenario_steps import ScenarioSteps
+    from forewarn.scenario_steps import ScenarioObserver, ScenarioSteps
     from forewarn.store.base import SQLStore
     from forewarn.store.records import Records
     from forewarn.waves.units import WaveUnits
@@ -202,6 +202,17 @@ class DashboardPanel(Protocol):
         server's ``control.dashboard.SurfaceViews``)."""
 
 
+@dataclass(frozen=True)
+class FleetListing:
+    """A cloud's machines as ``forewarn fleet`` lists them: one control-API route read, one table shown."""
+
+    key: str  # the key of the route's answer in ``forewarn fleet --json`` ("azure", "ec2", "gce")
+    title: str  # the table's title, before its count: "Azure VMs"
+    path: str  # the control API's route that lists the machines: "/v1/fleet"
+    header: tuple[str, ...]
+    rows: Callable[[Any], Sequence[tuple[str, ...]]]  # the route's answer, one row a machine
+
+
 class CloudSetupError(Exception):
     """A cloud's file or setting the server cannot start with: the message says which and why; ``option``, where
     one option's value is refused, names it as the command line spells it (``--notice``)."""
@@ -325,7 +336,7 @@ class Cloud(ComponentSource, Protocol):
         its machines are its part of the :class:`~forewarn.fleet.model.Fleet`, by the cloud's name."""
         ...
 
-    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter | None:
+    def control_router(self, metadata: Mapping[str, object]) -> APIRouter | None:
         """The cloud's routes in forewarn's control API (``metadata``: each cloud's metadata surface, by cloud
         name, where the server runs one); None: it has none. Routes declared once, at module level, reach the
         service and the surfaces of the app that answers through the dependencies of ``forewarn.control.service``."""
@@ -373,6 +384,11 @@ class Cloud(ComponentSource, Protocol):
         ``cli/common.py``, as the CLI's start-up budget asks); none by default."""
         return ()
 
+    def fleet_listing(self) -> FleetListing | None:
+        """How ``forewarn fleet`` lists the cloud's machines (light to import, as ``cli_commands``); None: it lists
+        none of them (the default)."""
+        return None
+
     def wave_units(self) -> WaveUnits | None:
         """What a wave rolled over the cloud's machines needs of it (``waves/units.py``); None: the cloud has no
         waves, and a wave request that names it is refused, saying so (the default)."""
@@ -382,6 +398,11 @@ class Cloud(ComponentSource, Protocol):
         """The cloud's steps of a scenario file (``do:``), their checks and how they run: a client of the server
         (forewarn/scenario_steps.py), loaded when a scenario is read or run; none by default."""
         return NO_STEPS
+
+    def scenario_observer(self) -> ScenarioObserver | None:
+        """What a scenario run records of the cloud's machines (forewarn/scenario_steps.py): a new observer for each
+        run; None: a run records none of them (the default)."""
+        return None
 
     def conformance(self) -> CloudCases | None:
         """The cloud's conformance cases (YAML files in its package) and the observer that reads its metadata calls

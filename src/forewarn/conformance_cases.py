@@ -34,6 +34,7 @@ class Step:
     port: str | None = None
     throttle: float | None = None
     expire: str | None = None
+    target: str | None = None  # with ``port``: a JSON call of that API action (``X-Amz-Target``), not a form POST
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,17 @@ class Case:
     required: bool = True
     file: str = ""
     serve: Sequence[str] = ()  # options of ``forewarn serve`` the case needs: it runs on a server of its own
+    # What kind of handler the case is for: ``metadata`` (one process per machine, given its metadata address) or
+    # another the cloud names (``queue``: a handler given a queue URL); a run takes one mode's cases unless it names
+    # its cases.
+    mode: str = "metadata"
+    # The server's port the handler's observed endpoint leads to, instead of its machine's metadata endpoint (``ec2``:
+    # a queue-mode handler reads SQS and calls Auto Scaling there); None: the metadata endpoint.
+    endpoint: str | None = None
+    setup: Sequence[Step] = ()  # calls made once the server is reset, before the handlers start (a queue, a rule)
+    # More placeholders of the command (``{name}``, and ``FOREWARN_NAME`` in its environment); a value may hold
+    # ``{endpoint_url}``, the handler's observed endpoint (``queue_url: "{endpoint_url}/123456789012/q"``).
+    placeholders: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

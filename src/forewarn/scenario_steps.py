@@ -34,8 +34,8 @@ class StepApi(Protocol):
 
     def put(self, path: str, body: dict) -> Any: ...
 
-    def document(self, vm: str) -> str:
-        """The exact bytes the VM's Scheduled Events document is now."""
+    def text(self, path: str, **params: Any) -> str:
+        """The exact bytes a GET of the control API answers (a metadata document as the machine reads it)."""
         ...
 
     def ec2_query(self, params: dict[str, str]) -> tuple[str, list[str]]:
@@ -102,10 +102,130 @@ class ScenarioSteps(Protocol):
         own waves), or None when a wave schedules none."""
         ...
 
+    @property
+    def checks(self) -> Mapping[str, MachineCheck]:
+        """The cloud's checks of one machine in a scenario's ``expect:``, by the key that names the machine."""
+        ...
+
     def pending(self, api: StepApi, created: set[str], targets: set[str], now: datetime) -> list[datetime | None]:
         """What of the run's own is still live on this cloud: for each, the earliest time it can change (None: it
         cannot be told). ``created``: the events the run's steps and waves created; ``targets``: the instances its
         steps acted on (``targets_instances``). Empty: nothing is live."""
+        ...
+
+
+class CheckRecord(Protocol):
+    """One check of a scenario's ``expect:`` about a machine, as its cloud's :class:`MachineCheck` runs it on a
+    run's timeline (the runner's ``scenarios/expect.py``)."""
+
+    @property
+    def target(self) -> str:
+        """The machine it is about."""
+        ...
+
+    @property
+    def checks(self) -> Mapping[str, Any]:
+        """Its keys and what they expect, as the run's timing resolved them."""
+        ...
+
+    @property
+    def tolerance(self) -> float:
+        """How far, in seconds, a recorded time may be from an expected one (0: exact, on a manual clock)."""
+        ...
+
+    def add(self, name: str, passed: bool, detail: str) -> None:
+        """One result: what was checked, whether it held, what was seen."""
+        ...
+
+    def observed(self, key: str) -> list[dict] | None:
+        """What the timeline's ``key`` (an observer's) recorded of the target; None, reported as a failed result,
+        when it was not observed."""
+        ...
+
+    def time(self, value: Any) -> datetime:
+        """A time as a scenario writes it (ISO 8601, or start+DURATION from the run's start)."""
+        ...
+
+    def seconds(self, value: Any) -> float:
+        """A duration as a scenario writes it (``15m``, ``PT15M``), in seconds."""
+        ...
+
+    def offset(self, seconds: float) -> str:
+        """Seconds from the run's start as the run's output shows them (``+00:15:00``)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MachineCheck:
+    """A kind of check in a scenario's ``expect:`` about one machine of a cloud (``vm: NAME``): the keys it takes,
+    the fleet members it may name, how its values are checked when the file is read, and how it runs on a timeline.
+    A cloud gives its own through ``ScenarioSteps.checks``, each under the key that names its machine."""
+
+    run: Callable[[CheckRecord, Mapping[str, Any]], None]  # (the check, the run's timeline)
+    keys: tuple[str, ...]
+    member: str  # the kind of fleet member it names: "vm" or "instance"
+    noun: str  # how a problem names one: "a VM", "an EC2 instance"
+    lists: tuple[str, ...] = ()  # keys whose value is a list
+    flags: tuple[str, ...] = ()  # keys whose value is true or false
+    numbers: tuple[str, ...] = ()  # keys whose value is a whole number
+    durations: tuple[str, ...] = ()  # keys whose value is a duration
+    times: tuple[str, ...] = ()  # keys whose value is a list of times
+    # What else is wrong with its values, as a timing resolved them: problems, each (where under the check, message).
+    check: Callable[[Mapping[str, Any]], list[tuple[tuple, str]]] | None = None
+
+
+class RunRecord(Protocol):
+    """The run an observer records into (the scenario runner)."""
+
+    def stamp(self) -> dict[str, Any]:
+        """Where the run is now: ``time`` (the server's clock at its last reading) and ``offset`` (seconds since the
+        run began), the start of every record in the timeline."""
+        ...
+
+    def line(self, who: str, mark: str, text: str) -> None:
+        """One line of the run's output, at the run's current time (``who``: the machine, ``mark``: a version)."""
+        ...
+
+
+class ScenarioObserver(Protocol):
+    """What a scenario run records of one cloud's machines, a new one for each run (``Cloud.scenario_observer``):
+    which of them it watches, what it reads when the server's journal says they changed, what it adds to the run's
+    timeline. A client of the server, as the steps are."""
+
+    @property
+    def event_keys(self) -> Sequence[str]:
+        """Its timeline keys that hold the run's events of the cloud, in the control API's JSON (each with
+        ``event_id``): where an ``event`` check of a scenario finds a step's events."""
+        ...
+
+    def begin(self, api: StepApi, machines: Sequence[str], observe: Sequence[str], every: bool) -> None:
+        """The run begins: ``machines``, the fleet's machines of this cloud (``GET /v1/fleet/machines``);
+        ``observe``, the names the scenario observes (of every cloud); ``every``: the scenario names none, so every
+        machine is observed, those that appear later (a replacement) too."""
+        ...
+
+    def note(self, entry: Mapping[str, Any]) -> None:
+        """One entry of the server's journal since the last observation: what it says changed (its ``what`` and the
+        names it carries) is what the next observation reads again."""
+        ...
+
+    def observe(self, api: StepApi, run: RunRecord, everything: bool) -> None:
+        """Read what the noted entries changed of the watched machines, and record what is new (``everything``:
+        read all of them, at the start or when the journal moved on too far to tell)."""
+        ...
+
+    def quiet_until(self) -> tuple[bool, datetime | None]:
+        """(known, until): the earliest time a deadline can change what it records (until None: none can); known
+        False when that cannot be told (then the clock goes deadline by deadline)."""
+        ...
+
+    def finish(self, api: StepApi, start: datetime, journal: Mapping[str, list[dict]] | None) -> None:
+        """Read the final state: the cloud's events created since ``start``, each with its history (``journal``:
+        the journal's entries by event id, None when the run could not read all of them)."""
+        ...
+
+    def timeline(self) -> dict[str, Any]:
+        """Its keys of the run's timeline (what it recorded, and what ``finish`` read)."""
         ...
 
 
@@ -116,6 +236,28 @@ def flat(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value]
     return [item for part in value for item in flat(part)]
+
+
+def check_changed(check: CheckRecord, entries: list[dict], flag: str, field: str, shown: str) -> None:
+    """The ``flag: true|false`` check of a machine (``moved``, ``rebooted``): whether ``field`` differs between the
+    first state observed and the last, said as ``shown first -> last``."""
+    if flag not in check.checks:
+        return
+    changed = bool(entries) and entries[0][field] != entries[-1][field]
+    check.add(
+        flag if check.checks[flag] else f"not {flag}",
+        changed == check.checks[flag],
+        f"{shown} {entries[0][field]} -> {entries[-1][field]}" if entries else "no state seen",
+    )
+
+
+def distinct(values: list) -> list:
+    """The values with each run of equal ones kept once: what a machine went through, each change once."""
+    result: list = []
+    for value in values:
+        if not result or result[-1] != value:
+            result.append(value)
+    return result
 
 
 def event_of(impacted_by: str | None) -> str | None:
@@ -136,6 +278,7 @@ class NoSteps:
     actions: Mapping[str, StepAction] = field(default_factory=dict)
     time_keys: Sequence[str] = ()
     scheduled_by_wave: str | None = None
+    checks: Mapping[str, MachineCheck] = field(default_factory=dict)
 
     def pending(self, api: StepApi, created: set[str], targets: set[str], now: datetime) -> list[datetime | None]:
         return []

@@ -63,17 +63,46 @@ def test_its_metadata_builds_with_the_setuptools_of_an_older_python(tmp_path):
     assert "forewarn-agent = forewarn_agent.cli:main" in (info / "entry_points.txt").read_text()
 
 
-def test_the_single_file_runs_by_itself_and_handles_an_event_in_one_poll(single_file, tmp_path):
+def oldest_python() -> str | None:
+    """A Python 3.8, the oldest the agent supports (agent/pyproject.toml), among pyenv's versions or on PATH (where
+    pyenv's shim may answer for a version it does not select: each candidate is asked its version)."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates = [str(path) for path in sorted(pyenv.glob("versions/3.8*/bin/python3.8"))]
+    candidates += [found] if (found := shutil.which("python3.8")) else []
+    for candidate in candidates:
+        asked = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True)
+        if asked.returncode == 0 and asked.stdout.strip() == b"(3, 8)":
+            return candidate
+    return None
+
+
+OLDEST = oldest_python()
+
+
+@pytest.mark.parametrize(
+    "interpreter",
+    [
+        pytest.param([], id="its-shebang"),
+        pytest.param(
+            [OLDEST or "python3.8"],
+            id="python3.8",
+            marks=pytest.mark.skipif(OLDEST is None, reason="no Python 3.8 on this machine (PATH, pyenv)"),
+        ),
+    ],
+)
+def test_the_single_file_runs_by_itself_and_handles_an_event_in_one_poll(single_file, tmp_path, interpreter):
+    """Run as an executable (the python3 its shebang finds) and by the oldest Python the agent supports."""
     assert os.stat(single_file).st_mode & stat.S_IXOTH and single_file.read_bytes().startswith(
         b"#!/usr/bin/env python3\n"
     )
     clean = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}  # nothing from the checkout
-    version = subprocess.run([str(single_file), "--version"], capture_output=True, text=True, env=clean, timeout=30)
+    agent = [*interpreter, str(single_file)]
+    version = subprocess.run([*agent, "--version"], capture_output=True, text=True, env=clean, timeout=30)
     assert version.stdout.strip() == "forewarn-agent 0.1.0", version.stderr
     hook = tmp_path / "hook.log"
     with Server(tmp_path, fleet_text=FLEET, start=datetime.now(UTC).replace(microsecond=0)) as server:
         [event] = json.loads(forewarn(server, "schedule", "--type", "Reboot", "--vm", "solo", "--json").stdout)
-        command = [str(single_file), "--once", "--cloud", "azure", "--endpoint", f"http://{SOLO}:{server.imds_port}"]
+        command = [*agent, "--once", "--cloud", "azure", "--endpoint", f"http://{SOLO}:{server.imds_port}"]
         command += ["--state", str(tmp_path / "state.json"), "--listen", ""]
         command += [
             "--on-drain",

@@ -16,12 +16,13 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
-from forewarn.azure.imds.scheduled_events import AzureImds
+from forewarn.azure.imds.scheduled_events import AzureImds, ImdsSettings
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.errors import CoreError
 from forewarn.net.callers import CallerResolver
+from forewarn.net.http import DROP, Deferred, Request
 from forewarn.store import StoreError
-from helpers import T0, open_store, small_fleet
+from helpers import T0, HeldCommits, open_store, small_fleet
 
 
 def scheduled(tmp_path) -> tuple[Maintenance, list[str]]:
@@ -89,37 +90,6 @@ def test_perform_soon_needs_a_running_loop(tmp_path):
     with pytest.raises(RuntimeError):
         azure_commands.approve_soon(service, ids[:1], by="test")
     service.store.close()
-
-
-class HeldCommits:
-    """The store's commit, held at its start until released (each call in turn), recording what each wrote and
-    when it finished."""
-
-    def __init__(self, service: Maintenance, fail_first: bool = False):
-        self.service = service
-        self.real = service.store.commit
-        self.fail_first = fail_first
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.sizes: list[int] = []
-        self.finished: list[bool] = []
-        service.store.commit = self  # type: ignore[method-assign]
-
-    def __call__(self, changes, *rest, **named):
-        self.sizes.append(len(changes))
-        first = len(self.sizes) == 1
-        if first:
-            self.entered.set()
-            assert self.release.wait(10)
-        try:
-            if first and self.fail_first:
-                raise StoreError("disk full")
-            self.real(changes, *rest, **named)
-        finally:
-            self.finished.append(True)
-
-    async def wait_entered(self) -> None:
-        assert await asyncio.get_running_loop().run_in_executor(None, self.entered.wait, 10)
 
 
 def status(service: Maintenance, event_id: str) -> EventStatus:
@@ -275,4 +245,64 @@ def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
         assert [event["EventStatus"] for event in after["Events"] if event["EventId"] == ids[0]] == ["Started"]
 
     asyncio.run(run())
+    service.store.close()
+
+
+def test_a_vm_down_is_dropped_only_once_its_impact_is_committed_and_the_read_does_not_wait(tmp_path):
+    """With down VMs' connections dropped (the realistic profile), every metadata request asks whether its VM is
+    down: the answer is the committed one, read without waiting for a group commit under way."""
+    service = Maintenance.open(open_store(str(tmp_path / "d.db")), small_fleet(), "manual", 1.0, T0, "seed")
+    azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",)))
+    settings = ImdsSettings(while_down="drop")
+    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}), settings)
+    get = Request(
+        "GET", "/metadata/scheduledevents", b"api-version=2020-07-01", ((b"metadata", b"true"),), b"",
+        ("127.0.0.1", 8169), ("127.0.0.1", 50000),
+    )  # fmt: skip
+    assert imds.handle(get)[0] == 200  # solo, the fleet's default VM, running
+    held = HeldCommits(service)
+
+    async def run() -> list:
+        step = service.step_clock_soon()  # the reboot starts: solo goes down
+        await held.wait_entered()
+        during = [imds.handle(get)[0], step.done()]  # a read that waited would fail the held commit (10 s)
+        held.release.set()
+        await step
+        return [*during, imds.handle(get)[0]]
+
+    assert asyncio.run(run()) == [200, False, DROP]
+    service.store.close()
+
+
+def test_a_document_not_rendered_yet_waits_for_the_transaction_under_way_without_holding_the_loop(tmp_path):
+    """A GET whose document must be rendered from the engine while a transaction is under way (the engine may be
+    ahead of the database) is answered once that transaction has landed, with what it committed; the event loop
+    goes on meanwhile."""
+    service = Maintenance.open(open_store(str(tmp_path / "r.db")), small_fleet(), "manual", 1.0, T0, "seed")
+    [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
+    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}))
+
+    def get(version: bytes) -> Request:
+        return Request(
+            "GET", "/metadata/scheduledevents", b"api-version=" + version, ((b"metadata", b"true"),), b"",
+            ("127.0.0.1", 8169), ("127.0.0.1", 50000),
+        )  # fmt: skip
+
+    assert imds.handle(get(b"2020-07-01"))[0] == 200  # rendered at this version only
+    held = HeldCommits(service)
+
+    async def run() -> tuple:
+        approval = azure_commands.approve_soon(service, [event.event_id], by="test")
+        await held.wait_entered()
+        waiting = imds.handle(get(b"2019-08-01"))  # not rendered at this version: the engine is to be read
+        assert isinstance(waiting, Deferred) and not approval.done()
+        assert imds.handle(get(b"2020-07-01"))[0] == 200  # a rendered one is answered meanwhile
+        answered = asyncio.get_running_loop().create_future()
+        waiting.attach(answered.set_result)
+        held.release.set()
+        return await answered, approval.done()
+
+    (status, body, _, _), approved = asyncio.run(run())
+    assert (status, approved) == (200, True)
+    assert [e["EventStatus"] for e in json.loads(body)["Events"]] == ["Started"]
     service.store.close()

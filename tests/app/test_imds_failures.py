@@ -25,7 +25,7 @@ def test_store_failure_is_a_500_and_changes_nothing(tmp_path):
     service.store.commit = broken
 
     url_query = b"api-version=2020-07-01"
-    headers = [(b"metadata", b"true")]
+    headers = ((b"metadata", b"true"),)
     local, peer = ("127.0.0.1", 8169), ("127.0.0.1", 50000)
     body = json.dumps({"StartRequests": [{"EventId": event.event_id}]}).encode()
 

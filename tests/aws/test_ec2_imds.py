@@ -4,6 +4,7 @@ errors."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -19,8 +20,8 @@ from forewarn.aws.model import Ec2Code, availability_zone_id
 from forewarn.core.changes import Rebuilt
 from forewarn.fleet.file import parse_fleet
 from forewarn.net.callers import CallerResolver
-from forewarn.net.http import DROP, Request
-from helpers import T0, open_store
+from forewarn.net.http import DROP, Deferred, Request
+from helpers import T0, HeldCommits, open_store
 
 EBS = "i-0aaaaaaaaaaaaaaa1"
 STORE = "i-0bbbbbbbbbbbbbbb2"
@@ -446,6 +447,35 @@ def test_instances_that_are_down_can_be_dropped(tmp_path):
     assert env.get("/latest/meta-data/instance-id")[0] == DROP
 
 
+def test_a_get_answers_what_is_committed_without_waiting_for_a_commit_under_way(tmp_path):
+    """A GET does not wait for the group commit under way (its transaction runs in a worker thread; waiting would
+    hold the event loop, and every instance's GET with it, for the rest of that transaction): it answers what the
+    database holds. Whether the instance is down (asked on every GET when down instances are dropped) and its
+    maintenance events are read from what was committed, and dropped once the change that moves them is."""
+    env = Env(tmp_path, Ec2ImdsSettings(while_down="drop"))
+    assert env.get(SCHEDULED) == (200, b"[ ]")
+    assert env.get("/latest/meta-data/instance-id", ASG) == (200, ASG.encode())  # its tree, not yet its events
+    held = HeldCommits(env.service)
+
+    def reboot(instance: str):
+        request = Ec2Request(Ec2Code.SYSTEM_REBOOT, (instance,), notice=timedelta(hours=1))
+        return lambda engine: engine.component(Ec2Component).schedule_ec2(request)
+
+    async def step_and_read() -> list:
+        scheduled = env.service.perform_soon(reboot(EBS)), env.service.perform_soon(reboot(ASG))
+        await held.wait_entered()
+        # The transaction is held until the reads are done: a read that waited for it would fail it (held's 10 s).
+        during = [env.get(SCHEDULED), env.get(SCHEDULED, ASG), [made.done() for made in scheduled]]
+        held.release.set()
+        await asyncio.wait(scheduled)
+        return during
+
+    assert asyncio.run(step_and_read()) == [(200, b"[ ]"), (200, b"[ ]"), [False, False]]
+    [event] = env.service.settled_engine().component(Ec2Component).ec2_events_of(EBS)
+    assert f'"EventId" : "{event.event_id}"'.encode() in env.get(SCHEDULED)[1]
+    assert b'"Code" : "system-reboot"' in env.get(SCHEDULED, ASG)[1]
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="tokens"):
         Ec2ImdsSettings(tokens="sometimes")
@@ -576,3 +606,27 @@ def test_the_fleet_wide_token_bound_takes_from_the_biggest_holder(tmp_path):
     assert env.get("/latest/meta-data/instance-id", headers=[(b"x-aws-ec2-metadata-token", fresh)])[0] == 200
     with pytest.raises(ValueError, match="tokens_per_instance"):
         Ec2ImdsSettings(tokens_per_instance=10, tokens_total=5)
+
+
+def test_a_get_that_reads_the_engine_waits_for_the_transaction_under_way_off_the_event_loop(tmp_path):
+    """A GET whose answer must be read from the engine (an instance's first, or the first after a change to it)
+    while a transaction is under way is answered once that transaction has landed, with what it committed; the
+    others are answered meanwhile."""
+    env = Env(tmp_path)
+    assert env.get(SCHEDULED) == (200, b"[ ]")  # EBS's tree and answer kept; ASG's not yet
+    held = HeldCommits(env.service)
+    request = Ec2Request(Ec2Code.SYSTEM_REBOOT, (ASG,), notice=timedelta(hours=1))
+
+    async def schedule_and_read() -> tuple:
+        scheduled = env.service.perform_soon(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
+        await held.wait_entered()
+        waiting = env.request(SCHEDULED, ASG)
+        assert isinstance(waiting, Deferred) and not scheduled.done()
+        assert env.get(SCHEDULED) == (200, b"[ ]")  # a kept answer, meanwhile
+        answered = asyncio.get_running_loop().create_future()
+        waiting.attach(answered.set_result)
+        held.release.set()
+        return await answered, scheduled.done()
+
+    (status, body, _, _), done = asyncio.run(schedule_and_read())
+    assert (status, done) == (200, True) and b'"Code" : "system-reboot"' in body

@@ -65,6 +65,9 @@ def test_everything_comes_back_after_a_restart(store_url):
     service.perform(lambda e: e.component(Ec2Component).queues.delete_message("work", receipt))
     assert len(queues.messages["work"]) == 2
     asyncio.run(received_and_deleted_in_one_commit())
+    fifo = QueueSettings(fifo=True, content_based_deduplication=True)
+    service.perform(lambda e: e.component(Ec2Component).queues.create("jobs.fifo", "us-east-1", "1", fifo))
+    service.perform(lambda e: e.component(Ec2Component).queues.send("jobs.fifo", "job", group_id="g"))
     pattern = {"source": ["aws.ec2"]}
     rule = Rule("r", pattern, json.dumps(pattern), "us-east-1", "123456789012", T0, targets=())
     service.perform(lambda e: e.component(Ec2Component).bus.put_rule(rule))
@@ -91,5 +94,7 @@ def test_everything_comes_back_after_a_restart(store_url):
         after.lifecycle.actions,
     ) == kept
     assert [m.body for m in after.queues.messages["work"].values()] == ["two", "three"]
+    [job] = after.queues.messages["jobs.fifo"].values()
+    assert (job.group_id, after.queues.queues["jobs.fifo"].sent[0].message_id) == ("g", job.message_id)
     assert after.queues.messages["work"]["" + next(iter(after.queues.messages["work"]))].attributes == (attribute,)
     assert after.ec2_states["i-0aaaaaaaaaaaaaaa1"].lifecycle_state == "Terminated"

@@ -90,6 +90,29 @@ def test_seed_example_flow_byte_for_byte(server):
     assert [(e["event_id"], e["status"]) for e in history] == [(event["event_id"], "Completed")]
 
 
+def test_an_agent_polling_on_one_connection_sees_each_change(server):
+    """The same request on a kept-alive connection, as an agent polls: each answer is the document of its moment."""
+    url = f"{as_vm(server, 'WestNO_0')}/metadata/scheduledevents?api-version=2020-07-01"
+    with requests.Session() as agent:
+        assert agent.get(url, headers={"Metadata": "true"}).content == b'{"DocumentIncarnation":1,"Events":[]}'
+        assert agent.get(url, headers={"Metadata": "true"}).content == b'{"DocumentIncarnation":1,"Events":[]}'
+        [event] = server.schedule(type="Freeze", vms=["WestNO_0"])
+        polled = agent.get(url, headers={"Metadata": "true"}).json()
+        assert (polled["DocumentIncarnation"], polled["Events"][0]["EventId"]) == (2, event["event_id"])
+        for _ in range(2):  # refused every time, by the IMDS checks and by the metadata guard
+            assert agent.get(url).json() == {"error": "Bad request: . Required metadata header not specified"}
+            page = agent.get(url, headers={"Metadata": "true", "Origin": "http://page.example"})
+            assert page.status_code == 400 and "web pages" in page.json()["error"]
+        etag = agent.get(url, headers={"Metadata": "true"}).headers["etag"]
+        for _ in range(2):
+            assert agent.get(url, headers={"Metadata": "true", "If-None-Match": etag}).status_code == 304
+        server.advance("16m")
+        polled = agent.get(url, headers={"Metadata": "true"}).json()
+        assert (polled["DocumentIncarnation"], polled["Events"][0]["EventStatus"]) == (3, "Started")
+        changed = agent.get(url, headers={"Metadata": "true", "If-None-Match": etag})
+        assert changed.status_code == 200 and changed.json() == polled
+
+
 def test_not_before_passing_starts_the_event(server):
     [event] = server.schedule(type="Reboot", vms=["WestNO_0"], notice="2m")
     server.advance("1m59s")

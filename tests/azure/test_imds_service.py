@@ -59,6 +59,19 @@ def test_enabling_by_first_request_and_disabling_after_idle_time(tmp_path, stop_
     assert again["status"] == "Started"
 
 
+@pytest.mark.parametrize("delay", ["0s", "0.2s"], ids=["at-once", "after-the-first-call-delay"])
+def test_a_scope_enabled_by_its_first_request_is_durable_before_the_answer(tmp_path, stop_later, delay):
+    """The first request enables its scope through the group commit, and is answered once that is durable: killed
+    (kill -9) right after the answer, the server comes back with the scope enabled."""
+    server = start(tmp_path, "--require-enabling", "--first-call-delay", delay)
+    stop_later(server)
+    assert server.scheduled_events().status_code == 200
+    server.kill()
+    server.start()
+    [event] = server.schedule(type="Reboot", vms=["solo"])
+    assert event["status"] == "Scheduled"  # notice given: solo's scope was enabled
+
+
 def test_rate_limit_answers_429(tmp_path, stop_later):
     server = start(tmp_path, "--rate-limit", "5")
     stop_later(server)

@@ -70,3 +70,29 @@ def test_the_shipped_cases_of_this_battery_load_in_both_timings():
             ("aws", "token-expiry"),
             ("gcp", "wait-for-change-dropped"),
         } <= names
+
+
+def test_a_queue_mode_case_is_read_with_its_endpoint_setup_and_placeholders(tmp_path):
+    extra = (
+        "mode: queue, endpoint: ec2, placeholders: {queue_url: '{endpoint_url}/1/q'}, "
+        "setup: [{port: ec2, call: POST /, target: AWSEvents.PutRule, body: {Name: r}}], "
+    )
+    [case] = loaded(tmp_path, "[]", extra)
+    assert (case.mode, case.endpoint, dict(case.placeholders)) == ("queue", "ec2", {"queue_url": "{endpoint_url}/1/q"})
+    [setup] = case.setup
+    assert (setup.port, setup.target, setup.body) == ("ec2", "AWSEvents.PutRule", {"Name": "r"})
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ("placeholders: {machine: x}, ", r"placeholders.machine: a placeholder is .* not a built-in one"),
+        ("placeholders: {Queue-URL: x}, ", r"placeholders.Queue-URL: a placeholder is lower-case"),
+        ("endpoint: '../x', ", "endpoint: names one of the server's ports"),
+        ("mode: [queue], ", "mode: a mode is a word"),
+        ("setup: [{target: AWSEvents.PutRule, call: POST /}], ", r"setup\[0\]: 'target' .* goes with a 'port'"),
+    ],
+)
+def test_a_wrong_queue_mode_key_is_named(tmp_path, extra, message):
+    with pytest.raises(CaseFileError, match=message):
+        loaded(tmp_path, "[]", extra)

@@ -9,35 +9,34 @@ from pathlib import Path
 HANDLERS = Path(__file__).parent / "handlers"
 
 
-def options(handler: str, cloud: str, state: Path, broken: str) -> dict:
-    state.mkdir(exist_ok=True)
+def options(handler: str, cloud: str, broken: str) -> dict:
     argv = [sys.executable, str(HANDLERS / handler), "--endpoint", "{metadata_url}", "--machine", "{machine}"]
     return {
-        "command": [*argv, "--state", str(state), "--broken", broken],
-        "drained": f'test -f "{state}/$FOREWARN_MACHINE.drained"',
+        "command": [*argv, "--state", "{state_dir}", "--broken", broken],
+        "drained": 'test -f "$FOREWARN_STATE_DIR/$FOREWARN_MACHINE.drained"',
         "clouds": [cloud],
     }
 
 
 def test_the_azure_reference_handler_survives_dropped_connections(forewarn_conformance, tmp_path):
-    verdict = forewarn_conformance(**options("handler.py", "azure", tmp_path / "state", ""), cases=["imds-dropped"])
+    verdict = forewarn_conformance(**options("handler.py", "azure", ""), cases=["imds-dropped"])
     verdict.assert_passes()
 
 
 def test_an_azure_handler_retrying_only_http_errors_fails_the_dropped_case_only(forewarn_conformance, tmp_path):
-    given = options("handler.py", "azure", tmp_path / "state", "http-errors-only")
+    given = options("handler.py", "azure", "http-errors-only")
     verdict = forewarn_conformance(**given, cases=["imds-dropped", "imds-throttled"])
     assert verdict.grades == {"imds-dropped": "fail", "imds-throttled": "pass"}, verdict.explain()
 
 
 def test_the_gce_reference_handler_waits_again_after_a_dropped_connection(forewarn_conformance, tmp_path):
-    given = options("gce_handler.py", "gcp", tmp_path / "state", "")
+    given = options("gce_handler.py", "gcp", "")
     verdict = forewarn_conformance(**given, cases=["wait-for-change-dropped"])
     verdict.assert_passes()
 
 
 def test_a_gce_handler_that_does_not_reconnect_fails_the_dropped_case_only(forewarn_conformance, tmp_path):
-    given = options("gce_handler.py", "gcp", tmp_path / "state", "no-reconnect")
+    given = options("gce_handler.py", "gcp", "no-reconnect")
     verdict = forewarn_conformance(**given, cases=["wait-for-change-dropped", "live-migration"])
     assert verdict.grades == {"wait-for-change-dropped": "fail", "live-migration": "pass"}, verdict.explain()
 
@@ -45,8 +44,8 @@ def test_a_gce_handler_that_does_not_reconnect_fails_the_dropped_case_only(forew
 def test_the_service_enabled_again_discriminates(forewarn_conformance, tmp_path):
     """The case runs on a server of its own (--require-enabling, a slow enabling answer): the reference handler
     waits for the slow answer; one that gives up after 2 s stops."""
-    verdict = forewarn_conformance(**options("handler.py", "azure", tmp_path / "good", ""), cases=["service-reenabled"])
+    verdict = forewarn_conformance(**options("handler.py", "azure", ""), cases=["service-reenabled"])
     verdict.assert_passes()
-    given = options("handler.py", "azure", tmp_path / "impatient", "impatient")
+    given = options("handler.py", "azure", "impatient")
     verdict = forewarn_conformance(**given, cases=["service-reenabled", "own-reboot"])
     assert verdict.grades == {"service-reenabled": "fail", "own-reboot": "pass"}, verdict.explain()

@@ -13,40 +13,37 @@ import pytest
 HANDLER = Path(__file__).parent / "handlers" / "ec2_handler.py"
 
 
-def options(state: Path, broken: str = "") -> dict:
-    state.mkdir(exist_ok=True)
+def options(broken: str = "") -> dict:
     argv = [sys.executable, str(HANDLER), "--endpoint", "{metadata_url}", "--machine", "{machine}"]
     return {
-        "command": [*argv, "--state", str(state), "--broken", broken],
-        "drained": f'test -f "{state}/$FOREWARN_MACHINE.drained"',
-        "restored": f'test ! -f "{state}/$FOREWARN_MACHINE.drained"',
+        "command": [*argv, "--state", "{state_dir}", "--broken", broken],
+        "drained": 'test -f "$FOREWARN_STATE_DIR/$FOREWARN_MACHINE.drained"',
+        "restored": 'test ! -f "$FOREWARN_STATE_DIR/$FOREWARN_MACHINE.drained"',
         "clouds": ["aws"],
     }
 
 
 def test_the_reference_ec2_handler_passes_the_rescheduled_and_completed_cases(forewarn_conformance, tmp_path):
-    verdict = forewarn_conformance(**options(tmp_path / "state"), cases=["rescheduled", "completed"])
+    verdict = forewarn_conformance(**options(), cases=["rescheduled", "completed"])
     verdict.assert_passes()
 
 
 @pytest.mark.parametrize("broken, case", [("once", "rescheduled"), ("never-restore", "completed")])
 def test_each_broken_ec2_handler_fails_its_case_only(forewarn_conformance, tmp_path, broken, case):
-    verdict = forewarn_conformance(**options(tmp_path / "state", broken), cases=[case, "system-reboot"])
+    verdict = forewarn_conformance(**options(broken), cases=[case, "system-reboot"])
     assert verdict.grades == {case: "fail", "system-reboot": "pass"}, verdict.explain()
 
 
 def test_the_target_lifecycle_state_case_discriminates(forewarn_conformance, tmp_path):
-    verdict = forewarn_conformance(**options(tmp_path / "good"), cases=["target-lifecycle-state"])
+    verdict = forewarn_conformance(**options(), cases=["target-lifecycle-state"])
     verdict.assert_passes()
-    verdict = forewarn_conformance(
-        **options(tmp_path / "blind", "no-lifecycle"), cases=["target-lifecycle-state", "spot-interruption"]
-    )
+    verdict = forewarn_conformance(**options("no-lifecycle"), cases=["target-lifecycle-state", "spot-interruption"])
     assert verdict.grades == {"target-lifecycle-state": "fail", "spot-interruption": "pass"}, verdict.explain()
 
 
 @pytest.mark.parametrize("broken, case", [("no-retry", "imds-throttled"), ("token-once", "token-expiry")])
 def test_throttling_and_token_expiry_discriminate(forewarn_conformance, tmp_path, broken, case):
-    verdict = forewarn_conformance(**options(tmp_path / "good"), cases=[case])
+    verdict = forewarn_conformance(**options(), cases=[case])
     verdict.assert_passes()
-    verdict = forewarn_conformance(**options(tmp_path / "broken", broken), cases=[case, "system-reboot"])
+    verdict = forewarn_conformance(**options(broken), cases=[case, "system-reboot"])
     assert verdict.grades == {case: "fail", "system-reboot": "pass"}, verdict.explain()

@@ -19,15 +19,13 @@ REASON = unavailable_reason() if os.geteuid() == 0 else "the sandbox needs root"
 
 @pytest.mark.skipif(REASON is not None, reason=str(REASON))
 def test_a_handler_in_the_sandbox_is_graded(forewarn_conformance, tmp_path):
-    state = tmp_path / "state"
-    state.mkdir()
     # The metadata address as the handler would hard-code it; the sandbox sets no HTTP_PROXY.
     command = [sys.executable, str(HANDLER), "--endpoint", "http://169.254.169.254", "--machine", "{machine}"]
     verdict = forewarn_conformance(
-        [*command, "--state", str(state)],
+        [*command, "--state", "{state_dir}"],
         clouds=["azure"],
         cases=["own-freeze", "other-vm-event"],
-        drained=f'test -f "{state}/$FOREWARN_MACHINE.drained"',
+        drained='test -f "$FOREWARN_STATE_DIR/$FOREWARN_MACHINE.drained"',
         sandbox=True,
     )
     verdict.assert_passes()

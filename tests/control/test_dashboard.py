@@ -352,10 +352,11 @@ def test_a_shipped_scenario_runs_on_this_server_with_its_expectations(tmp_path):
         assert [w["status"] for w in server.get("/v1/waves")][:1] == ["completed"]  # done through this server
 
 
-def test_a_scenario_whose_vms_the_fleet_lacks_fails_and_says_why(server):
-    server.post("/v1/scenarios/live-migration/run", {}, expect=202)
-    run = finished_run(server)
-    assert run["status"] == "failed" and "app-01" in run["error"]
+def test_a_scenario_whose_vms_the_fleet_lacks_is_refused_and_says_why(server):
+    refused = server.post("/v1/scenarios/live-migration/run", {}, expect=409).json()["error"]
+    assert refused["code"] == "Conflict" and "no app-01" in refused["message"]
+    assert "forewarn serve --fleet scenario:live-migration" in refused["message"]
+    assert all(run["scenario"] != "live-migration" for run in server.get("/v1/scenarios/runs"))  # no failed run kept
     unknown = server.post("/v1/scenarios/live-migrate/run", {}, expect=404).json()["error"]["message"]
     assert "did you mean 'live-migration'" in unknown
     assert server.post("/v1/scenarios/live-migration/run", {"timing": "slow"}, expect=400).json()["error"]["code"]

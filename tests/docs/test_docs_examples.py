@@ -8,27 +8,37 @@ The rules a doc follows (docs/README.md says the same for writers):
   test: its writer must say which of these it is.
 - The ``sh`` and ``python`` blocks of one page run in order in one shell session, in an empty directory, with the
   virtual environment's ``bin`` first on ``PATH`` (so ``forewarn``, ``aws``, ``python3`` and ``.venv/bin/forewarn``
-  work). A page that starts no server of its own talks to the one ``make run`` starts (the demo fleet, SQLite, real
-  clock), shared with the other such pages, which run before it in page order (README.md first).
+  work), exactly as written: nothing of a page is rewritten, no port, no option, no wait added.
+- Beside them runs the server ``make run`` starts, as it starts it (``forewarn serve --fleet demo --db
+  var/demo.db``: the demo fleet, SQLite, real clock, on the default ports 8169-8173). A page that starts no server
+  of its own talks to it, shared with the other such pages, which run before it in page order (README.md first).
+- A page that starts a server of its own (``forewarn serve ... &``, ``forewarn replay ... --port N &``) does as a
+  user beside ``make run`` must: in the background, on ports of its own (every one of ``--port``, ``--imds-port``,
+  ``--arm-port``, ``--ec2-port``, ``--gce-port`` given, none of make run's), then a wait before its next command
+  (``forewarn wait``, or an ``until`` loop), and ``export FOREWARN_SERVER=`` (and ``FOREWARN_ARM=`` for ``graph``
+  and ``acknowledge``) naming its server before its first command that talks to one, so that a pasted page never
+  talks to the demo server by mistake. No two pages name the same port (they run side by side here, and may in a
+  user's terminals). The harness checks all of that before running anything (server_problems, claimed_ports).
 - A comment line ``# → TEXT`` right after a command is that command's expected output: each such line must match a
   line the command printed (stdout or stderr), in order. ``...`` matches anything, the spaces around it included;
   runs of spaces compare equal.
 - Every command must succeed (``set -e -o pipefail``); a command expected to fail says so itself
   (``forewarn cancel "$ID" || echo "exit status $?"``).
-- A command that runs until stopped (``forewarn serve``, ``forewarn replay``) is started in the background (``&``);
-  the harness waits until it answers. A ``forewarn replay`` in the background gives its ``--port``.
 - An HTML comment right above a block can say ``<!-- file: NAME -->`` (the block is written to NAME in the page's
   directory before the page's commands run, and is not run itself) or ``<!-- not run: REASON -->`` (kept for the
   few examples that need what a test cannot have, e.g. a real Azure VM); the reasons are listed in the test's output.
 - A page that says ``<!-- page needs: root ... -->`` (the sandbox's, which makes network namespaces) runs only as
   root, as in CI; otherwise it is skipped with that reason.
 
-What the harness changes, and nothing else: the well-known ports (8169 metadata, 8170 control, 8171 ARM, 8172 EC2, 8173 GCE)
-and the ports 8180-8189 (a page's own listeners: a replay, a webhook) become free ports of this run, so that the
-examples can run beside another forewarn; the CLI's defaults follow (``FOREWARN_SERVER``, ``FOREWARN_ARM``), and a
-``forewarn serve ... &`` gets the ports it does not name. This checkout's entry points (pyproject.toml's: the pytest
-plugin) are on the path, as its code is, and its ``agent/`` (forewarn-agent's sources) is in the page's directory, as
-in a checkout. Pages run side by side, a few at a time.
+Isolation, decided so that the pages can run verbatim on fixed ports whatever else runs on the machine (a
+developer's own ``make run`` on 8169-8173, another checkout's docs test): the run, make run's server and every page,
+happens in a network namespace of its own (PrivateNetwork: ``unshare -n`` as root, as in CI; ``unshare -rn``
+otherwise), whose loopback holds every address a page uses (127.0.0.10 and the like), and from which the suite's
+PostgreSQL (127.0.0.1:5432, docs/replicas.md) is reached through a relay. Where no namespace can be made, the run
+uses the host's own loopback if every port it needs is free there, and is refused, saying which ports are taken and
+why no namespace could be made, otherwise. This checkout's entry points (pyproject.toml's: the pytest plugin) are on
+the path, as its code is, and its ``agent/`` (forewarn-agent's sources) is in the page's directory, as in a
+checkout. Pages run side by side, a few at a time.
 """
 
 from __future__ import annotations
@@ -36,12 +46,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
+import socket
 import subprocess
 import sys
-import time
 import tomllib
-import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +59,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from forewarn.scenarios.server import START_TRIES, free_ports
-
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-WELL_KNOWN_PORTS = (8169, 8170, 8171, 8172, 8173)
 RUN = {"sh", "python"}
 FILES = {"yaml"}
 SHOWN = {"json", "xml", "text"}
@@ -158,17 +165,25 @@ def test_yaml_example_parses(block: Block, tmp_path: Path):
 
 
 # ------------------------------------------------------------------------------------------ commands run, in order
-FOREWARN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172, "--gce-port": 8173}
-EXAMPLE_PORTS = tuple(range(8180, 8190))  # a page's own listeners: a replay, a webhook receiver
-PORT = re.compile(r"(?<![\w.])(8169|8170|8171|8172|8173|818\d)(?!\w)")
-PAGE_TIMEOUT = 90  # seconds; a page takes a few, so this only ends a hang
+MAKE_RUN_PORTS = {"--imds-port": 8169, "--port": 8170, "--arm-port": 8171, "--ec2-port": 8172, "--gce-port": 8173}
+PAGE_TIMEOUT = 240  # seconds; a page takes a few (conformance.md, its batteries, a minute), so this only ends a hang
 
 EXPECTED = re.compile(r"^#\s*→\s?(?P<text>.*)$")
 COMMAND_START = r"^\s*(?:\S*/)?forewarn\s+"
 SERVES = re.compile(COMMAND_START + r"(?:serve|replay)\b")
-STARTS_SERVER = re.compile(COMMAND_START + r"serve\b.*&\s*(?:#.*)?$")
-IN_BACKGROUND = re.compile(r"&\s*(?:#.*)?$")
+STARTS_SERVER = re.compile(COMMAND_START + r"serve\b.*&\s*(?:#.*)?$", re.S)
+IN_BACKGROUND = re.compile(r"(?<!&)&\s*(?:#.*)?$")
 OPTION = re.compile(r"(--[\w-]+)(?:=|\s+)(\S+)")
+# What waits for a server started in the background: `forewarn wait` (cli/wait.py) or a shell loop of the page's own.
+WAITS = re.compile(r"^\s*(?:until\b|(?:\w+=\S+\s+)*(?:\S*/)?forewarn\s+(?:--server[= ]\S+\s+)?wait\b)")
+SETS_ONLY = re.compile(r"^\s*(?:export\s+)?\w+=(?:\"[^\"]*\"|'[^']*'|[^\s$]\S*|\$!)?(?:\s+\w+=\S*)*\s*(?:#.*)?$")
+# A forewarn command, wherever on a line (after `$(`, a pipe, `&&`, `xargs`), and its subcommand.
+FOREWARN_COMMAND = re.compile(
+    r"(?:^|[\s;(|&])(?:\S*/)?forewarn\s+(?:--[\w-]+(?:=|\s+)\S+\s+)*(?P<sub>[a-z][\w-]*)(?P<url>\s+https?://)?"
+)
+SERVERLESS = {"serve", "replay", "record", "conformance", "scenario", "--version"}  # no --server to follow
+ARM_COMMANDS = {"graph", "acknowledge"}  # they follow --arm or FOREWARN_ARM instead
+PORT_MENTION = re.compile(r"(?::|--[\w-]*port[= ]|--listen[= ]\S*:)(?P<port>\d{4,5})\b")
 
 EXPECT_SCRIPT = """\
 import re, sys
@@ -186,15 +201,6 @@ for text in sys.argv[2:]:
     else:
         sys.exit(f"expected output not printed: {text}")
 """
-
-
-def page_ports() -> dict[int, int]:
-    wanted = [*FOREWARN_PORTS.values(), *EXAMPLE_PORTS]
-    return dict(zip(wanted, free_ports(len(wanted))))
-
-
-def substitute_ports(text: str, ports: dict[int, int]) -> str:
-    return PORT.sub(lambda match: str(ports[int(match.group(1))]), text)
 
 
 def logical_lines(body: str) -> list[str]:
@@ -219,41 +225,108 @@ class PageError(Exception):
     """A page breaks a rule the harness can see before running it."""
 
 
-def server_lines(block: Block, line: str, ports: dict[int, int]) -> list[str]:
-    """A long-running forewarn command: in the background, on this run's ports, waited for."""
-    if not IN_BACKGROUND.search(line):
-        raise PageError(f"{block.where}: `{line.strip()}` runs until stopped: start it in the background (`&`)")
-    command = IN_BACKGROUND.sub("", line).rstrip()
-    given = dict(OPTION.findall(command))
-    if STARTS_SERVER.match(line):
-        missing = " ".join(f"{option} {ports[port]}" for option, port in FOREWARN_PORTS.items() if option not in given)
-        control = given.get("--port", str(ports[8170]))
-        return [f'{command} {missing} >>"$SERVER_LOG" 2>&1 &', f"__pids+=($!); __ready_http {control}"]
-    if "--port" not in given:
-        raise PageError(f"{block.where}: give `{command.strip()}` its --port (8180-8189 are a page's own ports)")
-    return [f'{command} >>"$SERVER_LOG" 2>&1 &', f"__pids+=($!); __ready_tcp {given['--port']}"]
+def commands_of(blocks: list[Block]) -> list[tuple[Block, str]]:
+    """The page's shell commands in order, each with its block: no blank lines, comments or expected outputs."""
+    return [
+        (block, line)
+        for block in blocks
+        if block.lang == "sh"
+        for line in logical_lines(block.body)
+        if line.strip() and not line.strip().startswith("#")
+    ]
 
 
-def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
-    """One bash script for a page: its sh blocks, its python blocks as heredocs, checks for expected output."""
+def served_ports(line: str) -> dict[str, str]:
+    """The port options a `forewarn serve` line gives."""
+    return {option: value for option, value in OPTION.findall(line) if option in MAKE_RUN_PORTS}
+
+
+def server_problems(blocks: list[Block]) -> list[str]:
+    """What a page that starts servers does wrong, as a user would meet it beside `make run`: a server in the
+    foreground, one on a default port, no wait before the next command, a command that would reach make run's
+    server (no `export FOREWARN_SERVER=` of the page's own), a replay without its --port."""
+    problems: list[str] = []
+    commands = commands_of(blocks)
+    own_control = {served_ports(line).get("--port") for _, line in commands if STARTS_SERVER.match(line)}
+    arm_ports = {served_ports(line).get("--arm-port") for _, line in commands if STARTS_SERVER.match(line)}
+    server_set = arm_set = False
+    waiting_for: str | None = None  # a server started in the background, not yet waited for
+    for block, line in commands:
+        where, shown = block.where, " ".join(line.split())
+        if SERVES.match(line):
+            if not IN_BACKGROUND.search(line):
+                problems.append(f"{where}: `{shown}` runs until stopped: start it in the background (`&`)")
+            elif STARTS_SERVER.match(line):
+                given = served_ports(line)
+                for option, default in MAKE_RUN_PORTS.items():
+                    if given.get(option, str(default)) == str(default):
+                        problems.append(
+                            f"{where}: `{shown}` listens on make run's {option} {default}: give it a port of the page's own"
+                        )
+            elif "--port" not in dict(OPTION.findall(line)):
+                problems.append(f"{where}: give `{shown}` its --port (one of the page's own)")
+            waiting_for = waiting_for or shown
+            continue
+        exported = re.match(r"^\s*export\s+FOREWARN_(SERVER|ARM)=\S*?:(\d+)", line)
+        if exported:
+            server_set |= exported.group(1) == "SERVER" and exported.group(2) in own_control
+            arm_set |= exported.group(1) == "ARM" and exported.group(2) in arm_ports
+        if waiting_for and not IN_BACKGROUND.search(line) and not SETS_ONLY.match(line):
+            if not WAITS.match(line):
+                problems.append(
+                    f"{where}: `{shown}` comes right after `{waiting_for}` started: wait for it first (`forewarn wait`)"
+                )
+            waiting_for = None
+        if own_control:
+            for found in FOREWARN_COMMAND.finditer(line):
+                reached = reaches(found, line)
+                if reached == "ARM" and not (arm_set or "--arm" in line or "FOREWARN_ARM=" in line):
+                    problems.append(
+                        f"{where}: `{shown}` would reach make run's ARM port: `export FOREWARN_ARM=` the page's own first"
+                    )
+                elif reached == "control" and not (server_set or "--server" in line or "FOREWARN_SERVER=" in line):
+                    problems.append(
+                        f"{where}: `{shown}` would reach make run's server: `export FOREWARN_SERVER=` the page's own first"
+                    )
+    return problems
+
+
+def reaches(found: re.Match, line: str) -> str | None:
+    """Which API of a server a forewarn command found on ``line`` talks to when not told where: "control" (--server,
+    FOREWARN_SERVER), "ARM" (--arm, FOREWARN_ARM), or None (it starts its own, reads files, or is given a URL)."""
+    sub = found.group("sub")
+    if sub in ARM_COMMANDS:
+        return "ARM"
+    if sub == "wait" and found.group("url") or sub in SERVERLESS or re.search(r"fleet\s+(generate|validate)", line):
+        return None
+    return "control"
+
+
+def claimed_ports(page: Path) -> set[int]:
+    """The ports a page's examples name (a server's, a listener's, a URL's), make run's aside."""
+    texts = [block.body for block in blocks_of(page) if (block.lang in RUN or block.file) and not block.not_run]
+    found = {int(match.group("port")) for text in texts for match in PORT_MENTION.finditer(text)}
+    return {port for port in found if port not in MAKE_RUN_PORTS.values() and port != 0}
+
+
+def script_for(blocks: list[Block]) -> str:
+    """One bash script for a page: its sh blocks as they are, its python blocks as heredocs, and checks for expected
+    output. Nothing a page says is changed: its servers start as it starts them and are waited for as it waits."""
+    problems = server_problems(blocks)
+    if problems:
+        raise PageError("\n".join(problems))
     out = [
         "set -e -o pipefail",
-        "__pids=()",
         "trap 'echo \"::failed: $BASH_COMMAND\" >&2' ERR",
-        "trap 'for p in \"${__pids[@]}\" $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
-        '__ready_http() { for _ in $(seq 1 400); do curl -sf -o /dev/null "http://127.0.0.1:$1/healthz" && return 0;'
-        ' sleep 0.05; done; echo "the server on port $1 did not answer" >&2; return 1; }',
-        "__ready_tcp() { for _ in $(seq 1 400); do (exec 3<>/dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0;"
-        ' sleep 0.05; done; echo "nothing listens on port $1" >&2; return 1; }',
+        "trap 'for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
         '__expect() { "$PYTHON" "$__EXPECT" "$@"; }',
     ]
     for block in blocks:
-        body = substitute_ports(block.body, ports)
         out.append(f"echo '::block {block.where}' >&2")
         if block.lang == "python":
-            out.append(f"\"$PYTHON\" - <<'__FOREWARN_PYTHON__'\n{body}__FOREWARN_PYTHON__")
+            out.append(f"\"$PYTHON\" - <<'__FOREWARN_PYTHON__'\n{block.body}__FOREWARN_PYTHON__")
             continue
-        lines = logical_lines(body)
+        lines = logical_lines(block.body)
         index = 0
         while index < len(lines):
             line = lines[index]
@@ -264,9 +337,7 @@ def script_for(blocks: list[Block], ports: dict[int, int]) -> str:
             index += 1
             if not line.strip() or line.strip().startswith("#"):
                 continue
-            if SERVES.match(line):
-                out.extend(server_lines(block, line, ports))
-            elif expected:
+            if expected:
                 quoted = " ".join(shlex.quote(text) for text in expected)
                 out.append(f'{{ {line}\n}} > "$__OUT" 2>&1; cat "$__OUT"; __expect "$__OUT" {quoted}')
             else:
@@ -280,9 +351,7 @@ def runnable(page: Path) -> list[Block]:
 
 
 def starts_own_server(blocks: list[Block]) -> bool:
-    return any(
-        STARTS_SERVER.match(line) for block in blocks if block.lang == "sh" for line in logical_lines(block.body)
-    )
+    return any(STARTS_SERVER.match(line) for _, line in commands_of(blocks))
 
 
 PAGES_WITH_COMMANDS = [page for page in PAGES if runnable(page)]
@@ -295,40 +364,173 @@ def root_page_skipped(page: Path) -> bool:
     return NEEDS_ROOT in page.read_text() and os.geteuid() != 0
 
 
-class MakeRunServer:
-    """The server `make run` starts (demo fleet, SQLite file, real clock), shared by the pages that start none."""
+@pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
+def test_page_starts_its_servers_as_a_user_beside_make_run_must(page: Path):
+    assert not server_problems(runnable(page)), "\n".join(server_problems(runnable(page)))
 
-    def __init__(self, directory: Path):
+
+def test_no_two_pages_claim_a_port_and_own_servers_leave_make_runs_alone():
+    """Pages run side by side (here, and a user's pages in two terminals): each port of a page's own is that page's.
+    A page with a server of its own names none of make run's ports: what it reaches there is not its server."""
+    owners: dict[int, list[str]] = {}
+    for page in PAGES_WITH_COMMANDS:
+        for port in claimed_ports(page):
+            owners.setdefault(port, []).append(page.name)
+        if starts_own_server(runnable(page)):
+            texts = [block.body for block in runnable(page)]
+            named = {int(m.group("port")) for text in texts for m in PORT_MENTION.finditer(text)}
+            assert not named & set(MAKE_RUN_PORTS.values()), (
+                f"{page.name} starts its own server but names make run's port(s) {sorted(named & set(MAKE_RUN_PORTS.values()))}"
+            )
+    shared = {port: pages for port, pages in owners.items() if len(pages) > 1}
+    assert not shared, f"ports claimed by more than one page: {shared}"
+
+
+POSTGRES = ("127.0.0.1", 5432)  # the suite's PostgreSQL (docs/replicas.md uses it), reached from the run's network
+
+# A small TCP relay, run twice: in the run's network ("inside": loopback brought up, 127.0.0.1:5432 listened on, each
+# connection carried to a Unix socket) and on the host ("outside": that Unix socket listened on, each connection
+# carried to PostgreSQL). A file system socket is the one path between two network namespaces that needs no root.
+RELAY = """\
+import fcntl, os, socket, struct, sys, threading
+mode, path, host, port = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def pipe(source, sink):
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    for end in (source, sink):
+        try:
+            end.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+def relay(listener, connect):
+    while True:
+        client, _ = listener.accept()
+        try:
+            upstream = connect()
+        except OSError:
+            client.close()
+            continue
+        for ends in ((client, upstream), (upstream, client)):
+            threading.Thread(target=pipe, args=ends, daemon=True).start()
+if mode == "inside":
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    flags = struct.unpack("16sH", fcntl.ioctl(probe, 0x8913, struct.pack("16sH", b"lo", 0)))[1]  # SIOCGIFFLAGS
+    fcntl.ioctl(probe, 0x8914, struct.pack("16sH", b"lo", flags | 1))  # SIOCSIFFLAGS: IFF_UP
+    listener = socket.create_server((host, port))
+    def connect():
+        upstream = socket.socket(socket.AF_UNIX)
+        upstream.connect(path)
+        return upstream
+else:
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(path)
+    listener.listen()
+    connect = lambda: socket.create_connection((host, port))
+threading.Thread(target=relay, args=(listener, connect), daemon=True).start()
+print("up", flush=True)
+sys.stdin.read()  # until the run closes it, or dies: the namespace goes with the process that holds it
+"""
+
+
+class PrivateNetwork:
+    """A network namespace of the docs run's own: loopback only, so that make run's ports (8169-8173) and the pages'
+    are free whatever runs on the machine (a developer's own `make run`, another checkout's tests), and the pages
+    reach nothing beyond it but the suite's PostgreSQL, relayed (RELAY). As root (CI) `unshare -n`; otherwise
+    `unshare -rn`, a user namespace in which the user may make one. Every process of the run joins it with
+    ``nsenter``. ``command`` is empty when it cannot be made, and ``reason`` says why."""
+
+    def __init__(self, directory: Path) -> None:
+        self.reason = ""
+        self.command: list[str] = []
+        self.processes: list[subprocess.Popen] = []
+        if not (shutil.which("unshare") and shutil.which("nsenter")):
+            self.reason = "unshare and nsenter (util-linux) are not installed"
+            return
+        root = os.geteuid() == 0
+        path = str(directory / "postgres.sock")
+        outside = self.start([sys.executable, "-c", RELAY, "outside", path, *map(str, POSTGRES)])
+        inside = self.start(
+            ["unshare", "-n" if root else "-rn", sys.executable, "-c", RELAY, "inside", path, *map(str, POSTGRES)]
+        )
+        if outside is None or inside is None:
+            self.close()
+            return
+        user = [] if root else ["-U", "--preserve-credentials"]
+        self.command = ["nsenter", "-t", str(inside.pid), "-n", *user, "--"]
+
+    def start(self, command: list[str]) -> subprocess.Popen | None:
+        process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.processes.append(process)
+        if process.stdout.readline().strip() == "up":
+            return process
+        process.kill()
+        said = process.stderr.read().strip().splitlines()
+        self.reason = self.reason or (said[-1] if said else f"`{' '.join(command[:2])}` failed")
+        return None
+
+    def close(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+        self.processes.clear()
+
+
+def network_for_the_run(directory: Path) -> list[str]:
+    """The prefix that runs a command in the docs run's network (PrivateNetwork), or [] for the host's own when no
+    namespace can be made and every port the pages use is free there; otherwise the run is refused, with why."""
+    network = PrivateNetwork(directory)
+    if network.command:
+        request_network.append(network)
+        return network.command
+    wanted = set(MAKE_RUN_PORTS.values()) | {port for page in PAGES_WITH_COMMANDS for port in claimed_ports(page)}
+    taken = sorted(port for port in wanted if port_taken(port))
+    if taken:
+        raise RuntimeError(
+            f"the docs run needs ports {', '.join(map(str, taken))} free (make run's 8169-8173 and the pages' own): "
+            f"something listens there (a `make run`?), and no private network namespace could be made "
+            f"({network.reason}). Stop it, or run where `unshare -rn` works."
+        )
+    return []
+
+
+request_network: list[PrivateNetwork] = []
+
+
+def port_taken(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+class MakeRunServer:
+    """The server `make run` starts, as it starts it (the demo fleet, var/demo.db, real clock, the default ports), in
+    the run's network; shared by the pages that start none."""
+
+    def __init__(self, directory: Path, network: list[str]):
         (directory / "var").mkdir()
-        self.ports = page_ports()
         self.log = directory / "server.log"
-        command = [
-            str(Path(sys.executable).parent / "forewarn"),
-            "serve",
-            "--fleet",
-            "demo",
-            "--db",
-            "var/demo.db",
-            *[part for option, port in FOREWARN_PORTS.items() for part in (option, str(self.ports[port]))],
-        ]
+        bin_dir = Path(sys.executable).parent
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env.pop("FOREWARN_SERVER", None)
         with self.log.open("w") as output:
             self.process = subprocess.Popen(
-                command,
+                [*network, str(bin_dir / "forewarn"), "serve", "--fleet", "demo", "--db", "var/demo.db"],
                 cwd=directory,
-                env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+                env=env,
                 stdout=output,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[8170]}/healthz", timeout=1):
-                    return
-            except OSError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"the make-run server did not start:\n{self.log.read_text()[-2000:]}") from None
-                time.sleep(0.05)
+        waited = subprocess.run(
+            [*network, str(bin_dir / "forewarn"), "wait", "--timeout", "30"], env=env, capture_output=True, text=True
+        )
+        if waited.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"the make-run server did not start:\n{self.log.read_text()[-2000:]}{waited.stderr}")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -364,10 +566,11 @@ class PageRun:
     server_log: str
 
 
-def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Path | None) -> PageRun:
-    """The page's commands, as one bash script in an empty directory (PageError: a rule broken before running)."""
+def run_page(page: Path, directory: Path, network: list[str], shared_log: Path | None = None) -> PageRun:
+    """The page's commands, as one bash script in an empty directory, in the run's network (PageError: a rule broken
+    before running)."""
     blocks = runnable(page)
-    script = script_for(blocks, ports)
+    script = script_for(blocks)
     for block in blocks_of(page):
         if block.file:
             (directory / block.file).write_text(block.body)
@@ -381,19 +584,15 @@ def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Pat
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "HOME": str(directory),
         "LANG": "C.UTF-8",
-        # the CLI's own defaults are the well-known ports: they follow the substitution
-        "FOREWARN_SERVER": f"http://127.0.0.1:{ports[8170]}",
-        "FOREWARN_ARM": f"http://127.0.0.1:{ports[8171]}",
-        # without credentials the aws CLI would first ask 169.254.169.254 for some, for seconds
+        # without credentials the aws CLI would first ask 169.254.169.254 for some (the pages set theirs: any values)
         "AWS_EC2_METADATA_DISABLED": "true",
         "PYTHON": sys.executable,
         "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{entry_points}",
-        "SERVER_LOG": str(directory / ".server.log"),
         "__OUT": str(directory / ".output"),
         "__EXPECT": str(directory / ".expect.py"),
     }
     with subprocess.Popen(
-        ["bash", str(directory / ".page.sh")],
+        [*network, "bash", str(directory / ".page.sh")],
         cwd=directory,
         env=env,
         stdout=subprocess.PIPE,
@@ -412,8 +611,7 @@ def run_page(page: Path, directory: Path, ports: dict[int, int], shared_log: Pat
                 os.killpg(run.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    log_path = shared_log or directory / ".server.log"
-    log = log_path.read_text(errors="replace") if log_path.exists() else ""
+    log = shared_log.read_text(errors="replace") if shared_log and shared_log.exists() else ""
     return PageRun(run.returncode, stdout, stderr, log)
 
 
@@ -422,8 +620,9 @@ LANES = 3  # pages run side by side: most of a page's time is one CLI process or
 
 @pytest.fixture(scope="module")
 def page_runs(request, tmp_path_factory):
-    """Every selected page's run, started at once: the pages that share the make-run server one after another, in
-    page order (README first, on a fresh server), each page with a server of its own beside them."""
+    """Every selected page's run, started at once, in one network (PrivateNetwork) with make run's server in it: the
+    pages that share that server one after another, in page order (README first, on a fresh server), and each page
+    with servers of its own beside them, on its own ports."""
     selected = [
         item.callspec.params["page"]
         for item in request.session.items
@@ -433,51 +632,44 @@ def page_runs(request, tmp_path_factory):
     futures = {page: Future() for page in selected}
     shared = [page for page in selected if not starts_own_server(runnable(page))]
     servers: list[MakeRunServer] = []
+    network = network_for_the_run(tmp_path_factory.mktemp("network"))
 
-    def run_into(page: Path, ports: dict[int, int], shared_log: Path | None) -> None:
+    def run_into(page: Path, shared_log: Path | None) -> None:
         try:
-            run = run_page(page, tmp_path_factory.mktemp(page.stem), ports, shared_log)
-            for _ in range(START_TRIES - 1):
-                # A page's own server whose port another worker bound first: the page again, on new ports.
-                if shared_log is not None or run.returncode == 0 or "Address already in use" not in run.server_log:
-                    break
-                run = run_page(page, tmp_path_factory.mktemp(page.stem), page_ports(), None)
-            futures[page].set_result(run)
+            futures[page].set_result(run_page(page, tmp_path_factory.mktemp(page.stem), network, shared_log))
         except BaseException as error:
             futures[page].set_exception(error)
 
     def shared_lane() -> None:
         try:
-            for attempt in range(1, START_TRIES + 1):
-                try:
-                    servers.append(MakeRunServer(tmp_path_factory.mktemp("make-run")))
-                    break
-                except RuntimeError as error:
-                    if attempt == START_TRIES or "Address already in use" not in str(error):
-                        raise
+            servers.append(MakeRunServer(tmp_path_factory.mktemp("make-run"), network))
         except BaseException as error:
             for page in shared:
                 futures[page].set_exception(error)
             return
         for page in shared:
-            run_into(page, servers[0].ports, servers[0].log)
+            run_into(page, servers[0].log)
 
-    with ThreadPoolExecutor(max_workers=LANES) as pool:
-        if shared:
-            pool.submit(shared_lane)
-        for page in selected:
-            if page not in shared:
-                pool.submit(run_into, page, page_ports(), None)
-        try:
-            yield futures
-        finally:
-            for future in futures.values():
-                try:
-                    future.result()
-                except BaseException:
-                    pass
-            for server in servers:
-                server.stop()
+    try:
+        with ThreadPoolExecutor(max_workers=LANES) as pool:
+            if shared:
+                pool.submit(shared_lane)
+            for page in selected:
+                if page not in shared:
+                    pool.submit(run_into, page, None)
+            try:
+                yield futures
+            finally:
+                for future in futures.values():
+                    try:
+                        future.result()
+                    except BaseException:
+                        pass
+                for server in servers:
+                    server.stop()
+    finally:
+        while request_network:
+            request_network.pop().close()
 
 
 @pytest.mark.parametrize("page", PAGES_WITH_COMMANDS, ids=lambda page: str(page.relative_to(ROOT)))
@@ -493,7 +685,7 @@ def test_page_commands_run(page: Path, page_runs):
         pytest.fail(
             f"{page.relative_to(ROOT)}: the example at {blocks_seen[-1] if blocks_seen else '?'} failed "
             f"(exit {run.returncode}).\n--- stdout (end)\n{run.stdout[-3000:]}\n--- stderr (end)\n"
-            f"{run.stderr[-3000:]}\n--- server log (end)\n{run.server_log[-2000:]}"
+            f"{run.stderr[-3000:]}\n--- make run's server log (end)\n{run.server_log[-2000:]}"
         )
 
 
@@ -515,24 +707,80 @@ def write_page(tmp_path: Path, body: str) -> Path:
 def test_a_wrong_expected_output_fails_the_page(tmp_path):
     page = write_page(tmp_path, "```sh\necho hello world\n# → hello ... world\necho hello\n# → goodbye\n```\n")
     (tmp_path / "run").mkdir()
-    run = run_page(page, tmp_path / "run", page_ports(), None)
+    run = run_page(page, tmp_path / "run", [])
     assert run.returncode != 0 and "expected output not printed: goodbye" in run.stderr
 
 
 def test_a_failing_command_fails_the_page_and_an_expected_failure_does_not(tmp_path):
     failing = write_page(tmp_path, "```sh\nfalse\necho never\n```\n")
     (tmp_path / "a").mkdir()
-    run = run_page(failing, tmp_path / "a", page_ports(), None)
+    run = run_page(failing, tmp_path / "a", [])
     assert run.returncode != 0 and "never" not in run.stdout
     said = write_page(tmp_path, '```sh\nfalse || echo "exit status $?"\n# → exit status 1\n```\n')
     (tmp_path / "b").mkdir()
-    assert run_page(said, tmp_path / "b", page_ports(), None).returncode == 0
+    assert run_page(said, tmp_path / "b", []).returncode == 0
 
 
 def test_a_server_left_in_the_foreground_is_refused(tmp_path):
     page = write_page(tmp_path, "```sh\nforewarn serve --fleet demo\n```\n")
     with pytest.raises(PageError, match="background"):
-        script_for(runnable(page), page_ports())
+        script_for(runnable(page))
+
+
+OWN_SERVER = "forewarn serve --fleet demo --port 8400 --imds-port 8401 --arm-port 0 --ec2-port 0 --gce-port 0 &\n"
+
+
+@pytest.mark.parametrize(
+    "commands, problem",
+    [
+        (
+            "forewarn serve --fleet demo --port 8400 &\nforewarn --server http://127.0.0.1:8400 wait\n",
+            "make run's --imds-port 8169",
+        ),
+        (OWN_SERVER + "export FOREWARN_SERVER=http://127.0.0.1:8400\nforewarn events\n", "wait for it first"),
+        (
+            OWN_SERVER + "forewarn --server http://127.0.0.1:8400 wait\nforewarn events\n",
+            "would reach make run's server",
+        ),
+        (OWN_SERVER + "export FOREWARN_SERVER=http://127.0.0.1:8170\nforewarn wait\n", "would reach make run's server"),
+        (OWN_SERVER + "export FOREWARN_SERVER=http://127.0.0.1:8400\nforewarn wait\nforewarn graph x\n", "ARM port"),
+        ("forewarn replay vm.json &\nforewarn wait http://127.0.0.1:8179/\n", "its --port"),
+    ],
+)
+def test_a_page_server_that_a_user_beside_make_run_would_trip_on_is_refused(tmp_path, commands, problem):
+    page = write_page(tmp_path, f"```sh\n{commands}```\n")
+    with pytest.raises(PageError, match=re.escape(problem)):
+        script_for(runnable(page))
+
+
+def test_a_page_server_on_its_own_ports_waited_for_and_addressed_is_run_as_written(tmp_path):
+    commands = (
+        OWN_SERVER
+        + "FIRST=$!\nexport FOREWARN_SERVER=http://127.0.0.1:8400   # its own\nforewarn wait\nforewarn events\n"
+    )
+    script = script_for(runnable(write_page(tmp_path, f"```sh\n{commands}```\n")))
+    assert commands in script.replace("   # its own", "   # its own")  # every line as the page has it, in order
+
+
+def test_the_private_network_hides_the_hosts_listeners_and_reaches_its_own(tmp_path):
+    network = PrivateNetwork(tmp_path)
+    if not network.command:
+        pytest.skip(f"no private network namespace here: {network.reason}")
+    try:
+        with socket.socket() as host_listener:
+            host_listener.bind(("127.0.0.1", 0))
+            host_listener.listen()
+            port = host_listener.getsockname()[1]
+            inside = (
+                "import socket\n"
+                f"free = socket.socket().connect_ex(('127.0.0.1', {port})) != 0\n"
+                f"own = socket.socket(); own.bind(('127.0.0.10', {port})); own.listen()\n"
+                f"print(free, socket.socket().connect_ex(('127.0.0.10', {port})) == 0)\n"
+            )
+            run = subprocess.run([*network.command, sys.executable, "-c", inside], capture_output=True, text=True)
+            assert run.stdout.split() == ["True", "True"], run.stderr
+    finally:
+        network.close()
 
 
 @pytest.mark.parametrize(
@@ -551,3 +799,22 @@ def test_wildcards(expected, printed, matches):
     namespace: dict = {}
     exec(EXPECT_SCRIPT.split("printed =")[0], namespace)  # the wildcard function the page's checks use
     assert bool(namespace["wildcard"](expected).fullmatch(" ".join(printed.split()))) is matches
+
+
+def test_without_a_namespace_taken_ports_refuse_the_run_and_say_which_and_why(tmp_path, monkeypatch):
+    class NoNamespace:
+        def __init__(self, directory: Path) -> None:
+            self.command: list[str] = []
+            self.reason = "unshare: unshare failed: Operation not permitted"
+
+    monkeypatch.setattr(sys.modules[__name__], "PrivateNetwork", NoNamespace)
+    with socket.socket() as listener:
+        try:
+            listener.bind(("127.0.0.1", 8290))  # gcp.md's server: as a page left running would hold it
+            listener.listen()
+        except OSError:
+            pass  # something holds it already: as taken either way
+        with pytest.raises(RuntimeError) as refused:
+            network_for_the_run(tmp_path)
+    message = str(refused.value)
+    assert "8290" in message and "Operation not permitted" in message and "unshare -rn" in message

@@ -78,6 +78,22 @@ def test_redeploy_moves_the_vm_and_loses_the_temporary_disk():
     assert e.component(AzureComponent).vm_states["solo"].power is Power.RUNNING
 
 
+def test_a_hosts_count_of_vms_is_its_list_counted_before_and_after_a_redeploy_moves_one():
+    e = engine()
+    azure = e.component(AzureComponent)
+
+    def counted_and_listed() -> dict[str, tuple[int, int]]:
+        return {host: (azure.count_on_host(host), len(azure.names_on_host(host))) for host in azure.host_names()}
+
+    before = counted_and_listed()
+    assert all(count == listed for count, listed in before.values()) and before["host-02"][0] > 0
+    azure.schedule(ScheduleRequest(EventType.REDEPLOY, vms=("solo",), notice=timedelta(0)))
+    e.advance(T0)
+    after = counted_and_listed()
+    assert all(count == listed for count, listed in after.values())
+    assert (after["host-02"][0], after["host-03"][0]) == (before["host-02"][0] - 1, before["host-03"][0] + 1)
+
+
 def test_freeze_pauses_for_its_duration_and_keeps_memory():
     e = engine()
     e.component(AzureComponent).schedule(

@@ -17,6 +17,7 @@ from forewarn import yamlfile
 from forewarn.azure.fleet import azure_fleet
 from forewarn.fleet.file import FleetFileError, load_fleet, parse_fleet
 from forewarn.scenarios import ScenarioError, load_library, load_scenario, parse_scenario
+from forewarn.scenarios.server import answered_by
 from helpers import ROOT, SMALL_FLEET, free_port
 
 # Ten anchors of nine aliases each: 9**9 (387 million) strings from 500 bytes.
@@ -294,7 +295,7 @@ def test_the_memory_limit_leaves_a_good_fleet_servable(tmp_path):
         while time.monotonic() < deadline:
             assert process.poll() is None, process.stderr.read()
             try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                if answered_by(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1), process):
                     break
             except httpx.TransportError:
                 time.sleep(0.05)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, Serving
+from forewarn.cloud import Cloud, FleetListing, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from example_cloud.fleet import ExampleFleetSection
     from example_cloud.metadata import ExampleMetadata
     from example_cloud.model import ExampleRules
+    from example_cloud.observer import ExampleObserver
     from forewarn.app.runtime import Maintenance
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
@@ -71,10 +72,20 @@ class ExampleCloud(Cloud):
 
         return ExampleServing()
 
-    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+    def control_router(self, metadata: Mapping[str, object]) -> APIRouter:
         from example_cloud.control import router
 
-        return router(service)
+        return router
+
+    def scenario_observer(self) -> ExampleObserver:
+        from example_cloud.observer import ExampleObserver
+
+        return ExampleObserver()
+
+    def fleet_listing(self) -> FleetListing:
+        from example_cloud.cli import LISTING
+
+        return LISTING
 
     def cli_commands(self) -> Sequence[click.Command]:
         from example_cloud.cli import example

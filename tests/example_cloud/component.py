@@ -72,6 +72,9 @@ class ExampleComponent:
         self.reschedule()
         return changes
 
+    def release(self) -> None:
+        """Everything is kept in memory: nothing to let go of once committed."""
+
     def reschedule(self) -> None:
         for reboot in self.reboots.values():
             if reboot.state == ANNOUNCED:

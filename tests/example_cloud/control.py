@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict
 from example_cloud.component import ExampleComponent
 from example_cloud.model import Reboot, RebootChanged
 from forewarn.control.models import ERRORS
+from forewarn.control.service import ControlService
 from forewarn.core.durations import parse_optional_duration
 
 if TYPE_CHECKING:
-    from forewarn.app.runtime import Maintenance
     from forewarn.engine.engine import Engine
 
 
@@ -42,23 +42,22 @@ class RebootOut(BaseModel):
         )
 
 
-def router(service: Maintenance) -> APIRouter:
-    router = APIRouter()
+router = APIRouter()
 
-    @router.get("/v1/example/maintenance", tags=["example"])
-    async def reboots() -> list[RebootOut]:
-        service.catch_up()
-        return [RebootOut.of(r) for r in service.settled_engine().component(ExampleComponent).reboots.values()]
 
-    @router.post("/v1/example/maintenance", tags=["example"], status_code=201, responses=ERRORS)
-    async def maintain(body: MaintainIn) -> list[RebootOut]:
-        """Announce a reboot of the machine: its maintenance key says REBOOT from now until the reboot."""
-        notice = parse_optional_duration(body.notice)
+@router.get("/v1/example/maintenance", tags=["example"])
+async def reboots(service: ControlService) -> list[RebootOut]:
+    service.catch_up()
+    return [RebootOut.of(r) for r in service.settled_engine().component(ExampleComponent).reboots.values()]
 
-        def command(engine: Engine) -> list:
-            return engine.component(ExampleComponent).maintain(body.machine, notice)
 
-        changes = await service.perform_soon(command)
-        return [RebootOut.of(change.reboot) for change in changes if isinstance(change, RebootChanged)]
+@router.post("/v1/example/maintenance", tags=["example"], status_code=201, responses=ERRORS)
+async def maintain(service: ControlService, body: MaintainIn) -> list[RebootOut]:
+    """Announce a reboot of the machine: its maintenance key says REBOOT from now until the reboot."""
+    notice = parse_optional_duration(body.notice)
 
-    return router
+    def command(engine: Engine) -> list:
+        return engine.component(ExampleComponent).maintain(body.machine, notice)
+
+    changes = await service.perform_soon(command)
+    return [RebootOut.of(change.reboot) for change in changes if isinstance(change, RebootChanged)]

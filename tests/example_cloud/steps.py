@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from forewarn.scenario_steps import StepAction, StepApi, StepCall
+from example_cloud.observer import EXAMPLE_CHECK
+from forewarn.scenario_steps import MachineCheck, StepAction, StepApi, StepCall
 
 
 def maintain(api: StepApi, step: StepCall, params: dict) -> tuple[Any, list[str]]:
@@ -21,6 +23,7 @@ class ExampleSteps:
     }
     time_keys = ()
     scheduled_by_wave = None
+    checks: Mapping[str, MachineCheck] = {"example": EXAMPLE_CHECK}  # `expect: [{example: ex-9, states: [...]}]`
 
     def pending(self, api: StepApi, created: set[str], targets: set[str], now: datetime) -> list[datetime | None]:
         """When each reboot the run announced happens (the clock goes there before the run settles)."""

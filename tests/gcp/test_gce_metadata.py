@@ -343,6 +343,25 @@ def test_the_control_api_says_how_many_hanging_gets_the_server_holds(server):
             sock.close()
 
 
+def test_the_first_read_of_maintenance_event_is_answered_once_its_watch_is_durable(tmp_path):
+    """An instance's first read of maintenance-event starts its watch (it gets notices from then on), committed before
+    the read is answered: a plain GET, and a hanging one, which then waits as any other."""
+    with Server(tmp_path, fleet_text=GCE_FLEET) as server:
+        instances = {i["name"]: i for i in server.get("/v1/gce/instances")}
+        assert not instances["web-1"]["watched"] and not instances["gpu-1"]["watched"]
+        sock = socket.create_connection((ADDRESSES["web-1"], server.imds_port), timeout=10)
+        path = "/computeMetadata/v1/instance/maintenance-event?wait_for_change=true"
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: metadata\r\nMetadata-Flavor: Google\r\n\r\n".encode())
+        with sock:
+            wait_until(lambda: server.get("/v1/gce/hanging-gets")["held"] == 1, "the first read held")
+            server.post("/v1/gce/maintenance", {"instances": ["web-1"], "notice": "60s"}, expect=201)
+            assert b"MIGRATE_ON_HOST_MAINTENANCE" in sock.recv(4096)
+        assert get(server, "instance/maintenance-event", address=ADDRESSES["gpu-1"]).text == "NONE"
+        server.kill()  # kill -9 right after the answer: no shutdown, no flush
+        server.start()
+        assert server.get("/v1/gce/instances/gpu-1")["watched"]
+
+
 def test_clock_moves_say_what_happened_to_compute_engine_instances(server):
     """``clock next`` lists Compute Engine's steps as it lists Azure's (it once said "nothing happened" for each)."""
     get(server, "instance/maintenance-event")  # web-1 has read the key: its maintenance gives a notice at once

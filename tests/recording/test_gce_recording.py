@@ -180,7 +180,7 @@ def test_cli_records_and_replays_a_gce_maintenance_event(demo, tmp_path):
         env=env,
     )
     assert run.returncode == 0, run.stderr
-    assert "status 200: NONE (ETag " in run.stdout and "1 document(s) recorded" in run.stdout
+    assert "status 200: NONE (ETag " in run.stdout and "1 document recorded" in run.stdout
     recorded = load_recording(out)
     assert recorded.source == GCE and recorded.url.endswith(":%d%s" % (demo.imds_port, PATH))
     port = free_port()

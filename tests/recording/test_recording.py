@@ -341,7 +341,7 @@ def test_cli_record_then_replay(server, tmp_path):
         env=env,
     )
     assert run.returncode == 0, run.stderr
-    assert "incarnation 1: 0 event(s)" in run.stdout and "1 document(s) recorded" in run.stdout
+    assert "incarnation 1: 0 events" in run.stdout and "1 document recorded" in run.stdout
     [entry] = load_recording(out).entries
     assert entry.body == server.scheduled_events().text
 

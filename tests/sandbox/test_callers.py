@@ -6,7 +6,11 @@ import socket
 import pytest
 import requests
 
+from forewarn.scenarios.testnet import loopback_address
 from helpers import Server
+
+# Loopback addresses this client binds (FOREWARN_TEST_NET moves them: docs/testing.md).
+ADDRESSES = [loopback_address(254, host) for host in (1, 2, 3, 4)]
 
 FLEET = """
 hosts: [{name: host-01}]
@@ -41,43 +45,43 @@ def name_from(server: Server, source: str) -> requests.Response:
 
 def test_a_registered_address_is_its_machine_until_removed(server):
     # vm-a and vm-b share the fleet and have no address nor port of their own: without a registration, nobody.
-    assert name_from(server, "127.253.7.1")[0] == "400"
-    put = requests.put(f"{server.control}/v1/imds/callers/127.253.7.1", json={"machine": "vm-b"}, timeout=10)
+    assert name_from(server, ADDRESSES[0])[0] == "400"
+    put = requests.put(f"{server.control}/v1/imds/callers/{ADDRESSES[0]}", json={"machine": "vm-b"}, timeout=10)
     assert put.status_code == 200, put.text
     assert put.json() == {
-        "address": "127.253.7.1",
+        "address": ADDRESSES[0],
         "machine": "vm-b",
         "kind": "vm",
         "imds": {"host": "127.0.0.1", "port": server.imds_port},
     }
-    assert name_from(server, "127.253.7.1") == ("200", "vm-b")
+    assert name_from(server, ADDRESSES[0]) == ("200", "vm-b")
     # Registering again moves the address: the cache of who is asking is dropped.
-    requests.put(f"{server.control}/v1/imds/callers/127.253.7.1", json={"machine": "vm-a"}, timeout=10)
-    assert name_from(server, "127.253.7.1") == ("200", "vm-a")
+    requests.put(f"{server.control}/v1/imds/callers/{ADDRESSES[0]}", json={"machine": "vm-a"}, timeout=10)
+    assert name_from(server, ADDRESSES[0]) == ("200", "vm-a")
     listed = requests.get(f"{server.control}/v1/imds/callers", timeout=10).json()
-    assert [(c["address"], c["machine"]) for c in listed] == [("127.253.7.1", "vm-a")]
-    removed = requests.delete(f"{server.control}/v1/imds/callers/127.253.7.1", timeout=10)
+    assert [(c["address"], c["machine"]) for c in listed] == [(ADDRESSES[0], "vm-a")]
+    removed = requests.delete(f"{server.control}/v1/imds/callers/{ADDRESSES[0]}", timeout=10)
     assert removed.json() == {"removed": True}
-    assert name_from(server, "127.253.7.1")[0] == "400"
-    again = requests.delete(f"{server.control}/v1/imds/callers/127.253.7.1", timeout=10)
+    assert name_from(server, ADDRESSES[0])[0] == "400"
+    again = requests.delete(f"{server.control}/v1/imds/callers/{ADDRESSES[0]}", timeout=10)
     assert again.json() == {"removed": False}
 
 
 def test_an_instance_is_registered_by_its_name_tag_too(server):
-    put = requests.put(f"{server.control}/v1/imds/callers/127.253.7.4", json={"machine": "web"}, timeout=10)
+    put = requests.put(f"{server.control}/v1/imds/callers/{ADDRESSES[3]}", json={"machine": "web"}, timeout=10)
     try:
         assert put.status_code == 200 and put.json()["machine"] == "i-0123456789abcdef0"
     finally:
-        requests.delete(f"{server.control}/v1/imds/callers/127.253.7.4", timeout=10)
+        requests.delete(f"{server.control}/v1/imds/callers/{ADDRESSES[3]}", timeout=10)
 
 
 def test_an_instance_is_registered_by_its_id(server):
     put = requests.put(
-        f"{server.control}/v1/imds/callers/127.253.7.2", json={"machine": "i-0123456789abcdef0"}, timeout=10
+        f"{server.control}/v1/imds/callers/{ADDRESSES[1]}", json={"machine": "i-0123456789abcdef0"}, timeout=10
     )
     assert put.status_code == 200 and put.json()["kind"] == "ec2_instance"
     try:
-        with socket.create_connection(("127.0.0.1", server.imds_port), source_address=("127.253.7.2", 0)) as conn:
+        with socket.create_connection(("127.0.0.1", server.imds_port), source_address=(ADDRESSES[1], 0)) as conn:
             conn.sendall(
                 b"GET /latest/meta-data/instance-id HTTP/1.1\r\nHost: 169.254.169.254\r\nConnection: close\r\n\r\n"
             )
@@ -86,21 +90,21 @@ def test_an_instance_is_registered_by_its_id(server):
                 answer += chunk
         assert answer.endswith(b"\r\n\r\ni-0123456789abcdef0")
     finally:
-        requests.delete(f"{server.control}/v1/imds/callers/127.253.7.2", timeout=10)
+        requests.delete(f"{server.control}/v1/imds/callers/{ADDRESSES[1]}", timeout=10)
 
 
 @pytest.mark.parametrize(
     ("address", "body", "status", "message"),
     [
         (
-            "127.253.7.3",
+            ADDRESSES[2],
             {"machine": "vm-c"},
             404,
             "no VM, EC2 instance or Compute Engine instance named 'vm-c' in the fleet",
         ),
         ("not-an-ip", {"machine": "vm-a"}, 400, "'not-an-ip' is not an IP address"),
-        ("127.253.7.3", {"machine": "vm-a", "extra": 1}, 400, "extra"),
-        ("127.253.7.3", {}, 400, "machine"),
+        (ADDRESSES[2], {"machine": "vm-a", "extra": 1}, 400, "extra"),
+        (ADDRESSES[2], {}, 400, "machine"),
         # Where every local program connects from: it would make every loopback client that machine.
         ("127.0.0.1", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),
         ("::1", {"machine": "vm-a"}, 400, "where every program on this machine connects from"),

@@ -9,8 +9,8 @@ from datetime import datetime
 import pytest
 
 from forewarn.cloud import registered
-from forewarn.scenario_steps import StepAction, StepApi, StepCall
-from forewarn.scenarios import ScenarioError, parse_scenario, spec
+from forewarn.scenario_steps import CheckRecord, MachineCheck, NoSteps, StepAction, StepApi, StepCall
+from forewarn.scenarios import ScenarioError, expect, parse_scenario, spec
 from forewarn.scenarios.actions import WAVE_ACTIONS, steps, steps_of
 
 AZURE = (
@@ -67,6 +67,7 @@ class PingSteps:
     actions = {"ping": StepAction(ping, ("vm",), ("at_time",), summary="POST /v1/ping")}
     time_keys = ("at_time",)
     scheduled_by_wave = None
+    checks: dict = {}
 
     def pending(self, api: StepApi, created: set[str], targets: set[str], now: datetime) -> list[datetime | None]:
         return []
@@ -111,3 +112,51 @@ def test_the_parser_checks_a_cloud_of_ones_own_steps_with_its_fields(monkeypatch
         "ping.yaml:5: steps[0].with.at_time: invalid time 'whenever'; use ISO 8601 (2026-04-20T22:26:58Z) or "
         "start+DURATION (start+15m)",
     ]
+
+
+def pongs(check: CheckRecord, timeline: dict) -> None:
+    """A check of a cloud of one's own: whether the VM answered a ping, from what its observer recorded."""
+    recorded = check.observed("pings")
+    if recorded is not None:
+        answered = any(entry["pong"] for entry in recorded)
+        check.add("pong", answered == check.checks["pong"], f"{len(recorded)} pings")
+
+
+class CheckedPingSteps(PingSteps):
+    checks = {"ping": MachineCheck(pongs, ("pong",), member="vm", noun="a pinged VM", flags=("pong",))}
+
+
+def test_a_cloud_of_ones_own_adds_its_check_of_a_machine(monkeypatch):
+    """A scenario's `expect:` takes every registered cloud's checks of a machine: the parser checks the new one's
+    target and values as it declares them, and the expectations run it on the timeline."""
+    clouds = {cloud.name: cloud.scenario_steps() for cloud in registered()}
+    found = steps_of({**clouds, "ping": CheckedPingSteps()})
+    monkeypatch.setattr(spec, "steps_of_clouds", lambda: found)
+    monkeypatch.setattr(expect, "steps", lambda: found)
+    text = textwrap.dedent(
+        """\
+        name: ping
+        description: a check of a cloud of one's own
+        fleet: {hosts: [{name: h}], vms: [{name: a, host: h}]}
+        steps:
+          - {at: 0s, do: ping, with: {vm: a}}
+        expect:
+          - {ping: a, pong: true}
+        """
+    )
+    scenario = parse_scenario(text, "ping.yaml").resolve()
+    timeline = {"start": "2026-04-20T00:00:00Z", "pings": {"a": [{"pong": False}, {"pong": True}]}}
+    [result] = expect.evaluate(scenario, timeline, event_keys=[])
+    assert result == {"check": 0, "what": "ping a: pong", "passed": True, "detail": "2 pings"}
+    [unobserved] = expect.evaluate(scenario, {**timeline, "pings": {}}, event_keys=[])
+    assert not unobserved["passed"] and unobserved["detail"] == "a was not observed (add it to `observe`)"
+    with pytest.raises(ScenarioError) as refused:
+        parse_scenario(text.replace("{ping: a, pong: true}", "{ping: b, pong: 1}"), "ping.yaml")
+    assert str(refused.value).splitlines() == [
+        "ping.yaml:7: expect[0].ping: 'b' is not a pinged VM of the fleet",
+        "ping.yaml:7: expect[0].pong: expected true or false",
+    ]
+    with pytest.raises(ScenarioError, match="give exactly one of `vm`, `instance`, `gce`, `ping` and `event`"):
+        parse_scenario(text.replace("{ping: a, pong: true}", "{pong: true}"), "ping.yaml")
+    with pytest.raises(ValueError, match="the again cloud's scenario checks ping are another's already"):
+        steps_of({"ping": CheckedPingSteps(), "again": NoSteps(checks=CheckedPingSteps.checks)})

@@ -30,13 +30,13 @@ def address():
 
 
 @contextlib.contextmanager
-def running(limits: Limits):
+def running(limits: Limits, server: Http1Server | None = None):
     loop = asyncio.new_event_loop()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     sock.setblocking(False)
-    server = Http1Server(echo, limits)
+    server = server or Http1Server(echo, limits)
     ready = threading.Event()
 
     def run():
@@ -188,3 +188,64 @@ def test_a_refused_body_gets_no_100_continue(address):
         address, b"POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1)
     )
     assert answer.startswith(b"HTTP/1.1 413 Payload Too Large\r\n")
+
+
+def read_until(client: socket.socket, ending: bytes) -> bytes:
+    received = b""
+    while not received.endswith(ending):
+        chunk = client.recv(65536)
+        assert chunk, f"closed after {received!r}"
+        received += chunk
+    return received
+
+
+class Counting:
+    """A handler whose answer changes with every request it is asked, and that keeps the requests."""
+
+    def __init__(self):
+        self.requests: list[Request] = []
+
+    def __call__(self, request: Request):
+        self.requests.append(request)
+        return (200, b"answer %d to %s %d" % (len(self.requests), request.path.encode(), len(request.body)), TEXT, ())
+
+
+def test_the_same_request_again_on_its_connection_is_asked_of_the_handler_each_time():
+    handler = Counting()
+    same = b"GET /poll?api-version=1 HTTP/1.1\r\nHost: a\r\nMetadata: true\r\n\r\n"
+    with running(Limits(), Http1Server(handler)) as address, socket.create_connection(address, timeout=5) as client:
+        for n in (1, 2, 3):  # an agent polling on its kept-alive connection sends the same bytes every time
+            client.sendall(same)
+            assert read_until(client, b"answer %d to /poll 0" % n).startswith(b"HTTP/1.1 200 OK\r\n")
+        client.sendall(b"GET /other HTTP/1.1\r\n\r\n")
+        read_until(client, b"answer 4 to /other 0")
+        client.sendall(same)
+        read_until(client, b"answer 5 to /poll 0")
+        client.sendall(same + same)  # two in one read: each answered
+        assert read_until(client, b"answer 7 to /poll 0").count(b"HTTP/1.1 200 OK") in (1, 2)
+    polls = [request for request in handler.requests if request.path == "/poll"]
+    assert len(polls) == 6 and all(request == polls[0] for request in polls)
+    assert polls[0].query == b"api-version=1" and polls[0].headers == ((b"host", b"a"), (b"metadata", b"true"))
+
+
+def test_the_same_request_that_expects_100_continue_gets_it_every_time():
+    raw = b"POST /approve HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}"
+    with running(Limits(), Http1Server(Counting())) as address, socket.create_connection(address, timeout=5) as client:
+        for n in (1, 2, 3):
+            client.sendall(raw)
+            answer = read_until(client, b"answer %d to /approve 2" % n)
+            assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+
+
+def test_the_same_answer_again_tells_the_date_of_its_moment():
+    clock = [1_000_000_000.0]
+    document = (200, b"the same document", TEXT, ())  # one object, as a surface's cached document is
+    server = Http1Server(lambda request: document, clock=lambda: clock[0])
+    same = b"GET /doc HTTP/1.1\r\nHost: a\r\n\r\n"
+    with running(Limits(), server) as address, socket.create_connection(address, timeout=5) as client:
+        client.sendall(same)
+        assert b"\r\ndate: Sun, 09 Sep 2001 01:46:40 GMT\r\n" in read_until(client, b"the same document")
+        clock[0] += 3600
+        server.clock_moved()
+        client.sendall(same)
+        assert b"\r\ndate: Sun, 09 Sep 2001 02:46:40 GMT\r\n" in read_until(client, b"the same document")

@@ -7,9 +7,11 @@ import socket
 import subprocess
 import sys
 
+import pytest
 import requests
 
 from forewarn.recording.model import Entry, Recording, save_recording
+from forewarn.scenarios.server import PortTaken, launch_serve
 from helpers import ROOT, Server, free_port
 
 DOCUMENT = "/metadata/scheduledevents?api-version=2020-07-01"
@@ -119,3 +121,16 @@ def test_replay_defaults_to_a_port_serve_does_not_use_and_names_a_taken_one(tmp_
     assert (
         f"forewarn: cannot listen on 127.0.0.1:{port}: Address already in use; choose another with --port"
     ) in run.stderr
+
+
+def test_a_start_whose_control_port_another_server_took_first_is_not_taken_for_that_server(tmp_path):
+    """Another starter (a test worker, a scenario run) may choose the same free port and bind it first: the second
+    server then exits, and its start must not pass the first one's ``/healthz`` on that port for its own."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    with Server(tmp_path / "a") as first:
+        second = Server(tmp_path / "b")
+        second.args[second.args.index("--port") + 1] = str(first.port)
+        with pytest.raises(PortTaken, match="Address already in use"):
+            launch_serve(second.args, second.log_path, first.control)
+        assert requests.get(f"{first.control}/healthz", timeout=10).json()["pid"] == first.process.pid

@@ -67,6 +67,20 @@ def test_the_hosts_of_a_whole_fleet_wave_leave_out_hosts_whose_vms_are_all_delet
     assert len(wave.units) == 10
 
 
+def test_the_hosts_of_a_whole_fleet_wave_after_changes_that_leave_each_host_a_vm_are_the_fleets_in_order():
+    e = engine()
+    azure = e.component(AzureComponent)
+    hosts = tuple(e.fleet.hosts)
+    azure.delete(azure.names_on_host("host-00003")[:-1])  # one VM left there
+    azure.delete(azure.names_on_host("host-00007")[:1])
+    runner = e.component(WaveRunner)
+    assert runner.wave(runner.start_wave(WHOLE_FLEET)[0].subject()).units == hosts
+    azure.delete(azure.names_on_host("host-00003"))  # its last VM: the host leaves the wave
+    assert runner.wave(runner.start_wave(WHOLE_FLEET)[0].subject()).units == tuple(
+        host for host in hosts if host != "host-00003"
+    )
+
+
 def test_the_control_api_starts_a_wave_in_several_commits_and_answers_with_all_of_them(store_url, monkeypatch):
     service = Maintenance.open(open_store(store_url), parse_fleet(GENERATED), "manual", 1.0, T0, "seed")
     commands = []
@@ -84,8 +98,48 @@ def test_the_control_api_starts_a_wave_in_several_commits_and_answers_with_all_o
         assert response.status_code == 201, response.text
         body = response.json()
         assert body["scheduled"] == 56 and len(body["wave"]["in_flight"]) == 8  # 7 scopes a host
-        assert len(commands) == 4  # the start, two fills, and the fill that found nothing left
+        assert len(commands) == 5  # the start (one unit), three fills, and the fill that found nothing left
         wave_entries = [entry.kind for entry in service.store.journal() if entry.kind.startswith("wave")]
         assert wave_entries.count("wave unit-scheduled") == 8
+    finally:
+        service.store.close()
+
+
+def test_a_budgeted_cancel_cancels_the_rest_with_cancel_more_as_one_cancel_would():
+    def started() -> tuple[Engine, str]:
+        e = engine()
+        changes = e.component(WaveRunner).start_wave(WHOLE_FLEET)
+        return e, next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+
+    whole, wave_id = started()
+    at_once = whole.component(WaveRunner).cancel_wave(wave_id)
+    stepped, _ = started()
+    runner = stepped.component(WaveRunner)
+    commands = [runner.cancel_wave(wave_id, budget=10)]
+    while more := runner.cancel_more(wave_id, budget=10):
+        commands.append(more)
+    assert len(commands) > 2
+    assert [e for command in commands for e in events_of(command)] == events_of(at_once)
+    assert runner.wave(wave_id) == whole.component(WaveRunner).wave(wave_id)
+    assert runner.cancel_more(wave_id, budget=10) == []
+
+
+def test_the_control_api_cancels_a_wave_in_several_commits_and_answers_with_all_of_them(store_url, monkeypatch):
+    service = Maintenance.open(open_store(store_url), parse_fleet(GENERATED), "manual", 1.0, T0, "seed")
+    monkeypatch.setattr(wave_routes, "MACHINES_PER_COMMAND", 10)
+    try:
+        client = TestClient(create_control_app(service))
+        wave = client.post("/v1/waves", json={"by": "host", "concurrency": 8, "notice": "15m"}).json()["wave"]
+        commits = []
+        commit = service.store.commit
+        monkeypatch.setattr(service.store, "commit", lambda *a, **k: (commits.append(a[0]), commit(*a, **k)))
+        response = client.post(f"/v1/waves/{wave['wave_id']}/cancel")
+        assert response.status_code == 200, response.text
+        assert response.json()["canceled"] == 56 and response.json()["wave"]["status"] == "canceled"
+        assert len(commits) > 2
+        azure = service.settled_engine().component(AzureComponent)
+        assert not azure.events  # every one ended, so each left memory once its cancel was committed
+        listed = client.get("/v1/events", params={"all": "true"}).json()
+        assert len(listed) == 56 and {event["status"] for event in listed} == {"Canceled"}
     finally:
         service.store.close()

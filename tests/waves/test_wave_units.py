@@ -17,7 +17,6 @@ from forewarn.core.changes import Change
 from forewarn.core.component import Footing
 from forewarn.core.errors import Invalid
 from forewarn.core.scheduler import Scheduler
-from forewarn.core.scheduler import Sequence as Numbering
 from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
 from forewarn.gcp.component import GcpComponent, StoredGcp
@@ -85,12 +84,13 @@ def test_plans_stored_with_every_clouds_defaults_or_no_cloud_load_as_the_wave_th
     unnamed = decode_wave(
         old_plan(azure, cloud=None, window=None, latest=None, can_reschedule=None, maintenance_type=None),
         encode_wave_progress(azure),
+        azure.in_flight,
     )
     assert unnamed.spec.cloud is WaveCloud.AZURE and unnamed.spec.order is WaveOrder.HOST
     assert (unnamed.units, unnamed.in_flight, unnamed.owners) == (azure.units, azure.in_flight, azure.owners)
     assert units_named(unnamed.spec.cloud).kind(unnamed.spec) == "Freeze"
     # A Compute Engine wave's plan with Azure's defaults in it: still Compute Engine's, showing its own type.
-    defaults = decode_wave(old_plan(gce, maintenance_type="UNSCHEDULED"), encode_wave_progress(gce))
+    defaults = decode_wave(old_plan(gce, maintenance_type="UNSCHEDULED"), encode_wave_progress(gce), gce.in_flight)
     assert defaults.spec.cloud is WaveCloud.GCE
     assert units_named(defaults.spec.cloud).kind(defaults.spec) == "UNSCHEDULED"
 
@@ -205,7 +205,7 @@ class RackRoller:
 def test_the_runner_rolls_a_cloud_it_was_never_written_for():
     rack = Rack({"a1": "rack-a", "a2": "rack-a", "b1": "rack-b", "c1": "rack-c"})
     units = RackUnits()
-    runner = WaveRunner([(units, units.roller(rack, None))], Scheduler(T0), Numbering(), StoredWaves())  # type: ignore[arg-type]
+    runner = WaveRunner([(units, units.roller(rack, None))], Scheduler(T0), StoredWaves())  # type: ignore[arg-type]
     changes = runner.start_wave(WaveSpec(concurrency=2))  # no cloud named: the first with waves
     [wave_id] = {c.wave.wave_id for c in changes if isinstance(c, WaveChanged)}
     assert changes[0].reason == "rack swap over the whole fleet in 3 units by host, 2 at a time"

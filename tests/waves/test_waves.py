@@ -13,7 +13,7 @@ from forewarn.aws.fleet import ec2_fleet
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent, StoredAzure
 from forewarn.azure.fleet import azure_fleet
-from forewarn.azure.model import EventStatus, EventType
+from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.errors import Conflict, Invalid, NotFound
 from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
@@ -148,6 +148,25 @@ def test_cancel_stops_the_wave_and_cancels_only_scheduled_events():
     assert e.next_deadline() is None  # nothing else will be scheduled
     with pytest.raises(Conflict):
         e.component(WaveRunner).cancel_wave(wave_id)
+
+
+def test_wave_ids_follow_one_another_whatever_else_was_numbered_between_and_after_a_rebuild():
+    """The user's view: wave-1, wave-2, wave-3, although events (numbered by the engine's sequence) came between."""
+    e = engine()
+
+    def start(runner: WaveRunner) -> str:
+        changes = runner.start_wave(WaveSpec(EventType.FREEZE, WaveOrder.UPDATE_DOMAIN, groups=("web",)))
+        return next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
+
+    first = start(e.component(WaveRunner))
+    e.component(AzureComponent).schedule(ScheduleRequest(EventType.REBOOT, vms=("solo",), notice=timedelta(hours=1)))
+    e.component(WaveRunner).cancel_wave(first)
+    second = start(e.component(WaveRunner))
+    assert (first, second) == ("wave-1", "wave-2")
+    e.component(WaveRunner).cancel_wave(second)  # no unit in flight: the waves alone can be stored
+    waves = StoredWaves(list(e.component(WaveRunner).waves.values()))
+    rebuilt = Engine(parse_fleet(FLEET), "test", e.now, created_at=T0, stored={"waves": waves}, next_seq=e.next_seq)
+    assert start(rebuilt.component(WaveRunner)) == "wave-3"  # from the stored waves, as after a restart
 
 
 def test_a_canceled_event_ends_its_unit_and_a_deleted_domain_is_skipped():

@@ -4,6 +4,7 @@ that event?), all of it (``GET /v1/status``), and Prometheus text metrics (``GET
 from __future__ import annotations
 
 import json
+import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, Optional, Tuple
@@ -62,7 +63,7 @@ def serve_status(
             if path == "/metrics":
                 self._send(200, metrics.text().encode(), "text/plain; version=0.0.4")
             elif path == "/healthz":
-                self._json(200, {"ok": True})
+                self._json(200, {"ok": True, "pid": os.getpid()})
             elif path == "/v1/status":
                 self._json(200, dict(identity(), events=state.snapshot()))
             elif path.startswith("/v1/events/"):

@@ -12,6 +12,11 @@ thread while the loop goes on reading requests, and the commands that arrive mea
 the engine once the first is durable. While a group's transaction is under way the engine holds changes the
 database may not have yet, so ``engine`` (how every surface reads it) first waits for that transaction and
 announces it: nothing uncommitted is ever read, and reading costs nothing when no group is under way.
+
+A clock move over many deadlines is made in parts (``changes_per_part``): each part is the move's turn in one group,
+committed like any command, and the rest goes first in the next group, which starts at the event loop's next turn,
+so that requests are answered between parts; the move is answered once its last part is durable, and its clock is
+committed with that part. Between parts the engine holds whole deadlines applied, at the instant reached.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
@@ -31,7 +36,8 @@ from typing import Any, Protocol, TypeVar
 from forewarn.app.errors import Unavailable
 from forewarn.core.changes import Change, Rebuilt, Reset, TimeMoved
 from forewarn.core.clock import MANUAL, REAL, Clock
-from forewarn.core.errors import CoreError
+from forewarn.core.component import StoredRows
+from forewarn.core.errors import Conflict, CoreError
 from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
@@ -44,6 +50,20 @@ Listener = Callable[[list[Change]], None]
 
 def _repair_line(change: Change) -> str:
     return f"{change.subject()} repaired: {getattr(change, 'reason', change)}"
+
+
+class _Reads:
+    """The database as the engine reads what it no longer keeps in memory (core/component.py's StoredRows): one out
+    of reach is Unavailable, which each surface answers with its own retryable error, as for a write."""
+
+    def __init__(self, database: StoredRows) -> None:
+        self._database = database
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        try:
+            return self._database.read(sql, params)
+        except StoreError as error:
+            raise Unavailable(str(error), error.retry_after) from error
 
 
 def _stored(store: SQLStore) -> StoredState:
@@ -96,8 +116,48 @@ Check = Callable[[Engine], None]
 # A clock move, found when it runs (after the commands before it in its group): from the clock those left, the
 # engine and the wall time, the clock it leaves and the simulated time the engine goes to (deadlines up to it fire).
 ClockMove = Callable[[Clock, Engine, float], tuple[Clock, datetime]]
-# A command waiting for its group commit: the command and its check, or the clock move that gives them.
-Member = tuple[Command | None, "asyncio.Future[list[Change]]", Check | None, ClockMove | None]
+# A command made in parts: one part on the engine, its changes, and the rest of the command (None: it is done).
+Parts = Callable[[Engine], tuple[list[Change], "Parts | None"]]
+# The changes a clock move's part may make before the rest of the move is left to the next group commit: each part
+# holds the event loop for its engine work and its announcement (20 to 40 µs a change, a wave's end step the
+# dearest: 5 to 10 ms a part), and its transaction runs in the worker while the loop answers requests
+# (bench/stalls.py). Fixed, not timed: where a move's parts end shows in the documents (a scope touched by two parts
+# moves two DocumentIncarnations), and the same commands must give the same documents on any machine.
+CHANGES_PER_PART = 250
+
+
+class Member:
+    """A command waiting for its group commit: the command and its check, or the clock move that gives them; once
+    a part of it is committed, the rest (``parts``), what the parts made so far and the clock its move leaves."""
+
+    __slots__ = ("command", "future", "check", "move", "parts", "made", "clock")
+
+    def __init__(
+        self,
+        command: Command | None,
+        future: asyncio.Future[list[Change]],
+        check: Check | None = None,
+        move: ClockMove | None = None,
+    ):
+        self.command = command
+        self.future = future
+        self.check = check
+        self.move = move
+        self.parts: Parts | None = None  # set once its first part is committed
+        self.made: list[Change] = []
+        self.clock: Clock | None = None
+
+
+@dataclass(frozen=True)
+class _Continued:
+    """A member's part made in a group: its changes, the rest of the command, and the clock the move leaves."""
+
+    made: list[Change]
+    rest: Parts
+    clock: Clock | None
+
+
+Outcome = list[Change] | CoreError | _Continued
 
 
 def _by(delta: timedelta) -> ClockMove:
@@ -173,16 +233,18 @@ ALONE = Alone()
 class _Group:
     """A group commit whose transaction is under way in the worker thread."""
 
-    __slots__ = ("members", "outcomes", "changes", "clock", "delivers", "commit")
+    __slots__ = ("members", "outcomes", "changes", "clock", "delivers", "commit", "moves_time", "time_before")
 
     def __init__(
         self,
         members: list[Member],
-        outcomes: list[list[Change] | CoreError],
+        outcomes: list[Outcome],
         changes: list[Change],
         clock: Clock | None,
         delivers: bool,
         commit: concurrent.futures.Future[None],
+        moves_time: bool,
+        time_before: datetime,
     ):
         self.members = members
         self.outcomes = outcomes
@@ -190,6 +252,8 @@ class _Group:
         self.clock = clock  # the clock it commits, when one of its commands moved it
         self.delivers = delivers  # it writes deliveries to the outbox, or moves the clock
         self.commit = commit
+        self.moves_time = moves_time  # it moves the engine's time (a clock move, or a part of one)
+        self.time_before = time_before  # the engine's time before it ran: what the database holds until it lands
 
 
 class Maintenance:
@@ -204,7 +268,7 @@ class Maintenance:
         self.store = store
         self.role = role  # whether this process writes, and how time passes here (leader or follower)
         # What a leader does with the reads a follower relayed (``reads_relayed``): each cloud that tracks them.
-        self._read_handlers: list[Callable[[list[str]], None]] = []
+        self._read_handlers: list[Callable[[list[str]], Awaitable[object] | None]] = []
         self._engine = engine
         # The engine's rules, read without waiting for a group commit (a rebuilt engine keeps them).
         self.rules: Rules = engine.rules
@@ -218,6 +282,12 @@ class Maintenance:
         self._grouped: list[Member] = []
         self._delivery_watchers: list[Callable[[], None]] = []
         self._in_flight: _Group | None = None  # the group whose transaction the worker runs
+        # Told, on their event loop, once that group has landed (``after_landing``).
+        self._landings: list[tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = []
+        # The changes a part of a clock move may make (``CHANGES_PER_PART``); None: a move is one command.
+        self.changes_per_part: int | None = CHANGES_PER_PART
+        # The rest of a real clock's catch-up, under way in parts (``commit_due``); None: none is.
+        self.catching_up: asyncio.Future[list[Change]] | None = None
         # Why the engine may hold changes the database lacks (a failed commit it could not be rebuilt after); None:
         # it holds exactly what was committed.
         self._unsettled: Exception | None = None
@@ -323,6 +393,7 @@ class Maintenance:
             created_at=state.created_at,
             stored=state.records,
             next_seq=state.next_seq,
+            database=None if state.database is None else _Reads(state.database),
         )
 
     # ----------------------------------------------------------------------------------------------- core
@@ -371,6 +442,7 @@ class Maintenance:
                 changes = command(engine)
                 outgoing = [item for derive in self._outboxes for item in derive(changes, engine)]
                 self.store.commit(changes, engine.now, clock, outgoing, engine.next_seq)
+                engine.release()  # what ended is durable now: it may leave memory
             except Exception as error:
                 # Whatever stopped the command, a refusal included, may have come after it changed part of the
                 # engine: the engine is rebuilt from what was committed, so that nothing of it stays.
@@ -481,17 +553,18 @@ class Maintenance:
         with self._lock:
             return read(self._engine)
 
-    def on_reads_relayed(self, handle: Callable[[list[str]], None]) -> None:
+    def on_reads_relayed(self, handle: Callable[[list[str]], Awaitable[object] | None]) -> None:
         """``handle(scopes)`` at the leader for the scopes whose machines read their metadata at a follower
-        (``Role.relays_read``): the writes those reads make here."""
+        (``Role.relays_read``): the writes those reads make here, through the group commit (what ``handle``
+        returns, None when they make none)."""
         self._read_handlers.append(handle)
 
-    def reads_relayed(self, scopes: list[str]) -> None:
-        """A follower's report of the scopes read there, each as if read here; refused where this process may not
-        write."""
+    def reads_relayed(self, scopes: list[str]) -> list[Awaitable[object]]:
+        """A follower's report of the scopes read there, each as if read here: the commits it makes, to await before
+        the follower is answered; refused where this process may not write."""
         self.role.admit("report")
-        for handle in self._read_handlers:
-            handle(scopes)
+        made = (handle(scopes) for handle in self._read_handlers)
+        return [commit for commit in made if commit is not None]
 
     def _refresh_due(self) -> None:
         due = self._engine.next_deadline()
@@ -525,11 +598,13 @@ class Maintenance:
     def commit_due(self) -> list[Change]:
         """Bring the engine to the clock's time (real clocks; manual ones move only by command).
 
-        Deadlines that fell due are applied and committed. Time that passes with nothing due needs no commit: a real
-        clock's time is derived from its stored anchor, so the engine just follows it in memory.
+        Deadlines that fell due are applied and committed: more than ``changes_per_part`` changes' worth is applied
+        in parts, the first here and the rest through the group commit (``catching_up`` until they are durable).
+        Time that passes with nothing due needs no commit: a real clock's time is derived from its stored anchor, so
+        the engine just follows it in memory.
         """
-        if self.clock.mode == MANUAL:
-            return []
+        if self.clock.mode == MANUAL or self.catching_up is not None:
+            return []  # a catch-up in parts is under way: what it applied so far is what there is to read
         now = self.clock.now(self.wall())
         with self._lock:
             due = self.settled_engine().next_deadline()
@@ -537,22 +612,47 @@ class Maintenance:
                 if now > self.settled_engine().now:
                     self.settled_engine().advance(now)
                 return []
-        return self._run(lambda engine: engine.advance(max(now, engine.now)))
+        # One part here, committed before this returns; the rest, if any, in parts through the group commit (on an
+        # event loop; with none, such as at start-up, everything here).
+        try:
+            asyncio.get_running_loop()
+            budget = self.changes_per_part
+        except RuntimeError:
+            budget = None
+        finished: list[bool] = []
+
+        def first_part(engine: Engine) -> list[Change]:
+            changes, done = engine.advance_some(max(now, engine.now), budget)
+            finished[:] = [done]
+            return changes
+
+        made = self._run(first_part)
+        if not finished[0]:
+            rest = self._enqueue(None, None, lambda clock, engine, wall: (clock, max(now, engine.now)))
+            self.catching_up = rest
+            rest.add_done_callback(self._caught_up)
+        return made
+
+    def _caught_up(self, done: asyncio.Future[list[Change]]) -> None:
+        if self.catching_up is done:
+            self.catching_up = None
 
     def now(self) -> datetime:
-        # Only a grouped clock move changes the engine's time (catch_up does too, before the group runs): only such a
-        # group under way is waited for.
-        if self._in_flight is not None and self._in_flight.clock is not None:
-            self.settle()
+        # Only a grouped clock move (or a part of one) changes the engine's time (catch_up does too, before the group
+        # runs). While one is under way, the time is the one the database holds, from before it: read without
+        # waiting for its transaction, which every metadata answer (its Date header) would otherwise wait for.
+        group = self._in_flight
+        if group is not None and group.moves_time:
+            return max(self.clock.now(self.wall()), group.time_before)
         return max(self.clock.now(self.wall()), self._engine.now)
 
     # ------------------------------------------------------------------------------------------ commands
     def perform(self, command: Command, check: Check | None = None) -> list[Change]:
         """Run one engine command at the current time, committed before this returns; ``check`` first, if given.
 
-        The transaction runs in the calling thread: only for callers with no event loop (start-up, tests, scripts)
-        or code that must see the command durable before it goes on without awaiting (a metadata read that enables
-        its scope). Surfaces on the event loop use ``perform_soon``, which commits off the loop."""
+        The transaction runs in the calling thread: only for callers with no event loop (start-up, tests, scripts).
+        Surfaces on the event loop use ``perform_soon``, which commits off the loop (a metadata read that writes,
+        such as one that enables its scope, returns a Deferred answer that waits for it)."""
         self.catch_up()
         return self._run(command, check=check)
 
@@ -580,15 +680,32 @@ class Maintenance:
             return future
         started = time.perf_counter()
         future.add_done_callback(lambda _: self.role.took(time.perf_counter() - started))
-        self._grouped.append((command, future, check, move))
+        self._grouped.append(Member(command, future, check, move))
         if len(self._grouped) == 1 and self._in_flight is None:
             loop.call_soon(self._start_group)
         return future
 
+    def _requeue(self, member: Member) -> None:
+        """``member`` goes on with its next part in the next group, first (it began before the others waiting)."""
+        self._grouped.insert(0, member)
+        member.future.get_loop().call_soon_threadsafe(self._start_group)
+
+    def _runnable(self) -> list[Member]:
+        """The members waiting that may run in the next group (and out of ``_grouped``): all but a clock move while
+        another is under way in parts, which waits for it to end (it would find the clock the first move is to
+        leave, and time part of the way there)."""
+        moving = any(member.move is not None and member.parts is not None for member in self._grouped)
+        if not moving:
+            group, self._grouped = self._grouped, []
+            return group
+        group = [m for m in self._grouped if m.move is None or m.parts is not None]
+        self._grouped = [m for m in self._grouped if not (m.move is None or m.parts is not None)]
+        return group
+
     def _start_group(self) -> None:
         if self._in_flight is not None or not self._grouped:
             return  # the group under way starts this one when it lands
-        group, self._grouped = self._grouped, []
+        group = self._runnable()
         try:
             self.catch_up()
         except Exception as error:
@@ -605,6 +722,7 @@ class Maintenance:
                 _fail(group, error)
                 return
             try:
+                time_before = self._engine.now
                 outcomes, changes, outgoing, clock = self._run_group(group)
                 engine = self._engine
                 if not changes and not outgoing and clock is None:  # nothing to make durable (all refused, or no-ops)
@@ -619,8 +737,10 @@ class Maintenance:
                 self._rebuild(error)
                 _fail(group, error)
                 return
-            delivers = bool(outgoing) or clock is not None
-            self._in_flight = _Group(group, outcomes, changes, clock, delivers, commit)
+            moves_time = clock is not None or any(isinstance(outcome, _Continued) for outcome in outcomes)
+            self._in_flight = _Group(
+                group, outcomes, changes, clock, bool(outgoing) or moves_time, commit, moves_time, time_before
+            )
         loop = asyncio.get_running_loop()
 
         # The callback names no group: the future keeps its callbacks, and one that held the group would make a
@@ -633,47 +753,60 @@ class Maintenance:
 
         commit.add_done_callback(landed)
 
-    def _run_group(
-        self, group: list[Member]
-    ) -> tuple[list[list[Change] | CoreError], list[Change], list[Outgoing], Clock | None]:
+    def _run_group(self, group: list[Member]) -> tuple[list[Outcome], list[Change], list[Outgoing], Clock | None]:
         """Each command of ``group`` on the engine in turn: what each made or why it was refused, all their changes
         and deliveries, and the clock they leave when one moved it (None: unmoved). A command refused by its check
         fails alone. One refused only after it may have changed the engine has the engine rebuilt from the store,
-        and the group runs again without it."""
+        and the group runs again without it. A clock move makes one part of itself (``changes_per_part``): its
+        outcome is then a ``_Continued``, and the clock it leaves is committed with its last part."""
         refused: dict[int, CoreError] = {}
         while True:
             engine = self._engine
-            outcomes: list[list[Change] | CoreError] = []
+            outcomes: list[Outcome] = []
             changes: list[Change] = []
             outgoing: list[Outgoing] = []
             clock: Clock | None = None
-            for index, (command, _, check, move) in enumerate(group):
-                moved: Clock | None = None
+            for index, member in enumerate(group):
                 try:
                     if index in refused:
                         raise refused[index]
-                    if move is not None:
-                        moved, to = move(clock or self.clock, engine, self.wall())
-                        command, check = _advance(to), _check_advance(to)
-                    if check is not None:
-                        check(engine)
+                    if member.parts is None:
+                        parts, moved = self._first_part(member, clock, engine)
+                    else:
+                        parts, moved = member.parts, member.clock
                 except CoreError as refusal:
                     outcomes.append(refusal)
                     continue
-                assert command is not None  # a member has a command, or a move that gives one
                 try:
-                    made = command(engine)
+                    made, rest = parts(engine)
                 except CoreError as refusal:
                     refused[index] = refusal
                     self._rebuild(refusal)
                     self.catch_up()  # the rebuilt engine is at the time last committed
                     break
-                clock = moved or clock
-                outcomes.append(made)
+                if rest is None:
+                    clock = moved or clock
+                    outcomes.append(member.made + made if member.made else made)
+                else:
+                    outcomes.append(_Continued(made, rest, moved))
                 changes += made
                 outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
             else:
                 return outcomes, changes, outgoing, clock
+
+    def _first_part(self, member: Member, clock: Clock | None, engine: Engine) -> tuple[Parts, Clock | None]:
+        """What a member runs in its first group, once its check passed (CoreError: refused, nothing changed), and
+        the clock it leaves: a clock move goes from ``clock`` (the one the group's commands before it leave, or
+        the current one) in parts; any other command is one part."""
+        if member.move is not None:
+            moved, to = member.move(clock or self.clock, engine, self.wall())
+            engine.check_advance(to)
+            return _advance_in_parts(to, self.changes_per_part), moved
+        if member.check is not None:
+            member.check(engine)
+        command = member.command
+        assert command is not None  # a member has a command, or a move that gives one
+        return (lambda engine: (command(engine), None)), None
 
     def _landed(self) -> None:
         """The worker finished a transaction: answer its group (unless ``settle`` did), then start the next."""
@@ -681,7 +814,9 @@ class Maintenance:
         if group is not None and group.commit.done():
             self._finish(group)
         if self._in_flight is None and self._grouped:
-            self._start_group()
+            # At the loop's next turn, not now: the requests that came in meanwhile are read first (a command made
+            # in parts would otherwise go from one part to the next without the loop answering anyone).
+            asyncio.get_running_loop().call_soon(self._start_group)
 
     def settle(self) -> None:
         """Wait for the group commit under way, if any, and announce and answer it (or rebuild the engine, if it
@@ -691,7 +826,24 @@ class Maintenance:
         if group is not None:
             self._finish(group)  # its commit's outcome is waited for there
 
+    def after_landing(self, then: Callable[[], None]) -> bool:
+        """``then()`` once the group commit under way has landed (announced and answered, or failed and the engine
+        rebuilt), and True; False, with nothing done, when none is under way. A read that must see the engine and
+        finds a transaction under way waits for it this way instead of holding the event loop (``settle``)."""
+        if self._in_flight is None:
+            return False
+        self._landings.append((asyncio.get_running_loop(), then))
+        return True
+
     def _finish(self, group: _Group) -> None:
+        # Queued before landing, so that they run before the next group starts (the next part of a clock move is
+        # queued while this one is answered): queued after it, they would find that one under way, and wait again.
+        landings, self._landings = self._landings, []
+        for loop, then in landings:
+            loop.call_soon_threadsafe(then)
+        self._land(group)
+
+    def _land(self, group: _Group) -> None:
         failure = group.commit.exception()  # waits for the worker, if it is not done
         self._in_flight = None
         if failure is not None:
@@ -700,6 +852,7 @@ class Maintenance:
                 self._rebuild(error)
             _fail(group.members, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
             return
+        self._engine.release()  # what the group ended is durable now: it may leave memory
         if group.clock is not None:
             self.clock = group.clock
         self._refresh_due()
@@ -708,15 +861,20 @@ class Maintenance:
             self._deliveries_changed()
         self._answer(group.members, group.outcomes)
 
-    @staticmethod
-    def _answer(members: list[Member], outcomes: list[list[Change] | CoreError]) -> None:
-        for (_, future, _check, _move), outcome in zip(members, outcomes):
-            if future.done():  # its caller gave up (the connection closed)
+    def _answer(self, members: list[Member], outcomes: list[Outcome]) -> None:
+        """Each member's outcome, committed: its answer, or (a part of it made) its next part queued. A command
+        made in parts goes on even when its caller gave up: each part leaves a whole state, and so does the last."""
+        for member, outcome in zip(members, outcomes):
+            if isinstance(outcome, _Continued):
+                member.made += outcome.made
+                member.parts, member.clock = outcome.rest, outcome.clock
+                self._requeue(member)
+            elif member.future.done():  # its caller gave up (the connection closed)
                 continue
-            if isinstance(outcome, CoreError):
-                future.set_exception(outcome)
+            elif isinstance(outcome, CoreError):
+                member.future.set_exception(outcome)
             else:
-                future.set_result(outcome)
+                member.future.set_result(outcome)
 
     # Clock moves: each committed with the clock it leaves, the deadlines it passes fired in the same transaction.
     # The ``*_soon`` forms go through the group commit (surfaces on the event loop); the others commit at once, as
@@ -755,9 +913,13 @@ class Maintenance:
     def reset(self) -> None:
         """Back to the server's start, as a new database with the same fleet and seed would be: the clock at its start
         time (same mode and speed), no events, waves, deliveries or journal, every incarnation back to 1. Committed
-        before the engine is rebuilt from the store, as ``open`` builds it."""
+        before the engine is rebuilt from the store, as ``open`` builds it. A clock move under way in parts ends
+        there, refused: the rest of it would take the new start's clock to where the old one was going."""
         self.role.admit("reset")
         self.settle()
+        moving = [member for member in self._grouped if member.parts is not None]
+        self._grouped = [member for member in self._grouped if member.parts is None]
+        _fail(moving, Conflict("the server was reset while this clock move was under way; what it did is undone"))
         with self._lock:
             try:
                 self.store.ready()
@@ -786,7 +948,15 @@ def _check_advance(to: datetime) -> Check:
     return lambda engine: engine.check_advance(to)
 
 
+def _advance_in_parts(to: datetime, budget: int | None) -> Parts:
+    def part(engine: Engine) -> tuple[list[Change], Parts | None]:
+        changes, done = engine.advance_some(to, budget)
+        return changes, None if done else part
+
+    return part
+
+
 def _fail(group: list[Member], error: BaseException) -> None:
-    for _, future, _check, _move in group:
-        if not future.done():
-            future.set_exception(error)
+    for member in group:
+        if not member.future.done():
+            member.future.set_exception(error)

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
+from forewarn.cloud import Cloud, DashboardPanel, FleetListing, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from forewarn.aws.fleet import Ec2FleetSection
     from forewarn.aws.imds.metadata import Ec2Imds
     from forewarn.aws.model import Ec2Rules
+    from forewarn.aws.scenario.observer import Ec2Observer
     from forewarn.conformance_cases import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
@@ -54,7 +55,7 @@ class AwsCloud:
 
         return Ec2FleetSection()
 
-    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+    def control_router(self, metadata: Mapping[str, object]) -> APIRouter:
         from fastapi import APIRouter
 
         from forewarn.aws.control import queues, routes
@@ -97,6 +98,11 @@ class AwsCloud:
 
         return AwsServing(options)
 
+    def fleet_listing(self) -> FleetListing:
+        from forewarn.aws.cli.listing import LISTING
+
+        return LISTING
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.aws.cli import ec2, queues
 
@@ -105,6 +111,11 @@ class AwsCloud:
     def wave_units(self) -> WaveUnits | None:
         """No waves over EC2 instances."""
         return None
+
+    def scenario_observer(self) -> Ec2Observer:
+        from forewarn.aws.scenario.observer import Ec2Observer
+
+        return Ec2Observer()
 
     def scenario_steps(self) -> ScenarioSteps:
         from forewarn.aws.scenario.steps import STEPS

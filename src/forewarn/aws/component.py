@@ -17,6 +17,7 @@ from forewarn.aws.changes import (
 )
 from forewarn.aws.eventbus import EventBus, Rule
 from forewarn.aws.fleet import ec2_fleet
+from forewarn.aws.fleet_queues import merged
 from forewarn.aws.lifecycle import (
     LAUNCHING,
     TERMINATING,
@@ -128,10 +129,13 @@ class Ec2Component(OnFooting[Ec2Rules]):
         self.ec2_windows: dict[str, EventWindow] = {w.window_id: w for w in stored.windows if w.state != "deleted"}
         self.notification_attributes = stored.notification_attributes or NotificationAttributes()
         self.ec2_instances: dict[str, Ec2Instance] = dict(ec2_fleet(fleet).instances)
-        self.queues = Queues(self.seed, lambda: scheduler.now, sequence, stored.queues, stored.messages)
-        self.bus = EventBus(stored.rules)
+        # the fleet file's queue path is the start state; what was stored since goes over it
+        declared = ec2_fleet(fleet).queue_path
+        queues = merged(declared.start_queues(created_at), stored.queues, "name")
+        self.queues = Queues(self.seed, lambda: scheduler.now, sequence, queues, stored.messages)
+        self.bus = EventBus(merged(declared.start_rules(created_at), stored.rules, "name"))
         self._hook_deadline = scheduler.kind("asg-hook", self._hook_timeout, self._hook_stale)
-        self.lifecycle = LifecycleHooks(stored.hooks, stored.actions)
+        self.lifecycle = LifecycleHooks(merged(declared.hooks, stored.hooks, "key"), stored.actions)
         for action in self.lifecycle.actions.values():
             scheduler.add(action.timeout_at, self._hook_deadline, action.token)
         self.ec2_states: dict[str, Ec2State] = {
@@ -727,6 +731,9 @@ class Ec2Component(OnFooting[Ec2Rules]):
         if removed:
             changes.append(Rebuilt("EC2 events or instances a replica projected were not committed"))
         return changes
+
+    def release(self) -> None:
+        """Everything is kept in memory: nothing to let go of once committed."""
 
     def reschedule(self) -> None:
         """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from forewarn.aws.fleet_queues import QueuePath, build_queue_path, queue_path_fields
 from forewarn.aws.model import Ec2Instance
 from forewarn.aws.names import name_tag_problem
 from forewarn.core.errors import NotFound
@@ -25,9 +26,10 @@ def ec2_fleet(fleet: Fleet) -> Ec2Fleet:
 
 
 class Ec2Fleet:
-    """The fleet's EC2 instances, by instance id."""
+    """The fleet's EC2 instances, by instance id, and the queue path the fleet file declares (aws/fleet_queues.py)."""
 
-    def __init__(self, instances: Iterable[Ec2Instance] = ()):
+    def __init__(self, instances: Iterable[Ec2Instance] = (), queue_path: QueuePath | None = None):
+        self.queue_path = queue_path or QueuePath()
         self.instances: dict[str, Ec2Instance] = {}
         for instance in instances:
             if instance.instance_id in self.instances:
@@ -54,20 +56,31 @@ class Ec2Fleet:
         return named[0] if len(named) == 1 else None
 
     def summary(self) -> dict[str, int]:
-        return {"ec2_instances": len(self.instances)}
+        return {"ec2_instances": len(self.instances), **(self.queue_path.summary() if self.queue_path else {})}
 
     def described(self, counted: Callable[[int, str], str]) -> str:
-        return counted(len(self.instances), "EC2 instance")
+        path = self.queue_path
+        if not path:
+            return counted(len(self.instances), "EC2 instance")
+        parts = [counted(len(path.queues), "SQS queue"), counted(len(path.rules), "EventBridge rule")]
+        parts.append(counted(len(path.hooks), "lifecycle hook"))
+        return f"{counted(len(self.instances), 'EC2 instance')} ({', '.join(parts)})"
 
     def to_records(self) -> dict[str, Any]:
-        return {"ec2": [asdict(instance) for instance in self.instances.values()]}
+        return {"ec2": [asdict(instance) for instance in self.instances.values()], **self.queue_path.to_records()}
 
     @classmethod
     def from_records(cls, records: Mapping[str, Any]) -> Ec2Fleet:
-        return cls(Ec2Instance(**instance) for instance in records.get("ec2", []))
+        instances = (Ec2Instance(**instance) for instance in records.get("ec2", []))
+        return cls(instances, QueuePath.from_records(records))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Ec2Fleet) and list(self.instances.values()) == list(other.instances.values())
+        """The same instances in the same order, and the same queue path (the component's start state both)."""
+        return (
+            isinstance(other, Ec2Fleet)
+            and list(self.instances.values()) == list(other.instances.values())
+            and self.queue_path == other.queue_path
+        )
 
 
 class Ec2Spec(Strict):
@@ -90,16 +103,19 @@ class Ec2FleetSection:
     """EC2's keys of the fleet file."""
 
     def spec_fields(self) -> Mapping[str, tuple[Any, Any]]:
-        return {"ec2_instances": (list[Ec2Spec], Field(default_factory=list))}
+        return {"ec2_instances": (list[Ec2Spec], Field(default_factory=list)), **queue_path_fields()}
 
     def default_fields(self) -> Mapping[str, tuple[Any, Any]]:
         return {
             "aws_account_id": (str | None, Field(default=None, pattern=r"^\d{12}$")),
+            "aws_region": (str | None, Field(default=None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$")),
             "availability_zone": (str | None, None),
         }
 
     def build(self, spec: Any, context: BuildContext) -> Ec2Fleet:
-        return Ec2Fleet(_instances(spec, context))
+        instances = _instances(spec, context)
+        groups = {instance.auto_scaling_group for instance in instances if instance.auto_scaling_group}
+        return Ec2Fleet(instances, build_queue_path(spec, context, groups))
 
     def from_records(self, records: Mapping[str, Any]) -> Ec2Fleet:
         return Ec2Fleet.from_records(records)

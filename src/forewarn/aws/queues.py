@@ -9,6 +9,7 @@ them with every choice made where the pages leave one open."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -20,8 +21,12 @@ from forewarn.core.ids import derived_guid
 from forewarn.core.scheduler import Sequence
 
 # "Queue names ... can have up to 80 characters ... alphanumeric characters, hyphens (-), and underscores (_)"
-# (CreateQueue); a FIFO queue's name ends in .fifo, and FIFO queues are not simulated.
+# (CreateQueue); a FIFO queue's name ends in .fifo, the suffix counted in the 80.
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+FIFO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,75}\.fifo$")
+DEDUPLICATION_INTERVAL = timedelta(minutes=5)  # "Amazon SQS FIFO queue ... deduplication interval" (5 minutes)
+# MessageGroupId and MessageDeduplicationId: up to 128 characters, alphanumeric and punctuation (SendMessage)
+FIFO_TAG = re.compile(r"^[!-~]{1,128}$")
 MAX_RECEIVE = 10  # "Valid values: 1 to 10" (ReceiveMessage, MaxNumberOfMessages)
 PURGE_INTERVAL = timedelta(seconds=60)  # "you can purge a queue only once every 60 seconds" (PurgeQueue)
 MAX_VISIBILITY = 43200  # 12 hours (the visibility timeout's range, 0 to 43200 seconds)
@@ -45,6 +50,8 @@ class QueueSettings:
     receive_message_wait_time_seconds: int = 0
     maximum_message_size: int = 262144
     redrive: Redrive | None = None
+    fifo: bool = False
+    content_based_deduplication: bool = False
 
     def check(self) -> QueueSettings:
         for value, name, low, high in (
@@ -56,11 +63,23 @@ class QueueSettings:
         ):
             if not low <= value <= high:
                 raise AttributeRefused(f"Invalid value for the parameter {name}.")
+        if self.content_based_deduplication and not self.fifo:
+            raise AttributeRefused("Unknown Attribute ContentBasedDeduplication.")
         if self.redrive is not None and not 1 <= self.redrive.max_receive_count <= 1000:
             raise AttributeRefused(
                 "Value for parameter RedrivePolicy is invalid. Reason: maxReceiveCount must be 1-1000"
             )
         return self
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A FIFO queue's record of a message sent: its deduplication ID is taken for five minutes from ``sent_at``."""
+
+    deduplication_id: str
+    message_id: str
+    seq: int
+    sent_at: datetime
 
 
 @dataclass(frozen=True)
@@ -73,6 +92,18 @@ class Queue:
     modified_at: datetime
     purged_at: datetime | None = None
     deleted: bool = False
+    sent: tuple[Sent, ...] = ()  # a FIFO queue's deduplication IDs of the last five minutes, oldest first
+
+    def sent_as(self, deduplication_id: str, now: datetime) -> Sent | None:
+        """The message sent with this deduplication ID within the deduplication interval, if any."""
+        return next(
+            (
+                s
+                for s in self.sent
+                if s.deduplication_id == deduplication_id and now < s.sent_at + DEDUPLICATION_INTERVAL
+            ),
+            None,
+        )
 
     @property
     def arn(self) -> str:
@@ -103,6 +134,13 @@ class Message:
     receipt: str | None = None  # the latest receipt handle (None: never received)
     dead_letter_source: str | None = None  # the ARN of the queue it was moved from
     deleted: bool = False
+    group_id: str | None = None  # a FIFO queue's MessageGroupId
+    deduplication_id: str | None = None  # a FIFO queue's MessageDeduplicationId (given, or the body's SHA-256)
+
+    @property
+    def sequence_number(self) -> str | None:
+        """A FIFO message's SequenceNumber: grows with every message sent (forewarn's sequence, 20 digits)."""
+        return None if self.group_id is None else f"{self.seq:020d}"
 
     def in_flight(self, now: datetime) -> bool:
         return self.receipt is not None and self.visible_at > now
@@ -212,13 +250,21 @@ class Queues:
     # ----------------------------------------------------------------------------------------------- commands
     def create(self, name: str, region: str, account_id: str, settings: QueueSettings) -> list[Change]:
         """A queue, or nothing when one of that name has the same attributes (CreateQueue is idempotent so)."""
-        if not QUEUE_NAME.match(name):
+        if not (FIFO_NAME if settings.fifo else QUEUE_NAME).match(name):
             raise Invalid(
-                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
-                if not name.endswith(".fifo")
-                else "FIFO queues are not simulated by forewarn; create a standard queue"
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must end "
+                "with .fifo suffix and be 1 to 80 in length"
+                if settings.fifo or name.endswith(".fifo")
+                else "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length"
             )
         settings.check()
+        redrive = settings.redrive
+        target = None if redrive is None else self.by_arn(redrive.dead_letter_target_arn)
+        if target is not None and target.settings.fifo != settings.fifo:
+            raise AttributeRefused(
+                "Value for parameter RedrivePolicy is invalid. Reason: the dead-letter queue of a FIFO queue must "
+                "also be a FIFO queue, and that of a standard queue a standard queue."
+            )
         known = self.queues.get(name)
         if known is not None:
             if known.settings != settings:
@@ -231,6 +277,8 @@ class Queues:
         return [QueueChanged(queue, "created")]
 
     def configure(self, name: str, settings: QueueSettings) -> list[Change]:
+        if settings.fifo != self.queue(name).settings.fifo:
+            raise AttributeRefused("Invalid value for the parameter FifoQueue. Reason: it cannot be changed.")
         queue = replace(self.queue(name), settings=settings.check(), modified_at=self._now())
         self.queues[name] = queue
         return [QueueChanged(queue, "modified")]
@@ -244,9 +292,26 @@ class Queues:
         ]
 
     def send(
-        self, name: str, body: str, attributes: tuple[MessageAttribute, ...] = (), delay: int | None = None
+        self,
+        name: str,
+        body: str,
+        attributes: tuple[MessageAttribute, ...] = (),
+        delay: int | None = None,
+        group_id: str | None = None,
+        deduplication_id: str | None = None,
     ) -> list[Change]:
+        """A message sent; to a FIFO queue, in its group (``group_id``), and nothing when its deduplication ID (given,
+        or the body's SHA-256 with content-based deduplication) was sent within the last five minutes: the send is
+        accepted, and the message sent then stands for it (:meth:`Queue.sent_as`)."""
         queue = self.queue(name)
+        fifo = queue.settings.fifo
+        if fifo:
+            deduplication_id = self.deduplication_id(queue, body, group_id, deduplication_id, delay)
+            if queue.sent_as(deduplication_id, self._now()) is not None:
+                return []
+        elif deduplication_id is not None:
+            raise Invalid("The request include parameter that is not valid for this queue type.")
+        # (a standard queue's MessageGroupId makes it a fair queue, whose fairness is not simulated: ignored)
         if not body:
             raise Invalid("The request must contain the parameter MessageBody.")
         size = len(body.encode()) + sum(_attribute_size(a) for a in attributes)
@@ -268,14 +333,50 @@ class Queues:
             sent_at=now,
             visible_at=now + timedelta(seconds=seconds),
             attributes=attributes,
+            group_id=group_id if fifo else None,
+            deduplication_id=deduplication_id if fifo else None,
         )
         self.messages[name][message.message_id] = message
-        return [MessageChanged(message, "sent")]
+        if not fifo or deduplication_id is None:
+            return [MessageChanged(message, "sent")]
+        kept = tuple(s for s in queue.sent if now < s.sent_at + DEDUPLICATION_INTERVAL)
+        queue = replace(queue, sent=(*kept, Sent(deduplication_id, message.message_id, seq, now)))
+        self.queues[name] = queue
+        return [QueueChanged(queue, "deduplication"), MessageChanged(message, "sent")]
+
+    def deduplication_id(
+        self, queue: Queue, body: str, group_id: str | None, given: str | None, delay: int | None = None
+    ) -> str:
+        """A FIFO send's deduplication ID (the one given, or the body's SHA-256 when the queue deduplicates by
+        content), once its group and its other parameters are checked as SendMessage checks them."""
+        if group_id is None:
+            raise Invalid("The request must contain the parameter MessageGroupId.")
+        for value, parameter in ((group_id, "MessageGroupId"), (given, "MessageDeduplicationId")):
+            if value is not None and not FIFO_TAG.match(value):
+                raise Invalid(
+                    f"Value {value} for parameter {parameter} is invalid. Reason: it is 1 to 128 alphanumeric or "
+                    "punctuation characters."
+                )
+        if delay is not None:
+            raise Invalid(
+                f"Value {delay} for parameter DelaySeconds is invalid. Reason: The request include parameter that is "
+                "not valid for this queue type."
+            )
+        if given is not None:
+            return given
+        if not queue.settings.content_based_deduplication:
+            raise Invalid(
+                "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId provided "
+                "explicitly"
+            )
+        return hashlib.sha256(body.encode()).hexdigest()
 
     def receive(self, name: str, most: int = 1, visibility: int | None = None) -> list[Change]:
         """Up to ``most`` visible messages, oldest first, each hidden for the visibility timeout with a new receipt
         handle. On the way, messages past the retention period are dropped and those received ``maxReceiveCount``
-        times already go to the dead-letter queue (when it exists)."""
+        times already go to the dead-letter queue (when it exists). In a FIFO queue a group's messages come in the
+        order they were sent, and none of a group while a message of it ahead is hidden (in flight, or delayed):
+        one receive may take several of a group, the next one none until they are deleted or visible again."""
         queue = self.queue(name)
         if not 1 <= most <= MAX_RECEIVE:
             raise Invalid(
@@ -289,12 +390,15 @@ class Queues:
         dead_letter = None if redrive is None else self.by_arn(redrive.dead_letter_target_arn)
         changes: list[Change] = []
         taken = 0
+        held: set[str] = set()  # FIFO groups with a message hidden ahead: nothing more of them, to keep their order
         for message in list(self.messages[name].values()):
             if taken == most:
                 break
             if message.sent_at + retention <= now:
                 changes.append(self._drop(message, "expired"))
-            elif message.visible_at > now:
+            elif message.visible_at > now or message.group_id in held:
+                if message.group_id is not None:
+                    held.add(message.group_id)
                 continue
             elif redrive is not None and dead_letter is not None and message.receive_count >= redrive.max_receive_count:
                 changes += self._move(message, queue, dead_letter)

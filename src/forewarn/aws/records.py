@@ -25,6 +25,7 @@ from forewarn.aws.queues import (
     QueueChanged,
     QueueSettings,
     Redrive,
+    Sent,
 )
 from forewarn.aws.windows import EventWindow, TimeRange
 from forewarn.store.records import (
@@ -145,6 +146,8 @@ def encode_queue(queue: Queue) -> str:
             settings.maximum_message_size,
         ],
         "redrive": None if redrive is None else [redrive.dead_letter_target_arn, redrive.max_receive_count],
+        "fifo": [settings.fifo, settings.content_based_deduplication],
+        "sent": [[s.deduplication_id, s.message_id, s.seq, time_text(s.sent_at)] for s in queue.sent],
         "created_at": time_text(queue.created_at),
         "modified_at": time_text(queue.modified_at),
         "purged_at": time_text(queue.purged_at),
@@ -167,7 +170,10 @@ def decode_queue(text: str) -> Queue:
             receive_message_wait_time_seconds=settings[3],
             maximum_message_size=settings[4],
             redrive=None if redrive is None else Redrive(redrive[0], int(redrive[1])),
+            fifo=bool(data.get("fifo", [False])[0]),
+            content_based_deduplication=bool(data.get("fifo", [False, False])[1]),
         ),
+        sent=tuple(Sent(d, m, int(seq), datetime.fromisoformat(at)) for d, m, seq, at in data.get("sent", [])),
         created_at=datetime.fromisoformat(data["created_at"]),
         modified_at=datetime.fromisoformat(data["modified_at"]),
         purged_at=time_from_text(data["purged_at"]),
@@ -201,6 +207,7 @@ def encode_message(message: Message) -> str:
         "first_received_at": time_text(message.first_received_at),
         "receipt": message.receipt,
         "dead_letter_source": message.dead_letter_source,
+        "group": [message.group_id, message.deduplication_id],
     }
     return json.dumps(data, separators=(",", ":"))
 
@@ -222,6 +229,8 @@ def decode_message(text: str) -> Message:
         first_received_at=time_from_text(data["first_received_at"]),
         receipt=data["receipt"],
         dead_letter_source=data["dead_letter_source"],
+        group_id=data.get("group", [None, None])[0],
+        deduplication_id=data.get("group", [None, None])[1],
     )
 
 
@@ -333,7 +342,8 @@ def _queue_changed(change: QueueChanged, rows: Rows) -> None:
     # A deleted queue keeps its row, marked deleted (one statement per table keeps a queue deleted and created again
     # in one group commit in order; queues are few).
     QUEUES.put(rows, change.queue.name, encode_queue(change.queue))
-    rows.journal(f"queue {change.what}", None, {"queue": change.queue.name})
+    if change.what != "deduplication":  # a FIFO queue's every send: its traffic, not worth a journal line
+        rows.journal(f"queue {change.what}", None, {"queue": change.queue.name})
 
 
 def _rule_changed(change: RuleChanged, rows: Rows) -> None:

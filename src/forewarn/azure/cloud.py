@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
+from forewarn.cloud import Cloud, DashboardPanel, FleetListing, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from forewarn.azure.fleet import AzureFleetSection
     from forewarn.azure.imds.scheduled_events import AzureImds
     from forewarn.azure.rules import AzureRules
+    from forewarn.azure.scenario.observer import AzureObserver
     from forewarn.conformance_cases import CloudCases
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
@@ -47,15 +48,17 @@ class AzureCloud:
 
     def component(self, footing: Footing, stored: Any | None) -> AzureComponent:
         from forewarn.azure.component import AzureComponent, StoredAzure
+        from forewarn.azure.records import StoredEvents
 
-        return AzureComponent(footing, stored or StoredAzure())
+        history = None if footing.stored is None else StoredEvents(footing.stored)
+        return AzureComponent(footing, stored or StoredAzure(), history)
 
     def fleet_section(self) -> AzureFleetSection:
         from forewarn.azure.fleet import AzureFleetSection
 
         return AzureFleetSection()
 
-    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+    def control_router(self, metadata: Mapping[str, object]) -> APIRouter:
         from fastapi import APIRouter
 
         from forewarn.azure.control import events, imds, platform
@@ -108,6 +111,11 @@ class AzureCloud:
 
         return AzureServing(options)
 
+    def fleet_listing(self) -> FleetListing:
+        from forewarn.azure.cli.listing import LISTING
+
+        return LISTING
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.azure.cli import central, events, vm
 
@@ -130,6 +138,11 @@ class AzureCloud:
         from forewarn.azure.waves import AzureWaveUnits
 
         return AzureWaveUnits()
+
+    def scenario_observer(self) -> AzureObserver:
+        from forewarn.azure.scenario.observer import AzureObserver
+
+        return AzureObserver()
 
     def scenario_steps(self) -> ScenarioSteps:
         from forewarn.azure.scenario.steps import STEPS

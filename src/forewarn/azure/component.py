@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChanged, ScopeEnabled, VmChanged
 from forewarn.azure.fleet import azure_fleet
@@ -50,6 +51,7 @@ from forewarn.core.component import Footing, OnFooting
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
 from forewarn.core.ids import derived_guid
+from forewarn.core.words import counted
 
 INITIAL_INCARNATION = 1
 MAX_EXTRA_IMPACTS = 100
@@ -97,13 +99,34 @@ class DocumentStep:
 EventEndedListener = Callable[[Event, DocumentStep], list[Change]]
 
 
+class EventHistory(Protocol):
+    """The events as the database holds them (``azure/records.py``'s StoredEvents): where the component reads the
+    events it no longer keeps in memory."""
+
+    def get(self, event_id: str) -> Event | None: ...
+
+    def ids_starting(self, prefix: str) -> list[str]: ...
+
+    def ended(self) -> list[Event]:
+        """Every ended event, in creation order."""
+        ...
+
+
 class AzureComponent(OnFooting[AzureRules]):
     """State: ``events`` (by EventId) and their ``operations``, each scope's ``incarnations``, ``vm_states``,
     ``policies`` and ``last_seen`` (enabling); in memory only, which VMs each host runs and the live events of each
-    scope."""
+    scope.
 
-    def __init__(self, footing: Footing, stored: StoredAzure) -> None:
+    With a ``history`` (the database the engine commits to), an event that ended leaves ``events`` once its end is
+    committed (:meth:`release`): no document shows it again, and a million ended events would hold a gigabyte.
+    :meth:`find`, :meth:`event`, :meth:`resolve_event_id` and :meth:`all_events` read it from ``history`` then.
+    Without one (an engine committed nowhere), every event stays."""
+
+    def __init__(self, footing: Footing, stored: StoredAzure, history: EventHistory | None = None) -> None:
         super().__init__(footing, footing.rules.of(AzureRules))
+        self._history = history
+        # Events that ended since the last release: they leave memory at the next (once their end is durable).
+        self._ending: list[str] = []
         fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
         self._event_ended: list[EventEndedListener] = []
         self._start_deadline = scheduler.kind("azure-start", self._start_due, self._start_stale)
@@ -168,39 +191,61 @@ class AzureComponent(OnFooting[AzureRules]):
         """The events a scope's IMDS document shows, in the order they were created."""
         return [self.events[event_id] for event_id in self._live_by_scope.get(scope, ())]
 
+    def find(self, event_id: str) -> Event | None:
+        """The event with this EventId (upper case), from memory or, once it ended and left, from the database."""
+        found = self.events.get(event_id)
+        if found is None and self._history is not None:
+            found = self._history.get(event_id)
+        return found
+
     def event(self, event_id: str) -> Event:
-        found = self.events.get(event_id.upper())
+        found = self.find(event_id.upper())
         if found is None:
             raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self.events.keys())
         return found
+
+    def all_events(self) -> list[Event]:
+        """Every event, ended ones included, in the order they were created."""
+        if self._history is None:
+            return sorted(self.events.values(), key=lambda e: e.seq)
+        found = {event.event_id: event for event in self._history.ended()}
+        found.update(self.events)  # what memory holds is at least as new
+        return sorted(found.values(), key=lambda e: e.seq)
 
     def resolve_event_id(self, text: str) -> str:
         """The EventId that ``text`` names: the whole id (any case), or an unambiguous prefix of at least
         ``MIN_EVENT_ID_PREFIX`` characters, as short git and docker ids are."""
         wanted = text.strip().upper()
-        if wanted in self.events:
+        if self.find(wanted) is not None:
             return wanted
         if len(wanted) < MIN_EVENT_ID_PREFIX:
             raise Invalid(
                 f"{text!r} is too short for an EventId prefix; give at least {MIN_EVENT_ID_PREFIX} characters"
             )
         found = [event_id for event_id in self.events if event_id.startswith(wanted)]
+        if self._history is not None:
+            found = sorted({*found, *self._history.ids_starting(wanted)})
         if len(found) == 1:
             return found[0]
         if not found:
             raise NotFound(f"no event whose EventId is or starts with {text}", name=wanted, known=self.events.keys())
-        shown = [f"{event_id} ({self.events[event_id].status.value})" for event_id in found[:10]]
+        shown = [f"{event_id} ({self._status_of(event_id)})" for event_id in found[:10]]
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
         raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
+
+    def _status_of(self, event_id: str) -> str:
+        event = self.find(event_id)
+        return "gone" if event is None else event.status.value
 
     def event_by_seq(self, seq: int) -> Event | None:
         """The event created as number ``seq`` (events are numbered in creation order). Its EventId is derived from
         the number, so no index of numbers is kept (a million events would make it a hundred megabytes)."""
-        event = self.events.get(derived_guid(self.seed, "event", seq))
+        event = self.find(derived_guid(self.seed, "event", seq))
         return event if event is not None and event.seq == seq else None
 
     def operation_events(self, operation_id: str) -> list[Event]:
-        return [self.events[event_id] for event_id in self.operations[operation_id]]
+        """The events of an operation that memory holds: every live one (those that ended may have left)."""
+        return [self.events[event_id] for event_id in self.operations.get(operation_id, ())]
 
     def vms_on_host(self, host: str) -> list[VM]:
         """The VMs running on a host now (redeployed VMs have moved; deleted ones are gone)."""
@@ -213,6 +258,12 @@ class AzureComponent(OnFooting[AzureRules]):
         if members is None:
             return [vm.name for vm in azure_fleet(self.fleet).vms_by_host.get(host, ())]
         return sorted(members, key=azure_fleet(self.fleet).position)
+
+    def count_on_host(self, host: str) -> int:
+        """How many VMs run on a host now: ``names_on_host`` counted, not listed (a schedule over thousands of hosts
+        counts each host's machines on the event loop)."""
+        members = self._host_members.get(host)
+        return len(azure_fleet(self.fleet).vms_by_host.get(host, ())) if members is None else len(members)
 
     def host_names(self) -> list[str]:
         """Every host that runs or ran a VM: the fleet's, in fleet order, then the spare hosts redeploys made."""
@@ -331,8 +382,16 @@ class AzureComponent(OnFooting[AzureRules]):
         return not_before, impact_window, duration, description
 
     def check_schedule(self, request: ScheduleRequest) -> None:
-        """Refuse ``request`` as :meth:`schedule` would, changing nothing."""
-        self._targets(request)
+        """Refuse ``request`` as :meth:`schedule` would, changing nothing. A request naming hosts only is checked
+        host by host, without listing their VMs (5,000 hosts of a million-VM fleet are 45,000 VMs)."""
+        if request.vms or request.group is not None or not request.hosts:
+            self._targets(request)
+        else:
+            for host in request.hosts:
+                if host not in self.fleet.hosts:
+                    raise NotFound(f"no host named {host!r} in the fleet", name=host, known=self.fleet.hosts.keys())
+                if not self.count_on_host(host):
+                    raise Invalid(f"host {host!r} runs no VM")
         self.check_request(request)
 
     def check_approve(self, event_ids: Iterable[str]) -> None:
@@ -352,7 +411,7 @@ class AzureComponent(OnFooting[AzureRules]):
         seen: list[str] = []
         unseen: list[str] = []
         for event_id in event_ids:
-            event = self.events.get(event_id)
+            event = self.find(event_id)
             (seen if event is not None and event.scope == scope else unseen).append(event_id)
         return seen, unseen
 
@@ -377,7 +436,7 @@ class AzureComponent(OnFooting[AzureRules]):
         step = DocumentStep()
         ready: list[str] = []
         for event in wanted:
-            event = self.events[event.event_id]
+            event = self.events.get(event.event_id, event)  # as an earlier id of the list left it
             if event.status is not EventStatus.SCHEDULED or by in event.approvals:
                 continue
             event = event.approved_by(by)
@@ -541,7 +600,7 @@ class AzureComponent(OnFooting[AzureRules]):
             if not self.vm_states[vm.name].deleted and not self._being_deleted(vm.name)
         ]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1 or count > len(running):
-            raise Invalid(f"{scale_set} has {len(running)} instances to scale in; asked to remove {count}")
+            raise Invalid(f"{scale_set} has {counted(len(running), 'instance')} to scale in; asked to remove {count}")
         victims = sorted(running, key=lambda vm: int(vm.instance_id or 0))[-count:]
         return self.delete([vm.name for vm in victims], EventSource.PLATFORM, "scale-in")
 
@@ -736,6 +795,8 @@ class AzureComponent(OnFooting[AzureRules]):
         if event.status.live:
             self._live_by_scope.setdefault(event.scope, {})[event.event_id] = None
             return
+        if self._history is not None:
+            self._ending.append(event.event_id)
         live = self._live_by_scope.get(event.scope)
         if live is not None:
             live.pop(event.event_id, None)
@@ -801,7 +862,8 @@ class AzureComponent(OnFooting[AzureRules]):
         return not self._scheduled_in(operation_id)
 
     def _not_started(self, event_id: str, at: datetime) -> bool:
-        return self.events[event_id].status is not EventStatus.STARTED
+        event = self.events.get(event_id)  # one that ended may have left memory
+        return event is None or event.status is not EventStatus.STARTED
 
     def _recovery_stale(self, name: str, at: datetime) -> bool:
         return self.vm_states[name].impact_until != at
@@ -892,6 +954,9 @@ class AzureComponent(OnFooting[AzureRules]):
                     self.scheduler.add(_impact_end(event), self._complete_deadline, event.event_id)
                     self._set_extra_impacts(event)
             changes.append(EventChanged(event, REPLICATED, "committed by the leader"))
+            if not event.status.live and self._history is not None:  # committed: it need not stay
+                del self.events[event.event_id]
+                self._unindex(event)
         for scope, incarnation in rows.incarnations.items():
             if incarnation is None:
                 self.incarnations.pop(scope, None)
@@ -911,7 +976,20 @@ class AzureComponent(OnFooting[AzureRules]):
             changes.append(IncarnationChanged(scope, self.incarnation(scope)))
         if removed:
             changes.append(Rebuilt("events a replica projected were not committed"))
+        # A replica never commits, so it is never told to release: what the leader's rows ended left above, and
+        # the ids of those its own projection ended are kept only while those events are still held.
+        self._ending = [event_id for event_id in self._ending if event_id in self.events]
         return changes
+
+    def release(self) -> None:
+        """Every change so far is committed: the events that ended since the last release leave memory (with a
+        history to read them from; without one they stay)."""
+        ending, self._ending = self._ending, []
+        for event_id in ending:
+            event = self.events.get(event_id)
+            if event is not None and not event.status.live:
+                del self.events[event_id]
+                self._unindex(event)
 
     def _unindex(self, event: Event) -> None:
         members = self.operations.get(event.operation_id)

@@ -18,6 +18,7 @@ from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, poli
 from forewarn.store.records import RecordTable, Writer, compact, records_of_tables, time_from_text, time_text
 
 if TYPE_CHECKING:
+    from forewarn.core.component import StoredRows
     from forewarn.store.records import Rows
 
 
@@ -133,8 +134,16 @@ def decode_policy(text: str) -> Policy:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
+_LIVE = f"status IN ('{EventStatus.SCHEDULED.value}', '{EventStatus.STARTED.value}')"
+# Only live events are loaded: the ended ones are read from the table when asked (StoredEvents).
 EVENTS = RecordTable(
-    "forewarn_azure_events", "event_id", decode_event, ("seq", "scope", "status"), updated=("status",), order_by="seq"
+    "forewarn_azure_events",
+    "event_id",
+    decode_event,
+    ("seq", "scope", "status"),
+    updated=("status",),
+    order_by="seq",
+    loaded=_LIVE,
 )
 SCOPES = RecordTable("forewarn_azure_scopes", "scope", int, record="incarnation", keyed=True)
 VMS = RecordTable("forewarn_azure_vms", "name", decode_vm_state)
@@ -142,6 +151,31 @@ POLICIES = RecordTable("forewarn_azure_policies", "owner", decode_policy)
 ENABLED = RecordTable("forewarn_azure_enabled", "scope", datetime.fromisoformat, record="at", keyed=True)
 # under StoredAzure's and AzureRows' names
 AZURE_STATE = {"events": EVENTS, "incarnations": SCOPES, "vm_states": VMS, "policies": POLICIES, "enabled": ENABLED}
+
+
+class StoredEvents:
+    """The events as the database holds them: where the Azure component reads those it no longer keeps in memory
+    (ended, and committed: ``AzureComponent.release``)."""
+
+    def __init__(self, database: StoredRows) -> None:
+        self._database = database
+
+    def get(self, event_id: str) -> Event | None:
+        rows = self._database.read(f"SELECT {EVENTS.record} FROM {EVENTS.name} WHERE event_id = ?", (event_id,))
+        return decode_event(rows[0][0]) if rows else None
+
+    def ids_starting(self, prefix: str) -> list[str]:
+        """The EventIds that start with ``prefix`` (EventIds are upper case hexadecimal digits and hyphens)."""
+        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = self._database.read(
+            f"SELECT event_id FROM {EVENTS.name} WHERE event_id LIKE ? ESCAPE '\\'", (escaped + "%",)
+        )
+        return [row[0] for row in rows if row[0].startswith(prefix)]
+
+    def ended(self) -> list[Event]:
+        """Every ended event, in the order they were created."""
+        rows = self._database.read(f"SELECT {EVENTS.record} FROM {EVENTS.name} WHERE NOT ({_LIVE}) ORDER BY seq", ())
+        return [decode_event(row[0]) for row in rows]
 
 
 # An event, a VM or a scope that one commit changes several times (an approval moves its event to approved, then to

@@ -18,6 +18,7 @@ from forewarn.core.changes import Change
 from forewarn.core.component import Footing
 from forewarn.core.enums import parse_enum
 from forewarn.core.errors import CoreError, Invalid
+from forewarn.core.words import counted
 from forewarn.waves.model import Wave, WaveCloud, WaveOrder, WaveRequest, WaveSpec, plain
 from forewarn.waves.units import MemberEnded, ScheduledUnit
 
@@ -88,6 +89,10 @@ class AzureUnitRoller:
         self.azure = azure
         self.fleet = azure.fleet
         self._sequence = sequence
+        # The hosts the fleet file puts a VM on, in the fleet's order: a whole-fleet wave's units while no host has
+        # lost its last VM and none outside them gained one (the fleet never changes: read once, with the engine).
+        deployed = azure_fleet(self.fleet).vms_by_host
+        self._deployed_hosts = tuple(host for host in self.fleet.hosts if host in deployed)
 
     def when_ended(self, ended: MemberEnded) -> None:
         self.azure.on_event_ended(lambda event, step: ended(event.operation_id, step))
@@ -125,7 +130,9 @@ class AzureUnitRoller:
         created = self.azure.create_events(self._request(spec, members, reason), step)
         events = (self.azure.event_by_seq(seq) for seq in range(first_seq, self._sequence.next_number))
         operations = tuple(dict.fromkeys(event.operation_id for event in events if event is not None))
-        return ScheduledUnit(created, operations, f"{len(members)} VMs, {len(operations)} operations")
+        return ScheduledUnit(
+            created, operations, f"{counted(len(members), 'VM')}, {counted(len(operations), 'operation')}"
+        )
 
     def open_events(self, operations: Sequence[str]) -> int:
         return sum(
@@ -159,7 +166,8 @@ class AzureUnitRoller:
     def _fleet_hosts(self) -> tuple[str, ...]:
         """The hosts that run a VM that is not deleted, in the order of ``host_names``. A VM nothing changed runs on
         the host the fleet put it on, so only the hosts of the VMs that changed are looked at VM by VM: this costs
-        the fleet's hosts and changed VMs, not all its VMs (a wave's start runs on the event loop)."""
+        the changed VMs while every deployed host still runs one and no other host does (the deployed hosts, kept),
+        else the fleet's hosts too, not all its VMs (a wave's start runs on the event loop)."""
         fleet, vm_states = azure_fleet(self.fleet), self.azure.vm_states
         changed: set[str] = set()
         left_by_changed: set[str] = set()  # hosts where a VM that changed was deployed
@@ -173,13 +181,14 @@ class AzureUnitRoller:
         def runs_a_vm(host: str) -> bool:
             return host in running_changed or any(vm.name not in changed for vm in fleet.vms_by_host.get(host, ()))
 
-        # Most hosts are decided by one look-up (a hundred thousand at a million VMs): no call for them.
-        looked_at, deployed = left_by_changed | running_changed, fleet.vms_by_host
-        return tuple(
-            host
-            for host in self.azure.host_names()
-            if (host in deployed and host not in looked_at) or (host in looked_at and runs_a_vm(host))
-        )
+        looked_at = left_by_changed | running_changed
+        emptied = {host for host in looked_at if not runs_a_vm(host)}
+        if not emptied and running_changed <= fleet.vms_by_host.keys():
+            return self._deployed_hosts  # the changed VMs left every host of the fleet a VM, and took none beyond
+        # Otherwise most hosts are decided by one look-up (a hundred thousand at a million VMs), made by C code: the
+        # hosts of the deployed fleet that no VM that changed touched, and those it touched that still run a VM.
+        running = (fleet.vms_by_host.keys() - looked_at) | (looked_at - emptied)
+        return tuple(filter(running.__contains__, self.azure.host_names()))
 
     def _targets(self, owners: tuple[str, ...]) -> list[VM]:
         """The running VMs a wave covers."""

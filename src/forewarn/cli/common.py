@@ -223,11 +223,6 @@ def split_names(values: tuple[str, ...]) -> list[str]:
     return [name.strip() for value in values for name in value.split(",") if name.strip()]
 
 
-def counted(count: int, singular: str, plural: str | None = None) -> str:
-    """``1 event``, ``2 events`` (``plural`` for words that do not take an s)."""
-    return f"{count} {singular if count == 1 else plural or singular + 's'}"
-
-
 def short_time(text: str | None) -> str:
     if not text:
         return "-"

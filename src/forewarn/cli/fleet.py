@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -12,14 +13,15 @@ from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
     control_client,
-    counted,
     emit,
     fail,
     print_table,
     run,
 )
+from forewarn.core.words import counted
 
 if TYPE_CHECKING:
+    from forewarn.cloud import FleetListing
     from forewarn.fleet.model import Fleet
 
 
@@ -36,62 +38,34 @@ Examples:
 @JSON_OPTION
 @click.pass_context
 def fleet(ctx, as_json):
-    """List the fleet's machines: Azure VMs (host, broadcast scope, domains, where their metadata endpoint answers),
-    then EC2 and Compute Engine instances (or check a fleet file, or generate one). --json gives GET /v1/fleet,
-    GET /v1/ec2/instances and GET /v1/gce/instances under "azure", "ec2" and "gce"."""
+    """List the fleet's machines, a table for each cloud: Azure VMs (host, broadcast scope, domains, where their
+    metadata endpoint answers), then EC2 and Compute Engine instances (or check a fleet file, or generate one).
+    --json gives each cloud's listing route (GET /v1/fleet, GET /v1/ec2/instances, GET /v1/gce/instances) under its
+    key ("azure", "ec2", "gce")."""
     if ctx.invoked_subcommand is not None:
         return
     client = control_client(ctx)
-    found = {
-        "azure": run(lambda: client.get("/v1/fleet")),
-        "ec2": run(lambda: client.get("/v1/ec2/instances")),
-        "gce": run(lambda: client.get("/v1/gce/instances")),
-    }
-    emit(found, as_json, _print_fleet)
+    listings = _listings()
+    found = {listing.key: run(functools.partial(client.get, listing.path)) for listing in listings}
+    emit(found, as_json, lambda answers: _print_fleet(listings, answers))
 
 
-def _print_fleet(found: dict[str, Any]) -> None:
-    sections: list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]] = [
-        (
-            "Azure VMs",
-            ("VM", "HOST", "SCOPE", "FD", "UD", "IMDS ADDRESS", "IMDS PORT"),
-            [
-                (
-                    vm["name"],
-                    vm["host"],
-                    vm["scope"],
-                    str(vm["fault_domain"]),
-                    str(vm["update_domain"]),
-                    vm["imds_address"] or "-",
-                    str(vm["imds_port"] or "-"),
-                )
-                for vm in found["azure"]["vms"]
-            ],
-        ),
-        (
-            "EC2 instances",
-            ("INSTANCE", "NAME", "STATE", "HOST", "ZONE", "TYPE"),
-            [
-                (i["instance_id"], i["name"], i["state"], i["host"], i["availability_zone"], i["instance_type"])
-                for i in found["ec2"]
-            ],
-        ),
-        (
-            "Compute Engine instances",
-            ("INSTANCE", "STATUS", "HOST", "ZONE", "ON HOST MAINTENANCE", "MAINTENANCE-EVENT"),
-            [
-                (i["name"], i["status"], i["host"], i["zone"], i["on_host_maintenance"], i["maintenance_event"])
-                for i in found["gce"]
-            ],
-        ),
-    ]
-    shown = [(title, header, rows) for title, header, rows in sections if rows]
-    for index, (title, header, rows) in enumerate(shown):
+def _listings() -> list[FleetListing]:
+    """Every registered cloud's listing, in the registry's order (a cloud with none is not listed)."""
+    from forewarn.cloud import registered
+
+    return [listing for cloud in registered() if (listing := cloud.fleet_listing()) is not None]
+
+
+def _print_fleet(listings: list[FleetListing], found: dict[str, Any]) -> None:
+    tables = [(listing, listing.rows(found[listing.key])) for listing in listings]
+    shown = [(listing, rows) for listing, rows in tables if rows]
+    for index, (listing, rows) in enumerate(shown):
         if index:
             click.echo()
         if len(shown) > 1:
-            click.echo(f"{title} ({len(rows)})")
-        print_table([header, *rows])
+            click.echo(f"{listing.title} ({len(rows)})")
+        print_table([listing.header, *rows])
     if not shown:
         click.echo("no machines")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from forewarn import __version__
-from forewarn.cli import clock, fleet, history, sandbox, serve, waves
+from forewarn.cli import clock, fleet, history, sandbox, serve, wait, waves
 from forewarn.cli.common import CONTEXT, DEFAULT_SERVER, server_url
 from forewarn.cloud import registered
 from forewarn.conformance.cli import conformance
@@ -54,6 +54,7 @@ for command in (
     clock.clock,
     history.journal,
     history.reset,
+    wait.wait,
     fleet.fleet,
     waves.wave,
     scenario,

@@ -142,8 +142,9 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 @click.option(
     "--fleet",
     "fleet_source",
-    metavar="FILE|demo",
-    help="Fleet file (YAML), or 'demo' for the built-in demo fleet. Needed the first time a database is used.",
+    metavar="FILE|demo|scenario:NAME",
+    help="Fleet file (YAML), 'demo' for the built-in demo fleet, or scenario:NAME for a shipped scenario's own fleet "
+    "(its dashboard then runs that scenario). Needed the first time a database is used.",
 )
 @click.option("--db", default="forewarn.db", show_default=True, help="SQLite file, ':memory:', or a postgresql:// URL.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")

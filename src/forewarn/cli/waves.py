@@ -6,7 +6,8 @@ import time
 
 import click
 
-from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, counted, emit, fail, run, split_names
+from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, fail, run, split_names
+from forewarn.core.words import counted
 
 
 def _print_wave(wave: dict, outcome: str | None = None) -> None:

@@ -69,13 +69,18 @@ def run(
     logs: str | Path | None = None,
     progress: Any = None,
     sandbox: bool = False,
+    mode: str = "metadata",
+    jobs: int = 1,
 ) -> list[CaseResult]:
-    """Run ``command`` (the handler; ``{metadata_url}``, ``{machine}`` and ``{state_dir}`` in it are replaced)
-    through the battery on a private server; the graded cases. ``sandbox``: each handler runs in a sandbox of its
-    machine, where http://169.254.169.254 is its metadata endpoint (root only: docs/sandbox.md)."""
+    """Run ``command`` (the handler; ``{metadata_url}``, ``{machine}``, ``{state_dir}`` and ``{port:NAME}`` in it
+    are replaced) through the battery on a private server; the graded cases. ``sandbox``: each handler runs in a
+    sandbox of its machine, where http://169.254.169.254 is its metadata endpoint (root only: docs/sandbox.md).
+    ``mode``: the kind of handler (``metadata``, ``queue``): without ``cases``, the cases of that mode run; named
+    cases run whatever their mode. ``jobs``: how many cases run at once, each on a server of its own."""
+    import tempfile
+
     from forewarn.conformance.cases import select
-    from forewarn.conformance.runner import RunOptions, run_cases
-    from forewarn.testing import Forewarn
+    from forewarn.conformance.runner import RunOptions, run_group
 
     if sandbox:
         from forewarn.sandbox import SandboxUnavailable, unavailable_reason
@@ -85,20 +90,22 @@ def run(
             raise SandboxUnavailable(reason)
     chosen = battery(clouds, timing, files)
     picked = [entry for entry in chosen if entry[0] in select([case for case, _ in chosen], cases)]
+    picked = picked if cases else [entry for entry in picked if entry[0].mode == mode]
+    if jobs < 1:
+        raise ValueError(f"jobs is {jobs}: at least one case must run at a time")
     options = RunOptions(
         list(command),
         drained,
         restored,
         timing,
         machines,
-        Path(logs) if logs else None,
+        Path(logs) if logs else Path(tempfile.mkdtemp(prefix="forewarn-conformance-")),
         progress or (lambda line: None),
         sandbox,
     )
     results: dict[int, CaseResult] = {}
     for serve, entries in by_server(picked).items():  # a case with serve options gets a server of its own
-        with Forewarn(args=serve) as server:
-            results.update(zip([index for index, _ in entries], run_cases(server, [e for _, e in entries], options)))
+        results.update(run_group(serve, entries, options, jobs))
     return [results[index] for index in sorted(results)]
 
 

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,24 @@ from forewarn.conformance_cases import TIMINGS, Case, Check, Step
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
 
-CASE_KEYS = {"name", "title", "source", "machines", "limit", "settle", "steps", "checks", "required", "serve"}
+CASE_KEYS = {
+    "name",
+    "title",
+    "source",
+    "machines",
+    "limit",
+    "settle",
+    "steps",
+    "checks",
+    "required",
+    "serve",
+    "mode",
+    "endpoint",
+    "setup",
+    "placeholders",
+}
+PLACEHOLDER_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+BUILT_IN_PLACEHOLDERS = {"metadata_url", "machine", "state_dir", "endpoint_url"}
 ACTIONS = ("call", "kill", "drop", "throttle", "advance", "expire")
 STEP_KEYS = {
     "at",
@@ -28,6 +46,7 @@ STEP_KEYS = {
     "port",
     "throttle",
     "expire",
+    "target",
 }
 
 
@@ -93,7 +112,34 @@ def case_of(entry: Any, cloud: str, timing: str, where: str, cloud_checks: set[s
         required=bool(entry.get("required", True)),
         file=str(where.split(":")[0]),
         serve=[str(option) for option in entry.get("serve", [])],
+        mode=mode_of(entry.get("mode", "metadata"), f"{where}.mode"),
+        endpoint=endpoint_of(entry.get("endpoint"), f"{where}.endpoint"),
+        setup=[step_of(step, f"{where}.setup[{i}]") for i, step in enumerate(entry.get("setup", []))],
+        placeholders=placeholders_of(entry.get("placeholders", {}), f"{where}.placeholders"),
     )
+
+
+def mode_of(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not PLACEHOLDER_NAME.match(value):
+        raise CaseFileError(f"{where}: a mode is a word: metadata (the default), queue, ...")
+    return value
+
+
+def endpoint_of(value: Any, where: str) -> str | None:
+    if value is not None and not str(value).isalnum():
+        raise CaseFileError(f"{where}: names one of the server's ports (ec2, gce, arm)")
+    return None if value is None else str(value)
+
+
+def placeholders_of(value: Any, where: str) -> Mapping[str, str]:
+    if not isinstance(value, dict):
+        raise CaseFileError(f"{where}: a mapping of placeholder names to their values")
+    for name in value:
+        if not PLACEHOLDER_NAME.match(str(name)) or name in BUILT_IN_PLACEHOLDERS:
+            raise CaseFileError(
+                f"{where}.{name}: a placeholder is lower-case letters, digits and _, not a built-in one"
+            )
+    return {str(name): str(text) for name, text in value.items()}
 
 
 def restore_window(checks: list[Check]) -> float:
@@ -115,6 +161,8 @@ def step_of(entry: Any, where: str) -> Step:
         raise CaseFileError(f"{where}: 'after' can only be 'noticed'")
     if "port" in entry and ("call" not in entry or not str(entry["port"]).isalnum()):
         raise CaseFileError(f"{where}: 'port' names one of the server's ports (ec2, gce, arm), for a 'call'")
+    if "target" in entry and "port" not in entry:
+        raise CaseFileError(f"{where}: 'target' (an X-Amz-Target action) goes with a 'port'")
     durations = {
         key: seconds(entry[key], f"{where}.{key}") for key in ("restart", "drop", "throttle", "advance") if key in entry
     }
@@ -131,6 +179,7 @@ def step_of(entry: Any, where: str) -> Step:
         throttle=durations.get("throttle"),
         expire=None if entry.get("expire") is None else str(entry["expire"]),
         port=None if entry.get("port") is None else str(entry["port"]),
+        target=None if entry.get("target") is None else str(entry["target"]),
     )
 
 

@@ -4,6 +4,7 @@ import: the battery loads when a command runs."""
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import time
 
@@ -31,7 +32,8 @@ def list_cases(clouds: tuple[str, ...], timing: str) -> None:
     except CaseFileError as error:
         raise click.ClickException(str(error)) from None
     for case, _ in cases:
-        click.echo(f"{case.cloud:<6} {case.name:<26} {','.join(case.machines):<22} {case.title}")
+        mode = "" if case.mode == "metadata" else f" [{case.mode} mode]"
+        click.echo(f"{case.cloud:<6} {case.name:<26} {','.join(case.machines):<22} {case.title}{mode}")
         click.echo(f"{'':<6} {'':<26} source: {case.source}")
 
 
@@ -48,9 +50,22 @@ def list_cases(clouds: tuple[str, ...], timing: str) -> None:
 @click.option("--html", metavar="FILE", help="Write a self-contained HTML report.")
 @click.option("--logs", metavar="DIR", help="Keep each case's handler output here.")
 @click.option(
+    "--jobs",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="Run this many cases at once, each on a server of its own (handlers that listen take {port:NAME}).",
+)
+@click.option(
     "--sandbox",
     is_flag=True,
     help="Run each handler in a sandbox of its machine, where http://169.254.169.254 is its endpoint (needs root).",
+)
+@click.option(
+    "--mode",
+    default="metadata",
+    help="The kind of handler: metadata (given a metadata address) or queue (given a queue URL, {queue_url}); "
+    "the cases of that mode run, unless --cases names them.",
 )
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
@@ -65,19 +80,25 @@ def run(
     junit: str | None,
     html: str | None,
     logs: str | None,
+    jobs: int,
     sandbox: bool,
+    mode: str,
     command: tuple[str, ...],
 ) -> None:
-    """Run HANDLER COMMAND... as each machine of each case: `{metadata_url}`, `{machine}` and `{state_dir}` (the
-    machine's own directory for the case) in it are replaced, and FOREWARN_METADATA_URL, FOREWARN_MACHINE,
-    FOREWARN_STATE_DIR and HTTP_PROXY are set (with --sandbox: http://169.254.169.254 and no proxy). Exits 1 when a
-    required case fails."""
+    """Run HANDLER COMMAND... as each machine of each case: `{metadata_url}`, `{machine}`, `{state_dir}` (the
+    machine's own directory for the case) and `{port:NAME}` (a free port for NAME in this case, the same in every
+    machine's command: for handlers that talk to each other) in it are replaced, and FOREWARN_METADATA_URL,
+    FOREWARN_MACHINE, FOREWARN_STATE_DIR and HTTP_PROXY are set (with --sandbox: http://169.254.169.254 and no
+    proxy); a queue-mode case's `{endpoint_url}` and `{queue_url}` likewise (FOREWARN_ENDPOINT_URL,
+    FOREWARN_QUEUE_URL). Exits 1 when a required case fails."""
     from forewarn import conformance as battery
     from forewarn.conformance import report
     from forewarn.conformance.cases import CaseFileError
     from forewarn.sandbox import SandboxUnavailable
 
     began = time.monotonic()
+    # A CI runner's cancel sends SIGTERM: end as Ctrl-C does, the handlers and servers stopped on the way out.
+    before = signal.signal(signal.SIGTERM, lambda number, frame: sys.exit(128 + number))
     progress = (lambda line: None) if as_json else (lambda line: click.echo(line, err=True))
     try:
         results = battery.run(
@@ -92,9 +113,16 @@ def run(
             logs=logs,
             progress=progress,
             sandbox=sandbox,
+            mode=mode,
+            jobs=jobs,
         )
     except (CaseFileError, SandboxUnavailable) as error:
         raise click.ClickException(str(error)) from None
+    except KeyboardInterrupt:
+        click.echo("stopped: the cases under way ended, their handlers stopped", err=True)
+        sys.exit(130)  # as a shell reports Ctrl-C; 1 means a required case failed
+    finally:
+        signal.signal(signal.SIGTERM, before)
     wall = time.monotonic() - began
     if as_json:
         click.echo(json.dumps(report.as_json(results, timing, wall), indent=2))

@@ -39,15 +39,20 @@ class Verdict:
         assert all(result.grade == PASS for result in self.results), self.explain()
 
 
-@pytest.fixture
-def forewarn_conformance(tmp_path: Path) -> Callable[..., Verdict]:
-    """``forewarn_conformance(command, cases=[...], drained=..., restored=...)``: the options of
-    ``forewarn.conformance.run``; the handler's output is kept under the test's ``tmp_path``."""
+def judging(logs: Path, **defaults: Any) -> Callable[..., Verdict]:
+    """``judge(command, **options)``: ``forewarn.conformance.run`` with ``defaults`` under the given options, the
+    handlers' output kept under ``logs``; its results as a :class:`Verdict`."""
 
     def judge(command: Sequence[str], **options: Any) -> Verdict:
         from forewarn.conformance import run
 
-        options.setdefault("logs", tmp_path / "conformance")
-        return Verdict(run(command, **options))
+        return Verdict(run(command, **{"logs": logs, **defaults, **options}))
 
     return judge
+
+
+@pytest.fixture
+def forewarn_conformance(tmp_path: Path) -> Callable[..., Verdict]:
+    """``forewarn_conformance(command, cases=[...], drained=..., restored=...)``: the options of
+    ``forewarn.conformance.run``; the handler's output is kept under the test's ``tmp_path``."""
+    return judging(tmp_path / "conformance")

@@ -9,6 +9,7 @@ from typing import Any
 from xml.etree import ElementTree
 
 from forewarn.conformance_cases import FAIL, NOT_JUDGED, PASS, CaseResult
+from forewarn.core.words import counted
 
 MARKS = {PASS: "pass", FAIL: "FAIL", NOT_JUDGED: "n/j "}
 
@@ -34,7 +35,7 @@ def scorecard(results: Sequence[CaseResult], timing: str, wall: float) -> str:
     counts = summary(results)
     lines.append(
         f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[NOT_JUDGED]} not judged "
-        f"of {len(results)} cases in {wall:.0f} s"
+        f"of {counted(len(results), 'case')} in {wall:.0f} s"
     )
     if counts[NOT_JUDGED] and any(g.reason.startswith("no --") for r in results for g in r.grades):
         lines.append("not judged: give --drained CMD and --restored CMD to judge the drain and the restore")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,14 +18,17 @@ from pathlib import Path
 from typing import Any
 
 from forewarn.conformance.grading import grade_case
-from forewarn.conformance.processes import HandlerProcess, probe
+from forewarn.conformance.processes import HandlerProcess, port_names, probe
 from forewarn.conformance.proxy import ObservingProxy
 from forewarn.conformance_cases import Case, CaseResult, CloudCases, Observation
+from forewarn.core.words import counted
+from forewarn.scenarios.testnet import free_ports
 
 TICK = 0.1  # seconds between two clock moves
 PROBE_EVERY = 0.25
 STATE_EVERY = 0.5
 WARM_UP = 10.0  # the longest the runner waits for each handler's first metadata call
+REFUSED = object()  # what a refused step's call answered
 CLOCK_PLACEHOLDER = re.compile(r"\{clock\+([^{}]+)\}")  # {clock+61m}: the simulated time then, plus 61 minutes
 
 
@@ -38,6 +42,11 @@ class RunOptions:
     logs: Path | None = None
     progress: Callable[[str], None] = field(default=lambda line: None)
     sandbox: bool = False  # run each machine's handler in a sandbox of the machine (root: docs/sandbox.md)
+    stop: threading.Event = field(default_factory=threading.Event)  # set: the cases under way end, no other starts
+
+
+class RunStopped(Exception):
+    """The run was stopped (``RunOptions.stop``) in the middle of a case: its handlers and proxies are stopped."""
 
 
 def parse_time(text: str) -> datetime:
@@ -71,6 +80,18 @@ def form_post(url: str, fields: dict) -> str:
     data = urllib.parse.urlencode({key: str(value) for key, value in fields.items()}).encode()
     with urllib.request.urlopen(urllib.request.Request(url, data, method="POST"), timeout=30) as answer:
         return answer.read().decode()
+
+
+def json_post(url: str, target: str, body: Any) -> Any:
+    """A call of an API action over the AWS JSON protocol (``X-Amz-Target``: EventBridge's PutRule, say) on one of
+    the server's other ports; its answer's JSON. An answer other than 2xx raises."""
+    import json
+    import urllib.request
+
+    headers = {"X-Amz-Target": target, "Content-Type": "application/x-amz-json-1.1"}
+    request = urllib.request.Request(url, json.dumps(body or {}).encode(), headers, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read() or b"{}")
 
 
 class CaseRun:
@@ -114,8 +135,12 @@ class CaseRun:
         self.sim_start = parse_time(self.server.now)
         self.began = time.monotonic()
         try:
+            for step in self.case.setup:
+                self.request(step)
             self.start_handlers()
             while not self.finished():
+                if self.options.stop.is_set():
+                    raise RunStopped(self.case.name)
                 self.tick()
                 time.sleep(TICK)
             self.obs.events = self.read_states()
@@ -138,8 +163,10 @@ class CaseRun:
         return vm.command([])
 
     def start_handlers(self) -> None:
+        names = port_names(self.options.command)
+        ports = dict(zip(names, free_ports(len(names)))) if names else {}
         for machine in self.case.machines:
-            proxy = ObservingProxy(machine, self.server.metadata_url(machine), self.began, self.probe_drained)
+            proxy = ObservingProxy(machine, self.endpoint_of(machine), self.began, self.probe_drained)
             proxy.start()
             self.proxies[machine] = proxy
             state_dir = self.state_dir(machine)
@@ -147,17 +174,28 @@ class CaseRun:
             state_dir.mkdir(parents=True)
             log = self.logs / f"{machine}.log"
             inside = self.sandboxed(machine, proxy) if self.options.sandbox else ()
-            handler = HandlerProcess(self.options.command, machine, proxy.url, log, state_dir, inside)
+            handler = HandlerProcess(
+                self.options.command, machine, proxy.url, log, state_dir, inside, ports, self.case.placeholders
+            )
             self.handlers[machine] = handler
             handler.start()
         deadline = time.monotonic() + WARM_UP
         while time.monotonic() < deadline and not all(proxy.taken() for proxy in self.proxies.values()):
+            if self.options.stop.is_set():
+                raise RunStopped(self.case.name)
             self.move_clock()
             time.sleep(TICK)
         silent = [machine for machine, proxy in self.proxies.items() if not proxy.taken()]
         if silent:
             self.obs.notes.append(f"no metadata call within {WARM_UP:g} s of starting: {', '.join(silent)}")
         self.steps_from = self.elapsed()
+
+    def endpoint_of(self, machine: str) -> str:
+        """What the machine's observing proxy leads to: its metadata endpoint, or the server's port the case names
+        (``endpoint: ec2``, where a queue-mode handler reads SQS and calls Auto Scaling)."""
+        if self.case.endpoint is None:
+            return str(self.server.metadata_url(machine))
+        return str(getattr(self.server, f"{self.case.endpoint}_url"))
 
     def state_dir(self, machine: str) -> Path:
         """The machine's own directory for this case (processes.py): beside its log, empty when the case starts."""
@@ -238,14 +276,8 @@ class CaseRun:
                 self.obs.notes.append(f"{step.call}: the case has no event yet")
                 return
             path = path.replace("{event}", self.obs.event_ids[0])
-        body = with_times(step.body, self.clock())
-        try:
-            if step.port:
-                answer: Any = form_post(f"{getattr(self.server, step.port + '_url')}{path}", body or {})
-            else:
-                answer = self.server.call(method, path, body)
-        except Exception as error:  # a refused step is part of what happened: graded, not raised
-            self.obs.notes.append(f"{step.call} at {self.elapsed():.1f} s was refused: {error}")
+        answer = self.request(step, path)
+        if answer is REFUSED:
             return
         self.obs.steps_done.append((self.elapsed(), f"{method} {path}", answer))
         for event_id in self.cloud.observer.event_ids(answer):
@@ -253,6 +285,22 @@ class CaseRun:
             self.obs.appeared[event_id] = self.elapsed()
         if path.rstrip("/").endswith("/cancel"):
             self.obs.cancels.append(self.elapsed())
+
+    def request(self, step: Any, path: str | None = None) -> Any:
+        """The step's call made (to the control API, or to another port of the server as a form POST or a JSON
+        call of ``target``), its answer; REFUSED when it was refused, which is noted: part of what happened."""
+        method, given_path = str(step.call).split(maxsplit=1)
+        path = given_path if path is None else path
+        body = with_times(step.body, self.clock())
+        try:
+            if step.port and step.target:
+                return json_post(f"{getattr(self.server, step.port + '_url')}{path}", step.target, body)
+            if step.port:
+                return form_post(f"{getattr(self.server, step.port + '_url')}{path}", body or {})
+            return self.server.call(method, path, body)
+        except Exception as error:
+            self.obs.notes.append(f"{step.target or step.call} at {self.elapsed():.1f} s was refused: {error}")
+            return REFUSED
 
     def restart_killed(self) -> None:
         for due in [entry for entry in self.restarts if entry[0] <= self.elapsed()]:
@@ -296,12 +344,51 @@ class CaseRun:
         return now - self.settled_at >= self.case.settle
 
 
+def run_group(
+    serve: Sequence[str], entries: Sequence[tuple[int, tuple[Case, CloudCases]]], options: RunOptions, jobs: int
+) -> dict[int, CaseResult]:
+    """The cases of one group (the same options of ``forewarn serve``), ``jobs`` at a time: each of the ``jobs``
+    workers starts a server of its own and takes the next case until none is left; the results by place. Whatever
+    ends the wait (Ctrl-C, a worker's error) stops the other workers' cases, whose handlers and servers are stopped
+    before it is raised here."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    from forewarn.testing import Forewarn
+
+    pending: queue.SimpleQueue[tuple[int, tuple[Case, CloudCases]]] = queue.SimpleQueue()
+    for entry in entries:
+        pending.put(entry)
+
+    def worker() -> list[tuple[int, CaseResult]]:
+        done: list[tuple[int, CaseResult]] = []
+        with Forewarn(args=list(serve)) as server:
+            while not options.stop.is_set():
+                try:
+                    index, entry = pending.get_nowait()
+                except queue.Empty:
+                    return done
+                done += [(index, result) for result in run_cases(server, [entry], options)]
+        return done
+
+    width = max(1, min(jobs, len(entries)))
+    with ThreadPoolExecutor(width, thread_name_prefix="conformance") as pool:
+        workers = [pool.submit(worker) for _ in range(width)]
+        try:
+            return dict(pair for running in workers for pair in running.result())
+        except BaseException:
+            options.stop.set()
+            raise
+
+
 def run_cases(server: Any, cases: Sequence[tuple[Case, CloudCases]], options: RunOptions) -> list[CaseResult]:
     results = []
     logs = options.logs or Path(tempfile.mkdtemp(prefix="forewarn-conformance-"))
     for case, cloud in cases:
         if options.machines is not None and len(case.machines) > options.machines:
-            results.append(skipped(case, f"needs {len(case.machines)} machines; --machines is {options.machines}"))
+            results.append(
+                skipped(case, f"needs {counted(len(case.machines), 'machine')}; --machines is {options.machines}")
+            )
             continue
         directory = logs / case.name
         directory.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ Errors are ``{"error": {"code": ..., "message": ...}}`` with 400 (bad input), 40
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Literal
 
@@ -27,10 +28,12 @@ from forewarn.control.models import (
     MAX_LISTED_CHANGES,
     ChangeOut,
     changes_out,
+    let_go,
 )
 from forewarn.control.scenario_runs import ScenarioRuns, scenarios_router
 from forewarn.control.service import attach
 from forewarn.control.waves import waves_router
+from forewarn.core.changes import Change
 from forewarn.core.clock import MANUAL, REAL
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Conflict, CoreError, NotFound, did_you_mean
@@ -99,18 +102,15 @@ def create_control_app(
     if scenario_runs is not None:
         app.include_router(scenarios_router(scenario_runs))
     for cloud in registered():
-        router = cloud.control_router(service, surfaces)
+        router = cloud.control_router(surfaces)
         if router is not None:  # a cloud with no routes of its own
             app.include_router(router)
     app.include_router(waves_router(service))
-    imds = surfaces.get(IMDS_CLOUD)
-    if imds is not None:
-        app.include_router(imds_router(imds, imds_listener))  # type: ignore[arg-type]
+    # Every cloud's surface answers as the machine the one resolver of the listener names: any of them gives it.
+    resolving = next((surface for surface in surfaces.values() if hasattr(surface, "resolver")), None)
+    if resolving is not None:
+        app.include_router(imds_router(resolving, imds_listener))
     return app
-
-
-#: The cloud whose metadata surface the control API's /v1/imds routes (control/imds.py) configure.
-IMDS_CLOUD = "azure"
 
 
 def install_domain_errors(app: FastAPI) -> None:
@@ -147,7 +147,13 @@ def service_router(service: Maintenance) -> APIRouter:
     @router.get("/healthz", tags=["service"])
     async def health() -> dict:
         # The database as the latest real operation on it found it (a commit, a read or the periodic probe).
-        return {"status": "ok", "version": __version__, "database": service.store.reachability.report()}
+        # pid: which process answered (a starter polling a port it chose tells its server from another's on that port)
+        return {
+            "status": "ok",
+            "version": __version__,
+            "pid": os.getpid(),
+            "database": service.store.reachability.report(),
+        }
 
     @router.get("/v1/journal", tags=["events"])
     async def journal(limit: int = Query(100, ge=1, le=10_000, description="the latest entries, oldest first")):
@@ -191,21 +197,22 @@ def clock_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
         service.catch_up()
         return clock_out()
 
-    def clock_moved(changes) -> ClockMoveOut:
-        listed, total = changes_out(changes)
+    async def clock_moved(changes: list[Change]) -> ClockMoveOut:
+        listed, total = await changes_out(changes)
+        await let_go(changes)
         return ClockMoveOut(**clock_out().model_dump(), changes=listed, changes_total=total)
 
     @router.post("/v1/clock/advance", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def advance(body: AdvanceIn):
-        return clock_moved(await service.advance_clock_soon(parse_duration(body.by)))
+        return await clock_moved(await service.advance_clock_soon(parse_duration(body.by)))
 
     @router.post("/v1/clock/set", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def set_clock(body: SetIn):
-        return clock_moved(await service.set_clock_soon(parse_time(body.to)))
+        return await clock_moved(await service.set_clock_soon(parse_time(body.to)))
 
     @router.post("/v1/clock/next", tags=["clock"], response_model=ClockMoveOut, responses=ERRORS)
     async def next_deadline():
-        return clock_moved(await service.step_clock_soon())
+        return await clock_moved(await service.step_clock_soon())
 
     @router.post("/v1/clock/mode", tags=["clock"], response_model=ClockOut, responses=ERRORS)
     async def clock_mode(body: ClockModeIn):

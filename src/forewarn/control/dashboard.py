@@ -34,6 +34,7 @@ from forewarn.control.waves import WaveOut
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL
 from forewarn.core.times import format_optional_time, format_time
+from forewarn.core.words import counted
 from forewarn.waves.component import WaveChanged
 
 if TYPE_CHECKING:
@@ -166,7 +167,11 @@ def change_message(service: Maintenance, changes: list[Change]) -> dict[str, Any
         sum(len(part.events) for part in touched) > MAX_ITEMS_PER_MESSAGE
         or sum(len(part.machines) for part in touched) > MAX_ITEMS_PER_MESSAGE
     ):
-        return {"resync": True, "reason": f"{len(changes)} changes in one step", "clock": clock_json(service)}
+        return {
+            "resync": True,
+            "reason": f"{counted(len(changes), 'change')} in one step",
+            "clock": clock_json(service),
+        }
     message: dict[str, Any] = {
         panel.events_key: [panel.event_json(event) for event in part.events.values()]
         for panel, part in zip(panels(), touched, strict=True)

@@ -6,12 +6,23 @@ kept in the core so that the engine and the registry (``forewarn/registry.py``) 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
 
 from forewarn.core.changes import Change
-from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.core.scheduler import Scheduler
+from forewarn.core.scheduler import Sequence as Numbering
+
+
+class StoredRows(Protocol):
+    """Reads of what the database holds durably (the store, ``store/base.py``): how a component finds again what
+    it no longer keeps in memory (events that ended once their end was committed)."""
+
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query (``?`` marks its parameters), read in a transaction of their own."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -21,14 +32,18 @@ class Footing:
 
     ``fleet`` and ``rules`` are the server's whole ones (``fleet/model.py``, ``engine/rules.py``), typed loosely here:
     they are made of every cloud's parts, and each cloud's component reads its own part through its own types
-    (``rules.of(AzureRules)``)."""
+    (``rules.of(AzureRules)``).
+
+    ``stored``: the database the engine's state was loaded from and is committed to (None: an engine that is not
+    committed anywhere, which keeps everything in memory)."""
 
     fleet: Any
     seed: str
     rules: Any
     scheduler: Scheduler
-    sequence: Sequence
+    sequence: Numbering
     created_at: datetime
+    stored: StoredRows | None = None
 
 
 R = TypeVar("R")
@@ -63,6 +78,11 @@ class Component(Protocol):
 
     def reschedule(self) -> None:
         """Set every deadline again from the state, as loading it does."""
+        ...
+
+    def release(self) -> None:
+        """Everything the component changed so far is durable (committed): what it keeps only until then (events
+        that ended) may leave memory, to be read from ``Footing.stored`` when asked."""
         ...
 
 

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, cast
 
 from forewarn.core.bounds import check_time, clamped_time
 from forewarn.core.changes import Change, TimeMoved
-from forewarn.core.component import Component, Footing
+from forewarn.core.component import Component, Footing, StoredRows
 from forewarn.core.errors import Conflict
 from forewarn.core.scheduler import Scheduler, Sequence
 from forewarn.engine.rules import Rules, check_rules
@@ -43,18 +43,23 @@ class Engine:
         created_at: datetime | None = None,
         stored: Mapping[str, Any] | None = None,
         next_seq: int = 1,
+        database: StoredRows | None = None,
     ) -> None:
         """``stored``: each component's stored state, by its records' owner (a cloud's name, ``waves``), as the
         store loads it (none: a fleet just deployed); ``created_at``: when the fleet was deployed (its machines'
         boot time); ``next_seq``: the stored numbering, which also names things that are not events (windows,
-        replacement instances, waves)."""
+        replacement instances, waves); ``database``: the store ``stored`` came from, which the engine's commits go
+        to (what has ended leaves memory once :meth:`release` is told it is durable, and is read from there; None:
+        everything stays in memory)."""
         stored = stored or {}
         self.fleet = fleet
         self.seed = seed
         self.rules = check_rules(rules or Rules())
         self.scheduler = Scheduler(clamped_time(now))
         self._sequence = Sequence()
-        footing = Footing(fleet, seed, self.rules, self.scheduler, self._sequence, clamped_time(created_at or now))
+        footing = Footing(
+            fleet, seed, self.rules, self.scheduler, self._sequence, clamped_time(created_at or now), database
+        )
         # Built in the registry's order, as their deadlines at one instant fire in the order they were set.
         self.components: dict[str, Component] = {
             cloud.name: cloud.component(footing, stored.get(cloud.name)) for cloud in clouds()
@@ -65,7 +70,7 @@ class Engine:
             for cloud in registered_clouds()
             if (units := cloud.wave_units()) is not None
         ]
-        self.wave_runner = WaveRunner(waves, self.scheduler, self._sequence, stored.get("waves") or StoredWaves())
+        self.wave_runner = WaveRunner(waves, self.scheduler, stored.get("waves") or StoredWaves())
         self._by_type[WaveRunner] = self.wave_runner
         self._sequence.past(next_seq - 1)
         self.repaired: list[Change] = [change for part in self.components.values() for change in part.repaired]
@@ -106,6 +111,11 @@ class Engine:
         changes.append(TimeMoved(self.now))
         return changes
 
+    def release(self) -> None:
+        """Every change made so far is committed: each component lets go of what it kept only until then."""
+        for part in self.components.values():
+            part.release()
+
     def reschedule(self) -> None:
         """Every deadline again from the state, as loading it sets them: a replica taking over drops what its
         projections left in the scheduler."""
@@ -121,7 +131,13 @@ class Engine:
 
     def advance(self, to: datetime) -> list[Change]:
         """Move simulated time to ``to``, applying every deadline due on the way, in order, one step per instant."""
+        return self.advance_some(to, None)[0]
+
+    def advance_some(self, to: datetime, budget: int | None) -> tuple[list[Change], bool]:
+        """As :meth:`advance`, stopping once the deadlines applied made ``budget`` changes (None: no bound): the
+        changes, and whether time reached ``to`` (otherwise it stands at the instant reached, and the rest of the
+        move is another call). A move cut in parts makes a step of each part (``Scheduler.run_some``)."""
         self.check_advance(to)
-        changes = self.scheduler.run_until(to)
-        changes.append(TimeMoved(to))
-        return changes
+        changes, done = self.scheduler.run_some(to, budget)
+        changes.append(TimeMoved(self.now))
+        return changes, done

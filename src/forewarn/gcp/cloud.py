@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from forewarn.cloud import Cloud, DashboardPanel, RecordingServer, Replaying, Serving
+from forewarn.cloud import Cloud, DashboardPanel, FleetListing, RecordingServer, Replaying, Serving
 from forewarn.core.component import Footing
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from forewarn.gcp.fleet import GceFleetSection
     from forewarn.gcp.metadata.server import GceMetadata
     from forewarn.gcp.model import GceRules
+    from forewarn.gcp.scenario.observer import GceObserver
     from forewarn.net.callers import CallerResolver
     from forewarn.scenario_steps import ScenarioSteps
     from forewarn.store.records import Records
@@ -54,7 +55,7 @@ class GcpCloud:
 
         return GceFleetSection()
 
-    def control_router(self, service: Maintenance, metadata: Mapping[str, object]) -> APIRouter:
+    def control_router(self, metadata: Mapping[str, object]) -> APIRouter:
         from forewarn.gcp.control import routes
 
         return routes.router
@@ -96,6 +97,11 @@ class GcpCloud:
 
         return GcpServing(options)
 
+    def fleet_listing(self) -> FleetListing:
+        from forewarn.gcp.cli.listing import LISTING
+
+        return LISTING
+
     def cli_commands(self) -> Sequence[click.Command]:
         from forewarn.gcp.cli import gce
 
@@ -105,6 +111,11 @@ class GcpCloud:
         from forewarn.gcp.waves import GceWaveUnits
 
         return GceWaveUnits()
+
+    def scenario_observer(self) -> GceObserver:
+        from forewarn.gcp.scenario.observer import GceObserver
+
+        return GceObserver()
 
     def scenario_steps(self) -> ScenarioSteps:
         from forewarn.gcp.scenario.steps import STEPS

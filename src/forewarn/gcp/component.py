@@ -648,6 +648,9 @@ class GcpComponent(OnFooting[GceRules]):
         else:
             self._set_deadline(event)
 
+    def release(self) -> None:
+        """Everything is kept in memory: nothing to let go of once committed."""
+
     def reschedule(self) -> None:
         """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""
         for state in self.gce_states.values():

@@ -15,6 +15,7 @@ from forewarn.core.changes import Change
 from forewarn.core.component import Footing
 from forewarn.core.enums import parse_enum
 from forewarn.core.errors import CoreError, Invalid, NotFound
+from forewarn.core.words import counted
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.fleet import gce_fleet
@@ -145,7 +146,7 @@ class GceUnitRoller:
     def schedule(self, spec: WaveSpec, members: tuple[str, ...], reason: str, step: None) -> ScheduledUnit:
         created = self.gcp.schedule_gce(self._request(spec, members, reason))
         operations = tuple(dict.fromkeys(c.event.event_id for c in created if isinstance(c, GceEventChanged)))
-        return ScheduledUnit(created, operations, f"{len(members)} instances")
+        return ScheduledUnit(created, operations, counted(len(members), "instance"))
 
     def open_events(self, operations: Sequence[str]) -> int:
         return sum(1 for event_id in operations if self.gcp.gce_event(event_id).live)

@@ -177,8 +177,11 @@ def _same_origin(origin: str, host: tuple[str, int | None] | None) -> bool:
 # "instance-data" (the name Amazon's DNS resolves on an instance).
 METADATA_NAMES = ("metadata.google.internal", "metadata", "instance-data", "instance-data.ec2.internal")
 GUARDED_HEADERS = frozenset({b"host", b"origin", b"sec-fetch-site"})
+UNDERSCORE = ord("_")
 # Distinct Host values whose verdict is kept; a scan of more names is judged afresh each time.
 KNOWN_HOSTS = 256
+# Distinct header sets (of at most 2 KB each) whose verdict is kept; more are judged afresh each time.
+KNOWN_HEADER_SETS = 1024
 
 
 class MetadataGuard:
@@ -192,17 +195,27 @@ class MetadataGuard:
     def __init__(self, hosts: HostNames):
         self.hosts = hosts
         self._verdicts: dict[bytes, bool] = {}
+        self._by_headers: dict[tuple[tuple[bytes, bytes], ...], tuple[Refusal | None]] = {}
 
     @classmethod
     def for_listener(cls, listening: str, allowed: Iterable[str] = ()) -> MetadataGuard:
         return cls(HostNames.for_server(listening, [*allowed, *METADATA_NAMES]))
 
-    def check(self, headers: list[tuple[bytes, bytes]]) -> Refusal | None:
-        """``headers``: as the metadata server parses them, names in lower case."""
+    def check(self, headers: tuple[tuple[bytes, bytes], ...]) -> Refusal | None:
+        """``headers``: as the metadata server parses them, names in lower case. The verdict is a function of the
+        headers alone: kept for header sets an agent sends again and again."""
+        judged = self._by_headers.get(headers)
+        if judged is None:
+            judged = (self._judge(headers),)
+            if len(self._by_headers) < KNOWN_HEADER_SETS and sum(len(n) + len(v) for n, v in headers) <= 2048:
+                self._by_headers[headers] = judged
+        return judged[0]
+
+    def _judge(self, headers: tuple[tuple[bytes, bytes], ...]) -> Refusal | None:
         hosts = 0
         for name, value in headers:
             if name not in GUARDED_HEADERS:
-                if b"_" in name:
+                if UNDERSCORE in name:  # an int: ``b"_" in name`` raises and clears a TypeError inside, every time
                     return Refusal(
                         "InvalidHeader",
                         400,

@@ -18,7 +18,8 @@ class Request:
     method: str
     path: str
     query: bytes
-    headers: list[tuple[bytes, bytes]]  # names lowercased, in the order received
+    headers: tuple[tuple[bytes, bytes], ...]  # names lowercased, in the order received; hashable, so a surface can
+    # keep what it derives from a request's headers alone (an agent sends the same ones all day)
     body: bytes
     local: tuple[str, int]  # the address and port the connection arrived on
     peer: tuple[str, int]  # the caller's address and port

@@ -17,7 +17,8 @@ How requests go:
   store.
 - At most ``MAX_BODY`` bytes of an answer are read (an answer's body is quoted or parsed, never stored whole).
 
-aiohttp is imported by the first request, not at start (bench/startup.py): it costs about 0.3 s.
+aiohttp is imported by the first request, not at start (bench/startup.py): it costs about 0.3 s. It is the extra
+``webhooks``: without it, every request fails with the message that names it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING
+
+from forewarn.extras import WEBHOOKS
 
 if TYPE_CHECKING:
     import aiohttp
@@ -44,7 +47,8 @@ class Answer:
 class NoAnswer(Exception):
     """The request got no HTTP answer. ``kind``: ``timeout`` (no connection or no data within the timeout),
     ``resolution`` (the host name does not resolve), ``connect`` (no connection: refused, unreachable, TLS failed)
-    or ``other`` (the URL, the request or the endpoint's answer was not valid HTTP, or the connection broke).
+    ``other`` (the URL, the request or the endpoint's answer was not valid HTTP, or the connection broke) or
+    ``not-installed`` (no request was sent: aiohttp, the extra ``webhooks``, is not installed).
     The message names the failure as the HTTP client reported it."""
 
     def __init__(self, kind: str, message: str):
@@ -101,7 +105,10 @@ class Outbound:
         timeout: float | None = None,
     ) -> Answer:
         """Send one request and read its answer; NoAnswer when none came."""
-        import aiohttp
+        try:
+            import aiohttp
+        except ImportError:
+            raise NoAnswer("not-installed", WEBHOOKS.message) from None
 
         session = self._session or self._open()
         try:

@@ -13,6 +13,7 @@ import click
 
 from forewarn.core.durations import parse_duration
 from forewarn.core.errors import Invalid
+from forewarn.core.words import counted
 from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 from forewarn.recording.model import (
     AZURE,
@@ -62,7 +63,7 @@ def _describe(entry: Entry, source: str = AZURE) -> str:
     shown = ", ".join(
         f"{e.get('EventType')} {e.get('EventStatus')} {e.get('EventId')}" for e in events if isinstance(e, dict)
     )
-    return f"incarnation {incarnation}: {len(events)} event(s)" + (f": {shown}" if shown else "")
+    return f"incarnation {incarnation}: {counted(len(events), 'event')}" + (f": {shown}" if shown else "")
 
 
 @click.command(
@@ -160,7 +161,7 @@ def record_command(url, gce, out, interval, duration, until_empty, api_version, 
         close()
     if recording.entries:
         save_recording(recording, out_path)
-    click.echo(f"{len(recording.entries)} document(s) recorded in {out_path}")
+    click.echo(f"{counted(len(recording.entries), 'document')} recorded in {out_path}")
 
 
 @click.command(
@@ -227,7 +228,7 @@ def replay_command(file, host, port, speed, loop, approvals_file):
     end = recording.entries[-1].offset_seconds / speed
     handler = replay_handler(Replay(recording, loop=loop), speed, on_approval)
     click.echo(
-        f"replaying {file} ({len(recording.entries)} documents over {end:g}s{', looping' if loop else ''}) at "
+        f"replaying {file} ({counted(len(recording.entries), 'document')} over {end:g}s{', looping' if loop else ''}) at "
         f"http://{shown}:{sock.getsockname()[1]}{handler.path}",
         nl=True,
     )

@@ -133,7 +133,7 @@ def decode_request(data: dict[str, Any]) -> Request:
         str(data["method"]),
         str(data["path"]),
         base64.b64decode(data["query"]),
-        [(base64.b64decode(k), base64.b64decode(v)) for k, v in data["headers"]],
+        tuple((base64.b64decode(k), base64.b64decode(v)) for k, v in data["headers"]),
         base64.b64decode(data["body"]),
         (str(data["local"][0]), int(data["local"][1])),
         (str(data["peer"][0]), int(data["peer"][1])),
@@ -487,7 +487,8 @@ class LeaderEndpoint:
             await _answer(send, 400, b"application/json", message.encode())
             return
         try:
-            self.service.seen_at_replica(scopes)
+            for commit in self.service.seen_at_replica(scopes):
+                await commit  # durable before the replica is answered
         except Unavailable as error:  # not the leader (any more), or its database out of reach: the replica retries
             message = json.dumps({"error": {"code": "Unavailable", "message": str(error)}})
             await _answer(send, 503, b"application/json", message.encode())

@@ -95,6 +95,8 @@ class Node:
         self._closing = threading.Event()
         self._thread: threading.Thread | None = None
         self._bumping = False
+        self._to_publish = 0  # the newest committed position the leader's thread is to publish
+        self._wake = threading.Event()  # set when there is one, or when closing
         self._next_prune = 0.0
         leaders.held = self.held
         try:  # a replica knows its leader before it serves (the thread reads the row again at once)
@@ -120,6 +122,7 @@ class Node:
 
     def close(self) -> None:
         self._closing.set()
+        self._wake.set()
 
     # ------------------------------------------------------------------------------------------ thread
     def _follow(self) -> None:
@@ -286,9 +289,19 @@ class Node:
         return getattr(info, "backend_pid", None)
 
     def _bump(self, changes: list[Change]) -> None:
+        """After each commit, on the event loop: hand its position to the thread that publishes it. The lease's
+        connection is the thread's (its checks, the journal's pruning), and a round trip on the loop would wait
+        for them."""
         position = self.service.store.position
         if position <= self.loaded[1]:
             return  # nothing journaled (a reset announces itself and has its own position; a rebuild has none)
+        self._to_publish = max(self._to_publish, position)
+        self._wake.set()
+
+    def _publish_position(self) -> None:
+        position = self._to_publish
+        if position <= self.loaded[1]:
+            return
         try:
             self.lease.bump(position)
         except StoreError as error:  # the lease thread finds out whether the lock is still ours
@@ -297,8 +310,17 @@ class Node:
         self.loaded = (self.loaded[0], position)
 
     def _watch_lease(self) -> None:
-        if self._closing.wait(self.settings.failover_poll):
-            return
+        """The leader's thread: publishes the positions the loop hands over as they come (several commits meanwhile
+        are one notification, of the newest), and every ``failover_poll`` checks that the session holding its lock
+        lives and prunes the journal."""
+        deadline = time.monotonic() + self.settings.failover_poll
+        while (left := deadline - time.monotonic()) > 0:
+            self._wake.wait(left)
+            if self._closing.is_set():
+                return
+            if self._wake.is_set():
+                self._wake.clear()
+                self._publish_position()
         if not self.lease.alive():
             log.critical("lost the database session that holds the leader's lock; exiting (another process may lead)")
             logging.shutdown()
@@ -348,6 +370,7 @@ class Node:
         return {
             "status": "ok",
             "version": __version__,
+            "pid": os.getpid(),
             "role": self.service.role,
             "node": self.name,
             "leader": None if row is None else {"node": row.node, "term": row.term, "since": row.since},

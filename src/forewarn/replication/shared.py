@@ -21,7 +21,7 @@ takes to arrive.)
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -231,9 +231,10 @@ class SharedService:
     def command_seconds(self, latencies: list[float]) -> None:
         self.leading.command_seconds = latencies
 
-    def seen_at_replica(self, scopes: list[str]) -> None:
-        """The leader's side of a replica's report: the scopes its VMs asked for, each as if asked here."""
-        self.runtime.reads_relayed(scopes)
+    def seen_at_replica(self, scopes: list[str]) -> list[Awaitable[object]]:
+        """The leader's side of a replica's report: the scopes its VMs asked for, each as if asked here (the commits
+        that makes, to await)."""
+        return self.runtime.reads_relayed(scopes)
 
     # -------------------------------------------------------------------------------------------- replica
     def engine_of(self, state: StoredState) -> Engine:

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from forewarn.cloud import registered
-from forewarn.scenario_steps import ScenarioSteps, StepAction, StepApi, StepCall, flat
+from forewarn.scenario_steps import MachineCheck, ScenarioSteps, StepAction, StepApi, StepCall, flat
 
 WAVE = "wave"
+EVENT_CHECK = "event"  # the check of a step's events in `expect:`, of no one cloud
 
 
 def wave(api: StepApi, step: StepCall, params: dict) -> tuple[Any, list[str]]:
@@ -62,6 +63,7 @@ class Steps:
     cloud_of: Mapping[str, str | None]
     clouds: Mapping[str, ScenarioSteps]
     time_keys: tuple[str, ...]
+    checks: Mapping[str, MachineCheck]  # every cloud's checks of a machine in `expect:`, by the key naming it
 
 
 @functools.cache
@@ -84,6 +86,11 @@ def steps_of(clouds: Mapping[str, ScenarioSteps]) -> Steps:
     actions.update(WAVE_ACTIONS)
     cloud_of.update(dict.fromkeys(WAVE_ACTIONS))
     time_keys = dict.fromkeys(COMMON_TIME_KEYS)
-    for cloud_steps in clouds.values():
+    checks: dict[str, MachineCheck] = {}
+    for name, cloud_steps in clouds.items():
         time_keys.update(dict.fromkeys(cloud_steps.time_keys))
-    return Steps(actions, cloud_of, dict(clouds), tuple(time_keys))
+        twice = sorted((set(checks) | {EVENT_CHECK}) & set(cloud_steps.checks))
+        if twice:
+            raise ValueError(f"the {name} cloud's scenario checks {', '.join(twice)} are another's already")
+        checks.update(cloud_steps.checks)
+    return Steps(actions, cloud_of, dict(clouds), tuple(time_keys), checks)

@@ -11,7 +11,6 @@ from forewarn.net.control_client import ControlClient, Response
 from forewarn.net.untrusted_json import MAX_DOCUMENT_BYTES, JsonInputError, parse_json
 
 EC2_API_VERSION = "2016-11-15"
-SCHEDULED_EVENTS_VERSION = "2020-07-01"
 ERROR_FIELDS = ("Code", "Message")
 
 
@@ -78,14 +77,9 @@ class Api:
     def put(self, path: str, body: dict) -> Any:
         return self.request("PUT", path, body)
 
-    def document(self, vm: str) -> str:
-        """The exact bytes the VM's IMDS serves now (GET /v1/vms/{vm}/scheduledevents)."""
-        response = self._send(
-            "GET",
-            f"{self.control}/v1/vms/{vm}/scheduledevents",
-            params={"api-version": SCHEDULED_EVENTS_VERSION},
-            headers=self._control_headers,
-        )
+    def text(self, path: str, **params: Any) -> str:
+        """The exact bytes a GET of the control API answers (a metadata document as the machine reads it)."""
+        response = self._send("GET", f"{self.control}{path}", params=params, headers=self._control_headers)
         if response.status >= 400:
             raise ApiError(response.status, "HTTP", response.text[:500])
         return response.text

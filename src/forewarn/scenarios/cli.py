@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from forewarn.core.words import counted
 from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
 
 if TYPE_CHECKING:
@@ -94,8 +95,8 @@ def validate_command(files: tuple[str, ...]) -> None:
             click.echo(str(error), err=True)
             continue
         click.echo(
-            f"{found.path}: ok ({found.name}: {len(found.data['steps'])} steps, "
-            f"{len(found.data.get('expect') or [])} checks)"
+            f"{found.path}: ok ({found.name}: {counted(len(found.data['steps']), 'step')}, "
+            f"{counted(len(found.data.get('expect') or []), 'check')})"
         )
     if failed:
         sys.exit(1)
@@ -290,9 +291,9 @@ def _report_expectations(timeline: dict, report: Callable[[str], None]) -> None:
     elif timeline["aborted"]:
         report(f"aborted: {timeline['aborted']}")
     elif failed:
-        report(f"FAILED: {len(failed)} of {len(results)} checks")
+        report(f"FAILED: {len(failed)} of {counted(len(results), 'check')}")
     else:
-        report(f"passed: {len(results)} checks")
+        report(f"passed: {counted(len(results), 'check')}")
 
 
 def _write_timeline(timeline: dict, out_path: Path | None, report: Callable[[str], None]) -> None:
@@ -326,7 +327,7 @@ class ProgressLine:
         elapsed = time.monotonic() - self.started
         text = (
             f"progress: step {state.steps_done}/{state.steps}, {_offset(state.offset)} simulated, "
-            f"{state.moves} clock moves, {elapsed:.1f} s"
+            f"{counted(state.moves, 'clock move')}, {elapsed:.1f} s"
             + {"settling": " (settling)", "done": " (done)"}.get(state.phase, "")
         )
         if self.tty:

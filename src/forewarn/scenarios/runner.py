@@ -1,29 +1,28 @@
 """Running a scenario against a server, through its control API: take each step at its simulated time, move the
-clock (manual: through every deadline that concerns an observed VM or the run's own events; real: wait and poll),
-record what every observed VM's document was at each incarnation, and check the expectations on the resulting
-timeline.
+clock (manual: through every deadline that concerns an observed machine or the run's own events; real: wait and
+poll), record what every observed machine went through, and check the expectations on the resulting timeline.
 
-What changed is read from the server's journal (``GET /v1/journal``): after a move, only the documents of the
-scopes and the states of the VMs it names are read again, so a step costs the same on a fleet of 5,000 VMs as on
-one of five. The journal also gives each event's history for the timeline, and tells which events the run's waves
-scheduled."""
+What a run records of a cloud's machines is that cloud's observer (``Cloud.scenario_observer``): the runner reads the
+server's journal (``GET /v1/journal``) and hands each observer the entries since its last observation, so that it
+reads again only what they say changed. The journal also gives each event's history for the timeline, and tells
+which events the run's waves scheduled."""
 
 from __future__ import annotations
 
-import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
+from datetime import datetime, timedelta
 from typing import Any
 
+from forewarn.cloud import registered
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
-from forewarn.scenario_steps import StepRefused, flat
+from forewarn.core.words import counted
+from forewarn.scenario_steps import ScenarioObserver, StepRefused, flat
 from forewarn.scenarios.actions import WAVE, steps
-from forewarn.scenarios.api import Api, ApiError, Unreachable, parse_document
+from forewarn.scenarios.api import Api, ApiError, Unreachable
 from forewarn.scenarios.expect import evaluate
-from forewarn.scenarios.lines import describe_step, document_summary, instance_summary
+from forewarn.scenarios.lines import describe_step
 from forewarn.scenarios.spec import Scenario, Step, format_offset, time_value
 
 DEFAULT_MAX_MOVES = 1000  # and MOVES_PER_STEP more for each step of the scenario
@@ -32,7 +31,6 @@ DEFAULT_POLL = 0.1  # seconds of wall time between polls on a real clock
 DEFAULT_TIMEOUT = 600.0  # wall seconds a real-clock run may wait, after its last step, for things to settle
 JOURNAL_PAGE = 32  # journal entries read after each move; more new ones than this: 8 times more, up to JOURNAL_MAX
 JOURNAL_MAX = 10_000  # the most GET /v1/journal returns; more new entries than this: read everything again
-MANY_VMS = 20  # more changed observed VMs than this: one read of /v1/vms instead of one per VM
 
 
 class RunAborted(Exception):
@@ -91,20 +89,6 @@ class Progress:
     phase: str  # "steps", "settling" or "done"
 
 
-EC2_ID = re.compile(r"^i-[0-9a-f]{17}$")
-
-
-@dataclass
-class _Changes:
-    """What the journal says changed since the last reading."""
-
-    scopes: set[str] = field(default_factory=set)
-    vms: set[str] = field(default_factory=set)
-    ec2: bool = False
-    gce: bool = False
-    waves: bool = False
-
-
 class Runner:
     def __init__(
         self,
@@ -137,36 +121,20 @@ class Runner:
             for name, cloud_steps in self.steps.clouds.items()
             if cloud_steps.scheduled_by_wave
         }
-        self.gce_names: set[str] = set()  # the fleet's Compute Engine instances (read at the start)
-        self.gce_instances: dict[str, list[dict]] = {}  # observed ones: their snapshots
-        self._last_gce: dict[str, dict] = {}
+        # What the run records of each cloud's machines, by cloud name.
+        self.observers: Mapping[str, ScenarioObserver] = {
+            cloud.name: observer for cloud in registered() if (observer := cloud.scenario_observer()) is not None
+        }
         # The change feed (the server's journal) and what it says.
         self.journal_seq = 0
         self.journal_complete = True  # every entry since the start was read (else histories are read per event)
         self.event_journal: dict[str, list[dict]] = {}
         self.waves_running = False
-        self.scope_of: dict[str, str] = {}
-        self._last_document: dict[str, dict] = {}
-        self._last_row: dict[str, dict] = {}
-        self._quiet: tuple[bool, datetime | None] | None = None  # cached _quiet_until(), dropped on any change
-        self.azure = [name for name in scenario.observe if name in scenario.vms]
-        # EC2 instances by their ids; the scenario's other instances are Compute Engine's (by name).
-        self.ec2_watch = [name for name in scenario.observe if name in scenario.instances and EC2_ID.match(name)]
-        self.watch_ec2 = bool(self.ec2_watch) or (
-            scenario.observe_all and any(EC2_ID.match(name) for name in scenario.instances)
-        )
         # The server's time when the run began and at its last reading: None until _begin reads the clock.
         self.start: datetime | None = None
         self.now: datetime | None = None
         self.next_deadline: datetime | None = None
         self.moves = 0
-        self.documents: dict[str, list[dict]] = {name: [] for name in self.azure}
-        self.vm_states: dict[str, list[dict]] = {name: [] for name in self.azure}
-        self.instances: dict[str, list[dict]] = {name: [] for name in self.ec2_watch}
-        self._last_text: dict[str, str] = {}
-        self._last_state: dict[str, tuple] = {}
-        self._last_instance: dict[str, dict] = {}
-        self._instance_rows: list[dict] = []
         self.actions: list[dict] = []
         self.step_checks: list[dict] = []
         self.produced: dict[str, list[str]] = {}
@@ -209,7 +177,7 @@ class Runner:
             where = format_offset((self.now - self.start).total_seconds()) if self.start and self.now else "the start"
             aborted = (
                 f"interrupted by {interrupted} at {where}, after {self.steps_done} of "
-                f"{len(self.scenario.steps)} steps; the timeline is partial"
+                f"{counted(len(self.scenario.steps), 'step')}; the timeline is partial"
             )
         self.phase = "done"
         self._report()
@@ -267,22 +235,19 @@ class Runner:
         self.observe(clock, everything=True)
 
     def _check_fleet(self) -> None:
-        fleet = self.api.get("/v1/fleet")
-        self.scope_of = {vm["name"]: vm["scope"] for vm in fleet["vms"]}
-        known = set(self.scope_of)
-        missing = [name for name in self.scenario.vms if name not in known]
-        if self.scenario.instances:
-            known_instances = {machine["name"] for machine in self.api.get("/v1/fleet/machines")}
-            missing += [name for name in self.scenario.instances if name not in known_instances]
-            self.gce_names = {i["name"] for i in self.api.get("/v1/gce/instances")}
-            self.gce_instances = {name: [] for name in self.scenario.observe if name in self.gce_names}
-            if self.scenario.observe_all:
-                self.gce_instances = {name: [] for name in self.gce_names}
+        """The server's fleet has the scenario's machines; each observer learns which of them are its cloud's."""
+        machines: dict[str, list[str]] = {}
+        for machine in self.api.get("/v1/fleet/machines"):
+            machines.setdefault(machine["cloud"], []).append(machine["name"])
+        known = {name for names in machines.values() for name in names}
+        missing = [name for name in (*self.scenario.vms, *self.scenario.instances) if name not in known]
         if missing:
             raise RunAborted(
                 f"the server's fleet has no {', '.join(missing)}: it is not the scenario's fleet "
                 "(run without --server to start a private server with it)"
             )
+        for cloud, observer in self.observers.items():
+            observer.begin(self.api, machines.get(cloud, []), self.scenario.observe, self.scenario.observe_all)
 
     def _read_clock(self, clock: dict) -> None:
         self.now = parse_time(clock["now"])
@@ -304,7 +269,7 @@ class Runner:
     def _step_toward(self, limit: datetime | None) -> None:
         """One move of a manual clock, no further than ``limit`` (None: no further than the next deadline).
 
-        Deadlines that concern neither an observed VM nor, once the steps are done, the run's own events are
+        Deadlines that concern neither an observed machine nor, once the steps are done, the run's own events are
         passed in one move (``clock/set`` runs every deadline up to the time it is given, in order): they change
         nothing the run records. Where that cannot be told, the clock goes deadline by deadline."""
         known, quiet_until = self._quiet_until()
@@ -316,36 +281,24 @@ class Runner:
         self._move("/v1/clock/next", {})
 
     def _quiet_until(self) -> tuple[bool, datetime | None]:
-        """(known, until): the earliest time a deadline can change an observed document or VM state (until None:
-        none can); known False when that cannot be told (an observed event is Started and may have extra impacts,
-        a wave may schedule anywhere, EC2 instances are watched)."""
-        if self._quiet is not None:
-            return self._quiet
-        if self.watch_ec2 or self.waves_running or self.gce_instances:
-            self._quiet = (False, None)
-            return self._quiet
+        """(known, until): the earliest time a deadline can change what an observer records (until None: none
+        can); known False when that cannot be told (an observer cannot tell, a wave may schedule anywhere)."""
+        if self.waves_running:
+            return False, None
         times: list[datetime] = []
-        for name in self.azure:
-            for event in (self._last_document.get(name) or {}).get("Events") or []:
-                if event.get("EventStatus") != "Scheduled" or not event.get("NotBefore"):
-                    self._quiet = (False, None)
-                    return self._quiet
-                try:  # whole seconds, so no later than the deadline itself
-                    times.append(parsedate_to_datetime(event["NotBefore"]).astimezone(UTC))
-                except (TypeError, ValueError):
-                    self._quiet = (False, None)
-                    return self._quiet
-            until = parse_optional_time((self._last_row.get(name) or {}).get("impact_until"))
+        for observer in self.observers.values():
+            known, until = observer.quiet_until()
+            if not known:
+                return False, None
             if until is not None:
                 times.append(until)
-        self._quiet = (True, min(times) if times else None)
-        return self._quiet
+        return True, min(times) if times else None
 
     def _move(self, path: str, body: dict, observe: bool = True) -> None:
         self.options.stop.check()
         self.moves += 1
         if self.moves > self.max_moves:
-            raise RunAborted(f"more than {self.max_moves} clock moves (--max-moves)")
+            raise RunAborted(f"more than {counted(self.max_moves, 'clock move')} (--max-moves)")
         clock = self.api.post(path, body)
         if observe:
             self.observe(clock)
@@ -395,113 +348,17 @@ class Runner:
 
     # ---------------------------------------------------------------------------------------------- observing
     def observe(self, clock: dict | None = None, everything: bool = False) -> None:
-        """Read what changed (the observed VMs' documents and states, the watched instances); record it."""
+        """Read what changed (each observer: what the journal's entries since the last reading name); record it."""
         self.options.stop.check()
         if clock is None:
             clock = self.api.get("/v1/clock")  # on a real clock, this brings the server up to date first
-        changes = None if everything else self._changes()
+        complete = everything or self._read_journal()
         self._read_clock(clock)
-        if changes is None:  # everything: at the start, or when the journal moved on too far to tell
-            document_names, state_names, ec2 = list(self.azure), list(self.azure), True
-            gce = True
-        else:
-            gce = changes.gce
-            document_names = [name for name in self.azure if self.scope_of.get(name) in changes.scopes]
-            state_names = [name for name in self.azure if name in changes.vms]
-            ec2 = changes.ec2
-        self._observe_documents(document_names)
-        self._observe_vm_states(state_names)
-        if self.watch_ec2 and ec2:
-            self._instance_rows = self.api.get("/v1/ec2/instances")
-            self._observe_instances(self.api.get("/v1/ec2/events", all="true"))
-        if self.gce_instances and gce:
-            self._observe_gce(self.api.get("/v1/gce/instances"))
+        for observer in self.observers.values():  # everything: at the start, or when the journal moved on too far
+            observer.observe(self.api, self, everything or not complete)
 
-    def _observe_documents(self, names: list[str]) -> None:
-        """Each VM's document, recorded when it changed."""
-        by_scope: dict[str, str] = {}  # the VMs of a scope share one document: read it once
-        texts = {}
-        for name in names:
-            scope = self.scope_of.get(name, name)
-            if scope not in by_scope:
-                by_scope[scope] = self.api.document(name)
-            texts[name] = by_scope[scope]
-        for name, text in texts.items():
-            if self._last_text.get(name) == text:
-                continue
-            self._last_text[name] = text
-            document = parse_document(text)
-            self._last_document[name] = document
-            self._quiet = None
-            self.documents[name].append(
-                {**self._stamp(), "incarnation": document.get("DocumentIncarnation"), "document": document}
-            )
-            self._line(name, f"#{document.get('DocumentIncarnation')}", document_summary(document))
-
-    def _observe_vm_states(self, names: list[str]) -> None:
-        """Each VM's power, host and boot, recorded when one of them changed."""
-        rows = self._vm_rows(names)
-        for name in names:
-            vm = rows.get(name)
-            if vm is None:
-                continue
-            self._last_row[name] = vm
-            self._quiet = None
-            key = (vm["power"], vm["host"], vm["booted_at"])
-            if self._last_state.get(name) == key:
-                continue
-            first = name not in self._last_state
-            self._last_state[name] = key
-            self.vm_states[name].append(
-                {
-                    **self._stamp(),
-                    "power": vm["power"],
-                    "host": vm["host"],
-                    "booted_at": vm["booted_at"],
-                    "impacted_by": vm["impacted_by"],
-                }
-            )
-            if not first:
-                self._line(name, "", f"{vm['power']} on {vm['host']}")
-
-    def _observe_gce(self, rows: list[dict]) -> None:
-        """A snapshot of each observed Compute Engine instance whenever what its metadata server or the API shows
-        changed: the maintenance-event value, the status, the host, preempted, the upcoming window."""
-        for row in rows:
-            name = row["name"]
-            if name not in self.gce_instances:
-                continue
-            upcoming = row.get("upcoming")
-            snapshot = {
-                "maintenance_event": row["maintenance_event"],
-                "status": row["status"] + (" (deleted)" if row["deleted"] else ""),
-                "host": row["host"],
-                "preempted": row["preempted"],
-                "upcoming": None if upcoming is None else upcoming["window_start"],
-            }
-            if self._last_gce.get(name) == snapshot:
-                continue
-            first = name not in self._last_gce
-            self._last_gce[name] = snapshot
-            self.gce_instances[name].append({**self._stamp(), **snapshot})
-            if not first:
-                detail = f"{snapshot['maintenance_event']}, {snapshot['status']} on {snapshot['host']}"
-                if snapshot["preempted"]:
-                    detail += ", preempted"
-                if snapshot["upcoming"]:
-                    detail += f", upcoming maintenance at {snapshot['upcoming']}"
-                self._line(name, "", detail)
-
-    def _vm_rows(self, names: list[str]) -> dict[str, dict]:
-        if not names:
-            return {}
-        if len(names) > MANY_VMS:
-            wanted = set(names)
-            return {vm["name"]: vm for vm in self.api.get("/v1/vms") if vm["name"] in wanted}
-        return {name: self.api.get(f"/v1/vms/{name}") for name in names}
-
-    def _changes(self) -> _Changes | None:
-        """The journal's entries since the last reading, as what they changed; None when more changed than the
+    def _read_journal(self) -> bool:
+        """Hand the journal's entries since the last reading to the observers; False when more changed than the
         journal returns at once (then everything is read again)."""
         limit = JOURNAL_PAGE
         entries = self.api.get("/v1/journal", limit=limit)
@@ -512,7 +369,7 @@ class Runner:
         new = [entry for entry in entries if entry["seq"] > self.journal_seq]
         if new:
             self.journal_seq = new[-1]["seq"]
-        changes = _Changes()
+        waves = False
         for entry in new:
             what = entry["what"]
             if entry.get("event_id"):
@@ -522,79 +379,30 @@ class Runner:
                 wave_cloud = self.wave_scheduled.get(what)
                 if wave_cloud and str(entry.get("reason", "")).split(",")[0] in self.created_waves:
                     self.created[wave_cloud].add(entry["event_id"])  # scheduled by one of the run's waves
-            if "scope" in entry:
-                changes.scopes.add(entry["scope"])
-            if "vm" in entry:
-                changes.vms.add(entry["vm"])
-            if what.startswith(("ec2 ", "instance ", "notification ")) or "instance" in entry:
-                changes.ec2 = True
-            if what.startswith("gce "):
-                changes.gce = True
-            if what.startswith("wave "):
-                changes.waves = True
-        if changes.waves:
+            for observer in self.observers.values():
+                observer.note(entry)
+            waves = waves or what.startswith("wave ")
+        if waves:
             self.waves_running = any(wave["status"] == "running" for wave in self.api.get("/v1/waves"))
-            self._quiet = None
         if not complete:
             self.journal_complete = False
-            return None
-        return changes
+        return complete
 
-    def _observe_instances(self, ec2_events: list[dict]) -> None:
-        for row in self._instance_rows:
-            iid = row["instance_id"]
-            if iid not in self.instances:
-                if not self.scenario.observe_all:
-                    continue
-                self.instances[iid] = []
-            events = [
-                {
-                    key: e[key]
-                    for key in (
-                        "event_id",
-                        "code",
-                        "state",
-                        "description",
-                        "not_before",
-                        "not_after",
-                        "not_before_deadline",
-                    )
-                }
-                for e in ec2_events
-                if e["instance_id"] == iid
-            ]
-            snapshot = {
-                "state": row["state"],
-                "host": row["host"],
-                "booted_at": row["booted_at"],
-                "lifecycle_state": row["lifecycle_state"],
-                "replaces": row["replaces"],
-                "spot_action": row["spot_action"],
-                "spot_action_time": row["spot_action_time"],
-                "events": events,
-            }
-            if self._last_instance.get(iid) == snapshot:
-                continue
-            self._last_instance[iid] = snapshot
-            version = len(self.instances[iid]) + 1
-            self.instances[iid].append({**self._stamp(), "version": version, **snapshot})
-            self._line(iid, f"v{version}", instance_summary(snapshot))
-
-    def _stamp(self) -> dict:
+    def stamp(self) -> dict:
         now = self.clock_now
         return {
             "time": format_time(now),
             "offset": (now - self.start).total_seconds() if self.start else 0.0,
         }
 
-    def _line(self, who: str, mark: str, text: str) -> None:
+    def line(self, who: str, mark: str, text: str) -> None:
         now = self.clock_now
         offset = format_offset((now - self.start).total_seconds()) if self.start else "+00:00:00"
         self.emit(f"{offset:>13}  {now.strftime('%Y-%m-%d %H:%M:%S')}  {who:<20} {mark:<4} {text}")
 
     # ------------------------------------------------------------------------------------------------ actions
     def _perform(self, step: Step) -> None:
-        entry: dict[str, Any] = {"step": step.index, "id": step.id, "do": step.do, "as": step.actor, **self._stamp()}
+        entry: dict[str, Any] = {"step": step.index, "id": step.id, "do": step.do, "as": step.actor, **self.stamp()}
         try:
             params = self._resolve(step.params, step)
             entry["request"] = params
@@ -604,7 +412,7 @@ class Runner:
         except ApiError as error:
             entry["error"] = {"status": error.status, "code": error.code, "message": error.message}
             self.actions.append(entry)
-            self._line(f"> {step.do}", "", f"{describe_step(step)} failed: {error.message} ({error.code})")
+            self.line(f"> {step.do}", "", f"{describe_step(step)} failed: {error.message} ({error.code})")
             if step.fails is None:
                 raise RunAborted(f"steps[{step.index}] ({step.do}) failed: {error}") from None
             passed = step.fails in (error.code, str(error.status))
@@ -622,7 +430,7 @@ class Runner:
         self._note_created(step, params, result, ids)
         if step.id:
             self.produced[step.id] = ids
-        self._line(f"> {step.do}", "", f"{describe_step(step)}" + (f" -> {', '.join(ids)}" if ids else ""))
+        self.line(f"> {step.do}", "", f"{describe_step(step)}" + (f" -> {', '.join(ids)}" if ids else ""))
         if step.fails is not None:
             self.step_checks.append(
                 {
@@ -638,7 +446,6 @@ class Runner:
         if step.do == WAVE:
             self.created_waves.update(ids)
             self.waves_running = True
-            self._quiet = None
             return
         cloud = self.steps.cloud_of[step.do]
         if cloud is None:
@@ -673,27 +480,17 @@ class Runner:
     # ----------------------------------------------------------------------------------------------- timeline
     def _timeline(self, settled: bool, aborted: str | None) -> dict:
         scenario = self.scenario
-        events: list[dict] = []
-        ec2_events: list[dict] = []
-        ec2_instances: list[dict] = []
-        approvals: list[dict] = []
         start = self.start
         if start is not None:
             try:
-                self._changes()  # the journal's last entries, for the events' histories
-                events = [e for e in self.api.get("/v1/events", all="true") if parse_time(e["created_at"]) >= start]
-                for event in events:
-                    approvals += self._with_history(event, start)
-                if scenario.instances:
-                    ec2_events = [
-                        e for e in self.api.get("/v1/ec2/events", all="true") if parse_time(e["created_at"]) >= start
-                    ]
-                    ec2_instances = self.api.get("/v1/ec2/instances")
+                self._read_journal()  # the journal's last entries, for the events' histories
+                journal = self.event_journal if self.journal_complete else None
+                for observer in self.observers.values():
+                    observer.finish(self.api, start, journal)
             except (ApiError, Unreachable) as error:  # the timeline is still written
                 aborted = aborted or f"could not read the final state: {error}"
             except RunInterrupted:  # asked again to stop: what was gathered is written
                 aborted = aborted or "interrupted while reading the final state; the timeline is partial"
-        approvals.sort(key=lambda a: a["offset"])
         timeline = {
             "scenario": scenario.name,
             "title": scenario.title,
@@ -706,21 +503,15 @@ class Runner:
             "end": format_optional_time(self.now),
             "moves": self.moves,
             "warnings": self.warnings,
-            "vms": self.documents,
-            "vm_states": self.vm_states,
-            "instances": self.instances,
             "actions": self.actions,
-            "approvals": approvals,
-            "events": events,
-            "ec2_events": ec2_events,
-            "ec2_instances": ec2_instances,
-            "gce_instances": self.gce_instances,
+            **{key: value for observer in self.observers.values() for key, value in observer.timeline().items()},
             "settled": settled,
             "aborted": aborted,
         }
         results = list(self.step_checks)
         if self.start is not None and aborted is None:
-            results += evaluate(scenario, timeline, self._tolerance())
+            event_keys = [key for observer in self.observers.values() for key in observer.event_keys]
+            results += evaluate(scenario, timeline, event_keys, self._tolerance())
             if not settled:
                 results.append(
                     {
@@ -733,42 +524,12 @@ class Runner:
         timeline["passed"] = aborted is None and all(r["passed"] for r in results)
         return timeline
 
-    def _with_history(self, event: dict, start: datetime) -> list[dict]:
-        """Give the event its history (``journal``); the approvals in it."""
-        history = (
-            self.event_journal.get(event["event_id"], [])
-            if self.journal_complete
-            else self.api.get(f"/v1/events/{event['event_id']}/journal")
-        )
-        event["journal"] = [{**entry, "at": format_optional_time(_entry_time(entry, event))} for entry in history]
-        approvals = []
-        for entry in event["journal"]:
-            if entry["what"] == "approved":
-                at = parse_time(entry["at"])
-                approvals.append(
-                    {
-                        "time": format_time(at),
-                        "offset": (at - start).total_seconds(),
-                        "event_id": event["event_id"],
-                        "by": entry.get("reason", "").removeprefix("by "),
-                    }
-                )
-        return approvals
-
     def _tolerance(self) -> float:
         """How far a recorded time may be from an expected one: exact on a manual clock; on a real clock, a few
         polls of simulated time."""
         if self.options.mode == "manual":
             return 0.0
         return 3 * self.options.poll * self.options.speed + 1.0
-
-
-def _entry_time(entry: dict, event: dict) -> datetime | None:
-    """When a journal entry happened. The journal stamps an entry with the time of the command that committed it;
-    a clock move that passed several deadlines commits them together, so a start or a completion takes its time
-    from the event itself."""
-    exact = {"started": event.get("started_at"), "completed": event.get("ended_at")}.get(entry["what"])
-    return parse_optional_time(exact or entry["at"])
 
 
 def run_scenario(

@@ -155,7 +155,7 @@ def launch_serve(
                     failure = PortTaken if "Address already in use" in tail else ServerError
                     raise failure(f"the server exited with status {process.returncode}:\n{tail}")
                 try:
-                    if client.get(f"{control_url}/healthz").status_code == 200:
+                    if answered_by(client.get(f"{control_url}/healthz"), process):
                         return process
                 except httpx.TransportError:
                     pass
@@ -165,6 +165,19 @@ def launch_serve(
         raise
     stop_process(process)
     raise ServerError(f"the server did not answer within {timeout:g} s:\n{_log_tail(log_path)}")
+
+
+def answered_by(health: httpx.Response, process: subprocess.Popen | ForkedServe) -> bool:
+    """Whether ``process`` gave this ``/healthz`` answer. Ports are chosen free, but another starter (a test worker, a
+    scenario run) can choose one of them too and bind it first: this server then exits ("Address already in use"),
+    and the other one's ``/healthz`` on the same port must not pass for it."""
+    if health.status_code != 200:
+        return False
+    try:
+        body = health.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and body.get("pid") == process.pid
 
 
 def stop_process(process: subprocess.Popen | ForkedServe, grace: float = 10.0) -> None:

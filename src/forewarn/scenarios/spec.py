@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from collections.abc import Container
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from importlib import resources
@@ -25,6 +25,7 @@ from forewarn.core.errors import CoreError, did_you_mean
 from forewarn.core.times import parse_time
 from forewarn.scenario_steps import StepAction
 from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
+from forewarn.scenarios.actions import EVENT_CHECK
 from forewarn.scenarios.actions import steps as steps_of_clouds
 from forewarn.yamlfile import YamlFileError, line_of, where
 
@@ -59,14 +60,10 @@ TOP_KEYS = (
 )
 SERVER_KEYS = ("notice", "impact_window", "hardware_failure_type")
 
-EXPECT_CHECKS = {
-    "vm": ("documents", "never", "event_ids", "min_notice", "max_notice", "power", "moved", "rebooted"),
-    "instance": ("states", "not_befores", "moved", "rebooted", "replaced"),
-    "gce": ("values", "statuses", "moved", "preempted", "upcoming", "notified"),
-    "event": ("status", "journal", "approved_by", "count", "not_before", "not_after"),
-}
+# The check of a step's events (`event: $ID`); each cloud gives its checks of a machine (ScenarioSteps.checks).
+EVENT_KEYS = ("status", "journal", "approved_by", "count", "not_before", "not_after")
+EVENT_LISTS = ("journal", "approved_by")
 EXPECT_COMMON = ("note", "only")
-DOCUMENT_KEYS = ("incarnation", "events", "at")
 
 
 # ---------------------------------------------------------------------------------------------- resolved forms
@@ -85,8 +82,8 @@ class Step:
 @dataclass(frozen=True)
 class Expectation:
     index: int
-    kind: str  # vm, instance or event
-    target: str  # a VM name, an instance id, or `$step`
+    kind: str  # the key naming what it is about: a cloud's machine check's (vm, instance, gce), or event
+    target: str  # a machine's name in the fleet, or `$step`
     checks: dict
     vm: str | None = None  # event expectations: only the step's events whose Resources include this VM
     note: str | None = None
@@ -561,62 +558,74 @@ def _check_expect(
         if not isinstance(item, dict):
             report.add(path, "a check is a mapping, e.g. {vm: NAME, never: [Scheduled]}")
             continue
-        kinds = ["event"] if "event" in item else [kind for kind in EXPECT_CHECKS if kind in item]
-        if len(kinds) != 1:
-            report.add(path, "give exactly one of `vm`, `instance`, `gce` and `event` (what the check is about)")
+        kinds = expect_kinds()
+        kind = _kind_of(item, kinds)
+        if kind is None:
+            named = [f"`{name}`" for name in kinds]
+            report.add(path, f"give exactly one of {', '.join(named[:-1])} and {named[-1]} (what the check is about)")
             continue
-        kind = kinds[0]
         target = item[kind]
-        allowed = EXPECT_CHECKS[kind] + EXPECT_COMMON + (("vm",) if kind == "event" else ())
+        allowed = kinds[kind] + EXPECT_COMMON + (("vm",) if kind == EVENT_CHECK else ())
         for key in item:
             if key != kind and key not in allowed:
-                report.add(path + (key,), f"a {kind} check takes {', '.join(EXPECT_CHECKS[kind])}, not {key!r}")
-        if not any(key in item for key in EXPECT_CHECKS[kind]):
-            report.add(path, f"nothing to check; give one of {', '.join(EXPECT_CHECKS[kind])}")
+                report.add(path + (key,), f"a {kind} check takes {', '.join(kinds[kind])}, not {key!r}")
+        if not any(key in item for key in kinds[kind]):
+            report.add(path, f"nothing to check; give one of {', '.join(kinds[kind])}")
         if "only" in item and item["only"] not in TIMINGS:
             report.add(path + ("only",), f"expected one of {', '.join(TIMINGS)}")
-        if kind == "vm" and target not in vms:
-            report.add(path + ("vm",), f"{target!r} is not a VM of the fleet")
-        if kind == "instance" and target not in instances:
-            report.add(path + ("instance",), f"{target!r} is not an EC2 instance of the fleet")
-        if kind == "gce" and target not in instances:
-            report.add(path + ("gce",), f"{target!r} is not a Compute Engine instance of the fleet")
-        if kind == "event":
-            if not (isinstance(target, str) and target.startswith("$") and target[1:] in step_ids):
-                report.add(path + ("event",), "expected `$ID`, the id of a step that creates events")
-            if "vm" in item and item["vm"] not in vms:
-                report.add(path + ("vm",), f"{item['vm']!r} is not a VM of the fleet")
-        checks = {key: value for key, value in item.items() if key in EXPECT_CHECKS[kind]}
+        checks = {key: value for key, value in item.items() if key in kinds[kind]}
         _check_refs(checks, path, timing_names, set(), report)
-        if "documents" in checks:
-            _check_documents(checks["documents"], path + ("documents",), report)
-        for key in ("never", "power", "states", "not_befores", "journal", "approved_by", "upcoming", "notified"):
-            if key in checks and not isinstance(checks[key], list):
-                report.add(path + (key,), "expected a list")
-        for key in ("moved", "rebooted", "replaced"):
-            if key in checks and not isinstance(checks[key], bool):
-                report.add(path + (key,), "expected true or false")
-        for key in ("event_ids", "count"):
-            if key in checks and (not isinstance(checks[key], int) or isinstance(checks[key], bool)):
-                report.add(path + (key,), "expected a number")
+        if kind == EVENT_CHECK:
+            _check_event_expectation(item, step_ids, vms, path, report)
+            _check_value_kinds(checks, path, report, lists=EVENT_LISTS, numbers=("count",))
+        else:
+            machine = steps_of_clouds().checks[kind]
+            members = vms if machine.member == "vm" else instances
+            if target not in members:
+                report.add(path + (kind,), f"{target!r} is not {machine.noun} of the fleet")
+            _check_value_kinds(checks, path, report, machine.lists, machine.flags, machine.numbers)
 
 
-def _check_documents(documents: Any, path: tuple, report: _Report) -> None:
-    """A VM check's expected documents: each {incarnation, events, at}."""
-    if not isinstance(documents, list):
-        report.add(path, "expected a list of {incarnation, events, at}")
-        return
-    for number, document in enumerate(documents):
-        if not isinstance(document, dict):
-            report.add(path + (number,), "expected {incarnation: N, events: [...]}")
-            continue
-        for key in document:
-            if key not in DOCUMENT_KEYS:
-                report.add(path + (number, key), f"unknown key {key!r}; expected {', '.join(DOCUMENT_KEYS)}")
-        if "events" in document and not isinstance(document["events"], list):
-            report.add(
-                path + (number, "events"), "expected a list: 'Status Type' strings or mappings of document fields"
-            )
+def expect_kinds() -> dict[str, tuple[str, ...]]:
+    """The keys each check of `expect:` takes, by the key naming what it is about: each registered cloud's checks
+    of a machine, in the registry's order, then the check of a step's events."""
+    machines = {kind: check.keys for kind, check in steps_of_clouds().checks.items()}
+    return {**machines, EVENT_CHECK: EVENT_KEYS}
+
+
+def _kind_of(item: dict, kinds: Mapping[str, Any]) -> str | None:
+    """The one key of a check that names what it is about (`vm` is also what an event check narrows to)."""
+    if EVENT_CHECK in item:
+        return EVENT_CHECK
+    found = [kind for kind in kinds if kind in item]
+    return found[0] if len(found) == 1 else None
+
+
+def _check_event_expectation(item: dict, step_ids: set[str], vms: Container[str], path: tuple, report: _Report) -> None:
+    target = item[EVENT_CHECK]
+    if not (isinstance(target, str) and target.startswith("$") and target[1:] in step_ids):
+        report.add(path + (EVENT_CHECK,), "expected `$ID`, the id of a step that creates events")
+    if "vm" in item and item["vm"] not in vms:
+        report.add(path + ("vm",), f"{item['vm']!r} is not a VM of the fleet")
+
+
+def _check_value_kinds(
+    checks: dict,
+    path: tuple,
+    report: _Report,
+    lists: tuple[str, ...] = (),
+    flags: tuple[str, ...] = (),
+    numbers: tuple[str, ...] = (),
+) -> None:
+    for key in lists:
+        if key in checks and not isinstance(checks[key], list):
+            report.add(path + (key,), "expected a list")
+    for key in flags:
+        if key in checks and not isinstance(checks[key], bool):
+            report.add(path + (key,), "expected true or false")
+    for key in numbers:
+        if key in checks and (not isinstance(checks[key], int) or isinstance(checks[key], bool)):
+            report.add(path + (key,), "expected a number")
 
 
 # -------------------------------------------------------------------------------------------------- resolving
@@ -749,57 +758,65 @@ def _resolve_expectations(raw_checks: list, timing: str, timings: dict, report: 
     for index, raw in enumerate(raw_checks):
         if raw.get("only", timing) != timing:
             continue
-        kind = "event" if "event" in raw else next(kind for kind in EXPECT_CHECKS if kind in raw)
-        checks = _choose({key: value for key, value in raw.items() if key in EXPECT_CHECKS[kind]}, timing, timings)
-        _check_resolved_times(checks, index, timing, report)
+        kinds = expect_kinds()
+        kind = _kind_of(raw, kinds) or EVENT_CHECK  # the file was checked: one kind
+        checks = _choose({key: value for key, value in raw.items() if key in kinds[kind]}, timing, timings)
+        machine = steps_of_clouds().checks.get(kind)
+        if machine is None:
+            _check_resolved_times(checks, ("not_before", "not_after"), (), (), index, timing, report)
+        else:
+            _check_resolved_times(checks, (), machine.times, machine.durations, index, timing, report)
+            for where_, problem in machine.check(checks) if machine.check else []:
+                report.add(("expect", index, *where_), problem)
         expectations.append(
             Expectation(
                 index=index,
                 kind=kind,
                 target=raw[kind],
                 checks=checks,
-                vm=raw.get("vm") if kind == "event" else None,
+                vm=raw.get("vm") if kind == EVENT_CHECK else None,
                 note=raw.get("note"),
             )
         )
     return expectations
 
 
-def _check_resolved_times(checks: dict, index: int, timing: str, report: _Report) -> None:
-    """An expectation's durations and times, as the timing resolved them."""
-    for key in ("min_notice", "max_notice"):
+def _check_resolved_times(
+    checks: dict,
+    times: tuple[str, ...],
+    time_lists: tuple[str, ...],
+    durations: tuple[str, ...],
+    index: int,
+    timing: str,
+    report: _Report,
+) -> None:
+    """An expectation's times (each, or each of a list) and durations, as the timing resolved them."""
+    for key in durations:
         if key in checks:
             try:
                 duration_value(checks[key])
             except ValueError as error:
                 report.add(("expect", index, key), f"{error} ({timing} timing)")
-    times: list[tuple[tuple[str | int, ...], Any]] = [
-        ((key,), checks[key]) for key in ("not_before", "not_after") if key in checks
-    ]
-    for key in ("not_befores", "upcoming", "notified"):
+    found: list[tuple[tuple[str | int, ...], Any]] = [((key,), checks[key]) for key in times if key in checks]
+    for key in time_lists:
         if isinstance(checks.get(key), list):
-            times += [((key, number), value) for number, value in enumerate(checks[key])]
-    for where_, value in times:
+            found += [((key, number), value) for number, value in enumerate(checks[key])]
+    for where_, value in found:
         try:
             _parse_time_expression(str(value))
         except ValueError as error:
             report.add(("expect", index) + where_, f"{error} ({timing} timing)")
-    for number, document in enumerate(checks.get("documents") or []):
-        if isinstance(document, dict) and "at" in document:
-            try:
-                duration_value(document["at"])
-            except ValueError as error:
-                report.add(("expect", index, "documents", number, "at"), f"{error} ({timing} timing)")
 
 
 def server_fleet(fleet_text: str) -> str:
-    """The fleet a private server gets: the same, without per-VM IMDS ports (the runner reads documents through
-    the control API, and fixed ports would keep two private servers, or `make run`, from running side by side)."""
+    """The fleet a private server gets: the same, without the metadata ports of its own a machine or a group of them
+    has (``imds: {port: ...}`` in any cloud's section: the runner reads through the control API, and fixed ports
+    would keep two private servers, or `make run`, from running side by side)."""
     data = yamlfile.parse(fleet_text, "fleet").data or {}  # read once already, so within the bounds
     if not isinstance(data, dict):
         return fleet_text
-    for key in ("vms", "scale_sets", "ec2_instances", "gce_instances"):
-        for member in data.get(key) or []:
+    for section in data.values():
+        for member in section if isinstance(section, list) else []:
             imds = member.get("imds") if isinstance(member, dict) else None
             if isinstance(imds, dict):
                 imds.pop("port", None)

@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from forewarn import extras
 from forewarn.app.runtime import Maintenance
 from forewarn.cloud import Banner, Listening, Serving
+from forewarn.core.words import counted
 from forewarn.server.listeners import Listeners
-
-
-def counted(number: int, noun: str, plural: str | None = None) -> str:
-    """``1 host``, ``4 hosts``."""
-    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
 
 
 def in_words(phrases: Sequence[str]) -> str:
@@ -36,6 +33,7 @@ def describe(service: Maintenance, listeners: Listeners, servings: Sequence[Serv
     ]
     for part in parts:
         lines += part.surfaces
+    lines += extras.banner_lines()
     lines += own_endpoints(service, listeners, servings)
     for part in parts:
         lines += part.closing

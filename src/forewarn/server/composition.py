@@ -33,11 +33,19 @@ from forewarn.server.banner import describe
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits
 from forewarn.server.listeners import ASGIApp, Bound, ByPort, ListenError, Listeners, bind, own_listeners
+from forewarn.server.loop_holds import loop_holds_file, record_loop_holds
 from forewarn.server.metadata_router import MetadataRouter
 from forewarn.server.opening import Served, open_service, rules_of, served_clouds
 from forewarn.server.shared import shared_surfaces
 from forewarn.server.timer import DeadlineTimer
-from forewarn.server.tuning import event_loop_runner, exit_with, probe_database, settle_heap, tune_collector
+from forewarn.server.tuning import (
+    event_loop_runner,
+    exit_with,
+    freeze_after_bulk,
+    probe_database,
+    settle_heap,
+    tune_collector,
+)
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
 
 if TYPE_CHECKING:
@@ -217,6 +225,7 @@ async def serve(
     replica. ``exit_with_parent``: also once the process that started this one has exited."""
     built = build(service, listeners, clouds, access)
     settle_heap()
+    service.subscribe(freeze_after_bulk)
     own = own_listeners(built.bound, listeners)
     handler: Callable[[Request], Any] = built.metadata.handle
     if node is not None:
@@ -252,7 +261,7 @@ def start_background(
     service: Maintenance, clouds: Sequence[Served], own: Any, node: Node | None, exit_with_parent: bool
 ) -> list[asyncio.Task]:
     """The outbox sender (a leader's only: a replica starts it when it takes over), the seen-scopes reports of a
-    shared process, the parent watch and the database probe."""
+    shared process, the parent watch, the database probe and (FOREWARN_LOOP_HOLDS) the record of loop holds."""
     background: list[asyncio.Task] = []
     policies = [policy for served in clouds for policy in served.serving.delivery_policies()]
 
@@ -272,6 +281,9 @@ def start_background(
     if exit_with_parent:
         background.append(asyncio.create_task(exit_with(os.getppid())))
     background.append(asyncio.create_task(probe_database(service.store)))
+    holds = loop_holds_file()
+    if holds is not None:
+        background.append(asyncio.create_task(record_loop_holds(holds)))
     return background
 
 

@@ -7,11 +7,34 @@ import json
 import logging
 from typing import Any
 
-from forewarn.fleet.file import FleetFile
+from forewarn.fleet.file import FleetFile, FleetFileError, read_fleet_file
 from forewarn.fleet.model import Fleet
 from forewarn.store import SQLStore
 
 log = logging.getLogger("forewarn.server")
+
+
+SCENARIO_FLEET = "scenario:"  # --fleet scenario:NAME: the fleet a shipped scenario is written against
+
+
+def read_served_fleet(source: str) -> FleetFile:
+    """The fleet file ``--fleet`` names: a file, ``demo``, or ``scenario:NAME`` (a shipped scenario's own fleet, so that
+    a server runs that scenario from its dashboard as ``forewarn scenario run NAME`` runs it on a private server)."""
+    if not source.startswith(SCENARIO_FLEET):
+        return read_fleet_file(source)
+    from forewarn.core.errors import did_you_mean
+    from forewarn.scenarios.spec import ScenarioError, load_scenario, shipped_names
+
+    name = source.removeprefix(SCENARIO_FLEET)
+    if name not in shipped_names():
+        raise FleetFileError(
+            f"--fleet {source}: no shipped scenario named {name!r}{did_you_mean(name, shipped_names())} "
+            "(`forewarn scenario list` lists them)"
+        )
+    try:
+        return FleetFile(load_scenario(name).server_fleet_text(), f"scenario {name}'s fleet")
+    except ScenarioError as error:
+        raise FleetFileError(str(error)) from None
 
 
 def given_fleet(

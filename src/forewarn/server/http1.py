@@ -6,6 +6,10 @@ costs three times the lookup; measured in bench/, it held the endpoint to 0.27 o
 This protocol parses with httptools (the parser uvicorn uses), calls a synchronous handler, and answers each
 request with one write of mostly cached bytes. The control API stays on uvicorn.
 
+An agent polls on a kept-alive connection with the same request every time: a read that repeats, byte for byte, the
+last one of its connection (one whole request) is that request again, handed to the handler without the parser, and
+the same answer within the same second goes out as the same bytes.
+
 Supported: keep-alive and pipelining (responses in order), ``Connection: close``, HTTP/1.0, ``Expect:
 100-continue``, malformed requests (400, then close), idle connections closed after a timeout, and back-pressure
 (a connection that does not read its answers stops being read).
@@ -106,6 +110,15 @@ MAX_QUEUED = 8
 # The bytes of one connection's input parsed (and answered) per turn of the event loop: about 150 pipelined GETs, under
 # a millisecond of work, so that a flood on one connection delays the others by that much per turn, not by a read's.
 SLICE = 16 * 1024
+# The longest read remembered as a request that may come again, byte for byte, on its connection (an agent's GET is a
+# few hundred bytes; a connection keeps at most this much for it).
+REPEAT_MAX = 2048
+# The longest answer a connection keeps the bytes of, to write them again (a document of a few events is 1 to 3 KB;
+# the connections the server admits by default keep at most 32 MB in all).
+SENT_MAX = 8 * 1024
+# Header sets kept to be handed out again (:meth:`_Shared.headers_of`): how many, and how large each may be.
+KNOWN_HEADER_SETS = 1024
+KNOWN_HEADER_BYTES = 2048
 # The listen queue of the metadata ports: room for a burst of connects as large as the connection cap. asyncio's
 # default is 100, and a connect that finds the queue full is retried by the client's kernel after a second.
 LISTEN_BACKLOG = Limits().connections
@@ -255,6 +268,19 @@ class _Shared:
         self.date = _HttpDate(clock)
         self.wire: dict[Response, tuple[bytes, bytes]] = {}
         self.connections: set[_Connection] = set()
+        self.header_sets: dict[tuple[tuple[bytes, bytes], ...], tuple[tuple[bytes, bytes], ...]] = {}
+
+    def headers_of(self, headers: list[tuple[bytes, bytes]], size: int) -> tuple[tuple[bytes, bytes], ...]:
+        """A request's headers as a tuple: for a small set seen before, the very tuple it was then, so that the
+        surfaces that keep what they derive from headers find it by identity, whatever connection it came on."""
+        found = tuple(headers)
+        if size <= KNOWN_HEADER_BYTES:
+            seen = self.header_sets.get(found)
+            if seen is not None:
+                return seen
+            if len(self.header_sets) < KNOWN_HEADER_SETS:
+                self.header_sets[found] = found
+        return found
 
     def encode(self, response: Response) -> tuple[bytes, bytes]:
         """Status line and headers before ``Date``, and the rest (headers, blank line, body) after it."""
@@ -319,6 +345,11 @@ class _Connection(asyncio.Protocol):
         "held",
         "backlog",
         "feeding",
+        "expects",
+        "begun",
+        "parsed",
+        "repeat",
+        "sent",
     )
 
     def __init__(self, shared: _Shared):
@@ -342,6 +373,14 @@ class _Connection(asyncio.Protocol):
         self.held = False  # reading paused until answers are out (written, delayed, or awaited)
         self.backlog: memoryview | None = None  # input received but not yet parsed: one slice a turn
         self.feeding = False  # the next slice of the backlog is scheduled
+        self.expects = False  # the request under way asked for 100 Continue
+        self.begun = 0  # requests begun in the read being parsed
+        self.parsed: tuple[Request, bool] | None = None  # the last request parsed whole, and whether it keeps alive
+        # The last read that was one whole request, its Request and keep-alive: the same bytes again (an agent polling
+        # on its kept-alive connection sends nothing else) are that request again, without the parser.
+        self.repeat: tuple[bytes, Request, bool] | None = None
+        # The last answer written on a kept-alive connection, the date line it went with and its bytes on the wire.
+        self.sent: tuple[Response, bytes, bytes] | None = None
 
     # ------------------------------------------------------------------------------------------ transport
     def connection_made(self, transport) -> None:
@@ -373,13 +412,32 @@ class _Connection(asyncio.Protocol):
         if self.backlog is not None:  # a read that was under way when reading paused
             self.backlog = memoryview(bytes(self.backlog) + data)
             return
+        repeat = self.repeat
+        if repeat is not None and self.state == _IDLE and self.waiting is None and not self.closing:
+            if data == repeat[0]:
+                # Parsed from idle, the same bytes make the same callbacks with the same values: the same request.
+                self.received_at = self.idle_since = time.monotonic()
+                self._dispatch(repeat[1], repeat[2])
+                return
         if len(data) > SLICE:
             assert self.transport is not None  # connected: these run only between connection_made and connection_lost
             self.backlog = memoryview(data)[SLICE:]
             self.transport.pause_reading()
             self._schedule_backlog()
             data = data[:SLICE]
+        elif len(data) <= REPEAT_MAX and self.state == _IDLE:
+            self._feed_whole(data)
+            return
         self._feed(data)
+
+    def _feed_whole(self, data: bytes) -> None:
+        """Parse a read that begins a request; if it was exactly one whole request, remember it as ``repeat``."""
+        self.begun = 0
+        self.parsed = None
+        self._feed(data)
+        parsed = self.parsed
+        if parsed is not None and self.begun == 1 and self.state == _IDLE and not self.broken:
+            self.repeat = (data, parsed[0], parsed[1])
 
     def _schedule_backlog(self) -> None:
         if not self.feeding:
@@ -450,6 +508,8 @@ class _Connection(asyncio.Protocol):
 
     # ---------------------------------------------------------------------------------------- parser hooks
     def on_message_begin(self) -> None:
+        self.begun += 1
+        self.expects = False
         self.url = b""
         self.headers = []
         self.body = None
@@ -487,6 +547,7 @@ class _Connection(asyncio.Protocol):
             elif name == b"content-length" and value.isdigit() and int(value) > limits.max_body:
                 self._stop(413, b"request body too large")  # answer now rather than read a body we refuse
         if expects and self.transport is not None:
+            self.expects = True
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -515,12 +576,14 @@ class _Connection(asyncio.Protocol):
             parser.get_method().decode("latin-1"),
             path,
             url.query or b"",
-            self.headers,
+            self.shared.headers_of(self.headers, self.head_size),
             bytes(self.body) if self.body else b"",
             self.local,
             self.peer,
         )
         keep_alive = parser.should_keep_alive()
+        # A request whose parse wrote something (100 Continue) is not one a repeat may stand for.
+        self.parsed = None if self.expects else (request, keep_alive)
         if self.waiting is not None:  # answers go out in request order
             self.waiting.append((request, keep_alive))
             if len(self.waiting) >= MAX_QUEUED and self.transport is not None:
@@ -596,11 +659,20 @@ class _Connection(asyncio.Protocol):
             self.closing = True
             self.transport.abort()
             return
-        head, rest = self.shared.encode(response)
+        line = self.shared.date.line()
         if keep_alive:
-            self.transport.write(b"".join((head, self.shared.date.line(), rest)))
+            sent = self.sent
+            if sent is not None and sent[0] is response and sent[1] is line:  # the same answer in the same second
+                self.transport.write(sent[2])
+                return
+            head, rest = self.shared.encode(response)
+            wire = b"".join((head, line, rest))
+            if len(wire) <= SENT_MAX and type(response) is not Fresh:
+                self.sent = (response, line, wire)
+            self.transport.write(wire)
         else:
-            self.transport.write(b"".join((head, self.shared.date.line(), b"connection: close\r\n", rest)))
+            head, rest = self.shared.encode(response)
+            self.transport.write(b"".join((head, line, b"connection: close\r\n", rest)))
             self._close()
 
     # ----------------------------------------------------------------------------------------- refusals

@@ -13,11 +13,11 @@ from forewarn.cloud import Cloud, CloudSetupError, Serving, registered
 from forewarn.core.errors import CoreError
 from forewarn.core.times import parse_time
 from forewarn.engine.rules import Rules
-from forewarn.fleet.file import FleetFileError, read_fleet_file
+from forewarn.fleet.file import FleetFileError
 from forewarn.fleet.model import Fleet
 from forewarn.replication.shared import FleetDiffers
 from forewarn.server.config import ServeConfig, ServeError
-from forewarn.server.fleet_source import fleet_sections, given_fleet, remember_fleet_file
+from forewarn.server.fleet_source import fleet_sections, given_fleet, read_served_fleet, remember_fleet_file
 from forewarn.server.shared import open_shared_service
 from forewarn.server.stores import is_postgres, open_fleet_store
 from forewarn.store import SQLStore, StoreError
@@ -56,7 +56,7 @@ def open_service(
     rules = rules_of(clouds) if rules is None else rules
     store: SQLStore | None = None
     try:
-        fleet_file = read_fleet_file(config.fleet_source) if config.fleet_source else None
+        fleet_file = read_served_fleet(config.fleet_source) if config.fleet_source else None
         start_time = parse_time(config.start) if config.start else None
         store = open_configured_store(config)
         given = given_fleet(fleet_file, store)

@@ -8,6 +8,7 @@ import time
 
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
+from forewarn.control.models import let_go
 from forewarn.core.changes import Change, Rebuilt
 
 log = logging.getLogger("forewarn.server")
@@ -39,6 +40,9 @@ class DeadlineTimer:
                 pass
             try:
                 self.service.catch_up()
+                rest = self.service.catching_up
+                if rest is not None:  # deadlines to apply in parts: the next due time is known once they are
+                    await let_go(await rest)
             except Unavailable as error:  # the database is out of reach: the deadlines are applied once it is back
                 log.warning("applying due deadlines failed (%s); retrying in 1 s", error)
                 await asyncio.sleep(1)

@@ -1,5 +1,5 @@
-"""The process around the server: the garbage collector's settings, the event loop, the database probe and the
-watch of the parent process."""
+"""The process around the server: the garbage collector's settings (and what it never walks), the event loop, the
+database probe and the watch of the parent process."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import signal
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from forewarn.app.runtime import CHANGES_PER_PART
+from forewarn.core.changes import Change
 from forewarn.store import SQLStore
 
 log = logging.getLogger("forewarn.server")
@@ -62,6 +64,23 @@ def settle_heap() -> None:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
         pass
+
+
+# Changes in one committed batch from which what the batch made is frozen (``freeze_after_bulk``): a part of a clock
+# move makes at least CHANGES_PER_PART, and so does a command of a wave's or a schedule's MACHINES_PER_COMMAND (an
+# event a machine, at least). A bound above them would never freeze a million-VM wave's events.
+FROZEN_AFTER = CHANGES_PER_PART
+
+
+def freeze_after_bulk(changes: list[Change]) -> None:
+    """After a batch of at least ``FROZEN_AFTER`` changes (a part of a clock move, a command over hundreds of
+    machines), freeze what lives: the events and VM states such batches make live on, and the cyclic collector's full
+    collections walked all of them, more each round (0.5 s of the event loop per collection by a million-VM wave's
+    third step, bench/stalls.py), as it would have walked start-up's fleet. Reference counting still frees what is
+    dropped (an event that leaves memory); what freezing keeps for good is only the cyclic garbage not yet collected
+    at that moment, which the young collections, every 10,000 allocations, leave little of."""
+    if len(changes) >= FROZEN_AFTER:
+        gc.freeze()
 
 
 def event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:

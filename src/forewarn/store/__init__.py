@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from forewarn.extras import POSTGRES
 from forewarn.store.base import (
     Attempt,
     Delivery,
@@ -27,6 +28,8 @@ def open_store(url: str, records: Sequence[Records], exclusive: bool = False) ->
     closed (what a server that writes alone does): a SQLite file by its lock file, a PostgreSQL database by the
     writer's lock (store/writer.py), which a shared leader holds too."""
     if url.startswith(("postgresql://", "postgres://")):
+        if not POSTGRES.installed():
+            raise StoreError(POSTGRES.message)
         from forewarn.store.postgres import PostgresStore
 
         store: SQLStore = PostgresStore(url, records, exclusive=exclusive)

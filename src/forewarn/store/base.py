@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
+from forewarn.core.component import StoredRows
 from forewarn.store.errors import StoreError
 from forewarn.store.migrations import RESET, VERSION_KEY, Dialect, pending
 from forewarn.store.reachability import Reachability
@@ -100,6 +101,8 @@ class StoredState:
     records: dict[str, Any] = field(default_factory=dict)
     position: int = 0  # the last commit in forewarn_changes that this state includes (0: none journaled)
     fleet_digest: str | None = None  # None: a database written before digests were stored
+    # The store it was read from: the engine built on it reads there what it no longer keeps in memory.
+    database: StoredRows | None = None
 
     @functools.cached_property
     def fleet_records(self) -> dict[str, Any]:
@@ -351,6 +354,7 @@ class SQLStore:
             records=records,
             position=position,
             fleet_digest=meta.get("fleet_digest"),
+            database=self,
         )
 
     @retried_on_a_new_connection
@@ -408,6 +412,14 @@ class SQLStore:
             records=records,
             touched=touched,
         )
+
+    @retried_on_a_new_connection
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of one query, in a transaction of its own (after the one under way, if any): what the engine
+        reads of what it no longer keeps in memory (core/component.py's StoredRows)."""
+        with self._transaction() as cursor:
+            self._execute(cursor, sql, params)
+            return list(cursor.fetchall())
 
     @retried_on_a_new_connection
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:

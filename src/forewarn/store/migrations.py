@@ -196,6 +196,48 @@ def _sqs_tables(cursor: Any, dialect: Dialect) -> None:
         cursor.execute(statement)
 
 
+WAVE_RUNS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS forewarn_wave_runs (wave_id TEXT NOT NULL, unit INTEGER NOT NULL, "
+    "operations TEXT NOT NULL, PRIMARY KEY (wave_id, unit))"
+)
+
+
+def _wave_runs(cursor: Any, dialect: Dialect) -> None:
+    # A wave's units in flight (waves/records.py), one row each, out of the wave's progress record, which each commit
+    # rewrote whole with all of them (thousands at a million VMs). A unit's row holds its operations (JSON).
+    cursor.execute(WAVE_RUNS_TABLE)
+    mark = "%s" if dialect.name == "postgresql" else "?"
+    cursor.execute("SELECT wave_id, progress FROM forewarn_waves")
+    for wave_id, text in cursor.fetchall():
+        progress = json.loads(text)
+        runs = progress.pop("in_flight", [])
+        for unit, operations in runs:
+            cursor.execute(
+                f"INSERT INTO forewarn_wave_runs (wave_id, unit, operations) VALUES ({mark}, {mark}, {mark})",
+                (wave_id, unit, json.dumps(operations, separators=(",", ":"))),
+            )
+        cursor.execute(
+            f"UPDATE forewarn_waves SET progress = {mark} WHERE wave_id = {mark}",
+            (json.dumps(progress, separators=(",", ":")), wave_id),
+        )
+
+
+WAVE_PROGRESS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS forewarn_wave_progress (wave_id TEXT PRIMARY KEY, progress TEXT NOT NULL)"
+)
+
+
+def _wave_progress(cursor: Any, dialect: Dialect) -> None:
+    # A wave's progress, written at every command that moves the wave, in a row of its own: beside the plan (1.3 MB
+    # of units at a million VMs), each write rewrote the whole row, plan included. forewarn_waves.progress stays,
+    # unread and '{}' (SQLite drops a column only from 3.35 on).
+    cursor.execute(WAVE_PROGRESS_TABLE)
+    cursor.execute(
+        "INSERT INTO forewarn_wave_progress (wave_id, progress) SELECT wave_id, progress FROM forewarn_waves"
+    )
+    cursor.execute("UPDATE forewarn_waves SET progress = '{}'")
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -214,6 +256,12 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(
         9, "SQS queues and messages, EventBridge rules, Auto Scaling lifecycle hooks (aws/records.py)", _sqs_tables
     ),
+    # Not additive: code before it reads a wave's units in flight from its progress record, where they no longer
+    # are. It runs only while no process holds the writer's lock; code before it refuses the database at its next
+    # start (SchemaTooNew), and an older replica still running fails on the first wave it reads.
+    Migration(10, "a wave's units in flight, each a row of forewarn_wave_runs, out of its progress", _wave_runs),
+    # Not additive either: code before it reads a wave's progress from forewarn_waves (SchemaTooNew, as above).
+    Migration(11, "a wave's progress in a row of forewarn_wave_progress, apart from its plan", _wave_progress),
 )
 LATEST = MIGRATIONS[-1].version
 

@@ -29,6 +29,7 @@ compact = json.JSONEncoder(separators=(",", ":")).encode
 sorted_keys = json.JSONEncoder(sort_keys=True).encode
 META_PUT = "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value"
 
+FINAL = "final"  # the key of Rows.write_final's rows, beside write_last's statements
 C = TypeVar("C", bound=Change)
 T = TypeVar("T")
 
@@ -71,7 +72,8 @@ class Rows:
         self.now = now
         self.statements: dict[str, list[tuple[Any, ...]]] = {}
         self.touched: Touched = {}
-        self._last: dict[tuple[str, Hashable], Callable[[], tuple[Any, ...]]] = {}
+        # (statement, key) or (FINAL, key) -> the statement and its latest params
+        self._last: dict[tuple[str, Hashable], tuple[str, Callable[[], tuple[Any, ...]]]] = {}
         self._at = now.isoformat()
 
     def write(self, sql: str, params: tuple[Any, ...]) -> None:
@@ -92,11 +94,17 @@ class Rows:
         """A row written once, after every change of the command, with its latest params: a wave that moves many
         times in one command has its progress encoded and written once, and so has an event that an approval
         moves twice (approved, then Started), or that several commands of a group commit move."""
-        self._last[(sql, key)] = params
+        self._last[(sql, key)] = (sql, params)
+
+    def write_final(self, key: Hashable, sql: str, params: tuple[Any, ...]) -> None:
+        """A row's last statement in the command, the only one written for ``key``: a row inserted and deleted by
+        one command (a wave's unit that starts and ends in one clock step) is only deleted, whatever the order its
+        statements' kinds first appeared in (each statement's rows are written together, Rows)."""
+        self._last[(FINAL, key)] = (sql, lambda: params)
 
     def write_latest(self) -> None:
-        """Queue the rows of write_last (once every change is written)."""
-        for (sql, _key), params in self._last.items():
+        """Queue the rows of write_last and write_final (once every change is written)."""
+        for sql, params in self._last.values():
             self.write(sql, params())
         self._last.clear()
 
@@ -167,6 +175,9 @@ class RecordTable:
     updated: tuple[str, ...] = ()  # columns of ``beside`` that an update rewrites too (the record always is)
     order_by: str = ""  # the column the records load in the order of (none: the database's order)
     keyed: bool = False  # loads as {key: record} rather than a list of records
+    # A condition on the rows loaded at start (none: all): the others stay in the database until asked for (events
+    # that ended, which the component reads from there)
+    loaded: str = ""
 
     @functools.cached_property
     def upsert(self) -> str:
@@ -197,7 +208,8 @@ class RecordTable:
             select = f"SELECT {self.key}, {self.record} FROM {self.name}"
             return {key: self.decode(value) for key, value in reader.rows(select)}
         order = f" ORDER BY {self.order_by}" if self.order_by else ""
-        return [self.decode(row[0]) for row in reader.rows(f"SELECT {self.record} FROM {self.name}{order}")]
+        where = f" WHERE {self.loaded}" if self.loaded else ""
+        return [self.decode(row[0]) for row in reader.rows(f"SELECT {self.record} FROM {self.name}{where}{order}")]
 
     def current(self, reader: Reader, touched: Touched) -> dict[str, Any]:
         """The touched rows of this table as they are now, decoded (None for a row that is gone)."""

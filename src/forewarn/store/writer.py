@@ -20,10 +20,12 @@ import os
 import socket
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-import psycopg
+from typing import TYPE_CHECKING
 
 from forewarn.store.errors import StoreUnavailable
+
+if TYPE_CHECKING:  # imported where used: SINGLE and node_name serve replication without PostgreSQL's driver loaded
+    import psycopg
 
 SINGLE = "single"  # the row's role of a server that writes alone (a shared leader's is "leader")
 LOCK_KEY = "SELECT hashtext('forewarn:' || current_schema())"  # the lock's key (lock_key)
@@ -103,6 +105,8 @@ def holder(connection: psycopg.Connection, key: int) -> Holder | None:
     if found is None:
         return None
     pid, application, client, started = found
+    import psycopg
+
     try:
         row = connection.execute(
             "SELECT role, node, since FROM forewarn_leader WHERE lock_pid = %s", (int(pid),)

@@ -2,9 +2,10 @@
 
 Correct: for each event naming this VM, drain (a file ``STATE/MACHINE.drained``, written after a drain that takes
 ``--drain-seconds``), then approve it when it names only this VM (an approval lets the event go ahead for every VM
-it names); when no event names the VM any more without having started, restore (remove the file). With
-``--coordinate`` (the handlers of a case share ``STATE``) it also approves an event naming several VMs, the moment
-every VM it names has drained.
+it names); when no event names the VM any more without having started, restore (remove the file). ``STATE`` is the
+machine's own directory for the case (the battery's ``{state_dir}``); the directories of a case's machines lie side by
+side, as ``NAME.state``. With ``--coordinate`` it also approves an event naming several VMs, the moment every VM it
+names has drained (its file in that VM's directory).
 
 ``--broken`` variants: ``approve-all`` approves every Scheduled event at once, drains nothing; ``never-approve``
 drains and never approves; ``ignore-freeze`` does nothing for a Freeze; ``other-vms`` takes every event as its own
@@ -86,6 +87,10 @@ def handle(args, drained_file, approved):
         os.remove(drained_file)  # nothing ahead for this VM any more: back in service
 
 
+def peer_drained_file(state, name):
+    return os.path.join(os.path.dirname(os.path.abspath(state)), name + ".state", name + ".drained")
+
+
 def all_drained(args, resources, wait=5.0):
     """With --coordinate: whether every VM the event names has drained, looked at closely (every 10 ms) for a while,
     so that the approval follows the last drain at once."""
@@ -93,7 +98,7 @@ def all_drained(args, resources, wait=5.0):
         return False
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
-        if all(os.path.exists(os.path.join(args.state, name + ".drained")) for name in resources):
+        if all(os.path.exists(peer_drained_file(args.state, name)) for name in resources):
             return True
         time.sleep(0.01)
     return False

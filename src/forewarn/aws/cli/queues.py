@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from forewarn.cli.common import CONTEXT, JSON_OPTION, control_client, emit, print_table, run
+from forewarn.core.words import counted
 
 SERVICES = ("ec2", "sqs", "events", "autoscaling")  # aws/faults.py's, named here so `--help` imports nothing
 
@@ -121,4 +122,4 @@ def queues_deliveries(ctx, duplicate, delayed, delay, as_json):
 def queues_clear_faults(ctx):
     """Remove every throttle and delivery fault."""
     cleared = run(lambda: control_client(ctx).request("DELETE", "/v1/ec2/faults"))
-    click.echo(f"cleared {cleared['cleared']} fault(s)")
+    click.echo(f"cleared {counted(cleared['cleared'], 'fault')}")

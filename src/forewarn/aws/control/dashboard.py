@@ -12,11 +12,13 @@ from forewarn.app.runtime import Maintenance
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.fleet import ec2_fleet
+from forewarn.aws.lifecycle import TERMINATING
 from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2State, InstanceState
 from forewarn.aws.views import Ec2EventOut
 from forewarn.cloud import MachineRow, MachineState, Touched
 from forewarn.control.models import ERRORS
 from forewarn.core.errors import Invalid
+from forewarn.core.times import format_time
 from forewarn.engine.engine import Engine
 
 SCHEDULED_PATH = "/latest/meta-data/events/maintenance/scheduled"
@@ -95,6 +97,14 @@ class Ec2Panel:
             status, body, content_type = views.ec2_metadata(instance_id, path)
             return Response(body, status_code=status, media_type=content_type)
 
+        @router.get("/v1/dashboard/ec2/queue-path", tags=["dashboard"])
+        async def queue_path() -> dict[str, Any]:
+            """The queue path as the page's rows show it: each SQS queue's depth (visible), messages in flight and
+            delayed, and its dead-letter queue with that queue's depth; each lifecycle action an instance waits on,
+            with its hook and the deadline that ends the wait (the heartbeat timeout, never past the global one)."""
+            service.catch_up()
+            return queue_path_rows(service.settled_engine().component(Ec2Component))
+
         @router.get("/v1/ec2/instances/{instance_id}/status", tags=["ec2"], responses=ERRORS)
         async def instance_status(instance_id: str) -> Response:
             """The instance's item of DescribeInstanceStatus now (with IncludeAllInstances), as the EC2 API
@@ -104,6 +114,42 @@ class Ec2Panel:
             return Response(views.ec2_status(instance_id), media_type="text/xml")
 
         return router
+
+
+def queue_path_rows(ec2: Ec2Component) -> dict[str, Any]:
+    queues = ec2.queues
+    rows = []
+    for name in sorted(queues.queues):
+        visible, in_flight, delayed = queues.counts(name)
+        redrive = queues.queues[name].settings.redrive
+        dead_letter = None if redrive is None else queues.by_arn(redrive.dead_letter_target_arn)
+        rows.append(
+            {
+                "name": name,
+                "visible": visible,
+                "in_flight": in_flight,
+                "delayed": delayed,
+                "dead_letter_queue": None if redrive is None else redrive.dead_letter_target_arn.rpartition(":")[2],
+                "dead_letter_depth": None if dead_letter is None else sum(queues.counts(dead_letter.name)),
+                "max_receive_count": None if redrive is None else redrive.max_receive_count,
+            }
+        )
+    actions = sorted(ec2.lifecycle.actions.values(), key=lambda action: (action.timeout_at, action.token))
+    waiting = [
+        {
+            "instance_id": action.instance_id,
+            "name": ec2.ec2_instances[action.instance_id].tags.get("Name", "")
+            if action.instance_id in ec2.ec2_instances
+            else "",
+            "group": action.group,
+            "hook": action.hook,
+            "state": "Terminating:Wait" if action.transition == TERMINATING else "Pending:Wait",
+            "deadline": format_time(min(action.timeout_at, action.global_at)),
+            "global_deadline": format_time(action.global_at),
+        }
+        for action in actions
+    ]
+    return {"queues": rows, "lifecycle_actions": waiting}
 
 
 PANEL = Ec2Panel()

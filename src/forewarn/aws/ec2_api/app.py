@@ -186,7 +186,7 @@ def create_ec2_app(
     """The EC2 Query API over ``service``, as an ASGI app (serve it as an EC2 endpoint).
 
     ``credentials`` (access key ID → secret access key): verify every request's SigV4 signature against them
-    (needs botocore; RuntimeError here when it is missing). None (the default): accept any credentials, or none.
+    (needs botocore, the extra sigv4: ExtraMissing here when it is missing). None (the default): accept any credentials, or none.
     ``guard``: refuse what web pages send (browser_guard.py) before anything else."""
     api = Ec2Api(service, credentials, guard)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]  # other methods are answered in EC2's shape

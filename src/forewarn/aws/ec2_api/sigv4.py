@@ -16,6 +16,7 @@ from urllib.parse import unquote
 from starlette.requests import Request
 
 from forewarn.aws.ec2_api.protocol import Ec2Error, missing, text
+from forewarn.extras import SIGV4, ExtraMissing
 
 MAX_SKEW = timedelta(minutes=15)  # RequestExpired past this (AWS common errors: "more than 15 minutes")
 MAX_PRESIGNED_EXPIRES = 7 * 24 * 3600
@@ -167,10 +168,7 @@ class SigV4Verifier:
             from botocore.compat import HTTPHeaders
             from botocore.credentials import Credentials
         except ImportError as error:
-            raise RuntimeError(
-                "verifying EC2 API signatures (credentials configured) needs botocore, which is not installed: "
-                "pip install botocore (or boto3), or serve the EC2 API without credentials"
-            ) from error
+            raise ExtraMissing(SIGV4) from error
         for key, secret in credentials.items():
             if not isinstance(key, str) or not isinstance(secret, str) or not key or not secret:
                 raise ValueError("EC2 API credentials map non-empty access key IDs to non-empty secret access keys")

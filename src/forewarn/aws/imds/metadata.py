@@ -3,6 +3,8 @@
 A synchronous handler served by ``server/http1.py``, like :class:`~forewarn.azure.imds.scheduled_events.AzureImds`: paths
 ``/``, ``/latest...`` and ``/<version>...``. A GET resolves the caller, checks its token (a dict lookup), and returns
 the response rendered once per (instance, path) since the instance's last change; nothing is encoded per request.
+What is kept is dropped once a change to the instance is committed (announced after its commit), so a GET answers what
+the database holds without waiting for a group commit under way (app/runtime.py); only a miss reads the engine.
 
 Wire rules (the AWS EC2 User Guide's "Retrieve instance metadata" and IMDSv2 pages, and the Amazon EC2 Metadata
 Mock, aws/amazon-ec2-metadata-mock): everything is
@@ -32,7 +34,7 @@ from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, I
 from forewarn.core.changes import Rebuilt
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
-from forewarn.net.http import DROP, Fresh, Request, Response
+from forewarn.net.http import DROP, Deferred, Fresh, Request, Response
 
 log = logging.getLogger("forewarn.ec2imds")
 _IMDS_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
@@ -171,6 +173,7 @@ class Ec2Imds:
         self._drop_down = settings.while_down == "drop"
         self._answers: dict[str, dict[str, Response]] = {}  # instance id -> path -> response
         self._trees: dict[str, dict[str, dict]] = {}  # instance id -> version -> its version-level tree
+        self._down: dict[str, bool] = {}  # instance id -> whether it is down (``while_down``: asked on every GET)
         self._tokens: dict[bytes, tuple[str, float]] = {}  # token -> (instance id, wall time it expires)
         self._tokens_of: dict[str, dict[bytes, float]] = {}  # instance id -> its tokens, oldest first
         self._swept_at: dict[str | None, float] = {}  # instance id (None: the fleet) -> wall time of its last sweep
@@ -181,6 +184,7 @@ class Ec2Imds:
         if isinstance(changes[0], Rebuilt):  # the service rebuilt its engine: forget everything
             self._answers.clear()
             self._trees.clear()
+            self._down.clear()
             return
         for change in changes:
             if isinstance(change, Ec2EventChanged):
@@ -191,6 +195,7 @@ class Ec2Imds:
                 continue
             self._answers.pop(instance_id, None)
             self._trees.pop(instance_id, None)
+            self._down.pop(instance_id, None)
 
     def answer(self, instance_id: str, path: str) -> Response:
         """The GET response for an instance and a path, rendered once per change of the instance."""
@@ -217,7 +222,7 @@ class Ec2Imds:
     def refuse(self, path: str, refusal: Refusal) -> Response:
         return browser_refusal(refusal)
 
-    def serve(self, request: Request) -> Response:
+    def serve(self, request: Request) -> Response | Deferred:
         """``handle``, with a read that meets the engine waiting to be rebuilt from a database out of reach
         (app/runtime.py) answered as a retryable 503 with the server's header."""
         try:
@@ -226,7 +231,7 @@ class Ec2Imds:
             log.error("%s %s: %s", request.method, request.path, error)
             return (503, b"Service Unavailable\n", TEXT, (SERVER,))
 
-    def handle(self, request: Request) -> Response:
+    def handle(self, request: Request) -> Response | Deferred:
         if "//" in request.path:  # clients that build paths by concatenation; real IMDS serves them
             request.path = collapse_slashes(request.path)
         method = request.method
@@ -257,6 +262,12 @@ class Ec2Imds:
                     service.catch_up()
                 except Unavailable as error:  # serve the last committed state; the timer retries the deadline
                     log.error("applying a due deadline failed: %s", error)
+            if self._reads_engine(instance_id, path):
+                # What it needs is to be read from the engine, which a transaction under way may hold ahead of the
+                # database: this answer waits for it to land, not the event loop with every other request.
+                answer = Deferred()
+                if service.after_landing(lambda: self._answer_later(answer, request)):
+                    return answer
             if self._drop_down and self._is_down(instance_id):
                 return _DROPPED
             found = self.answer(instance_id, path)
@@ -271,6 +282,26 @@ class Ec2Imds:
             return OPTIONS_TOKEN if request.path == TOKEN_PATH else OPTIONS_METADATA
         return TOKEN_METHOD_NOT_ALLOWED if request.path == TOKEN_PATH else METHOD_NOT_ALLOWED
 
+    def _reads_engine(self, instance_id: str, path: str) -> bool:
+        """Whether answering this GET reads the engine: its answer, or (down instances dropped) whether the instance
+        is down, is not kept yet."""
+        if self._drop_down and instance_id not in self._down:
+            return True
+        answers = self._answers.get(instance_id)
+        if answers is not None and path in answers:
+            return False
+        if path == "/" or not path.startswith("/"):
+            return False  # the versions' list, or a 404: neither reads the engine
+        trees = self._trees.get(instance_id)
+        return trees is None or path.split("/", 2)[1] not in trees  # a path rendered on its kept tree reads none
+
+    def _answer_later(self, answer: Deferred, request: Request) -> None:
+        then = self.serve(request)
+        if isinstance(then, Deferred):  # another transaction under way by now
+            then.attach(answer.resolve)
+        else:
+            answer.resolve(then)
+
     def _caller(self, request: Request) -> Ec2Instance | None:
         """The EC2 instance asking, or None (unknown callers and Azure VMs get a 404)."""
         try:
@@ -280,8 +311,13 @@ class Ec2Imds:
         return machine if machine.__class__ is Ec2Instance else None
 
     def _is_down(self, instance_id: str) -> bool:
-        state = self.service.settled_engine().component(Ec2Component).ec2_states.get(instance_id)
-        return state is not None and (state.state is not InstanceState.RUNNING or state.impacted_by is not None)
+        """Whether the instance is stopped, terminated or in the middle of a reboot, as committed."""
+        found = self._down.get(instance_id)
+        if found is None:
+            state = self.service.settled_engine().component(Ec2Component).ec2_states.get(instance_id)
+            found = state is not None and (state.state is not InstanceState.RUNNING or state.impacted_by is not None)
+            self._down[instance_id] = found
+        return found
 
     # ------------------------------------------------------------------------------------------------ IMDSv2
     def _put(self, request: Request) -> Response:
@@ -386,17 +422,17 @@ class Ec2Imds:
             per_version = self._trees[instance_id] = {}
         found = per_version.get(version)
         if found is None:
-            engine = self.service.settled_engine()
-            instance = engine.component(Ec2Component).ec2_instances[instance_id]
-            state = engine.component(Ec2Component).ec2_states[instance_id]
+            component = self.service.settled_engine().component(Ec2Component)
+            instance = component.ec2_instances[instance_id]
+            state = component.ec2_states[instance_id]
             found = {}
             if version >= DYNAMIC_SINCE:
                 found["dynamic"] = dynamic_tree(instance, state)
-            found["meta-data"] = self._meta_data(instance, state, version)
+            found["meta-data"] = self._meta_data(instance, state, component.ec2_events_of(instance_id), version)
             per_version[version] = found
         return found
 
-    def _meta_data(self, instance: Ec2Instance, state: Ec2State, version: str) -> dict:
+    def _meta_data(self, instance: Ec2Instance, state: Ec2State, events: list[Ec2Event], version: str) -> dict:
         """The ``meta-data/`` tree as ``version`` shows it: a category appears from the version that introduced it
         (the AWS page "Instance metadata categories"; version strings compare as dates, "1.0" first, "latest"
         last). Listings are alphabetical, as real IMDS sends them."""
@@ -439,7 +475,7 @@ class Ec2Imds:
         if since("2018-05-23"):
             tree["identity-credentials"] = identity_credentials_tree(instance, state, network)
         if since("2018-08-17"):
-            tree["events"] = self._events_tree(instance.instance_id, state, version)
+            tree["events"] = self._events_tree(state, events, version)
         if since("2019-10-01"):
             tree["instance-life-cycle"] = "spot" if instance.spot else "on-demand"
         if since("2021-03-23") and self.settings.instance_tags:
@@ -450,27 +486,16 @@ class Ec2Imds:
             tree["system"] = "nitro"  # our choice: every simulated instance is a Nitro instance
         return dict(sorted(tree.items()))
 
-    def _events_tree(self, instance_id: str, state: Ec2State, version: str) -> dict:
-        """``events/``: the maintenance events, read when asked (the engine's events of the instance, not the tree's
-        copy), and from 2020-10-27 the rebalance recommendation."""
-        service = self.service
+    def _events_tree(self, state: Ec2State, maintenance: list[Ec2Event], version: str) -> dict:
+        """``events/``: the maintenance events (the instance's, as committed when its tree was built: the tree is
+        dropped once a change to them is), rendered when asked, and from 2020-10-27 the rebalance recommendation."""
         deadline = self.settings.not_before_deadline
 
         def scheduled() -> str:
-            active = [
-                e
-                for e in service.settled_engine().component(Ec2Component).ec2_events_of(instance_id)
-                if e.state is Ec2EventState.ACTIVE
-            ]
-            return render_events(active, deadline)
+            return render_events([e for e in maintenance if e.state is Ec2EventState.ACTIVE], deadline)
 
         def history() -> str:
-            ended = [
-                e
-                for e in service.settled_engine().component(Ec2Component).ec2_events_of(instance_id)
-                if e.state is not Ec2EventState.ACTIVE
-            ]
-            return render_events(ended, deadline)
+            return render_events([e for e in maintenance if e.state is not Ec2EventState.ACTIVE], deadline)
 
         events: dict = {"maintenance": {"history": history, "scheduled": scheduled}}
         if version >= "2020-10-27":

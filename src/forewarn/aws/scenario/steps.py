@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from typing import Any
 
+from forewarn.aws.scenario.checks import INSTANCE_CHECK
 from forewarn.core.times import parse_optional_time
 from forewarn.scenario_steps import StepAction, StepApi, StepCall, StepRefused, event_ids_of, event_of, flat
 
@@ -231,6 +232,7 @@ ACTIONS: dict[str, StepAction] = {
 
 class Ec2Steps:
     actions = ACTIONS
+    checks = {"instance": INSTANCE_CHECK}
     time_keys = ("not_before", "NotBefore")
     scheduled_by_wave = None
 

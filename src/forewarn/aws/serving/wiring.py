@@ -15,7 +15,8 @@ from forewarn.aws.fleet import ec2_fleet
 from forewarn.aws.health.events import HealthSettings, health_outbox
 from forewarn.aws.imds.metadata import Ec2Imds, Ec2ImdsSettings
 from forewarn.aws.model import Ec2Instance
-from forewarn.cloud import ApiPort, Banner, Listening, Serving
+from forewarn.cloud import ApiPort, Banner, CloudSetupError, Listening, Serving
+from forewarn.extras import SIGV4
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 from forewarn.net.own_listeners import own_url
 
@@ -52,6 +53,8 @@ class AwsServing(Serving):
         return Ec2ImdsSettings(tokens=options.ec2_imds_tokens, while_down=while_down)
 
     def opened(self, store: SQLStore, fleet_sections: Mapping[str, tuple[str, Any]]) -> Sequence[Any]:
+        if self.options.ec2_port and self.options.ec2_credentials and not SIGV4.installed():
+            raise CloudSetupError(SIGV4.message, "--ec2-credential")
         # EventBridge's deliveries to SQS targets (and lifecycle hooks' to theirs), from the first catch-up on: what
         # happened while the server was down reaches the queues too.
         health = HealthSettings(targets=self.options.health_webhooks, entity=self.options.health_entity)

@@ -60,7 +60,7 @@ DEFAULT_REGION = "us-east-1"
 MAX_WAIT = 20  # "WaitTimeSeconds ... Valid values: 0 to 20"
 MAX_BATCH = 10
 # The changes that may make a message receivable: sent, made visible again, a leader's rows on a replica.
-ARRIVALS = ("sent", "visibility", REPLICATED)
+ARRIVALS = ("sent", "visibility", REPLICATED)  # and, in a FIFO queue, a message deleted: its group may go on
 
 # Settable attributes: (the QueueSettings field, the wire's name).
 SETTABLE = {
@@ -78,7 +78,11 @@ READ_ONLY = (
     "CreatedTimestamp",
     "LastModifiedTimestamp",
 )
-ALL_ATTRIBUTES = (*SETTABLE, "RedrivePolicy", *READ_ONLY)
+# A FIFO queue's attributes: FifoQueue is set when the queue is created; the high-throughput settings are accepted
+# with their default values only (DeduplicationScope queue, FifoThroughputLimit perQueue).
+FIFO_ATTRIBUTES = ("FifoQueue", "ContentBasedDeduplication", "DeduplicationScope", "FifoThroughputLimit")
+FIFO_DEFAULTS = {"DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+ALL_ATTRIBUTES = (*SETTABLE, "RedrivePolicy", *READ_ONLY, *FIFO_ATTRIBUTES)
 
 # The core's refusals in SQS's codes: (JSON __type, query code).
 CODES: list[tuple[type[CoreError], str, str]] = [
@@ -132,7 +136,9 @@ class Waiters:
             return
         arrived: dict[str, int] = {}
         for change in changes:
-            if isinstance(change, MessageChanged) and change.what in ARRIVALS:
+            if isinstance(change, MessageChanged) and (
+                change.what in ARRIVALS or (change.what == "deleted" and change.message.group_id is not None)
+            ):
                 arrived[change.message.queue] = arrived.get(change.message.queue, 0) + 1
         for name, count in arrived.items():
             self.wake(name, count)
@@ -253,6 +259,16 @@ class SqsApi:
                 changed[SETTABLE[key]] = _whole(str(value), key, AttributeRefused)
             elif key == "RedrivePolicy":
                 changed["redrive"] = _redrive(str(value)) if value else None
+            elif key in ("FifoQueue", "ContentBasedDeduplication"):
+                field = "fifo" if key == "FifoQueue" else "content_based_deduplication"
+                changed[field] = _boolean(str(value), key)
+            elif key in FIFO_DEFAULTS:
+                if str(value) != FIFO_DEFAULTS[key]:
+                    raise SqsError(
+                        "InvalidAttributeValue",
+                        f"Invalid value for the parameter {key}: forewarn serves only "
+                        f"{FIFO_DEFAULTS[key]} (no high throughput FIFO).",
+                    )
             elif key not in ("Policy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds", "SqsManagedSseEnabled"):
                 raise SqsError("InvalidAttributeName", f"Unknown Attribute {key}.")
         return replace(current, **changed)
@@ -297,6 +313,10 @@ class SqsApi:
             "CreatedTimestamp": str(int(queue.created_at.timestamp())),
             "LastModifiedTimestamp": str(int(queue.modified_at.timestamp())),
         }
+        if settings.fifo:
+            values |= {"FifoQueue": "true", "ContentBasedDeduplication": str(settings.content_based_deduplication)}
+            values["ContentBasedDeduplication"] = values["ContentBasedDeduplication"].lower()
+            values |= FIFO_DEFAULTS
         return values
 
     async def purge_queue(self, call: Call) -> dict[str, Any]:
@@ -313,9 +333,22 @@ class SqsApi:
         delay_text = call.input.get("DelaySeconds")
         delay = None if delay_text is None else _whole(str(delay_text), "DelaySeconds", Invalid)
         attributes = _message_attributes(_mapping(call.input.get("MessageAttributes")))
-        changes = await self.perform(lambda queues: queues.send(name, body, attributes, delay))
-        message = next(c.message for c in changes if isinstance(c, MessageChanged))
-        answer = {"MessageId": message.message_id, "MD5OfMessageBody": md5_of_body(body)}
+        group, given = (
+            _optional_text(call.input, "MessageGroupId"),
+            _optional_text(call.input, "MessageDeduplicationId"),
+        )
+        queue = self.queues.queue(name)
+        if queue.settings.fifo and group is None:
+            raise missing("MessageGroupId")
+        deduplication = self.queues.deduplication_id(queue, body, group, given, delay) if queue.settings.fifo else None
+        changes = await self.perform(lambda queues: queues.send(name, body, attributes, delay, group, given))
+        sent = next((c.message for c in changes if isinstance(c, MessageChanged)), None)
+        # a FIFO send deduplicated: accepted, and answered with the message it repeats
+        first = self.queues.queue(name).sent_as(deduplication, self.service.now()) if deduplication else None
+        message_id = sent.message_id if sent is not None else first.message_id if first is not None else ""
+        answer = {"MessageId": message_id, "MD5OfMessageBody": md5_of_body(body)}
+        if queue.settings.fifo:
+            answer["SequenceNumber"] = f"{(sent.seq if sent is not None else first.seq if first else 0):020d}"
         if attributes:
             answer["MD5OfMessageAttributes"] = md5_of_attributes(_digestable(attributes))
         return answer
@@ -439,6 +472,17 @@ class SqsApi:
         return {}
 
 
+def _optional_text(given: dict[str, Any], name: str) -> str | None:
+    value = given.get(name)
+    return None if value is None else str(value)
+
+
+def _boolean(text: str, name: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise AttributeRefused(f"Invalid value for the parameter {name}.")
+    return text.lower() == "true"
+
+
 def _queues_of(engine: Engine) -> Queues:
     return engine.component(Ec2Component).queues
 
@@ -550,6 +594,9 @@ def _message_out(message: Message, system: set[str], names: set[str]) -> dict[st
     }
     if message.dead_letter_source is not None:
         every["DeadLetterQueueSourceArn"] = message.dead_letter_source
+    if message.group_id is not None:
+        every |= {"MessageGroupId": message.group_id, "SequenceNumber": message.sequence_number or ""}
+        every["MessageDeduplicationId"] = message.deduplication_id or ""
     shown = every if "All" in system else {k: v for k, v in every.items() if k in system}
     if shown:
         out["Attributes"] = shown

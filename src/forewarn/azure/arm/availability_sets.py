@@ -32,7 +32,8 @@ class AvailabilitySets:
         resources.catch_up()
         if not names:
             allow(method, ("GET",))
-            sets = [members for key, members in resources.fleet.avsets.items() if key[:2] == ctx.key]
+            fleet = resources.fleet
+            sets = [fleet.avsets[key] for key in fleet.avsets_in_group.get(ctx.key, ())]
             return json_response(200, {"value": [self.body(members, ctx.api) for members in sets]})
         if len(names) != 1:
             raise ctx.no_route()

@@ -83,6 +83,7 @@ class ArmApi:
 
     async def dispatch(self, request: Request) -> Response:
         api = dated_api_version(request, KNOWN_API_VERSIONS)  # ARM checks it before anything else
+        await self.resources.ready()
         method = request.method.upper()
         segments = [part for part in request.scope["path"].split("/") if part]
         lower = [part.lower() for part in segments]

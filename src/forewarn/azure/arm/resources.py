@@ -8,6 +8,8 @@ Every call into the engine from the Compute provider is here or in operations.py
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -66,35 +68,64 @@ _UPDATING = (Power.REBOOTING, Power.REDEPLOYING, Power.REIMAGING)
 
 # ------------------------------------------------------------------------------------------------------- the fleet
 class ComputeFleet:
-    """Indexes of the fleet by ARM identity (subscription, resource group, name), case-insensitive."""
+    """Indexes of the fleet by ARM identity (subscription, resource group, name), case-insensitive; and, for the
+    listings, what each resource group holds (a listing reads its group, not the fleet)."""
 
-    def __init__(self, vms: Iterable[VM]):
+    def __init__(self, vms: Iterable[VM] = ()):
         self.subscriptions: dict[str, str] = {}
         self.groups: dict[tuple[str, str], str] = {}
         self.vms: dict[tuple[str, str, str], VM] = {}
         self.avsets: dict[tuple[str, str, str], list[VM]] = {}
         self.scale_sets: dict[tuple[str, str, str], list[VM]] = {}
-        lowered: dict[str, str] = {}  # one lowered string per subscription, group and set, not one per VM
+        # (subscription, group), lowered -> the keys of its VMs, availability sets and scale sets, in fleet order
+        self.vms_in_group: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        self.avsets_in_group: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        self.scale_sets_in_group: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+        self._lowered: dict[str, str] = {}  # one lowered string per subscription, group and set, not one per VM
+        self.add(vms)
+        for members in self.scale_sets.values():
+            sort_instances(members)
 
-        def lower(text: str) -> str:
-            found = lowered.get(text)
-            if found is None:
-                found = lowered[text] = text.lower()
-            return found
+    def _lower(self, text: str) -> str:
+        found = self._lowered.get(text)
+        if found is None:
+            found = self._lowered[text] = text.lower()
+        return found
 
+    def add(self, vms: Iterable[VM]) -> None:
+        """Index these VMs too (a scale set's members are in instance order once ``sort_instances`` sorted them)."""
+        lower = self._lower
         for vm in vms:
             sub, group = lower(vm.subscription_id), lower(vm.resource_group)
             self.subscriptions.setdefault(sub, vm.subscription_id)
             self.groups.setdefault((sub, group), vm.resource_group)
             if vm.scale_set is not None:
-                self.scale_sets.setdefault((sub, group, lower(vm.scale_set)), []).append(vm)
+                key = (sub, group, lower(vm.scale_set))
+                members = self.scale_sets.get(key)
+                if members is None:
+                    members = self.scale_sets[key] = []
+                    self.scale_sets_in_group.setdefault((sub, group), []).append(key)
+                members.append(vm)
                 continue
             name = vm.name.lower()
-            self.vms[(sub, group, vm.name if name == vm.name else name)] = vm
+            key = (sub, group, vm.name if name == vm.name else name)
+            self.vms[key] = vm
+            self.vms_in_group.setdefault((sub, group), []).append(key)
             if vm.availability_set is not None:
-                self.avsets.setdefault((sub, group, lower(vm.availability_set)), []).append(vm)
-        for members in self.scale_sets.values():
-            members.sort(key=lambda vm: int(vm.instance_id or 0))
+                key = (sub, group, lower(vm.availability_set))
+                members = self.avsets.get(key)
+                if members is None:
+                    members = self.avsets[key] = []
+                    self.avsets_in_group.setdefault((sub, group), []).append(key)
+                members.append(vm)
+
+
+def sort_instances(members: list[VM]) -> None:
+    members.sort(key=lambda vm: int(vm.instance_id or 0))
+
+
+# VMs indexed between two turns of the event loop while the first ARM request builds the index (a few milliseconds).
+INDEXED_PER_TURN = 5_000
 
 
 @dataclass
@@ -145,16 +176,46 @@ class ComputeResources:
         self.service = service
         self.operations = Operations(service, retry_after)
         self._fleet: ComputeFleet | None = None
+        self._building: asyncio.Future[None] | None = None
         self._cache_engine: Engine | None = None
         self._marked_cache: dict[str, tuple[int, frozenset[str]]] = {}
 
     @property
     def fleet(self) -> ComputeFleet:
-        """Built on the first ARM request: a server whose ARM port is never called does not hold it (a million-VM
-        fleet's indexes are tens of megabytes)."""
+        """Built on the first ARM request (``ready``): a server whose ARM port is never called does not hold it (a
+        million-VM fleet's indexes are tens of megabytes)."""
         if self._fleet is None:
             self._fleet = ComputeFleet(azure_fleet(self.service.settled_engine().fleet).vms.values())
         return self._fleet
+
+    async def ready(self) -> None:
+        """The index built, if it is not: ``INDEXED_PER_TURN`` VMs at a time, the event loop answering others between
+        them (a million VMs' index is most of a second of work). Requests that come meanwhile wait for the same
+        build. The fleet's VMs never change, so what was indexed before a turn still holds after it."""
+        if self._fleet is not None:
+            return
+        if self._building is None:
+            self._building = asyncio.ensure_future(self._build())
+        await asyncio.shield(self._building)
+
+    async def _build(self) -> None:
+        vms = list(azure_fleet(self.service.settled_engine().fleet).vms.values())
+        index = ComputeFleet()
+        for start in range(0, len(vms), INDEXED_PER_TURN):
+            await asyncio.sleep(0)
+            index.add(vms[start : start + INDEXED_PER_TURN])
+            # What is indexed lives as long as the process, as start-up's fleet does (``server/tuning.py``): frozen,
+            # the cyclic collector does not walk it again. Left young, the index half built (dicts of hundreds of
+            # thousands of entries) was walked by the collections its own allocations set off: 40 ms of one turn.
+            gc.freeze()
+        sorted_members = 0
+        for members in index.scale_sets.values():
+            sort_instances(members)
+            sorted_members += len(members)
+            if sorted_members >= INDEXED_PER_TURN:
+                await asyncio.sleep(0)
+                sorted_members = 0
+        self._fleet = index
 
     @property
     def engine(self) -> Engine:

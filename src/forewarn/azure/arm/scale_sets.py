@@ -45,6 +45,7 @@ from forewarn.azure.arm.wire import (
 )
 from forewarn.azure.vms import OS_IMAGE_TIMEOUT, VM, NotificationProfile, Policy
 from forewarn.core.ids import derived_guid
+from forewarn.core.words import counted
 
 TERMINATE_DEFAULT_TIMEOUT = timedelta(minutes=5)  # compute API: "the default value is 5 minutes (PT5M)"
 SCALE_SET_ACTIONS = ("restart", "redeploy", "reimage", "delete", "manualupgrade")
@@ -59,7 +60,8 @@ class ScaleSets:
         resources.catch_up()
         if not names:
             allow(method, ("GET",))
-            sets = [members for key, members in resources.fleet.scale_sets.items() if key[:2] == ctx.key]
+            fleet = resources.fleet
+            sets = [fleet.scale_sets[key] for key in fleet.scale_sets_in_group.get(ctx.key, ())]
             return json_response(200, {"value": [self.body(members, ctx.api) for members in sets]})
         members = resources.fleet.scale_sets.get(ctx.key + (lnames[0],))
         if members is None:
@@ -143,7 +145,7 @@ class ScaleSets:
                 raise ArmError(
                     409,
                     "OperationNotAllowed",
-                    f"forewarn cannot scale scale set '{first.scale_set}' out to {capacity} instances: the "
+                    f"forewarn cannot scale scale set '{first.scale_set}' out to {counted(capacity, 'instance')}: the "
                     f"fleet file fixes its instances, and {len(active)} are active.",
                     "sku.capacity",
                 )

@@ -34,7 +34,8 @@ class VirtualMachines:
         if not names:
             allow(method, ("GET",))
             resources.catch_up()
-            vms = [vm for key, vm in resources.fleet.vms.items() if key[:2] == ctx.key and resources.exists(vm)]
+            fleet = resources.fleet
+            vms = [vm for vm in map(fleet.vms.__getitem__, fleet.vms_in_group.get(ctx.key, ())) if resources.exists(vm)]
             return json_response(200, {"value": [self.body(vm, ctx.api, False) for vm in vms]})
         name = names[0]
         if len(names) == 1:

@@ -20,6 +20,7 @@ from forewarn.cli.common import (
     short_time,
     split_names,
 )
+from forewarn.core.words import counted
 
 
 def _print_vms(vms: list[dict]) -> None:
@@ -236,10 +237,11 @@ def _print_failure(hosts: list[str], outcome: dict) -> None:
     """Which hosts failed and where their VMs went, above the events and the VMs (whose HOST is the new one)."""
     names = [vm["name"] for vm in outcome["vms"]]
     moved_to = sorted({vm["host"] for vm in outcome["vms"]} - set(hosts))
-    counted = f"{len(names)} VM{'' if len(names) == 1 else 's'}"
     where = f", now on {', '.join(moved_to)}" if moved_to else ""
     failed = ", ".join(hosts)
-    click.echo(f"{failed} failed: {counted} impacted{' (' + ', '.join(names) + ')' if names else ''}{where}")
+    click.echo(
+        f"{failed} failed: {counted(len(names), 'VM')} impacted{' (' + ', '.join(names) + ')' if names else ''}{where}"
+    )
     _print_outcome(outcome)
 
 

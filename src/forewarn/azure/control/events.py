@@ -17,7 +17,7 @@ from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest
 from forewarn.azure.views import EventOut
 from forewarn.azure.vms import VM
-from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array
 from forewarn.control.service import ControlService
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
@@ -105,7 +105,8 @@ async def list_events(
     service: ControlService, all: bool = Query(False, description="include Completed and Canceled events")
 ):
     service.catch_up()
-    events = sorted(azure(service).events.values(), key=lambda e: e.seq)
+    component = azure(service)
+    events = component.all_events() if all else sorted(component.events.values(), key=lambda e: e.seq)
     return [EventOut.of(e) for e in events if all or e.status.live]
 
 
@@ -113,7 +114,8 @@ async def list_events(
 async def schedule(service: ControlService, body: ScheduleIn):
     # Committed with the other commands that arrive while the transaction before theirs is under way (group
     # commit); answered once durable.
-    return [EventOut.of(e) for e in await azure_commands.schedule_soon(service, schedule_request(body))]
+    events = await azure_commands.schedule_soon(service, schedule_request(body))
+    return await json_array(events, EventOut.of, EventOut, status_code=201)
 
 
 def schedule_request(body: ScheduleIn) -> ScheduleRequest:

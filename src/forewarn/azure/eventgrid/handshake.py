@@ -49,6 +49,12 @@ def handshake_failed(url: str, detail: str) -> ArmError:
     return ArmError(400, VALIDATION_CODE, f"Webhook validation handshake failed for {url}. {detail} {TROUBLESHOOTING}")
 
 
+def unanswered(method: str, failure: NoAnswer) -> str:
+    if failure.kind == "not-installed":  # nothing was sent: the reason is this server's, said as it is
+        return f"{failure}."
+    return f"Http {method} request failed with response code Unknown."
+
+
 def manual_validation_expired(subscription: EventSubscription, window_minutes: float) -> str:
     response = subscription.validation.response if subscription.validation else ""
     return (
@@ -118,7 +124,7 @@ async def validate(
             response = await client.send("POST", target.url, body=body.encode(), headers={**headers, **target.headers})
     except NoAnswer as failure:
         log.info("event subscription %s: validation POST to %s failed: %s", subscription.name, url, failure)
-        raise handshake_failed(url, "Http POST request failed with response code Unknown.") from None
+        raise handshake_failed(url, unanswered("POST", failure)) from None
     if not 200 <= response.status <= 299:
         raise handshake_failed(url, f"Http POST request failed with response code {status_name(response.status)}.")
     if response.status == 200 and _echoed(response) == code:
@@ -167,7 +173,7 @@ async def _options_handshake(url: str, target: Destination, subscription: EventS
             response = await client.send("OPTIONS", target.url, headers=headers)
     except NoAnswer as failure:
         log.info("event subscription %s: validation OPTIONS to %s failed: %s", subscription.name, url, failure)
-        raise handshake_failed(url, "Http OPTIONS request failed with response code Unknown.") from None
+        raise handshake_failed(url, unanswered("OPTIONS", failure)) from None
     if response.status != 200:
         raise handshake_failed(url, f"Http OPTIONS request failed with response code {status_name(response.status)}.")
     allowed = [part.strip().lower() for part in response.headers.get("webhook-allowed-origin", "").split(",")]

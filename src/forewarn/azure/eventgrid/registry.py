@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 
 from forewarn.azure.eventgrid.model import EventSubscription, SystemTopic
+from forewarn.core.words import counted
 from forewarn.store import SQLStore
 
 log = logging.getLogger("forewarn.azure.eventgrid")
@@ -79,7 +80,9 @@ class EventGridRegistry:
             self.subscriptions.pop(subscription.key, None)
         if topic is not None:
             log.info(
-                "system topic %s deleted%s", topic.id, f" with {len(removed)} event subscriptions" if removed else ""
+                "system topic %s deleted%s",
+                topic.id,
+                f" with {counted(len(removed), 'event subscription')}" if removed else "",
             )
         return removed
 

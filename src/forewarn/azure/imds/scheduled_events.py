@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl
 from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure import commands as azure_commands
-from forewarn.azure.changes import IncarnationChanged
+from forewarn.azure.changes import IncarnationChanged, VmChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.imds import instance as azure_instance
@@ -139,6 +139,13 @@ class _TokenBucket:
         self.stamp = now
 
 
+# A request's query parameters (or the error body refusing them), the error body of the common checks (or None) and
+# its If-None-Match values.
+_Admission = tuple[dict | bytes, bytes | None, tuple[bytes, ...]]
+# Distinct (query, headers) pairs whose admission is kept; more are checked afresh each time.
+KNOWN_ADMISSIONS = 4096
+
+
 def _json(status: int, body: bytes, *extra: tuple[bytes, bytes]) -> Response:
     return (status, body, JSON, extra)
 
@@ -162,11 +169,17 @@ class AzureImds:
         self.service = service
         self.resolver = resolver
         self.settings = settings
+        # Whether every request passes _gate (settings do not change while serving; faults are checked apart).
+        self._gated = settings.while_down == "drop" or settings.rate_limit > 0
+        self._rules = service.rules
+        self._azure_rules = self._rules.of(AzureRules)  # the Azure part of _rules, found once per rules
         self._documents: dict[str, dict[str, Response]] = {}
         self._empty_documents: dict[int, dict[str, Response]] = {}  # by DocumentIncarnation
         self._instance_answers: dict[tuple, Response] = {}
         self._queries: dict[bytes, dict | bytes] = {}
+        self._admissions: dict[tuple, _Admission] = {}
         self._buckets: dict[str, _TokenBucket] = {}
+        self._powers: dict[str, Power] = {}  # each VM's committed power state, asked of every request with while_down
         self.faults: list[Fault] = []
         self._next_fault = 1
         service.subscribe(self._on_change)
@@ -178,10 +191,25 @@ class AzureImds:
         if isinstance(changes[0], Rebuilt):  # the service rebuilt its engine: forget everything
             self._documents.clear()
             self._empty_documents.clear()
+            self._powers.clear()
             return
         for change in changes:
             if isinstance(change, IncarnationChanged):
                 self._documents.pop(change.scope, None)
+            elif isinstance(change, VmChanged):
+                self._powers.pop(change.state.name, None)
+
+    def _power(self, name: str) -> Power:
+        """The VM's power state as committed: kept until a change to the VM is announced (after its commit), so a
+        request does not wait for a group commit under way (a miss does, once)."""
+        power = self._powers.get(name)
+        if power is None:
+            power = self._powers[name] = self.service.settled_engine().component(AzureComponent).vm_states.power(name)
+        return power
+
+    def _cached(self, scope: str, version: str) -> bool:
+        per_scope = self._documents.get(scope)
+        return per_scope is not None and version in per_scope
 
     def _rendered(self, scope: str, version: str) -> Response:
         """The 200 response for a scope's document: rendered, with its ETag, once per change of the scope.
@@ -232,9 +260,6 @@ class AzureImds:
     def refuse(self, path: str, refusal: Refusal) -> Response:
         return browser_refusal(refusal)
 
-    def serve(self, request: Request) -> Response | Later | Deferred:
-        return self.handle(request)  # IMDS answers Unavailable in its own shape itself
-
     def handle(self, request: Request) -> Response | Later | Deferred:
         path = request.path
         try:
@@ -253,6 +278,8 @@ class AzureImds:
             log.error("%s %s: %s", request.method, path, error)
             return _json(500, SERVICE_ERROR)
 
+    serve = handle  # IMDS answers Unavailable in its own shape itself
+
     def _query(self, raw: bytes) -> dict | bytes:
         """The query parameters, or an error body; cached, since clients repeat the same query every second."""
         found = self._queries.get(raw)
@@ -262,20 +289,34 @@ class AzureImds:
                 self._queries[raw] = found
         return found
 
-    def _refusal(self, request: Request, query, versions, newest) -> bytes | None:
-        """The common checks of every IMDS request; the error body to send, or None."""
-        if self.settings.lenient:
-            if versions is not None and query.get("api-version") not in versions:
-                query["api-version"] = versions[-1] if versions is SCHEDULED_EVENTS_VERSIONS else versions[0]
-            return None
-        return refusal(request, query, versions, newest)
+    def _admission(self, request: Request, versions, newest) -> _Admission:
+        """The common checks of every IMDS request and its If-None-Match values: functions of its query and headers
+        alone, so kept for the ones an agent sends again and again (a few hundred bytes each, at most
+        :data:`KNOWN_ADMISSIONS` of them)."""
+        key = (versions, request.query, request.headers)
+        found = self._admissions.get(key)
+        if found is None:
+            query = self._query(request.query)
+            refused = None
+            if not self.settings.lenient:
+                refused = refusal(request, query, versions, newest)
+            elif versions is not None and isinstance(query, dict) and query.get("api-version") not in versions:
+                newest_version = versions[-1] if versions is SCHEDULED_EVENTS_VERSIONS else versions[0]
+                query = {**query, "api-version": newest_version}  # lenient: missing or unknown means the newest
+            if_none_match = tuple(value for name, value in request.headers if name == b"if-none-match")
+            found = (query, refused, if_none_match)
+            size = len(request.query) + sum(len(name) + len(value) for name, value in request.headers)
+            if len(self._admissions) < KNOWN_ADMISSIONS and size <= 2048:
+                self._admissions[key] = found
+        return found
 
-    def _admit(self, request: Request, versions, newest) -> tuple[VM, dict]:
-        """The caller's VM and the query parameters; raises :class:`_Refused` with the 400 that refuses them."""
-        query = self._query(request.query)
-        refusal = self._refusal(request, query, versions, newest)
-        if refusal is not None:
-            raise _Refused(_json(400, refusal))
+    def _admit(self, request: Request, versions, newest) -> tuple[VM, dict, tuple[bytes, ...]]:
+        """The caller's VM, the query parameters and the If-None-Match values; raises :class:`_Refused` with the 400
+        that refuses them."""
+        found = self._admissions.get((versions, request.query, request.headers))
+        query, refused, if_none_match = found if found is not None else self._admission(request, versions, newest)
+        if refused is not None:
+            raise _Refused(_json(400, refused))
         assert isinstance(query, dict)  # a query that did not parse is refused above
         try:
             vm = self.resolver.resolve(request.local, request.peer)
@@ -283,17 +324,15 @@ class AzureImds:
             raise _Refused(_json(400, error_body(f"Bad request. {error}"))) from None
         if not isinstance(vm, VM):  # an EC2 instance: Azure's paths do not exist on its metadata service
             raise _Refused(_json(404, NOT_FOUND))
-        self._gate(vm)
-        return vm, query
+        if self._gated or self.faults:
+            self._gate(vm)
+        return vm, query, if_none_match
 
     def _gate(self, vm: VM) -> None:
         """What stands between a VM and its answer beyond the request itself: the VM being down, the rate limit,
         injected faults. Raises :class:`_Refused` with the answer (or the dropped connection)."""
         settings = self.settings
-        if (
-            settings.while_down == "drop"
-            and self.service.settled_engine().component(AzureComponent).vm_states.power(vm.name) not in _ANSWERING
-        ):
+        if settings.while_down == "drop" and self._power(vm.name) not in _ANSWERING:
             raise _Refused((DROP, b"", JSON, ()))
         if settings.rate_limit > 0:
             now = time.monotonic()
@@ -352,17 +391,77 @@ class AzureImds:
         method = request.method
         if method != "GET" and method != "POST":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET_POST)
-        vm, query = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
-        first_call = False
-        if self.service.rules.of(AzureRules).enabling_required:
-            first_call = not self.service.settled_engine().component(AzureComponent).is_enabled(vm.scope)
-            azure_commands.request_seen(self.service, vm.scope)
-        delay = (self.settings.first_call_delay if first_call else 0.0) + self.delay_for(vm)
+        vm, query, if_none_match = self._admit(request, SCHEDULED_EVENTS_VERSIONS, NEWEST_SCHEDULED_EVENTS_VERSIONS)
+        rules = self.service.rules
+        if rules is not self._rules:  # the engine was rebuilt, or its rules replaced
+            self._rules, self._azure_rules = rules, rules.of(AzureRules)
+        enabling = None
+        if self._azure_rules.enabling_required:
+            # The idle timer lives in memory (nothing commits it): read it without waiting for a commit under way.
+            first_call = not self.service.in_memory(
+                lambda engine: engine.component(AzureComponent).is_enabled(vm.scope)
+            )
+            enabling = azure_commands.request_seen(self.service, vm.scope)
+            delay = self.settings.first_call_delay if first_call else 0.0
+        else:
+            delay = 0.0
+        if self.faults:
+            delay += self.delay_for(vm)
         if delay > 0:
-            return Later(delay, lambda: self._scheduled_events_answer(vm, query, request))
-        return self._scheduled_events_answer(vm, query, request)
+            return self._later(delay, vm, query, request, if_none_match, enabling)
+        if enabling is not None:
+            return self._once_enabled(enabling, vm, query, request, if_none_match)
+        return self._scheduled_events_answer(vm, query, request, if_none_match)
 
-    def _scheduled_events_answer(self, vm: VM, query: dict, request: Request) -> Response | Deferred:
+    def _later(
+        self,
+        delay: float,
+        vm: VM,
+        query: dict,
+        request: Request,
+        if_none_match: tuple[bytes, ...],
+        enabling: asyncio.Future | None,
+    ) -> Later:
+        # Apart from _scheduled_events: a lambda there would make its variables cells, on every request.
+        if enabling is not None:
+            return Later(delay, lambda: self._once_enabled(enabling, vm, query, request, if_none_match))
+        return Later(delay, lambda: self._scheduled_events_answer(vm, query, request, if_none_match))
+
+    def _once_enabled(
+        self, enabling: asyncio.Future, vm: VM, query: dict, request: Request, if_none_match: tuple[bytes, ...]
+    ) -> Response | Deferred:
+        """The answer once the enabling of the scope this read made is durable (the group commit, off the event
+        loop); a POST's approval then waits for its own commit too."""
+        if enabling.done():
+            return self._enabled_answer(enabling, vm, query, request, if_none_match)
+        answer = Deferred()
+
+        def enabled(done: asyncio.Future) -> None:
+            then = self._enabled_answer(done, vm, query, request, if_none_match)
+            if isinstance(then, Deferred):  # an approval, waiting for its commit
+                then.attach(answer.resolve)
+            else:
+                answer.resolve(then)
+
+        enabling.add_done_callback(enabled)
+        return answer
+
+    def _enabled_answer(
+        self, enabling: asyncio.Future, vm: VM, query: dict, request: Request, if_none_match: tuple[bytes, ...]
+    ) -> Response | Deferred:
+        error = enabling.exception() if not enabling.cancelled() else Unavailable("the server is stopping")
+        try:
+            if error is not None:
+                raise error
+            return self._scheduled_events_answer(vm, query, request, if_none_match)
+        except Exception as failed:  # nothing was enabled (Unavailable), or a defect: the VM asks again, as after a 500
+            defect = None if isinstance(failed, Unavailable) else failed
+            log.error("%s %s: %s", request.method, request.path, failed, exc_info=defect)
+            return _json(500, SERVICE_ERROR)
+
+    def _scheduled_events_answer(
+        self, vm: VM, query: dict, request: Request, if_none_match: tuple[bytes, ...]
+    ) -> Response | Deferred:
         if request.method == "POST":
             return self._approve(vm, request.body)
         service = self.service
@@ -371,13 +470,31 @@ class AzureImds:
                 service.catch_up()
             except Unavailable as error:  # serve the last committed document; the timer retries the deadline
                 log.error("applying a due deadline failed: %s", error)
+        if not self._cached(vm.scope, query["api-version"]):
+            # To be rendered from the engine, which a transaction under way may hold ahead of the database: this
+            # answer waits for it to land, not the event loop with every other request.
+            answer = Deferred()
+            if service.after_landing(lambda: self._answer_later(answer, vm, query, request, if_none_match)):
+                return answer
         response = self._rendered(vm.scope, query["api-version"])
-        for key, value in request.headers:
-            if key == b"if-none-match":
-                etag = response[3][0][1]
-                if value.strip() == b"*" or etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")):
-                    return (304, b"", JSON, response[3])
+        for value in if_none_match:
+            etag = response[3][0][1]
+            if value.strip() == b"*" or etag in (tag.strip().removeprefix(b"W/") for tag in value.split(b",")):
+                return (304, b"", JSON, response[3])
         return response
+
+    def _answer_later(
+        self, answer: Deferred, vm: VM, query: dict, request: Request, if_none_match: tuple[bytes, ...]
+    ) -> None:
+        try:
+            then = self._scheduled_events_answer(vm, query, request, if_none_match)
+        except Unavailable as error:  # as handle answers it
+            log.error("%s %s: %s", request.method, request.path, error)
+            then = _json(500, SERVICE_ERROR)
+        if isinstance(then, Deferred):  # another transaction under way by now
+            then.attach(answer.resolve)
+        else:
+            answer.resolve(then)
 
     def _approve(self, vm, body: bytes) -> Response | Deferred:
         event_ids = parse_start_requests(body)
@@ -419,7 +536,7 @@ class AzureImds:
         if request.method != "GET":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
         versions = azure_instance.INSTANCE_API_VERSIONS
-        vm, query = self._admit(request, versions, list(versions[:3]))
+        vm, query, _ = self._admit(request, versions, list(versions[:3]))
         extended = query.get("extended")
         key = (
             vm.name,
@@ -442,9 +559,9 @@ class AzureImds:
     def _versions(self, request: Request) -> Response:
         if request.method != "GET":
             return _json(405, METHOD_NOT_ALLOWED, ALLOW_GET)
-        refusal = self._refusal(request, self._query(request.query), None, None)
-        if refusal is not None:
-            return _json(400, refusal)
+        refused = self._admission(request, None, None)[1]
+        if refused is not None:
+            return _json(400, refused)
         return _json(200, json.dumps(azure_instance.versions_document()).encode())
 
 

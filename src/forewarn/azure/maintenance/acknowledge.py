@@ -104,7 +104,7 @@ class MaintenanceApi:
 
     def _event(self, owner: str, event_id: str) -> Event:
         found = (
-            self.service.settled_engine().component(AzureComponent).events.get(event_id.upper())
+            self.service.settled_engine().component(AzureComponent).find(event_id.upper())
             if _GUID.match(event_id)
             else None
         )

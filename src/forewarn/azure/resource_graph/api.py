@@ -169,13 +169,13 @@ class ResourceGraphApi:
         """The maintenanceresources row of an event as it is now (None: the event is not published centrally). A
         query sees it once the configured lag is over."""
         engine = self.service.settled_engine()
-        event = engine.component(AzureComponent).events.get(event_id)
+        event = engine.component(AzureComponent).find(event_id)
         return None if event is None or not event.central else self._row(engine, event)
 
     def _load(self, engine: Engine) -> None:
         """Every central event as it is now (at start, or after the service rebuilt its engine): no lag."""
         self._lagging.clear()
-        rows = [self._row(engine, event) for event in engine.component(AzureComponent).events.values() if event.central]
+        rows = [self._row(engine, event) for event in engine.component(AzureComponent).all_events() if event.central]
         if rows or self._table is not None:
             self._write(self._replace_table, rows, engine.now)
 

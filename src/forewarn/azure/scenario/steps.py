@@ -10,9 +10,17 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from forewarn.azure.scenario.checks import VM_CHECK
 from forewarn.core.times import parse_optional_time
 from forewarn.scenario_steps import StepAction, StepApi, StepCall, event_ids_of, event_of, flat
 from forewarn.scenarios.api import ApiError, parse_document
+
+SCHEDULED_EVENTS_VERSION = "2020-07-01"  # the version the runner reads and approves documents in
+
+
+def document_text(api: StepApi, vm: str) -> str:
+    """The exact bytes the VM's Scheduled Events document is now, as its IMDS serves it."""
+    return api.text(f"/v1/vms/{vm}/scheduledevents", **{"api-version": SCHEDULED_EVENTS_VERSION})
 
 
 def event_ids(api: StepApi, params: dict) -> list[str]:
@@ -42,7 +50,7 @@ def approve(api: StepApi, step: StepCall, params: dict) -> tuple[Any, list[str]]
 def visible_to(api: StepApi, vm: str, wanted: list[str] | None) -> list[str]:
     """Of the events asked for, those the VM's document shows (none asked for: those it shows Scheduled), as its
     IMDS would take them: an approval of an event the VM does not see is refused there."""
-    document = parse_document(api.document(vm))
+    document = parse_document(document_text(api, vm))
     if wanted is None:
         ids = [e["EventId"] for e in document["Events"] if e["EventStatus"] == "Scheduled"]
         if not ids:
@@ -140,6 +148,7 @@ ACTIONS: dict[str, StepAction] = {
 
 class AzureSteps:
     actions = ACTIONS
+    checks = {"vm": VM_CHECK}
     time_keys = ("not_before",)
     scheduled_by_wave = "scheduled"
 

@@ -13,9 +13,12 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from starlette.responses import Response
+
 from forewarn.azure.arm.access import AccessControl, AccessFileError, load_access
 from forewarn.azure.arm.compute import ArmApi
-from forewarn.azure.arm.router import ManagementApi, create_management_app
+from forewarn.azure.arm.router import ManagementApi, ManagementCall, create_management_app
+from forewarn.azure.arm.wire import ArmError
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.eventgrid.config import EventGridFileError, load_event_grid_file, parse_event_grid
 from forewarn.azure.eventgrid.settings import EventGridSettings
@@ -31,6 +34,8 @@ from forewarn.cloud import ApiPort, Banner, CloudSetupError, Listening, Serving
 from forewarn.core.durations import parse_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.errors import CoreError
+from forewarn.core.words import counted
+from forewarn.extras import RESOURCE_GRAPH
 from forewarn.net.browser_guard import BrowserGuard, HostNames
 
 if TYPE_CHECKING:
@@ -106,15 +111,16 @@ class AzureServing(Serving):
         if not leads:
             self.event_grid.declared = None  # the leader applies the file; a replica only reads what it stored
         self.event_grid.attach(service)
-        if self.options.arm_port:
+        if self.options.arm_port and RESOURCE_GRAPH.installed():
             self.resource_graph = ResourceGraphApi(service, resource_graph_settings(self.options))
 
     def app(self, role: str, service: Maintenance, surface: Any, listening: Listening) -> Any:
-        assert self.resource_graph is not None and self.event_grid is not None
+        assert self.event_grid is not None
         guard = BrowserGuard(HostNames.for_server(listening.control[0], listening.allowed_hosts), json_api=True)
         arm = ManagementApi(ArmApi(service), self.access, guard=guard)
         arm.add_provider("microsoft.maintenance", MaintenanceApi(service).handle)
-        arm.add_provider("microsoft.resourcegraph", self.resource_graph.handle)
+        queries = self.resource_graph.handle if self.resource_graph is not None else resource_graph_not_installed
+        arm.add_provider("microsoft.resourcegraph", queries)
         self.event_grid.register(arm)
         return create_management_app(arm)
 
@@ -179,9 +185,9 @@ def per_type(values: Sequence[str], option: str) -> dict[EventType, timedelta]:
     return result
 
 
-def counted(number: int, noun: str) -> str:
-    """``1 scope``, ``4 scopes``."""
-    return f"{number:,} {noun if number == 1 else noun + 's'}"
+async def resource_graph_not_installed(call: ManagementCall) -> Response:
+    """Resource Graph's answer where its query engine (DuckDB) is not installed: the rest of the ARM port works."""
+    raise ArmError(501, "NotImplemented", RESOURCE_GRAPH.message)
 
 
 def resource_graph_settings(options: Any) -> ResourceGraphSettings:

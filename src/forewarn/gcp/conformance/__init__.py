@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 from forewarn.conformance_cases import FAIL, NOT_JUDGED, PASS, CloudCases, EventState, Grade, ObserverWithoutApproval
+from forewarn.core.words import counted
 
 if TYPE_CHECKING:
     from forewarn.conformance_cases import Call, Check, Observation
@@ -75,8 +76,10 @@ def wait_for_change(obs: Observation, check: Check) -> Grade:
         return Grade("wait_for_change", NOT_JUDGED, "the handler never read maintenance-event")
     waiting = [call for call in reads if parse_qs(urlsplit(call.path).query).get("wait_for_change") == ["true"]]
     if not waiting:
-        return Grade("wait_for_change", FAIL, f"{len(reads)} reads of maintenance-event, none with wait_for_change")
-    return Grade("wait_for_change", PASS, f"{len(waiting)} of {len(reads)} reads waited for a change")
+        return Grade(
+            "wait_for_change", FAIL, f"{counted(len(reads), 'read')} of maintenance-event, none with wait_for_change"
+        )
+    return Grade("wait_for_change", PASS, f"{len(waiting)} of {counted(len(reads), 'read')} waited for a change")
 
 
 def cases() -> CloudCases:

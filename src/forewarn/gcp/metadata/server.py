@@ -1,7 +1,9 @@
 """The Compute Engine metadata server (``/computeMetadata/v1/...``) for the simulated GCE instances.
 
 A handler served by ``server/http1.py`` like the Azure and EC2 metadata surfaces: it resolves the caller, checks the
-headers and returns the answer rendered once per (instance, path, query) since the instance's last change. A GET with
+headers and returns the answer rendered once per (instance, path, query) since the instance's last change (dropped
+once a change to the instance is committed, so a GET answers what the database holds without waiting for a group
+commit under way; only a miss reads the engine). A GET with
 ``wait_for_change=true`` whose value has not changed (its ``last_etag`` is current, or none was given) is answered
 later: it returns a :class:`~forewarn.net.http.Deferred` that this surface resolves when a committed change gives the
 path another ETag, or when ``timeout_sec`` runs out on the engine's clock (a manual clock's step wakes it). A waiter
@@ -35,7 +37,6 @@ from forewarn.core.bounds import iso_time
 from forewarn.core.changes import Rebuilt, TimeMoved
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpComponent
-from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import GceInstance, GceMaintenance
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
@@ -58,6 +59,7 @@ COMMON_HEADERS = (
 )
 # The longest wait forewarn holds a hanging GET for when no timeout_sec is given: our bound (docs/limits.md).
 MAX_TIMEOUT = 3600 * 24
+UNAVAILABLE = (503, b"Service Unavailable\n", TEXT, (FLAVOR, SERVER))
 WAITERS_PER_INSTANCE = 1024
 # Each service's metadata servers, so that the control API can say how many hanging GETs they hold (hanging_gets).
 _SERVERS: weakref.WeakKeyDictionary[Maintenance, weakref.WeakSet[GceMetadata]] = weakref.WeakKeyDictionary()
@@ -152,17 +154,32 @@ class GceMetadata:
         self.resolver = resolver
         self._loop = loop
         self._answers: dict[str, dict[tuple[str, str, str], Response]] = {}
+        # Whether each instance watches maintenance-event, as committed: asked on every GET of it, and dropped with
+        # the instance's answers once the change that moves it is committed (read without waiting for a commit).
+        self._watched: dict[str, bool] = {}
         self._waiters: dict[str, set[Waiter]] = {}
         self._timeouts: list[tuple[datetime, int, Waiter]] = []
         self._order = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
         self._by_deferred: dict[Deferred, Waiter] = {}
+        self._inner: dict[Deferred, Deferred] = {}  # an answer that waited for a transaction: what it became
         self._gone = 0  # timeouts in the heap whose waiter went away (its client hung up)
         service.subscribe(self._on_change)
         _SERVERS.setdefault(service, weakref.WeakSet()).add(self)
 
     # ------------------------------------------------------------------------------------------ read model
+    def _instance(self, name: str) -> GceInstance:
+        """An instance of the fleet, which never changes: read without waiting for a group commit under way."""
+        return self.service.in_memory(lambda engine: engine.component(GcpComponent).gce_instance(name))
+
+    def _watches(self, name: str) -> bool:
+        """Whether the instance asked for maintenance-event since its last maintenance, as committed."""
+        found = self._watched.get(name)
+        if found is None:
+            found = self._watched[name] = self.service.settled_engine().component(GcpComponent).gce_states[name].watched
+        return found
+
     def tree(self, instance: GceInstance) -> Tree:
         engine = self.service.settled_engine()
         state = engine.component(GcpComponent).gce_states[instance.name]
@@ -237,6 +254,7 @@ class GceMetadata:
     def _on_change(self, changes) -> None:
         if isinstance(changes[0], Rebuilt):
             self._answers.clear()
+            self._watched.clear()
             touched = set(self._waiters)
         else:
             touched = set()
@@ -247,13 +265,14 @@ class GceMetadata:
                     touched.add(change.state.name)
             for name in touched:
                 self._answers.pop(name, None)
+                self._watched.pop(name, None)
         for name in touched & self._waiters.keys():
             self._wake(name)
         if any(isinstance(change, TimeMoved) for change in changes) or isinstance(changes[0], Rebuilt):
             self._expire(self.service.now())
 
     def _wake(self, name: str) -> None:
-        instance = gce_fleet(self.service.settled_engine().fleet).instances[name]
+        instance = self._instance(name)
         for waiter in list(self._waiters.get(name, ())):
             answer = self.answer(instance, *waiter.key)
             if etag_of(answer) != waiter.last:
@@ -274,7 +293,7 @@ class GceMetadata:
         while heap and (heap[0][0] <= now or heap[0][2].deferred.done):
             _, _, waiter = heapq.heappop(heap)
             if not waiter.deferred.done:
-                instance = gce_fleet(self.service.settled_engine().fleet).instances[waiter.instance]
+                instance = self._instance(waiter.instance)
                 self._finish(waiter, self.answer(instance, *waiter.key))
         self._arm_timer()
 
@@ -338,15 +357,82 @@ class GceMetadata:
                 service.catch_up()
             except Unavailable as error:
                 log.error("applying a due deadline failed: %s", error)
+        if self._reads_engine(instance.name, (path, recursive, alt)):
+            # To be read from the engine, which a transaction under way may hold ahead of the database: this answer
+            # waits for it to land, not the event loop with every other request.
+            later = Deferred(on_cancel=self._cancel_inner)
+            if service.after_landing(lambda: self._answer_later(later, request)):
+                return later
+        if path.endswith("/maintenance-event") and not self._watches(instance.name):
+            return self._once_watched(request, instance, query, (path, recursive, alt))
+        return self._answered(request, instance, query, (path, recursive, alt))
+
+    def _reads_engine(self, name: str, key: tuple) -> bool:
+        """Whether answering reads the engine: the answer is not kept, or (maintenance-event) whether the instance
+        watches it is not."""
+        if key[0].endswith("/maintenance-event") and name not in self._watched:
+            return True
+        answers = self._answers.get(name)
+        return answers is None or key not in answers
+
+    def _answer_later(self, later: Deferred, request: Request) -> None:
+        if later.done:  # the client closed its connection meanwhile
+            return
+        then = self.serve(request)
+        if isinstance(then, Deferred):  # a hanging GET, a watch to commit, or another transaction under way
+            self._inner[later] = then
+            then.attach(lambda response: self._resolve_later(later, response))
+        else:
+            later.resolve(then)
+
+    def _resolve_later(self, later: Deferred, response: Response) -> None:
+        self._inner.pop(later, None)
+        later.resolve(response)
+
+    def _cancel_inner(self, later: Deferred) -> None:
+        inner = self._inner.pop(later, None)
+        if inner is not None:
+            inner.cancel()
+
+    def _once_watched(self, request: Request, instance: GceInstance, query: dict, key: tuple) -> Deferred:
+        """The instance's first read of maintenance-event since its last maintenance, answered once the watch it
+        starts is durable (the group commit: off the event loop, committed before answered)."""
         name = instance.name
-        if (
-            path.endswith("/maintenance-event")
-            and not service.settled_engine().component(GcpComponent).gce_states[name].watched
-        ):
+        committed = self.service.perform_soon(lambda engine: engine.component(GcpComponent).watch(name))
+        held: list[Deferred] = []  # the hanging GET the answer turned into, if it did
+
+        def closed(_: Deferred) -> None:
+            for deferred in held:
+                deferred.cancel()
+
+        answer = Deferred(on_cancel=closed)
+
+        def watched(done: asyncio.Future) -> None:
+            if answer.done:  # the client closed its connection meanwhile
+                return
             try:
-                service.perform(lambda engine: engine.component(GcpComponent).watch(name))
-            except Unavailable:
-                return (503, b"Service Unavailable\n", TEXT, (FLAVOR, SERVER))
+                error = done.exception() if not done.cancelled() else Unavailable("the server is stopping")
+                if error is not None:
+                    raise error
+                then = self._answered(request, instance, query, key)
+            except Exception as failed:  # not watched (Unavailable: nothing changed), or a defect: the client retries
+                defect = None if isinstance(failed, Unavailable) else failed
+                log.error("%s %s: %s", request.method, request.path, failed, exc_info=defect)
+                then = UNAVAILABLE
+            if isinstance(then, Deferred):
+                held.append(then)
+                then.attach(answer.resolve)
+            else:
+                answer.resolve(then)
+
+        committed.add_done_callback(watched)
+        return answer
+
+    def _answered(self, request: Request, instance: GceInstance, query: dict, key: tuple) -> Response | Deferred:
+        """The answer to ``key`` (path, recursive, alt), now, or once it changes (``wait_for_change``)."""
+        service = self.service
+        name = instance.name
+        path, recursive, alt = key
         answer = self.answer(instance, path, recursive, alt)
         if query.get("wait_for_change", "false").lower() != "true" or answer[0] != 200:
             return answer if request.method == "GET" else (answer[0], b"", answer[2], answer[3])
@@ -363,9 +449,7 @@ class GceMetadata:
         if len(waiters) >= WAITERS_PER_INSTANCE:
             return (429, b"Too many requests\n", TEXT, (FLAVOR, SERVER))
         deferred = Deferred(on_cancel=self._forget)
-        waiter = Waiter(
-            deferred, name, (path, recursive, alt), etag_of(answer), service.now() + timedelta(seconds=seconds)
-        )
+        waiter = Waiter(deferred, name, key, etag_of(answer), service.now() + timedelta(seconds=seconds))
         waiters.add(waiter)
         self._by_deferred[deferred] = waiter
         heapq.heappush(self._timeouts, (waiter.until, next(self._order), waiter))
@@ -376,7 +460,7 @@ class GceMetadata:
         """The answer a plain GET of ``target`` (a path, with ``recursive`` and ``alt`` if it has a query) with
         ``Metadata-Flavor: Google`` gets from instance ``name`` now: the control API's view of it. Unlike the
         instance's own read, it does not count as the instance asking for maintenance-event, and never waits."""
-        instance = self.service.settled_engine().component(GcpComponent).gce_instance(name)
+        instance = self._instance(name)
         path, _, query_text = target.partition("?")
         if not path.startswith(ROOT):
             return _outside_root(path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from forewarn.gcp.scenario.checks import GCE_CHECK
 from forewarn.scenario_steps import StepAction, StepApi, StepCall, event_ids_of, flat
 
 # The control API's route of each step on one instance.
@@ -91,6 +92,7 @@ ACTIONS: dict[str, StepAction] = {
 
 class GceSteps:
     actions = ACTIONS
+    checks = {"gce": GCE_CHECK}
     time_keys = ("start",)
     scheduled_by_wave = "gce scheduled"
 

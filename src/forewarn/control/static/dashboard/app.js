@@ -88,6 +88,7 @@ async function loadAll() {
   }
   if (!timeline.view) timeline.follow(); else timeline.draw();
   refreshDeliveries().catch(() => {});
+  refreshQueuePath().catch(() => {});
   loadScenarios().then(followRuns).catch(showError);
   renderSummary();
   renderEvents();
@@ -97,13 +98,18 @@ async function loadAll() {
   if (state.event) renderEvent();
 }
 
+// "1 host", "4 hosts": as the server's messages count (core/words.py)
+function counted(number, noun) {
+  return `${number.toLocaleString("en-US")} ${number === 1 ? noun : noun + "s"}`;
+}
+
 function renderSummary() {
   const m = fleet.data.machines;
   const counts = {};
   for (const code of m.state) counts[code] = (counts[code] || 0) + 1;
   const parts = Object.entries(counts).map(([code, n]) => `${n} ${fleet.data.state_names[code]}`);
   $("fleet-summary").textContent =
-    `${m.name.length} machines on ${fleet.data.hosts.length} hosts: ${parts.join(", ")}` +
+    `${counted(m.name.length, "machine")} on ${counted(fleet.data.hosts.length, "host")}: ${parts.join(", ")}` +
     (fleet.aggregate ? ` · ${fleet.shown} shown as totals per group (click one to open it)` : "");
   const empty = $("fleet-empty");
   empty.hidden = fleet.shown > 0;
@@ -140,6 +146,7 @@ function apply(message) {
   if (touchedMachine || (message.clock && state.vm)) refreshMachine();
   if (statesChanged && fleet.stateFilter) pending.layout = true;
   if (message.committed) pending.committed.push(message.committed);
+  queuePathSoon();
   scheduleRender();
 }
 
@@ -308,6 +315,30 @@ async function refreshDeliveries() {
   if (state.event && state.event.kind === "azure") renderCentral(state.event.id, false);
 }
 
+// The EC2 queue path: queue depths change with every message and with forewarn's clock (visibility timeouts), which
+// no stream message names one by one: read again (one small read) after a burst of stream messages, and every 3 s.
+let queuePathTimer = null;
+function queuePathSoon() {
+  if (queuePathTimer) return;
+  queuePathTimer = setTimeout(() => { queuePathTimer = null; refreshQueuePath().catch(() => {}); }, 250);
+}
+
+async function refreshQueuePath() {
+  if (document.hidden) return;
+  const path = await get("/v1/dashboard/ec2/queue-path");
+  $("queue-path").hidden = !path.queues.length && !path.lifecycle_actions.length;
+  $("queues").hidden = !path.queues.length;
+  $("queues").tBodies[0].innerHTML = path.queues.map((q) => {
+    const dlq = q.dead_letter_queue ? `${escape(q.dead_letter_queue)}: ${q.dead_letter_depth ?? "missing"}` : "";
+    return `<tr data-queue="${escape(q.name)}"><td>${escape(q.name)}</td><td>${q.visible}</td><td>${q.in_flight}</td><td>${q.delayed}</td><td>${dlq}</td></tr>`;
+  }).join("");
+  $("lifecycle-actions").hidden = !path.lifecycle_actions.length;
+  $("lifecycle-none").hidden = path.lifecycle_actions.length > 0;
+  $("lifecycle-actions").tBodies[0].innerHTML = path.lifecycle_actions.map((a) =>
+    `<tr data-instance="${escape(a.instance_id)}"><td>${escape(a.name ? `${a.name} (${a.instance_id})` : a.instance_id)}</td><td>${escape(`${a.group}/${a.hook}`)}</td><td>${escape(a.state)}</td><td class="when" title="${escape(a.deadline)}">${escape(shortTime(a.deadline))}</td></tr>`).join("");
+}
+setInterval(() => refreshQueuePath().catch(() => {}), 3000);
+
 // A document as people read it: JSON indented (the bytes served are under it); anything else as it is.
 function formatted(body) {
   const text = body.trim();
@@ -350,7 +381,7 @@ async function renderCentral(id, fetchRow = true) {
   $("event-row").textContent = state.centralRow ? JSON.stringify(state.centralRow, null, 2)
     : "none: its VMs' policy does not publish to Event Grid and Resource Graph (forewarn policy set OWNER --central)";
   $("event-deliveries").textContent = mine.length
-    ? mine.map((d) => `${d.created_at.slice(0, 19)} ${d.target} ${d.status} after ${d.attempts} attempt(s)`).join("\n")
+    ? mine.map((d) => `${d.created_at.slice(0, 19)} ${d.target} ${d.status} after ${counted(d.attempts, "attempt")}`).join("\n")
     : "none";
 }
 
@@ -510,6 +541,7 @@ function wire() {
     await post(`/v1/scenarios/${$("scenario-name").value}/run`, { timing: $("scenario-timing").value });
     await followRuns();
   });
+  $("scenario-name").onchange = () => scenarioChosen();
   $("fleet-search").oninput = (e) => { fleet.search = e.target.value.trim(); fleet.layout(); fleet.draw(); renderSummary(); };
   $("fleet-group").onchange = (e) => { fleet.groupBy = e.target.value; fleet.layout(); fleet.draw(); };
   $("fleet-state").onchange = (e) => { fleet.stateFilter = e.target.value; fleet.layout(); fleet.draw(); renderSummary(); };
@@ -522,11 +554,48 @@ function wire() {
 }
 
 // Scenario runs: the server runs the scenario runner against its own control API; the page follows its progress
-// (a small read, once a second, only while a run is going).
+// (a small read, once a second, only while a run is going). A scenario is written against its own fleet: those this
+// server's fleet fits come first and run; the others are listed apart, and choosing one says what it lacks and the
+// command that serves its fleet, instead of a run that could only fail.
+const scenarios = new Map();
+
 async function loadScenarios() {
   const select = $("scenario-name");
   if (select.options.length) return;
-  for (const found of await get("/v1/scenarios")) select.add(new Option(`${found.name}: ${found.title}`, found.name));
+  const listed = await get("/v1/scenarios");
+  for (const [label, fits] of [["Run on this fleet", true], ["Written for a fleet of their own", false]]) {
+    const group = document.createElement("optgroup");
+    group.label = label;
+    for (const found of listed.filter((s) => s.fits === fits)) {
+      scenarios.set(found.name, found);
+      group.append(new Option(`${found.name}: ${found.title}${fits ? "" : " (its own fleet)"}`, found.name));
+    }
+    if (group.children.length) select.append(group);
+  }
+  scenarioChosen();
+}
+
+function scenarioChosen() {
+  const found = scenarios.get($("scenario-name").value);
+  const note = $("scenario-note");
+  $("scenario-run").disabled = !found || !found.fits;
+  note.hidden = !found || found.fits;
+  if (note.hidden) return;
+  note.innerHTML = `<span></span><br>To run it, serve its fleet beside this server, then open that server's page (<a></a>): <code></code>`;
+  note.querySelector("span").textContent = `${found.name} is written for a fleet of its own: this server's ${found.differs}.`;
+  note.querySelector("a").textContent = found.page;
+  note.querySelector("a").href = found.page;
+  // The line wraps between its options only (a browser would break "--db" after its dashes): each option a piece.
+  const code = note.querySelector("code");
+  found.serve.split(/ (?=--)/).forEach((piece, i) => {
+    const span = document.createElement("span");
+    span.textContent = piece;
+    code.append(...(i ? [" ", span] : [span]));
+  });
+}
+
+function clockTime(seconds) {
+  return new Date(seconds * 1000).toLocaleTimeString([], { hour12: false });
 }
 
 async function followRuns() {
@@ -536,12 +605,17 @@ async function followRuns() {
     div.className = "scenario-run";
     div.dataset.status = run.status;
     const p = run.progress;
-    const where = p ? `step ${p.steps_done}/${p.steps}, ${Math.round(p.offset)} s simulated, ${p.moves} clock moves` : "starting";
+    const where = p ? `step ${p.steps_done}/${p.steps}, ${Math.round(p.offset)} s simulated, ${counted(p.moves, "clock move")}` : "starting";
     const checks = run.expectations.map((e) => `${e.passed ? "ok  " : "FAIL"}  ${e.what}${e.passed ? "" : "\n      " + e.detail}`);
     div.innerHTML = `<b></b> <span class="meta"></span><pre></pre>`;
     div.querySelector("b").textContent = `${run.scenario} (${run.timing}): ${run.status}`;
-    div.querySelector(".meta").textContent = run.status === "running" ? where : "";
+    div.querySelector(".meta").textContent = `started ${clockTime(run.started)}${run.status === "running" ? `; ${where}` : ""}`;
     div.querySelector("pre").textContent = [...checks, run.error ? `error: ${run.error}` : ""].filter(Boolean).join("\n") || run.lines.slice(-3).join("\n");
+    if (run.status !== "running") {
+      const dismiss = button("Dismiss", () => act(async () => { await request("DELETE", `/v1/scenarios/runs/${run.run_id}`); await followRuns(); }));
+      dismiss.title = "forget this run (the server keeps the last runs until dismissed)";
+      div.querySelector(".meta").after(dismiss);
+    }
     return div;
   }));
   if (runs.some((run) => run.status === "running")) setTimeout(() => followRuns().catch(showError), 1000);

@@ -41,13 +41,12 @@ def test_the_index_built_in_slices_is_the_index_built_at_once_and_the_loop_runs_
         assert getattr(built, name) == getattr(whole, name), name
         assert list(getattr(built, name)) == list(getattr(whole, name)), name  # in the same order
     assert turns.count(True) > 10  # the loop ran while the index was being built
-    for group in whole.groups:
-        assert [whole.vms[key] for key in whole.vms_in_group.get(group, ())] == [
-            vm for key, vm in whole.vms.items() if key[:2] == group
-        ]
-        assert [whole.scale_sets[key] for key in whole.scale_sets_in_group.get(group, ())] == [
-            members for key, members in whole.scale_sets.items() if key[:2] == group
-        ]
+    vms = azure_fleet(service.settled_engine().fleet).vms.values()
+    for (sub, group), named in whole.vms.items():  # a group's VMs by lowered name, in fleet order
+        in_group = [vm for vm in vms if (vm.subscription_id.lower(), vm.resource_group.lower()) == (sub, group)]
+        assert list(named.values()) == [vm for vm in in_group if vm.scale_set is None]
+        assert all(whole.vm((sub, group), vm.name.upper()) is vm for vm in named.values())
+    assert sum(map(len, whole.vms.values())) == sum(vm.scale_set is None for vm in vms)
     service.store.close()
 
 
@@ -61,8 +60,9 @@ def test_the_index_built_is_frozen_so_that_the_collector_does_not_walk_it_again(
         asyncio.run(resources.ready())
         built = resources.fleet
         walked = {id(found) for found in gc.get_objects()}  # every generation's objects; the frozen ones are in none
-        assert gc.is_tracked(built.vms) and gc.is_tracked(built.vms_in_group)
-        assert id(built.vms) not in walked and id(built.vms_in_group) not in walked
+        some_group = next(iter(built.vms.values()))
+        assert gc.is_tracked(built.vms) and gc.is_tracked(some_group)
+        assert id(built.vms) not in walked and id(some_group) not in walked
     finally:
         gc.unfreeze()  # this test process's objects back in the collector's generations
         service.store.close()

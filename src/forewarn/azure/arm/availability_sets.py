@@ -32,13 +32,12 @@ class AvailabilitySets:
         resources.catch_up()
         if not names:
             allow(method, ("GET",))
-            fleet = resources.fleet
-            sets = [fleet.avsets[key] for key in fleet.avsets_in_group.get(ctx.key, ())]
+            sets = resources.fleet.avsets.get(ctx.key, {}).values()
             return json_response(200, {"value": [self.body(members, ctx.api) for members in sets]})
         if len(names) != 1:
             raise ctx.no_route()
         allow(method, ("GET", "PATCH", "PUT"))
-        members = resources.fleet.avsets.get(ctx.key + (lnames[0],))
+        members = resources.fleet.avsets.get(ctx.key, {}).get(lnames[0])
         if members is None:
             if method == "PUT":
                 raise ArmError(

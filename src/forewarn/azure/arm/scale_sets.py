@@ -60,10 +60,9 @@ class ScaleSets:
         resources.catch_up()
         if not names:
             allow(method, ("GET",))
-            fleet = resources.fleet
-            sets = [fleet.scale_sets[key] for key in fleet.scale_sets_in_group.get(ctx.key, ())]
+            sets = resources.fleet.scale_sets.get(ctx.key, {}).values()
             return json_response(200, {"value": [self.body(members, ctx.api) for members in sets]})
-        members = resources.fleet.scale_sets.get(ctx.key + (lnames[0],))
+        members = resources.fleet.scale_sets.get(ctx.key, {}).get(lnames[0])
         if members is None:
             if len(names) == 1 and method == "PUT":
                 check_name(names[0], "a scale set name")

@@ -34,8 +34,7 @@ class VirtualMachines:
         if not names:
             allow(method, ("GET",))
             resources.catch_up()
-            fleet = resources.fleet
-            vms = [vm for vm in map(fleet.vms.__getitem__, fleet.vms_in_group.get(ctx.key, ())) if resources.exists(vm)]
+            vms = [vm for vm in resources.fleet.vms.get(ctx.key, {}).values() if resources.exists(vm)]
             return json_response(200, {"value": [self.body(vm, ctx.api, False) for vm in vms]})
         name = names[0]
         if len(names) == 1:
@@ -59,7 +58,7 @@ class VirtualMachines:
 
     def _vm(self, ctx: Context, name: str, create: bool = False) -> VM:
         self.resources.catch_up()
-        vm = self.resources.fleet.vms.get(ctx.key + (name.lower(),))
+        vm = self.resources.fleet.vm(ctx.key, name)
         if vm is None or not self.resources.exists(vm):
             if create:
                 check_name(name, "a VM name")
@@ -73,7 +72,7 @@ class VirtualMachines:
 
     async def delete(self, ctx: Context, name: str) -> Response:
         self.resources.catch_up()
-        vm = self.resources.fleet.vms.get(ctx.key + (name.lower(),))
+        vm = self.resources.fleet.vm(ctx.key, name)
         if vm is None or not self.resources.exists(vm):
             return Response(status_code=204)  # ARM RPC: deleting what does not exist is 204 No Content
         return await self.resources.act(ctx, "delete", [vm], vm.location)

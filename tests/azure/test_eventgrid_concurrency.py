@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -23,6 +25,7 @@ from forewarn.azure.eventgrid.settings import EventGridSettings
 from forewarn.azure.eventgrid.topics import EventGrid, metric_resource_id
 from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.fleet.file import parse_fleet
+from forewarn.net.outbound import Outbound
 from forewarn.net.own_listeners import Destination, OwnListeners
 from forewarn.server.stores import open_fleet_store
 from forewarn.store import StoreError
@@ -152,6 +155,48 @@ def test_outcomes_are_committed_in_groups(tmp_path):
         return groups
 
     assert asyncio.run(scenario()) == [8, 8, 4]  # 20 outcomes: two full groups, the rest when the round ends
+
+
+def test_outcomes_wait_for_a_busy_database_without_holding_the_event_loop(tmp_path):
+    """The group commit's thread may hold the database (a part of a clock move) when a round's outcomes are
+    recorded: the metadata GETs, on the same loop, must not wait for it."""
+    held = 0.4
+
+    async def scenario() -> float:
+        webhook = SlowWebhook(hold=0.0)
+        url = await webhook.start()
+        service, eventgrid = open_service(tmp_path / "eg.db", EventGridSettings(outcomes_per_commit=8), url)
+        due = service.store.due_deliveries(service.now(), 100)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold_the_database() -> None:
+            with service.store.guard:
+                holding.set()
+                release.wait(held)
+
+        holder = threading.Thread(target=hold_the_database)
+        holder.start()
+        client = Outbound(5.0)
+        try:
+            assert holding.wait(5)
+            delivery = asyncio.create_task(eventgrid.delivery.deliver(client, due))
+            longest, last = 0.0, time.monotonic()
+            while not delivery.done():
+                await asyncio.sleep(0.005)
+                now = time.monotonic()
+                longest, last = max(longest, now - last), now
+            await delivery
+            assert statuses(service) == {"delivered": EVENTS}
+        finally:
+            release.set()
+            holder.join()
+            await client.aclose()
+            service.store.close()
+            await webhook.stop()
+        return longest
+
+    longest = asyncio.run(scenario())
+    assert longest < held / 2, f"the loop was held {longest * 1000:.0f} ms while the database was busy"
 
 
 def test_a_crash_between_the_requests_and_their_commit_sends_them_again(tmp_path):

@@ -75,7 +75,7 @@ class QueueDelivery:
     async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
         """The lane's deliveries sent together (one group commit), their outcomes recorded together."""
         outcomes = await asyncio.gather(*(self.attempt(delivery) for delivery in deliveries))
-        self.service.store.record_attempts(list(outcomes))
+        await asyncio.to_thread(self.service.store.record_attempts, list(outcomes))  # off the loop, as the outbox
 
     async def attempt(self, delivery: Delivery) -> Attempt:
         attempts = delivery.attempts + 1

@@ -172,30 +172,33 @@ class EventGridDelivery:
     def store(self) -> SQLStore:
         return self.service.store
 
+    async def _record(self, attempts: list[Attempt]) -> None:
+        """Outcomes recorded off the event loop: the group commit's thread may hold the database for a part of a
+        clock move, and the metadata GETs must not wait for it."""
+        await asyncio.to_thread(self.store.record_attempts, attempts)
+
     async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
         subscription = self.registry.subscriptions.get(deliveries[0].target)
         now = self.service.now()
         if subscription is None:
-            self._drop(deliveries, now, "the event subscription was deleted")
+            await self._drop(deliveries, now, "the event subscription was deleted")
             return
         writing = [d for d in deliveries if d.status == "dead-lettering"]
         if writing:
-            self._write_dead_letters(subscription, writing, now)
+            await self._write_dead_letters(subscription, writing, now)
         pending = [d for d in deliveries if d.status == "pending"]
         if not pending:
             return
         state = subscription.shown_state(now)
         if state == FAILED:
-            self._drop(pending, now, "the event subscription failed its validation")
+            await self._drop(pending, now, "the event subscription failed its validation")
             return
         expired = [d for d in pending if now > d.expires_at]
         if expired:
-            self._dead_letter(subscription, expired, now, self.settings.ttl_dead_letter_reason, None, 0)
+            await self._dead_letter(subscription, expired, now, self.settings.ttl_dead_letter_reason, None, 0)
         pending = [d for d in pending if now <= d.expires_at]
         if state == AWAITING_MANUAL_ACTION:  # an update waits for its validation: hold the events, do not count
-            self.store.record_attempts(
-                [Attempt(d.delivery_id, "pending", d.attempts, now + AWAITING_RECHECK) for d in pending]
-            )
+            await self._record([Attempt(d.delivery_id, "pending", d.attempts, now + AWAITING_RECHECK) for d in pending])
             return
         destination = subscription.destination
         # Checked once for this round of requests (all to the one endpoint), not per request: a name is resolved
@@ -214,7 +217,7 @@ class EventGridDelivery:
 
         async def send(batch: list[Delivery]) -> None:
             async with slots:
-                outcomes.add(await self._attempt(client, subscription, target, batch))
+                await outcomes.add(await self._attempt(client, subscription, target, batch))
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -224,7 +227,7 @@ class EventGridDelivery:
             raise failed.exceptions[0] from None
         finally:
             # Outcomes already known are kept even if a sibling failed or the sender is stopping: fewer resends.
-            outcomes.flush()
+            await outcomes.flush()
 
     # ------------------------------------------------------------------------------------------------ requests
     def request(self, subscription: EventSubscription, batch: list[Delivery]) -> tuple[bytes, dict[str, str]]:
@@ -320,7 +323,7 @@ class EventGridDelivery:
                 result.error,
                 made,
             )
-            self._dead_letter(subscription, batch, now, reason, detail, made, result.error)
+            await self._dead_letter(subscription, batch, now, reason, detail, made, result.error)
             return []
         if made >= subscription.retry.max_delivery_attempts:
             log.info(
@@ -331,7 +334,7 @@ class EventGridDelivery:
                 made,
                 subscription.retry.max_delivery_attempts,
             )
-            self._dead_letter(subscription, batch, now, MAX_ATTEMPTS_REASON, detail, made, result.error)
+            await self._dead_letter(subscription, batch, now, MAX_ATTEMPTS_REASON, detail, made, result.error)
             return []
         next_at = now + retry_delay(made, result.status, str(batch[0].delivery_id))
         log.info(
@@ -345,7 +348,7 @@ class EventGridDelivery:
         return [Attempt(d.delivery_id, "pending", made, next_at, result.error, json.dumps(detail)) for d in batch]
 
     # ---------------------------------------------------------------------------------------- dead letters
-    def _dead_letter(
+    async def _dead_letter(
         self,
         subscription: EventSubscription,
         deliveries: list[Delivery],
@@ -358,14 +361,14 @@ class EventGridDelivery:
         """Deliveries that will not be retried: to the dead-letter destination after the delay, or dropped."""
         attempts_by_id = {d.delivery_id: max(made, d.attempts) for d in deliveries}
         if subscription.dead_letter is None:
-            self._drop_undeliverable(subscription, deliveries, now, reason, attempts_by_id, error)
+            await self._drop_undeliverable(subscription, deliveries, now, reason, attempts_by_id, error)
             return
         write_at = now + self.settings.dead_letter_delay
         rows = [
             self._dead_lettering(delivery, now, write_at, reason, detail, attempts_by_id[delivery.delivery_id], error)
             for delivery in deliveries
         ]
-        self.store.record_attempts(rows)
+        await self._record(rows)
         log.info(
             "event grid %s to subscription %s: dead-lettered (%s); written at %s",
             _describe(deliveries),
@@ -391,9 +394,9 @@ class EventGridDelivery:
                 for row in rows
                 for d in [stored[row.delivery_id]]
             ]
-            self._write_dead_letters(subscription, refreshed, now)
+            await self._write_dead_letters(subscription, refreshed, now)
 
-    def _drop_undeliverable(
+    async def _drop_undeliverable(
         self,
         subscription: EventSubscription,
         deliveries: list[Delivery],
@@ -403,7 +406,7 @@ class EventGridDelivery:
         error: str | None,
     ) -> None:
         """Deliveries that will not be retried, for a subscription without a dead-letter destination."""
-        self.store.record_attempts(
+        await self._record(
             [
                 Attempt(
                     d.delivery_id,
@@ -464,9 +467,11 @@ class EventGridDelivery:
             / f"{guid}.json"
         )
 
-    def _write_dead_letters(self, subscription: EventSubscription, deliveries: list[Delivery], now: datetime) -> None:
+    async def _write_dead_letters(
+        self, subscription: EventSubscription, deliveries: list[Delivery], now: datetime
+    ) -> None:
         if subscription.dead_letter is None:  # the destination was removed since: Event Grid drops them
-            self._drop(deliveries, now, "the dead-letter destination was removed")
+            await self._drop(deliveries, now, "the dead-letter destination was removed")
             return
         cloud = subscription.schema == CLOUD_EVENT_SCHEMA
         events = [dead_letter_event(d, cloud) for d in deliveries]
@@ -479,9 +484,9 @@ class EventGridDelivery:
                 for d in deliveries
             )
             if now - first >= DEAD_LETTER_GIVE_UP:
-                self._drop(deliveries, now, f"the dead letter could not be written for 4 hours: {error}")
+                await self._drop(deliveries, now, f"the dead letter could not be written for 4 hours: {error}")
                 return
-            self.store.record_attempts(
+            await self._record(
                 [
                     Attempt(
                         d.delivery_id,
@@ -501,7 +506,7 @@ class EventGridDelivery:
                 error.strerror or error,
             )
             return
-        self.store.record_attempts(
+        await self._record(
             [
                 Attempt(
                     d.delivery_id,
@@ -521,8 +526,8 @@ class EventGridDelivery:
             path,
         )
 
-    def _drop(self, deliveries: list[Delivery], now: datetime, why: str) -> None:
-        self.store.record_attempts([Attempt(d.delivery_id, "dropped", d.attempts, now, why) for d in deliveries])
+    async def _drop(self, deliveries: list[Delivery], now: datetime, why: str) -> None:
+        await self._record([Attempt(d.delivery_id, "dropped", d.attempts, now, why) for d in deliveries])
         log.warning("event grid %s to %s: dropped (%s)", _describe(deliveries), deliveries[0].target, why)
 
 
@@ -537,15 +542,15 @@ class _GroupCommit:
         self.size = size
         self.waiting: list[Attempt] = []
 
-    def add(self, outcomes: list[Attempt]) -> None:
+    async def add(self, outcomes: list[Attempt]) -> None:
         self.waiting.extend(outcomes)
         if len(self.waiting) >= self.size:
-            self.flush()
+            await self.flush()
 
-    def flush(self) -> None:
+    async def flush(self) -> None:
         if self.waiting:
             group, self.waiting = self.waiting, []
-            self.store.record_attempts(group)
+            await asyncio.to_thread(self.store.record_attempts, group)
 
 
 def dead_letter_event(delivery: Delivery, cloud: bool) -> dict:

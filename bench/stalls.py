@@ -19,7 +19,8 @@ EC2, 5% Compute Engine):
 6. **first ARM list**: the first ARM call of the server, the VMs of a resource group (the index ARM builds on first
    use is built then), then the same list again (**ARM list, warm**);
 7. **first Resource Graph query** and the same query again (**Resource Graph, warm**);
-8. **replica restart**, on PostgreSQL (``--db``, a schema of its own, dropped afterwards; ``--db ''`` skips it): a
+8. **reset**: ``POST /v1/reset``, back to the server's start (the store emptied, the engine rebuilt from it);
+9. **replica restart**, on PostgreSQL (``--db``, a schema of its own, dropped afterwards; ``--db ''`` skips it): a
    primary (``--role shared``, the fleet and the manual clock) and two metadata replicas (``--role replica``), one
    serving the hosts whose name ends in 1, the other those ending in 2 (``--hosts``), each with a probe of its own
    asking as an Azure VM on a host it serves (the VM's ``imds.address``, written into the fleet), the primary also
@@ -361,6 +362,9 @@ def operations(server: Server, hosts: int) -> list[tuple[str, object]]:
         query = {"query": "maintenanceresources | summarize count()"}
         server.call("POST", "/providers/Microsoft.ResourceGraph/resources?api-version=2022-10-01", query, server.arm)
 
+    def reset() -> None:
+        server.call("POST", "/v1/reset")
+
     return [
         ("wave start", start_wave),
         ("clock step: start", step),
@@ -372,6 +376,7 @@ def operations(server: Server, hosts: int) -> list[tuple[str, object]]:
         ("ARM list, warm", arm_list),
         ("first Resource Graph query", resource_graph),
         ("Resource Graph, warm", resource_graph),
+        ("reset", reset),
     ]
 
 

@@ -226,7 +226,7 @@ def clock_router(service: Maintenance, feed: LiveFeed) -> APIRouter:
     async def reset():
         """Back to the server's start: the fleet, the clock at its start time, no events, waves, deliveries or
         journal, every incarnation 1 (committed before the answer)."""
-        service.reset()
+        await service.reset_soon()
         return clock_out()
 
     return router

@@ -1,0 +1,72 @@
+"""A server's reset (``Maintenance.reset_soon``, ``POST /v1/reset``) resets the database and builds the new engine in a
+thread: the event loop answers meanwhile, and the commands that come during the reset run after it, on its engine."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import timedelta
+
+from forewarn.app.runtime import Maintenance
+from forewarn.fleet.file import parse_fleet
+from helpers import SMALL_FLEET, T0, open_store
+
+HELD = 0.4  # seconds the database is held by another thread when the reset begins
+
+
+def test_a_reset_waits_for_a_busy_database_without_holding_the_loop_and_commands_run_after_it(tmp_path):
+    service = Maintenance.open(open_store(str(tmp_path / "a.db")), parse_fleet(SMALL_FLEET), "manual", 1.0, T0, "s")
+    service.advance_clock(timedelta(hours=1))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold_the_database() -> None:  # as the group commit's thread holds it for a part
+        with service.store.guard:
+            holding.set()
+            release.wait(HELD)
+
+    async def scenario() -> tuple[float, list[str]]:
+        order: list[str] = []
+        reset = asyncio.create_task(service.reset_soon())
+        reset.add_done_callback(lambda _: order.append("reset"))
+        await asyncio.sleep(0.05)
+        assert service.now() == T0 + timedelta(hours=1)  # read meanwhile: the engine as it was
+        moved = service.advance_clock_soon(timedelta(minutes=1))
+        moved.add_done_callback(lambda _: order.append("advance"))
+        longest, last = 0.0, time.monotonic()
+        while not (reset.done() and moved.done()):
+            await asyncio.sleep(0.005)
+            now = time.monotonic()
+            longest, last = max(longest, now - last), now
+        await reset
+        await moved
+        return longest, order
+
+    holder = threading.Thread(target=hold_the_database)
+    holder.start()
+    try:
+        assert holding.wait(5)
+        longest, order = asyncio.run(scenario())
+    finally:
+        release.set()
+        holder.join()
+    try:
+        assert longest < HELD / 2, f"the loop was held {longest * 1000:.0f} ms during the reset"
+        assert order == ["reset", "advance"]
+        assert service.now() == T0 + timedelta(minutes=1)  # the start again, then the minute
+    finally:
+        service.store.close()
+
+
+def test_two_resets_at_once_each_end_with_the_start(tmp_path):
+    service = Maintenance.open(open_store(str(tmp_path / "a.db")), parse_fleet(SMALL_FLEET), "manual", 1.0, T0, "s")
+    service.advance_clock(timedelta(hours=1))
+
+    async def scenario() -> None:
+        await asyncio.gather(service.reset_soon(), service.reset_soon())
+
+    try:
+        asyncio.run(scenario())
+        assert service.now() == T0
+    finally:
+        service.store.close()

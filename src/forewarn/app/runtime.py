@@ -948,6 +948,12 @@ class Maintenance:
             if self._grouped:
                 loop.call_soon(self._start_group)
 
+    @property
+    def resetting(self) -> asyncio.Future[None] | None:
+        """The reset under way (``reset_soon``), done once its engine is installed; None: none is. Nothing falls due
+        until then (``catch_up`` does nothing)."""
+        return self._resetting
+
     async def _group_landed(self) -> None:
         """Once the group commit under way, if any, has landed: waited for without holding the loop (``settle``)."""
         while self._in_flight is not None:

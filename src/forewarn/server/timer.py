@@ -43,6 +43,8 @@ class DeadlineTimer:
                 rest = self.service.catching_up
                 if rest is not None:  # deadlines to apply in parts: the next due time is known once they are
                     await let_go(await rest)
+                elif (resetting := self.service.resetting) is not None:  # nothing is caught up until it ends
+                    await asyncio.shield(resetting)
             except Unavailable as error:  # the database is out of reach: the deadlines are applied once it is back
                 log.warning("applying due deadlines failed (%s); retrying in 1 s", error)
                 await asyncio.sleep(1)

@@ -20,7 +20,7 @@ from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import Deferred, Request
-from helpers import T0, open_store
+from helpers import T0, HeldCommits, open_store
 
 # 120 VMs on 12 hosts: a Freeze over every host is 12 operations, one start deadline each.
 GENERATED = fleet_yaml(FleetShape(vms=120, seed="parts"))
@@ -217,15 +217,16 @@ def test_a_metadata_get_waiting_for_a_part_is_answered_as_it_lands_not_when_the_
         ("127.0.0.1", 8169), ("127.0.0.1", 50000),
     )  # fmt: skip
 
+    held = HeldCommits(service)  # the first part's transaction, held until the GET is waiting for it
+
     async def step_and_get() -> tuple[bool, int, int]:
         step = service.step_clock_soon()
-        await commits.first_landed()
-        answer = imds.handle(get)
-        while not isinstance(answer, Deferred):  # between two parts: asked again during the next
-            await asyncio.sleep(0)
-            answer = imds.handle(get)
+        await held.wait_entered()
+        answer = imds.handle(get)  # not asked before: the engine is to be read
+        assert isinstance(answer, Deferred)
         answered = asyncio.get_running_loop().create_future()
         answer.attach(lambda response: answered.set_result((response[0], step.done(), len(commits.made))))
+        held.release.set()
         status, step_done, parts_landed = await answered
         await step
         assert status == 200

@@ -306,3 +306,34 @@ def test_a_document_not_rendered_yet_waits_for_the_transaction_under_way_without
     assert (status, approved) == (200, True)
     assert [e["EventStatus"] for e in json.loads(body)["Events"]] == ["Started"]
     service.store.close()
+
+
+def test_a_kept_document_a_commit_changed_is_rendered_as_it_lands_and_answered_during_the_next(tmp_path):
+    """A VM that asked before a commit changed its document is answered at once during the next transaction: the
+    document is rendered again as the commit lands (the engine then holds what was committed), not dropped to be
+    rendered after the next one. Its power state, asked of every request when down VMs are dropped, comes from the
+    commit's own news."""
+    service = Maintenance.open(open_store(str(tmp_path / "k.db")), small_fleet(), "manual", 1.0, T0, "seed")
+    settings = ImdsSettings(while_down="drop")
+    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}), settings)
+    get = Request(
+        "GET", "/metadata/scheduledevents", b"api-version=2020-07-01", ((b"metadata", b"true"),), b"",
+        ("127.0.0.1", 8169), ("127.0.0.1", 50000),
+    )  # fmt: skip
+    assert json.loads(imds.handle(get)[1])["Events"] == []  # solo, the fleet's default VM: kept, with no event
+
+    async def run() -> list:
+        await azure_commands.schedule_soon(service, ScheduleRequest(EventType.REBOOT, vms=("solo",)))
+        held = HeldCommits(service)
+        freeze = ScheduleRequest(EventType.FREEZE, vms=("WestNO_0",))
+        other = asyncio.ensure_future(azure_commands.schedule_soon(service, freeze))
+        await held.wait_entered()
+        # The transaction is held until the read is done: a read that waited for it would fail it (held's 10 s).
+        during = imds.handle(get)
+        assert not isinstance(during, Deferred) and not other.done()
+        held.release.set()
+        await other
+        return [event["EventType"] for event in json.loads(during[1])["Events"]]
+
+    assert asyncio.run(run()) == ["Reboot"]
+    service.store.close()

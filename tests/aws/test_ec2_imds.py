@@ -476,6 +476,32 @@ def test_a_get_answers_what_is_committed_without_waiting_for_a_commit_under_way(
     assert b'"Code" : "system-reboot"' in env.get(SCHEDULED, ASG)[1]
 
 
+def test_a_kept_answer_a_commit_changed_is_rendered_as_it_lands_and_answered_during_the_next(tmp_path):
+    """An instance that asked before a commit changed it is answered at once during the next transaction: its kept
+    answers are rendered again as the commit lands, not dropped to be rendered after the next one."""
+    env = Env(tmp_path, Ec2ImdsSettings(while_down="drop"))
+    assert env.get(SCHEDULED) == (200, b"[ ]")
+
+    def reboot(instance: str):
+        request = Ec2Request(Ec2Code.SYSTEM_REBOOT, (instance,), notice=timedelta(hours=1))
+        return lambda engine: engine.component(Ec2Component).schedule_ec2(request)
+
+    async def schedule_and_read() -> tuple:
+        await env.service.perform_soon(reboot(EBS))
+        held = HeldCommits(env.service)
+        other = env.service.perform_soon(reboot(ASG))
+        await held.wait_entered()
+        # The transaction is held until the read is done: a read that waited for it would fail it (held's 10 s).
+        during = env.request(SCHEDULED)
+        assert not isinstance(during, Deferred) and not other.done()
+        held.release.set()
+        await other
+        return during[:2]
+
+    status, body = asyncio.run(schedule_and_read())
+    assert status == 200 and b'"Code" : "system-reboot"' in body
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="tokens"):
         Ec2ImdsSettings(tokens="sometimes")

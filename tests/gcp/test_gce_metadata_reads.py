@@ -95,3 +95,31 @@ def test_a_get_that_reads_the_engine_waits_for_the_transaction_under_way_off_the
 
     assert asyncio.run(notify_and_read()) == [b"NONE", False, (200, b"MIGRATE_ON_HOST_MAINTENANCE")]
     service.store.close()
+
+
+def test_a_kept_answer_a_commit_changed_is_rendered_as_it_lands_and_answered_during_the_next(tmp_path):
+    """An instance that asked before a commit changed it is answered at once during the next transaction: its kept
+    answer (and whether it watches) is rendered again as the commit lands, not dropped to be read after the next."""
+    service = Maintenance.open(open_store(str(tmp_path / "g.db")), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
+    metadata = GceMetadata(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}))
+
+    def notice(name: str):
+        maintenance = GceRequest((name,))
+        return service.perform_soon(lambda engine: engine.component(GcpComponent).schedule_gce(maintenance))
+
+    async def notify_and_read() -> bytes:
+        for _ in range(2):  # the first read starts the watch; the next finds it committed
+            assert await answered(metadata, "web-1") == b"NONE"
+        await notice("web-1")
+        held = HeldCommits(service)
+        other = notice("web-2")
+        await held.wait_entered()
+        # The transaction is held until the read is done: a read that waited for it would fail it (held's 10 s).
+        during = get(metadata, "web-1")
+        assert not isinstance(during, Deferred) and not other.done()
+        held.release.set()
+        await other
+        return during[1]
+
+    assert asyncio.run(notify_and_read()) == b"MIGRATE_ON_HOST_MAINTENANCE"
+    service.store.close()

@@ -36,6 +36,13 @@ class Fresh(tuple):
 # A Response with this status is not answered: the connection is dropped, as when the VM behind it is down.
 DROP = 0
 
+# As a commit lands, a metadata surface renders again the kept answers of at most this many machines it changed: the
+# engine holds exactly what was committed then, and the next transaction may already be under way when they ask
+# again, so an answer dropped would make its machine wait for that transaction too. Bounded, so that a commit that
+# changes a whole fleet of machines that all asked holds the event loop for milliseconds, not seconds; the answers of
+# the rest are rendered when asked.
+RENDERED_AS_LANDED = 256
+
 
 @dataclass(frozen=True)
 class Later:

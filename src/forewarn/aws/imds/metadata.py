@@ -34,7 +34,7 @@ from forewarn.aws.model import Ec2Event, Ec2EventState, Ec2Instance, Ec2State, I
 from forewarn.core.changes import Rebuilt
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
-from forewarn.net.http import DROP, Deferred, Fresh, Request, Response
+from forewarn.net.http import DROP, RENDERED_AS_LANDED, Deferred, Fresh, Request, Response
 
 log = logging.getLogger("forewarn.ec2imds")
 _IMDS_PATH = re.compile(r"^/($|latest(/|$)|\d{4}-\d{2}-\d{2}(/|$)|1\.0(/|$))")
@@ -186,6 +186,7 @@ class Ec2Imds:
             self._trees.clear()
             self._down.clear()
             return
+        kept: dict[str, list[str]] = {}  # the instances whose answers were kept, with the paths asked
         for change in changes:
             if isinstance(change, Ec2EventChanged):
                 instance_id = change.event.instance_id
@@ -193,9 +194,16 @@ class Ec2Imds:
                 instance_id = change.state.instance_id
             else:
                 continue
-            self._answers.pop(instance_id, None)
+            answers = self._answers.pop(instance_id, None)
             self._trees.pop(instance_id, None)
-            self._down.pop(instance_id, None)
+            down = self._down.pop(instance_id, None)
+            if (answers or down is not None) and len(kept) < RENDERED_AS_LANDED:
+                kept[instance_id] = [*kept.get(instance_id, ()), *(answers or ())]
+        for instance_id, paths in kept.items():  # the engine holds what was committed: render them now
+            for path in paths:
+                self.answer(instance_id, path)
+            if self._drop_down:
+                self._is_down(instance_id)
 
     def answer(self, instance_id: str, path: str) -> Response:
         """The GET response for an instance and a path, rendered once per change of the instance."""

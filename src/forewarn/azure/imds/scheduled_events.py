@@ -50,7 +50,7 @@ from forewarn.core.errors import Invalid, NotFound
 from forewarn.engine.engine import Engine
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
-from forewarn.net.http import DROP, JSON, Deferred, Later, Request, Response
+from forewarn.net.http import DROP, JSON, RENDERED_AS_LANDED, Deferred, Later, Request, Response
 from forewarn.net.untrusted_json import JsonInputError, parse_json
 
 log = logging.getLogger("forewarn.imds")
@@ -193,11 +193,17 @@ class AzureImds:
             self._empty_documents.clear()
             self._powers.clear()
             return
+        kept: dict[str, list[str]] = {}  # the scopes whose documents were kept, with the versions asked
         for change in changes:
             if isinstance(change, IncarnationChanged):
-                self._documents.pop(change.scope, None)
+                dropped = self._documents.pop(change.scope, None)
+                if dropped and len(kept) < RENDERED_AS_LANDED:
+                    kept[change.scope] = list(dropped)
             elif isinstance(change, VmChanged):
-                self._powers.pop(change.state.name, None)
+                self._powers[change.state.name] = change.state.power  # as committed: this is the commit's news
+        for scope, versions in kept.items():
+            for version in versions:
+                self._rendered(scope, version)
 
     def _power(self, name: str) -> Power:
         """The VM's power state as committed: kept until a change to the VM is announced (after its commit), so a

@@ -40,7 +40,7 @@ from forewarn.gcp.component import GcpComponent
 from forewarn.gcp.model import GceInstance, GceMaintenance
 from forewarn.net.browser_guard import Refusal
 from forewarn.net.callers import CallerResolver, UnknownCaller
-from forewarn.net.http import Deferred, Request, Response
+from forewarn.net.http import RENDERED_AS_LANDED, Deferred, Request, Response
 
 log = logging.getLogger("forewarn.gcemetadata")
 
@@ -263,13 +263,26 @@ class GceMetadata:
                     touched.add(change.event.instance)
                 elif isinstance(change, GceStateChanged):
                     touched.add(change.state.name)
-            for name in touched:
-                self._answers.pop(name, None)
-                self._watched.pop(name, None)
+            self._render_again(touched)
         for name in touched & self._waiters.keys():
             self._wake(name)
         if any(isinstance(change, TimeMoved) for change in changes) or isinstance(changes[0], Rebuilt):
             self._expire(self.service.now())
+
+    def _render_again(self, touched: set[str]) -> None:
+        """Drop what the instances a commit changed had kept, and render it again from the engine, which holds what
+        was committed now (up to RENDERED_AS_LANDED instances; the others' are rendered when asked)."""
+        kept: dict[str, list[tuple[str, str, str]]] = {}
+        for name in touched:
+            answers = self._answers.pop(name, None)
+            watched = self._watched.pop(name, None)
+            if (answers or watched is not None) and len(kept) < RENDERED_AS_LANDED:
+                kept[name] = list(answers or ())
+        for name, keys in kept.items():
+            instance = self._instance(name)
+            for key in keys:
+                self.answer(instance, *key)
+            self._watches(name)
 
     def _wake(self, name: str) -> None:
         instance = self._instance(name)

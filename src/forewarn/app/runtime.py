@@ -41,6 +41,7 @@ from forewarn.core.component import StoredRows
 from forewarn.core.errors import Conflict, CoreError
 from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
+from forewarn.engine.teardown import dismantle
 from forewarn.fleet.model import Fleet
 from forewarn.store import JournalEntry, Outgoing, SQLStore, StoredState, StoreError, records_digest
 
@@ -309,8 +310,12 @@ class Maintenance:
         return self._engine
 
     def _install(self, engine: Engine) -> None:
-        self._engine = engine
+        replaced, self._engine = self._engine, engine
         self.rules = engine.rules
+        if replaced is not engine:
+            replaced.close()  # freed as it is dropped, not left to the cyclic collector
+            parts = [*replaced.components.values(), replaced.wave_runner, replaced.scheduler]
+            threading.Thread(target=dismantle, args=(parts,), name="forewarn-dismantle", daemon=True).start()
 
     # -------------------------------------------------------------------------------------------- opening
     @classmethod
@@ -971,9 +976,9 @@ class Maintenance:
         with self._lock:
             try:
                 self.store.ready()
-                stored = _stored(self.store)
-                clock = Clock.start(self.clock.mode, self.clock.speed, self.wall(), stored.created_at)
-                self.store.reset(clock, stored.created_at)
+                deployed = self.store.deployed_at()
+                clock = Clock.start(self.clock.mode, self.clock.speed, self.wall(), deployed)
+                self.store.reset(clock, deployed)
                 state = _stored(self.store)
             except StoreError as error:
                 raise Unavailable(str(error), error.retry_after) from error

@@ -23,7 +23,7 @@ from forewarn.core.changes import Change
 Target = TypeVar("Target")
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False)
 class DeadlineKind(Generic[Target]):
     """One kind of deadline a component sets: ``fire(target)`` applies it, ``is_stale(target, at)`` says that the
     deadline set for ``at`` no longer applies."""
@@ -31,6 +31,19 @@ class DeadlineKind(Generic[Target]):
     name: str
     fire: Callable[[Target], list[Change]]
     is_stale: Callable[[Target, datetime], bool]
+
+    def close(self) -> None:
+        """Let go of the component's methods (``Scheduler.close``): its deadlines fire nothing from now on."""
+        self.fire = _fires_nothing
+        self.is_stale = _always_stale
+
+
+def _fires_nothing(target: object) -> list[Change]:
+    return []
+
+
+def _always_stale(target: object, at: datetime) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
@@ -73,6 +86,15 @@ class Scheduler:
     def clear(self) -> None:
         """Forget every deadline (the components set them again from their state: a replica that takes over)."""
         self._heap.clear()
+
+    def close(self) -> None:
+        """Let go of every kind and hook: each names a component that holds this scheduler, a cycle that only the
+        cyclic collector would free (and never, once frozen). The deadlines stay, inert, for whoever drops this
+        scheduler to free (``engine.teardown``: a million of them freed at once hold the interpreter)."""
+        for kind in self._kinds.values():
+            kind.close()
+        self._kinds.clear()
+        self._step_hooks.clear()
 
     def pending(self) -> list[tuple[datetime, str, Any]]:
         """The deadlines that still apply, as (time, kind, target), in the order they fall due."""

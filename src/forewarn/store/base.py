@@ -319,6 +319,16 @@ class SQLStore:
         return json.loads(row[0])
 
     @retried_on_a_new_connection
+    def deployed_at(self) -> datetime:
+        """When the stored fleet was deployed (``initialize``; a reset keeps it), read alone: ``load`` would read every
+        record with it, and a million-VM state takes seconds to build and to free."""
+        with self._transaction() as cursor:
+            meta = self._meta(cursor)
+        if "fleet" not in meta:
+            raise StoreError(f"{self.description}: the database holds no fleet (was it emptied while in use?)")
+        return datetime.fromisoformat(meta.get("created_at", meta["now"]))
+
+    @retried_on_a_new_connection
     def fleet_file(self) -> dict[str, Any] | None:
         """What ``put_fleet_file`` stored of the fleet file the stored fleet was read from (None: nothing)."""
         with self._transaction() as cursor:

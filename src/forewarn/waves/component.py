@@ -115,6 +115,11 @@ class WaveRunner:
             for run in wave.in_flight:
                 self._track_unit(wave, run)
 
+    def close(self) -> None:
+        """Its engine is replaced (``Engine.close``): the rollers let go of, each of which reaches a component that
+        tells this runner of the events that end, a cycle only the cyclic collector would free."""
+        self._rollers.clear()
+
     @property
     def now(self) -> datetime:
         return self._scheduler.now

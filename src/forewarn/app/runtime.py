@@ -298,6 +298,9 @@ class Maintenance:
         self._resetting: asyncio.Future[None] | None = None
         self._due_wall = float("inf")
         self._refresh_due()
+        # What surrounds building a whole engine while the server runs (``reset_soon``): the server pauses the
+        # garbage collector there (server/tuning.py).
+        self.engine_building: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
 
     def settled_engine(self) -> Engine:
         """The engine as the database has it: a group commit under way is waited for (and announced) first, which
@@ -945,8 +948,9 @@ class Maintenance:
         try:
             await self._group_landed()  # the group under way lands first; no other starts
             self._refuse_moves_under_way()
-            clock, engine = await asyncio.to_thread(self._reset_store)
-            self._install_reset(clock, engine)
+            with self.engine_building():
+                clock, engine = await asyncio.to_thread(self._reset_store)
+                self._install_reset(clock, engine)
         finally:
             resetting, self._resetting = self._resetting, None
             resetting.set_result(None)

@@ -39,12 +39,14 @@ from forewarn.server.opening import Served, open_service, rules_of, served_cloud
 from forewarn.server.shared import shared_surfaces
 from forewarn.server.timer import DeadlineTimer
 from forewarn.server.tuning import (
+    collector_paused,
     event_loop_runner,
     exit_with,
     freeze_after_bulk,
     probe_database,
     settle_heap,
     tune_collector,
+    tune_thread_switching,
 )
 from forewarn.server.uvicorn_guard import MANAGEMENT_LIMITS, ApiLimits, UvicornGuard
 
@@ -226,6 +228,8 @@ async def serve(
     built = build(service, listeners, clouds, access)
     settle_heap()
     service.subscribe(freeze_after_bulk)
+    service.engine_building = collector_paused
+    tune_thread_switching()
     own = own_listeners(built.bound, listeners)
     handler: Callable[[Request], Any] = built.metadata.handle
     if node is not None:

@@ -4,12 +4,14 @@ database probe and the watch of the parent process."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import gc
 import logging
 import os
 import signal
-from collections.abc import Callable, Coroutine
+import sys
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 from forewarn.app.runtime import CHANGES_PER_PART
@@ -51,6 +53,35 @@ def tune_collector() -> None:
     approval's CPU; cyclic garbage (the control API makes some) waits a little longer. Full collections keep their
     own rule (a quarter more long-lived objects than at the last)."""
     gc.set_threshold(10_000, *gc.get_threshold()[1:])
+
+
+# Seconds a thread that wants the interpreter waits before the one running Python must hand it over (CPython's
+# default: 5 ms). The work the server does in threads (a reset's engine, a group's transaction, a replaced engine
+# freed) would otherwise keep the event loop waiting 5 ms for each request's turn, several times a request: a
+# reset at a million VMs held metadata GETs 35-42 ms, 22 ms at 1 ms (bench/stalls.py). No cost while the loop runs
+# alone, as it mostly does.
+SWITCH_INTERVAL = 0.001
+
+
+def tune_thread_switching() -> None:
+    sys.setswitchinterval(SWITCH_INTERVAL)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Around building a whole engine (``Maintenance.engine_building``: a reset): the cyclic collector paused, then
+    what was built frozen, as at start-up (``settle_heap``). Its collections would walk the hundreds of thousands of
+    objects being built, in the building thread and holding the interpreter (a collection of 27 ms during a reset at
+    a million VMs, bench/stalls.py). The replaced engine is freed by reference counting (``Engine.close``), frozen or
+    not."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def settle_heap() -> None:

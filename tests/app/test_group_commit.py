@@ -16,9 +16,11 @@ from forewarn.app.runtime import Maintenance
 from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
+from forewarn.azure.imds import scheduled_events
 from forewarn.azure.imds.scheduled_events import AzureImds, ImdsSettings
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.errors import CoreError
+from forewarn.fleet.file import parse_fleet
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import DROP, Deferred, Request
 from forewarn.store import StoreError
@@ -336,4 +338,46 @@ def test_a_kept_document_a_commit_changed_is_rendered_as_it_lands_and_answered_d
         return [event["EventType"] for event in json.loads(during[1])["Events"]]
 
     assert asyncio.run(run()) == ["Reboot"]
+    service.store.close()
+
+
+TWO_ASKING = """
+hosts: [{name: h1}, {name: h2}]
+vms:
+  - {name: a, host: h1, imds: {address: 127.0.0.51}}
+  - {name: b, host: h2, imds: {address: 127.0.0.52}}
+  - {name: c, host: h2}
+"""
+
+
+def test_at_most_rendered_as_landed_documents_are_rendered_again_as_a_commit_lands(tmp_path, monkeypatch):
+    """The documents rendered again as a commit lands are bounded (``RENDERED_AS_LANDED``), so that a commit over a
+    whole fleet that all asked does not hold the loop: past the bound, a document is rendered when asked, once the
+    transaction under way has landed."""
+    monkeypatch.setattr(scheduled_events, "RENDERED_AS_LANDED", 1)
+    fleet = parse_fleet(TWO_ASKING)
+    service = Maintenance.open(open_store(str(tmp_path / "b.db")), fleet, "manual", 1.0, T0, "seed")
+    imds = AzureImds(service, CallerResolver(fleet, shared_ports={8169}))
+
+    def get(address: str) -> Request:
+        return Request(
+            "GET", "/metadata/scheduledevents", b"api-version=2020-07-01", ((b"metadata", b"true"),), b"",
+            ("127.0.0.1", 8169), (address, 50000),
+        )  # fmt: skip
+
+    asking = ["127.0.0.51", "127.0.0.52"]
+    assert [imds.handle(get(address))[0] for address in asking] == [200, 200]  # both kept
+
+    async def run() -> list[bool]:
+        await azure_commands.schedule_soon(service, ScheduleRequest(EventType.REBOOT, vms=("a", "b")))
+        held = HeldCommits(service)
+        freeze = ScheduleRequest(EventType.FREEZE, vms=("c",))
+        other = asyncio.ensure_future(azure_commands.schedule_soon(service, freeze))
+        await held.wait_entered()
+        waiting = [isinstance(imds.handle(get(address)), Deferred) for address in asking]
+        held.release.set()
+        await other
+        return waiting
+
+    assert sorted(asyncio.run(run())) == [False, True]
     service.store.close()

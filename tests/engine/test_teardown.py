@@ -7,10 +7,14 @@ import gc
 import threading
 from collections import Counter
 
+import pytest
+
+from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Maintenance
 from forewarn.azure import commands as azure_commands
 from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.engine.teardown import SLICE, dismantle
+from forewarn.store import StoreError
 from helpers import T0, open_store, small_fleet
 
 
@@ -49,6 +53,25 @@ def test_a_reset_leaves_nothing_of_the_old_engine_to_the_cyclic_collector(tmp_pa
     # The next engine works on the fleet the old one shared, untouched.
     assert service.settled_engine().fleet is fleet and len(list(fleet.hosts)) == 3
     assert azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",)))
+    service.store.close()
+
+
+def test_a_rebuild_after_a_failed_commit_leaves_nothing_of_the_old_engine_to_the_cyclic_collector(tmp_path):
+    service = opened(tmp_path)
+    real = service.store.commit
+
+    def fails(*args, **named):
+        raise StoreError("disk full")
+
+    def fail_one_command() -> None:
+        service.store.commit = fails  # type: ignore[method-assign]
+        try:
+            with pytest.raises(Unavailable):
+                azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",)))
+        finally:
+            service.store.commit = real  # type: ignore[method-assign]
+
+    assert garbage_after(fail_one_command) == Counter()
     service.store.close()
 
 

@@ -491,7 +491,7 @@ class Maintenance:
 
     def _take(self, state: StoredState, cause: Exception) -> None:
         """The engine rebuilt from ``state``, what was derived from the old one dropped."""
-        self._engine = self.engine_from(state, self._engine.rules, self._engine.fleet)
+        self._install(self.engine_from(state, self._engine.rules, self._engine.fleet))
         self.clock = state.clock.within_bounds()[0]
         self._unsettled = None
         self._refresh_due()

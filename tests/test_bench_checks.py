@@ -33,6 +33,7 @@ CHECKS = {
     "queues.py": [],
     "agent.py": [],
     "stalls.py": ["--db", POSTGRES_URL],
+    "resets.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

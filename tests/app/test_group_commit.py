@@ -250,17 +250,24 @@ def test_a_cached_document_is_served_while_a_transaction_is_under_way(tmp_path):
     service.store.close()
 
 
-def test_a_vm_down_is_dropped_only_once_its_impact_is_committed_and_the_read_does_not_wait(tmp_path):
-    """With down VMs' connections dropped (the realistic profile), every metadata request asks whether its VM is
-    down: the answer is the committed one, read without waiting for a group commit under way."""
+def dropping_down_vms(tmp_path) -> tuple[Maintenance, AzureImds, Request]:
+    """The small fleet's service, its Azure metadata dropping down VMs' connections, and solo's GET (the fleet's
+    default VM)."""
     service = Maintenance.open(open_store(str(tmp_path / "d.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",)))
     settings = ImdsSettings(while_down="drop")
     imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}), settings)
     get = Request(
         "GET", "/metadata/scheduledevents", b"api-version=2020-07-01", ((b"metadata", b"true"),), b"",
         ("127.0.0.1", 8169), ("127.0.0.1", 50000),
     )  # fmt: skip
+    return service, imds, get
+
+
+def test_a_vm_down_is_dropped_only_once_its_impact_is_committed_and_the_read_does_not_wait(tmp_path):
+    """With down VMs' connections dropped (the realistic profile), every metadata request asks whether its VM is
+    down: the answer is the committed one, read without waiting for a group commit under way."""
+    service, imds, get = dropping_down_vms(tmp_path)
+    azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("solo",)))
     assert imds.handle(get)[0] == 200  # solo, the fleet's default VM, running
     held = HeldCommits(service)
 
@@ -315,13 +322,7 @@ def test_a_kept_document_a_commit_changed_is_rendered_as_it_lands_and_answered_d
     document is rendered again as the commit lands (the engine then holds what was committed), not dropped to be
     rendered after the next one. Its power state, asked of every request when down VMs are dropped, comes from the
     commit's own news."""
-    service = Maintenance.open(open_store(str(tmp_path / "k.db")), small_fleet(), "manual", 1.0, T0, "seed")
-    settings = ImdsSettings(while_down="drop")
-    imds = AzureImds(service, CallerResolver(service.settled_engine().fleet, shared_ports={8169}), settings)
-    get = Request(
-        "GET", "/metadata/scheduledevents", b"api-version=2020-07-01", ((b"metadata", b"true"),), b"",
-        ("127.0.0.1", 8169), ("127.0.0.1", 50000),
-    )  # fmt: skip
+    service, imds, get = dropping_down_vms(tmp_path)
     assert json.loads(imds.handle(get)[1])["Events"] == []  # solo, the fleet's default VM: kept, with no event
 
     async def run() -> list:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component
+from forewarn.aws.eventbridge.delivery import QueueDelivery
 from forewarn.aws.eventbus import Rule, Target
 from forewarn.aws.lifecycle import TERMINATING, LifecycleHook
 from forewarn.aws.queues import MessageAttribute, MessageChanged, QueueSettings, Redrive
 from forewarn.fleet.file import parse_fleet
+from forewarn.store import Attempt, Outgoing
 from helpers import T0, open_store
 
 FLEET = """
@@ -98,3 +101,26 @@ def test_everything_comes_back_after_a_restart(store_url):
     assert (job.group_id, after.queues.queues["jobs.fifo"].sent[0].message_id) == ("g", job.message_id)
     assert after.queues.messages["work"]["" + next(iter(after.queues.messages["work"]))].attributes == (attribute,)
     assert after.ec2_states["i-0aaaaaaaaaaaaaaa1"].lifecycle_state == "Terminated"
+
+
+WARNING = '{"detail-type":"EC2 Spot Instance Interruption Warning"}'
+
+
+def test_a_delivery_to_a_queue_is_recorded_delivered_in_the_transaction_that_puts_its_message_there(store_url):
+    """Recorded in a transaction of its own after the send, a process killed between the two would have the outbox
+    send the message again when it starts: a handler would get the interruption warning twice."""
+    service = open_service(store_url)
+    service.perform(lambda e: e.component(Ec2Component).queues.create("durable", "us-east-1", "1", QueueSettings()))
+    arn = component(service).queues.queues["durable"].arn
+    service.store.commit([], service.now(), None, [Outgoing(arn, WARNING, service.now() + timedelta(hours=1), "sqs")])
+    [delivery] = service.store.due_deliveries(service.now())
+
+    async def attempted() -> Attempt | None:
+        return await QueueDelivery(service).attempt(delivery)
+
+    assert asyncio.run(attempted()) is None  # nothing left for the outbox to record
+    service.store.close()
+    again = open_service(store_url)
+    assert [m.body for m in component(again).queues.messages["durable"].values()] == [WARNING]
+    assert [row["status"] for row in again.store.deliveries()] == ["delivered"]
+    assert again.store.due_deliveries(again.now() + timedelta(days=2)) == []

@@ -11,12 +11,14 @@ order all come up, and the one given the fleet initializes it (replication/start
 from __future__ import annotations
 
 import secrets
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 
+from forewarn.scenarios.server import PortTaken, launch_serve
 from helpers import Server
 from replication_helpers import FAST, SHARED_FLEET, converged, role, until
 
@@ -100,6 +102,24 @@ def test_the_three_processes_of_the_replicas_page_started_together_all_come_up(t
             finally:
                 for server in servers:
                     server.stop()
+
+
+def test_a_process_whose_port_is_taken_neither_leads_nor_fills_the_database(tmp_path, postgres_url):
+    """A start that cannot listen stops before it opens the store: the lock and the empty database are left for the
+    process started again on free ports (a test's retry, an operator's), which then leads, as given the fleet."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        given = process(tmp_path, "given", postgres_url, "shared", fleet=True)
+        given.args[given.args.index("--port") + 1] = str(taken.getsockname()[1])
+        with pytest.raises(PortTaken):
+            launch_serve(given.args, given.log_path, given.control)
+    with psycopg.connect(postgres_url, autocommit=True) as database:
+        assert database.execute("SELECT to_regclass('forewarn_meta')").fetchone() == (None,)
+        free = database.execute("SELECT pg_try_advisory_lock(hashtext('forewarn:' || current_schema()))").fetchone()
+        assert free == (True,)  # the leader's lock (store/writer.py's LOCK_KEY); let go as this connection closes
+    with process(tmp_path, "again", postgres_url, "shared", fleet=True) as again:
+        assert role(again) == "leader"
 
 
 def _log(server: Server) -> str:

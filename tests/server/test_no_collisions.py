@@ -74,6 +74,14 @@ def test_a_fleets_fixed_vm_port_that_is_taken_stops_the_start_naming_it_and_the_
             assert answer.status_code == 200  # db-1 is the fleet's only VM: the shared port answers as it
 
 
+def test_a_taken_port_stops_the_start_before_the_database_is_created(tmp_path):
+    with held_port() as taken:
+        port = taken.getsockname()[1]
+        run = serve_fails("--port", str(port), "--db", str(tmp_path / "new.db"), "--fleet", "demo")
+    assert f"forewarn: cannot listen on 127.0.0.1:{port}" in run.stderr
+    assert not (tmp_path / "new.db").exists()
+
+
 def test_a_sqlite_file_is_held_by_one_live_server_and_let_go_when_it_dies(tmp_path):
     database = str(tmp_path / "shared.db")
     first = Server(tmp_path, db=database).start()

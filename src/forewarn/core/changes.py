@@ -34,6 +34,16 @@ class TimeMoved(Change):
 
 
 @dataclass(frozen=True)
+class DeliveryMade(Change):
+    """A delivery of the outbox that the command carrying this change made into forewarn's own state (a message put
+    on one of its queues): recorded delivered in the same transaction, so that a crash can neither lose the message
+    nor have the outbox send it again."""
+
+    delivery_id: int
+    attempts: int
+
+
+@dataclass(frozen=True)
 class Rebuilt(Change):
     """The engine was rebuilt from the database (after a failed commit, or a command refused after it may have
     changed part of the engine): whatever a listener derived from earlier changes may be wrong and is to be dropped.

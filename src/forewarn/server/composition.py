@@ -32,7 +32,16 @@ from forewarn.net.own_listeners import own_url
 from forewarn.server.banner import describe
 from forewarn.server.config import ServeConfig, ServeError, SettingError
 from forewarn.server.http1 import Http1Server, Limits
-from forewarn.server.listeners import ASGIApp, Bound, ByPort, ListenError, Listeners, bind, own_listeners
+from forewarn.server.listeners import (
+    ASGIApp,
+    Bound,
+    ByPort,
+    ListenError,
+    Listeners,
+    bind_machines,
+    bind_own,
+    own_listeners,
+)
 from forewarn.server.loop_holds import loop_holds_file, record_loop_holds
 from forewarn.server.metadata_router import MetadataRouter
 from forewarn.server.opening import Served, open_service, rules_of, served_clouds
@@ -93,7 +102,13 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
     # walk them over and over as they are made (it was most of the start-up time). serve() settles the heap once the
     # surfaces are built.
     gc.disable()
-    service, _, node = open_service(config, clouds, rules)
+    listeners = listeners_of(config, clouds)
+    own = bind_own(listeners)
+    try:
+        service, _, node = open_service(config, clouds, rules)
+    except BaseException:
+        own.close()
+        raise
     try:
         try:
             metadata_limits = Limits().updated(config.imds_limits)
@@ -102,7 +117,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             raise SettingError(str(error), "--imds-limit/--api-limit") from None
         server = serve(
             service,
-            listeners_of(config, clouds),
+            listeners,
             clouds,
             announce=announce,
             metadata_limits=metadata_limits,
@@ -110,6 +125,7 @@ def run_server(config: ServeConfig, announce: Callable[[str], object] = print) -
             access=PortAccess(config.allowed_hosts, config.control_token),
             node=node,
             exit_with_parent=config.exit_with_parent,
+            bound=own,
         )
         try:
             event_loop_runner()(server)
@@ -168,10 +184,14 @@ def listening_of(listeners: Listeners, access: PortAccess) -> Listening:
     return Listening(listeners.control, listeners.imds, dict(listeners.apis), access.allowed_hosts)
 
 
-def build(service: Maintenance, listeners: Listeners, clouds: Sequence[Served], access: PortAccess) -> Built:
-    """The surfaces and their bound sockets (server/listeners.py's :func:`bind` says which)."""
+def build(
+    service: Maintenance, listeners: Listeners, clouds: Sequence[Served], access: PortAccess, bound: Bound | None
+) -> Built:
+    """The surfaces and their bound sockets: ``bound`` (the server's own, bound before the store opened; None: bound
+    here) with each machine's added (server/listeners.py says which)."""
     machines = [machine for served in clouds for machine in served.serving.machines(service)]
-    bound = bind(listeners, machines)
+    bound = bound or bind_own(listeners)
+    bind_machines(listeners, machines, bound)
     resolver = CallerResolver(service.settled_engine().fleet, shared_ports={listeners.imds[1]})
     if listeners.hosts is not None:
         resolver.serve_hosts(listeners.hosts, host_now(service, clouds))
@@ -221,11 +241,13 @@ async def serve(
     access: PortAccess = PortAccess(),
     node: Node | None = None,
     exit_with_parent: bool = False,
+    bound: Bound | None = None,
 ) -> None:
     """Run until SIGINT or SIGTERM: the control and the clouds' APIs on uvicorn, the metadata listeners on the lean
     HTTP/1.1 server. ``node``: this process shares its database with others (replication/), as the leader or a
-    replica. ``exit_with_parent``: also once the process that started this one has exited."""
-    built = build(service, listeners, clouds, access)
+    replica. ``exit_with_parent``: also once the process that started this one has exited. ``bound``: the server's
+    own sockets, if bound already (``bind_own``)."""
+    built = build(service, listeners, clouds, access, bound)
     settle_heap()
     service.subscribe(freeze_after_bulk)
     service.engine_building = collector_paused

@@ -67,25 +67,39 @@ class Bound:
     management: list[socket.socket]  # the control API's, then each cloud API's
     metadata: list[socket.socket]
 
+    def close(self) -> None:
+        for opened in [*self.management, *self.metadata]:
+            opened.close()
 
-def bind(listeners: Listeners, machines: Sequence[Machine]) -> Bound:
-    """Every socket. A VM's own port (the fleet's ``imds.port``) that cannot be bound stops the start
-    (:class:`ListenError`): skipped, its agent would read whichever server holds the port, another forewarn's
+
+def bind_own(listeners: Listeners) -> Bound:
+    """The server's own sockets: the control API's, each cloud API's and the metadata endpoint's. Bound before the
+    store is opened: a server whose port is taken stops there, before it creates a database, takes a shared
+    database's lock or initializes it."""
+    bound = Bound([listen("control", listeners.control)], [])
+    try:
+        for role, address in listeners.apis.items():
+            bound.management.append(listen(role, address))
+        bound.metadata.append(listen("imds", listeners.imds))
+    except ListenError:
+        bound.close()
+        raise
+    return bound
+
+
+def bind_machines(listeners: Listeners, machines: Sequence[Machine], bound: Bound) -> None:
+    """Each machine's own sockets, added to ``bound`` (the fleet names them: they are known once the store is
+    open). A VM's own port (the fleet's ``imds.port``) that cannot be bound stops the start (:class:`ListenError`,
+    every socket closed): skipped, its agent would read whichever server holds the port, another forewarn's
     documents. A VM's own loopback address that cannot be bound is skipped with a warning (the system may have no
     such address; nothing else answers there then)."""
-    bound = Bound([listen("control", listeners.control)], [])
-    for role, address in listeners.apis.items():
-        bound.management.append(listen(role, address))
-    bound.metadata.append(listen("imds", listeners.imds))
     taken = {address[1] for address in (listeners.imds, listeners.control, *listeners.apis.values())}
     try:
         for machine in machines:
             bind_machine(listeners, machine, taken, bound)
     except ListenError:
-        for opened in [*bound.management, *bound.metadata]:
-            opened.close()
+        bound.close()
         raise
-    return bound
 
 
 def bind_machine(listeners: Listeners, machine: Machine, taken: set[int], bound: Bound) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
-from forewarn.core.changes import Change, TimeMoved
+from forewarn.core.changes import Change, DeliveryMade, TimeMoved
 
 JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)"
 # Made once: json.dumps with options builds a new encoder on every call, which costs as much as encoding a small
@@ -280,8 +280,21 @@ def _time_moved(change: TimeMoved, rows: Rows) -> None:
     """Time needs no row of its own: the commit writes the time the command left the engine at."""
 
 
+DELIVERY_MADE = (
+    "UPDATE forewarn_outbox SET status = 'delivered', attempts = ?, next_at = ?, last_error = NULL WHERE id = ?"
+)
+
+
+def _delivery_made(change: DeliveryMade, rows: Rows) -> None:
+    rows.write(DELIVERY_MADE, (change.attempts, rows.now.isoformat(), change.delivery_id))
+
+
 # The kinds of change the store itself owns (core/changes.py).
-CORE_RECORDS = Records("core", [Writer(TimeMoved, _time_moved)], tables=("forewarn_outbox", "forewarn_journal"))
+CORE_RECORDS = Records(
+    "core",
+    [Writer(TimeMoved, _time_moved), Writer(DeliveryMade, _delivery_made)],
+    tables=("forewarn_outbox", "forewarn_journal"),
+)
 
 
 class Registry:

@@ -19,7 +19,7 @@ from forewarn.aws.eventbridge.events import bus_events, hook_message
 from forewarn.aws.faults import faults_of
 from forewarn.aws.lifecycle import LifecycleActionChanged
 from forewarn.aws.queues import QueueMissing
-from forewarn.core.changes import Change
+from forewarn.core.changes import Change, DeliveryMade
 from forewarn.core.errors import CoreError
 from forewarn.engine.engine import Engine
 from forewarn.net.outbound import Outbound
@@ -73,11 +73,14 @@ class QueueDelivery:
         self.service = service
 
     async def deliver(self, client: Outbound, deliveries: list[Delivery]) -> None:
-        """The lane's deliveries sent together (one group commit), their outcomes recorded together."""
+        """The lane's deliveries sent together (one group commit); the failures recorded together after."""
         outcomes = await asyncio.gather(*(self.attempt(delivery) for delivery in deliveries))
-        await asyncio.to_thread(self.service.store.record_attempts, list(outcomes))  # off the loop, as the outbox
+        failed = [outcome for outcome in outcomes if outcome is not None]
+        await asyncio.to_thread(self.service.store.record_attempts, failed)  # off the loop, as the outbox
 
-    async def attempt(self, delivery: Delivery) -> Attempt:
+    async def attempt(self, delivery: Delivery) -> Attempt | None:
+        """Send one delivery. Sent, it is recorded delivered in the send's own transaction (None): a crash after it
+        neither loses the message nor has it sent again. Refused, the attempt to record."""
         attempts = delivery.attempts + 1
         name = delivery.target.rpartition(":")[2]
         copies, delay = faults_of(self.service).fate(delivery.delivery_id)
@@ -85,7 +88,8 @@ class QueueDelivery:
 
         def send(engine: Engine) -> list[Change]:
             queues = engine.component(Ec2Component).queues
-            return [change for _ in range(copies) for change in queues.send(name, delivery.payload, delay=delay)]
+            sent = [change for _ in range(copies) for change in queues.send(name, delivery.payload, delay=delay)]
+            return [*sent, DeliveryMade(delivery.delivery_id, attempts)]
 
         try:
             await self.service.perform_soon(
@@ -96,9 +100,9 @@ class QueueDelivery:
             error = str(refused)
         except Unavailable as failure:
             error = f"the store failed: {failure}"
-        now = self.service.now()
         if error is None:
-            return Attempt(delivery.delivery_id, "delivered", attempts, now, None)
+            return None
+        now = self.service.now()
         next_at = now + retry_delay(delivery.delivery_id, attempts)
         log.info("delivery %s to %s: %s (attempt %s)", delivery.delivery_id, delivery.target, error, attempts)
         status = "expired" if next_at > delivery.expires_at else "pending"

@@ -183,6 +183,57 @@ def test_in_progress_events_stay_scheduled_then_move_to_history(env):
     )
 
 
+def test_an_ended_event_leaves_memory_a_week_after_it_ended_and_the_history_still_shows_it(tmp_path):
+    env = Env(tmp_path)
+    old = env.schedule(Ec2Code.INSTANCE_REBOOT, notice=timedelta(days=3))
+    env.service.perform(lambda engine: engine.component(Ec2Component).cancel_ec2(old.event_id))
+    env.service.advance_clock(timedelta(days=6))
+    recent = env.schedule(Ec2Code.SYSTEM_REBOOT, notice=timedelta(hours=1))
+    live = env.schedule(Ec2Code.SYSTEM_REBOOT, notice=timedelta(days=5))
+    env.service.advance_clock(timedelta(hours=2))  # recent done; old canceled 6 days 2 hours ago: still shown
+    component = env.service.settled_engine().component(Ec2Component)
+    assert set(component.ec2_events) == {old.event_id, recent.event_id, live.event_id}
+    env.service.advance_clock(timedelta(days=1))  # old ended over a week ago: DescribeInstanceStatus shows it no more
+    component = env.service.settled_engine().component(Ec2Component)
+    assert set(component.ec2_events) == {recent.event_id, live.event_id}
+    assert [e.event_id for e in component.ec2_events_of(EBS)] == [recent.event_id, live.event_id]
+    assert component.ec2_event(old.event_id).description == old.description
+    assert [e.event_id for e in component.all_ec2_events()] == [old.event_id, recent.event_id, live.event_id]
+    history = env.get(HISTORY)[1]  # from the database and memory, in the order they were created
+    assert history.index(old.event_id.encode()) < history.index(recent.event_id.encode())
+    assert b'"State" : "canceled"' in history and b'"State" : "completed"' in history
+    env.service.store.close()
+
+    restarted = Env(tmp_path)  # loads the active events and those that ended within the week
+    component = restarted.service.settled_engine().component(Ec2Component)
+    assert set(component.ec2_events) == {recent.event_id, live.event_id}
+    assert restarted.get(HISTORY)[1] == history
+    restarted.service.store.close()
+
+
+def test_a_history_get_during_a_commit_is_answered_as_it_lands_not_read_from_the_database_under_it(env):
+    """The history reads the database, whose connection the commit under way holds: the GET waits for the landing
+    (a Deferred), not the event loop."""
+    env.get(SCHEDULED)  # the instance's tree is kept: only the history's own read could meet the commit
+    held = HeldCommits(env.service)
+    request = Ec2Request(Ec2Code.SYSTEM_REBOOT, (ASG,), notice=timedelta(hours=1))
+
+    async def read_during_a_commit() -> list:
+        made = env.service.perform_soon(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
+        await held.wait_entered()
+        answer = env.request(HISTORY)
+        got: list = []
+        assert isinstance(answer, Deferred) and not answer.done
+        answer.attach(got.append)
+        held.release.set()
+        await made
+        await asyncio.sleep(0.01)  # the landing's callbacks
+        return got
+
+    [(status, body, _, _)] = asyncio.run(read_during_a_commit())
+    assert (status, body) == (200, b"[ ]")
+
+
 def test_answers_are_cached_until_the_instance_changes(env):
     first = env.request(SCHEDULED)
     assert env.request(SCHEDULED) is first  # rendered once: a dict lookup per request

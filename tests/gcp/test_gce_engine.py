@@ -52,7 +52,7 @@ def test_a_restart_keeps_a_maintenance_under_way(tmp_path):
     second.step_clock()  # the end
     assert second.settled_engine().component(GcpComponent).maintenance_event("web-1") == "NONE"
     assert second.settled_engine().component(GcpComponent).gce_states["web-1"].host == "host-b"
-    assert second.settled_engine().component(GcpComponent).gce_events[event.event_id].state is EventState.COMPLETED
+    assert second.settled_engine().component(GcpComponent).gce_event(event.event_id).state is EventState.COMPLETED
     assert (
         second.settled_engine().component(GcpComponent).gce_states["web-1"].watched is False
     )  # asked again before the next notice
@@ -351,6 +351,6 @@ def test_simulate_goes_ahead_beside_announced_maintenance_and_not_during_a_notic
         service.perform(lambda e: e.component(GcpComponent).simulate_gce("web-1"))
     service.advance_clock(timedelta(minutes=2))
     gcp = service.settled_engine().component(GcpComponent)
-    assert gcp.gce_events[simulated.event_id].state is EventState.COMPLETED
+    assert gcp.gce_event(simulated.event_id).state is EventState.COMPLETED
     assert gcp.gce_events[announced.event_id].state is EventState.PENDING
     assert gcp.maintenance_event("web-1") == "NONE"

@@ -47,8 +47,10 @@ class AwsCloud:
 
     def component(self, footing: Footing, stored: Any | None) -> Ec2Component:
         from forewarn.aws.component import Ec2Component, StoredEc2
+        from forewarn.aws.records import EndedEc2Events
 
-        return Ec2Component(footing, stored or StoredEc2())
+        history = None if footing.stored is None else EndedEc2Events(footing.stored)
+        return Ec2Component(footing, stored or StoredEc2(), history)
 
     def fleet_section(self) -> Ec2FleetSection:
         from forewarn.aws.fleet import Ec2FleetSection

@@ -4,10 +4,11 @@ engine's clock, deadlines and numbering (``core/scheduler.py``) and its commit-p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import collections
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from forewarn.aws.changes import (
     Ec2EventChanged,
@@ -28,6 +29,7 @@ from forewarn.aws.lifecycle import (
 )
 from forewarn.aws.model import (
     DESCRIPTIONS,
+    EVENT_HISTORY,
     INSTANCE_ID,
     Ec2Code,
     Ec2Event,
@@ -114,13 +116,38 @@ class Ec2Rows:
     actions: Mapping[str, LifecycleAction | None] = field(default_factory=dict)
 
 
+class EventHistory(Protocol):
+    """The events as the database holds them (``aws/records.py``'s EndedEc2Events): where the component reads those
+    it no longer keeps in memory."""
+
+    def get(self, key: str) -> Ec2Event | None: ...
+
+    def of(self, owners: Sequence[str]) -> list[Ec2Event]:
+        """The ended events of these instances, in creation order."""
+        ...
+
+    def all(self) -> list[Ec2Event]:
+        """Every ended event, in creation order."""
+        ...
+
+    def ended_since(self, moment: datetime) -> list[Ec2Event]: ...
+
+
 class Ec2Component(OnFooting[Ec2Rules]):
     """State: ``ec2_instances`` (deployed and launched), ``ec2_states``, ``ec2_events`` and the per-instance event
     order, ``ec2_windows`` and ``notification_attributes``; ``queues``, the SQS queues and their messages; ``bus``, the EventBridge rules;
-    ``lifecycle``, the Auto Scaling lifecycle hooks and the actions instances wait on."""
+    ``lifecycle``, the Auto Scaling lifecycle hooks and the actions instances wait on.
 
-    def __init__(self, footing: Footing, stored: StoredEc2) -> None:
+    With a ``history`` (the database the engine commits to), an event that ended leaves ``ec2_events`` once its end
+    is committed and ``EVENT_HISTORY`` (a week) has passed since: until then DescribeInstanceStatus shows it with
+    the active ones. :meth:`ec2_event`, :meth:`ended_ec2_events_of` (the metadata's history) and
+    :meth:`all_ec2_events` read it from ``history`` then."""
+
+    def __init__(self, footing: Footing, stored: StoredEc2, history: EventHistory | None = None) -> None:
         super().__init__(footing, footing.rules.of(Ec2Rules))
+        self._history = history
+        # The ended events memory holds, in the order they ended: each leaves it once committed and a week old.
+        self._ending: collections.deque[str] = collections.deque()
         fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
         self._start_deadline = scheduler.kind("ec2-start", self._start_ec2, self._start_stale)
         self._end_deadline = scheduler.kind("ec2-end", self._end_ec2, self._end_stale)
@@ -151,7 +178,8 @@ class Ec2Component(OnFooting[Ec2Rules]):
                 )
         self.ec2_events: dict[str, Ec2Event] = {}
         self._ec2_by_instance: dict[str, list[str]] = {}
-        for event in sorted(map(self._ec2_event_within_bounds, stored.events), key=lambda e: e.seq):
+        recent = [] if history is None else history.ended_since(scheduler.now - EVENT_HISTORY)
+        for event in sorted(map(self._ec2_event_within_bounds, [*stored.events, *recent]), key=lambda e: e.seq):
             self._index_ec2(event)
             sequence.past(event.seq)
             if event.state is Ec2EventState.ACTIVE:
@@ -162,6 +190,8 @@ class Ec2Component(OnFooting[Ec2Rules]):
         for state in self.ec2_states.values():
             if (at := _pending_spot_action(state)) is not None:
                 scheduler.add(at, self._spot_deadline, state.instance_id)
+        ended_at = {event_id: self.ec2_events[event_id].ended_at or scheduler.now for event_id in self._ending}
+        self._ending = collections.deque(sorted(ended_at, key=ended_at.__getitem__))  # in the order they ended
 
     # ------------------------------------------------------------------------------------------------ queries
     def ec2_instance(self, instance_id: str) -> Ec2Instance:
@@ -196,13 +226,34 @@ class Ec2Component(OnFooting[Ec2Rules]):
         raise NotFound(message, name=reference, known=[*self.ec2_instances, *names])
 
     def ec2_events_of(self, instance_id: str) -> list[Ec2Event]:
+        """The instance's events that memory holds: the active ones, and those that ended within the last week (all
+        that ended, without a history), in creation order."""
         return [self.ec2_events[event_id] for event_id in self._ec2_by_instance.get(instance_id, ())]
 
-    def ec2_event(self, event_id: str) -> Ec2Event:
+    def ended_ec2_events_of(self, instance_id: str) -> list[Ec2Event]:
+        """Every event of the instance that ended, in creation order: from memory and the database."""
+        found = {} if self._history is None else {e.event_id: e for e in self._history.of([instance_id])}
+        found.update((e.event_id, e) for e in self.ec2_events_of(instance_id))  # memory is at least as new
+        return sorted((e for e in found.values() if e.state is not Ec2EventState.ACTIVE), key=lambda e: e.seq)
+
+    def find_ec2_event(self, event_id: str) -> Ec2Event | None:
+        """The event, from memory or, once it ended and left, from the database."""
         found = self.ec2_events.get(event_id)
+        if found is None and self._history is not None:
+            found = self._history.get(event_id)
+        return found
+
+    def ec2_event(self, event_id: str) -> Ec2Event:
+        found = self.find_ec2_event(event_id)
         if found is None:
             raise NotFound(f"The event ID '{event_id}' does not exist", name=event_id, known=self.ec2_events.keys())
         return found
+
+    def all_ec2_events(self) -> list[Ec2Event]:
+        """Every event, ended ones included, in the order they were created."""
+        found = {} if self._history is None else {event.event_id: event for event in self._history.all()}
+        found.update(self.ec2_events)  # what memory holds is at least as new
+        return sorted(found.values(), key=lambda event: event.seq)
 
     # ----------------------------------------------------------------------------------------------- commands
     def schedule_ec2(self, request: Ec2Request) -> list[Change]:
@@ -263,7 +314,7 @@ class Ec2Component(OnFooting[Ec2Rules]):
         due within 5 minutes; the new start at least 60 minutes from now and not after the deadline. NotAfter moves
         with NotBefore (the window keeps its length; undocumented, our choice)."""
         self.ec2_instance(instance_id)
-        event = self.ec2_events.get(event_id)
+        event = self.find_ec2_event(event_id)
         if event is None or event.instance_id != instance_id:
             raise NotFound(f"The event ID '{event_id}' does not exist for instance '{instance_id}'")
         rules = self.rules
@@ -517,13 +568,19 @@ class Ec2Component(OnFooting[Ec2Rules]):
         return [Ec2NotificationAttributesChanged(updated)]
 
     # ---------------------------------------------------------------------------------------------- deadlines
+    # An event no longer in memory ended.
     def _start_stale(self, event_id: str, at: datetime) -> bool:
-        event = self.ec2_events[event_id]
-        return event.state is not Ec2EventState.ACTIVE or event.started_at is not None or event.not_before != at
+        event = self.ec2_events.get(event_id)
+        return (
+            event is None
+            or event.state is not Ec2EventState.ACTIVE
+            or event.started_at is not None
+            or event.not_before != at
+        )
 
     def _end_stale(self, event_id: str, at: datetime) -> bool:
-        event = self.ec2_events[event_id]
-        return event.state is not Ec2EventState.ACTIVE or event.ends_at != at
+        event = self.ec2_events.get(event_id)
+        return event is None or event.state is not Ec2EventState.ACTIVE or event.ends_at != at
 
     def _spot_stale(self, instance_id: str, at: datetime) -> bool:
         state = self.ec2_states[instance_id]
@@ -672,6 +729,27 @@ class Ec2Component(OnFooting[Ec2Rules]):
         order = self._ec2_by_instance.setdefault(event.instance_id, [])
         if event.event_id not in order:
             order.append(event.event_id)
+        if event.state is not Ec2EventState.ACTIVE and self._history is not None:
+            self._ending.append(event.event_id)
+
+    def _forget_ended(self, now: datetime) -> None:
+        """The ended events of ``_ending`` that ended more than a week before ``now`` leave memory. The caller knows
+        their ends are committed."""
+        ending = self._ending
+        while ending:
+            event = self.ec2_events.get(ending[0])
+            if event is not None and event.state is Ec2EventState.ACTIVE:  # not ended after all (a replica's rows)
+                ending.popleft()
+                continue
+            if event is not None and event.ended_at is not None and now - event.ended_at <= EVENT_HISTORY:
+                return  # and those after it ended later
+            ending.popleft()
+            if event is not None:
+                del self.ec2_events[event.event_id]
+                order = self._ec2_by_instance[event.instance_id]
+                order.remove(event.event_id)
+                if not order:
+                    del self._ec2_by_instance[event.instance_id]
 
     # -------------------------------------------------------------------------------------------- replication
     def replicate(self, rows: Ec2Rows, created_at: datetime) -> list[Change]:
@@ -728,12 +806,16 @@ class Ec2Component(OnFooting[Ec2Rules]):
             changes.append(Ec2EventChanged(event, REPLICATED, "committed by the leader"))
         for instance_id in instances:
             self._ec2_by_instance[instance_id].sort(key=lambda event_id: self.ec2_events[event_id].seq)
+        # A replica never commits, so it is never told to release: what the leader committed is forgotten here.
+        self._forget_ended(self.now)
         if removed:
             changes.append(Rebuilt("EC2 events or instances a replica projected were not committed"))
         return changes
 
     def release(self) -> None:
-        """Everything is kept in memory: nothing to let go of once committed."""
+        """Every change so far is committed: the events that ended more than a week ago leave memory (with a history
+        to read them from; without one they stay)."""
+        self._forget_ended(self.now)
 
     def reschedule(self) -> None:
         """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""

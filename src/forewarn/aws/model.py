@@ -26,6 +26,11 @@ class Ec2Code(str, enum.Enum):
     INSTANCE_STOP = "instance-stop"  # stopped; moves to a new host when started again (EBS root only)
 
 
+# "After a scheduled event is completed, it can still be described for up to a week" (the EC2 user guide, "Scheduled
+# events for your instances"): DescribeInstanceStatus shows an ended event that long.
+EVENT_HISTORY = timedelta(days=7)
+
+
 class Ec2EventState(str, enum.Enum):
     ACTIVE = "active"
     COMPLETED = "completed"

@@ -29,6 +29,7 @@ from forewarn.aws.queues import (
 )
 from forewarn.aws.windows import EventWindow, TimeRange
 from forewarn.store.records import (
+    EndedRecords,
     Records,
     RecordTable,
     Writer,
@@ -40,6 +41,7 @@ from forewarn.store.records import (
 )
 
 if TYPE_CHECKING:
+    from forewarn.core.component import StoredRows
     from forewarn.store.records import Reader, Rows, Touched
 
 NOTIFICATION_ATTRIBUTES_KEY = "ec2_notification_attributes"  # in forewarn_meta
@@ -291,7 +293,17 @@ def decode_action(text: str) -> LifecycleAction:
 
 
 # ------------------------------------------------------------------------------------------------------ writers
-EVENTS = RecordTable("forewarn_ec2_events", "event_id", decode_ec2_event, ("seq", "instance_id"), order_by="seq")
+# Only active events are loaded, with those that ended within the week DescribeInstanceStatus shows them
+# (Ec2Component): the others are read from the table when asked.
+EVENTS = RecordTable(
+    "forewarn_ec2_events",
+    "event_id",
+    decode_ec2_event,
+    ("seq", "instance_id", "state", "ended_at"),
+    updated=("state", "ended_at"),
+    order_by="seq",
+    loaded=f"state = '{Ec2EventState.ACTIVE.value}'",
+)
 INSTANCES = RecordTable("forewarn_ec2_instances", "instance_id", decode_ec2_state)
 WINDOWS = RecordTable("forewarn_ec2_windows", "window_id", decode_window)
 QUEUES = RecordTable("forewarn_sqs_queues", "name", decode_queue)
@@ -314,8 +326,20 @@ EC2_STATE = {
 
 def _event_changed(change: Ec2EventChanged, rows: Rows) -> None:
     event = change.event
-    EVENTS.put(rows, event.event_id, event.seq, event.instance_id, encode_ec2_event(event))
+    ended_at = time_text(event.ended_at)
+    EVENTS.put(rows, event.event_id, event.seq, event.instance_id, event.state.value, ended_at, encode_ec2_event(event))
     rows.journal(f"ec2 {change.what}", event.event_id, {"instance": event.instance_id, "reason": change.reason})
+
+
+class EndedEc2Events(EndedRecords[Ec2Event]):
+    """Where the component reads the events that ended and left its memory."""
+
+    def __init__(self, database: StoredRows) -> None:
+        super().__init__(database, EVENTS, "instance_id")
+
+    def ended_since(self, moment: datetime) -> list[Ec2Event]:
+        """The events that ended at ``moment`` or later, in the order they were created."""
+        return self.where("ended_at >= ?", (time_text(moment),))
 
 
 def _state_changed(change: Ec2StateChanged, rows: Rows) -> None:

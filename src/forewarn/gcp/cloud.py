@@ -47,8 +47,10 @@ class GcpCloud:
 
     def component(self, footing: Footing, stored: Any | None) -> GcpComponent:
         from forewarn.gcp.component import GcpComponent, StoredGcp
+        from forewarn.gcp.records import ended_gce_events
 
-        return GcpComponent(footing, stored or StoredGcp())
+        history = None if footing.stored is None else ended_gce_events(footing.stored)
+        return GcpComponent(footing, stored or StoredGcp(), history)
 
     def fleet_section(self) -> GceFleetSection:
         from forewarn.gcp.fleet import GceFleetSection

@@ -5,9 +5,10 @@ engine's clock, deadlines and numbering (``core/scheduler.py``) and its commit-p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from forewarn.core.bounds import (
     MAX_EVENT_LENGTH,
@@ -107,11 +108,33 @@ def _as_deployed(name: str, instance: GceInstance, created_at: datetime) -> GceS
     )
 
 
-class GcpComponent(OnFooting[GceRules]):
-    """State: ``gce_states`` (per instance), ``gce_events`` and each instance's event order."""
+class EventHistory(Protocol):
+    """The maintenance events as the database holds them (``gcp/records.py``'s ``ended_gce_events``): where the
+    component reads those it no longer keeps in memory."""
 
-    def __init__(self, footing: Footing, stored: StoredGcp) -> None:
+    def get(self, key: str) -> GceMaintenance | None: ...
+
+    def of(self, owners: Sequence[str]) -> list[GceMaintenance]:
+        """The ended events of these instances, in creation order."""
+        ...
+
+    def all(self) -> list[GceMaintenance]:
+        """Every ended event, in creation order."""
+        ...
+
+
+class GcpComponent(OnFooting[GceRules]):
+    """State: ``gce_states`` (per instance), ``gce_events`` and each instance's event order.
+
+    With a ``history`` (the database the engine commits to), an event that ended leaves ``gce_events`` once its end
+    is committed (:meth:`release`): nothing the metadata server or the API shows needs it, and a million of them
+    would hold half a gigabyte. :meth:`gce_event`, :meth:`all_gce_events` and :meth:`maintained_by` read it from
+    ``history`` then."""
+
+    def __init__(self, footing: Footing, stored: StoredGcp, history: EventHistory | None = None) -> None:
         super().__init__(footing, footing.rules.of(GceRules))
+        self._history = history
+        self._ending: list[str] = []  # ended events still in memory: they leave it once their end is committed
         fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
         self._notice = scheduler.kind("gce-notice", self._give_notice, self._notice_stale)
         self._start = scheduler.kind("gce-start", self._start_event, self._start_stale)
@@ -160,10 +183,35 @@ class GcpComponent(OnFooting[GceRules]):
         return [self.gce_events[event_id] for event_id in self._by_instance.get(name, ())]
 
     def gce_event(self, event_id: str) -> GceMaintenance:
+        """The event, from memory or, once it ended and left, from the database."""
         found = self.gce_events.get(event_id)
+        if found is None and self._history is not None:
+            found = self._history.get(event_id)
         if found is None:
             raise NotFound(f"no GCE maintenance event {event_id!r}", name=event_id, known=self.gce_events.keys())
         return found
+
+    def all_gce_events(self) -> list[GceMaintenance]:
+        """Every event, ended ones included, in the order they were created."""
+        found = {} if self._history is None else {event.event_id: event for event in self._history.all()}
+        found.update(self.gce_events)  # what memory holds is at least as new
+        return sorted(found.values(), key=lambda event: event.seq)
+
+    def maintained_by(self, names: Sequence[str], reason_start: str) -> set[str]:
+        """The instances among ``names`` that an event whose reason starts with ``reason_start`` maintained (ended,
+        or under way): one read of the database for them all."""
+        held = [event for name in names for event in self.gce_events_of(name)]
+        ended = [] if self._history is None else self._history.of(names)
+        return {event.instance for event in (*held, *ended) if event.reason.startswith(reason_start)}
+
+    def is_live(self, event_id: str) -> bool:
+        """Whether the event is pending or under way (every live event is in memory)."""
+        found = self.gce_events.get(event_id)
+        return found is not None and found.live
+
+    def is_pending(self, event_id: str) -> bool:
+        found = self.gce_events.get(event_id)
+        return found is not None and found.state is EventState.PENDING
 
     def notice_of(self, name: str) -> timedelta:
         """How long before an instance's maintenance starts its ``maintenance-event`` changes: an hour for an
@@ -475,17 +523,18 @@ class GcpComponent(OnFooting[GceRules]):
         return event.window_start - self.notice_of(event.instance)
 
     def _notice_stale(self, event_id: str, at: datetime) -> bool:
-        # performMaintenance and rescheduling move the start, and the notice with it.
-        event = self.gce_events[event_id]
-        return event.state is not EventState.PENDING or at != self._notice_time(event)
+        # performMaintenance and rescheduling move the start, and the notice with it. An event no longer in memory
+        # ended.
+        event = self.gce_events.get(event_id)
+        return event is None or event.state is not EventState.PENDING or at != self._notice_time(event)
 
     def _start_stale(self, event_id: str, at: datetime) -> bool:
-        event = self.gce_events[event_id]
-        return event.state is not EventState.NOTIFIED or event.window_start != at
+        event = self.gce_events.get(event_id)
+        return event is None or event.state is not EventState.NOTIFIED or event.window_start != at
 
     def _end_stale(self, event_id: str, at: datetime) -> bool:
-        event = self.gce_events[event_id]
-        return event.state is not EventState.ONGOING or event.ends_at != at
+        event = self.gce_events.get(event_id)
+        return event is None or event.state is not EventState.ONGOING or event.ends_at != at
 
     def _preempt_stale(self, name: str, at: datetime) -> bool:
         return self.gce_states[name].preempt_at != at
@@ -603,6 +652,16 @@ class GcpComponent(OnFooting[GceRules]):
         order = self._by_instance.setdefault(event.instance, [])
         if event.event_id not in order:
             order.append(event.event_id)
+        if not event.live and self._history is not None:
+            self._ending.append(event.event_id)
+
+    def _forget(self, event_id: str) -> None:
+        """An ended event leaves memory (its end is committed)."""
+        event = self.gce_events.pop(event_id)
+        order = self._by_instance[event.instance]
+        order.remove(event_id)
+        if not order:
+            del self._by_instance[event.instance]
 
     # -------------------------------------------------------------------------------------------- replication
     def replicate(self, rows: GcpRows, created_at: datetime) -> list[Change]:
@@ -637,6 +696,17 @@ class GcpComponent(OnFooting[GceRules]):
             changes.append(GceEventChanged(event, REPLICATED, "committed by the leader"))
         for name in instances:
             self._by_instance[name].sort(key=lambda event_id: self.gce_events[event_id].seq)
+        # A replica never commits, so it is never told to release: what the leader's rows ended leaves now, and the
+        # ids of those its own projection ended are kept only while those events are still held.
+        for event_id, committed in rows.events.items():
+            if (
+                committed is not None
+                and not committed.live
+                and self._history is not None
+                and event_id in self.gce_events
+            ):
+                self._forget(event_id)
+        self._ending = [event_id for event_id in self._ending if event_id in self.gce_events]
         if removed:
             changes.append(Rebuilt("maintenance events a replica projected were not committed"))
         return changes
@@ -649,7 +719,13 @@ class GcpComponent(OnFooting[GceRules]):
             self._set_deadline(event)
 
     def release(self) -> None:
-        """Everything is kept in memory: nothing to let go of once committed."""
+        """Every change so far is committed: the events that ended since the last release leave memory (with a
+        history to read them from; without one they stay)."""
+        ending, self._ending = self._ending, []
+        for event_id in ending:
+            event = self.gce_events.get(event_id)
+            if event is not None and not event.live:
+                self._forget(event_id)
 
     def reschedule(self) -> None:
         """Set every deadline the state implies again, as loading it sets them (the caller emptied the scheduler)."""

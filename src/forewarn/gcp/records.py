@@ -8,6 +8,7 @@ from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
+from forewarn.core.component import StoredRows
 from forewarn.gcp.changes import GceEventChanged, GceStateChanged
 from forewarn.gcp.component import GcpRows, StoredGcp
 from forewarn.gcp.model import (
@@ -19,7 +20,7 @@ from forewarn.gcp.model import (
     MaintenanceType,
     OnHostMaintenance,
 )
-from forewarn.store.records import RecordTable, Rows, Writer, records_of_tables
+from forewarn.store.records import EndedRecords, RecordTable, Rows, Writer, records_of_tables
 
 _ENUMS: dict[str, Any] = {
     "kind": MaintenanceKind,
@@ -87,14 +88,23 @@ def decode_gce_state(text: str) -> GceState:
     return state
 
 
-EVENTS = RecordTable("forewarn_gce_events", "event_id", decode_gce_event, ("seq", "instance"), order_by="seq")
+# Only live events are loaded: the ended ones are read from the table when asked (GcpComponent's ``history``).
+EVENTS = RecordTable(
+    "forewarn_gce_events",
+    "event_id",
+    decode_gce_event,
+    ("seq", "instance", "state"),
+    updated=("state",),
+    order_by="seq",
+    loaded=f"state NOT IN ('{EventState.COMPLETED.value}', '{EventState.CANCELED.value}')",
+)
 INSTANCES = RecordTable("forewarn_gce_instances", "name", decode_gce_state)
 GCP_STATE = {"events": EVENTS, "states": INSTANCES}  # under StoredGcp's and GcpRows' names
 
 
 def _event_changed(change: GceEventChanged, rows: Rows) -> None:
     event = change.event
-    EVENTS.put(rows, event.event_id, event.seq, event.instance, encode_gce_event(event))
+    EVENTS.put(rows, event.event_id, event.seq, event.instance, event.state.value, encode_gce_event(event))
     rows.journal(f"gce {change.what}", event.event_id, {"instance": event.instance, "reason": change.reason})
 
 
@@ -103,6 +113,11 @@ def _state_changed(change: GceStateChanged, rows: Rows) -> None:
     INSTANCES.put(rows, state.name, encode_gce_state(state))
     if change.what != "watched":  # every first read after a maintenance: not worth a journal line each
         rows.journal(f"gce instance {change.what}", None, {"instance": state.name, "reason": change.reason})
+
+
+def ended_gce_events(database: StoredRows) -> EndedRecords[GceMaintenance]:
+    """Where the component reads the maintenance events that ended and left its memory."""
+    return EndedRecords(database, EVENTS, "instance")
 
 
 GCP_RECORDS = records_of_tables(

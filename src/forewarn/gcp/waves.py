@@ -19,7 +19,7 @@ from forewarn.core.words import counted
 from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.fleet import gce_fleet
-from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceType
+from forewarn.gcp.model import InstanceStatus, MaintenanceType
 from forewarn.waves.model import Wave, WaveCloud, WaveOrder, WaveRequest, WaveSpec, plain
 from forewarn.waves.units import MemberEnded, ScheduledUnit
 
@@ -121,7 +121,6 @@ class GceUnitRoller:
         else:
             names = self.gcp.names_on_host(value)
         wanted = frozenset(wave.owners)
-        mark = f"{wave.wave_id},"
         found = []
         for name in names:
             state = self.gcp.gce_states[name]
@@ -130,11 +129,11 @@ class GceUnitRoller:
                 or state.deleted
                 or not self._targeted(wanted, name)
                 or self.gcp.in_maintenance(name)
-                or any(event.reason.startswith(mark) for event in self.gcp.gce_events_of(name))
             ):
                 continue
             found.append(name)
-        return tuple(found)
+        maintained = self.gcp.maintained_by(found, f"{wave.wave_id},") if found else set()
+        return tuple(name for name in found if name not in maintained)
 
     def refusal(self, spec: WaveSpec, members: tuple[str, ...], reason: str) -> Exception | None:
         try:
@@ -149,12 +148,12 @@ class GceUnitRoller:
         return ScheduledUnit(created, operations, counted(len(members), "instance"))
 
     def open_events(self, operations: Sequence[str]) -> int:
-        return sum(1 for event_id in operations if self.gcp.gce_event(event_id).live)
+        return sum(1 for event_id in operations if self.gcp.is_live(event_id))
 
     def cancel(self, operations: Sequence[str], reason: str, step: None) -> list[Change]:
         changes: list[Change] = []
         for event_id in operations:
-            if self.gcp.gce_event(event_id).state is EventState.PENDING:
+            if self.gcp.is_pending(event_id):
                 changes += self.gcp.cancel_gce(event_id, reason)
         return changes
 

@@ -238,6 +238,32 @@ def _wave_progress(cursor: Any, dialect: Dialect) -> None:
     cursor.execute("UPDATE forewarn_waves SET progress = '{}'")
 
 
+# The columns beside each record that say whether an EC2 or Compute Engine event is live (its state), and when an
+# EC2 event ended: the events that ended are loaded no more, read from the table when asked (aws/records.py,
+# gcp/records.py), by instance through the index.
+EVENT_STATE_COLUMNS = {
+    "forewarn_ec2_events": ("instance_id", ("state", "ended_at")),
+    "forewarn_gce_events": ("instance", ("state",)),
+}
+
+
+def _event_states(cursor: Any, dialect: Dialect) -> None:
+    mark = "%s" if dialect.name == "postgresql" else "?"
+    for table, (instance, added) in EVENT_STATE_COLUMNS.items():
+        cursor.execute(f"SELECT * FROM {table} WHERE 1 = 0")
+        columns = {column[0].lower() for column in cursor.description}
+        for name in added:
+            if name not in columns:
+                cursor.execute(f"ALTER TABLE {table} ADD COLUMN {name} TEXT")
+        cursor.execute(f"SELECT event_id, data FROM {table}")
+        for event_id, text in cursor.fetchall():
+            record = json.loads(text)
+            values = [record["state"], *([record.get("ended_at")] if "ended_at" in added else [])]
+            assignments = ", ".join(f"{name} = {mark}" for name in added)
+            cursor.execute(f"UPDATE {table} SET {assignments} WHERE event_id = {mark}", (*values, event_id))
+        cursor.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_instance ON {table} ({instance}, seq)")
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -262,6 +288,9 @@ MIGRATIONS: Sequence[Migration] = (
     Migration(10, "a wave's units in flight, each a row of forewarn_wave_runs, out of its progress", _wave_runs),
     # Not additive either: code before it reads a wave's progress from forewarn_waves (SchemaTooNew, as above).
     Migration(11, "a wave's progress in a row of forewarn_wave_progress, apart from its plan", _wave_progress),
+    # Not additive: code before it writes events without their state, which this code loads by (SchemaTooNew, as
+    # above).
+    Migration(12, "EC2 and Compute Engine events: their state (and an EC2 event's end) in columns", _event_states),
 )
 LATEST = MIGRATIONS[-1].version
 

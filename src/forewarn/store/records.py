@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar
 
 from forewarn.core.changes import Change, DeliveryMade, TimeMoved
+from forewarn.core.component import StoredRows
 
 JOURNAL_INSERT = "INSERT INTO forewarn_journal (at, kind, event_id, detail) VALUES (?, ?, ?, ?)"
 # Made once: json.dumps with options builds a new encoder on every call, which costs as much as encoding a small
@@ -219,6 +220,52 @@ class RecordTable:
             touched.get(self.name, ()),
             lambda row: self.decode(row[1]),
         )
+
+
+class EndedRecords(Generic[T]):
+    """The records of a table's rows that ended, as the database holds them: where a component reads the events it
+    no longer keeps in memory (``table.loaded`` selects the live rows it loads; the others are these). ``owner``: the
+    column naming each row's machine, which the table has an index on with ``seq`` (store/migrations.py)."""
+
+    def __init__(self, database: StoredRows, table: RecordTable, owner: str) -> None:
+        self._database = database
+        self._table = table
+        self._owner = owner
+        self._select = f"SELECT {table.record} FROM {table.name}"
+
+    def get(self, key: str) -> T | None:
+        rows = self._database.read(f"{self._select} WHERE {self._table.key} = ?", (key,))
+        return self._decoded(rows)[0] if rows else None
+
+    def of(self, owners: Sequence[str]) -> list[T]:
+        """The ended records of these machines, in the order they were created."""
+        found: list[tuple[Any, ...]] = []
+        for condition, params in key_in_list(self._owner, list(owners)):
+            found += self._database.read(
+                f"SELECT seq, {self._table.record} FROM {self._table.name} WHERE {condition} AND NOT "
+                f"({self._table.loaded})",
+                params,
+            )
+        found.sort(key=lambda row: row[0])
+        return self._decoded([row[1:] for row in found])
+
+    def where(self, condition: str, params: Sequence[Any]) -> list[T]:
+        """The ended records that also meet ``condition`` (on the table's columns), in the order they were created."""
+        return self._decoded(
+            self._database.read(
+                f"{self._select} WHERE NOT ({self._table.loaded}) AND {condition} ORDER BY {self._table.order_by}",
+                params,
+            )
+        )
+
+    def all(self) -> list[T]:
+        """Every ended record, in the order they were created."""
+        return self._decoded(
+            self._database.read(f"{self._select} WHERE NOT ({self._table.loaded}) ORDER BY {self._table.order_by}")
+        )
+
+    def _decoded(self, rows: list[tuple[Any, ...]]) -> list[T]:
+        return [self._table.decode(row[0]) for row in rows]
 
 
 def load_tables(reader: Reader, tables: Mapping[str, RecordTable]) -> dict[str, Any]:

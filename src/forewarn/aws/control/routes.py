@@ -162,7 +162,8 @@ async def events(
     service: ControlService, all: bool = Query(False, description="include completed and canceled events")
 ):
     service.catch_up()
-    found = sorted(ec2(service).ec2_events.values(), key=lambda e: e.seq)
+    component = ec2(service)
+    found = component.all_ec2_events() if all else sorted(component.ec2_events.values(), key=lambda e: e.seq)
     return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
 
 

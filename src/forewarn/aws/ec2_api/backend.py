@@ -13,6 +13,7 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2NotificationAttributesChang
 from forewarn.aws.component import Ec2Component
 from forewarn.aws.ec2_api.status import InstanceView, summaries
 from forewarn.aws.model import (
+    EVENT_HISTORY,
     Ec2Event,
     Ec2EventState,
     Ec2Instance,
@@ -25,7 +26,6 @@ from forewarn.aws.windows import EventWindow, TimeRange
 from forewarn.core.changes import Change
 from forewarn.engine.engine import Engine
 
-EVENT_HISTORY = timedelta(days=7)  # "After a scheduled event is completed, it can still be described for up to a week"
 TERMINATED_VISIBLE = timedelta(hours=1)  # DescribeInstances: "usually less than one hour"
 
 Tags = tuple[tuple[str, str], ...]
@@ -113,7 +113,7 @@ class Ec2Backend:
             return None
         if keep is not None and not keep(self.view(instance_id, now)):
             return None
-        impacting = engine.component(Ec2Component).ec2_events.get(state.impacted_by) if state.impacted_by else None
+        impacting = engine.component(Ec2Component).find_ec2_event(state.impacted_by) if state.impacted_by else None
         events = engine.component(Ec2Component).ec2_events_of(instance_id)
         shown = tuple(_recent(events, now)) if events else ()
         cached = self._items.get(instance_id)
@@ -137,7 +137,7 @@ class Ec2Backend:
         instance = self._engine.component(Ec2Component).ec2_instances[instance_id]
         state = self._engine.component(Ec2Component).ec2_states[instance_id]
         impacting = (
-            self._engine.component(Ec2Component).ec2_events.get(state.impacted_by) if state.impacted_by else None
+            self._engine.component(Ec2Component).find_ec2_event(state.impacted_by) if state.impacted_by else None
         )
         system, status, ebs = summaries(instance, state, impacting)
         return InstanceView(

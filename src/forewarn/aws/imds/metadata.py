@@ -45,6 +45,7 @@ SERVER = (b"server", b"EC2ws")  # what real IMDS sends (kubernetes-sigs/cluster-
 _PLAIN_HEADERS = (SERVER,)
 
 TOKEN_PATH = "/latest/api/token"
+HISTORY_PATH = "/meta-data/events/maintenance/history"  # after a version: the one answer the database serves too
 TOKEN_HEADER = b"x-aws-ec2-metadata-token"
 TTL_HEADER = b"x-aws-ec2-metadata-token-ttl-seconds"
 MAX_TTL = 21600
@@ -300,6 +301,8 @@ class Ec2Imds:
             return False
         if path == "/" or not path.startswith("/"):
             return False  # the versions' list, or a 404: neither reads the engine
+        if path.rstrip("/").endswith(HISTORY_PATH):
+            return True  # read from the database as well, after the transaction under way
         trees = self._trees.get(instance_id)
         return trees is None or path.split("/", 2)[1] not in trees  # a path rendered on its kept tree reads none
 
@@ -503,7 +506,10 @@ class Ec2Imds:
             return render_events([e for e in maintenance if e.state is Ec2EventState.ACTIVE], deadline)
 
         def history() -> str:
-            return render_events([e for e in maintenance if e.state is not Ec2EventState.ACTIVE], deadline)
+            # Every event that ended, the older ones read from the database: a GET of it waits for a transaction
+            # under way to land, not the event loop (``_reads_engine``).
+            ended = self.service.settled_engine().component(Ec2Component).ended_ec2_events_of(state.instance_id)
+            return render_events(ended, deadline)
 
         events: dict = {"maintenance": {"history": history, "scheduled": scheduled}}
         if version >= "2020-10-27":

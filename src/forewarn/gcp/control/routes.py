@@ -191,7 +191,8 @@ async def events(
     service: ControlService, all: bool = Query(False, description="include completed and canceled maintenance")
 ):
     service.catch_up()
-    found = sorted(gcp(service).gce_events.values(), key=lambda e: e.seq)
+    component = gcp(service)
+    found = component.all_gce_events() if all else sorted(component.gce_events.values(), key=lambda e: e.seq)
     return [GceEventOut.of(e) for e in found if all or e.live]
 
 

@@ -34,6 +34,7 @@ CHECKS = {
     "agent.py": [],
     "stalls.py": ["--db", POSTGRES_URL],
     "resets.py": [],
+    "ended_events.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

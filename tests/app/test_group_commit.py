@@ -183,6 +183,47 @@ def test_a_failed_transaction_fails_its_group_only_and_the_next_runs_on_the_rebu
     again.store.close()
 
 
+def test_the_rebuild_after_a_failed_transaction_runs_in_a_thread_and_nothing_reads_the_engine_meanwhile(tmp_path):
+    """At a million VMs the rebuild takes seconds: on the event loop, every metadata GET would wait for it. It runs in
+    a thread; meanwhile reads are refused as retryable (the engine may hold the failed commit's changes) and the
+    commands that came wait for the rebuilt engine."""
+    service, ids = scheduled(tmp_path)
+    held = HeldCommits(service, fail_first=True)
+    real_load = service.store.load
+    loading, loaded = threading.Event(), threading.Event()
+    threads: list[str] = []
+
+    def slow_load():
+        threads.append(threading.current_thread().name)
+        loading.set()
+        assert loaded.wait(10)
+        return real_load()
+
+    service.store.load = slow_load  # type: ignore[method-assign]
+
+    async def run() -> tuple:
+        first = azure_commands.approve_soon(service, [ids[0]], by="test")
+        await held.wait_entered()
+        held.release.set()
+        failed = await asyncio.gather(first, return_exceptions=True)
+        await asyncio.get_running_loop().run_in_executor(None, loading.wait, 10)
+        later = azure_commands.approve_soon(service, [ids[1]], by="test")
+        await asyncio.sleep(0.05)  # the loop goes on while the engine is built
+        with pytest.raises(Unavailable, match="being reloaded"):
+            service.settled_engine()
+        waiting = later.done()
+        loaded.set()
+        return failed, waiting, await later
+
+    (failed, waiting, made) = asyncio.run(run())
+    assert isinstance(failed[0], Unavailable) and waiting is False and made
+    assert threads and threads[0] != threading.main_thread().name
+    events = service.settled_engine().component(AzureComponent).events
+    assert (events[ids[0]].approvals, events[ids[1]].approvals) == ((), ("test",))  # the first undone, the next made
+    assert ("approved", ids[1]) in [(entry.kind, entry.event_id) for entry in service.journal(limit=5)]
+    service.store.close()
+
+
 def test_reads_of_the_store_wait_for_the_transaction_in_the_worker(tmp_path):
     """The worker's transaction and the loop's reads (the journal, the outbox) share one connection: each waits for
     the other instead of starting a transaction inside it."""

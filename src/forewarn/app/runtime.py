@@ -296,6 +296,9 @@ class Maintenance:
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
         # A reset under way in a thread (``reset_soon``), done once its engine is installed; None: none is.
         self._resetting: asyncio.Future[None] | None = None
+        self._rebuilding: asyncio.Task[None] | None = (
+            None  # the rebuild after a failed group commit (``_rebuild_soon``)
+        )
         self._due_wall = float("inf")
         self._refresh_due()
         # What surrounds building a whole engine while the server runs (``reset_soon``): the server pauses the
@@ -489,9 +492,48 @@ class Maintenance:
             return
         self._take(state, cause)
 
-    def _take(self, state: StoredState, cause: Exception) -> None:
-        """The engine rebuilt from ``state``, what was derived from the old one dropped."""
-        self._install(self.engine_from(state, self._engine.rules, self._engine.fleet))
+    def _rebuild_soon(self, cause: Exception) -> None:
+        """As ``_rebuild``, with the database read and the engine built (O(fleet): seconds at a million VMs) in a
+        thread. Meanwhile nothing is read from the engine, which may hold the failed commit's changes (Unavailable,
+        as while the database is out of reach), and commands and due deadlines wait, as for a reset."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # landed in a thread with no event loop (``settle``): rebuilt here
+            with self._lock:
+                self._rebuild(cause)
+            return
+        self._unsettled = cause
+        self._resetting = loop.create_future()
+        self._rebuilding = loop.create_task(self._rebuilt_off_loop(cause))  # held: a task nobody holds may vanish
+
+    async def _rebuilt_off_loop(self, cause: Exception) -> None:
+        try:
+            with self.engine_building():
+                state, engine = await asyncio.to_thread(self._built_from_store)
+            with self._lock:
+                self._take(state, cause, engine)
+        except Exception as error:  # the database out of reach: rebuilt once it answers again (``_resettle``)
+            log.error(
+                "commit failed (%s) and reloading from the database failed (%s); answering 503 until the database "
+                "is back, then reloading",
+                cause,
+                error,
+            )
+        finally:
+            rebuilding, self._resetting = self._resetting, None
+            if rebuilding is not None:
+                rebuilding.set_result(None)
+            if self._grouped:
+                asyncio.get_running_loop().call_soon(self._start_group)
+
+    def _built_from_store(self) -> tuple[StoredState, Engine]:
+        state = _stored(self.store)
+        return state, self.engine_from(state, self._engine.rules, self._engine.fleet)
+
+    def _take(self, state: StoredState, cause: Exception, engine: Engine | None = None) -> None:
+        """The engine rebuilt from ``state`` (``engine``: built from it already), what was derived from the old one
+        dropped."""
+        self._install(engine or self.engine_from(state, self._engine.rules, self._engine.fleet))
         self.clock = state.clock.within_bounds()[0]
         self._unsettled = None
         self._refresh_due()
@@ -505,6 +547,8 @@ class Maintenance:
         cause = self._unsettled
         if cause is None:
             return
+        if self._resetting is not None:  # ``_rebuild_soon``'s, under way
+            raise Unavailable(f"the engine is being reloaded from the database after a failed commit ({cause})", 1)
         with self._lock:
             if self._unsettled is None:
                 return
@@ -861,8 +905,7 @@ class Maintenance:
         self._in_flight = None
         if failure is not None:
             error = failure if isinstance(failure, Exception) else Exception(repr(failure))
-            with self._lock:
-                self._rebuild(error)
+            self._rebuild_soon(error)
             _fail(group.members, Unavailable(str(error), error.retry_after) if isinstance(error, StoreError) else error)
             return
         self._engine.release()  # what the group ended is durable now: it may leave memory

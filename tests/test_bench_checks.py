@@ -35,6 +35,7 @@ CHECKS = {
     "stalls.py": ["--db", POSTGRES_URL],
     "resets.py": [],
     "ended_events.py": [],
+    "rebuild_stall.py": [],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

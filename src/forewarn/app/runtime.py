@@ -509,9 +509,9 @@ class Maintenance:
     async def _rebuilt_off_loop(self, cause: Exception) -> None:
         try:
             with self.engine_building():
-                state, engine = await asyncio.to_thread(self._built_from_store)
+                clock, engine = await asyncio.to_thread(self._built_from_store)
             with self._lock:
-                self._take(state, cause, engine)
+                self._take_built(clock, engine, cause)
         except Exception as error:  # the database out of reach: rebuilt once it answers again (``_resettle``)
             log.error(
                 "commit failed (%s) and reloading from the database failed (%s); answering 503 until the database "
@@ -526,15 +526,21 @@ class Maintenance:
             if self._grouped:
                 asyncio.get_running_loop().call_soon(self._start_group)
 
-    def _built_from_store(self) -> tuple[StoredState, Engine]:
+    def _built_from_store(self) -> tuple[Clock, Engine]:
+        """The stored clock and an engine built from the database. What was read is freed here, in the caller's
+        thread: a million events' records, freed on the event loop, would hold it."""
         state = _stored(self.store)
-        return state, self.engine_from(state, self._engine.rules, self._engine.fleet)
+        return state.clock.within_bounds()[0], self.engine_from(state, self._engine.rules, self._engine.fleet)
 
-    def _take(self, state: StoredState, cause: Exception, engine: Engine | None = None) -> None:
-        """The engine rebuilt from ``state`` (``engine``: built from it already), what was derived from the old one
-        dropped."""
-        self._install(engine or self.engine_from(state, self._engine.rules, self._engine.fleet))
-        self.clock = state.clock.within_bounds()[0]
+    def _take(self, state: StoredState, cause: Exception) -> None:
+        """The engine rebuilt from ``state``, what was derived from the old one dropped."""
+        self._take_built(
+            state.clock.within_bounds()[0], self.engine_from(state, self._engine.rules, self._engine.fleet), cause
+        )
+
+    def _take_built(self, clock: Clock, engine: Engine, cause: Exception) -> None:
+        self._install(engine)
+        self.clock = clock
         self._unsettled = None
         self._refresh_due()
         what = "refused" if isinstance(cause, CoreError) else "commit failed"

@@ -18,20 +18,15 @@ eighth a round at 50,000 instances of each cloud; the allocator's settling, by u
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
-import tempfile
 import time
-from pathlib import Path
 
-from benchlib import forewarn_environment, memory_mb, wait_healthy
-from resets import GROWTH_PER_ROUND, READY_WITHIN, call
+from benchlib import memory_mb
+from resets import call, report, served
 
 from forewarn.aws.fleet import ec2_fleet
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml
 from forewarn.gcp.fleet import gce_fleet
-from forewarn.scenarios.server import free_ports
 
 PER_REQUEST = 5_000  # instances a schedule request names
 SETTLE = 1.0  # seconds after the last step before memory is read
@@ -62,36 +57,10 @@ def main() -> None:
     text = fleet_yaml(FleetShape(vms=0, ec2=count, gce=count, seed="bench"))
     fleet = parse_fleet(text)
     ec2, gce = list(ec2_fleet(fleet).instances), list(gce_fleet(fleet).instances)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "fleet.yaml"
-        path.write_text(text)
-        control, imds, arm, ec2_port, gce_port = free_ports(5)
-        log = Path(tmp) / "serve.log"
-        argv = [sys.executable, "-m", "forewarn", "serve", "--fleet", str(path), "--db", str(Path(tmp) / "e.db")]
-        argv += ["--clock", "manual", "--port", str(control), "--imds-port", str(imds), "--arm-port", str(arm)]
-        argv += ["--ec2-port", str(ec2_port), "--gce-port", str(gce_port)]
-        with open(log, "wb") as out:
-            process = subprocess.Popen(argv, env=forewarn_environment(), stdout=out, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{control}"
-        try:
-            wait_healthy(process, url, time.perf_counter(), READY_WITHIN, log)
-            ready = memory_mb(process.pid)["VmRSS"]
-            found = rounds_of(url, process.pid, ec2, gce, rounds)
-        finally:
-            process.terminate()
-            process.wait(30)
-    half = rounds // 2
-    growth = (found[-1] / found[half - 1] - 1) / (rounds - half)
+    with served(text) as (process, url, ready):
+        found = rounds_of(url, process.pid, ec2, gce, rounds)
     print(f"{len(ec2):,} EC2 and {len(gce):,} Compute Engine instances, {rounds} rounds of an event each, all ended")
-    print(f"VmRSS: ready {ready:.0f} MB; after each round " + ", ".join(f"{value:.0f}" for value in found) + " MB")
-    if args.check:
-        print("check: no verdict")
-        return
-    met = growth < GROWTH_PER_ROUND
-    print(
-        f"{'MET' if met else 'NOT met'}: {growth:+.1%} a round over rounds {half} to {rounds} "
-        f"({found[half - 1]:.0f} to {found[-1]:.0f} MB; goal: under {GROWTH_PER_ROUND:.0%} a round)"
-    )
+    report(found, ready, "round", args.check)
 
 
 if __name__ == "__main__":

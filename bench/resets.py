@@ -18,12 +18,14 @@ events it held); the allocator's settling, by under 1%.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchlib import forewarn_environment, memory_mb, wait_healthy
@@ -55,16 +57,13 @@ def rounds_of(url: str, pid: int, hosts: list[str], rounds: int) -> list[float]:
     return found
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--vms", type=int, default=100_000, help="VMs of the generated fleet (10 a host)")
-    parser.add_argument("--rounds", type=int, default=8, help="rounds of schedule, step and reset (at least 2)")
-    parser.add_argument("--check", action="store_true", help="2,000 VMs, 2 rounds: fails on a broken setup only")
-    args = parser.parse_args()
-    vms, rounds = (2_000, 2) if args.check else (args.vms, max(2, args.rounds))
+@contextlib.contextmanager
+def served(fleet_text: str) -> Iterator[tuple[subprocess.Popen, str, float]]:
+    """``forewarn serve`` on ``fleet_text`` (a SQLite file, the manual clock, every surface on free ports), ready:
+    the process, its control URL and its VmRSS at ready (MB). Stopped on leaving."""
     with tempfile.TemporaryDirectory() as tmp:
         fleet = Path(tmp) / "fleet.yaml"
-        fleet.write_text(fleet_yaml(FleetShape(vms=vms, seed="bench")))
+        fleet.write_text(fleet_text)
         control, imds, arm, ec2, gce = free_ports(5)
         log = Path(tmp) / "serve.log"
         argv = [sys.executable, "-m", "forewarn", "serve", "--fleet", str(fleet), "--db", str(Path(tmp) / "r.db")]
@@ -75,17 +74,19 @@ def main() -> None:
         url = f"http://127.0.0.1:{control}"
         try:
             wait_healthy(process, url, time.perf_counter(), READY_WITHIN, log)
-            ready = memory_mb(process.pid)["VmRSS"]
-            hosts = [f"host-{index:05d}" for index in range(-(-vms // 10))]
-            found = rounds_of(url, process.pid, hosts, rounds)
+            yield process, url, memory_mb(process.pid)["VmRSS"]
         finally:
             process.terminate()
             process.wait(30)
+
+
+def report(found: list[float], ready: float, after_each: str, check: bool) -> None:
+    """VmRSS after each round, and (not ``check``) the verdict on the second half's growth a round."""
+    rounds = len(found)
     half = rounds // 2
     growth = (found[-1] / found[half - 1] - 1) / (rounds - half)
-    print(f"{vms:,} VMs, {rounds} rounds of a Freeze over every host, the step that starts it and a reset")
-    print(f"VmRSS: ready {ready:.0f} MB; after each reset " + ", ".join(f"{value:.0f}" for value in found) + " MB")
-    if args.check:
+    print(f"VmRSS: ready {ready:.0f} MB; after each {after_each} " + ", ".join(f"{v:.0f}" for v in found) + " MB")
+    if check:
         print("check: no verdict")
         return
     met = growth < GROWTH_PER_ROUND
@@ -93,6 +94,20 @@ def main() -> None:
         f"{'MET' if met else 'NOT met'}: {growth:+.1%} a round over rounds {half} to {rounds} "
         f"({found[half - 1]:.0f} to {found[-1]:.0f} MB; goal: under {GROWTH_PER_ROUND:.0%} a round)"
     )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--vms", type=int, default=100_000, help="VMs of the generated fleet (10 a host)")
+    parser.add_argument("--rounds", type=int, default=8, help="rounds of schedule, step and reset (at least 2)")
+    parser.add_argument("--check", action="store_true", help="2,000 VMs, 2 rounds: fails on a broken setup only")
+    args = parser.parse_args()
+    vms, rounds = (2_000, 2) if args.check else (args.vms, max(2, args.rounds))
+    with served(fleet_yaml(FleetShape(vms=vms, seed="bench"))) as (process, url, ready):
+        hosts = [f"host-{index:05d}" for index in range(-(-vms // 10))]
+        found = rounds_of(url, process.pid, hosts, rounds)
+    print(f"{vms:,} VMs, {rounds} rounds of a Freeze over every host, the step that starts it and a reset")
+    report(found, ready, "reset", args.check)
 
 
 if __name__ == "__main__":

@@ -1008,8 +1008,8 @@ class Maintenance:
 
     @property
     def resetting(self) -> asyncio.Future[None] | None:
-        """The reset under way (``reset_soon``), done once its engine is installed; None: none is. Nothing falls due
-        until then (``catch_up`` does nothing)."""
+        """The reset under way (``reset_soon``), or the rebuild after a failed group commit (``_rebuild_soon``), done
+        once its engine is installed; None: none is. Nothing falls due until then (``catch_up`` does nothing)."""
         return self._resetting
 
     async def _group_landed(self) -> None:

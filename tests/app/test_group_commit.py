@@ -224,6 +224,29 @@ def test_the_rebuild_after_a_failed_transaction_runs_in_a_thread_and_nothing_rea
     service.store.close()
 
 
+def test_a_reset_waiting_for_a_transaction_that_fails_is_not_raced_by_its_rebuild(tmp_path):
+    """The reset installs an engine built afresh from the store: the failed transaction starts no rebuild of its own,
+    which would replace the reset's future (a second reset waiting on it would never be answered)."""
+    service, ids = scheduled(tmp_path)
+    held = HeldCommits(service, fail_first=True)
+
+    async def run() -> list:
+        approval = azure_commands.approve_soon(service, [ids[0]], by="test")
+        await held.wait_entered()
+        first = asyncio.ensure_future(service.reset_soon())
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(service.reset_soon())  # waits for the first reset
+        await asyncio.sleep(0.01)
+        held.release.set()
+        return await asyncio.wait_for(asyncio.gather(approval, first, second, return_exceptions=True), 10)
+
+    outcomes = asyncio.run(run())
+    assert isinstance(outcomes[0], Unavailable) and outcomes[1:] == [None, None]
+    assert service.resetting is None
+    assert service.settled_engine().component(AzureComponent).events == {}  # reset: no events
+    service.store.close()
+
+
 def test_reads_of_the_store_wait_for_the_transaction_in_the_worker(tmp_path):
     """The worker's transaction and the loop's reads (the journal, the outbox) share one connection: each waits for
     the other instead of starting a transaction inside it."""

@@ -294,11 +294,10 @@ class Maintenance:
         # it holds exactly what was committed.
         self._unsettled: Exception | None = None
         self._worker: concurrent.futures.ThreadPoolExecutor | None = None
-        # A reset under way in a thread (``reset_soon``), done once its engine is installed; None: none is.
+        # A reset, or a rebuild after a failed group commit, under way in a thread (``reset_soon``,
+        # ``_rebuild_soon``), done once its engine is installed; None: none is.
         self._resetting: asyncio.Future[None] | None = None
-        self._rebuilding: asyncio.Task[None] | None = (
-            None  # the rebuild after a failed group commit (``_rebuild_soon``)
-        )
+        self._rebuilding: asyncio.Task[None] | None = None  # the rebuild's task, held (one nobody holds may vanish)
         self._due_wall = float("inf")
         self._refresh_due()
         # What surrounds building a whole engine while the server runs (``reset_soon``): the server pauses the
@@ -503,8 +502,10 @@ class Maintenance:
                 self._rebuild(cause)
             return
         self._unsettled = cause
+        if self._resetting is not None:  # a reset waits for this group: the engine it installs is built afresh
+            return
         self._resetting = loop.create_future()
-        self._rebuilding = loop.create_task(self._rebuilt_off_loop(cause))  # held: a task nobody holds may vanish
+        self._rebuilding = loop.create_task(self._rebuilt_off_loop(cause))
 
     async def _rebuilt_off_loop(self, cause: Exception) -> None:
         try:

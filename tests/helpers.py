@@ -29,6 +29,13 @@ def open_store(url: str) -> SQLStore:
     return open_fleet_store(url)
 
 
+def takes_ctrl_c() -> None:
+    """``preexec_fn`` of a child a test sends Ctrl-C (SIGINT): it takes it as from a terminal. A test run started in
+    the background (a shell's ``&``) ignores SIGINT, and its children inherit that: Python then never raises
+    KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 
 SMALL_FLEET = """

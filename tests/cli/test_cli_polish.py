@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from helpers import ROOT, Server, forewarn, fresh
+from helpers import ROOT, Server, forewarn, fresh, takes_ctrl_c
 
 FOLLOW_WAIT = 30.0  # seconds for a followed entry to be printed (polled every 0.1 s), on a loaded machine
 TYPO_FLEET = """
@@ -148,6 +148,7 @@ def test_journal_follow_prints_new_entries_and_ends_cleanly_on_ctrl_c(small_serv
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=takes_ctrl_c,
             text=True,
             env={"PYTHONPATH": str(ROOT / "src")},
         )

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from forewarn.conformance.processes import HandlerProcess, port_names, probe
+from helpers import takes_ctrl_c
 
 
 def test_the_handler_gets_its_machine_url_and_directory(tmp_path):
@@ -83,7 +84,7 @@ def test_a_signal_stops_the_run_and_its_handlers(tmp_path, stop, status):
     handler = 'sleep 600 & echo $$ $! > "$FOREWARN_STATE_DIR/pids"; exec sleep 600'
     argv = [sys.executable, "-m", "forewarn", "conformance", "run", "--cloud", "azure", "--jobs", "2"]
     argv += ["--cases", "own-freeze,own-reboot,own-redeploy", "--logs", str(logs), "--", "sh", "-c", handler]
-    run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=takes_ctrl_c)
     pid_files = [logs / case / "WestNO_0.state" / "pids" for case in ("own-freeze", "own-reboot")]
     deadline = time.monotonic() + 60
     while not all(file.exists() and len(file.read_text().split()) == 2 for file in pid_files):

@@ -36,6 +36,14 @@ def takes_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+def child_processes(pid: int) -> list[int]:
+    """The processes ``pid`` started that are still running (Linux's /proc)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(child) for child in (task / "children").read_text().split()]
+    return children
+
+
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 
 SMALL_FLEET = """

@@ -128,6 +128,15 @@ Parts = Callable[[Engine], tuple[list[Change], "Parts | None"]]
 CHANGES_PER_PART = 250
 
 
+class RefusedMidway(Exception):
+    """A member of a group commit refused (``refusal``) after it may have changed the engine."""
+
+    def __init__(self, member: Member, refusal: CoreError):
+        super().__init__(str(refusal))
+        self.member = member
+        self.refusal = refusal
+
+
 class Member:
     """A command waiting for its group commit: the command and its check, or the clock move that gives them; once
     a part of it is committed, the rest (``parts``), what the parts made so far and the clock its move leaves."""
@@ -459,7 +468,7 @@ class Maintenance:
             except Exception as error:
                 # Whatever stopped the command, a refusal included, may have come after it changed part of the
                 # engine: the engine is rebuilt from what was committed, so that nothing of it stays.
-                self._rebuild(error)
+                self._rebuild_soon(error)
                 if isinstance(error, StoreError):
                     raise Unavailable(str(error), error.retry_after) from error
                 raise
@@ -520,6 +529,9 @@ class Maintenance:
                 cause,
                 error,
             )
+            # Refused, not left waiting: the next command to come tries the database again (``_start_group``).
+            waiting, self._grouped = self._grouped, []
+            _fail(waiting, Unavailable(f"the engine could not be reloaded from the database: {error}", 1))
         finally:
             rebuilding, self._resetting = self._resetting, None
             if rebuilding is not None:
@@ -550,25 +562,34 @@ class Maintenance:
 
     def _resettle(self) -> None:
         """Nothing while the engine holds only what was committed. Otherwise (``_rebuild`` could not reach the
-        database) rebuild it now, or raise Unavailable while the database is still out of reach."""
+        database) rebuild it once the database answers again: in a thread where an event loop runs (the caller is
+        refused, Unavailable, until it is installed), here where none does; Unavailable while the database is still
+        out of reach."""
         cause = self._unsettled
         if cause is None:
             return
-        if self._resetting is not None:  # ``_rebuild_soon``'s, under way
-            raise Unavailable(f"the engine is being reloaded from the database after a failed commit ({cause})", 1)
-        with self._lock:
-            if self._unsettled is None:
-                return
-            try:
-                self.store.ready()
-                state = _stored(self.store)
-            except StoreError as error:
-                raise Unavailable(
-                    f"the engine may hold changes the database lacks and is reloaded once it is back: {error}",
-                    error.retry_after,
-                ) from error
-            self._take(state, cause)
-        log.warning("reloaded the engine from the database after a failed commit; serving again")
+        if self._resetting is None:
+            with self._lock:
+                if self._unsettled is None:
+                    return
+                try:
+                    self.store.ready()
+                except StoreError as error:
+                    raise Unavailable(
+                        f"the engine may hold changes the database lacks and is reloaded once it is back: {error}",
+                        error.retry_after,
+                    ) from error
+                self._rebuild_soon(cause)
+                if self._unsettled is None:  # rebuilt here: no event loop runs
+                    self._told_resettled()
+                    return
+                if self._resetting is not None:
+                    self._resetting.add_done_callback(self._told_resettled)
+        raise Unavailable(f"the engine is being reloaded from the database after a failed commit ({cause})", 1)
+
+    def _told_resettled(self, _: object = None) -> None:
+        if self._unsettled is None:
+            log.warning("reloaded the engine from the database after a failed commit; serving again")
 
     def announce(self, changes: list[Change]) -> None:
         """Tell the log and the listeners of ``changes`` (nothing, when there are none)."""
@@ -769,6 +790,8 @@ class Maintenance:
     def _start_group(self) -> None:
         if self._in_flight is not None or not self._grouped or self._resetting is not None:
             return  # the group under way starts this one when it lands, and a reset when it ends
+        if self._unsettled is not None and not self._rebuilt_first():
+            return
         group = self._runnable()
         try:
             self.catch_up()
@@ -797,8 +820,11 @@ class Maintenance:
                 # The worker encodes the rows too: from the changes, and from engine objects that nothing changes
                 # until this group lands (commands wait for it, and so does every read of ``engine``).
                 commit = self._worker.submit(self.store.commit, changes, engine.now, clock, outgoing, engine.next_seq)
+            except RefusedMidway as refused:
+                self._refused_midway(group, refused)
+                return
             except Exception as error:  # a defect (or no worker, at exit): the engine may hold part of the group
-                self._rebuild(error)
+                self._rebuild_soon(error)
                 _fail(group, error)
                 return
             moves_time = clock is not None or any(isinstance(outcome, _Continued) for outcome in outcomes)
@@ -820,43 +846,66 @@ class Maintenance:
     def _run_group(self, group: list[Member]) -> tuple[list[Outcome], list[Change], list[Outgoing], Clock | None]:
         """Each command of ``group`` on the engine in turn: what each made or why it was refused, all their changes
         and deliveries, and the clock they leave when one moved it (None: unmoved). A command refused by its check
-        fails alone. One refused only after it may have changed the engine has the engine rebuilt from the store,
-        and the group runs again without it. A clock move makes one part of itself (``changes_per_part``): its
-        outcome is then a ``_Continued``, and the clock it leaves is committed with its last part."""
-        refused: dict[int, CoreError] = {}
-        while True:
-            engine = self._engine
-            outcomes: list[Outcome] = []
-            changes: list[Change] = []
-            outgoing: list[Outgoing] = []
-            clock: Clock | None = None
-            for index, member in enumerate(group):
-                try:
-                    if index in refused:
-                        raise refused[index]
-                    if member.parts is None:
-                        parts, moved = self._first_part(member, clock, engine)
-                    else:
-                        parts, moved = member.parts, member.clock
-                except CoreError as refusal:
-                    outcomes.append(refusal)
-                    continue
-                try:
-                    made, rest = parts(engine)
-                except CoreError as refusal:
-                    refused[index] = refusal
-                    self._rebuild(refusal)
-                    self.catch_up()  # the rebuilt engine is at the time last committed
-                    break
-                if rest is None:
-                    clock = moved or clock
-                    outcomes.append(member.made + made if member.made else made)
+        fails alone. One refused only after it may have changed the engine raises ``RefusedMidway``. A clock move
+        makes one part of itself (``changes_per_part``): its outcome is then a ``_Continued``, and the clock it
+        leaves is committed with its last part."""
+        engine = self._engine
+        outcomes: list[Outcome] = []
+        changes: list[Change] = []
+        outgoing: list[Outgoing] = []
+        clock: Clock | None = None
+        for member in group:
+            try:
+                if member.parts is None:
+                    parts, moved = self._first_part(member, clock, engine)
                 else:
-                    outcomes.append(_Continued(made, rest, moved))
-                changes += made
-                outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
+                    parts, moved = member.parts, member.clock
+            except CoreError as refusal:
+                outcomes.append(refusal)
+                continue
+            try:
+                made, rest = parts(engine)
+            except CoreError as refusal:
+                raise RefusedMidway(member, refusal) from refusal
+            if rest is None:
+                clock = moved or clock
+                outcomes.append(member.made + made if member.made else made)
             else:
-                return outcomes, changes, outgoing, clock
+                outcomes.append(_Continued(made, rest, moved))
+            changes += made
+            outgoing += [item for derive in self._outboxes for item in derive(made, engine)]
+        return outcomes, changes, outgoing, clock
+
+    def _refused_midway(self, group: list[Member], refused: RefusedMidway) -> None:
+        """The member refused after it may have changed the engine fails alone. The engine may hold part of it, and
+        of the members run before it: it is rebuilt from the store, off the event loop (``_rebuild_soon``), and the
+        others wait in their order, ahead of those that came since, to run on the rebuilt engine. The refusal is
+        answered once it is rebuilt: the client's next read finds the engine as before its command, not refused."""
+        others = [member for member in group if member is not refused.member]
+        self._grouped[:0] = others
+        self._rebuild_soon(refused.refusal)
+
+        def answer(_: object = None) -> None:
+            _fail([refused.member], refused.refusal)
+
+        if self._resetting is not None:
+            self._resetting.add_done_callback(answer)
+        else:
+            answer()
+
+    def _rebuilt_first(self) -> bool:
+        """Whether the next group may run on the engine. Not while a failed commit's changes may be in it, the
+        database having been out of reach when it was to be rebuilt: its rebuild starts now, in a thread, and
+        starts the group once done. Not either while the database is still out of reach: the commands waiting are
+        refused (Unavailable), and the next one to come tries again."""
+        try:
+            self._resettle()
+        except Unavailable as refusal:
+            if self._resetting is None:
+                waiting, self._grouped = self._grouped, []
+                _fail(waiting, refusal)
+            return False
+        return True
 
     def _first_part(self, member: Member, clock: Clock | None, engine: Engine) -> tuple[Parts, Clock | None]:
         """What a member runs in its first group, once its check passed (CoreError: refused, nothing changed), and

@@ -13,7 +13,9 @@ deadlines changed the scope's document at that instant).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -57,12 +59,17 @@ class Deadline(Generic[Target]):
         return self.kind.is_stale(self.target, self.at)
 
 
+# (time, the order it was set in, the deadline): the order breaks ties, so deadlines are never compared
+Heap = list[tuple[datetime, int, Deadline[Any]]]
+
+
 class Scheduler:
     def __init__(self, now: datetime) -> None:
         self.now = now
-        # (time, the order it was set in, the deadline): the order breaks ties, so deadlines are never compared
-        self._heap: list[tuple[datetime, int, Deadline[Any]]] = []
+        self._heap: Heap = []
         self._set_count = 0
+        # The thread whose deadlines go to a heap apart (``set_apart``), and that heap; None: every one goes here.
+        self._apart: tuple[int, Heap] | None = None
         self._kinds: dict[str, DeadlineKind[Any]] = {}
         self._step_hooks: list[Callable[[], list[Change]]] = []
 
@@ -80,12 +87,33 @@ class Scheduler:
         self._step_hooks.append(hook)
 
     def add(self, at: datetime, kind: DeadlineKind[Target], target: Target) -> None:
+        apart = self._apart
+        if apart is not None and apart[0] == threading.get_ident():
+            heap = apart[1]
+            heap.append((at, len(heap) + 1, Deadline(at, kind, target)))
+            return
         self._set_count += 1
         heapq.heappush(self._heap, (at, self._set_count, Deadline(at, kind, target)))
 
-    def clear(self) -> None:
-        """Forget every deadline (the components set them again from their state: a replica that takes over)."""
-        self._heap.clear()
+    @contextmanager
+    def set_apart(self) -> Iterator[Heap]:
+        """Within, the deadlines this thread sets go to a heap of their own (the one yielded, in heap order once the
+        block ends), while this scheduler goes on serving the other threads: a state's deadlines set again in a
+        thread of its own (``Engine.deadlines_again``), to be adopted at once (``adopt``)."""
+        heap: Heap = []
+        self._apart = (threading.get_ident(), heap)
+        try:
+            yield heap
+        finally:
+            self._apart = None
+        heapq.heapify(heap)
+
+    def adopt(self, heap: Heap) -> Heap:
+        """``heap`` (``set_apart``'s) replaces every deadline held: the heap it replaces is returned, for the caller
+        to free off the event loop (a million deadlines freed at once hold the interpreter for 0.1 s)."""
+        replaced, self._heap = self._heap, heap
+        self._set_count = len(heap)
+        return replaced
 
     def close(self) -> None:
         """Let go of every kind and hook: each names a component that holds this scheduler, a cycle that only the

@@ -20,7 +20,7 @@ from forewarn.core.bounds import check_time, clamped_time
 from forewarn.core.changes import Change, TimeMoved
 from forewarn.core.component import Component, Footing, StoredRows
 from forewarn.core.errors import Conflict
-from forewarn.core.scheduler import Scheduler, Sequence
+from forewarn.core.scheduler import Heap, Scheduler, Sequence
 from forewarn.engine.rules import Rules, check_rules
 from forewarn.fleet.model import Fleet
 from forewarn.registry import clouds
@@ -124,12 +124,20 @@ class Engine:
         self.scheduler.close()
         self.wave_runner.close()
 
-    def reschedule(self) -> None:
-        """Every deadline again from the state, as loading it sets them: a replica taking over drops what its
-        projections left in the scheduler."""
-        self.scheduler.clear()
-        for part in self.components.values():
-            part.reschedule()
+    def deadlines_again(self) -> Heap:
+        """Every deadline the state implies, as loading it sets them, in a heap apart from the scheduler's. It only
+        reads the state, so a replica about to lead sets them in a thread of its own: a pass over every event and
+        machine, seconds at a million, that would hold the event loop."""
+        with self.scheduler.set_apart() as heap:
+            for part in self.components.values():
+                part.reschedule()
+        return heap
+
+    def reschedule(self, deadlines: Heap | None = None) -> Heap:
+        """Every deadline again from the state (``deadlines``: ``deadlines_again``'s, taken since nothing changed the
+        state), as loading it sets them: a replica taking over drops what it held from following. Returns the heap
+        replaced, for the caller to free off the event loop."""
+        return self.scheduler.adopt(self.deadlines_again() if deadlines is None else deadlines)
 
     def check_advance(self, to: datetime) -> None:
         """Refuse a move of time as :meth:`advance` would, changing nothing."""

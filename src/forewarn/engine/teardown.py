@@ -28,7 +28,7 @@ def dismantle(parts: Iterable[Any]) -> None:
     What anything else also holds is left whole: the fleet and the rules, which the next engine shares, the store,
     and a container a reader still iterates (its iterator holds it). Those go with their last reference."""
     for container in list(_owned_containers(parts)):
-        _empty(container)
+        empty_in_slices(container)
 
 
 def _owned_containers(parts: Iterable[Any]) -> Iterator[dict | list | set]:
@@ -54,7 +54,9 @@ def _values(node: Any) -> Iterator[Any]:
     yield from (getattr(node, name, None) for name in getattr(type(node), "__slots__", ()))
 
 
-def _empty(container: dict | list | set) -> None:
+def empty_in_slices(container: dict | list | set) -> None:
+    """Empty ``container``, a slice at a time, the interpreter handed over between slices (from a thread of its own:
+    the event loop answers meanwhile)."""
     pop = container.popitem if isinstance(container, dict) else container.pop
     while container:
         for _ in range(min(SLICE, len(container))):

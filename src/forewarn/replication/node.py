@@ -24,10 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from forewarn import __version__
 from forewarn.core.changes import Change
+from forewarn.core.scheduler import Heap
+from forewarn.engine.engine import Engine
 from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
 from forewarn.store import SQLStore, StoredChanges, StoreError
@@ -35,6 +37,7 @@ from forewarn.store.lease import LeaderRow, Lease
 from forewarn.store.writer import SINGLE, node_name
 
 log = logging.getLogger("forewarn.replication")
+T = TypeVar("T")
 
 SHARED = "shared"  # leads when it can, else follows and takes over
 REPLICA = "replica"  # follows, never leads
@@ -211,13 +214,13 @@ class Node:
             return False
         return True
 
-    def _on_loop(self, action: Callable[[], None]) -> None:
+    def _on_loop(self, action: Callable[[], T]) -> T:
         assert self._loop is not None
 
-        async def run() -> None:
-            action()
+        async def run() -> T:
+            return action()
 
-        asyncio.run_coroutine_threadsafe(run(), self._loop).result()
+        return asyncio.run_coroutine_threadsafe(run(), self._loop).result()
 
     def _promote(self, reader: SQLStore) -> None:
         started = time.monotonic()
@@ -235,7 +238,7 @@ class Node:
                     changed = self._changes(reader)
                 except StoreError as error:
                     log.warning("reading the last commits failed (%s); loading the whole state", error)
-            self._on_loop(lambda: self._take_over(changed, after_single))
+            self._lead(changed, after_single)
         except Exception as error:  # holding the lock without leading would stop every other process taking over
             log.critical("taking over as the leader failed (%s); exiting so that another process can", error)
             logging.shutdown()
@@ -255,19 +258,41 @@ class Node:
         if old is not None and old.store_pid and old.store_pid != self._store_pid():
             self.lease.end_session(old)
 
-    def _take_over(self, changed: StoredChanges | None, after_single: bool = False) -> None:
-        """On the event loop, in one go (no request sees the state between): take the last commits and lead with
-        the engine held, or with one rebuilt from the database when the journal could not tell (None) or applying
-        them failed."""
-        position = None
+    def _lead(self, changed: StoredChanges | None, after_single: bool) -> None:
+        """Take the last commits, set the deadlines again from the state they leave, in this thread (seconds at a
+        million events, which would hold the event loop), and lead. No deadline is applied here meanwhile: the
+        state they are set from stays as it is."""
+        following = self.service.following
+        following.held = True
+        try:
+            position = self._on_loop(lambda: self._take_last(changed, after_single))
+            if position is None:  # taken over already, with the database's state
+                return
+            engine = self._on_loop(self.service.settled_engine)
+            deadlines = engine.deadlines_again()
+            self._on_loop(lambda: self._take_over(position, after_single, (engine, deadlines)))
+        finally:
+            following.held = False
+
+    def _take_last(self, changed: StoredChanges | None, after_single: bool) -> int | None:
+        """On the event loop: the last commits taken, and their position. None when the journal could not tell
+        (``changed`` None) or applying them failed: then, in the same go (no request sees half of them), this
+        process leads with an engine rebuilt from the database."""
         if changed is not None:
             try:
                 if changed.commits:
                     self.service.replicate(changed, catch_up=False)
-                position = changed.position
+                return changed.position
             except Exception:  # the engine may hold half of them: the database's state instead
                 log.exception("applying the last commits failed; loading the whole state to lead")
-        self.service.promote(position)
+        self._take_over(None, after_single)
+        return None
+
+    def _take_over(self, position: int | None, after_single: bool, apart: tuple[Engine, Heap] | None = None) -> None:
+        """On the event loop: lead with the engine held, its deadlines set again (``apart``: set in a thread from
+        that engine, which nothing has changed since), or with one rebuilt from the database (``position`` None)."""
+        deadlines = apart[1] if apart is not None and apart[0] is self.service.settled_engine() else None
+        self.service.promote(position, deadlines=deadlines)
         if after_single:  # the other replicas load the whole state too: the journal misses the single's commits
             self.service.store.journal_reset()
         self._publish()

@@ -29,8 +29,10 @@ from forewarn.app.errors import Unavailable
 from forewarn.app.runtime import Alone, Maintenance
 from forewarn.core.changes import Change, Rebuilt
 from forewarn.core.clock import MANUAL, Clock
+from forewarn.core.scheduler import Heap
 from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
+from forewarn.engine.teardown import empty_in_slices
 from forewarn.fleet.model import Fleet
 from forewarn.store import Outgoing, SQLStore, StoredChanges, StoredState, StoreError
 from forewarn.store.records import Touched
@@ -67,6 +69,8 @@ class Following:
     def __init__(self) -> None:
         self.no_leader_reason = "no leader has published itself yet"
         self.projected = False  # a deadline the leader had not committed was applied here (real clocks)
+        # No deadline is applied here meanwhile (a replica about to lead sets its deadlines in a thread).
+        self.held = False
         # The scopes whose VMs asked this replica for their events since its last report to the leader.
         self.seen_here: set[str] = set()
         # The rows such deadlines changed, to read back from the database: table -> key -> the number of the
@@ -93,7 +97,7 @@ class Following:
         return True
 
     def catch_up(self, service: Maintenance) -> list[Change]:
-        if service.clock.mode == MANUAL:
+        if service.clock.mode == MANUAL or self.held:
             return []
         now = service.clock.now(service.wall())
         changes = service.follow(lambda engine: self._project(service.store, engine, now))
@@ -276,15 +280,20 @@ class SharedService:
             self.catch_up()
 
     # ------------------------------------------------------------------------------------------- failover
-    def promote(self, position: int | None = None, reschedule: bool = True) -> None:
+    def promote(self, position: int | None = None, reschedule: bool = True, deadlines: Heap | None = None) -> None:
         """Become the leader (the caller holds the lock), then commit the deadlines that passed while nobody led.
 
         ``position``: the engine holds exactly what was committed up to that position of the journal (a replica
         that has just read the last commits): it is kept, with its deadlines set again from its state
-        (``reschedule``), as loading the state would set them. Without it, or when a projection of this replica's
-        is left in the engine, the engine is rebuilt from the database."""
+        (``reschedule``; ``deadlines``: as ``Engine.deadlines_again`` set them from this state, in a thread), as
+        loading the state would set them. Without it, or when a projection of this replica's is left in the engine,
+        the engine is rebuilt from the database."""
         if position is not None and not self.projected:
-            self.runtime.follow(lambda engine: engine.reschedule() if reschedule else None)
+            if reschedule:
+                replaced = self.runtime.follow(lambda engine: engine.reschedule(deadlines))
+                threading.Thread(
+                    target=empty_in_slices, args=(replaced,), name="forewarn-dismantle", daemon=True
+                ).start()
             self.store.position = position
             self.runtime.role = self.leading
             self.catch_up()

@@ -269,8 +269,12 @@ class Node:
             if position is None:  # taken over already, with the database's state
                 return
             engine = self._on_loop(self.service.settled_engine)
-            deadlines = engine.deadlines_again()
-            self._on_loop(lambda: self._take_over(position, after_single, (engine, deadlines)))
+            try:
+                apart: tuple[Engine, Heap] | None = (engine, engine.deadlines_again())
+            except Exception:  # a container changed under the pass (a read's lazy index): set on the loop instead
+                log.exception("setting the deadlines again off the event loop failed; setting them on it")
+                apart = None
+            self._on_loop(lambda: self._take_over(position, after_single, apart))
         finally:
             following.held = False
 

@@ -24,19 +24,47 @@ from forewarn.store.lease import Lease
 from helpers import T0, open_store
 
 
+def watched(real, loop: asyncio.AbstractEventLoop, calls: list[tuple[str, bool]]):
+    """``real``, noting the thread that calls it and whether the event loop answers meanwhile (a coroutine handed to
+    it completes)."""
+
+    def call(*args, **named):
+        answered = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, result=True), loop)
+        try:
+            answered_now = answered.result(timeout=2)
+        except TimeoutError:
+            answered_now = False
+        calls.append((threading.current_thread().name, answered_now))
+        return real(*args, **named)
+
+    return call
+
+
+def node_of(pair: Pair, url: str, lease: Lease, loop: asyncio.AbstractEventLoop) -> Node:
+    node = Node(pair.replica, url, lease, lambda: open_store(url), NodeSettings(), Leaders(None))
+    node._loop = loop
+    assert lease.try_acquire()
+    return node
+
+
 class Pair:
     """A leader's service and a replica's, on one PostgreSQL schema, and a reader of what the leader commits."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, clock: str = "manual"):
         self.fleet = load_fleet("demo")
+        self.wall = [1_000_000.0]
         writer = open_store(url)
         writer.keeps_changes = True
-        self.leader = Maintenance.open(writer, self.fleet, "manual", 1.0, T0, "seed")
+        self.leader = Maintenance.open(writer, self.fleet, clock, 1.0, T0, "seed", wall=self.now)
         self.reader: SQLStore = open_store(url)
         state = self.reader.load()
         assert state is not None
         self.replica = SharedService.replica_of(open_store(url), state, None, self.fleet)
+        self.replica.wall = self.now
         self.position = state.position
+
+    def now(self) -> float:
+        return self.wall[0]
 
     def fresh(self):
         """The engine a fresh load of the database builds."""
@@ -72,23 +100,8 @@ def test_a_new_leader_sets_its_deadlines_again_off_the_event_loop(postgres_url, 
         assert changed is not None and changed.commits
 
         passes: list[tuple[str, bool]] = []
-        real_pass = AzureComponent.reschedule
-
-        def watched_pass(component: AzureComponent) -> None:
-            # The loop answers while the pass runs: a coroutine handed to it now completes.
-            answered = asyncio.run_coroutine_threadsafe(asyncio.sleep(0, result=True), loop)
-            try:
-                answered_now = answered.result(timeout=2)
-            except TimeoutError:
-                answered_now = False
-            passes.append((threading.current_thread().name, answered_now))
-            real_pass(component)
-
-        monkeypatch.setattr(AzureComponent, "reschedule", watched_pass)
-        node = Node(pair.replica, postgres_url, lease, lambda: open_store(postgres_url), NodeSettings(), Leaders(None))
-        node._loop = loop
-        assert lease.try_acquire()
-        node._lead(changed, after_single=False)
+        monkeypatch.setattr(AzureComponent, "reschedule", watched(AzureComponent.reschedule, loop, passes))
+        node_of(pair, postgres_url, lease, loop)._lead(changed, False, pair.reader)
 
         assert passes == [(threading.current_thread().name, True)]
         assert pair.replica.role == LEADER
@@ -96,6 +109,44 @@ def test_a_new_leader_sets_its_deadlines_again_off_the_event_loop(postgres_url, 
         fresh = pair.fresh()
         assert pair.replica.settled_engine().scheduler.pending() == fresh.scheduler.pending()
         assert pair.replica.settled_engine().scheduler.pending()
+    finally:
+        lease.connection.close()
+        pair.close()
+
+
+def test_a_new_leader_with_a_projection_left_builds_its_engine_from_the_database_off_the_event_loop(
+    postgres_url, loop, monkeypatch
+):
+    """A replica on a real clock applies in memory the deadlines that pass while the leader is gone (projections):
+    it cannot keep that engine to lead, and loads the database's state. The load and the build run in the
+    replication thread; the event loop only adopts the engine."""
+    pair = Pair(postgres_url, clock="real")
+    lease = Lease(postgres_url)
+    try:
+        azure_commands.schedule(
+            pair.leader, ScheduleRequest(EventType.FREEZE, vms=("standalone-01",), notice=timedelta(minutes=15))
+        )
+        changed = pair.reader.changes_since(pair.position, pair.replica.projected_rows())
+        assert changed is not None and changed.commits
+        pair.replica.replicate(changed, catch_up=False)
+        pair.wall[0] += 20 * 60  # past NotBefore: the replica starts the event in memory
+        pair.replica.catch_up()
+        assert pair.replica.projected
+        changed = pair.reader.changes_since(changed.position, pair.replica.projected_rows())
+        assert changed is not None
+
+        builds: list[tuple[str, bool]] = []
+        monkeypatch.setattr(SharedService, "engine_of", watched(SharedService.engine_of, loop, builds))
+        node_of(pair, postgres_url, lease, loop)._lead(changed, False, pair.reader)
+
+        assert builds == [(threading.current_thread().name, True)]
+        assert pair.replica.role == LEADER and not pair.replica.projected
+        # It led from the database's state, then committed the start that came due while nobody led.
+        fresh = pair.fresh()
+        assert fresh.component(AzureComponent).events == pair.replica.settled_engine().component(AzureComponent).events
+        assert fresh.scheduler.pending() == pair.replica.settled_engine().scheduler.pending()
+        started = [entry.kind for entry in pair.replica.runtime.journal(limit=20)]
+        assert "started" in started, started
     finally:
         lease.connection.close()
         pair.close()

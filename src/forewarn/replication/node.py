@@ -32,7 +32,7 @@ from forewarn.core.scheduler import Heap
 from forewarn.engine.engine import Engine
 from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
-from forewarn.store import SQLStore, StoredChanges, StoreError
+from forewarn.store import SQLStore, StoredChanges, StoredState, StoreError
 from forewarn.store.lease import LeaderRow, Lease
 from forewarn.store.writer import SINGLE, node_name
 
@@ -238,7 +238,7 @@ class Node:
                     changed = self._changes(reader)
                 except StoreError as error:
                     log.warning("reading the last commits failed (%s); loading the whole state", error)
-            self._lead(changed, after_single)
+            self._lead(changed, after_single, reader)
         except Exception as error:  # holding the lock without leading would stop every other process taking over
             log.critical("taking over as the leader failed (%s); exiting so that another process can", error)
             logging.shutdown()
@@ -258,45 +258,65 @@ class Node:
         if old is not None and old.store_pid and old.store_pid != self._store_pid():
             self.lease.end_session(old)
 
-    def _lead(self, changed: StoredChanges | None, after_single: bool) -> None:
-        """Take the last commits, set the deadlines again from the state they leave, in this thread (seconds at a
-        million events, which would hold the event loop), and lead. No deadline is applied here meanwhile: the
-        state they are set from stays as it is."""
+    def _lead(self, changed: StoredChanges | None, after_single: bool, reader: SQLStore) -> None:
+        """Lead with the engine held, once it took the last commits and its deadlines are set again from the state
+        they leave; or, when it cannot be kept (the journal could not tell, or a projection of this replica's is
+        left in it), with an engine built from the database. What costs the whole state (the pass over every event,
+        or the load and the build: seconds at a million) runs in this thread while the event loop answers. No
+        deadline is applied here meanwhile: the state stays as it is."""
         following = self.service.following
         following.held = True
         try:
-            position = self._on_loop(lambda: self._take_last(changed, after_single))
-            if position is None:  # taken over already, with the database's state
-                return
-            engine = self._on_loop(self.service.settled_engine)
-            try:
-                apart: tuple[Engine, Heap] | None = (engine, engine.deadlines_again())
-            except Exception:  # a container changed under the pass (a read's lazy index): set on the loop instead
-                log.exception("setting the deadlines again off the event loop failed; setting them on it")
-                apart = None
-            self._on_loop(lambda: self._take_over(position, after_single, apart))
+            if changed is not None:
+                position = self._on_loop(lambda: self._take_last(changed, after_single))
+                if position is None:  # taken over already, with the database's state
+                    return
+                if not self._on_loop(lambda: self.service.projected):
+                    apart = self._deadlines_apart()
+                    self._on_loop(lambda: self._take_over(position, after_single, apart=apart))
+                    return
+            state = reader.load()
+            if state is None:
+                raise StoreError(f"{reader.description}: the database holds no fleet")
+            built = (state, self.service.engine_of(state))
+            self._on_loop(lambda: self._take_over(None, after_single, built=built))
         finally:
             following.held = False
 
-    def _take_last(self, changed: StoredChanges | None, after_single: bool) -> int | None:
-        """On the event loop: the last commits taken, and their position. None when the journal could not tell
-        (``changed`` None) or applying them failed: then, in the same go (no request sees half of them), this
-        process leads with an engine rebuilt from the database."""
-        if changed is not None:
-            try:
-                if changed.commits:
-                    self.service.replicate(changed, catch_up=False)
-                return changed.position
-            except Exception:  # the engine may hold half of them: the database's state instead
-                log.exception("applying the last commits failed; loading the whole state to lead")
+    def _deadlines_apart(self) -> tuple[Engine, Heap] | None:
+        """The engine held, and its deadlines set again in this thread; None if the pass failed (a container changed
+        under it: a read's lazy index), for the loop to set them."""
+        engine = self._on_loop(self.service.settled_engine)
+        try:
+            return engine, engine.deadlines_again()
+        except Exception:
+            log.exception("setting the deadlines again off the event loop failed; setting them on it")
+            return None
+
+    def _take_last(self, changed: StoredChanges, after_single: bool) -> int | None:
+        """On the event loop: the last commits taken, and their position. None when applying them failed: then, in
+        the same go (no request sees half of them), this process leads with an engine rebuilt from the database."""
+        try:
+            if changed.commits:
+                self.service.replicate(changed, catch_up=False)
+            return changed.position
+        except Exception:  # the engine may hold half of them: the database's state instead
+            log.exception("applying the last commits failed; loading the whole state to lead")
         self._take_over(None, after_single)
         return None
 
-    def _take_over(self, position: int | None, after_single: bool, apart: tuple[Engine, Heap] | None = None) -> None:
+    def _take_over(
+        self,
+        position: int | None,
+        after_single: bool,
+        apart: tuple[Engine, Heap] | None = None,
+        built: tuple[StoredState, Engine] | None = None,
+    ) -> None:
         """On the event loop: lead with the engine held, its deadlines set again (``apart``: set in a thread from
-        that engine, which nothing has changed since), or with one rebuilt from the database (``position`` None)."""
+        that engine, which nothing has changed since), or (``position`` None) with an engine built from the database
+        (``built``: in a thread; otherwise here)."""
         deadlines = apart[1] if apart is not None and apart[0] is self.service.settled_engine() else None
-        self.service.promote(position, deadlines=deadlines)
+        self.service.promote(position, deadlines=deadlines, built=built)
         if after_single:  # the other replicas load the whole state too: the journal misses the single's commits
             self.service.store.journal_reset()
         self._publish()

@@ -240,6 +240,16 @@ class SharedService:
         that makes, to await)."""
         return self.runtime.reads_relayed(scopes)
 
+    def _loaded(self) -> tuple[StoredState, Engine]:
+        """The state the database holds, and an engine built from it."""
+        try:
+            state = self.store.load()
+        except StoreError as error:
+            raise Unavailable(str(error), error.retry_after) from error
+        if state is None:
+            raise Unavailable("the database holds no fleet")
+        return state, self.engine_of(state)
+
     # -------------------------------------------------------------------------------------------- replica
     def engine_of(self, state: StoredState) -> Engine:
         """An engine over a state the leader committed (built off the event loop: the costly part of a refresh)."""
@@ -280,14 +290,20 @@ class SharedService:
             self.catch_up()
 
     # ------------------------------------------------------------------------------------------- failover
-    def promote(self, position: int | None = None, reschedule: bool = True, deadlines: Heap | None = None) -> None:
+    def promote(
+        self,
+        position: int | None = None,
+        reschedule: bool = True,
+        deadlines: Heap | None = None,
+        built: tuple[StoredState, Engine] | None = None,
+    ) -> None:
         """Become the leader (the caller holds the lock), then commit the deadlines that passed while nobody led.
 
         ``position``: the engine holds exactly what was committed up to that position of the journal (a replica
         that has just read the last commits): it is kept, with its deadlines set again from its state
         (``reschedule``; ``deadlines``: as ``Engine.deadlines_again`` set them from this state, in a thread), as
         loading the state would set them. Without it, or when a projection of this replica's is left in the engine,
-        the engine is rebuilt from the database."""
+        the engine is rebuilt from the database (``built``: the state loaded and its engine, built in a thread)."""
         if position is not None and not self.projected:
             if reschedule:
                 replaced = self.runtime.follow(lambda engine: engine.reschedule(deadlines))
@@ -298,14 +314,9 @@ class SharedService:
             self.runtime.role = self.leading
             self.catch_up()
             return
-        try:
-            state = self.store.load()
-        except StoreError as error:
-            raise Unavailable(str(error), error.retry_after) from error
-        if state is None:
-            raise Unavailable("the database holds no fleet")
+        state, engine = self._loaded() if built is None else built
+        self.store.position = state.position
         self.following.forget()
         self.runtime.role = self.leading
-        engine = Maintenance.engine_from(state, self.settled_engine().rules, self.settled_engine().fleet)
         self.runtime.adopt(engine, state.clock.within_bounds()[0], Rebuilt("became the leader"))
         self.catch_up()

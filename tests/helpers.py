@@ -36,6 +36,26 @@ def takes_ctrl_c() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+class HeldLoad:
+    """A store's ``load``, held until ``loaded`` is set: it notes the threads that call it and sets ``loading``
+    (the rebuild of an engine, caught while it reads the database)."""
+
+    def __init__(self, store: SQLStore):
+        self.real = store.load
+        self.loading, self.loaded = threading.Event(), threading.Event()
+        self.threads: list[str] = []
+        store.load = self  # type: ignore[method-assign]
+
+    def __call__(self):
+        self.threads.append(threading.current_thread().name)
+        self.loading.set()
+        assert self.loaded.wait(10)
+        return self.real()
+
+    def ran_off_the_main_thread(self) -> bool:
+        return bool(self.threads) and threading.main_thread().name not in self.threads
+
+
 def child_processes(pid: int) -> list[int]:
     """The processes ``pid`` started that are still running (Linux's /proc)."""
     children: list[int] = []

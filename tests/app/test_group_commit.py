@@ -24,7 +24,7 @@ from forewarn.fleet.file import parse_fleet
 from forewarn.net.callers import CallerResolver
 from forewarn.net.http import DROP, Deferred, Request
 from forewarn.store import StoreError
-from helpers import T0, HeldCommits, open_store, small_fleet
+from helpers import T0, HeldCommits, HeldLoad, open_store, small_fleet
 
 
 def scheduled(tmp_path) -> tuple[Maintenance, list[str]]:
@@ -189,35 +189,25 @@ def test_the_rebuild_after_a_failed_transaction_runs_in_a_thread_and_nothing_rea
     commands that came wait for the rebuilt engine."""
     service, ids = scheduled(tmp_path)
     held = HeldCommits(service, fail_first=True)
-    real_load = service.store.load
-    loading, loaded = threading.Event(), threading.Event()
-    threads: list[str] = []
-
-    def slow_load():
-        threads.append(threading.current_thread().name)
-        loading.set()
-        assert loaded.wait(10)
-        return real_load()
-
-    service.store.load = slow_load  # type: ignore[method-assign]
+    load = HeldLoad(service.store)
 
     async def run() -> tuple:
         first = azure_commands.approve_soon(service, [ids[0]], by="test")
         await held.wait_entered()
         held.release.set()
         failed = await asyncio.gather(first, return_exceptions=True)
-        await asyncio.get_running_loop().run_in_executor(None, loading.wait, 10)
+        await asyncio.get_running_loop().run_in_executor(None, load.loading.wait, 10)
         later = azure_commands.approve_soon(service, [ids[1]], by="test")
         await asyncio.sleep(0.05)  # the loop goes on while the engine is built
         with pytest.raises(Unavailable, match="being reloaded"):
             service.settled_engine()
         waiting = later.done()
-        loaded.set()
+        load.loaded.set()
         return failed, waiting, await later
 
     (failed, waiting, made) = asyncio.run(run())
     assert isinstance(failed[0], Unavailable) and waiting is False and made
-    assert threads and threads[0] != threading.main_thread().name
+    assert load.ran_off_the_main_thread()
     events = service.settled_engine().component(AzureComponent).events
     assert (events[ids[0]].approvals, events[ids[1]].approvals) == ((), ("test",))  # the first undone, the next made
     assert ("approved", ids[1]) in [(entry.kind, entry.event_id) for entry in service.journal(limit=5)]

@@ -6,7 +6,6 @@ then meets a refusal deeper down): the runtime then rebuilds the engine from wha
 from __future__ import annotations
 
 import asyncio
-import threading
 from datetime import UTC, datetime
 
 import pytest
@@ -20,7 +19,7 @@ from forewarn.core.changes import Change
 from forewarn.core.errors import Invalid, NotFound
 from forewarn.engine.engine import Engine
 from forewarn.store import StoreError
-from helpers import T0, Server, open_store, small_fleet
+from helpers import T0, HeldLoad, Server, open_store, small_fleet
 
 FLEET = """
 hosts: [{name: host-01}, {name: host-02}]
@@ -148,36 +147,26 @@ def test_the_rebuild_after_a_grouped_command_refused_midway_runs_in_a_thread(tmp
     and the group's other commands, and those that came meanwhile, run after it on the rebuilt engine."""
     service, ids = service_with_events(tmp_path)
     first, second = ids[0], ids[1]
-    real_load = service.store.load
-    loading, loaded = threading.Event(), threading.Event()
-    threads: list[str] = []
-
-    def slow_load():
-        threads.append(threading.current_thread().name)
-        loading.set()
-        assert loaded.wait(10)
-        return real_load()
-
-    service.store.load = slow_load  # type: ignore[method-assign]
+    load = HeldLoad(service.store)
 
     async def run() -> tuple:
         group = [
             azure_commands.approve_soon(service, [first], by="test"),
             service.perform_soon(approves_then_refuses(second)),
         ]
-        await asyncio.get_running_loop().run_in_executor(None, loading.wait, 10)
+        await asyncio.get_running_loop().run_in_executor(None, load.loading.wait, 10)
         later = azure_commands.approve_soon(service, [second], by="later")
         await asyncio.sleep(0.05)  # the loop goes on while the engine is built
         answered = [future.done() for future in [*group, later]]
         with pytest.raises(Unavailable, match="being reloaded"):
             service.settled_engine()
-        loaded.set()
+        load.loaded.set()
         return answered, await asyncio.gather(*group, later, return_exceptions=True)
 
     answered, outcomes = asyncio.run(run())
     assert answered == [False, False, False]
     assert isinstance(outcomes[1], Invalid) and outcomes[0] and outcomes[2], outcomes
-    assert threads and threads[0] != threading.main_thread().name
+    assert load.ran_off_the_main_thread()
     events = service.settled_engine().component(AzureComponent).events
     assert (events[first].approvals, events[second].approvals) == (("test",), ("later",))
     service.store.close()
@@ -187,17 +176,10 @@ def test_an_engine_left_unsettled_by_an_outage_is_rebuilt_in_a_thread_once_the_d
     """A failed commit whose rebuild could not read the database leaves the engine unsettled. Once the database
     answers, the first read starts the rebuild in a thread and is refused meanwhile; commands wait for it."""
     service, ids = service_with_events(tmp_path)
-    real_load = service.store.load
-    loads: list[str] = []
-    loaded = threading.Event()
+    load = HeldLoad(service.store)
 
     def out_of_reach(*args, **named):
         raise StoreError("the database is out of reach")
-
-    def slow_load():
-        loads.append(threading.current_thread().name)
-        assert loaded.wait(10)
-        return real_load()
 
     async def run() -> tuple:
         service.store.commit = out_of_reach  # type: ignore[method-assign]
@@ -206,18 +188,18 @@ def test_an_engine_left_unsettled_by_an_outage_is_rebuilt_in_a_thread_once_the_d
         while service.resetting is not None:
             await asyncio.sleep(0.01)
         del service.store.commit
-        service.store.load = slow_load  # type: ignore[method-assign]
+        service.store.load = load  # type: ignore[method-assign]
         with pytest.raises(Unavailable, match="being reloaded"):
             service.settled_engine()  # starts the rebuild
         command = azure_commands.approve_soon(service, [ids[1]], by="test")
         await asyncio.sleep(0.05)
         waiting = not command.done()
-        loaded.set()
+        load.loaded.set()
         return failed, waiting, await command
 
     failed, waiting, made = asyncio.run(run())
     assert isinstance(failed[0], Unavailable) and waiting and made
-    assert loads and loads[0] != threading.main_thread().name
+    assert load.ran_off_the_main_thread()
     events = service.settled_engine().component(AzureComponent).events
     assert (events[ids[0]].approvals, events[ids[1]].approvals) == ((), ("test",))
     service.store.close()

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import requests
 
-from helpers import Server
+from forewarn.app.runtime import Maintenance
+from forewarn.engine.engine import Engine
+from forewarn.fleet.file import load_fleet
+from forewarn.replication.shared import SharedService
+from forewarn.store import SQLStore
+from helpers import T0, Server, open_store
 
 # Each VM its own scope, reached at its own loopback address on whichever process's metadata port it dials.
 SHARED_FLEET = """
@@ -71,3 +76,42 @@ def converged(servers: list[Server], vms: list[str] = VMS) -> bool:
         if len(bodies) != 1:
             return False
     return True
+
+
+class FakeWall:
+    """A wall clock that moves only when told (``value``)."""
+
+    def __init__(self, start: float):
+        self.value = start
+
+    def __call__(self) -> float:
+        return self.value
+
+
+class Pair:
+    """A leader's service and a replica's, in process, on one PostgreSQL schema (the demo fleet), with a reader of
+    what the leader commits."""
+
+    def __init__(self, url: str, clock: str = "manual", wall: FakeWall | None = None):
+        self.url = url
+        self.fleet = load_fleet("demo")
+        self.wall = wall or FakeWall(1_000_000.0)
+        writer = open_store(url)
+        writer.keeps_changes = True
+        self.leader = Maintenance.open(writer, self.fleet, clock, 1.0, T0, "seed", wall=self.wall)
+        self.reader: SQLStore = open_store(url)
+        state = self.reader.load()
+        assert state is not None
+        self.replica = SharedService.replica_of(open_store(url), state, None, self.fleet)
+        self.replica.wall = self.wall
+        self.position = state.position
+
+    def fresh(self) -> Engine:
+        """The engine a fresh load of the database builds."""
+        state = self.reader.load()
+        assert state is not None
+        return SharedService.replica_of(self.reader, state, None, self.fleet).settled_engine()
+
+    def close(self) -> None:
+        for store in (self.leader.store, self.reader, self.replica.store):
+            store.close()

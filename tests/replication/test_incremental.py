@@ -11,6 +11,7 @@ import psycopg
 import pytest
 import requests
 
+import replication_helpers
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code
@@ -22,20 +23,10 @@ from forewarn.core.changes import Change, Rebuilt
 from forewarn.engine.engine import Engine
 from forewarn.fleet.file import load_fleet
 from forewarn.gcp.component import GceRequest, GcpComponent
-from forewarn.replication.shared import SharedService
-from forewarn.store import SQLStore
 from forewarn.waves.component import WaveRunner
 from forewarn.waves.model import WaveCloud, WaveOrder, WaveSpec
 from helpers import T0, Server, open_store
-from replication_helpers import FAST, role, until
-
-
-class FakeWall:
-    def __init__(self, start: float):
-        self.value = start
-
-    def __call__(self) -> float:
-        return self.value
+from replication_helpers import FAST, FakeWall, role, until
 
 
 def snapshot(engine: Engine) -> dict[str, Any]:
@@ -77,22 +68,11 @@ def snapshot(engine: Engine) -> dict[str, Any]:
     }
 
 
-class Pair:
-    """A leader's service and a replica's, on one PostgreSQL schema; the replica follows by incremental refresh."""
+class Pair(replication_helpers.Pair):
+    """The shared pair; the replica follows by incremental refresh, and what it heard is kept."""
 
     def __init__(self, url: str, clock: str = "manual", wall: FakeWall | None = None):
-        self.url = url
-        self.fleet = load_fleet("demo")
-        self.wall = wall or FakeWall(1_000_000.0)
-        writer = open_store(url)
-        writer.keeps_changes = True
-        self.leader = Maintenance.open(writer, self.fleet, clock, 1.0, T0, "seed", wall=self.wall)
-        self.reader: SQLStore = open_store(url)
-        state = self.reader.load()
-        assert state is not None
-        self.replica = SharedService.replica_of(open_store(url), state, None, self.fleet)
-        self.replica.wall = self.wall
-        self.position = state.position
+        super().__init__(url, clock, wall)
         self.heard: list[list[Change]] = []
         self.replica.subscribe(self.heard.append)
 
@@ -107,8 +87,8 @@ class Pair:
 
     def fresh(self) -> Engine:
         state = self.reader.load()
-        assert state is not None and state.position == self.position
-        return SharedService.replica_of(self.reader, state, None, self.fleet).settled_engine()
+        assert state is not None and state.position == self.position  # the replica holds what the database does
+        return super().fresh()
 
     def check(self) -> None:
         fresh = self.fresh()
@@ -117,10 +97,6 @@ class Pair:
                 self.replica.settled_engine().now
             )  # a freshly loaded replica's catch-up: what the replica did
         assert snapshot(self.replica.settled_engine()) == snapshot(fresh)
-
-    def close(self) -> None:
-        for store in (self.leader.store, self.reader, self.replica.store):
-            store.close()
 
 
 @pytest.fixture

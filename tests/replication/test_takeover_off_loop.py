@@ -11,17 +11,15 @@ from datetime import timedelta
 
 import pytest
 
-from forewarn.app.runtime import Maintenance
 from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventType, ScheduleRequest
-from forewarn.fleet.file import load_fleet
 from forewarn.replication.forward import Leaders
 from forewarn.replication.node import Node, NodeSettings
 from forewarn.replication.shared import LEADER, SharedService
-from forewarn.store import SQLStore
 from forewarn.store.lease import Lease
-from helpers import T0, open_store
+from helpers import open_store
+from replication_helpers import Pair
 
 
 def watched(real, loop: asyncio.AbstractEventLoop, calls: list[tuple[str, bool]]):
@@ -45,36 +43,6 @@ def node_of(pair: Pair, url: str, lease: Lease, loop: asyncio.AbstractEventLoop)
     node._loop = loop
     assert lease.try_acquire()
     return node
-
-
-class Pair:
-    """A leader's service and a replica's, on one PostgreSQL schema, and a reader of what the leader commits."""
-
-    def __init__(self, url: str, clock: str = "manual"):
-        self.fleet = load_fleet("demo")
-        self.wall = [1_000_000.0]
-        writer = open_store(url)
-        writer.keeps_changes = True
-        self.leader = Maintenance.open(writer, self.fleet, clock, 1.0, T0, "seed", wall=self.now)
-        self.reader: SQLStore = open_store(url)
-        state = self.reader.load()
-        assert state is not None
-        self.replica = SharedService.replica_of(open_store(url), state, None, self.fleet)
-        self.replica.wall = self.now
-        self.position = state.position
-
-    def now(self) -> float:
-        return self.wall[0]
-
-    def fresh(self):
-        """The engine a fresh load of the database builds."""
-        state = self.reader.load()
-        assert state is not None
-        return SharedService.replica_of(self.reader, state, None, self.fleet).settled_engine()
-
-    def close(self) -> None:
-        for store in (self.leader.store, self.reader, self.replica.store):
-            store.close()
 
 
 @pytest.fixture
@@ -129,7 +97,7 @@ def test_a_new_leader_with_a_projection_left_builds_its_engine_from_the_database
         changed = pair.reader.changes_since(pair.position, pair.replica.projected_rows())
         assert changed is not None and changed.commits
         pair.replica.replicate(changed, catch_up=False)
-        pair.wall[0] += 20 * 60  # past NotBefore: the replica starts the event in memory
+        pair.wall.value += 20 * 60  # past NotBefore: the replica starts the event in memory
         pair.replica.catch_up()
         assert pair.replica.projected
         changed = pair.reader.changes_since(changed.position, pair.replica.projected_rows())

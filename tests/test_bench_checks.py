@@ -36,6 +36,7 @@ CHECKS = {
     "resets.py": [],
     "ended_events.py": [],
     "rebuild_stall.py": [],
+    "takeover_stall.py": ["--db", POSTGRES_URL],
 }
 if os.path.exists(CHROMIUM):  # .ci/run installs it; the browser tests say so where it is missing
     CHECKS["dashboard.py"] = []

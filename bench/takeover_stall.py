@@ -40,7 +40,7 @@ from forewarn.replication.forward import Leaders
 from forewarn.replication.node import Node, NodeSettings
 from forewarn.replication.shared import LEADER, SharedService
 from forewarn.server.stores import open_fleet_store
-from forewarn.server.tuning import settle_heap, tune_collector, tune_thread_switching
+from forewarn.server.tuning import collector_paused, settle_heap, tune_collector, tune_thread_switching
 from forewarn.store.lease import Lease
 
 T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
@@ -77,6 +77,7 @@ def took_over(replica: SharedService, url: str) -> tuple[float, float]:
     settle_heap()
     tune_collector()
     tune_thread_switching()
+    replica.engine_building = collector_paused  # as the server sets it
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="the-event-loop", daemon=True)
     thread.start()

@@ -89,24 +89,25 @@ class Scheduler:
     def add(self, at: datetime, kind: DeadlineKind[Target], target: Target) -> None:
         apart = self._apart
         if apart is not None and apart[0] == threading.get_ident():
+            # Pushed one by one, not heapified at the end: that would be one call over a million entries, which
+            # holds the interpreter (and so the event loop) for its whole length.
             heap = apart[1]
-            heap.append((at, len(heap) + 1, Deadline(at, kind, target)))
+            heapq.heappush(heap, (at, len(heap) + 1, Deadline(at, kind, target)))
             return
         self._set_count += 1
         heapq.heappush(self._heap, (at, self._set_count, Deadline(at, kind, target)))
 
     @contextmanager
     def set_apart(self) -> Iterator[Heap]:
-        """Within, the deadlines this thread sets go to a heap of their own (the one yielded, in heap order once the
-        block ends), while this scheduler goes on serving the other threads: a state's deadlines set again in a
-        thread of its own (``Engine.deadlines_again``), to be adopted at once (``adopt``)."""
+        """Within, the deadlines this thread sets go to a heap of their own (the one yielded), while this scheduler
+        goes on serving the other threads: a state's deadlines set again in a thread of its own
+        (``Engine.deadlines_again``), to be adopted at once (``adopt``)."""
         heap: Heap = []
         self._apart = (threading.get_ident(), heap)
         try:
             yield heap
         finally:
             self._apart = None
-        heapq.heapify(heap)
 
     def adopt(self, heap: Heap) -> Heap:
         """``heap`` (``set_apart``'s) replaces every deadline held: the heap it replaces is returned, for the caller

@@ -186,10 +186,11 @@ class Node:
         if changed is not None and self._apply(changed):
             position = changed.position
         else:
-            state = reader.load()
-            if state is None:
-                return
-            engine = self.service.engine_of(state)
+            with self.service.engine_building():
+                state = reader.load()
+                if state is None:
+                    return
+                engine = self.service.engine_of(state)
             self._on_loop(lambda: self.service.replace(engine, state))
             position = state.position
             self.counts.full_reloads += 1
@@ -275,10 +276,11 @@ class Node:
                     apart = self._deadlines_apart()
                     self._on_loop(lambda: self._take_over(position, after_single, apart=apart))
                     return
-            state = reader.load()
-            if state is None:
-                raise StoreError(f"{reader.description}: the database holds no fleet")
-            built = (state, self.service.engine_of(state))
+            with self.service.engine_building():
+                state = reader.load()
+                if state is None:
+                    raise StoreError(f"{reader.description}: the database holds no fleet")
+                built = (state, self.service.engine_of(state))
             self._on_loop(lambda: self._take_over(None, after_single, built=built))
         finally:
             following.held = False
@@ -288,7 +290,8 @@ class Node:
         under it: a read's lazy index), for the loop to set them."""
         engine = self._on_loop(self.service.settled_engine)
         try:
-            return engine, engine.deadlines_again()
+            with self.service.engine_building():
+                return engine, engine.deadlines_again()
         except Exception:
             log.exception("setting the deadlines again off the event loop failed; setting them on it")
             return None

@@ -20,6 +20,7 @@ takes to arrive.)
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -199,6 +200,15 @@ class SharedService:
     @wall.setter
     def wall(self, wall: Callable[[], float]) -> None:
         self.runtime.wall = wall
+
+    @property
+    def engine_building(self) -> Callable[[], contextlib.AbstractContextManager[None]]:
+        """What surrounds building a whole engine, or anything as large, in a thread (``Maintenance``'s)."""
+        return self.runtime.engine_building
+
+    @engine_building.setter
+    def engine_building(self, around: Callable[[], contextlib.AbstractContextManager[None]]) -> None:
+        self.runtime.engine_building = around
 
     def subscribe(self, listener: Callable[[list[Change]], None]) -> None:
         self.runtime.subscribe(listener)

@@ -181,6 +181,20 @@ class JournalEntry:
     detail: dict
 
 
+# Rows fetched this many at a time where a whole table may be read (a load, a replica's refresh): a driver decodes
+# what one fetch returns in one call that holds the interpreter, and with it the event loop, while a thread loads a
+# state (psycopg's binary rows: about 30 ms a 100,000, bench/takeover_stall.py).
+FETCHED_AT_ONCE = 2_000
+
+
+def all_rows(cursor: Any) -> list[tuple[Any, ...]]:
+    """Every row the query on ``cursor`` gives, fetched ``FETCHED_AT_ONCE`` at a time."""
+    rows: list[tuple[Any, ...]] = []
+    while batch := cursor.fetchmany(FETCHED_AT_ONCE):
+        rows += batch
+    return rows
+
+
 def encode_clock(clock: Clock) -> str:
     return json.dumps(
         {
@@ -347,7 +361,7 @@ class SQLStore:
 
             def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 self._execute(cursor, sql, params)
-                return list(cursor.fetchall())
+                return all_rows(cursor)
 
             records = self.registry.load(Reader(query, meta, self.key_condition))
             self._execute(cursor, "SELECT MAX(position) FROM forewarn_changes")
@@ -402,7 +416,7 @@ class SQLStore:
 
             def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 self._execute(cursor, sql, params)
-                return list(cursor.fetchall())
+                return all_rows(cursor)
 
             reader = Reader(query, {}, self.key_condition)
             reader.meta = {

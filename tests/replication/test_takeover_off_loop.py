@@ -5,6 +5,7 @@ goes on answering; the loop only adopts the heap it built. Real PostgreSQL, a le
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,6 +18,7 @@ from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.replication.forward import Leaders
 from forewarn.replication.node import Node, NodeSettings
 from forewarn.replication.shared import LEADER, SharedService
+from forewarn.server.tuning import collector_paused
 from forewarn.store.lease import Lease
 from helpers import open_store
 from replication_helpers import Pair
@@ -115,6 +117,34 @@ def test_a_new_leader_with_a_projection_left_builds_its_engine_from_the_database
         assert fresh.scheduler.pending() == pair.replica.settled_engine().scheduler.pending()
         started = [entry.kind for entry in pair.replica.runtime.journal(limit=20)]
         assert "started" in started, started
+    finally:
+        lease.connection.close()
+        pair.close()
+
+
+def test_the_collector_is_paused_while_the_deadlines_are_set_again(postgres_url, loop, monkeypatch):
+    """The pass makes a deadline a live event: the cyclic collector, which the allocations would start, would walk
+    them holding the interpreter, in the replication thread, and the event loop would wait. The server's setting
+    (``engine_building``) reaches the runtime, whose reset and rebuilds use it too."""
+    pair = Pair(postgres_url)
+    lease = Lease(postgres_url)
+    try:
+        pair.replica.engine_building = collector_paused
+        assert pair.replica.runtime.engine_building is collector_paused
+        hosts = tuple(pair.leader.settled_engine().fleet.hosts)
+        azure_commands.schedule(pair.leader, ScheduleRequest(EventType.FREEZE, hosts=hosts))
+        changed = pair.reader.changes_since(pair.position, pair.replica.projected_rows())
+        assert changed is not None
+        collecting: list[bool] = []
+        real_pass = AzureComponent.reschedule
+
+        def noting(component: AzureComponent) -> None:
+            collecting.append(gc.isenabled())
+            real_pass(component)
+
+        monkeypatch.setattr(AzureComponent, "reschedule", noting)
+        node_of(pair, postgres_url, lease, loop)._lead(changed, False, pair.reader)
+        assert collecting == [False] and gc.isenabled()
     finally:
         lease.connection.close()
         pair.close()

@@ -161,11 +161,7 @@ class Server:
         extra: list[str] | None = None,
     ):
         self.tmp_path = tmp_path
-        self.port = free_port()
-        self.imds_port = free_port()
-        self.arm_port = free_port()
-        self.ec2_port = free_port()
-        self.gce_port = free_port()
+        self.port, self.imds_port, self.arm_port, self.ec2_port, self.gce_port = free_ports(5)
         self.db = db or str(tmp_path / "forewarn.db")
         self.args = [
             "--db",
@@ -231,9 +227,8 @@ class Server:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _new_ports(self) -> None:
-        for option, attribute in PORT_OPTIONS.items():
+        for (option, attribute), port in zip(PORT_OPTIONS.items(), free_ports(len(PORT_OPTIONS))):
             if option in self.args:
-                port = free_port()
                 setattr(self, attribute, port)
                 self.args[self.args.index(option) + 1] = str(port)
 

@@ -16,6 +16,7 @@ from forewarn.scenarios.testnet import (
     loopback_address,
     net_setting,
     numbered_address,
+    worker_share,
 )
 from helpers import ROOT, Server
 
@@ -54,6 +55,16 @@ def test_ports_are_drawn_from_the_range_and_a_taken_one_is_skipped(monkeypatch):
     finally:
         for sock in taken:
             sock.close()
+
+
+def test_each_xdist_worker_draws_from_a_slice_of_its_own():
+    def share(worker: str, workers: str, low: int = 12768, high: int = 32767) -> tuple[int, int]:
+        return worker_share(low, high, {"PYTEST_XDIST_WORKER": worker, "PYTEST_XDIST_WORKER_COUNT": workers})
+
+    assert [share(f"gw{index}", "3") for index in range(3)] == [(12768, 19433), (19434, 26099), (26100, 32765)]
+    assert worker_share(12768, 32767, {}) == (12768, 32767)  # not under xdist
+    assert share("gw0", "3", 41000, 41099) == (41000, 41099)  # slices of 33 ports: the whole range
+    assert share("master", "3") == share("gw5", "3") == (12768, 32767)
 
 
 def test_addresses_move_to_the_loopback_base(monkeypatch):

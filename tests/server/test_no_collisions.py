@@ -12,17 +12,17 @@ import requests
 
 from forewarn.recording.model import Entry, Recording, save_recording
 from forewarn.scenarios.server import PortTaken, launch_serve
-from helpers import ROOT, Server, free_port
+from helpers import ROOT, Server, free_ports
 
 DOCUMENT = "/metadata/scheduledevents?api-version=2020-07-01"
 
 
 def serve_fails(*args: str) -> subprocess.CompletedProcess:
     """``forewarn serve ARGS`` expected to stop at once; any port it does not name is a free one."""
-    ports = []
-    for option in ("--port", "--imds-port", "--arm-port", "--ec2-port", "--gce-port"):
-        if option not in args:
-            ports += [option, str(free_port())]
+    options = [
+        option for option in ("--port", "--imds-port", "--arm-port", "--ec2-port", "--gce-port") if option not in args
+    ]
+    ports = [text for option, port in zip(options, free_ports(len(options))) for text in (option, str(port))]
     run = subprocess.run(
         [sys.executable, "-m", "forewarn", "serve", *args, *ports, "--clock", "manual"],
         capture_output=True,

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,7 +77,8 @@ def free_ports(count: int) -> list[int]:
     A port from ``bind(("", 0))`` lies in the kernel's ephemeral range, which every outgoing connection draws from
     too: on a busy machine one of them can take the port between this answer and the server's bind ("Address already
     in use"). So ports are drawn at random from the setting's range or, by default and where the ephemeral range is
-    known (Linux), from the thousands below it, which only an explicit bind takes."""
+    known (Linux), from the thousands below it, which only an explicit bind takes. Under pytest-xdist each worker
+    draws from a slice of its own (``worker_share``)."""
     chosen = net_setting().ports
     if chosen is None:
         low, _ = _ephemeral_range()
@@ -84,12 +86,30 @@ def free_ports(count: int) -> list[int]:
         if low - first < 1000:
             return _kernel_ports(count)
         chosen = (first, low - 1)
-    found = _bindable(range(chosen[0], chosen[1] + 1), count)
-    if found is not None:
-        return found
+    for low, high in (worker_share(*chosen), chosen):
+        found = _bindable(range(low, high + 1), count)
+        if found is not None:
+            return found
     if net_setting().ports is not None:
         raise OSError(f"{VARIABLE}: not {count} free ports in {chosen[0]}-{chosen[1]}")
     return _kernel_ports(count)
+
+
+def worker_share(low: int, high: int, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """This pytest-xdist worker's slice of the ports ``low``-``high`` (all of them outside xdist).
+
+    That a port is free is only true until a server binds it, which for a server in a process of its own is a second
+    or more later: another worker drawing from the same range meanwhile may take it. Workers drawing from slices
+    apart never do. A slice narrower than ``_MIN_PORTS`` is not worth it: the whole range is used."""
+    worker = re.fullmatch(r"gw(\d+)", environ.get("PYTEST_XDIST_WORKER", ""))
+    workers = environ.get("PYTEST_XDIST_WORKER_COUNT", "")
+    if worker is None or not workers.isdigit() or int(worker[1]) >= int(workers):
+        return low, high
+    size = (high - low + 1) // int(workers)
+    if size < _MIN_PORTS:
+        return low, high
+    first = low + int(worker[1]) * size
+    return first, first + size - 1
 
 
 def _bindable(candidates: range, count: int) -> list[int] | None:

@@ -249,10 +249,12 @@ class Ec2Component(OnFooting[Ec2Rules]):
             raise NotFound(f"The event ID '{event_id}' does not exist", name=event_id, known=self.ec2_events.keys())
         return found
 
-    def all_ec2_events(self) -> list[Ec2Event]:
-        """Every event, ended ones included, in the order they were created."""
+    def all_ec2_events(self, held: Iterable[Ec2Event] | None = None) -> list[Ec2Event]:
+        """Every event, ended ones included, in the order they were created. ``held``: the events memory held when
+        the caller took them, for a caller that reads the database in another thread (None: memory's now)."""
+        held = self.ec2_events.values() if held is None else held
         found = {} if self._history is None else {event.event_id: event for event in self._history.all()}
-        found.update(self.ec2_events)  # what memory holds is at least as new
+        found.update((event.event_id, event) for event in held)  # what memory holds is at least as new
         return sorted(found.values(), key=lambda event: event.seq)
 
     # ----------------------------------------------------------------------------------------------- commands

@@ -58,6 +58,7 @@ MAX_EXTRA_IMPACTS = 100
 # The shortest EventId prefix the control API resolves (git's shortest abbreviation too): shorter ones are ambiguous as
 # soon as a few dozen events exist.
 MIN_EVENT_ID_PREFIX = 4
+EVENT_ID_LENGTH = 36  # C7061BAC-AFDC-4513-B24B-AA5F13A16123
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 
@@ -204,12 +205,12 @@ class AzureComponent(OnFooting[AzureRules]):
             raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self.events.keys())
         return found
 
-    def all_events(self) -> list[Event]:
-        """Every event, ended ones included, in the order they were created."""
-        if self._history is None:
-            return sorted(self.events.values(), key=lambda e: e.seq)
-        found = {event.event_id: event for event in self._history.ended()}
-        found.update(self.events)  # what memory holds is at least as new
+    def all_events(self, held: Iterable[Event] | None = None) -> list[Event]:
+        """Every event, ended ones included, in the order they were created. ``held``: the events memory held when
+        the caller took them, for a caller that reads the database in another thread (None: memory's now)."""
+        held = self.events.values() if held is None else held
+        found = {} if self._history is None else {event.event_id: event for event in self._history.ended()}
+        found.update((event.event_id, event) for event in held)  # what memory holds is at least as new
         return sorted(found.values(), key=lambda e: e.seq)
 
     def resolve_event_id(self, text: str) -> str:
@@ -222,9 +223,11 @@ class AzureComponent(OnFooting[AzureRules]):
             raise Invalid(
                 f"{text!r} is too short for an EventId prefix; give at least {MIN_EVENT_ID_PREFIX} characters"
             )
-        found = [event_id for event_id in self.events if event_id.startswith(wanted)]
-        if self._history is not None:
-            found = sorted({*found, *self._history.ids_starting(wanted)})
+        found: list[str] = []
+        if len(wanted) < EVENT_ID_LENGTH:  # a whole EventId that is not there starts no other
+            found = [event_id for event_id in self.events if event_id.startswith(wanted)]
+            if self._history is not None:
+                found = sorted({*found, *self._history.ids_starting(wanted)})
         if len(found) == 1:
             return found[0]
         if not found:

@@ -153,6 +153,10 @@ ENABLED = RecordTable("forewarn_azure_enabled", "scope", datetime.fromisoformat,
 AZURE_STATE = {"events": EVENTS, "incarnations": SCOPES, "vm_states": VMS, "policies": POLICIES, "enabled": ENABLED}
 
 
+_EVENT_ID_CHARACTERS = frozenset("0123456789ABCDEF-")
+_NEXT_DIGIT = dict(zip("0123456789ABCDEF", "123456789ABCDEFG", strict=True))
+
+
 class StoredEvents:
     """The events as the database holds them: where the Azure component reads those it no longer keeps in memory
     (ended, and committed: ``AzureComponent.release``)."""
@@ -165,10 +169,18 @@ class StoredEvents:
         return decode_event(rows[0][0]) if rows else None
 
     def ids_starting(self, prefix: str) -> list[str]:
-        """The EventIds that start with ``prefix`` (EventIds are upper case hexadecimal digits and hyphens)."""
-        escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        """The EventIds that start with ``prefix`` (EventIds are upper case hexadecimal digits and hyphens), read
+        as a range of the index on event_id: a LIKE reads every row the table holds.
+
+        The range is one both databases' orders agree on: it ends before the prefix with its last digit moved on
+        (9 to A: no digit or letter lies between them), and a trailing hyphen is left out of both ends, as
+        PostgreSQL's language-aware orders pass over hyphens."""
+        stem = prefix.rstrip("-")
+        if not stem or not set(stem) <= _EVENT_ID_CHARACTERS:
+            return []
+        end = stem[:-1] + _NEXT_DIGIT[stem[-1]]
         rows = self._database.read(
-            f"SELECT event_id FROM {EVENTS.name} WHERE event_id LIKE ? ESCAPE '\\'", (escaped + "%",)
+            f"SELECT event_id FROM {EVENTS.name} WHERE event_id >= ? AND event_id < ?", (stem, end)
         )
         return [row[0] for row in rows if row[0].startswith(prefix)]
 

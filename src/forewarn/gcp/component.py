@@ -191,10 +191,12 @@ class GcpComponent(OnFooting[GceRules]):
             raise NotFound(f"no GCE maintenance event {event_id!r}", name=event_id, known=self.gce_events.keys())
         return found
 
-    def all_gce_events(self) -> list[GceMaintenance]:
-        """Every event, ended ones included, in the order they were created."""
+    def all_gce_events(self, held: Iterable[GceMaintenance] | None = None) -> list[GceMaintenance]:
+        """Every event, ended ones included, in the order they were created. ``held``: the events memory held when
+        the caller took them, for a caller that reads the database in another thread (None: memory's now)."""
+        held = self.gce_events.values() if held is None else held
         found = {} if self._history is None else {event.event_id: event for event in self._history.all()}
-        found.update(self.gce_events)  # what memory holds is at least as new
+        found.update((event.event_id, event) for event in held)  # what memory holds is at least as new
         return sorted(found.values(), key=lambda event: event.seq)
 
     def maintained_by(self, names: Sequence[str], reason_start: str) -> set[str]:

@@ -443,7 +443,7 @@ class SQLStore:
         reads of what it no longer keeps in memory (core/component.py's StoredRows)."""
         with self._transaction() as cursor:
             self._execute(cursor, sql, params)
-            return list(cursor.fetchall())
+            return all_rows(cursor)  # a batch at a time: the read may run in a thread beside the event loop
 
     @retried_on_a_new_connection
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:

@@ -3,6 +3,8 @@ interruptions and rebalance recommendations (what AWS does on its side and no pu
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -11,7 +13,7 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState
 from forewarn.aws.views import Ec2EventOut
-from forewarn.control.models import ERRORS, ChangeOut, ChangeReport
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array
 from forewarn.control.service import ControlService
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
@@ -163,8 +165,12 @@ async def events(
 ):
     service.catch_up()
     component = ec2(service)
-    found = component.all_ec2_events() if all else sorted(component.ec2_events.values(), key=lambda e: e.seq)
-    return [Ec2EventOut.of(e) for e in found if all or e.state is Ec2EventState.ACTIVE]
+    held = list(component.ec2_events.values())
+    if all:  # the ended events are read from the database, in a thread: at a million instances, seconds
+        found = await asyncio.to_thread(component.all_ec2_events, held)
+    else:
+        found = sorted((e for e in held if e.state is Ec2EventState.ACTIVE), key=lambda e: e.seq)
+    return await json_array(found, Ec2EventOut.of, Ec2EventOut)
 
 
 @router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)

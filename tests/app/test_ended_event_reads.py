@@ -1,0 +1,170 @@
+"""Reads of what the database holds of ended events, at a cost that does not hold the event loop: an EventId prefix
+is a range of the index on event_id (never a LIKE that reads every row), a whole EventId that is not there is
+answered without one, and the listings with ended events (Azure, EC2, Compute Engine) read the database in a thread
+while the loop answers others."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import psycopg
+import pytest
+
+from forewarn.app.runtime import Maintenance
+from forewarn.aws.component import Ec2Component, Ec2Request
+from forewarn.aws.control import routes as ec2_routes
+from forewarn.aws.model import Ec2Code
+from forewarn.azure import commands as azure_commands
+from forewarn.azure.component import AzureComponent
+from forewarn.azure.control import events as azure_routes
+from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
+from forewarn.azure.records import StoredEvents
+from forewarn.core.errors import NotFound
+from forewarn.core.ids import derived_guid
+from forewarn.fleet.file import parse_fleet
+from forewarn.gcp.component import GceRequest, GcpComponent
+from forewarn.gcp.control import routes as gce_routes
+from helpers import T0, open_store
+
+FLEET = """
+hosts: [{name: h1}, {name: h2}]
+vms:
+  - {name: vm-1, host: h1}
+  - {name: vm-2, host: h2}
+ec2_instances:
+  - {id: i-0aaaaaaaaaaaaaaa1, name: db, availability_zone: eu-west-1b}
+gce_instances:
+  - {name: web-1, host: h1, zone: us-central1-a}
+"""
+
+
+def open_service(url: str) -> Maintenance:
+    return Maintenance.open(open_store(url), parse_fleet(FLEET, "three.yaml"), "manual", 1.0, T0, "seed")
+
+
+def ended_everywhere(service: Maintenance) -> None:
+    """An event of each cloud, run to its end (and so out of memory)."""
+    azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("vm-1",)))
+    service.perform(
+        lambda engine: engine.component(Ec2Component).schedule_ec2(
+            Ec2Request(Ec2Code.SYSTEM_REBOOT, ("i-0aaaaaaaaaaaaaaa1",))
+        )
+    )
+    service.perform(lambda engine: engine.component(GcpComponent).schedule_gce(GceRequest(("web-1",))))
+    while service.settled_engine().next_deadline() is not None:
+        service.step_clock()
+
+
+class SpiedReads:
+    """The store's ``read`` (or another of its reads), noting each call's first argument and the thread it ran in;
+    ``hold`` keeps the calls waiting until ``release`` is set."""
+
+    def __init__(self, service: Maintenance, hold: bool = False, method: str = "read"):
+        self.real = getattr(service.store, method)
+        self.queries: list[tuple[str, str]] = []
+        self.reading, self.release = threading.Event(), threading.Event()
+        if not hold:
+            self.release.set()
+        setattr(service.store, method, self)
+
+    def __call__(self, first, *rest, **named):
+        self.queries.append((first, threading.current_thread().name))
+        self.reading.set()
+        assert self.release.wait(10)
+        return self.real(first, *rest, **named)
+
+
+def test_a_prefix_is_read_as_a_range_and_a_whole_id_that_is_not_there_reads_none(store_url):
+    service = open_service(store_url)
+    ended_everywhere(service)
+    component = service.settled_engine().component(AzureComponent)
+    [event] = component.all_events()
+    assert event.status is EventStatus.COMPLETED and event.event_id not in component.events
+    reads = SpiedReads(service)
+    for length in (4, 8, 9, 13, 14, 20, 35):  # 9, 14: ending in a hyphen
+        assert component.resolve_event_id(event.event_id[:length].lower()) == event.event_id
+    assert all("LIKE" not in sql for sql, _ in reads.queries)
+    assert any("event_id >= ? AND event_id < ?" in sql for sql, _ in reads.queries)
+
+    reads.queries.clear()
+    with pytest.raises(NotFound, match="no event whose EventId is or starts with"):
+        component.resolve_event_id("00000000-0000-4000-8000-000000000000")
+    assert [sql for sql, _ in reads.queries if "event_id >=" in sql] == []  # only the lookup of the id itself
+    with pytest.raises(NotFound):
+        component.resolve_event_id("ZZZZ")  # not an EventId's characters: no range read at all
+    service.store.close()
+
+
+def test_the_range_holds_every_id_with_the_prefix_in_a_bytewise_and_a_language_aware_order(postgres_url):
+    """PostgreSQL's language-aware collations may pass over hyphens (glibc's do) and order digits before letters:
+    the range a prefix is read as must hold every EventId it starts, in such orders as in C's. Checked against
+    every prefix of a few hundred EventIds, among them ids whose prefixes end in 9, F and a hyphen."""
+    chosen = random.Random(7)
+    ids = sorted({derived_guid("range", chosen.random()) for _ in range(300)})
+    ids += ["ABC9FFFF-0000-4000-8000-000000000000", "ABCA0000-0000-4000-8000-000000000000"]
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        # As glibc's en_US does, ICU's "shifted" passes over punctuation (glibc's locales may not be installed)
+        connection.execute("CREATE COLLATION pg_temp.shifted (provider = icu, locale = 'en-u-ka-shifted')")
+        for table, collation in (("bytewise", '"C"'), ("language_aware", '"en-x-icu"'), ("shifted", "pg_temp.shifted")):
+            connection.execute(f"CREATE TEMP TABLE {table} (event_id TEXT COLLATE {collation} PRIMARY KEY)")
+            with connection.cursor() as cursor:
+                cursor.executemany(f"INSERT INTO pg_temp.{table} VALUES (%s)", [(i,) for i in ids])
+            stored = StoredEvents(TempTable(connection, table))
+            for prefix in {i[:length] for i in ids for length in (4, 8, 9, 11, 14, 19, 24)}:
+                assert stored.ids_starting(prefix) == [i for i in ids if i.startswith(prefix)], (collation, prefix)
+
+
+class TempTable:
+    """StoredRows over a temporary table (a connection's own: nothing is left in the database)."""
+
+    def __init__(self, connection: psycopg.Connection, table: str):
+        self.connection = connection
+        self.table = table
+
+    def read(self, sql: str, params=()):
+        sql = sql.replace("forewarn_azure_events", f"pg_temp.{self.table}").replace("?", "%s")
+        return sorted(self.connection.execute(sql, params).fetchall())
+
+
+def azure_journal(service: Maintenance, all: bool) -> Awaitable[Any]:
+    [event] = service.settled_engine().component(AzureComponent).all_events()
+    return azure_routes.event_journal(service, event.event_id)
+
+
+# Each a route's function, called with (service, all=True), and the store's read it makes
+READS: dict[str, tuple[Callable[..., Awaitable[Any]], str]] = {
+    "azure": (azure_routes.list_events, "read"),
+    "ec2": (ec2_routes.events, "read"),
+    "gce": (gce_routes.events, "read"),
+    "azure journal": (azure_journal, "journal"),
+}
+
+
+@pytest.mark.parametrize("route", list(READS))
+def test_a_read_of_ended_events_runs_in_a_thread_while_the_loop_answers(tmp_path, route):
+    service = open_service(str(tmp_path / "store.db"))
+    ended_everywhere(service)
+    call, method = READS[route]
+    reads = SpiedReads(service, hold=True, method=method)
+
+    async def answered() -> Any:
+        answer = asyncio.ensure_future(call(service, all=True))
+        assert await asyncio.to_thread(reads.reading.wait, 10)
+        await asyncio.sleep(0.05)  # the loop runs others while the read is held
+        assert not answer.done()
+        reads.release.set()
+        return await answer
+
+    answer = asyncio.run(answered())
+    if route == "azure journal":
+        assert [entry["what"] for entry in answer][-1] == "completed"
+    else:
+        [listed] = json.loads(answer.body)
+        assert listed["status" if route == "azure" else "state"].lower() == "completed"
+    assert reads.queries and all(thread != threading.main_thread().name for _, thread in reads.queries)
+    service.store.close()

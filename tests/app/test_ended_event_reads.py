@@ -20,13 +20,15 @@ from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.control import routes as ec2_routes
 from forewarn.aws.model import Ec2Code
 from forewarn.azure import commands as azure_commands
-from forewarn.azure.component import AzureComponent
+from forewarn.azure.component import SUGGESTED_EVENT_IDS, AzureComponent
 from forewarn.azure.control import events as azure_routes
+from forewarn.azure.fleet import AzureFleet
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.records import StoredEvents
 from forewarn.core.errors import NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.file import parse_fleet
+from forewarn.fleet.generate import FleetShape, fleet_yaml
 from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.control import routes as gce_routes
 from helpers import T0, open_store
@@ -167,4 +169,24 @@ def test_a_read_of_ended_events_runs_in_a_thread_while_the_loop_answers(tmp_path
         [listed] = json.loads(answer.body)
         assert listed["status" if route == "azure" else "state"].lower() == "completed"
     assert reads.queries and all(thread != threading.main_thread().name for _, thread in reads.queries)
+    service.store.close()
+
+
+def test_a_mistyped_event_id_is_compared_with_memorys_only_while_they_are_few():
+    """A "did you mean" compares the name with each known one (difflib): over 20,000 EventIds that held the event
+    loop 30 ms and more at 100,000 VMs, 160 ms at a million."""
+    fleet = parse_fleet(fleet_yaml(FleetShape(vms=SUGGESTED_EVENT_IDS + 1, seed="few")), "generated.yaml")
+    service = Maintenance.open(open_store(":memory:"), fleet, "manual", 1.0, T0, "seed")
+    names = sorted(fleet.part("azure", AzureFleet).vms)
+    [first] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=(names[0],)))
+    component = service.settled_engine().component(AzureComponent)
+    typo = first.event_id[:-1] + ("0" if first.event_id[-1] != "0" else "1")
+    with pytest.raises(NotFound) as few:
+        component.resolve_event_id(typo)
+    assert first.event_id in few.value.known
+
+    azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=tuple(names[1:])))
+    with pytest.raises(NotFound) as many:
+        service.settled_engine().component(AzureComponent).event(typo)
+    assert list(many.value.known) == []
     service.store.close()

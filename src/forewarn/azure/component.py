@@ -59,6 +59,7 @@ MAX_EXTRA_IMPACTS = 100
 # soon as a few dozen events exist.
 MIN_EVENT_ID_PREFIX = 4
 EVENT_ID_LENGTH = 36  # C7061BAC-AFDC-4513-B24B-AA5F13A16123
+SUGGESTED_EVENT_IDS = 1_000
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
 
 
@@ -202,7 +203,7 @@ class AzureComponent(OnFooting[AzureRules]):
     def event(self, event_id: str) -> Event:
         found = self.find(event_id.upper())
         if found is None:
-            raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self.events.keys())
+            raise NotFound(f"no event with EventId {event_id}", name=event_id.upper(), known=self._suggested_ids())
         return found
 
     def all_events(self, held: Iterable[Event] | None = None) -> list[Event]:
@@ -231,10 +232,16 @@ class AzureComponent(OnFooting[AzureRules]):
         if len(found) == 1:
             return found[0]
         if not found:
-            raise NotFound(f"no event whose EventId is or starts with {text}", name=wanted, known=self.events.keys())
+            raise NotFound(f"no event whose EventId is or starts with {text}", name=wanted, known=self._suggested_ids())
         shown = [f"{event_id} ({self._status_of(event_id)})" for event_id in found[:10]]
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
         raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
+
+    def _suggested_ids(self) -> Iterable[str]:
+        """The EventIds a mistyped one is compared with for a "did you mean": memory's, while they are few. Compared
+        by difflib, 20,000 of them (core/errors.py's pool) hold the event loop 30 ms and more, and at that many a
+        sample says nothing of the id meant."""
+        return self.events.keys() if len(self.events) <= SUGGESTED_EVENT_IDS else ()
 
     def _status_of(self, event_id: str) -> str:
         event = self.find(event_id)

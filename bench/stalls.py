@@ -19,8 +19,12 @@ EC2, 5% Compute Engine):
 6. **first ARM list**: the first ARM call of the server, the VMs of a resource group (the index ARM builds on first
    use is built then), then the same list again (**ARM list, warm**);
 7. **first Resource Graph query** and the same query again (**Resource Graph, warm**);
-8. **reset**: ``POST /v1/reset``, back to the server's start (the store emptied, the engine rebuilt from it);
-9. **replica restart**, on PostgreSQL (``--db``, a schema of its own, dropped afterwards; ``--db ''`` skips it): a
+8. reads of the events that ended, which the database holds and memory does not: **an ended event's journal**
+   (``GET /v1/events/{id}/journal``, an event the wave completed), **every event, ended ones too**
+   (``GET /v1/events?all=true``) and **an EventId that is not there** (``GET /v1/events/{id}``, answered 404 once
+   memory and the database were asked, whole and as a prefix);
+9. **reset**: ``POST /v1/reset``, back to the server's start (the store emptied, the engine rebuilt from it);
+10. **replica restart**, on PostgreSQL (``--db``, a schema of its own, dropped afterwards; ``--db ''`` skips it): a
    primary (``--role shared``, the fleet and the manual clock) and two metadata replicas (``--role replica``), one
    serving the hosts whose name ends in 1, the other those ending in 2 (``--hosts``), each with a probe of its own
    asking as an Azure VM on a host it serves (the VM's ``imds.address``, written into the fleet), the primary also
@@ -89,6 +93,8 @@ T0 = "2026-04-20T22:00:00Z"
 GOAL_MS = 50.0
 MIN_WINDOW = 0.5  # seconds: a round must last this long for benchlib to judge the machine's other load
 READY_WITHIN = 900.0
+# An EventId no event has: looking it up reads what the database holds of every event that ended
+UNKNOWN_EVENT_ID = "00000000-0000-4000-8000-000000000000"
 PROBED_VM = "vm-00000"  # the first standalone VM: every generated fleet of more than a few VMs has one
 SAMPLE = struct.Struct("dd")  # (sent, answered) on the monotonic clock, which every process shares
 HOLD = struct.Struct("ddd")  # the server's loop holds (src/forewarn/server/loop_holds.py): began, ended, CPU seconds
@@ -234,9 +240,12 @@ class Server:
     def probe_pids(self) -> list[int]:
         return [p.pid for p in self.probes.values()]
 
-    def call(self, method: str, path: str, body: dict | None = None, base: str | None = None) -> dict | list:
+    def call(
+        self, method: str, path: str, body: dict | None = None, base: str | None = None, expect: int | None = None
+    ) -> dict | list:
+        """The answer's JSON; a status of 300 or more ends the bench (``expect``: the one status it must be)."""
         response = httpx.request(method, f"{base or self.control}{path}", json=body, timeout=900)
-        if response.status_code >= 300:
+        if response.status_code != expect if expect else response.status_code >= 300:
             tail = self.log.read_text(errors="replace")[-3000:]
             raise SystemExit(
                 f"{method} {path}: {response.status_code} {response.text[:500]}\nthe server's log:\n{tail}"
@@ -331,8 +340,9 @@ def stall_of(server: Server, start: float, end: float, window_end: float, cpu_be
     )
 
 
-def operations(server: Server, hosts: int) -> list[tuple[str, object]]:
-    """The operations in the order they run, each a function making its call."""
+def operations(server: Server, hosts: int) -> list[tuple[str, Callable[[], None], Callable[[], None] | None]]:
+    """The operations in the order they run: each a function making its call, and what to do before it, untimed
+    (None: nothing)."""
     azure_vm = server.call("GET", f"/v1/vms/{PROBED_VM}")
     assert isinstance(azure_vm, dict)
     subscription, group, _ = azure_vm["scope"].removeprefix("vm:").split("/")
@@ -365,18 +375,37 @@ def operations(server: Server, hosts: int) -> list[tuple[str, object]]:
     def reset() -> None:
         server.call("POST", "/v1/reset")
 
+    def find_started() -> None:
+        """An event the wave's first step started, which its third completes (the last entries of the journal
+        once the third has run are the next round's schedules, at a million VMs more than the journal shows)."""
+        entries = server.call("GET", "/v1/journal?limit=10000")
+        assert isinstance(entries, list)
+        wave["ended"] = next(entry["event_id"] for entry in reversed(entries) if entry["what"] == "started")
+
+    def ended_journal() -> None:
+        server.call("GET", f"/v1/events/{wave['ended']}/journal")
+
+    def all_events() -> None:
+        server.call("GET", "/v1/events?all=true")
+
+    def unknown_event() -> None:
+        server.call("GET", f"/v1/events/{UNKNOWN_EVENT_ID}", expect=404)
+
     return [
-        ("wave start", start_wave),
-        ("clock step: start", step),
-        ("clock step: recover", step),
-        ("clock step: end", step),
-        ("wave cancel", cancel),
-        ("fleet-wide schedule", schedule),
-        ("first ARM list", arm_list),
-        ("ARM list, warm", arm_list),
-        ("first Resource Graph query", resource_graph),
-        ("Resource Graph, warm", resource_graph),
-        ("reset", reset),
+        ("wave start", start_wave, None),
+        ("clock step: start", step, None),
+        ("clock step: recover", step, find_started),
+        ("clock step: end", step, None),
+        ("wave cancel", cancel, None),
+        ("fleet-wide schedule", schedule, lambda: settle(server)),
+        ("first ARM list", arm_list, None),
+        ("ARM list, warm", arm_list, None),
+        ("first Resource Graph query", resource_graph, None),
+        ("Resource Graph, warm", resource_graph, None),
+        ("an ended event's journal", ended_journal, None),
+        ("every event, ended ones too", all_events, None),
+        ("an EventId that is not there", unknown_event, None),
+        ("reset", reset, None),
     ]
 
 
@@ -567,9 +596,9 @@ def one_run(vms: int, fleet: Path, hosts: int, tmp: Path, args: argparse.Namespa
         participants = {"server": [server.process.pid], "probes": server.probe_pids()}
         baseline = measured(lambda: watched(server, lambda: time.sleep(1.0)), participants, check=args.check)
         results["idle (baseline)"] = _figures(baseline)
-        for name, operation in operations(server, hosts):
-            if name == "fleet-wide schedule":
-                settle(server)
+        for name, operation, before in operations(server, hosts):
+            if before is not None:
+                before()
             # One attempt each: none of these can be repeated on the same server as it was.
             round_ = measured(lambda op=operation: watched(server, op), participants, attempts=1, check=args.check)
             results[name] = _figures(round_)

@@ -238,9 +238,8 @@ class AzureComponent(OnFooting[AzureRules]):
         raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
 
     def _suggested_ids(self) -> Iterable[str]:
-        """The EventIds a mistyped one is compared with for a "did you mean": memory's, while they are few. Compared
-        by difflib, 20,000 of them (core/errors.py's pool) hold the event loop 30 ms and more, and at that many a
-        sample says nothing of the id meant."""
+        """The EventIds a mistyped one is compared with for a "did you mean": memory's, while they are few. Beyond,
+        the comparison takes a sample (core/errors.py's pool), which says nothing of the random id meant."""
         return self.events.keys() if len(self.events) <= SUGGESTED_EVENT_IDS else ()
 
     def _status_of(self, event_id: str) -> str:

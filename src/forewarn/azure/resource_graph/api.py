@@ -173,11 +173,23 @@ class ResourceGraphApi:
         return None if event is None or not event.central else self._row(engine, event)
 
     def _load(self, engine: Engine) -> None:
-        """Every central event as it is now (at start, or after the service rebuilt its engine): no lag."""
+        """Every central event as it is now (at start, or after the service rebuilt its engine): no lag. The events
+        memory holds are taken here; those that ended are read from the database on the writer thread, before any
+        write queued after this one (at a million VMs that read is seconds, which the event loop must not wait for)."""
         self._lagging.clear()
-        rows = [self._row(engine, event) for event in engine.component(AzureComponent).all_events() if event.central]
+        component = engine.component(AzureComponent)
+        self._write(self._load_rows, engine, component, list(component.events.values()), engine.now)
+
+    def _load_rows(self, engine: Engine, component: AzureComponent, held: list[Event], now: datetime) -> None:
+        rows = [self._row(engine, event) for event in component.all_events(held) if event.central]
         if rows or self._table is not None:
-            self._write(self._replace_table, rows, engine.now)
+            self._replace_table(rows, now)
+
+    def written(self) -> None:
+        """Returns once every write queued so far is done (a query waits so by itself)."""
+        written = self._written
+        if written is not None:
+            written.result()
 
     def _on_change(self, changes) -> None:
         engine = self.service.settled_engine()

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 # "Did you mean" compares the unknown name with at most this many known ones (those sharing its first character
 # first), found among at most SUGGESTION_SCAN of them: difflib takes 10 to 25 µs a comparison, and a typo on a
-# million-VM fleet must cost the shared event loop milliseconds (a pool of 20,000 held it 40 to 460 ms).
+# million-VM fleet must cost the shared event loop milliseconds (a pool of 20,000 held it 100 to 470 ms).
 SUGGESTION_POOL = 500
 SUGGESTION_SCAN = 20 * SUGGESTION_POOL
 

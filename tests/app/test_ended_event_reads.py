@@ -25,7 +25,7 @@ from forewarn.azure.control import events as azure_routes
 from forewarn.azure.fleet import AzureFleet
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.records import StoredEvents
-from forewarn.core.errors import NotFound
+from forewarn.core.errors import Ambiguous, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml
@@ -92,6 +92,9 @@ def test_a_prefix_is_read_as_a_range_and_a_whole_id_that_is_not_there_reads_none
         assert component.resolve_event_id(event.event_id[:length].lower()) == event.event_id
     assert all("LIKE" not in sql for sql, _ in reads.queries)
     assert any("event_id >= ? AND event_id < ?" in sql for sql, _ in reads.queries)
+
+    [live] = azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("vm-2",), notice=None))
+    assert component.resolve_event_id(live.event_id[:9]) == live.event_id  # a live one: the database has it too
 
     reads.queries.clear()
     with pytest.raises(NotFound, match="no event whose EventId is or starts with"):
@@ -189,4 +192,24 @@ def test_a_mistyped_event_id_is_compared_with_memorys_only_while_they_are_few():
     with pytest.raises(NotFound) as many:
         service.settled_engine().component(AzureComponent).event(typo)
     assert list(many.value.known) == []
+    service.store.close()
+
+
+def test_an_ambiguous_prefix_is_found_in_the_database_live_and_ended_events_alike():
+    service = open_service(":memory:")
+    seen: dict[str, str] = {}
+    for _ in range(3000):  # 4 hex digits: a clash is expected after a few hundred ids (the birthday bound)
+        [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("vm-1",), notice=None))
+        if event.event_id[:4] in seen:
+            break
+        seen[event.event_id[:4]] = event.event_id
+    else:
+        pytest.fail("no two EventIds share 4 characters")
+    first = seen[event.event_id[:4]]
+    azure_commands.cancel(service, first)  # ended: only the database holds it now
+    component = service.settled_engine().component(AzureComponent)
+    assert first not in component.events
+    with pytest.raises(Ambiguous) as raised:
+        component.resolve_event_id(event.event_id[:4])
+    assert first in str(raised.value) and event.event_id in str(raised.value)
     service.store.close()

@@ -225,10 +225,14 @@ class AzureComponent(OnFooting[AzureRules]):
                 f"{text!r} is too short for an EventId prefix; give at least {MIN_EVENT_ID_PREFIX} characters"
             )
         found: list[str] = []
-        if len(wanted) < EVENT_ID_LENGTH:  # a whole EventId that is not there starts no other
-            found = [event_id for event_id in self.events if event_id.startswith(wanted)]
-            if self._history is not None:
-                found = sorted({*found, *self._history.ids_starting(wanted)})
+        if len(wanted) >= EVENT_ID_LENGTH:  # a whole EventId that is not there starts no other
+            pass
+        elif self._history is not None:
+            # The database holds every event committed, live ones too, and finds a prefix through its index; memory's
+            # scan is 60 ms at a million live events. An event not committed yet has been shown to no client.
+            found = self._history.ids_starting(wanted)
+        else:
+            found = sorted(event_id for event_id in self.events if event_id.startswith(wanted))
         if len(found) == 1:
             return found[0]
         if not found:

@@ -169,8 +169,8 @@ class StoredEvents:
         return decode_event(rows[0][0]) if rows else None
 
     def ids_starting(self, prefix: str) -> list[str]:
-        """The EventIds that start with ``prefix`` (EventIds are upper case hexadecimal digits and hyphens), read
-        as a range of the index on event_id: a LIKE reads every row the table holds.
+        """The EventIds that start with ``prefix`` (EventIds are upper case hexadecimal digits and hyphens), in order,
+        read as a range of the index on event_id: a LIKE reads every row the table holds.
 
         The range is one both databases' orders agree on: it ends before the prefix with its last digit moved on
         (9 to A: no digit or letter lies between them), and a trailing hyphen is left out of both ends, as
@@ -182,7 +182,7 @@ class StoredEvents:
         rows = self._database.read(
             f"SELECT event_id FROM {EVENTS.name} WHERE event_id >= ? AND event_id < ?", (stem, end)
         )
-        return [row[0] for row in rows if row[0].startswith(prefix)]
+        return sorted(row[0] for row in rows if row[0].startswith(prefix))
 
     def ended(self) -> list[Event]:
         """Every ended event, in the order they were created."""

@@ -86,8 +86,8 @@ def free_ports(count: int) -> list[int]:
         if low - first < 1000:
             return _kernel_ports(count)
         chosen = (first, low - 1)
-    for low, high in (worker_share(*chosen), chosen):
-        found = _bindable(range(low, high + 1), count)
+    for first_port, last_port in (worker_share(*chosen), chosen):  # the whole range once this worker's is full
+        found = _bindable(range(first_port, last_port + 1), count)
         if found is not None:
             return found
     if net_setting().ports is not None:

@@ -439,15 +439,15 @@ class SQLStore:
 
     @retried_on_a_new_connection
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """The rows of one query, in a transaction of its own (after the one under way, if any): what the engine
-        reads of what it no longer keeps in memory (core/component.py's StoredRows)."""
-        with self._transaction() as cursor:
+        """The rows of one query, in a read transaction of its own (``_snapshot``): what the engine reads of what it
+        no longer keeps in memory (core/component.py's StoredRows)."""
+        with self._snapshot() as cursor:
             self._execute(cursor, sql, params)
             return all_rows(cursor)  # a batch at a time: the read may run in a thread beside the event loop
 
     @retried_on_a_new_connection
     def journal(self, event_id: str | None = None, limit: int = 1000) -> list[JournalEntry]:
-        with self._transaction() as cursor:
+        with self._snapshot() as cursor:
             if event_id is None:
                 self._execute(
                     cursor,
@@ -711,6 +711,11 @@ class SQLStore:
     # ---------------------------------------------------------------------------------------- per-database
     def _transaction(self):
         raise NotImplementedError
+
+    def _snapshot(self):
+        """A transaction that only reads: the writer's, after the one under way if any, unless the database can
+        read beside it (SQLiteStore)."""
+        return self._transaction()
 
     def _idempotent(self, operation):
         return operation()

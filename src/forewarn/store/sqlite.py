@@ -6,7 +6,9 @@ import contextlib
 import fcntl
 import os
 import sqlite3
+import threading
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from forewarn.store.base import SQLStore
@@ -59,14 +61,61 @@ class SQLiteStore(SQLStore):
         except sqlite3.Error as error:
             self._release()
             raise StoreError(f"cannot open SQLite database {path!r}: {error}") from None
+        # A file in WAL mode is read by a connection of its own too, beside the writer's: a long read in a thread
+        # (an event's journal, every ended event) then holds up no commit. An in-memory database is the connection's.
+        self._path = path if path not in ("", ":memory:") else None
+        self._reader: sqlite3.Connection | None = None
+        self._reader_guard = threading.Lock()
         super().__init__(connection, f"sqlite:{path}", records)
 
     def close(self) -> None:
         try:
+            with self._reader_guard:
+                if self._reader is not None:
+                    self._reader.close()
+                    self._reader = None
+                self._path = None
             with self.guard:
                 super().close()
         finally:
             self._release()
+
+    @contextlib.contextmanager
+    def _snapshot(self) -> Iterator[Any]:
+        """A read transaction on the reader's connection: it sees the last commit, not one under way, and waits for
+        no writer (WAL). The engine reads there only what it released once committed (ended events)."""
+        if self._path is None:
+            with self._transaction() as cursor:
+                yield cursor
+            return
+        with self._reader_guard:
+            cursor = self._reading_connection().cursor()
+            try:
+                cursor.execute("BEGIN")
+                yield cursor
+                cursor.execute("COMMIT")
+            except sqlite3.Error as error:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.execute("ROLLBACK")
+                raise StoreError(f"{self.description}: {error}") from None
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    cursor.execute("ROLLBACK")
+                raise
+            finally:
+                cursor.close()
+
+    def _reading_connection(self) -> sqlite3.Connection:
+        if self._reader is None:
+            assert self._path is not None
+            try:
+                uri = Path(self._path).resolve().as_uri() + "?mode=ro"  # the path percent-encoded
+                reader = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+                reader.execute("PRAGMA busy_timeout=5000")
+            except sqlite3.Error as error:
+                raise StoreError(f"cannot open SQLite database {self._path!r} to read: {error}") from None
+            self._reader = reader
+        return self._reader
 
     def _release(self) -> None:
         if self._held is not None:

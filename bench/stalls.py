@@ -21,8 +21,8 @@ EC2, 5% Compute Engine):
 7. **first Resource Graph query** and the same query again (**Resource Graph, warm**);
 8. reads of the events that ended, which the database holds and memory does not: **an ended event's journal**
    (``GET /v1/events/{id}/journal``, an event the wave completed), **every event, ended ones too**
-   (``GET /v1/events?all=true``) and **an EventId that is not there** (``GET /v1/events/{id}``, answered 404 once
-   memory and the database were asked, whole and as a prefix);
+   (``GET /v1/events?all=true``) and **an EventId that is not there** (``GET /v1/events/{id}``, a whole EventId,
+   answered 404 once memory and the database were asked for it);
 9. **reset**: ``POST /v1/reset``, back to the server's start (the store emptied, the engine rebuilt from it);
 10. **replica restart**, on PostgreSQL (``--db``, a schema of its own, dropped afterwards; ``--db ''`` skips it): a
    primary (``--role shared``, the fleet and the manual clock) and two metadata replicas (``--role replica``), one
@@ -93,7 +93,7 @@ T0 = "2026-04-20T22:00:00Z"
 GOAL_MS = 50.0
 MIN_WINDOW = 0.5  # seconds: a round must last this long for benchlib to judge the machine's other load
 READY_WITHIN = 900.0
-# An EventId no event has: looking it up reads what the database holds of every event that ended
+# An EventId no event has: asked for, it is looked for in memory, then in the database (its index), then suggested
 UNKNOWN_EVENT_ID = "00000000-0000-4000-8000-000000000000"
 PROBED_VM = "vm-00000"  # the first standalone VM: every generated fleet of more than a few VMs has one
 SAMPLE = struct.Struct("dd")  # (sent, answered) on the monotonic clock, which every process shares
@@ -245,7 +245,8 @@ class Server:
     ) -> dict | list:
         """The answer's JSON; a status of 300 or more ends the bench (``expect``: the one status it must be)."""
         response = httpx.request(method, f"{base or self.control}{path}", json=body, timeout=900)
-        if response.status_code != expect if expect else response.status_code >= 300:
+        failed = response.status_code != expect if expect else response.status_code >= 300
+        if failed:
             tail = self.log.read_text(errors="replace")[-3000:]
             raise SystemExit(
                 f"{method} {path}: {response.status_code} {response.text[:500]}\nthe server's log:\n{tail}"

@@ -54,7 +54,7 @@ T0 = datetime(2026, 4, 20, 22, 11, 58, tzinfo=UTC)
 PEAK_GOAL_VMS = 1_000_000
 PEAK_GOAL_MB = 1200
 FLAT_WITHIN = 0.10
-WARM_UP_VMS = 2_000  # a first process after a quiet spell runs its short wave up to 25% slower
+WARM_UP_VMS = 2_000  # a first process after a quiet spell ran its short wave a third slower (217 against 165 µs)
 RUNS_BUDGET_VMS = 300_000  # runs per size: this over the size, 1 to 5
 
 

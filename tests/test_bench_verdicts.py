@@ -57,10 +57,13 @@ def test_nginx_is_tuned_for_a_static_file(tmp_path):
     assert done.returncode == 0, done.stderr
 
 
-def wave_run(vms: int, cpu_us: float, peak_mb: float, refused: tuple[str, ...] = ()) -> dict:
+def wave_run(
+    vms: int, cpu_us: float, peak_mb: float, refused: tuple[str, ...] = (), calibration_us: float = 100.0
+) -> dict:
     return {
         "vms": vms,
         "cpu_us_per_event": cpu_us,
+        "calibrations_per_event": cpu_us / calibration_us,
         "rss_wave_peak_mb": peak_mb,
         "probe_ms_per_step": 20.0,
         "refused": list(refused),
@@ -77,22 +80,45 @@ def test_the_wave_is_judged_on_the_median_of_its_runs_that_counted():
     spec.loader.exec_module(wave)
     busy = ("other processes used 0.90 cores (> 0.35)",)
 
-    def judged(*sizes: tuple[int, list[dict]]) -> list[str]:
-        return wave.verdicts([wave.summary(size, runs, check=False) for size, runs in sizes])
+    def judged(*groups: tuple[int, list[dict]]) -> list[str]:
+        return wave.verdicts(wave.summaries_of(list(groups), check=False))
 
+    assert wave.plan([10_000, 100_000, 1_000_000], None, False) == [
+        (10_000, 5),
+        (100_000, 3),
+        (10_000, 5),
+        (1_000_000, 1),
+        (10_000, 5),
+    ]  # the reference runs just before and just after each larger size
+    assert wave.plan([2_000], None, True) == [(2_000, 1)]
     small = [wave_run(10_000, cpu, 60) for cpu in (90, 100, 140)] + [wave_run(10_000, 50, 60, busy)]
     assert wave.summary(10_000, small, check=False)["cpu_median"] == 100  # the refused run is not counted
+    # minutes later the machine is a fifth slower: the calibration takes a fifth longer too
+    slower = [wave_run(10_000, cpu, 60, calibration_us=120) for cpu in (108, 120, 168)]
     assert judged(
-        (10_000, small), (100_000, [wave_run(100_000, 109, 150)]), (1_000_000, [wave_run(1_000_000, 92, 1_150)])
+        (10_000, small),
+        (100_000, [wave_run(100_000, 109, 150)]),
+        (10_000, small),
+        (1_000_000, [wave_run(1_000_000, 126, 1_150, calibration_us=120)]),
+        (10_000, slower),
     ) == [
         "MET: wave peak at 1,000,000 VMs 1,150 MB (goal: under 1,200 MB)",
-        "MET: CPU per event (median) 109 µs at 100,000 VMs against 100 µs at 10,000 (+9%; goal: within ±10% at every size)",
+        "MET: CPU per event at 100,000 VMs against 10,000 just before and after: +9% in calibrations (1.090 against"
+        " 1.000), +9% in CPU time (109 against 100 µs); goal: within ±10%",
+        # the runs around the million: 90, 100, 140 µs at 100 µs a calibration, 108, 120, 168 at 120
+        # the CPU time grew by 11% against those runs, the machine's slower minutes included
+        "MET: CPU per event at 1,000,000 VMs against 10,000 just before and after: +5% in calibrations (1.050"
+        " against 1.000), +11% in CPU time (126 against 114 µs); goal: within ±10%",
     ]
-    missed = judged((10_000, small), (1_000_000, [wave_run(1_000_000, 111, 1_200)]))
+    missed = judged((10_000, small), (1_000_000, [wave_run(1_000_000, 111, 1_200)]), (10_000, small))
     assert [line.split(":")[0] for line in missed] == ["NOT met", "NOT met"]
     assert "no verdict on the peak" in judged((10_000, small), (100_000, [wave_run(100_000, 100, 60)]))[0]
-    refused = judged((10_000, small), (1_000_000, [wave_run(1_000_000, 100, 900, busy)]))
+    refused = judged((10_000, small), (1_000_000, [wave_run(1_000_000, 100, 900, busy)]), (10_000, small))
     assert [line.split(":")[0] for line in refused] == ["INVALID", "INVALID"]  # never met on a busy machine
+    no_reference = judged(
+        (10_000, [wave_run(10_000, 100, 60, busy)]), (100_000, [wave_run(100_000, 100, 60)]), (10_000, [])
+    )
+    assert no_reference[1].startswith("INVALID: CPU per event: no run at 10,000 VMs counted")
     assert wave.runs_at(10_000, None, False) == 5 and wave.runs_at(1_000_000, None, False) == 1
     assert wave.runs_at(10_000, None, True) == 1 and wave.runs_at(10_000, 2, False) == 2
 

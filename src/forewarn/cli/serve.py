@@ -61,18 +61,19 @@ def positive_seconds(value: str, option: str) -> float:
 _SIZE_UNITS = {"KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 #: Below this DuckDB cannot hold a few thousand rows and run the documented queries over them.
 _LEAST_MEMORY = 64 * 1024**2
+_LEAST_CACHE = 1024**2
 
 
-def memory_size(value: str, option: str) -> int:
-    """A size such as ``2GiB`` or ``512MiB``, in bytes, of at least 64 MiB."""
+def memory_size(value: str, option: str, least: int = _LEAST_MEMORY) -> int:
+    """A size such as ``2GiB`` or ``512MiB``, in bytes, of at least ``least`` (64 MiB unless told)."""
     number, unit = value.strip()[:-3], value.strip()[-3:]
     if unit not in _SIZE_UNITS or not number.strip().isdigit():
         raise click.BadParameter(
             f"expected a whole number of KiB, MiB or GiB (e.g. 2GiB), not {value!r}", param_hint=option
         )
     size = int(number) * _SIZE_UNITS[unit]
-    if size < _LEAST_MEMORY:
-        raise click.BadParameter("must be at least 64MiB", param_hint=option)
+    if size < least:
+        raise click.BadParameter(f"must be at least {least // 1024**2}MiB", param_hint=option)
     return size
 
 
@@ -147,6 +148,13 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     "(its dashboard then runs that scenario). Needed the first time a database is used.",
 )
 @click.option("--db", default="forewarn.db", show_default=True, help="SQLite file, ':memory:', or a postgresql:// URL.")
+@measure_option(
+    "--sqlite-cache",
+    "SIZE",
+    "64MiB",
+    "A SQLite database's page cache (SQLite's own default: 2MiB). Rows a wave rewrites all over a large fleet stay "
+    "in it instead of being read from the file again; PostgreSQL keeps its own (shared_buffers).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
 @port_option("--port", 8170, "Control API port.")
 @port_option("--arm-port", 8171, "Azure Resource Manager–shaped management API port, on --host (0: off).")
@@ -436,6 +444,7 @@ def config_fields(options: dict[str, Any]) -> dict[str, Any]:
             options["resource_graph_query_timeout"], "--resource-graph-query-timeout"
         ),
         "resource_graph_memory": memory_size(options["resource_graph_memory"], "--resource-graph-memory"),
+        "sqlite_cache": memory_size(options["sqlite_cache"], "--sqlite-cache", least=_LEAST_CACHE),
         "event_grid_no_retry": http_codes(options["event_grid_no_retry"]),
         "imds_limits": tuple(options["imds_limits"]),
         "api_limits": tuple(options["api_limits"]),

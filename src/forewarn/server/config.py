@@ -29,6 +29,7 @@ class ServeConfig:
 
     # The store and the fleet.
     db: str = "forewarn.db"
+    sqlite_cache: int = 64 * 1024**2  # bytes: a SQLite writer's page cache (store/sqlite.py DEFAULT_CACHE)
     fleet_source: str | None = None  # a fleet file, or "demo"
     # Listeners: the control, ARM, EC2 and Compute Engine APIs on ``host``; the metadata endpoint on ``imds_host``. Port 0: off.
     host: str = "127.0.0.1"

@@ -106,4 +106,6 @@ def open_configured_store(config: ServeConfig) -> SQLStore:
     alone holds its database for its whole life (a SQLite file's lock, a PostgreSQL database's writer lock): a
     second writer on it is refused, instead of sharing it unawares. A shared process's leader holds the writer lock
     on its lease instead (replication/start.py)."""
-    return open_fleet_store(config.db, exclusive=config.role == "single" or not is_postgres(config.db))
+    return open_fleet_store(
+        config.db, exclusive=config.role == "single" or not is_postgres(config.db), sqlite_cache=config.sqlite_cache
+    )

@@ -20,9 +20,9 @@ def is_postgres(url: str) -> bool:
     return url.startswith(("postgresql://", "postgres://"))
 
 
-def open_fleet_store(url: str, exclusive: bool = False) -> SQLStore:
+def open_fleet_store(url: str, exclusive: bool = False, sqlite_cache: int | None = None) -> SQLStore:
     """``open_store`` with every component's records: what the server (``exclusive``) and the tests open."""
-    return open_store(url, store_records(), exclusive=exclusive)
+    return open_store(url, store_records(), exclusive=exclusive, sqlite_cache=sqlite_cache)
 
 
 def open_snapshot_store(url: str) -> SQLStore:

@@ -29,9 +29,12 @@ several processes (5 at 10,000 VMs, 3 at 100,000, 1 from 300,000 on; ``--runs`` 
 of its runs, after a warm-up run that is not counted. A run whose wave shared the machine with more than 0.35 cores
 of other processes is shown and not counted; a size with no run counted gets no verdict.
 
-This machine's speed also drifts by 20% over minutes, longer than a million VMs' wave, so sizes are not run one
-after the other: the first size (the reference) runs before each larger size and again after it, and each larger
-size is judged against the median of the reference runs made just before and just after it.
+This machine's speed also drifts by 20% and more over minutes, which a million VMs' wave spans. So sizes are not run
+one after the other: the first size (the reference) runs before each larger size and again after it, and each larger
+size is compared with the reference runs made just before and just after it. And the machine's speed is sampled
+after every clock step: a small process of its own does a fixed piece of work like the wave's (``Calibration``),
+and an event's CPU time is also given in those calibrations. That figure, which a slow minute does not move, is the
+one judged; the CPU time's own growth is printed beside it.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ import gc
 import json
 import os
 import resource
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -98,17 +100,33 @@ def io_calls() -> int:
     return int(fields["syscr"]) + int(fields["syscw"])
 
 
+# The calibration's work, in a process of its own: the same small heap at every fleet size, so that what a large
+# process does to the caches shows in the wave's CPU time and not in the calibration's.
+CALIBRATOR = """
+import json, sqlite3, sys, time
+connection = sqlite3.connect(":memory:")
+connection.execute("CREATE TABLE calibration (key TEXT PRIMARY KEY, data TEXT NOT NULL)")
+for _ in sys.stdin:
+    began = time.process_time()
+    rows = [(f"{(i * 2654435761) % 2**32:08x}", json.dumps({"n": i, "at": f"{i:06d}"})) for i in range(200)]
+    with connection:
+        connection.executemany("INSERT INTO calibration VALUES (?, ?)", rows)
+        connection.execute("DELETE FROM calibration")
+    print(time.process_time() - began, flush=True)
+"""
+
+
 class Calibration:
     """The machine's speed, sampled between the wave's clock steps: the CPU time of a fixed piece of work like the
-    wave's own (Python building rows and JSON, SQLite inserting them into a table in memory). This machine's speed
-    drifts by 20% and more over minutes, which a million VMs' wave spans; an event's cost in calibrations is the same
-    on a slow minute and a fast one, and still grows with any work the wave does more at a larger size."""
-
-    ROWS = 200
+    wave's own (Python building rows and JSON, SQLite inserting them into a table in memory), done by a small process
+    of its own while the wave waits. This machine's speed drifts by 20% and more over minutes, which a million VMs'
+    wave spans; an event's cost in calibrations is the same on a slow minute and a fast one, and grows with any work
+    the wave does more at a larger size."""
 
     def __init__(self) -> None:
-        self.connection = sqlite3.connect(":memory:")
-        self.connection.execute("CREATE TABLE calibration (key TEXT PRIMARY KEY, data TEXT NOT NULL)")
+        self.calibrator = subprocess.Popen(
+            [sys.executable, "-c", CALIBRATOR], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
         self.reset()
 
     def reset(self) -> None:
@@ -116,13 +134,14 @@ class Calibration:
         self.samples = 0
 
     def sample(self) -> None:
-        began = time.process_time()
-        rows = [(f"{(i * 2654435761) % 2**32:08x}", json.dumps({"n": i, "at": f"{i:06d}"})) for i in range(self.ROWS)]
-        with self.connection:
-            self.connection.executemany("INSERT INTO calibration VALUES (?, ?)", rows)
-            self.connection.execute("DELETE FROM calibration")
-        self.seconds += time.process_time() - began
+        assert self.calibrator.stdin is not None and self.calibrator.stdout is not None
+        self.calibrator.stdin.write("\n")
+        self.calibrator.stdin.flush()
+        self.seconds += float(self.calibrator.stdout.readline())
         self.samples += 1
+
+    def close(self) -> None:
+        self.calibrator.communicate()
 
     @property
     def us(self) -> float:
@@ -214,7 +233,6 @@ def one(size: int, in_parts: bool = False) -> dict:
             begin_cpu = time.process_time()
             begin_kernel = os.times().system
             begin_calls = io_calls()
-            calibrating_before = calibration.seconds
             changes = service.perform(lambda engine: engine.component(WaveRunner).start_wave(spec))
             wave_id = next(c.wave.wave_id for c in changes if isinstance(c, WaveChanged))
             events = ended(changes)
@@ -232,7 +250,7 @@ def one(size: int, in_parts: bool = False) -> dict:
                 steps += 1
                 calibration.sample()
             wall = time.perf_counter() - begin
-            result["wave_cpu_s"] = time.process_time() - begin_cpu - (calibration.seconds - calibrating_before)
+            result["wave_cpu_s"] = time.process_time() - begin_cpu
             result["wave_kernel_s"] = os.times().system - begin_kernel
             result["wave_io_calls"] = io_calls() - begin_calls
             return wall, stepping, steps, events, (service.now() - begin_sim).total_seconds() / 3600
@@ -241,7 +259,7 @@ def one(size: int, in_parts: bool = False) -> dict:
         result["probe_events"] = events
         result["probe_ms_per_step"] = stepping / max(steps, 1) * 1000
         gc_before = collector.seconds, collector.collections
-        with Meter({}, own="bench") as meter:
+        with Meter({"calibrator": [calibration.calibrator.pid]}, own="bench") as meter:
             wall, _, steps, events, sim_hours = run_wave(max(1, hosts // 20))
         usage = meter.usage
         assert usage is not None
@@ -267,6 +285,7 @@ def one(size: int, in_parts: bool = False) -> dict:
         )
         service.store.close()
         loop.close()
+        calibration.close()
     return result
 
 

@@ -13,7 +13,7 @@ subscribed to every change. Two waves per size:
   wave's end.
 
     .venv/bin/python bench/wave.py                              # 10k, 30k, 100k VMs (about 3 minutes)
-    .venv/bin/python bench/wave.py --sizes 10000,100000,1000000 # issue 26's goals (about 8 minutes, 1.5 GB)
+    .venv/bin/python bench/wave.py --sizes 10000,100000,1000000 # issue 26's goals (10 to 15 minutes, 1.5 GB)
     .venv/bin/python bench/wave.py --sizes 10000,100000,1000000 --in-parts  # each clock step as the control API's
     .venv/bin/python bench/wave.py --check                      # 2,000 VMs: fails on a broken setup only
 

@@ -90,14 +90,14 @@ def hwm_mb() -> float:
     return float("nan")
 
 
-def io_calls() -> int:
-    """The process's read and write system calls so far (Linux's /proc/self/io: syscr and syscw): what a growing
+def io_calls() -> tuple[int, int]:
+    """The process's read and write system calls so far (Linux's /proc/self/io: syscr, syscw): what a growing
     database costs in pages read and written, counted rather than timed."""
     try:
         fields = dict(line.split(": ") for line in Path("/proc/self/io").read_text().splitlines())
     except OSError:
-        return 0
-    return int(fields["syscr"]) + int(fields["syscw"])
+        return 0, 0
+    return int(fields["syscr"]), int(fields["syscw"])
 
 
 # The calibration's work, in a process of its own: the same small heap at every fleet size, so that what a large
@@ -252,7 +252,9 @@ def one(size: int, in_parts: bool = False) -> dict:
             wall = time.perf_counter() - begin
             result["wave_cpu_s"] = time.process_time() - begin_cpu
             result["wave_kernel_s"] = os.times().system - begin_kernel
-            result["wave_io_calls"] = io_calls() - begin_calls
+            result["wave_reads"], result["wave_writes"] = (
+                now - before for now, before in zip(io_calls(), begin_calls, strict=True)
+            )
             return wall, stepping, steps, events, (service.now() - begin_sim).total_seconds() / 3600
 
         _, stepping, steps, events, _ = run_wave(50, max_steps=18)  # 6 rounds: started, completed (+next), ...
@@ -271,7 +273,8 @@ def one(size: int, in_parts: bool = False) -> dict:
             kernel_us_per_event=result["wave_kernel_s"] / max(events, 1) * 1e6,
             calibration_us=calibration.us,
             calibrations_per_event=result["wave_cpu_s"] / max(events, 1) * 1e6 / calibration.us,
-            io_calls_per_event=result["wave_io_calls"] / max(events, 1),
+            reads_per_event=result["wave_reads"] / max(events, 1),
+            writes_per_event=result["wave_writes"] / max(events, 1),
             rss_wave_peak_mb=hwm_mb(),
             wave_events=events,
             wave_steps=steps,
@@ -373,7 +376,8 @@ COLUMNS = (
     "us/event (wall)",
     "us/event (CPU)",
     "of it in the kernel",
-    "reads and writes an event",
+    "reads an event",
+    "writes an event",
     "calibration us",
     "calibrations an event",
     "GC s",
@@ -418,7 +422,8 @@ def cells(row: dict, number: int, check: bool) -> tuple[str, ...]:
         f"{row['us_per_event']:.0f}",
         f"{row['cpu_us_per_event']:.0f}",
         f"{row['kernel_us_per_event']:.0f}",
-        f"{row['io_calls_per_event']:.1f}",
+        f"{row['reads_per_event']:.1f}",
+        f"{row['writes_per_event']:.1f}",
         f"{row['calibration_us']:.0f}",
         f"{row['calibrations_per_event']:.3f}",
         f"{row['gc_s']:.1f}",

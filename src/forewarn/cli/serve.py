@@ -152,8 +152,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
     "--sqlite-cache",
     "SIZE",
     "64MiB",
-    "A SQLite database's page cache (SQLite's own default: 2MiB). Rows a wave rewrites all over a large fleet stay "
-    "in it instead of being read from the file again; PostgreSQL keeps its own (shared_buffers).",
+    "A SQLite database's page cache (SQLite's own default: 2MiB). The index pages a wave over a large fleet reaches "
+    "all over stay in it instead of being read from the file again; PostgreSQL keeps its own (shared_buffers).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Control API address.")
 @port_option("--port", 8170, "Control API port.")

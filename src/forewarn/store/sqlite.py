@@ -43,8 +43,8 @@ def hold_exclusively(path: str) -> int:
 
 
 #: The writer's page cache, in bytes. SQLite's own default (2 MiB) holds a fleet of a few thousand VMs' hot pages;
-#: a wave over a million VMs rewrites rows all over the events' index and the VMs' table, and with 2 MiB each such
-#: page is read from the file again for nearly every change.
+#: a wave over a million VMs reaches keys all over the index of random EventIds and the VMs' index by name, and with
+#: 2 MiB each such page is read from the file again for nearly every change.
 DEFAULT_CACHE = 64 * 1024**2
 
 

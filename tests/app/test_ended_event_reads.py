@@ -25,6 +25,7 @@ from forewarn.azure.control import events as azure_routes
 from forewarn.azure.fleet import AzureFleet
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.records import StoredEvents
+from forewarn.control import models as control_models
 from forewarn.core.errors import Ambiguous, NotFound
 from forewarn.core.ids import derived_guid
 from forewarn.fleet.file import parse_fleet
@@ -212,4 +213,42 @@ def test_an_ambiguous_prefix_is_found_in_the_database_live_and_ended_events_alik
     with pytest.raises(Ambiguous) as raised:
         component.resolve_event_id(event.event_id[:4])
     assert first in str(raised.value) and event.event_id in str(raised.value)
+    service.store.close()
+
+
+LISTINGS = {"azure": azure_routes, "ec2": ec2_routes, "gce": gce_routes}
+
+
+@pytest.mark.parametrize("route", list(LISTINGS))
+def test_the_events_a_listing_decoded_are_let_go_of_a_slice_a_turn_of_the_loop(tmp_path, monkeypatch, route):
+    # Dropped at once, 300,000 decoded events hold the loop 74 ms where the answer's list loses its last reference.
+    service = open_service(str(tmp_path / "store.db"))
+    ended_everywhere(service)
+    ended_everywhere(service)
+    module = LISTINGS[route]
+    given: list[list] = []
+    real_json_array = module.json_array
+
+    async def noted(items, *rest, **named):
+        given.append(items)
+        return await real_json_array(items, *rest, **named)
+
+    monkeypatch.setattr(module, "json_array", noted)
+    monkeypatch.setattr(control_models, "FREED_PER_TURN", 1)
+    seen: list[int] = []
+
+    async def listed() -> Any:
+        answer = asyncio.ensure_future(READS[route][0](service, all=True))
+        while not answer.done():
+            seen.append(len(given[0]) if given else -1)
+            await asyncio.sleep(0)
+        return answer.result()
+
+    answer = asyncio.run(listed())
+    assert [event["status" if route == "azure" else "state"].lower() for event in json.loads(answer.body)] == [
+        "completed",
+        "completed",
+    ]
+    assert given[0] == []  # emptied by the route, not left whole to go when the answer does
+    assert 1 in seen  # one of the two events gone, the other not yet: the loop turned between them
     service.store.close()

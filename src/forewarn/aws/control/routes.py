@@ -13,7 +13,7 @@ from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState
 from forewarn.aws.views import Ec2EventOut
-from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array, let_go
 from forewarn.control.service import ControlService
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
@@ -170,7 +170,9 @@ async def events(
         found = await asyncio.to_thread(component.all_ec2_events, held)
     else:
         found = sorted((e for e in held if e.state is Ec2EventState.ACTIVE), key=lambda e: e.seq)
-    return await json_array(found, Ec2EventOut.of, Ec2EventOut)
+    answer = await json_array(found, Ec2EventOut.of, Ec2EventOut)
+    await let_go(found)  # the ended events decoded for it: only this list holds them
+    return answer
 
 
 @router.post("/v1/ec2/events", tags=["ec2"], status_code=201, response_model=list[Ec2EventOut], responses=ERRORS)

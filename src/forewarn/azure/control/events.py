@@ -19,7 +19,7 @@ from forewarn.azure.imds.scheduled_events import SCHEDULED_EVENTS_VERSIONS
 from forewarn.azure.model import EventSource, EventType, ScheduleRequest
 from forewarn.azure.views import EventOut
 from forewarn.azure.vms import VM
-from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array, let_go
 from forewarn.control.service import ControlService
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.durations import parse_optional_duration
@@ -113,7 +113,9 @@ async def list_events(
         events = await asyncio.to_thread(component.all_events, held)
     else:
         events = sorted((event for event in held if event.status.live), key=lambda e: e.seq)
-    return await json_array(events, EventOut.of, EventOut)
+    answer = await json_array(events, EventOut.of, EventOut)
+    await let_go(events)  # the ended events decoded for it: only this list holds them
+    return answer
 
 
 @router.post("/v1/events", tags=["events"], status_code=201, response_model=list[EventOut], responses=ERRORS)

@@ -11,7 +11,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
 from forewarn.app.runtime import Maintenance
-from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array
+from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array, let_go
 from forewarn.control.service import ControlService
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
@@ -199,7 +199,9 @@ async def events(
         found = await asyncio.to_thread(component.all_gce_events, held)
     else:
         found = sorted((e for e in held if e.live), key=lambda e: e.seq)
-    return await json_array(found, GceEventOut.of, GceEventOut)
+    answer = await json_array(found, GceEventOut.of, GceEventOut)
+    await let_go(found)  # the ended events decoded for it: only this list holds them
+    return answer
 
 
 @router.post("/v1/gce/maintenance", tags=["gce"], status_code=201, response_model=list[GceEventOut], responses=ERRORS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -94,19 +94,24 @@ class MaintenanceTable:
     ``memory_limit`` (bytes) bounds the DuckDB database as a whole: the rows, every query running over them and the
     writes. DuckDB refuses an allocation beyond it (``duckdb.OutOfMemoryException`` for a query; ``MemoryError`` for
     a write here) rather than spill: an in-memory database otherwise spills to ``.tmp`` in the working directory.
+
+    Each write runs on a connection of its own, closed after it. Near the memory bound any statement can fail, the
+    ROLLBACK and the COMMIT included, and a connection whose transaction could not be rolled back refuses every later
+    statement; closing it ends that transaction whatever state it is in, so the next write starts clean.
+    ``connect`` opens the database (``duckdb.connect``; a test gives one that fails where it is told to).
     """
 
-    def __init__(self, memory_limit: int | None = None) -> None:
+    def __init__(self, memory_limit: int | None = None, connect: Callable[..., Any] = duckdb.connect) -> None:
         self.memory_limit = memory_limit
         bounds = {} if memory_limit is None else {"memory_limit": f"{memory_limit}B", "temp_directory": ""}
-        self._con = duckdb.connect(":memory:", config={**_SANDBOX, **bounds})
-        self._con.execute("SET GLOBAL TimeZone = 'UTC'")  # KQL datetimes are UTC; duckdb-kql's SQL assumes it
+        self._database = connect(":memory:", config={**_SANDBOX, **bounds})
+        self._database.execute("SET GLOBAL TimeZone = 'UTC'")  # KQL datetimes are UTC; duckdb-kql's SQL assumes it
         # Neither a query nor anything it smuggles can change settings after this, external access included.
-        self._con.execute("SET lock_configuration = true")
+        self._database.execute("SET lock_configuration = true")
         shredded = tuple((name, kind) for name, kind, _ in SHREDDED_COLUMNS)
         columns = ", ".join(f'"{name}" {kind}' for name, kind in ARG_COLUMNS + shredded + _HIDDEN_COLUMNS)
-        self._con.execute(f"CREATE TABLE {STORED_TABLE} ({columns}, PRIMARY KEY (id))")
-        self._con.execute(_JSON_TEXT_MACRO)
+        self._database.execute(f"CREATE TABLE {STORED_TABLE} ({columns}, PRIMARY KEY (id))")
+        self._database.execute(_JSON_TEXT_MACRO)
         self._lock = threading.Lock()
 
     def upsert(self, rows: Iterable[Mapping[str, Any]], changed_at: datetime) -> int:
@@ -118,58 +123,31 @@ class MaintenanceTable:
         """
         latest = list({row["id"]: row for row in rows}.values())
         stamp = _naive_utc(changed_at)
-        with self._lock, _memory_error():
-            self._con.execute("BEGIN TRANSACTION")
-            try:
-                for start in range(0, len(latest), _BATCH):
-                    self._write(latest[start : start + _BATCH], stamp)
-            except BaseException:
-                self._con.execute("ROLLBACK")
-                raise
-            self._con.execute("COMMIT")
+        with self._lock, _memory_error(), self._connection() as con:
+            con.execute("BEGIN TRANSACTION")
+            for start in range(0, len(latest), _BATCH):
+                _write(con, latest[start : start + _BATCH], stamp)
+            con.execute("COMMIT")  # not reached after a failure: closing the connection rolls back
         return len(latest)
 
-    def _write(self, rows: list[Mapping[str, Any]], stamp: datetime) -> None:
-        # Each column travels as one list parameter, unnested by DuckDB: 200,000 rows staged in 1.3 s, where
-        # executemany took 13 s for 20,000.
-        staged = ", ".join(f'unnest(${i + 1}) AS "{name}"' for i, name in enumerate(COLUMN_NAMES))
-        shredded = ", ".join(f'{expression} AS "{name}"' for name, _, expression in SHREDDED_COLUMNS)
-        columns = [_column(name, rows) for name in COLUMN_NAMES]
-        self._con.execute(
-            f"CREATE OR REPLACE TEMP TABLE forewarn_batch AS SELECT *, {shredded} FROM (SELECT {staged})", columns
-        )
-        values = "SELECT b.*, lower(b.subscriptionId), ? FROM forewarn_batch AS b"
-        assignments = ", ".join(f'"{name}" = b."{name}"' for name in _STAGED_COLUMNS[1:])
-        if len(rows) <= _INDEX_LOOKUP_MAX:
-            # A few rows (events changing status): primary-key lookups. On a million rows: 1 row 6 ms, 1,000 53 ms.
-            self._con.execute(
-                f"INSERT INTO {STORED_TABLE} {values} ON CONFLICT (id) DO UPDATE SET "
-                + ", ".join(f'"{name}" = excluded."{name}"' for name in _UPDATED_COLUMNS),
-                [stamp],
-            )
-            return
-        # Many rows: one hash join to update, one anti-join to insert, each scanning every stored id (35 ms for one
-        # row on a million rows, 77 ms for 1,000), where ON CONFLICT took 5 s for 200,000 rows and this 1.9 s.
-        self._con.execute(
-            f"UPDATE {STORED_TABLE} SET {assignments}, subscription_key = lower(b.subscriptionId), changed_at = ? "
-            f"FROM forewarn_batch AS b WHERE {STORED_TABLE}.id = b.id",
-            [stamp],
-        )
-        self._con.execute(
-            f"INSERT INTO {STORED_TABLE} {values} "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {STORED_TABLE} AS s WHERE s.id = b.id)",
-            [stamp],
-        )
+    @contextmanager
+    def _connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection of its own to the database for one write, closed after it whatever happened (see the class)."""
+        con = self._database.cursor()
+        try:
+            yield con
+        finally:
+            con.close()
 
     def remove_older_than(self, cutoff: datetime) -> int:
         """Retention: drop finished events last changed before ``cutoff``. Returns how many rows went.
 
-        ARG's retention is undocumented (reference §4.2), so the cutoff is the caller's. Scheduled and Started events
-        stay whatever their age: a consumer polling ARG must still find an event that is due.
+        ARG's retention is undocumented, so the cutoff is the caller's. Scheduled and Started events stay whatever
+        their age: a consumer polling ARG must still find an event that is due.
         """
-        with self._lock, _memory_error():
+        with self._lock, _memory_error(), self._connection() as con:
             (removed,) = one_row(
-                self._con.execute(
+                con.execute(
                     f"DELETE FROM {STORED_TABLE} WHERE changed_at < ? "
                     "AND coalesce(properties ->> '$.EventStatus', '') NOT IN (SELECT unnest(?))",
                     [_naive_utc(cutoff), list(_LIVE_STATUSES)],
@@ -180,12 +158,42 @@ class MaintenanceTable:
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection of its own to the same database, for one query (query.py). The caller closes it."""
         with self._lock:
-            return self._con.cursor()
+            return self._database.cursor()
 
     def __len__(self) -> int:
-        with self._lock:
-            (count,) = one_row(self._con.execute(f"SELECT count(*) FROM {STORED_TABLE}"))
+        with self._lock, _memory_error(), self._connection() as con:
+            (count,) = one_row(con.execute(f"SELECT count(*) FROM {STORED_TABLE}"))
         return count
+
+
+def _write(con: duckdb.DuckDBPyConnection, rows: list[Mapping[str, Any]], stamp: datetime) -> None:
+    # Each column travels as one list parameter, unnested by DuckDB: 200,000 rows staged in 1.3 s, where
+    # executemany took 13 s for 20,000.
+    staged = ", ".join(f'unnest(${i + 1}) AS "{name}"' for i, name in enumerate(COLUMN_NAMES))
+    shredded = ", ".join(f'{expression} AS "{name}"' for name, _, expression in SHREDDED_COLUMNS)
+    columns = [_column(name, rows) for name in COLUMN_NAMES]
+    con.execute(f"CREATE OR REPLACE TEMP TABLE forewarn_batch AS SELECT *, {shredded} FROM (SELECT {staged})", columns)
+    values = "SELECT b.*, lower(b.subscriptionId), ? FROM forewarn_batch AS b"
+    assignments = ", ".join(f'"{name}" = b."{name}"' for name in _STAGED_COLUMNS[1:])
+    if len(rows) <= _INDEX_LOOKUP_MAX:
+        # A few rows (events changing status): primary-key lookups. On a million rows: 1 row 6 ms, 1,000 53 ms.
+        con.execute(
+            f"INSERT INTO {STORED_TABLE} {values} ON CONFLICT (id) DO UPDATE SET "
+            + ", ".join(f'"{name}" = excluded."{name}"' for name in _UPDATED_COLUMNS),
+            [stamp],
+        )
+        return
+    # Many rows: one hash join to update, one anti-join to insert, each scanning every stored id (35 ms for one
+    # row on a million rows, 77 ms for 1,000), where ON CONFLICT took 5 s for 200,000 rows and this 1.9 s.
+    con.execute(
+        f"UPDATE {STORED_TABLE} SET {assignments}, subscription_key = lower(b.subscriptionId), changed_at = ? "
+        f"FROM forewarn_batch AS b WHERE {STORED_TABLE}.id = b.id",
+        [stamp],
+    )
+    con.execute(
+        f"INSERT INTO {STORED_TABLE} {values} WHERE NOT EXISTS (SELECT 1 FROM {STORED_TABLE} AS s WHERE s.id = b.id)",
+        [stamp],
+    )
 
 
 @contextmanager
@@ -195,6 +203,11 @@ def _memory_error() -> Iterator[None]:
     try:
         yield
     except duckdb.OutOfMemoryException as error:
+        raise MemoryError(str(error).splitlines()[0]) from error
+    except duckdb.TransactionException as error:
+        # A COMMIT short of memory is refused as a TransactionException: "Failed to commit: could not allocate".
+        if "could not allocate" not in str(error):
+            raise
         raise MemoryError(str(error).splitlines()[0]) from error
 
 

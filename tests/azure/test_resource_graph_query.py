@@ -30,7 +30,9 @@ DOC_SORTED_PROJECTION = """Maintenanceresources
 | project resourceGroup, zones, properties.EventStatus, properties.NotBefore, properties.Resources, properties.EventId, properties.TargetResourceId, properties.EventType, properties.Description"""
 
 
-NOISE = {  # another type in the same table (reference §4.2), which the documented queries filter out
+# Another type in the same table ("Resource Graph sample queries for Impacted resources"), which the documented
+# queries filter out.
+NOISE = {
     "id": f"/subscriptions/{SUB_A}/providers/microsoft.maintenance/updates/pyn_-zl8",
     "name": "PYN_-ZL8",
     "type": "microsoft.maintenance/updates",
@@ -149,7 +151,7 @@ def _row_arguments() -> dict:
     }
 
 
-# --- Microsoft's documented queries (reference §4.3) -----------------------------------------------------------
+# --- Microsoft's documented queries ("Scheduled Events Using Azure Resource Graph") ----------------------------
 
 
 def test_documented_query_returns_every_scheduled_event_as_arg_rows(table):
@@ -181,7 +183,7 @@ def test_documented_sorted_projection_with_a_capital_m(table):
     assert first["properties_TargetResourceId"] == EVENTS[0]["properties"]["TargetResourceId"]
 
 
-# --- queries a user is likely to write (reference §4.3) --------------------------------------------------------
+# --- queries a user is likely to write ("Scheduled Events Using Azure Resource Graph") -------------------------
 
 LIKELY = [
     (

@@ -2,7 +2,9 @@
 
 KQL is translated to DuckDB SQL by duckdb-kql; ARG's own semantics are applied here: the case-insensitive table
 name, subscription scoping, ``$top``/``$skip``/``$skipToken`` paging, ``resultTruncated`` as a string, both result
-formats and ARG-shaped errors (reference §4.1, §4.4; Microsoft's paging guide for when paging is impossible).
+formats and ARG-shaped errors (the REST API reference "Resources - Resources", api-version 2022-10-01;
+"Understanding the Azure Resource Graph query language"; "Working with large Azure resource data sets" for when
+paging is impossible).
 
 A query reaches nothing but the rows in scope, by four independent guards:
 
@@ -48,7 +50,7 @@ from .request import MAX_RESPONSE_BYTES, QueryLimits, QueryRequest, ResourceGrap
 from .table import COLUMN_NAMES, SHREDDED_NAMES, STORED_TABLE, MaintenanceTable, one_row
 
 TABLE_NAME = "maintenanceresources"
-MAX_PAGE = 1000  # ARG's default page and the largest $top (reference §4.1)
+MAX_PAGE = 1000  # ARG's default page and the largest $top ("Working with large Azure resource data sets")
 RESULT_FORMATS = ("objectArray", "table")
 
 # Error details. Real ARG answers a bad query with 400 BadRequest, a first detail InvalidQuery and a second naming
@@ -62,9 +64,9 @@ INVALID_QUERY = {
     "and fix the error before retrying.",
 }
 
-#: Operators ARG does not offer (reference §4.4: not in its supported list), by the parser's name for them. A
-#: denylist rather than an allowlist because ARG's documented list is incomplete (queries users write for it use
-#: parse and project-rename, unlisted); safety does not rest on it (see the module docstring).
+#: Operators ARG does not offer (not in the list of "Understanding the Azure Resource Graph query language"), by the
+#: parser's name for them. A denylist rather than an allowlist because ARG's documented list is incomplete (queries
+#: users write for it use parse and project-rename, unlisted); safety does not rest on it (see the module docstring).
 _REFUSED_OPERATORS = {
     "AsOperatorContext": "as",
     "AssertSchemaOperatorContext": "assert-schema",
@@ -204,7 +206,8 @@ def _result_format(name: str) -> str:
 
 
 def _digest(query: str, subscriptions: Sequence[str] | None) -> str:
-    """What a $skipToken is bound to: the query text and the requested scope (reference §4.1)."""
+    """What a $skipToken is bound to: the query text and the requested scope ("Working with large Azure resource
+    data sets")."""
     scope = sorted({s.lower() for s in subscriptions or ()})
     return hashlib.sha256(json.dumps([query, scope]).encode()).hexdigest()[:32]
 
@@ -543,7 +546,7 @@ def _arg_type(kind: str) -> str:
 
 def _converter(kind: str) -> Callable[[Any], Any]:
     if kind == "JSON":
-        return lambda value: None if value is None else json.loads(value)  # objects, not JSON text (reference §4.5)
+        return lambda value: None if value is None else json.loads(value)  # objects, not JSON text, as ARG answers
     return _plain
 
 

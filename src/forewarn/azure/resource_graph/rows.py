@@ -69,8 +69,8 @@ def scheduled_event_row(
             "Description": description,
             "ResourceType": resource_type,
             "Resources": list(resources),
-            # The documented query projects it although no payload sample carries it (reference §4.2): we fill it
-            # with what the event targets, the one value it can sensibly hold.
+            # The documented query projects it although no payload sample carries it ("Scheduled Events Using Azure
+            # Resource Graph"): we fill it with what the event targets, the one value it can sensibly hold.
             "TargetResourceId": target_resource_id,
         },
         "tags": {},

@@ -16,7 +16,7 @@ from typing import Any
 
 import duckdb
 
-#: The ARG resource columns, in ARG's order (reference §4.2), with their storage types.
+#: The ARG resource columns, in ARG's order ("Resources - Resources", the REST API reference), with their storage types.
 ARG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("id", "VARCHAR"),
     ("name", "VARCHAR"),

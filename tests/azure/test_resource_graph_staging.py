@@ -6,43 +6,22 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import duckdb
-
 from forewarn.azure.resource_graph import MaintenanceTable, QueryRequest, run_query
 from resource_graph_rows import event
+from watched_duckdb import WatchedDatabase
 
 NOW = datetime(2025, 9, 19, 18, 0, tzinfo=UTC)
 ROWS = 5_000
 
 
-class Counting:
-    """A DuckDB database whose connections note the most list values one statement was given."""
+class Counting(WatchedDatabase):
+    """Notes the most list values one statement was given."""
 
-    def __init__(self) -> None:
-        self.largest = 0
+    largest = 0
 
-    def connect(self, *args, **kwargs) -> Counting:
-        self.database = duckdb.connect(*args, **kwargs)
-        return self
-
-    def execute(self, *args):
-        return self.database.execute(*args)
-
-    def cursor(self) -> CountingCursor:
-        return CountingCursor(self.database.cursor(), self)
-
-
-class CountingCursor:
-    def __init__(self, con: duckdb.DuckDBPyConnection, owner: Counting):
-        self.con, self.owner = con, owner
-
-    def execute(self, statement: str, params=()):
+    def before(self, con, statement, params) -> None:
         given = sum(len(value) for value in params if isinstance(value, list))
-        self.owner.largest = max(self.owner.largest, given)
-        return self.con.execute(statement, params)
-
-    def __getattr__(self, name):
-        return getattr(self.con, name)
+        self.largest = max(self.largest, given)
 
 
 def test_a_large_write_gives_duckdb_a_thousand_rows_a_statement_and_writes_them_all():

@@ -17,6 +17,7 @@ import pytest
 
 from forewarn.azure.resource_graph import MaintenanceTable, QueryRequest, run_query
 from resource_graph_rows import event
+from watched_duckdb import WatchedDatabase
 
 NOW = datetime(2025, 9, 19, 18, 0, tzinfo=UTC)
 SHORT_OF_MEMORY = "Out of Memory Error: failed to allocate data of size 32.0 KiB (512.0 MiB/512.0 MiB used)"
@@ -25,43 +26,24 @@ COMMIT_SHORT_OF_MEMORY = (
 )
 
 
-class Refusing:
-    """A DuckDB connection whose cursors fail the statements that start with one of ``refusals``' keys, each once,
-    with the exception given. A refused statement that DuckDB would have started (a write) aborts the transaction
-    first, as DuckDB's own failure does; a refused ROLLBACK or COMMIT leaves the transaction as it was."""
+class Refusing(WatchedDatabase):
+    """Fails the statements that start with one of ``refusals``' keys, each once, with the exception given. A refused
+    statement that DuckDB would have started (a write) aborts the transaction first, as DuckDB's own failure does; a
+    refused ROLLBACK or COMMIT leaves the transaction as it was."""
 
     def __init__(self, refusals: dict[str, Exception]):
         self.refusals = refusals
         self.refused: list[str] = []
 
-    def connect(self, *args, **kwargs) -> Refusing:
-        self.database = duckdb.connect(*args, **kwargs)
-        return self
-
-    def execute(self, *args):
-        return self.database.execute(*args)
-
-    def cursor(self) -> RefusingCursor:
-        return RefusingCursor(self.database.cursor(), self)
-
-
-class RefusingCursor:
-    def __init__(self, con: duckdb.DuckDBPyConnection, owner: Refusing):
-        self.con, self.owner = con, owner
-
-    def execute(self, statement: str, *params):
-        for start, error in list(self.owner.refusals.items()):
+    def before(self, con, statement, params) -> None:
+        for start, error in list(self.refusals.items()):
             if statement.startswith(start):
-                del self.owner.refusals[start]
-                self.owner.refused.append(start)
+                del self.refusals[start]
+                self.refused.append(start)
                 if start not in ("ROLLBACK", "COMMIT"):
                     with pytest.raises(duckdb.Error):
-                        self.con.execute("SELECT error('refused')")  # the transaction is aborted, as DuckDB's own
+                        con.execute("SELECT error('refused')")  # the transaction is aborted, as DuckDB's own
                 raise error
-        return self.con.execute(statement, *params)
-
-    def __getattr__(self, name):
-        return getattr(self.con, name)
 
 
 def event_ids(table: MaintenanceTable) -> list[str]:

@@ -6,7 +6,8 @@ every ``--interval`` ms (2 by default), and record when each was sent and answer
 document (``vm-00000``), an EC2 instance's ``events/maintenance/scheduled`` (``ec2-00000``, IMDSv1) and a Compute
 Engine instance's ``maintenance-event`` (``gce-00000``), each from a loopback address of its own registered as that
 machine. While they run, this script makes the server do, one after another, on a generated fleet (90% Azure VMs, 5%
-EC2, 5% Compute Engine):
+EC2, 5% Compute Engine; every tenth availability set's VMs publish their events to Event Grid and Resource Graph,
+about 3% of the fleet, so that Resource Graph has rows to load and to write):
 
 1. **wave start**: a Freeze wave by host over the whole fleet, 5% of the hosts at a time (``POST /v1/waves``; the
    wave ``bench/wave.py`` times);
@@ -577,12 +578,22 @@ def replica_rows(vms: int, fleet: Path, hosts: int, tmp: Path, args: argparse.Na
 
 
 # ---------------------------------------------------------------------------------------------------- one size
+#: The policy of the availability sets whose VMs publish centrally (every tenth).
+CENTRAL = (
+    "scheduled_events_policy: "
+    "{scheduled_events_additional_publishing_targets: {event_grid_and_resource_graph: {enable: true}}}"
+)
+
+
 def write_fleet(vms: int, path: Path) -> int:
-    """A generated fleet of ``vms`` machines (5% EC2, 5% Compute Engine) in ``path``; its number of hosts."""
+    """A generated fleet of ``vms`` machines (5% EC2, 5% Compute Engine) in ``path``, every tenth availability set
+    publishing centrally; its number of hosts."""
     others = vms // 20
     shape = f"FleetShape(vms={vms - 2 * others}, ec2={others}, gce={others}, seed='bench')"
     write = f"from forewarn.fleet.generate import *; open({str(path)!r}, 'w').write(fleet_yaml({shape}))"
     subprocess.run([sys.executable, "-c", write], check=True, env=forewarn_environment())
+    text = re.sub(r"^- \{name: (avset-\d*0), ", rf"- {{name: \1, {CENTRAL}, ", path.read_text(), flags=re.MULTILINE)
+    path.write_text(text)
     return -(-vms // 10)  # the generator's 10 machines a host
 
 

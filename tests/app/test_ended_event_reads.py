@@ -1,18 +1,15 @@
-"""Reads of what the database holds of ended events, at a cost that does not hold the event loop: an EventId prefix
-is a range of the index on event_id (never a LIKE that reads every row), a whole EventId that is not there is
-answered without one, and the listings with ended events (Azure, EC2, Compute Engine) read the database in a thread
-while the loop answers others."""
+"""Reads of what the database holds of ended events, at a cost that does not hold the event loop: a whole EventId is
+read by the number it gives back, a prefix (which reads every row) only in a thread, and the listings with ended
+events (Azure, EC2, Compute Engine) read the database in a thread while the loop answers others."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-import random
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import psycopg
 import pytest
 
 from forewarn.app.runtime import Maintenance
@@ -24,10 +21,8 @@ from forewarn.azure.component import SUGGESTED_EVENT_IDS, AzureComponent
 from forewarn.azure.control import events as azure_routes
 from forewarn.azure.fleet import AzureFleet
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
-from forewarn.azure.records import StoredEvents
 from forewarn.control import models as control_models
 from forewarn.core.errors import Ambiguous, NotFound
-from forewarn.core.ids import derived_guid
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml
 from forewarn.gcp.component import GceRequest, GcpComponent
@@ -82,17 +77,17 @@ class SpiedReads:
         return self.real(first, *rest, **named)
 
 
-def test_a_prefix_is_read_as_a_range_and_a_whole_id_that_is_not_there_reads_none(store_url):
+def test_a_whole_event_id_is_read_by_its_number_and_a_prefix_from_every_row(store_url):
     service = open_service(store_url)
     ended_everywhere(service)
     component = service.settled_engine().component(AzureComponent)
     [event] = component.all_events()
     assert event.status is EventStatus.COMPLETED and event.event_id not in component.events
     reads = SpiedReads(service)
+    assert component.event(event.event_id.lower()) == event
+    assert reads.queries and all("substr" not in sql for sql, _ in reads.queries)  # read by its number
     for length in (4, 8, 9, 13, 14, 20, 35):  # 9, 14: ending in a hyphen
         assert component.resolve_event_id(event.event_id[:length].lower()) == event.event_id
-    assert all("LIKE" not in sql for sql, _ in reads.queries)
-    assert any("event_id >= ? AND event_id < ?" in sql for sql, _ in reads.queries)
 
     [live] = azure_commands.schedule(service, ScheduleRequest(EventType.REBOOT, vms=("vm-2",), notice=None))
     assert component.resolve_event_id(live.event_id[:9]) == live.event_id  # a live one: the database has it too
@@ -100,41 +95,34 @@ def test_a_prefix_is_read_as_a_range_and_a_whole_id_that_is_not_there_reads_none
     reads.queries.clear()
     with pytest.raises(NotFound, match="no event whose EventId is or starts with"):
         component.resolve_event_id("00000000-0000-4000-8000-000000000000")
-    assert [sql for sql, _ in reads.queries if "event_id >=" in sql] == []  # only the lookup of the id itself
+    assert reads.queries and [sql for sql, _ in reads.queries if "substr" in sql] == []  # only the id itself
+    reads.queries.clear()
     with pytest.raises(NotFound):
-        component.resolve_event_id("ZZZZ")  # not an EventId's characters: no range read at all
+        component.resolve_event_id("ZZZZ")  # not an EventId's characters: no read at all
+    assert reads.queries == []
     service.store.close()
 
 
-def test_the_range_holds_every_id_with_the_prefix_in_a_bytewise_and_a_language_aware_order(postgres_url):
-    """PostgreSQL's language-aware collations may pass over hyphens (glibc's do) and order digits before letters:
-    the range a prefix is read as must hold every EventId it starts, in such orders as in C's. Checked against
-    every prefix of a few hundred EventIds, among them ids whose prefixes end in 9, F and a hyphen."""
-    chosen = random.Random(7)
-    ids = sorted({derived_guid("range", chosen.random()) for _ in range(300)})
-    ids += ["ABC9FFFF-0000-4000-8000-000000000000", "ABCA0000-0000-4000-8000-000000000000"]
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        # As glibc's en_US does, ICU's "shifted" passes over punctuation (glibc's locales may not be installed)
-        connection.execute("CREATE COLLATION pg_temp.shifted (provider = icu, locale = 'en-u-ka-shifted')")
-        for table, collation in (("bytewise", '"C"'), ("language_aware", '"en-x-icu"'), ("shifted", "pg_temp.shifted")):
-            connection.execute(f"CREATE TEMP TABLE {table} (event_id TEXT COLLATE {collation} PRIMARY KEY)")
-            with connection.cursor() as cursor:
-                cursor.executemany(f"INSERT INTO pg_temp.{table} VALUES (%s)", [(i,) for i in ids])
-            stored = StoredEvents(TempTable(connection, table))
-            for prefix in {i[:length] for i in ids for length in (4, 8, 9, 11, 14, 19, 24)}:
-                assert stored.ids_starting(prefix) == [i for i in ids if i.startswith(prefix)], (collation, prefix)
+def test_a_prefix_is_read_in_a_thread_while_the_loop_answers(tmp_path):
+    """No index holds the EventIds (the events are keyed by number): a prefix reads every row, a second at a
+    million events, which the control API's routes read off the event loop."""
+    service = open_service(str(tmp_path / "store.db"))
+    ended_everywhere(service)
+    [event] = service.settled_engine().component(AzureComponent).all_events()
+    reads = SpiedReads(service, hold=True)
 
+    async def answered() -> Any:
+        answer = asyncio.ensure_future(azure_routes.get_event(service, event.event_id[:8]))
+        assert await asyncio.to_thread(reads.reading.wait, 10)
+        await asyncio.sleep(0.05)  # the loop runs others while the read is held
+        assert not answer.done()
+        reads.release.set()
+        return await answer
 
-class TempTable:
-    """StoredRows over a temporary table (a connection's own: nothing is left in the database)."""
-
-    def __init__(self, connection: psycopg.Connection, table: str):
-        self.connection = connection
-        self.table = table
-
-    def read(self, sql: str, params=()):
-        sql = sql.replace("forewarn_azure_events", f"pg_temp.{self.table}").replace("?", "%s")
-        return sorted(self.connection.execute(sql, params).fetchall())
+    assert asyncio.run(answered()).event_id == event.event_id
+    prefix_reads = [thread for sql, thread in reads.queries if "substr" in sql]
+    assert prefix_reads and threading.main_thread().name not in prefix_reads
+    service.store.close()
 
 
 def azure_journal(service: Maintenance, all: bool) -> Awaitable[Any]:

@@ -47,10 +47,10 @@ class AzureCloud:
         return AzureRules()
 
     def component(self, footing: Footing, stored: Any | None) -> AzureComponent:
-        from forewarn.azure.component import AzureComponent, StoredAzure
+        from forewarn.azure.component import AzureComponent, StoredAzure, event_numbering
         from forewarn.azure.records import StoredEvents
 
-        history = None if footing.stored is None else StoredEvents(footing.stored)
+        history = None if footing.stored is None else StoredEvents(footing.stored, event_numbering(footing.seed))
         return AzureComponent(footing, stored or StoredAzure(), history)
 
     def fleet_section(self) -> AzureFleetSection:

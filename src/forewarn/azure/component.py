@@ -50,7 +50,7 @@ from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.component import Footing, OnFooting
 from forewarn.core.durations import format_duration
 from forewarn.core.errors import Ambiguous, Conflict, Invalid, NotFound
-from forewarn.core.ids import derived_guid
+from forewarn.core.ids import NumberedGuids, derived_guid
 from forewarn.core.words import counted
 
 INITIAL_INCARNATION = 1
@@ -61,6 +61,11 @@ MIN_EVENT_ID_PREFIX = 4
 EVENT_ID_LENGTH = 36  # C7061BAC-AFDC-4513-B24B-AA5F13A16123
 SUGGESTED_EVENT_IDS = 1_000
 _FAR_FUTURE = datetime.max.replace(tzinfo=UTC)
+
+
+def event_numbering(seed: str) -> NumberedGuids:
+    """EventIds as the seed makes them from the events' numbers, and back (the store finds an event by its number)."""
+    return NumberedGuids(seed, "azure-event")
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,7 @@ class AzureRows:
     """Rows some commits touched, as they are now (None: the row is gone, or never was): what a replica applies to
     its engine (:meth:`AzureComponent.replicate`)."""
 
-    events: Mapping[str, Event | None] = field(default_factory=dict)
+    events: Mapping[int, Event | None] = field(default_factory=dict)  # by number (seq)
     incarnations: Mapping[str, int | None] = field(default_factory=dict)
     vm_states: Mapping[str, VmState | None] = field(default_factory=dict)
     policies: Mapping[str, Policy | None] = field(default_factory=dict)
@@ -107,7 +112,11 @@ class EventHistory(Protocol):
 
     def get(self, event_id: str) -> Event | None: ...
 
-    def ids_starting(self, prefix: str) -> list[str]: ...
+    def by_seq(self, seq: int) -> Event | None: ...
+
+    def ids_starting(self, prefix: str) -> list[str]:
+        """Every EventId that starts with ``prefix``, in order: a read of every event, too long for the event loop."""
+        ...
 
     def ended(self) -> list[Event]:
         """Every ended event, in creation order."""
@@ -127,6 +136,7 @@ class AzureComponent(OnFooting[AzureRules]):
     def __init__(self, footing: Footing, stored: StoredAzure, history: EventHistory | None = None) -> None:
         super().__init__(footing, footing.rules.of(AzureRules))
         self._history = history
+        self.event_ids = event_numbering(self.seed)
         # Events that ended since the last release: they leave memory at the next (once their end is durable).
         self._ending: list[str] = []
         fleet, scheduler, sequence, created_at = footing.fleet, footing.scheduler, footing.sequence, footing.created_at
@@ -214,11 +224,13 @@ class AzureComponent(OnFooting[AzureRules]):
         found.update((event.event_id, event) for event in held)  # what memory holds is at least as new
         return sorted(found.values(), key=lambda e: e.seq)
 
-    def resolve_event_id(self, text: str) -> str:
+    def resolve_event_id(self, text: str, starting: list[str] | None = None) -> str:
         """The EventId that ``text`` names: the whole id (any case), or an unambiguous prefix of at least
-        ``MIN_EVENT_ID_PREFIX`` characters, as short git and docker ids are."""
+        ``MIN_EVENT_ID_PREFIX`` characters, as short git and docker ids are. ``starting``: the EventIds the database
+        holds that start with :meth:`prefix_to_search`'s prefix, read by a caller that keeps the event loop free
+        meanwhile (None: read here)."""
         wanted = text.strip().upper()
-        if self.find(wanted) is not None:
+        if len(wanted) == EVENT_ID_LENGTH and self.find(wanted) is not None:
             return wanted
         if len(wanted) < MIN_EVENT_ID_PREFIX:
             raise Invalid(
@@ -228,9 +240,9 @@ class AzureComponent(OnFooting[AzureRules]):
         if len(wanted) >= EVENT_ID_LENGTH:  # a whole EventId that is not there starts no other
             pass
         elif self._history is not None:
-            # The database holds every event committed, live ones too, and finds a prefix through its index; memory's
-            # scan is 60 ms at a million live events. An event not committed yet has been shown to no client.
-            found = self._history.ids_starting(wanted)
+            # The database holds every event committed, live ones too. An event not committed yet has been shown to
+            # no client.
+            found = self._history.ids_starting(wanted) if starting is None else starting
         else:
             found = sorted(event_id for event_id in self.events if event_id.startswith(wanted))
         if len(found) == 1:
@@ -240,6 +252,17 @@ class AzureComponent(OnFooting[AzureRules]):
         shown = [f"{event_id} ({self._status_of(event_id)})" for event_id in found[:10]]
         more = f" and {len(found) - 10} more" if len(found) > 10 else ""
         raise Ambiguous(f"{text} is the start of {len(found)} EventIds: {', '.join(shown)}{more}; give more characters")
+
+    def prefix_to_search(self, text: str) -> str | None:
+        """The prefix :meth:`resolve_event_id` would look for in the database (None: it would not), upper case."""
+        wanted = text.strip().upper()
+        if self._history is None or not MIN_EVENT_ID_PREFIX <= len(wanted) < EVENT_ID_LENGTH:
+            return None
+        return wanted
+
+    def ids_starting(self, prefix: str) -> list[str]:
+        """The EventIds the database holds that start with ``prefix``: a read of every event (EventHistory)."""
+        return [] if self._history is None else self._history.ids_starting(prefix)
 
     def _suggested_ids(self) -> Iterable[str]:
         """The EventIds a mistyped one is compared with for a "did you mean": memory's, while they are few. Beyond,
@@ -251,9 +274,14 @@ class AzureComponent(OnFooting[AzureRules]):
         return "gone" if event is None else event.status.value
 
     def event_by_seq(self, seq: int) -> Event | None:
-        """The event created as number ``seq`` (events are numbered in creation order). Its EventId is derived from
-        the number, so no index of numbers is kept (a million events would make it a hundred megabytes)."""
-        event = self.find(derived_guid(self.seed, "event", seq))
+        """The event created as number ``seq`` (events are numbered in creation order). Its EventId is made from the
+        number, so memory keeps no index of numbers (a million events would make it a hundred megabytes); the
+        database is keyed by them."""
+        event = self.events.get(self.event_ids.guid(seq))
+        if event is None and self._history is not None:
+            event = self._history.by_seq(seq)
+            if event is not None:  # one written before EventIds were made from numbers may still be live in memory
+                event = self.events.get(event.event_id, event)
         return event if event is not None and event.seq == seq else None
 
     def operation_events(self, operation_id: str) -> list[Event]:
@@ -341,7 +369,7 @@ class AzureComponent(OnFooting[AzureRules]):
                 scope = vms[0].scope
                 seq = self.sequence.take()
                 event = Event(
-                    event_id=derived_guid(self.seed, "event", seq),
+                    event_id=self.event_ids.guid(seq),
                     seq=seq,
                     operation_id=operation_id,
                     scope=scope,
@@ -946,7 +974,9 @@ class AzureComponent(OnFooting[AzureRules]):
             changes.append(VmChanged(state, REPLICATED, "committed by the leader"))
         scopes: set[str] = set()
         removed = False
-        for event_id, gone in rows.events.items():
+        for seq, gone in rows.events.items():
+            # a row gone is this replica's own projection, whose EventIds are made from their numbers
+            event_id = self.event_ids.guid(seq)
             if gone is None and event_id in self.events:
                 dropped = self.events.pop(event_id)
                 self._unindex(dropped)

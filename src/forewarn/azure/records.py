@@ -15,10 +15,12 @@ from forewarn.azure.changes import EventChanged, IncarnationChanged, PolicyChang
 from forewarn.azure.component import AzureRows, StoredAzure
 from forewarn.azure.model import Event, EventSource, EventStatus, EventType, Impact
 from forewarn.azure.vms import NotificationProfile, Policy, Power, VmState, policies_from_records, policy_records
+from forewarn.store.migrations import AZURE_EVENT_IDS
 from forewarn.store.records import RecordTable, Writer, compact, records_of_tables, time_from_text, time_text
 
 if TYPE_CHECKING:
     from forewarn.core.component import StoredRows
+    from forewarn.core.ids import NumberedGuids
     from forewarn.store.records import Rows
 
 
@@ -135,15 +137,17 @@ def decode_policy(text: str) -> Policy:
 
 # ------------------------------------------------------------------------------------------------------ writers
 _LIVE = f"status IN ('{EventStatus.SCHEDULED.value}', '{EventStatus.STARTED.value}')"
-# Only live events are loaded: the ended ones are read from the table when asked (StoredEvents).
+# Only live events are loaded: the ended ones are read from the table when asked (StoredEvents). Keyed by number,
+# with no index of EventIds: an EventId gives its number back (azure/component.py's event_numbering).
 EVENTS = RecordTable(
     "forewarn_azure_events",
-    "event_id",
+    "seq",
     decode_event,
-    ("seq", "scope", "status"),
+    ("event_id", "scope", "status"),
     updated=("status",),
     order_by="seq",
     loaded=_LIVE,
+    numbered=True,
 )
 SCOPES = RecordTable("forewarn_azure_scopes", "scope", int, record="incarnation", keyed=True)
 VMS = RecordTable("forewarn_azure_vms", "name", decode_vm_state)
@@ -154,35 +158,44 @@ AZURE_STATE = {"events": EVENTS, "incarnations": SCOPES, "vm_states": VMS, "poli
 
 
 _EVENT_ID_CHARACTERS = frozenset("0123456789ABCDEF-")
-_NEXT_DIGIT = dict(zip("0123456789ABCDEF", "123456789ABCDEFG", strict=True))
 
 
 class StoredEvents:
     """The events as the database holds them: where the Azure component reads those it no longer keeps in memory
     (ended, and committed: ``AzureComponent.release``)."""
 
-    def __init__(self, database: StoredRows) -> None:
+    def __init__(self, database: StoredRows, event_ids: NumberedGuids) -> None:
         self._database = database
+        self._event_ids = event_ids
 
     def get(self, event_id: str) -> Event | None:
-        rows = self._database.read(f"SELECT {EVENTS.record} FROM {EVENTS.name} WHERE event_id = ?", (event_id,))
+        """The event whose EventId is ``event_id`` (upper case): read by the number the EventId gives back, or, for
+        an event written before EventIds did (schema 13), by the EventIds kept from then."""
+        seq = self._event_ids.number(event_id)
+        found = None if seq is None else self.by_seq(seq)
+        if found is not None and found.event_id == event_id:
+            return found
+        rows = self._database.read(
+            f"SELECT {EVENTS.record} FROM {EVENTS.name} WHERE seq = (SELECT seq FROM {AZURE_EVENT_IDS} WHERE "
+            "event_id = ?)",
+            (event_id,),
+        )
+        return decode_event(rows[0][0]) if rows else None
+
+    def by_seq(self, seq: int) -> Event | None:
+        rows = self._database.read(f"SELECT {EVENTS.record} FROM {EVENTS.name} WHERE seq = ?", (seq,))
         return decode_event(rows[0][0]) if rows else None
 
     def ids_starting(self, prefix: str) -> list[str]:
-        """The EventIds that start with ``prefix`` (EventIds are upper case hexadecimal digits and hyphens), in order,
-        read as a range of the index on event_id: a LIKE reads every row the table holds.
-
-        The range is one both databases' orders agree on: it ends before the prefix with its last digit moved on
-        (9 to A: no digit or letter lies between them), and a trailing hyphen is left out of both ends, as
-        PostgreSQL's language-aware orders pass over hyphens."""
-        stem = prefix.rstrip("-")
-        if not stem or not set(stem) <= _EVENT_ID_CHARACTERS:
+        """The EventIds that start with ``prefix`` (upper case hexadecimal digits and hyphens), in order. No index
+        holds them (EVENTS): every row is read, which takes about a second at a million events, so callers on the
+        event loop call this in a thread."""
+        if not prefix or not set(prefix) <= _EVENT_ID_CHARACTERS:
             return []
-        end = stem[:-1] + _NEXT_DIGIT[stem[-1]]
         rows = self._database.read(
-            f"SELECT event_id FROM {EVENTS.name} WHERE event_id >= ? AND event_id < ?", (stem, end)
+            f"SELECT event_id FROM {EVENTS.name} WHERE substr(event_id, 1, {len(prefix)}) = ?", (prefix,)
         )
-        return sorted(row[0] for row in rows if row[0].startswith(prefix))
+        return sorted(row[0] for row in rows)
 
     def ended(self) -> list[Event]:
         """Every ended event, in the order they were created."""
@@ -195,7 +208,7 @@ class StoredEvents:
 def _event_changed(change: EventChanged, rows: Rows) -> None:
     event = change.event
     EVENTS.put_last(
-        rows, event.event_id, lambda: (event.event_id, event.seq, event.scope, event.status.value, encode_event(event))
+        rows, str(event.seq), lambda: (event.seq, event.event_id, event.scope, event.status.value, encode_event(event))
     )
     rows.journal(change.what, event.event_id, {"reason": change.reason, "scope": event.scope})
 
@@ -221,6 +234,7 @@ def _incarnation_changed(change: IncarnationChanged, rows: Rows) -> None:
     SCOPES.put_last(rows, change.scope, lambda: (change.scope, change.incarnation))
 
 
+# A reset empties the EventIds kept from before schema 13 with the events they named.
 AZURE_RECORDS = records_of_tables(
     "azure",
     [
@@ -233,4 +247,5 @@ AZURE_RECORDS = records_of_tables(
     AZURE_STATE,
     StoredAzure,
     AzureRows,
+    emptied=(AZURE_EVENT_IDS,),
 )

@@ -162,11 +162,12 @@ def _rename_primary_key(cursor: Any, table: str) -> None:
 
 
 def _reset_the_changes(cursor: Any) -> None:
-    # Entries of forewarn_changes written before this migration name the old tables. They are replaced by one reset
-    # entry at the next position rather than rewritten: a replica of this version that was behind it loads the
-    # whole state once (as after a pruned journal), and an older replica still running, which knows only the old
-    # names, is sent to load the whole state too, fails on the renamed tables and reports the database unreachable,
-    # where rewritten entries would have had it skip every Azure row from then on without a word. A journal with no
+    # Entries of forewarn_changes written before this migration name rows as it no longer does (the old tables,
+    # migration 8; events by EventId, 13). They are replaced by one reset entry at the next position rather than
+    # rewritten: a replica of this version that was behind it loads the whole state once (as after a pruned
+    # journal), and an older replica still running is sent to load the whole state too (after migration 8 it fails
+    # on the renamed tables and reports the database unreachable), where rewritten entries would have had it skip
+    # every Azure row from then on without a word. A journal with no
     # entries (a single server's, SQLite's) stays empty.
     cursor.execute("SELECT MAX(position) FROM forewarn_changes")
     row = cursor.fetchone()
@@ -264,6 +265,32 @@ def _event_states(cursor: Any, dialect: Dialect) -> None:
         cursor.execute(f"CREATE INDEX IF NOT EXISTS {table}_by_instance ON {table} ({instance}, seq)")
 
 
+# EventIds of Azure events written before migration 13, when they were hashes: the events' table, keyed by number
+# since, finds these by this table (azure/records.py); later EventIds give their number back.
+AZURE_EVENT_IDS = "forewarn_azure_event_ids"
+
+
+def _azure_events_by_number(cursor: Any, dialect: Dialect) -> None:
+    # SQLite makes only INTEGER PRIMARY KEY the table's own key (its rowid), where new rows are appended; a BIGINT
+    # key would be an index beside it.
+    number = "BIGINT" if dialect.name == "postgresql" else "INTEGER"
+    cursor.execute(f"CREATE TABLE IF NOT EXISTS {AZURE_EVENT_IDS} (event_id TEXT PRIMARY KEY, seq BIGINT NOT NULL)")
+    cursor.execute(f"INSERT INTO {AZURE_EVENT_IDS} (event_id, seq) SELECT event_id, seq FROM forewarn_azure_events")
+    cursor.execute(
+        f"CREATE TABLE forewarn_azure_events_by_number (seq {number} PRIMARY KEY, event_id TEXT NOT NULL, "
+        "scope TEXT NOT NULL, status TEXT NOT NULL, data TEXT NOT NULL)"
+    )
+    cursor.execute(
+        "INSERT INTO forewarn_azure_events_by_number (seq, event_id, scope, status, data) "
+        "SELECT seq, event_id, scope, status, data FROM forewarn_azure_events"
+    )
+    cursor.execute("DROP TABLE forewarn_azure_events")
+    cursor.execute("ALTER TABLE forewarn_azure_events_by_number RENAME TO forewarn_azure_events")
+    if dialect.name == "postgresql":
+        _rename_primary_key(cursor, "forewarn_azure_events")
+    _reset_the_changes(cursor)
+
+
 MIGRATIONS: Sequence[Migration] = (
     # Every table, as written before versions were read. Tables already there are kept as they are (a database
     # that never recorded a version, version 0, may hold some of them).
@@ -291,6 +318,12 @@ MIGRATIONS: Sequence[Migration] = (
     # Not additive: code before it writes events without their state, which this code loads by (SchemaTooNew, as
     # above).
     Migration(12, "EC2 and Compute Engine events: their state (and an EC2 event's end) in columns", _event_states),
+    # Not additive: code before it writes events by EventId, which is no longer the key (SchemaTooNew, as above).
+    Migration(
+        13,
+        "Azure events keyed by their number; the EventIds written before, in forewarn_azure_event_ids",
+        _azure_events_by_number,
+    ),
 )
 LATEST = MIGRATIONS[-1].version
 

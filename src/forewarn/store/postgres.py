@@ -37,7 +37,7 @@ from forewarn.core.clock import Clock
 from forewarn.store import writer
 from forewarn.store.base import Outgoing, SQLStore, WritersIn
 from forewarn.store.errors import DatabaseInUse, StoreError, StoreUnavailable
-from forewarn.store.records import Records, Rows
+from forewarn.store.records import Key, Records, Rows
 
 log = logging.getLogger("forewarn.store")
 
@@ -82,7 +82,7 @@ class _Reconnected(StoreUnavailable):
     """The connection broke under an operation and a new one is ready: an idempotent operation may run again."""
 
 
-def _any_of(column: str, keys: Sequence[str]) -> list[tuple[str, Sequence[object]]]:
+def _any_of(column: str, keys: Sequence[Key]) -> list[tuple[str, Sequence[object]]]:
     """One condition for any number of keys: the list is sent as one array parameter."""
     return [(f"{column} = ANY(?)", [list(keys)])]
 

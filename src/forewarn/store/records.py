@@ -33,6 +33,7 @@ META_PUT = "INSERT INTO forewarn_meta (key, value) VALUES (?, ?) ON CONFLICT (ke
 FINAL = "final"  # the key of Rows.write_final's rows, beside write_last's statements
 C = TypeVar("C", bound=Change)
 T = TypeVar("T")
+K = TypeVar("K", str, int)
 
 # The rows some commits wrote: table -> the keys of its rows (each once, in the order first written).
 Touched = dict[str, dict[str, None]]
@@ -119,11 +120,13 @@ class Writer(Generic[C]):
 
 
 Query = Callable[[str, Sequence[Any]], list[tuple[Any, ...]]]
+# A row's key: text, or the number of a table keyed by number (RecordTable.numbered)
+Key = str | int
 # (column, keys) -> the conditions, with their parameters, that select those keys: one or several (long lists)
-KeyCondition = Callable[[str, Sequence[str]], list[tuple[str, Sequence[Any]]]]
+KeyCondition = Callable[[str, Sequence[Key]], list[tuple[str, Sequence[Any]]]]
 
 
-def key_in_list(column: str, keys: Sequence[str]) -> list[tuple[str, Sequence[Any]]]:
+def key_in_list(column: str, keys: Sequence[Key]) -> list[tuple[str, Sequence[Any]]]:
     """``column IN (?, ...)``, in slices that stay under every database's limit on parameters."""
     slices = [keys[start : start + 500] for start in range(0, len(keys), 500)]
     return [(f"{column} IN ({', '.join('?' * len(part))})", part) for part in slices]
@@ -141,7 +144,7 @@ class Reader:
     def rows(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self._query(sql, params)
 
-    def keyed(self, select: str, column: str, keys: Iterable[str]) -> list[tuple[Any, ...]]:
+    def keyed(self, select: str, column: str, keys: Iterable[Key]) -> list[tuple[Any, ...]]:
         """The rows of ``select`` (a query without WHERE) whose ``column`` is one of ``keys``."""
         wanted = list(keys)
         found: list[tuple[Any, ...]] = []
@@ -151,12 +154,12 @@ class Reader:
         return found
 
     def current(
-        self, select: str, column: str, keys: Iterable[str], decode: Callable[[tuple[Any, ...]], T]
-    ) -> dict[str, T | None]:
+        self, select: str, column: str, keys: Iterable[K], decode: Callable[[tuple[Any, ...]], T]
+    ) -> dict[K, T | None]:
         """Each key's row as it is now, decoded (``select``'s first column is the key): None for a key whose row is
         gone (or never was)."""
         wanted = list(keys)
-        found: dict[str, T | None] = dict.fromkeys(wanted)
+        found: dict[K, T | None] = dict.fromkeys(wanted)
         for row in self.keyed(select, column, wanted):
             found[row[0]] = decode(row)
         return found
@@ -179,6 +182,9 @@ class RecordTable:
     # A condition on the rows loaded at start (none: all): the others stay in the database until asked for (events
     # that ended, which the component reads from there)
     loaded: str = ""
+    # The key is a number (an event's): a row's new key then lands at the end of the table's index, not at a random
+    # page of it. Rows are touched under its decimal text (forewarn_changes holds text) and reloaded by number.
+    numbered: bool = False
 
     @functools.cached_property
     def upsert(self) -> str:
@@ -213,14 +219,14 @@ class RecordTable:
         rows = reader.rows(f"SELECT {self.record} FROM {self.name}{where}{order}")
         return [self.decode(row[0]) for row in _each_freed(rows)]
 
-    def current(self, reader: Reader, touched: Touched) -> dict[str, Any]:
-        """The touched rows of this table as they are now, decoded (None for a row that is gone)."""
-        return reader.current(
-            f"SELECT {self.key}, {self.record} FROM {self.name}",
-            self.key,
-            touched.get(self.name, ()),
-            lambda row: self.decode(row[1]),
-        )
+    def current(self, reader: Reader, touched: Touched) -> Mapping[Any, Any]:
+        """The touched rows of this table as they are now, decoded (None for a row that is gone), by their key: a
+        number for a ``numbered`` table."""
+        select = f"SELECT {self.key}, {self.record} FROM {self.name}"
+        keys = touched.get(self.name, {})
+        if self.numbered:
+            return reader.current(select, self.key, [int(key) for key in keys], lambda row: self.decode(row[1]))
+        return reader.current(select, self.key, keys, lambda row: self.decode(row[1]))
 
 
 class EndedRecords(Generic[T]):
@@ -316,9 +322,11 @@ def records_of_tables(
     stored: Callable[..., Any],
     replicated: Callable[..., Any],
     schema: tuple[str, ...] = (),
+    emptied: tuple[str, ...] = (),
 ) -> Records:
     """The Records of a component whose whole stored state is ``tables`` (by the names its state takes them under):
-    loaded as ``stored(**records)``, reloaded as ``replicated(**touched rows)`` (``schema``: as Records')."""
+    loaded as ``stored(**records)``, reloaded as ``replicated(**touched rows)`` (``schema``: as Records'; ``emptied``:
+    tables a reset empties beside them)."""
 
     def load(reader: Reader) -> dict[str, Any]:
         return {owner: stored(**load_tables(reader, tables))}
@@ -328,7 +336,7 @@ def records_of_tables(
             return {}
         return {owner: replicated(**reload_tables(reader, touched, tables))}
 
-    names = tuple(table.name for table in tables.values())
+    names = (*(table.name for table in tables.values()), *emptied)
     return Records(owner, writers, load, tables=names, reload=reload, schema=schema)
 
 

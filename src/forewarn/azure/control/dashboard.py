@@ -10,6 +10,7 @@ from fastapi import APIRouter
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged, VmChanged
 from forewarn.azure.component import AzureComponent
+from forewarn.azure.control.events import resolved
 from forewarn.azure.fleet import azure_fleet
 from forewarn.azure.model import Event, EventStatus
 from forewarn.azure.views import EventOut
@@ -97,7 +98,7 @@ class AzurePanel:
         async def central(event_id: str) -> dict:
             """The event's row in Resource Graph's maintenanceresources as it is now (null when its VMs' policy does
             not publish centrally, or the ARM port is off)."""
-            event_id = service.settled_engine().component(AzureComponent).resolve_event_id(event_id)
+            event_id = await resolved(service, event_id)
             row = views.central_row(event_id) if views.central_row is not None else None
             return {"event_id": event_id, "resource_graph": row}
 

@@ -68,6 +68,14 @@ def azure(service: Maintenance) -> AzureComponent:
     return service.settled_engine().component(AzureComponent)
 
 
+async def resolved(service: Maintenance, text: str) -> str:
+    """The EventId ``text`` names (AzureComponent.resolve_event_id). The EventIds of a prefix are read in a thread:
+    no index holds them, and reading every event would hold the event loop for a second at a million events."""
+    prefix = azure(service).prefix_to_search(text)
+    starting = None if prefix is None else await asyncio.to_thread(azure(service).ids_starting, prefix)
+    return azure(service).resolve_event_id(text, starting)
+
+
 def _event_change(change: EventChanged) -> ChangeOut:
     event = change.event
     return ChangeOut(
@@ -147,12 +155,12 @@ def schedule_request(body: ScheduleIn) -> ScheduleRequest:
 @router.get("/v1/events/{event_id}", tags=["events"], response_model=EventOut, responses=ERRORS)
 async def get_event(service: ControlService, event_id: str):
     service.catch_up()
-    return EventOut.of(azure(service).event(azure(service).resolve_event_id(event_id)))
+    return EventOut.of(azure(service).event(await resolved(service, event_id)))
 
 
 @router.get("/v1/events/{event_id}/journal", tags=["events"], responses=ERRORS)
 async def event_journal(service: ControlService, event_id: str):
-    event = azure(service).event(azure(service).resolve_event_id(event_id))
+    event = azure(service).event(await resolved(service, event_id))
     # The journal has no index by event (one more write at a random place for each of its rows): its rows are read
     # in a thread, the event loop answering others meanwhile.
     entries = await asyncio.to_thread(service.journal, event.event_id)
@@ -161,21 +169,21 @@ async def event_journal(service: ControlService, event_id: str):
 
 @router.post("/v1/approvals", tags=["events"], response_model=list[EventOut], responses=ERRORS)
 async def approve(service: ControlService, body: ApproveIn):
-    ids = [azure(service).resolve_event_id(event_id) for event_id in body.event_ids]
+    ids = [await resolved(service, event_id) for event_id in body.event_ids]
     await azure_commands.approve_soon(service, ids, by=body.by)  # through the group commit, as every command
     return [EventOut.of(azure(service).event(event_id)) for event_id in ids]
 
 
 @router.post("/v1/events/{event_id}/approve", tags=["events"], response_model=EventOut, responses=ERRORS)
 async def approve_one(service: ControlService, event_id: str):
-    event_id = azure(service).resolve_event_id(event_id)
+    event_id = await resolved(service, event_id)
     await azure_commands.approve_soon(service, [event_id], by="control")
     return EventOut.of(azure(service).event(event_id))
 
 
 @router.post("/v1/events/{event_id}/cancel", tags=["events"], response_model=EventOut, responses=ERRORS)
 async def cancel(service: ControlService, event_id: str):
-    event_id = azure(service).resolve_event_id(event_id)
+    event_id = await resolved(service, event_id)
     await azure_commands.cancel_soon(service, event_id)
     return EventOut.of(azure(service).event(event_id))
 

@@ -104,8 +104,8 @@ def test_a_whole_event_id_is_read_by_its_number_and_a_prefix_from_every_row(stor
 
 
 def test_a_prefix_is_read_in_a_thread_while_the_loop_answers(tmp_path):
-    """No index holds the EventIds (the events are keyed by number): a prefix reads every row, a second at a
-    million events, which the control API's routes read off the event loop."""
+    """No index holds the EventIds (the events are keyed by number): a prefix reads every row, a third of a
+    second at a million events, which the control API's routes read off the event loop."""
     service = open_service(str(tmp_path / "store.db"))
     ended_everywhere(service)
     [event] = service.settled_engine().component(AzureComponent).all_events()

@@ -70,7 +70,7 @@ def azure(service: Maintenance) -> AzureComponent:
 
 async def resolved(service: Maintenance, text: str) -> str:
     """The EventId ``text`` names (AzureComponent.resolve_event_id). The EventIds of a prefix are read in a thread:
-    no index holds them, and reading every event would hold the event loop for a second at a million events."""
+    no index holds them, and reading every event would hold the event loop a third of a second at a million events."""
     prefix = azure(service).prefix_to_search(text)
     starting = None if prefix is None else await asyncio.to_thread(azure(service).ids_starting, prefix)
     return azure(service).resolve_event_id(text, starting)

@@ -975,9 +975,10 @@ class AzureComponent(OnFooting[AzureRules]):
         scopes: set[str] = set()
         removed = False
         for seq, gone in rows.events.items():
-            # a row gone is this replica's own projection, whose EventIds are made from their numbers
-            event_id = self.event_ids.guid(seq)
-            if gone is None and event_id in self.events:
+            if gone is not None:
+                continue
+            event_id = self.event_ids.guid(seq)  # one of this replica's own projections, EventIds made from numbers
+            if event_id in self.events:
                 dropped = self.events.pop(event_id)
                 self._unindex(dropped)
                 scopes.add(dropped.scope)

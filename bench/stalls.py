@@ -22,8 +22,9 @@ about 3% of the fleet, so that Resource Graph has rows to load and to write):
 7. **first Resource Graph query** and the same query again (**Resource Graph, warm**);
 8. reads of the events that ended, which the database holds and memory does not: **an ended event's journal**
    (``GET /v1/events/{id}/journal``, an event the wave completed), **every event, ended ones too**
-   (``GET /v1/events?all=true``) and **an EventId that is not there** (``GET /v1/events/{id}``, a whole EventId,
-   answered 404 once memory and the database were asked for it);
+   (``GET /v1/events?all=true``), **an EventId that is not there** (``GET /v1/events/{id}``, a whole EventId,
+   answered 404 once memory and the database were asked for it) and **an EventId's prefix** (the ended event's
+   first 8 characters: no index holds EventIds, every event's row is read);
 9. **reset**: ``POST /v1/reset``, back to the server's start (the store emptied, the engine rebuilt from it);
 10. **replica restart**, on PostgreSQL (``--db``, a schema of its own, dropped afterwards; ``--db ''`` skips it): a
    primary (``--role shared``, the fleet and the manual clock) and two metadata replicas (``--role replica``), one
@@ -393,6 +394,9 @@ def operations(server: Server, hosts: int) -> list[tuple[str, Callable[[], None]
     def unknown_event() -> None:
         server.call("GET", f"/v1/events/{UNKNOWN_EVENT_ID}", expect=404)
 
+    def event_prefix() -> None:
+        server.call("GET", f"/v1/events/{wave['ended'][:8].lower()}")
+
     return [
         ("wave start", start_wave, None),
         ("clock step: start", step, None),
@@ -407,6 +411,7 @@ def operations(server: Server, hosts: int) -> list[tuple[str, Callable[[], None]
         ("an ended event's journal", ended_journal, None),
         ("every event, ended ones too", all_events, None),
         ("an EventId that is not there", unknown_event, None),
+        ("an EventId's prefix", event_prefix, None),
         ("reset", reset, None),
     ]
 

@@ -128,8 +128,9 @@ class AzureUnitRoller:
     def schedule(self, spec: WaveSpec, members: tuple[str, ...], reason: str, step: DocumentStep) -> ScheduledUnit:
         first_seq = self._sequence.next_number
         created = self.azure.create_events(self._request(spec, members, reason), step)
-        events = (self.azure.event_by_seq(seq) for seq in range(first_seq, self._sequence.next_number))
-        operations = tuple(dict.fromkeys(event.operation_id for event in events if event is not None))
+        # the events made now (numbered from first_seq), as their changes carry them (a start_now event moves again)
+        events = (c.event for c in created if isinstance(c, EventChanged) and c.event.seq >= first_seq)
+        operations = tuple(dict.fromkeys(event.operation_id for event in events))
         return ScheduledUnit(
             created, operations, f"{counted(len(members), 'VM')}, {counted(len(operations), 'operation')}"
         )

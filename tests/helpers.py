@@ -90,6 +90,18 @@ PORT_OPTIONS = {
 }
 
 
+def raw_connection(url: str):
+    """A plain connection to a store's database (SQLite path or PostgreSQL URL), each statement its own transaction:
+    to write or read rows as an older release left them."""
+    if url.startswith("postgresql://"):
+        import psycopg
+
+        return psycopg.connect(url, autocommit=True)
+    import sqlite3
+
+    return sqlite3.connect(url, isolation_level=None)
+
+
 def small_fleet():
     return parse_fleet(SMALL_FLEET, "small.yaml")
 

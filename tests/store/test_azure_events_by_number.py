@@ -19,7 +19,7 @@ from forewarn.azure.component import AzureComponent, event_numbering
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.core.ids import derived_guid
 from forewarn.store import migrations
-from helpers import T0, open_store, small_fleet
+from helpers import T0, open_store, raw_connection, small_fleet
 
 AZURE_TABLES = [
     "forewarn_azure_events",
@@ -29,14 +29,6 @@ AZURE_TABLES = [
     "forewarn_azure_enabled",
     "forewarn_meta",
 ]
-
-
-def _raw(url):
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        return psycopg.connect(url, autocommit=True)
-    return sqlite3.connect(url, isolation_level=None)
 
 
 def _at_version_12(url, monkeypatch) -> None:
@@ -65,7 +57,7 @@ def _copy_with_hashed_ids(source: str, url: str, numbers: dict[str, int]) -> dic
     before 13 made it with: the hashed id of each new one."""
     hashed = {event_id: derived_guid("seed", "event", seq) for event_id, seq in numbers.items()}
     reading = sqlite3.connect(source)
-    writing = _raw(url)
+    writing = raw_connection(url)
     mark = "%s" if url.startswith("postgresql://") else "?"
     try:
         for table in AZURE_TABLES:
@@ -91,7 +83,7 @@ def _rewritten(value, hashed: dict[str, str]):
 
 
 def _indexes(url) -> list[str]:
-    connection = _raw(url)
+    connection = raw_connection(url)
     try:
         if url.startswith("postgresql://"):
             query = "SELECT indexdef FROM pg_indexes WHERE tablename = 'forewarn_azure_events' AND schemaname = current_schema()"
@@ -146,7 +138,7 @@ def test_events_written_before_keep_their_event_ids_and_new_ones_give_their_numb
     # A reset empties the EventIds kept from before with the events they named.
     again = Maintenance.open(open_store(store_url), None, "manual", 1.0, T0, "seed")
     again.reset()
-    connection = _raw(store_url)
+    connection = raw_connection(store_url)
     try:
         assert connection.execute(f"SELECT COUNT(*) FROM {migrations.AZURE_EVENT_IDS}").fetchone()[0] == 0
     finally:
@@ -161,7 +153,7 @@ def test_a_new_database_keeps_no_event_ids_beside_its_events(store_url):
     [event] = azure_commands.schedule(service, ScheduleRequest(EventType.FREEZE, vms=("solo",)))
     azure_commands.cancel(service, event.event_id)
     service.store.close()
-    connection = _raw(store_url)
+    connection = raw_connection(store_url)
     try:
         assert connection.execute(f"SELECT COUNT(*) FROM {migrations.AZURE_EVENT_IDS}").fetchone()[0] == 0
         assert connection.execute("SELECT seq, event_id FROM forewarn_azure_events").fetchall() == [

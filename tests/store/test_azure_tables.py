@@ -20,19 +20,11 @@ from forewarn.azure import commands as azure_commands
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.store import DatabaseInUse, base, migrations
-from helpers import T0, open_store, small_fleet
+from helpers import T0, open_store, raw_connection, small_fleet
 
 OLD_NAMES = ["forewarn_events", "forewarn_scopes", "forewarn_vms", "forewarn_policies", "forewarn_enabled"]
 NEW_NAMES = [name.replace("forewarn_", "forewarn_azure_") for name in OLD_NAMES]
 AZURE_RENAMES = list(zip(OLD_NAMES, NEW_NAMES, strict=True))
-
-
-def _raw(url):
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        return psycopg.connect(url, autocommit=True)
-    return sqlite3.connect(url, isolation_level=None)
 
 
 def _marker(url) -> str:
@@ -64,7 +56,7 @@ def _copy_as_version_7(source: str, url: str) -> None:
     """Every Azure row and meta value of the SQLite database ``source`` into the version-7 database ``url``, under
     the names version 7 gave the tables."""
     reading = sqlite3.connect(source)
-    writing = _raw(url)
+    writing = raw_connection(url)
     mark = _marker(url)
     try:
         for old, new in [*AZURE_RENAMES, ("forewarn_meta", "forewarn_meta")]:
@@ -81,7 +73,7 @@ def _copy_as_version_7(source: str, url: str) -> None:
 
 
 def _tables(url) -> set[str]:
-    connection = _raw(url)
+    connection = raw_connection(url)
     try:
         if url.startswith("postgresql://"):
             query = "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace"
@@ -93,7 +85,7 @@ def _tables(url) -> set[str]:
 
 
 def _version(url) -> str:
-    connection = _raw(url)
+    connection = raw_connection(url)
     try:
         return connection.execute("SELECT value FROM forewarn_meta WHERE key = 'schema_version'").fetchone()[0]
     finally:
@@ -142,7 +134,7 @@ def test_the_journal_that_named_the_old_tables_is_reset_and_later_commits_name_t
     _at_version_7(store_url, monkeypatch)
     _copy_as_version_7(source, store_url)
     # A shared leader's journal as version 7 wrote it: positions 1 to 3, naming the old tables.
-    connection = _raw(store_url)
+    connection = raw_connection(store_url)
     mark = _marker(store_url)
     for position in (1, 2, 3):
         connection.execute(
@@ -153,7 +145,7 @@ def test_the_journal_that_named_the_old_tables_is_reset_and_later_commits_name_t
 
     store = open_store(store_url)
     try:
-        connection = _raw(store_url)
+        connection = raw_connection(store_url)
         journal = connection.execute("SELECT position, keys FROM forewarn_changes ORDER BY position").fetchall()
         connection.close()
         # Migration 8 reset it at 4, and migration 13 (events by number) again at 5.
@@ -177,7 +169,7 @@ def test_the_journal_that_named_the_old_tables_is_reset_and_later_commits_name_t
 def test_a_database_without_journal_entries_keeps_none(store_url, monkeypatch):
     _at_version_7(store_url, monkeypatch)
     open_store(store_url).close()
-    connection = _raw(store_url)
+    connection = raw_connection(store_url)
     try:
         assert connection.execute("SELECT COUNT(*) FROM forewarn_changes").fetchone()[0] == 0
     finally:

@@ -15,7 +15,7 @@ from forewarn.gcp.changes import GceEventChanged
 from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.model import EventState
 from forewarn.store.migrations import LATEST
-from helpers import T0, open_store
+from helpers import T0, open_store, raw_connection
 
 FLEET = """
 hosts: [{name: h1}]
@@ -27,16 +27,6 @@ gce_instances:
 """
 
 
-def _raw(url):
-    if url.startswith("postgresql://"):
-        import psycopg
-
-        return psycopg.connect(url, autocommit=True)
-    import sqlite3
-
-    return sqlite3.connect(url, isolation_level=None)
-
-
 def _open(url: str) -> Maintenance:
     return Maintenance.open(open_store(url), parse_fleet(FLEET), "manual", 1.0, T0, "seed")
 
@@ -46,7 +36,7 @@ def _ids(changes: list, kind: type) -> list[str]:
 
 
 def _as_version_11(url: str) -> None:
-    connection = _raw(url)
+    connection = raw_connection(url)
     try:
         for table, columns in (("forewarn_ec2_events", ("state", "ended_at")), ("forewarn_gce_events", ("state",))):
             connection.execute(f"DROP INDEX {table}_by_instance")
@@ -77,7 +67,7 @@ def test_a_version_11_database_gets_each_events_state_and_loads_only_what_memory
     _as_version_11(store_url)
 
     again = _open(store_url)
-    connection = _raw(store_url)
+    connection = raw_connection(store_url)
     try:
         version = connection.execute("SELECT value FROM forewarn_meta WHERE key = 'schema_version'").fetchone()
         ec2_rows = connection.execute("SELECT event_id, state FROM forewarn_ec2_events ORDER BY seq").fetchall()

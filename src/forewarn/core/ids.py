@@ -75,15 +75,14 @@ class NumberedGuids:
 
 
 _HYPHENS = (8, 13, 18, 23)
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
 
 
 def _guid_bits(text: str) -> int | None:
+    """A GUID's 128 bits; None for text of another form (``int`` alone would take a sign or underscores)."""
     if len(text) != 36 or any(text[position] != "-" for position in _HYPHENS):
         return None
     digits = text.replace("-", "")
-    if len(digits) != 32:
+    if len(digits) != 32 or not set(digits) <= _HEX_DIGITS:
         return None
-    try:
-        return int(digits, 16)
-    except ValueError:
-        return None
+    return int(digits, 16)

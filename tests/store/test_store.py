@@ -243,6 +243,23 @@ def test_a_database_newer_than_the_code_is_refused(store_url):
     assert _stored_version(store_url) == str(LATEST + 1)  # left as it was
 
 
+def test_a_store_open_before_a_newer_migration_refuses_to_load_the_state_after_it(store_url):
+    """A replica loads the whole state again at the reset entry a migration leaves in forewarn_changes; one older
+    than the migration must stop there, not follow entries whose keys it would misread (events by number, 13)."""
+    open_manual(store_url, small_fleet()).store.close()
+    store = open_store(store_url)
+    try:
+        assert store.load() is not None
+        connection = _raw(store_url)
+        connection.execute(f"UPDATE forewarn_meta SET value = '{LATEST + 1}' WHERE key = 'schema_version'")
+        connection.commit()
+        connection.close()
+        with pytest.raises(SchemaTooNew, match=f"schema version {LATEST + 1}, newer than this forewarn knows"):
+            store.load()
+    finally:
+        store.close()
+
+
 @dataclass(frozen=True)
 class Unwritten(Change):
     """A kind of change no component registered a writer for."""

@@ -21,7 +21,7 @@ from forewarn.core.changes import Change
 from forewarn.core.clock import Clock
 from forewarn.core.component import StoredRows
 from forewarn.store.errors import StoreError
-from forewarn.store.migrations import RESET, VERSION_KEY, Dialect, pending
+from forewarn.store.migrations import RESET, VERSION_KEY, Dialect, pending, refuse_newer
 from forewarn.store.reachability import Reachability
 from forewarn.store.records import (
     META_PUT,
@@ -358,6 +358,9 @@ class SQLStore:
             meta = self._meta(cursor)
             if "fleet" not in meta:
                 return None
+            # A replica loads the whole state again at a migration's reset entry (forewarn_changes): one older than
+            # the migration refuses the database then, rather than follow entries whose keys it would misread.
+            refuse_newer(int(meta.get(VERSION_KEY, "0")), self.description)
 
             def query(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 self._execute(cursor, sql, params)

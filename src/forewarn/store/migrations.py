@@ -328,11 +328,16 @@ MIGRATIONS: Sequence[Migration] = (
 LATEST = MIGRATIONS[-1].version
 
 
-def pending(stored: int, description: str) -> list[Migration]:
-    """The migrations a database at version ``stored`` needs, in order; SchemaTooNew for one newer than the code."""
+def refuse_newer(stored: int, description: str) -> None:
+    """SchemaTooNew for a database at a version newer than the code knows."""
     if stored > LATEST:
         raise SchemaTooNew(
             f"{description}: the database has schema version {stored}, newer than this forewarn knows (up to "
             f"{LATEST}); it was written by a newer forewarn: upgrade forewarn, or give another database"
         )
+
+
+def pending(stored: int, description: str) -> list[Migration]:
+    """The migrations a database at version ``stored`` needs, in order; SchemaTooNew for one newer than the code."""
+    refuse_newer(stored, description)
     return [migration for migration in MIGRATIONS if migration.version > stored]

@@ -128,7 +128,7 @@ class AzureUnitRoller:
     def schedule(self, spec: WaveSpec, members: tuple[str, ...], reason: str, step: DocumentStep) -> ScheduledUnit:
         first_seq = self._sequence.next_number
         created = self.azure.create_events(self._request(spec, members, reason), step)
-        # the events made now (numbered from first_seq), as their changes carry them (a start_now event moves again)
+        # the events this unit made (numbered from first_seq), from their changes: one made started appears twice
         events = (c.event for c in created if isinstance(c, EventChanged) and c.event.seq >= first_seq)
         operations = tuple(dict.fromkeys(event.operation_id for event in events))
         return ScheduledUnit(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import forewarn.app.turns as turns_module
 from forewarn.app.runtime import Maintenance
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.control import routes as ec2_routes
@@ -222,18 +223,19 @@ def test_the_events_a_listing_decoded_are_let_go_of_a_slice_a_turn_of_the_loop(t
         return await real_json_array(items, *rest, **named)
 
     monkeypatch.setattr(module, "json_array", noted)
-    monkeypatch.setattr(control_models, "FREED_PER_TURN", 1)
+    monkeypatch.setattr(control_models, "LOOKED_EVERY", 1)
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)
     seen: list[int] = []
 
-    async def listed() -> Any:
+    async def listed() -> bytes:
         answer = asyncio.ensure_future(READS[route][0](service, all=True))
         while not answer.done():
             seen.append(len(given[0]) if given else -1)
             await asyncio.sleep(0)
-        return answer.result()
+        return b"".join([part async for part in answer.result().body_iterator])  # an event a part, a turn each
 
-    answer = asyncio.run(listed())
-    assert [event["status" if route == "azure" else "state"].lower() for event in json.loads(answer.body)] == [
+    body = asyncio.run(listed())
+    assert [event["status" if route == "azure" else "state"].lower() for event in json.loads(body)] == [
         "completed",
         "completed",
     ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 
+import forewarn.app.turns as turns_module
 import forewarn.azure.arm.resources as arm_resources
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.arm.resources import ComputeFleet, ComputeResources
@@ -20,7 +21,8 @@ GENERATED = fleet_yaml(FleetShape(vms=300, seed="arm"))
 
 def test_the_index_built_in_slices_is_the_index_built_at_once_and_the_loop_runs_between_slices(tmp_path, monkeypatch):
     service = Maintenance.open(open_store(str(tmp_path / "a.db")), parse_fleet(GENERATED), "manual", 1.0, T0, "seed")
-    monkeypatch.setattr(arm_resources, "INDEXED_PER_TURN", 7)
+    monkeypatch.setattr(arm_resources, "INDEXED_PER_LOOK", 7)
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # a turn at every look at the clock
     resources = ComputeResources(service)
     turns = []
 
@@ -54,7 +56,7 @@ def test_the_index_built_is_frozen_so_that_the_collector_does_not_walk_it_again(
     """What is indexed lives as long as the process: the cyclic collector's generations do not hold it (a million
     VMs' index half built, walked by the collections its own building set off, held the loop for 40 ms)."""
     service = Maintenance.open(open_store(str(tmp_path / "a.db")), parse_fleet(GENERATED), "manual", 1.0, T0, "seed")
-    monkeypatch.setattr(arm_resources, "INDEXED_PER_TURN", 7)
+    monkeypatch.setattr(arm_resources, "INDEXED_PER_LOOK", 7)
     resources = ComputeResources(service)
     try:
         asyncio.run(resources.ready())
@@ -66,3 +68,23 @@ def test_the_index_built_is_frozen_so_that_the_collector_does_not_walk_it_again(
     finally:
         gc.unfreeze()  # this test process's objects back in the collector's generations
         service.store.close()
+
+
+def test_a_listing_is_built_a_turn_at_a_time_leaving_out_what_is_not_there(monkeypatch):
+    """A resource group of a million-VM fleet lists hundreds of VMs, tens of microseconds each (``listed``)."""
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # a turn an item
+    turns = []
+
+    async def listing() -> list:
+        async def count_turns() -> None:
+            while True:
+                turns.append(True)
+                await asyncio.sleep(0)
+
+        counter = asyncio.ensure_future(count_turns())
+        bodies = await arm_resources.listed(range(10), lambda n: None if n % 3 == 0 else {"n": n})
+        counter.cancel()
+        return bodies
+
+    assert asyncio.run(listing()) == [{"n": n} for n in (1, 2, 4, 5, 7, 8)]
+    assert len(turns) >= 10

@@ -1,6 +1,6 @@
 """A schedule over many hosts is made a bounded number of machines a command (``azure_commands.MACHINES_PER_COMMAND``),
-each committed on its own, the whole request checked first; the answer lists every event, encoded and sent a slice at a time
-(``control/models.py``'s ``json_array``), byte for byte as FastAPI encodes the list."""
+each committed on its own, the whole request checked first; the answer lists every event, encoded and sent a turn of the event
+loop at a time (``control/models.py``'s ``json_array``), byte for byte as FastAPI encodes the list."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import requests
 from fastapi.testclient import TestClient
 from pydantic import TypeAdapter
 
+import forewarn.app.turns as turns_module
 import forewarn.azure.commands as azure_commands
-import forewarn.control.models as control_models
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.views import EventOut
@@ -30,7 +30,7 @@ def served(store_url) -> tuple[Maintenance, TestClient]:
 def test_a_schedule_over_many_hosts_is_committed_in_parts_and_answered_with_every_event(store_url, monkeypatch):
     service, client = served(store_url)
     monkeypatch.setattr(azure_commands, "MACHINES_PER_COMMAND", 25)
-    monkeypatch.setattr(control_models, "SHOWN_PER_TURN", 7)
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # an event a turn, and a part
     commits = []
     commit = service.store.commit
     monkeypatch.setattr(service.store, "commit", lambda *a, **k: (commits.append(a[0]), commit(*a, **k)))
@@ -66,7 +66,8 @@ def test_a_schedule_naming_an_unknown_host_is_refused_before_any_part_is_made(st
 
 
 def test_a_long_answer_reaches_a_real_client_whole_with_its_length(tmp_path):
-    """800 VMs, over 500 events: two slices of SHOWN_PER_TURN at least, sent as parts by the server's own HTTP stack."""
+    """800 VMs' events, tens of milliseconds of encoding: several turns of the loop, sent as parts by the server's own
+    HTTP stack."""
     fleet = fleet_yaml(FleetShape(vms=800, seed="long-answer"))
     with Server(tmp_path, fleet_text=fleet) as server:
         hosts = sorted({machine["host"] for machine in server.get("/v1/fleet/machines")})
@@ -76,4 +77,3 @@ def test_a_long_answer_reaches_a_real_client_whole_with_its_length(tmp_path):
         assert "transfer-encoding" not in response.headers
         events = response.json()
         assert sum(len(event["resources"]) for event in events) == 800
-        assert len(events) > control_models.SHOWN_PER_TURN

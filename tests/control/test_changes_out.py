@@ -1,13 +1,14 @@
 """What a clock move answers of its changes (``control/models.py``'s ``changes_out``): the first
 ``MAX_LISTED_CHANGES`` reported one by one, and a total that counts every change worth a line, the ones past the
 listed counted by their kind and ``what`` (bookkeeping, such as a Compute Engine instance's metadata being read, is
-not counted), the event loop free every ``COUNTED_PER_TURN`` changes."""
+not counted), the event loop answering others between turns (``app/turns.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
 
+import forewarn.app.turns as turns_module
 import forewarn.control.models as control_models
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.model import EventType, ScheduleRequest
@@ -33,7 +34,7 @@ def test_the_total_counts_every_change_worth_a_line_past_the_listed_ones(monkeyp
     changes = a_step_of_changes()
     reported = [out for out in map(change_out, changes) if out is not None]
     monkeypatch.setattr(control_models, "MAX_LISTED_CHANGES", 5)
-    monkeypatch.setattr(control_models, "COUNTED_PER_TURN", 7)
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # a turn at every look at the clock
     listed, total = asyncio.run(changes_out(changes))
     assert listed == reported[:5]
     assert total == len(reported) > 100
@@ -42,7 +43,8 @@ def test_the_total_counts_every_change_worth_a_line_past_the_listed_ones(monkeyp
 def test_an_answer_lets_go_of_its_changes_a_slice_a_turn_the_loop_running_between_slices(monkeypatch):
     changes = a_step_of_changes()
     count = len(changes)
-    monkeypatch.setattr(control_models, "FREED_PER_TURN", 7)
+    monkeypatch.setattr(control_models, "LOOKED_EVERY", 7)
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)
     seen: list[int] = []  # how many changes were left at each turn of another task
 
     async def let_go_and_watch() -> None:
@@ -64,8 +66,8 @@ def test_an_answer_lets_go_of_its_changes_a_slice_a_turn_the_loop_running_betwee
 def test_the_loop_runs_between_slices_of_reports_and_of_counted_changes(monkeypatch):
     changes = a_step_of_changes()
     monkeypatch.setattr(control_models, "MAX_LISTED_CHANGES", 30)
-    monkeypatch.setattr(control_models, "REPORTED_PER_TURN", 4)
-    monkeypatch.setattr(control_models, "COUNTED_PER_TURN", 1_000_000)  # turns between reports only
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)
+    monkeypatch.setattr(control_models, "LOOKED_EVERY", 1_000_000)  # turns after reports only
     turns: list[int] = []  # the reports made by each turn of another task
 
     async def count_and_watch() -> tuple[list, int]:
@@ -80,4 +82,4 @@ def test_the_loop_runs_between_slices_of_reports_and_of_counted_changes(monkeypa
         return counted
 
     listed, _ = asyncio.run(count_and_watch())
-    assert len(listed) == 30 and len(turns) >= 30 // 4
+    assert len(listed) == 30 and len(turns) >= 30

@@ -4,10 +4,13 @@ only in an app that serves Azure's IMDS."""
 
 from __future__ import annotations
 
+import sys
+import threading
+
 from fastapi.testclient import TestClient
 
 from forewarn.app.runtime import Maintenance
-from forewarn.control.app import create_control_app
+from forewarn.control.app import build_routes, create_control_app
 from forewarn.fleet.file import parse_fleet
 from helpers import T0, open_store
 
@@ -48,3 +51,50 @@ def test_two_apps_in_one_process_answer_each_from_its_own_service(tmp_path):
     finally:
         first.store.close()
         second.store.close()
+
+
+class SchemaBuilding:
+    """Counts the calls of pydantic's schema-generating functions in every thread started, and this one, while it is
+    entered (the test client's thread is started when the client is entered)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def count(self, frame, event, _) -> None:
+        if event == "call" and frame.f_code.co_filename.endswith("_generate_schema.py"):
+            self.calls += 1
+
+    def __enter__(self) -> SchemaBuilding:
+        threading.setprofile(self.count)
+        sys.setprofile(self.count)
+        return self
+
+    def __exit__(self, *_) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)  # type: ignore[arg-type]
+
+
+def test_a_server_builds_its_routes_before_the_first_request_so_that_none_holds_the_loop_for_it(tmp_path):
+    """A first request that reached a router FastAPI had not built built it, in one turn of the event loop: 14 ms for
+    the largest, 50 ms for all (``build_routes``, called by the composition root before the server serves). The
+    first app is asked first: the routes' own state, shared by the apps of a process, is built once."""
+    service = service_of(tmp_path, "first", "vm-a", "i-0a1b2c3d4e5f60718", "gce-a")
+    try:
+        unbuilt, built = create_control_app(service), create_control_app(service)
+        paths = ("/v1/waves", "/v1/vms", "/v1/clock", "/v1/ec2/instances", "/v1/gce/instances")
+        for app in (unbuilt, built):
+            if app is built:
+                build_routes(built.router.routes)
+            with SchemaBuilding() as building, TestClient(app) as client:
+                calls = []
+                for path in paths:  # the waves' router is the last: its request passes every other router
+                    building.calls = 0
+                    answer = client.get(path)
+                    assert answer.status_code == 200, answer.text
+                    calls.append(building.calls)
+            if app is unbuilt:
+                assert calls[0] > 0, calls
+            else:
+                assert calls == [0] * len(paths)
+    finally:
+        service.store.close()

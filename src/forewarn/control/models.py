@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
@@ -10,6 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field, TypeAdapter
 from starlette.responses import Response, StreamingResponse
 
+from forewarn.app.turns import Turns
 from forewarn.cloud import registered
 from forewarn.core.changes import Change
 from forewarn.waves.component import WaveChanged
@@ -34,15 +34,9 @@ class ChangeOut(BaseModel):
 # policies, enabling, an instance's metadata being read). Whether it is None depends on the change's kind and its
 # ``what`` only: the changes past the listed ones are counted by those (``changes_out``), not reported one by one.
 ChangeReport = Callable[[Any], "ChangeOut | None"]
-# Changes counted between two turns of the event loop (a few milliseconds' work): a clock move over a million VMs
-# makes hundreds of thousands. 20,000 a turn, with the first turn's reports, held the loop for 20 ms and more.
-COUNTED_PER_TURN = 5_000
-# Changes reported one by one (a ``ChangeOut`` each, some 10 µs) between two turns of the event loop.
-REPORTED_PER_TURN = 250
-# Items of a long answer (a schedule's events) shown and encoded between two turns of the event loop.
-SHOWN_PER_TURN = 500
-# Changes a command's answer lets go of between two turns of the event loop (``let_go``).
-FREED_PER_TURN = 2_000
+# Changes counted, or let go of, between two looks at the clock of the turn (``app/turns.py``): each costs about a
+# microsecond, too little to look at the clock after each.
+LOOKED_EVERY = 256
 
 
 def _wave_out(change: WaveChanged) -> ChangeOut:
@@ -75,24 +69,24 @@ def change_out(change: Change) -> ChangeOut | None:
 async def changes_out(changes: Sequence[Change]) -> tuple[list[ChangeOut], int]:
     """The changes worth reporting, the first ``MAX_LISTED_CHANGES`` of them, and how many there were. Only the
     listed ones are reported; the others are counted by kind (``ChangeReport``), the event loop answering others
-    every ``COUNTED_PER_TURN`` changes and every ``REPORTED_PER_TURN`` reports."""
+    between turns (a clock move over a million VMs makes hundreds of thousands of changes)."""
     listed: list[ChangeOut] = []
     total = 0
     reported_kinds: dict[tuple[type, Any], bool] = {}
     reports = change_reports()
+    turns = Turns()
     for position, change in enumerate(changes):
-        if position % COUNTED_PER_TURN == COUNTED_PER_TURN - 1:
-            await asyncio.sleep(0)
+        if position % LOOKED_EVERY == 0:
+            await turns.pause()
         report = reports.get(type(change))
         if report is None:
             continue
         if len(listed) < MAX_LISTED_CHANGES:
-            out = report(change)
+            out = report(change)  # some 10 µs: the clock looked at after each
             if out is not None:
                 listed.append(out)
                 total += 1
-                if len(listed) % REPORTED_PER_TURN == 0:
-                    await asyncio.sleep(0)
+                await turns.pause()
             continue
         kind = (type(change), getattr(change, "what", None))
         counts = reported_kinds.get(kind)
@@ -103,14 +97,15 @@ async def changes_out(changes: Sequence[Change]) -> tuple[list[ChangeOut], int]:
 
 
 async def let_go(items: list[Any]) -> None:
-    """Empty ``items`` (what only an answer holds: a command's outcome, the ended events a listing decoded)
-    ``FREED_PER_TURN`` at a time, the event loop answering others between slices. Freed at once, the changes of a
-    clock move over a million VMs (the events it ended, which only they still hold, and the wave's progress each
-    unit's change keeps) took 100 ms of the loop in one stretch, where the answer's last reference went
-    (bench/stalls.py, the wave's end step); 300,000 decoded events take 74 ms."""
+    """Empty ``items`` (what only an answer holds: a command's outcome, the ended events a listing decoded) a turn
+    of the event loop at a time, the loop answering others between turns. Freed at once, the changes of a clock move
+    over a million VMs (the events it ended, which only they still hold, and the wave's progress each unit's change
+    keeps) took 100 ms of the loop in one stretch, where the answer's last reference went (bench/stalls.py, the
+    wave's end step); 300,000 decoded events take 74 ms."""
+    turns = Turns()
     while items:
-        del items[-FREED_PER_TURN:]
-        await asyncio.sleep(0)
+        del items[-LOOKED_EVERY:]
+        await turns.pause()
 
 
 class ErrorBody(BaseModel):
@@ -137,13 +132,21 @@ async def json_array(
     items: Sequence[T], shown: Callable[[T], BaseModel], model: type[BaseModel], status_code: int = 200
 ) -> Response:
     """The answer of a route whose ``response_model`` is ``list[model]``, byte for byte as FastAPI encodes it, for
-    ``shown(item)`` of each item: shown and encoded ``SHOWN_PER_TURN`` items at a time, the event loop answering
-    others between them (45,000 events are a second of it)."""
+    ``shown(item)`` of each item: shown and encoded a turn of the event loop at a time (``app/turns.py``), the loop
+    answering others between turns (45,000 events are a second of it)."""
     adapter = _list_of(model)
     parts: list[bytes] = []
-    for start in range(0, len(items), SHOWN_PER_TURN):
-        await asyncio.sleep(0)  # the first slice too: the route's own work (a command's outcome) came before it
-        parts.append(adapter.dump_json([shown(item) for item in items[start : start + SHOWN_PER_TURN]])[1:-1])
+    turns = Turns()
+    await turns.next()  # the route's own work (a command's outcome) came before: a turn of its own
+    slice_: list[BaseModel] = []
+    for item in items:
+        slice_.append(shown(item))  # tens of µs: the clock looked at after each
+        if turns.over():
+            parts.append(adapter.dump_json(slice_)[1:-1])
+            slice_ = []
+            await turns.next()
+    if slice_ or not parts:
+        parts.append(adapter.dump_json(slice_)[1:-1])
     if len(parts) < 2:
         return Response(b"[" + b"".join(parts) + b"]", status_code, media_type="application/json")
     # Sent part by part, with its length: joined, 45,000 events are 25 MB copied in one stretch of the loop (41 ms).

@@ -21,7 +21,7 @@ from forewarn.app.outbox import OutboxSender
 from forewarn.app.runtime import Maintenance
 from forewarn.cloud import CloudSetupError, Listening, MetadataSurface
 from forewarn.control.access import ControlGate, exposure
-from forewarn.control.app import create_control_app
+from forewarn.control.app import build_routes, create_control_app
 from forewarn.control.dashboard import LiveFeed, SurfaceViews
 from forewarn.control.scenario_runs import ScenarioRuns
 from forewarn.net.browser_guard import BrowserGuard, HostNames, MetadataGuard, listens_beyond_loopback
@@ -199,6 +199,7 @@ def build(
     surfaces = {served.cloud.name: served.cloud.metadata_surface(service, resolver, settings) for served in clouds}
     listening = listening_of(listeners, access)
     control_app = control_app_of(service, listeners, clouds, surfaces, listening, access)
+    build_routes(control_app.router.routes)
     json_guard = BrowserGuard(HostNames.for_server(listeners.control[0], access.allowed_hosts), json_api=True)
     apps: dict[int, ASGIApp] = {listeners.control[1]: ControlGate(control_app, json_guard, access.control_token)}
     for served in clouds:

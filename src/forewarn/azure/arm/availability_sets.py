@@ -14,6 +14,7 @@ from forewarn.azure.arm.resources import (
     Context,
     allow,
     check_fixed,
+    listed,
     policy_body,
     policy_patch,
     update_policy,
@@ -33,7 +34,7 @@ class AvailabilitySets:
         if not names:
             allow(method, ("GET",))
             sets = resources.fleet.avsets.get(ctx.key, {}).values()
-            return json_response(200, {"value": [self.body(members, ctx.api) for members in sets]})
+            return json_response(200, {"value": await listed(sets, lambda members: self.body(members, ctx.api))})
         if len(names) != 1:
             raise ctx.no_route()
         allow(method, ("GET", "PATCH", "PUT"))

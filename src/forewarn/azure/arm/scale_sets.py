@@ -23,6 +23,7 @@ from forewarn.azure.arm.resources import (
     check_name,
     iso_duration,
     iso_timeout,
+    listed,
     policy_body,
     policy_patch,
     scale_in,
@@ -61,7 +62,7 @@ class ScaleSets:
         if not names:
             allow(method, ("GET",))
             sets = resources.fleet.scale_sets.get(ctx.key, {}).values()
-            return json_response(200, {"value": [self.body(members, ctx.api) for members in sets]})
+            return json_response(200, {"value": await listed(sets, lambda members: self.body(members, ctx.api))})
         members = resources.fleet.scale_sets.get(ctx.key, {}).get(lnames[0])
         if members is None:
             if len(names) == 1 and method == "PUT":
@@ -84,9 +85,11 @@ class ScaleSets:
             raise ctx.no_route()
         if len(names) == 2:
             allow(method, ("GET",))
-            live = [vm for vm in members if resources.exists(vm)]
-            body = {"value": [self.instance_body(vm, ctx.api, ctx.expand_instance_view) for vm in live]}
-            return json_response(200, body)
+            expand = ctx.expand_instance_view
+            listing = await listed(
+                members, lambda vm: self.instance_body(vm, ctx.api, expand) if resources.exists(vm) else None
+            )
+            return json_response(200, {"value": listing})
         vm = next((vm for vm in members if vm.instance_id == names[2]), None)
         if vm is None or not resources.exists(vm):
             if len(names) == 3 and method == "DELETE":

@@ -17,6 +17,7 @@ from forewarn.azure.arm.resources import (
     allow,
     check_fixed,
     check_name,
+    listed,
     policy_body,
     policy_patch,
     update_policy,
@@ -34,8 +35,8 @@ class VirtualMachines:
         if not names:
             allow(method, ("GET",))
             resources.catch_up()
-            vms = [vm for vm in resources.fleet.vms.get(ctx.key, {}).values() if resources.exists(vm)]
-            return json_response(200, {"value": [self.body(vm, ctx.api, False) for vm in vms]})
+            vms = resources.fleet.vms.get(ctx.key, {}).values()
+            return json_response(200, {"value": await listed(vms, lambda vm: self.listed_body(vm, ctx.api))})
         name = names[0]
         if len(names) == 1:
             allow(method, ("GET", "PATCH", "PUT", "DELETE"))
@@ -55,6 +56,9 @@ class VirtualMachines:
             await object_body(ctx.request, required=False)  # the body (tempDisk, osProfile...) is read and ignored
             return await resources.act(ctx, lnames[1], [vm], vm.location)
         raise ctx.no_route()
+
+    def listed_body(self, vm: VM, api: ApiVersion) -> dict[str, Any] | None:
+        return self.body(vm, api, False) if self.resources.exists(vm) else None
 
     def _vm(self, ctx: Context, name: str, create: bool = False) -> VM:
         self.resources.catch_up()

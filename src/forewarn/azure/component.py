@@ -360,7 +360,7 @@ class AzureComponent(OnFooting[AzureRules]):
         # Machine Scale Set instances").
         operations: dict[str, dict[str, list[VM]]] = {}
         for vm in targets:
-            host = "batch" if request.per_vm else self.vm_states[vm.name].host
+            host = "batch" if request.per_vm else self.vm_states.host(vm.name)
             group = vm.name if request.per_vm else vm.scope
             operations.setdefault(host, {}).setdefault(group, []).append(vm)
         for host, groups in operations.items():
@@ -384,7 +384,7 @@ class AzureComponent(OnFooting[AzureRules]):
                     created_at=self.now,
                     impact=request.impact,
                     extra_impacts=request.extra_impacts,
-                    central=self.policies[vms[0].policy_owner].publish_central,
+                    central=self.policies.publishes_central(vms[0].policy_owner),
                 )
                 self._index(event)
                 step.touch(scope)
@@ -797,7 +797,7 @@ class AzureComponent(OnFooting[AzureRules]):
         seen: dict[str, VM] = {}
         for name in request.vms:
             vm = azure_fleet(self.fleet).vm(name)
-            if self.vm_states[vm.name].deleted:
+            if self.vm_states.power(vm.name) is Power.DELETED:
                 raise Conflict(f"VM {vm.name} is deleted")
             seen.setdefault(vm.name, vm)
         for host in request.hosts:
@@ -820,7 +820,7 @@ class AzureComponent(OnFooting[AzureRules]):
         vms = [
             vm
             for vm in azure_fleet(self.fleet).vms_by_owner[owner]
-            if not self.vm_states[vm.name].deleted
+            if self.vm_states.power(vm.name) is not Power.DELETED
             and (vm.update_domain == update_domain if update_domain is not None else vm.fault_domain == fault_domain)
         ]
         if not vms:

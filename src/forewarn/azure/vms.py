@@ -346,6 +346,9 @@ class VmStates(Mapping[str, VmState]):
         return self._vms[name].host if state is None else state.host
 
 
+DEFAULT_PUBLISH_CENTRAL = Policy("").publish_central
+
+
 class Policies(Mapping[str, Policy]):
     """Every policy owner's scheduledEventsPolicy and profiles: the default policy for the owners nothing set, built
     when read; kept are those the fleet file or a command set (a million-VM fleet has a hundred thousand standalone
@@ -367,6 +370,16 @@ class Policies(Mapping[str, Policy]):
 
     def __setitem__(self, owner: str, policy: Policy) -> None:
         self._set[owner] = policy
+
+    def publishes_central(self, owner: str) -> bool:
+        """Whether ``owner``'s events are also published centrally, without building the default policy of an owner
+        nothing set (read for every event a schedule makes)."""
+        policy = self._set.get(owner)
+        if policy is not None:
+            return policy.publish_central
+        if owner not in self._owners:
+            raise KeyError(owner)
+        return DEFAULT_PUBLISH_CENTRAL
 
     def __contains__(self, owner: object) -> bool:
         return owner in self._set or owner in self._owners

@@ -35,6 +35,7 @@ from typing import Any
 from forewarn.core.bounds import check_whole_number
 from forewarn.core.changes import REPLICATED, Change, Rebuilt
 from forewarn.core.errors import Conflict, Invalid, NotFound
+from forewarn.core.frozen import evolve
 from forewarn.core.scheduler import Scheduler
 from forewarn.core.words import counted
 from forewarn.waves.model import (
@@ -68,11 +69,12 @@ __all__ = [
 ]
 
 
-# Machines a command that starts or fills a wave schedules before it stops (a unit is never split): 5 to 10 ms of the
-# event loop's time, at 20 µs a machine in a small fleet and about 40 µs in a million VMs' (bench/stalls.py), on top of
-# the group commit's own share. At 500, a million VMs' wave start held the loop 25 ms, and a metadata GET's p99.9
-# was 30 ms against a goal of 20.
-MACHINES_PER_COMMAND = 250
+# Machines a command that starts or fills a wave schedules before it stops (a unit is never split): 3 to 6 ms of the
+# event loop's time, at 20 to 40 µs a machine, on top of the group commit's own share. Counted, not timed: where a
+# command ends shows in the documents. At 250, a million VMs' wave start kept a metadata GET 22 ms at most, against a
+# p99.9 goal of 20, and twice as long on a machine half as fast; at 100, 11 ms, for 7% more of the server's CPU
+# (bench/stalls.py).
+MACHINES_PER_COMMAND = 100
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,7 @@ class WaveRunner:
         """``wave`` canceled, within ``step``: the maintenance of its units in flight that has not started with it
         (with a ``budget``, only until that many changes were made)."""
         wave_id = wave.wave_id
-        wave = replace(wave, status=WaveStatus.CANCELED, finished_at=self.now)
+        wave = evolve(wave, status=WaveStatus.CANCELED, finished_at=self.now)
         self.waves[wave_id] = wave
         return [WaveChanged(wave, "canceled", reason), *self._cancel_in_flight(wave, reason, step, budget)]
 
@@ -280,7 +282,7 @@ class WaveRunner:
         operations = self._wave_of_operation[wave.spec.cloud]
         for operation_id in run.operations:
             operations.pop(operation_id, None)
-        wave = replace(wave, in_flight=in_flight, done=wave.done + 1)
+        wave = evolve(wave, in_flight=in_flight, done=wave.done + 1)
         self.waves[wave_id] = wave
         changes: list[Change] = [WaveChanged(wave, "unit-completed", f"{wave.label(unit)} completed", run)]
         if wave.status is WaveStatus.RUNNING:
@@ -308,9 +310,9 @@ class WaveRunner:
                 # would stop it, and says why.
                 why = f"wave stopped: {wave.label(unit)} cannot be scheduled: {refusal}"
                 return changes + self._stop(wave, why, step)
-            wave = replace(wave, next_unit=unit + 1)
+            wave = evolve(wave, next_unit=unit + 1)
             if not members:
-                wave = replace(wave, skipped=wave.skipped + (unit,))
+                wave = evolve(wave, skipped=wave.skipped + (unit,))
                 self.waves[wave_id] = wave
                 nothing = self.units_of(wave.spec.cloud).nothing_left
                 changes.append(WaveChanged(wave, "unit-skipped", f"{wave.label(unit)}: {nothing}"))
@@ -318,7 +320,7 @@ class WaveRunner:
             scheduled = roller.schedule(wave.spec, members, reason, step)
             machines += len(members)
             run = UnitRun(unit, scheduled.operations)
-            wave = replace(wave, in_flight=InFlight.of(wave.in_flight).with_run(run))
+            wave = evolve(wave, in_flight=InFlight.of(wave.in_flight).with_run(run))
             self.waves[wave_id] = wave
             self._track_unit(wave, run)
             changes.append(WaveChanged(wave, "unit-scheduled", f"{wave.label(unit)}: {scheduled.summary}", run))
@@ -327,7 +329,7 @@ class WaveRunner:
                 changes += self._unit_done(wave_id, unit, step)
                 return changes
         if not wave.in_flight and wave.next_unit >= len(wave.units) and wave.status is WaveStatus.RUNNING:
-            wave = replace(wave, status=WaveStatus.COMPLETED, finished_at=self.now)
+            wave = evolve(wave, status=WaveStatus.COMPLETED, finished_at=self.now)
             self.waves[wave_id] = wave
             changes.append(
                 WaveChanged(wave, "completed", f"{counted(wave.done, 'unit')} completed, {len(wave.skipped)} skipped")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -215,12 +216,13 @@ class ComputeResources:
         await asyncio.shield(self._building)
 
     async def _build(self) -> None:
-        vms = list(azure_fleet(self.service.settled_engine().fleet).vms.values())
+        # Read a slice at a time: listed at once, a million VMs are 13 ms of the loop. The fleet never changes.
+        vms = iter(azure_fleet(self.service.settled_engine().fleet).vms.values())
         index = ComputeFleet()
         turns = Turns()
-        for start in range(0, len(vms), INDEXED_PER_LOOK):
+        while chunk := list(itertools.islice(vms, INDEXED_PER_LOOK)):
             await turns.pause()
-            index.add(vms[start : start + INDEXED_PER_LOOK])
+            index.add(chunk)
             # What is indexed lives as long as the process, as start-up's fleet does (``server/tuning.py``): frozen,
             # the cyclic collector does not walk it again. Left young, the index half built (dicts of hundreds of
             # thousands of entries) was walked by the collections its own allocations set off: 40 ms of one turn.

@@ -2,8 +2,11 @@
 machines a command (``MACHINES_PER_COMMAND``), each command committed on its own, and a whole-fleet wave by host
 finds its hosts without reading every VM's state (bench/stalls.py measures both at up to a million VMs)."""
 
+import json
+
 from fastapi.testclient import TestClient
 
+import forewarn.app.turns as turns_module
 import forewarn.control.waves as wave_routes
 from forewarn.app.runtime import Maintenance
 from forewarn.azure.changes import EventChanged
@@ -141,5 +144,42 @@ def test_the_control_api_cancels_a_wave_in_several_commits_and_answers_with_all_
         assert not azure.events  # every one ended, so each left memory once its cancel was committed
         listed = client.get("/v1/events", params={"all": "true"}).json()
         assert len(listed) == 56 and {event["status"] for event in listed} == {"Canceled"}
+    finally:
+        service.store.close()
+
+
+def test_a_waves_answers_show_its_units_in_flight_a_turn_at_a_time_as_fastapi_would_encode_them(store_url, monkeypatch):
+    """A whole-fleet wave over a million VMs has 5,000 units in flight: shown at once, 25 ms of the event loop."""
+    service = Maintenance.open(open_store(store_url), parse_fleet(GENERATED), "manual", 1.0, T0, "seed")
+    shown_units: list[int] = []
+    real_unit_out = wave_routes.unit_out
+
+    def noted(wave, run):
+        shown_units.append(run.unit)
+        return real_unit_out(wave, run)
+
+    monkeypatch.setattr(wave_routes, "unit_out", noted)
+    monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # a turn a unit
+    turned = []
+    real_next = turns_module.Turns.next
+
+    async def noted_next(self):
+        turned.append(len(shown_units))
+        await real_next(self)
+
+    monkeypatch.setattr(turns_module.Turns, "next", noted_next)
+    try:
+        client = TestClient(create_control_app(service))
+        started = client.post("/v1/waves", json={"by": "host", "concurrency": 8, "notice": "15m"})
+        assert started.status_code == 201, started.text
+        assert turned[:8] == list(range(1, 9))  # the loop turned after each unit shown
+        wave_id = started.json()["wave"]["wave_id"]
+        wave = service.settled_engine().component(WaveRunner).wave(wave_id)
+        expected = wave_routes.WaveOut.of(wave)
+        assert len(expected.in_flight) == 8
+        fastapi_bytes = json.dumps(expected.model_dump(mode="json"), separators=(",", ":")).encode()
+        assert client.get(f"/v1/waves/{wave_id}").content == fastapi_bytes
+        assert client.get("/v1/waves").content == b"[" + fastapi_bytes + b"]"
+        assert started.json()["wave"] == expected.model_dump(mode="json")
     finally:
         service.store.close()

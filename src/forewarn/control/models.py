@@ -156,6 +156,13 @@ async def json_array(
     )
 
 
+def model_response(content: BaseModel, status_code: int = 200) -> Response:
+    """The answer of a route whose ``response_model`` is ``content``'s model, byte for byte as FastAPI encodes it,
+    without FastAPI's validating it again (``content`` was built by the route, tens of milliseconds again for a
+    million-VM wave's units in flight)."""
+    return Response(content.model_dump_json(), status_code, media_type="application/json")
+
+
 async def _bracketed(parts: list[bytes]) -> AsyncIterator[bytes]:
     """``[`` part ``,`` part ... ``]``, a part a chunk, each let go of once sent."""
     for index in range(len(parts)):

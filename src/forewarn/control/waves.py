@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.responses import Response
 
 from forewarn.app.runtime import Maintenance
-from forewarn.control.models import ERRORS
+from forewarn.app.turns import Turns
+from forewarn.control.models import ERRORS, json_array, model_response
 from forewarn.core.bounds import MAX_DURATION_SECONDS
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
 from forewarn.core.times import format_optional_time, format_time
 from forewarn.waves.component import MACHINES_PER_COMMAND, MAX_CONCURRENCY, Wave, WaveChanged, WaveOrder, WaveRunner
-from forewarn.waves.model import WaveRequest, plain
+from forewarn.waves.model import UnitRun, WaveRequest, plain
 from forewarn.waves.units import WaveUnits, units_named
 
 
@@ -84,7 +86,10 @@ class WaveOut(BaseModel):
     finished_at: str | None
 
     @classmethod
-    def of(cls, wave: Wave) -> WaveOut:
+    def of(cls, wave: Wave, in_flight: list[UnitOut] | None = None) -> WaveOut:
+        """``in_flight``: the units in flight as ``shown`` showed them (None: shown here, at once)."""
+        if in_flight is None:
+            in_flight = [unit_out(wave, run) for run in wave.in_flight]
         return cls(
             wave_id=wave.wave_id,
             name=wave.spec.name,
@@ -98,10 +103,25 @@ class WaveOut(BaseModel):
             done=wave.done,
             skipped=[wave.units[i] for i in wave.skipped],
             next_unit=wave.units[wave.next_unit] if wave.next_unit < len(wave.units) else None,
-            in_flight=[UnitOut(unit=wave.units[run.unit], operations=list(run.operations)) for run in wave.in_flight],
+            in_flight=in_flight,
             created_at=format_time(wave.created_at),
             finished_at=format_optional_time(wave.finished_at),
         )
+
+
+def unit_out(wave: Wave, run: UnitRun) -> UnitOut:
+    return UnitOut(unit=wave.units[run.unit], operations=list(run.operations))
+
+
+async def shown(wave: Wave) -> WaveOut:
+    """``WaveOut.of(wave)``, its units in flight shown a turn of the event loop at a time (``app/turns.py``): a
+    whole-fleet wave over a million VMs has 5,000 in flight, 25 ms of work at once."""
+    in_flight = []
+    turns = Turns()
+    for run in wave.in_flight:
+        in_flight.append(unit_out(wave, run))
+        await turns.pause()
+    return WaveOut.of(wave, in_flight)
 
 
 class WaveOutcome(BaseModel):
@@ -155,9 +175,12 @@ def wave_request(body: WaveIn) -> tuple[WaveUnits, WaveRequest]:
 def waves_router(service: Maintenance) -> APIRouter:
     router = APIRouter()
 
-    def outcome(wave_id: str, counts: _Counts) -> WaveOutcome:
+    async def outcome(wave_id: str, counts: _Counts, status_code: int = 200) -> Response:
         wave = service.settled_engine().component(WaveRunner).wave(wave_id)
-        return WaveOutcome(wave=WaveOut.of(wave), scheduled=counts.scheduled, canceled=counts.canceled)
+        shown_wave = await shown(wave)
+        return model_response(
+            WaveOutcome(wave=shown_wave, scheduled=counts.scheduled, canceled=counts.canceled), status_code
+        )
 
     @router.post("/v1/waves", tags=["waves"], response_model=WaveOutcome, status_code=201, responses=ERRORS)
     async def start_wave(body: WaveIn):
@@ -178,7 +201,7 @@ def waves_router(service: Maintenance) -> APIRouter:
             lambda engine: engine.component(WaveRunner).fill_wave(wave_id, budget)
         ):
             counts.add(more)
-        return outcome(wave_id, counts)
+        return await outcome(wave_id, counts, status_code=201)
 
     @router.get("/v1/waves", tags=["waves"], response_model=list[WaveOut])
     async def list_waves():
@@ -186,12 +209,12 @@ def waves_router(service: Maintenance) -> APIRouter:
         waves = sorted(
             service.settled_engine().component(WaveRunner).waves.values(), key=lambda w: _wave_order(w.wave_id)
         )
-        return [WaveOut.of(wave) for wave in waves]
+        return await json_array([await shown(wave) for wave in waves], lambda out: out, WaveOut)
 
     @router.get("/v1/waves/{wave_id}", tags=["waves"], response_model=WaveOut, responses=ERRORS)
     async def get_wave(wave_id: str):
         service.catch_up()
-        return WaveOut.of(service.settled_engine().component(WaveRunner).wave(wave_id))
+        return model_response(await shown(service.settled_engine().component(WaveRunner).wave(wave_id)))
 
     @router.post("/v1/waves/{wave_id}/cancel", tags=["waves"], response_model=WaveOutcome, responses=ERRORS)
     async def cancel_wave(wave_id: str):
@@ -209,6 +232,6 @@ def waves_router(service: Maintenance) -> APIRouter:
             lambda engine: engine.component(WaveRunner).cancel_more(wave_id, budget)
         ):
             counts.add(more)
-        return outcome(wave_id, counts)
+        return await outcome(wave_id, counts)
 
     return router

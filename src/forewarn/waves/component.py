@@ -69,12 +69,12 @@ __all__ = [
 ]
 
 
-# Machines a command that starts or fills a wave schedules before it stops (a unit is never split): 3 to 6 ms of the
+# Machines a command that starts or fills a wave schedules before it stops (a unit is never split): 5 to 10 ms of the
 # event loop's time, at 20 to 40 µs a machine, on top of the group commit's own share. Counted, not timed: where a
-# command ends shows in the documents. At 250, a million VMs' wave start kept a metadata GET 22 ms at most, against a
-# p99.9 goal of 20, and twice as long on a machine half as fast; at 100, 11 ms, for 7% more of the server's CPU
-# (bench/stalls.py).
-MACHINES_PER_COMMAND = 100
+# command ends shows in the documents. At 500, a million VMs' wave start held the loop 25 ms. At 100, two and a half
+# times the commits: metadata replicas on a shared 2-core machine fell behind the leader and took the backlog in
+# one turn of 0.3 to 0.6 s (bench/stalls.py, the replicas' catch-up).
+MACHINES_PER_COMMAND = 250
 
 
 @dataclass(frozen=True)

@@ -77,9 +77,10 @@ def _checking(request: ScheduleRequest) -> Check:
 
 
 # Machines a command of a schedule over many hosts takes before the next command takes the rest (a host is never
-# split): 2 to 6 ms of the event loop's time in a million VMs' fleet (bench/stalls.py; at 250, 5 to 15 ms, at 500,
-# 27 ms). Counted, not timed: where a command ends shows in the documents.
-MACHINES_PER_COMMAND = 100
+# split): 5 to 15 ms of the event loop's time in a million VMs' fleet (bench/stalls.py; at 500, 27 ms). Counted, not
+# timed: where a command ends shows in the documents. Smaller, it makes more commits than metadata replicas on a
+# shared machine keep up with (``waves/component.py``'s ``MACHINES_PER_COMMAND``).
+MACHINES_PER_COMMAND = 250
 
 
 def _host_parts(service: Maintenance, request: ScheduleRequest) -> list[ScheduleRequest]:

@@ -13,6 +13,7 @@ docs/architecture.md lists the bounds.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import re
@@ -44,6 +45,10 @@ class JsonInputError(ValueError):
         self.message = message
         self.line = line
         self.column = column
+
+
+# Looked up now, with this module: the first body parsed would import the codec's module on the event loop.
+codecs.lookup("utf-8-sig")
 
 
 def parse_json(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_bytes: int = MAX_BODY_BYTES) -> Any:

@@ -52,6 +52,7 @@ from forewarn.server.tuning import (
     event_loop_runner,
     exit_with,
     freeze_after_bulk,
+    import_first_request_modules,
     probe_database,
     settle_heap,
     tune_collector,
@@ -249,6 +250,7 @@ async def serve(
     replica. ``exit_with_parent``: also once the process that started this one has exited. ``bound``: the server's
     own sockets, if bound already (``bind_own``)."""
     built = build(service, listeners, clouds, access, bound)
+    await import_first_request_modules()
     settle_heap()
     service.subscribe(freeze_after_bulk)
     service.engine_building = collector_paused

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import forewarn.app.turns as turns_module
 import forewarn.azure.arm.resources as arm_resources
@@ -17,6 +19,27 @@ from forewarn.fleet.generate import FleetShape, fleet_yaml
 from helpers import T0, open_store
 
 GENERATED = fleet_yaml(FleetShape(vms=300, seed="arm"))
+T = TypeVar("T")
+
+
+def counting_turns(work: Callable[[], Awaitable[T]]) -> tuple[T, int]:
+    """What ``work()`` gave, and how many turns another task of the event loop had while it ran."""
+    turns = 0
+
+    async def run() -> T:
+        async def count() -> None:
+            nonlocal turns
+            while True:
+                turns += 1
+                await asyncio.sleep(0)
+
+        counter = asyncio.ensure_future(count())
+        try:
+            return await work()
+        finally:
+            counter.cancel()
+
+    return asyncio.run(run()), turns
 
 
 def test_the_index_built_in_slices_is_the_index_built_at_once_and_the_loop_runs_between_slices(tmp_path, monkeypatch):
@@ -24,25 +47,13 @@ def test_the_index_built_in_slices_is_the_index_built_at_once_and_the_loop_runs_
     monkeypatch.setattr(arm_resources, "INDEXED_PER_LOOK", 7)
     monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # a turn at every look at the clock
     resources = ComputeResources(service)
-    turns = []
-
-    async def first_requests() -> None:
-        async def count_turns() -> None:
-            while True:
-                turns.append(True)
-                await asyncio.sleep(0)
-
-        counter = asyncio.ensure_future(count_turns())
-        await asyncio.gather(resources.ready(), resources.ready())  # two first requests, one build
-        counter.cancel()
-
-    asyncio.run(first_requests())
+    _, turns = counting_turns(lambda: asyncio.gather(resources.ready(), resources.ready()))  # one build for two
     whole = ComputeFleet(azure_fleet(service.settled_engine().fleet).vms.values())
     built = resources.fleet
     for name in ("subscriptions", "groups", "vms", "avsets", "scale_sets"):
         assert getattr(built, name) == getattr(whole, name), name
         assert list(getattr(built, name)) == list(getattr(whole, name)), name  # in the same order
-    assert turns.count(True) > 10  # the loop ran while the index was being built
+    assert turns > 10  # the loop ran while the index was being built
     vms = azure_fleet(service.settled_engine().fleet).vms.values()
     for (sub, group), named in whole.vms.items():  # a group's VMs by lowered name, in fleet order
         in_group = [vm for vm in vms if (vm.subscription_id.lower(), vm.resource_group.lower()) == (sub, group)]
@@ -73,18 +84,6 @@ def test_the_index_built_is_frozen_so_that_the_collector_does_not_walk_it_again(
 def test_a_listing_is_built_a_turn_at_a_time_leaving_out_what_is_not_there(monkeypatch):
     """A resource group of a million-VM fleet lists hundreds of VMs, tens of microseconds each (``listed``)."""
     monkeypatch.setattr(turns_module, "TURN_SECONDS", 0)  # a turn an item
-    turns = []
-
-    async def listing() -> list:
-        async def count_turns() -> None:
-            while True:
-                turns.append(True)
-                await asyncio.sleep(0)
-
-        counter = asyncio.ensure_future(count_turns())
-        bodies = await arm_resources.listed(range(10), lambda n: None if n % 3 == 0 else {"n": n})
-        counter.cancel()
-        return bodies
-
-    assert asyncio.run(listing()) == [{"n": n} for n in (1, 2, 4, 5, 7, 8)]
-    assert len(turns) >= 10
+    bodies, turns = counting_turns(lambda: arm_resources.listed(range(10), lambda n: None if n % 3 else {"n": n}))
+    assert bodies == [{"n": n} for n in (0, 3, 6, 9)]
+    assert turns >= 10

@@ -371,6 +371,11 @@ class Policies(Mapping[str, Policy]):
     def __setitem__(self, owner: str, policy: Policy) -> None:
         self._set[owner] = policy
 
+    def any_published_centrally(self) -> bool:
+        """Whether some owner's events are also published centrally: only a policy the fleet file or a command set
+        can say so."""
+        return any(policy.publish_central for policy in self._set.values())
+
     def publishes_central(self, owner: str) -> bool:
         """Whether ``owner``'s events are also published centrally, without building the default policy of an owner
         nothing set (read for every event a schedule makes)."""

@@ -88,6 +88,14 @@ class ResourceGraphSettings:
     max_response_bytes: int = MAX_RESPONSE_BYTES  # a whole answer, facets included: beyond, ResponsePayloadTooLarge
 
 
+@dataclass
+class PendingUpsert:
+    """Rows queued for one upsert on the writer thread, which later rows of the same time may join until it starts."""
+
+    rows: list[dict]
+    changed_at: datetime
+
+
 class ResourceGraphApi:
     def __init__(self, service: Maintenance, settings: ResourceGraphSettings = ResourceGraphSettings()):
         self.service = service
@@ -102,6 +110,8 @@ class ResourceGraphApi:
         self._table_lock = threading.Lock()
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="resource-graph-writer")
         self._written: Future | None = None  # the last write queued: a query waits for it
+        self._joinable: PendingUpsert | None = None  # the last write queued, while it is an upsert not yet started
+        self._joinable_lock = threading.Lock()
         if service.settled_engine().component(AzureComponent).policies.any_published_centrally():
             self._table_made_now()
         self._load(service.settled_engine())
@@ -127,7 +137,28 @@ class ResourceGraphApi:
 
     def _write(self, work, *args) -> None:
         """``work(*args)`` on the writer thread, after every write queued before it."""
-        self._written = self._writer.submit(_logged, self._with_room, work, *args)
+        with self._joinable_lock:
+            self._joinable = None  # an upsert queued after this write must not join one queued before it
+            self._written = self._writer.submit(_logged, self._with_room, work, *args)
+
+    def _upsert_soon(self, rows: list[dict], changed_at: datetime) -> None:
+        """``rows`` upserted on the writer thread, joined to the upsert queued last if it has not started and has the
+        same time. Each write holds the interpreter for part of its DuckDB statements (a few rows: 6 ms and more,
+        whatever their number), and with it every metadata GET: a schedule's commands, a clock move's parts, each
+        made its own while the writer was busy with the one before."""
+        with self._joinable_lock:
+            joinable = self._joinable
+            if joinable is not None and joinable.changed_at == changed_at:
+                joinable.rows.extend(rows)
+                return
+            pending = self._joinable = PendingUpsert(rows, changed_at)
+            self._written = self._writer.submit(_logged, self._with_room, self._take_upsert, pending)
+
+    def _take_upsert(self, pending: PendingUpsert) -> None:
+        with self._joinable_lock:
+            if self._joinable is pending:
+                self._joinable = None  # started: what comes next is written after it
+        self._upsert(pending.rows, pending.changed_at)
 
     def _with_room(self, work, *args) -> None:
         """``work(*args)``, tried again while DuckDB has no room for it: the memory bound is shared with the
@@ -217,7 +248,7 @@ class ResourceGraphApi:
             return
         rows = [self._row(engine, event) for event in latest.values()]
         if not self.settings.delay:
-            self._write(self._upsert, rows, engine.now)
+            self._upsert_soon(rows, engine.now)
             return
         for row in rows:
             self._lagging_order += 1
@@ -229,7 +260,7 @@ class ResourceGraphApi:
         while self._lagging and self._lagging[0][0] <= now:
             due.append(heapq.heappop(self._lagging)[2])
         if due:
-            self._write(self._upsert, due, now)
+            self._upsert_soon(due, now)
 
     # ------------------------------------------------------------------------------------------------- requests
     async def handle(self, call: ManagementCall) -> Response:

@@ -4,9 +4,10 @@ no timer is recorded with its wall time and the CPU the loop's thread used."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
-from forewarn.server.loop_holds import HOLD, record_loop_holds
+from forewarn.server.loop_holds import HOLD, note_stacks_while_late, record_loop_holds
 
 
 def holds_recorded(path, hold) -> list[tuple[float, float, float]]:
@@ -38,3 +39,35 @@ def test_work_on_the_loop_is_a_hold_of_its_cpu_time(tmp_path):
 
     holds = holds_recorded(tmp_path / "holds", work)
     assert max(cpu for _, _, cpu in holds) >= 0.03
+
+
+def test_while_the_loop_is_late_every_other_threads_stack_is_noted(tmp_path):
+    """FOREWARN_LOOP_STACKS: what held the loop (here, the loop's own thread asleep in ``hold_the_loop``) and what the
+    other threads were doing meanwhile (``wait_elsewhere``)."""
+    path = tmp_path / "stacks"
+    release = threading.Event()
+
+    def wait_elsewhere() -> None:
+        release.wait(5)
+
+    def hold_the_loop() -> None:
+        time.sleep(0.03)
+
+    async def run() -> None:
+        watcher = asyncio.create_task(note_stacks_while_late(str(path)))
+        await asyncio.sleep(0.02)
+        hold_the_loop()
+        await asyncio.sleep(0.01)
+        watcher.cancel()
+
+    other = threading.Thread(target=wait_elsewhere, name="elsewhere")
+    other.start()
+    try:
+        asyncio.run(run())
+    finally:
+        release.set()
+        other.join()
+    notes = path.read_text()
+    assert "=== the loop" in notes
+    assert "[MainThread] hold_the_loop (test_loop_holds.py" in notes  # time.sleep is C: no frame of its own
+    assert "[elsewhere]" in notes and "wait_elsewhere (test_loop_holds.py" in notes

@@ -42,7 +42,7 @@ from forewarn.server.listeners import (
     bind_own,
     own_listeners,
 )
-from forewarn.server.loop_holds import loop_holds_file, record_loop_holds
+from forewarn.server.loop_holds import loop_holds_file, loop_stacks_file, note_stacks_while_late, record_loop_holds
 from forewarn.server.metadata_router import MetadataRouter
 from forewarn.server.opening import Served, open_service, rules_of, served_clouds
 from forewarn.server.shared import shared_surfaces
@@ -290,7 +290,8 @@ def start_background(
     service: Maintenance, clouds: Sequence[Served], own: Any, node: Node | None, exit_with_parent: bool
 ) -> list[asyncio.Task]:
     """The outbox sender (a leader's only: a replica starts it when it takes over), the seen-scopes reports of a
-    shared process, the parent watch, the database probe and (FOREWARN_LOOP_HOLDS) the record of loop holds."""
+    shared process, the parent watch, the database probe, (FOREWARN_LOOP_HOLDS) the record of loop holds and
+    (FOREWARN_LOOP_STACKS) the threads' stacks while the loop is late."""
     background: list[asyncio.Task] = []
     policies = [policy for served in clouds for policy in served.serving.delivery_policies()]
 
@@ -313,6 +314,9 @@ def start_background(
     holds = loop_holds_file()
     if holds is not None:
         background.append(asyncio.create_task(record_loop_holds(holds)))
+    stacks = loop_stacks_file()
+    if stacks is not None:
+        background.append(asyncio.create_task(note_stacks_while_late(stacks)))
     return background
 
 

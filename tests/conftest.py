@@ -55,6 +55,13 @@ def pytest_configure(config):
     preload_servers()  # hundreds of servers start: fork each from one process that imported the server
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Tell each pytest-xdist worker how tests are handed out (its own --dist option reads "no"): tests/docs runs
+    every page once for its whole file, which only one worker may do."""
+    node.workerinput["dist"] = node.config.option.dist
+
+
 # The files that keep a worker busiest (seconds of one worker, quiet machine, 2026-12-04), run first: pytest-xdist
 # hands out whole files in collection order (make test's --dist loadfile --no-loadscope-reorder), so a long file
 # left for the end is the suite's tail, its other workers idle. Longest first, the short files fill in around them.

@@ -317,8 +317,12 @@ def script_for(blocks: list[Block]) -> str:
         raise PageError("\n".join(problems))
     out = [
         "set -e -o pipefail",
-        "trap 'echo \"::failed: $BASH_COMMAND\" >&2' ERR",
-        "trap 'for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
+        # The traps write to the script's own stderr (9), which a command whose output is checked (sent to $__OUT)
+        # has redirected when it fails. That output is shown on a failure's exit: the reason the command gave.
+        "exec 9>&2",
+        "trap 'echo \"::failed: $BASH_COMMAND\" >&9' ERR",
+        'trap \'[ $? -eq 0 ] || [ ! -s "$__OUT" ] || cat "$__OUT" >&9; '
+        "for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
         '__expect() { "$PYTHON" "$__EXPECT" "$@"; }',
     ]
     for block in blocks:
@@ -339,7 +343,7 @@ def script_for(blocks: list[Block]) -> str:
                 continue
             if expected:
                 quoted = " ".join(shlex.quote(text) for text in expected)
-                out.append(f'{{ {line}\n}} > "$__OUT" 2>&1; cat "$__OUT"; __expect "$__OUT" {quoted}')
+                out.append(f'{{ {line}\n}} > "$__OUT" 2>&1; cat "$__OUT"; __expect "$__OUT" {quoted}; rm "$__OUT"')
             else:
                 out.append(line)
     return "\n".join(out) + "\n"
@@ -616,6 +620,17 @@ def run_page(page: Path, directory: Path, network: list[str], shared_log: Path |
 
 
 LANES = 3  # pages run side by side: most of a page's time is one CLI process or a server waiting for the next
+# pytest-xdist's modes that keep this file's tests on one worker: the run below is the whole file's, once. Any other
+# mode ("load", "each") would run every page on each worker that got one of the tests, on the same fixed ports.
+ONE_WORKER_A_FILE = {"no", "loadfile", "loadscope"}
+
+
+def one_worker_runs_the_pages(config: pytest.Config) -> None:
+    dist = getattr(config, "workerinput", {}).get("dist", "no")  # tests/conftest.py's pytest_configure_node
+    if dist not in ONE_WORKER_A_FILE:
+        pytest.fail(
+            f"--dist {dist} spreads the docs pages over workers, which would run them twice: use --dist loadfile"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -623,6 +638,7 @@ def page_runs(request, tmp_path_factory):
     """Every selected page's run, started at once, in one network (PrivateNetwork) with make run's server in it: the
     pages that share that server one after another, in page order (README first, on a fresh server), and each page
     with servers of its own beside them, on its own ports."""
+    one_worker_runs_the_pages(request.config)
     selected = [
         item.callspec.params["page"]
         for item in request.session.items
@@ -719,6 +735,16 @@ def test_a_failing_command_fails_the_page_and_an_expected_failure_does_not(tmp_p
     said = write_page(tmp_path, '```sh\nfalse || echo "exit status $?"\n# → exit status 1\n```\n')
     (tmp_path / "b").mkdir()
     assert run_page(said, tmp_path / "b", []).returncode == 0
+
+
+def test_a_failing_command_whose_output_is_checked_shows_that_output_and_the_command(tmp_path):
+    """Its output goes to a file for the check; when it fails, the page's stderr still says what it printed."""
+    page = write_page(tmp_path, "```sh\necho fine\n# → fine\nsh -c 'echo the reason >&2; exit 3'\n# → done\n```\n")
+    (tmp_path / "run").mkdir()
+    run = run_page(page, tmp_path / "run", [])
+    assert run.returncode == 3
+    assert "the reason" in run.stderr and "::failed: sh -c 'echo the reason >&2; exit 3'" in run.stderr
+    assert "fine" not in run.stderr  # a checked output that passed is not shown again
 
 
 def test_a_server_left_in_the_foreground_is_refused(tmp_path):

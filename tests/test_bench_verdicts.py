@@ -1,5 +1,6 @@
 """The benchmarks' verdicts are as strict as the goals bench/README.md prints: IMDS at >= 0.6 of an nginx tuned for a
-static file, over the rounds that counted only; EC2 listings against moto cold (after a change) as well as warm."""
+static file, over the rounds that counted only; EC2 listings against moto cold (after a change) as well as warm; the
+stalls' p99.9 on every probe, in the rounds that counted."""
 
 from __future__ import annotations
 
@@ -134,3 +135,23 @@ def test_the_ec2_goal_is_judged_on_the_cold_listings_too():
         ec2_vs_moto.cold_verdict({**cold, "refused": ["other processes used 0.90 cores (> 0.35)"]}, 40.0) == "INVALID"
     )
     assert ec2_vs_moto.cold_row(None, moto, check=False) == []
+
+
+def stalls_row(p999s: dict[str, float], valid: bool = True) -> dict:
+    by_cloud = {cloud: {"longest_ms": p999 + 1, "p999_ms": p999, "answered": 1000} for cloud, p999 in p999s.items()}
+    return {"by_cloud": by_cloud, "valid": valid, "refused": [] if valid else ["other processes used 0.50 cores"]}
+
+
+def test_the_stalls_p999_goal_is_judged_on_every_probe_in_the_rounds_that_counted():
+    import stalls
+
+    assert stalls.p999_verdict("wave start", stalls_row({"Azure": 19.9, "EC2": 3.0}), check=False) == "met"
+    assert stalls.p999_verdict("wave start", stalls_row({"Azure": 3.0, "GCE": 20.0}), check=False) == "NOT met"
+    assert stalls.p999_verdict("wave start", stalls_row({"Azure": 30.0}, valid=False), check=False) == "INVALID"
+    rows = {
+        10_000: {"wave start": stalls_row({"Azure": 5.0}), "reset": stalls_row({"Azure": 40.0}, valid=False)},
+        1_000_000: {"wave start": stalls_row({"Azure": 5.0}), "replica catch-up": stalls_row({"Azure": 21.3})},
+    }
+    summary = stalls.p999_summary(rows, check=False)
+    assert "10,000: 1 of 1 met" in summary
+    assert "1,000,000: 1 of 2 met (replica catch-up 21.3 ms)" in summary

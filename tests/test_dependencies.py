@@ -2,7 +2,7 @@
 ``TYPE_CHECKING`` blocks included: a dependency is a dependency wherever it is written).
 
 - ``forewarn.core`` imports nothing of forewarn outside ``core``, and nothing outside the standard library.
-- No import cycle between packages.
+- No import cycle between packages, nor between the modules of one package.
 - No surface imports the store: they see the application's errors, never the database's.
 - No module imports a ``_private`` name of another module.
 - ``scenarios``, ``recording``, ``sandbox`` and ``testing`` are clients: they never import the engine or a cloud's component or
@@ -186,6 +186,24 @@ def test_no_import_cycle_between_packages():
             and package_of(found.target) != package_of(found.module)
         )
         problems.append(f"packages {', '.join(group)} import each other:\n" + "\n".join(edges))
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_cycle_between_modules():
+    """Within a package too: two modules that import each other (one of them in a function, to get past the cycle
+    at import time) are one module's worth of meaning split in two, or a part in the wrong place."""
+    graph: dict[str, set[str]] = {module: set() for module in MODULES}
+    for found in OURS:
+        if found.target in MODULES and found.target != found.module:
+            graph[found.module].add(found.target)
+    problems = []
+    for group in strongly_connected(graph):
+        edges = sorted(
+            f"  {where(found)}: {found.module} imports {found.target}"
+            for found in OURS
+            if found.module in group and found.target in group and found.target != found.module
+        )
+        problems.append(f"modules {', '.join(group)} import each other:\n" + "\n".join(edges))
     assert not problems, "\n".join(problems)
 
 

@@ -111,7 +111,7 @@ def test_a_clouds_own_section_is_read_into_its_part_of_the_fleet(with_racks):
     assert list(racks.machines) == ["r1"] and "rack-a" in fleet.hosts
     assert list(fleet.names()) == ["solo", "r1"] and fleet.machine_called("r1") is racks.machines["r1"]
     assert list(azure_fleet(fleet).vms) == ["solo"]
-    assert Fleet.from_records(fleet.to_records()) == fleet
+    assert section.stored_fleet(fleet.to_records()) == fleet
     assert CallerResolver(fleet, set()).resolve(("127.0.0.1", 9101), ("127.0.0.1", 50000)) is racks.machines["r1"]
 
 

@@ -18,7 +18,7 @@ from forewarn.azure.model import EventStatus, EventType, ScheduleRequest
 from forewarn.azure.vms import VM_FIELDS, NotificationProfile, Power
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml
-from forewarn.fleet.model import Fleet
+from forewarn.fleet.section import stored_fleet
 from forewarn.net.callers import CallerResolver
 from forewarn.store.base import SQLStore
 from helpers import T0, open_store, small_fleet
@@ -99,7 +99,7 @@ def test_the_fleet_is_stored_in_columns_and_read_back_the_same(store_url):
 
 def test_a_generated_fleet_round_trips_through_its_records():
     fleet = parse_fleet(fleet_yaml(FleetShape(vms=3000, seed="records")))
-    assert Fleet.from_records(json.loads(json.dumps(fleet.to_records()))) == fleet
+    assert stored_fleet(json.loads(json.dumps(fleet.to_records()))) == fleet
 
 
 def test_a_database_whose_fleet_is_in_the_older_format_still_opens(store_url):

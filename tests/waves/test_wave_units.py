@@ -21,9 +21,9 @@ from forewarn.engine.engine import Engine
 from forewarn.fleet.file import parse_fleet
 from forewarn.gcp.component import GcpComponent, StoredGcp
 from forewarn.waves.component import StoredWaves, WaveChanged, WaveRunner, WaveSpec, WaveStatus
-from forewarn.waves.model import ORDERS, Wave, WaveCloud, WaveOrder, WaveRequest
+from forewarn.waves.model import Wave, WaveCloud, WaveOrder, WaveRequest
 from forewarn.waves.records import decode_wave, encode_wave_plan, encode_wave_progress
-from forewarn.waves.units import MemberEnded, ScheduledUnit, units_named, wave_units
+from forewarn.waves.units import ORDERS, MemberEnded, ScheduledUnit, units_named, wave_units
 from helpers import T0, open_store
 
 FLEET = """

@@ -23,7 +23,7 @@ from forewarn.gcp.component import GceRequest, GcpComponent, StoredGcp
 from forewarn.gcp.fleet import gce_fleet
 from forewarn.gcp.model import EventState, InstanceStatus, MaintenanceKind
 from forewarn.waves.component import StoredWaves, WaveChanged, WaveCloud, WaveOrder, WaveRunner, WaveSpec, WaveStatus
-from forewarn.waves.model import ORDERS
+from forewarn.waves.units import ORDERS
 from helpers import T0, Server, forewarn, open_store
 
 # Four hosts; an availability set with 3 update domains and 2 fault domains; a scale set of 4 over two hosts.

@@ -43,6 +43,7 @@ from forewarn.engine.engine import Engine
 from forewarn.engine.rules import Rules
 from forewarn.engine.teardown import dismantle
 from forewarn.fleet.model import Fleet
+from forewarn.fleet.section import stored_fleet
 from forewarn.store import JournalEntry, Outgoing, SQLStore, StoredState, StoreError, records_digest
 
 log = logging.getLogger("forewarn.events")
@@ -83,7 +84,7 @@ def _served_fleet(state: StoredState, given: Fleet | None) -> Fleet:
         if records_digest(given.to_records()) != state.fleet_digest:
             raise FleetMismatch(FLEET_DIFFERS)
         return given
-    stored = Fleet.from_records(state.fleet_records)
+    stored = stored_fleet(state.fleet_records)
     if given is not None and given != stored:
         raise FleetMismatch(FLEET_DIFFERS)
     return stored
@@ -408,7 +409,7 @@ class Maintenance:
     def engine_from(state: StoredState, rules: Rules | None, fleet: Fleet | None = None) -> Engine:
         # Each component's stored state comes under the names the engine takes it by (its Records.load).
         return Engine(
-            fleet or Fleet.from_records(state.fleet_records),
+            fleet or stored_fleet(state.fleet_records),
             state.seed,
             state.now,
             rules,

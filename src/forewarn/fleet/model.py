@@ -152,8 +152,8 @@ class Fleet:
         return self._host_list[(index + 1) % len(self._host_list)]
 
     def to_records(self) -> dict[str, Any]:
-        """Plain data for the store: the hosts, the default VM and each part's own keys; :meth:`from_records` is its
-        inverse."""
+        """Plain data for the store: the hosts, the default VM and each part's own keys; ``fleet/section.py``'s
+        ``stored_fleet`` is its inverse."""
         records: dict[str, Any] = {
             "format": FLEET_FORMAT,
             "hosts": [h.name for h in self.hosts.values()],
@@ -162,16 +162,6 @@ class Fleet:
         for part in self.parts.values():
             records.update(part.to_records())
         return records
-
-    @classmethod
-    def from_records(cls, records: dict[str, Any]) -> Fleet:
-        from forewarn.fleet.section import sections
-
-        return cls(
-            hosts=[Host(name) for name in records["hosts"]],
-            parts={cloud: section.from_records(records) for cloud, section in sections()},
-            default_vm=records.get("default_vm"),
-        )
 
     def __eq__(self, other: object) -> bool:
         """The same hosts, machines in the same order, the same default VM and each part's own state."""

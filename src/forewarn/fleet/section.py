@@ -1,7 +1,7 @@
 """A cloud's section of the fleet file: its keys, their specs, and how they become its part of the fleet.
 
-The fleet reader (``fleet/file.py``) and :meth:`Fleet.from_records <forewarn.fleet.model.Fleet.from_records>` ask
-every registered cloud for its section (``Cloud.fleet_section``), in the registry's order, and name no cloud.
+The fleet reader (``fleet/file.py``) and :func:`stored_fleet` (the fleet from the store's records) ask every
+registered cloud for its section (``Cloud.fleet_section``), in the registry's order, and name no cloud.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol, cast
 
-from forewarn.fleet.model import FleetPart
+from forewarn.fleet.model import Fleet, FleetPart, Host
 from forewarn.registry import clouds
 
 
@@ -47,6 +47,15 @@ class FleetCloud(Protocol):
 def sections() -> tuple[tuple[str, FleetSection], ...]:
     """Every registered cloud's fleet section, by cloud name, in the registry's order."""
     return tuple((cloud.name, cloud.fleet_section()) for cloud in cast("tuple[FleetCloud, ...]", clouds()))
+
+
+def stored_fleet(records: Mapping[str, Any]) -> Fleet:
+    """The fleet from the records ``Fleet.to_records`` wrote: its hosts, its default VM and each cloud's part."""
+    return Fleet(
+        hosts=[Host(name) for name in records["hosts"]],
+        parts={cloud: section.from_records(records) for cloud, section in sections()},
+        default_vm=records.get("default_vm"),
+    )
 
 
 class FleetFileError(Exception):

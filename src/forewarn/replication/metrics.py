@@ -8,17 +8,25 @@ scrapes; command latencies are kept as plain floats by the service and moved int
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from forewarn.replication.shared import LEADER
+from forewarn.replication.counts import Counts
+from forewarn.replication.shared import LEADER, SharedService
 
-if TYPE_CHECKING:
-    from forewarn.replication.node import Node
+
+class Node(Protocol):
+    """What the metrics read of a shared process (``replication.node.Node``)."""
+
+    service: SharedService
+    counts: Counts
+
+    def health(self) -> dict[str, Any]: ...
+
 
 _REGISTRIES: dict[int, tuple[CollectorRegistry, Histogram]] = {}
 

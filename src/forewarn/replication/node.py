@@ -23,13 +23,14 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from forewarn import __version__
 from forewarn.core.changes import Change
 from forewarn.core.scheduler import Heap
 from forewarn.engine.engine import Engine
+from forewarn.replication.counts import Counts
 from forewarn.replication.forward import Leaders
 from forewarn.replication.shared import LEADER, SharedService
 from forewarn.store import SQLStore, StoredChanges, StoredState, StoreError
@@ -51,17 +52,6 @@ class NodeSettings:
     failover_poll: float = 2.0
     catch_up_interval: float = 1.0
     journal_retention: float = JOURNAL_RETENTION
-
-
-@dataclass
-class Counts:
-    """What the metrics report, counted in plain ints on the paths that serve requests."""
-
-    requests: dict[tuple[str, int], int] = field(default_factory=dict)
-    failovers: int = 0
-    refreshes: int = 0  # incremental and full
-    full_reloads: int = 0
-    refresh_seconds: float = 0.0
 
 
 class Node:

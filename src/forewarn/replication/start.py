@@ -9,6 +9,7 @@ from collections.abc import Callable
 from forewarn.app.runtime import Maintenance
 from forewarn.engine.rules import Rules
 from forewarn.fleet.model import Fleet
+from forewarn.fleet.section import stored_fleet
 from forewarn.replication.forward import Leaders
 from forewarn.replication.node import SHARED, Node, NodeSettings
 from forewarn.replication.shared import LEADER, FleetDiffers, SharedService
@@ -114,7 +115,7 @@ def _replica(store: SQLStore, fleet: Fleet | None, rules: Rules) -> SharedServic
     state = store.load()
     if state is None:  # initialized databases stay so (a reset keeps the fleet); emptied by hand meanwhile
         raise StoreError(f"{store.description}: the database was emptied while this process started")
-    stored = Fleet.from_records(state.fleet_records)
+    stored = stored_fleet(state.fleet_records)
     if fleet is not None and fleet != stored:
         raise FleetDiffers("the database holds a different fleet than --fleet gives; start the replica without --fleet")
     return SharedService.replica_of(store, state, rules, stored)

@@ -6,11 +6,10 @@ the YAML files in ``library/``.
 
 from typing import Any
 
-# The timings every scenario is resolved in; here so that the CLI can offer them without loading the spec module.
-TIMINGS = ("fast", "realistic")
-DEFAULT_TIMING = "realistic"
+from forewarn.scenarios.timings import DEFAULT_TIMING, TIMINGS
 
 __all__ = [
+    "DEFAULT_TIMING",
     "TIMINGS",
     "Scenario",
     "ScenarioError",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import click
 
 from forewarn.core.words import counted
-from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
+from forewarn.scenarios.timings import DEFAULT_TIMING, TIMINGS
 
 if TYPE_CHECKING:
     from forewarn.scenarios.runner import StopRequest

@@ -24,9 +24,9 @@ from forewarn.core.durations import parse_duration
 from forewarn.core.errors import CoreError, did_you_mean
 from forewarn.core.times import parse_time
 from forewarn.scenario_steps import StepAction
-from forewarn.scenarios import DEFAULT_TIMING, TIMINGS
 from forewarn.scenarios.actions import EVENT_CHECK
 from forewarn.scenarios.actions import steps as steps_of_clouds
+from forewarn.scenarios.timings import DEFAULT_TIMING, TIMINGS
 from forewarn.yamlfile import YamlFileError, line_of, where
 
 LIBRARY_DIR = "library"

@@ -10,7 +10,7 @@ wave units check them, refusing another cloud's, and read them when they schedul
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -36,29 +36,6 @@ class WaveOrder(str, enum.Enum):
     FAULT_DOMAIN = "fault-domain"
     HOST = "host"
     ZONE = "zone"
-
-
-class Orders(Mapping[str, tuple[WaveOrder, ...]]):
-    """Each registered cloud's wave orders by its name in a wave request, the default first (read from the clouds'
-    wave units when first asked)."""
-
-    def __getitem__(self, cloud: str) -> tuple[WaveOrder, ...]:
-        from forewarn.waves.units import wave_units
-
-        return wave_units()[cloud].orders
-
-    def __iter__(self) -> Iterator[str]:
-        from forewarn.waves.units import wave_units
-
-        return iter(wave_units())
-
-    def __len__(self) -> int:
-        from forewarn.waves.units import wave_units
-
-        return len(wave_units())
-
-
-ORDERS = Orders()
 
 
 def plain(value: Any) -> Any:

@@ -16,7 +16,7 @@ machine: a wave over 100,000 VMs calls it as often as it has units.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
@@ -169,6 +169,23 @@ def wave_units() -> Mapping[str, WaveUnits]:
                 found[units.cloud] = units
         KNOWN.clouds, KNOWN.units = registered, found
     return KNOWN.units
+
+
+class Orders(Mapping[str, tuple[WaveOrder, ...]]):
+    """Each registered cloud's wave orders by its name in a wave request, the default first (read from the clouds'
+    wave units when first asked)."""
+
+    def __getitem__(self, cloud: str) -> tuple[WaveOrder, ...]:
+        return wave_units()[cloud].orders
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(wave_units())
+
+    def __len__(self) -> int:
+        return len(wave_units())
+
+
+ORDERS = Orders()
 
 
 def units_named(cloud: str) -> WaveUnits:

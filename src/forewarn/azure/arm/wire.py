@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
 from forewarn.app.errors import Unavailable
@@ -68,6 +68,8 @@ async def answered(request: Request, produce: Callable[[], Awaitable[Response]])
     except Unavailable as error:
         response = ArmError(503, "ServiceUnavailable", f"Nothing was changed; the store failed: {error}").response()
         response.headers["Retry-After"] = str(error.retry_after)
+    except ClientDisconnect:  # no one to answer (server/listeners.py says so in the log)
+        raise
     except Exception:  # a bug: still answer in ARM's shape, and say so in the log
         log.exception("ARM request %s %s failed", request.method, request.url.path)
         response = ArmError(

@@ -1,11 +1,15 @@
 """A "did you mean" costs the event loop milliseconds at any fleet size: it looks at a bounded number of the names
-known and compares a bounded number of them (core/errors.py)."""
+known and compares a bounded number of them (core/errors.py). A mistyped enum value gets one too (core/enums.py)."""
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterator
 
-from forewarn.core.errors import SUGGESTION_POOL, SUGGESTION_SCAN, close_matches, did_you_mean
+import pytest
+
+from forewarn.core.enums import parse_enum
+from forewarn.core.errors import SUGGESTION_POOL, SUGGESTION_SCAN, Invalid, close_matches, did_you_mean
 
 
 class Counted:
@@ -33,3 +37,19 @@ def test_a_million_names_are_looked_at_a_bounded_number_at_a_time():
 def test_names_sharing_the_first_character_are_compared_first():
     names = [f"other-{index}" for index in range(SUGGESTION_POOL * 2)] + ["web-1"]
     assert did_you_mean("web-l", names) == "; did you mean 'web-1'?"
+
+
+class Kind(enum.Enum):
+    FREEZE = "Freeze"
+    REBOOT = "Reboot"
+    REDEPLOY = "Redeploy"
+
+
+def test_an_enum_value_mistyped_is_refused_with_the_spellings_and_the_nearest():
+    assert parse_enum(Kind, "freeze", "event type") is Kind.FREEZE
+    expected = "unknown event type 'Frezee'; expected one of Freeze, Reboot, Redeploy; did you mean 'Freeze'?"
+    with pytest.raises(Invalid) as refused:
+        parse_enum(Kind, "Frezee", "event type")
+    assert str(refused.value) == expected
+    with pytest.raises(Invalid, match=r"^unknown event type 'xyz'; expected one of Freeze, Reboot, Redeploy$"):
+        parse_enum(Kind, "xyz", "event type")

@@ -201,6 +201,7 @@ def test_a_valid_file_resolves_per_timing():
             ("do: approve", "do: aprove"),
             "mine.yaml:15: steps[1].do: unknown action 'aprove'; expected one of schedule, approve, cancel",
         ),
+        (("do: approve", "do: aprove"), "; did you mean 'approve' or 'wave'?"),
         (
             ("  - at: 1m\n", "  - note: no time\n"),
             "mine.yaml:14: steps[1]: give exactly one of `at` (time from the start) and `after`",

@@ -46,6 +46,8 @@ def test_each_cloud_with_waves_gives_its_units_and_a_cloud_without_waves_is_refu
         e.component(WaveRunner).start_wave(WaveSpec(cloud="aws"))
     with pytest.raises(Invalid, match=r"^unknown cloud 'nope'; expected one of azure, gce$"):
         units_named("nope")
+    with pytest.raises(Invalid, match=r"^unknown cloud 'azur'; expected one of azure, gce; did you mean 'azure'\?$"):
+        units_named("azur")
     assert units_named("GCE").cloud is WaveCloud.GCE
 
 

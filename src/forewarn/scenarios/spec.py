@@ -471,7 +471,8 @@ def _check_action(step: dict, path: tuple, report: _Report) -> StepAction | None
     if "do" not in step:
         report.add(path, "missing key 'do' (the action)")
     elif action is None:
-        report.add(path + ("do",), f"unknown action {do!r}; expected one of {', '.join(actions)}")
+        hint = did_you_mean(do, actions) if isinstance(do, str) else ""
+        report.add(path + ("do",), f"unknown action {do!r}; expected one of {', '.join(actions)}{hint}")
     return action
 
 

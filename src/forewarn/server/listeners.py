@@ -134,7 +134,7 @@ class ByPort:
             log.info(
                 "%s %s on port %d: the client closed its connection before its request's body had arrived; "
                 "nothing was answered",
-                scope["method"],
+                scope.get("method", scope["type"]),
                 scope["path"],
                 port,
             )

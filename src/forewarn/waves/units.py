@@ -22,7 +22,7 @@ from typing import Any, Protocol, cast
 
 from forewarn.core.changes import Change
 from forewarn.core.component import Footing
-from forewarn.core.errors import Invalid
+from forewarn.core.errors import Invalid, did_you_mean
 from forewarn.registry import clouds
 from forewarn.waves.model import Wave, WaveOrder, WaveRequest, WaveSpec, plain
 
@@ -197,4 +197,5 @@ def units_named(cloud: str) -> WaveUnits:
     for registered in registered_clouds():
         if registered.name.lower() == asked:
             raise Invalid(f"{registered.title} has no waves: a wave rolls over {' or '.join(map(plain, known))}")
-    raise Invalid(f"unknown cloud {plain(cloud)!r}; expected one of {', '.join(map(plain, known))}")
+    names = [str(plain(name)) for name in known]
+    raise Invalid(f"unknown cloud {plain(cloud)!r}; expected one of {', '.join(names)}{did_you_mean(asked, names)}")

@@ -1,3 +1,4 @@
-"""forewarn: self-hosted cloud maintenance notifications (Azure Scheduled Events, EC2 scheduled events)."""
+"""forewarn: self-hosted cloud maintenance notices (Azure Scheduled Events, Amazon EC2 scheduled events, Compute
+Engine host maintenance)."""
 
 __version__ = "0.1.0"

@@ -46,7 +46,8 @@ Docs: docs/ in the source tree (control.md lists every command and endpoint)."""
 )
 @click.version_option(__version__, prog_name="forewarn")
 def cli(server: str, control_token: str | None) -> None:
-    """forewarn: cloud maintenance notifications (Azure Scheduled Events), self-hosted, on a clock you control."""
+    """forewarn: cloud maintenance notices (Azure Scheduled Events, Amazon EC2 scheduled events, Compute Engine host
+    maintenance), self-hosted, on a clock you control."""
 
 
 for command in (

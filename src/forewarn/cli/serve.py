@@ -398,7 +398,8 @@ A database remembers its fleet, events, incarnations and clock; restart with the
 )
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning"]), default="info", show_default=True)
 def serve(**options: Any) -> None:
-    """Run the server: control API and Azure IMDS, on one store and one clock."""
+    """Run the server: the control API and dashboard, the metadata endpoint (Azure IMDS, EC2 instance metadata,
+    the Compute Engine metadata server) and the cloud APIs (ARM, EC2, Compute Engine), on one store and one clock."""
     check_control_token(options["control_token"])
     # The server's modules only when it runs: every other command imports this module too.
     from forewarn.server.config import ServeConfig, ServeError, SettingError

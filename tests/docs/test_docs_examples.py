@@ -317,11 +317,11 @@ def script_for(blocks: list[Block]) -> str:
         raise PageError("\n".join(problems))
     out = [
         "set -e -o pipefail",
-        # The traps write to the script's own stderr (9), which a command whose output is checked (sent to $__OUT)
-        # has redirected when it fails. That output is shown on a failure's exit: the reason the command gave.
-        "exec 9>&2",
-        "trap 'echo \"::failed: $BASH_COMMAND\" >&9' ERR",
-        'trap \'[ $? -eq 0 ] || [ ! -s "$__OUT" ] || cat "$__OUT" >&9; '
+        # What a failure says goes to a file of the run's ($__FAILED, appended to the page's stderr afterwards): a
+        # command whose output is checked has its stderr sent to $__OUT, the traps' too when it fails. On a failing
+        # exit, that command's output (the reason it gave) goes there as well.
+        'trap \'echo "::failed: $BASH_COMMAND" >> "$__FAILED"\' ERR',
+        'trap \'[ $? -eq 0 ] || [ ! -s "$__OUT" ] || cat "$__OUT" >> "$__FAILED"; '
         "for p in $(jobs -p); do kill $p 2>/dev/null || true; done; wait 2>/dev/null' EXIT",
         '__expect() { "$PYTHON" "$__EXPECT" "$@"; }',
     ]
@@ -593,6 +593,7 @@ def run_page(page: Path, directory: Path, network: list[str], shared_log: Path |
         "PYTHON": sys.executable,
         "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{entry_points}",
         "__OUT": str(directory / ".output"),
+        "__FAILED": str(directory / ".failed"),
         "__EXPECT": str(directory / ".expect.py"),
     }
     with subprocess.Popen(
@@ -615,6 +616,8 @@ def run_page(page: Path, directory: Path, network: list[str], shared_log: Path |
                 os.killpg(run.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    failed = directory / ".failed"
+    stderr += failed.read_text(errors="replace") if failed.exists() else ""
     log = shared_log.read_text(errors="replace") if shared_log and shared_log.exists() else ""
     return PageRun(run.returncode, stdout, stderr, log)
 

@@ -109,6 +109,17 @@ def test_plain_clock_prints_the_time(small_server):
     assert plain.startswith("2026-04-20T22:11:58Z  (manual clock; next deadline: ")
 
 
+def test_plain_clock_prints_json_as_show_does_and_a_misplaced_json_moves_nothing(small_server):
+    with fresh(small_server) as server:
+        assert json.loads(forewarn(server, "clock", "--json").stdout) == json.loads(
+            forewarn(server, "clock", "show", "--json").stdout
+        )
+        misplaced = forewarn(server, "clock", "--json", "advance", "1h", check=False)
+        assert misplaced.returncode == 2
+        assert "--json goes after the command: forewarn clock advance ... --json" in misplaced.stderr
+        assert json.loads(forewarn(server, "clock", "--json").stdout)["now"] == "2026-04-20T22:11:58Z"
+
+
 def test_reset_puts_the_server_back_to_its_start(small_server):
     with fresh(small_server) as server:
         server.schedule(type="Freeze", vms=["solo"])

@@ -27,15 +27,19 @@ def _print_clock(clock: dict) -> None:
     epilog="""\b
 Examples:
   forewarn clock                    # the time, as `forewarn clock show` prints it
+  forewarn clock --json             # the same, as JSON
   forewarn clock advance 10m        # also 30s, 1h30m, PT15M
   forewarn clock set 2026-04-20T22:30:00Z
   forewarn clock next               # jump to the next NotBefore or end of an impact window""",
 )
+@JSON_OPTION
 @click.pass_context
-def clock(ctx):
+def clock(ctx, as_json):
     """Show or move simulated time (moving needs a server started with --clock manual)."""
     if ctx.invoked_subcommand is None:
-        _clock_call(ctx, False, "/v1/clock")
+        _clock_call(ctx, as_json, "/v1/clock")
+    elif as_json:
+        raise click.UsageError(f"--json goes after the command: forewarn clock {ctx.invoked_subcommand} ... --json")
 
 
 def _print_clock_move(moved: dict) -> None:

@@ -317,3 +317,24 @@ def test_resource_graph_and_event_grid_agree_on_resource_type(tmp_path):
     event_grid_type = published["data"]["resourceInfo"]["properties"]["ResourceType"]
     assert event_grid_type == "VirtualMachine"
     assert {row["properties"]["ResourceType"] for row in rows.values()} == {event_grid_type}
+
+
+@pytest.mark.parametrize(
+    "group, says",
+    [
+        (
+            "ec2",
+            "No such command 'schedule': EC2 events are scheduled by `forewarn schedule --code CODE --instance ID`",
+        ),
+        ("gce", "No such command 'schedule': Compute Engine maintenance is `forewarn gce maintain NAME`"),
+    ],
+)
+def test_a_cloud_groups_schedule_says_where_scheduling_is(group, says):
+    run = subprocess.run(
+        [sys.executable, "-m", "forewarn", group, "schedule", "x"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": str(ROOT / "src")},
+    )
+    assert run.returncode == 2 and says in run.stderr and "reschedule" not in run.stderr

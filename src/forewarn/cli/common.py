@@ -20,6 +20,24 @@ from forewarn.core.errors import CoreError
 if TYPE_CHECKING:
     from forewarn.net.control_client import BadJson, ControlClient, Refused, Response, Unreachable
 
+
+class PointingGroup(click.Group):
+    """A command group that, asked for a command it does not have but another place does (``forewarn ec2 schedule``:
+    EC2 events are scheduled by ``forewarn schedule``), says where it is, instead of click's nearest name."""
+
+    def __init__(self, *args: Any, elsewhere: Mapping[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.elsewhere = dict(elsewhere or {})
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else None
+        if name in self.elsewhere and self.get_command(ctx, name) is None:
+            ctx.fail(f"No such command {name!r}: {self.elsewhere[name]}")
+        return super().resolve_command(ctx, args)
+
+
 DEFAULT_SERVER = "http://127.0.0.1:8170"
 # show_default: every option's default is in its --help line, whether or not the option says so itself.
 CONTEXT: dict[str, Any] = {"help_option_names": ["-h", "--help"], "max_content_width": 110, "show_default": True}

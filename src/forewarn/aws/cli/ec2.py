@@ -7,6 +7,7 @@ import click
 from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
+    PointingGroup,
     action_command,
     listing_command,
     names_command,
@@ -40,6 +41,8 @@ def _print_ec2_outcome(outcome: dict) -> None:
 
 
 @click.group(
+    cls=PointingGroup,
+    elsewhere={"schedule": "EC2 events are scheduled by `forewarn schedule --code CODE --instance ID`"},
     context_settings=CONTEXT,
     epilog="""\b
 Examples:

@@ -7,6 +7,7 @@ import click
 from forewarn.cli.common import (
     CONTEXT,
     JSON_OPTION,
+    PointingGroup,
     action_command,
     control_client,
     listing_command,
@@ -92,6 +93,10 @@ def _print_outcome(outcome: dict) -> None:
 
 
 @click.group(
+    cls=PointingGroup,
+    elsewhere={
+        "schedule": "Compute Engine maintenance is `forewarn gce maintain NAME` (or simulate, preempt, host-error)"
+    },
     context_settings=CONTEXT,
     epilog="""\b
 Examples (the demo fleet's Compute Engine instances):

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import requests
+import yaml
 
 from forewarn.app.runtime import Maintenance
 from forewarn.fleet.file import parse_fleet
@@ -110,6 +111,23 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def machine_ports(fleet_text: str | None) -> set[int]:
+    """The ports a fleet's machines name for their own metadata endpoints (``imds: {port: N}``; a scale set's
+    instances count up from it): a server given the fleet must not draw one of them for its own listeners."""
+    try:
+        data = yaml.safe_load(fleet_text or "")
+    except yaml.YAMLError:  # a test of a bad fleet: the server will refuse it whatever its ports
+        return set()
+    ports: set[int] = set()
+    for section in data.values() if isinstance(data, dict) else ():
+        for item in section if isinstance(section, list) else ():
+            imds = item.get("imds") if isinstance(item, dict) else None
+            if isinstance(imds, dict) and isinstance(imds.get("port"), int):
+                instances = item.get("instances")
+                ports.update(range(imds["port"], imds["port"] + (instances if isinstance(instances, int) else 1)))
+    return ports
+
+
 class HeldCommits:
     """The store's commit, held at its start until released (each call in turn), recording what each wrote and
     when it finished."""
@@ -173,7 +191,8 @@ class Server:
         extra: list[str] | None = None,
     ):
         self.tmp_path = tmp_path
-        self.port, self.imds_port, self.arm_port, self.ec2_port, self.gce_port = free_ports(5)
+        ports = free_ports(5, avoid=machine_ports(fleet_text))
+        self.port, self.imds_port, self.arm_port, self.ec2_port, self.gce_port = ports
         self.db = db or str(tmp_path / "forewarn.db")
         self.args = [
             "--db",

@@ -57,6 +57,14 @@ def test_ports_are_drawn_from_the_range_and_a_taken_one_is_skipped(monkeypatch):
             sock.close()
 
 
+def test_ports_given_to_a_server_not_yet_started_are_not_drawn_again(monkeypatch):
+    """Free until that server binds them: a second draw for the same server (a VM's own port) must skip them."""
+    monkeypatch.setenv("FOREWARN_TEST_NET", "41100-41199")
+    given = set(range(41100, 41197))
+    for _ in range(20):
+        assert set(free_ports(3, avoid=given)) == {41197, 41198, 41199}
+
+
 def test_each_xdist_worker_draws_from_a_slice_of_its_own():
     def share(worker: str, workers: str, low: int = 12768, high: int = 32767) -> tuple[int, int]:
         return worker_share(low, high, {"PYTEST_XDIST_WORKER": worker, "PYTEST_XDIST_WORKER_COUNT": workers})

@@ -74,6 +74,35 @@ def test_a_fleets_fixed_vm_port_that_is_taken_stops_the_start_naming_it_and_the_
             assert answer.status_code == 200  # db-1 is the fleet's only VM: the shared port answers as it
 
 
+@pytest.mark.parametrize(("option", "title"), [("--ec2-port", "the EC2 API"), ("--port", "the control API")])
+def test_a_vm_port_that_is_one_of_the_servers_own_stops_the_start(tmp_path, option, title):
+    """Skipped, the VM's agent would read that API's answers as its metadata (EC2's MissingAction, in XML)."""
+    [port] = free_ports(1)
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(f"vms:\n  - {{name: db-1, imds: {{port: {port}}}}}\n")
+    run = serve_fails("--fleet", str(fleet), "--db", ":memory:", option, str(port))
+    assert (
+        f"forewarn: cannot listen on 127.0.0.1:{port} for the metadata endpoint of db-1 (set by its imds.port in "
+        f"the fleet; --no-vm-ports serves the fleet without its VMs' own ports): it is this server's own port too "
+        f"({title})\n"
+    ) in run.stderr
+
+
+def test_a_vm_address_whose_metadata_port_another_socket_holds_stops_the_start(tmp_path):
+    """Skipped, the VM's agent at http://ADDRESS:IMDS_PORT would talk to whoever holds it."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.91", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        fleet = tmp_path / "fleet.yaml"
+        fleet.write_text("vms:\n  - {name: db-1, imds: {address: 127.0.0.91}}\n")
+        run = serve_fails("--fleet", str(fleet), "--db", ":memory:", "--imds-port", str(port))
+    assert (
+        f"forewarn: cannot listen on 127.0.0.91:{port} for the metadata endpoint of db-1 (set by its imds.address in "
+        "the fleet, on --imds-port): Address already in use; is another forewarn serve running?"
+    ) in run.stderr
+
+
 def test_a_taken_port_stops_the_start_before_the_database_is_created(tmp_path):
     with held_port() as taken:
         port = taken.getsockname()[1]

@@ -193,6 +193,24 @@ def test_the_fleets_fixed_ports_are_moved_to_free_ones_and_every_machine_has_its
         shared.metadata_url("nope")
 
 
+def test_vm_ports_moved_to_free_ones_are_none_of_the_servers_own_nor_each_others(monkeypatch):
+    """40 VMs' ports and the server's 5 drawn from 100 ports: a draw that could return a port already given would
+    all but surely give one twice (a VM answered by the EC2 API, or a start that fails)."""
+    monkeypatch.setenv("FOREWARN_TEST_NET", "41200-41299")
+    vms = [{"name": f"vm-{index}", "host": "h", "imds": {"port": 9000 + index}} for index in range(40)]
+    with Forewarn(fleet={"hosts": [{"name": "h"}], "vms": vms}) as server:
+        own = [server.port, server.imds_port, server.arm_port, server.ec2_port, server.gce_port]
+        ports = [server.fleet.machine_called(vm["name"]).imds_port for vm in vms]
+        assert len(set(own + ports)) == 45 and all(41200 <= port <= 41299 for port in own + ports)
+        for vm in vms:
+            answer = requests.get(
+                f"{server.metadata_url(vm['name'])}/metadata/instance/compute/name?api-version=2021-02-01&format=text",
+                headers={"Metadata": "true"},
+                timeout=10,
+            )
+            assert answer.text == vm["name"]
+
+
 def test_a_fleet_as_a_dict_or_a_file_and_the_server_stops_with_the_block(tmp_path):
     fleet = {"hosts": [{"name": "h"}], "vms": [{"name": "a", "host": "h"}], "default_vm": "a"}
     with Forewarn(fleet) as server:

@@ -467,6 +467,10 @@ LISTEN_OPTIONS = {
         "metadata endpoint of {machine}",
         "its imds.port in the fleet; --no-vm-ports serves the fleet without its VMs' own ports",
     ),
+    "vm_address": (
+        "metadata endpoint of {machine}",
+        "its imds.address in the fleet, on --imds-port",
+    ),
     "gce_api": ("Compute Engine API", "--host/--gce-port, 0 turns it off"),
 }
 

@@ -11,7 +11,7 @@ import os
 import random
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,8 +71,9 @@ def numbered_address(index: int) -> str:
     return loopback_address(1 + index // 250, 1 + index % 250)
 
 
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on every local address now, for servers about to be started.
+def free_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    """``count`` distinct ports free on every local address now and not in ``avoid`` (ports already given to a
+    server not yet started, which are free too until it binds them), for servers about to be started.
 
     A port from ``bind(("", 0))`` lies in the kernel's ephemeral range, which every outgoing connection draws from
     too: on a busy machine one of them can take the port between this answer and the server's bind ("Address already
@@ -84,15 +85,15 @@ def free_ports(count: int) -> list[int]:
         low, _ = _ephemeral_range()
         first = max(10000, low - 20000)
         if low - first < 1000:
-            return _kernel_ports(count)
+            return _kernel_ports(count, avoid)
         chosen = (first, low - 1)
     for first_port, last_port in (worker_share(*chosen), chosen):  # the whole range once this worker's is full
-        found = _bindable(range(first_port, last_port + 1), count)
+        found = _bindable([port for port in range(first_port, last_port + 1) if port not in avoid], count)
         if found is not None:
             return found
     if net_setting().ports is not None:
         raise OSError(f"{VARIABLE}: not {count} free ports in {chosen[0]}-{chosen[1]}")
-    return _kernel_ports(count)
+    return _kernel_ports(count, avoid)
 
 
 def worker_share(low: int, high: int, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
@@ -112,7 +113,7 @@ def worker_share(low: int, high: int, environ: Mapping[str, str] = os.environ) -
     return first, first + size - 1
 
 
-def _bindable(candidates: range, count: int) -> list[int] | None:
+def _bindable(candidates: Sequence[int], count: int) -> list[int] | None:
     chooser = random.SystemRandom()
     held: list[socket.socket] = []
     try:
@@ -140,14 +141,17 @@ def _ephemeral_range() -> tuple[int, int]:
         return 0, 0
 
 
-def _kernel_ports(count: int) -> list[int]:
-    sockets = []
+def _kernel_ports(count: int, avoid: Collection[int] = ()) -> list[int]:
+    sockets: list[socket.socket] = []  # held, so that the kernel never gives a port twice and this ends
+    ports: list[int] = []
     try:
-        for _ in range(count):
+        while len(ports) < count:
             sock = socket.socket()
-            sock.bind(("127.0.0.1", 0))
             sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+            sock.bind(("127.0.0.1", 0))
+            if sock.getsockname()[1] not in avoid:
+                ports.append(sock.getsockname()[1])
+        return ports
     finally:
         for sock in sockets:
             sock.close()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import socket
@@ -91,31 +92,53 @@ def bind_own(listeners: Listeners) -> Bound:
 
 def bind_machines(listeners: Listeners, machines: Sequence[Machine], bound: Bound) -> None:
     """Each machine's own sockets, added to ``bound`` (the fleet names them: they are known once the store is
-    open). A VM's own port (the fleet's ``imds.port``) that cannot be bound stops the start (:class:`ListenError`,
-    every socket closed): skipped, its agent would read whichever server holds the port, another forewarn's
-    documents. A VM's own loopback address that cannot be bound is skipped with a warning (the system may have no
-    such address; nothing else answers there then)."""
-    taken = {address[1] for address in (listeners.imds, listeners.control, *listeners.apis.values())}
+    open). A machine's own port (the fleet's ``imds.port``) that cannot be bound, or that is one of this server's
+    own ports, stops the start (:class:`ListenError`, every socket closed), and so does its own loopback address
+    when another socket holds that address's port: skipped, its agent would read whatever answers there, another
+    forewarn's documents or this server's API. A loopback address the system does not have is skipped with a
+    warning (nothing else answers there then)."""
+    own_ports = own_port_titles(listeners)
     try:
         for machine in machines:
-            bind_machine(listeners, machine, taken, bound)
+            bind_machine(listeners, machine, own_ports, bound)
     except ListenError:
         bound.close()
         raise
 
 
-def bind_machine(listeners: Listeners, machine: Machine, taken: set[int], bound: Bound) -> None:
+def own_port_titles(listeners: Listeners) -> dict[int, str]:
+    """This server's own listening ports, each with what listens there ("the EC2 API port")."""
+    apis = reversed(listeners.apis.items())  # of two APIs given one port, the first one's name
+    titles = {address[1]: listeners.api_titles.get(role, role) for role, address in apis}
+    titles[listeners.imds[1]] = "the metadata endpoint"
+    titles[listeners.control[1]] = "the control API"
+    return titles
+
+
+def bind_machine(listeners: Listeners, machine: Machine, own_ports: dict[int, str], bound: Bound) -> None:
     name, port, address = machine.name, machine.imds_port, machine.imds_address
-    if port is not None and port not in taken and listeners.open_vm_ports:
-        bound.metadata.append(listen("vm_port", (listeners.imds[0], port), name))
+    if port is not None and listeners.open_vm_ports:
+        where = (listeners.imds[0], port)
+        if port in own_ports:
+            raise ListenError(
+                "vm_port", where, OSError(None, f"it is this server's own port too ({own_ports[port]})"), name
+            )
+        bound.metadata.append(listen("vm_port", where, name))
         listeners.vm_ports[port] = name
     if address is not None and address != listeners.imds[0]:
         if ipaddress.ip_address(address).is_loopback and listeners.imds[0] not in ("0.0.0.0", "::"):
-            try:
-                bound.metadata.append(listening_socket(address, listeners.imds[1]))
-                listeners.vm_addresses[address] = name
-            except OSError as error:
-                log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
+            bind_machine_address(listeners, name, address, bound)
+
+
+def bind_machine_address(listeners: Listeners, name: str, address: str, bound: Bound) -> None:
+    try:
+        bound.metadata.append(listening_socket(address, listeners.imds[1]))
+    except OSError as error:
+        if error.errno == errno.EADDRINUSE:
+            raise ListenError("vm_address", (address, listeners.imds[1]), error, name) from None
+        log.warning("%s: cannot listen on %s (%s); skipped", name, address, error.strerror)
+        return
+    listeners.vm_addresses[address] = name
 
 
 class ByPort:
@@ -143,8 +166,5 @@ class ByPort:
 def own_listeners(bound: Bound, listeners: Listeners) -> OwnListeners:
     """Every port this server listens on, named for the messages of refused outgoing requests."""
     roles = {port: f"the metadata endpoint of {name}" for port, name in listeners.vm_ports.items()}
-    roles[listeners.imds[1]] = "the metadata endpoint"
-    for role, address in reversed(listeners.apis.items()):
-        roles[address[1]] = listeners.api_titles.get(role, role)
-    roles[listeners.control[1]] = "the control API"
+    roles.update(own_port_titles(listeners))
     return OwnListeners.of([*bound.management, *bound.metadata], roles)

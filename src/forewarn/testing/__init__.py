@@ -84,15 +84,18 @@ def fleet_text(fleet: FleetSource) -> str:
     return path.read_text()
 
 
-def _free_port_run(count: int) -> int:
-    """The first of ``count`` consecutive free loopback ports (a scale set's instances count up from one port)."""
+def _free_port_run(count: int, avoid: set[int]) -> int:
+    """The first of ``count`` consecutive free loopback ports none of which is in ``avoid`` (a scale set's instances
+    count up from one port). ``avoid`` holds the ports already given to the server and to other machines: they are
+    free until the server binds them, so a draw could return them again."""
     for _ in range(50):
-        first = free_ports(1)[0]
-        if first + count > 65536:
+        first = free_ports(1, avoid)[0]
+        run = range(first, first + count)
+        if first + count > 65536 or avoid.intersection(run):
             continue
         sockets = []
         try:
-            for port in range(first, first + count):
+            for port in run:
                 sock = socket.socket()
                 sockets.append(sock)
                 sock.bind(("127.0.0.1", port))
@@ -105,20 +108,20 @@ def _free_port_run(count: int) -> int:
     raise ForewarnError(f"found no {count} consecutive free ports for a scale set's metadata endpoints")
 
 
-def _with_free_vm_ports(text: str) -> str:
-    """The fleet with every per-VM metadata port (``imds.port``) moved to a free one: a fleet file's fixed ports
-    would clash with another server (a second test process, ``make run``). Unchanged when it names no port, so that
-    the server's errors keep the lines of the text as written."""
+def _with_free_vm_ports(text: str, server_ports: Sequence[int]) -> str:
+    """The fleet with every per-VM metadata port (``imds.port``) moved to a free one, none of ``server_ports`` nor
+    another machine's: a fleet file's fixed ports would clash with another server (a second test process, ``make
+    run``). Unchanged when it names no port, so that the server's errors keep the lines of the text as written."""
     data = yaml.safe_load(text)
-    moved = False
+    given = set(server_ports)
     for section in ("vms", "ec2_instances", "scale_sets"):
         for item in data.get(section) or ():
             imds = item.get("imds") if isinstance(item, dict) else None
             if isinstance(imds, dict) and imds.get("port") is not None:
                 count = max(int(item.get("instances", 1)), 1) if section == "scale_sets" else 1
-                imds["port"] = _free_port_run(count)
-                moved = True
-    return yaml.safe_dump(data, sort_keys=False) if moved else text
+                imds["port"] = _free_port_run(count, given)
+                given.update(range(imds["port"], imds["port"] + count))
+    return yaml.safe_dump(data, sort_keys=False) if given != set(server_ports) else text
 
 
 # Servers run in sessions of their own (launch_serve), so a Ctrl-C or the end of the test process does not reach
@@ -180,8 +183,9 @@ class Forewarn:
         fleet_file = self._workdir / "fleet.yaml"
         for attempt in range(1, START_TRIES + 1):
             # Every port chosen again on each try: the one taken meanwhile may be any of them.
-            self.port, self.imds_port, self.arm_port, self.ec2_port, self.gce_port = free_ports(5)
-            self.fleet_yaml = _with_free_vm_ports(self._given_fleet)
+            ports = free_ports(5)
+            self.port, self.imds_port, self.arm_port, self.ec2_port, self.gce_port = ports
+            self.fleet_yaml = _with_free_vm_ports(self._given_fleet, ports)
             if self.fleet_yaml is not self._given_fleet:
                 self.fleet = parse_fleet(self.fleet_yaml, "fleet")
             fleet_file.write_text(self.fleet_yaml)

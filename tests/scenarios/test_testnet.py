@@ -60,9 +60,10 @@ def test_ports_are_drawn_from_the_range_and_a_taken_one_is_skipped(monkeypatch):
 def test_ports_given_to_a_server_not_yet_started_are_not_drawn_again(monkeypatch):
     """Free until that server binds them: a second draw for the same server (a VM's own port) must skip them."""
     monkeypatch.setenv("FOREWARN_TEST_NET", "41100-41199")
-    given = set(range(41100, 41197))
+    given = set(range(41100, 41190))  # ten left, some of which another process's connection may hold for a moment
     for _ in range(20):
-        assert set(free_ports(3, avoid=given)) == {41197, 41198, 41199}
+        ports = free_ports(3, avoid=given)
+        assert len(set(ports)) == 3 and all(41190 <= port <= 41199 for port in ports)
 
 
 def test_each_xdist_worker_draws_from_a_slice_of_its_own():

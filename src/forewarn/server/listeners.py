@@ -107,7 +107,7 @@ def bind_machines(listeners: Listeners, machines: Sequence[Machine], bound: Boun
 
 
 def own_port_titles(listeners: Listeners) -> dict[int, str]:
-    """This server's own listening ports, each with what listens there ("the EC2 API port")."""
+    """This server's own listening ports, each with what listens there ("the EC2 API")."""
     apis = reversed(listeners.apis.items())  # of two APIs given one port, the first one's name
     titles = {address[1]: listeners.api_titles.get(role, role) for role, address in apis}
     titles[listeners.imds[1]] = "the metadata endpoint"

@@ -81,6 +81,18 @@ class Ec2Request:
     description: str | None = None
 
 
+@dataclass(frozen=True)
+class Ec2Plan:
+    """A request checked, and what its events get: the instances (by id, in the order named), NotBefore (before an
+    event window places it), the window and the deadline (``Ec2Component.plan_ec2``)."""
+
+    request: Ec2Request
+    instances: tuple[str, ...]
+    not_before: datetime
+    window: timedelta | None
+    deadline: timedelta | None
+
+
 def hex17(seed: str, *parts: object) -> str:
     return derived_guid(seed, *parts).replace("-", "").lower()[:17]
 
@@ -259,15 +271,29 @@ class Ec2Component(OnFooting[Ec2Rules]):
 
     # ----------------------------------------------------------------------------------------------- commands
     def schedule_ec2(self, request: Ec2Request) -> list[Change]:
-        """One event per instance. NotBefore is now + notice (default two weeks) unless given."""
-        rules = self.rules
+        """One event per instance. NotBefore is now + notice (default two weeks) unless given. The control API makes
+        it in parts, from the same checks (``aws/control/routes.py``)."""
         if not request.instances:
             raise Invalid("name at least one instance")
-        instances = list({i.instance_id: i for i in map(self.ec2_named, request.instances)}.values())
+        self.check_ec2_instances(request, request.instances)
+        planned = self.plan_ec2(request)
+        return self.create_ec2(planned, planned.instances)
+
+    def check_ec2_instances(self, request: Ec2Request, references: Sequence[str]) -> None:
+        """Refuse ``request`` for one of ``references`` (some or all of the instances it names) as
+        :meth:`schedule_ec2` would: not in the fleet, terminated, or of a kind its code does not apply to."""
+        instances = [self.ec2_named(reference) for reference in references]  # every one known before other refusals
         for instance in instances:
             check_code_applies(request.code, instance)
             if self.ec2_states[instance.instance_id].gone:
                 raise Conflict(f"instance {instance.instance_id} is terminated")
+
+    def plan_ec2(self, request: Ec2Request) -> Ec2Plan:
+        """The times ``request``'s events get, checked, at this instant, and its instances by id; the instances are
+        not checked (:meth:`check_ec2_instances`). :meth:`create_ec2` makes the events, for all the instances at
+        once or a part of them at a time."""
+        rules = self.rules
+        instances = tuple({self.ec2_named(reference).instance_id: None for reference in request.instances})
         not_before = checked_not_before(request.not_before, request.notice, rules.notice, self.now)
         window = None if request.no_not_after else (request.window or rules.window[request.code])
         deadline = None if request.no_deadline else (request.deadline or rules.deadline[request.code])
@@ -276,10 +302,15 @@ class Ec2Component(OnFooting[Ec2Rules]):
                 raise Invalid(f"the {what} must be positive")
             if value is not None:
                 check_duration(value, f"the {what}", longest)
+        return Ec2Plan(request, instances, not_before, window, deadline)
+
+    def create_ec2(self, plan: Ec2Plan, instance_ids: Sequence[str]) -> list[Change]:
+        """The events ``plan`` gives the instances ``instance_ids`` (some or all of the plan's)."""
+        request, not_before, window, deadline = plan.request, plan.not_before, plan.window, plan.deadline
         changes: list[Change] = []
-        for instance in instances:
+        for instance_id in instance_ids:
             start, end = not_before, None if window is None else not_before + window
-            event_window = self._event_window_of(instance)
+            event_window = self._event_window_of(self.ec2_instances[instance_id])
             if event_window is not None and request.code in PLACED_CODES and request.not_before is None:
                 start, end = event_window.place(not_before, window)  # the platform picks a time in the window
                 end = None if window is None else end
@@ -287,7 +318,7 @@ class Ec2Component(OnFooting[Ec2Rules]):
             event = Ec2Event(
                 event_id=f"instance-event-{hex17(self.seed, 'ec2-event', seq)}",
                 seq=seq,
-                instance_id=instance.instance_id,
+                instance_id=instance_id,
                 code=request.code,
                 description=request.description if request.description is not None else DESCRIPTIONS[request.code],
                 not_before=start,
@@ -299,7 +330,7 @@ class Ec2Component(OnFooting[Ec2Rules]):
             self._index_ec2(event)
             self.scheduler.add(start, self._start_deadline, event.event_id)
             placed = f" in event window {event_window.window_id}" if event_window and start != not_before else ""
-            changes.append(Ec2EventChanged(event, "scheduled", f"for {instance.instance_id}{placed}"))
+            changes.append(Ec2EventChanged(event, "scheduled", f"for {instance_id}{placed}"))
         return changes
 
     def cancel_ec2(self, event_id: str, reason: str = "canceled by the operator") -> list[Change]:

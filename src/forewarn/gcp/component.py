@@ -77,6 +77,18 @@ class GceRequest:
     reason: str = "host maintenance"
 
 
+@dataclass(frozen=True)
+class GcePlan:
+    """A request checked at an instant (``now``): its instances in the order named, its window, and how much later
+    than the start its latest start is (None: none asked) (``GcpComponent.plan_gce``)."""
+
+    request: GceRequest
+    names: tuple[str, ...]
+    window: timedelta
+    later: timedelta | None
+    now: datetime
+
+
 # ``listener(event)`` when a maintenance event is completed or canceled; the changes it makes join the command's.
 EventEndedListener = Callable[[GceMaintenance], list[Change]]
 
@@ -257,17 +269,23 @@ class GcpComponent(OnFooting[GceRules]):
         """Every host an instance runs or ran on, in the order they were first used."""
         return list(self._on_host)
 
-    def announced_at(self, start: datetime, notice: timedelta) -> bool:
+    def announced_at(self, start: datetime, notice: timedelta, now: datetime | None = None) -> bool:
         """Whether maintenance that starts at ``start`` is announced ahead (upcoming maintenance) rather than given
         the instance's ``notice`` alone. Starts are whole seconds, so the notice from a moment between two seconds
         ends at the next whole second: a start there is the notice itself, not an announcement a fraction of a
         second longer."""
-        return start > whole_second_ceiling(self.now + notice)
+        return start > whole_second_ceiling((self.now if now is None else now) + notice)
 
     def check_request(self, request: GceRequest) -> tuple[timedelta, dict[str, tuple[datetime, datetime]]]:
         """The window of a request and each named instance's start and latest start, or the reason it is refused
         (before anything changes). Without a start or a notice, each instance's maintenance starts its own notice
         from now (:meth:`notice_of`): the notice only, nothing announced."""
+        plan = self.plan_gce(request)
+        return plan.window, {name: self.start_of(plan, name) for name in plan.names}
+
+    def plan_gce(self, request: GceRequest) -> GcePlan:
+        """What a request gives every instance it names, checked, at this instant; its instances are not checked
+        (:meth:`check_gce_instances`, :meth:`check_gce_starts`)."""
         checked_not_before(request.start, request.notice, self.rules.notice, self.now)  # even with no instance named
         window = check_duration(
             self.rules.window if request.window is None else request.window,
@@ -280,42 +298,61 @@ class GcpComponent(OnFooting[GceRules]):
             if not request.can_reschedule:
                 raise Invalid("a latest start later than the start needs can-reschedule")
             later = check_duration(request.latest, "the latest start", MAX_NOTICE)
-        starts: dict[str, tuple[datetime, datetime]] = {}
-        for name in dict.fromkeys(request.instances):
-            notice = self.notice_of(name)
-            start = checked_not_before(request.start, request.notice, notice, self.now)
-            latest = start
-            if later is not None:
-                if not self.announced_at(start, notice):
-                    raise Invalid(
-                        f"a latest start needs maintenance announced ahead (a start further than the "
-                        f"{_notice_phrase(notice)} notice of {name})"
-                    )
-                latest = whole_second_ceiling(start + later)
-            starts[name] = (start, latest)
-        return window, starts
+        return GcePlan(request, tuple(dict.fromkeys(request.instances)), window, later, self.now)
+
+    def start_of(self, plan: GcePlan, name: str) -> tuple[datetime, datetime]:
+        """Instance ``name``'s start and latest start in ``plan``; refused when a latest start is asked of
+        maintenance not announced ahead."""
+        notice = self.notice_of(name)
+        start = checked_not_before(plan.request.start, plan.request.notice, notice, plan.now)
+        if plan.later is None:
+            return start, start
+        if not self.announced_at(start, notice, plan.now):
+            raise Invalid(
+                f"a latest start needs maintenance announced ahead (a start further than the "
+                f"{_notice_phrase(notice)} notice of {name})"
+            )
+        return start, whole_second_ceiling(start + plan.later)
+
+    def check_gce_instances(self, request: GceRequest, names: Sequence[str], beside_upcoming: bool = False) -> None:
+        """Refuse ``request`` for one of ``names`` (some or all of its instances) as :meth:`schedule_gce` would: not
+        in the fleet, deleted, with maintenance pending or under way (unless ``beside_upcoming`` and what it has is
+        only announced ahead), or asked to live-migrate when it cannot."""
+        instances = [self.gce_instance(name) for name in names]  # every name known before any other refusal
+        for name, instance in zip(names, instances):
+            if self.gce_states[name].deleted:
+                raise Conflict(f"instance {name} is deleted")
+            if self.in_maintenance(name) and not (beside_upcoming and self.only_upcoming(name)):
+                raise Conflict(f"instance {name} already has maintenance pending or under way")
+            if request.kind is MaintenanceKind.MIGRATE and (instance.gpus or instance.interruptible):
+                raise Invalid(f"instance {name} cannot live-migrate (GPUs, Spot or preemptible)")
+
+    def check_gce_starts(self, plan: GcePlan, names: Sequence[str]) -> None:
+        """Refuse ``plan`` for one of ``names`` whose start it cannot give (:meth:`start_of`)."""
+        if plan.later is not None:
+            for name in names:
+                self.start_of(plan, name)
 
     # ----------------------------------------------------------------------------------------------- commands
     def schedule_gce(self, request: GceRequest, beside_upcoming: bool = False) -> list[Change]:
         """New maintenance for each named instance; refused for an instance that has maintenance pending or under
-        way, unless ``beside_upcoming`` and what it has is only announced ahead (:meth:`simulate_gce`)."""
+        way, unless ``beside_upcoming`` and what it has is only announced ahead (:meth:`simulate_gce`). The
+        control API makes it in parts, from the same checks (``gcp/control/routes.py``)."""
         if not request.instances:
             raise Invalid("name at least one instance")
-        instances = [self.gce_instance(name) for name in dict.fromkeys(request.instances)]
-        for instance in instances:
-            state = self.gce_states[instance.name]
-            if state.deleted:
-                raise Conflict(f"instance {instance.name} is deleted")
-            if self.in_maintenance(instance.name) and not (beside_upcoming and self.only_upcoming(instance.name)):
-                raise Conflict(f"instance {instance.name} already has maintenance pending or under way")
-            if request.kind is MaintenanceKind.MIGRATE and (instance.gpus or instance.interruptible):
-                raise Invalid(f"instance {instance.name} cannot live-migrate (GPUs, Spot or preemptible)")
-        window, starts = self.check_request(request)
+        self.check_gce_instances(request, tuple(dict.fromkeys(request.instances)), beside_upcoming)
+        plan = self.plan_gce(request)
+        self.check_gce_starts(plan, plan.names)
+        return self.create_gce(plan, plan.names)
+
+    def create_gce(self, plan: GcePlan, names: Sequence[str]) -> list[Change]:
+        """The maintenance ``plan`` gives the instances ``names`` (some or all of the plan's), checked before."""
+        request, window = plan.request, plan.window
         changes: list[Change] = []
-        for instance in instances:
-            state = self.gce_states[instance.name]
-            start, latest = starts[instance.name]
-            announced = self.announced_at(start, self.notice_of(instance.name))
+        for name in names:
+            state = self.gce_states[name]
+            start, latest = self.start_of(plan, name)
+            announced = self.announced_at(start, self.notice_of(name), plan.now)
             kind = request.kind or (
                 MaintenanceKind.MIGRATE
                 if state.on_host_maintenance is OnHostMaintenance.MIGRATE
@@ -325,7 +362,7 @@ class GcpComponent(OnFooting[GceRules]):
             event = GceMaintenance(
                 event_id=numeric_id(self.seed, "gce-maintenance", seq),
                 seq=seq,
-                instance=instance.name,
+                instance=name,
                 kind=kind,
                 maintenance_type=request.maintenance_type,
                 window_start=start,

@@ -4,13 +4,14 @@ interruptions and rebalance recommendations (what AWS does on its side and no pu
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, ConfigDict, Field
 
-from forewarn.app.runtime import Maintenance
+from forewarn.app.runtime import Check, Command, Maintenance, Parts, checked_then_made, nth_slice, sliced
 from forewarn.aws.changes import Ec2EventChanged, Ec2StateChanged
-from forewarn.aws.component import Ec2Component, Ec2Request
+from forewarn.aws.component import Ec2Component, Ec2Plan, Ec2Request
 from forewarn.aws.model import Ec2Code, Ec2EventState
 from forewarn.aws.views import Ec2EventOut
 from forewarn.control.models import ERRORS, ChangeOut, ChangeReport, json_array, let_go
@@ -18,7 +19,9 @@ from forewarn.control.service import ControlService
 from forewarn.core.changes import Change
 from forewarn.core.durations import parse_optional_duration
 from forewarn.core.enums import parse_enum
+from forewarn.core.errors import Invalid
 from forewarn.core.times import format_optional_time, format_time, parse_optional_time, parse_time
+from forewarn.engine.engine import Engine
 
 
 class InstanceOut(BaseModel):
@@ -179,8 +182,33 @@ async def events(
 async def schedule(service: ControlService, body: Ec2EventIn):
     """Schedule an EC2 event on instances: one event each."""
     request = ec2_request(body)
-    changes = await service.perform_soon(lambda engine: engine.component(Ec2Component).schedule_ec2(request))
-    return [Ec2EventOut.of(c.event) for c in changes if isinstance(c, Ec2EventChanged)]
+    changes = await service.perform_in_parts_soon(scheduling_in_parts(request))
+    events = [c.event for c in changes if isinstance(c, Ec2EventChanged)]
+    return await json_array(events, Ec2EventOut.of, Ec2EventOut, status_code=201)
+
+
+def scheduling_in_parts(request: Ec2Request) -> Parts:
+    """``schedule_ec2`` as a command in parts (``perform_in_parts_soon``), a few hundred instances a part: a request
+    may name 50,000 instances (the body's megabyte), half a second of the event loop in one command. Every instance
+    is checked, then the request planned once (``plan_ec2``: its NotBefore), then the events made from that plan."""
+    if not request.instances:
+        raise Invalid("name at least one instance")
+    planned: list[Ec2Plan] = []
+
+    def ec2(engine: Engine) -> Ec2Component:
+        return engine.component(Ec2Component)
+
+    def plan(engine: Engine) -> None:
+        planned[:] = [ec2(engine).plan_ec2(request)]
+
+    def checked(some: Sequence[str]) -> Check:
+        return lambda engine: ec2(engine).check_ec2_instances(request, some)
+
+    def made(index: int) -> Command:  # the plan's instances are ids, known once it is made
+        return lambda engine: ec2(engine).create_ec2(planned[0], nth_slice(planned[0].instances, index))
+
+    checks = [checked(some) for some in sliced(request.instances)]
+    return checked_then_made([*checks, plan], [made(index) for index in range(len(checks))])
 
 
 def ec2_request(body: Ec2EventIn) -> Ec2Request:

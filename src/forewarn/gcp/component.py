@@ -276,12 +276,12 @@ class GcpComponent(OnFooting[GceRules]):
         second longer."""
         return start > whole_second_ceiling((self.now if now is None else now) + notice)
 
-    def check_request(self, request: GceRequest) -> tuple[timedelta, dict[str, tuple[datetime, datetime]]]:
-        """The window of a request and each named instance's start and latest start, or the reason it is refused
-        (before anything changes). Without a start or a notice, each instance's maintenance starts its own notice
-        from now (:meth:`notice_of`): the notice only, nothing announced."""
+    def check_request(self, request: GceRequest) -> None:
+        """Refuse ``request`` for what it asks, not for its instances' state: its times, and a latest start asked
+        of an instance it would not announce maintenance to (before anything changes). Costs what the request
+        asks of each instance: nothing without a latest start."""
         plan = self.plan_gce(request)
-        return plan.window, {name: self.start_of(plan, name) for name in plan.names}
+        self.check_gce_starts(plan, plan.names)
 
     def plan_gce(self, request: GceRequest) -> GcePlan:
         """What a request gives every instance it names, checked, at this instant; its instances are not checked

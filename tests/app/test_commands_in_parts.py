@@ -1,5 +1,6 @@
 """A command over many machines is made in parts (``Maintenance.perform_in_parts_soon``): Compute Engine's and EC2's
-schedule through the control API, a few hundred instances a part. Every instance is checked before the first
+schedule through the control API, a few hundred instances a part (and Azure's schedule naming many VMs, a command
+a part: ``azure/commands``). Every instance is checked before the first
 change, each part is a group commit of its own with the event loop free between them, no other command runs between
 parts, and the outcome is the one the command made whole gives. Real SQLite file store, real engine."""
 
@@ -11,6 +12,9 @@ from datetime import timedelta
 import pytest
 
 from forewarn.app.runtime import MACHINES_PER_PART, Maintenance
+from forewarn.azure import commands as azure_commands
+from forewarn.azure.fleet import azure_fleet
+from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.control.routes import scheduling_in_parts as ec2_scheduling
@@ -23,7 +27,7 @@ from forewarn.gcp.component import GceRequest, GcpComponent
 from forewarn.gcp.control.routes import scheduling_in_parts as gce_scheduling
 from helpers import T0, open_store
 
-GENERATED = parse_fleet(fleet_yaml(FleetShape(vms=10, gce=600, ec2=600, seed="parts")))
+GENERATED = parse_fleet(fleet_yaml(FleetShape(vms=600, gce=600, ec2=600, seed="parts")))
 
 
 def opened(path) -> Maintenance:
@@ -155,3 +159,17 @@ def test_a_reset_during_a_command_in_parts_refuses_the_rest_of_it(tmp_path):
     assert str(outcome) == "the server was reset while this command was under way; what it did is undone"
     assert not service.settled_engine().component(GcpComponent).gce_events
     service.store.close()
+
+
+def test_an_azure_schedule_naming_many_vms_is_committed_a_few_hosts_at_a_time_as_it_would_be_whole(tmp_path):
+    whole, parted = opened(tmp_path / "whole.db"), opened(tmp_path / "parts.db")
+    vms = tuple(reversed(azure_fleet(GENERATED).vms))  # not in their hosts' order
+    request = ScheduleRequest(EventType.FREEZE, vms=vms, notice=timedelta(minutes=15))
+    expected = azure_commands.schedule(whole, request)
+    commits = counted_commits(parted)
+    events = in_loop(lambda: azure_commands.schedule_soon(parted, request))
+    assert len(commits) == 3  # 600 VMs, 10 a host: parts of 250, a host never split
+    shown = [(e.event_id, e.operation_id, e.resources, e.not_before) for e in events]
+    assert shown == [(e.event_id, e.operation_id, e.resources, e.not_before) for e in expected]
+    for service in (parted, whole):
+        service.store.close()

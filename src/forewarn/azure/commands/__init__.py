@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from forewarn.app.runtime import Check, Command, Maintenance
+from forewarn.app.turns import Turns
 from forewarn.azure.changes import EventChanged
 from forewarn.azure.component import AzureComponent
 from forewarn.azure.fleet import azure_fleet
@@ -33,19 +34,20 @@ def approve_soon(service: Maintenance, event_ids: Iterable[str], by: str) -> asy
 
 
 async def schedule_soon(service: Maintenance, request: ScheduleRequest) -> list[Event]:
-    """``schedule`` through the group commit: the events, once durable. A request over many hosts is scheduled
-    ``MACHINES_PER_COMMAND`` machines' hosts a command, each committed on its own (the whole request checked before
-    the first), so that the server answers requests between them: a Freeze over 5% of a million VMs' hosts is
-    45,000 VMs. Each command is a step of its own (a scope on hosts of two commands moves two DocumentIncarnations),
+    """``schedule`` through the group commit: the events, once durable. A request over many hosts, or naming many
+    VMs, is scheduled ``MACHINES_PER_COMMAND`` machines' hosts a command, each committed on its own (the whole
+    request checked before the first), so that the server answers requests between them: a Freeze over 5% of a
+    million VMs' hosts is 45,000 VMs. Each command is a step of its own (a scope on hosts of two commands moves two DocumentIncarnations),
     each host is still one operation, and every event has the first command's NotBefore."""
-    first, *rest = _host_parts(service, request)
+    first, *rest = await _vm_parts(service, request) if _names_vms_only(request) else _host_parts(service, request)
     pinned: list[ScheduleRequest] = []  # the later parts, at the first one's NotBefore
     if rest:
-        # The whole request checked first, in a turn of the loop of its own (a command that changes nothing): at a
-        # million VMs it counts the VMs of some 5,000 hosts, which the first part's own work would otherwise follow
-        # in one stretch. A command that comes between them and makes the request wrong has the first part refused,
-        # before anything is scheduled, as every later part is checked again.
-        await service.perform_soon(_nothing, _checking(request))
+        # The whole request checked first, a part at a time, each in a turn of the loop of its own (a command that
+        # changes nothing): at a million VMs it counts the VMs of some 5,000 hosts, or looks up 90,000 VMs named,
+        # which the first part's own work would otherwise follow in one stretch. A command that comes between them
+        # and makes the request wrong has its part refused, as every part is checked again when it is scheduled.
+        for part in (first, *rest):
+            await service.perform_soon(_nothing, _checking(part))
 
     def schedule_first(engine: Engine) -> list[Change]:
         azure = _azure(engine)
@@ -81,6 +83,38 @@ def _checking(request: ScheduleRequest) -> Check:
 # timed: where a command ends shows in the documents. Smaller, it makes more commits than metadata replicas on a
 # shared machine keep up with (``waves/component.py``'s ``MACHINES_PER_COMMAND``).
 MACHINES_PER_COMMAND = 250
+
+
+def _names_vms_only(request: ScheduleRequest) -> bool:
+    return bool(request.vms) and not request.hosts and request.group is None and not request.per_vm
+
+
+async def _vm_parts(service: Maintenance, request: ScheduleRequest) -> list[ScheduleRequest]:
+    """``request``, which names VMs only, cut by their hosts into requests of about ``MACHINES_PER_COMMAND`` VMs
+    (a host's VMs named are never split: they share an operation), the hosts in the order their first VM is named.
+    The VMs are looked up a turn of the loop at a time (90,000 names fit in a request's megabyte); an unknown one
+    is refused here, before anything is checked."""
+    names = tuple(dict.fromkeys(request.vms))
+    if len(names) <= MACHINES_PER_COMMAND:
+        return [request]
+    azure = _azure(service.settled_engine())
+    by_host: dict[str, list[str]] = {}
+    turns = Turns()
+    for name in names:
+        vm = azure_fleet(azure.fleet).vm(name)
+        by_host.setdefault(azure.vm_states.host(vm.name), []).append(name)
+        if turns.over():
+            await turns.next()
+    parts: list[ScheduleRequest] = []
+    vms: list[str] = []
+    for named in by_host.values():
+        vms += named
+        if len(vms) >= MACHINES_PER_COMMAND:
+            parts.append(replace(request, vms=tuple(vms)))
+            vms = []
+    if vms:
+        parts.append(replace(request, vms=tuple(vms)))
+    return parts
 
 
 def _host_parts(service: Maintenance, request: ScheduleRequest) -> list[ScheduleRequest]:

@@ -12,13 +12,13 @@ from datetime import timedelta
 import pytest
 
 from forewarn.app.runtime import MACHINES_PER_PART, Maintenance
-from forewarn.azure import commands as azure_commands
-from forewarn.azure.fleet import azure_fleet
-from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.aws.changes import Ec2EventChanged
 from forewarn.aws.component import Ec2Component, Ec2Request
 from forewarn.aws.control.routes import scheduling_in_parts as ec2_scheduling
 from forewarn.aws.model import Ec2Code
+from forewarn.azure import commands as azure_commands
+from forewarn.azure.fleet import azure_fleet
+from forewarn.azure.model import EventType, ScheduleRequest
 from forewarn.core.errors import Conflict, NotFound
 from forewarn.fleet.file import parse_fleet
 from forewarn.fleet.generate import FleetShape, fleet_yaml

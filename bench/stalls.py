@@ -16,7 +16,10 @@ about 3% of the fleet, so that Resource Graph has rows to load and to write):
    **clock step: end**: the step that completes the events, ending their units and scheduling the wave's next ones;
 4. **wave cancel**: the wave canceled (its Scheduled events canceled), then the clock run until nothing is due
    (not timed);
-5. **fleet-wide schedule**: a Freeze over every twentieth host of the fleet (``POST /v1/events``);
+5. **fleet-wide schedule**: a Freeze over every twentieth host of the fleet (``POST /v1/events``); then schedules
+   naming up to 40,000 machines each (``NAMED_MOST``, what a request's megabyte holds of EC2 ids): **schedule naming
+   VMs** (a Reboot of the fleet's last VMs), **EC2 events naming instances** (``POST /v1/ec2/events``) and **GCE
+   maintenance naming instances** (``POST /v1/gce/maintenance``);
 6. **first ARM list**: the first ARM call of the server, the VMs of a resource group (the index ARM builds on first
    use is built then), then the same list again (**ARM list, warm**);
 7. **first Resource Graph query** and the same query again (**Resource Graph, warm**);
@@ -370,6 +373,26 @@ def operations(server: Server, hosts: int) -> list[tuple[str, Callable[[], None]
         chosen = [f"host-{index:05d}" for index in range(0, hosts, 20)]
         server.call("POST", "/v1/events", {"type": "Freeze", "hosts": chosen, "notice": "15m"})
 
+    def machines_named() -> None:
+        """What the next three name, read untimed: the request bodies' megabyte holds about this many names."""
+        fleet = server.call("GET", "/v1/fleet")
+        assert isinstance(fleet, dict)
+        ec2 = server.call("GET", "/v1/ec2/instances")
+        gce = server.call("GET", "/v1/gce/instances")
+        assert isinstance(ec2, list) and isinstance(gce, list)
+        wave["vms"] = [vm["name"] for vm in fleet["vms"]][-NAMED_MOST:]  # the twentieth hosts' ones are first
+        wave["ec2"] = [instance["instance_id"] for instance in ec2][:NAMED_MOST]
+        wave["gce"] = [instance["name"] for instance in gce][:NAMED_MOST]
+
+    def vms_named() -> None:
+        server.call("POST", "/v1/events", {"type": "Reboot", "vms": wave["vms"], "notice": "1h"})
+
+    def ec2_named() -> None:
+        server.call("POST", "/v1/ec2/events", {"code": "instance-reboot", "instances": wave["ec2"], "notice": "1d"})
+
+    def gce_named() -> None:
+        server.call("POST", "/v1/gce/maintenance", {"instances": wave["gce"], "notice": "1h"})
+
     def arm_list() -> None:
         path = f"/subscriptions/{subscription}/resourceGroups/{group}/providers/Microsoft.Compute/virtualMachines"
         server.call("GET", f"{path}?api-version=2024-07-01", base=server.arm)
@@ -407,6 +430,9 @@ def operations(server: Server, hosts: int) -> list[tuple[str, Callable[[], None]
         ("clock step: end", step, None),
         ("wave cancel", cancel, None),
         ("fleet-wide schedule", schedule, lambda: settle(server)),
+        ("schedule naming VMs", vms_named, machines_named),
+        ("EC2 events naming instances", ec2_named, None),
+        ("GCE maintenance naming instances", gce_named, None),
         ("first ARM list", arm_list, None),
         ("ARM list, warm", arm_list, None),
         ("first Resource Graph query", resource_graph, None),
@@ -417,6 +443,11 @@ def operations(server: Server, hosts: int) -> list[tuple[str, Callable[[], None]
         ("an EventId's prefix", event_prefix, None),
         ("reset", reset, None),
     ]
+
+
+# Machines a schedule names at most (each cloud's, in one request): about what a request body's megabyte holds of
+# EC2 instance ids, the longest names.
+NAMED_MOST = 40_000
 
 
 def settle(server: Server) -> None:

@@ -17,8 +17,8 @@ A clock move over many deadlines is made in parts (``changes_per_part``): each p
 committed like any command, and the rest goes first in the next group, which starts at the event loop's next turn,
 so that requests are answered between parts; the move is answered once its last part is durable, and its clock is
 committed with that part. Between parts the engine holds whole deadlines applied, at the instant reached.
-A command over many machines can be made in parts the same way (``perform_in_parts_soon``): checked whole before
-its first part, and no other command runs between its parts, so that none can make a later part wrong.
+A command over many machines can be made in parts the same way (``perform_in_parts_soon``): its checks come first, as
+parts that change nothing, and no other command runs between its parts, so that none can make a later part wrong.
 """
 
 from __future__ import annotations
@@ -760,11 +760,13 @@ class Maintenance:
 
     def perform_in_parts_soon(self, first: Parts, check: Check | None = None) -> asyncio.Future[list[Change]]:
         """``perform_soon`` for a command over many machines, given as its first part (each part returns its changes
-        and the next part, None for the last): each part is committed in a group of its own turn, so that the event
-        loop answers requests between parts, and the future resolves with every part's changes once the last is
-        durable. ``check`` refuses the whole command before its first part; no other command runs between its
-        parts (they wait, as a clock move waits for another in parts), so a later part is refused only by a defect.
-        Readers may see the parts committed so far."""
+        and the next part, None for the last): each part runs in a group of its own, started at the loop's next turn
+        once the part before is durable, so that the event loop answers requests between parts, and the future
+        resolves with every part's changes once the last is durable. ``check`` refuses the whole command before its
+        first part, and so does a ``CheckingPart``'s refusal. No other command runs between its parts (they wait,
+        as a clock move waits for another in parts), so a part after its checks is refused only by a defect; on a
+        real clock, deadlines that fall due meanwhile still apply between them. Readers see the parts committed so
+        far."""
         return self._enqueue(None, check, None, first)
 
     def _enqueue(

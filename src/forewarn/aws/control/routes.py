@@ -189,7 +189,7 @@ async def schedule(service: ControlService, body: Ec2EventIn):
 
 def scheduling_in_parts(request: Ec2Request) -> Parts:
     """``schedule_ec2`` as a command in parts (``perform_in_parts_soon``), a few hundred instances a part: a request
-    may name 50,000 instances (the body's megabyte), half a second of the event loop in one command. Every instance
+    may name some 40,000 instances (the body's megabyte), 0.4 s of the event loop in one command. Every instance
     is checked, then the request planned once (``plan_ec2``: its NotBefore), then the events made from that plan."""
     if not request.instances:
         raise Invalid("name at least one instance")

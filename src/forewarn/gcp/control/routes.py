@@ -219,8 +219,8 @@ async def schedule(service: ControlService, body: GceMaintenanceIn):
 
 
 def scheduling_in_parts(request: GceRequest) -> Parts:
-    """``schedule_gce`` as a command in parts (``perform_in_parts_soon``), a few hundred instances a part: at a
-    million instances a request may name 90,000 (the body's megabyte), a second of the event loop in one command.
+    """``schedule_gce`` as a command in parts (``perform_in_parts_soon``), a few hundred instances a part: a request
+    may name some 80,000 instances (the body's megabyte), a second of the event loop in one command.
     As ``schedule_gce`` does: every instance is checked, then the request planned once (``plan_gce``: the instant
     every start counts from), then the starts checked, then the maintenance made from that plan."""
     names = tuple(dict.fromkeys(request.instances))
